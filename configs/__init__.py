@@ -1,0 +1,1 @@
+"""ArchSpec presets users start from (YAML). Packaged as ``tilewright.configs``."""

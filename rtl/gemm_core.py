@@ -1,0 +1,218 @@
+"""GemmCore: a systolic array with its A/B scratchpads, accumulator SRAM and a GEMM sequencer.
+
+The host fills the A and B buffers through write ports (layouts: :mod:`tilewright.compiler.layout`),
+sets ``m``, ``k``, ``n`` and pulses ``start``; the core runs every fold of the GEMM and leaves
+C (int32) in the accumulator, which the host reads back through ``acc_rd``.
+
+Ports (all in the ``sync`` domain)
+    ``a_wr_en/addr/data``, ``b_wr_en/addr/data``: buffer write ports (one word per cycle).
+    ``acc_rd_addr`` -> ``acc_rd_data``: accumulator read port, data one cycle after the address.
+    ``m``, ``k``, ``n`` (16 bit): GEMM sizes, sampled while ``start`` is high and held until done.
+    ``start``: begins a GEMM when sampled high while ``busy`` is low.
+    ``busy``: high from the cycle after ``start`` was sampled until the GEMM's last write.
+    ``cycles``: cycles ``busy`` was high during the last GEMM (a performance counter).
+
+Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the same closed form)
+    Folds never overlap; each fold takes a fixed number of cycles, and ``busy`` stays high for
+    exactly ``folds * cycles_per_fold``. With R = rows, C = cols, SRAM read latency 1 cycle:
+
+    * WS: folds = ceil(K/R) * ceil(N/C), cycles_per_fold = M + 2R + C + 1
+      (R cycles of weight reads, +1 SRAM latency, M activation rows, R + C - 1 array latency,
+      1 cycle of accumulator read-modify-write).
+    * OS: folds = ceil(M/R) * ceil(N/C), cycles_per_fold = K + 2R + C - 1
+      (K operand reads, +1 SRAM latency, R + C - 1 until the last PE is done, R drain cycles
+      writing one row each, the first of them overlapping the finish).
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Signal, signed, unsigned
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from tilewright.arch import ArchSpec
+from tilewright.compiler.layout import GemmLayout, MAX_DIM
+from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArray,
+                                     WeightStationaryArray, os_finish_cycles, ws_latency_cycles)
+
+__all__ = ["GemmCore", "GENERATOR_VERSION"]
+
+#: bump when the generated hardware's behaviour or ports change
+GENERATOR_VERSION = "0.1.0"
+
+_DIM_BITS = MAX_DIM.bit_length()
+
+
+def _abits(depth: int) -> int:
+    return max(1, (depth - 1).bit_length())
+
+
+class GemmCore(wiring.Component):
+    """The systolic GEMM core for one :class:`~tilewright.arch.ArchSpec` (see module docstring)."""
+
+    def __init__(self, arch: ArchSpec):
+        if not isinstance(arch, ArchSpec):
+            raise TypeError(f"GemmCore takes an ArchSpec, not {type(arch).__name__}")
+        te = arch.tensor_engine
+        self._arch = arch
+        self._rows, self._cols, self._dataflow = te.rows, te.cols, te.dataflow
+        self._depth_a, self._depth_b, self._depth_acc = GemmLayout.depths(arch)
+        for buf, d in (("A", self._depth_a), ("B", self._depth_b), ("accumulator", self._depth_acc)):
+            if d < 1:
+                raise ValueError(f"memory is too small for a {te.rows}x{te.cols} array: "
+                                 f"{buf} buffer would hold {d} words")
+        R, C = self._rows, self._cols
+        super().__init__({
+            "a_wr_en": In(1), "a_wr_addr": In(_abits(self._depth_a)),
+            "a_wr_data": In(R * ELEMENT_BITS),
+            "b_wr_en": In(1), "b_wr_addr": In(_abits(self._depth_b)),
+            "b_wr_data": In(C * ELEMENT_BITS),
+            "acc_rd_addr": In(_abits(self._depth_acc)), "acc_rd_data": Out(C * ACC_BITS),
+            "m": In(_DIM_BITS), "k": In(_DIM_BITS), "n": In(_DIM_BITS),
+            "start": In(1), "busy": Out(1), "cycles": Out(32),
+        })
+
+    @property
+    def arch(self) -> ArchSpec:
+        return self._arch
+
+    @property
+    def depths(self) -> tuple[int, int, int]:
+        """(A, B, accumulator) buffer depths in words."""
+        return self._depth_a, self._depth_b, self._depth_acc
+
+    def elaborate(self, platform):
+        m = Module()
+        R, C = self._rows, self._cols
+        mem_a = memory.Memory(shape=unsigned(R * ELEMENT_BITS), depth=self._depth_a, init=[])
+        mem_b = memory.Memory(shape=unsigned(C * ELEMENT_BITS), depth=self._depth_b, init=[])
+        mem_c = memory.Memory(shape=unsigned(C * ACC_BITS), depth=self._depth_acc, init=[])
+        m.submodules.mem_a, m.submodules.mem_b, m.submodules.mem_acc = mem_a, mem_b, mem_c
+        a_w, b_w, c_w = mem_a.write_port(), mem_b.write_port(), mem_c.write_port()
+        a_r, b_r = mem_a.read_port(), mem_b.read_port()
+        c_r = mem_c.read_port(transparent_for=(c_w,))
+        host_r = mem_c.read_port()
+        m.d.comb += [
+            a_w.en.eq(self.a_wr_en), a_w.addr.eq(self.a_wr_addr), a_w.data.eq(self.a_wr_data),
+            b_w.en.eq(self.b_wr_en), b_w.addr.eq(self.b_wr_addr), b_w.data.eq(self.b_wr_data),
+            host_r.addr.eq(self.acc_rd_addr), self.acc_rd_data.eq(host_r.data),
+        ]
+
+        # size registers, sampled at start
+        mr, kr, nr = (Signal(_DIM_BITS, name=x) for x in ("m_r", "k_r", "n_r"))
+        running = Signal()
+        t = Signal(_DIM_BITS + 8)            # cycle within the current fold
+        cycles = Signal(32)
+        m.d.comb += [self.busy.eq(running), self.cycles.eq(cycles)]
+        with m.If(running):
+            m.d.sync += cycles.eq(cycles + 1)
+        with m.If(self.start & ~running):
+            m.d.sync += [running.eq(1), t.eq(0), cycles.eq(0),
+                         mr.eq(self.m), kr.eq(self.k), nr.eq(self.n)]
+
+        if self._dataflow == "ws":
+            self._ws(m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w)
+        else:
+            self._os(m, running, t, mr, kr, nr, a_r, b_r, c_w)
+        return m
+
+    # ---------------------------------------------------------------------------------------
+    def _ws(self, m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w):
+        R, C = self._rows, self._cols
+        m.submodules.array = arr = WeightStationaryArray(rows=R, cols=C)
+        k_base, n_base = Signal(_DIM_BITS + 7), Signal(_DIM_BITS + 7)
+        a_base = Signal.like(a_r.addr, name="a_base")
+        b_base = Signal.like(b_r.addr, name="b_base")
+        acc_base = Signal.like(c_w.addr, name="acc_base")
+        fold_last = Signal()
+        m.d.comb += fold_last.eq(t == mr + (2 * R + C + 1 - 1))
+
+        ld = Signal()      # reading weight rows this cycle
+        st = Signal()      # reading activation rows this cycle
+        m.d.comb += [ld.eq(running & (t < R)), st.eq(running & (t >= R) & (t < mr + R))]
+        m.d.comb += [b_r.addr.eq(b_base + (R - 1) - t[:8]), a_r.addr.eq(a_base + (t - R))]
+        ld_q, st_q = Signal(), Signal()
+        m.d.sync += [ld_q.eq(ld), st_q.eq(st)]
+        for j in range(C):
+            m.d.comb += arr.w_in.payload[j].eq(b_r.data[j * ELEMENT_BITS:(j + 1) * ELEMENT_BITS])
+        for i in range(R):
+            m.d.comb += arr.a_in.payload[i].eq(a_r.data[i * ELEMENT_BITS:(i + 1) * ELEMENT_BITS])
+        m.d.comb += [arr.w_in.valid.eq(ld_q), arr.a_in.valid.eq(st_q)]
+
+        # accumulator read-modify-write: read at c_out.valid, write one cycle later
+        out_row = Signal(_DIM_BITS)
+        out_q = Signal(C * ACC_BITS)
+        wr_q, first_q = Signal(), Signal()
+        addr_q = Signal.like(c_w.addr)
+        m.d.comb += c_r.addr.eq(acc_base + out_row)
+        m.d.sync += [wr_q.eq(arr.c_out.valid), first_q.eq(k_base == 0),
+                     addr_q.eq(acc_base + out_row), out_q.eq(Cat(*arr.c_out.payload))]
+        with m.If(arr.c_out.valid):
+            m.d.sync += out_row.eq(out_row + 1)
+        summed = []
+        for j in range(C):
+            lo, hi = j * ACC_BITS, (j + 1) * ACC_BITS
+            summed.append((out_q[lo:hi] + c_r.data[lo:hi])[:ACC_BITS])
+        m.d.comb += [c_w.en.eq(wr_q), c_w.addr.eq(addr_q)]
+        with m.If(first_q):
+            m.d.comb += c_w.data.eq(out_q)
+        with m.Else():
+            m.d.comb += c_w.data.eq(Cat(*summed))
+
+        # fold sequencing: nb outer, kb inner
+        with m.If(running):
+            m.d.sync += t.eq(t + 1)
+            with m.If(fold_last):
+                m.d.sync += [t.eq(0), out_row.eq(0), b_base.eq(b_base + R)]
+                with m.If(k_base + R < kr):
+                    m.d.sync += [k_base.eq(k_base + R), a_base.eq(a_base + mr)]
+                with m.Else():
+                    m.d.sync += [k_base.eq(0), a_base.eq(0)]
+                    with m.If(n_base + C < nr):
+                        m.d.sync += [n_base.eq(n_base + C), acc_base.eq(acc_base + mr)]
+                    with m.Else():
+                        m.d.sync += [running.eq(0), n_base.eq(0), acc_base.eq(0), b_base.eq(0)]
+
+    # ---------------------------------------------------------------------------------------
+    def _os(self, m, running, t, mr, kr, nr, a_r, b_r, c_w):
+        R, C = self._rows, self._cols
+        m.submodules.array = arr = OutputStationaryArray(rows=R, cols=C)
+        m_base, n_base = Signal(_DIM_BITS + 7), Signal(_DIM_BITS + 7)
+        a_base = Signal.like(a_r.addr, name="a_base")
+        b_base = Signal.like(b_r.addr, name="b_base")
+        acc_base = Signal.like(c_w.addr, name="acc_base")
+        drain_start = kr + os_finish_cycles(R, C)          # K + R + C - 1
+        fold_last = Signal()
+        m.d.comb += fold_last.eq(t == kr + (2 * R + C - 1 - 1))
+
+        rd = Signal()
+        m.d.comb += [rd.eq(running & (t < kr)), a_r.addr.eq(a_base + t), b_r.addr.eq(b_base + t)]
+        rd_q, first_q = Signal(), Signal()
+        m.d.sync += [rd_q.eq(rd), first_q.eq(t == 0)]
+        p = arr.ab_in.payload
+        for i in range(R):
+            m.d.comb += p.a[i].eq(a_r.data[i * ELEMENT_BITS:(i + 1) * ELEMENT_BITS])
+        for j in range(C):
+            m.d.comb += p.b[j].eq(b_r.data[j * ELEMENT_BITS:(j + 1) * ELEMENT_BITS])
+        m.d.comb += [p.first.eq(first_q), arr.ab_in.valid.eq(rd_q)]
+
+        drain = Signal()
+        m.d.comb += drain.eq(running & (t >= drain_start))
+        m.d.comb += arr.drain.eq(drain)
+        # drain cycle s writes PE row R-1-s to acc_base + R-1-s
+        m.d.comb += [c_w.en.eq(drain), c_w.addr.eq(acc_base + (R - 1) - (t - drain_start)[:8]),
+                     c_w.data.eq(Cat(*arr.c_out.payload))]
+
+        # fold sequencing: nb outer, mb inner
+        with m.If(running):
+            m.d.sync += t.eq(t + 1)
+            with m.If(fold_last):
+                m.d.sync += [t.eq(0), acc_base.eq(acc_base + R)]
+                with m.If(m_base + R < mr):
+                    m.d.sync += [m_base.eq(m_base + R), a_base.eq(a_base + kr)]
+                with m.Else():
+                    m.d.sync += [m_base.eq(0), a_base.eq(0)]
+                    with m.If(n_base + C < nr):
+                        m.d.sync += [n_base.eq(n_base + C), b_base.eq(b_base + kr)]
+                    with m.Else():
+                        m.d.sync += [running.eq(0), n_base.eq(0), acc_base.eq(0), b_base.eq(0)]

@@ -1,0 +1,197 @@
+"""Systolic PE arrays (signed int8 x int8 -> int32) in Amaranth: weight- and output-stationary.
+
+Both arrays are a grid of ``rows x cols`` processing elements (PEs); PE(i, j) is row i, column j.
+Operands enter at the array edge and are skewed inside the array (row i / column j delayed i / j
+cycles), so callers present plain vectors, one per cycle. All products are exact int16 and every
+accumulation wraps modulo 2**32 (int32 two's complement), exactly like
+:func:`tilewright.dataflow_sim.functional.gemm_int8`.
+
+Timing contracts (a "cycle" is one period of the ``sync`` domain; "at cycle t" means the value is
+visible between rising edges t and t+1):
+
+:class:`WeightStationaryArray` (WS)
+    ``w_in``: every cycle ``w_in.valid`` is high, the weight rows shift down by one and row 0
+    takes ``w_in.payload``. After ``rows`` transfers of B rows in the order r = rows-1, ..., 0,
+    PE(i, j) holds B[i, j]. Weights must not shift while activations are in flight.
+    ``a_in``: a vector of ``rows`` activations (A[m, 0..rows-1]) accepted every cycle it is valid
+    (always ready). The result row sum_i A[m, i] * B[i, j] appears on ``c_out`` exactly
+    ``rows + cols - 1`` cycles after the cycle ``a_in`` carried A[m, :], with ``c_out.valid``
+    high for that one cycle. ``c_out`` has no back-pressure: the consumer takes every row.
+
+:class:`OutputStationaryArray` (OS)
+    ``ab_in``: per cycle one column of A (``a``: A[0..rows-1, k]), one row of B (``b``:
+    B[k, 0..cols-1]) and ``first`` (high with k = 0: PEs restart their sums). PE(i, j) holds
+    sum_k A[i, k] * B[k, j]; the last PE to finish, PE(rows-1, cols-1), has it
+    ``rows + cols - 1`` cycles after the cycle that carried the last k.
+    ``drain``: while high, the accumulators shift down one row per cycle and ``c_out`` carries the
+    bottom row (``c_out.valid`` = ``drain``): the first drain cycle yields row rows-1, the next
+    rows-2, ... Drain only after every PE has finished.
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["WeightStationaryArray", "OutputStationaryArray", "ws_latency_cycles",
+           "os_finish_cycles", "ELEMENT_BITS", "ACC_BITS"]
+
+ELEMENT_BITS = 8   #: bits of an input/weight element (signed int8)
+ACC_BITS = 32      #: bits of an accumulator (signed int32, wrapping)
+
+
+def ws_latency_cycles(rows: int, cols: int) -> int:
+    """Cycles from ``a_in`` carrying a row to ``c_out`` carrying its result (WS)."""
+    return rows + cols - 1
+
+
+def os_finish_cycles(rows: int, cols: int) -> int:
+    """Cycles from the last ``ab_in`` transfer until every PE has its final sum (OS)."""
+    return rows + cols - 1
+
+
+def _check_dims(rows: int, cols: int) -> None:
+    for name, v in (("rows", rows), ("cols", cols)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+        if not 1 <= v <= 64:
+            raise ValueError(f"{name} must be from 1 to 64, not {v}")
+
+
+def _delay(m: Module, sig, cycles: int, name: str):
+    """``sig`` delayed by ``cycles`` registers (0 returns ``sig`` itself)."""
+    for d in range(cycles):
+        reg = Signal.like(sig, name=f"{name}_d{d}")
+        m.d.sync += reg.eq(sig)
+        sig = reg
+    return sig
+
+
+class WeightStationaryArray(wiring.Component):
+    """WS systolic array; see the module docstring for the timing contract.
+
+    Parameters (keyword-only): ``rows`` (PE rows = reduction depth of a tile, 1..64) and
+    ``cols`` (PE columns = output width of a tile, 1..64).
+    """
+
+    def __init__(self, *, rows: int, cols: int):
+        _check_dims(rows, cols)
+        self._rows, self._cols = rows, cols
+        super().__init__({
+            "w_in": In(stream.Signature(data.ArrayLayout(signed(ELEMENT_BITS), cols),
+                                        always_ready=True)),
+            "a_in": In(stream.Signature(data.ArrayLayout(signed(ELEMENT_BITS), rows),
+                                        always_ready=True)),
+            "c_out": Out(stream.Signature(data.ArrayLayout(signed(ACC_BITS), cols),
+                                          always_ready=True)),
+        })
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @property
+    def cols(self) -> int:
+        return self._cols
+
+    def elaborate(self, platform):
+        m = Module()
+        R, C = self._rows, self._cols
+        w = [[Signal(signed(ELEMENT_BITS), name=f"w_{i}_{j}") for j in range(C)] for i in range(R)]
+        with m.If(self.w_in.valid):
+            for j in range(C):
+                m.d.sync += w[0][j].eq(self.w_in.payload[j])
+                for i in range(1, R):
+                    m.d.sync += w[i][j].eq(w[i - 1][j])
+
+        # input skew: row i sees its element i cycles late
+        x = [_delay(m, self.a_in.payload[i], i, f"skew_a{i}") for i in range(R)]
+        a_reg = [[Signal(signed(ELEMENT_BITS), name=f"a_{i}_{j}") for j in range(C)]
+                 for i in range(R)]
+        p_reg = [[Signal(signed(ACC_BITS), name=f"p_{i}_{j}") for j in range(C)] for i in range(R)]
+        for i in range(R):
+            for j in range(C):
+                a_seen = x[i] if j == 0 else a_reg[i][j - 1]
+                if j < C - 1:
+                    m.d.sync += a_reg[i][j].eq(a_seen)
+                prod = a_seen * w[i][j]
+                m.d.sync += p_reg[i][j].eq(prod if i == 0 else p_reg[i - 1][j] + prod)
+
+        # output deskew: column j leaves the bottom j cycles after column 0; align to the last
+        for j in range(C):
+            m.d.comb += self.c_out.payload[j].eq(_delay(m, p_reg[R - 1][j], C - 1 - j, f"dsk{j}"))
+        m.d.comb += self.c_out.valid.eq(
+            _delay(m, self.a_in.valid, ws_latency_cycles(R, C), "valid"))
+        return m
+
+
+class OutputStationaryArray(wiring.Component):
+    """OS systolic array; see the module docstring for the timing contract.
+
+    Parameters (keyword-only): ``rows`` (PE rows = output rows M of a tile, 1..64) and ``cols``
+    (PE columns = output columns N of a tile, 1..64).
+    """
+
+    def __init__(self, *, rows: int, cols: int):
+        _check_dims(rows, cols)
+        self._rows, self._cols = rows, cols
+        layout = data.StructLayout({
+            "a": data.ArrayLayout(signed(ELEMENT_BITS), rows),
+            "b": data.ArrayLayout(signed(ELEMENT_BITS), cols),
+            "first": 1,
+        })
+        super().__init__({
+            "ab_in": In(stream.Signature(layout, always_ready=True)),
+            "drain": In(1),
+            "c_out": Out(stream.Signature(data.ArrayLayout(signed(ACC_BITS), cols),
+                                          always_ready=True)),
+        })
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @property
+    def cols(self) -> int:
+        return self._cols
+
+    def elaborate(self, platform):
+        m = Module()
+        R, C = self._rows, self._cols
+        p = self.ab_in.payload
+        xa = [_delay(m, p.a[i], i, f"skew_a{i}") for i in range(R)]
+        xv = [_delay(m, self.ab_in.valid, i, f"skew_v{i}") for i in range(R)]
+        xf = [_delay(m, p.first, i, f"skew_f{i}") for i in range(R)]
+        yb = [_delay(m, p.b[j], j, f"skew_b{j}") for j in range(C)]
+
+        a_reg = [[Signal(signed(ELEMENT_BITS), name=f"a_{i}_{j}") for j in range(C)]
+                 for i in range(R)]
+        v_reg = [[Signal(name=f"v_{i}_{j}") for j in range(C)] for i in range(R)]
+        f_reg = [[Signal(name=f"f_{i}_{j}") for j in range(C)] for i in range(R)]
+        b_reg = [[Signal(signed(ELEMENT_BITS), name=f"b_{i}_{j}") for j in range(C)]
+                 for i in range(R)]
+        acc = [[Signal(signed(ACC_BITS), name=f"acc_{i}_{j}") for j in range(C)] for i in range(R)]
+        for i in range(R):
+            for j in range(C):
+                a_seen = xa[i] if j == 0 else a_reg[i][j - 1]
+                v_seen = xv[i] if j == 0 else v_reg[i][j - 1]
+                f_seen = xf[i] if j == 0 else f_reg[i][j - 1]
+                b_seen = yb[j] if i == 0 else b_reg[i - 1][j]
+                if j < C - 1:
+                    m.d.sync += [a_reg[i][j].eq(a_seen), v_reg[i][j].eq(v_seen),
+                                 f_reg[i][j].eq(f_seen)]
+                if i < R - 1:
+                    m.d.sync += b_reg[i][j].eq(b_seen)
+                prod = a_seen * b_seen
+                with m.If(self.drain):
+                    m.d.sync += acc[i][j].eq(0 if i == 0 else acc[i - 1][j])
+                with m.Elif(v_seen):
+                    with m.If(f_seen):
+                        m.d.sync += acc[i][j].eq(prod)
+                    with m.Else():
+                        m.d.sync += acc[i][j].eq(acc[i][j] + prod)
+        for j in range(C):
+            m.d.comb += self.c_out.payload[j].eq(acc[R - 1][j])
+        m.d.comb += self.c_out.valid.eq(self.drain)
+        return m

@@ -1,0 +1,67 @@
+"""Verilog emission for generated components, with a JSON manifest of what was generated."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from amaranth.back import verilog
+
+from tilewright.arch import ArchSpec
+from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
+
+__all__ = ["TOP_NAME", "generate_verilog", "write_rtl"]
+
+#: name of the generated top-level Verilog module
+TOP_NAME = "tw_gemm_core"
+
+
+def generate_verilog(arch: ArchSpec) -> tuple[str, GemmCore]:
+    """Elaborate the GEMM core for ``arch`` and return (Verilog text, component)."""
+    core = GemmCore(arch)
+    text = verilog.convert(core, name=TOP_NAME, emit_src=False)
+    return text, core
+
+
+def _ports(core: GemmCore) -> list[dict[str, Any]]:
+    ports = []
+    for path, member, _ in core.signature.flatten(core):
+        ports.append({"name": "__".join(str(p) for p in path),
+                      "direction": "input" if member.flow.value == "In" else "output",
+                      "width_bits": member.shape.width if hasattr(member.shape, "width")
+                      else len(getattr(core, path[0]))})
+    return ports
+
+
+def write_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
+    """Write ``<TOP_NAME>.v`` and ``manifest.json`` to ``out_dir``; return the manifest.
+
+    Files are written to temporary names and renamed, so an interrupted run never leaves a
+    half-written Verilog file or manifest behind.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    text, core = generate_verilog(arch)
+    gen_s = time.perf_counter() - t0
+    vfile = out / f"{TOP_NAME}.v"
+    manifest = {
+        "top": TOP_NAME,
+        "generator": "tilewright.rtl.gemm_core.GemmCore",
+        "generator_version": GENERATOR_VERSION,
+        "arch": arch.model_dump(mode="json"),
+        "arch_hash": arch.content_hash(),
+        "files": [{"path": vfile.name, "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                   "bytes": len(text.encode())}],
+        "ports": _ports(core),
+        "buffers_words": dict(zip(("a", "b", "acc"), core.depths)),
+        "generation_seconds": round(gen_s, 3),
+    }
+    for path, content in ((vfile, text), (out / "manifest.json", json.dumps(manifest, indent=1))):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(content)
+        tmp.replace(path)
+    return manifest

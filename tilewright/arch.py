@@ -1,0 +1,213 @@
+"""ArchSpec: the single, validated description of one accelerator design point.
+
+Every layer (compiler mapping, RTL generators, cycle model, functional model) reads the same
+frozen :class:`ArchSpec`; a hardware parameter never lives in two places. Specs load from and save
+to YAML. Every field carries its unit in its name or description.
+
+Invalid input raises :class:`ArchSpecError` whose message is one line naming the field, the value
+given and what is accepted, e.g.::
+
+    configs/bad.yaml: tensor_engine.rows = 0: must be an integer from 1 to 64
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tilewright import configs as _configs
+
+__all__ = ["ArchSpec", "ArchSpecError", "TensorEngineSpec", "MemorySpec", "OffChipSpec",
+           "load_arch", "default_arch", "PRESET_DIR"]
+
+PRESET_DIR = Path(_configs.__file__).parent  # the repository's configs/ folder, packaged
+
+
+class ArchSpecError(ValueError):
+    """A malformed ArchSpec; ``str(err)`` is a single line naming field, value and what is accepted."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+
+class TensorEngineSpec(_Frozen):
+    """The tensor engine: a 2-D array of multiply-accumulate processing elements (PEs)."""
+
+    kind: Literal["systolic"] = Field(
+        "systolic", description="engine family; only 'systolic' has RTL today")
+    rows: int = Field(..., ge=1, le=64, description="PE rows (count). WS/IS: reduction dim K; OS: M")
+    cols: int = Field(..., ge=1, le=64, description="PE columns (count); N for every dataflow")
+    dataflow: Literal["ws", "os"] = Field(
+        ..., description="'ws' weight-stationary (B tile held in PEs, A rows streamed), "
+                         "'os' output-stationary (C tile accumulates in PEs, K streamed)")
+    input_format: Literal["int8"] = Field("int8", description="activation (A) element format")
+    weight_format: Literal["int8"] = Field("int8", description="weight (B) element format")
+    accumulator_format: Literal["int32"] = Field(
+        "int32", description="accumulator format; wraps modulo 2**32 like two's complement hardware")
+
+    @property
+    def macs_per_cycle(self) -> int:
+        """Peak multiply-accumulates per clock cycle (MAC/cycle)."""
+        return self.rows * self.cols
+
+
+class MemorySpec(_Frozen):
+    """On-chip memories of the GEMM core."""
+
+    scratchpad_kib: int = Field(
+        64, ge=1, le=65536,
+        description="input scratchpad capacity in KiB (1 KiB = 1024 bytes), split equally between "
+                    "the A buffer and the B buffer")
+    accumulator_kib: int = Field(
+        64, ge=1, le=65536, description="accumulator SRAM capacity in KiB, holding int32 results")
+    read_latency_cycles: Literal[1] = Field(
+        1, description="SRAM read latency in cycles (synchronous read ports)")
+
+    @property
+    def scratchpad_bytes(self) -> int:
+        return self.scratchpad_kib * 1024
+
+    @property
+    def accumulator_bytes(self) -> int:
+        return self.accumulator_kib * 1024
+
+
+class OffChipSpec(_Frozen):
+    """Off-chip memory (DRAM/HBM) as seen by the accelerator."""
+
+    bandwidth_gbps: float = Field(16.0, gt=0, description="sustained bandwidth in GB/s (1e9 B/s)")
+    latency_ns: float = Field(100.0, ge=0, description="access latency in ns")
+
+
+class ArchSpec(_Frozen):
+    """One accelerator design point. Frozen; hashable by content (:meth:`content_hash`)."""
+
+    name: str = Field("unnamed", min_length=1, description="human-readable name of the design")
+    clock_mhz: float = Field(500.0, gt=0, le=10000, description="clock frequency in MHz")
+    tensor_engine: TensorEngineSpec
+    memory: MemorySpec = MemorySpec()
+    offchip: OffChipSpec = OffChipSpec()
+
+    # ---- derived figures -----------------------------------------------------------------
+    @property
+    def peak_macs_per_s(self) -> float:
+        """Peak MAC/s of the tensor engine."""
+        return self.tensor_engine.macs_per_cycle * self.clock_mhz * 1e6
+
+    def content_hash(self) -> str:
+        """Hex SHA-256 (16 chars) of the canonical JSON form; keys build directories."""
+        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+    # ---- YAML --------------------------------------------------------------------------------
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_yaml())
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "ArchSpec") -> "ArchSpec":
+        """Validate a plain mapping; raise :class:`ArchSpecError` with a one-line message."""
+        if not isinstance(data, dict):
+            raise ArchSpecError(f"{source}: expected a mapping of ArchSpec fields at top level, "
+                                f"got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ArchSpecError(_one_line(exc, source)) from None
+
+    @classmethod
+    def from_yaml(cls, text: str, source: str = "ArchSpec") -> "ArchSpec":
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            raise ArchSpecError(f"{source}:{where} is not valid YAML "
+                                f"({getattr(exc, 'problem', exc)})") from None
+        return cls.from_dict(data, source)
+
+    def with_engine(self, **changes: Any) -> "ArchSpec":
+        """A validated copy with tensor-engine fields replaced (e.g. ``rows=16``)."""
+        data = self.model_dump(mode="json")
+        data["tensor_engine"].update(changes)
+        return ArchSpec.from_dict(data, source=self.name)
+
+
+def _accepted(err: dict[str, Any]) -> str:
+    """Say what is accepted for one pydantic error, in plain words."""
+    typ, ctx = err["type"], err.get("ctx", {}) or {}
+    if typ == "literal_error":
+        return f"must be one of {ctx.get('expected', '?')}"
+    if typ == "extra_forbidden":
+        return "is not an ArchSpec field (check the spelling; see `tilewright arch --schema`)"
+    if typ == "missing":
+        return "is required"
+    if typ in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        return _range_text(err["loc"]) or err["msg"].lower()
+    if typ.startswith("int_") or typ.startswith("float_") or typ.startswith("string_") \
+            or typ.startswith("bool_") or typ in ("model_type", "dict_type"):
+        return err["msg"].lower()
+    return err["msg"]
+
+
+def _range_text(loc: tuple[Any, ...]) -> str | None:
+    """'must be from LO to HI' for a numeric field at ``loc``, from the field's own bounds."""
+    model: Any = ArchSpec
+    info = None
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        info = fields[part]
+        model = info.annotation
+    if info is None:
+        return None
+    lo = hi = None
+    for meta in info.metadata:
+        lo = getattr(meta, "ge", None) if getattr(meta, "ge", None) is not None else lo
+        lo = getattr(meta, "gt", None) if getattr(meta, "gt", None) is not None else lo
+        hi = getattr(meta, "le", None) if getattr(meta, "le", None) is not None else hi
+    kind = "an integer" if info.annotation is int else "a number"
+    if lo is not None and hi is not None:
+        return f"must be {kind} from {lo} to {hi}"
+    if lo is not None:
+        return f"must be {kind} above {lo}"
+    return None
+
+
+def _one_line(exc: ValidationError, source: str) -> str:
+    errs = exc.errors(include_url=False)
+    first = errs[0]
+    field = ".".join(str(p) for p in first["loc"]) or "<top level>"
+    value = first.get("input")
+    shown = "(missing)" if first["type"] == "missing" else repr(value)
+    if first["type"] == "extra_forbidden":
+        shown = "(unknown key)"
+    more = f" (+{len(errs) - 1} more error{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
+    return f"{source}: {field} = {shown}: {_accepted(first)}{more}"
+
+
+def load_arch(path: str | Path) -> ArchSpec:
+    """Load an ArchSpec from a YAML file, or a preset name such as ``ws8x8``."""
+    p = Path(path)
+    if not p.exists() and (PRESET_DIR / f"{path}.yaml").exists():
+        p = PRESET_DIR / f"{path}.yaml"
+    if not p.exists():
+        presets = ", ".join(sorted(x.stem for x in PRESET_DIR.glob("*.yaml")))
+        raise ArchSpecError(f"{path}: no such file (or preset; presets are: {presets})")
+    return ArchSpec.from_yaml(p.read_text(), source=str(path))
+
+
+def default_arch() -> ArchSpec:
+    """The embedded design `tilewright demo` uses: an 8x8 weight-stationary int8 array."""
+    return ArchSpec(name="demo-ws8x8", clock_mhz=500.0,
+                    tensor_engine=TensorEngineSpec(rows=8, cols=8, dataflow="ws"),
+                    memory=MemorySpec(scratchpad_kib=64, accumulator_kib=64))

