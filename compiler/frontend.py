@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
@@ -204,7 +203,3 @@ def import_model(model: torch.nn.Module, example_input: torch.Tensor, *, name: s
     graph = from_exported(ep, name=name)
     return calibrate(ep, graph, example_input if calibration is None else calibration)
 
-
-def as_numpy(t: torch.Tensor) -> np.ndarray:
-    """Detached CPU numpy copy of ``t``."""
-    return t.detach().cpu().numpy().copy()

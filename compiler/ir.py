@@ -7,17 +7,17 @@ Op order is a valid execution order. The IR is plain Python + numpy: no torch im
 
 Op kinds produced by the frontend and the passes (inputs in order):
 
-============  ======================================  ================================================
-kind          inputs                                  meaning
-============  ======================================  ================================================
-linear        x [M,K], weight [N,K] (, bias [N])      x @ weight.T + bias; attrs.relu (bool) after fusion
-relu          x                                       max(x, 0)
-transpose     x [A,B]                                 x.T  (aten.t / aten.permute(x, [1, 0]))
-matmul        x [M,K], w [K,N]                        x @ w  (aten.mm)
-addmm         bias [N], x [M,K], w [K,N]              bias + x @ w  (aten.addmm, alpha = beta = 1)
-qlinear       x int8, weight int8 [N,K],              int8 linear; see passes.quantize_int8
-              bias int32, multiplier, shift
-============  ======================================  ================================================
+=========  ==================================  ===============================================
+kind       inputs                              meaning
+=========  ==================================  ===============================================
+linear     x [M,K], weight [N,K] (, bias [N])  x @ weight.T + bias; attrs.relu after fusion
+relu       x                                   max(x, 0)
+transpose  x [A,B]                             x.T  (aten.t, aten.permute(x, [1, 0]))
+matmul     x [M,K], w [K,N]                    x @ w  (aten.mm)
+addmm      bias [N], x [M,K], w [K,N]          bias + x @ w  (aten.addmm, alpha = beta = 1)
+qlinear    x int8, weight int8 [N,K],          int8 linear; see passes.quantize
+           bias int32, multiplier, shift
+=========  ==================================  ===============================================
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class Graph:
             del self.tensors[name]
 
     def check(self) -> None:
-        """Raise ValueError if an op reads a tensor before it is defined or an output is never made."""
+        """Raise ValueError if an op reads a tensor before it is made or an output is never made."""
         defined = set(self.inputs) | {n for n, t in self.tensors.items() if t.is_const}
         for op in self.ops:
             for x in op.inputs:

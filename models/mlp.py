@@ -1,4 +1,4 @@
-"""A small multilayer perceptron: ``Linear (+ReLU) ... Linear`` with deterministic initialization."""
+"""A small multilayer perceptron: ``Linear (+ReLU) ... Linear``, deterministically initialized."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import cocotb
@@ -39,6 +40,7 @@ class GemmCoreDriver:
     def __init__(self, dut, arch: ArchSpec):
         self.dut, self.arch = dut, arch
         self.clk = dut.clk
+        self.last_run_seconds = 0.0   #: wall time of the last GEMM's busy period (s)
 
     async def reset(self) -> None:
         d = self.dut
@@ -93,7 +95,9 @@ class GemmCoreDriver:
         d = self.dut
         await self._write(d.a_wr_en, d.a_wr_addr, d.a_wr_data, pack_lanes(lay.a_lanes(a), 8))
         await self._write(d.b_wr_en, d.b_wr_addr, d.b_wr_data, pack_lanes(lay.b_lanes(b), 8))
+        t0 = time.perf_counter()
         cycles = await self.run(m, k, n)
+        self.last_run_seconds = time.perf_counter() - t0
         words = await self._read_acc(lay.acc_words)
         c = lay.c_from_lanes(unpack_lanes(words, self.arch.tensor_engine.cols, 32))
         return c, cycles
@@ -117,7 +121,7 @@ async def run_job(dut):
             c, cycles = await drv.gemm(env[task.a], env[task.b])
             env[task.out] = c
             records.append({"task": task.name, "m": task.m, "k": task.k, "n": task.n,
-                            "cycles": cycles})
+                            "cycles": cycles, "run_seconds": drv.last_run_seconds})
         else:
             env[task.out] = run_vector(task, env)
     computed = {k: v for k, v in env.items() if k not in program.constants and k not in inputs}

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.layout import GemmLayout
 from tilewright.compiler.program import Program
 from tilewright.cosim.verilator import VerilatorBuild, build_core, verilator_env
 
@@ -46,6 +47,8 @@ def run_program_rtl(program: Program, inputs: dict[str, np.ndarray], arch: ArchS
     if program.arch_hash != arch.content_hash():
         raise ValueError(f"program {program.name} was compiled for arch {program.arch_hash}, "
                          f"not {arch.name} ({arch.content_hash()})")
+    for task in program.gemms():       # a clear DoesNotFit before any build or simulation
+        GemmLayout.for_arch(arch, task.m, task.k, task.n).check_fits(arch)
     build = build_core(arch, log=log)
     job = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="tilewright-job-"))
     job.mkdir(parents=True, exist_ok=True)
@@ -54,18 +57,23 @@ def run_program_rtl(program: Program, inputs: dict[str, np.ndarray], arch: ArchS
     np.savez(job / "inputs.npz", **inputs)
     from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
 
+    env = {"TILEWRIGHT_JOB": str(job),
+           "COCOTB_REWRITE_ASSERTION_FILES": "gemm_core_bench*",
+           "PYTHONPATH": os.pathsep.join(
+               [str(Path(__file__).resolve().parents[2])]
+               + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     t0 = time.perf_counter()
     with verilator_env():
         runner = get_runner("verilator")
-        results = runner.test(
-            test_module=BENCH_MODULE, hdl_toplevel=build.top, hdl_toplevel_lang="verilog",
-            build_dir=build.build_dir / "sim", test_dir=job, waves=waves,
-            extra_env={"TILEWRIGHT_JOB": str(job),
-                       "COCOTB_REWRITE_ASSERTION_FILES": "gemm_core_bench*",
-                       "PYTHONPATH": os.pathsep.join(
-                           [str(Path(__file__).resolve().parents[2])]
-                           + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])},
-            log_file=job / "sim.log")
+        try:
+            results = runner.test(
+                test_module=BENCH_MODULE, hdl_toplevel=build.top, hdl_toplevel_lang="verilog",
+                build_dir=build.build_dir / "sim", test_dir=job, waves=waves, extra_env=env,
+                log_file=job / "sim.log")
+        except SystemExit as exc:       # the runner exits when a cocotb test fails
+            tail = (job / "sim.log").read_text()[-4000:] if (job / "sim.log").exists() else ""
+            raise RuntimeError(f"RTL bench failed (exit {exc.code}); job folder {job}; "
+                               f"log tail:\n{tail}") from None
     sim_s = time.perf_counter() - t0
     log_text = (job / "sim.log").read_text() if (job / "sim.log").exists() else ""
     try:

@@ -1,0 +1,67 @@
+"""ArchSpec: presets load, round-trip through YAML, and every malformed field gets one clear line."""
+
+from __future__ import annotations
+
+import pytest
+
+from tilewright.arch import PRESET_DIR, ArchSpec, ArchSpecError, default_arch, load_arch
+
+GOOD = {"name": "t", "tensor_engine": {"rows": 4, "cols": 8, "dataflow": "os"}}
+
+
+def test_presets_load_and_round_trip(tmp_path):
+    names = sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+    assert {"ws8x8", "os16x16"} <= set(names)
+    for name in names:
+        a = load_arch(name)
+        path = tmp_path / f"{name}.yaml"
+        a.save(path)
+        b = load_arch(path)
+        assert a == b and a.content_hash() == b.content_hash()
+
+
+def test_frozen_and_hash_tracks_content():
+    a = ArchSpec.from_dict(GOOD)
+    with pytest.raises(Exception):
+        a.clock_mhz = 1.0
+    b = a.with_engine(rows=5)
+    assert b.tensor_engine.rows == 5 and a.tensor_engine.rows == 4
+    assert a.content_hash() != b.content_hash()
+    assert a.content_hash() == ArchSpec.from_dict(GOOD).content_hash()
+
+
+def test_defaults_and_derived_units():
+    a = default_arch()
+    assert a.tensor_engine.macs_per_cycle == 64
+    assert a.peak_macs_per_s == 64 * 500e6
+    assert a.memory.scratchpad_bytes == 64 * 1024
+
+
+@pytest.mark.parametrize("text,field,accepted", [
+    ("tensor_engine: {rows: 0, cols: 4, dataflow: ws}", "tensor_engine.rows = 0", "from 1 to 64"),
+    ("tensor_engine: {rows: 4, cols: 65, dataflow: ws}", "tensor_engine.cols = 65", "from 1 to 64"),
+    ("tensor_engine: {rows: four, cols: 4, dataflow: ws}", "tensor_engine.rows = 'four'", "integer"),
+    ("tensor_engine: {rows: 4, cols: 4, dataflow: diag}", "tensor_engine.dataflow = 'diag'",
+     "'ws' or 'os'"),
+    ("tensor_engine: {rows: 4, cols: 4, dataflow: ws, input_format: fp4}",
+     "tensor_engine.input_format = 'fp4'", "'int8'"),
+    ("tensor_engine: {rows: 4, cols: 4, dataflow: ws}\ncolour: red", "colour = (unknown key)",
+     "not an ArchSpec field"),
+    ("tensor_engine: {rows: 4, cols: 4, dataflow: ws, rowz: 3}", "tensor_engine.rowz", "not an ArchSpec field"),
+    ("clock_mhz: 500", "tensor_engine = (missing)", "required"),
+    ("clock_mhz: -3\ntensor_engine: {rows: 4, cols: 4, dataflow: ws}", "clock_mhz = -3", "number"),
+    ("- 1\n- 2", "expected a mapping", "got list"),
+    ("tensor_engine: [1, 2", "not valid YAML", "line"),
+])
+def test_malformed_spec_one_line_naming_field(text, field, accepted):
+    with pytest.raises(ArchSpecError) as info:
+        ArchSpec.from_yaml(text, source="bad.yaml")
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith("bad.yaml")
+    assert field in msg and accepted in msg, msg
+
+
+def test_missing_file_names_presets():
+    with pytest.raises(ArchSpecError, match="no such file.*ws8x8"):
+        load_arch("does/not/exist.yaml")

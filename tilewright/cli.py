@@ -1,0 +1,140 @@
+"""The ``tilewright`` command line: a thin face over the library (nothing below imports it).
+
+User errors (a bad ArchSpec, a shape that does not fit, an unsupported op, a missing tool) print
+one line ``error: ...`` and exit with status 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tilewright.arch import ArchSpec, ArchSpecError, load_arch
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="tilewright: design, compile for, generate and co-simulate AI accelerators.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from tilewright.compiler.layout import DoesNotFit  # noqa: PLC0415
+    from tilewright.cosim.verilator import ToolMissing  # noqa: PLC0415
+    errs: list[type[BaseException]] = [ArchSpecError, DoesNotFit, ToolMissing, FileNotFoundError]
+    try:
+        from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415
+        errs.append(UnsupportedOp)
+    except ImportError:
+        pass
+    return tuple(errs)
+
+
+@app.command()
+def demo(
+    model: str = typer.Option("mlp-tiny", help="model config name (see `tilewright models`)"),
+    arch: Optional[str] = typer.Option(None, help="ArchSpec YAML file or preset; default: embedded 8x8 WS"),
+    seed: int = typer.Option(0, help="seed of the model weights and inputs"),
+) -> None:
+    """Run the whole path: compile -> Verilog -> Verilator -> compare with torch and the cycle model."""
+    from tilewright.demo import run_demo  # noqa: PLC0415
+    spec = load_arch(arch) if arch else None
+    ok = run_demo(model=model, arch=spec, seed=seed, console=console)
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def rtl(
+    arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
+    out: Path = typer.Option(..., "-o", "--out", help="output folder for Verilog + manifest.json"),
+    lint: bool = typer.Option(False, help="also lint the Verilog with `verilator --lint-only -Wall`"),
+) -> None:
+    """Generate the GEMM core's Verilog and a JSON manifest for an ArchSpec."""
+    from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
+    spec = load_arch(arch)
+    with console.status(f"generating Verilog for {spec.name}"):
+        manifest = write_rtl(spec, out)
+    f = manifest["files"][0]
+    console.print(f"wrote {out / f['path']} ({f['bytes']} bytes, sha256 {f['sha256'][:12]}) "
+                  f"and {out / 'manifest.json'} in {manifest['generation_seconds']} s")
+    if lint:
+        from tilewright.cosim.verilator import lint_verilog  # noqa: PLC0415
+        clean, text = lint_verilog(out / f["path"], TOP_NAME)
+        if not clean:
+            err_console.print(text[-4000:])
+            err_console.print("error: Verilator lint found warnings (see above)")
+            raise typer.Exit(1)
+        console.print("verilator --lint-only -Wall: clean (waivers justified in "
+                      "tilewright/cosim/verilator.py)")
+
+
+@app.command("arch")
+def arch_cmd(
+    path: Optional[str] = typer.Argument(None, help="ArchSpec YAML file or preset to validate and show"),
+    schema: bool = typer.Option(False, help="print the ArchSpec JSON schema (every field, with units)"),
+) -> None:
+    """Validate and show an ArchSpec, or print its schema."""
+    if schema:
+        console.print_json(json.dumps(ArchSpec.model_json_schema()))
+        return
+    if path is None:
+        from tilewright.arch import PRESET_DIR  # noqa: PLC0415
+        for p in sorted(PRESET_DIR.glob("*.yaml")):
+            a = load_arch(p)
+            te = a.tensor_engine
+            console.print(f"{p.stem:10s} {te.rows}x{te.cols} {te.dataflow} {te.input_format}"
+                          f"->{te.accumulator_format} @ {a.clock_mhz} MHz")
+        return
+    spec = load_arch(path)
+    console.print(f"# {path}: valid ArchSpec, hash {spec.content_hash()}")
+    console.print(spec.to_yaml(), end="")
+
+
+@app.command()
+def cycles(
+    arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset"),
+    m: int = typer.Option(..., "-m", min=1), k: int = typer.Option(..., "-k", min=1),
+    n: int = typer.Option(..., "-n", min=1),
+    convention: str = typer.Option("tilewright", help="tilewright (this RTL) or scalesim"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Predict the cycles of one M x K x N GEMM with the cycle model."""
+    from tilewright.dataflow_sim.cycle import CONVENTIONS, gemm_cycles  # noqa: PLC0415
+    if convention not in CONVENTIONS:
+        raise typer.BadParameter(f"must be one of {', '.join(CONVENTIONS)}", param_hint="--convention")
+    spec = load_arch(arch)
+    g = gemm_cycles(spec, m, k, n, convention)
+    d = {"m": m, "k": k, "n": n, "folds": g.folds, "cycles": g.cycles,
+         "utilization": round(g.utilization, 6), "convention": convention}
+    if as_json:
+        print(json.dumps(d))
+    else:
+        console.print(d)
+
+
+def main() -> None:
+    """Entry point: run the app; user errors become one line on stderr and exit status 2."""
+    try:
+        app(standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):   # click's usage errors
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, _user_errors()):
+            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()
