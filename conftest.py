@@ -24,3 +24,6 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"skipped test turned into a failure because TILEWRIGHT_REQUIRE_TOOLS "
                            f"is set: {reason}")
+
+
+pytest_plugins = ["pytester"]

@@ -56,17 +56,18 @@ def test_cycles_json_matches_closed_form():
 
 
 @pytest.mark.verilator
-def test_rtl_writes_verilog_manifest_and_lints_clean(tmp_path):
+@pytest.mark.parametrize("preset,rows", [("ws8x8", 8), ("os16x16", 16)])
+def test_rtl_writes_verilog_manifest_and_lints_clean(tmp_path, preset, rows):
     out = tmp_path / "out"
-    proc = tw("rtl", "--arch", "configs/ws8x8.yaml", "-o", str(out), "--lint")
+    proc = tw("rtl", "--arch", f"configs/{preset}.yaml", "-o", str(out), "--lint")
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "lint-only -Wall: clean" in proc.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     vfile = out / manifest["files"][0]["path"]
     import hashlib
     assert hashlib.sha256(vfile.read_bytes()).hexdigest() == manifest["files"][0]["sha256"]
-    assert manifest["arch"]["tensor_engine"]["rows"] == 8 and manifest["generator_version"]
+    assert manifest["arch"]["tensor_engine"]["rows"] == rows and manifest["generator_version"]
     names = {p["name"]: p for p in manifest["ports"]}
     assert names["start"]["direction"] == "input" and names["busy"]["direction"] == "output"
-    assert names["acc_rd_data"]["width_bits"] == 8 * 32
+    assert names["acc_rd_data"]["width_bits"] == rows * 32
     assert "module tw_gemm_core" in vfile.read_text()

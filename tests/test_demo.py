@@ -18,3 +18,24 @@ def test_tilewright_demo_end_to_end():
                    "functional == torch integer", "wall time per stage", "all cross-checks passed"):
         assert needle in out, needle
     assert "FAIL" not in out
+
+
+@pytest.mark.verilator
+def test_demo_fails_when_a_cross_check_fails(monkeypatch):
+    """The demo's checks can fail: a cycle model that is off by one cycle makes it report FAIL."""
+    from rich.console import Console
+
+    import tilewright.dataflow_sim.cycle as cycle
+    from tilewright.demo import demo_result
+
+    real = cycle.gemm_cycles_array
+
+    def off_by_one(*args, **kwargs):
+        cycles, folds = real(*args, **kwargs)
+        return cycles + 1, folds
+
+    monkeypatch.setattr(cycle, "gemm_cycles_array", off_by_one)
+    result = demo_result(console=Console(file=open("/dev/null", "w")))
+    assert not result.ok
+    failed = [name for name, ok, _ in result.checks if not ok]
+    assert failed == ["RTL cycles == cycle model (every GEMM)"]

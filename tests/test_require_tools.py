@@ -1,0 +1,25 @@
+"""TILEWRIGHT_REQUIRE_TOOLS=1 (CI) turns a skip into a failure; without it a skip stays a skip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SKIPPING = "import pytest\n\ndef test_needs_tool():\n    pytest.skip('verilator not found')\n"
+
+
+def test_skip_becomes_failure_when_tools_required(pytester, monkeypatch):
+    pytester.makeconftest((REPO / "conftest.py").read_text())
+    pytester.makepyfile(SKIPPING)
+    monkeypatch.setenv("TILEWRIGHT_REQUIRE_TOOLS", "1")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*TILEWRIGHT_REQUIRE_TOOLS*verilator not found*"])
+
+
+def test_skip_stays_skip_otherwise(pytester, monkeypatch):
+    pytester.makeconftest((REPO / "conftest.py").read_text())
+    pytester.makepyfile(SKIPPING)
+    monkeypatch.delenv("TILEWRIGHT_REQUIRE_TOOLS", raising=False)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
