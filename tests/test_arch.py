@@ -65,3 +65,22 @@ def test_malformed_spec_one_line_naming_field(text, field, accepted):
 def test_missing_file_names_presets():
     with pytest.raises(ArchSpecError, match="no such file.*ws8x8"):
         load_arch("does/not/exist.yaml")
+
+
+def test_mesh_section_presets_and_errors():
+    wse2 = load_arch("wse2")
+    assert wse2.mesh is not None and (wse2.mesh.rows, wse2.mesh.cols) == (750, 994)
+    assert wse2.mesh.cores * wse2.mesh.core_sram_kib * 1024 > 36e9     # ~40 GB of SRAM
+    assert load_arch("ws8x8").mesh is None
+    with pytest.raises(ArchSpecError, match=r"mesh.rows = 0: must be an integer from 1 to 4096"):
+        ArchSpec.from_yaml("tensor_engine: {rows: 1, cols: 4, dataflow: os}\nmesh: {rows: 0, cols: 3}",
+                           source="m.yaml")
+    with pytest.raises(ArchSpecError, match=r"mesh.hops = \(unknown key\)"):
+        ArchSpec.from_yaml("tensor_engine: {rows: 1, cols: 4, dataflow: os}\n"
+                           "mesh: {rows: 2, cols: 3, hops: 1}", source="m.yaml")
+
+
+def test_optional_sections_do_not_change_existing_hashes():
+    a = load_arch("ws8x8")
+    assert "mesh" not in a.to_yaml()
+    assert a.content_hash() == ArchSpec.from_yaml(a.to_yaml()).content_hash()

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tilewright import configs as _configs
 
-__all__ = ["ArchSpec", "ArchSpecError", "TensorEngineSpec", "MemorySpec", "OffChipSpec",
+__all__ = ["ArchSpec", "ArchSpecError", "TensorEngineSpec", "MemorySpec", "OffChipSpec", "MeshSpec",
            "load_arch", "default_arch", "PRESET_DIR"]
 
 PRESET_DIR = Path(_configs.__file__).parent  # the repository's configs/ folder, packaged
@@ -85,6 +85,37 @@ class OffChipSpec(_Frozen):
     latency_ns: float = Field(100.0, ge=0, description="access latency in ns")
 
 
+class MeshSpec(_Frozen):
+    """A 2-D mesh of small cores with nearest-neighbour links (wafer-scale designs).
+
+    Latency model ("PLMR", WaferLLM, OSDI 2025): a message of B bytes over h hops through s
+    routing stages arrives after ``hop_latency_cycles * h + routing_stage_cycles * s`` cycles plus
+    ``ceil(B / link_bytes_per_cycle)`` cycles of serialization on each shared link.
+    """
+
+    rows: int = Field(..., ge=1, le=4096, description="core rows of the mesh (count)")
+    cols: int = Field(..., ge=1, le=4096, description="core columns of the mesh (count)")
+    core_sram_kib: float = Field(48.0, gt=0, le=1048576, description="SRAM per core in KiB")
+    core_macs_per_cycle: int = Field(
+        4, ge=1, le=65536, description="multiply-accumulates one core completes per cycle")
+    link_bytes_per_cycle: int = Field(
+        4, ge=1, le=4096, description="bytes per cycle per link per direction (WSE-2: one 32-bit "
+                                      "word)")
+    hop_latency_cycles: float = Field(1.0, ge=0, description="alpha: cycles per hop")
+    routing_stage_cycles: float = Field(
+        0.0, ge=0, description="beta: cycles per routing stage (software forwarding on a core)")
+    max_routes_per_core: int = Field(
+        24, ge=1, le=4096, description="route ids (colors) a core's router can hold")
+    defective_cores: tuple[tuple[int, int], ...] = Field(
+        (), description="(row, col) of dead cores")
+    defective_links: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = Field(
+        (), description="dead links as ((row, col), (row, col)) of adjacent cores")
+
+    @property
+    def cores(self) -> int:
+        return self.rows * self.cols
+
+
 class ArchSpec(_Frozen):
     """One accelerator design point. Frozen; hashable by content (:meth:`content_hash`)."""
 
@@ -93,6 +124,8 @@ class ArchSpec(_Frozen):
     tensor_engine: TensorEngineSpec
     memory: MemorySpec = MemorySpec()
     offchip: OffChipSpec = OffChipSpec()
+    mesh: MeshSpec | None = Field(
+        None, description="optional wafer-scale mesh of cores; each core's engine is tensor_engine")
 
     # ---- derived figures -----------------------------------------------------------------
     @property
@@ -102,12 +135,13 @@ class ArchSpec(_Frozen):
 
     def content_hash(self) -> str:
         """Hex SHA-256 (16 chars) of the canonical JSON form; keys build directories."""
-        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        canon = json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True,
+                           separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
     # ---- YAML --------------------------------------------------------------------------------
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_yaml())
@@ -136,7 +170,7 @@ class ArchSpec(_Frozen):
 
     def with_engine(self, **changes: Any) -> "ArchSpec":
         """A validated copy with tensor-engine fields replaced (e.g. ``rows=16``)."""
-        data = self.model_dump(mode="json")
+        data = self.model_dump(mode="json", exclude_none=True)
         data["tensor_engine"].update(changes)
         return ArchSpec.from_dict(data, source=self.name)
 
@@ -168,6 +202,9 @@ def _range_text(loc: tuple[Any, ...]) -> str | None:
             return None
         info = fields[part]
         model = info.annotation
+        for member in getattr(model, "__args__", ()):       # Optional[Section] -> Section
+            if hasattr(member, "model_fields"):
+                model = member
     if info is None:
         return None
     lo = hi = None
