@@ -12,23 +12,27 @@ activation tensor's ``meta["absmax"]`` the largest |value| seen (float units).
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from tilewright.compiler.ir import Graph, Op, Tensor
+from tilewright.compiler.program import FORMAT_DTYPES
 
 __all__ = ["UnsupportedOp", "export_model", "from_exported", "import_model", "calibrate",
            "HANDLERS", "source_of"]
 
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
-_FORMATS = {torch.float32: "fp32", torch.int8: "int8", torch.int32: "int32", torch.int64: "int64"}
+_FORMATS = {torch.float32: "fp32", torch.int8: "int8", torch.int32: "int32", torch.int64: "int64",
+            torch.bool: "bool"}
 _aten = torch.ops.aten
 
 
@@ -63,46 +67,304 @@ def _unsupported(node: torch.fx.Node, why: str = "") -> UnsupportedOp:
         f"{': ' + code if code else ''} (supported: {known})")
 
 
-# ---- handlers: aten op -> IR op ----------------------------------------------------------------
-def _linear(node: torch.fx.Node, names: list[str | None]) -> Op:
-    return Op("linear", [n for n in names if n is not None], [node.name])
+# ---- handlers: aten op -> IR op(s) ------------------------------------------------------------
+class _Ctx:
+    """What a handler needs besides the node: tensor names of fx args (``getitem`` aliases
+    resolved) and the graph (to add extra tensors, e.g. a ``topk``'s two outputs)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.alias: dict[str, str] = {}
+
+    def name(self, a: Any) -> str:
+        if not isinstance(a, torch.fx.Node):
+            raise TypeError(f"expected a tensor argument, got {a!r}")
+        return self.alias.get(a.name, a.name)
 
 
-def _relu(node: torch.fx.Node, names: list[str | None]) -> Op:
-    return Op("relu", names[:1], [node.name])
+def _arg(node: torch.fx.Node, i: int, key: str, default: Any = None) -> Any:
+    return node.args[i] if len(node.args) > i else node.kwargs.get(key, default)
 
 
-def _transpose(node: torch.fx.Node, names: list[str | None]) -> Op:
-    if node.target == _aten.permute.default and list(node.args[1]) not in ([1, 0], [-1, -2]):
-        raise _unsupported(node, f"with dims {list(node.args[1])} (only a 2-D transpose) ")
-    return Op("transpose", names[:1], [node.name])
+def _fmt(node: torch.fx.Node) -> str:
+    return _FORMATS[node.meta["val"].dtype]
 
 
-def _mm(node: torch.fx.Node, names: list[str | None]) -> Op:
-    return Op("matmul", names[:2], [node.name])
+def _ndim(node: torch.fx.Node) -> int:
+    return node.meta["val"].dim()
 
 
-def _addmm(node: torch.fx.Node, names: list[str | None]) -> Op:
+def _linear(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("linear", [ctx.name(a) for a in node.args if a is not None], [node.name])
+
+
+def _relu(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("relu", [ctx.name(node.args[0])], [node.name])
+
+
+def _transpose(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    x = node.args[0]
+    nd = x.meta["val"].dim()
+    if node.target == _aten.t.default:
+        dims = [1, 0] if nd == 2 else [0]
+    elif node.target == _aten.transpose.int:
+        d0, d1 = (d % nd for d in node.args[1:3])
+        dims = list(range(nd))
+        dims[d0], dims[d1] = dims[d1], dims[d0]
+    else:
+        dims = [d % nd for d in node.args[1]]
+    if nd == 2 and dims == [1, 0]:
+        return Op("transpose", [ctx.name(x)], [node.name])  # kept for canonicalize_linear
+    return Op("permute", [ctx.name(x)], [node.name], {"axes": dims})
+
+
+def _mm(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("matmul", [ctx.name(a) for a in node.args[:2]], [node.name])
+
+
+def _addmm(node: torch.fx.Node, ctx: _Ctx) -> Op:
     if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
         raise _unsupported(node, "with alpha/beta != 1 ")
-    return Op("addmm", names[:3], [node.name])
+    return Op("addmm", [ctx.name(a) for a in node.args[:3]], [node.name])
 
 
-#: aten op -> handler(node, input tensor names) -> IR Op. Anything else raises UnsupportedOp.
-HANDLERS: dict[Any, Callable[[torch.fx.Node, list[str | None]], Op]] = {
+def _einsum(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("einsum", [ctx.name(a) for a in node.args[1]], [node.name],
+              {"equation": str(node.args[0]).replace(" ", "")})
+
+
+_UNARY_ATEN = {_aten.exp.default: "exp", _aten.neg.default: "neg", _aten.rsqrt.default: "rsqrt",
+               _aten.silu.default: "silu", _aten.sigmoid.default: "sigmoid",
+               _aten.bitwise_not.default: "logical_not"}
+
+
+def _unary(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    if node.target == _aten.bitwise_not.default and _fmt(node) != "bool":
+        raise _unsupported(node, "on integers (only bool) ")
+    return Op(_UNARY_ATEN[node.target], [ctx.name(node.args[0])], [node.name],
+              {"format": _fmt(node)})
+
+
+def _softplus(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    if _arg(node, 1, "beta", 1) != 1 or _arg(node, 2, "threshold", 20) != 20:
+        raise _unsupported(node, "with beta != 1 or threshold != 20 ")
+    return Op("softplus", [ctx.name(node.args[0])], [node.name], {"format": _fmt(node)})
+
+
+_BINARY_ATEN = {_aten.add.Tensor: "add", _aten.sub.Tensor: "sub", _aten.mul.Tensor: "mul",
+                _aten.div.Tensor: "div", _aten.eq.Tensor: "eq", _aten.gt.Tensor: "gt",
+                _aten.eq.Scalar: "eq", _aten.gt.Scalar: "gt"}
+
+
+def _binary(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    if node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("rounding_mode") is not None:
+        raise _unsupported(node, "with alpha != 1 or a rounding_mode ")
+    a, b = node.args[:2]
+    attrs: dict[str, Any] = {"format": _fmt(node)}
+    if isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node):
+        ins = [ctx.name(a), ctx.name(b)]
+    elif isinstance(a, torch.fx.Node):
+        ins, attrs["scalar"] = [ctx.name(a)], b
+    else:
+        ins, attrs["scalar"], attrs["scalar_first"] = [ctx.name(b)], a, True
+    if "scalar" in attrs and not isinstance(attrs["scalar"], (int, float)):
+        raise _unsupported(node, f"with a {type(attrs['scalar']).__name__} operand ")
+    return Op(_BINARY_ATEN[node.target], ins, [node.name], attrs)
+
+
+def _pow(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("pow", [ctx.name(node.args[0])], [node.name], {"exponent": node.args[1]})
+
+
+def _reduce(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    x = node.args[0]
+    nd = x.meta["val"].dim()
+    dims = _arg(node, 1, "dim", None)
+    dims = list(range(nd)) if dims is None else ([dims] if isinstance(dims, int) else list(dims))
+    if _arg(node, 3, "dtype", None) is not None:
+        raise _unsupported(node, "with a dtype argument ")
+    kind = {_aten.mean.dim: "reduce_mean", _aten.sum.dim_IntList: "reduce_sum",
+            _aten.any.dim: "reduce_any"}[node.target]
+    return Op(kind, [ctx.name(x)], [node.name],
+              {"axes": [d % nd for d in dims], "keepdim": bool(_arg(node, 2, "keepdim", False))})
+
+
+def _softmax(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    if node.args[2] if len(node.args) > 2 else False:
+        raise _unsupported(node, "with half_to_float ")
+    return Op("softmax", [ctx.name(node.args[0])], [node.name],
+              {"axis": node.args[1] % _ndim(node)})
+
+
+def _cumsum(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    if node.kwargs.get("dtype") is not None:
+        raise _unsupported(node, "with a dtype argument ")
+    return Op("cumsum", [ctx.name(node.args[0])], [node.name], {"axis": node.args[1] % _ndim(node)})
+
+
+def _topk(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    if not _arg(node, 3, "largest", True) or not _arg(node, 4, "sorted", True):
+        raise _unsupported(node, "with largest=False or sorted=False ")
+    vals = node.meta["val"]
+    outs = []
+    for i, v in enumerate(vals):
+        name = f"{node.name}_{i}"
+        ctx.graph.add_tensor(Tensor(name, tuple(v.shape), _FORMATS[v.dtype]))
+        outs.append(name)
+    return Op("topk", [ctx.name(node.args[0])], outs,
+              {"k": int(node.args[1]), "axis": _arg(node, 2, "dim", -1) % vals[0].dim()})
+
+
+def _chunk(node: torch.fx.Node, ctx: _Ctx) -> list[Op]:
+    x = node.args[0]
+    nd = x.meta["val"].dim()
+    axis = _arg(node, 2, "dim", 0) % nd
+    ops, start = [], 0
+    for i, v in enumerate(node.meta["val"]):
+        name = f"{node.name}_{i}"
+        ctx.graph.add_tensor(Tensor(name, tuple(v.shape), _FORMATS[v.dtype]))
+        stop = start + v.shape[axis]
+        ops.append(Op("slice", [ctx.name(x)], [name], {"axis": axis, "start": start, "stop": stop,
+                                                        "step": 1}))
+        start = stop
+    return ops
+
+
+def _gather(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("gather", [ctx.name(node.args[0]), ctx.name(node.args[2])], [node.name],
+              {"axis": node.args[1] % _ndim(node)})
+
+
+def _masked_fill(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("masked_fill", [ctx.name(node.args[0]), ctx.name(node.args[1])], [node.name],
+              {"value": float(node.args[2])})
+
+
+def _cast(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("cast", [ctx.name(node.args[0])], [node.name], {"format": _fmt(node)})
+
+
+def _const(node: torch.fx.Node, ctx: _Ctx) -> list[Op]:
+    """``arange``/``new_zeros``: a constant made at compile time (values known from shapes)."""
+    t = ctx.graph.tensors[node.name]
+    if node.target == _aten.new_zeros.default:
+        t.data = np.zeros(t.shape, FORMAT_DTYPES[t.format])
+    else:
+        start, end = (0, node.args[0]) if len(node.args) == 1 else node.args[:2]
+        step = node.args[2] if len(node.args) > 2 else 1
+        t.data = np.arange(start, end, step).astype(FORMAT_DTYPES[t.format])
+    return []
+
+
+def _reshape(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("reshape", [ctx.name(node.args[0])], [node.name],
+              {"shape": list(node.meta["val"].shape)})
+
+
+def _expand(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("expand", [ctx.name(node.args[0])], [node.name],
+              {"shape": list(node.meta["val"].shape)})
+
+
+def _copy(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    return Op("copy", [ctx.name(node.args[0])], [node.name])
+
+
+def _select(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    x = node.args[0]
+    shape = x.meta["val"].shape
+    axis = node.args[1] % len(shape)
+    return Op("select", [ctx.name(x)], [node.name],
+              {"axis": axis, "index": int(node.args[2]) % shape[axis]})
+
+
+def _slice(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    x = node.args[0]
+    shape = x.meta["val"].shape
+    axis = _arg(node, 1, "dim", 0) % len(shape)
+    start, stop, step = _arg(node, 2, "start", None), _arg(node, 3, "end", None), _arg(node, 4, "step", 1)
+    start, stop, step = slice(start, stop, step).indices(shape[axis])
+    return Op("slice", [ctx.name(x)], [node.name],
+              {"axis": axis, "start": start, "stop": stop, "step": step})
+
+
+def _cat(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    kind = "concat" if node.target == _aten.cat.default else "stack"
+    return Op(kind, [ctx.name(a) for a in node.args[0]], [node.name],
+              {"axis": _arg(node, 1, "dim", 0) % _ndim(node)})
+
+
+def _pad(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    x = node.args[0]
+    nd = x.meta["val"].dim()
+    if _arg(node, 2, "mode", "constant") != "constant":
+        raise _unsupported(node, "with a non-constant mode ")
+    flat = list(node.args[1])
+    pads = [[0, 0] for _ in range(nd)]
+    for i in range(len(flat) // 2):                     # torch: last axis first
+        pads[nd - 1 - i] = [int(flat[2 * i]), int(flat[2 * i + 1])]
+    if any(p < 0 for pair in pads for p in pair):
+        raise _unsupported(node, "with negative padding ")
+    value = _arg(node, 3, "value", None)
+    return Op("pad", [ctx.name(x)], [node.name], {"pads": pads, "value": float(value or 0.0)})
+
+
+#: aten op -> handler(node, ctx) -> IR Op(s). Anything else raises UnsupportedOp.
+HANDLERS: dict[Any, Callable[[torch.fx.Node, _Ctx], Op | list[Op]]] = {
     _aten.linear.default: _linear,
     _aten.relu.default: _relu,
     _aten.t.default: _transpose,
     _aten.permute.default: _transpose,
+    _aten.transpose.int: _transpose,
     _aten.mm.default: _mm,
+    _aten.matmul.default: _mm,
     _aten.addmm.default: _addmm,
+    _aten.einsum.default: _einsum,
+    **{k: _unary for k in _UNARY_ATEN},
+    _aten.softplus.default: _softplus,
+    **{k: _binary for k in _BINARY_ATEN},
+    _aten.pow.Tensor_Scalar: _pow,
+    _aten.mean.dim: _reduce,
+    _aten.sum.dim_IntList: _reduce,
+    _aten.any.dim: _reduce,
+    _aten.softmax.int: _softmax,
+    _aten.cumsum.default: _cumsum,
+    _aten.topk.default: _topk,
+    _aten.chunk.default: _chunk,
+    _aten.gather.default: _gather,
+    _aten.masked_fill.Scalar: _masked_fill,
+    _aten.to.dtype: _cast,
+    _aten.arange.default: _const,
+    _aten.arange.start: _const,
+    _aten.new_zeros.default: _const,
+    _aten.view.default: _reshape,
+    _aten.reshape.default: _reshape,
+    _aten._unsafe_view.default: _reshape,
+    _aten.unflatten.int: _reshape,
+    _aten.flatten.using_ints: _reshape,
+    _aten.unsqueeze.default: _reshape,
+    _aten.squeeze.dim: _reshape,
+    _aten.expand.default: _expand,
+    _aten.alias.default: _copy,
+    _aten.select.int: _select,
+    _aten.slice.Tensor: _slice,
+    _aten.cat.default: _cat,
+    _aten.stack.default: _cat,
+    _aten.pad.default: _pad,
 }
+
+#: fx targets that produce nothing the compiler needs (runtime checks), skipped
+_SKIP = {_aten._assert_tensor_metadata.default}
+#: targets whose result is a tuple/list read through ``getitem``
+_MULTI = {_aten.topk.default, _aten.chunk.default}
 
 
 # ---- conversion --------------------------------------------------------------------------------
-def export_model(model: torch.nn.Module, example_input: torch.Tensor) -> ExportedProgram:
-    """``torch.export.export(model, (example_input,))`` with the model in eval mode."""
-    return torch.export.export(model.eval(), (example_input,))
+def export_model(model: torch.nn.Module, example_input: Any) -> ExportedProgram:
+    """``torch.export.export(model, inputs)`` with the model in eval mode; ``example_input`` is
+    one tensor or a tuple of the model's positional inputs."""
+    args = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
+    return torch.export.export(model.eval(), args)
 
 
 def _tensor_of(node: torch.fx.Node) -> Tensor:
@@ -126,36 +388,49 @@ def from_exported(ep: ExportedProgram, *, name: str = "graph") -> Graph:
             lifted[spec.arg.name] = ep.constants[spec.target]
         elif spec.kind != InputKind.USER_INPUT:
             raise UnsupportedOp(f"unsupported export input {spec.arg.name} of kind {spec.kind}")
+    ctx = _Ctx(graph)
     for node in ep.graph.nodes:
         if node.op == "placeholder":
             t = _tensor_of(node)
             if node.name in lifted:
-                t.data = lifted[node.name].detach().cpu().numpy().copy()
+                value = lifted[node.name]
+                if value.is_meta:
+                    t.meta["param"] = True           # shape-only compile: values unknown
+                else:
+                    t.data = value.detach().cpu().numpy().copy()
                 t.meta["torch_name"] = next(s.target for s in ep.graph_signature.input_specs
                                             if s.arg.name == node.name)
             else:
                 graph.inputs.append(node.name)
             graph.add_tensor(t)
         elif node.op == "call_function":
+            if node.target in _SKIP:
+                continue
+            if node.target is operator.getitem:
+                src, idx = node.args
+                ctx.alias[node.name] = f"{ctx.name(src)}_{idx}"
+                continue
             handler = HANDLERS.get(node.target)
             if handler is None:
                 raise _unsupported(node)
-            names: list[str | None] = []
-            for a in node.args:
-                if isinstance(a, torch.fx.Node):
-                    names.append(a.name)
-                elif a is None:
-                    names.append(None)
-            graph.add_tensor(_tensor_of(node))
-            op = handler(node, names)
-            op.source = source_of(node)[0]
-            graph.add_op(op)
+            if node.target not in _MULTI:
+                graph.add_tensor(_tensor_of(node))
+            try:
+                made = handler(node, ctx)
+            except UnsupportedOp:
+                raise
+            except (TypeError, ValueError, KeyError, IndexError) as exc:
+                raise _unsupported(node, f"({type(exc).__name__}: {exc}) ") from None
+            where = source_of(node)[0]
+            for op in (made if isinstance(made, list) else [made]):
+                op.source = where
+                graph.add_op(op)
         elif node.op == "output":
             outs = node.args[0]
             for o in (outs if isinstance(outs, (tuple, list)) else [outs]):
                 if not isinstance(o, torch.fx.Node):
                     raise UnsupportedOp(f"model output {o!r} is not a tensor computed by the graph")
-                graph.outputs.append(o.name)
+                graph.outputs.append(ctx.name(o))
         else:
             raise _unsupported(node, f"(fx node kind {node.op}) ")
     graph.check()

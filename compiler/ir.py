@@ -18,6 +18,19 @@ addmm      bias [N], x [M,K], w [K,N]          bias + x @ w  (aten.addmm, alpha 
 qlinear    x int8, weight int8 [N,K],          int8 linear; see passes.quantize
            bias int32, multiplier, shift
 =========  ==================================  ===============================================
+
+The LLM path adds (frontend and passes; semantics of the vector kinds are those of the Program's
+:data:`~tilewright.compiler.program.VECTOR_OPS` of the same name, attrs included):
+
+* every name in ``VECTOR_OPS`` except requantize/bias_add (``add``, ``exp``, ``reduce_sum``,
+  ``softmax``, ``reshape``, ``permute``, ``slice``, ``concat``, ``pad`` ...);
+* ``matmul`` (x [..., M, K], w [..., K, N], batch dims broadcast), ``einsum`` (attrs.equation);
+* ``topk`` (x) -> (values, indices), attrs k, axis;
+* after passes: ``attention`` (q, k, v; attrs scale, causal_offset), ``scan`` (a, b, c, h0) ->
+  (y, h_last), ``grouped_gemm`` (x [R, K], w [E, ...], counts [E]; attrs transpose_b).
+
+A constant whose values are not known (a parameter of a model built on the ``meta`` device, for
+shape-only compiles) has ``data=None`` and ``meta["param"] = True``; it still counts as constant.
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ import numpy as np
 __all__ = ["Tensor", "Op", "Graph", "FORMATS"]
 
 #: element formats the IR knows
-FORMATS = ("fp32", "int8", "int32", "int64")
+FORMATS = ("fp32", "int8", "int32", "int64", "bool")
 
 
 @dataclass
@@ -55,7 +68,7 @@ class Tensor:
 
     @property
     def is_const(self) -> bool:
-        return self.data is not None
+        return self.data is not None or bool(self.meta.get("param", False))
 
     def __str__(self) -> str:
         dims = "x".join(str(d) for d in self.shape) or "scalar"

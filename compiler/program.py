@@ -6,9 +6,42 @@ Task order is a valid execution order; ``deps`` makes the data dependencies expl
 
 Semantics of each task kind (every level implements exactly this):
 
-``gemm``   out[m, n] = sum_k a[m, k] * b[k, n] over int8 operands with an int32 accumulator that
-           wraps modulo 2**32 (two's complement), shapes a: M x K, b: K x N, out: M x N.
-``vector`` an elementwise/per-channel op named by ``op``; see :data:`VECTOR_OPS`.
+``gemm``          out[m, n] = sum_k a[m, k] * b[k, n] over int8 operands with an int32 accumulator
+                  that wraps modulo 2**32 (two's complement), shapes a: M x K, b: K x N, out: M x N.
+``bgemm``         batched GEMM ``out[..., m, n] = sum_k a[..., m, k] * B[..., k, n]`` with
+                  ``B = swapaxes(b, -1, -2)`` if ``transpose_b`` else ``b``; batch dims broadcast
+                  like ``numpy.matmul`` (``batch`` = out's batch shape; when ``b`` is 2-D the
+                  leading dims of ``a`` fold into M: ``batch = ()``, ``m = prod(a.shape[:-1])``); operands in ``format`` (``fp32`` executed here; other
+                  formats by :mod:`tilewright.dataflow_sim.numerics`). fp32: products and sums in
+                  IEEE fp32; K is summed tile by tile (``tile_k``) into an fp32 accumulator.
+``grouped_gemm``  rows of ``a`` [R, K] are grouped by expert: the first ``counts[0]`` rows use
+                  ``b[0]``, the next ``counts[1]`` rows ``b[1]``, ... (``counts`` int64 [E] is a
+                  *run-time* tensor, sum = R); ``b`` [E, K, N] (or [E, N, K] if ``transpose_b``);
+                  out [R, N] fp32. ``example_counts`` are the counts of the example run, used only
+                  by reports.
+``attention``     ``out = softmax(scale * q @ k^T + mask) @ v`` along the last axis, q [..., S, d],
+                  k and v [..., T, d] (batch dims broadcast), mask = -inf where key ``j > i +
+                  causal_offset`` (no mask if ``causal_offset`` is None), computed as a streaming
+                  cascade (FlashAttention): for each block of ``block_q`` queries, loop over blocks of
+                  ``block_kv`` keys keeping the running max ``m``, running sum ``l`` and the output
+                  accumulator ``o`` (``m' = max(m, rowmax(s))``, ``p = exp(s - m')``,
+                  ``l' = exp(m - m') l + rowsum(p)``, ``o' = exp(m - m') o + p v``; ``out = o / l``);
+                  key blocks that are fully masked are skipped. On-chip buffer: see
+                  :meth:`AttentionTask.buffer_bytes` (independent of S and T).
+``scan``          selective scan: ``h[t] = a[:, t] * h[t-1] + b[:, t]`` (elementwise over
+                  [Bt, Di, N]), ``y[:, t, :] = sum_n h[t][:, :, n] * c[:, t, None, n]``, with
+                  ``h[-1] = h0``; a, b [Bt, L, Di, N], c [Bt, L, N], h0 [Bt, Di, N]; outputs ``out``
+                  = y [Bt, L, Di] and ``state_out`` = h[L-1]. Executed in chunks of ``chunk_d``
+                  channels x ``chunk_l`` time steps so the state chunk stays on chip.
+``vector``        an elementwise / reduction / data-movement op named by ``op``; see
+                  :data:`VECTOR_OPS`.
+
+Every task except ``gemm`` runs on the functional model through
+:func:`tilewright.dataflow_sim.functional.run_vector`; a task with a second output (``scan``'s
+``state_out``) writes it into the environment itself and returns its primary output.
+
+A shape-only Program (a model built on the ``meta`` device) lists the constants whose values are
+unknown in ``meta["unknown_constants"]``; it can be costed but not executed.
 
 Serialization: ``save(dir)`` writes ``program.json`` (structure) and ``constants.npz`` (arrays);
 ``load(dir)`` restores an equal Program.
@@ -23,11 +56,16 @@ from typing import Annotated, Any, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["TensorInfo", "GemmTask", "VectorTask", "Task", "Program", "VECTOR_OPS", "FORMAT_DTYPES"]
+__all__ = ["TensorInfo", "GemmTask", "VectorTask", "BgemmTask", "GroupedGemmTask",
+           "AttentionTask", "ScanTask", "Task", "Program", "VECTOR_OPS", "FORMAT_DTYPES",
+           "task_inputs", "task_outputs", "UNARY_OPS", "BINARY_OPS"]
 
 #: element format name -> numpy dtype used to hold it exactly
 FORMAT_DTYPES: dict[str, Any] = {"int8": np.int8, "int32": np.int32, "int64": np.int64,
-                                 "fp32": np.float32}
+                                 "fp32": np.float32, "bool": np.bool_}
+
+UNARY_OPS = ("exp", "neg", "rsqrt", "silu", "sigmoid", "softplus", "relu", "logical_not")
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "eq", "gt")
 
 #: vector op name -> one-line semantics (inputs in order; attrs named)
 VECTOR_OPS: dict[str, str] = {
@@ -37,11 +75,51 @@ VECTOR_OPS: dict[str, str] = {
         "arithmetic shift (floor), lo = 0 if attrs.relu else -128, hi = 127"),
     "bias_add": "inputs (acc:int32[M,N], bias:int32[N]) -> int32[M,N]: acc + bias, wrapping int32",
     "slice": (
-        "inputs (x) -> x restricted to elements [attrs.start, attrs.stop) along attrs.axis, same "
-        "format; pure data movement (the compiler uses it to split GEMMs that do not fit)"),
+        "inputs (x) -> x restricted to elements [attrs.start, attrs.stop) (step attrs.step, "
+        "default 1) along attrs.axis, same format; pure data movement (the compiler also uses it "
+        "to split GEMMs that do not fit)"),
     "concat": (
         "inputs (x0, x1, ...) of one format, shapes equal except along attrs.axis -> their "
         "concatenation along attrs.axis in input order; pure data movement"),
+    # ---- elementwise (fp32 arithmetic in IEEE single precision, one rounding per operation) --
+    **{f: (f"inputs (x) -> same shape: {d}" + ("" if f == "logical_not" else "; fp32"))
+       for f, d in (("exp", "e**x"), ("neg", "-x"), ("rsqrt", "1 / sqrt(x)"),
+                    ("silu", "x * sigmoid(x)"), ("sigmoid", "1 / (1 + exp(-x))"),
+                    ("softplus", "log1p(exp(x)), or x where x > 20 (torch's beta=1, threshold=20)"),
+                    ("relu", "max(x, 0)"), ("logical_not", "not x (bool)"))},
+    "pow": "inputs (x) -> x ** attrs.exponent (a Python scalar); fp32",
+    **{f: (f"inputs (a, b) broadcast like numpy, or (a,) with attrs.scalar (attrs.scalar_first: "
+           f"scalar is the left operand) -> {d}; result in attrs.format")
+       for f, d in (("add", "a + b"), ("sub", "a - b"), ("mul", "a * b"), ("div", "a / b"),
+                    ("floordiv", "floor(a / b) (integers)"), ("eq", "a == b (bool)"),
+                    ("gt", "a > b (bool)"))},
+    "masked_fill": "inputs (x, mask:bool broadcastable to x) -> where(mask, attrs.value, x)",
+    "cast": "inputs (x) -> x converted to attrs.format (float -> int truncates toward zero)",
+    # ---- reductions, scans along an axis ----------------------------------------------------
+    **{f"reduce_{f}": (f"inputs (x) -> {f} over attrs.axes (list of ints), keeping them as size 1 "
+                       f"if attrs.keepdim")
+       for f in ("sum", "mean", "max", "any")},
+    "softmax": "inputs (x) -> exp(x - max) / sum(exp(x - max)) along attrs.axis; fp32",
+    "cumsum": "inputs (x) -> inclusive running sum along attrs.axis, in index order",
+    "topk_indices": (
+        "inputs (x) -> int64 indices of the attrs.k largest values along attrs.axis, in "
+        "descending order of value (ties: lower index first); the values are a gather"),
+    "gather": "inputs (x, index:int64) -> take_along_axis(x, index, attrs.axis)",
+    "argsort": "inputs (x:int) -> int64 permutation sorting x ascending along attrs.axis, stable",
+    "bincount": "inputs (x:int64 1-D, values in [0, attrs.length)) -> int64 [attrs.length] counts",
+    "take_rows": "inputs (x [R, ...], index:int64 [n]) -> x[index] ([n, ...])",
+    "scatter_add_rows": (
+        "inputs (src [n, D], index:int64 [n], weight [n]) -> out [attrs.rows, D] = zeros, then "
+        "for i = 0..n-1 in order: out[index[i]] += weight[i] * src[i]; fp32"),
+    # ---- data movement (a copy through the vector unit; no arithmetic) ----------------------
+    "reshape": "inputs (x) -> x reshaped to attrs.shape in row-major (C) order",
+    "permute": "inputs (x) -> x with axes reordered: out axis i is x axis attrs.axes[i]",
+    "expand": "inputs (x) -> x broadcast to attrs.shape",
+    "select": "inputs (x) -> x[..., attrs.index, ...] along attrs.axis (that axis removed)",
+    "stack": "inputs (x0, x1, ...) equal shapes -> stacked along a new axis attrs.axis",
+    "pad": ("inputs (x) -> x padded with attrs.value; attrs.pads lists (before, after) element "
+            "counts per axis, first axis first"),
+    "copy": "inputs (x) -> x (a copy; e.g. an alias the model returns)",
 }
 
 
@@ -54,7 +132,7 @@ class TensorInfo(_Model):
 
     name: str
     shape: tuple[int, ...]
-    format: Literal["int8", "int32", "int64", "fp32"]
+    format: Literal["int8", "int32", "int64", "fp32", "bool"]
 
     @property
     def nbytes(self) -> int:
@@ -97,7 +175,155 @@ class VectorTask(_Model):
     source: str = ""
 
 
-Task = Annotated[Union[GemmTask, VectorTask], Field(discriminator="kind")]
+class BgemmTask(_Model):
+    """Batched GEMM (see the module table). ``batch`` is the broadcast batch shape of ``out``;
+    ``tile_m/tile_n/tile_k`` the tiling the mapper chose (elements; the functional model runs
+    the tiles in this order: m outer, n, then k inner accumulating)."""
+
+    kind: Literal["bgemm"] = "bgemm"
+    name: str
+    a: str
+    b: str
+    out: str
+    batch: tuple[int, ...] = ()
+    m: int = Field(..., ge=1)
+    k: int = Field(..., ge=1)
+    n: int = Field(..., ge=1)
+    transpose_b: bool = False
+    format: str = "fp32"
+    tile_m: int = Field(..., ge=1)
+    tile_n: int = Field(..., ge=1)
+    tile_k: int = Field(..., ge=1)
+    deps: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def batch_size(self) -> int:
+        return int(np.prod(self.batch, dtype=np.int64)) if self.batch else 1
+
+    @property
+    def macs(self) -> int:
+        return self.batch_size * self.m * self.k * self.n
+
+
+class GroupedGemmTask(_Model):
+    """Per-expert GEMMs over rows grouped by expert, counts known at run time (module table)."""
+
+    kind: Literal["grouped_gemm"] = "grouped_gemm"
+    name: str
+    a: str
+    b: str
+    counts: str
+    out: str
+    rows: int = Field(..., ge=0)
+    experts: int = Field(..., ge=1)
+    k: int = Field(..., ge=1)
+    n: int = Field(..., ge=1)
+    transpose_b: bool = False
+    format: str = "fp32"
+    example_counts: tuple[int, ...] = ()
+    """rows per expert in the example run (reports only); empty = not known"""
+    counts_source: str = ""
+    deps: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def macs(self) -> int:
+        return self.rows * self.k * self.n
+
+
+class AttentionTask(_Model):
+    """Fused streaming attention (FlashAttention cascade; module table)."""
+
+    kind: Literal["attention"] = "attention"
+    name: str
+    q: str
+    k: str
+    v: str
+    out: str
+    batch: tuple[int, ...]
+    s: int = Field(..., ge=1)
+    t: int = Field(..., ge=1)
+    d: int = Field(..., ge=1)
+    scale: float
+    causal_offset: int | None = None
+    block_q: int = Field(..., ge=1)
+    block_kv: int = Field(..., ge=1)
+    format: str = "fp32"
+    deps: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def batch_size(self) -> int:
+        return int(np.prod(self.batch, dtype=np.int64)) if self.batch else 1
+
+    def visited_blocks(self) -> int:
+        """(query block, key block) pairs the cascade computes: all, minus the key blocks that
+        lie entirely in the masked future of their query block."""
+        bq, bk = self.block_q, self.block_kv
+        nq, nk = -(-self.s // bq), -(-self.t // bk)
+        if self.causal_offset is None:
+            return nq * nk
+        qi = np.arange(nq)
+        last_q = np.minimum((qi + 1) * bq, self.s) - 1           # last query row of each block
+        last_key = np.clip(last_q + self.causal_offset, -1, self.t - 1)
+        return int(np.sum(last_key // bk + 1))
+
+    def buffer_bytes(self, elem_bytes: int = 4) -> int:
+        """On-chip bytes the cascade holds at once: the q block, one k and one v block
+        (``elem_bytes`` each element), the fp32 score/probability block, the fp32 output
+        accumulator and the fp32 running max and sum. Depends on block sizes and d only."""
+        bq, bk, d = min(self.block_q, self.s), min(self.block_kv, self.t), self.d
+        return elem_bytes * (bq * d + 2 * bk * d) + 4 * (bq * bk + bq * d + 2 * bq)
+
+
+class ScanTask(_Model):
+    """Chunked selective scan (module table); two outputs: ``out`` (y) and ``state_out``."""
+
+    kind: Literal["scan"] = "scan"
+    name: str
+    a: str
+    b: str
+    c: str
+    h0: str
+    out: str
+    state_out: str
+    batch: int = Field(..., ge=1)
+    length: int = Field(..., ge=1)
+    channels: int = Field(..., ge=1)
+    state: int = Field(..., ge=1)
+    chunk_l: int = Field(..., ge=1)
+    chunk_d: int = Field(..., ge=1)
+    deps: tuple[str, ...] = ()
+    source: str = ""
+
+    def buffer_bytes(self) -> int:
+        """On-chip fp32 bytes of one chunk: the state (chunk_d x N), a and b chunks
+        (chunk_l x chunk_d x N each), the c chunk (chunk_l x N) and the y chunk (chunk_l x chunk_d)."""
+        cl, cd, n = min(self.chunk_l, self.length), min(self.chunk_d, self.channels), self.state
+        return 4 * (cd * n + 2 * cl * cd * n + cl * n + cl * cd)
+
+
+Task = Annotated[Union[GemmTask, VectorTask, BgemmTask, GroupedGemmTask, AttentionTask, ScanTask],
+                 Field(discriminator="kind")]
+
+
+def task_inputs(task: Any) -> tuple[str, ...]:
+    """Names of the tensors ``task`` reads, in operand order."""
+    if isinstance(task, VectorTask):
+        return task.inputs
+    if isinstance(task, (GemmTask, BgemmTask)):
+        return (task.a, task.b)
+    if isinstance(task, GroupedGemmTask):
+        return (task.a, task.b, task.counts)
+    if isinstance(task, AttentionTask):
+        return (task.q, task.k, task.v)
+    return (task.a, task.b, task.c, task.h0)
+
+
+def task_outputs(task: Any) -> tuple[str, ...]:
+    """Names of the tensors ``task`` writes (primary output first)."""
+    return (task.out, task.state_out) if isinstance(task, ScanTask) else (task.out,)
 
 
 class Program(BaseModel):
@@ -120,7 +346,7 @@ class Program(BaseModel):
 
     def check(self) -> None:
         """Raise ValueError naming the task/tensor if the program is inconsistent."""
-        defined = set(self.inputs) | set(self.constants)
+        defined = set(self.inputs) | set(self.constants) | set(self.meta.get("unknown_constants", ()))
         for name in self.constants:
             info = self.tensors[name]
             arr = self.constants[name]
@@ -128,14 +354,13 @@ class Program(BaseModel):
                 raise ValueError(f"constant {name}: array {arr.dtype}{arr.shape} does not match "
                                  f"{info.format}{info.shape}")
         for task in self.tasks:
-            ins = (task.a, task.b) if isinstance(task, GemmTask) else task.inputs
-            for x in ins:
+            for x in task_inputs(task):
                 if x not in defined:
                     raise ValueError(f"task {task.name}: input {x} is used before it is defined")
             if isinstance(task, VectorTask) and task.op not in VECTOR_OPS:
                 raise ValueError(f"task {task.name}: unknown vector op {task.op!r}; "
                                  f"known: {sorted(VECTOR_OPS)}")
-            defined.add(task.out)
+            defined.update(task_outputs(task))
         for x in self.outputs:
             if x not in defined:
                 raise ValueError(f"program output {x} is never computed")

@@ -1,21 +1,10 @@
-"""Cycle model of the systolic GEMM core: closed form per fold, numpy-vectorized over shapes.
+"""Cycle model of the systolic GEMM core: one command's cycles, numpy-vectorized over shapes.
 
-Two conventions, stated with every number (DESIGN.md, "count cycles honestly"):
-
-``tilewright`` (default) — what the RTL core does: cycles ``busy`` is high for one GEMM. Folds do
-not overlap; every fold has the same length. With R = rows, C = cols, SRAM read latency L = 1:
-
-* WS: folds = ceil(K/R)·ceil(N/C); per fold = R (weight reads) + L + M (activation rows)
-  + (R + C - 1) (array latency) + 1 (accumulator read-modify-write) = M + 2R + C + 1.
-* OS: folds = ceil(M/R)·ceil(N/C); per fold = K (operand reads) + L + (R + C - 1) (until the last
-  PE finishes) + R (drain, one row per cycle) - 1 (the first drain cycle is the finish cycle)
-  = K + 2R + C - 1.
-
-``scalesim`` — SCALE-Sim 3.0.0's reported compute cycles, F·P - 1 (see DESIGN.md's table):
-OS P = K + R + C - 2, WS P = M + 2R + C - 2, IS P = N + 2R + C - 2, for comparison with
-published SCALE-Sim figures.
-
-The model reads only the ArchSpec and the GEMM shape; it never looks at the RTL.
+The closed forms are the core's timing contract, stated with their derivation and both
+conventions (``tilewright``: what the RTL does, exact; ``scalesim``: SCALE-Sim 3.0.0's reported
+cycles) in :mod:`tilewright.compiler.core_timing`. This module applies them to an ArchSpec and to
+Programs. It reads only the ArchSpec and the GEMM shape; it never looks at the RTL, and the RTL
+suite (``cocotb_tests/test_gemm_core.py``) asserts that both agree for every GEMM it runs.
 """
 
 from __future__ import annotations
@@ -26,39 +15,11 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.core_timing import CONVENTIONS, gemm_cycles_array
 from tilewright.compiler.program import GemmTask, Program
 
-__all__ = ["GemmCycles", "gemm_cycles", "gemm_cycles_array", "program_report", "CONVENTIONS"]
+__all__ = ["GemmCycles", "gemm_cycles", "gemm_cycles_array", "gemm_report", "CONVENTIONS"]
 
-CONVENTIONS = ("tilewright", "scalesim")
-SRAM_READ_LATENCY = 1   # cycles; ArchSpec.memory.read_latency_cycles is fixed at 1 today
-
-
-def _ceil_div(a, b):
-    return -(-a // b)
-
-
-def gemm_cycles_array(m, k, n, rows: int, cols: int, dataflow: str,
-                      convention: str = "tilewright") -> tuple[np.ndarray, np.ndarray]:
-    """Vectorized (cycles, folds) for arrays of M, K, N (any broadcastable int arrays)."""
-    m, k, n = (np.asarray(x, dtype=np.int64) for x in (m, k, n))
-    R, C = rows, cols
-    if convention not in CONVENTIONS:
-        raise ValueError(f"convention {convention!r}: must be one of {CONVENTIONS}")
-    if dataflow == "ws":
-        folds = _ceil_div(k, R) * _ceil_div(n, C)
-        per = m + 2 * R + C + 1 if convention == "tilewright" else m + 2 * R + C - 2
-    elif dataflow == "os":
-        folds = _ceil_div(m, R) * _ceil_div(n, C)
-        per = k + 2 * R + C - 1 if convention == "tilewright" else k + R + C - 2
-    elif dataflow == "is" and convention == "scalesim":
-        folds = _ceil_div(k, R) * _ceil_div(m, C)
-        per = n + 2 * R + C - 2
-    else:
-        raise ValueError(f"dataflow {dataflow!r} under convention {convention!r}: "
-                         f"accepted are 'ws', 'os' (and 'is' for 'scalesim')")
-    cycles = folds * per - (1 if convention == "scalesim" else 0)
-    return cycles, folds
 
 
 @dataclass(frozen=True)
@@ -92,7 +53,7 @@ def gemm_cycles(arch: ArchSpec, m: int, k: int, n: int,
     return GemmCycles(m, k, n, int(f), int(c), convention, te.rows, te.cols)
 
 
-def program_report(program: Program, arch: ArchSpec, convention: str = "tilewright"
+def gemm_report(program: Program, arch: ArchSpec, convention: str = "tilewright"
                    ) -> pd.DataFrame:
     """Per-GEMM-task Report rows (op, m, k, n, macs, folds, cycles, utilization, time_us)."""
     te = arch.tensor_engine

@@ -1,9 +1,12 @@
 """Functional model: the target's exact arithmetic, task by task, in numpy.
 
 It executes a :class:`~tilewright.compiler.program.Program` with the semantics documented there:
-int8 x int8 GEMMs into an int32 accumulator that wraps modulo 2**32, and the vector ops of
-:data:`~tilewright.compiler.program.VECTOR_OPS`. The GEMM is pluggable so that the same driver runs a
-program with GEMMs on another level (the RTL co-simulation passes its own).
+int8 x int8 GEMMs into an int32 accumulator that wraps modulo 2**32, the vector ops of
+:data:`~tilewright.compiler.program.VECTOR_OPS`, and the fp32 tasks ``bgemm`` (tiled),
+``grouped_gemm`` (real run-time counts), ``attention`` (the streaming FlashAttention cascade,
+block by block) and ``scan`` (chunked selective scan). The int8 GEMM is pluggable so that the same
+driver runs a program with GEMMs on another level (the RTL co-simulation passes its own);
+:func:`run_vector` executes every other task kind.
 """
 
 from __future__ import annotations
@@ -12,9 +15,14 @@ from typing import Callable
 
 import numpy as np
 
-from tilewright.compiler.program import GemmTask, Program, VectorTask
+from tilewright.compiler.program import (BINARY_OPS, FORMAT_DTYPES, UNARY_OPS, AttentionTask,
+                                         BgemmTask, GemmTask, GroupedGemmTask, Program, ScanTask,
+                                         VectorTask)
 
-__all__ = ["gemm_int8", "run_vector", "run_program", "wrap_int32"]
+__all__ = ["gemm_int8", "run_vector", "run_program", "wrap_int32", "bgemm_fp32", "attention_fp32",
+           "scan_fp32", "grouped_gemm_fp32"]
+
+_F32 = np.float32
 
 
 def wrap_int32(x: np.ndarray) -> np.ndarray:
@@ -33,9 +41,246 @@ def gemm_int8(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return wrap_int32(a.astype(np.int64) @ b.astype(np.int64))
 
 
-def run_vector(task: VectorTask, env: dict[str, np.ndarray]) -> np.ndarray:
-    """Execute one vector task on tensors in ``env`` (name -> array)."""
+# ---- fp32 engine tasks --------------------------------------------------------------------------
+def bgemm_fp32(a: np.ndarray, b: np.ndarray, *, transpose_b: bool = False, tile_m: int = 1 << 30,
+               tile_n: int = 1 << 30, tile_k: int = 1 << 30) -> np.ndarray:
+    """fp32 batched ``a @ b`` (``b`` swapped on its last two axes if ``transpose_b``), computed
+    tile by tile: for each (m, n) tile the K tiles are multiplied in fp32 and added into an fp32
+    accumulator in increasing k. Batch dims broadcast like ``numpy.matmul``."""
+    a = np.asarray(a, _F32)
+    b = np.asarray(b, _F32)
+    if transpose_b:
+        b = np.swapaxes(b, -1, -2)
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = np.empty((*batch, m, n), _F32)
+    for m0 in range(0, m, tile_m):
+        for n0 in range(0, n, tile_n):
+            acc = None
+            for k0 in range(0, k, tile_k):
+                part = np.matmul(a[..., m0:m0 + tile_m, k0:k0 + tile_k],
+                                 b[..., k0:k0 + tile_k, n0:n0 + tile_n])
+                acc = part if acc is None else acc + part
+            out[..., m0:m0 + tile_m, n0:n0 + tile_n] = acc
+    return out
+
+
+def grouped_gemm_fp32(a: np.ndarray, b: np.ndarray, counts: np.ndarray, *,
+                      transpose_b: bool = False) -> np.ndarray:
+    """Rows of ``a`` [R, K] in expert segments of ``counts`` [E] rows; segment e times ``b[e]``."""
+    counts = np.asarray(counts, np.int64)
+    if counts.sum() != a.shape[0] or np.any(counts < 0):
+        raise ValueError(f"grouped_gemm: counts {counts.tolist()} do not partition {a.shape[0]} rows")
+    n = b.shape[-2] if transpose_b else b.shape[-1]
+    out = np.zeros((a.shape[0], n), _F32)
+    start = 0
+    for e, c in enumerate(counts.tolist()):
+        if c:
+            w = b[e].T if transpose_b else b[e]
+            out[start:start + c] = np.matmul(a[start:start + c].astype(_F32), w.astype(_F32))
+        start += c
+    return out
+
+
+def attention_fp32(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
+                   causal_offset: int | None, block_q: int, block_kv: int) -> np.ndarray:
+    """The streaming attention cascade of the ``attention`` task, in fp32, block by block."""
+    q, k, v = (np.asarray(x, _F32) for x in (q, k, v))
+    s, t = q.shape[-2], k.shape[-2]
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    q = np.broadcast_to(q, (*batch, *q.shape[-2:]))
+    out = np.empty((*batch, s, v.shape[-1]), _F32)
+    kt = np.swapaxes(k, -1, -2)
+    sc = _F32(scale)
+    for q0 in range(0, s, block_q):
+        q1 = min(q0 + block_q, s)
+        qb = q[..., q0:q1, :]
+        m = np.full((*batch, q1 - q0, 1), -np.inf, _F32)
+        l = np.zeros((*batch, q1 - q0, 1), _F32)
+        o = np.zeros((*batch, q1 - q0, v.shape[-1]), _F32)
+        for k0 in range(0, t, block_kv):
+            if causal_offset is not None and k0 > q1 - 1 + causal_offset:
+                break                                    # this and later key blocks fully masked
+            k1 = min(k0 + block_kv, t)
+            sb = np.matmul(qb, kt[..., k0:k1]) * sc
+            if causal_offset is not None:
+                rows = np.arange(q0, q1)[:, None]
+                cols = np.arange(k0, k1)[None, :]
+                sb = np.where(cols > rows + causal_offset, _F32(-np.inf), sb)
+            m_new = np.maximum(m, sb.max(axis=-1, keepdims=True))
+            m_safe = np.where(np.isneginf(m_new), _F32(0), m_new)
+            p = np.exp(sb - m_safe)
+            alpha = np.exp(m - m_safe)
+            l = alpha * l + p.sum(axis=-1, keepdims=True)
+            o = alpha * o + np.matmul(p, v[..., k0:k1, :])
+            m = m_new
+        out[..., q0:q1, :] = o / l
+    return out
+
+
+def scan_fp32(a: np.ndarray, b: np.ndarray, c: np.ndarray, h0: np.ndarray, *, chunk_l: int,
+              chunk_d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The chunked selective scan of the ``scan`` task in fp32: channel chunks outer, time chunks
+    inner, the state chunk carried across time chunks. Returns ``(y, h_last)``."""
+    a, b, c, h0 = (np.asarray(x, _F32) for x in (a, b, c, h0))
+    bt, length, di, n = a.shape
+    y = np.empty((bt, length, di), _F32)
+    h_last = np.empty((bt, di, n), _F32)
+    for d0 in range(0, di, chunk_d):
+        d1 = min(d0 + chunk_d, di)
+        h = h0[:, d0:d1].copy()
+        for t0 in range(0, length, chunk_l):
+            for t in range(t0, min(t0 + chunk_l, length)):
+                h = a[:, t, d0:d1] * h + b[:, t, d0:d1]
+                y[:, t, d0:d1] = (h * c[:, t, None, :]).sum(-1)
+        h_last[:, d0:d1] = h
+    return y, h_last
+
+
+def _out_dtype(task: VectorTask, default: np.dtype) -> np.dtype:
+    fmt = task.attrs.get("format")
+    return np.dtype(FORMAT_DTYPES[fmt]) if fmt else np.dtype(default)
+
+
+def _unary(op: str, x: np.ndarray) -> np.ndarray:
+    if op == "logical_not":
+        return np.logical_not(x)
+    x = np.asarray(x, _F32)
+    with np.errstate(over="ignore", divide="ignore"):
+        if op == "exp":
+            return np.exp(x)
+        if op == "neg":
+            return -x
+        if op == "rsqrt":
+            return _F32(1) / np.sqrt(x)
+        if op == "sigmoid":
+            return _F32(1) / (_F32(1) + np.exp(-x))
+        if op == "silu":
+            return x / (_F32(1) + np.exp(-x))
+        if op == "softplus":
+            return np.where(x > _F32(20), x, np.log1p(np.exp(np.minimum(x, _F32(20)))))
+        if op == "relu":
+            return np.maximum(x, _F32(0))
+    raise AssertionError(op)  # pragma: no cover
+
+
+def _binary(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if op == "div":
+        return a / b
+    if op == "floordiv":
+        return a // b
+    if op == "eq":
+        return a == b
+    return a > b
+
+
+def _scalar_like(value: float | int, x: np.ndarray) -> np.ndarray:
+    """A Python scalar as a 0-d array typed like torch's promotion: fp32 for a float tensor or a
+    float scalar (so fp32 arithmetic stays fp32), the tensor's integer type otherwise."""
+    if x.dtype.kind == "f" or isinstance(value, float):
+        return np.asarray(value, _F32)
+    return np.asarray(value, x.dtype)
+
+
+def _run_task(task, env: dict[str, np.ndarray]) -> np.ndarray:
+    """Execute a non-vector task (bgemm, grouped_gemm, attention, scan)."""
+    if isinstance(task, BgemmTask):
+        if task.format != "fp32":
+            raise NotImplementedError(f"task {task.name}: bgemm in format {task.format!r} is "
+                                      "executed by dataflow_sim.numerics, not wired here yet")
+        return bgemm_fp32(env[task.a], env[task.b], transpose_b=task.transpose_b,
+                          tile_m=task.tile_m, tile_n=task.tile_n, tile_k=task.tile_k)
+    if isinstance(task, GroupedGemmTask):
+        return grouped_gemm_fp32(env[task.a], env[task.b], env[task.counts],
+                                 transpose_b=task.transpose_b)
+    if isinstance(task, AttentionTask):
+        return attention_fp32(env[task.q], env[task.k], env[task.v], scale=task.scale,
+                              causal_offset=task.causal_offset, block_q=task.block_q,
+                              block_kv=task.block_kv)
+    if isinstance(task, ScanTask):
+        y, h = scan_fp32(env[task.a], env[task.b], env[task.c], env[task.h0],
+                         chunk_l=task.chunk_l, chunk_d=task.chunk_d)
+        env[task.state_out] = h
+        return y
+    raise TypeError(f"task {getattr(task, 'name', task)}: no functional model for "
+                    f"{type(task).__name__}")
+
+
+def run_vector(task, env: dict[str, np.ndarray]) -> np.ndarray:
+    """Execute one task other than ``gemm`` on tensors in ``env`` (name -> array) and return its
+    primary output; a ``scan`` task also writes its ``state_out`` into ``env``."""
+    if not isinstance(task, VectorTask):
+        return _run_task(task, env)
     ins = [env[x] for x in task.inputs]
+    a = task.attrs
+    op = task.op
+    if op in UNARY_OPS:
+        return _unary(op, ins[0]).astype(_out_dtype(task, ins[0].dtype), copy=False)
+    if op == "pow":
+        return np.power(ins[0].astype(_F32), _F32(a["exponent"]))
+    if op in BINARY_OPS:
+        if len(ins) == 2:
+            lhs, rhs = ins
+        else:
+            sc = _scalar_like(a["scalar"], ins[0])
+            lhs, rhs = (sc, ins[0]) if a.get("scalar_first", False) else (ins[0], sc)
+        res = _binary(op, lhs, rhs)
+        return np.asarray(res).astype(_out_dtype(task, res.dtype), copy=False)
+    if op == "masked_fill":
+        x, mask = ins
+        return np.where(mask, _scalar_like(a["value"], x), x).astype(x.dtype, copy=False)
+    if op == "cast":
+        return ins[0].astype(FORMAT_DTYPES[a["format"]])
+    if op.startswith("reduce_"):
+        fn = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max,
+              "reduce_any": np.any}[op]
+        x = ins[0]
+        res = fn(x, axis=tuple(a["axes"]), keepdims=bool(a.get("keepdim", False)))
+        return np.asarray(res).astype(x.dtype if op != "reduce_any" else np.bool_, copy=False)
+    if op == "softmax":
+        x = ins[0].astype(_F32)
+        e = np.exp(x - x.max(axis=a["axis"], keepdims=True))
+        return e / e.sum(axis=a["axis"], keepdims=True)
+    if op == "cumsum":
+        return np.cumsum(ins[0], axis=a["axis"], dtype=ins[0].dtype)
+    if op == "topk_indices":
+        x, axis = ins[0], a["axis"]
+        order = np.argsort(-x, axis=axis, kind="stable")
+        return np.take(order, np.arange(a["k"]), axis=axis).astype(np.int64)
+    if op == "gather":
+        return np.take_along_axis(ins[0], ins[1].astype(np.int64), axis=a["axis"])
+    if op == "argsort":
+        return np.argsort(ins[0], axis=a.get("axis", -1), kind="stable").astype(np.int64)
+    if op == "bincount":
+        return np.bincount(ins[0].astype(np.int64).ravel(), minlength=a["length"]).astype(np.int64)
+    if op == "take_rows":
+        return ins[0][ins[1].astype(np.int64)]
+    if op == "scatter_add_rows":
+        src, index, weight = ins
+        out = np.zeros((a["rows"], *src.shape[1:]), _F32)
+        np.add.at(out, index.astype(np.int64), weight.astype(_F32)[:, None] * src.astype(_F32))
+        return out
+    if op == "reshape":
+        return ins[0].reshape(a["shape"])
+    if op == "permute":
+        return np.ascontiguousarray(np.transpose(ins[0], a["axes"]))
+    if op == "expand":
+        return np.ascontiguousarray(np.broadcast_to(ins[0], a["shape"]))
+    if op == "select":
+        return np.ascontiguousarray(np.take(ins[0], a["index"], axis=a["axis"]))
+    if op == "stack":
+        return np.stack(ins, axis=a["axis"])
+    if op == "pad":
+        return np.pad(ins[0], [tuple(p) for p in a["pads"]], constant_values=a.get("value", 0))
+    if op == "copy":
+        return ins[0].copy()
     if task.op == "requantize":
         acc, bias, mult, shift = (x.astype(np.int64) for x in ins)
         if np.any(shift < 1) or np.any(shift > 63):
@@ -55,7 +300,8 @@ def run_vector(task: VectorTask, env: dict[str, np.ndarray]) -> np.ndarray:
     if task.op == "slice":
         (x,) = ins
         index = [slice(None)] * x.ndim
-        index[task.attrs["axis"]] = slice(task.attrs["start"], task.attrs["stop"])
+        index[task.attrs["axis"]] = slice(task.attrs["start"], task.attrs["stop"],
+                                          task.attrs.get("step", 1))
         return np.ascontiguousarray(x[tuple(index)])
     if task.op == "concat":
         if len({x.dtype for x in ins}) != 1:

@@ -13,20 +13,23 @@ Ports (all in the ``sync`` domain)
     ``cycles``: cycles ``busy`` was high during the last GEMM (a performance counter).
 
 Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the same closed form)
-    Folds never overlap; each fold takes a fixed number of cycles, and ``busy`` stays high for
-    exactly ``folds * cycles_per_fold``. With R = rows, C = cols, SRAM read latency 1 cycle:
+    ``busy`` stays high for exactly the cycles below. R = rows, C = cols, SRAM read latency 1:
 
-    * WS: folds = ceil(K/R) * ceil(N/C), cycles_per_fold = M + 2R + C + 1
-      (R cycles of weight reads, +1 SRAM latency, M activation rows, R + C - 1 array latency,
-      1 cycle of accumulator read-modify-write).
-    * OS: folds = ceil(M/R) * ceil(N/C), cycles_per_fold = K + 2R + C - 1
+    * WS (double-buffered weights, folds overlap): R cycles preload fold 0's weights; then each
+      fold but the last takes a period P = max(M, 2R + C - 2) — it streams its M activation rows
+      while the next fold's R weight rows are read into the shadow registers, starting R + C - 2
+      cycles into the period (when this fold's commit wavefront has passed the last PE); the
+      last fold streams M rows and drains: M + R + C + 1 cycles (+1 SRAM latency, R + C - 1
+      array latency, 1 accumulator read-modify-write). Total with F = ceil(K/R)*ceil(N/C) folds:
+      R + (F - 1) * P + M + R + C + 1.
+    * OS (folds do not overlap): F = ceil(M/R) * ceil(N/C) folds of K + 2R + C - 1 cycles each
       (K operand reads, +1 SRAM latency, R + C - 1 until the last PE is done, R drain cycles
       writing one row each, the first of them overlapping the finish).
 """
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -38,9 +41,18 @@ from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArr
 __all__ = ["GemmCore", "GENERATOR_VERSION"]
 
 #: bump when the generated hardware's behaviour or ports change
-GENERATOR_VERSION = "0.1.0"
+GENERATOR_VERSION = "0.2.0"
 
 _DIM_BITS = MAX_DIM.bit_length()
+
+
+def _delay_sig(m: Module, sig, cycles: int, name: str):
+    """``sig`` delayed by ``cycles`` registers."""
+    for d in range(cycles):
+        reg = Signal.like(sig, name=f"{name}_d{d}")
+        m.d.sync += reg.eq(sig)
+        sig = reg
+    return sig
 
 
 def _abits(depth: int) -> int:
@@ -118,52 +130,76 @@ class GemmCore(wiring.Component):
 
     # ---------------------------------------------------------------------------------------
     def _ws(self, m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w):
+        """WS sequencer: preload fold 0's weights, then one period per fold with the next
+        fold's weights loaded into the shadow while this fold streams (see module docstring)."""
         R, C = self._rows, self._cols
         m.submodules.array = arr = WeightStationaryArray(rows=R, cols=C)
         k_base, n_base = Signal(_DIM_BITS + 7), Signal(_DIM_BITS + 7)
         a_base = Signal.like(a_r.addr, name="a_base")
         b_base = Signal.like(b_r.addr, name="b_base")
         acc_base = Signal.like(c_w.addr, name="acc_base")
-        fold_last = Signal()
-        m.d.comb += fold_last.eq(t == mr + (2 * R + C + 1 - 1))
+        pre = Signal(init=1)          # preloading fold 0's weights (t counts 0..R-1)
+        last_fold, fold_end = Signal(), Signal()
+        period = Signal(_DIM_BITS + 1)
+        reload_at = R + C - 2         # period cycle at which the next fold's weight reads start
+        m.d.comb += [
+            last_fold.eq((k_base + R >= kr) & (n_base + C >= nr)),
+            period.eq(Mux(mr > 2 * R + C - 2, mr, 2 * R + C - 2)),
+            fold_end.eq(Mux(last_fold, t == mr + (R + C), t == period - 1)),
+        ]
 
-        ld = Signal()      # reading weight rows this cycle
-        st = Signal()      # reading activation rows this cycle
-        m.d.comb += [ld.eq(running & (t < R)), st.eq(running & (t >= R) & (t < mr + R))]
-        m.d.comb += [b_r.addr.eq(b_base + (R - 1) - t[:8]), a_r.addr.eq(a_base + (t - R))]
-        ld_q, st_q = Signal(), Signal()
-        m.d.sync += [ld_q.eq(ld), st_q.eq(st)]
+        # weight reads: preload (fold 0) or, during a period, the next fold's rows R-1 .. 0
+        ld, st = Signal(), Signal()
+        r_idx = Signal(8)
+        with m.If(pre):
+            m.d.comb += [ld.eq(running), r_idx.eq(t[:8]), b_r.addr.eq(b_base + (R - 1) - t[:8])]
+        with m.Else():
+            m.d.comb += [ld.eq(running & ~last_fold & (t >= reload_at) & (t < reload_at + R)),
+                         b_r.addr.eq(b_base + R + (R - 1) - (t - reload_at)[:8])]
+        m.d.comb += [st.eq(running & ~pre & (t < mr)), a_r.addr.eq(a_base + t)]
+        ld_q, st_q, commit_q = Signal(), Signal(), Signal()
+        m.d.sync += [ld_q.eq(ld), st_q.eq(st), commit_q.eq(st & (t == 0))]
         for j in range(C):
             m.d.comb += arr.w_in.payload[j].eq(b_r.data[j * ELEMENT_BITS:(j + 1) * ELEMENT_BITS])
         for i in range(R):
-            m.d.comb += arr.a_in.payload[i].eq(a_r.data[i * ELEMENT_BITS:(i + 1) * ELEMENT_BITS])
-        m.d.comb += [arr.w_in.valid.eq(ld_q), arr.a_in.valid.eq(st_q)]
+            m.d.comb += arr.a_in.payload.a[i].eq(
+                a_r.data[i * ELEMENT_BITS:(i + 1) * ELEMENT_BITS])
+        m.d.comb += [arr.w_in.valid.eq(ld_q), arr.a_in.valid.eq(st_q),
+                     arr.a_in.payload.commit.eq(commit_q)]
+
+        # sideband: each row's accumulator address and "first k-block" flag ride beside the
+        # array (SRAM latency + array latency) so write-back needs no per-fold state
+        tag_addr = Signal.like(c_w.addr, name="tag_addr")
+        tag_first = Signal(name="tag_first")
+        m.d.sync += [tag_addr.eq(acc_base + t), tag_first.eq(k_base == 0)]
+        lat = ws_latency_cycles(R, C)
+        out_addr = _delay_sig(m, tag_addr, lat, "wb_addr")
+        out_first = _delay_sig(m, tag_first, lat, "wb_first")
 
         # accumulator read-modify-write: read at c_out.valid, write one cycle later
-        out_row = Signal(_DIM_BITS)
         out_q = Signal(C * ACC_BITS)
         wr_q, first_q = Signal(), Signal()
         addr_q = Signal.like(c_w.addr)
-        m.d.comb += c_r.addr.eq(acc_base + out_row)
-        m.d.sync += [wr_q.eq(arr.c_out.valid), first_q.eq(k_base == 0),
-                     addr_q.eq(acc_base + out_row), out_q.eq(Cat(*arr.c_out.payload))]
-        with m.If(arr.c_out.valid):
-            m.d.sync += out_row.eq(out_row + 1)
+        m.d.comb += c_r.addr.eq(out_addr)
+        m.d.sync += [wr_q.eq(arr.c_out.valid), first_q.eq(out_first), addr_q.eq(out_addr),
+                     out_q.eq(Cat(*arr.c_out.payload))]
         summed = []
         for j in range(C):
             lo, hi = j * ACC_BITS, (j + 1) * ACC_BITS
             summed.append((out_q[lo:hi] + c_r.data[lo:hi])[:ACC_BITS])
-        m.d.comb += [c_w.en.eq(wr_q), c_w.addr.eq(addr_q)]
-        with m.If(first_q):
-            m.d.comb += c_w.data.eq(out_q)
-        with m.Else():
-            m.d.comb += c_w.data.eq(Cat(*summed))
+        m.d.comb += [c_w.en.eq(wr_q), c_w.addr.eq(addr_q),
+                     c_w.data.eq(Mux(first_q, out_q, Cat(*summed)))]
 
-        # fold sequencing: nb outer, kb inner
+        # sequencing: nb outer, kb inner
+        with m.If(self.start & ~running):
+            m.d.sync += pre.eq(1)
         with m.If(running):
             m.d.sync += t.eq(t + 1)
-            with m.If(fold_last):
-                m.d.sync += [t.eq(0), out_row.eq(0), b_base.eq(b_base + R)]
+            with m.If(pre):
+                with m.If(t == R - 1):
+                    m.d.sync += [pre.eq(0), t.eq(0)]
+            with m.Elif(fold_end):
+                m.d.sync += [t.eq(0), b_base.eq(b_base + R)]
                 with m.If(k_base + R < kr):
                     m.d.sync += [k_base.eq(k_base + R), a_base.eq(a_base + mr)]
                 with m.Else():
@@ -171,7 +207,8 @@ class GemmCore(wiring.Component):
                     with m.If(n_base + C < nr):
                         m.d.sync += [n_base.eq(n_base + C), acc_base.eq(acc_base + mr)]
                     with m.Else():
-                        m.d.sync += [running.eq(0), n_base.eq(0), acc_base.eq(0), b_base.eq(0)]
+                        m.d.sync += [running.eq(0), n_base.eq(0), acc_base.eq(0), b_base.eq(0),
+                                     pre.eq(1)]
 
     # ---------------------------------------------------------------------------------------
     def _os(self, m, running, t, mr, kr, nr, a_r, b_r, c_w):

@@ -9,14 +9,20 @@ accumulation wraps modulo 2**32 (int32 two's complement), exactly like
 Timing contracts (a "cycle" is one period of the ``sync`` domain; "at cycle t" means the value is
 visible between rising edges t and t+1):
 
-:class:`WeightStationaryArray` (WS)
-    ``w_in``: every cycle ``w_in.valid`` is high, the weight rows shift down by one and row 0
-    takes ``w_in.payload``. After ``rows`` transfers of B rows in the order r = rows-1, ..., 0,
-    PE(i, j) holds B[i, j]. Weights must not shift while activations are in flight.
-    ``a_in``: a vector of ``rows`` activations (A[m, 0..rows-1]) accepted every cycle it is valid
-    (always ready). The result row sum_i A[m, i] * B[i, j] appears on ``c_out`` exactly
-    ``rows + cols - 1`` cycles after the cycle ``a_in`` carried A[m, :], with ``c_out.valid``
-    high for that one cycle. ``c_out`` has no back-pressure: the consumer takes every row.
+:class:`WeightStationaryArray` (WS, double-buffered weights)
+    ``w_in``: every cycle ``w_in.valid`` is high, the *shadow* weight rows shift down by one and
+    shadow row 0 takes ``w_in.payload``. After ``rows`` transfers of B rows in the order
+    r = rows-1, ..., 0, shadow PE(i, j) holds B[i, j]. Shifting may go on while activations use
+    the *active* weights.
+    ``a_in``: ``a`` is a vector of ``rows`` activations (A[m, 0..rows-1]) and ``commit`` marks the
+    first row of a new tile; accepted every cycle it is valid (always ready). A row with
+    ``commit`` makes each PE copy its shadow weight into its active weight as the row passes it
+    (PE(i, j) at i + j cycles after the row was on ``a_in``) and use the new weight for that row.
+    So the shadow may be reloaded from ``rows + cols - 2`` cycles after a committing row was on
+    ``a_in`` (the last PE copies at that cycle and shifting in the same cycle is safe).
+    The result row sum_i A[m, i] * W[i, j] appears on ``c_out`` exactly ``rows + cols - 1``
+    cycles after the cycle ``a_in`` carried A[m, :], with ``c_out.valid`` high for that one
+    cycle. ``c_out`` has no back-pressure: the consumer takes every row.
 
 :class:`OutputStationaryArray` (OS)
     ``ab_in``: per cycle one column of A (``a``: A[0..rows-1, k]), one row of B (``b``:
@@ -30,7 +36,7 @@ visible between rising edges t and t+1):
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, signed
+from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -69,7 +75,7 @@ def _delay(m: Module, sig, cycles: int, name: str):
 
 
 class WeightStationaryArray(wiring.Component):
-    """WS systolic array; see the module docstring for the timing contract.
+    """WS systolic array with double-buffered weights; see the module docstring for the contract.
 
     Parameters (keyword-only): ``rows`` (PE rows = reduction depth of a tile, 1..64) and
     ``cols`` (PE columns = output width of a tile, 1..64).
@@ -78,11 +84,14 @@ class WeightStationaryArray(wiring.Component):
     def __init__(self, *, rows: int, cols: int):
         _check_dims(rows, cols)
         self._rows, self._cols = rows, cols
+        a_layout = data.StructLayout({
+            "a": data.ArrayLayout(signed(ELEMENT_BITS), rows),
+            "commit": 1,
+        })
         super().__init__({
             "w_in": In(stream.Signature(data.ArrayLayout(signed(ELEMENT_BITS), cols),
                                         always_ready=True)),
-            "a_in": In(stream.Signature(data.ArrayLayout(signed(ELEMENT_BITS), rows),
-                                        always_ready=True)),
+            "a_in": In(stream.Signature(a_layout, always_ready=True)),
             "c_out": Out(stream.Signature(data.ArrayLayout(signed(ACC_BITS), cols),
                                           always_ready=True)),
         })
@@ -98,24 +107,36 @@ class WeightStationaryArray(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         R, C = self._rows, self._cols
-        w = [[Signal(signed(ELEMENT_BITS), name=f"w_{i}_{j}") for j in range(C)] for i in range(R)]
+        # shadow weights: a shift chain down each column, loaded while the active set computes
+        w_sh = [[Signal(signed(ELEMENT_BITS), name=f"wsh_{i}_{j}") for j in range(C)]
+                for i in range(R)]
+        w_act = [[Signal(signed(ELEMENT_BITS), name=f"w_{i}_{j}") for j in range(C)]
+                 for i in range(R)]
         with m.If(self.w_in.valid):
             for j in range(C):
-                m.d.sync += w[0][j].eq(self.w_in.payload[j])
+                m.d.sync += w_sh[0][j].eq(self.w_in.payload[j])
                 for i in range(1, R):
-                    m.d.sync += w[i][j].eq(w[i - 1][j])
+                    m.d.sync += w_sh[i][j].eq(w_sh[i - 1][j])
 
-        # input skew: row i sees its element i cycles late
-        x = [_delay(m, self.a_in.payload[i], i, f"skew_a{i}") for i in range(R)]
+        # input skew: row i sees its element (and the row's commit/valid flags) i cycles late
+        p = self.a_in.payload
+        x = [_delay(m, p.a[i], i, f"skew_a{i}") for i in range(R)]
+        xc = [_delay(m, p.commit & self.a_in.valid, i, f"skew_c{i}") for i in range(R)]
         a_reg = [[Signal(signed(ELEMENT_BITS), name=f"a_{i}_{j}") for j in range(C)]
                  for i in range(R)]
+        c_reg = [[Signal(name=f"c_{i}_{j}") for j in range(C)] for i in range(R)]
         p_reg = [[Signal(signed(ACC_BITS), name=f"p_{i}_{j}") for j in range(C)] for i in range(R)]
         for i in range(R):
             for j in range(C):
                 a_seen = x[i] if j == 0 else a_reg[i][j - 1]
+                commit = xc[i] if j == 0 else c_reg[i][j - 1]
                 if j < C - 1:
-                    m.d.sync += a_reg[i][j].eq(a_seen)
-                prod = a_seen * w[i][j]
+                    m.d.sync += [a_reg[i][j].eq(a_seen), c_reg[i][j].eq(commit)]
+                w = Signal(signed(ELEMENT_BITS), name=f"wuse_{i}_{j}")
+                m.d.comb += w.eq(Mux(commit, w_sh[i][j], w_act[i][j]))
+                with m.If(commit):
+                    m.d.sync += w_act[i][j].eq(w_sh[i][j])
+                prod = a_seen * w
                 m.d.sync += p_reg[i][j].eq(prod if i == 0 else p_reg[i - 1][j] + prod)
 
         # output deskew: column j leaves the bottom j cycles after column 0; align to the last

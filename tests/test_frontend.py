@@ -33,15 +33,24 @@ class SigmoidHead(nn.Module):
         return torch.sigmoid(self.fc(x))
 
 
-class CumsumModel(nn.Module):
+class CosHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cos(self.fc(x))
+
+
+class CumprodModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(x)
-        return y.cumsum(dim=1)
+        return y.cumprod(dim=1)
 
 
-class Permute3d(nn.Module):
+class SortModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.permute(0, 2, 1)
+        return torch.sort(x.permute(0, 2, 1), dim=-1).values
 
 
 # ---- models/configs -----------------------------------------------------------------------------
@@ -121,9 +130,9 @@ def test_fuse_linear_relu() -> None:
 
 
 @pytest.mark.parametrize("model,shape,op_name,marker", [
-    (SigmoidHead(), (2, 8), "sigmoid", "torch.sigmoid"),
-    (CumsumModel(), (2, 8), "cumsum", "cumsum"),
-    (Permute3d(), (2, 3, 4), "permute", "permute"),
+    (CosHead(), (2, 8), "cos", "torch.cos"),
+    (CumprodModel(), (2, 8), "cumprod", "cumprod"),
+    (SortModel(), (2, 3, 4), "sort", "torch.sort"),
 ])
 def test_unsupported_op_names_op_and_source_line(model, shape, op_name, marker) -> None:
     with pytest.raises(UnsupportedOp) as info:

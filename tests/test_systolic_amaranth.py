@@ -45,8 +45,9 @@ def test_ws_array_timing_and_values(R, C):
         for step in range(M + R + C + 2):
             if step < M:
                 ctx.set(dut.a_in.valid, 1)
+                ctx.set(dut.a_in.payload.commit, int(step == 0))
                 for i in range(R):
-                    ctx.set(dut.a_in.payload[i], int(A[step, i]))
+                    ctx.set(dut.a_in.payload.a[i], int(A[step, i]))
             else:
                 ctx.set(dut.a_in.valid, 0)
             if ctx.get(dut.c_out.valid):

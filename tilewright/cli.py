@@ -27,11 +27,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tilewright.compiler.layout import DoesNotFit  # noqa: PLC0415
     from tilewright.cosim.verilator import ToolMissing  # noqa: PLC0415
     errs: list[type[BaseException]] = [ArchSpecError, DoesNotFit, ToolMissing, FileNotFoundError]
-    try:
-        from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415
-        errs.append(UnsupportedOp)
-    except ImportError:
-        pass
+    from tilewright.cli_compile import UnknownFormat, UnknownModel  # noqa: PLC0415
+    from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415
+    from tilewright.compiler.lower import LoweringError  # noqa: PLC0415
+    errs += [UnsupportedOp, LoweringError, UnknownModel, UnknownFormat]
     return tuple(errs)
 
 
@@ -115,6 +114,16 @@ def cycles(
         print(json.dumps(d))
     else:
         console.print(d)
+
+
+def _register_subcommands() -> None:
+    """Commands whose implementation lives in their own CLI modules."""
+    from tilewright.cli_compile import compile_cmd, models_cmd  # noqa: PLC0415
+    app.command("compile")(compile_cmd)
+    app.command("models")(models_cmd)
+
+
+_register_subcommands()
 
 
 def main() -> None:

@@ -55,7 +55,7 @@ def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int
                 console: Console | None = None) -> DemoResult:
     from tilewright.compiler import compile_model  # noqa: PLC0415
     from tilewright.cosim.run import run_program_rtl  # noqa: PLC0415
-    from tilewright.dataflow_sim.cycle import program_report  # noqa: PLC0415
+    from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415
     from tilewright.dataflow_sim.functional import run_program  # noqa: PLC0415
     from tilewright.models.configs import build  # noqa: PLC0415
 
@@ -118,7 +118,7 @@ def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int
     checks.append(("RTL program output == functional", np.array_equal(rtl.outputs[out], func[out]),
                    f"{out} int8{list(func[out].shape)}"))
     with stage("cycle model"):
-        report = program_report(program, arch)
+        report = gemm_report(program, arch)
     rows = []
     for (_, r), rec in zip(report.iterrows(), rtl.gemm_cycles):
         rows.append({"op": r["op"], "shape": f"{r['m']}x{r['k']}x{r['n']}", "rtl": rec["cycles"],

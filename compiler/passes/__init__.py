@@ -12,12 +12,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tilewright.compiler.ir import Graph, Op
+from tilewright.compiler.passes.attention import FuseAttention
 from tilewright.compiler.passes.canonicalize import CanonicalizeLinear
+from tilewright.compiler.passes.dce import DeadCodeElimination
 from tilewright.compiler.passes.fuse import FuseLinearRelu
+from tilewright.compiler.passes.moe import LowerMoE
 from tilewright.compiler.passes.quantize import QuantizeInt8, requant_params
+from tilewright.compiler.passes.scan import LowerScan
 
 __all__ = ["GraphPass", "Flow", "PASSES", "FLOWS", "run_pass", "run_flow", "requant_params",
-           "CanonicalizeLinear", "FuseLinearRelu", "QuantizeInt8"]
+           "CanonicalizeLinear", "FuseLinearRelu", "QuantizeInt8", "FuseAttention", "LowerMoE",
+           "LowerScan", "DeadCodeElimination"]
 
 
 class GraphPass(Protocol):
@@ -40,13 +45,19 @@ class Flow:
 
 
 #: pass name -> pass object
-PASSES: dict[str, GraphPass] = {p.name: p for p in (CanonicalizeLinear(), FuseLinearRelu(),
-                                                     QuantizeInt8())}
+PASSES: dict[str, GraphPass] = {p.name: p for p in (
+    CanonicalizeLinear(), FuseLinearRelu(), QuantizeInt8(), FuseAttention(), LowerMoE(),
+    LowerScan(), DeadCodeElimination())}
 
 #: flow name -> Flow
 FLOWS: dict[str, Flow] = {
     "optimize": Flow("optimize", ("canonicalize_linear", "fuse_linear_relu")),
     "int8": Flow("int8", ("quantize_int8",), requires=("optimize",)),
+    # LLM path (fp32 engine primitives; lowered by compiler.lower): decomposition into attention
+    # cascades, routed grouped GEMMs and chunked scans, then dead-code elimination
+    "decompose": Flow("decompose", ("canonicalize_linear",)),
+    "llm": Flow("llm", ("fuse_attention", "lower_moe", "lower_scan", "dce"),
+                requires=("decompose",)),
 }
 
 

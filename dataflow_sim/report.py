@@ -1,0 +1,209 @@
+"""Per-op Report of a Program on an ArchSpec: cycles, MACs, bytes, intensity, roofline bound.
+
+Every task gets a cost; none is free (DESIGN.md, "never cost an op as zero"). Conventions:
+
+* **GEMM-like tasks** (``gemm``, ``bgemm``, ``grouped_gemm``, the two GEMMs of every attention
+  block) take their cycles from :func:`tilewright.dataflow_sim.cycle.gemm_cycles_array` (the
+  ``tilewright`` convention: cycles ``busy`` is high, RTL-exact), summed over the tiles
+  the mapper chose (full and ragged edge tiles separately) and multiplied by the batch. The cycle
+  model describes the int8 array; other operand formats are assumed to stream at the same rate.
+  ``grouped_gemm`` uses the expert counts of the example run (``example_counts``) or, for a
+  shape-only compile, an even split of the rows over the experts (``counts_source`` says which).
+* **Vector tasks** run on a vector unit of ``lanes`` elements per cycle. ASSUMPTION until the
+  ArchSpec has a vector-unit section: ``lanes = tensor_engine.cols``. Cycles =
+  ``passes * ceil(elements / lanes)`` with ``elements`` the larger of input and output element
+  counts and ``passes`` from :data:`VECTOR_PASSES` (1 for simple arithmetic and data movement — a
+  view is charged as a copy, an upper bound; 4 for transcendental functions; softmax 5; top-k k;
+  argsort ceil(log2 n)); at least 1 cycle.
+* **attention**: per visited (query block, key block) pair: the QK^T and PV GEMMs plus
+  ``ATTENTION_VECTOR_PASSES`` vector passes over the score block and one over the output block;
+  edge blocks are costed as full blocks (an upper bound).
+* **scan**: ``SCAN_PASSES`` vector passes over ``Bt * L * Di * N`` state elements (state
+  multiply-add, then the C contraction's multiply-add).
+* **bytes** are the off-chip bytes the task moves if every operand comes from and every result goes
+  to off-chip memory (no reuse between tasks — an upper bound): inputs re-read once per tile of the
+  other operand for GEMMs, K/V re-read once per query block for attention.
+* **roofline**: ``mem_cycles = bytes / (offchip.bandwidth_gbps * 1e9 / (clock_mhz * 1e6))``; a
+  task is ``compute``-bound if ``cycles >= mem_cycles`` else ``memory``-bound, and takes
+  ``max(cycles, mem_cycles)``. ``intensity`` = (2 * MACs + vector element operations) / bytes
+  (ops per byte). Totals add tasks' times (no overlap between tasks).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tilewright.arch import ArchSpec
+from tilewright.compiler.lower import ELEM_BYTES
+from tilewright.compiler.program import (BINARY_OPS, FORMAT_DTYPES, AttentionTask, BgemmTask,
+                                         GemmTask, GroupedGemmTask, Program, ScanTask, VectorTask,
+                                         task_inputs)
+
+__all__ = ["program_report", "report_totals", "task_cost", "vector_lanes", "VECTOR_PASSES",
+           "ATTENTION_VECTOR_PASSES", "SCAN_PASSES", "COLUMNS"]
+
+TRANSCENDENTAL_PASSES = 4
+VECTOR_PASSES: dict[str, int] = {
+    **{op: TRANSCENDENTAL_PASSES for op in ("exp", "rsqrt", "silu", "sigmoid", "softplus", "pow")},
+    "softmax": 5,
+}
+"""vector passes per element for ops that are not one pass (see module doc)"""
+ATTENTION_VECTOR_PASSES = 6
+"""vector passes over each score block of the cascade: scale and mask, row max, subtract, exp,
+row sum, rescale of the running sum (1 pass each; the exp is not charged the transcendental 4)"""
+SCAN_PASSES = 4
+"""per state element and step: a*h, +b, *c, accumulate"""
+
+COLUMNS = ["task", "kind", "op", "source", "macs", "vector_ops", "cycles", "bytes", "mem_cycles",
+           "intensity", "bound", "time_cycles", "buffer_bytes", "utilization"]
+
+
+def vector_lanes(arch: ArchSpec) -> int:
+    """Vector lanes (elements per cycle) — ASSUMPTION: the tensor engine's column count."""
+    return arch.tensor_engine.cols
+
+
+def _gemm_cycles(arch: ArchSpec, m, k, n) -> np.ndarray:
+    from tilewright.dataflow_sim.cycle import gemm_cycles_array  # noqa: PLC0415
+
+    te = arch.tensor_engine
+    return gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow)[0]
+
+
+def _splits(size: int, tile: int) -> list[tuple[int, int]]:
+    """(tile size, how many) for full and ragged tiles of ``size``."""
+    full, rem = divmod(size, tile)
+    return [(tile, full)] * (full > 0) + [(rem, 1)] * (rem > 0)
+
+
+def tiled_gemm_cycles(arch: ArchSpec, m: int, k: int, n: int, tm: int, tn: int, tk: int) -> int:
+    """Cycles of an M x K x N GEMM run as tm x tk x tn tiles (each tile one cycle-model GEMM)."""
+    combos = [(a, b, c, ca * cb * cc) for a, ca in _splits(m, tm) for b, cb in _splits(k, tk)
+              for c, cc in _splits(n, tn)]
+    arr = np.array(combos, np.int64)
+    return int(np.sum(_gemm_cycles(arch, arr[:, 0], arr[:, 1], arr[:, 2]) * arr[:, 3]))
+
+
+def _numel(prog: Program, name: str) -> int:
+    return int(np.prod(prog.tensors[name].shape, dtype=np.int64))
+
+
+def _nbytes(prog: Program, name: str) -> int:
+    info = prog.tensors[name]
+    return _numel(prog, name) * np.dtype(FORMAT_DTYPES[info.format]).itemsize
+
+
+def _vector_cost(task: VectorTask, prog: Program, lanes: int) -> tuple[int, int, int]:
+    """(cycles, element operations, bytes) of a vector task."""
+    ins = [_numel(prog, x) for x in task.inputs]
+    out = _numel(prog, task.out)
+    elements = max([out, *ins])
+    if task.op == "topk_indices":
+        passes = int(task.attrs["k"])
+    elif task.op == "argsort":
+        passes = max(1, math.ceil(math.log2(max(out, 2))))
+    else:
+        passes = VECTOR_PASSES.get(task.op, 1)
+    cycles = max(1, passes * -(-elements // lanes))
+    bytes_ = sum(_nbytes(prog, x) for x in task.inputs) + _nbytes(prog, task.out)
+    return cycles, passes * elements, bytes_
+
+
+def _counts_for(task: GroupedGemmTask) -> list[int]:
+    if task.example_counts:
+        return list(task.example_counts)
+    base, rem = divmod(task.rows, task.experts)
+    return [base + (e < rem) for e in range(task.experts)]
+
+
+def task_cost(task: Any, prog: Program, arch: ArchSpec) -> dict[str, Any]:
+    """Cost facts of one task (keys of :data:`COLUMNS` except the roofline ones)."""
+    from tilewright.compiler.tiling import plan_gemm_tiles  # noqa: PLC0415
+
+    lanes = vector_lanes(arch)
+    row: dict[str, Any] = {"task": task.name, "kind": task.kind, "op": getattr(task, "op", task.kind),
+                           "source": task.source, "macs": 0, "vector_ops": 0, "buffer_bytes": 0}
+    if isinstance(task, GemmTask):
+        row["cycles"] = int(_gemm_cycles(arch, task.m, task.k, task.n))
+        row["macs"] = task.macs
+        row["bytes"] = task.m * task.k + task.k * task.n + 4 * task.m * task.n
+    elif isinstance(task, BgemmTask):
+        eb = ELEM_BYTES[task.format]
+        m, k, n, tm, tn, tk = task.m, task.k, task.n, task.tile_m, task.tile_n, task.tile_k
+        row["cycles"] = task.batch_size * tiled_gemm_cycles(arch, m, k, n, tm, tn, tk)
+        row["macs"] = task.macs
+        b_batch = max(1, _numel(prog, task.b) // (k * n))
+        row["bytes"] = (task.batch_size * eb * m * k * -(-n // tn)
+                        + b_batch * eb * k * n * -(-m // tm) + 4 * task.batch_size * m * n)
+        row["buffer_bytes"] = eb * (tm * tk + tk * tn) + 4 * tm * tn
+    elif isinstance(task, GroupedGemmTask):
+        eb = ELEM_BYTES[task.format]
+        cycles, active, buf = 0, 0, 0
+        for c in _counts_for(task):
+            if c:
+                tm, tn, tk = plan_gemm_tiles(arch, c, task.k, task.n, eb)
+                cycles += tiled_gemm_cycles(arch, c, task.k, task.n, tm, tn, tk)
+                active += 1
+                buf = max(buf, eb * (tm * tk + tk * tn) + 4 * tm * tn)
+        row["cycles"] = max(1, cycles)
+        row["macs"] = task.macs
+        row["bytes"] = eb * (task.rows * task.k + active * task.k * task.n) + 4 * task.rows * task.n
+        row["buffer_bytes"] = buf
+    elif isinstance(task, AttentionTask):
+        eb = ELEM_BYTES[task.format]
+        bq, bk, d = min(task.block_q, task.s), min(task.block_kv, task.t), task.d
+        pairs = task.visited_blocks() * task.batch_size
+        gemm = int(_gemm_cycles(arch, bq, d, bk) + _gemm_cycles(arch, bq, bk, d))
+        vec = ATTENTION_VECTOR_PASSES * -(-bq * bk // lanes) + -(-bq * d // lanes)
+        final = task.batch_size * -(-task.s * d // lanes)
+        row["cycles"] = pairs * (gemm + vec) + final
+        row["macs"] = pairs * 2 * bq * bk * d
+        row["vector_ops"] = pairs * (ATTENTION_VECTOR_PASSES * bq * bk + bq * d)
+        row["bytes"] = task.batch_size * (eb * task.s * d + 4 * task.s * d) + pairs * 2 * eb * bk * d
+        row["buffer_bytes"] = task.buffer_bytes(eb)
+    elif isinstance(task, ScanTask):
+        elems = task.batch * task.length * task.channels * task.state
+        row["cycles"] = max(1, SCAN_PASSES * -(-elems // lanes))
+        row["vector_ops"] = SCAN_PASSES * elems
+        row["bytes"] = sum(_nbytes(prog, x) for x in task_inputs(task)) \
+            + _nbytes(prog, task.out) + _nbytes(prog, task.state_out)
+        row["buffer_bytes"] = task.buffer_bytes()
+    elif isinstance(task, VectorTask):
+        row["cycles"], row["vector_ops"], row["bytes"] = _vector_cost(task, prog, lanes)
+    else:  # pragma: no cover - every Task kind is handled above
+        raise TypeError(f"task {task.name}: no cost model for {type(task).__name__}")
+    return row
+
+
+def program_report(program: Program, arch: ArchSpec) -> pd.DataFrame:
+    """One row per task (columns :data:`COLUMNS`); ``df.attrs`` holds the conventions used."""
+    rows = [task_cost(t, program, arch) for t in program.tasks]
+    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in
+                                     ("mem_cycles", "intensity", "bound", "time_cycles",
+                                      "utilization")])
+    bytes_per_cycle = arch.offchip.bandwidth_gbps * 1e9 / (arch.clock_mhz * 1e6)
+    df["mem_cycles"] = np.ceil(df["bytes"] / bytes_per_cycle).astype(np.int64)
+    ops = 2 * df["macs"] + df["vector_ops"]
+    df["intensity"] = ops / df["bytes"].clip(lower=1)
+    df["bound"] = np.where(df["cycles"] >= df["mem_cycles"], "compute", "memory")
+    df["time_cycles"] = np.maximum(df["cycles"], df["mem_cycles"])
+    df["utilization"] = df["macs"] / (df["cycles"] * arch.tensor_engine.macs_per_cycle)
+    df.attrs.update({"convention": "tilewright", "vector_lanes": vector_lanes(arch),
+                     "bytes_per_cycle": bytes_per_cycle, "clock_mhz": arch.clock_mhz,
+                     "arch": arch.name})
+    return df[COLUMNS]
+
+
+def report_totals(df: pd.DataFrame, *, layers: int = 1) -> dict[str, Any]:
+    """Totals of a per-op report; ``layers`` multiplies a one-layer report (identical layers)."""
+    clock = df.attrs.get("clock_mhz", 1.0)
+    total = int(df["time_cycles"].sum()) * layers
+    return {"total_cycles": total, "compute_cycles": int(df["cycles"].sum()) * layers,
+            "mem_cycles": int(df["mem_cycles"].sum()) * layers,
+            "macs": int(df["macs"].sum()) * layers, "bytes": int(df["bytes"].sum()) * layers,
+            "time_us": total / clock, "layers": layers, "tasks": int(len(df)),
+            "max_buffer_bytes": int(df["buffer_bytes"].max()) if len(df) else 0}
