@@ -63,7 +63,10 @@ COLUMNS = ["task", "kind", "op", "source", "macs", "vector_ops", "cycles", "byte
 
 
 def vector_lanes(arch: ArchSpec) -> int:
-    """Vector lanes (elements per cycle) — ASSUMPTION: the tensor engine's column count."""
+    """Vector lanes (elements per cycle): ``arch.vector_unit.lanes``, or — an ASSUMPTION when the
+    ArchSpec has no vector unit — the tensor engine's column count."""
+    if arch.vector_unit is not None:
+        return arch.vector_unit.lanes
     return arch.tensor_engine.cols
 
 

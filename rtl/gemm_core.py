@@ -66,6 +66,12 @@ class GemmCore(wiring.Component):
         if not isinstance(arch, ArchSpec):
             raise TypeError(f"GemmCore takes an ArchSpec, not {type(arch).__name__}")
         te = arch.tensor_engine
+        if (te.input_format, te.weight_format, te.accumulator_format) != ("int8", "int8", "int32"):
+            raise ValueError(
+                f"{arch.name}: the RTL GEMM core implements int8 x int8 -> int32 only, not "
+                f"tensor_engine.input_format = {te.input_format!r} -> "
+                f"accumulator_format = {te.accumulator_format!r} (other formats run on the "
+                f"functional and cycle models)")
         self._arch = arch
         self._rows, self._cols, self._dataflow = te.rows, te.cols, te.dataflow
         self._depth_a, self._depth_b, self._depth_acc = GemmLayout.depths(arch)

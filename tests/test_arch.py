@@ -84,3 +84,27 @@ def test_optional_sections_do_not_change_existing_hashes():
     a = load_arch("ws8x8")
     assert "mesh" not in a.to_yaml()
     assert a.content_hash() == ArchSpec.from_yaml(a.to_yaml()).content_hash()
+
+
+@pytest.mark.parametrize("engine,needle", [
+    ("{rows: 4, cols: 4, dataflow: ws, input_format: bf16, weight_format: bf16}",
+     "tensor_engine.accumulator_format = 'int32': must be 'fp32' for bf16 operands"),
+    ("{rows: 4, cols: 4, dataflow: ws, input_format: bf16, weight_format: int8, accumulator_format: fp32}",
+     "tensor_engine.input_format = 'bf16' and weight_format = 'int8': must be the same format"),
+    ("{rows: 4, cols: 4, dataflow: ws, input_format: mxfp8, weight_format: mxfp8, accumulator_format: fp32}",
+     "tensor_engine.rows = 4: must be a multiple of 32"),
+])
+def test_format_combinations_are_checked(engine, needle):
+    with pytest.raises(ArchSpecError) as info:
+        ArchSpec.from_yaml(f"tensor_engine: {engine}", source="f.yaml")
+    assert str(info.value).startswith("f.yaml: ") and needle in str(info.value)
+
+
+def test_float_formats_validate_and_rtl_refuses_them():
+    from tilewright.rtl.gemm_core import GemmCore
+    a = ArchSpec.from_yaml("tensor_engine: {rows: 32, cols: 8, dataflow: ws, input_format: mxfp8,"
+                           " weight_format: mxfp8, accumulator_format: fp32}\n"
+                           "vector_unit: {lanes: 32}")
+    assert a.vector_unit.lanes == 32
+    with pytest.raises(ValueError, match="int8 x int8 -> int32 only.*'mxfp8'"):
+        GemmCore(a)

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tilewright import configs as _configs
+from tilewright.formats import FORMATS
 
 __all__ = ["ArchSpec", "ArchSpecError", "TensorEngineSpec", "MemorySpec", "OffChipSpec", "MeshSpec",
+           "VectorUnitSpec",
            "load_arch", "default_arch", "PRESET_DIR"]
 
 PRESET_DIR = Path(_configs.__file__).parent  # the repository's configs/ folder, packaged
@@ -46,10 +48,33 @@ class TensorEngineSpec(_Frozen):
     dataflow: Literal["ws", "os"] = Field(
         ..., description="'ws' weight-stationary (B tile held in PEs, A rows streamed), "
                          "'os' output-stationary (C tile accumulates in PEs, K streamed)")
-    input_format: Literal["int8"] = Field("int8", description="activation (A) element format")
-    weight_format: Literal["int8"] = Field("int8", description="weight (B) element format")
-    accumulator_format: Literal["int32"] = Field(
-        "int32", description="accumulator format; wraps modulo 2**32 like two's complement hardware")
+    input_format: str = Field(
+        "int8", description="activation (A) element format: a name in tilewright.formats.FORMATS")
+    weight_format: str = Field(
+        "int8", description="weight (B) element format: a name in tilewright.formats.FORMATS")
+    accumulator_format: Literal["int32", "fp32"] = Field(
+        "int32", description="accumulator format: int32 (wraps modulo 2**32; int8 operands only) "
+                             "or fp32 (every other format)")
+
+    @model_validator(mode="after")
+    def _formats_agree(self) -> "TensorEngineSpec":
+        for field in ("input_format", "weight_format"):
+            value = getattr(self, field)
+            if value not in FORMATS:
+                raise ValueError(f"{field} = {value!r}: must be one of {sorted(FORMATS)}")
+        if self.input_format != self.weight_format:
+            raise ValueError(f"input_format = {self.input_format!r} and weight_format = "
+                             f"{self.weight_format!r}: must be the same format")
+        wants = "int32" if self.input_format == "int8" else "fp32"
+        if self.accumulator_format != wants:
+            raise ValueError(f"accumulator_format = {self.accumulator_format!r}: must be "
+                             f"{wants!r} for {self.input_format} operands")
+        block = FORMATS[self.input_format].block_size
+        if block and self.rows % block:
+            raise ValueError(f"rows = {self.rows}: must be a multiple of {block} for the "
+                             f"{self.input_format} block format (one shared scale per "
+                             f"{block}-element block of the reduction dimension)")
+        return self
 
     @property
     def macs_per_cycle(self) -> int:
@@ -76,6 +101,15 @@ class MemorySpec(_Frozen):
     @property
     def accumulator_bytes(self) -> int:
         return self.accumulator_kib * 1024
+
+
+class VectorUnitSpec(_Frozen):
+    """The vector unit beside the tensor engine (elementwise ops, reductions, non-linear functions)."""
+
+    lanes: int = Field(16, ge=1, le=4096, description="elements processed per cycle (count)")
+    transcendental_passes: int = Field(
+        4, ge=1, le=64, description="cycles per lane-vector for exp/rsqrt/silu/sigmoid/softplus "
+                                    "(passes of the function approximation)")
 
 
 class OffChipSpec(_Frozen):
@@ -124,6 +158,8 @@ class ArchSpec(_Frozen):
     tensor_engine: TensorEngineSpec
     memory: MemorySpec = MemorySpec()
     offchip: OffChipSpec = OffChipSpec()
+    vector_unit: VectorUnitSpec | None = Field(
+        None, description="vector unit; when absent, costs assume lanes = tensor_engine.cols")
     mesh: MeshSpec | None = Field(
         None, description="optional wafer-scale mesh of cores; each core's engine is tensor_engine")
 
@@ -228,6 +264,11 @@ def _one_line(exc: ValidationError, source: str) -> str:
     shown = "(missing)" if first["type"] == "missing" else repr(value)
     if first["type"] == "extra_forbidden":
         shown = "(unknown key)"
+    if first["type"] == "value_error":      # a cross-field check: its message names the field
+        text = str(first["msg"]).removeprefix("Value error, ")
+        prefix = f"{field}." if first["loc"] else ""
+        more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
+        return f"{source}: {prefix}{text}{more}"
     more = f" (+{len(errs) - 1} more error{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
     return f"{source}: {field} = {shown}: {_accepted(first)}{more}"
 

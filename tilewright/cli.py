@@ -30,7 +30,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tilewright.cli_compile import UnknownFormat, UnknownModel  # noqa: PLC0415
     from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415
     from tilewright.compiler.lower import LoweringError  # noqa: PLC0415
-    errs += [UnsupportedOp, LoweringError, UnknownModel, UnknownFormat]
+    from tilewright.dataflow_sim.cluster import ClusterSpecError  # noqa: PLC0415
+    errs += [UnsupportedOp, LoweringError, UnknownModel, UnknownFormat, ClusterSpecError]
     return tuple(errs)
 
 
@@ -118,9 +119,11 @@ def cycles(
 
 def _register_subcommands() -> None:
     """Commands whose implementation lives in their own CLI modules."""
+    from tilewright.cli_cluster import cluster  # noqa: PLC0415
     from tilewright.cli_compile import compile_cmd, models_cmd  # noqa: PLC0415
     app.command("compile")(compile_cmd)
     app.command("models")(models_cmd)
+    app.command("cluster")(cluster)
 
 
 _register_subcommands()

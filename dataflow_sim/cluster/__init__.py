@@ -1,0 +1,33 @@
+"""Cluster model: many chips and their network running LLM training and serving, in SimPy.
+
+Public API::
+
+    spec = load_cluster("h100-8x-nvlink")                       # or a YAML path
+    res = simulate_training(spec, "llama3-8b", TrainPlan(tp=8, micro_batches=8))
+    res.step_seconds, res.breakdown, res.metrics, res.trace.save("step.json")
+    out = simulate_serving(spec, "llama3-8b", ServePlan(tp=1),
+                           poisson_requests(1000, rate_per_s=20, prompt_tokens=512,
+                                            output_tokens=(32, 256)))
+    out.metrics["ttft_p99_s"], out.requests
+
+Errors for bad cluster files and impossible plans: :class:`ClusterSpecError` (one line; plans
+raise its subclass :class:`PlanError`).
+"""
+
+from .cluster_spec import (CLUSTER_PRESET_DIR, GPU_PRESETS, ClusterSpec, ClusterSpecError,
+                           PlanError, load_cluster)
+from .collectives import CollectiveTimer, all_gather, all_reduce, all_to_all, reduce_scatter, send
+from .costs import ChipModel, chip_model
+from .network import Network
+from .plan import ServePlan, TrainPlan
+from .serving import (IterationCost, ServeResult, load_request_trace, poisson_requests,
+                      simulate_serving)
+from .topology import Topology
+from .trace import Trace
+from .training import TrainResult, schedule_order, simulate_training
+
+__all__ = ["ClusterSpec", "ClusterSpecError", "PlanError", "load_cluster", "CLUSTER_PRESET_DIR",
+           "GPU_PRESETS", "Topology", "Network", "CollectiveTimer", "all_reduce", "reduce_scatter",
+           "all_gather", "all_to_all", "send", "ChipModel", "chip_model", "TrainPlan", "ServePlan",
+           "simulate_training", "TrainResult", "schedule_order", "simulate_serving", "ServeResult",
+           "IterationCost", "poisson_requests", "load_request_trace", "Trace"]

@@ -1,0 +1,264 @@
+"""ClusterSpec: the validated description of a multi-chip system (chips, node fabric, network).
+
+A cluster is ``nodes`` nodes of ``chips_per_node`` identical chips. A chip is either an
+:class:`~tilewright.arch.ArchSpec` design point (GEMM time from the cycle model) or a GPU-like
+roofline preset from public datasheets (:data:`GPU_PRESETS`). Chips in a node talk over the
+``intra_node`` fabric; nodes talk over the ``inter_node`` network, replicated ``planes`` times
+(multi-plane / multi-rail: a message between nodes is striped evenly over all planes).
+
+Units: bandwidths in GB/s (1e9 bytes/s) *per direction per link*, latencies in µs, capacities in
+GiB (2**30 bytes). Invalid input raises :class:`ClusterSpecError`, one line naming the field, the
+value given and what is accepted — the same style as :class:`~tilewright.arch.ArchSpecError`::
+
+    configs/clusters/bad.yaml: inter_node.link_gbps = -1: must be a number above 0
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tilewright import configs as _configs
+from tilewright.arch import ArchSpec, ArchSpecError, load_arch
+
+__all__ = ["ClusterSpec", "ClusterSpecError", "PlanError", "GpuChip", "ArchChip", "IntraNode",
+           "InterNode", "Pools", "GpuPreset", "GPU_PRESETS", "load_cluster", "CLUSTER_PRESET_DIR"]
+
+CLUSTER_PRESET_DIR = Path(_configs.__file__).parent / "clusters"
+
+
+class ClusterSpecError(ValueError):
+    """A malformed cluster file or an impossible plan; ``str(err)`` is one line naming the field
+    (or plan), the value given and what is accepted."""
+
+
+class PlanError(ClusterSpecError):
+    """A parallelism plan that cannot run on the cluster (does not divide, does not fit)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+
+class GpuPreset(BaseModel):
+    """Roofline figures of a GPU from its public datasheet (dense, no sparsity)."""
+
+    model_config = ConfigDict(frozen=True)
+    tensor_flops: float     # FLOP/s, dense BF16 tensor-core peak
+    vector_flops: float     # FLOP/s, FP32 non-tensor (CUDA-core) peak: norms, softmax, elementwise
+    hbm_bytes_per_s: float  # bytes/s
+    hbm_gib: float          # GiB of HBM
+    element_bytes: int = 2  # BF16 activations/weights
+    source: str = ""
+
+
+# NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): BF16 989 TFLOP/s dense (1,979 with
+# sparsity), FP32 67 TFLOP/s, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s (both directions).
+# https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
+# NVIDIA A100 datasheet (80GB SXM column): BF16 312 TFLOP/s dense, FP32 19.5 TFLOP/s,
+# 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s (both directions).
+# https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+GPU_PRESETS: dict[str, GpuPreset] = {
+    "h100-sxm": GpuPreset(tensor_flops=989e12, vector_flops=67e12, hbm_bytes_per_s=3.35e12,
+                          hbm_gib=80e9 / 2**30, source="NVIDIA H100 datasheet, SXM5"),
+    "a100-sxm-80gb": GpuPreset(tensor_flops=312e12, vector_flops=19.5e12,
+                               hbm_bytes_per_s=2.039e12, hbm_gib=80e9 / 2**30,
+                               source="NVIDIA A100 datasheet, 80GB SXM"),
+}
+
+
+class GpuChip(_Frozen):
+    """A GPU-like chip costed by a roofline on its datasheet figures."""
+
+    kind: Literal["gpu"]
+    preset: Literal["h100-sxm", "a100-sxm-80gb"] = Field(
+        ..., description="datasheet preset (see GPU_PRESETS for the figures and sources)")
+
+
+class ArchChip(_Frozen):
+    """A chip built from an ArchSpec: GEMM time from ``dataflow_sim.cycle``; memory capacity and
+    vector throughput live here until ArchSpec grows a vector unit and an HBM capacity field."""
+
+    kind: Literal["arch"]
+    arch: Union[str, dict[str, Any]] = Field(
+        ..., description="ArchSpec preset name, YAML path, or an inline ArchSpec mapping")
+    hbm_gib: float = Field(..., gt=0, description="off-chip memory capacity in GiB")
+    vector_ops_per_cycle: Optional[int] = Field(
+        None, ge=1, description="vector unit throughput in elementwise ops/cycle; default: the "
+                                "tensor engine's column count (one lane per column)")
+
+
+Chip = Annotated[Union[GpuChip, ArchChip], Field(discriminator="kind")]
+
+
+class IntraNode(_Frozen):
+    """The fabric between the chips of one node."""
+
+    topology: Literal["none", "switch", "ring", "torus", "fully_connected"] = Field(
+        "none", description="'switch': one link per chip up to a non-blocking switch and one "
+                            "down (NVLink/NVSwitch style); 'ring'/'torus': neighbour links, "
+                            "shortest-direction dimension-order routing; 'fully_connected': a "
+                            "direct link between every ordered pair of chips")
+    link_gbps: float = Field(1.0, gt=0, description="GB/s per link per direction")
+    latency_us: float = Field(0.0, ge=0, description="µs per link traversal")
+    dims: Optional[list[int]] = Field(None, description="torus dimensions (product = chips_per_node)")
+
+
+class InterNode(_Frozen):
+    """The network between nodes; ``planes`` identical copies, messages striped across them."""
+
+    topology: Literal["none", "switch", "fat_tree", "ring", "torus", "fully_connected"] = Field(
+        "none", description="'switch': each node's NIC link to one non-blocking switch; "
+                            "'fat_tree': two levels, nodes_per_leaf nodes per leaf switch, "
+                            "`spines` spine switches, one uplink per leaf per spine; "
+                            "'ring'/'torus'/'fully_connected': direct node-to-node links")
+    link_gbps: float = Field(1.0, gt=0, description="GB/s per link per direction, per plane")
+    latency_us: float = Field(0.0, ge=0, description="µs per link traversal")
+    planes: int = Field(1, ge=1, le=64, description="parallel network planes (rails)")
+    dims: Optional[list[int]] = Field(None, description="torus dimensions (product = nodes)")
+    nodes_per_leaf: int = Field(1, ge=1, description="fat_tree: nodes under one leaf switch")
+    spines: int = Field(1, ge=1, description="fat_tree: spine switches")
+    uplink_gbps: Optional[float] = Field(
+        None, gt=0, description="fat_tree: GB/s of each leaf-spine link; default link_gbps")
+
+
+class Pools(_Frozen):
+    """Serving pools for prefill/decode disaggregation (Splitwise): chips [0, prefill_chips) form
+    the prefill pool, the rest the decode pool."""
+
+    prefill_chips: int = Field(..., ge=1, description="chips in the prefill pool")
+
+
+class ClusterSpec(_Frozen):
+    """A multi-chip system. Frozen; load with :func:`load_cluster`."""
+
+    name: str = Field("unnamed", min_length=1)
+    chip: Chip
+    nodes: int = Field(1, ge=1, le=1_000_000, description="node count")
+    chips_per_node: int = Field(1, ge=1, le=4096, description="chips in one node")
+    intra_node: IntraNode = IntraNode()
+    inter_node: InterNode = InterNode()
+    pools: Optional[Pools] = None
+
+    @property
+    def n_chips(self) -> int:
+        return self.nodes * self.chips_per_node
+
+    def node_of(self, chip: int) -> int:
+        return chip // self.chips_per_node
+
+    def arch(self, source: str | None = None) -> ArchSpec | None:
+        """The chip's ArchSpec (None for GPU presets)."""
+        if not isinstance(self.chip, ArchChip):
+            return None
+        if isinstance(self.chip.arch, dict):
+            return ArchSpec.from_dict(self.chip.arch, source=f"{source or self.name}: chip.arch")
+        return load_arch(self.chip.arch)
+
+    # ---- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "cluster") -> "ClusterSpec":
+        """Validate a mapping; raise :class:`ClusterSpecError` with a one-line message."""
+        if not isinstance(data, dict):
+            raise ClusterSpecError(f"{source}: expected a mapping of cluster fields at top level, "
+                                   f"got {type(data).__name__}")
+        try:
+            spec = cls.model_validate(data)
+        except ValidationError as exc:
+            raise ClusterSpecError(_one_line(exc, source)) from None
+        spec._check(source)
+        return spec
+
+    @classmethod
+    def from_yaml(cls, text: str, source: str = "cluster") -> "ClusterSpec":
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            raise ClusterSpecError(f"{source}:{where} is not valid YAML "
+                                   f"({getattr(exc, 'problem', exc)})") from None
+        return cls.from_dict(data, source)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False)
+
+    def _check(self, src: str) -> None:
+        """Cross-field checks pydantic cannot express, each a one-line error."""
+        def bad(field: str, value: Any, accepted: str) -> ClusterSpecError:
+            return ClusterSpecError(f"{src}: {field} = {value!r}: {accepted}")
+
+        try:
+            self.arch(src)
+        except ArchSpecError as exc:
+            raise ClusterSpecError(str(exc)) from None
+        intra, inter = self.intra_node, self.inter_node
+        if self.chips_per_node > 1 and intra.topology == "none":
+            raise bad("intra_node.topology", "none",
+                      f"chips_per_node = {self.chips_per_node} needs a fabric: one of switch, "
+                      "ring, torus, fully_connected")
+        if self.nodes > 1 and inter.topology == "none":
+            raise bad("inter_node.topology", "none",
+                      f"nodes = {self.nodes} needs a network: one of switch, fat_tree, ring, "
+                      "torus, fully_connected")
+        for name, fab, count in (("intra_node", intra, self.chips_per_node),
+                                 ("inter_node", inter, self.nodes)):
+            if fab.topology == "torus":
+                if not fab.dims or any(d < 1 for d in fab.dims) or math.prod(fab.dims) != count:
+                    raise bad(f"{name}.dims", fab.dims,
+                              f"torus dims must be positive integers whose product is {count}")
+            elif fab.dims is not None:
+                raise bad(f"{name}.dims", fab.dims, "only a torus takes dims")
+        if inter.topology == "fat_tree" and self.nodes % inter.nodes_per_leaf:
+            raise bad("inter_node.nodes_per_leaf", inter.nodes_per_leaf,
+                      f"must divide nodes = {self.nodes}")
+        if self.pools is not None and not 1 <= self.pools.prefill_chips < self.n_chips:
+            raise bad("pools.prefill_chips", self.pools.prefill_chips,
+                      f"must be from 1 to {self.n_chips - 1} (the rest form the decode pool)")
+
+
+# ---- one-line pydantic errors (ArchSpec's style; its helpers name ArchSpec's own fields) ---------
+def _one_line(exc: ValidationError, source: str) -> str:
+    errs = exc.errors(include_url=False)
+    first = errs[0]
+    loc = [str(p) for p in first["loc"]]
+    if loc[:1] == ["chip"] and len(loc) > 2 and loc[1] in ("gpu", "arch"):
+        del loc[1]                      # drop the union tag pydantic puts in the path
+    field = ".".join(loc) or "<top level>"
+    typ, ctx = first["type"], first.get("ctx", {}) or {}
+    shown = "(missing)" if typ == "missing" else repr(first.get("input"))
+    if typ == "extra_forbidden":
+        shown, accepted = "(unknown key)", "is not a cluster field (check the spelling)"
+    elif typ == "literal_error":
+        accepted = f"must be one of {ctx.get('expected', '?')}"
+    elif typ == "union_tag_invalid":
+        field, shown = f"{field}.kind", repr(ctx.get("tag"))
+        accepted = f"must be one of {ctx.get('expected_tags', '?')}"
+    elif typ == "union_tag_not_found":
+        field, shown, accepted = f"{field}.kind", "(missing)", "must be 'gpu' or 'arch'"
+    elif typ == "missing":
+        accepted = "is required"
+    elif typ in ("greater_than", "greater_than_equal"):
+        accepted = f"must be a number above {ctx.get('gt', ctx.get('ge'))}" if typ == "greater_than" \
+            else f"must be a number of at least {ctx.get('ge')}"
+    elif typ in ("less_than", "less_than_equal"):
+        accepted = f"must be at most {ctx.get('le', ctx.get('lt'))}"
+    else:
+        accepted = first["msg"].lower()
+    more = f" (+{len(errs) - 1} more error{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
+    return f"{source}: {field} = {shown}: {accepted}{more}"
+
+
+def load_cluster(path: str | Path) -> ClusterSpec:
+    """Load a ClusterSpec from a YAML file or a preset name (``configs/clusters/NAME.yaml``)."""
+    p = Path(path)
+    if not p.exists() and (CLUSTER_PRESET_DIR / f"{path}.yaml").exists():
+        p = CLUSTER_PRESET_DIR / f"{path}.yaml"
+    if not p.exists():
+        presets = ", ".join(sorted(x.stem for x in CLUSTER_PRESET_DIR.glob("*.yaml")))
+        raise ClusterSpecError(f"{path}: no such file (or cluster preset; presets are: {presets})")
+    return ClusterSpec.from_yaml(p.read_text(), source=str(path))

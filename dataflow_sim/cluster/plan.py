@@ -1,0 +1,242 @@
+"""Parallelism plans (training and serving), their validation and per-chip memory.
+
+Chip placement (Megatron order, TP fastest): chip = tp_rank + tp·(sp_rank + sp·(dp_rank +
+dp·pp_rank)). EP groups are carved out of the data/context ranks (ep | dp·sp), as in Megatron
+and DeepSpeed-MoE.
+
+Training memory per chip (bytes), ``e`` = the chip's element size:
+
+* parameters P (this stage's layers, experts sharded by EP, all by TP; embedding on the first
+  stage, LM head on the last) × (``e`` weights + ``e`` gradients) + P × ``optimizer_bytes_per_param``
+  (12: fp32 master + Adam m, v — ZeRO paper) divided by the data-parallel degree with ``zero1``.
+* activations per layer per in-flight micro-batch, Korthikanti et al. 2022 ("Reducing activation
+  recomputation", Table 2, tensor-parallel row), scaled from 16-bit to ``e`` bytes:
+  ``s·b·D·(10 + 24/t + 5·a·s_kv/(D·t))·e/2`` with s the local sequence; full recomputation keeps
+  only each layer's input ``s·b·D·e`` plus one layer's full activations.
+* in-flight micro-batches on pipeline rank r: ``min(m, p − r)`` for 1F1B; for the interleaved
+  schedule the warm-up depth + 1 in chunks: ``min(m·v, 2(p − r − 1) + (v − 1)·p + 1)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MoEConfig, get_config
+
+from .cluster_spec import ClusterSpec, ClusterSpecError, PlanError
+from .costs import ChipModel
+from .workload import Shard, dims_of
+
+__all__ = ["TrainPlan", "ServePlan", "validate_train", "train_memory", "validate_serve",
+           "serve_memory", "layer_params", "GIB"]
+
+GIB = 2**30
+
+
+class TrainPlan(BaseModel):
+    """How one training step is split over the chips."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    dp: int = Field(1, ge=1, description="data-parallel replicas")
+    tp: int = Field(1, ge=1, description="tensor-parallel degree (heads, FFN width)")
+    pp: int = Field(1, ge=1, description="pipeline stages (devices per pipeline)")
+    sp: int = Field(1, ge=1, description="sequence (context) parallel degree")
+    ep: int = Field(1, ge=1, description="expert-parallel degree (divides dp·sp)")
+    micro_batches: int = Field(8, ge=1, description="micro-batches per step per replica (m)")
+    micro_batch_size: int = Field(1, ge=1, description="sequences per micro-batch (b)")
+    seq_len: int = Field(4096, ge=1, description="tokens per sequence (s)")
+    schedule: Literal["1f1b", "interleaved"] = "1f1b"
+    virtual_stages: int = Field(1, ge=1, description="model chunks per device (interleaved: v ≥ 2)")
+    recompute: bool = Field(False, description="full activation recomputation in backward")
+    zero1: bool = Field(True, description="shard optimizer state over data-parallel ranks")
+    optimizer_bytes_per_param: float = Field(12.0, ge=0, description="bytes/param of optimizer state")
+    embedding_and_head: bool = Field(True, description="cost the embedding and LM head")
+    allreduce_algo: Literal["ring", "tree"] = "ring"
+    alltoall_algo: Literal["pairwise", "direct"] = "pairwise"
+
+    @property
+    def shard(self) -> Shard:
+        return Shard(tp=self.tp, sp=self.sp, ep=self.ep)
+
+    def label(self) -> str:
+        return (f"dp={self.dp} tp={self.tp} pp={self.pp} sp={self.sp} ep={self.ep} "
+                f"m={self.micro_batches}")
+
+
+class ServePlan(BaseModel):
+    """How the chips serve requests: replicas of ``tp·ep`` chips, continuous batching."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    tp: int = Field(1, ge=1, description="tensor-parallel degree inside a replica")
+    ep: int = Field(1, ge=1, description="expert-parallel degree inside a replica (MoE)")
+    max_batch_tokens: int = Field(8192, ge=1, description="token budget of one iteration")
+    max_seqs: int = Field(256, ge=1, description="sequences batched at once per replica")
+    chunked_prefill: bool = Field(True, description="split long prompts over iterations")
+    kv_block_tokens: int = Field(16, ge=1, description="KV-cache allocation granule (tokens)")
+    memory_fraction: float = Field(0.9, gt=0, le=1, description="HBM share usable by weights+KV")
+    disaggregated: Optional[bool] = Field(
+        None, description="prefill/decode pools; None: use the cluster's `pools` if it has one")
+    routing: Literal["uniform", "zipf", "trace"] = "uniform"
+    zipf_s: float = Field(1.2, gt=0, description="Zipf exponent of expert popularity")
+
+    def label(self) -> str:
+        return f"tp={self.tp} ep={self.ep}"
+
+
+def _cfg(model: str | LLMConfig) -> LLMConfig:
+    try:
+        cfg = get_config(model) if isinstance(model, str) else model
+    except ValueError as exc:
+        raise ClusterSpecError(f"model: {exc}") from None
+    if not (isinstance(cfg, LlamaConfig) or (isinstance(cfg, MoEConfig) and cfg.n_heads)):
+        what = "an MoE model with MLA attention" if cfg.family == "moe" else f"a {cfg.family} model"
+        raise PlanError(f"model {cfg.name}: {what} is not modelled; the cluster model covers "
+                        "Llama-style (llama3-*) and Mixtral-style (mixtral-8x7b) decoders")
+    return cfg
+
+
+def _check_shard(cfg: LLMConfig, tp: int, ep: int, where: str) -> None:
+    if cfg.n_heads % tp:
+        raise PlanError(f"{where}: tp={tp} does not divide n_heads = {cfg.n_heads} of {cfg.name}")
+    if cfg.n_kv_heads % tp and tp % cfg.n_kv_heads:
+        raise PlanError(f"{where}: tp={tp} and n_kv_heads = {cfg.n_kv_heads} of {cfg.name}: one "
+                        "must divide the other")
+    ffn = cfg.d_ffn if isinstance(cfg, LlamaConfig) else cfg.d_expert_ffn
+    if ffn % tp:
+        raise PlanError(f"{where}: tp={tp} does not divide the FFN width {ffn} of {cfg.name}")
+    if ep > 1 and not isinstance(cfg, MoEConfig):
+        raise PlanError(f"{where}: ep={ep} but {cfg.name} has no experts (use ep=1)")
+    if isinstance(cfg, MoEConfig) and cfg.n_experts % ep:
+        raise PlanError(f"{where}: ep={ep} does not divide n_experts = {cfg.n_experts} of {cfg.name}")
+
+
+def layer_params(cfg: LLMConfig, shard: Shard) -> tuple[float, float]:
+    """(non-expert, expert) parameters of one layer on one chip."""
+    dm = dims_of(cfg, shard)
+    attn = dm.d * (dm.h + 2 * dm.kv) * dm.hd + dm.h * dm.hd * dm.d + 2 * dm.d
+    if not dm.moe:
+        return attn + 3 * dm.d * dm.f, 0.0
+    return attn + dm.d * dm.n_experts + 3 * dm.d * dm.f_shared, 3.0 * dm.d * dm.f_exp * dm.experts
+
+
+def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -> LLMConfig:
+    """Raise :class:`PlanError` (one line, with the numbers) if ``plan`` cannot run."""
+    cfg = _cfg(model)
+    where = f"plan {plan.label()}"
+    _check_shard(cfg, plan.tp, plan.ep, where)
+    if plan.pp > cfg.n_layers:
+        raise PlanError(f"{where}: pp={plan.pp} pipeline stages > n_layers = {cfg.n_layers} of "
+                        f"{cfg.name}")
+    v = plan.virtual_stages
+    if plan.schedule == "1f1b" and v != 1:
+        raise PlanError(f"{where}: virtual_stages={v} needs schedule 'interleaved'")
+    if plan.schedule == "interleaved":
+        if v < 2:
+            raise PlanError(f"{where}: the interleaved schedule needs virtual_stages ≥ 2, got {v}")
+        if plan.micro_batches % plan.pp:
+            raise PlanError(f"{where}: the interleaved schedule needs micro_batches "
+                            f"({plan.micro_batches}) to be a multiple of pp={plan.pp}")
+    if cfg.n_layers % (plan.pp * v):
+        raise PlanError(f"{where}: n_layers = {cfg.n_layers} of {cfg.name} is not divisible by "
+                        f"pp·virtual_stages = {plan.pp}·{v}")
+    if plan.seq_len % plan.sp:
+        raise PlanError(f"{where}: sp={plan.sp} does not divide seq_len = {plan.seq_len}")
+    if (plan.dp * plan.sp) % plan.ep:
+        raise PlanError(f"{where}: ep={plan.ep} must divide dp·sp = {plan.dp * plan.sp}")
+    used = plan.dp * plan.tp * plan.pp * plan.sp
+    if used != spec.n_chips:
+        raise PlanError(f"{where}: dp·tp·pp·sp = {plan.dp}·{plan.tp}·{plan.pp}·{plan.sp} = {used} "
+                        f"chips but cluster {spec.name} has {spec.n_chips}")
+    return cfg
+
+
+def in_flight(plan: TrainPlan, rank: int) -> int:
+    """Micro-batch chunks whose activations pipeline rank ``rank`` holds at its peak."""
+    p, m, v = plan.pp, plan.micro_batches, plan.virtual_stages
+    if plan.schedule == "1f1b":
+        return min(m, p - rank)
+    return min(m * v, 2 * (p - rank - 1) + (v - 1) * p + 1)
+
+
+def train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
+                 model: str | LLMConfig) -> list[dict[str, float]]:
+    """Per pipeline rank: bytes of parameters+gradients+optimizer, activations, total, capacity."""
+    cfg = _cfg(model)
+    e = chip.element_bytes
+    dense, expert = layer_params(cfg, plan.shard)
+    L_rank = cfg.n_layers // plan.pp                 # layers per device
+    L_chunk = L_rank // plan.virtual_stages          # layers per chunk
+    vocab = math.ceil(cfg.vocab_size / plan.tp) * cfg.d_model
+    s_l, b, D, t = plan.seq_len // plan.sp, plan.micro_batch_size, cfg.d_model, plan.tp
+    full = s_l * b * D * (10 + 24 / t + 5 * cfg.n_heads * plan.seq_len / (D * t)) * e / 2
+    out = []
+    for r in range(plan.pp):
+        p_dense = L_rank * dense
+        if plan.embedding_and_head:
+            p_dense += vocab * ((r == 0) + (r == plan.pp - 1))
+        p_exp = L_rank * expert
+        opt_div_dense = plan.dp * plan.sp if plan.zero1 else 1
+        opt_div_exp = max(1, plan.dp * plan.sp // plan.ep) if plan.zero1 else 1
+        states = (p_dense + p_exp) * 2 * e + plan.optimizer_bytes_per_param * (
+            p_dense / opt_div_dense + p_exp / opt_div_exp)
+        chunks = in_flight(plan, r)
+        acts = chunks * L_chunk * (s_l * b * D * e if plan.recompute else full)
+        acts += full if plan.recompute else 0.0
+        out.append({"rank": r, "params": p_dense + p_exp, "states_bytes": states,
+                    "activation_bytes": acts, "total_bytes": states + acts,
+                    "capacity_bytes": chip.hbm_bytes})
+    return out
+
+
+def check_train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
+                       model: str | LLMConfig) -> list[dict[str, float]]:
+    """:func:`train_memory`, raising :class:`PlanError` if any rank does not fit."""
+    mem = train_memory(plan, spec, chip, model)
+    worst = max(mem, key=lambda x: x["total_bytes"])
+    if worst["total_bytes"] > chip.hbm_bytes:
+        name = model if isinstance(model, str) else model.name
+        raise PlanError(
+            f"plan {plan.label()}: {name} does not fit: pipeline rank {worst['rank']} needs "
+            f"{worst['total_bytes'] / GIB:.1f} GiB per chip (weights+grads+optimizer "
+            f"{worst['states_bytes'] / GIB:.1f} GiB, activations "
+            f"{worst['activation_bytes'] / GIB:.1f} GiB) but {chip.name} has "
+            f"{chip.hbm_bytes / GIB:.1f} GiB{'' if plan.recompute else '; try recompute'}")
+    return mem
+
+
+def validate_serve(plan: ServePlan, spec: ClusterSpec, model: str | LLMConfig,
+                   pool_chips: list[int]) -> LLMConfig:
+    """Raise :class:`PlanError` if replicas of ``tp·ep`` chips cannot tile each pool."""
+    cfg = _cfg(model)
+    where = f"serve plan {plan.label()}"
+    _check_shard(cfg, plan.tp, plan.ep, where)
+    size = plan.tp * plan.ep
+    for n in pool_chips:
+        if n % size:
+            raise PlanError(f"{where}: a replica takes tp·ep = {size} chips, which does not "
+                            f"divide a pool of {n} chips of cluster {spec.name}")
+    return cfg
+
+
+def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> dict[str, float]:
+    """Per chip: weight bytes, KV bytes per token, KV capacity in tokens (PlanError if the
+    weights alone do not fit)."""
+    cfg = _cfg(model)
+    shard = Shard(tp=plan.tp, ep=plan.ep)
+    dense, expert = layer_params(cfg, shard)
+    dm = dims_of(cfg, shard)
+    e = chip.element_bytes
+    weights = (cfg.n_layers * (dense + expert) + 2 * math.ceil(cfg.vocab_size / plan.tp)
+               * cfg.d_model) * e
+    usable = chip.hbm_bytes * plan.memory_fraction
+    kv_per_token = 2 * dm.kv * dm.hd * e * cfg.n_layers
+    if weights >= usable:
+        raise PlanError(f"serve plan {plan.label()}: {cfg.name} weights need "
+                        f"{weights / GIB:.1f} GiB per chip but {chip.name} offers "
+                        f"{usable / GIB:.1f} GiB ({plan.memory_fraction:.0%} of "
+                        f"{chip.hbm_bytes / GIB:.1f} GiB); raise tp or ep")
+    return {"weight_bytes": weights, "kv_bytes_per_token": kv_per_token,
+            "kv_tokens": int((usable - weights) // kv_per_token)}

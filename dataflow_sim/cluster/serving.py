@@ -1,0 +1,509 @@
+"""LLM inference serving on a cluster, as a SimPy simulation.
+
+Replicas of ``tp·ep`` chips each run an iteration loop (continuous batching, vLLM style):
+
+1. every running request that is decoding gets one token; requests still prefilling get the next
+   chunk of their prompt; waiting requests are admitted first-come first-served while the token
+   budget (``max_batch_tokens``), ``max_seqs`` and the KV cache allow (chunked prefill: a prompt
+   may be split over iterations; without it a prompt enters only whole);
+2. the iteration takes the time :class:`IterationCost` computes for that exact batch;
+3. a request whose prefill completes emits its first token (TTFT); each decode step emits one.
+
+KV cache: per replica ``kv_tokens`` (HBM left after the weights, see :func:`.plan.serve_memory`),
+allocated in blocks of ``kv_block_tokens``. When a decoding request needs a block and none is
+free, the most recently admitted request is preempted (vLLM's recompute policy): its blocks are
+freed and it re-enters the queue head to prefill its prompt plus the tokens it produced.
+
+Prefill/decode disaggregation (Splitwise): prefill replicas only prefill; the KV cache of a
+finished prompt then travels over the network (one message per chip of the replica, ``prompt ·
+kv_bytes_per_token`` bytes each, on shared links) to the least-loaded decode replica.
+
+MoE routing imbalance: each iteration draws the experts of all ``T·top_k`` token slots
+(multinomial over expert popularity: uniform, Zipf(``zipf_s``) over a seeded random ranking, or
+a cycled trace of expert ids); the EP rank with the most work sets the expert time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from tilewright.models.llm_configs import LLMConfig
+
+from .cluster_spec import ClusterSpec, ClusterSpecError
+from .collectives import CollectiveTimer
+from .costs import ChipModel, chip_model
+from .network import Network, events_scheduled
+from .plan import ServePlan, serve_memory, validate_serve
+from .topology import Topology
+from .trace import Trace
+from .workload import Shard, dims_of, token_gemms, token_vectors
+
+__all__ = ["simulate_serving", "ServeResult", "IterationCost", "poisson_requests",
+           "load_request_trace"]
+
+
+# ---- workloads -------------------------------------------------------------------------------
+def poisson_requests(n: int, rate_per_s: float, prompt_tokens: int | Sequence[int],
+                     output_tokens: int | Sequence[int], seed: int = 0) -> pd.DataFrame:
+    """``n`` requests with exponential inter-arrival times (mean ``1/rate_per_s`` s). Lengths are
+    fixed ints, or (lo, hi) pairs drawn uniformly (inclusive)."""
+    if n < 1 or rate_per_s <= 0:
+        raise ClusterSpecError(f"workload: need n ≥ 1 and rate > 0, got n={n}, rate={rate_per_s}")
+    rng = np.random.default_rng(seed)
+
+    def lengths(x) -> np.ndarray:
+        if isinstance(x, int):
+            return np.full(n, x, dtype=np.int64)
+        lo, hi = x
+        return rng.integers(lo, hi + 1, size=n)
+
+    arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, size=n))
+    return pd.DataFrame({"arrival_s": arrival, "prompt_tokens": lengths(prompt_tokens),
+                         "output_tokens": lengths(output_tokens)})
+
+
+def load_request_trace(path: str | Path) -> pd.DataFrame:
+    """A CSV with columns ``arrival_s, prompt_tokens, output_tokens`` (one request per row)."""
+    df = pd.read_csv(path)
+    need = ["arrival_s", "prompt_tokens", "output_tokens"]
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise ClusterSpecError(f"{path}: request trace lacks column(s) {missing}; needs {need}")
+    if (df.prompt_tokens < 1).any() or (df.output_tokens < 1).any():
+        raise ClusterSpecError(f"{path}: prompt_tokens and output_tokens must be ≥ 1")
+    return df[need].sort_values("arrival_s", kind="stable").reset_index(drop=True)
+
+
+# ---- iteration cost --------------------------------------------------------------------------
+class IterationCost:
+    """Seconds of one iteration of a replica for a batch: per sequence ``q`` new tokens attending
+    to ``c`` keys (``c`` includes the new ones), plus ``n_logits`` LM-head rows.
+
+    Per layer: GEMMs with M = tokens (:func:`.workload.token_gemms`), per-token non-GEMM ops
+    (:func:`.workload.token_vectors`), attention per sequence, TP all-reduces (2 per layer) and,
+    for MoE, dispatch/combine all-to-alls and the routed experts; times ``n_layers``; plus
+    embedding and LM head. With ``ep > 1`` sequences are spread round-robin over the EP ranks
+    (attention data parallel) and the slowest rank sets each phase.
+    """
+
+    def __init__(self, cfg: LLMConfig, plan: ServePlan, chip: ChipModel, timer: CollectiveTimer,
+                 replica_chips: Sequence[int], routing_trace: Optional[np.ndarray] = None,
+                 seed: int = 0) -> None:
+        self.cfg, self.plan, self.chip = cfg, plan, chip
+        self.shard = Shard(tp=plan.tp, ep=plan.ep)
+        dm = self.dm = dims_of(cfg, self.shard)
+        e = self.e = chip.element_bytes
+        g = token_gemms(dm)
+        self._k = np.array([k for _, k, _ in g])
+        self._n = np.array([n for _, _, n in g])
+        vec = token_vectors(dm, e)
+        self._vec_per_token = float(chip.vector_seconds([f for _, f, _ in vec],
+                                                        [b for _, _, b in vec]).sum())
+        tp, ep = plan.tp, plan.ep
+        chips = list(replica_chips)
+        self._tp_group = [chips[:tp]]
+        self._ep_group = [chips[t::tp][:ep] for t in range(tp)]
+        self.timer = timer
+        self._lin: dict[int, float] = {}
+        self._head: dict[int, float] = {}
+        self._lines: dict[str, tuple[float, float] | None] = {}
+        self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
+        self._comm: dict[tuple[str, int], float] = {}
+        self._rng = np.random.default_rng(seed)
+        self._trace = routing_trace
+        self._trace_pos = 0
+        if dm.moe:
+            E = dm.n_experts
+            if plan.routing == "zipf":
+                ranks = self._rng.permutation(E) + 1
+                p = 1.0 / ranks.astype(float) ** plan.zipf_s
+                self._popularity = p / p.sum()
+            else:
+                self._popularity = np.full(E, 1.0 / E)
+
+    def _dense_seconds(self, T: int) -> float:
+        """One layer's token-linear part (GEMMs + non-GEMM ops) for T tokens."""
+        t = self._lin.get(T)
+        if t is None:
+            t = float(self.chip.gemm_seconds(T, self._k, self._n, positive=True).sum()) \
+                + self._vec_per_token * T
+            self._lin[T] = t
+        return t
+
+    def comm_seconds(self, kind: str, nbytes: float) -> float:
+        """One collective of the replica's TP (all_reduce) or EP (all_to_all) groups."""
+        line = self._lines.get(kind, False)
+        groups = self._tp_group if kind == "all_reduce" else self._ep_group
+        if line is False:
+            line = self._lines[kind] = self.timer.affine(kind, groups)
+        if line is not None:
+            return line[0] + line[1] * nbytes if nbytes > 0 else 0.0
+        return self.timer.seconds(kind, groups, nbytes)
+
+    def attention_seconds(self, q: np.ndarray, c: np.ndarray) -> float:
+        """Scores and values GEMMs per sequence and KV head, and the batch's softmax."""
+        dm, chip = self.dm, self.chip
+        if chip.arch is None:   # roofline: both GEMMs have equal FLOPs and bytes
+            s = 2 * chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum()
+        else:
+            s = chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum() \
+                + chip.gemm_seconds(dm.g * q, c, dm.hd, dm.kv, positive=True).sum()
+        qc = float(np.dot(q, c))
+        return float(s) + chip.vector_seconds(5 * dm.h * qc, 2 * dm.h * qc * self.e)
+
+    def expert_loads(self, slots: int) -> np.ndarray:
+        """Tokens per expert for ``slots`` = tokens·top_k routed slots."""
+        E = self.dm.n_experts
+        if self._trace is not None:
+            idx = (self._trace_pos + np.arange(slots)) % len(self._trace)
+            self._trace_pos = int((self._trace_pos + slots) % len(self._trace))
+            return np.bincount(self._trace[idx], minlength=E)[:E]
+        return self._rng.multinomial(slots, self._popularity)
+
+    def seconds(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> float:
+        """Seconds of the iteration (see class docstring)."""
+        cfg, dm, chip, ep, e = self.cfg, self.dm, self.chip, self.plan.ep, self.e
+        T_total = int(q.sum())
+        if ep == 1:
+            T = T_total
+            layer = self._dense_seconds(T) + self.attention_seconds(q, c)
+        else:
+            parts = [(q[r::ep], c[r::ep]) for r in range(ep)]
+            T = max(int(pq.sum()) for pq, _ in parts)
+            layer = max(self._dense_seconds(int(pq.sum())) + self.attention_seconds(pq, pc)
+                        for pq, pc in parts if len(pq)) if T else 0.0
+        if self.plan.tp > 1:
+            layer += 2 * self.comm_seconds("all_reduce", T * dm.d * e)
+        moe = 0.0
+        if dm.moe:
+            # one routing draw per iteration, applied to every MoE layer
+            n_moe = cfg.n_layers
+            if ep > 1:
+                layer += 2 * self.comm_seconds("all_to_all", T * dm.top_k * dm.d * e)
+            loads = self.expert_loads(T_total * dm.top_k)
+            t = (chip.gemm_seconds(loads, dm.d, 2 * dm.f_exp) + chip.gemm_seconds(loads, dm.f_exp, dm.d)
+                 + np.where(loads > 0, chip.vector_seconds(np.maximum(5 * dm.f_exp * loads, 1),
+                                                           3 * dm.f_exp * e * loads), 0.0))
+            moe = n_moe * float(t.reshape(ep, -1).sum(axis=1).max())
+        return cfg.n_layers * layer + moe + self._embed_per_token * T_total \
+            + self.head_seconds(n_logits)
+
+    def head_seconds(self, n: int) -> float:
+        """Final norm, LM head GEMM and logits softmax for ``n`` rows (memoized)."""
+        t = self._head.get(n)
+        if t is None and n == 0:
+            t = self._head[0] = 0.0          # no sequence needs logits this iteration
+        if t is None:
+            dm, chip, e = self.dm, self.chip, self.e
+            t = self._head[n] = float(
+                chip.vector_seconds(4 * n * dm.d, 2 * n * dm.d * e)
+                + chip.gemm_seconds(n, dm.d, dm.vocab)[()]
+                + chip.vector_seconds(5 * n * dm.vocab, 2 * n * dm.vocab * e))
+        return t
+
+
+# ---- simulation --------------------------------------------------------------------------------
+@dataclass(eq=False)
+class _Req:
+    """A request. ``todo`` prompt tokens must be prefilled before the next token (the prompt, or
+    after a preemption the prompt plus every token produced); ``done`` of them are."""
+
+    rid: int
+    arrival: float
+    prompt: int
+    output: int
+    todo: int = 0
+    done: int = 0
+    generated: int = 0
+    first_token: float = math.nan
+    finish: float = math.nan
+    blocks: int = 0
+    active: bool = False
+    preemptions: int = 0
+    decode_replica: int = -1
+
+    @property
+    def decoding(self) -> bool:
+        return self.done >= self.todo
+
+
+class _Replica:
+    """One model replica: its queue, KV blocks and iteration loop."""
+
+    def __init__(self, sim: "_Sim", idx: int, chips: list[int], role: str,
+                 cost: IterationCost) -> None:
+        self.sim, self.idx, self.chips, self.role, self.cost = sim, idx, chips, role, cost
+        self.waiting: deque[_Req] = deque()
+        self.running: list[_Req] = []
+        self.free_blocks = self.total_blocks = sim.kv_tokens_per_replica // sim.plan.kv_block_tokens
+        self.wake: simpy.Event | None = None
+        self.busy = 0.0
+        self.iterations = 0
+        sim.env.process(self.loop())
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def poke(self) -> None:
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    def submit(self, req: _Req) -> None:
+        self.waiting.append(req)
+        self.poke()
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.sim.plan.kv_block_tokens)
+
+    def _grow(self, r: _Req, need: int) -> None:
+        self.free_blocks -= need - r.blocks
+        r.blocks = need
+
+    def _schedule(self) -> list[tuple[_Req, int]]:
+        """This iteration's batch: (request, new tokens)."""
+        plan = self.sim.plan
+        budget = plan.max_batch_tokens
+        decode: list[_Req] = []
+        for r in list(self.running):          # decode steps first; preempt when KV runs out
+            if not r.active or not r.decoding:
+                continue
+            need = self._blocks(r.prompt + r.generated)
+            while need > r.blocks + self.free_blocks and r.active:
+                self._preempt(self.running[-1])
+            if r.active:
+                self._grow(r, need)
+                decode.append(r)
+        batch = [(r, 1) for r in decode if r.active]
+        budget -= len(batch)
+        for r in self.running:                # continue chunked prefills
+            if not r.decoding and budget > 0:
+                rest = r.todo - r.done
+                if not plan.chunked_prefill and rest > budget and batch:
+                    continue
+                q = min(rest, budget) if plan.chunked_prefill else rest
+                batch.append((r, q))
+                budget -= q
+        while self.waiting and budget > 0 and len(self.running) < plan.max_seqs:
+            r = self.waiting[0]               # admit first-come first-served
+            need = self._blocks(r.prompt + r.generated if r.decoding else r.todo)
+            if need > self.total_blocks:
+                self.waiting.popleft()
+                self.sim.rejected.append(r)
+                continue
+            if need > self.free_blocks:
+                break
+            rest = 1 if r.decoding else r.todo - r.done
+            if not plan.chunked_prefill and rest > budget and batch:
+                break
+            q = rest if not plan.chunked_prefill else min(rest, budget)
+            self.waiting.popleft()
+            self._grow(r, need)
+            r.active = True
+            self.running.append(r)
+            batch.append((r, q))
+            budget -= q
+        return batch
+
+    def _preempt(self, r: _Req) -> None:
+        self._drop(r)
+        r.preemptions += 1
+        r.todo, r.done = r.prompt + r.generated, 0     # recompute all it had (vLLM recompute)
+        self.waiting.appendleft(r)
+        self.sim.preemptions += 1
+
+    def _drop(self, r: _Req) -> None:
+        self.running.remove(r)
+        r.active = False
+        self.free_blocks += r.blocks
+        r.blocks = 0
+
+    def loop(self):
+        env, sim = self.sim.env, self.sim
+        while True:
+            batch = self._schedule() if (self.waiting or self.running) else []
+            if not batch:                     # idle, or waiting for KV held by transfers
+                self.wake = env.event()
+                yield self.wake
+                self.wake = None
+                continue
+            q = np.fromiter((n for _, n in batch), np.int64, len(batch))
+            c = np.fromiter((r.prompt + r.generated if r.done >= r.todo else r.done + n
+                             for r, n in batch), np.int64, len(batch))
+            logits = sum(1 for r, n in batch if r.done + n >= r.todo)
+            dt = self.cost.seconds(q, c, logits)
+            t0 = env.now
+            yield env.timeout(dt)
+            self.busy += dt
+            self.iterations += 1
+            if sim.trace is not None:
+                sim.trace.span("iteration", "compute", t0, dt, f"{self.role}{self.idx}", "replica",
+                               tokens=int(q.sum()), seqs=len(batch))
+            for r, n in batch:
+                if not r.active:
+                    continue
+                if not r.decoding:
+                    r.done += n
+                    if not r.decoding:
+                        continue
+                    if math.isnan(r.first_token):
+                        r.first_token = env.now
+                r.generated += 1              # a decode step, or the prefill's first token
+                if r.generated >= r.output:
+                    self._drop(r)
+                    sim.finish(r)
+                elif self.role == "prefill":
+                    self.running.remove(r)
+                    r.active = False
+                    env.process(sim.hand_off(r, self))
+
+
+class _Sim:
+    def __init__(self, spec: ClusterSpec, cfg: LLMConfig, plan: ServePlan, chip: ChipModel,
+                 kv_tokens_per_replica: int, kv_bytes_per_token_chip: float, trace: bool) -> None:
+        self.env = simpy.Environment()
+        self.spec, self.cfg, self.plan, self.chip = spec, cfg, plan, chip
+        self.topology = Topology(spec)
+        self.net = Network(self.env, self.topology)
+        self.timer = CollectiveTimer(self.topology)
+        self.kv_tokens_per_replica = kv_tokens_per_replica
+        self.kv_bytes = kv_bytes_per_token_chip
+        self.trace = Trace() if trace else None
+        self.finished: list[_Req] = []
+        self.rejected: list[_Req] = []
+        self.preemptions = 0
+        self.front: list[_Replica] = []
+        self.decode: list[_Replica] = []
+        self.kv_transfers = 0
+
+    def finish(self, r: _Req) -> None:
+        r.finish = self.env.now
+        self.finished.append(r)
+
+    def hand_off(self, r: _Req, src: _Replica):
+        """Move a prefilled request's KV cache to the least-loaded decode replica."""
+        dst = min(self.decode, key=lambda x: (x.load, x.idx))
+        t0 = self.env.now
+        nbytes = r.prompt * self.kv_bytes
+        yield self.net.send_many(list(zip(src.chips, dst.chips)), nbytes)
+        src.free_blocks += r.blocks
+        r.blocks = 0
+        self.kv_transfers += 1
+        if self.trace is not None:
+            self.trace.span(f"kv r{r.rid}", "comm", t0, self.env.now - t0, "kv-transfer",
+                            f"{src.idx}->{dst.idx}", bytes=nbytes * len(src.chips))
+        src.poke()
+        r.decode_replica = dst.idx
+        dst.submit(r)
+
+    def arrivals(self, reqs: list[_Req]):
+        for r in reqs:
+            if r.arrival > self.env.now:
+                yield self.env.timeout(r.arrival - self.env.now)
+            min(self.front, key=lambda x: (x.load, x.idx)).submit(r)
+
+
+@dataclass
+class ServeResult:
+    """Outcome of :func:`simulate_serving` (seconds)."""
+
+    requests: pd.DataFrame        # per request: arrival, ttft, tpot, e2e, preemptions, ...
+    metrics: dict[str, Any]
+    replicas: pd.DataFrame        # per replica: role, chips, iterations, busy_s, utilization
+    trace: Trace | None = None
+    events: int = 0
+
+    def report(self) -> pd.DataFrame:
+        """One Report row of the run's metrics; ``attrs['convention']`` states the timing rules."""
+        df = pd.DataFrame([self.metrics])
+        df.attrs["convention"] = CONVENTION
+        return df
+
+
+CONVENTION = ("cluster/serve: seconds of simulated time; TTFT = first token (end of the "
+              "prefill iteration) - arrival; TPOT = (finish - first token)/(output - 1); "
+              "e2e = finish - arrival; percentiles over finished requests (numpy linear)")
+
+
+def _pct(x: pd.Series, q: float) -> float:
+    x = x.dropna()
+    return float(np.percentile(x, q)) if len(x) else math.nan
+
+
+def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
+                     requests: pd.DataFrame, *, seed: int = 0, trace: bool = False,
+                     expert_trace: Optional[np.ndarray] = None) -> ServeResult:
+    """Serve ``requests`` (columns ``arrival_s, prompt_tokens, output_tokens``) on ``spec``."""
+    wall0 = time.perf_counter()
+    chip = chip_model(spec)
+    disagg = plan.disaggregated if plan.disaggregated is not None else spec.pools is not None
+    if disagg and spec.pools is None:
+        raise ClusterSpecError(f"serve plan: disaggregated=True but cluster {spec.name} has no "
+                               "`pools:` section (pools.prefill_chips)")
+    if plan.routing == "trace" and expert_trace is None:
+        raise ClusterSpecError("serve plan: routing 'trace' needs an expert-id trace")
+    n_pre = spec.pools.prefill_chips if disagg else spec.n_chips
+    pools = [n_pre, spec.n_chips - n_pre] if disagg else [spec.n_chips]
+    cfg = validate_serve(plan, spec, model, pools)
+    mem = serve_memory(plan, chip, cfg)
+    size = plan.tp * plan.ep
+    sim = _Sim(spec, cfg, plan, chip, mem["kv_tokens"] * plan.ep, mem["kv_bytes_per_token"],
+               trace)
+    for i, start in enumerate(range(0, spec.n_chips, size)):
+        chips = list(range(start, start + size))
+        role = "both" if not disagg else ("prefill" if start < n_pre else "decode")
+        cost = IterationCost(cfg, plan, chip, sim.timer, chips, expert_trace, seed + 1 + i)
+        rep = _Replica(sim, i, chips, role, cost)
+        (sim.decode if role == "decode" else sim.front).append(rep)
+    reqs = [_Req(i, float(a), int(p), int(o), todo=int(p))
+            for i, (a, p, o) in enumerate(requests[["arrival_s", "prompt_tokens",
+                                                    "output_tokens"]].itertuples(index=False))]
+    sim.env.process(sim.arrivals(reqs))
+    sim.env.run()
+    unfinished = [r for r in reqs if math.isnan(r.finish) and r not in sim.rejected]
+    if unfinished:
+        raise RuntimeError(f"serving simulation stalled with {len(unfinished)} requests unfinished")
+    df = pd.DataFrame({"rid": [r.rid for r in reqs], "arrival_s": [r.arrival for r in reqs],
+                       "prompt_tokens": [r.prompt for r in reqs],
+                       "output_tokens": [r.output for r in reqs],
+                       "first_token_s": [r.first_token for r in reqs],
+                       "finish_s": [r.finish for r in reqs],
+                       "preemptions": [r.preemptions for r in reqs],
+                       "decode_replica": [r.decode_replica for r in reqs]})
+    df["ttft_s"] = df.first_token_s - df.arrival_s
+    df["e2e_s"] = df.finish_s - df.arrival_s
+    df["tpot_s"] = np.where(df.output_tokens > 1, (df.finish_s - df.first_token_s)
+                            / (df.output_tokens - 1).clip(lower=1), np.nan)
+    span = float(df.finish_s.max() - df.arrival_s.min()) if len(sim.finished) else math.nan
+    reps = sim.front + sim.decode
+    rep_df = pd.DataFrame({"replica": [r.idx for r in reps], "role": [r.role for r in reps],
+                           "chips": [len(r.chips) for r in reps],
+                           "iterations": [r.iterations for r in reps],
+                           "busy_s": [r.busy for r in reps]})
+    rep_df["utilization"] = rep_df.busy_s / sim.env.now if sim.env.now else 0.0
+    done = df.dropna(subset=["finish_s"])
+    metrics: dict[str, Any] = {
+        "mode": "serve", "model": cfg.name, "cluster": spec.name, "chips": spec.n_chips,
+        "plan": plan.label(), "disaggregated": bool(disagg), "replicas": len(reps),
+        "requests": len(reqs), "finished": len(sim.finished), "rejected": len(sim.rejected),
+        "makespan_s": span, "throughput_tokens_per_s": float(done.output_tokens.sum() / span),
+        "throughput_requests_per_s": len(done) / span, "preemptions": sim.preemptions,
+        "kv_tokens_per_replica": sim.kv_tokens_per_replica, "kv_transfers": sim.kv_transfers,
+        "utilization": float(rep_df.utilization.mean()),
+    }
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        for q in (50, 90, 99):
+            metrics[f"{name[:-2]}_p{q}_s"] = _pct(done[name], q)
+    events = events_scheduled(sim.env) + sim.timer.events
+    wall = time.perf_counter() - wall0
+    metrics.update(events=events, wall_s=wall, events_per_s=events / wall)
+    return ServeResult(df, metrics, rep_df, sim.trace, events)

@@ -1,0 +1,56 @@
+"""`tilewright cluster` as a Typer command: --json prints one object; user errors are
+ClusterSpecError (the CLI turns them into one `error:` line, exit status 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tilewright.cli_cluster import cluster
+from tilewright.dataflow_sim.cluster import ClusterSpecError, PlanError
+
+app = typer.Typer()
+app.command()(cluster)
+
+
+@app.command()
+def _other() -> None:   # a second command keeps `cluster` a named sub-command, as in the CLI
+    pass
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, ["cluster", *args])
+
+
+def test_train_json(tmp_path):
+    res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--mode", "train",
+              "--tp", "8", "--seq-len", "1024", "--micro-batches", "2", "--json",
+              "--trace", str(tmp_path / "t.json"))
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["mode"] == "train" and d["step_s"] > 0 and d["chips"] == 8
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+def test_serve_json():
+    res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--mode", "serve",
+              "--requests", "40", "--rate", "20", "--prompt-tokens", "64-256",
+              "--output-tokens", "16", "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["finished"] == 40 and d["ttft_p99_s"] >= d["ttft_p50_s"] > 0
+
+
+@pytest.mark.parametrize("args,exc,needle", [
+    (["--mode", "fly"], ClusterSpecError, "--mode = 'fly'"),
+    (["--tp", "3"], PlanError, "tp=3 does not divide n_heads = 32"),
+    (["--mode", "serve", "--prompt-tokens", "9-3"], ClusterSpecError, "--prompt-tokens = '9-3'"),
+    (["--schedule", "gpipe"], ClusterSpecError, "--schedule = 'gpipe'"),
+])
+def test_user_errors_are_cluster_spec_errors(args, exc, needle):
+    res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", *args)
+    assert isinstance(res.exception, exc), res.output
+    assert needle in str(res.exception) and "\n" not in str(res.exception)
