@@ -31,7 +31,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415
     from tilewright.compiler.lower import LoweringError  # noqa: PLC0415
     from tilewright.dataflow_sim.cluster import ClusterSpecError  # noqa: PLC0415
-    errs += [UnsupportedOp, LoweringError, UnknownModel, UnknownFormat, ClusterSpecError]
+    from tilewright.dataflow_sim.mesh import MeshMappingError  # noqa: PLC0415
+    errs += [UnsupportedOp, LoweringError, UnknownModel, UnknownFormat, ClusterSpecError,
+             MeshMappingError]
     return tuple(errs)
 
 
@@ -121,6 +123,8 @@ def _register_subcommands() -> None:
     """Commands whose implementation lives in their own CLI modules."""
     from tilewright.cli_cluster import cluster  # noqa: PLC0415
     from tilewright.cli_compile import compile_cmd, models_cmd  # noqa: PLC0415
+    from tilewright.cli_mesh import mesh  # noqa: PLC0415
+    app.command("mesh")(mesh)
     app.command("compile")(compile_cmd)
     app.command("models")(models_cmd)
     app.command("cluster")(cluster)

@@ -1,0 +1,23 @@
+"""Wafer-scale mesh model: compute and messages on a 2-D mesh of small cores (PLMR model).
+
+Public API::
+
+    from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv, MeshMappingError
+    rep = mesh_gemv(load_arch("wse2"), k=16384, n=16384)      # MeshGEMV on 750 x 994
+    rep.cycles, rep.us, rep.link_utilization["E"], rep.core_utilization, rep.memory_bytes
+
+Conventions (latency, serialization, contention, phases, routes): :mod:`.model`.
+Algorithms: :mod:`.gemm` (MeshGEMM, Cannon, SUMMA), :mod:`.gemv` (MeshGEMV, ring all-reduce
+GEMV). Defects and logical grids: :mod:`.grid`. LLM layer partitioning: :mod:`.llm`.
+"""
+
+from tilewright.dataflow_sim.mesh.gemm import GEMM_ALGOS, execute_gemm, interleaved_ring, mesh_gemm
+from tilewright.dataflow_sim.mesh.gemv import GEMV_ALGOS, execute_gemv, mesh_gemv
+from tilewright.dataflow_sim.mesh.grid import Grid, defect_cost, healthy_grid, without_defects
+from tilewright.dataflow_sim.mesh.model import (Flows, MeshMappingError, MeshReport, Phase,
+                                                PhaseCost, message_cycles, simulate)
+
+__all__ = ["mesh_gemm", "mesh_gemv", "execute_gemm", "execute_gemv", "interleaved_ring",
+           "GEMM_ALGOS", "GEMV_ALGOS", "MeshMappingError", "MeshReport", "Phase", "PhaseCost",
+           "Flows", "simulate", "message_cycles", "Grid", "healthy_grid", "without_defects",
+           "defect_cost"]

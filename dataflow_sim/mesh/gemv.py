@@ -1,0 +1,234 @@
+"""Distributed GEMV on a mesh: MeshGEMV (WaferLLM) and a ring all-reduce baseline.
+
+``y[1, N] = x[1, K] @ W[K, N]`` on a logical ``pr x pc`` grid (the whole healthy mesh,
+rectangular): K is split along rows, N along columns; core (i, j) holds the ``Kt x Nt`` block
+W[i, j] (``Kt = ceil(K/pr)``, ``Nt = ceil(N/pc)``).
+
+1. *Vector broadcast* (``broadcast_x=True``): segment i of x starts on the middle core of row i
+   and is multicast east and west along the row. WaferLLM's MeshGEMV kernel measures with x
+   already replicated along rows (its host loads it so); ``broadcast_x=False`` reproduces that.
+2. *Local GEMV*: ``Kt * Nt`` MACs per core gives a partial y block of Nt values.
+3. *All-reduce along each column* of the Nt partials:
+
+   * ``mesh`` — the K-tree all-reduce (WaferLLM's two-phase tree for ``levels=2``): the cores of
+     a column are cut into groups of ``g ~ pr ** (1/levels)`` consecutive cores; in each group
+     the two halves stream-reduce towards the group's middle core (a chain: every core adds its
+     partial and forwards, ``stages`` = cores passed), then the group roots do the same among
+     themselves at the next level; the last root multicasts the sum up and down the column.
+     Latency ~ ``alpha * 1.5 pr + beta * (levels * g / 2)``; 2 flows per core per level.
+   * ``allreduce`` — the GPU-style ring all-reduce (reduce-scatter then all-gather, ``2(pr-1)``
+     steps of one ``ceil(Nt/pr)`` chunk each) on the interleaved ring, so every step is at most
+     2 hops: ``~ 2 pr (2 alpha + beta + chunk flits)``.
+
+Afterwards every core of column j holds y block j. The same plan drives the timing
+(:func:`mesh_gemv`) and the functional execution (:func:`execute_gemv`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tilewright.arch import ArchSpec
+from tilewright.dataflow_sim.mesh.gemm import interleaved_ring
+from tilewright.dataflow_sim.mesh.grid import Grid, healthy_grid
+from tilewright.dataflow_sim.mesh.model import (Flows, MeshMappingError, MeshReport, Phase,
+                                                simulate)
+
+__all__ = ["GEMV_ALGOS", "ktree_plan", "execute_gemv", "gemv_phases", "mesh_gemv",
+           "allreduce_phases"]
+
+GEMV_ALGOS = ("mesh", "allreduce")
+
+
+def ktree_plan(n: int, levels: int = 2, group: int | None = None) -> list[list[np.ndarray]]:
+    """Per level, the groups (arrays of member indices 0..n-1, in order) of a K-tree reduce.
+    Each group reduces into its middle member (``members[len // 2]``); the roots of one level
+    are the members of the next; the last level is one group. ``group``: size of the groups of
+    every level but the last (default ``round(n ** (1/levels))``, at least 2)."""
+    if levels < 1:
+        raise MeshMappingError(f"K-tree levels = {levels}: must be >= 1")
+    g = max(2, round(n ** (1.0 / levels))) if group is None else int(group)
+    if g < 2:
+        raise MeshMappingError(f"K-tree group size = {g}: must be >= 2")
+    members = np.arange(n)
+    plan = []
+    for lvl in range(levels):
+        if lvl == levels - 1 or members.size <= g:
+            groups = [members]
+        else:
+            groups = [members[s:s + g] for s in range(0, members.size, g)]
+        plan.append(groups)
+        members = np.array([gr[gr.size // 2] for gr in groups])
+        if members.size == 1:
+            break
+    return plan
+
+
+def _ktree_flows(plan, rows_phys: np.ndarray, cols_phys: np.ndarray, flits: int) -> list[Flows]:
+    """Per level, the chain flows of every column: first member -> root, last member -> root."""
+    out = []
+    for groups in plan:
+        src, dst, stg = [], [], []
+        for gr in groups:
+            r = gr.size // 2
+            if r > 0:
+                src.append(gr[0]); dst.append(gr[r]); stg.append(r)
+            if gr.size - 1 > r:
+                src.append(gr[-1]); dst.append(gr[r]); stg.append(gr.size - 1 - r)
+        s, d, st = (np.asarray(a, np.int64) for a in (src, dst, stg))
+        nc = cols_phys.size
+        out.append(Flows.make(np.repeat(rows_phys[s][None, :], nc, 0),
+                              cols_phys[:, None], np.repeat(rows_phys[d][None, :], nc, 0),
+                              cols_phys[:, None], flits, st[None, :]))
+    return out
+
+
+def _bcast_col_flows(root_row: int, rows_phys, cols_phys, flits: int) -> Flows:
+    nc = cols_phys.size
+    r = rows_phys[root_row]
+    return Flows.make(np.full(2 * nc, r), np.r_[cols_phys, cols_phys],
+                      np.r_[np.full(nc, rows_phys.min()), np.full(nc, rows_phys.max())],
+                      np.r_[cols_phys, cols_phys], flits, 1)
+
+
+def _bcast_row_flows(src_col: int, rows_phys, cols_phys, flits: int) -> Flows:
+    nr = rows_phys.size
+    c = cols_phys[src_col]
+    return Flows.make(np.r_[rows_phys, rows_phys], np.full(2 * nr, c), np.r_[rows_phys, rows_phys],
+                      np.r_[np.full(nr, cols_phys.min()), np.full(nr, cols_phys.max())], flits, 1)
+
+
+def allreduce_phases(grid: Grid, nt: int, acc_bytes: int, link_bytes: int) -> list[Phase]:
+    """Ring all-reduce along every column on the interleaved ring (<= 2 hops per step)."""
+    pr = grid.pr
+    if pr == 1:
+        return []
+    ring = interleaved_ring(pr)
+    chunk = -(-nt // pr)
+    flits = -(-chunk * acc_bytes // link_bytes)
+    nxt = np.roll(ring, -1)          # ring position q sends to q+1
+    nc = grid.pc
+    f = Flows.make(np.repeat(grid.rows[ring][None, :], nc, 0), grid.cols[:, None],
+                   np.repeat(grid.rows[nxt][None, :], nc, 0), grid.cols[:, None], flits, 1)
+    return [Phase("ring reduce-scatter", f, 0, False, pr - 1),
+            Phase("ring all-gather", f, 0, False, pr - 1)]
+
+
+def gemv_phases(algo: str, grid: Grid, kt: int, nt: int, *, elem_bytes: int, acc_bytes: int,
+                link_bytes: int, levels: int = 2, group: int | None = None,
+                broadcast_x: bool = True) -> list[Phase]:
+    phases = []
+    if broadcast_x and grid.pc > 1:
+        phases.append(Phase("broadcast x along rows",
+                            _bcast_row_flows(grid.pc // 2, grid.rows, grid.cols,
+                                             -(-kt * elem_bytes // link_bytes))))
+    phases.append(Phase("local gemv", None, kt * nt))
+    flits = -(-nt * acc_bytes // link_bytes)
+    if algo == "mesh":
+        plan = ktree_plan(grid.pr, levels, group)
+        if grid.pr > 1:
+            for lvl, f in enumerate(_ktree_flows(plan, grid.rows, grid.cols, flits)):
+                phases.append(Phase(f"k-tree reduce level {lvl + 1}", f))
+            root = int(plan[-1][0][plan[-1][0].size // 2])
+            phases.append(Phase("broadcast y along columns",
+                                _bcast_col_flows(root, grid.rows, grid.cols, flits)))
+    elif algo == "allreduce":
+        phases += allreduce_phases(grid, nt, acc_bytes, link_bytes)
+    else:
+        raise MeshMappingError(f"GEMV algo {algo!r}: must be one of {', '.join(GEMV_ALGOS)}")
+    return phases
+
+
+def execute_gemv(x: np.ndarray, w: np.ndarray, pr: int, pc: int, algo: str = "mesh", *,
+                 levels: int = 2, group: int | None = None) -> np.ndarray:
+    """Run the data movement with numpy on a pr x pc grid; returns y as assembled from the
+    cores of *every* row (shape (pr, N)): each row must hold the full result."""
+    k, n = w.shape
+    kt, nt = -(-k // pr), -(-n // pc)
+    acc = np.int64 if np.issubdtype(np.result_type(x, w), np.integer) else np.float64
+    xp = np.zeros(pr * kt, acc); xp[:k] = x.ravel()
+    wp = np.zeros((pr * kt, pc * nt), acc); wp[:k, :n] = w
+    wb = wp.reshape(pr, kt, pc, nt).transpose(0, 2, 1, 3)        # (pr, pc, kt, nt)
+    # 1. broadcast x: row i's segment starts at the middle column, multicast along the row
+    xs = np.zeros((pr, pc, kt), acc)
+    xs[:, pc // 2] = xp.reshape(pr, kt)
+    xs = np.repeat(xs[:, pc // 2][:, None], pc, 1)
+    # 2. local GEMV
+    part = np.einsum("ijk,ijkn->ijn", xs, wb)                     # (pr, pc, nt)
+    # 3. all-reduce along each column
+    if algo == "mesh":
+        plan = ktree_plan(pr, levels, group)
+        val = part.copy()
+        root = 0
+        for groups in plan:
+            for gr in groups:
+                root = gr[gr.size // 2]
+                val[root] = val[gr].sum(axis=0)      # both chains end at the root
+        y = np.repeat(val[root][None], pr, 0)          # broadcast up and down
+    elif algo == "allreduce":
+        y = _ring_allreduce(part)
+    else:
+        raise MeshMappingError(f"GEMV algo {algo!r}: must be one of {', '.join(GEMV_ALGOS)}")
+    return y.reshape(pr, pc * nt)[:, :n]
+
+
+def _ring_allreduce(part: np.ndarray) -> np.ndarray:
+    """Reduce-scatter + all-gather along axis 0 on the interleaved ring, chunk by chunk."""
+    pr, pc, nt = part.shape
+    if pr == 1:
+        return part
+    ring = interleaved_ring(pr)
+    chunk = -(-nt // pr)
+    buf = np.zeros((pr, pc, pr * chunk), part.dtype)
+    buf[:, :, :nt] = part[ring]                      # buf[q] = data of ring position q
+    buf = buf.reshape(pr, pc, pr, chunk)
+    q = np.arange(pr)
+    for s in range(pr - 1):                          # q sends chunk (q - s) to q + 1, which adds
+        c = (q - s) % pr
+        sent = buf[q, :, c].copy()
+        buf[(q + 1) % pr, :, c] += sent
+    for s in range(pr - 1):                          # q sends full chunk (q + 1 - s) to q + 1
+        c = (q + 1 - s) % pr
+        sent = buf[q, :, c].copy()
+        buf[(q + 1) % pr, :, c] = sent
+    out = np.empty_like(buf)
+    out[ring] = buf
+    return out.reshape(pr, pc, pr * chunk)[:, :, :nt]
+
+
+def mesh_gemv(arch: ArchSpec, k: int, n: int, *, algo: str = "mesh", elem_bytes: int = 2,
+              acc_bytes: int | None = None, levels: int = 2, group: int | None = None,
+              broadcast_x: bool = True, pr: int | None = None,
+              pc: int | None = None) -> MeshReport:
+    """Predict ``[1, k] @ [k, n]`` on ``arch.mesh`` with ``algo`` (mesh | allreduce).
+
+    Uses the whole healthy mesh (or a ``pr x pc`` grid). ``levels``/``group``: K-tree shape
+    (WaferLLM: 2 levels, groups of ~sqrt(pr)). Raises :class:`MeshMappingError` when a core's
+    W block, x segment and partial sums exceed its SRAM, or route ids run out.
+    """
+    if algo not in GEMV_ALGOS:
+        raise MeshMappingError(f"GEMV algo {algo!r}: must be one of {', '.join(GEMV_ALGOS)}")
+    if min(k, n) < 1:
+        raise MeshMappingError(f"GEMV shape k={k} n={n}: every dimension must be >= 1")
+    if arch.mesh is None:
+        raise MeshMappingError(f"{arch.name}: the ArchSpec has no mesh section")
+    mesh = arch.mesh
+    grid = healthy_grid(mesh, pr=pr, pc=pc)
+    acc_bytes = elem_bytes if acc_bytes is None else acc_bytes
+    kt, nt = -(-k // grid.pr), -(-n // grid.pc)
+    per_core = kt * nt * elem_bytes + kt * elem_bytes + 2 * nt * acc_bytes
+    breakdown = (f"W block {kt}x{nt} + x segment {kt} at {elem_bytes} B, partial y and "
+                 f"receive buffer 2 x {nt} at {acc_bytes} B")
+    phases = gemv_phases(algo, grid, kt, nt, elem_bytes=elem_bytes, acc_bytes=acc_bytes,
+                         link_bytes=mesh.link_bytes_per_cycle, levels=levels, group=group,
+                         broadcast_x=broadcast_x)
+    mask = grid.mask()
+    notes = {"grid": f"{grid.pr}x{grid.pc}", "block": [kt, nt], "memory_breakdown": breakdown}
+    if algo == "mesh":
+        plan = ktree_plan(grid.pr, levels, group)
+        notes["ktree_groups"] = [len(g) for g in plan]
+    return simulate(arch, phases, op="gemv", algo=algo, shape={"m": 1, "k": k, "n": n},
+                    cores=mask, memory_bytes=np.where(mask, per_core, 0), useful_macs=k * n,
+                    notes=notes)

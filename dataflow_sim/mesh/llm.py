@@ -1,0 +1,255 @@
+"""Partitioning one transformer layer across a wafer-scale mesh, for prefill and decode.
+
+Placement (WaferLLM, OSDI 2025, section "wafer-scale LLM parallelism"):
+
+* **Prefill** — activations ``X[S, d]``: sequence S on the mesh rows, embedding d on the
+  columns of the square healthy grid; every projection and both attention products are
+  MeshGEMMs (:func:`~tilewright.dataflow_sim.mesh.gemm.mesh_gemm`). A MeshGEMM leaves C block
+  (i, j) on core (i, j) — the layout the next GEMM's A needs — so no re-layout between GEMMs.
+* **Decode** (one token) — every weight matrix is spread over the *whole* rectangular mesh
+  (K on rows, N on columns) and each projection is a MeshGEMV (vector broadcast along rows,
+  local GEMV, K-tree all-reduce along columns).
+* Norms, RoPE, softmax, SiLU and residuals are vector work on the cores: ``elements per core x
+  ops per element / core_macs_per_cycle`` cycles (the core's SIMD lanes are its MAC lanes), plus
+  a K-tree all-reduce along the embedding axis for each row reduction (RMSNorm sum of squares,
+  softmax max and sum). No op is free.
+* **KV cache** — tokens on the rows, the 2 x kv_heads x head_dim features on the columns. A
+  *concatenating* cache appends each new token's K/V to the tail row, so decode stops when the
+  tail row's cores are full; the *shift-based* cache (WaferLLM) makes every row pass its oldest
+  token to the next row each step, so all rows fill evenly: capacity grows by ~the number of
+  rows. The shift costs one 1-hop message per core per layer per token.
+
+Approximations (stated, not hidden): attention over H heads is costed as one GEMM/GEMV with the
+heads concatenated along the contraction (same MACs and operand volume; the H score matrices
+are not held separately); GQA's sharing of K/V between query heads is ignored in attention
+traffic (counted in KV capacity); the decode vector's re-layout from a GEMV's output
+(split along columns) to the next GEMV's input (split along rows) is costed as the
+row broadcast of MeshGEMV. The mapping is a list of mesh phases per op, not yet a ``Program``
+(the Program contract has no mesh-message task).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from tilewright.arch import ArchSpec
+from tilewright.dataflow_sim.mesh.gemm import mesh_gemm
+from tilewright.dataflow_sim.mesh.gemv import _ktree_flows, ktree_plan, mesh_gemv
+from tilewright.dataflow_sim.mesh.grid import healthy_grid
+from tilewright.dataflow_sim.mesh.model import (Flows, MeshMappingError, Phase, message_cycles,
+                                                simulate)
+
+__all__ = ["LayerOp", "LayerPlan", "plan_layer", "kv_cache_capacity", "row_allreduce_cycles"]
+
+
+@dataclass
+class LayerOp:
+    name: str
+    kind: str          # gemm | gemv | vector | kv-shift
+    detail: str
+    cycles: int
+
+
+@dataclass
+class LayerPlan:
+    model: str
+    phase: str
+    arch: str
+    clock_mhz: float
+    tokens: int
+    context: int
+    ops: list[LayerOp] = field(default_factory=list)
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def cycles(self) -> int:
+        return sum(o.cycles for o in self.ops)
+
+    @property
+    def us(self) -> float:
+        return self.cycles / self.clock_mhz
+
+    def table(self):
+        import pandas as pd  # noqa: PLC0415
+        return pd.DataFrame([o.__dict__ for o in self.ops])
+
+    def summary(self) -> dict:
+        return {"model": self.model, "phase": self.phase, "arch": self.arch,
+                "tokens": self.tokens, "context": self.context, "layer_cycles": self.cycles,
+                "layer_us": round(self.us, 3), **self.notes}
+
+
+def _transpose(f: Flows) -> Flows:
+    return Flows(f.sc, f.sr, f.dc, f.dr, f.flits, f.stages, f.times)
+
+
+@lru_cache(maxsize=256)
+def row_allreduce_cycles(arch: ArchSpec, values: int, pc: int | None = None,
+                         elem_bytes: int = 2, levels: int = 2) -> int:
+    """Cycles of a K-tree all-reduce of ``values`` elements along every row of the healthy
+    grid (over its columns), result on every core of the row."""
+    grid = healthy_grid(arch.mesh, pc=pc)
+    flits = -(-values * elem_bytes // arch.mesh.link_bytes_per_cycle)
+    plan = ktree_plan(grid.pc, levels)
+    phases = [Phase(f"row reduce {i}", _transpose(f))
+              for i, f in enumerate(_ktree_flows(plan, grid.cols, grid.rows, flits))]
+    root = int(plan[-1][0][plan[-1][0].size // 2])
+    nr = grid.pr
+    c = grid.cols[root]
+    phases.append(Phase("row broadcast", Flows.make(
+        np.r_[grid.rows, grid.rows], np.full(2 * nr, c), np.r_[grid.rows, grid.rows],
+        np.r_[np.full(nr, grid.cols.min()), np.full(nr, grid.cols.max())], flits, 1)))
+    mask = grid.mask()
+    return simulate(arch, phases, op="allreduce", algo="ktree", shape={"values": values},
+                    cores=mask, memory_bytes=np.zeros(mask.shape), useful_macs=0).cycles
+
+
+@lru_cache(maxsize=256)
+def _gemm(arch: ArchSpec, m: int, k: int, n: int, algo: str, elem_bytes: int) -> int:
+    return mesh_gemm(arch, m, k, n, algo=algo, elem_bytes=elem_bytes).cycles
+
+
+@lru_cache(maxsize=256)
+def _gemv(arch: ArchSpec, k: int, n: int, algo: str, elem_bytes: int) -> int:
+    return mesh_gemv(arch, k, n, algo=algo, elem_bytes=elem_bytes).cycles
+
+
+def _vector_cycles(arch: ArchSpec, elems_per_core: int, ops_per_elem: int) -> int:
+    return -(-elems_per_core * ops_per_elem // arch.mesh.core_macs_per_cycle)
+
+
+def _llama(model: str):
+    from tilewright.models.llm_configs import LlamaConfig, get_config  # noqa: PLC0415
+    cfg = get_config(model)
+    if not isinstance(cfg, LlamaConfig):
+        raise MeshMappingError(f"{model}: mesh partitioning covers Llama-style dense decoders; "
+                               f"{type(cfg).__name__} is not supported yet")
+    return cfg
+
+
+def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill", *,
+               tokens: int = 4096, context: int = 4096, algo: str | None = None,
+               elem_bytes: int = 2) -> LayerPlan:
+    """Per-op mesh time of one decoder layer of ``model`` on ``arch.mesh``.
+
+    prefill: ``tokens`` prompt tokens at once (MeshGEMM, or ``algo`` = cannon | summa);
+    decode: one new token attending to ``context`` cached tokens (MeshGEMV, or ``allreduce``).
+    """
+    if arch.mesh is None:
+        raise MeshMappingError(f"{arch.name}: the ArchSpec has no mesh section")
+    if phase not in ("prefill", "decode"):
+        raise MeshMappingError(f"phase {phase!r}: must be 'prefill' or 'decode'")
+    cfg = _llama(model)
+    d, h, kv, hd, ffn = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ffn
+    kvd = kv * hd
+    plan = LayerPlan(model, phase, arch.name, arch.clock_mhz, tokens if phase == "prefill" else 1,
+                     context)
+    ops = plan.ops
+    if phase == "prefill":
+        algo = algo or "mesh"
+        s = tokens
+        p = healthy_grid(arch.mesh, square=True).pr
+        st, dt = -(-s // p), -(-d // p)
+
+        def gemm(name, m, k, n):
+            ops.append(LayerOp(name, "gemm", f"{algo} [{m},{k}]x[{k},{n}]",
+                               _gemm(arch, m, k, n, algo, elem_bytes)))
+
+        def vec(name, elems, ops_per, reductions=0, red_values=0):
+            cyc = _vector_cycles(arch, elems, ops_per)
+            cyc += reductions * row_allreduce_cycles(arch, red_values, pc=p)
+            ops.append(LayerOp(name, "vector", f"{elems} elem/core x {ops_per} ops"
+                               + (f" + {reductions} row all-reduce of {red_values}"
+                                  if reductions else ""), cyc))
+
+        vec("attn_norm (RMSNorm)", st * dt, 4, 1, st)
+        gemm("wq|wk|wv", s, d, d + 2 * kvd)
+        vec("rope(q, k)", st * -(-(d + kvd) // p), 4)
+        gemm("q @ k^T (heads along K)", s, d, s)
+        vec("softmax", st * -(-s // p), 5, 2, st)
+        gemm("p @ v (heads along N)", s, s, d)
+        gemm("wo", s, d, d)
+        vec("residual + ffn_norm", st * dt, 5, 1, st)
+        gemm("w1", s, d, ffn)
+        gemm("w3", s, d, ffn)
+        vec("silu(w1) * w3", st * -(-ffn // p), 5)
+        gemm("w2", s, ffn, d)
+        vec("residual", st * dt, 1)
+        plan.notes.update(grid=f"{p}x{p}", algo=algo)
+    else:
+        algo = algo or "mesh"
+        grid = healthy_grid(arch.mesh)
+        pr, pc = grid.pr, grid.pc
+        t = context
+
+        def gemv(name, k, n):
+            ops.append(LayerOp(name, "gemv", f"{algo} [1,{k}]x[{k},{n}]",
+                               _gemv(arch, k, n, algo, elem_bytes)))
+
+        def vec(name, elems, ops_per, reductions=0):
+            cyc = _vector_cycles(arch, elems, ops_per)
+            cyc += reductions * row_allreduce_cycles(arch, 1, pc=pc)
+            ops.append(LayerOp(name, "vector", f"{elems} elem/core x {ops_per} ops"
+                               + (f" + {reductions} row all-reduce of 1" if reductions else ""),
+                               cyc))
+
+        dt = -(-d // pc)
+        vec("attn_norm (RMSNorm)", dt, 4, 1)
+        gemv("wq|wk|wv", d, d + 2 * kvd)
+        vec("rope(q, k)", -(-(d + kvd) // pc), 4)
+        gemv("q . K^T over context (heads along K)", d, t)
+        vec("softmax over context", -(-t // pc), 5, 2)
+        gemv("p . V (heads along N)", t, d)
+        gemv("wo", d, d)
+        vec("residual + ffn_norm", dt, 5, 1)
+        gemv("w1|w3", d, 2 * ffn)
+        vec("silu(w1) * w3", -(-ffn // pc), 5)
+        gemv("w2", ffn, d)
+        vec("residual", dt, 1)
+        kvc = kv_cache_capacity(arch, model, prompt=0, elem_bytes=elem_bytes)
+        ops.append(LayerOp("kv-cache shift", "kv-shift",
+                           f"1-hop message of {kvc['kv_bytes_per_token_per_core_per_layer']} B "
+                           "per core", kvc["shift_cycles_per_layer"]))
+        plan.notes.update(grid=f"{pr}x{pc}", algo=algo)
+    return plan
+
+
+def kv_cache_capacity(arch: ArchSpec, model: str = "llama3-8b", *, prompt: int = 0,
+                      elem_bytes: int = 2, reserve_bytes: int = 4096) -> dict:
+    """Maximum decode length with a shift-based vs a concatenating KV cache, given per-core SRAM.
+
+    Each core keeps its block of every layer's decode weights (K on rows, N on columns) plus
+    ``reserve_bytes`` of buffers; the rest holds KV. Tokens sit on rows; a token's
+    2 x kv_heads x head_dim features of every layer are spread over the columns.
+    """
+    cfg = _llama(model)
+    grid = healthy_grid(arch.mesh)
+    pr, pc = grid.pr, grid.pc
+    d, kvd, ffn = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.d_ffn
+    shapes = [(d, d), (d, kvd), (d, kvd), (d, d), (d, ffn), (d, ffn), (ffn, d)]
+    w_layer = sum(-(-k // pr) * -(-n // pc) for k, n in shapes) * elem_bytes
+    weights = w_layer * cfg.n_layers
+    sram = int(arch.mesh.core_sram_kib * 1024)
+    free = sram - weights - reserve_bytes
+    per_tok_layer = -(-2 * kvd // pc) * elem_bytes
+    per_tok = per_tok_layer * cfg.n_layers
+    if free < per_tok:
+        raise MeshMappingError(
+            f"{model} on {arch.name}: weights need {weights} B per core (+{reserve_bytes} B "
+            f"buffers) of {sram} B SRAM, leaving {free} B: less than one token's KV "
+            f"({per_tok} B per core)")
+    tokens_per_core = free // per_tok
+    prompt_per_row = -(-prompt // pr)
+    concat = max(0, tokens_per_core - prompt_per_row)           # only the tail row grows
+    shift = max(0, tokens_per_core * pr - prompt)                # every row fills evenly
+    return {"model": model, "grid": f"{pr}x{pc}", "weight_bytes_per_core": weights,
+            "free_bytes_per_core": free, "kv_bytes_per_token_per_core": per_tok,
+            "kv_bytes_per_token_per_core_per_layer": per_tok_layer,
+            "tokens_per_core": int(tokens_per_core), "prompt": prompt,
+            "max_decode_concat": int(concat), "max_decode_shift": int(shift),
+            "ratio": (shift / concat) if concat else math.inf,
+            "shift_cycles_per_layer": message_cycles(arch.mesh, per_tok_layer, 1, 1)}
