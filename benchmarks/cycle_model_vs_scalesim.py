@@ -9,9 +9,9 @@ and their ratio. The differences are by construction (see tilewright.compiler.co
   fold's activation stream: R + (F-1)·max(M, 2R+C-2) + M + R + C + 1 cycles. SCALE-Sim does not
   overlap folds: F·(M + 2R + C - 2) - 1. For M >= 2R + C - 2 tilewright approaches M cycles per
   fold; SCALE-Sim pays the fill and drain every fold.
-* OS: neither overlaps folds. tilewright pays K + 2R + C - 1 per fold, SCALE-Sim K + R + C - 2: the
-  RTL drains the R rows of results through the array (R cycles) and adds the SRAM read latency;
-  SCALE-Sim does not charge the drain.
+* OS: tilewright's RTL double-buffers the outputs: a tile drains while the next accumulates,
+  K + (F-1)·max(K, 2R+C) + 2R + C cycles; SCALE-Sim pays F·(K + R + C - 2) - 1 (it does not
+  charge the drain, and does not overlap folds).
 Exact agreement of tilewright's convention with the RTL is asserted by the test suite
 (cocotb_tests/test_gemm_core.py); this script only tabulates the difference.
 """

@@ -18,9 +18,14 @@ R = rows, C = cols, SRAM read latency L = 1:
   R + C - 2 cycles into the period); the last fold takes M (rows) + L + (R + C - 1) (array
   latency) + 1 (accumulator read-modify-write) = M + R + C + 1.
   Total = R + (F - 1)·P + M + R + C + 1.
-* OS, folds do not overlap: F = ceil(M/R)·ceil(N/C); per fold = K (operand reads) + L
-  + (R + C - 1) (until the last PE finishes) + R (drain, one row per cycle) - 1 (the first drain
-  cycle is the finish cycle) = K + 2R + C - 1.
+* OS, double-buffered outputs, folds overlap: F = ceil(M/R)·ceil(N/C) folds. The first fold
+  streams its K operand columns (K cycles); every later fold occupies a period
+  P = max(K, 2R + C): it streams its K columns while its first column's ``first`` flag
+  captures the previous tile's sums into the output registers — a wavefront that passes the last
+  PE L + (R + C - 2) cycles into the period — and that tile drains down the columns, one row per
+  cycle for R cycles (period cycles R + C .. 2R + C - 1), before the next capture. A final flush period captures and drains the last
+  tile: 2R + C cycles (L + R + C - 1 until captured everywhere, R drain cycles).
+  Total = K + (F - 1)·P + 2R + C.
 
 ``scalesim`` — SCALE-Sim 3.0.0's reported compute cycles, F·P - 1 (see DESIGN.md's table):
 OS P = K + R + C - 2, WS P = M + 2R + C - 2, IS P = N + 2R + C - 2, for comparison with
@@ -55,9 +60,13 @@ def gemm_cycles_array(m, k, n, rows: int, cols: int, dataflow: str,
     if dataflow == "ws":
         folds = _ceil_div(k, R) * _ceil_div(n, C)
         per = m + 2 * R + C - 2
+    elif dataflow == "os" and convention == "tilewright":
+        folds = _ceil_div(m, R) * _ceil_div(n, C)
+        period = np.maximum(k, 2 * R + C)
+        return k + (folds - 1) * period + 2 * R + C, folds
     elif dataflow == "os":
         folds = _ceil_div(m, R) * _ceil_div(n, C)
-        per = k + 2 * R + C - 1 if convention == "tilewright" else k + R + C - 2
+        per = k + R + C - 2
     elif dataflow == "is" and convention == "scalesim":
         folds = _ceil_div(k, R) * _ceil_div(m, C)
         per = n + 2 * R + C - 2

