@@ -40,7 +40,8 @@ from amaranth.lib.wiring import In, Out
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout, MAX_DIM
 from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArray,
-                                     WeightStationaryArray, os_finish_cycles, ws_latency_cycles)
+                                     WeightStationaryArray, delay, os_finish_cycles,
+                                     ws_latency_cycles)
 
 __all__ = ["GemmCore", "GENERATOR_VERSION"]
 
@@ -48,15 +49,6 @@ __all__ = ["GemmCore", "GENERATOR_VERSION"]
 GENERATOR_VERSION = "0.3.0"
 
 _DIM_BITS = MAX_DIM.bit_length()
-
-
-def _delay_sig(m: Module, sig, cycles: int, name: str):
-    """``sig`` delayed by ``cycles`` registers."""
-    for d in range(cycles):
-        reg = Signal.like(sig, name=f"{name}_d{d}")
-        m.d.sync += reg.eq(sig)
-        sig = reg
-    return sig
 
 
 def _abits(depth: int) -> int:
@@ -183,8 +175,8 @@ class GemmCore(wiring.Component):
         tag_first = Signal(name="tag_first")
         m.d.sync += [tag_addr.eq(acc_base + t), tag_first.eq(k_base == 0)]
         lat = ws_latency_cycles(R, C)
-        out_addr = _delay_sig(m, tag_addr, lat, "wb_addr")
-        out_first = _delay_sig(m, tag_first, lat, "wb_first")
+        out_addr = delay(m, tag_addr, lat, "wb_addr")
+        out_first = delay(m, tag_first, lat, "wb_first")
 
         # accumulator read-modify-write: read at c_out.valid, write one cycle later
         out_q = Signal(C * ACC_BITS)

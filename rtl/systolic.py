@@ -44,7 +44,7 @@ from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["WeightStationaryArray", "OutputStationaryArray", "ws_latency_cycles",
+__all__ = ["WeightStationaryArray", "OutputStationaryArray", "ws_latency_cycles", "delay",
            "os_finish_cycles", "ELEMENT_BITS", "ACC_BITS"]
 
 ELEMENT_BITS = 8   #: bits of an input/weight element (signed int8)
@@ -70,7 +70,7 @@ def _check_dims(rows: int, cols: int) -> None:
             raise ValueError(f"{name} must be from 1 to 64, not {v}")
 
 
-def _delay(m: Module, sig, cycles: int, name: str):
+def delay(m: Module, sig, cycles: int, name: str):
     """``sig`` delayed by ``cycles`` registers (0 returns ``sig`` itself)."""
     for d in range(cycles):
         reg = Signal.like(sig, name=f"{name}_d{d}")
@@ -79,7 +79,23 @@ def _delay(m: Module, sig, cycles: int, name: str):
     return sig
 
 
-class WeightStationaryArray(wiring.Component):
+class _PEArray(wiring.Component):
+    """Shared parameters of the PE arrays: ``rows`` and ``cols`` (read-only)."""
+
+    def __init__(self, signature: dict, *, rows: int, cols: int):
+        self._rows, self._cols = rows, cols
+        super().__init__(signature)
+
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @property
+    def cols(self) -> int:
+        return self._cols
+
+
+class WeightStationaryArray(_PEArray):
     """WS systolic array with double-buffered weights; see the module docstring for the contract.
 
     Parameters (keyword-only): ``rows`` (PE rows = reduction depth of a tile, 1..64) and
@@ -88,7 +104,6 @@ class WeightStationaryArray(wiring.Component):
 
     def __init__(self, *, rows: int, cols: int):
         _check_dims(rows, cols)
-        self._rows, self._cols = rows, cols
         a_layout = data.StructLayout({
             "a": data.ArrayLayout(signed(ELEMENT_BITS), rows),
             "commit": 1,
@@ -99,15 +114,7 @@ class WeightStationaryArray(wiring.Component):
             "a_in": In(stream.Signature(a_layout, always_ready=True)),
             "c_out": Out(stream.Signature(data.ArrayLayout(signed(ACC_BITS), cols),
                                           always_ready=True)),
-        })
-
-    @property
-    def rows(self) -> int:
-        return self._rows
-
-    @property
-    def cols(self) -> int:
-        return self._cols
+        }, rows=rows, cols=cols)
 
     def elaborate(self, platform):
         m = Module()
@@ -125,8 +132,8 @@ class WeightStationaryArray(wiring.Component):
 
         # input skew: row i sees its element (and the row's commit/valid flags) i cycles late
         p = self.a_in.payload
-        x = [_delay(m, p.a[i], i, f"skew_a{i}") for i in range(R)]
-        xc = [_delay(m, p.commit & self.a_in.valid, i, f"skew_c{i}") for i in range(R)]
+        x = [delay(m, p.a[i], i, f"skew_a{i}") for i in range(R)]
+        xc = [delay(m, p.commit & self.a_in.valid, i, f"skew_c{i}") for i in range(R)]
         a_reg = [[Signal(signed(ELEMENT_BITS), name=f"a_{i}_{j}") for j in range(C)]
                  for i in range(R)]
         c_reg = [[Signal(name=f"c_{i}_{j}") for j in range(C)] for i in range(R)]
@@ -146,13 +153,13 @@ class WeightStationaryArray(wiring.Component):
 
         # output deskew: column j leaves the bottom j cycles after column 0; align to the last
         for j in range(C):
-            m.d.comb += self.c_out.payload[j].eq(_delay(m, p_reg[R - 1][j], C - 1 - j, f"dsk{j}"))
+            m.d.comb += self.c_out.payload[j].eq(delay(m, p_reg[R - 1][j], C - 1 - j, f"dsk{j}"))
         m.d.comb += self.c_out.valid.eq(
-            _delay(m, self.a_in.valid, ws_latency_cycles(R, C), "valid"))
+            delay(m, self.a_in.valid, ws_latency_cycles(R, C), "valid"))
         return m
 
 
-class OutputStationaryArray(wiring.Component):
+class OutputStationaryArray(_PEArray):
     """OS systolic array; see the module docstring for the timing contract.
 
     Parameters (keyword-only): ``rows`` (PE rows = output rows M of a tile, 1..64) and ``cols``
@@ -161,7 +168,6 @@ class OutputStationaryArray(wiring.Component):
 
     def __init__(self, *, rows: int, cols: int):
         _check_dims(rows, cols)
-        self._rows, self._cols = rows, cols
         layout = data.StructLayout({
             "a": data.ArrayLayout(signed(ELEMENT_BITS), rows),
             "b": data.ArrayLayout(signed(ELEMENT_BITS), cols),
@@ -172,24 +178,16 @@ class OutputStationaryArray(wiring.Component):
             "drain": In(1),
             "c_out": Out(stream.Signature(data.ArrayLayout(signed(ACC_BITS), cols),
                                           always_ready=True)),
-        })
-
-    @property
-    def rows(self) -> int:
-        return self._rows
-
-    @property
-    def cols(self) -> int:
-        return self._cols
+        }, rows=rows, cols=cols)
 
     def elaborate(self, platform):
         m = Module()
         R, C = self._rows, self._cols
         p = self.ab_in.payload
-        xa = [_delay(m, p.a[i], i, f"skew_a{i}") for i in range(R)]
-        xv = [_delay(m, self.ab_in.valid, i, f"skew_v{i}") for i in range(R)]
-        xf = [_delay(m, p.first, i, f"skew_f{i}") for i in range(R)]
-        yb = [_delay(m, p.b[j], j, f"skew_b{j}") for j in range(C)]
+        xa = [delay(m, p.a[i], i, f"skew_a{i}") for i in range(R)]
+        xv = [delay(m, self.ab_in.valid, i, f"skew_v{i}") for i in range(R)]
+        xf = [delay(m, p.first, i, f"skew_f{i}") for i in range(R)]
+        yb = [delay(m, p.b[j], j, f"skew_b{j}") for j in range(C)]
 
         a_reg = [[Signal(signed(ELEMENT_BITS), name=f"a_{i}_{j}") for j in range(C)]
                  for i in range(R)]

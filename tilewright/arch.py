@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tilewright import configs as _configs
 from tilewright.formats import FORMATS
+from tilewright.validation import validation_error_line
 
 __all__ = ["ArchSpec", "ArchSpecError", "TensorEngineSpec", "MemorySpec", "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
@@ -211,66 +212,9 @@ class ArchSpec(_Frozen):
         return ArchSpec.from_dict(data, source=self.name)
 
 
-def _accepted(err: dict[str, Any]) -> str:
-    """Say what is accepted for one pydantic error, in plain words."""
-    typ, ctx = err["type"], err.get("ctx", {}) or {}
-    if typ == "literal_error":
-        return f"must be one of {ctx.get('expected', '?')}"
-    if typ == "extra_forbidden":
-        return "is not an ArchSpec field (check the spelling; see `tilewright arch --schema`)"
-    if typ == "missing":
-        return "is required"
-    if typ in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
-        return _range_text(err["loc"]) or err["msg"].lower()
-    if typ.startswith("int_") or typ.startswith("float_") or typ.startswith("string_") \
-            or typ.startswith("bool_") or typ in ("model_type", "dict_type"):
-        return err["msg"].lower()
-    return err["msg"]
-
-
-def _range_text(loc: tuple[Any, ...]) -> str | None:
-    """'must be from LO to HI' for a numeric field at ``loc``, from the field's own bounds."""
-    model: Any = ArchSpec
-    info = None
-    for part in loc:
-        fields = getattr(model, "model_fields", None)
-        if not fields or part not in fields:
-            return None
-        info = fields[part]
-        model = info.annotation
-        for member in getattr(model, "__args__", ()):       # Optional[Section] -> Section
-            if hasattr(member, "model_fields"):
-                model = member
-    if info is None:
-        return None
-    lo = hi = None
-    for meta in info.metadata:
-        lo = getattr(meta, "ge", None) if getattr(meta, "ge", None) is not None else lo
-        lo = getattr(meta, "gt", None) if getattr(meta, "gt", None) is not None else lo
-        hi = getattr(meta, "le", None) if getattr(meta, "le", None) is not None else hi
-    kind = "an integer" if info.annotation is int else "a number"
-    if lo is not None and hi is not None:
-        return f"must be {kind} from {lo} to {hi}"
-    if lo is not None:
-        return f"must be {kind} above {lo}"
-    return None
-
-
 def _one_line(exc: ValidationError, source: str) -> str:
-    errs = exc.errors(include_url=False)
-    first = errs[0]
-    field = ".".join(str(p) for p in first["loc"]) or "<top level>"
-    value = first.get("input")
-    shown = "(missing)" if first["type"] == "missing" else repr(value)
-    if first["type"] == "extra_forbidden":
-        shown = "(unknown key)"
-    if first["type"] == "value_error":      # a cross-field check: its message names the field
-        text = str(first["msg"]).removeprefix("Value error, ")
-        prefix = f"{field}." if first["loc"] else ""
-        more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-        return f"{source}: {prefix}{text}{more}"
-    more = f" (+{len(errs) - 1} more error{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
-    return f"{source}: {field} = {shown}: {_accepted(first)}{more}"
+    return validation_error_line(exc, source, root=ArchSpec,
+                                 what="an ArchSpec field; see `tilewright arch --schema`")
 
 
 def load_arch(path: str | Path) -> ArchSpec:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
+from tilewright.validation import validation_error_line
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tilewright import configs as _configs
@@ -221,36 +222,9 @@ class ClusterSpec(_Frozen):
                       f"must be from 1 to {self.n_chips - 1} (the rest form the decode pool)")
 
 
-# ---- one-line pydantic errors (ArchSpec's style; its helpers name ArchSpec's own fields) ---------
 def _one_line(exc: ValidationError, source: str) -> str:
-    errs = exc.errors(include_url=False)
-    first = errs[0]
-    loc = [str(p) for p in first["loc"]]
-    if loc[:1] == ["chip"] and len(loc) > 2 and loc[1] in ("gpu", "arch"):
-        del loc[1]                      # drop the union tag pydantic puts in the path
-    field = ".".join(loc) or "<top level>"
-    typ, ctx = first["type"], first.get("ctx", {}) or {}
-    shown = "(missing)" if typ == "missing" else repr(first.get("input"))
-    if typ == "extra_forbidden":
-        shown, accepted = "(unknown key)", "is not a cluster field (check the spelling)"
-    elif typ == "literal_error":
-        accepted = f"must be one of {ctx.get('expected', '?')}"
-    elif typ == "union_tag_invalid":
-        field, shown = f"{field}.kind", repr(ctx.get("tag"))
-        accepted = f"must be one of {ctx.get('expected_tags', '?')}"
-    elif typ == "union_tag_not_found":
-        field, shown, accepted = f"{field}.kind", "(missing)", "must be 'gpu' or 'arch'"
-    elif typ == "missing":
-        accepted = "is required"
-    elif typ in ("greater_than", "greater_than_equal"):
-        accepted = f"must be a number above {ctx.get('gt', ctx.get('ge'))}" if typ == "greater_than" \
-            else f"must be a number of at least {ctx.get('ge')}"
-    elif typ in ("less_than", "less_than_equal"):
-        accepted = f"must be at most {ctx.get('le', ctx.get('lt'))}"
-    else:
-        accepted = first["msg"].lower()
-    more = f" (+{len(errs) - 1} more error{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
-    return f"{source}: {field} = {shown}: {accepted}{more}"
+    return validation_error_line(exc, source, root=ClusterSpec, what="a cluster field",
+                                 union_fields=("chip",))
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:
