@@ -14,8 +14,14 @@ transpose          ``permute`` (1, 0)
 VECTOR_OPS names   one ``vector`` task, attrs unchanged
 =================  =======================================================================
 
-Every GEMM gets its tiling from :func:`~.tiling.plan_gemm_tiles`. Operand ``fmt`` (``fp32`` by
-default) is recorded on every GEMM-like task; the element bytes it implies drive tiling.
+Every ``bgemm`` gets its mapping (tile sizes, loop order, dataflow) from
+:func:`~.mapper.map_gemm` (fewest cycles under the buffers, double buffered; K may be split — the
+K tiles accumulate into one accumulator tile, see the Program's ``bgemm``), recorded on the task.
+Operand format ``fmt`` (``fp32`` by default) is recorded on every GEMM-like task with its
+accumulator and ``k_block`` (the array's rows); for any other format the operands are quantized
+first (:mod:`~.operand_formats`: run-time ``quantize`` tasks for activations, compile-time codes
+and scales for weights) and the ArchSpec is the one built for ``fmt``
+(:func:`~.operand_formats.arch_for_format`). Element bytes of ``fmt`` drive the mapping.
 """
 
 from __future__ import annotations
@@ -26,11 +32,14 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.ir import Graph, Op
+from tilewright.compiler.layout import DoesNotFit
+from tilewright.compiler.mapper import GemmOp, MapperResult, map_gemm
+from tilewright.compiler.operand_formats import OperandQuantizer, accumulator_of, arch_for_format
 from tilewright.compiler.program import (VECTOR_OPS, AttentionTask, BgemmTask, GroupedGemmTask,
-                                         Program, ScanTask, TensorInfo, VectorTask)
-from tilewright.compiler.tiling import plan_attention_blocks, plan_gemm_tiles, plan_scan_chunks
+                                         Program, QuantizeTask, ScanTask, TensorInfo, VectorTask)
+from tilewright.compiler.tiling import plan_attention_blocks, plan_scan_chunks
 
-__all__ = ["lower_graph", "ELEM_BYTES", "LoweringError"]
+__all__ = ["lower_graph", "ELEM_BYTES", "LoweringError", "map_gemm_cached"]
 
 #: operand element bytes per format name (MX formats: 8-bit elements; their 1-byte scale per
 #: 32 elements is not counted here)
@@ -44,12 +53,58 @@ class LoweringError(ValueError):
     """An IR op the LLM lowering cannot turn into tasks (names the op and its source line)."""
 
 
+_MAP_CACHE: dict[tuple, MapperResult] = {}
+
+
+def map_gemm_cached(arch: ArchSpec, m: int, k: int, n: int, *, batch: int = 1,
+                    elem_bytes: int = 4, arch_key: str | None = None,
+                    name: str = "gemm") -> MapperResult:
+    """:func:`~.mapper.map_gemm` of ``batch`` x M x K x N with ``elem_bytes`` operands and fp32
+    results on ``arch`` (its own dataflow, double buffered, K split allowed), memoized by shape
+    and ArchSpec content (bounded cache). Raises :class:`DoesNotFit` if no tiling fits."""
+    key = (arch_key or arch.content_hash(), m, k, n, batch, elem_bytes)
+    hit = _MAP_CACHE.get(key)
+    if hit is None:
+        try:
+            hit = map_gemm(GemmOp(name, m, k, n, batch=batch, elem_bytes=elem_bytes, out_bytes=4),
+                           arch)
+        except ValueError as exc:
+            raise DoesNotFit(str(exc)) from None
+        if len(_MAP_CACHE) > 4096:
+            _MAP_CACHE.clear()
+        _MAP_CACHE[key] = hit
+    return hit
+
+
 class _Builder:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, fmt: str, granularity: str) -> None:
         self.graph = graph
         self.tensors: dict[str, TensorInfo] = {}
         self.tasks: list[Any] = []
         self.made_by: dict[str, str] = {}
+        self.quant = OperandQuantizer(fmt, granularity, self.new, self._quantize_task)
+
+    def _quantize_task(self, x: str, codes: str, scale: str | None, gran: str, axis: int,
+                       source: str) -> None:
+        outs = (codes, scale) if scale else (codes,)
+        self.add(QuantizeTask, outs, (x,), name=f"{codes}.quantize", x=x, out=codes,
+                 scale_out=scale, format=self.quant.fmt.name, granularity=gran, axis=axis,
+                 source=source)
+
+    def act(self, x: str, axis: int, source: str) -> tuple[str, str | None]:
+        """Operand ``x`` (run-time or constant tensor) quantized along ``axis``."""
+        t = self.graph.tensors.get(x)
+        if t is not None and t.data is not None and len(t.shape) == 2 and self.quant.active:
+            return self.quant.weight(x, t.shape, t.data, axis)
+        shape = self.tensors[x].shape if x in self.tensors else self.graph.tensors[x].shape
+        self.info(x)
+        return self.quant.activation(x, shape, axis, source)
+
+    def weight(self, w: str, axis: int, stacked: bool = False) -> tuple[str, str | None]:
+        t = self.graph.tensors[w]
+        if not self.quant.active:
+            return w, None
+        return self.quant.weight(w, t.shape, t.data, axis, stacked=stacked)
 
     def info(self, name: str) -> TensorInfo:
         if name not in self.tensors:
@@ -71,9 +126,17 @@ class _Builder:
             self.made_by[o] = task.name
 
 
-def _gemm_fields(arch: ArchSpec, m: int, k: int, n: int, fmt: str) -> dict[str, int]:
-    tm, tn, tk = plan_gemm_tiles(arch, m, k, n, ELEM_BYTES[fmt])
-    return {"tile_m": tm, "tile_n": tn, "tile_k": tk}
+def _gemm_fields(arch: ArchSpec, m: int, k: int, n: int, fmt: str, batch: int = 1,
+                 name: str = "gemm") -> dict[str, Any]:
+    """Mapping (:func:`map_gemm_cached`) and arithmetic fields of one GEMM-like task."""
+    res = map_gemm_cached(arch, m, k, n, batch=batch, elem_bytes=ELEM_BYTES[fmt], name=name)
+    mp = res.mapping
+    return {"tile_m": mp.m_t, "tile_n": mp.n_t, "tile_k": mp.k_t, "order": mp.order,
+            "dataflow": mp.dataflow, **_arith(arch, fmt)}
+
+
+def _arith(arch: ArchSpec, fmt: str) -> dict[str, Any]:
+    return {"format": fmt, "acc": accumulator_of(fmt), "k_block": arch.tensor_engine.rows}
 
 
 def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
@@ -86,8 +149,10 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
         m = int(np.prod(shape[x][:-1], dtype=np.int64))
         post = len(op.inputs) > 2 or op.attrs.get("relu", False)
         mm = b.new(f"{out}.mm", shape[out], "fp32") if post else out
-        b.add(BgemmTask, (mm,), (x, w), name=f"{name}.gemm", a=x, b=w, out=mm, m=m, k=k, n=n,
-              transpose_b=True, format=fmt, source=src, **_gemm_fields(arch, m, k, n, fmt))
+        (xa, sa), (wb, sb) = b.act(x, -1, src), b.weight(w, 1)
+        b.add(BgemmTask, (mm,), tuple(v for v in (xa, wb, sa, sb) if v), name=f"{name}.gemm",
+              a=xa, b=wb, a_scale=sa, b_scale=sb, out=mm, m=m, k=k, n=n, transpose_b=True,
+              source=src, **_gemm_fields(arch, m, k, n, fmt, name=name))
         if len(op.inputs) > 2:
             biased = b.new(f"{out}.bias", shape[out], "fp32") if op.attrs.get("relu") else out
             b.add(VectorTask, (biased,), (mm, op.inputs[2]), name=f"{name}.bias", op="add",
@@ -105,8 +170,11 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
             batch, m = (), int(np.prod(shape[a][:-1], dtype=np.int64))
         else:
             batch = tuple(shape[out][:-2])
-        b.add(BgemmTask, (out,), (a, w), name=name, a=a, b=w, out=out, batch=batch, m=m, k=k, n=n,
-              format=fmt, source=src, **_gemm_fields(arch, m, k, n, fmt))
+        (xa, sa), (wb, sb) = b.act(a, -1, src), b.act(w, -2, src)
+        nb = int(np.prod(batch, dtype=np.int64)) if batch else 1
+        b.add(BgemmTask, (out,), tuple(v for v in (xa, wb, sa, sb) if v), name=name, a=xa, b=wb,
+              a_scale=sa, b_scale=sb, out=out, batch=batch, m=m, k=k, n=n, source=src,
+              **_gemm_fields(arch, m, k, n, fmt, batch=nb, name=name))
         return
     if op.kind == "attention":
         q, k, v = op.inputs
@@ -114,10 +182,14 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
         s_len, d = shape[q][-2:]
         t_len = shape[k][-2]
         bq, bk = plan_attention_blocks(arch, s_len, t_len, d, ELEM_BYTES[fmt])
-        b.add(AttentionTask, (out,), (q, k, v), name=name, q=q, k=k, v=v, out=out,
+        if fmt.startswith("mx") and bk < t_len and bk % 32:
+            bk = min(t_len, 32)                 # whole 32-blocks of v along the key axis
+        (qc, qs), (kc, ks), (vc, vs) = b.act(q, -1, src), b.act(k, -1, src), b.act(v, -2, src)
+        b.add(AttentionTask, (out,), tuple(x for x in (qc, kc, vc, qs, ks, vs) if x), name=name,
+              q=qc, k=kc, v=vc, q_scale=qs, k_scale=ks, v_scale=vs, out=out,
               batch=tuple(shape[out][:-2]), s=s_len, t=t_len, d=d, scale=op.attrs["scale"],
-              causal_offset=op.attrs.get("causal_offset"), block_q=bq, block_kv=bk, format=fmt,
-              source=src)
+              causal_offset=op.attrs.get("causal_offset"), block_q=bq, block_kv=bk, source=src,
+              **_arith(arch, fmt))
         return
     if op.kind == "scan":
         a, bb, c, h0 = op.inputs
@@ -134,8 +206,11 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
         tb = bool(op.attrs.get("transpose_b", False))
         e = shape[w][0]
         k, n = (shape[w][2], shape[w][1]) if tb else shape[w][1:]
-        b.add(GroupedGemmTask, (out,), (x, w, counts), name=name, a=x, b=w, counts=counts, out=out,
-              rows=shape[x][0], experts=e, k=k, n=n, transpose_b=tb, format=fmt, source=src)
+        (xa, sa), (wb, sb) = b.act(x, -1, src), b.weight(w, 1 if tb else 0, stacked=True)
+        b.add(GroupedGemmTask, (out,), tuple(v for v in (xa, wb, counts, sa, sb) if v),
+              name=name, a=xa, b=wb, a_scale=sa, b_scale=sb, counts=counts, out=out,
+              rows=shape[x][0], experts=e, k=k, n=n, transpose_b=tb, source=src,
+              **_arith(arch, fmt))
         return
     if op.kind == "topk":
         vals, idx = op.outputs
@@ -158,14 +233,17 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
                                               if op.kind == "einsum" else ""))
 
 
-def lower_graph(graph: Graph, arch: ArchSpec, *, fmt: str = "fp32", name: str | None = None
-                ) -> Program:
-    """Lower ``graph`` (after the ``llm`` flow) to a checked Program for ``arch``; GEMM operands in
-    ``fmt``. Constants with values travel with the Program; value-less ones (meta device) are
-    listed in ``meta["unknown_constants"]``."""
+def lower_graph(graph: Graph, arch: ArchSpec, *, fmt: str = "fp32", granularity: str = "channel",
+                name: str | None = None) -> Program:
+    """Lower ``graph`` (after the ``llm`` flow) to a checked Program for ``arch`` built for
+    ``fmt`` (:func:`~.operand_formats.arch_for_format`); GEMM operands in ``fmt``, weights of
+    int8/fp8 scaled per output ``channel`` or per ``tensor`` (``granularity``). Constants with
+    values travel with the Program; value-less ones (meta device) are listed in
+    ``meta["unknown_constants"]``."""
     if fmt not in ELEM_BYTES:
         raise ValueError(f"format {fmt!r}: known formats are {', '.join(ELEM_BYTES)}")
-    b = _Builder(graph)
+    arch = arch_for_format(arch, fmt)
+    b = _Builder(graph, fmt, granularity)
     for x in graph.inputs:
         b.info(x)
     for op in graph.ops:
@@ -178,8 +256,13 @@ def lower_graph(graph: Graph, arch: ArchSpec, *, fmt: str = "fp32", name: str | 
                 unknown.append(n)
             else:
                 constants[n] = np.ascontiguousarray(t.data)
+    constants.update(b.quant.constants)
+    unknown += b.quant.unknown
+    meta = {"format": fmt, "accumulator": accumulator_of(fmt), "unknown_constants": unknown}
+    if b.quant.fmt.scaling == "fp32":
+        meta["weight_granularity"] = granularity
     prog = Program(name=name or graph.name, arch_hash=arch.content_hash(), tensors=b.tensors,
                    inputs=list(graph.inputs), outputs=list(graph.outputs), tasks=b.tasks,
-                   meta={"format": fmt, "unknown_constants": unknown}, constants=constants)
+                   meta=meta, constants=constants)
     prog.check()
     return prog

@@ -11,14 +11,22 @@ Semantics of each task kind (every level implements exactly this):
 ``bgemm``         batched GEMM ``out[..., m, n] = sum_k a[..., m, k] * B[..., k, n]`` with
                   ``B = swapaxes(b, -1, -2)`` if ``transpose_b`` else ``b``; batch dims broadcast
                   like ``numpy.matmul`` (``batch`` = out's batch shape; when ``b`` is 2-D the
-                  leading dims of ``a`` fold into M: ``batch = ()``, ``m = prod(a.shape[:-1])``); operands in ``format`` (``fp32`` executed here; other
-                  formats by :mod:`tilewright.dataflow_sim.numerics`). fp32: products and sums in
-                  IEEE fp32; K is summed tile by tile (``tile_k``) into an fp32 accumulator.
+                  leading dims of ``a`` fold into M: ``batch = ()``, ``m = prod(a.shape[:-1])``).
+                  Operands are element codes in ``format`` with optional scales ``a_scale`` /
+                  ``b_scale`` (see *Number formats* below); out is fp32 (int32 for unscaled int8).
+                  Arithmetic: :func:`tilewright.dataflow_sim.numerics.gemm` with
+                  ``k_block`` (the array's rows) and accumulator ``acc``, per batch element.
+                  ``tile_m/tile_k/tile_n``, ``order``, ``dataflow`` record the mapping that
+                  :func:`tilewright.compiler.mapper.map_gemm` chose; a K tile shorter than K
+                  (``tile_k < k``, a multiple of ``k_block``) accumulates into the same
+                  accumulator tile in increasing k (an accumulate-capable core; the result equals
+                  the unsplit GEMM because tiles hold whole ``k_block`` runs).
 ``grouped_gemm``  rows of ``a`` [R, K] are grouped by expert: the first ``counts[0]`` rows use
                   ``b[0]``, the next ``counts[1]`` rows ``b[1]``, ... (``counts`` int64 [E] is a
                   *run-time* tensor, sum = R); ``b`` [E, K, N] (or [E, N, K] if ``transpose_b``);
                   out [R, N] fp32. ``example_counts`` are the counts of the example run, used only
-                  by reports.
+                  by reports. Formats and scales as ``bgemm`` (``b_scale`` stacked per expert:
+                  [E, ...], each expert quantized on its own).
 ``attention``     ``out = softmax(scale * q @ k^T + mask) @ v`` along the last axis, q [..., S, d],
                   k and v [..., T, d] (batch dims broadcast), mask = -inf where key ``j > i +
                   causal_offset`` (no mask if ``causal_offset`` is None), computed as a streaming
@@ -27,12 +35,23 @@ Semantics of each task kind (every level implements exactly this):
                   accumulator ``o`` (``m' = max(m, rowmax(s))``, ``p = exp(s - m')``,
                   ``l' = exp(m - m') l + rowsum(p)``, ``o' = exp(m - m') o + p v``; ``out = o / l``);
                   key blocks that are fully masked are skipped. On-chip buffer: see
-                  :meth:`AttentionTask.buffer_bytes` (independent of S and T).
+                  :meth:`AttentionTask.buffer_bytes` (independent of S and T). Its two GEMMs run
+                  in ``format`` like ``bgemm`` per batch element and block: ``s = fl32(gemm(q_b,
+                  k_b^T) * scale)`` with q, k codes and scales from ``quantize`` tasks; ``p``
+                  (fp32, in [0, 1]) is quantized per (batch element, query block, key block):
+                  bf16 by RNE, int8/fp8 per tensor (``quantize(p, granularity="tensor")``), MX
+                  by 32-blocks along the key axis (``block_kv`` is then a multiple of 32 or >= T,
+                  and ``v`` is quantized along its key axis, -2); ``o += gemm(p, v_b)``.
 ``scan``          selective scan: ``h[t] = a[:, t] * h[t-1] + b[:, t]`` (elementwise over
                   [Bt, Di, N]), ``y[:, t, :] = sum_n h[t][:, :, n] * c[:, t, None, n]``, with
                   ``h[-1] = h0``; a, b [Bt, L, Di, N], c [Bt, L, N], h0 [Bt, Di, N]; outputs ``out``
                   = y [Bt, L, Di] and ``state_out`` = h[L-1]. Executed in chunks of ``chunk_d``
                   channels x ``chunk_l`` time steps so the state chunk stays on chip.
+``quantize``      ``(out, scale_out) = quantize(x, format, axis=axis, granularity=granularity)``
+                  of :mod:`tilewright.formats` (element codes; fp32 scales of shape ``x`` with
+                  size 1 per tensor / per channel, or E8M0 ``e8m0`` codes per 32-block; no
+                  ``scale_out`` for bf16/fp32). Run-time (activation) quantization; weights are
+                  quantized at compile time by the same function and travel as constants.
 ``vector``        an elementwise / reduction / data-movement op named by ``op``; see
                   :data:`VECTOR_OPS`.
 
@@ -40,11 +59,21 @@ Every task except ``gemm`` runs on the functional model through
 :func:`tilewright.dataflow_sim.functional.run_vector`; a task with a second output (``scan``'s
 ``state_out``) writes it into the environment itself and returns its primary output.
 
+**Number formats.** Every tensor's ``format`` is visible in :attr:`Program.tensors`: ``fp32``,
+``int8``/``int32``/``int64``/``bool``, the element-code formats of :mod:`tilewright.formats`
+(``bf16``, ``fp8-e4m3``, ``fp8-e5m2``, ``mxint8``, ``mxfp8``, ``mxfp8-e5m2``; their numpy dtypes
+in :data:`FORMAT_DTYPES`) and ``e8m0`` (uint8 MX scale codes). Scaling happens in two explicit
+places: ``quantize`` (x -> codes, scales) before a GEMM, and the dequantization inside the GEMM
+task after accumulation (``out = fl32(fl32(acc) * fl32(s_a * s_b))``; MX: per 32-block power of
+two before each accumulator add) — step 4 and the MX rule of :mod:`~tilewright.dataflow_sim.numerics`.
+
 A shape-only Program (a model built on the ``meta`` device) lists the constants whose values are
 unknown in ``meta["unknown_constants"]``; it can be costed but not executed.
 
 Serialization: ``save(dir)`` writes ``program.json`` (structure) and ``constants.npz`` (arrays);
-``load(dir)`` restores an equal Program.
+``load(dir)`` restores an equal Program. Arrays whose dtype numpy cannot store natively (bf16,
+fp8) are saved as their unsigned-integer bit view and re-viewed on load through the tensor's
+format.
 """
 
 from __future__ import annotations
@@ -54,15 +83,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tilewright.formats import FORMATS as _NUMBER_FORMATS
 
 __all__ = ["TensorInfo", "GemmTask", "VectorTask", "BgemmTask", "GroupedGemmTask",
-           "AttentionTask", "ScanTask", "Task", "Program", "VECTOR_OPS", "FORMAT_DTYPES",
+           "AttentionTask", "ScanTask", "QuantizeTask", "Task", "Program", "VECTOR_OPS", "FORMAT_DTYPES",
            "task_inputs", "task_outputs", "UNARY_OPS", "BINARY_OPS"]
 
 #: element format name -> numpy dtype used to hold it exactly
-FORMAT_DTYPES: dict[str, Any] = {"int8": np.int8, "int32": np.int32, "int64": np.int64,
-                                 "fp32": np.float32, "bool": np.bool_}
+FORMAT_DTYPES: dict[str, Any] = {
+    **{name: f.dtype for name, f in _NUMBER_FORMATS.items()},
+    "int8": np.int8, "int32": np.int32, "int64": np.int64, "fp32": np.float32, "bool": np.bool_,
+    "e8m0": np.uint8}
 
 UNARY_OPS = ("exp", "neg", "rsqrt", "silu", "sigmoid", "softplus", "relu", "logical_not")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "eq", "gt")
@@ -132,7 +165,14 @@ class TensorInfo(_Model):
 
     name: str
     shape: tuple[int, ...]
-    format: Literal["int8", "int32", "int64", "fp32", "bool"]
+    format: str
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        if v not in FORMAT_DTYPES:
+            raise ValueError(f"format {v!r}: must be one of {sorted(FORMAT_DTYPES)}")
+        return v
 
     @property
     def nbytes(self) -> int:
@@ -191,9 +231,17 @@ class BgemmTask(_Model):
     n: int = Field(..., ge=1)
     transpose_b: bool = False
     format: str = "fp32"
+    a_scale: str | None = None
+    b_scale: str | None = None
+    acc: Literal["fp32", "int32"] = "fp32"
+    k_block: int | None = Field(None, ge=1)
+    """k per PE-column partial sum (the array's rows); None = all of K in one run"""
     tile_m: int = Field(..., ge=1)
     tile_n: int = Field(..., ge=1)
     tile_k: int = Field(..., ge=1)
+    order: str = "mkn"
+    """loop order over tiles, outer -> inner (:data:`tilewright.compiler.mapper.LOOP_ORDERS`)"""
+    dataflow: str = "ws"
     deps: tuple[str, ...] = ()
     source: str = ""
 
@@ -221,6 +269,10 @@ class GroupedGemmTask(_Model):
     n: int = Field(..., ge=1)
     transpose_b: bool = False
     format: str = "fp32"
+    a_scale: str | None = None
+    b_scale: str | None = None
+    acc: Literal["fp32", "int32"] = "fp32"
+    k_block: int | None = Field(None, ge=1)
     example_counts: tuple[int, ...] = ()
     """rows per expert in the example run (reports only); empty = not known"""
     counts_source: str = ""
@@ -250,6 +302,11 @@ class AttentionTask(_Model):
     block_q: int = Field(..., ge=1)
     block_kv: int = Field(..., ge=1)
     format: str = "fp32"
+    q_scale: str | None = None
+    k_scale: str | None = None
+    v_scale: str | None = None
+    acc: Literal["fp32", "int32"] = "fp32"
+    k_block: int | None = Field(None, ge=1)
     deps: tuple[str, ...] = ()
     source: str = ""
 
@@ -304,7 +361,25 @@ class ScanTask(_Model):
         return 4 * (cd * n + 2 * cl * cd * n + cl * n + cl * cd)
 
 
-Task = Annotated[Union[GemmTask, VectorTask, BgemmTask, GroupedGemmTask, AttentionTask, ScanTask],
+class QuantizeTask(_Model):
+    """Run-time quantization of ``x`` to element codes ``out`` and scales ``scale_out``
+    (module table; :func:`tilewright.formats.quantize` with these arguments)."""
+
+    kind: Literal["quantize"] = "quantize"
+    name: str
+    x: str
+    out: str
+    scale_out: str | None = None
+    format: str
+    granularity: Literal["none", "tensor", "channel", "block"]
+    axis: int
+    """the operand's reduction axis (MX blocks run along it; channel scales are across it)"""
+    deps: tuple[str, ...] = ()
+    source: str = ""
+
+
+Task = Annotated[Union[GemmTask, VectorTask, BgemmTask, GroupedGemmTask, AttentionTask, ScanTask,
+                       QuantizeTask],
                  Field(discriminator="kind")]
 
 
@@ -312,18 +387,27 @@ def task_inputs(task: Any) -> tuple[str, ...]:
     """Names of the tensors ``task`` reads, in operand order."""
     if isinstance(task, VectorTask):
         return task.inputs
-    if isinstance(task, (GemmTask, BgemmTask)):
+    if isinstance(task, GemmTask):
         return (task.a, task.b)
+    if isinstance(task, BgemmTask):
+        return tuple(x for x in (task.a, task.b, task.a_scale, task.b_scale) if x)
     if isinstance(task, GroupedGemmTask):
-        return (task.a, task.b, task.counts)
+        return tuple(x for x in (task.a, task.b, task.counts, task.a_scale, task.b_scale) if x)
     if isinstance(task, AttentionTask):
-        return (task.q, task.k, task.v)
+        return tuple(x for x in (task.q, task.k, task.v, task.q_scale, task.k_scale,
+                                 task.v_scale) if x)
+    if isinstance(task, QuantizeTask):
+        return (task.x,)
     return (task.a, task.b, task.c, task.h0)
 
 
 def task_outputs(task: Any) -> tuple[str, ...]:
     """Names of the tensors ``task`` writes (primary output first)."""
-    return (task.out, task.state_out) if isinstance(task, ScanTask) else (task.out,)
+    if isinstance(task, ScanTask):
+        return (task.out, task.state_out)
+    if isinstance(task, QuantizeTask) and task.scale_out:
+        return (task.out, task.scale_out)
+    return (task.out,)
 
 
 class Program(BaseModel):
@@ -370,7 +454,7 @@ class Program(BaseModel):
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         (d / "program.json").write_text(self.model_dump_json(indent=1))
-        np.savez(d / "constants.npz", **self.constants)
+        np.savez(d / "constants.npz", **{k: _storable(v) for k, v in self.constants.items()})
         return d
 
     @classmethod
@@ -380,5 +464,15 @@ class Program(BaseModel):
         with np.load(d / "constants.npz") as npz:
             consts = {k: npz[k] for k in npz.files}
         prog = cls.model_validate(data)
-        prog.constants.update(consts)
+        for k, v in consts.items():
+            want = np.dtype(FORMAT_DTYPES[prog.tensors[k].format])
+            prog.constants[k] = v if v.dtype == want else v.view(want)
         return prog
+
+
+def _storable(arr: np.ndarray) -> np.ndarray:
+    """``arr``, or its unsigned-integer bit view when numpy's npz cannot store its dtype
+    (ml_dtypes' bf16/fp8 types would be saved as raw ``|V2``/``|V1``)."""
+    if arr.dtype.kind in "biuf" and arr.dtype.type.__module__ == "numpy":
+        return arr
+    return arr.view(f"u{arr.dtype.itemsize}")

@@ -2,9 +2,11 @@
 
 It executes a :class:`~tilewright.compiler.program.Program` with the semantics documented there:
 int8 x int8 GEMMs into an int32 accumulator that wraps modulo 2**32, the vector ops of
-:data:`~tilewright.compiler.program.VECTOR_OPS`, and the fp32 tasks ``bgemm`` (tiled),
-``grouped_gemm`` (real run-time counts), ``attention`` (the streaming FlashAttention cascade,
-block by block) and ``scan`` (chunked selective scan). The int8 GEMM is pluggable so that the same
+:data:`~tilewright.compiler.program.VECTOR_OPS`, ``quantize`` (:func:`tilewright.formats.quantize`),
+the GEMM-like tasks ``bgemm``, ``grouped_gemm`` (real run-time counts) and ``attention`` (the
+streaming FlashAttention cascade, block by block) in every number format — each 2-D GEMM by
+:func:`tilewright.dataflow_sim.numerics.gemm` with the task's ``k_block`` and accumulator, so the
+arithmetic is the ArchSpec's exactly — and ``scan`` (chunked selective scan, fp32). The int8 GEMM is pluggable so that the same
 driver runs a program with GEMMs on another level (the RTL co-simulation passes its own);
 :func:`run_vector` executes every other task kind.
 """
@@ -16,11 +18,13 @@ from typing import Callable
 import numpy as np
 
 from tilewright.compiler.program import (BINARY_OPS, FORMAT_DTYPES, UNARY_OPS, AttentionTask,
-                                         BgemmTask, GemmTask, GroupedGemmTask, Program, ScanTask,
-                                         VectorTask)
+                                         BgemmTask, GemmTask, GroupedGemmTask, Program,
+                                         QuantizeTask, ScanTask, VectorTask)
+from tilewright.formats import FORMATS, QTensor, quantize, round_to_element
 
 __all__ = ["gemm_int8", "run_vector", "run_program", "wrap_int32", "bgemm_fp32", "attention_fp32",
-           "scan_fp32", "grouped_gemm_fp32"]
+           "scan_fp32", "grouped_gemm_fp32", "gemm_2d", "bgemm_formats", "grouped_gemm_formats",
+           "attention_formats", "quantize_p"]
 
 _F32 = np.float32
 
@@ -119,6 +123,166 @@ def attention_fp32(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
     return out
 
 
+# ---- GEMM-like tasks in any number format ---------------------------------------------------
+def _granularity(fmt: str, scales: np.ndarray | None) -> str:
+    if scales is None:
+        return "none"
+    if FORMATS[fmt].scaling == "e8m0":
+        return "block"
+    return "tensor" if scales.size == 1 else "channel"
+
+
+def _qt(fmt: str, codes: np.ndarray, scales: np.ndarray | None, axis: int) -> QTensor | np.ndarray:
+    """2-D operand for numerics.gemm: a QTensor (scales reshaped to its rules) or, unscaled,
+    the codes themselves (fp32: fp32 values; others: codes with scale 1)."""
+    gran = _granularity(fmt, scales)
+    if gran == "none":
+        return np.ascontiguousarray(codes)
+    sc = scales.reshape(1, 1) if gran == "tensor" else scales
+    return QTensor(fmt, np.ascontiguousarray(codes), np.ascontiguousarray(sc), axis, gran)
+
+
+def gemm_2d(a: np.ndarray, a_scale: np.ndarray | None, b: np.ndarray, b_scale: np.ndarray | None,
+            fmt: str, acc: str, k_block: int | None) -> np.ndarray:
+    """``a @ b`` for 2-D codes a [M, K] (scales along axis 1) and b [K, N] (scales along axis 0)
+    by :func:`tilewright.dataflow_sim.numerics.gemm` (``k_block`` None: all of K in one run)."""
+    from tilewright.dataflow_sim.numerics import gemm  # noqa: PLC0415 (numerics imports us)
+
+    kb = k_block or max(1, a.shape[1])
+    if FORMATS[fmt].scaling == "e8m0":
+        kb = -(-kb // 32) * 32
+    return gemm(_qt(fmt, a, a_scale, 1), _qt(fmt, b, b_scale, 0), fmt, acc=acc, k_block=kb)
+
+
+def _per_tensor(x: np.ndarray | None, fmt: str) -> bool:
+    """True for a missing scale or one fp32 scale for the whole tensor (not an MX block scale)."""
+    return x is None or (x.size == 1 and FORMATS[fmt].scaling != "e8m0")
+
+
+def _batched(x: np.ndarray | None, batch: tuple[int, ...], fmt: str) -> np.ndarray | None:
+    if _per_tensor(x, fmt):
+        return x
+    return np.broadcast_to(x, (*batch, *x.shape[-2:]))
+
+
+def bgemm_formats(a, b, *, fmt: str = "fp32", a_scale=None, b_scale=None,
+                  transpose_b: bool = False, acc: str = "fp32", k_block: int | None = None
+                  ) -> np.ndarray:
+    """The ``bgemm`` task: batch dims broadcast like numpy.matmul (a 2-D ``b`` folds a's leading
+    dims into M); each batch element one :func:`gemm_2d`."""
+    if transpose_b:
+        b = np.swapaxes(b, -1, -2)
+        b_scale = None if b_scale is None else np.swapaxes(b_scale, -1, -2)
+    if b.ndim == 2:
+        lead = a.shape[:-1]
+        a2 = a.reshape(-1, a.shape[-1])
+        as2 = a_scale if _per_tensor(a_scale, fmt) else a_scale.reshape(-1, a_scale.shape[-1])
+        return gemm_2d(a2, as2, b, b_scale, fmt, acc, k_block).reshape(*lead, b.shape[-1])
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    A, B = np.broadcast_to(a, (*batch, *a.shape[-2:])), np.broadcast_to(b, (*batch, *b.shape[-2:]))
+    As, Bs = _batched(a_scale, batch, fmt), _batched(b_scale, batch, fmt)
+    out = None
+    for idx in np.ndindex(*batch):
+        r = gemm_2d(A[idx], As if _per_tensor(As, fmt) else As[idx], B[idx],
+                    Bs if _per_tensor(Bs, fmt) else Bs[idx], fmt, acc, k_block)
+        if out is None:
+            out = np.empty((*batch, *r.shape), r.dtype)
+        out[idx] = r
+    return out
+
+
+def grouped_gemm_formats(a, b, counts, *, fmt: str = "fp32", a_scale=None, b_scale=None,
+                         transpose_b: bool = False, acc: str = "fp32",
+                         k_block: int | None = None) -> np.ndarray:
+    """The ``grouped_gemm`` task: rows of ``a`` in expert segments of ``counts``; segment e
+    times expert ``b[e]`` (with its own scales ``b_scale[e]``), each one :func:`gemm_2d`."""
+    counts = np.asarray(counts, np.int64)
+    if counts.sum() != a.shape[0] or np.any(counts < 0):
+        raise ValueError(f"grouped_gemm: counts {counts.tolist()} do not partition {a.shape[0]} rows")
+    n = b.shape[-2] if transpose_b else b.shape[-1]
+    out = np.zeros((a.shape[0], n), np.float32)
+    start = 0
+    for e, c in enumerate(counts.tolist()):
+        if c:
+            w = b[e].T if transpose_b else b[e]
+            ws = None if b_scale is None else (b_scale[e].T if transpose_b else b_scale[e])
+            sa = a_scale if _per_tensor(a_scale, fmt) else a_scale[start:start + c]
+            out[start:start + c] = gemm_2d(a[start:start + c], sa, w, ws, fmt, acc, k_block)
+        start += c
+    return out
+
+
+def quantize_p(p: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Codes and scales of an attention probability block p [bq, bk] (fp32 in [0, 1]) for the
+    cascade's second GEMM: fp32 unchanged, bf16 RNE, int8/fp8 one scale per block, MX per
+    32-block along the key axis (the GEMM's K)."""
+    f = FORMATS[fmt]
+    if f.scaling == "none":
+        return (p if fmt == "fp32" else round_to_element(p, f)), None
+    q = quantize(p, f, axis=1, granularity="tensor" if f.scaling == "fp32" else None)
+    return q.values, q.scales
+
+
+def _rows(x: np.ndarray | None, r0: int, r1: int, fmt: str, blocked: bool = False
+          ) -> np.ndarray | None:
+    """Rows r0:r1 (axis -2) of a scale array: per tensor unchanged; ``blocked`` (MX scales of a
+    tensor quantized along axis -2) one scale row per 32 rows, r0 a multiple of 32."""
+    if _per_tensor(x, fmt):
+        return x
+    if blocked:
+        return x[..., r0 // 32:-(-r1 // 32), :]
+    return x[..., r0:r1, :]
+
+
+def attention_formats(q, k, v, *, scale: float, causal_offset: int | None, block_q: int,
+                      block_kv: int, fmt: str = "fp32", q_scale=None, k_scale=None,
+                      v_scale=None, acc: str = "fp32", k_block: int | None = None) -> np.ndarray:
+    """The ``attention`` task in ``fmt``: the cascade of :func:`attention_fp32` with its two GEMMs
+    per batch element by :func:`gemm_2d` (``s = fl32(gemm(q_b, k_b^T) * scale)``, ``p``
+    quantized by :func:`quantize_p`, ``o = alpha * o + gemm(p, v_b)``)."""
+    s_len, t_len = q.shape[-2], k.shape[-2]
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    Q, K, V = (np.broadcast_to(x, (*batch, *x.shape[-2:])) for x in (q, k, v))
+    Qs, Ks, Vs = (_batched(x, batch, fmt) for x in (q_scale, k_scale, v_scale))
+    d_v = v.shape[-1]
+    out = np.empty((*batch, s_len, d_v), _F32)
+    sc = _F32(scale)
+    mx = FORMATS[fmt].scaling == "e8m0"
+    pick = lambda x, idx: x if _per_tensor(x, fmt) else x[idx]  # noqa: E731
+    for idx in np.ndindex(*batch):
+        qi, ki, vi = Q[idx], K[idx], V[idx]
+        qsi, ksi, vsi = pick(Qs, idx), pick(Ks, idx), pick(Vs, idx)
+        for q0 in range(0, s_len, block_q):
+            q1 = min(q0 + block_q, s_len)
+            m = np.full((q1 - q0, 1), -np.inf, _F32)
+            l = np.zeros((q1 - q0, 1), _F32)
+            o = np.zeros((q1 - q0, d_v), _F32)
+            for k0 in range(0, t_len, block_kv):
+                if causal_offset is not None and k0 > q1 - 1 + causal_offset:
+                    break
+                k1 = min(k0 + block_kv, t_len)
+                kt = ki[k0:k1].T
+                kts = _rows(ksi, k0, k1, fmt)
+                kts = None if kts is None else kts.T
+                sb = gemm_2d(qi[q0:q1], _rows(qsi, q0, q1, fmt), kt, kts, fmt, acc,
+                             k_block).astype(_F32) * sc
+                if causal_offset is not None:
+                    rows = np.arange(q0, q1)[:, None]
+                    cols = np.arange(k0, k1)[None, :]
+                    sb = np.where(cols > rows + causal_offset, _F32(-np.inf), sb)
+                m_new = np.maximum(m, sb.max(axis=-1, keepdims=True))
+                m_safe = np.where(np.isneginf(m_new), _F32(0), m_new)
+                p = np.exp(sb - m_safe)
+                alpha = np.exp(m - m_safe)
+                l = alpha * l + p.sum(axis=-1, keepdims=True)
+                pc, ps = quantize_p(p, fmt)
+                pv = gemm_2d(pc, ps, vi[k0:k1], _rows(vsi, k0, k1, fmt, mx), fmt, acc, k_block)
+                o = alpha * o + pv.astype(_F32)
+                m = m_new
+            out[(*idx, slice(q0, q1))] = o / l
+    return out
+
+
 def scan_fp32(a: np.ndarray, b: np.ndarray, c: np.ndarray, h0: np.ndarray, *, chunk_l: int,
               chunk_d: int) -> tuple[np.ndarray, np.ndarray]:
     """The chunked selective scan of the ``scan`` task in fp32: channel chunks outer, time chunks
@@ -190,20 +354,29 @@ def _scalar_like(value: float | int, x: np.ndarray) -> np.ndarray:
 
 
 def _run_task(task, env: dict[str, np.ndarray]) -> np.ndarray:
-    """Execute a non-vector task (bgemm, grouped_gemm, attention, scan)."""
+    """Execute a non-vector task (bgemm, grouped_gemm, attention, quantize, scan)."""
+    get = lambda name: None if name is None else env[name]  # noqa: E731
     if isinstance(task, BgemmTask):
-        if task.format != "fp32":
-            raise NotImplementedError(f"task {task.name}: bgemm in format {task.format!r} is "
-                                      "executed by dataflow_sim.numerics, not wired here yet")
-        return bgemm_fp32(env[task.a], env[task.b], transpose_b=task.transpose_b,
-                          tile_m=task.tile_m, tile_n=task.tile_n, tile_k=task.tile_k)
+        return bgemm_formats(env[task.a], env[task.b], fmt=task.format, a_scale=get(task.a_scale),
+                             b_scale=get(task.b_scale), transpose_b=task.transpose_b,
+                             acc=task.acc, k_block=task.k_block)
     if isinstance(task, GroupedGemmTask):
-        return grouped_gemm_fp32(env[task.a], env[task.b], env[task.counts],
-                                 transpose_b=task.transpose_b)
+        return grouped_gemm_formats(env[task.a], env[task.b], env[task.counts], fmt=task.format,
+                                    a_scale=get(task.a_scale), b_scale=get(task.b_scale),
+                                    transpose_b=task.transpose_b, acc=task.acc,
+                                    k_block=task.k_block)
     if isinstance(task, AttentionTask):
-        return attention_fp32(env[task.q], env[task.k], env[task.v], scale=task.scale,
-                              causal_offset=task.causal_offset, block_q=task.block_q,
-                              block_kv=task.block_kv)
+        return attention_formats(env[task.q], env[task.k], env[task.v], scale=task.scale,
+                                 causal_offset=task.causal_offset, block_q=task.block_q,
+                                 block_kv=task.block_kv, fmt=task.format,
+                                 q_scale=get(task.q_scale), k_scale=get(task.k_scale),
+                                 v_scale=get(task.v_scale), acc=task.acc, k_block=task.k_block)
+    if isinstance(task, QuantizeTask):
+        gran = None if task.granularity in ("none", "block") else task.granularity
+        q = quantize(env[task.x], task.format, axis=task.axis, granularity=gran)
+        if task.scale_out:
+            env[task.scale_out] = q.scales
+        return q.values
     if isinstance(task, ScanTask):
         y, h = scan_fp32(env[task.a], env[task.b], env[task.c], env[task.h0],
                          chunk_l=task.chunk_l, chunk_d=task.chunk_d)
@@ -215,7 +388,8 @@ def _run_task(task, env: dict[str, np.ndarray]) -> np.ndarray:
 
 def run_vector(task, env: dict[str, np.ndarray]) -> np.ndarray:
     """Execute one task other than ``gemm`` on tensors in ``env`` (name -> array) and return its
-    primary output; a ``scan`` task also writes its ``state_out`` into ``env``."""
+    primary output; ``scan`` and ``quantize`` tasks also write their second output (``state_out``,
+    ``scale_out``) into ``env``."""
     if not isinstance(task, VectorTask):
         return _run_task(task, env)
     ins = [env[x] for x in task.inputs]

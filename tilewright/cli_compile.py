@@ -37,7 +37,11 @@ def compile_cmd(
     batch: int = typer.Option(1, "--batch", min=1, help="sequences per batch"),
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
     fmt: str = typer.Option("fp32", "--format", help="GEMM operand format: fp32, bf16, int8, "
-                                                     "fp8-e4m3, fp8-e5m2, mxint8, mxfp8"),
+                                                     "fp8-e4m3, fp8-e5m2, mxint8, mxfp8 (the "
+                                                     "array is built for it; MX needs rows % 32 "
+                                                     "== 0)"),
+    granularity: str = typer.Option("channel", "--granularity",
+                                    help="int8/fp8 weight scales: channel | tensor"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     limit: Optional[int] = typer.Option(None, "--limit", help="show only the N costliest ops"),
 ) -> None:
@@ -53,13 +57,19 @@ def compile_cmd(
         raise UnknownFormat(f"unknown format {fmt!r}; known: {', '.join(ELEM_BYTES)}")
     if phase not in ("prefill", "decode"):
         raise typer.BadParameter("must be prefill or decode", param_hint="--phase")
-    spec = load_arch(arch)
-    result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt)
+    if granularity not in ("channel", "tensor"):
+        raise typer.BadParameter("must be channel or tensor", param_hint="--granularity")
+    from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
+    spec = arch_for_format(load_arch(arch), fmt)
+    result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
+                         granularity=granularity)
     df = result.report
     layer, full = result.totals(), result.totals(all_layers=True)
     if as_json:
         print(json.dumps({"model": model, "arch": spec.name, "seq": seq, "batch": batch,
-                          "phase": phase, "format": fmt, "shape_only": result.shape_only,
+                          "phase": phase, "format": fmt, "granularity": granularity,
+                          "accumulator": result.program.meta.get("accumulator"),
+                          "shape_only": result.shape_only,
                           "total_cycles": layer["total_cycles"], "layer": layer,
                           "all_layers": full, "conventions": dict(df.attrs),
                           "ops": json.loads(df.to_json(orient="records"))}))
@@ -68,18 +78,20 @@ def compile_cmd(
     table = Table(title=f"{model} ({phase}, seq {seq}, batch {batch}, {fmt}) on {spec.name}: "
                         f"one layer", show_lines=False)
     for col in ("task", "kind", "op", "macs", "cycles", "bytes", "intensity", "bound",
-                "time_cycles", "buffer_bytes"):
-        table.add_column(col, justify="left" if col in ("task", "kind", "op", "bound") else "right")
+                "time_cycles", "buffer_bytes", "mapping"):
+        table.add_column(col, justify="left" if col in ("task", "kind", "op", "bound", "mapping")
+                         else "right")
     for r in shown.itertuples():
         table.add_row(r.task, r.kind, r.op, f"{r.macs:,}", f"{r.cycles:,}", f"{r.bytes:,}",
-                      f"{r.intensity:.2f}", r.bound, f"{r.time_cycles:,}", f"{r.buffer_bytes:,}")
+                      f"{r.intensity:.2f}", r.bound, f"{r.time_cycles:,}", f"{r.buffer_bytes:,}",
+                      r.mapping)
     console.print(table)
     console.print(f"one layer: {layer['total_cycles']:,} cycles ({layer['time_us']:.1f} us at "
                   f"{spec.clock_mhz} MHz), {layer['macs']:,} MACs, {layer['bytes']:,} bytes; "
                   f"x {full['layers']} layers: {full['total_cycles']:,} cycles"
                   + (" (shape-only compile)" if result.shape_only else ""))
     console.print(f"conventions: cycle model {df.attrs['convention']}, vector lanes "
-                  f"{df.attrs['vector_lanes']} (assumed = tensor_engine.cols), "
+                  f"{df.attrs['vector_lanes']} ({df.attrs['vector_lanes_source']}), "
                   f"{df.attrs['bytes_per_cycle']:.2f} off-chip bytes/cycle")
 
 

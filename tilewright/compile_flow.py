@@ -61,10 +61,12 @@ def _with_example_counts(program: Program, env: dict[str, np.ndarray] | None) ->
 
 
 def compile_module(module: Any, example_inputs: tuple, arch: ArchSpec, *, fmt: str = "fp32",
-                   name: str | None = None, execute: bool | None = None) -> CompiledLLM:
+                   granularity: str = "channel", name: str | None = None,
+                   execute: bool | None = None) -> CompiledLLM:
     """Compile a torch module with example inputs (a tuple); see :func:`compile_llm`.
-    ``execute`` (default: when the weights have values and ``fmt`` is fp32) runs the Program on
-    the functional model with the example inputs, to report real expert counts."""
+    ``execute`` (default: when the weights have values) runs the Program on the functional
+    model with the example inputs, to report real expert counts."""
+    from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
     from tilewright.compiler.frontend import export_model, from_exported  # noqa: PLC0415
     from tilewright.compiler.lower import lower_graph  # noqa: PLC0415
     from tilewright.compiler.passes import run_flow  # noqa: PLC0415
@@ -73,11 +75,12 @@ def compile_module(module: Any, example_inputs: tuple, arch: ArchSpec, *, fmt: s
     name = name or getattr(module, "config_name", None) or type(module).__name__
     graph = from_exported(export_model(module, example_inputs), name=name)
     run_flow(graph, "llm")
-    program = lower_graph(graph, arch, fmt=fmt, name=name)
+    arch = arch_for_format(arch, fmt)
+    program = lower_graph(graph, arch, fmt=fmt, granularity=granularity, name=name)
     meta_device = bool(program.meta["unknown_constants"]) or any(
         getattr(x, "is_meta", False) for x in example_inputs)
     if execute is None:
-        execute = not meta_device and fmt == "fp32"
+        execute = not meta_device
     inputs: dict[str, np.ndarray] = {}
     outputs: dict[str, np.ndarray] = {}
     env = None
@@ -92,15 +95,18 @@ def compile_module(module: Any, example_inputs: tuple, arch: ArchSpec, *, fmt: s
 
 
 def compile_llm(name: str, arch: ArchSpec, *, seq: int = 8, batch: int = 1,
-                phase: str = "prefill", fmt: str = "fp32", seed: int = 0,
-                execute: bool | None = None) -> CompiledLLM:
+                phase: str = "prefill", fmt: str = "fp32", granularity: str = "channel",
+                seed: int = 0, execute: bool | None = None) -> CompiledLLM:
     """Compile one layer of config ``name`` (see :func:`tilewright.models.llm_configs.build_llm`)
-    for ``arch``. Tiny configs are executed on the functional model with the example inputs (fp32)
-    so the report uses the real expert counts; real configs compile from shapes only."""
+    for ``arch`` built for number format ``fmt`` (GEMM operands; int8/fp8 weights scaled per
+    output ``channel`` or per ``tensor``: ``granularity``). Tiny configs are executed on the
+    functional model with the example inputs so the report uses the real expert counts; real
+    configs compile from shapes only."""
     from tilewright.models.llm_configs import build_llm, get_config  # noqa: PLC0415
 
     cfg = get_config(name)
     module, example = build_llm(name, seed=seed, seq=seq, batch=batch, phase=phase)  # type: ignore[arg-type]
-    out = compile_module(module, example, arch, fmt=fmt, name=name, execute=execute)
+    out = compile_module(module, example, arch, fmt=fmt, granularity=granularity, name=name,
+                         execute=execute)
     out.layers = cfg.n_layers
     return out
