@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tilewright import configs as _configs
 from tilewright.formats import FORMATS
-from tilewright.validation import validation_error_line
+from tilewright.validation import find_user_file, validation_error_line
 
 __all__ = ["ArchSpec", "ArchSpecError", "TensorEngineSpec", "MemorySpec", "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
@@ -219,12 +219,7 @@ def _one_line(exc: ValidationError, source: str) -> str:
 
 def load_arch(path: str | Path) -> ArchSpec:
     """Load an ArchSpec from a YAML file, or a preset name such as ``ws8x8``."""
-    p = Path(path)
-    if not p.exists() and (PRESET_DIR / f"{path}.yaml").exists():
-        p = PRESET_DIR / f"{path}.yaml"
-    if not p.exists():
-        presets = ", ".join(sorted(x.stem for x in PRESET_DIR.glob("*.yaml")))
-        raise ArchSpecError(f"{path}: no such file (or preset; presets are: {presets})")
+    p = find_user_file(path, PRESET_DIR, ArchSpecError)
     return ArchSpec.from_yaml(p.read_text(), source=str(path))
 
 

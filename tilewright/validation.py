@@ -3,11 +3,12 @@ sweep): ``SOURCE: field.path = VALUE: what is accepted``. Imports no layer."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["validation_error_line"]
+__all__ = ["validation_error_line", "find_user_file"]
 
 
 def _field_info(root: Any, loc: list[str]) -> Any:
@@ -84,3 +85,16 @@ def validation_error_line(exc: ValidationError, source: str, *, root: Any = None
     else:
         accepted = str(first["msg"]).lower()
     return f"{source}: {field} = {shown}: {accepted}{more}"
+
+
+def find_user_file(path: str | Path, preset_dir: Path, error: type[Exception],
+                   what: str = "preset") -> Path:
+    """``path`` if it exists, else ``preset_dir/<path>.yaml``; else raise ``error`` naming the
+    presets there."""
+    p = Path(path)
+    if not p.exists() and (preset_dir / f"{path}.yaml").exists():
+        p = preset_dir / f"{path}.yaml"
+    if not p.exists():
+        presets = ", ".join(sorted(x.stem for x in preset_dir.glob("*.yaml")))
+        raise error(f"{path}: no such file (or {what}; {what}s are: {presets})")
+    return p

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from tilewright.validation import validation_error_line
+from tilewright.validation import find_user_file, validation_error_line
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tilewright import configs as _configs
@@ -229,10 +229,5 @@ def _one_line(exc: ValidationError, source: str) -> str:
 
 def load_cluster(path: str | Path) -> ClusterSpec:
     """Load a ClusterSpec from a YAML file or a preset name (``configs/clusters/NAME.yaml``)."""
-    p = Path(path)
-    if not p.exists() and (CLUSTER_PRESET_DIR / f"{path}.yaml").exists():
-        p = CLUSTER_PRESET_DIR / f"{path}.yaml"
-    if not p.exists():
-        presets = ", ".join(sorted(x.stem for x in CLUSTER_PRESET_DIR.glob("*.yaml")))
-        raise ClusterSpecError(f"{path}: no such file (or cluster preset; presets are: {presets})")
+    p = find_user_file(path, CLUSTER_PRESET_DIR, ClusterSpecError, what="cluster preset")
     return ClusterSpec.from_yaml(p.read_text(), source=str(path))

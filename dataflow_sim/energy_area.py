@@ -1,0 +1,216 @@
+"""Energy and area of a design point from per-component technology tables, scaled by ArchSpec.
+
+Technology tables live in ``configs/tech/<name>.yaml`` (presets ``45nm`` and ``7nm``); every
+number in them cites a public source or is marked ASSUMPTION. Units: pJ for energy, µm² for area
+(results also in mm² and J).
+
+**Area** (µm²) of one core::
+
+    pe_array = rows * cols * (mult_um2 + add_um2)[format] * pe_overhead
+    sram     = (scratchpad_kib + accumulator_kib) * 8192 * sram_bitcell / sram_array_efficiency
+    vector   = lanes * vector_lane                (lanes = vector_unit.lanes, else cols)
+    fixed    = fixed                              (controller, DMA, IO)
+
+With a ``mesh`` section the design is ``mesh.cores`` small cores, each with
+``core_macs_per_cycle`` PEs and ``core_sram_kib`` of SRAM (plus its share of ``fixed``/64 for its
+router): ``mesh_cores = cores * (core_macs_per_cycle * pe + core_sram_kib * sram_kib + fixed/64)``,
+added to the core above.
+
+**Energy** (pJ) of a workload from its totals — MACs, vector element operations and off-chip
+bytes (a Report's ``macs``, ``vector_ops`` and ``bytes`` columns) and optional mesh traffic
+(bytes x hops). All terms are linear in the totals, so a per-op Report and its totals give the
+same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
+
+* MAC: ``macs * (mult + add)[format]``;
+* scratchpad reads (closed forms of a systolic array, edge tiles ignored): WS streams A once per
+  column fold — ``e * macs / C`` bytes — and read-modify-writes a 4-byte partial sum once per
+  output per row fold — ``8 * macs / R`` bytes of accumulator traffic; OS streams A
+  (``e * macs / C``) and B (``e * macs / R``) and writes each output once (counted with the
+  off-chip bytes);
+* SRAM fill/drain: every off-chip byte is also written to or read from the scratchpad once;
+* vector: ``vector_ops * vector_op_pj`` plus 8 scratchpad bytes per element operation (one fp32
+  read, one fp32 write);
+* off-chip: ``bytes * dram_pj_per_byte``;
+* mesh: ``byte_hops * (hop_pj_per_byte_mm * pitch_mm + router_pj_per_byte)`` with the hop pitch
+  the side of one mesh core's area.
+
+SRAM energy per byte is the table's 64-bit read energy at the array's capacity, interpolated
+log-log between the listed capacities (extrapolated along the end segments), divided by 8; the
+scratchpad is two arrays of ``scratchpad_kib / 2`` (A and B buffers). Static (leakage) power is
+not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tilewright.arch import PRESET_DIR, ArchSpec
+from tilewright.validation import find_user_file, validation_error_line
+from tilewright.formats import FORMATS
+
+__all__ = ["TechSpec", "TechError", "load_tech", "TECH_DIR", "area_breakdown", "area_mm2",
+           "energy_breakdown", "sram_pj_per_byte", "operand_bytes"]
+
+TECH_DIR = PRESET_DIR / "tech"
+
+
+class TechError(ValueError):
+    """A malformed or unknown technology table; ``str(err)`` is one line."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _MacPair(_Frozen):
+    mult: float = Field(..., ge=0, description="multiplier: pJ (energy) or µm² (area)")
+    add: float = Field(..., ge=0, description="accumulator adder: pJ (energy) or µm² (area)")
+
+    @property
+    def total(self) -> float:
+        return self.mult + self.add
+
+
+class _SramPoint(_Frozen):
+    kib: float = Field(..., gt=0, description="array capacity in KiB")
+    pj: float = Field(..., gt=0, description="energy of one 64-bit read in pJ")
+
+
+class _Area(_Frozen):
+    pe: dict[str, _MacPair] = Field(..., description="µm² per PE's multiplier and adder, by format")
+    pe_overhead: float = Field(..., ge=1, description="factor for registers/muxes/control per PE")
+    vector_lane: float = Field(..., ge=0, description="µm² per vector lane")
+    sram_bitcell: float = Field(..., gt=0, description="µm² per SRAM bit cell")
+    sram_array_efficiency: float = Field(..., gt=0, le=1, description="bit cells / macro area")
+    fixed: float = Field(..., ge=0, description="µm² per core independent of the parameters")
+
+
+class TechSpec(_Frozen):
+    """One technology node's energy (pJ) and area (µm²) table."""
+
+    name: str
+    node_nm: float = Field(..., gt=0)
+    mac_pj: dict[str, _MacPair] = Field(..., description="pJ per MAC by operand format")
+    vector_op_pj: float = Field(..., ge=0, description="pJ per vector element operation")
+    sram_pj_per_64b: list[_SramPoint] = Field(..., min_length=1,
+                                              description="pJ per 64-bit read by capacity")
+    dram_pj_per_byte: float = Field(..., ge=0)
+    hop_pj_per_byte_mm: float = Field(..., ge=0)
+    router_pj_per_byte: float = Field(..., ge=0)
+    area_um2: _Area
+
+    @property
+    def sram_um2_per_kib(self) -> float:
+        a = self.area_um2
+        return 8192 * a.sram_bitcell / a.sram_array_efficiency
+
+    def pe_um2(self, fmt: str) -> float:
+        return self._lookup(self.area_um2.pe, fmt, "area_um2.pe").total * self.area_um2.pe_overhead
+
+    def mac_pj_of(self, fmt: str) -> float:
+        return self._lookup(self.mac_pj, fmt, "mac_pj").total
+
+    def _lookup(self, table: dict[str, _MacPair], fmt: str, where: str) -> _MacPair:
+        if fmt not in table:
+            raise TechError(f"tech {self.name}: {where} has no entry for format {fmt!r} "
+                            f"(has {sorted(table)})")
+        return table[fmt]
+
+
+def load_tech(name_or_path: str | Path) -> TechSpec:
+    """A technology table by preset name (``45nm``, ``7nm``) or YAML path."""
+    return _load_tech(str(name_or_path))
+
+
+@lru_cache(maxsize=16)
+def _load_tech(key: str) -> TechSpec:
+    p = find_user_file(key, TECH_DIR, TechError, what="tech preset")
+    try:
+        data = yaml.safe_load(p.read_text())
+        return TechSpec.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise TechError(f"{p}: is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except ValidationError as exc:
+        raise TechError(validation_error_line(exc, str(p), root=TechSpec,
+                                              what="a tech field")) from None
+
+
+def operand_bytes(arch: ArchSpec) -> float:
+    """Bytes per A/B operand element of the tensor engine's input format."""
+    return FORMATS[arch.tensor_engine.input_format].bits / 8
+
+
+def sram_pj_per_byte(tech: TechSpec, kib: float) -> float:
+    """pJ per byte read from an SRAM array of ``kib`` KiB (log-log interpolation of the table)."""
+    pts = sorted(tech.sram_pj_per_64b, key=lambda p: p.kib)
+    if len(pts) == 1:
+        return pts[0].pj / 8
+    x = np.log([p.kib for p in pts])
+    y = np.log([p.pj for p in pts])
+    lx = math.log(max(kib, 1e-3))
+    i = int(np.clip(np.searchsorted(x, lx) - 1, 0, len(x) - 2))
+    slope = (y[i + 1] - y[i]) / (x[i + 1] - x[i])
+    return float(math.exp(y[i] + slope * (lx - x[i])) / 8)
+
+
+def _lanes(arch: ArchSpec) -> int:
+    return arch.vector_unit.lanes if arch.vector_unit is not None else arch.tensor_engine.cols
+
+
+def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
+    """Area components in µm² (``pe_array``, ``sram``, ``vector``, ``fixed``, ``mesh``) and the
+    total in mm² (``area_mm2``); see the module doc for the formulas."""
+    te, a = arch.tensor_engine, tech.area_um2
+    pe = tech.pe_um2(te.input_format)
+    out = {
+        "pe_array_um2": te.rows * te.cols * pe,
+        "sram_um2": (arch.memory.scratchpad_kib + arch.memory.accumulator_kib)
+        * tech.sram_um2_per_kib,
+        "vector_um2": _lanes(arch) * a.vector_lane,
+        "fixed_um2": a.fixed,
+        "mesh_um2": 0.0,
+    }
+    if arch.mesh is not None:
+        m = arch.mesh
+        out["mesh_um2"] = m.cores * (m.core_macs_per_cycle * pe
+                                     + m.core_sram_kib * tech.sram_um2_per_kib + a.fixed / 64)
+    out["area_mm2"] = sum(v for k, v in out.items() if k.endswith("_um2")) / 1e6
+    return out
+
+
+def area_mm2(arch: ArchSpec, tech: TechSpec) -> float:
+    """Total area in mm²."""
+    return area_breakdown(arch, tech)["area_mm2"]
+
+
+def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops: float = 0.0,
+                     dram_bytes: float = 0.0, byte_hops: float = 0.0) -> dict[str, float]:
+    """Energy components in pJ (``mac``, ``sram``, ``vector``, ``dram``, ``mesh``) and the total
+    in J (``energy_j``) of a workload with these totals (module doc)."""
+    te, mem = arch.tensor_engine, arch.memory
+    e = operand_bytes(arch)
+    sp = sram_pj_per_byte(tech, mem.scratchpad_kib / 2)
+    acc = sram_pj_per_byte(tech, mem.accumulator_kib)
+    if te.dataflow == "ws":
+        sram = macs * (e / te.cols * sp + 8.0 / te.rows * acc)
+    else:
+        sram = macs * (e / te.cols + e / te.rows) * sp
+    sram += dram_bytes * sp + vector_ops * 8.0 * sp
+    out = {"mac_pj": macs * tech.mac_pj_of(te.input_format), "sram_pj": sram,
+           "vector_pj": vector_ops * tech.vector_op_pj,
+           "dram_pj": dram_bytes * tech.dram_pj_per_byte, "mesh_pj": 0.0}
+    if byte_hops:
+        if arch.mesh is None:
+            raise TechError("byte_hops given but the ArchSpec has no mesh section")
+        core_um2 = (arch.mesh.core_macs_per_cycle * tech.pe_um2(te.input_format)
+                    + arch.mesh.core_sram_kib * tech.sram_um2_per_kib + tech.area_um2.fixed / 64)
+        pitch_mm = math.sqrt(core_um2) / 1e3
+        out["mesh_pj"] = byte_hops * (tech.hop_pj_per_byte_mm * pitch_mm + tech.router_pj_per_byte)
+    out["energy_j"] = sum(v for k, v in out.items() if k.endswith("_pj")) * 1e-12
+    return out
