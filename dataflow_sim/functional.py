@@ -87,6 +87,22 @@ def grouped_gemm_fp32(a: np.ndarray, b: np.ndarray, counts: np.ndarray, *,
     return out
 
 
+def _online_softmax_step(sb: np.ndarray, m: np.ndarray, l: np.ndarray, q0: int, q1: int,
+                         k0: int, k1: int, causal_offset: int | None):
+    """One key block of the online softmax (fp32): mask the score block ``sb`` (queries q0..q1,
+    keys k0..k1) causally, update the running max ``m`` and sum ``l``; return
+    ``(p, alpha, m_new, l_new)`` with ``alpha`` the rescale factor of the running output."""
+    if causal_offset is not None:
+        rows = np.arange(q0, q1)[:, None]
+        cols = np.arange(k0, k1)[None, :]
+        sb = np.where(cols > rows + causal_offset, _F32(-np.inf), sb)
+    m_new = np.maximum(m, sb.max(axis=-1, keepdims=True))
+    m_safe = np.where(np.isneginf(m_new), _F32(0), m_new)
+    p = np.exp(sb - m_safe)
+    alpha = np.exp(m - m_safe)
+    return p, alpha, m_new, alpha * l + p.sum(axis=-1, keepdims=True)
+
+
 def attention_fp32(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
                    causal_offset: int | None, block_q: int, block_kv: int) -> np.ndarray:
     """The streaming attention cascade of the ``attention`` task, in fp32, block by block."""
@@ -108,17 +124,8 @@ def attention_fp32(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, scale: float,
                 break                                    # this and later key blocks fully masked
             k1 = min(k0 + block_kv, t)
             sb = np.matmul(qb, kt[..., k0:k1]) * sc
-            if causal_offset is not None:
-                rows = np.arange(q0, q1)[:, None]
-                cols = np.arange(k0, k1)[None, :]
-                sb = np.where(cols > rows + causal_offset, _F32(-np.inf), sb)
-            m_new = np.maximum(m, sb.max(axis=-1, keepdims=True))
-            m_safe = np.where(np.isneginf(m_new), _F32(0), m_new)
-            p = np.exp(sb - m_safe)
-            alpha = np.exp(m - m_safe)
-            l = alpha * l + p.sum(axis=-1, keepdims=True)
+            p, alpha, m, l = _online_softmax_step(sb, m, l, q0, q1, k0, k1, causal_offset)
             o = alpha * o + np.matmul(p, v[..., k0:k1, :])
-            m = m_new
         out[..., q0:q1, :] = o / l
     return out
 
@@ -266,19 +273,10 @@ def attention_formats(q, k, v, *, scale: float, causal_offset: int | None, block
                 kts = None if kts is None else kts.T
                 sb = gemm_2d(qi[q0:q1], _rows(qsi, q0, q1, fmt), kt, kts, fmt, acc,
                              k_block).astype(_F32) * sc
-                if causal_offset is not None:
-                    rows = np.arange(q0, q1)[:, None]
-                    cols = np.arange(k0, k1)[None, :]
-                    sb = np.where(cols > rows + causal_offset, _F32(-np.inf), sb)
-                m_new = np.maximum(m, sb.max(axis=-1, keepdims=True))
-                m_safe = np.where(np.isneginf(m_new), _F32(0), m_new)
-                p = np.exp(sb - m_safe)
-                alpha = np.exp(m - m_safe)
-                l = alpha * l + p.sum(axis=-1, keepdims=True)
+                p, alpha, m, l = _online_softmax_step(sb, m, l, q0, q1, k0, k1, causal_offset)
                 pc, ps = quantize_p(p, fmt)
                 pv = gemm_2d(pc, ps, vi[k0:k1], _rows(vsi, k0, k1, fmt, mx), fmt, acc, k_block)
                 o = alpha * o + pv.astype(_F32)
-                m = m_new
             out[(*idx, slice(q0, q1))] = o / l
     return out
 
