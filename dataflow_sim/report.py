@@ -42,6 +42,7 @@ Every task gets a cost; none is free (DESIGN.md, "never cost an op as zero"). Co
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,7 @@ COLUMNS = ["task", "kind", "op", "source", "format", "macs", "vector_ops", "cycl
            "scratchpad_bytes", "accumulator_bytes", "mapping"]
 
 
+@lru_cache(maxsize=256)
 def vector_passes(arch: ArchSpec) -> dict[str, int]:
     """:data:`VECTOR_PASSES` for ``arch``: transcendental functions take
     ``arch.vector_unit.transcendental_passes`` when the ArchSpec has a vector unit."""
@@ -118,12 +120,25 @@ def tiled_gemm_cycles(arch: ArchSpec, m: int, k: int, n: int, tm: int, tn: int, 
 
 
 def _numel(prog: Program, name: str) -> int:
-    return int(np.prod(prog.tensors[name].shape, dtype=np.int64))
+    return math.prod(prog.tensors[name].shape)
+
+
+@lru_cache(maxsize=None)
+def _itemsize(fmt: str) -> int:
+    return np.dtype(FORMAT_DTYPES[fmt]).itemsize
 
 
 def _nbytes(prog: Program, name: str) -> int:
     info = prog.tensors[name]
-    return _numel(prog, name) * np.dtype(FORMAT_DTYPES[info.format]).itemsize
+    return math.prod(info.shape) * _itemsize(info.format)
+
+
+@lru_cache(maxsize=8192)
+def _cost_of_cached(m: int, k: int, n: int, batch: int, elem_bytes: int, arch: ArchSpec,
+                    mapping: Mapping) -> MappingCost:
+    """The mapper's cost of one mapping; GEMMs of equal shape in a layer are costed once."""
+    return cost_of(GemmOp("", m, k, n, batch=batch, elem_bytes=elem_bytes, out_bytes=4), arch,
+                   mapping)
 
 
 def _vector_cost(task: VectorTask, prog: Program, lanes: int, passes_of: dict[str, int]
@@ -179,10 +194,9 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec) -> dict[str, Any]:
     elif isinstance(task, BgemmTask):
         eb = ELEM_BYTES[task.format]
         tm, tn, tk = task.tile_m, task.tile_n, task.tile_k
-        op = GemmOp(task.name, task.m, task.k, task.n, batch=task.batch_size, elem_bytes=eb,
-                    out_bytes=4)
         mapping = Mapping(tm, tk, tn, task.order, task.dataflow)
-        _mapped(row, [cost_of(op, arch, mapping)])
+        _mapped(row, [_cost_of_cached(task.m, task.k, task.n, task.batch_size, eb, arch,
+                                      mapping)])
         row["macs"] = task.macs
         row["buffer_bytes"] = eb * (tm * tk + tk * tn) + 4 * tm * tn
         row["mapping"] = f"{tm}x{tk}x{tn} {task.order} {task.dataflow}"
