@@ -54,3 +54,23 @@ def test_user_errors_are_cluster_spec_errors(args, exc, needle):
     res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", *args)
     assert isinstance(res.exception, exc), res.output
     assert needle in str(res.exception) and "\n" not in str(res.exception)
+
+
+def test_cost_source_option(tmp_path):
+    arch = ("name: a1\nchip:\n  kind: arch\n  arch: {name: t16, clock_mhz: 800.0, tensor_engine: "
+            "{rows: 16, cols: 16, dataflow: ws}, offchip: {bandwidth_gbps: 50.0}}\n  hbm_gib: 16\n")
+    path = tmp_path / "a1.yaml"
+    path.write_text(arch)
+    out = {}
+    for src in ("compiler", "table"):
+        res = run("--cluster", str(path), "--model", "tiny-llama", "--mode", "train",
+                  "--seq-len", "16", "--micro-batches", "2", "--json", "--cost-source", src)
+        assert res.exit_code == 0, res.output
+        out[src] = json.loads(res.output)
+        assert out[src]["cost_source"] == src
+    res = run("--cluster", str(path), "--model", "tiny-llama", "--cost-source", "magic",
+              "--seq-len", "16")
+    assert isinstance(res.exception, ClusterSpecError) and "must be one of" in str(res.exception)
+    res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--cost-source", "compiler",
+              "--tp", "8")
+    assert isinstance(res.exception, ClusterSpecError) and "GPU preset" in str(res.exception)

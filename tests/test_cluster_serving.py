@@ -11,10 +11,18 @@ import pytest
 from tilewright.dataflow_sim.cluster import (ClusterSpec, ClusterSpecError, CollectiveTimer,
                                              IterationCost, PlanError, ServePlan, Topology,
                                              chip_model, load_cluster, load_request_trace,
-                                             poisson_requests, simulate_serving)
+                                             poisson_requests)
+from tilewright.dataflow_sim.cluster import simulate_serving as _simulate_serving
 from tilewright.models.llm_configs import get_config
 
 from .test_cluster_training import ARCH, LANES, SMALL, embed_seconds, head_seconds, layer_seconds
+
+
+def simulate_serving(*args, **kw):
+    """These closed forms are the op-table path's (``cost_source="table"``); the compiler
+    path is checked in test_cluster_compiler_costs."""
+    kw.setdefault("cost_source", "table")
+    return _simulate_serving(*args, **kw)
 
 
 def arch_spec(n: int = 1, hbm_gib: float = 16, pools: int | None = None) -> ClusterSpec:

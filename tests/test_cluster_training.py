@@ -74,7 +74,7 @@ def embed_seconds(cfg: LlamaConfig, tokens: int, backward: bool = False) -> floa
 def test_one_chip_step_is_the_sum_of_per_op_costs(with_head):
     m, b, s = 3, 2, 32
     plan = TrainPlan(micro_batches=m, micro_batch_size=b, seq_len=s, embedding_and_head=with_head)
-    res = simulate_training(arch_cluster(), SMALL, plan)
+    res = simulate_training(arch_cluster(), SMALL, plan, cost_source="table")
     seqs = [(s, s)] * b
     per_mb = SMALL.n_layers * (layer_seconds(SMALL, seqs) + layer_seconds(SMALL, seqs, True))
     if with_head:

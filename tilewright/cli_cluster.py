@@ -66,6 +66,10 @@ def cluster(
     routing: str = typer.Option("uniform", help="serve, MoE: uniform | zipf | trace"),
     expert_trace: Optional[Path] = typer.Option(None, help="serve, MoE: file of expert ids"),
     seed: int = typer.Option(0, help="seed of arrivals and routing"),
+    cost_source: Optional[str] = typer.Option(
+        None, "--cost-source", help="compiler | table: per-chip compute from the compiler's "
+        "Report of the sharded layer, or from the op table (default: compiler for ArchSpec "
+        "chips — dense models when serving —, table/roofline for GPU presets)"),
     as_json: bool = typer.Option(False, "--json", help="print the metrics as one JSON object"),
     trace: Optional[Path] = typer.Option(None, help="write a Chrome/Perfetto trace JSON here"),
 ) -> None:
@@ -95,7 +99,8 @@ def cluster(
         raise ClusterSpecError(f"--{str(err['loc'][0]).replace('_', '-')} = {err.get('input')!r}: "
                                f"{err['msg'].lower()}") from None
     if mode == "train":
-        res = simulate_training(spec, model, plan, trace=trace is not None)
+        res = simulate_training(spec, model, plan, trace=trace is not None,
+                                cost_source=cost_source)
         metrics, tr = res.metrics, res.trace
     else:
         if request_trace is not None:
@@ -109,7 +114,7 @@ def cluster(
                 raise ClusterSpecError(f"--expert-trace {expert_trace}: no such file")
             ids = np.loadtxt(expert_trace, dtype=np.int64, ndmin=1)
         sres = simulate_serving(spec, model, splan, reqs, seed=seed, trace=trace is not None,
-                                expert_trace=ids)
+                                expert_trace=ids, cost_source=cost_source)
         metrics, tr = sres.metrics, sres.trace
     if trace is not None and tr is not None:
         tr.save(trace)

@@ -10,12 +10,17 @@ Public API::
                                             output_tokens=(32, 256)))
     out.metrics["ttft_p99_s"], out.requests
 
+Per-chip compute: ArchSpec chips take each sharded layer's time from the compiler's Report
+(``cost_source="compiler"``, :mod:`.compiled`, the default); ``cost_source="table"`` keeps the op
+table + cycle model/roofline of :mod:`.workload`/:mod:`.costs`. GPU presets use the roofline.
+
 Errors for bad cluster files and impossible plans: :class:`ClusterSpecError` (one line; plans
 raise its subclass :class:`PlanError`).
 """
 
 from .cluster_spec import (CLUSTER_PRESET_DIR, GPU_PRESETS, ClusterSpec, ClusterSpecError,
                            PlanError, load_cluster)
+from .compiled import COST_SOURCES, compiled_layer
 from .collectives import CollectiveTimer, all_gather, all_reduce, all_to_all, reduce_scatter, send
 from .costs import ChipModel, chip_model
 from .network import Network
@@ -30,4 +35,5 @@ __all__ = ["ClusterSpec", "ClusterSpecError", "PlanError", "load_cluster", "CLUS
            "GPU_PRESETS", "Topology", "Network", "CollectiveTimer", "all_reduce", "reduce_scatter",
            "all_gather", "all_to_all", "send", "ChipModel", "chip_model", "TrainPlan", "ServePlan",
            "simulate_training", "TrainResult", "schedule_order", "simulate_serving", "ServeResult",
-           "IterationCost", "poisson_requests", "load_request_trace", "Trace"]
+           "IterationCost", "poisson_requests", "load_request_trace", "Trace", "COST_SOURCES",
+           "compiled_layer"]

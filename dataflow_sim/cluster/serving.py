@@ -21,6 +21,19 @@ kv_bytes_per_token`` bytes each, on shared links) to the least-loaded decode rep
 MoE routing imbalance: each iteration draws the experts of all ``T·top_k`` token slots
 (multinomial over expert popularity: uniform, Zipf(``zipf_s``) over a seeded random ranking, or
 a cycled trace of expert ids); the EP rank with the most work sets the expert time.
+
+Compute cost source (``cost_source``; default ``"compiler"`` for ArchSpec chips serving dense
+Llama-style models, ``"table"`` otherwise): with ``"compiler"`` the token-linear part of a layer
+(projections, FFN, norms, rotary, residuals, KV write — :meth:`IterationCost._dense_seconds`)
+comes from the compiler's Report of the TP-sharded layer compiled for ``T`` tokens as ``T``
+one-token sequences (:func:`.compiled.compiled_layer` with ``batch=T, q_len=ctx_len=1``). Token
+counts are **bucketed**: the layer is compiled at powers of two (and at ``max_batch_tokens``) and
+the time of any other ``T`` is **interpolated linearly in tokens** between the two neighbouring
+buckets (exact at bucket points; the cycle model's tile padding makes time piecewise linear, so
+the error is the padding jitter between buckets). Those compiled rows include a one-key attention
+per token (tiny next to the projections); the real attention of each sequence (``q`` new tokens
+over ``c`` keys), the MoE experts under routing imbalance, collectives, embedding and LM head keep
+their table/roofline costs. MoE models and GPU presets use ``"table"``.
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ from tilewright.models.llm_configs import LLMConfig
 
 from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
+from .compiled import COST_SOURCES, compiled_layer
 from .costs import ChipModel, chip_model
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
@@ -97,10 +111,12 @@ class IterationCost:
 
     def __init__(self, cfg: LLMConfig, plan: ServePlan, chip: ChipModel, timer: CollectiveTimer,
                  replica_chips: Sequence[int], routing_trace: Optional[np.ndarray] = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, cost_source: str | None = None) -> None:
         self.cfg, self.plan, self.chip = cfg, plan, chip
         self.shard = Shard(tp=plan.tp, ep=plan.ep)
         dm = self.dm = dims_of(cfg, self.shard)
+        self.cost_source = serve_cost_source(chip, dm.moe, cost_source)
+        self._bucket: dict[int, float] = {}
         e = self.e = chip.element_bytes
         g = token_gemms(dm)
         self._k = np.array([k for _, k, _ in g])
@@ -134,10 +150,34 @@ class IterationCost:
         """One layer's token-linear part (GEMMs + non-GEMM ops) for T tokens."""
         t = self._lin.get(T)
         if t is None:
-            t = float(self.chip.gemm_seconds(T, self._k, self._n, positive=True).sum()) \
-                + self._vec_per_token * T
+            if self.cost_source == "compiler" and T > 0:
+                t = self._interpolated(T)
+            else:
+                t = float(self.chip.gemm_seconds(T, self._k, self._n, positive=True).sum()) \
+                    + self._vec_per_token * T
             self._lin[T] = t
         return t
+
+    def _compiled(self, T: int) -> float:
+        t = self._bucket.get(T)
+        if t is None:
+            assert self.chip.arch is not None
+            t = self._bucket[T] = compiled_layer(self.cfg, Shard(tp=self.plan.tp), self.chip.arch,
+                                                 batch=T, q_len=1, ctx_len=1).forward_seconds
+        return t
+
+    def _interpolated(self, T: int) -> float:
+        """Compiled layer time at T tokens: exact at powers of two and ``max_batch_tokens``,
+        linear in tokens between them."""
+        cap = self.plan.max_batch_tokens
+        hi = 1 << (T - 1).bit_length()
+        lo = hi >> 1 if hi > 1 else 1
+        if T <= cap < hi:
+            hi = cap
+        if T == lo or T == hi:
+            return self._compiled(T)
+        a, b = self._compiled(lo), self._compiled(hi)
+        return a + (b - a) * (T - lo) / (hi - lo)
 
     def comm_seconds(self, kind: str, nbytes: float) -> float:
         """One collective of the replica's TP (all_reduce) or EP (all_to_all) groups."""
@@ -209,6 +249,22 @@ class IterationCost:
                 + chip.gemm_seconds(n, dm.d, dm.vocab)[()]
                 + chip.vector_seconds(5 * n * dm.vocab, 2 * n * dm.vocab * e))
         return t
+
+
+def serve_cost_source(chip: ChipModel, moe: bool, cost_source: str | None) -> str:
+    """``None`` -> ``"compiler"`` for ArchSpec chips serving dense models, else ``"table"``."""
+    if cost_source is None:
+        return "compiler" if chip.arch is not None and not moe else "table"
+    if cost_source not in COST_SOURCES:
+        raise ClusterSpecError(f"cost_source = {cost_source!r}: must be one of "
+                               f"{', '.join(COST_SOURCES)}")
+    if cost_source == "compiler" and chip.arch is None:
+        raise ClusterSpecError(f"cost_source = 'compiler' needs an ArchSpec chip; {chip.name} is "
+                               "a GPU preset (costed by its roofline: use cost_source='table')")
+    if cost_source == "compiler" and moe:
+        raise ClusterSpecError("cost_source = 'compiler' covers dense models in serving; MoE "
+                               "serving (routing imbalance per iteration) uses cost_source='table'")
+    return cost_source
 
 
 # ---- simulation --------------------------------------------------------------------------------
@@ -441,8 +497,10 @@ def _pct(x: pd.Series, q: float) -> float:
 
 def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                      requests: pd.DataFrame, *, seed: int = 0, trace: bool = False,
-                     expert_trace: Optional[np.ndarray] = None) -> ServeResult:
-    """Serve ``requests`` (columns ``arrival_s, prompt_tokens, output_tokens``) on ``spec``."""
+                     expert_trace: Optional[np.ndarray] = None,
+                     cost_source: str | None = None) -> ServeResult:
+    """Serve ``requests`` (columns ``arrival_s, prompt_tokens, output_tokens``) on ``spec``;
+    ``cost_source`` as in the module docstring."""
     wall0 = time.perf_counter()
     chip = chip_model(spec)
     disagg = plan.disaggregated if plan.disaggregated is not None else spec.pools is not None
@@ -461,7 +519,8 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     for i, start in enumerate(range(0, spec.n_chips, size)):
         chips = list(range(start, start + size))
         role = "both" if not disagg else ("prefill" if start < n_pre else "decode")
-        cost = IterationCost(cfg, plan, chip, sim.timer, chips, expert_trace, seed + 1 + i)
+        cost = IterationCost(cfg, plan, chip, sim.timer, chips, expert_trace, seed + 1 + i,
+                             cost_source)
         rep = _Replica(sim, i, chips, role, cost)
         (sim.decode if role == "decode" else sim.front).append(rep)
     reqs = [_Req(i, float(a), int(p), int(o), todo=int(p))
@@ -494,6 +553,7 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     metrics: dict[str, Any] = {
         "mode": "serve", "model": cfg.name, "cluster": spec.name, "chips": spec.n_chips,
         "plan": plan.label(), "disaggregated": bool(disagg), "replicas": len(reps),
+        "cost_source": reps[0].cost.cost_source if reps else "table",
         "requests": len(reqs), "finished": len(sim.finished), "rejected": len(sim.rejected),
         "makespan_s": span, "throughput_tokens_per_s": float(done.output_tokens.sum() / span),
         "throughput_requests_per_s": len(done) / span, "preemptions": sim.preemptions,

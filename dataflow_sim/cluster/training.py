@@ -15,7 +15,11 @@ a *phase*: every group of that kind in the cluster runs the same collective at o
 SimPy simulation on the same topology (:class:`~.collectives.CollectiveTimer`, memoized), which
 captures contention between concurrent groups, then enters the step as a timed block.
 
-Per-op compute time comes from :mod:`.costs` (cycle model for ArchSpec chips).
+Per-chip layer compute time (``cost_source``): ``"compiler"`` (the default for ArchSpec chips)
+compiles the sharded layer and uses its Report's total time (:mod:`.compiled`, backward = 2 ×
+forward GEMM + 2 × forward non-GEMM time); ``"table"`` costs the op table of :mod:`.workload` per
+op with :mod:`.costs` (cycle model for ArchSpec GEMMs, roofline otherwise). GPU presets are not
+ArchSpecs and always use the table + roofline. Embedding and LM head use the table in both.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ import simpy
 
 from tilewright.models.llm_configs import LLMConfig
 
-from .cluster_spec import ClusterSpec
+from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer, all_reduce
+from .compiled import COST_SOURCES, cache_info, compiled_layer
 from .costs import ChipModel, chip_model
 from .network import Network, events_scheduled
 from .plan import TrainPlan, check_train_memory, layer_params, validate_train
@@ -40,7 +45,8 @@ from .topology import Topology
 from .trace import Trace
 from .workload import backward_ops, embedding_ops, head_ops, layer_ops
 
-__all__ = ["simulate_training", "TrainResult", "schedule_order", "stage_costs", "CONVENTION"]
+__all__ = ["simulate_training", "TrainResult", "schedule_order", "stage_costs", "CONVENTION",
+           "resolve_cost_source"]
 
 CONVENTION = ("cluster/train: seconds of simulated time; step = last gradient all-reduce end; "
               "per rank compute + exposed_comm (in-layer collectives + its gradient all-reduce) "
@@ -103,8 +109,22 @@ class _StageCost:
     gemm_flops: float = 0.0   # forward+backward GEMM FLOPs of one micro-batch (no recompute)
 
 
+def resolve_cost_source(chip: ChipModel, cost_source: str | None) -> str:
+    """``None`` -> ``"compiler"`` for ArchSpec chips, ``"table"`` for GPU presets."""
+    if cost_source is None:
+        return "compiler" if chip.arch is not None else "table"
+    if cost_source not in COST_SOURCES:
+        raise ClusterSpecError(f"cost_source = {cost_source!r}: must be one of "
+                               f"{', '.join(COST_SOURCES)}")
+    if cost_source == "compiler" and chip.arch is None:
+        raise ClusterSpecError(f"cost_source = 'compiler' needs an ArchSpec chip; {chip.name} is "
+                               "a GPU preset (costed by its roofline: use cost_source='table')")
+    return cost_source
+
+
 def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: CollectiveTimer,
-                groups: dict[str, list[list[int]]]) -> tuple[dict[int, _StageCost], pd.DataFrame]:
+                groups: dict[str, list[list[int]]], cost_source: str = "table"
+                ) -> tuple[dict[int, _StageCost], pd.DataFrame]:
     """Seconds of one micro-batch through each virtual stage (chunk): forward/backward compute
     and blocking in-layer communication; and the costed op table of one layer."""
     e = chip.element_bytes
@@ -115,6 +135,12 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
     table = pd.concat([fwd.assign(phase="forward"), backward_ops(fwd).assign(phase="backward")],
                       ignore_index=True)
     table["seconds"] = chip.op_seconds(table)
+    table["source"] = "table"
+    if cost_source == "compiler":
+        assert chip.arch is not None
+        rep = compiled_layer(cfg, plan.shard, chip.arch, batch=plan.micro_batch_size, q_len=s_l,
+                             ctx_len=plan.seq_len)
+        table = pd.concat([rep.op_table(), table[table.kind == "comm"]], ignore_index=True)
     algo = {"all_reduce": plan.allreduce_algo, "all_to_all": plan.alltoall_algo}
     comm = table["kind"] == "comm"
     table.loc[comm, "seconds"] = [timer.seconds(r.collective, groups[r.group], r.comm_bytes,
@@ -152,12 +178,15 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
 
 
 def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan, *,
-                      trace: bool = False) -> TrainResult:
+                      trace: bool = False, cost_source: str | None = None) -> TrainResult:
     """Simulate one training step; raises :class:`~.cluster_spec.PlanError` for plans that do
-    not divide or do not fit in memory."""
+    not divide or do not fit in memory. ``cost_source``: ``"compiler"`` | ``"table"`` | None
+    (compiler for ArchSpec chips, table/roofline for GPU presets); see the module docstring."""
     wall0 = time.perf_counter()
     cfg = validate_train(plan, spec, model)
     chip = chip_model(spec)
+    cost_source = resolve_cost_source(chip, cost_source)
+    compiles0 = cache_info()["misses"]
     mem = check_train_memory(plan, spec, chip, cfg)
     topo = Topology(spec)
     timer = CollectiveTimer(topo)
@@ -177,7 +206,7 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     ds = [(s, d) for d in range(dp) for s in range(sp)]          # data/context ranks, j order
     groups["ep"] = [[chip_id(t, *ds[j], p) for j in range(blk, blk + ep)]
                     for t in range(tp) for p in range(pp) for blk in range(0, dp * sp, ep)]
-    costs, table = stage_costs(plan, cfg, chip, timer, groups)
+    costs, table = stage_costs(plan, cfg, chip, timer, groups, cost_source)
 
     env = simpy.Environment()
     net = Network(env, topo)
@@ -265,7 +294,8 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     gemm_flops = m * sum(costs[vs].gemm_flops for vs in range(V)) * tp * sp * dp
     metrics = {
         "mode": "train", "model": cfg.name, "cluster": spec.name, "chips": spec.n_chips,
-        "plan": plan.label(), "schedule": plan.schedule, "step_s": step,
+        "plan": plan.label(), "schedule": plan.schedule, "cost_source": cost_source,
+        "layer_compiles": cache_info()["misses"] - compiles0, "step_s": step,
         "tokens_per_s": tokens / step,
         "compute_s": float(breakdown.compute_s.mean()),
         "exposed_comm_s": float(breakdown.exposed_comm_s.mean()),
