@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tilewright import configs as _configs
 from tilewright.formats import FORMATS
-from tilewright.validation import find_user_file, validation_error_line
+from tilewright.validation import find_user_file, parse_yaml, validation_error_line
 
 __all__ = ["ArchSpec", "ArchSpecError", "TensorEngineSpec", "MemorySpec", "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
@@ -196,14 +196,7 @@ class ArchSpec(_Frozen):
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "ArchSpec") -> "ArchSpec":
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark is not None else ""
-            raise ArchSpecError(f"{source}:{where} is not valid YAML "
-                                f"({getattr(exc, 'problem', exc)})") from None
-        return cls.from_dict(data, source)
+        return cls.from_dict(parse_yaml(text, source, ArchSpecError), source)
 
     def with_engine(self, **changes: Any) -> "ArchSpec":
         """A validated copy with tensor-engine fields replaced (e.g. ``rows=16``)."""

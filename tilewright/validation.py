@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["validation_error_line", "find_user_file"]
+__all__ = ["validation_error_line", "find_user_file", "parse_yaml"]
 
 
 def _field_info(root: Any, loc: list[str]) -> Any:
@@ -98,3 +98,16 @@ def find_user_file(path: str | Path, preset_dir: Path, error: type[Exception],
         presets = ", ".join(sorted(x.stem for x in preset_dir.glob("*.yaml")))
         raise error(f"{path}: no such file (or {what}; {what}s are: {presets})")
     return p
+
+
+def parse_yaml(text: str, source: str, error: type[Exception]) -> Any:
+    """``yaml.safe_load(text)``; a syntax error becomes ``error`` naming the source and line."""
+    import yaml  # noqa: PLC0415
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise error(f"{source}:{where} is not valid YAML "
+                    f"({getattr(exc, 'problem', exc)})") from None

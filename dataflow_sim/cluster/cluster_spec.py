@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from tilewright.validation import find_user_file, validation_error_line
+from tilewright.validation import find_user_file, parse_yaml, validation_error_line
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tilewright import configs as _configs
@@ -176,14 +176,7 @@ class ClusterSpec(_Frozen):
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "cluster") -> "ClusterSpec":
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark is not None else ""
-            raise ClusterSpecError(f"{source}:{where} is not valid YAML "
-                                   f"({getattr(exc, 'problem', exc)})") from None
-        return cls.from_dict(data, source)
+        return cls.from_dict(parse_yaml(text, source, ClusterSpecError), source)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False)

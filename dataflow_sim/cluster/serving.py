@@ -58,6 +58,7 @@ from .costs import ChipModel, chip_model
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
 from .topology import Topology
+from .training import resolve_cost_source
 from .trace import Trace
 from .workload import Shard, dims_of, token_gemms, token_vectors
 
@@ -255,12 +256,7 @@ def serve_cost_source(chip: ChipModel, moe: bool, cost_source: str | None) -> st
     """``None`` -> ``"compiler"`` for ArchSpec chips serving dense models, else ``"table"``."""
     if cost_source is None:
         return "compiler" if chip.arch is not None and not moe else "table"
-    if cost_source not in COST_SOURCES:
-        raise ClusterSpecError(f"cost_source = {cost_source!r}: must be one of "
-                               f"{', '.join(COST_SOURCES)}")
-    if cost_source == "compiler" and chip.arch is None:
-        raise ClusterSpecError(f"cost_source = 'compiler' needs an ArchSpec chip; {chip.name} is "
-                               "a GPU preset (costed by its roofline: use cost_source='table')")
+    cost_source = resolve_cost_source(chip, cost_source)
     if cost_source == "compiler" and moe:
         raise ClusterSpecError("cost_source = 'compiler' covers dense models in serving; MoE "
                                "serving (routing imbalance per iteration) uses cost_source='table'")
