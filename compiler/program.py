@@ -179,7 +179,15 @@ class TensorInfo(_Model):
         return int(np.prod(self.shape)) * np.dtype(FORMAT_DTYPES[self.format]).itemsize
 
 
-class GemmTask(_Model):
+class _Task(_Model):
+    """What every task carries besides its operands: ``deps`` (names of the tasks it waits for)
+    and ``source`` (the model op it came from, for reports and error messages)."""
+
+    deps: tuple[str, ...] = ()
+    source: str = ""
+
+
+class GemmTask(_Task):
     """One GEMM on the tensor engine: ``out = a @ b`` (int8 x int8 -> int32, wrapping).
 
     ``m, k, n`` are the logical sizes; the engine folds them over its rows x cols internally.
@@ -194,15 +202,13 @@ class GemmTask(_Model):
     m: int = Field(..., ge=1)
     k: int = Field(..., ge=1)
     n: int = Field(..., ge=1)
-    deps: tuple[str, ...] = ()
-    source: str = ""
 
     @property
     def macs(self) -> int:
         return self.m * self.k * self.n
 
 
-class VectorTask(_Model):
+class VectorTask(_Task):
     """An elementwise / per-channel op (see :data:`VECTOR_OPS`)."""
 
     kind: Literal["vector"] = "vector"
@@ -211,11 +217,9 @@ class VectorTask(_Model):
     inputs: tuple[str, ...]
     out: str
     attrs: dict[str, Any] = {}
-    deps: tuple[str, ...] = ()
-    source: str = ""
 
 
-class BgemmTask(_Model):
+class BgemmTask(_Task):
     """Batched GEMM (see the module table). ``batch`` is the broadcast batch shape of ``out``;
     ``tile_m/tile_n/tile_k`` the tiling the mapper chose (elements; the functional model runs
     the tiles in this order: m outer, n, then k inner accumulating)."""
@@ -242,8 +246,6 @@ class BgemmTask(_Model):
     order: str = "mkn"
     """loop order over tiles, outer -> inner (:data:`tilewright.compiler.mapper.LOOP_ORDERS`)"""
     dataflow: str = "ws"
-    deps: tuple[str, ...] = ()
-    source: str = ""
 
     @property
     def batch_size(self) -> int:
@@ -254,7 +256,7 @@ class BgemmTask(_Model):
         return self.batch_size * self.m * self.k * self.n
 
 
-class GroupedGemmTask(_Model):
+class GroupedGemmTask(_Task):
     """Per-expert GEMMs over rows grouped by expert, counts known at run time (module table)."""
 
     kind: Literal["grouped_gemm"] = "grouped_gemm"
@@ -276,15 +278,13 @@ class GroupedGemmTask(_Model):
     example_counts: tuple[int, ...] = ()
     """rows per expert in the example run (reports only); empty = not known"""
     counts_source: str = ""
-    deps: tuple[str, ...] = ()
-    source: str = ""
 
     @property
     def macs(self) -> int:
         return self.rows * self.k * self.n
 
 
-class AttentionTask(_Model):
+class AttentionTask(_Task):
     """Fused streaming attention (FlashAttention cascade; module table)."""
 
     kind: Literal["attention"] = "attention"
@@ -307,8 +307,6 @@ class AttentionTask(_Model):
     v_scale: str | None = None
     acc: Literal["fp32", "int32"] = "fp32"
     k_block: int | None = Field(None, ge=1)
-    deps: tuple[str, ...] = ()
-    source: str = ""
 
     @property
     def batch_size(self) -> int:
@@ -334,7 +332,7 @@ class AttentionTask(_Model):
         return elem_bytes * (bq * d + 2 * bk * d) + 4 * (bq * bk + bq * d + 2 * bq)
 
 
-class ScanTask(_Model):
+class ScanTask(_Task):
     """Chunked selective scan (module table); two outputs: ``out`` (y) and ``state_out``."""
 
     kind: Literal["scan"] = "scan"
@@ -351,8 +349,6 @@ class ScanTask(_Model):
     state: int = Field(..., ge=1)
     chunk_l: int = Field(..., ge=1)
     chunk_d: int = Field(..., ge=1)
-    deps: tuple[str, ...] = ()
-    source: str = ""
 
     def buffer_bytes(self) -> int:
         """On-chip fp32 bytes of one chunk: the state (chunk_d x N), a and b chunks
@@ -361,7 +357,7 @@ class ScanTask(_Model):
         return 4 * (cd * n + 2 * cl * cd * n + cl * n + cl * cd)
 
 
-class QuantizeTask(_Model):
+class QuantizeTask(_Task):
     """Run-time quantization of ``x`` to element codes ``out`` and scales ``scale_out``
     (module table; :func:`tilewright.formats.quantize` with these arguments)."""
 
@@ -374,8 +370,6 @@ class QuantizeTask(_Model):
     granularity: Literal["none", "tensor", "channel", "block"]
     axis: int
     """the operand's reduction axis (MX blocks run along it; channel scales are across it)"""
-    deps: tuple[str, ...] = ()
-    source: str = ""
 
 
 Task = Annotated[Union[GemmTask, VectorTask, BgemmTask, GroupedGemmTask, AttentionTask, ScanTask,
