@@ -23,3 +23,20 @@ def test_skip_stays_skip_otherwise(pytester, monkeypatch):
     monkeypatch.delenv("TILEWRIGHT_REQUIRE_TOOLS", raising=False)
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
+
+
+def test_skip_in_a_session_fixture_becomes_failure(pytester, monkeypatch):
+    """The RTL benches skip from an autouse session fixture (cocotb_tests/conftest.py) when
+    Verilator/cocotb are missing; under CI that skip must fail every test it covers."""
+    pytester.makeconftest((REPO / "conftest.py").read_text() + '''
+
+@pytest.fixture(scope="session", autouse=True)
+def _tools():
+    pytest.skip("RTL simulation tools missing: verilator")
+''')
+    pytester.makepyfile("def test_a():\n    assert True\n\ndef test_b():\n    assert True\n")
+    monkeypatch.setenv("TILEWRIGHT_REQUIRE_TOOLS", "1")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=2)              # a failed setup is an error: the run fails
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*TILEWRIGHT_REQUIRE_TOOLS*verilator*"])

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tilewright import configs as _configs
 from tilewright.formats import FORMATS
-from tilewright.validation import find_user_file, parse_yaml, validation_error_line
+from tilewright.validation import find_user_file, parse_yaml, validate_mapping
 
 __all__ = ["ArchSpec", "ArchSpecError", "TensorEngineSpec", "MemorySpec", "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
@@ -186,13 +186,8 @@ class ArchSpec(_Frozen):
     @classmethod
     def from_dict(cls, data: Any, source: str = "ArchSpec") -> "ArchSpec":
         """Validate a plain mapping; raise :class:`ArchSpecError` with a one-line message."""
-        if not isinstance(data, dict):
-            raise ArchSpecError(f"{source}: expected a mapping of ArchSpec fields at top level, "
-                                f"got {type(data).__name__}")
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise ArchSpecError(_one_line(exc, source)) from None
+        return validate_mapping(cls, data, source, ArchSpecError,
+                                what="ArchSpec field; see `tilewright arch --schema`")
 
     @classmethod
     def from_yaml(cls, text: str, source: str = "ArchSpec") -> "ArchSpec":
@@ -203,11 +198,6 @@ class ArchSpec(_Frozen):
         data = self.model_dump(mode="json", exclude_none=True)
         data["tensor_engine"].update(changes)
         return ArchSpec.from_dict(data, source=self.name)
-
-
-def _one_line(exc: ValidationError, source: str) -> str:
-    return validation_error_line(exc, source, root=ArchSpec,
-                                 what="an ArchSpec field; see `tilewright arch --schema`")
 
 
 def load_arch(path: str | Path) -> ArchSpec:

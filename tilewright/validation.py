@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["validation_error_line", "find_user_file", "parse_yaml"]
+__all__ = ["validation_error_line", "find_user_file", "parse_yaml", "validate_mapping"]
 
 
 def _field_info(root: Any, loc: list[str]) -> Any:
@@ -111,3 +111,18 @@ def parse_yaml(text: str, source: str, error: type[Exception]) -> Any:
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise error(f"{source}:{where} is not valid YAML "
                     f"({getattr(exc, 'problem', exc)})") from None
+
+
+def validate_mapping(model: Any, data: Any, source: str, error: type[Exception], *,
+                     what: str, union_fields: tuple[str, ...] = ()) -> Any:
+    """``model.model_validate(data)`` for a user file; a non-mapping or an invalid field becomes
+    ``error`` with one line (see :func:`validation_error_line`)."""
+    if not isinstance(data, dict):
+        raise error(f"{source}: expected a mapping of {what}s at top level, "
+                    f"got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        article = "an" if what[:1].lower() in "aeiou" else "a"
+        raise error(validation_error_line(exc, source, root=model, what=f"{article} {what}",
+                                          union_fields=union_fields)) from None

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from tilewright.validation import find_user_file, parse_yaml, validation_error_line
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from tilewright.validation import find_user_file, parse_yaml, validate_mapping
+from pydantic import BaseModel, ConfigDict, Field
 
 from tilewright import configs as _configs
 from tilewright.arch import ArchSpec, ArchSpecError, load_arch
@@ -164,13 +164,8 @@ class ClusterSpec(_Frozen):
     @classmethod
     def from_dict(cls, data: Any, source: str = "cluster") -> "ClusterSpec":
         """Validate a mapping; raise :class:`ClusterSpecError` with a one-line message."""
-        if not isinstance(data, dict):
-            raise ClusterSpecError(f"{source}: expected a mapping of cluster fields at top level, "
-                                   f"got {type(data).__name__}")
-        try:
-            spec = cls.model_validate(data)
-        except ValidationError as exc:
-            raise ClusterSpecError(_one_line(exc, source)) from None
+        spec = validate_mapping(cls, data, source, ClusterSpecError, what="cluster field",
+                                union_fields=("chip",))
         spec._check(source)
         return spec
 
@@ -213,11 +208,6 @@ class ClusterSpec(_Frozen):
         if self.pools is not None and not 1 <= self.pools.prefill_chips < self.n_chips:
             raise bad("pools.prefill_chips", self.pools.prefill_chips,
                       f"must be from 1 to {self.n_chips - 1} (the rest form the decode pool)")
-
-
-def _one_line(exc: ValidationError, source: str) -> str:
-    return validation_error_line(exc, source, root=ClusterSpec, what="a cluster field",
-                                 union_fields=("chip",))
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:
