@@ -1,15 +1,26 @@
 """Energy and area of a design point from per-component technology tables, scaled by ArchSpec.
 
-Technology tables live in ``configs/tech/<name>.yaml`` (presets ``45nm`` and ``7nm``); every
-number in them cites a public source or is marked ASSUMPTION. Units: pJ for energy, µm² for area
-(results also in mm² and J).
+Technology tables live in ``configs/tech/<name>.yaml`` (presets ``45nm`` and ``7nm``); their
+``sources`` block lists the publications, and every number's comment says whether it was
+*confirmed* against a retrieved copy of its source, is *derived* (with the rule), is an
+*assumption*, or is *unconfirmed*. Units: pJ for energy, µm² for area (results also in mm²
+and J).
 
 **Area** (µm²) of one core::
 
     pe_array = rows * cols * (mult_um2 + add_um2)[format] * pe_overhead
     sram     = (scratchpad_kib + accumulator_kib) * 8192 * sram_bitcell / sram_array_efficiency
+               + extra_banks * bank_periphery
     vector   = lanes * vector_lane                (lanes = vector_unit.lanes, else cols)
     fixed    = fixed                              (controller, DMA, IO)
+
+SRAM banking (``memory.scratchpad_banks`` B_s, ``memory.accumulator_banks`` B_a): each of the
+scratchpad's two buffers (A, B) is B_s banks of ``scratchpad_kib / 2 / B_s`` KiB, the accumulator
+B_a banks of ``accumulator_kib / B_a`` KiB. ``extra_banks = 2 * (B_s - 1) + (B_a - 1)``; every
+bank beyond the first of an array repeats the periphery (decoders, sense amplifiers, IO) of a
+macro of ``sram_bank_periphery_kib`` KiB: ``bank_periphery = sram_bank_periphery_kib * 8192 *
+sram_bitcell * (1 / sram_array_efficiency - 1)`` — the array-efficiency split of the table applied
+to one small macro (a derivation, not a published figure; bank-select wiring is not modelled).
 
 With a ``mesh`` section the design is ``mesh.cores`` small cores, each with
 ``core_macs_per_cycle`` PEs and ``core_sram_kib`` of SRAM (plus its share of ``fixed``/64 for its
@@ -34,10 +45,11 @@ same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
 * mesh: ``byte_hops * (hop_pj_per_byte_mm * pitch_mm + router_pj_per_byte)`` with the hop pitch
   the side of one mesh core's area.
 
-SRAM energy per byte is the table's 64-bit read energy at the array's capacity, interpolated
-log-log between the listed capacities (extrapolated along the end segments), divided by 8; the
-scratchpad is two arrays of ``scratchpad_kib / 2`` (A and B buffers). Static (leakage) power is
-not modelled.
+SRAM energy per byte is the table's 64-bit read energy at the capacity of the *bank* an access
+reads, interpolated log-log between the listed capacities (extrapolated along the end segments),
+divided by 8: a scratchpad access reads a bank of ``scratchpad_kib / 2 / B_s`` KiB, an accumulator
+access one of ``accumulator_kib / B_a`` KiB, so smaller banks are cheaper per access. Static
+(leakage) power is not modelled.
 """
 
 from __future__ import annotations
@@ -55,7 +67,7 @@ from tilewright.validation import find_user_file, validation_error_line
 from tilewright.formats import FORMATS
 
 __all__ = ["TechSpec", "TechError", "load_tech", "TECH_DIR", "area_breakdown", "area_mm2",
-           "energy_breakdown", "sram_pj_per_byte", "operand_bytes"]
+           "energy_breakdown", "sram_pj_per_byte", "sram_bank_kib", "operand_bytes"]
 
 TECH_DIR = PRESET_DIR / "tech"
 
@@ -88,6 +100,9 @@ class _Area(_Frozen):
     vector_lane: float = Field(..., ge=0, description="µm² per vector lane")
     sram_bitcell: float = Field(..., gt=0, description="µm² per SRAM bit cell")
     sram_array_efficiency: float = Field(..., gt=0, le=1, description="bit cells / macro area")
+    sram_bank_periphery_kib: float = Field(
+        ..., ge=0, description="each SRAM bank beyond the first adds the periphery of a macro of "
+                               "this many KiB (module doc)")
     fixed: float = Field(..., ge=0, description="µm² per core independent of the parameters")
 
 
@@ -96,6 +111,8 @@ class TechSpec(_Frozen):
 
     name: str
     node_nm: float = Field(..., gt=0)
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="citation key -> publication and where it was checked")
     mac_pj: dict[str, _MacPair] = Field(..., description="pJ per MAC by operand format")
     vector_op_pj: float = Field(..., ge=0, description="pJ per vector element operation")
     sram_pj_per_64b: list[_SramPoint] = Field(..., min_length=1,
@@ -109,6 +126,12 @@ class TechSpec(_Frozen):
     def sram_um2_per_kib(self) -> float:
         a = self.area_um2
         return 8192 * a.sram_bitcell / a.sram_array_efficiency
+
+    @property
+    def sram_bank_periphery_um2(self) -> float:
+        """µm² each SRAM bank beyond the first of an array adds (module doc)."""
+        a = self.area_um2
+        return a.sram_bank_periphery_kib * 8192 * a.sram_bitcell * (1 / a.sram_array_efficiency - 1)
 
     def pe_um2(self, fmt: str) -> float:
         return self._lookup(self.area_um2.pe, fmt, "area_um2.pe").total * self.area_um2.pe_overhead
@@ -159,6 +182,13 @@ def sram_pj_per_byte(tech: TechSpec, kib: float) -> float:
     return float(math.exp(y[i] + slope * (lx - x[i])) / 8)
 
 
+def sram_bank_kib(arch: ArchSpec) -> tuple[float, float]:
+    """KiB of one scratchpad bank and one accumulator bank: the array one access reads."""
+    mem = arch.memory
+    return (mem.scratchpad_kib / 2 / mem.scratchpad_banks,
+            mem.accumulator_kib / mem.accumulator_banks)
+
+
 def _lanes(arch: ArchSpec) -> int:
     return arch.vector_unit.lanes if arch.vector_unit is not None else arch.tensor_engine.cols
 
@@ -166,12 +196,13 @@ def _lanes(arch: ArchSpec) -> int:
 def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
     """Area components in µm² (``pe_array``, ``sram``, ``vector``, ``fixed``, ``mesh``) and the
     total in mm² (``area_mm2``); see the module doc for the formulas."""
-    te, a = arch.tensor_engine, tech.area_um2
+    te, a, mem = arch.tensor_engine, tech.area_um2, arch.memory
     pe = tech.pe_um2(te.input_format)
+    extra_banks = 2 * (mem.scratchpad_banks - 1) + (mem.accumulator_banks - 1)
     out = {
         "pe_array_um2": te.rows * te.cols * pe,
-        "sram_um2": (arch.memory.scratchpad_kib + arch.memory.accumulator_kib)
-        * tech.sram_um2_per_kib,
+        "sram_um2": (mem.scratchpad_kib + mem.accumulator_kib) * tech.sram_um2_per_kib
+        + extra_banks * tech.sram_bank_periphery_um2,
         "vector_um2": _lanes(arch) * a.vector_lane,
         "fixed_um2": a.fixed,
         "mesh_um2": 0.0,
@@ -193,10 +224,11 @@ def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops:
                      dram_bytes: float = 0.0, byte_hops: float = 0.0) -> dict[str, float]:
     """Energy components in pJ (``mac``, ``sram``, ``vector``, ``dram``, ``mesh``) and the total
     in J (``energy_j``) of a workload with these totals (module doc)."""
-    te, mem = arch.tensor_engine, arch.memory
+    te = arch.tensor_engine
     e = operand_bytes(arch)
-    sp = sram_pj_per_byte(tech, mem.scratchpad_kib / 2)
-    acc = sram_pj_per_byte(tech, mem.accumulator_kib)
+    sp_kib, acc_kib = sram_bank_kib(arch)
+    sp = sram_pj_per_byte(tech, sp_kib)
+    acc = sram_pj_per_byte(tech, acc_kib)
     if te.dataflow == "ws":
         sram = macs * (e / te.cols * sp + 8.0 / te.rows * acc)
     else:

@@ -10,7 +10,7 @@ from typing import Any
 
 from amaranth.back import verilog
 
-from tilewright.arch import ArchSpec
+from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
 
 __all__ = ["TOP_NAME", "generate_verilog", "write_rtl"]
@@ -20,7 +20,14 @@ TOP_NAME = "tw_gemm_core"
 
 
 def generate_verilog(arch: ArchSpec) -> tuple[str, GemmCore]:
-    """Elaborate the GEMM core for ``arch`` and return (Verilog text, component)."""
+    """Elaborate the GEMM core for ``arch`` and return (Verilog text, component).
+
+    Raises :class:`~tilewright.arch.ArchSpecError` for what the core does not implement (SRAM
+    banks other than 1)."""
+    for field in ("scratchpad_banks", "accumulator_banks"):
+        if getattr(arch.memory, field) != 1:
+            raise ArchSpecError(f"{arch.name}: memory.{field}={getattr(arch.memory, field)}: the "
+                                f"GEMM-core RTL implements 1 bank; accepted: 1")
     core = GemmCore(arch)
     text = verilog.convert(core, name=TOP_NAME, emit_src=False)
     return text, core

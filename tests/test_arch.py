@@ -108,3 +108,59 @@ def test_float_formats_validate_and_rtl_refuses_them():
     assert a.vector_unit.lanes == 32
     with pytest.raises(ValueError, match="int8 x int8 -> int32 only.*'mxfp8'"):
         GemmCore(a)
+
+
+# ---- SRAM banks (memory.scratchpad_banks / accumulator_banks) ---------------------------------
+
+@pytest.mark.parametrize("field", ["scratchpad_banks", "accumulator_banks"])
+@pytest.mark.parametrize("value", [0, 3, 48, 128])
+def test_banks_must_be_a_power_of_two_up_to_64(field, value):
+    with pytest.raises(ArchSpecError) as info:
+        ArchSpec.from_yaml(f"tensor_engine: {{rows: 4, cols: 4, dataflow: ws}}\n"
+                           f"memory: {{{field}: {value}}}", source="b.yaml")
+    assert str(info.value) == (f"b.yaml: memory.{field} = {value}: must be a power of two "
+                               f"from 1 to 64 (1, 2, 4, 8, 16, 32 or 64)")
+
+
+def test_banks_accept_powers_of_two_and_default_to_one():
+    for n in (1, 2, 4, 8, 16, 32, 64):
+        m = ArchSpec.from_dict({**GOOD, "memory": {"scratchpad_banks": n,
+                                                   "accumulator_banks": n}}).memory
+        assert (m.scratchpad_banks, m.accumulator_banks) == (n, n)
+    mem = default_arch().memory
+    assert (mem.scratchpad_banks, mem.accumulator_banks) == (1, 1)
+
+
+def test_one_bank_leaves_yaml_and_hash_of_existing_specs_unchanged():
+    for name in sorted(p.stem for p in PRESET_DIR.glob("*.yaml")):
+        a = load_arch(name)
+        data = a.model_dump(mode="json", exclude_none=True)
+        assert "scratchpad_banks" not in data["memory"] and "banks" not in a.to_yaml()
+        data["memory"].update(scratchpad_banks=1, accumulator_banks=1)
+        explicit = ArchSpec.from_dict(data)
+        assert explicit.to_yaml() == a.to_yaml() and explicit.content_hash() == a.content_hash()
+    banked = ArchSpec.from_dict({**GOOD, "memory": {"accumulator_banks": 4}})
+    assert "accumulator_banks: 4" in banked.to_yaml() and "scratchpad_banks" not in banked.to_yaml()
+    assert banked.content_hash() != ArchSpec.from_dict(GOOD).content_hash()
+    assert ArchSpec.from_yaml(banked.to_yaml()) == banked
+
+
+def test_rtl_refuses_banks_other_than_one(tmp_path, monkeypatch, capsys):
+    from tilewright.cli import main
+    from tilewright.rtl.verilog import generate_verilog
+    a = ArchSpec.from_dict({**GOOD, "name": "b4", "memory": {"scratchpad_banks": 4}})
+    with pytest.raises(ArchSpecError) as info:
+        generate_verilog(a)
+    assert str(info.value) == ("b4: memory.scratchpad_banks=4: the GEMM-core RTL implements "
+                               "1 bank; accepted: 1")
+    path = tmp_path / "b.yaml"
+    ArchSpec.from_dict({**GOOD, "name": "b2", "memory": {"accumulator_banks": 2}}).save(path)
+    monkeypatch.setattr("sys.argv", ["tilewright", "rtl", "--arch", str(path), "-o",
+                                     str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err.strip() == ("error: b2: memory.accumulator_banks=2: the GEMM-core RTL implements "
+                           "1 bank; accepted: 1")
+    assert not (tmp_path / "out" / "tw_gemm_core.v").exists()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from tilewright import configs as _configs
 from tilewright.formats import FORMATS
@@ -83,6 +83,9 @@ class TensorEngineSpec(_Frozen):
         return self.rows * self.cols
 
 
+_BANK_FIELDS = ("scratchpad_banks", "accumulator_banks")
+
+
 class MemorySpec(_Frozen):
     """On-chip memories of the GEMM core."""
 
@@ -94,6 +97,32 @@ class MemorySpec(_Frozen):
         64, ge=1, le=65536, description="accumulator SRAM capacity in KiB, holding int32 results")
     read_latency_cycles: Literal[1] = Field(
         1, description="SRAM read latency in cycles (synchronous read ports)")
+    scratchpad_banks: int = Field(
+        1, description="equal banks each scratchpad buffer (A and B) is split into (count, a power "
+                        "of two from 1 to 64); a bank of scratchpad_kib / 2 / banks KiB is what "
+                        "one access reads. The GEMM-core RTL implements 1")
+    accumulator_banks: int = Field(
+        1, description="equal banks the accumulator SRAM is split into (count, a power of two from "
+                        "1 to 64). The GEMM-core RTL implements 1")
+
+    @model_validator(mode="after")
+    def _banks_are_powers_of_two(self) -> "MemorySpec":
+        for field in _BANK_FIELDS:
+            n = getattr(self, field)
+            if not (1 <= n <= 64 and n & (n - 1) == 0):
+                raise ValueError(f"{field} = {n!r}: must be a power of two from 1 to 64 "
+                                 f"(1, 2, 4, 8, 16, 32 or 64)")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_single_bank(self, handler: Any) -> dict[str, Any]:
+        """Leave ``*_banks`` out of dumps when 1, so specs without banks keep their YAML and
+        :meth:`ArchSpec.content_hash`."""
+        data = handler(self)
+        for field in _BANK_FIELDS:
+            if data.get(field) == 1:
+                del data[field]
+        return data
 
     @property
     def scratchpad_bytes(self) -> int:
@@ -118,6 +147,9 @@ class OffChipSpec(_Frozen):
 
     bandwidth_gbps: float = Field(16.0, gt=0, description="sustained bandwidth in GB/s (1e9 B/s)")
     latency_ns: float = Field(100.0, ge=0, description="access latency in ns")
+    capacity_gib: float | None = Field(
+        None, gt=0, description="capacity in GiB (2**30 B); None = not stated (optional: omitted "
+        "from YAML and the content hash when unset)")
 
 
 class MeshSpec(_Frozen):
