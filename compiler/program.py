@@ -54,8 +54,20 @@ Semantics of each task kind (every level implements exactly this):
                   quantized at compile time by the same function and travel as constants.
 ``vector``        an elementwise / reduction / data-movement op named by ``op``; see
                   :data:`VECTOR_OPS`.
+``mesh_phase``    one bulk-synchronous phase on a 2-D mesh of cores (``ArchSpec.mesh``): a batch
+                  of XY-routed messages released together plus per-core compute, run ``repeat``
+                  times; timing conventions in :mod:`tilewright.dataflow_sim.mesh.model`, costed
+                  by :func:`tilewright.dataflow_sim.mesh.run_mesh_program`. Its messages are the
+                  rows of the int32 constant ``flows`` [F, 6]: (src row, src col, dst row, dst
+                  col, stages, times) in physical coordinates (a multicast along a line is one
+                  row whose destination is the farthest receiver; ``stages`` = cores whose
+                  processor handles it; ``times`` = in how many of the repeats it runs, -1 =
+                  all); message bytes are run-length coded: the first ``flow_counts[0]`` rows
+                  carry ``flow_bytes[0]`` bytes each, and so on. A mesh task moves no tensor
+                  values (cost only): the functional model and the single-core cost report
+                  reject it.
 
-Every task except ``gemm`` runs on the functional model through
+Every task except ``gemm`` and ``mesh_phase`` runs on the functional model through
 :func:`tilewright.dataflow_sim.functional.run_vector`; a task with a second output (``scan``'s
 ``state_out``) writes it into the environment itself and returns its primary output.
 
@@ -88,7 +100,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tilewright.formats import FORMATS as _NUMBER_FORMATS
 
 __all__ = ["TensorInfo", "GemmTask", "VectorTask", "BgemmTask", "GroupedGemmTask",
-           "AttentionTask", "ScanTask", "QuantizeTask", "Task", "Program", "VECTOR_OPS", "FORMAT_DTYPES",
+           "AttentionTask", "ScanTask", "QuantizeTask", "MeshPhaseTask", "Task", "Program", "VECTOR_OPS", "FORMAT_DTYPES",
            "task_inputs", "task_outputs", "UNARY_OPS", "BINARY_OPS"]
 
 #: element format name -> numpy dtype used to hold it exactly
@@ -372,8 +384,51 @@ class QuantizeTask(_Task):
     """the operand's reduction axis (MX blocks run along it; channel scales are across it)"""
 
 
+class MeshPhaseTask(_Task):
+    """One phase of a mesh schedule (module table, ``mesh_phase``).
+
+    ``op`` names the layer op the phase belongs to (consecutive tasks of one op are one mesh
+    run: SRAM, route-id and defect checks apply per op). ``cores``: bool [mesh rows, mesh cols]
+    constant, the cores the op uses; ``macs_per_core`` / ``vector_ops_per_core``: work of every
+    one of them in one run of the phase (a core does ``core_macs_per_cycle`` of either per
+    cycle); ``overlap``: compute overlaps the messages (double buffering); ``route_group``:
+    phases that are translations of one another; ``memory_bytes_per_core``: peak SRAM bytes the
+    op keeps on each of its cores; ``useful_macs``: the model's MACs this phase performs
+    (padding excluded; for reports).
+    """
+
+    kind: Literal["mesh_phase"] = "mesh_phase"
+    name: str
+    op: str
+    cores: str
+    flows: str | None = None
+    flow_bytes: tuple[int, ...] = ()
+    flow_counts: tuple[int, ...] = ()
+    macs_per_core: int = Field(0, ge=0)
+    vector_ops_per_core: int = Field(0, ge=0)
+    overlap: bool = False
+    repeat: int = Field(1, ge=1)
+    route_group: str | None = None
+    memory_bytes_per_core: int = Field(0, ge=0)
+    useful_macs: int = Field(0, ge=0)
+
+    @field_validator("flow_counts")
+    @classmethod
+    def _runs_match(cls, v: tuple[int, ...], info: Any) -> tuple[int, ...]:
+        if len(v) != len(info.data.get("flow_bytes", ())):
+            raise ValueError(f"flow_counts has {len(v)} runs but flow_bytes has "
+                             f"{len(info.data.get('flow_bytes', ()))}: one byte count per run")
+        if any(c < 0 for c in v) or any(b < 0 for b in info.data.get("flow_bytes", ())):
+            raise ValueError("flow_counts and flow_bytes must be >= 0")
+        return v
+
+    @property
+    def message_count(self) -> int:
+        return int(sum(self.flow_counts))
+
+
 Task = Annotated[Union[GemmTask, VectorTask, BgemmTask, GroupedGemmTask, AttentionTask, ScanTask,
-                       QuantizeTask],
+                       QuantizeTask, MeshPhaseTask],
                  Field(discriminator="kind")]
 
 
@@ -392,6 +447,8 @@ def task_inputs(task: Any) -> tuple[str, ...]:
                                  task.v_scale) if x)
     if isinstance(task, QuantizeTask):
         return (task.x,)
+    if isinstance(task, MeshPhaseTask):
+        return (task.cores,) + ((task.flows,) if task.flows else ())
     return (task.a, task.b, task.c, task.h0)
 
 
@@ -401,6 +458,8 @@ def task_outputs(task: Any) -> tuple[str, ...]:
         return (task.out, task.state_out)
     if isinstance(task, QuantizeTask) and task.scale_out:
         return (task.out, task.scale_out)
+    if isinstance(task, MeshPhaseTask):
+        return ()
     return (task.out,)
 
 
@@ -438,6 +497,8 @@ class Program(BaseModel):
             if isinstance(task, VectorTask) and task.op not in VECTOR_OPS:
                 raise ValueError(f"task {task.name}: unknown vector op {task.op!r}; "
                                  f"known: {sorted(VECTOR_OPS)}")
+            if isinstance(task, MeshPhaseTask):
+                _check_mesh_task(task, self.tensors)
             defined.update(task_outputs(task))
         for x in self.outputs:
             if x not in defined:
@@ -462,6 +523,26 @@ class Program(BaseModel):
             want = np.dtype(FORMAT_DTYPES[prog.tensors[k].format])
             prog.constants[k] = v if v.dtype == want else v.view(want)
         return prog
+
+
+def _check_mesh_task(task: MeshPhaseTask, tensors: dict[str, TensorInfo]) -> None:
+    """Shapes and formats of a mesh task's ``cores`` and ``flows`` tensors."""
+    cores = tensors.get(task.cores)
+    if cores is None or cores.format != "bool" or len(cores.shape) != 2:
+        raise ValueError(f"mesh task {task.name}: cores {task.cores!r} must be a bool "
+                         f"[mesh rows, mesh cols] tensor")
+    if task.flows is None:
+        if task.message_count:
+            raise ValueError(f"mesh task {task.name}: flow_counts lists "
+                             f"{task.message_count} messages but flows is None")
+        return
+    info = tensors.get(task.flows)
+    if info is None or info.format != "int32" or len(info.shape) != 2 or info.shape[1] != 6:
+        raise ValueError(f"mesh task {task.name}: flows {task.flows!r} must be an int32 [F, 6] "
+                         "tensor (src row, src col, dst row, dst col, stages, times)")
+    if info.shape[0] != task.message_count:
+        raise ValueError(f"mesh task {task.name}: flows has {info.shape[0]} rows but "
+                         f"flow_counts sums to {task.message_count}")
 
 
 def _storable(arr: np.ndarray) -> np.ndarray:

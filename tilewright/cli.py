@@ -32,10 +32,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tilewright.compiler.lower import LoweringError  # noqa: PLC0415
     from tilewright.dataflow_sim.cluster import ClusterSpecError  # noqa: PLC0415
     from tilewright.dataflow_sim.mesh import MeshMappingError  # noqa: PLC0415
+    from tilewright.compiler.mesh_schedule import MeshScheduleError  # noqa: PLC0415
     from tilewright.dataflow_sim.energy_area import TechError  # noqa: PLC0415
     from tilewright.sweep import SweepError  # noqa: PLC0415
     errs += [UnsupportedOp, LoweringError, UnknownModel, UnknownFormat, ClusterSpecError,
-             MeshMappingError, TechError, SweepError]
+             MeshMappingError, MeshScheduleError, TechError, SweepError]
     return tuple(errs)
 
 
@@ -126,8 +127,10 @@ def _register_subcommands() -> None:
     from tilewright.cli_cluster import cluster  # noqa: PLC0415
     from tilewright.cli_compile import compile_cmd, models_cmd  # noqa: PLC0415
     from tilewright.cli_mesh import mesh  # noqa: PLC0415
+    from tilewright.cli_mesh_layer import mesh_layer  # noqa: PLC0415
     from tilewright.cli_sweep import report, sweep  # noqa: PLC0415
     app.command("mesh")(mesh)
+    app.command("mesh-layer")(mesh_layer)
     app.command("sweep")(sweep)
     app.command("report")(report)
     app.command("compile")(compile_cmd)

@@ -8,16 +8,23 @@ Public API::
 
 Conventions (latency, serialization, contention, phases, routes): :mod:`.model`.
 Algorithms: :mod:`.gemm` (MeshGEMM, Cannon, SUMMA), :mod:`.gemv` (MeshGEMV, ring all-reduce
-GEMV). Defects and logical grids: :mod:`.grid`. LLM layer partitioning: :mod:`.llm`.
+GEMV); their schedules are pure functions in :mod:`tilewright.compiler.mesh_schedule`.
+Defects and logical grids (policies ``skip`` and ``route``): :mod:`.grid`. LLM layer
+partitioning: :mod:`.llm`; as a Program of
+``mesh_phase`` tasks: :mod:`tilewright.compiler.mesh_partition`, costed by
+:func:`run_mesh_program` (:mod:`.program_run`).
 """
 
 from tilewright.dataflow_sim.mesh.gemm import GEMM_ALGOS, execute_gemm, interleaved_ring, mesh_gemm
 from tilewright.dataflow_sim.mesh.gemv import GEMV_ALGOS, execute_gemv, mesh_gemv
-from tilewright.dataflow_sim.mesh.grid import Grid, defect_cost, healthy_grid, without_defects
+from tilewright.dataflow_sim.mesh.grid import (DEFECT_POLICIES, Grid, defect_cost, defect_grid,
+                                               defect_policy_cost, healthy_grid, without_defects)
 from tilewright.dataflow_sim.mesh.model import (Flows, MeshMappingError, MeshReport, Phase,
                                                 PhaseCost, message_cycles, simulate)
+from tilewright.dataflow_sim.mesh.program_run import MeshProgramRun, run_mesh_program
 
 __all__ = ["mesh_gemm", "mesh_gemv", "execute_gemm", "execute_gemv", "interleaved_ring",
            "GEMM_ALGOS", "GEMV_ALGOS", "MeshMappingError", "MeshReport", "Phase", "PhaseCost",
            "Flows", "simulate", "message_cycles", "Grid", "healthy_grid", "without_defects",
-           "defect_cost"]
+           "defect_cost", "run_mesh_program", "MeshProgramRun", "DEFECT_POLICIES", "defect_grid",
+           "defect_policy_cost"]

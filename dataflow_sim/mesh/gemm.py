@@ -19,105 +19,32 @@
 
 All three double-buffer: the shift/broadcast of step k+1 overlaps the local GEMM of step k.
 The same step list drives the timing model (:func:`mesh_gemm`) and the functional execution
-(:func:`execute_gemm`), which moves every core's blocks exactly as the flows say.
+(:func:`execute_gemm`), which moves every core's blocks exactly as the flows say. The step lists
+and their messages are pure schedules in :mod:`tilewright.compiler.mesh_schedule` (the compiler
+emits them as mesh Programs); this module times and executes them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.dataflow_sim.mesh.grid import Grid, healthy_grid
-from tilewright.dataflow_sim.mesh.model import (Flows, MeshMappingError, MeshReport, Phase,
-                                                simulate)
+from tilewright.compiler.mesh_schedule import (GEMM_ALGOS, Move, Step, gemm_phase_specs,
+                                               interleaved_ring)
+from tilewright.compiler.mesh_schedule import gemm_steps as _gemm_steps
+from tilewright.dataflow_sim.mesh.grid import Grid, as_mapping_error, defect_grid, reroute
+from tilewright.dataflow_sim.mesh.model import MeshMappingError, MeshReport, Phase, simulate
+from tilewright.dataflow_sim.mesh.program_run import to_phases
 
 __all__ = ["GEMM_ALGOS", "interleaved_ring", "gemm_steps", "execute_gemm", "gemm_phases",
            "mesh_gemm", "Move", "Step"]
 
-GEMM_ALGOS = ("mesh", "cannon", "summa")
-
-
-def interleaved_ring(p: int) -> np.ndarray:
-    """Physical index of ring position u: evens ascending then odds descending.
-    Consecutive positions (and the wrap from the last to the first) are <= 2 apart."""
-    return np.concatenate([np.arange(0, p, 2), np.arange(1, p, 2)[::-1]]).astype(np.int64)
-
-
-@dataclass
-class Move:
-    """Every logical core (u, v) receives buffer ``buf`` of core (src_u[u,v], src_v[u,v]) into
-    ``into`` (default ``buf``). ``kind``: 'shift' (a unicast per core), 'bcast_row' /
-    'bcast_col' (one multicast per row / column from its single source). ``count[u, v]``: in
-    how many of the step's repeats core (u, v) receives (None: all)."""
-
-    buf: str
-    kind: str
-    src_u: np.ndarray
-    src_v: np.ndarray
-    count: np.ndarray | None = None
-    into: str | None = None
-
-
-@dataclass
-class Step:
-    """Compute on the current buffers (``C += X @ Y`` for ``operands = (X, Y)``), while the
-    moves deliver the next ones; repeated ``repeat`` times."""
-
-    name: str
-    moves: list[Move]
-    operands: tuple[str, str] | None
-    overlap: bool
-    repeat: int = 1
-
-
-def _rotate(p: int, axis: str, amount: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Source coords for a rotation by ``amount[line]`` (+1 = towards lower index) along axis."""
-    u, v = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
-    if axis == "row":        # A: along each row u, amount per row
-        return u, (v + amount[:, None]) % p
-    return (u + amount[None, :]) % p, v      # B: along each column v
-
 
 def gemm_steps(algo: str, p: int, *, align: bool = True) -> list[Step]:
-    """The schedule of ``algo`` on a P x P grid, in logical (algorithm) coordinates."""
-    if algo not in GEMM_ALGOS:
-        raise MeshMappingError(f"GEMM algo {algo!r}: must be one of {', '.join(GEMM_ALGOS)}")
-    idx = np.arange(p)
-    one = np.ones(p, np.int64)
-    steps: list[Step] = []
-    if algo == "summa":
-        u, v = np.meshgrid(idx, idx, indexing="ij")
-
-        def bcast(k: int) -> list[Move]:
-            kk = np.broadcast_to(np.int64(k), (p, p))
-            return [Move("A", "bcast_row", u, kk, into="Ab"),
-                    Move("B", "bcast_col", kk, v, into="Bb")]
-        steps.append(Step("bcast 0", bcast(0), None, False))
-        for k in range(1, p):
-            steps.append(Step(f"bcast {k} + gemm {k - 1}", bcast(k), ("Ab", "Bb"), True))
-        steps.append(Step(f"gemm {p - 1}", [], ("Ab", "Bb"), False))
-        return steps
-    # Cannon and MeshGEMM share the schedule; they differ in placement (see gemm_phases)
-    if align and p > 1:
-        left = idx <= p - idx                     # rotate the shorter way round
-        dist = np.where(left, idx, p - idx)       # row u: u steps left or p-u steps right
-        sign = np.where(left, 1, -1)
-        au, av = _rotate(p, "row", sign)
-        bu, bv = _rotate(p, "col", sign)
-        cnt_a = np.broadcast_to(dist[:, None], (p, p)).copy()
-        cnt_b = np.broadcast_to(dist[None, :], (p, p)).copy()
-        steps.append(Step("align", [Move("A", "shift", au, av, cnt_a),
-                                    Move("B", "shift", bu, bv, cnt_b)], None, False,
-                          repeat=int(dist.max())))
-    au, av = _rotate(p, "row", one)
-    bu, bv = _rotate(p, "col", one)
-    if p > 1:
-        steps.append(Step("shift + gemm", [Move("A", "shift", au, av), Move("B", "shift", bu, bv)],
-                          ("A", "B"), True, repeat=p - 1))
-    steps.append(Step("gemm", [], ("A", "B"), False))
-    return steps
+    """The schedule of ``algo`` on a P x P grid, in logical (algorithm) coordinates
+    (:func:`tilewright.compiler.mesh_schedule.gemm_steps`)."""
+    with as_mapping_error():
+        return _gemm_steps(algo, p, align=align)
 
 
 def _blocks(x: np.ndarray, p: int, bm: int, bn: int) -> np.ndarray:
@@ -168,56 +95,26 @@ def _apply(x: np.ndarray, mv: Move, p: int) -> np.ndarray:
     return out
 
 
-def _move_flows(mv: Move, grid: Grid, place: np.ndarray, flits: int) -> Flows:
-    """Physical flows of one move; ``place[u]`` = grid index of logical position u."""
-    pr = grid.rows[place]      # physical row of logical row u
-    pc = grid.cols[place]
-    p = place.size
-    if mv.kind == "shift":
-        u, v = np.meshgrid(np.arange(p), np.arange(p), indexing="ij")
-        times = -1 if mv.count is None else mv.count
-        return Flows.make(pr[mv.src_u], pc[mv.src_v], pr[u], pc[v], flits, 1, times)
-    if mv.kind == "bcast_row":       # source column per row; receivers span the row
-        src_c = pc[mv.src_v[:, 0]]
-        rr = pr
-        lo, hi = pc.min(), pc.max()
-        return Flows.make(np.r_[rr, rr], np.r_[src_c, src_c],
-                          np.r_[rr, rr], np.r_[np.full(p, lo), np.full(p, hi)], flits, 1)
-    if mv.kind == "bcast_col":
-        src_r = pr[mv.src_u[0, :]]
-        cc = pc
-        lo, hi = pr.min(), pr.max()
-        return Flows.make(np.r_[src_r, src_r], np.r_[cc, cc],
-                          np.r_[np.full(p, lo), np.full(p, hi)], np.r_[cc, cc], flits, 1)
-    raise ValueError(f"unknown move kind {mv.kind!r}")
-
-
 def gemm_phases(algo: str, grid: Grid, mt: int, kt: int, nt: int, *, elem_bytes: int,
                 link_bytes: int, align: bool = True) -> list[Phase]:
     """Timing phases of ``algo`` on ``grid`` (square) for blocks Mt x Kt x Nt."""
-    p = grid.pr
-    place = interleaved_ring(p) if algo == "mesh" else np.arange(p)
-    size = {"A": mt * kt * elem_bytes, "B": kt * nt * elem_bytes}
-    phases = []
-    for st in gemm_steps(algo, p, align=align):
-        flows = Flows.concat([_move_flows(mv, grid, place, -(-size[mv.buf] // link_bytes))
-                              for mv in st.moves])
-        macs = mt * kt * nt if st.operands is not None else 0
-        group = "summa broadcast" if algo == "summa" and st.moves else None
-        phases.append(Phase(st.name, flows, macs, st.overlap, st.repeat, group))
-    return phases
+    with as_mapping_error():
+        specs = gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=elem_bytes, align=align)
+    return to_phases(specs, link_bytes)
 
 
 def mesh_gemm(arch: ArchSpec, m: int, k: int, n: int, *, algo: str = "mesh",
               elem_bytes: int = 2, acc_bytes: int | None = None, p: int | None = None,
-              align: bool = True) -> MeshReport:
+              align: bool = True, defects: str = "skip") -> MeshReport:
     """Predict ``[m, k] @ [k, n]`` on ``arch.mesh`` with ``algo`` (mesh | cannon | summa).
 
     ``p``: side of the square logical grid (default: the largest the healthy mesh holds);
     ``elem_bytes``: bytes per A/B element (WSE-2 and WaferLLM: fp16 = 2); ``acc_bytes``: per C
     element (default ``elem_bytes``); ``align=False``: the host loads Cannon/MeshGEMM operands
-    pre-skewed (no alignment phase). Raises :class:`MeshMappingError` if a core's blocks exceed
-    its SRAM or a core needs more route ids than ``max_routes_per_core``.
+    pre-skewed (no alignment phase); ``defects``: ``skip`` drops every row and column with a
+    defect, ``route`` drops only dead cores' columns and reroutes messages around defects
+    (:mod:`.grid`). Raises :class:`MeshMappingError` if a core's blocks exceed its SRAM or a
+    core needs more route ids than ``max_routes_per_core``.
     """
     if algo not in GEMM_ALGOS:
         raise MeshMappingError(f"GEMM algo {algo!r}: must be one of {', '.join(GEMM_ALGOS)}")
@@ -226,7 +123,7 @@ def mesh_gemm(arch: ArchSpec, m: int, k: int, n: int, *, algo: str = "mesh",
     if arch.mesh is None:
         raise MeshMappingError(f"{arch.name}: the ArchSpec has no mesh section")
     mesh = arch.mesh
-    grid = healthy_grid(mesh, square=True, pr=p, pc=p)
+    grid = defect_grid(mesh, defects, square=True, pr=p, pc=p)
     p = grid.pr
     acc_bytes = elem_bytes if acc_bytes is None else acc_bytes
     mt, kt, nt = -(-m // p), -(-k // p), -(-n // p)
@@ -235,10 +132,14 @@ def mesh_gemm(arch: ArchSpec, m: int, k: int, n: int, *, algo: str = "mesh",
     per_core = nbuf * (a_b + b_b) + c_b
     breakdown = (f"{nbuf} x A block {mt}x{kt} + {nbuf} x B block {kt}x{nt} at {elem_bytes} B, "
                  f"C block {mt}x{nt} at {acc_bytes} B")
-    phases = gemm_phases(algo, grid, mt, kt, nt, elem_bytes=elem_bytes,
-                         link_bytes=mesh.link_bytes_per_cycle, align=align)
+    with as_mapping_error():
+        specs = gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=elem_bytes, align=align)
+    specs, extra = reroute(specs, mesh, defects)
+    phases = to_phases(specs, mesh.link_bytes_per_cycle)
     mask = grid.mask()
+    notes = {"grid": f"{p}x{p}", "block": [mt, kt, nt], "memory_breakdown": breakdown}
+    if defects == "route":
+        notes["detour_extra_hops"] = extra
     return simulate(arch, phases, op="gemm", algo=algo, shape={"m": m, "k": k, "n": n},
                     cores=mask, memory_bytes=np.where(mask, per_core, 0), useful_macs=m * k * n,
-                    notes={"grid": f"{p}x{p}", "block": [mt, kt, nt],
-                           "memory_breakdown": breakdown})
+                    notes=notes)

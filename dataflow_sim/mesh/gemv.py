@@ -21,124 +21,46 @@ W[i, j] (``Kt = ceil(K/pr)``, ``Nt = ceil(N/pc)``).
      2 hops: ``~ 2 pr (2 alpha + beta + chunk flits)``.
 
 Afterwards every core of column j holds y block j. The same plan drives the timing
-(:func:`mesh_gemv`) and the functional execution (:func:`execute_gemv`).
+(:func:`mesh_gemv`) and the functional execution (:func:`execute_gemv`); the plan and its
+messages are pure schedules in :mod:`tilewright.compiler.mesh_schedule`.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.dataflow_sim.mesh.gemm import interleaved_ring
-from tilewright.dataflow_sim.mesh.grid import Grid, healthy_grid
-from tilewright.dataflow_sim.mesh.model import (Flows, MeshMappingError, MeshReport, Phase,
-                                                simulate)
+from tilewright.compiler.mesh_schedule import (GEMV_ALGOS, allreduce_phase_specs,
+                                               gemv_phase_specs, interleaved_ring)
+from tilewright.compiler.mesh_schedule import ktree_plan as _ktree_plan
+from tilewright.dataflow_sim.mesh.grid import Grid, as_mapping_error, defect_grid, reroute
+from tilewright.dataflow_sim.mesh.model import MeshMappingError, MeshReport, Phase, simulate
+from tilewright.dataflow_sim.mesh.program_run import to_phases
 
 __all__ = ["GEMV_ALGOS", "ktree_plan", "execute_gemv", "gemv_phases", "mesh_gemv",
            "allreduce_phases"]
 
-GEMV_ALGOS = ("mesh", "allreduce")
-
 
 def ktree_plan(n: int, levels: int = 2, group: int | None = None) -> list[list[np.ndarray]]:
-    """Per level, the groups (arrays of member indices 0..n-1, in order) of a K-tree reduce.
-    Each group reduces into its middle member (``members[len // 2]``); the roots of one level
-    are the members of the next; the last level is one group. ``group``: size of the groups of
-    every level but the last (default ``round(n ** (1/levels))``, at least 2)."""
-    if levels < 1:
-        raise MeshMappingError(f"K-tree levels = {levels}: must be >= 1")
-    g = max(2, round(n ** (1.0 / levels))) if group is None else int(group)
-    if g < 2:
-        raise MeshMappingError(f"K-tree group size = {g}: must be >= 2")
-    members = np.arange(n)
-    plan = []
-    for lvl in range(levels):
-        if lvl == levels - 1 or members.size <= g:
-            groups = [members]
-        else:
-            groups = [members[s:s + g] for s in range(0, members.size, g)]
-        plan.append(groups)
-        members = np.array([gr[gr.size // 2] for gr in groups])
-        if members.size == 1:
-            break
-    return plan
-
-
-def _ktree_flows(plan, rows_phys: np.ndarray, cols_phys: np.ndarray, flits: int) -> list[Flows]:
-    """Per level, the chain flows of every column: first member -> root, last member -> root."""
-    out = []
-    for groups in plan:
-        src, dst, stg = [], [], []
-        for gr in groups:
-            r = gr.size // 2
-            if r > 0:
-                src.append(gr[0]); dst.append(gr[r]); stg.append(r)
-            if gr.size - 1 > r:
-                src.append(gr[-1]); dst.append(gr[r]); stg.append(gr.size - 1 - r)
-        s, d, st = (np.asarray(a, np.int64) for a in (src, dst, stg))
-        nc = cols_phys.size
-        out.append(Flows.make(np.repeat(rows_phys[s][None, :], nc, 0),
-                              cols_phys[:, None], np.repeat(rows_phys[d][None, :], nc, 0),
-                              cols_phys[:, None], flits, st[None, :]))
-    return out
-
-
-def _bcast_col_flows(root_row: int, rows_phys, cols_phys, flits: int) -> Flows:
-    nc = cols_phys.size
-    r = rows_phys[root_row]
-    return Flows.make(np.full(2 * nc, r), np.r_[cols_phys, cols_phys],
-                      np.r_[np.full(nc, rows_phys.min()), np.full(nc, rows_phys.max())],
-                      np.r_[cols_phys, cols_phys], flits, 1)
-
-
-def _bcast_row_flows(src_col: int, rows_phys, cols_phys, flits: int) -> Flows:
-    nr = rows_phys.size
-    c = cols_phys[src_col]
-    return Flows.make(np.r_[rows_phys, rows_phys], np.full(2 * nr, c), np.r_[rows_phys, rows_phys],
-                      np.r_[np.full(nr, cols_phys.min()), np.full(nr, cols_phys.max())], flits, 1)
+    """Per level, the groups of a K-tree reduce over n members
+    (:func:`tilewright.compiler.mesh_schedule.ktree_plan`)."""
+    with as_mapping_error():
+        return _ktree_plan(n, levels, group)
 
 
 def allreduce_phases(grid: Grid, nt: int, acc_bytes: int, link_bytes: int) -> list[Phase]:
     """Ring all-reduce along every column on the interleaved ring (<= 2 hops per step)."""
-    pr = grid.pr
-    if pr == 1:
-        return []
-    ring = interleaved_ring(pr)
-    chunk = -(-nt // pr)
-    flits = -(-chunk * acc_bytes // link_bytes)
-    nxt = np.roll(ring, -1)          # ring position q sends to q+1
-    nc = grid.pc
-    f = Flows.make(np.repeat(grid.rows[ring][None, :], nc, 0), grid.cols[:, None],
-                   np.repeat(grid.rows[nxt][None, :], nc, 0), grid.cols[:, None], flits, 1)
-    return [Phase("ring reduce-scatter", f, 0, False, pr - 1),
-            Phase("ring all-gather", f, 0, False, pr - 1)]
+    return to_phases(allreduce_phase_specs(grid, nt, acc_bytes), link_bytes)
 
 
 def gemv_phases(algo: str, grid: Grid, kt: int, nt: int, *, elem_bytes: int, acc_bytes: int,
                 link_bytes: int, levels: int = 2, group: int | None = None,
                 broadcast_x: bool = True) -> list[Phase]:
-    phases = []
-    if broadcast_x and grid.pc > 1:
-        phases.append(Phase("broadcast x along rows",
-                            _bcast_row_flows(grid.pc // 2, grid.rows, grid.cols,
-                                             -(-kt * elem_bytes // link_bytes))))
-    phases.append(Phase("local gemv", None, kt * nt))
-    flits = -(-nt * acc_bytes // link_bytes)
-    if algo == "mesh":
-        plan = ktree_plan(grid.pr, levels, group)
-        if grid.pr > 1:
-            for lvl, f in enumerate(_ktree_flows(plan, grid.rows, grid.cols, flits)):
-                phases.append(Phase(f"k-tree reduce level {lvl + 1}", f))
-            root = int(plan[-1][0][plan[-1][0].size // 2])
-            phases.append(Phase("broadcast y along columns",
-                                _bcast_col_flows(root, grid.rows, grid.cols, flits)))
-    elif algo == "allreduce":
-        phases += allreduce_phases(grid, nt, acc_bytes, link_bytes)
-    else:
-        raise MeshMappingError(f"GEMV algo {algo!r}: must be one of {', '.join(GEMV_ALGOS)}")
-    return phases
+    """Timing phases of ``algo`` on ``grid`` for W blocks Kt x Nt."""
+    with as_mapping_error():
+        specs = gemv_phase_specs(algo, grid, kt, nt, elem_bytes=elem_bytes, acc_bytes=acc_bytes,
+                                 levels=levels, group=group, broadcast_x=broadcast_x)
+    return to_phases(specs, link_bytes)
 
 
 def execute_gemv(x: np.ndarray, w: np.ndarray, pr: int, pc: int, algo: str = "mesh", *,
@@ -201,12 +123,13 @@ def _ring_allreduce(part: np.ndarray) -> np.ndarray:
 def mesh_gemv(arch: ArchSpec, k: int, n: int, *, algo: str = "mesh", elem_bytes: int = 2,
               acc_bytes: int | None = None, levels: int = 2, group: int | None = None,
               broadcast_x: bool = True, pr: int | None = None,
-              pc: int | None = None) -> MeshReport:
+              pc: int | None = None, defects: str = "skip") -> MeshReport:
     """Predict ``[1, k] @ [k, n]`` on ``arch.mesh`` with ``algo`` (mesh | allreduce).
 
     Uses the whole healthy mesh (or a ``pr x pc`` grid). ``levels``/``group``: K-tree shape
-    (WaferLLM: 2 levels, groups of ~sqrt(pr)). Raises :class:`MeshMappingError` when a core's
-    W block, x segment and partial sums exceed its SRAM, or route ids run out.
+    (WaferLLM: 2 levels, groups of ~sqrt(pr)); ``defects``: ``skip`` | ``route`` (see
+    :func:`~tilewright.dataflow_sim.mesh.gemm.mesh_gemm`). Raises :class:`MeshMappingError`
+    when a core's W block, x segment and partial sums exceed its SRAM, or route ids run out.
     """
     if algo not in GEMV_ALGOS:
         raise MeshMappingError(f"GEMV algo {algo!r}: must be one of {', '.join(GEMV_ALGOS)}")
@@ -215,17 +138,21 @@ def mesh_gemv(arch: ArchSpec, k: int, n: int, *, algo: str = "mesh", elem_bytes:
     if arch.mesh is None:
         raise MeshMappingError(f"{arch.name}: the ArchSpec has no mesh section")
     mesh = arch.mesh
-    grid = healthy_grid(mesh, pr=pr, pc=pc)
+    grid = defect_grid(mesh, defects, pr=pr, pc=pc)
     acc_bytes = elem_bytes if acc_bytes is None else acc_bytes
     kt, nt = -(-k // grid.pr), -(-n // grid.pc)
     per_core = kt * nt * elem_bytes + kt * elem_bytes + 2 * nt * acc_bytes
     breakdown = (f"W block {kt}x{nt} + x segment {kt} at {elem_bytes} B, partial y and "
                  f"receive buffer 2 x {nt} at {acc_bytes} B")
-    phases = gemv_phases(algo, grid, kt, nt, elem_bytes=elem_bytes, acc_bytes=acc_bytes,
-                         link_bytes=mesh.link_bytes_per_cycle, levels=levels, group=group,
-                         broadcast_x=broadcast_x)
+    with as_mapping_error():
+        specs = gemv_phase_specs(algo, grid, kt, nt, elem_bytes=elem_bytes, acc_bytes=acc_bytes,
+                                 levels=levels, group=group, broadcast_x=broadcast_x)
+    specs, extra = reroute(specs, mesh, defects)
+    phases = to_phases(specs, mesh.link_bytes_per_cycle)
     mask = grid.mask()
     notes = {"grid": f"{grid.pr}x{grid.pc}", "block": [kt, nt], "memory_breakdown": breakdown}
+    if defects == "route":
+        notes["detour_extra_hops"] = extra
     if algo == "mesh":
         plan = ktree_plan(grid.pr, levels, group)
         notes["ktree_groups"] = [len(g) for g in plan]

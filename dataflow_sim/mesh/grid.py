@@ -6,99 +6,98 @@ package sends messages along straight logical rows/columns, XY-routed; so a mess
 cores of the grid only ever travels along a *kept* physical row (its horizontal leg) and a kept
 physical column (its vertical leg).
 
-Remapping ("skip"): drop every physical row that holds a dead core or a dead horizontal link,
+Policy ``skip``: drop every physical row that holds a dead core or a dead horizontal link,
 and every physical column that holds a dead core or a dead vertical link. Then no horizontal leg
 runs along a row with a defect and no vertical leg along a column with a defect, so no message
 touches a dead core or link (the model re-checks this on every run). The cost: fewer cores
 (the grid shrinks) and logical neighbours that straddle a dropped row/column are 2+ hops apart.
+
+Policy ``route`` keeps every row and drops only the columns of dead cores (dead links drop
+nothing); a message whose straight path would cross a dead core or link steps onto the parallel
+row/column next to it, passes the defect and steps back
+(:func:`tilewright.compiler.mesh_schedule.route_around`). It keeps more cores; each detour adds 2
+hops and its relay cores store and forward, so a rerouted message costs up to five messages sent
+one after another (extra message-only phases after the phase it belongs to). It wins when the
+cores it keeps outweigh that (compute-bound steps) and loses on communication-bound steps that
+cross a defect every time; the model re-checks that nothing touches a defect.
+
+The grids themselves are pure schedules and live in the compiler
+(:mod:`tilewright.compiler.mesh_schedule`) so that it can emit mesh Programs; this module keeps
+the public names and turns the compiler's errors into :class:`MeshMappingError`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
+import contextlib
+from collections.abc import Iterator
 
 from tilewright.arch import ArchSpec, MeshSpec
+from tilewright.compiler import mesh_schedule as _ms
+from tilewright.compiler.mesh_schedule import Grid
 from tilewright.dataflow_sim.mesh.model import MeshMappingError
 
-__all__ = ["Grid", "healthy_grid", "without_defects", "defect_cost"]
+__all__ = ["Grid", "healthy_grid", "without_defects", "defect_cost", "as_mapping_error",
+           "DEFECT_POLICIES", "defect_grid", "reroute", "defect_policy_cost"]
+
+#: how a schedule avoids dead cores and links: drop lines, or drop dead cores' columns only
+#: and reroute messages around defects
+DEFECT_POLICIES = ("skip", "route")
 
 
-@dataclass(frozen=True)
-class Grid:
-    """Physical row of each logical row, physical column of each logical column."""
-
-    rows: np.ndarray
-    cols: np.ndarray
-    mesh_rows: int
-    mesh_cols: int
-    dropped_rows: tuple[int, ...] = ()
-    dropped_cols: tuple[int, ...] = ()
-
-    @property
-    def pr(self) -> int:
-        return int(self.rows.size)
-
-    @property
-    def pc(self) -> int:
-        return int(self.cols.size)
-
-    def mask(self) -> np.ndarray:
-        """Bool (mesh rows, mesh cols): cores of the grid."""
-        m = np.zeros((self.mesh_rows, self.mesh_cols), bool)
-        m[np.ix_(self.rows, self.cols)] = True
-        return m
-
-    def scatter(self, values: np.ndarray) -> np.ndarray:
-        """A (pr, pc) array of per-logical-core values placed on the physical mesh (0 elsewhere)."""
-        out = np.zeros((self.mesh_rows, self.mesh_cols), dtype=np.asarray(values).dtype)
-        out[np.ix_(self.rows, self.cols)] = values
-        return out
-
-
-def _bad_lines(mesh: MeshSpec) -> tuple[set[int], set[int]]:
-    bad_r: set[int] = set()
-    bad_c: set[int] = set()
-    for r, c in mesh.defective_cores:
-        if not (0 <= r < mesh.rows and 0 <= c < mesh.cols):
-            raise MeshMappingError(f"defective core ({r}, {c}) is outside the "
-                                   f"{mesh.rows}x{mesh.cols} mesh")
-        bad_r.add(int(r))
-        bad_c.add(int(c))
-    for a, b in mesh.defective_links:
-        (r0, c0), (r1, c1) = sorted((tuple(a), tuple(b)))
-        if r0 == r1 and c1 == c0 + 1:
-            bad_r.add(int(r0))
-        elif c0 == c1 and r1 == r0 + 1:
-            bad_c.add(int(c0))
-        else:
-            raise MeshMappingError(f"defective link {tuple(a)}-{tuple(b)}: cores are not adjacent")
-    return bad_r, bad_c
+@contextlib.contextmanager
+def as_mapping_error() -> Iterator[None]:
+    """Re-raise the compiler's :class:`~tilewright.compiler.mesh_schedule.MeshScheduleError`
+    as this package's :class:`MeshMappingError` (same message)."""
+    try:
+        yield
+    except _ms.MeshScheduleError as exc:
+        raise MeshMappingError(str(exc)) from None
 
 
 def healthy_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None,
                  pc: int | None = None) -> Grid:
     """The largest logical grid avoiding every defect (see module doc), optionally square or
     cut to ``pr x pc`` (the first kept rows/columns)."""
-    bad_r, bad_c = _bad_lines(mesh)
-    rows = np.array([r for r in range(mesh.rows) if r not in bad_r], dtype=np.int64)
-    cols = np.array([c for c in range(mesh.cols) if c not in bad_c], dtype=np.int64)
-    if square:
-        p = min(rows.size, cols.size)
-        pr = p if pr is None else pr
-        pc = p if pc is None else pc
-    for name, want, have in (("rows", pr, rows.size), ("cols", pc, cols.size)):
-        if want is not None and not 1 <= want <= have:
-            raise MeshMappingError(
-                f"logical grid needs {want} {name} but the {mesh.rows}x{mesh.cols} mesh has "
-                f"{have} healthy {name} ({len(bad_r) if name == 'rows' else len(bad_c)} dropped "
-                f"for defects)")
-    if rows.size == 0 or cols.size == 0:
-        raise MeshMappingError(f"no healthy rows/columns left on the {mesh.rows}x{mesh.cols} mesh")
-    rows = rows[:pr] if pr is not None else rows
-    cols = cols[:pc] if pc is not None else cols
-    return Grid(rows, cols, mesh.rows, mesh.cols, tuple(sorted(bad_r)), tuple(sorted(bad_c)))
+    with as_mapping_error():
+        return _ms.healthy_grid(mesh, square=square, pr=pr, pc=pc)
+
+
+def defect_grid(mesh: MeshSpec, policy: str, *, square: bool = False, pr: int | None = None,
+                pc: int | None = None) -> Grid:
+    """The logical grid of defect ``policy``: ``skip`` (:func:`healthy_grid`) or ``route``
+    (:func:`tilewright.compiler.mesh_schedule.routearound_grid`)."""
+    if policy not in DEFECT_POLICIES:
+        raise MeshMappingError(f"defects {policy!r}: must be one of {', '.join(DEFECT_POLICIES)}")
+    with as_mapping_error():
+        if policy == "skip":
+            return _ms.healthy_grid(mesh, square=square, pr=pr, pc=pc)
+        return _ms.routearound_grid(mesh, square=square, pr=pr, pc=pc)
+
+
+def reroute(specs: list, mesh: MeshSpec, policy: str) -> tuple[list, int]:
+    """Phase specs with messages rerouted around defects under ``route`` (unchanged under
+    ``skip``), and the extra hops the detours add (one run of each phase)."""
+    if policy != "route":
+        return specs, 0
+    with as_mapping_error():
+        return _ms.route_around_specs(specs, mesh)
+
+
+def defect_policy_cost(run, arch: ArchSpec, *args, **kwargs) -> dict:
+    """Run ``run(arch, *args, defects=..., **kwargs)`` (:func:`mesh_gemm` or :func:`mesh_gemv`)
+    with each defect policy and on the defect-free mesh: cycles, cores used, and the extra
+    cycles and hops of each policy against the defect-free mesh."""
+    good = run(without_defects(arch), *args, **kwargs)
+    out: dict = {"cycles_healthy": good.cycles, "cores_used_healthy": good.cores_used,
+                 "healthy": good}
+    for policy in DEFECT_POLICIES:
+        rep = run(arch, *args, defects=policy, **kwargs)
+        out[policy] = rep
+        out[f"cycles_{policy}"] = rep.cycles
+        out[f"cores_used_{policy}"] = rep.cores_used
+        out[f"extra_cycles_{policy}"] = rep.cycles - good.cycles
+    out["detour_extra_hops"] = out["route"].notes.get("detour_extra_hops", 0)
+    return out
 
 
 def without_defects(arch: ArchSpec) -> ArchSpec:

@@ -24,8 +24,10 @@ heads concatenated along the contraction (same MACs and operand volume; the H sc
 are not held separately); GQA's sharing of K/V between query heads is ignored in attention
 traffic (counted in KV capacity); the decode vector's re-layout from a GEMV's output
 (split along columns) to the next GEMV's input (split along rows) is costed as the
-row broadcast of MeshGEMV. The mapping is a list of mesh phases per op, not yet a ``Program``
-(the Program contract has no mesh-message task).
+row broadcast of MeshGEMV. :func:`plan_layer` costs each op with :func:`mesh_gemm` /
+:func:`mesh_gemv`; the same partitioning as a ``Program`` of ``mesh_phase`` tasks comes from
+:func:`tilewright.compiler.mesh_partition.partition_layer` and is costed by
+:func:`~tilewright.dataflow_sim.mesh.run_mesh_program` (the two agree cycle for cycle).
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ from functools import lru_cache
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.mesh_schedule import kv_shift_specs, row_allreduce_specs
 from tilewright.dataflow_sim.mesh.gemm import mesh_gemm
-from tilewright.dataflow_sim.mesh.gemv import _ktree_flows, ktree_plan, mesh_gemv
-from tilewright.dataflow_sim.mesh.grid import healthy_grid
-from tilewright.dataflow_sim.mesh.model import (Flows, MeshMappingError, Phase, message_cycles,
-                                                simulate)
+from tilewright.dataflow_sim.mesh.gemv import mesh_gemv
+from tilewright.dataflow_sim.mesh.grid import defect_grid, healthy_grid, reroute
+from tilewright.dataflow_sim.mesh.model import MeshMappingError, message_cycles, simulate
+from tilewright.dataflow_sim.mesh.program_run import to_phases
 
 __all__ = ["LayerOp", "LayerPlan", "plan_layer", "kv_cache_capacity", "row_allreduce_cycles"]
 
@@ -83,39 +86,30 @@ class LayerPlan:
                 "layer_us": round(self.us, 3), **self.notes}
 
 
-def _transpose(f: Flows) -> Flows:
-    return Flows(f.sc, f.sr, f.dc, f.dr, f.flits, f.stages, f.times)
-
-
 @lru_cache(maxsize=256)
 def row_allreduce_cycles(arch: ArchSpec, values: int, pc: int | None = None,
-                         elem_bytes: int = 2, levels: int = 2) -> int:
+                         elem_bytes: int = 2, levels: int = 2, defects: str = "skip") -> int:
     """Cycles of a K-tree all-reduce of ``values`` elements along every row of the healthy
-    grid (over its columns), result on every core of the row."""
-    grid = healthy_grid(arch.mesh, pc=pc)
-    flits = -(-values * elem_bytes // arch.mesh.link_bytes_per_cycle)
-    plan = ktree_plan(grid.pc, levels)
-    phases = [Phase(f"row reduce {i}", _transpose(f))
-              for i, f in enumerate(_ktree_flows(plan, grid.cols, grid.rows, flits))]
-    root = int(plan[-1][0][plan[-1][0].size // 2])
-    nr = grid.pr
-    c = grid.cols[root]
-    phases.append(Phase("row broadcast", Flows.make(
-        np.r_[grid.rows, grid.rows], np.full(2 * nr, c), np.r_[grid.rows, grid.rows],
-        np.r_[np.full(nr, grid.cols.min()), np.full(nr, grid.cols.max())], flits, 1)))
+    grid (over its columns; ``defects`` policy of :mod:`.grid`), result on every core of the
+    row."""
+    grid = defect_grid(arch.mesh, defects, pc=pc)
+    specs, _ = reroute(row_allreduce_specs(grid, values * elem_bytes, levels), arch.mesh, defects)
+    phases = to_phases(specs, arch.mesh.link_bytes_per_cycle)
     mask = grid.mask()
     return simulate(arch, phases, op="allreduce", algo="ktree", shape={"values": values},
                     cores=mask, memory_bytes=np.zeros(mask.shape), useful_macs=0).cycles
 
 
 @lru_cache(maxsize=256)
-def _gemm(arch: ArchSpec, m: int, k: int, n: int, algo: str, elem_bytes: int) -> int:
-    return mesh_gemm(arch, m, k, n, algo=algo, elem_bytes=elem_bytes).cycles
+def _gemm(arch: ArchSpec, m: int, k: int, n: int, algo: str, elem_bytes: int,
+          defects: str = "skip") -> int:
+    return mesh_gemm(arch, m, k, n, algo=algo, elem_bytes=elem_bytes, defects=defects).cycles
 
 
 @lru_cache(maxsize=256)
-def _gemv(arch: ArchSpec, k: int, n: int, algo: str, elem_bytes: int) -> int:
-    return mesh_gemv(arch, k, n, algo=algo, elem_bytes=elem_bytes).cycles
+def _gemv(arch: ArchSpec, k: int, n: int, algo: str, elem_bytes: int,
+          defects: str = "skip") -> int:
+    return mesh_gemv(arch, k, n, algo=algo, elem_bytes=elem_bytes, defects=defects).cycles
 
 
 def _vector_cycles(arch: ArchSpec, elems_per_core: int, ops_per_elem: int) -> int:
@@ -133,11 +127,12 @@ def _llama(model: str):
 
 def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill", *,
                tokens: int = 4096, context: int = 4096, algo: str | None = None,
-               elem_bytes: int = 2) -> LayerPlan:
+               elem_bytes: int = 2, defects: str = "skip") -> LayerPlan:
     """Per-op mesh time of one decoder layer of ``model`` on ``arch.mesh``.
 
     prefill: ``tokens`` prompt tokens at once (MeshGEMM, or ``algo`` = cannon | summa);
     decode: one new token attending to ``context`` cached tokens (MeshGEMV, or ``allreduce``).
+    ``defects``: ``skip`` | ``route`` (:data:`~tilewright.dataflow_sim.mesh.grid.DEFECT_POLICIES`).
     """
     if arch.mesh is None:
         raise MeshMappingError(f"{arch.name}: the ArchSpec has no mesh section")
@@ -152,16 +147,16 @@ def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill",
     if phase == "prefill":
         algo = algo or "mesh"
         s = tokens
-        p = healthy_grid(arch.mesh, square=True).pr
+        p = defect_grid(arch.mesh, defects, square=True).pr
         st, dt = -(-s // p), -(-d // p)
 
         def gemm(name, m, k, n):
             ops.append(LayerOp(name, "gemm", f"{algo} [{m},{k}]x[{k},{n}]",
-                               _gemm(arch, m, k, n, algo, elem_bytes)))
+                               _gemm(arch, m, k, n, algo, elem_bytes, defects)))
 
         def vec(name, elems, ops_per, reductions=0, red_values=0):
             cyc = _vector_cycles(arch, elems, ops_per)
-            cyc += reductions * row_allreduce_cycles(arch, red_values, pc=p)
+            cyc += reductions * row_allreduce_cycles(arch, red_values, pc=p, defects=defects)
             ops.append(LayerOp(name, "vector", f"{elems} elem/core x {ops_per} ops"
                                + (f" + {reductions} row all-reduce of {red_values}"
                                   if reductions else ""), cyc))
@@ -182,17 +177,17 @@ def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill",
         plan.notes.update(grid=f"{p}x{p}", algo=algo)
     else:
         algo = algo or "mesh"
-        grid = healthy_grid(arch.mesh)
+        grid = defect_grid(arch.mesh, defects)
         pr, pc = grid.pr, grid.pc
         t = context
 
         def gemv(name, k, n):
             ops.append(LayerOp(name, "gemv", f"{algo} [1,{k}]x[{k},{n}]",
-                               _gemv(arch, k, n, algo, elem_bytes)))
+                               _gemv(arch, k, n, algo, elem_bytes, defects)))
 
         def vec(name, elems, ops_per, reductions=0):
             cyc = _vector_cycles(arch, elems, ops_per)
-            cyc += reductions * row_allreduce_cycles(arch, 1, pc=pc)
+            cyc += reductions * row_allreduce_cycles(arch, 1, pc=pc, defects=defects)
             ops.append(LayerOp(name, "vector", f"{elems} elem/core x {ops_per} ops"
                                + (f" + {reductions} row all-reduce of 1" if reductions else ""),
                                cyc))
@@ -210,10 +205,15 @@ def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill",
         vec("silu(w1) * w3", -(-ffn // pc), 5)
         gemv("w2", ffn, d)
         vec("residual", dt, 1)
-        kvc = kv_cache_capacity(arch, model, prompt=0, elem_bytes=elem_bytes)
+        kv_cache_capacity(arch, model, prompt=0, elem_bytes=elem_bytes)   # raises if no room
+        nbytes = -(-2 * kvd // pc) * elem_bytes          # one token's K/V per core per layer
+        specs, _ = reroute(kv_shift_specs(grid, nbytes), arch.mesh, defects)
+        shift = simulate(arch, to_phases(specs, arch.mesh.link_bytes_per_cycle), op="kv-shift",
+                         algo="shift", shape={"bytes": nbytes}, cores=grid.mask(),
+                         memory_bytes=np.zeros((arch.mesh.rows, arch.mesh.cols)),
+                         useful_macs=0).cycles
         ops.append(LayerOp("kv-cache shift", "kv-shift",
-                           f"1-hop message of {kvc['kv_bytes_per_token_per_core_per_layer']} B "
-                           "per core", kvc["shift_cycles_per_layer"]))
+                           f"message of {nbytes} B per core to the next row", shift))
         plan.notes.update(grid=f"{pr}x{pc}", algo=algo)
     return plan
 

@@ -1,0 +1,117 @@
+"""MoE layers on the mesh: experts on disjoint regions, dispatch/combine as mesh messages.
+MACs equal the closed form (tokens x top-k x expert MACs + router + shared experts), an
+uncontended dispatch message costs alpha*hops + beta + ceil(B/bw), and the prefill relay
+all-to-all costs its closed form."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tilewright.arch import ArchSpec, TensorEngineSpec
+from tilewright.compiler.mesh_partition import partition_moe_layer
+from tilewright.compiler.mesh_schedule import MeshScheduleError
+from tilewright.dataflow_sim.mesh import run_mesh_program
+from tilewright.models.llm_configs import MoEConfig, get_config
+
+
+def _arch(rows, cols, sram=65536.0, alpha=1.0, beta=1.0):
+    return ArchSpec(name="t", clock_mhz=1000.0,
+                    tensor_engine=TensorEngineSpec(rows=1, cols=4, dataflow="os"),
+                    mesh=dict(rows=rows, cols=cols, core_sram_kib=sram, core_macs_per_cycle=4,
+                              link_bytes_per_cycle=4, hop_latency_cycles=alpha,
+                              routing_stage_cycles=beta, max_routes_per_core=24))
+
+
+def _closed_macs(cfg, t):
+    """Router T*d*E + routed experts T*k*(3 d F) + shared experts T*(3 d F_shared)."""
+    d, f = cfg.d_model, cfg.d_expert_ffn
+    return t * d * cfg.n_experts + t * cfg.top_k * 3 * d * f + t * 3 * d * cfg.n_shared_experts * f
+
+
+def _op(run, name):
+    return dict(run.ops)[name]
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "tiny-moe"])
+def test_prefill_macs_closed_form_and_disjoint_regions(model):
+    arch = _arch(12, 12)
+    cfg = get_config(model)
+    prog = partition_moe_layer(arch, model, "prefill", tokens=64)
+    run = run_mesh_program(prog, arch)
+    assert run.useful_macs == _closed_macs(cfg, 64)
+    w1 = _op(run, "experts w1")
+    n_regions = cfg.n_experts + (1 if cfg.n_shared_experts else 0)
+    assert w1.cores_used == n_regions * 16          # 3 x 3 tiles of 4 x 4 cores
+    # skewed routing keeps the closed form (the sum over experts is still T x k)
+    counts = [64 * cfg.top_k - (cfg.n_experts - 1)] + [1] * (cfg.n_experts - 1)
+    skew = run_mesh_program(partition_moe_layer(arch, model, "prefill", tokens=64,
+                                                expert_tokens=counts), arch)
+    assert skew.useful_macs == _closed_macs(cfg, 64)
+    assert _op(skew, "experts w1").cycles > w1.cycles    # the busiest expert sets the time
+
+
+def test_prefill_dispatch_relay_closed_form():
+    """Mixtral, 64 tokens, 12 x 12 grid in 3 x 3 tiles of 4: uniform routing sends every core's
+    2 tokens x 342 features (fp16) to each other expert tile, one hop per step."""
+    alpha, beta = 1.0, 2.0
+    arch = _arch(12, 12, alpha=alpha, beta=beta)
+    run = run_mesh_program(partition_moe_layer(arch, "mixtral-8x7b", "prefill", tokens=64), arch)
+    g, q, pm, experts = 3, 4, 12, 8
+    chunk = math.ceil(64 * 2 / experts / pm) * math.ceil(4096 / pm) * 2
+    step = alpha + beta + math.ceil(chunk / 4)
+    offsets = {(e // g - s // g, e % g - s % g) for s in range(g * g) for e in range(experts)
+               if s != e}
+    expect = sum((abs(da) + abs(db)) * q * step for da, db in offsets)
+    assert _op(run, "dispatch").cycles == expect
+    assert _op(run, "combine").cycles == expect
+
+
+def test_decode_single_dispatch_message_closed_form():
+    """One token, top-1 to expert 1 on a 1 x 8 mesh: experts own columns 0-3 and 4-7; the
+    token's only feature sits on column 0 and travels to expert 1's middle column (6)."""
+    alpha, beta = 2.0, 3.0
+    arch = _arch(1, 8, alpha=alpha, beta=beta)
+    cfg = MoEConfig("one", d_model=1, n_layers=1, n_experts=2, top_k=1, d_expert_ffn=4)
+    prog = partition_moe_layer(arch, cfg, "decode", token_experts=[[1]])
+    run = run_mesh_program(prog, arch)
+    disp = _op(run, "dispatch")
+    assert disp.phases[0].flows == 1
+    assert disp.cycles == math.ceil(alpha * 6 + beta * 1 + math.ceil(2 / 4))
+    assert run.useful_macs == _closed_macs(cfg, 1)
+    # only expert 1's region computes
+    busy = _op(run, "experts w2").core_busy_cycles
+    assert busy[0, :4].sum() == 0 and busy[0, 4:].sum() > 0
+
+
+def test_decode_batch_macs_and_regions():
+    arch = _arch(12, 16)
+    cfg = get_config("mixtral-8x7b")
+    toks = [[0, 1], [2, 3], [1, 2]]
+    run = run_mesh_program(partition_moe_layer(arch, "mixtral-8x7b", "decode",
+                                               token_experts=toks), arch)
+    assert run.useful_macs == _closed_macs(cfg, 3)
+    busy = _op(run, "experts w1|w3").core_busy_cycles
+    assert int((busy > 0).sum()) == 4 * 6 * 4          # experts 0-3 active, 6 x 4 regions
+    assert np.count_nonzero(_op(run, "dispatch").routes_per_core) > 0
+
+
+def test_moe_errors(monkeypatch):
+    import tilewright.compiler.mesh_partition as mp
+    monkeypatch.setattr(mp, "MAX_RELAY_MESSAGES", 1000)
+    # 64 (source tile, expert tile) pairs, 96 row/column legs between them, 4 x 4 cores per
+    # tile, dispatch + combine: 2 x 96 x 16 = 3072 first-hop messages
+    with pytest.raises(MeshScheduleError, match=r"lists 3,072 messages, more than "
+                                                 r"MAX_RELAY_MESSAGES = 1,000"):
+        partition_moe_layer(_arch(12, 12), "mixtral-8x7b", "prefill", tokens=64)
+    arch = _arch(4, 4)
+    with pytest.raises(MeshScheduleError, match="expert_tokens: need 8 counts"):
+        partition_moe_layer(arch, "mixtral-8x7b", "prefill", tokens=8, expert_tokens=[1, 2])
+    with pytest.raises(MeshScheduleError, match="token_experts: need, per token, distinct"):
+        partition_moe_layer(arch, "mixtral-8x7b", "decode", token_experts=[[9]])
+    with pytest.raises(MeshScheduleError, match="LlamaConfig is not one"):
+        partition_moe_layer(arch, "tiny-llama", "decode")
+    with pytest.raises(MeshScheduleError, match="257 expert regions need at least 17x17"):
+        partition_moe_layer(arch, "deepseek-v3", "prefill", tokens=8)
