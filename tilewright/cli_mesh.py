@@ -33,6 +33,9 @@ def mesh(
     broadcast_x: bool = typer.Option(True, "--broadcast-x/--x-preloaded",
                                      help="gemv: include the vector broadcast along rows"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    rtl: bool = typer.Option(False, "--rtl", help="also run the op on the Verilated RTL mesh "
+                             "(int8 in, int32 out, random inputs) and print model vs RTL cycles"),
+    seed: int = typer.Option(0, "--seed", help="--rtl: seed of the random int8 inputs"),
 ) -> None:
     """Predict cycles, time, link and core utilization of a GEMV/GEMM on a mesh of cores."""
     from tilewright.arch import load_arch  # noqa: PLC0415
@@ -52,6 +55,8 @@ def mesh(
     else:
         raise MeshMappingError(f"op {op!r}: must be gemv or gemm")
     d = rep.summary()
+    if rtl:
+        d["rtl"] = _rtl_check(spec, op, algo, m, k, n, elem_bytes, broadcast_x, seed)
     d["compute_efficiency"] = round(rep.compute_efficiency(spec.mesh.core_macs_per_cycle), 6)
     if as_json:
         print(json.dumps(d))
@@ -72,3 +77,39 @@ def mesh(
         pt.add_row(p.name, str(p.repeat), f"{p.latency_cycles:g}", str(p.serialization_cycles),
                    str(p.compute_cycles), str(p.cycles), str(p.total_cycles))
     console.print(pt)
+    if rtl:
+        r = d["rtl"]
+        rt = Table(title="RTL mesh (Verilator) vs mesh model, int8 in / int32 accumulate")
+        for c in ("model cycles", "RTL cycles", "cycle-exact", "outputs == numpy"):
+            rt.add_column(c, justify="right")
+        rt.add_row(str(r["model_cycles"]), str(r["rtl_cycles"]),
+                   str(r["model_cycles"] == r["rtl_cycles"]), str(r["bit_exact"]))
+        console.print(rt)
+
+
+def _rtl_check(spec, op: str, algo: str, m: int, k: int, n: int, elem_bytes: int,
+               broadcast_x: bool, seed: int) -> dict:
+    """Run the op on the RTL mesh with random int8 inputs; model vs RTL cycles, bit-exactness."""
+    import numpy as np  # noqa: PLC0415
+
+    from tilewright.dataflow_sim.mesh import MeshMappingError  # noqa: PLC0415
+    ok_algo = algo in (("mesh", "cannon", "summa") if op == "gemm" else ("mesh",))
+    if not ok_algo or elem_bytes != 1 or not broadcast_x:
+        raise MeshMappingError("--rtl runs int8 GEMM (--algo mesh | cannon | summa) and GEMV "
+                               "(--algo mesh) on the RTL mesh: use --elem-bytes 1 (and the "
+                               "default --broadcast-x)")
+    from tilewright.cosim.mesh_run import rtl_gemm, rtl_gemv  # noqa: PLC0415
+    err = Console(stderr=True)
+    say = lambda msg: err.print(msg, markup=False, highlight=False)    # noqa: E731  (progress)
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
+    if op == "gemm":
+        run = rtl_gemm(spec, [(a, b)], algo=algo, log=say)[0]
+        exact = bool(np.array_equal(run.output, ref))
+    else:
+        run = rtl_gemv(spec, [(a[0], b)], log=say)[0]
+        exact = bool((run.output == ref[0][None]).all())
+    return {"model_cycles": int(run.model_cycles), "rtl_cycles": int(run.rtl_cycles),
+            "bit_exact": exact}

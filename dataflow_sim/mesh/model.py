@@ -30,6 +30,12 @@ deliberately simple, so that an RTL mesh can be built to meet them cycle for cyc
 
 Cycle counts are whole cycles from the first cycle of the first phase to the cycle after the last
 flit of the last phase (i.e. a count, not the index of the last cycle).
+
+The RTL mesh (``tilewright.rtl.mesh``, checked in ``tests/test_mesh_rtl.py``) meets these rules
+cycle for cycle with ``alpha`` registers per hop and ``beta`` eject registers (whole numbers),
+for phases whose flows each use a directed link alone and have ``stages = 1`` — which covers
+MeshGEMV (2-level K-tree) and MeshGEMM on a 4x4 mesh; link sharing (the ``max_l`` term with
+two or more flows on a link) and streaming chain reductions are not yet built in RTL.
 """
 
 from __future__ import annotations

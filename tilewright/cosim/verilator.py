@@ -80,13 +80,17 @@ class VerilatorBuild:
     build_seconds: float     #: Verilator + g++ wall time (0 when cached)
 
 
-def _generator_source_hash() -> str:
-    """Hash of the RTL generator's source files, so an edited generator never reuses a build."""
+def rtl_source_hash(pattern: str = "*.py", exclude: str | None = "mesh*.py") -> str:
+    """Hash of the RTL generator's source files matching ``pattern`` (minus ``exclude``), so an
+    edited generator never reuses a build. The GEMM core hashes every rtl module except the mesh
+    ones; the mesh build hashes ``mesh*.py``."""
     import hashlib  # noqa: PLC0415
 
     import tilewright.rtl as rtl_pkg  # noqa: PLC0415
+    folder = Path(rtl_pkg.__file__).parent
+    skip = set(folder.glob(exclude)) if exclude else set()
     h = hashlib.sha256()
-    for path in sorted(Path(rtl_pkg.__file__).parent.glob("*.py")):
+    for path in sorted(set(folder.glob(pattern)) - skip):
         h.update(path.read_bytes())
     return h.hexdigest()[:10]
 
@@ -102,7 +106,7 @@ def build_core(arch: ArchSpec, *, log=None) -> VerilatorBuild:
     say = log or (lambda _msg: None)
     if shutil.which("g++") is None or shutil.which("make") is None:
         raise ToolMissing("Verilator needs g++ and make on PATH")
-    key = f"{arch.content_hash()}-g{GENERATOR_VERSION}-{_generator_source_hash()}"
+    key = f"{arch.content_hash()}-g{GENERATOR_VERSION}-{rtl_source_hash()}"
     root = cache_root() / "verilator"
     root.mkdir(parents=True, exist_ok=True)
     final = root / key

@@ -1,0 +1,108 @@
+"""MeshRouter: a 5-port (N, E, S, W, local) mesh router with per-phase static XY routes.
+
+The router is configured once per phase (like a wafer-scale router's route ids / "colors"): each
+of the four mesh outputs selects one source — one of the four mesh inputs or one of the tile's
+two injection lanes — and each of the tile's two ejection lanes selects one mesh input. A flit
+entering on an input can therefore go to any set of outputs at once (multicast along a line:
+forward *and* eject). The routes are computed by software with dimension-order XY routing
+(:func:`tilewright.cosim.mesh_program.xy_path` — X along the row first, then Y along the
+column); the hardware just follows them. Arbitration is deterministic by construction: a phase
+gives each directed link at most one flow, so an output never has two requesters (the program
+builder rejects any phase that would need more).
+
+Ports (all ``sync``; a flit is ``valid`` + ``data``, ``data`` is ``link_bytes_per_cycle * 8``
+bits)
+    ``i_<d>_valid/data`` for d in n, e, s, w: flits arriving from the neighbour on side d.
+    ``o_<d>_valid/data``: flits leaving towards side d, after ``hop_cycles`` registers.
+    ``inj<k>_valid/data`` (k = 0, 1): flits the tile injects this cycle (combinational in).
+    ``ej<k>_valid/data``: flits delivered to the tile, ``eject_cycles`` registers after they
+    reached this router's input.
+    ``o_sel_<d>`` (3 bits): source of output d — 0 none, 1..4 input n/e/s/w, 5/6 injection 0/1.
+    ``ej_sel<k>`` (3 bits): source of ejection lane k — 0 none, 1..4 input n/e/s/w.
+    ``clear``: drop every flit in the router's registers (the phase barrier).
+
+Timing contract: a flit injected in cycle t leaves on ``o_<d>`` at cycle t + hop_cycles, so a
+flit crossing h links reaches the destination router's input at t + hop_cycles * h and its
+ejection lane at t + hop_cycles * h + eject_cycles (``alpha * hops + beta`` of the mesh model).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["MeshRouter", "SIDES", "SEL_NONE", "SEL_INJ"]
+
+#: mesh sides in port order; input select code of side d is ``SIDES.index(d) + 1``
+SIDES = ("n", "e", "s", "w")
+#: select codes: no source, and injection lane k is ``SEL_INJ + k``
+SEL_NONE = 0
+SEL_INJ = 5
+
+
+class MeshRouter(wiring.Component):
+    """5-port static-route mesh router (see module docstring for ports and timing)."""
+
+    def __init__(self, *, flit_bits: int, hop_cycles: int = 1, eject_cycles: int = 1):
+        for name, v, lo in (("flit_bits", flit_bits, 1), ("hop_cycles", hop_cycles, 1),
+                            ("eject_cycles", eject_cycles, 1)):
+            if not isinstance(v, int) or v < lo:
+                raise ValueError(f"MeshRouter {name} = {v!r}: must be an integer >= {lo}")
+        self._flit_bits, self._hop, self._eject = flit_bits, hop_cycles, eject_cycles
+        sig = {"clear": In(1)}
+        for d in SIDES:
+            sig |= {f"i_{d}_valid": In(1), f"i_{d}_data": In(flit_bits),
+                    f"o_{d}_valid": Out(1), f"o_{d}_data": Out(flit_bits),
+                    f"o_sel_{d}": In(3)}
+        for k in range(2):
+            sig |= {f"inj{k}_valid": In(1), f"inj{k}_data": In(flit_bits),
+                    f"ej{k}_valid": Out(1), f"ej{k}_data": Out(flit_bits), f"ej_sel{k}": In(3)}
+        super().__init__(sig)
+
+    @property
+    def flit_bits(self) -> int:
+        return self._flit_bits
+
+    @property
+    def hop_cycles(self) -> int:
+        return self._hop
+
+    @property
+    def eject_cycles(self) -> int:
+        return self._eject
+
+    def _sources(self) -> list[tuple[Signal, Signal]]:
+        """(valid, data) by select code 1..6."""
+        srcs = [(getattr(self, f"i_{d}_valid"), getattr(self, f"i_{d}_data")) for d in SIDES]
+        srcs += [(getattr(self, f"inj{k}_valid"), getattr(self, f"inj{k}_data")) for k in range(2)]
+        return srcs
+
+    def _pipeline(self, m: Module, name: str, sel: Signal, srcs, stages: int, out_v, out_d):
+        """``stages`` registers after a select of ``srcs`` (codes 1..len); cleared by clear."""
+        v_in = Signal(name=f"{name}_sel_valid")
+        d_in = Signal(self._flit_bits, name=f"{name}_sel_data")
+        with m.Switch(sel):
+            for code, (sv, sd) in enumerate(srcs, start=1):
+                with m.Case(code):
+                    m.d.comb += [v_in.eq(sv), d_in.eq(sd)]
+            with m.Default():                 # code 0 (no source) and unused codes: no flit
+                m.d.comb += [v_in.eq(0), d_in.eq(0)]
+        prev_v, prev_d = v_in, d_in
+        for s in range(stages):
+            rv = Signal(name=f"{name}_v{s}")
+            rd = Signal(unsigned(self._flit_bits), name=f"{name}_d{s}")
+            m.d.sync += [rv.eq(prev_v & ~self.clear), rd.eq(prev_d)]
+            prev_v, prev_d = rv, rd
+        m.d.comb += [out_v.eq(prev_v), out_d.eq(prev_d)]
+
+    def elaborate(self, platform):
+        m = Module()
+        srcs = self._sources()
+        for d in SIDES:
+            self._pipeline(m, f"out_{d}", getattr(self, f"o_sel_{d}"), srcs, self._hop,
+                           getattr(self, f"o_{d}_valid"), getattr(self, f"o_{d}_data"))
+        for k in range(2):
+            self._pipeline(m, f"ej{k}", getattr(self, f"ej_sel{k}"), srcs[:4], self._eject,
+                           getattr(self, f"ej{k}_valid"), getattr(self, f"ej{k}_data"))
+        return m

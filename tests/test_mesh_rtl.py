@@ -1,0 +1,289 @@
+"""RTL mesh rung: MeshGEMV and MeshGEMM on a 4x4 Verilated mesh vs numpy, the functional
+execution of the schedule and the mesh model's cycles.
+
+The co-simulation tests build one design (configs/mesh4x4.yaml, cached) and run every case of
+an op in one simulator process. Outputs must equal an independent int64 numpy matmul wrapped to
+int32 and the schedule's numpy execution (``execute_gemv`` / ``execute_gemm``); the cycles the
+mesh was busy must equal the mesh model's ``simulate`` total for the same phases.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tilewright.arch import ArchSpec, load_arch
+from tilewright.cosim.mesh_program import gemm_job, gemv_job, pack_int8, unpack_int32, xy_path
+from tilewright.dataflow_sim.mesh import MeshMappingError, execute_gemm, execute_gemv
+from tilewright.rtl.mesh import mesh_params
+from tilewright.rtl.mesh_tile import encode_instruction, instr_fields
+
+
+def _arch() -> ArchSpec:
+    return load_arch("configs/mesh4x4.yaml")
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, np.int64).astype(np.uint32).astype(np.int32)
+
+
+def _i8(rng, shape, fill=None) -> np.ndarray:
+    if fill is not None:
+        return np.full(shape, fill, np.int8)
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+# ---- fast checks (no simulator) -------------------------------------------------------------
+
+def test_xy_path_goes_along_the_row_first():
+    assert xy_path(1, 0, 3, 2) == [(1, 0, "e"), (1, 1, "e"), (1, 2, "s"), (2, 2, "s")]
+    assert xy_path(2, 3, 2, 1) == [(2, 3, "w"), (2, 2, "w")]
+    assert xy_path(0, 0, 0, 0) == []
+
+
+def test_pack_and_unpack_words():
+    x = np.array([1, -1, 127, -128, 5, 6, 7, 8], np.int8)
+    w = pack_int8(x, 4)
+    assert int(w[0]) == 0x80_7F_FF_01 and int(w[1]) == 0x08070605
+    assert unpack_int32([0xFFFFFFFF, 2**31, 5]).tolist() == [-1, -2**31, 5]
+
+
+def test_instruction_encoding_fields():
+    bits = 12
+    fields = dict(instr_fields(bits))
+    word = encode_instruction(bits, o_sel_n=5, mac_kw=3)
+    assert word & 7 == 5
+    off = sum(w for n, w in instr_fields(bits)[:instr_fields(bits).index(("mac_kw", 13))])
+    assert word >> off == 3 and fields["mac_kw"] == 13
+    with pytest.raises(ValueError, match="bogus"):
+        encode_instruction(bits, bogus=1)
+    with pytest.raises(ValueError, match="o_sel_e = 8"):
+        encode_instruction(bits, o_sel_e=8)
+
+
+def test_mesh_params_reject_what_the_rtl_does_not_build():
+    base = _arch().model_dump(mode="json")
+    bad = {"core_macs_per_cycle": 8, "hop_latency_cycles": 1.5, "routing_stage_cycles": 0.0}
+    for key, val in bad.items():
+        arch = ArchSpec.from_dict({**base, "mesh": {**base["mesh"], key: val}})
+        with pytest.raises(ValueError, match=key):
+            mesh_params(arch)
+    assert mesh_params(_arch())["sram_words"] == 4096
+
+
+def test_rtl_program_limits_are_clear_errors():
+    arch, rng = _arch(), np.random.default_rng(0)
+    with pytest.raises(MeshMappingError, match="multiple of"):
+        gemv_job(arch, _i8(rng, 20), _i8(rng, (20, 8)))         # K block 5: not 4-lane packed
+    # 4 rows, 1 level: one chain of 3 cores into the root (stages > 1) -> no RTL chain reduce
+    with pytest.raises(MeshMappingError, match="chain reduction"):
+        gemv_job(arch, _i8(rng, 16), _i8(rng, (16, 8)), levels=1)
+
+
+def test_programs_follow_the_model_flows():
+    """Every phase's RTL messages are the model phase's flows (gemv_job/gemm_job assert it);
+    MeshGEMM on 4x4: 2 align steps, 3 shift+gemm steps, 1 final gemm."""
+    arch, rng = _arch(), np.random.default_rng(1)
+    job, _ = gemm_job(arch, _i8(rng, (16, 16)), _i8(rng, (16, 16)))
+    assert job.phase_names == ["align #0", "align #1", "shift + gemm #0", "shift + gemm #1",
+                               "shift + gemm #2", "gemm #0"]
+    assert [len(m) for m in job.messages] == [24, 8, 32, 32, 32, 0]
+    assert len(job.instrs) == 16 and all(len(i) == 6 for i in job.instrs)
+
+
+# ---- co-simulation (Verilator + cocotb) -----------------------------------------------------
+
+@pytest.mark.verilator
+@pytest.mark.slow
+def test_mesh_gemv_rtl_bit_and_cycle_exact():
+    from tilewright.cosim.mesh_run import rtl_gemv
+    arch, rng = _arch(), np.random.default_rng(6)
+    cases = [(_i8(rng, 64), _i8(rng, (64, 24))),           # kt = 16, nt = 6
+             (_i8(rng, 45), _i8(rng, (45, 10))),           # ragged K and N (zero padding)
+             (_i8(rng, 64, -128), _i8(rng, (64, 16), -128))]
+    runs = rtl_gemv(arch, cases)
+    for (x, w), run in zip(cases, runs):
+        ref = _wrap32(x.astype(np.int64) @ w.astype(np.int64))
+        np.testing.assert_array_equal(run.output, np.repeat(ref[None], 4, 0), err_msg="numpy")
+        np.testing.assert_array_equal(run.output, _wrap32(execute_gemv(x, w, 4, 4)),
+                                      err_msg="execute_gemv")
+        assert run.rtl_cycles == run.model_cycles, (w.shape, run.rtl_cycles, run.model_cycles,
+                                                    [p.cycles for p in run.model.phases])
+    assert runs[2].output.min() == 64 * 128 * 128
+
+
+@pytest.mark.verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["mesh", "summa", "cannon"])
+def test_mesh_gemm_rtl_bit_and_cycle_exact(algo):
+    from tilewright.cosim.mesh_run import rtl_gemm
+    arch, rng = _arch(), np.random.default_rng(7)
+    cases = [(_i8(rng, (32, 32)), _i8(rng, (32, 32))),     # 8 x 8 x 8 blocks
+             (_i8(rng, (13, 30)), _i8(rng, (30, 9))),      # ragged: 4 x 8 x 3 blocks
+             (_i8(rng, (4, 64)), _i8(rng, (64, 4))),       # 1 x 16 x 1: messages outlast MACs
+             (_i8(rng, (16, 16), -128), _i8(rng, (16, 16), -128))]
+    runs = rtl_gemm(arch, cases, algo=algo)
+    # the 1 x 16 x 1 case really exercises max(comm, compute) with comm the larger
+    assert any(0 < ph.compute_cycles < ph.cycles for ph in runs[2].model.phases)
+    for (a, b), run in zip(cases, runs):
+        ref = _wrap32(a.astype(np.int64) @ b.astype(np.int64))
+        np.testing.assert_array_equal(run.output, ref, err_msg="numpy")
+        np.testing.assert_array_equal(run.output, _wrap32(execute_gemm(a, b, 4, algo)),
+                                      err_msg="execute_gemm")
+        assert run.rtl_cycles == run.model_cycles, ((a.shape, b.shape), run.rtl_cycles,
+                                                    run.model_cycles,
+                                                    [p.cycles for p in run.model.phases])
+
+
+def test_router_latency_and_multicast_in_amaranth_sim():
+    """A flit injected in cycle t leaves east and west at t + hop_cycles (multicast), and a
+    flit arriving on the west input reaches eject lane 0 after eject_cycles."""
+    from amaranth.sim import Simulator
+
+    from tilewright.rtl.mesh_router import SEL_INJ, MeshRouter
+    dut = MeshRouter(flit_bits=32, hop_cycles=2, eject_cycles=3)
+    seen = {"e": [], "w": [], "ej0": []}
+
+    async def bench(ctx):
+        ctx.set(dut.o_sel_e, SEL_INJ)
+        ctx.set(dut.o_sel_w, SEL_INJ)
+        ctx.set(dut.ej_sel0, 4)                       # west input
+        for t in range(8):
+            ctx.set(dut.inj0_valid, t == 1)
+            ctx.set(dut.inj0_data, 0xABC if t == 1 else 0)
+            ctx.set(dut.i_w_valid, t == 2)
+            ctx.set(dut.i_w_data, 0x123 if t == 2 else 0)
+            for name, v, d in (("e", dut.o_e_valid, dut.o_e_data),
+                               ("w", dut.o_w_valid, dut.o_w_data),
+                               ("ej0", dut.ej0_valid, dut.ej0_data)):
+                if ctx.get(v):
+                    seen[name].append((t, ctx.get(d)))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == {"e": [(3, 0xABC)], "w": [(3, 0xABC)], "ej0": [(5, 0x123)]}
+    with pytest.raises(ValueError, match="hop_cycles"):
+        MeshRouter(flit_bits=32, hop_cycles=0)
+
+
+# ---- the CLI face ---------------------------------------------------------------------------
+
+def _tw(*args: str):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    exe = shutil.which("tilewright")
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "tilewright.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                          cwd=Path(__file__).resolve().parents[1],
+                          env={**os.environ, "COLUMNS": "120"})
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["gemm", "--m", "16", "--k", "16", "--n", "16"], "--rtl runs int8 GEMM"),
+    (["gemv", "--k", "20", "--n", "8", "--elem-bytes", "1"], "multiple of the flit's 4 int8"),
+    (["gemv", "--k", "64", "--n", "8", "--elem-bytes", "1", "--arch", "wse2"], "at most 64 tiles"),
+])
+def test_cli_rtl_user_errors(args, needle):
+    """--rtl's bad input raises MeshMappingError (one of the CLI's user errors: `error: ...`,
+    exit 2), before any Verilator build."""
+    import typer
+    from typer.testing import CliRunner
+
+    from tilewright.cli import _user_errors
+    from tilewright.cli_mesh import mesh
+    app = typer.Typer()
+    app.command("mesh")(mesh)
+    app.command("noop")(lambda: None)
+    arch = [] if "--arch" in args else ["--arch", "mesh4x4"]
+    res = CliRunner().invoke(app, ["mesh", *args, *arch, "--rtl"])
+    assert isinstance(res.exception, MeshMappingError), res.output
+    assert isinstance(res.exception, _user_errors()) and needle in str(res.exception)
+
+
+@pytest.mark.verilator
+@pytest.mark.slow
+def test_cli_mesh_rtl_prints_model_and_rtl_cycles():
+    import json
+    proc = _tw("mesh", "gemm", "--arch", "mesh4x4", "--m", "16", "--k", "32", "--n", "16",
+               "--elem-bytes", "1", "--rtl", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    d = json.loads(proc.stdout.strip().splitlines()[-1])["rtl"]
+    assert d["bit_exact"] is True and d["rtl_cycles"] == d["model_cycles"] > 0
+
+
+@pytest.mark.verilator
+def test_mesh_verilog_is_lint_clean():
+    from tilewright.cosim.mesh_build import build_mesh, lint_mesh
+    ok, out = lint_mesh(build_mesh(_arch()))
+    assert ok, out[-3000:]
+
+
+def test_phase_builder_rejects_what_the_rtl_cannot_route():
+    """Two flows on one directed link, or a third ejection at one tile, are clear errors."""
+    from tilewright.cosim.mesh_program import _PhaseBuilder
+    b = _PhaseBuilder(4, 4, "shared")
+    b.send((0, 0), 0, 4, [((0, 2), False, 0, False)])
+    with pytest.raises(MeshMappingError, match="one flow per directed link"):
+        b.send((0, 1), 8, 4, [((0, 3), False, 8, False)])      # (0,1)->(0,2) again
+    b = _PhaseBuilder(4, 4, "lanes")
+    b.send((0, 0), 0, 1, [((1, 1), False, 0, False)])   # XY: east, then south into (1,1)
+    b.send((1, 0), 0, 1, [((1, 1), False, 4, False)])   # from the west
+    with pytest.raises(MeshMappingError, match="third ej lane"):
+        b.send((1, 2), 0, 1, [((1, 1), False, 8, False)])
+
+
+def test_rectangular_mesh_with_slower_hops_in_amaranth_sim():
+    """2x3 mesh, alpha = 2 link registers per hop, beta = 3 eject registers: the same RTL
+    generator, run in Amaranth's simulator, is still bit-exact and cycle-exact vs the model."""
+    from tilewright.cosim.mesh_program import gemm_job, gemv_job
+    from tilewright.cosim.mesh_pysim import run_mesh_job_pysim
+    from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv
+    base = _arch().model_dump(mode="json")
+    arch = ArchSpec.from_dict({**base, "name": "mesh2x3-slow", "mesh": {
+        **base["mesh"], "rows": 2, "cols": 3, "core_sram_kib": 0.5,
+        "hop_latency_cycles": 2.0, "routing_stage_cycles": 3.0}})
+    rng = np.random.default_rng(11)
+    x, w = _i8(rng, 16), _i8(rng, (16, 7))
+    job, _ = gemv_job(arch, x, w)
+    res = run_mesh_job_pysim(arch, job)
+    got = np.array([unpack_int32(v) for v in res["reads"]["y"]]).reshape(2, -1)[:, :7]
+    ref = _wrap32(x.astype(np.int64) @ w.astype(np.int64))
+    np.testing.assert_array_equal(got, np.repeat(ref[None], 2, 0))
+    assert res["cycles"] == mesh_gemv(arch, 16, 7, elem_bytes=1, acc_bytes=4).cycles
+    a, b = _i8(rng, (3, 16)), _i8(rng, (16, 5))
+    job, _ = gemm_job(arch, a, b)                       # a 2x2 grid of the 2x3 mesh
+    res = run_mesh_job_pysim(arch, job)
+    blocks = np.array([unpack_int32(v) for v in res["reads"]["C"]]).reshape(2, 2, 2, 3)
+    got = blocks.transpose(0, 2, 1, 3).reshape(4, 6)[:3, :5]
+    np.testing.assert_array_equal(got, _wrap32(a.astype(np.int64) @ b.astype(np.int64)))
+    assert res["cycles"] == mesh_gemm(arch, 3, 16, 5, elem_bytes=1, acc_bytes=4).cycles
+
+
+@pytest.mark.parametrize("rows", [5, 9])
+def test_ktree_roots_adding_two_halves_in_amaranth_sim(rows):
+    """K-tree groups whose two halves reach the root together (9 rows: groups of 3, both
+    halves 1 and then 3 hops away — the root adds two flits per cycle) or offset (5 rows:
+    the last level's halves are 2 and 1 hops away): bit-exact and cycle-exact."""
+    from tilewright.cosim.mesh_program import gemv_job
+    from tilewright.cosim.mesh_pysim import run_mesh_job_pysim
+    from tilewright.dataflow_sim.mesh import mesh_gemv
+    base = _arch().model_dump(mode="json")
+    arch = ArchSpec.from_dict({**base, "name": f"mesh{rows}x2", "mesh": {
+        **base["mesh"], "rows": rows, "cols": 2, "core_sram_kib": 0.25}})
+    rng = np.random.default_rng(rows)
+    k = 4 * rows
+    x, w = _i8(rng, k), _i8(rng, (k, 6))
+    job, phases = gemv_job(arch, x, w)
+    assert sum(p.name.startswith("k-tree") for p in phases) == 2
+    res = run_mesh_job_pysim(arch, job)
+    got = np.array([unpack_int32(v) for v in res["reads"]["y"]]).reshape(rows, -1)
+    ref = _wrap32(x.astype(np.int64) @ w.astype(np.int64))
+    np.testing.assert_array_equal(got, np.repeat(ref[None], rows, 0))
+    np.testing.assert_array_equal(got, _wrap32(execute_gemv(x, w, rows, 2)))
+    assert res["cycles"] == mesh_gemv(arch, k, 6, elem_bytes=1, acc_bytes=4).cycles

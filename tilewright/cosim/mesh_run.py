@@ -1,0 +1,133 @@
+"""Run MeshGEMV / MeshGEMM on the Verilated RTL mesh and return results, RTL and model cycles.
+
+:func:`run_mesh_jobs` runs any number of :class:`~tilewright.cosim.mesh_program.MeshJob` in one
+simulator process (one cocotb test, :mod:`tilewright.cosim.mesh_bench`); :func:`rtl_gemv` and
+:func:`rtl_gemm` build the job from the mesh model's schedule, run it and assemble the output
+the way the model's ``execute_gemv`` / ``execute_gemm`` do, next to the model's
+:func:`~tilewright.dataflow_sim.mesh.model.simulate` report for the same phases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tilewright.arch import ArchSpec
+from tilewright.cosim.mesh_build import build_mesh
+from tilewright.cosim.mesh_program import MeshJob, gemm_job, gemv_job, unpack_int32
+from tilewright.cosim.verilator import verilator_env
+from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv
+from tilewright.dataflow_sim.mesh.grid import healthy_grid
+from tilewright.dataflow_sim.mesh.model import MeshReport
+
+__all__ = ["MeshRtlRun", "run_mesh_jobs", "rtl_gemv", "rtl_gemm", "MESH_BENCH_MODULE"]
+
+MESH_BENCH_MODULE = "tilewright.cosim.mesh_bench"
+
+
+@dataclass
+class MeshRtlRun:
+    """One RTL mesh run: the assembled output, the RTL's cycles and the model's report."""
+
+    op: str
+    output: np.ndarray        #: int32; gemv: (rows, N) — y as held by every grid row; gemm: C
+    rtl_cycles: int           #: cycles the mesh was busy (counter == simulation time)
+    model: MeshReport         #: the mesh model's prediction for the same schedule
+    phase_names: list[str]
+
+    @property
+    def model_cycles(self) -> int:
+        return self.model.cycles
+
+
+def _jsonable(job: MeshJob) -> dict:
+    return {"loads": [[int(t), int(b), [int(w) for w in ws]] for t, b, ws in job.loads],
+            "instrs": job.instrs, "n_phases": job.n_phases,
+            "reads": {k: [list(map(int, r)) for r in v] for k, v in job.reads.items()}}
+
+
+def run_mesh_jobs(arch: ArchSpec, jobs: list[MeshJob], *, log=None) -> list[dict]:
+    """Build (or reuse) the mesh for ``arch`` and run ``jobs`` in one simulation; per job
+    returns ``{"cycles": int, "reads": {name: [list of words per region]}}``."""
+    from tilewright.cosim.mesh_build import IMEM_DEPTH  # noqa: PLC0415
+    for j in jobs:
+        if j.n_phases > IMEM_DEPTH:
+            raise ValueError(f"mesh job has {j.n_phases} phases; the RTL mesh holds "
+                             f"{IMEM_DEPTH} phase instructions per tile")
+    build = build_mesh(arch, log=log)
+    folder = Path(tempfile.mkdtemp(prefix="tilewright-mesh-"))
+    (folder / "jobs.json").write_text(json.dumps([_jsonable(j) for j in jobs]))
+    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
+    env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": "mesh_bench*",
+           "PYTHONPATH": os.pathsep.join(
+               [str(Path(__file__).resolve().parents[2])]
+               + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    t0 = time.perf_counter()
+    with verilator_env():
+        runner = get_runner("verilator")
+        try:
+            res = runner.test(test_module=MESH_BENCH_MODULE, hdl_toplevel=build.top,
+                              hdl_toplevel_lang="verilog", build_dir=build.build_dir / "sim",
+                              test_dir=folder, extra_env=env, log_file=folder / "sim.log")
+        except SystemExit as exc:
+            tail = (folder / "sim.log").read_text()[-4000:] if (folder / "sim.log").exists() else ""
+            raise RuntimeError(f"RTL mesh bench failed (exit {exc.code}); folder {folder}; "
+                               f"log tail:\n{tail}") from None
+    log_text = (folder / "sim.log").read_text() if (folder / "sim.log").exists() else ""
+    try:
+        ntests, nfail = get_results(res)
+    except RuntimeError as exc:
+        raise RuntimeError(f"RTL mesh simulation ended abnormally: {exc}; folder {folder}\n"
+                           f"{log_text[-3000:]}") from None
+    if ntests != 1 or nfail:
+        raise RuntimeError(f"RTL mesh bench failed ({nfail} of {ntests}); folder {folder}; "
+                           f"log tail:\n{log_text[-3000:]}")
+    out = json.loads((folder / "results.json").read_text())
+    if log:
+        log(f"mesh simulation: {time.perf_counter() - t0:.1f} s for {len(jobs)} job(s)")
+    shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
+def _gemv_output(arch: ArchSpec, reads: dict, n: int) -> np.ndarray:
+    grid = healthy_grid(arch.mesh)
+    ys = np.array([unpack_int32(w) for w in reads["y"]])        # (pr*pc, nt)
+    return ys.reshape(grid.pr, grid.pc * ys.shape[1])[:, :n]
+
+
+def _gemm_output(arch: ArchSpec, reads: dict, m: int, n: int) -> np.ndarray:
+    p = healthy_grid(arch.mesh, square=True).pr
+    mt, nt = -(-m // p), -(-n // p)
+    blocks = np.array([unpack_int32(w) for w in reads["C"]]).reshape(p, p, mt, nt)
+    return blocks.transpose(0, 2, 1, 3).reshape(p * mt, p * nt)[:m, :n]
+
+
+def rtl_gemv(arch: ArchSpec, cases: list[tuple[np.ndarray, np.ndarray]], *,
+             log=None) -> list[MeshRtlRun]:
+    """MeshGEMV of each int8 (x[K], w[K, N]) case on the RTL mesh (one simulation)."""
+    jobs = [gemv_job(arch, x, w)[0] for x, w in cases]
+    res = run_mesh_jobs(arch, jobs, log=log)
+    return [MeshRtlRun("gemv", _gemv_output(arch, r["reads"], w.shape[1]), r["cycles"],
+                       mesh_gemv(arch, w.shape[0], w.shape[1], elem_bytes=1, acc_bytes=4),
+                       j.phase_names)
+            for (x, w), j, r in zip(cases, jobs, res)]
+
+
+def rtl_gemm(arch: ArchSpec, cases: list[tuple[np.ndarray, np.ndarray]], *,
+             algo: str = "mesh", log=None) -> list[MeshRtlRun]:
+    """Distributed GEMM (``algo``: mesh | cannon | summa) of each int8 (a[M, K], b[K, N]) case
+    on the RTL mesh (one simulation)."""
+    jobs = [gemm_job(arch, a, b, algo=algo)[0] for a, b in cases]
+    res = run_mesh_jobs(arch, jobs, log=log)
+    return [MeshRtlRun("gemm", _gemm_output(arch, r["reads"], a.shape[0], b.shape[1]),
+                       r["cycles"], mesh_gemm(arch, a.shape[0], a.shape[1], b.shape[1],
+                                              algo=algo, elem_bytes=1, acc_bytes=4),
+                       j.phase_names)
+            for (a, b), j, r in zip(cases, jobs, res)]
