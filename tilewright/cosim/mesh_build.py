@@ -35,7 +35,7 @@ def build_mesh(arch: ArchSpec, *, log=None) -> VerilatorBuild:
     say = log or (lambda _msg: None)
     if shutil.which("g++") is None or shutil.which("make") is None:
         raise ToolMissing("Verilator needs g++ and make on PATH")
-    key = f"mesh-{arch.content_hash()}-g{MESH_GENERATOR_VERSION}-{rtl_source_hash('mesh*.py', None)}"
+    key = f"mesh-{arch.content_hash()}-g{MESH_GENERATOR_VERSION}-{rtl_source_hash('mesh*.py')}"
     root = cache_root() / "verilator"
     root.mkdir(parents=True, exist_ok=True)
     final = root / key

@@ -80,18 +80,23 @@ class VerilatorBuild:
     build_seconds: float     #: Verilator + g++ wall time (0 when cached)
 
 
-def rtl_source_hash(pattern: str = "*.py", exclude: str | None = "mesh*.py") -> str:
-    """Hash of the RTL generator's source files matching ``pattern`` (minus ``exclude``), so an
-    edited generator never reuses a build. The GEMM core hashes every rtl module except the mesh
-    ones; the mesh build hashes ``mesh*.py``."""
+#: the rtl modules the GEMM core's Verilog is generated from
+GEMM_CORE_SOURCES = ("systolic.py", "gemm_core.py", "verilog.py")
+
+
+def rtl_source_hash(*names: str) -> str:
+    """Hash of the named RTL generator source files (glob patterns inside ``tilewright.rtl``), so
+    an edited generator never reuses a build while edits to other generators keep it."""
     import hashlib  # noqa: PLC0415
 
     import tilewright.rtl as rtl_pkg  # noqa: PLC0415
     folder = Path(rtl_pkg.__file__).parent
-    skip = set(folder.glob(exclude)) if exclude else set()
+    paths = sorted({p for name in names for p in folder.glob(name)})
+    if not paths:
+        raise ValueError(f"rtl_source_hash{names}: no such file in {folder}")
     h = hashlib.sha256()
-    for path in sorted(set(folder.glob(pattern)) - skip):
-        h.update(path.read_bytes())
+    for path in paths:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:10]
 
 
@@ -106,7 +111,7 @@ def build_core(arch: ArchSpec, *, log=None) -> VerilatorBuild:
     say = log or (lambda _msg: None)
     if shutil.which("g++") is None or shutil.which("make") is None:
         raise ToolMissing("Verilator needs g++ and make on PATH")
-    key = f"{arch.content_hash()}-g{GENERATOR_VERSION}-{rtl_source_hash()}"
+    key = f"{arch.content_hash()}-g{GENERATOR_VERSION}-{rtl_source_hash(*GEMM_CORE_SOURCES)}"
     root = cache_root() / "verilator"
     root.mkdir(parents=True, exist_ok=True)
     final = root / key
