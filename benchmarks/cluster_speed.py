@@ -4,6 +4,7 @@ core): a 1,024-chip llama3-70b training step (DP×TP×PP on the torus-1024 prese
 64 GPUs as P/D pools, pd-h100-64).
 
 Usage:  python benchmarks/cluster_speed.py [--requests 10000] [--rate 30] [--skip-pd]
+        [--cost-source compiler|table|both] [--inlayer-comm network|phase|both]
 
 Events are SimPy events scheduled (the main simulation plus the memoized collective-phase
 simulations), counted from SimPy's event-id counter. The anchor is Vidur's published rate of
@@ -39,16 +40,23 @@ def main() -> None:
     ap.add_argument("--skip-pd", action="store_true", help="skip the P/D-disaggregated run")
     ap.add_argument("--cost-source", default="compiler", choices=["compiler", "table", "both"],
                     help="per-chip compute of the torus-1024 step (ArchSpec chips)")
+    ap.add_argument("--inlayer-comm", default="network", choices=["network", "phase", "both"],
+                    help="torus-1024 step: TP collectives on the shared network (default) or "
+                         "timed apart as phases")
     args = ap.parse_args()
     rows = []
 
-    plan = TrainPlan(dp=16, tp=8, pp=8, micro_batches=16, seq_len=4096)
     sources = ["compiler", "table"] if args.cost_source == "both" else [args.cost_source]
+    modes = ["network", "phase"] if args.inlayer_comm == "both" else [args.inlayer_comm]
     for src in sources:    # wall time includes the (cached) compile of the sharded layer
-        res, wall, cpu = timed(lambda: simulate_training(load_cluster("torus-1024"), "llama3-70b",
-                                                         plan, cost_source=src))
-        rows.append((f"train llama3-70b, torus-1024 (1,024 chips), {src} costs", plan.label(),
-                     f"step {res.step_seconds:.2f} s", wall, cpu, res.events))
+        for mode in modes:
+            plan = TrainPlan(dp=16, tp=8, pp=8, micro_batches=16, seq_len=4096,
+                             inlayer_comm=mode)
+            res, wall, cpu = timed(lambda: simulate_training(load_cluster("torus-1024"),
+                                                             "llama3-70b", plan, cost_source=src))
+            rows.append((f"train llama3-70b, torus-1024 (1,024 chips), {src} costs, "
+                         f"in-layer comm: {mode}", plan.label(),
+                         f"step {res.step_seconds:.2f} s", wall, cpu, res.events))
 
     reqs = poisson_requests(args.requests, args.rate, (128, 2048), (16, 512), seed=0)
     runs = [("h100-64x-ib", None)] + ([] if args.skip_pd else [("pd-h100-64", True)])

@@ -42,6 +42,11 @@ def test_serve_json():
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert d["finished"] == 40 and d["ttft_p99_s"] >= d["ttft_p50_s"] > 0
+    res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--mode", "serve",
+              "--requests", "10", "--tp", "2", "--pp", "2", "--output-tokens", "4", "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["plan"] == "tp=2 ep=1 pp=2" and d["replicas"] == 2 and d["finished"] == 10
 
 
 @pytest.mark.parametrize("args,exc,needle", [
@@ -58,7 +63,8 @@ def test_user_errors_are_cluster_spec_errors(args, exc, needle):
 
 def test_cost_source_option(tmp_path):
     arch = ("name: a1\nchip:\n  kind: arch\n  arch: {name: t16, clock_mhz: 800.0, tensor_engine: "
-            "{rows: 16, cols: 16, dataflow: ws}, offchip: {bandwidth_gbps: 50.0}}\n  hbm_gib: 16\n")
+            "{rows: 16, cols: 16, dataflow: ws}, offchip: {bandwidth_gbps: 50.0, capacity_gib: "
+            "16}}\n")
     path = tmp_path / "a1.yaml"
     path.write_text(arch)
     out = {}
@@ -74,3 +80,24 @@ def test_cost_source_option(tmp_path):
     res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--cost-source", "compiler",
               "--tp", "8")
     assert isinstance(res.exception, ClusterSpecError) and "GPU preset" in str(res.exception)
+
+
+def test_db_appends_each_run_to_the_results_store(tmp_path):
+    from tilewright.sweep.store import ResultsStore
+
+    db = tmp_path / "runs.sqlite"
+    outs = []
+    for bucket in ("25", "0"):
+        res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--tp", "4", "--dp", "2",
+                  "--seq-len", "512", "--micro-batches", "2", "--grad-bucket-mb", bucket,
+                  "--json", "--db", str(db))
+        assert res.exit_code == 0, res.output
+        outs.append(json.loads(res.output))
+    with ResultsStore(db) as store:
+        df = store.frame("cluster")
+    assert len(df) == 2 and list(df["step_s"]) == [o["step_s"] for o in outs]
+    assert list(df["p:grad_bucket_mb"].fillna(0)) == [25.0, 0.0]
+    assert (df["p:model"] == "llama3-8b").all() and (df["status"] == "ok").all()
+    res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--inlayer-comm", "both")
+    assert isinstance(res.exception, ClusterSpecError) and "--inlayer-comm = 'both'" in str(
+        res.exception)

@@ -15,7 +15,7 @@ from tilewright.dataflow_sim.cluster import (ClusterSpec, ClusterSpecError, Coll
 from tilewright.dataflow_sim.cluster import simulate_serving as _simulate_serving
 from tilewright.models.llm_configs import get_config
 
-from .test_cluster_training import ARCH, LANES, SMALL, embed_seconds, head_seconds, layer_seconds
+from .test_cluster_training import ARCH, SMALL, embed_seconds, head_seconds, layer_seconds
 
 
 def simulate_serving(*args, **kw):
@@ -26,8 +26,8 @@ def simulate_serving(*args, **kw):
 
 
 def arch_spec(n: int = 1, hbm_gib: float = 16, pools: int | None = None) -> ClusterSpec:
-    d = {"name": "archs", "chip": {"kind": "arch", "arch": ARCH, "hbm_gib": hbm_gib,
-                                   "vector_ops_per_cycle": LANES}, "chips_per_node": n}
+    arch = {**ARCH, "offchip": {**ARCH["offchip"], "capacity_gib": hbm_gib}}
+    d = {"name": "archs", "chip": {"kind": "arch", "arch": arch}, "chips_per_node": n}
     if n > 1:
         d["intra_node"] = {"topology": "switch", "link_gbps": 20.0, "latency_us": 3.0}
     if pools:
@@ -103,8 +103,8 @@ def test_kv_capacity_forces_preemption_and_oversized_requests_are_rejected():
 
 def test_moe_routing_imbalance_slows_the_iteration():
     cfg = get_config("tiny-moe")
-    spec = ClusterSpec.from_dict({"chip": {"kind": "arch", "arch": ARCH, "hbm_gib": 1},
-                                  "chips_per_node": 2,
+    arch = {**ARCH, "offchip": {**ARCH["offchip"], "capacity_gib": 1}}
+    spec = ClusterSpec.from_dict({"chip": {"kind": "arch", "arch": arch}, "chips_per_node": 2,
                                   "intra_node": {"topology": "switch", "link_gbps": 10}})
     chip, timer = chip_model(spec), CollectiveTimer(Topology(spec))
     plan = ServePlan(ep=2)
@@ -148,7 +148,7 @@ def test_poisson_workload_and_trace_files(tmp_path):
 def test_serving_plans_that_cannot_run_are_refused():
     six = ClusterSpec.from_dict({"name": "six", "chip": {"kind": "gpu", "preset": "h100-sxm"},
                                  "chips_per_node": 6, "intra_node": {"topology": "switch"}})
-    with pytest.raises(PlanError, match="tp·ep = 4 chips, which does not divide a pool of 6"):
+    with pytest.raises(PlanError, match="tp·ep·pp = 4 chips, which does not divide a pool of 6"):
         simulate_serving(six, "llama3-8b", ServePlan(tp=4), one(10, 2))
     with pytest.raises(PlanError, match="llama3-70b weights need .* GiB per chip"):
         simulate_serving(load_cluster("h100-8x-nvlink"), "llama3-70b", ServePlan(tp=1),
@@ -172,3 +172,24 @@ def test_without_chunked_prefill_a_prompt_runs_whole_even_over_the_budget():
                                                          chunked_prefill=False), one(P, 1))
     assert res.requests.ttft_s.iloc[0] == pytest.approx(prefill(P), rel=1e-9)
     assert res.replicas.iterations.iloc[0] == 1
+
+
+def test_pipeline_parallel_serving_adds_the_stage_to_stage_transfer():
+    """pp = 2 on two chips: a lone prompt is one micro-batch: stage 0 runs half the layers and
+    the embedding, sends P·D·e bytes to chip 1 (closed form S/B + 2 link latencies on the
+    switch), stage 1 runs the other half and the LM head. TTFT = one-chip prefill + transfer.
+    Two prompts at once are two micro-batches: stage times a (layers/2 + embedding) and
+    b (layers/2 + head) per prompt give the 2-stage pipeline makespan a + max(a + x, x + b) + b."""
+    P, e = 96, 1
+    spec = arch_spec(2)
+    x = P * SMALL.d_model * e / 20e9 + 2 * 3e-6
+    res = simulate_serving(spec, SMALL, ServePlan(pp=2), one(P, 1))
+    assert res.requests.ttft_s.iloc[0] == pytest.approx(prefill(P) + x, rel=1e-9)
+    half = SMALL.n_layers * layer_seconds(SMALL, [(P, P)]) / 2
+    a, b = half + embed_seconds(SMALL, P), half + head_seconds(SMALL, 1)
+    two = pd.DataFrame({"arrival_s": [0.5, 0.5], "prompt_tokens": [P, P],
+                        "output_tokens": [1, 1]})
+    res2 = simulate_serving(spec, SMALL, ServePlan(pp=2), two)
+    assert res2.requests.ttft_s.max() == pytest.approx(a + max(a + x, x + b) + b, rel=1e-9)
+    with pytest.raises(PlanError, match="pp=3 does not divide n_layers"):
+        simulate_serving(arch_spec(3), SMALL, ServePlan(pp=3), one(P, 1))

@@ -34,7 +34,8 @@ def test_presets_load_and_have_the_promised_shapes():
     (GPU + "nodes: 3", "inter_node.topology = 'none': nodes = 3 needs a network"),
     ("chip: {kind: arch, arch: {tensor_engine: {rows: 0, cols: 4, dataflow: ws}}, hbm_gib: 1}",
      "tensor_engine.rows = 0: must be an integer from 1 to 64"),
-    ("chip: {kind: arch, arch: ws8x8}", "chip.hbm_gib = (missing): is required"),
+    ("chip: {kind: arch, arch: ws8x8}", "chip.arch.offchip.capacity_gib = (missing): a cluster "
+     "chip needs its off-chip capacity in GiB"),
     (GPU + "chips_per_node: 2\nintra_node: {topology: switch}\npools: {prefill_chips: 2}",
      "pools.prefill_chips = 2: must be from 1 to 1"),
     (GPU + "nodes: 6\ninter_node: {topology: fat_tree, nodes_per_leaf: 4}",
@@ -94,3 +95,39 @@ def test_ring_goes_the_short_way():
     topo = Topology(_spec(chips_per_node=8, intra_node={"topology": "ring", "link_gbps": 1}))
     assert len(topo.route(0, 7)[0][0]) == 1 and len(topo.route(0, 3)[0][0]) == 3
     assert len(topo.route(0, 5)[0][0]) == 3
+
+
+def test_arch_chip_capacity_and_vector_lanes_live_in_the_archspec():
+    """offchip.capacity_gib and vector_unit.lanes are read from the ArchSpec; the old cluster
+    keys still work with a FutureWarning when the ArchSpec leaves the fact unset, and are an
+    error when they contradict it. The optional field leaves existing ArchSpecs' hash alone."""
+    from tilewright.arch import ArchSpec
+    from tilewright.dataflow_sim.cluster import chip_model
+
+    te = {"rows": 8, "cols": 8, "dataflow": "ws"}
+    base = {"name": "a", "tensor_engine": te}
+    assert "capacity_gib" not in ArchSpec.from_dict(base).to_yaml()
+    assert ArchSpec.from_dict(base).content_hash() == ArchSpec.from_dict(
+        {**base, "offchip": {"capacity_gib": None}}).content_hash()
+
+    def spec(arch: dict, **chip) -> ClusterSpec:
+        return ClusterSpec.from_dict({"name": "c", "chip": {"kind": "arch", "arch": arch, **chip}})
+
+    new = spec({**base, "offchip": {"capacity_gib": 12}, "vector_unit": {"lanes": 64}})
+    m = chip_model(new)
+    assert m.hbm_bytes == 12 * 2**30
+    assert m.vector_flops_per_s == 64 * new.arch().clock_mhz * 1e6
+    assert chip_model(spec({**base, "offchip": {"capacity_gib": 1}})).vector_flops_per_s \
+        == 8 * new.arch().clock_mhz * 1e6                       # no vector unit: te.cols
+    with pytest.warns(FutureWarning, match="chip.hbm_gib is deprecated"):
+        old = spec(base, hbm_gib=3, vector_ops_per_cycle=16)
+    assert chip_model(old).hbm_bytes == 3 * 2**30          # warned once, at load
+    assert chip_model(old).vector_flops_per_s == 16 * new.arch().clock_mhz * 1e6
+    with pytest.raises(ClusterSpecError, match="chip.hbm_gib = 3.0 contradicts the ArchSpec's "
+                                               "offchip.capacity_gib = 12"):
+        spec({**base, "offchip": {"capacity_gib": 12}}, hbm_gib=3)
+    with pytest.raises(ClusterSpecError, match="vector_ops_per_cycle = 16 contradicts"):
+        spec({**base, "offchip": {"capacity_gib": 1}, "vector_unit": {"lanes": 64}},
+             vector_ops_per_cycle=16)
+    with pytest.raises(ClusterSpecError, match=r"offchip.capacity_gib = \(missing\)"):
+        spec(base)

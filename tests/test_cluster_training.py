@@ -15,17 +15,17 @@ from tilewright.dataflow_sim.cluster.workload import Shard, layer_ops
 from tilewright.dataflow_sim.cycle import gemm_cycles
 from tilewright.models.llm_configs import LlamaConfig, param_count
 
+LANES = 32
 ARCH = {"name": "t16", "clock_mhz": 800.0,
         "tensor_engine": {"rows": 16, "cols": 16, "dataflow": "ws"},
-        "offchip": {"bandwidth_gbps": 50.0}}
-LANES = 32
+        "vector_unit": {"lanes": LANES},
+        "offchip": {"bandwidth_gbps": 50.0, "capacity_gib": 16}}
 SMALL = LlamaConfig("small-llama", d_model=128, n_layers=4, n_heads=8, n_kv_heads=2, d_ffn=256,
                     vocab_size=512, rope_theta=1e4)
 
 
 def arch_cluster(n: int = 1, **fabric) -> ClusterSpec:
-    d = {"name": "archs", "chip": {"kind": "arch", "arch": ARCH, "hbm_gib": 16,
-                                   "vector_ops_per_cycle": LANES}, "chips_per_node": n}
+    d = {"name": "archs", "chip": {"kind": "arch", "arch": ARCH}, "chips_per_node": n}
     if n > 1:
         d["intra_node"] = {"topology": "switch", **fabric}
     return ClusterSpec.from_dict(d)
@@ -132,7 +132,12 @@ def test_dp_tp_pp_step_has_every_part_and_a_trace(tmp_path):
     assert total.to_numpy() == pytest.approx(res.step_seconds, rel=1e-9)
     path = res.trace.save(tmp_path / "t.json")
     ev = json.loads(path.read_text())["traceEvents"]
-    assert {e["ph"] for e in ev} == {"X"} and len(ev) == 2 * 4 * 2 * 4 + 4
+    assert {e["ph"] for e in ev} == {"X"}
+    assert sum(e["cat"] == "compute" for e in ev) == 2 * 4 * 2 * 4
+    # one DDP bucket per layer: a layer's bf16 gradients on a tp=8 chip, 2·(params/8) B ≈ 54 MB,
+    # exceed the 25 MiB bucket on their own; 8 layers per pipeline rank, 4 ranks
+    assert 2 * param_count("llama3-8b")["layer"] / 8 > 25 * 2**20
+    assert sum(e["cat"] == "comm" for e in ev) == 4 * 8
     assert 0 < res.metrics["gemm_utilization"] < 1
 
 

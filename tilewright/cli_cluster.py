@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -36,6 +37,25 @@ def _lengths(text: str, option: str) -> int | tuple[int, int]:
                            "with 1 <= LO <= HI")
 
 
+def _store(db: Path, spec, plan, metrics: dict) -> None:
+    """Append one run to the results store at ``db`` (sweep ``cluster``, a fresh key per run)."""
+    import uuid  # noqa: PLC0415
+
+    from tilewright import __version__  # noqa: PLC0415
+    from tilewright.sweep.store import ResultsStore  # noqa: PLC0415
+
+    arch = spec.arch()
+    with ResultsStore(db) as store:
+        store.add({"key": f"cluster:{uuid.uuid4().hex}", "sweep": "cluster",
+                   "params": {"cluster": spec.name, "mode": metrics["mode"],
+                              "model": metrics["model"], **plan.model_dump(mode="json")},
+                   "arch_hash": arch.content_hash() if arch is not None else None,
+                   "arch_json": arch.model_dump(mode="json", exclude_none=True) if arch else None,
+                   "workloads": [metrics["model"]], "tech": spec.name, "status": "ok",
+                   "feasible": 1, "metrics": metrics, "tool_version": __version__,
+                   "wall_s": metrics.get("wall_s"), "finished_at": time.time()})
+
+
 def cluster(
     cluster: str = typer.Option(..., "--cluster", help="cluster YAML file or preset "
                                 "(h100-8x-nvlink, h100-64x-ib, pd-h100-64, torus-1024)"),
@@ -43,7 +63,7 @@ def cluster(
     mode: str = typer.Option("train", "--mode", help="train | serve"),
     dp: int = typer.Option(1, min=1, help="train: data-parallel degree"),
     tp: int = typer.Option(1, min=1, help="tensor-parallel degree"),
-    pp: int = typer.Option(1, min=1, help="train: pipeline stages"),
+    pp: int = typer.Option(1, min=1, help="pipeline stages (serve: per replica)"),
     sp: int = typer.Option(1, min=1, help="train: sequence (context) parallel degree"),
     ep: int = typer.Option(1, min=1, help="expert-parallel degree"),
     micro_batches: int = typer.Option(8, min=1, help="train: micro-batches per step"),
@@ -52,6 +72,12 @@ def cluster(
     schedule: str = typer.Option("1f1b", help="train: 1f1b | interleaved"),
     virtual_stages: int = typer.Option(1, min=1, help="train: chunks per device (interleaved)"),
     recompute: bool = typer.Option(False, help="train: full activation recomputation"),
+    grad_bucket_mb: float = typer.Option(
+        25.0, help="train: DP gradient all-reduce bucket in MiB, overlapped with the backward "
+        "(PyTorch DDP's default 25); 0 = one all-reduce after the backward"),
+    inlayer_comm: str = typer.Option(
+        "network", help="train: network (TP/SP/EP collectives share the links with pipeline and "
+        "gradient traffic) | phase (timed apart)"),
     requests: int = typer.Option(1000, min=1, help="serve: Poisson requests to generate"),
     rate: float = typer.Option(10.0, help="serve: arrival rate, requests/s"),
     prompt_tokens: str = typer.Option("512", help="serve: N or LO-HI prompt tokens"),
@@ -69,9 +95,12 @@ def cluster(
     cost_source: Optional[str] = typer.Option(
         None, "--cost-source", help="compiler | table: per-chip compute from the compiler's "
         "Report of the sharded layer, or from the op table (default: compiler for ArchSpec "
-        "chips — dense models when serving —, table/roofline for GPU presets)"),
+        "chips, table/roofline for GPU presets)"),
     as_json: bool = typer.Option(False, "--json", help="print the metrics as one JSON object"),
     trace: Optional[Path] = typer.Option(None, help="write a Chrome/Perfetto trace JSON here"),
+    db: Optional[Path] = typer.Option(
+        None, "--db", help="append this run's metrics to a SQLite results store (the sweep "
+        "store's format; sweep name 'cluster')"),
 ) -> None:
     """Simulate a training step or a serving run of MODEL on a cluster (SimPy discrete events)."""
     import numpy as np  # noqa: PLC0415
@@ -89,9 +118,11 @@ def cluster(
             plan = TrainPlan(dp=dp, tp=tp, pp=pp, sp=sp, ep=ep, micro_batches=micro_batches,
                              micro_batch_size=micro_batch_size, seq_len=seq_len,
                              schedule=schedule, virtual_stages=virtual_stages,
-                             recompute=recompute)
+                             recompute=recompute, grad_bucket_mb=grad_bucket_mb or None,
+                             inlayer_comm=inlayer_comm)
         else:
-            splan = ServePlan(tp=tp, ep=ep, max_batch_tokens=max_batch_tokens, max_seqs=max_seqs,
+            splan = ServePlan(tp=tp, ep=ep, pp=pp, max_batch_tokens=max_batch_tokens,
+                              max_seqs=max_seqs,
                               chunked_prefill=chunked_prefill, disaggregated=disaggregated,
                               routing=routing)
     except ValidationError as exc:
@@ -120,6 +151,8 @@ def cluster(
         tr.save(trace)
         metrics["trace_file"] = str(trace)
     clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
+    if db is not None:
+        _store(db, spec, plan if mode == "train" else splan, clean)
     if as_json:
         print(json.dumps(clean))
         return

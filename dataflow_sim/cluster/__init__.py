@@ -10,9 +10,16 @@ Public API::
                                             output_tokens=(32, 256)))
     out.metrics["ttft_p99_s"], out.requests
 
-Per-chip compute: ArchSpec chips take each sharded layer's time from the compiler's Report
-(``cost_source="compiler"``, :mod:`.compiled`, the default); ``cost_source="table"`` keeps the op
-table + cycle model/roofline of :mod:`.workload`/:mod:`.costs`. GPU presets use the roofline.
+Per-chip compute: ArchSpec chips take each sharded layer's (and the LM head's) forward and
+backward time from the compiler's Reports (``cost_source="compiler"``, :mod:`.compiled`, the
+default; MoE serving re-costs the compiled expert GEMMs at each iteration's routing loads);
+``cost_source="table"`` keeps the op table + cycle model/roofline of :mod:`.workload`/
+:mod:`.costs`. GPU presets use the roofline. An ArchSpec chip's capacity is its
+``offchip.capacity_gib`` and its vector throughput its ``vector_unit.lanes``.
+
+Training overlaps bucketed DP gradient all-reduces with the backward (``TrainPlan.grad_bucket_mb``)
+and runs TP/SP/EP collectives on the same network as pipeline and gradient traffic
+(``TrainPlan.inlayer_comm="network"``); serving supports pipeline stages (``ServePlan.pp``).
 
 Errors for bad cluster files and impossible plans: :class:`ClusterSpecError` (one line; plans
 raise its subclass :class:`PlanError`).
@@ -20,7 +27,7 @@ raise its subclass :class:`PlanError`).
 
 from .cluster_spec import (CLUSTER_PRESET_DIR, GPU_PRESETS, ClusterSpec, ClusterSpecError,
                            PlanError, load_cluster)
-from .compiled import COST_SOURCES, compiled_layer
+from .compiled import COST_SOURCES, compiled_head, compiled_layer
 from .collectives import CollectiveTimer, all_gather, all_reduce, all_to_all, reduce_scatter, send
 from .costs import ChipModel, chip_model
 from .network import Network
@@ -36,4 +43,4 @@ __all__ = ["ClusterSpec", "ClusterSpecError", "PlanError", "load_cluster", "CLUS
            "all_gather", "all_to_all", "send", "ChipModel", "chip_model", "TrainPlan", "ServePlan",
            "simulate_training", "TrainResult", "schedule_order", "simulate_serving", "ServeResult",
            "IterationCost", "poisson_requests", "load_request_trace", "Trace", "COST_SOURCES",
-           "compiled_layer"]
+           "compiled_layer", "compiled_head"]

@@ -16,6 +16,7 @@ value given and what is accepted — the same style as :class:`~tilewright.arch.
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
@@ -81,16 +82,22 @@ class GpuChip(_Frozen):
 
 
 class ArchChip(_Frozen):
-    """A chip built from an ArchSpec: GEMM time from ``dataflow_sim.cycle``; memory capacity and
-    vector throughput live here until ArchSpec grows a vector unit and an HBM capacity field."""
+    """A chip built from an ArchSpec. Every fact about the chip lives in the ArchSpec: off-chip
+    capacity in ``offchip.capacity_gib``, vector throughput in ``vector_unit.lanes`` (elements
+    per cycle; the tensor engine's column count when there is no vector unit, the compiler
+    Report's convention). ``hbm_gib`` and ``vector_ops_per_cycle`` are the deprecated places of
+    those facts: still read (with a FutureWarning) when the ArchSpec leaves them unset, an error
+    when they contradict it."""
 
     kind: Literal["arch"]
     arch: Union[str, dict[str, Any]] = Field(
         ..., description="ArchSpec preset name, YAML path, or an inline ArchSpec mapping")
-    hbm_gib: float = Field(..., gt=0, description="off-chip memory capacity in GiB")
+    hbm_gib: Optional[float] = Field(
+        None, gt=0, description="DEPRECATED: off-chip capacity in GiB; use the ArchSpec's "
+                                "offchip.capacity_gib")
     vector_ops_per_cycle: Optional[int] = Field(
-        None, ge=1, description="vector unit throughput in elementwise ops/cycle; default: the "
-                                "tensor engine's column count (one lane per column)")
+        None, ge=1, description="DEPRECATED: vector ops/cycle; use the ArchSpec's "
+                                "vector_unit.lanes")
 
 
 Chip = Annotated[Union[GpuChip, ArchChip], Field(discriminator="kind")]
@@ -160,6 +167,44 @@ class ClusterSpec(_Frozen):
             return ArchSpec.from_dict(self.chip.arch, source=f"{source or self.name}: chip.arch")
         return load_arch(self.chip.arch)
 
+    def chip_capacity_gib(self, source: str | None = None) -> float:
+        """Off-chip capacity (GiB) of an ArchSpec chip: ``offchip.capacity_gib``, or the
+        deprecated ``chip.hbm_gib`` (FutureWarning); a clear error if neither or they differ."""
+        arch, chip, src = self.arch(source), self.chip, source or self.name
+        assert arch is not None and isinstance(chip, ArchChip)
+        cap = arch.offchip.capacity_gib
+        if chip.hbm_gib is not None:
+            if cap is not None and cap != chip.hbm_gib:
+                raise ClusterSpecError(
+                    f"{src}: chip.hbm_gib = {chip.hbm_gib} contradicts the ArchSpec's "
+                    f"offchip.capacity_gib = {cap}; drop the deprecated chip.hbm_gib")
+            warnings.warn(f"{src}: chip.hbm_gib is deprecated; set the ArchSpec's "
+                          "offchip.capacity_gib (GiB) instead", FutureWarning, stacklevel=3)
+            return chip.hbm_gib
+        if cap is None:
+            raise ClusterSpecError(f"{src}: chip.arch.offchip.capacity_gib = (missing): a cluster "
+                                   "chip needs its off-chip capacity in GiB")
+        return cap
+
+    def chip_vector_lanes(self, source: str | None = None) -> int:
+        """Vector elementwise ops per cycle of an ArchSpec chip: ``vector_unit.lanes`` (the
+        tensor engine's columns without a vector unit, as the compiler's Report assumes), or
+        the deprecated ``chip.vector_ops_per_cycle`` when there is no vector unit
+        (FutureWarning); a clear error if it contradicts the vector unit."""
+        arch, chip, src = self.arch(source), self.chip, source or self.name
+        assert arch is not None and isinstance(chip, ArchChip)
+        lanes = arch.vector_unit.lanes if arch.vector_unit is not None else None
+        old = chip.vector_ops_per_cycle
+        if old is not None:
+            if lanes is not None and old != lanes:
+                raise ClusterSpecError(
+                    f"{src}: chip.vector_ops_per_cycle = {old} contradicts the ArchSpec's "
+                    f"vector_unit.lanes = {lanes}; drop the deprecated chip.vector_ops_per_cycle")
+            warnings.warn(f"{src}: chip.vector_ops_per_cycle is deprecated; set the ArchSpec's "
+                          "vector_unit.lanes instead", FutureWarning, stacklevel=3)
+            return old
+        return lanes if lanes is not None else arch.tensor_engine.cols
+
     # ---- construction ---------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Any, source: str = "cluster") -> "ClusterSpec":
@@ -185,6 +230,9 @@ class ClusterSpec(_Frozen):
             self.arch(src)
         except ArchSpecError as exc:
             raise ClusterSpecError(str(exc)) from None
+        if isinstance(self.chip, ArchChip):
+            self.chip_capacity_gib(src)
+            self.chip_vector_lanes(src)
         intra, inter = self.intra_node, self.inter_node
         if self.chips_per_node > 1 and intra.topology == "none":
             raise bad("intra_node.topology", "none",

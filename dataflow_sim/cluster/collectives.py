@@ -47,7 +47,7 @@ def _ring(net: Network, group: Sequence[int], chunk: float, steps: int):
         for k in range(steps):
             if k:
                 yield arrived[k - 1][i]
-            yield net.send(group[i], group[nxt], chunk)
+            yield from net.transmit(group[i], group[nxt], chunk)
             arrived[k][nxt].succeed()
 
     return env.all_of([env.process(rank(i)) for i in range(n)])

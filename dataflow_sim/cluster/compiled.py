@@ -1,4 +1,4 @@
-"""Per-chip layer compute time from the compiler (``cost_source="compiler"``, ArchSpec chips).
+"""Per-chip compute time from the compiler (``cost_source="compiler"``, ArchSpec chips).
 
 The layer a chip runs under a shard is built on the ``meta`` device with the model classes of
 ``models/transformer.py`` / ``models/moe.py`` and *divided* dimensions, compiled from shapes only
@@ -9,20 +9,32 @@ the tensor engine's input format:
 * **TP** divides query heads, KV heads (``max(1, Hkv / tp)``: replicated when tp > Hkv), the
   dense FFN width, the routed experts' FFN width and the shared-expert width (Megatron column/row
   parallel — the same per-chip widths as :func:`.workload.dims_of`);
-* **EP** divides the routed experts (``E / ep`` local experts, top-k unchanged; a shape-only
-  compile splits tokens evenly over experts, which reproduces the balanced load
-  ``T·ep·k / E`` tokens per local expert). Needs ``top_k ≤ E / ep``, otherwise a
-  :class:`~.cluster_spec.PlanError` (use ``cost_source="table"``);
+* **EP**: the shard is built with the model's full router (all ``E`` experts, top-k unchanged —
+  the router weight is replicated on every EP rank) and stacked expert weights; after lowering,
+  every grouped GEMM's per-expert row counts are set to what this chip's ``E / ep`` local experts
+  receive: the ``T·k`` routed rows of the EP group's balanced load (``T·ep·k/E`` each, split
+  evenly, remainder to the first experts) and 0 for the other experts' slots. This works for any
+  ``top_k`` versus ``E / ep`` (a rank may hold fewer experts than ``top_k``). Serving replaces
+  the counts per iteration with the drawn routing loads (:meth:`LayerReport.expert_seconds`);
 * **SP** divides the sequence: the chip's ``s/sp`` new tokens attend to all ``s`` keys (after the
   K/V all-gather), compiled as the layer with a K/V cache of ``s − s/sp`` tokens — the last SP
-  rank's chunk; the full ``q × c`` score rectangle is computed as in the table path.
+  rank's chunk.
 
 Forward time of one layer = the Report's total ``time_cycles / clock`` (per micro-batch, per
-shard). **Backward = 2 × forward GEMM time + 2 × forward non-GEMM time** (the table path's
-convention: a GEMM's dgrad and wgrad are each one GEMM of the same MACs; a non-GEMM op's backward
-costs twice its forward). GEMM rows are the Report rows with ``macs > 0``. In-layer collectives
-still come from :func:`.workload.layer_ops` (the network times them); the embedding and the LM
-head stay on the table/roofline costs (the compiler compiles one decoder layer).
+shard). **Backward** (:func:`backward_report`) is compiled too: every GEMM task ``A(m×k)·B(k×n)``
+of the forward Program gets its two backward GEMMs, ``dA = dC·Bᵀ`` (m×n×k) and ``dB = Aᵀ·dC``
+(k×m×n) (same batch), each mapped by the compiler's mapper
+(:func:`tilewright.compiler.lower.map_gemm_cached`) as a Program task and costed by the same
+Report; a grouped expert GEMM's dgrad is a grouped GEMM with the same counts and its wgrad one
+``k × c × n`` GEMM per expert with ``c`` rows (batched over experts of equal ``c``). The fused
+attention task's backward is costed as **two** copies of the forward task (its dQ, dK, dP, dV
+block GEMMs are the forward QKᵀ and PV MACs twice over the same visited blocks; its vector passes
+are charged twice). Non-GEMM tasks (norms, activations, quantize, routing, scan) cost **twice**
+their forward row (cycles, bytes, time) — the only factor left.
+
+The LM head (final RMSNorm, the TP-split vocabulary projection, logits softmax) is compiled the
+same way (:func:`compiled_head`). The embedding lookup stays on the table/roofline cost: the
+compiler's frontend has no embedding (row-gather) op.
 
 Compiles are cached by (config, shard widths, seq, context, batch, phase, fmt, arch hash), so a
 training step compiles each distinct shape once per process.
@@ -31,33 +43,50 @@ training step compiles each distinct shape once per process.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import astuple, dataclass
+from collections import Counter
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
 from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MoEConfig
 
-from .cluster_spec import PlanError
 from .workload import COLUMNS, Dims, Shard, dims_of
 
-__all__ = ["COST_SOURCES", "LayerReport", "compiled_layer", "cache_info", "clear_cache"]
+__all__ = ["COST_SOURCES", "LayerReport", "compiled_layer", "compiled_head", "backward_report",
+           "local_expert_counts", "cache_info", "clear_cache"]
 
 COST_SOURCES = ("compiler", "table")
-BACKWARD_GEMM_FACTOR = 2.0      # dgrad + wgrad, each the forward GEMM's MACs
-BACKWARD_VECTOR_FACTOR = 2.0    # non-GEMM backward = 2 x forward (table convention)
+BACKWARD_VECTOR_FACTOR = 2.0    # non-GEMM backward = 2 x forward (the one stated factor)
+ATTENTION_BACKWARD_COPIES = 2   # fused attention backward = 2 x the forward task (module doc)
 
 _CACHE: dict[tuple, "LayerReport"] = {}
 _STATS = {"hits": 0, "misses": 0}
+_GEMM_KINDS = ("bgemm", "grouped_gemm", "gemm", "attention")
+
+
+def _seconds(df: pd.DataFrame, hz: float) -> float:
+    return float(df["time_cycles"].sum()) / hz
 
 
 @dataclass(frozen=True)
 class LayerReport:
-    """The compiler's Report of one sharded layer on one chip, and its times (seconds)."""
+    """The compiler's forward and backward Reports of one sharded layer (or LM head) on one
+    chip, and their times (seconds). ``program``/``arch`` are the forward Program and the
+    format-adjusted ArchSpec it was costed on (for re-costing expert GEMMs under other loads)."""
 
     report: pd.DataFrame
     clock_mhz: float
+    backward: pd.DataFrame = field(default_factory=pd.DataFrame)
+    program: Any = None
+    arch: ArchSpec | None = None
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def hz(self) -> float:
+        return self.clock_mhz * 1e6
 
     @property
     def gemm(self) -> pd.Series:
@@ -65,41 +94,133 @@ class LayerReport:
 
     @property
     def forward_seconds(self) -> float:
-        return float(self.report["time_cycles"].sum()) / (self.clock_mhz * 1e6)
+        return _seconds(self.report, self.hz)
 
     @property
     def forward_gemm_seconds(self) -> float:
-        return float(self.report.loc[self.gemm, "time_cycles"].sum()) / (self.clock_mhz * 1e6)
+        return _seconds(self.report[self.gemm], self.hz)
 
     @property
     def backward_seconds(self) -> float:
-        g = self.forward_gemm_seconds
-        return BACKWARD_GEMM_FACTOR * g + BACKWARD_VECTOR_FACTOR * (self.forward_seconds - g)
+        """Compiled backward GEMMs + 2 x the forward non-GEMM tasks (module docstring)."""
+        return _seconds(self.backward, self.hz)
 
     @property
     def gemm_macs(self) -> int:
         return int(self.report["macs"].sum())
 
+    @property
+    def backward_gemm_macs(self) -> int:
+        return int(self.backward["macs"].sum())
+
+    @property
+    def expert_gemm_seconds(self) -> float:
+        """Forward time of the grouped (routed-expert) GEMMs at the compiled counts."""
+        return _seconds(self.report[self.report["kind"] == "grouped_gemm"], self.hz)
+
+    def expert_seconds(self, counts: np.ndarray) -> float:
+        """Forward seconds of this layer's grouped expert GEMMs when the chip's local experts
+        receive ``counts`` rows each (the compiler's Report of the same tasks with those
+        counts; memoized by the counts)."""
+        key = tuple(int(c) for c in counts)
+        t = self._memo.get(key)
+        if t is None:
+            from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
+            tasks = [_with_counts(x, key) for x in self.program.tasks
+                     if x.kind == "grouped_gemm"]
+            if not tasks or sum(key) == 0:
+                t = 0.0
+            else:
+                rep = program_report(self.program.model_copy(update={"tasks": tasks}), self.arch)
+                t = _seconds(rep, self.hz)
+            self._memo[key] = t
+        return t
+
     def op_table(self) -> pd.DataFrame:
-        """Forward + backward rows in the :data:`.workload.COLUMNS` layout with ``seconds``
-        and ``phase`` (backward rows scale the forward ones by the stated factors)."""
-        r = self.report
-        hz = self.clock_mhz * 1e6
-        g = self.gemm.to_numpy()
-        fwd = pd.DataFrame({"name": r["task"].to_numpy(), "kind": ["gemm" if x else "vector" for x in g],
-                            "m": 0, "k": 0, "n": 0, "count": 1,
-                            "flops": (2.0 * r["macs"] + r["vector_ops"]).to_numpy(dtype=float),
-                            "bytes": r["bytes"].to_numpy(dtype=float), "collective": None,
-                            "group": None, "comm_bytes": 0.0})[COLUMNS]
-        fwd["seconds"] = r["time_cycles"].to_numpy() / hz
-        bwd = fwd.iloc[::-1].copy()
-        factor = [BACKWARD_GEMM_FACTOR if x else BACKWARD_VECTOR_FACTOR for x in g[::-1]]
-        bwd["name"] = bwd["name"] + ".bwd"
-        bwd["flops"] = bwd["flops"] * factor
-        bwd["bytes"] = bwd["bytes"] * factor
-        bwd["seconds"] = bwd["seconds"] * factor
-        return pd.concat([fwd.assign(phase="forward"), bwd.assign(phase="backward")],
+        """Forward and backward rows in the :data:`.workload.COLUMNS` layout with ``seconds``
+        and ``phase``."""
+        hz = self.hz
+
+        def rows(r: pd.DataFrame, phase: str) -> pd.DataFrame:
+            g = r["macs"].to_numpy() > 0
+            df = pd.DataFrame({"name": r["task"].to_numpy(),
+                               "kind": np.where(g, "gemm", "vector"), "m": 0, "k": 0, "n": 0,
+                               "count": 1,
+                               "flops": (2.0 * r["macs"] + r["vector_ops"]).to_numpy(dtype=float),
+                               "bytes": r["bytes"].to_numpy(dtype=float), "collective": None,
+                               "group": None, "comm_bytes": 0.0})[COLUMNS]
+            df["seconds"] = r["time_cycles"].to_numpy() / hz
+            return df.assign(phase=phase)
+
+        return pd.concat([rows(self.report, "forward"), rows(self.backward, "backward")],
                          ignore_index=True).assign(source="compiler")
+
+
+def _with_counts(task: Any, counts: tuple[int, ...]) -> Any:
+    """A grouped GEMM task whose first ``len(counts)`` experts get ``counts`` rows, others 0."""
+    full = tuple(counts) + (0,) * (task.experts - len(counts))
+    return task.model_copy(update={"example_counts": full, "rows": int(sum(full)),
+                                   "counts_source": "cluster: EP-local loads"})
+
+
+def local_expert_counts(rows: int, local_experts: int) -> tuple[int, ...]:
+    """``rows`` routed rows split evenly over ``local_experts`` experts (remainder first)."""
+    base, rem = divmod(rows, local_experts)
+    return tuple(base + (e < rem) for e in range(local_experts))
+
+
+def backward_report(program: Any, report: pd.DataFrame, arch: ArchSpec) -> pd.DataFrame:
+    """Backward Report rows of a forward ``program`` (and its Report ``report``, row per task)
+    on ``arch`` (the format-adjusted ArchSpec the forward was costed on); conventions in the
+    module docstring. Rows come in reverse task order; ``task`` names end in ``.dgrad``,
+    ``.wgrad`` or ``.bwd``."""
+    from tilewright.compiler.lower import ELEM_BYTES, map_gemm_cached  # noqa: PLC0415
+    from tilewright.compiler.program import BgemmTask, GemmTask  # noqa: PLC0415
+    from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
+
+    key = arch.content_hash()
+
+    def bgemm(t: Any, name: str, m: int, k: int, n: int, batch: tuple[int, ...]) -> Any:
+        nb = int(np.prod(batch, dtype=np.int64)) if batch else 1
+        mp = map_gemm_cached(arch, m, k, n, batch=nb, elem_bytes=ELEM_BYTES[t.format],
+                             arch_key=key, name=name).mapping
+        return BgemmTask(name=name, a=t.a, b=t.b, out=t.out, batch=batch, m=m, k=k, n=n,
+                         format=t.format, acc=t.acc, k_block=t.k_block, tile_m=mp.m_t,
+                         tile_n=mp.n_t, tile_k=mp.k_t, order=mp.order, dataflow=mp.dataflow,
+                         source=t.source)
+
+    parts: list[pd.DataFrame] = []
+    for t, (_, row) in zip(reversed(program.tasks), report.iloc[::-1].iterrows()):
+        if t.kind not in _GEMM_KINDS:
+            scaled = row.copy()
+            for c in ("cycles", "bytes", "mem_cycles", "time_cycles", "vector_ops",
+                      "scratchpad_bytes", "accumulator_bytes"):
+                scaled[c] = BACKWARD_VECTOR_FACTOR * row[c]
+            scaled["task"] = f"{row['task']}.bwd"
+            parts.append(pd.DataFrame([scaled]))
+            continue
+        if t.kind == "bgemm":
+            tasks = [bgemm(t, f"{t.name}.dgrad", t.m, t.n, t.k, t.batch),
+                     bgemm(t, f"{t.name}.wgrad", t.k, t.m, t.n, t.batch)]
+        elif t.kind == "gemm":
+            tasks = [GemmTask(name=f"{t.name}.dgrad", a=t.a, b=t.b, out=t.out, m=t.m, k=t.n,
+                              n=t.k, source=t.source),
+                     GemmTask(name=f"{t.name}.wgrad", a=t.a, b=t.b, out=t.out, m=t.k, k=t.m,
+                              n=t.n, source=t.source)]
+        elif t.kind == "grouped_gemm":
+            counts = list(t.example_counts) or list(local_expert_counts(t.rows, t.experts))
+            tasks = [t.model_copy(update={"name": f"{t.name}.dgrad", "k": t.n, "n": t.k,
+                                          "example_counts": tuple(counts),
+                                          "rows": int(sum(counts))})]
+            tasks += [bgemm(t, f"{t.name}.wgrad.c{c}", t.k, c, t.n, (num,))
+                      for c, num in sorted(Counter(c for c in counts if c > 0).items())]
+        else:   # fused attention
+            tasks = [t.model_copy(update={"name": f"{t.name}.bwd{i}"})
+                     for i in range(ATTENTION_BACKWARD_COPIES)]
+        parts.append(program_report(program.model_copy(update={"tasks": tasks}), arch))
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=report.columns)
+    out.attrs.update(report.attrs)
+    return out
 
 
 def _arch_hash(arch: ArchSpec) -> str:
@@ -112,12 +233,10 @@ def _module(cfg: LLMConfig, dm: Dims, max_seq_len: int) -> Any:
 
     ffn = None
     if isinstance(cfg, MoEConfig):
-        if cfg.top_k > dm.experts:
-            raise PlanError(f"{cfg.name}: cost_source='compiler' builds the EP shard as a MoE "
-                            f"layer of {dm.experts} local experts, fewer than top_k = "
-                            f"{cfg.top_k}; use cost_source='table' for this plan")
+        # the full router and top-k over all E experts; the grouped GEMMs' counts are set to
+        # this chip's local experts after lowering (module docstring, EP)
         n_shared = dm.f_shared // dm.f_exp if dm.f_exp else 0
-        ffn = MoELayer(dm.d, dm.experts, cfg.top_k, dm.f_exp, n_shared_experts=n_shared,
+        ffn = MoELayer(dm.d, dm.n_experts, cfg.top_k, dm.f_exp, n_shared_experts=n_shared,
                        router_score=cfg.router_score, norm_topk_prob=cfg.norm_topk_prob,
                        routed_scaling_factor=cfg.routed_scaling_factor)
     layer = DecoderLayer(dm.d, dm.h, dm.kv, dm.f if not dm.moe else dm.f_exp,
@@ -129,23 +248,45 @@ def _module(cfg: LLMConfig, dm: Dims, max_seq_len: int) -> Any:
     return layer
 
 
+def _compile(module: Any, example: tuple, arch: ArchSpec, fmt: str, name: str,
+             expert_counts: tuple[int, ...] | None = None) -> LayerReport:
+    """Compile shape-only; optionally set every grouped GEMM's counts; forward + backward."""
+    from tilewright.compile_flow import compile_module  # noqa: PLC0415
+    from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
+    from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
+
+    out = compile_module(module, example, arch, fmt=fmt, name=name, execute=False)
+    farch = arch_for_format(arch, fmt)
+    program, report = out.program, out.report
+    if expert_counts is not None and any(t.kind == "grouped_gemm" for t in program.tasks):
+        program = program.model_copy(update={"tasks": [
+            _with_counts(t, expert_counts) if t.kind == "grouped_gemm" else t
+            for t in program.tasks]})
+        report = program_report(program, farch)
+    clock = float(report.attrs.get("clock_mhz", arch.clock_mhz))
+    return LayerReport(report, clock, backward_report(program, report, farch), program, farch)
+
+
+def _check_cfg(cfg: LLMConfig) -> None:
+    if not isinstance(cfg, (LlamaConfig, MoEConfig)) or getattr(cfg, "n_heads", None) is None:
+        dims_of(cfg, Shard())    # raises the table path's clear error
+
+
 def compiled_layer(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, batch: int, q_len: int,
                    ctx_len: int, fmt: str | None = None) -> LayerReport:
-    """The compiler's Report of one layer of ``cfg`` on one chip of ``arch`` under ``shard``:
+    """The compiler's Reports of one layer of ``cfg`` on one chip of ``arch`` under ``shard``:
     ``batch`` sequences of ``q_len`` new tokens attending to ``ctx_len`` keys (``ctx_len ≥
-    q_len``; ``ctx_len > q_len`` compiles a K/V cache of ``ctx_len − q_len`` tokens). Cached."""
+    q_len``; ``ctx_len > q_len`` compiles a K/V cache of ``ctx_len − q_len`` tokens). MoE
+    layers: the local experts get the EP group's balanced load. Cached."""
     import torch  # noqa: PLC0415
 
-    from tilewright.compile_flow import compile_module  # noqa: PLC0415
-
-    if not isinstance(cfg, (LlamaConfig, MoEConfig)) or getattr(cfg, "n_heads", None) is None:
-        dims_of(cfg, shard)    # raises the table path's clear error
+    _check_cfg(cfg)
     if ctx_len < q_len:
         raise ValueError(f"ctx_len ({ctx_len}) < q_len ({q_len})")
     fmt = fmt or arch.tensor_engine.input_format
     dm = dims_of(cfg, shard)
     phase = "prefill" if ctx_len == q_len else "chunk"
-    key = (repr(cfg), astuple(dm), q_len, ctx_len, batch, phase, fmt, _arch_hash(arch))
+    key = ("layer", repr(cfg), astuple(dm), q_len, ctx_len, batch, phase, fmt, _arch_hash(arch))
     hit = _CACHE.get(key)
     if hit is not None:
         _STATS["hits"] += 1
@@ -159,9 +300,52 @@ def compiled_layer(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, batch: int, 
         kv = torch.empty(batch, dm.kv, ctx_len - q_len, dm.hd, device="meta")
         example = (x, kv, kv.clone())
     name = f"{cfg.name}.tp{shard.tp}sp{shard.sp}ep{shard.ep}.b{batch}q{q_len}c{ctx_len}"
-    out = compile_module(module, example, arch, fmt=fmt, name=name, execute=False)
-    rep = LayerReport(out.report, float(out.report.attrs.get("clock_mhz", arch.clock_mhz)))
-    _CACHE[key] = rep
+    counts = local_expert_counts(batch * q_len * dm.top_k, dm.experts) if dm.moe else None
+    rep = _CACHE[key] = _compile(module, example, arch, fmt, name, counts)
+    return rep
+
+
+class _LMHead:
+    """Final RMSNorm, the chip's vocabulary slice of the LM head, softmax over it."""
+
+    @staticmethod
+    def build(d: int, vocab: int, eps: float) -> Any:
+        import torch  # noqa: PLC0415
+
+        from tilewright.models.transformer import RMSNorm  # noqa: PLC0415
+
+        class LMHead(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.norm = RMSNorm(d, eps=eps)
+                self.proj = torch.nn.Linear(d, vocab, bias=False)
+
+            def forward(self, x):
+                return torch.softmax(self.proj(self.norm(x)), dim=-1)
+
+        return LMHead()
+
+
+def compiled_head(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, tokens: int,
+                  fmt: str | None = None) -> LayerReport:
+    """The compiler's Reports of the LM head on one chip for ``tokens`` rows: final RMSNorm,
+    ``D × ceil(V/tp)`` projection, softmax over the local vocabulary (the loss's exp/sum).
+    Cached."""
+    import torch  # noqa: PLC0415
+
+    _check_cfg(cfg)
+    fmt = fmt or arch.tensor_engine.input_format
+    dm = dims_of(cfg, shard)
+    key = ("head", repr(cfg), dm.d, dm.vocab, tokens, fmt, _arch_hash(arch))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _STATS["hits"] += 1
+        return hit
+    _STATS["misses"] += 1
+    with torch.device("meta"):
+        module = _LMHead.build(dm.d, dm.vocab, cfg.norm_eps)
+    x = torch.empty(1, tokens, dm.d, device="meta")
+    rep = _CACHE[key] = _compile(module, (x,), arch, fmt, f"{cfg.name}.head.tp{shard.tp}.t{tokens}")
     return rep
 
 

@@ -10,13 +10,15 @@ Conventions (seconds everywhere):
   hbm_bytes_per_s)``: each GEMM reads its operands and writes its result once.
 * **Non-GEMM op (norm, softmax, rotary, activation, residual, routing, KV write, gather)** —
   ``max(flops / vector_flops_per_s, bytes / hbm_bytes_per_s)``. For ArchSpec chips the vector
-  throughput is ``vector_ops_per_cycle · clock`` (default one op per tensor-engine column per
-  cycle) and the bandwidth is ``ArchSpec.offchip.bandwidth_gbps``. An op with neither FLOPs nor
+  throughput is ``vector_unit.lanes · clock`` (the tensor engine's column count without a vector
+  unit, as the compiler's Report assumes), the bandwidth ``offchip.bandwidth_gbps`` and the
+  capacity ``offchip.capacity_gib`` (:meth:`.cluster_spec.ClusterSpec.chip_capacity_gib`). An op with neither FLOPs nor
   bytes is an error.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,8 +109,11 @@ def chip_model(spec: ClusterSpec) -> ChipModel:
         assert arch is not None
         te = arch.tensor_engine
         hz = arch.clock_mhz * 1e6
-        lanes = chip.vector_ops_per_cycle or te.cols
-        return ChipModel(name=arch.name, hbm_bytes=chip.hbm_gib * 2**30,
+        with warnings.catch_warnings():     # already warned when the file was loaded
+            warnings.simplefilter("ignore", FutureWarning)
+            lanes = spec.chip_vector_lanes()
+            cap = spec.chip_capacity_gib()
+        return ChipModel(name=arch.name, hbm_bytes=cap * 2**30,
                          hbm_bytes_per_s=arch.offchip.bandwidth_gbps * 1e9,
                          vector_flops_per_s=lanes * hz,
                          element_bytes=_FORMAT_BYTES[te.input_format],

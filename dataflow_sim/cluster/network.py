@@ -1,4 +1,6 @@
-"""The network as SimPy resources: every link is a ``simpy.Resource`` of capacity 1.
+"""The network in SimPy: every link is a first-come first-served lock of capacity 1 (the
+semantics of a ``simpy.Resource(capacity=1)``, without its request/release events when the link
+is free: :class:`_Link`).
 
 A message of ``S`` bytes from chip ``a`` to chip ``b`` is split over the stripes of its route
 (one per network plane). Each stripe acquires **all** links of its path (in a global link order,
@@ -12,6 +14,7 @@ served first-come first-served, so the second one waits for the first one's seri
 from __future__ import annotations
 
 import re
+from collections import deque
 
 import simpy
 
@@ -32,16 +35,17 @@ class Network:
     def __init__(self, env: simpy.Environment, topology: Topology) -> None:
         self.env = env
         self.topology = topology
-        self._links: dict[int, simpy.Resource] = {}
+        self._links: dict[int, _Link] = {}
+        self._paths: dict[tuple[int, ...], tuple[tuple[int, ...], float, float]] = {}
         self.busy_seconds: dict[int, float] = {}   # per link: time spent serializing
         self.bytes_sent = 0.0
         self.messages = 0
         self.waits = 0          # link requests that had to queue (contention happened)
 
-    def _res(self, link: int) -> simpy.Resource:
+    def _res(self, link: int) -> "_Link":
         r = self._links.get(link)
         if r is None:
-            r = self._links[link] = simpy.Resource(self.env, capacity=1)
+            r = self._links[link] = _Link()
         return r
 
     def send(self, src: int, dst: int, nbytes: float) -> simpy.Event:
@@ -74,22 +78,60 @@ class Network:
                 merged[r] = [a, b, nbytes]
         return self.env.all_of([self.send(a, b, s) for a, b, s in merged.values()])
 
+    def transmit(self, src: int, dst: int, nbytes: float):
+        """Generator form of :meth:`send` for ``yield from`` inside a process (saves a process
+        per message when the route has one stripe); same timing."""
+        if src == dst or nbytes <= 0:
+            return
+        stripes = self.topology.route(src, dst)
+        if len(stripes) > 1:
+            yield self.send(src, dst, nbytes)
+            return
+        self.messages += 1
+        self.bytes_sent += nbytes
+        yield from self._stripe(stripes[0][0], nbytes)
+
     def _stripe(self, path: tuple[int, ...], nbytes: float):
         topo = self.topology
-        order = sorted(path)
+        facts = self._paths.get(path)
+        if facts is None:       # (links in lock order, narrowest bandwidth, summed latency)
+            facts = self._paths[path] = (
+                tuple(sorted(path)), float(min(topo.bandwidth[i] for i in path)),
+                float(sum(topo.latency[i] for i in path)))
+        order, bw, lat = facts
         held = []
         for link in order:
             res = self._res(link)
-            req = res.request()
-            if not req.triggered:
+            if res.busy:                      # queue behind the holder (FIFO)
                 self.waits += 1
-            yield req
-            held.append((res, req))
-        hold = nbytes / min(topo.bandwidth[i] for i in path)
+                ev = self.env.event()
+                res.queue.append(ev)
+                yield ev                      # ownership is handed over by release()
+            else:
+                res.busy = True
+            held.append(res)
+        hold = nbytes / bw
         yield self.env.timeout(hold)
-        for (res, req), link in zip(held, order):
-            res.release(req)
-            self.busy_seconds[link] = self.busy_seconds.get(link, 0.0) + hold
-        lat = sum(topo.latency[i] for i in path)
+        busy = self.busy_seconds
+        for res, link in zip(held, order):
+            res.release()
+            busy[link] = busy.get(link, 0.0) + hold
         if lat > 0:
             yield self.env.timeout(lat)
+
+
+class _Link:
+    """A link's FIFO lock: ``busy`` while held; waiters' events in arrival order. Release hands
+    the link to the first waiter (its event fires at the release time), as SimPy's Resource."""
+
+    __slots__ = ("busy", "queue")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.queue: deque[simpy.Event] = deque()
+
+    def release(self) -> None:
+        if self.queue:
+            self.queue.popleft().succeed()
+        else:
+            self.busy = False

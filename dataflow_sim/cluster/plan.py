@@ -56,6 +56,13 @@ class TrainPlan(BaseModel):
     embedding_and_head: bool = Field(True, description="cost the embedding and LM head")
     allreduce_algo: Literal["ring", "tree"] = "ring"
     alltoall_algo: Literal["pairwise", "direct"] = "pairwise"
+    grad_bucket_mb: Optional[float] = Field(
+        25.0, gt=0, description="DP gradient all-reduce bucket, MiB (PyTorch DDP's bucket_cap_mb "
+        "default 25), overlapped with the last micro-batch's backward; None: one all-reduce "
+        "after the backward")
+    inlayer_comm: Literal["network", "phase"] = Field(
+        "network", description="TP/SP/EP collectives on the shared network with pipeline and "
+        "gradient traffic ('network'), or as separately simulated phases ('phase')")
 
     @property
     def shard(self) -> Shard:
@@ -72,6 +79,9 @@ class ServePlan(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     tp: int = Field(1, ge=1, description="tensor-parallel degree inside a replica")
     ep: int = Field(1, ge=1, description="expert-parallel degree inside a replica (MoE)")
+    pp: int = Field(1, ge=1, description="pipeline stages of a replica (n_layers/pp layers "
+                                         "each); an iteration's batch is split into up to pp "
+                                         "micro-batches")
     max_batch_tokens: int = Field(8192, ge=1, description="token budget of one iteration")
     max_seqs: int = Field(256, ge=1, description="sequences batched at once per replica")
     chunked_prefill: bool = Field(True, description="split long prompts over iterations")
@@ -83,7 +93,7 @@ class ServePlan(BaseModel):
     zipf_s: float = Field(1.2, gt=0, description="Zipf exponent of expert popularity")
 
     def label(self) -> str:
-        return f"tp={self.tp} ep={self.ep}"
+        return f"tp={self.tp} ep={self.ep}" + (f" pp={self.pp}" if self.pp > 1 else "")
 
 
 def _cfg(model: str | LLMConfig) -> LLMConfig:
@@ -209,34 +219,41 @@ def check_train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
 
 def validate_serve(plan: ServePlan, spec: ClusterSpec, model: str | LLMConfig,
                    pool_chips: list[int]) -> LLMConfig:
-    """Raise :class:`PlanError` if replicas of ``tp·ep`` chips cannot tile each pool."""
+    """Raise :class:`PlanError` if replicas of ``tp·ep·pp`` chips cannot tile each pool or the
+    layers do not split into ``pp`` equal stages."""
     cfg = _cfg(model)
     where = f"serve plan {plan.label()}"
     _check_shard(cfg, plan.tp, plan.ep, where)
-    size = plan.tp * plan.ep
+    if cfg.n_layers % plan.pp:
+        raise PlanError(f"{where}: pp={plan.pp} does not divide n_layers = {cfg.n_layers} of "
+                        f"{cfg.name}")
+    size = plan.tp * plan.ep * plan.pp
     for n in pool_chips:
         if n % size:
-            raise PlanError(f"{where}: a replica takes tp·ep = {size} chips, which does not "
+            raise PlanError(f"{where}: a replica takes tp·ep·pp = {size} chips, which does not "
                             f"divide a pool of {n} chips of cluster {spec.name}")
     return cfg
 
 
 def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> dict[str, float]:
-    """Per chip: weight bytes, KV bytes per token, KV capacity in tokens (PlanError if the
-    weights alone do not fit)."""
+    """Per chip (the fullest pipeline stage: n_layers/pp layers plus the embedding and the LM
+    head when pp = 1, one of them when pp > 1): weight bytes, KV bytes per token, KV capacity in
+    tokens (PlanError if the weights alone do not fit)."""
     cfg = _cfg(model)
     shard = Shard(tp=plan.tp, ep=plan.ep)
     dense, expert = layer_params(cfg, shard)
     dm = dims_of(cfg, shard)
     e = chip.element_bytes
-    weights = (cfg.n_layers * (dense + expert) + 2 * math.ceil(cfg.vocab_size / plan.tp)
+    layers = cfg.n_layers // plan.pp
+    vocab_mats = 2 if plan.pp == 1 else 1
+    weights = (layers * (dense + expert) + vocab_mats * math.ceil(cfg.vocab_size / plan.tp)
                * cfg.d_model) * e
     usable = chip.hbm_bytes * plan.memory_fraction
-    kv_per_token = 2 * dm.kv * dm.hd * e * cfg.n_layers
+    kv_per_token = 2 * dm.kv * dm.hd * e * layers
     if weights >= usable:
         raise PlanError(f"serve plan {plan.label()}: {cfg.name} weights need "
                         f"{weights / GIB:.1f} GiB per chip but {chip.name} offers "
                         f"{usable / GIB:.1f} GiB ({plan.memory_fraction:.0%} of "
-                        f"{chip.hbm_bytes / GIB:.1f} GiB); raise tp or ep")
+                        f"{chip.hbm_bytes / GIB:.1f} GiB); raise tp, ep or pp")
     return {"weight_bytes": weights, "kv_bytes_per_token": kv_per_token,
             "kv_tokens": int((usable - weights) // kv_per_token)}

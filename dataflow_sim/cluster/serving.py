@@ -1,6 +1,6 @@
 """LLM inference serving on a cluster, as a SimPy simulation.
 
-Replicas of ``tp·ep`` chips each run an iteration loop (continuous batching, vLLM style):
+Replicas of ``tp·ep·pp`` chips each run an iteration loop (continuous batching, vLLM style):
 
 1. every running request that is decoding gets one token; requests still prefilling get the next
    chunk of their prompt; waiting requests are admitted first-come first-served while the token
@@ -8,6 +8,12 @@ Replicas of ``tp·ep`` chips each run an iteration loop (continuous batching, vL
    may be split over iterations; without it a prompt enters only whole);
 2. the iteration takes the time :class:`IterationCost` computes for that exact batch;
 3. a request whose prefill completes emits its first token (TTFT); each decode step emits one.
+
+Pipeline parallelism (``pp > 1``): a replica is ``pp`` stages of ``n_layers/pp`` layers; each
+iteration's batch is split into up to ``pp`` micro-batches that flow through the stages with
+their activations sent over the shared network (:meth:`_Replica._pipeline`); iterations do not
+overlap (no concurrent "virtual engines"), so PP adds capacity for weights and KV, not
+throughput.
 
 KV cache: per replica ``kv_tokens`` (HBM left after the weights, see :func:`.plan.serve_memory`),
 allocated in blocks of ``kv_block_tokens``. When a decoding request needs a block and none is
@@ -22,18 +28,20 @@ MoE routing imbalance: each iteration draws the experts of all ``T·top_k`` toke
 (multinomial over expert popularity: uniform, Zipf(``zipf_s``) over a seeded random ranking, or
 a cycled trace of expert ids); the EP rank with the most work sets the expert time.
 
-Compute cost source (``cost_source``; default ``"compiler"`` for ArchSpec chips serving dense
-Llama-style models, ``"table"`` otherwise): with ``"compiler"`` the token-linear part of a layer
-(projections, FFN, norms, rotary, residuals, KV write — :meth:`IterationCost._dense_seconds`)
-comes from the compiler's Report of the TP-sharded layer compiled for ``T`` tokens as ``T``
-one-token sequences (:func:`.compiled.compiled_layer` with ``batch=T, q_len=ctx_len=1``). Token
+Compute cost source (``cost_source``; default ``"compiler"`` for ArchSpec chips, ``"table"`` for
+GPU presets): with ``"compiler"`` the token-linear part of a layer (projections, FFN, router,
+shared experts, norms, rotary, residuals, KV write, the routed experts' dispatch/activation/
+combine vector work — :meth:`IterationCost._dense_seconds`) comes from the compiler's Report of
+the TP/EP-sharded layer compiled for ``T`` tokens as ``T`` one-token sequences
+(:func:`.compiled.compiled_layer` with ``batch=T, q_len=ctx_len=1``) minus its routed-expert
+grouped GEMMs; those are re-costed every iteration by the same compiled grouped-GEMM tasks at the
+drawn per-expert loads (:meth:`IterationCost.expert_seconds`, slowest EP rank). Token
 counts are **bucketed**: the layer is compiled at powers of two (and at ``max_batch_tokens``) and
 the time of any other ``T`` is **interpolated linearly in tokens** between the two neighbouring
 buckets (exact at bucket points; the cycle model's tile padding makes time piecewise linear, so
 the error is the padding jitter between buckets). Those compiled rows include a one-key attention
 per token (tiny next to the projections); the real attention of each sequence (``q`` new tokens
-over ``c`` keys), the MoE experts under routing imbalance, collectives, embedding and LM head keep
-their table/roofline costs. MoE models and GPU presets use ``"table"``.
+over ``c`` keys), collectives, embedding and LM head keep their table/roofline costs.
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ from tilewright.models.llm_configs import LLMConfig
 
 from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
-from .compiled import COST_SOURCES, compiled_layer
+from .compiled import LayerReport, compiled_layer
 from .costs import ChipModel, chip_model
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
@@ -118,6 +126,7 @@ class IterationCost:
         dm = self.dm = dims_of(cfg, self.shard)
         self.cost_source = serve_cost_source(chip, dm.moe, cost_source)
         self._bucket: dict[int, float] = {}
+        self._expert_rep: LayerReport | None = None
         e = self.e = chip.element_bytes
         g = token_gemms(dm)
         self._k = np.array([k for _, k, _ in g])
@@ -159,13 +168,35 @@ class IterationCost:
             self._lin[T] = t
         return t
 
+    def _layer_report(self, T: int) -> LayerReport:
+        assert self.chip.arch is not None
+        return compiled_layer(self.cfg, self.shard, self.chip.arch, batch=T, q_len=1, ctx_len=1)
+
     def _compiled(self, T: int) -> float:
+        """Compiled layer time at T tokens without the routed experts' grouped GEMMs (those
+        follow each iteration's routing draw, :meth:`expert_seconds`)."""
         t = self._bucket.get(T)
         if t is None:
-            assert self.chip.arch is not None
-            t = self._bucket[T] = compiled_layer(self.cfg, Shard(tp=self.plan.tp), self.chip.arch,
-                                                 batch=T, q_len=1, ctx_len=1).forward_seconds
+            rep = self._layer_report(T)
+            if self._expert_rep is None and self.dm.moe:
+                self._expert_rep = rep
+            t = self._bucket[T] = rep.forward_seconds - rep.expert_gemm_seconds
         return t
+
+    def expert_seconds(self, loads: np.ndarray) -> float:
+        """Seconds of one MoE layer's routed experts: the slowest EP rank, its local experts
+        receiving ``loads`` (per expert, rank-major) rows. Compiler: the compiled layer's grouped
+        GEMMs re-costed at those counts; table: per-expert GEMMs + activation by roofline."""
+        dm, chip, e, ep = self.dm, self.chip, self.e, self.plan.ep
+        per_rank = np.asarray(loads).reshape(ep, -1)
+        if self.cost_source == "compiler":
+            if self._expert_rep is None:
+                self._expert_rep = self._layer_report(1)
+            return max(self._expert_rep.expert_seconds(r) for r in per_rank)
+        t = (chip.gemm_seconds(loads, dm.d, 2 * dm.f_exp) + chip.gemm_seconds(loads, dm.f_exp, dm.d)
+             + np.where(loads > 0, chip.vector_seconds(np.maximum(5 * dm.f_exp * loads, 1),
+                                                       3 * dm.f_exp * e * loads), 0.0))
+        return float(t.reshape(ep, -1).sum(axis=1).max())
 
     def _interpolated(self, T: int) -> float:
         """Compiled layer time at T tokens: exact at powers of two and ``max_batch_tokens``,
@@ -212,6 +243,11 @@ class IterationCost:
 
     def seconds(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> float:
         """Seconds of the iteration (see class docstring)."""
+        return sum(self.parts(q, c, n_logits))
+
+    def parts(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> tuple[float, float, float]:
+        """(all layers, embedding, LM head) seconds of the iteration; a pipeline stage runs
+        ``n_layers/pp`` of the layers, the first stage the embedding, the last the head."""
         cfg, dm, chip, ep, e = self.cfg, self.dm, self.chip, self.plan.ep, self.e
         T_total = int(q.sum())
         if ep == 1:
@@ -230,13 +266,9 @@ class IterationCost:
             n_moe = cfg.n_layers
             if ep > 1:
                 layer += 2 * self.comm_seconds("all_to_all", T * dm.top_k * dm.d * e)
-            loads = self.expert_loads(T_total * dm.top_k)
-            t = (chip.gemm_seconds(loads, dm.d, 2 * dm.f_exp) + chip.gemm_seconds(loads, dm.f_exp, dm.d)
-                 + np.where(loads > 0, chip.vector_seconds(np.maximum(5 * dm.f_exp * loads, 1),
-                                                           3 * dm.f_exp * e * loads), 0.0))
-            moe = n_moe * float(t.reshape(ep, -1).sum(axis=1).max())
-        return cfg.n_layers * layer + moe + self._embed_per_token * T_total \
-            + self.head_seconds(n_logits)
+            moe = n_moe * self.expert_seconds(self.expert_loads(T_total * dm.top_k))
+        return (cfg.n_layers * layer + moe, self._embed_per_token * T_total,
+                self.head_seconds(n_logits))
 
     def head_seconds(self, n: int) -> float:
         """Final norm, LM head GEMM and logits softmax for ``n`` rows (memoized)."""
@@ -253,14 +285,9 @@ class IterationCost:
 
 
 def serve_cost_source(chip: ChipModel, moe: bool, cost_source: str | None) -> str:
-    """``None`` -> ``"compiler"`` for ArchSpec chips serving dense models, else ``"table"``."""
-    if cost_source is None:
-        return "compiler" if chip.arch is not None and not moe else "table"
-    cost_source = resolve_cost_source(chip, cost_source)
-    if cost_source == "compiler" and moe:
-        raise ClusterSpecError("cost_source = 'compiler' covers dense models in serving; MoE "
-                               "serving (routing imbalance per iteration) uses cost_source='table'")
-    return cost_source
+    """``None`` -> ``"compiler"`` for ArchSpec chips, ``"table"`` for GPU presets (``moe`` is
+    accepted for compatibility: MoE serving is compiled too)."""
+    return resolve_cost_source(chip, cost_source)
 
 
 # ---- simulation --------------------------------------------------------------------------------
@@ -366,6 +393,38 @@ class _Replica:
             budget -= q
         return batch
 
+    def _pipeline(self, q: np.ndarray, c: np.ndarray, last: np.ndarray):
+        """One iteration through ``pp`` stages: the batch's sequences split into
+        ``M = min(pp, len)`` contiguous micro-batches; stage ``s`` runs micro-batch ``j`` once it
+        has arrived (``n_layers/pp`` layers, + embedding on stage 0, + LM head on the last), then
+        sends its activations (``tokens·D·e/(tp·ep)`` bytes per chip, chip i of stage s to
+        chip i of stage s+1) over the shared network. Ends when the last stage is done (the
+        sampled tokens' return to stage 0 is not modelled)."""
+        env, sim, plan = self.sim.env, self.sim, self.sim.plan
+        pp, width = plan.pp, plan.tp * plan.ep
+        groups = np.array_split(np.arange(len(q)), min(pp, len(q)))
+        times = []
+        for g in groups:
+            layers, emb, head = self.cost.parts(q[g], c[g], int(last[g].sum()))
+            times.append([layers / pp + (emb if s == 0 else 0.0) + (head if s == pp - 1 else 0.0)
+                          for s in range(pp)])
+        stage_chips = [self.chips[s * width:(s + 1) * width] for s in range(pp)]
+        arrive = {(s, j): env.event() for s in range(1, pp) for j in range(len(groups))}
+        nbytes = [float(q[g].sum()) * sim.cfg.d_model * sim.chip.element_bytes / width
+                  for g in groups]
+
+        def stage(s: int):
+            for j in range(len(groups)):
+                if s:
+                    yield arrive[(s, j)]
+                yield env.timeout(times[j][s])
+                if s < pp - 1:
+                    ev = sim.net.send_many(list(zip(stage_chips[s], stage_chips[s + 1])),
+                                           nbytes[j])
+                    ev.callbacks.append(lambda _e, k=(s + 1, j): arrive[k].succeed())
+
+        yield env.all_of([env.process(stage(s)) for s in range(pp)])
+
     def _preempt(self, r: _Req) -> None:
         self._drop(r)
         r.preemptions += 1
@@ -391,10 +450,14 @@ class _Replica:
             q = np.fromiter((n for _, n in batch), np.int64, len(batch))
             c = np.fromiter((r.prompt + r.generated if r.done >= r.todo else r.done + n
                              for r, n in batch), np.int64, len(batch))
-            logits = sum(1 for r, n in batch if r.done + n >= r.todo)
-            dt = self.cost.seconds(q, c, logits)
+            last = np.fromiter((r.done + n >= r.todo for r, n in batch), bool, len(batch))
             t0 = env.now
-            yield env.timeout(dt)
+            if sim.plan.pp == 1:
+                dt = self.cost.seconds(q, c, int(last.sum()))
+                yield env.timeout(dt)
+            else:
+                yield env.process(self._pipeline(q, c, last))
+                dt = env.now - t0
             self.busy += dt
             self.iterations += 1
             if sim.trace is not None:
@@ -509,14 +572,14 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     pools = [n_pre, spec.n_chips - n_pre] if disagg else [spec.n_chips]
     cfg = validate_serve(plan, spec, model, pools)
     mem = serve_memory(plan, chip, cfg)
-    size = plan.tp * plan.ep
+    size = plan.tp * plan.ep * plan.pp
     sim = _Sim(spec, cfg, plan, chip, mem["kv_tokens"] * plan.ep, mem["kv_bytes_per_token"],
                trace)
     for i, start in enumerate(range(0, spec.n_chips, size)):
         chips = list(range(start, start + size))
         role = "both" if not disagg else ("prefill" if start < n_pre else "decode")
-        cost = IterationCost(cfg, plan, chip, sim.timer, chips, expert_trace, seed + 1 + i,
-                             cost_source)
+        cost = IterationCost(cfg, plan, chip, sim.timer, chips[:plan.tp * plan.ep],
+                             expert_trace, seed + 1 + i, cost_source)
         rep = _Replica(sim, i, chips, role, cost)
         (sim.decode if role == "decode" else sim.front).append(rep)
     reqs = [_Req(i, float(a), int(p), int(o), todo=int(p))

@@ -6,24 +6,34 @@ What is simulated event by event (the network is shared, contention is modelled)
   (Megatron-LM's task order) as a SimPy process, waiting on the arrival of its inputs;
 * activations (forward) and gradients (backward) between stages are point-to-point messages on
   the network, one per TP·SP rank carrying ``b·(s/sp)·D·e/tp`` bytes (Megatron's scatter/gather);
-* each pipeline rank's gradient all-reduce (over dp·sp ranks; expert gradients over the ranks
-  holding the same experts) starts once every replica has finished that rank's backward, and
-  overlaps the other ranks' remaining work.
+* the data-parallel gradient all-reduce is bucketed like PyTorch DDP (``grad_bucket_mb``, default
+  25 MiB): during the last micro-batch's backward each finished layer adds its gradients to the
+  open bucket; a full bucket's all-reduce (over the dp·sp ranks; expert gradients over the ranks
+  holding the same experts) starts once every replica has filled it and the previous bucket's
+  all-reduce is done, so it overlaps the remaining backward. ``grad_bucket_mb=None``: one
+  all-reduce after the backward. The exposed part is what runs after the last bucket is ready.
 
-Inside a layer, TP all-reduces, SP all-gathers and EP all-to-alls block the layer. Their time is
-a *phase*: every group of that kind in the cluster runs the same collective at once in a separate
-SimPy simulation on the same topology (:class:`~.collectives.CollectiveTimer`, memoized), which
-captures contention between concurrent groups, then enters the step as a timed block.
+Inside a layer, TP all-reduces, SP all-gathers and EP all-to-alls block the layer. With
+``inlayer_comm="network"`` (default) they run in the same SimPy environment on the same links as
+the pipeline and gradient traffic, so they contend with it: per task (all layers of a chunk for
+one micro-batch; per layer in the last backward) each kind is one collective of the summed bytes
+over the device's groups, plus (count − 1) × that collective's latency part; an EP all-to-all is
+each member's own pairwise sends (symmetric replicas send theirs at the same time). With
+``inlayer_comm="phase"`` every group of that kind runs the collective at once in a separate SimPy
+simulation on the same topology (:class:`~.collectives.CollectiveTimer`, memoized), captured as a
+timed block (contention between in-layer groups only).
 
 Per-chip layer compute time (``cost_source``): ``"compiler"`` (the default for ArchSpec chips)
-compiles the sharded layer and uses its Report's total time (:mod:`.compiled`, backward = 2 ×
-forward GEMM + 2 × forward non-GEMM time); ``"table"`` costs the op table of :mod:`.workload` per
-op with :mod:`.costs` (cycle model for ArchSpec GEMMs, roofline otherwise). GPU presets are not
-ArchSpecs and always use the table + roofline. Embedding and LM head use the table in both.
+compiles the sharded layer and the LM head and uses their Reports' total times (:mod:`.compiled`:
+the backward GEMMs dX = dY·Wᵀ and dW = Xᵀ·dY are compiled too; non-GEMM backward = 2 × forward);
+``"table"`` costs the op table of :mod:`.workload` per op with :mod:`.costs` (cycle model for
+ArchSpec GEMMs, roofline otherwise). GPU presets are not ArchSpecs and always use the table +
+roofline. The embedding lookup uses the table in both (the compiler has no row-gather op).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -36,8 +46,8 @@ import simpy
 from tilewright.models.llm_configs import LLMConfig
 
 from .cluster_spec import ClusterSpec, ClusterSpecError
-from .collectives import CollectiveTimer, all_reduce
-from .compiled import COST_SOURCES, cache_info, compiled_layer
+from .collectives import COLLECTIVES, CollectiveTimer, all_reduce
+from .compiled import COST_SOURCES, cache_info, compiled_head, compiled_layer
 from .costs import ChipModel, chip_model
 from .network import Network, events_scheduled
 from .plan import TrainPlan, check_train_memory, layer_params, validate_train
@@ -166,7 +176,13 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
             t = float(chip.op_seconds(emb).sum())
             sc.f_comp += t
             sc.b_comp += float(chip.op_seconds(backward_ops(emb)).sum())
-        if plan.embedding_and_head and vs == V - 1:
+        if plan.embedding_and_head and vs == V - 1 and cost_source == "compiler":
+            assert chip.arch is not None
+            hr = compiled_head(cfg, plan.shard, chip.arch, tokens=tokens)
+            sc.f_comp += hr.forward_seconds
+            sc.b_comp += hr.backward_seconds
+            sc.gemm_flops += 2.0 * (hr.gemm_macs + hr.backward_gemm_macs)
+        elif plan.embedding_and_head and vs == V - 1:
             head = head_ops(cfg, plan.shard, tokens, e)
             sc.f_comp += float(chip.op_seconds(head).sum())
             hb = backward_ops(head)
@@ -175,6 +191,31 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
                                    + hb.loc[hb.kind == "gemm", "flops"].sum())
         out[vs] = sc
     return out, table
+
+
+def _per_layer_comm(table: pd.DataFrame, fwd: bool, recompute: bool
+                    ) -> dict[tuple[str, str], tuple[float, int]]:
+    """(collective, group) -> (bytes per layer, collectives per layer) of one direction."""
+    comm = table[table.kind == "comm"]
+    phases = ["forward"] if fwd else (["backward", "forward"] if recompute else ["backward"])
+    out: dict[tuple[str, str], tuple[float, int]] = {}
+    for ph in phases:
+        for r in comm[comm.phase == ph].itertuples():
+            nb, cnt = out.get((r.collective, r.group), (0.0, 0))
+            out[(r.collective, r.group)] = (nb + r.comm_bytes, cnt + 1)
+    return out
+
+
+def _all_to_all_out(net: Network, group: list[int], i: int, nbytes: float) -> simpy.Event:
+    """Member ``i``'s side of a pairwise all-to-all: it sends ``nbytes/n`` to ``i+1, i+2, …``
+    in turn (the peers, symmetric replicas, send theirs at the same time)."""
+    env, n = net.env, len(group)
+
+    def run():
+        for k in range(1, n):
+            yield from net.transmit(group[i], group[(i + k) % n], nbytes / n)
+
+    return env.process(run())
 
 
 def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan, *,
@@ -215,7 +256,76 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     act_bytes = plan.micro_batch_size * (plan.seq_len // sp) * cfg.d_model * e / tp
     ready = defaultdict(env.event)          # (d, is_fwd, vs, mb) -> inputs have arrived
     stats = defaultdict(float)              # (d, r, key) -> seconds
-    done_bwd: dict[int, list[simpy.Event]] = {r: [] for r in range(pp)}
+    n_chunk = cfg.n_layers // V
+    on_net = plan.inlayer_comm == "network"
+    per_layer = {f: _per_layer_comm(table, f, plan.recompute) for f in (True, False)}
+    algo = {"all_reduce": plan.allreduce_algo, "all_to_all": plan.alltoall_algo}
+    intercepts: dict[tuple, float] = {}
+
+    def dev_groups(d: int, r: int, gk: str) -> list[tuple[list[int], int | None]]:
+        """(group, index of the sending member or None = whole group) of device (d, r)."""
+        if gk == "tp":
+            return [([chip_id(t, s, d, r) for t in range(tp)], None) for s in range(sp)]
+        if gk == "sp":
+            return [([chip_id(t, s, d, r) for s in range(sp)], None) for t in range(tp)]
+        out = []                            # ep: this replica's members of each EP group
+        for t in range(tp):
+            for blk in range(0, dp * sp, ep):
+                g = [chip_id(t, *ds[j], r) for j in range(blk, blk + ep)]
+                out += [(g, i) for i, j in enumerate(range(blk, blk + ep)) if ds[j][1] == d]
+        return out
+
+    def intercept(kind: str, gs: list[list[int]]) -> float:
+        """Latency part of one collective on groups ``gs`` (affine intercept, or 1 byte)."""
+        key = (kind, tuple(map(tuple, gs)))
+        if key not in intercepts:
+            line = timer.affine(kind, gs, algo.get(kind))
+            intercepts[key] = line[0] if line else timer.seconds(kind, gs, 1.0, algo.get(kind))
+        return intercepts[key]
+
+    def inlayer(d: int, r: int, fwd: bool, layers: int):
+        """The in-layer collectives of ``layers`` layers on the shared network: per kind, one
+        collective of the summed bytes, plus (count − 1) × its latency part."""
+        for (kind, gk), (nbytes, count) in per_layer[fwd].items():
+            members = dev_groups(d, r, gk)
+            evs = [_all_to_all_out(net, g, i, layers * nbytes) if i is not None
+                   else COLLECTIVES[kind](net, g, layers * nbytes, algo.get(kind))
+                   for g, i in members]
+            yield env.all_of(evs)
+            extra = (layers * count - 1) * intercept(kind, [g for g, _ in members])
+            if extra > 0:
+                yield env.timeout(extra)
+
+    # DP gradient buckets (PyTorch DDP style): per pipeline rank, in the order the last
+    # micro-batch's backward finishes its layers
+    dense, expert = layer_params(cfg, plan.shard)
+    vocab = -(-cfg.vocab_size // tp) * cfg.d_model
+    cap = plan.grad_bucket_mb * 2**20 if plan.grad_bucket_mb else math.inf
+    units: dict[int, list[tuple[float, float]]] = {}
+    buckets: dict[tuple[int, str], list[tuple[int, float]]] = {}   # (r, kind) -> (unit, bytes)
+    for r in range(pp):
+        u = []
+        for fwd, c, mb in schedule_order(pp, m, v, r):
+            if fwd or mb != m - 1:
+                continue
+            vs = c * pp + r
+            for i in range(n_chunk):
+                extra_p = vocab * ((vs == V - 1 and i == 0) + (vs == 0 and i == n_chunk - 1)) \
+                    if plan.embedding_and_head else 0
+                u.append(((dense + extra_p) * e, expert * e))
+        units[r] = u
+        for kind, col in (("dense", 0), ("expert", 1)):
+            acc, out = 0.0, []
+            for idx, x in enumerate(u):
+                acc += x[col]
+                if acc >= cap or (idx == len(u) - 1 and acc > 0):
+                    out.append((idx, acc))
+                    acc = 0.0
+            buckets[(r, kind)] = out
+    sync_expert = bool(expert) and dp * sp > ep
+    grad_ready = defaultdict(env.event)     # (r, kind, k, d) -> bucket k of replica d is ready
+    closes = {(r, kind): {idx: k for k, (idx, _) in enumerate(buckets[(r, kind)])}
+              for r in range(pp) for kind in ("dense", "expert")}
 
     def transfer(d: int, r_src: int, r_dst: int, key: tuple) -> None:
         if r_src == r_dst:
@@ -225,7 +335,8 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
                  for t in range(tp) for s in range(sp)]
         net.send_many(pairs, act_bytes).callbacks.append(lambda _ev: ready[key].succeed())
 
-    def device(d: int, r: int, finished: simpy.Event):
+    def device(d: int, r: int):
+        unit = 0
         for fwd, c, mb in schedule_order(pp, m, v, r):
             vs = c * pp + r
             if (fwd and vs > 0) or (not fwd and vs < V - 1):
@@ -234,12 +345,26 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
                 stats[(d, r, "wait")] += env.now - t0
             sc = costs[vs]
             comp, comm = (sc.f_comp, sc.f_comm) if fwd else (sc.b_comp, sc.b_comm)
-            if tr is not None:
-                tr.span(f"{'F' if fwd else 'B'}{mb}.c{c}", "compute", env.now, comp + comm,
-                        f"replica{d}", f"stage{r}", comm_s=comm)
-            yield env.timeout(comp + comm)
+            pieces = n_chunk if (not fwd and mb == m - 1) else 1
+            t_task = env.now
+            for _ in range(pieces):
+                yield env.timeout(comp / pieces)
+                t0 = env.now
+                if on_net:
+                    yield env.process(inlayer(d, r, fwd, n_chunk // pieces))
+                elif comm > 0:
+                    yield env.timeout(comm / pieces)
+                stats[(d, r, "comm")] += env.now - t0
+                if pieces > 1:                  # a layer's gradients are final
+                    for kind in ("dense", "expert"):
+                        k = closes[(r, kind)].get(unit)
+                        if k is not None:
+                            grad_ready[(r, kind, k, d)].succeed()
+                    unit += 1
             stats[(d, r, "compute")] += comp
-            stats[(d, r, "comm")] += comm
+            if tr is not None:
+                tr.span(f"{'F' if fwd else 'B'}{mb}.c{c}", "compute", t_task, env.now - t_task,
+                        f"replica{d}", f"stage{r}", comm_s=env.now - t_task - comp)
             if fwd and vs < V - 1:
                 transfer(d, r, (vs + 1) % pp, (d, True, vs + 1, mb))
             elif fwd:                               # last virtual stage: its backward may start
@@ -247,35 +372,33 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
             elif vs > 0:
                 transfer(d, r, (vs - 1) % pp, (d, False, vs - 1, mb))
         stats[(d, r, "bwd_end")] = env.now
-        finished.succeed()
 
-    dense, expert = layer_params(cfg, plan.shard)
-    n_rank = cfg.n_layers // pp
-    vocab = -(-cfg.vocab_size // tp) * cfg.d_model
-
-    def grad_sync(r: int):
-        yield env.all_of(done_bwd[r])
-        start = env.now
-        p_dense = n_rank * dense + (vocab * ((r == 0) + (r == pp - 1))
-                                    if plan.embedding_and_head else 0)
-        syncs = [all_reduce(net, [chip_id(t, s, d, r) for d in range(dp) for s in range(sp)],
-                            p_dense * e, plan.allreduce_algo) for t in range(tp)]
-        if expert and dp * sp > ep:
-            syncs += [all_reduce(net, [chip_id(t, *ds[j], r) for j in range(k, dp * sp, ep)],
-                                 n_rank * expert * e, plan.allreduce_algo)
-                      for t in range(tp) for k in range(ep)]
-        yield env.all_of(syncs)
-        stats[("sync", r, "start")], stats[("sync", r, "end")] = start, env.now
-        if tr is not None:
-            tr.span("grad all-reduce", "comm", start, env.now - start, "data-parallel", f"stage{r}")
+    def grad_sync(r: int, kind: str):
+        """Bucket k's all-reduce starts once every replica has finished it and bucket k−1's
+        all-reduce is done (one stream of buckets, as DDP/NCCL run them)."""
+        for k, (_, nbytes) in enumerate(buckets[(r, kind)]):
+            yield env.all_of([grad_ready[(r, kind, k, d)] for d in range(dp)])
+            start = env.now
+            if kind == "dense":
+                gs = [[chip_id(t, s, d, r) for d in range(dp) for s in range(sp)]
+                      for t in range(tp)]
+            else:
+                gs = [[chip_id(t, *ds[j], r) for j in range(q, dp * sp, ep)]
+                      for t in range(tp) for q in range(ep)]
+            yield env.all_of([all_reduce(net, g, nbytes, plan.allreduce_algo) for g in gs])
+            stats[("sync", r, "busy")] += env.now - start
+            if tr is not None:
+                tr.span(f"grad all-reduce {kind} b{k}", "comm", start, env.now - start,
+                        "data-parallel", f"stage{r}")
+        stats[("sync", r, "end")] = max(stats[("sync", r, "end")], env.now)
 
     for d in range(dp):
         for r in range(pp):
-            ev = env.event()
-            done_bwd[r].append(ev)
-            env.process(device(d, r, ev))
+            env.process(device(d, r))
     for r in range(pp):
-        env.process(grad_sync(r))
+        env.process(grad_sync(r, "dense"))
+        if sync_expert:
+            env.process(grad_sync(r, "expert"))
     env.run()
     step = env.now
 
@@ -284,9 +407,12 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
         comp = np.mean([stats[(d, r, "compute")] for d in range(dp)])
         comm = np.mean([stats[(d, r, "comm")] for d in range(dp)])
         bwd_end = np.mean([stats[(d, r, "bwd_end")] for d in range(dp)])
-        s0, s1 = stats[("sync", r, "start")], stats[("sync", r, "end")]
+        # the last bucket is ready when the slowest replica ends its backward
+        s0 = max(stats[(d, r, "bwd_end")] for d in range(dp))
+        s1 = max(stats[("sync", r, "end")], s0)
         rows.append({"rank": r, "compute_s": comp, "exposed_comm_s": comm + (s1 - s0),
-                     "inlayer_comm_s": comm, "grad_sync_s": s1 - s0,
+                     "inlayer_comm_s": comm, "grad_sync_s": stats[("sync", r, "busy")],
+                     "grad_sync_exposed_s": s1 - s0,
                      "bubble_s": bwd_end - comp - comm,
                      "idle_s": step - s1 + (s0 - bwd_end), "step_s": step})
     breakdown = pd.DataFrame(rows)
