@@ -1,0 +1,296 @@
+"""Bit-exact numpy reference of the RTL vector unit (:mod:`tilewright.rtl.vector_unit`).
+
+Everything here is integer arithmetic on numpy ``int64`` arrays; it computes exactly what the
+hardware computes, bit for bit. The RTL derives its own tables from the same written rules (the
+``rtl`` and ``dataflow_sim`` layers never import each other), and the co-simulation tests check
+that the two agree.
+
+Number format
+-------------
+Every element operand and every elementwise result is **signed Q8.8**: a 16-bit two's
+complement integer ``raw`` standing for ``raw / 256`` (range [-128, 128 - 2**-8], resolution
+2**-8 = one LSB). Results that leave the range **saturate** to -32768 / +32767 raw.
+The RTL's output lanes are 32 bits wide: elementwise results are sign-extended Q8.8; ``sum``
+gives a signed Q24.8 int32 (raw sum of the raw inputs, wrapping modulo 2**32).
+
+Rounding: ``rshift_round(p, s)`` = floor((p + 2**(s-1)) / 2**s) (round half up), computed as
+``((p >> (s - 1)) + 1) >> 1`` for s >= 1 (identical value); ``>>`` is an arithmetic (floor) shift.
+
+Operations (the op names of the compiler's VectorTask)
+------------------------------------------------------
+``add``   sat(a + b).   ``mul``  sat(rshift_round(a * b, 8)).   ``max``  max(a, b).
+``sum``   wrapping int32 sum of every element of a run of beats ending with ``last``.
+``rmax``  max of every element of a run of beats ending with ``last`` (Q8.8).
+
+Every error bound below is derived, not fitted: the relative error of the interpolated table
+value p (entry rounding, half a Q1.15 LSB; the floor of the interpolation, < one Q1.15 LSB;
+linear interpolation over a segment of width h, <= h**2 / 8 * max|f''|, divided by min |f|)
+times the exact value, plus half an output LSB (2**-9) for the final rounding. Exhaustive
+checks over all 65536 inputs are in tests/test_vector_unit_rtl.py.
+
+``exp`` (range reduction, 2**f by a piecewise-linear table):
+  t = a * C (C = round(log2(e) * 2**14) = 23637, so t is Q.22); i = t >> 22 (floor),
+  f = t mod 2**22; k = f >> 16 (6 bits, :data:`SEG_BITS`), r = f mod 2**16;
+  p = E[k] + (((E[k+1] - E[k]) * r) >> 16) with E[j] = round(2**(j/64) * 2**15) (65 entries,
+  Q1.15, p in [2**15, 2**16)); result = 32767 if i >= 7, 0 if 7 - i >= 17, else
+  rshift_round(p, 7 - i). Error bound (x the exact Q8.8 input, reference clipped to the Q8.8
+  range): |err| <= e**x * ((1 + eps) * 2**(|x| * 2**-15) - 1) + 2**-9, with
+  eps = 2**-16 (table rounding) + 2**-15 (interpolation floor) + (1/64)**2 / 8 * 2 * ln(2)**2
+  (linear interpolation of 2**f on [0, 1)) and 2**(|x| 2**-15) from |C/2**14 - log2 e| <= 2**-15.
+
+``recip`` (normalisation + table): m = |a| (0 gives +32767); n = floor(log2 m) (0..15);
+  q = m << (15 - n) (bit 15 set); k = (q >> 9) mod 64, r = q mod 2**9;
+  p = R[k] + (((R[k+1] - R[k]) * r) >> 9) with R[j] = round(2**15 / (1 + j/64));
+  result = sign(a) * min(32767, p * 2 if n == 0 else rshift_round(p, n - 1)).
+  Bound: |err| <= |1/x| * (2**-15 + 2**-14 + (1/64)**2 / 4) + 2**-9 (reference clipped;
+  relative interpolation error of 1/m is h**2 / 8 * (2 / m**3) * m <= h**2 / 4).
+
+``rsqrt``: a <= 0 gives +32767 (documented: no NaN in Q8.8). n, q, k, r as for ``recip``;
+  the table is chosen by the parity of n:
+  S[n & 1][j] = round(2**15 / sqrt(2**(n & 1) * (1 + j/64)));
+  p interpolated as above (shift 9); result = rshift_round(p, 3 + (n >> 1)).
+  Bound: |err| <= x**-0.5 * (2**-15 + 2**-14 + (1/64)**2 / 8 * 0.75 * 2) + 2**-9
+  (m**-0.5 has |f''| = 0.75 m**-2.5; segments are 1/64 wide on [1, 2) and 2/64 on [2, 4), both
+  give a relative error <= (1/64)**2 / 8 * 0.75; the factor 2 is a margin).
+
+``silu``, ``softplus`` (uniform piecewise-linear table with linear tails): a >= 4096 (x >= 16)
+  gives a (identity tail), a < -4096 gives 0; otherwise u = a + 4096, k = u >> 5 (0..255),
+  r = u mod 32, y = F[k] + rshift_round((F[k+1] - F[k]) * r, 5), F[j] = round(f(-16 + j/8) * 256)
+  (257 entries, Q8.8). Bound: |err| <= (1/8)**2 / 8 * max|f''| + 2**-9 (entries) + 2**-9
+  (interpolation rounding) + tail error, max|silu''| = 1/2, max|softplus''| = 1/4,
+  tail <= 16 * e**-16 < 2**-18.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["FRAC_BITS", "SEG_BITS", "Q_MAX", "Q_MIN", "OPS", "ELEMENTWISE_OPS", "REDUCTION_OPS",
+           "UNARY_OPS", "to_fixed", "from_fixed", "elementwise", "reduce", "run_beats",
+           "apply_float", "error_bound", "exp2_table", "recip_table", "rsqrt_table",
+           "pwl_table", "LOG2E_Q14"]
+
+FRAC_BITS = 8            #: fractional bits of Q8.8
+SEG_BITS = 6             #: log2(segments) of the exp / recip / rsqrt tables
+Q_MAX, Q_MIN = 32767, -32768
+LOG2E_Q14 = 23637        #: round(log2(e) * 2**14)
+PWL_LO = -16 * 256       #: silu/softplus table start (raw Q8.8)
+PWL_SHIFT = 5            #: silu/softplus segment width 2**5 LSB = 1/8
+
+UNARY_OPS = ("exp", "recip", "rsqrt", "silu", "softplus")
+BINARY_OPS = ("add", "mul", "max")
+ELEMENTWISE_OPS = BINARY_OPS + UNARY_OPS
+REDUCTION_OPS = ("sum", "rmax")
+OPS = ELEMENTWISE_OPS + REDUCTION_OPS
+
+_FUNCS = {"silu": lambda x: x / (1.0 + math.exp(-x)),
+          "softplus": lambda x: math.log1p(math.exp(x))}
+
+
+def _round(v: float) -> int:
+    return int(math.floor(v + 0.5))
+
+
+def exp2_table() -> np.ndarray:
+    """E[j] = round(2**(j/64) * 2**15), j = 0..64 (Q1.15)."""
+    n = 1 << SEG_BITS
+    return np.array([_round(2.0 ** (j / n) * 2 ** 15) for j in range(n + 1)], np.int64)
+
+
+def recip_table() -> np.ndarray:
+    """R[j] = round(2**15 / (1 + j/64)), j = 0..64 (Q1.15)."""
+    n = 1 << SEG_BITS
+    return np.array([_round(2 ** 15 / (1 + j / n)) for j in range(n + 1)], np.int64)
+
+
+def rsqrt_table() -> np.ndarray:
+    """S[parity, j] = round(2**15 / sqrt(2**parity * (1 + j/64))), shape (2, 65) (Q1.15)."""
+    n = 1 << SEG_BITS
+    return np.array([[_round(2 ** 15 / math.sqrt(2 ** par * (1 + j / n))) for j in range(n + 1)]
+                     for par in (0, 1)], np.int64)
+
+
+def pwl_table(op: str) -> np.ndarray:
+    """F[j] = round(f(-16 + j/8) * 256), j = 0..256 (Q8.8) for ``silu`` / ``softplus``."""
+    f = _FUNCS[op]
+    return np.array([_round(f(-16 + j / 8) * 256) for j in range(257)], np.int64)
+
+
+def to_fixed(x) -> np.ndarray:
+    """Float -> Q8.8 raw int64: round half to even (numpy ``rint``), saturating."""
+    return np.clip(np.rint(np.asarray(x, np.float64) * 256), Q_MIN, Q_MAX).astype(np.int64)
+
+
+def from_fixed(raw) -> np.ndarray:
+    """Q8.8 (or Q24.8) raw -> float64."""
+    return np.asarray(raw, np.int64) / 256.0
+
+
+def _sat(v: np.ndarray) -> np.ndarray:
+    return np.clip(v, Q_MIN, Q_MAX)
+
+
+def rshift_round(p: np.ndarray, s) -> np.ndarray:
+    """floor((p + 2**(s-1)) / 2**s) for s >= 1, p for s == 0 (elementwise shifts)."""
+    p = np.asarray(p, np.int64)
+    s = np.broadcast_to(np.asarray(s, np.int64), p.shape)
+    sm1 = np.maximum(s - 1, 0)
+    return np.where(s == 0, p, ((p >> sm1) + 1) >> 1)
+
+
+def _msb(m: np.ndarray) -> np.ndarray:
+    """floor(log2(m)) of positive ints (m >= 1)."""
+    n = np.zeros(m.shape, np.int64)
+    for b in range(16, -1, -1):
+        n = np.where((n == 0) & (m >> b > 0), b, n)
+    return n
+
+
+def _normalise(m: np.ndarray):
+    n = _msb(np.maximum(m, 1))
+    q = np.maximum(m, 1) << (15 - n)
+    return n, (q >> 9) & 63, q & 511
+
+
+def _exp(a: np.ndarray) -> np.ndarray:
+    t = a * LOG2E_Q14
+    i = t >> 22
+    f = t & ((1 << 22) - 1)
+    k, r = f >> 16, f & 0xFFFF
+    e = exp2_table()
+    p = e[k] + (((e[k + 1] - e[k]) * r) >> 16)
+    s = np.clip(7 - i, 1, 17)
+    y = rshift_round(p, s)
+    return np.where(i >= 7, Q_MAX, np.where(7 - i >= 17, 0, y))
+
+
+def _recip(a: np.ndarray) -> np.ndarray:
+    m = np.abs(a)
+    n, k, r = _normalise(m)
+    t = recip_table()
+    p = t[k] + (((t[k + 1] - t[k]) * r) >> 9)
+    mag = np.minimum(Q_MAX, np.where(n == 0, p * 2, rshift_round(p, np.maximum(n - 1, 0))))
+    return np.where(m == 0, Q_MAX, np.where(a < 0, -mag, mag))
+
+
+def _rsqrt(a: np.ndarray) -> np.ndarray:
+    n, k, r = _normalise(np.maximum(a, 1))
+    t = rsqrt_table()
+    par = n & 1
+    p = t[par, k] + (((t[par, k + 1] - t[par, k]) * r) >> 9)
+    return np.where(a <= 0, Q_MAX, rshift_round(p, 3 + (n >> 1)))
+
+
+def _pwl(op: str, a: np.ndarray) -> np.ndarray:
+    t = pwl_table(op)
+    u = np.clip(a - PWL_LO, 0, 8191)
+    k, r = u >> PWL_SHIFT, u & 31
+    y = t[k] + rshift_round((t[k + 1] - t[k]) * r, PWL_SHIFT)
+    return np.where(a >= -PWL_LO, a, np.where(a < PWL_LO, 0, y))
+
+
+def _check_raw(name: str, v) -> np.ndarray:
+    arr = np.asarray(v)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"vector unit operand {name}: raw Q8.8 integers expected, not {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < Q_MIN or arr.max() > Q_MAX):
+        raise ValueError(f"vector unit operand {name}: raw Q8.8 values lie in [{Q_MIN}, {Q_MAX}]")
+    return arr
+
+
+def elementwise(op: str, a, b=None) -> np.ndarray:
+    """Elementwise op on raw Q8.8 arrays (``b`` only for add/mul/max); returns raw int64 Q8.8."""
+    if op not in ELEMENTWISE_OPS:
+        raise ValueError(f"vector op {op!r}: elementwise ops are {', '.join(ELEMENTWISE_OPS)}")
+    a = _check_raw("a", a)
+    if op in BINARY_OPS:
+        if b is None:
+            raise ValueError(f"vector op {op!r} needs a second operand b")
+        b = _check_raw("b", b)
+        if op == "add":
+            return _sat(a + b)
+        if op == "mul":
+            return _sat(rshift_round(a * b, 8))
+        return np.maximum(a, b)
+    if op == "exp":
+        return _exp(a)
+    if op == "recip":
+        return _recip(a)
+    if op == "rsqrt":
+        return _rsqrt(a)
+    return _pwl(op, a)
+
+
+def reduce(op: str, a) -> int:
+    """``sum`` (int32 wrapping, Q24.8 raw) or ``rmax`` (Q8.8 raw) of all elements of ``a``."""
+    if op not in REDUCTION_OPS:
+        raise ValueError(f"vector op {op!r}: reductions are {', '.join(REDUCTION_OPS)}")
+    a = _check_raw("a", a)
+    if op == "sum":
+        return int(np.int64(a.sum()).astype(np.uint32).astype(np.int32))
+    return int(a.max()) if a.size else Q_MIN
+
+
+def run_beats(ops: Sequence[str], a, b, last: Sequence[bool]) -> list[list[int]]:
+    """The RTL's output beats for input beats (``a``, ``b``: (beats, lanes) raw Q8.8; ``ops``
+    and ``last`` per beat). Elementwise beats give one output beat each; a reduction gives one
+    output beat (the result in every lane) at its beat with ``last`` set. A reduction run is the
+    reduction beats from one ``last`` (or the start) to the next, all of one op; elementwise beats
+    may be interleaved and do not touch it. A run mixing ``sum`` and ``rmax`` is a ValueError."""
+    a, b = _check_raw("a", a), _check_raw("b", b)
+    out, acc, run_op, i = [], [], None, 0
+    while i < len(ops):
+        op = ops[i]
+        if op in ELEMENTWISE_OPS:        # a run of one elementwise op: one vectorised call
+            j = i
+            while j < len(ops) and ops[j] == op:
+                j += 1
+            out += elementwise(op, a[i:j], b[i:j]).tolist()
+            i = j
+            continue
+        if op not in REDUCTION_OPS:
+            raise ValueError(f"vector beat {i}: op {op!r}; accepted: {', '.join(OPS)}")
+        if run_op not in (None, op):
+            raise ValueError(f"vector beat {i}: {op} inside a {run_op} run (end a reduction "
+                             "run with last before starting another)")
+        acc.append(a[i])
+        run_op = op
+        if last[i]:
+            out.append([reduce(op, np.concatenate(acc))] * a.shape[1])
+            acc, run_op = [], None
+        i += 1
+    return out
+
+
+def apply_float(op: str, x, y=None):
+    """Quantize float inputs to Q8.8, run ``op`` (elementwise or reduction), return floats."""
+    a = to_fixed(x)
+    if op in REDUCTION_OPS:
+        return from_fixed(reduce(op, a))
+    return from_fixed(elementwise(op, a, None if y is None else to_fixed(y)))
+
+
+def error_bound(op: str, x: np.ndarray) -> np.ndarray:
+    """The documented bound on |hardware - exact| for unary ``op`` at exact inputs ``x`` (floats
+    representable in Q8.8), against the exact value clipped to the Q8.8 range."""
+    x = np.asarray(x, np.float64)
+    lsb_half = 2.0 ** -9
+    h = 1.0 / (1 << SEG_BITS)
+    if op == "exp":
+        eps = 2.0 ** -16 + 2.0 ** -15 + h * h / 8 * 2 * math.log(2) ** 2
+        return np.exp(np.minimum(x, 5.0)) * ((1 + eps) * 2.0 ** (np.abs(x) * 2.0 ** -15) - 1) \
+            + lsb_half
+    if op == "recip":
+        with np.errstate(divide="ignore"):
+            return np.abs(1.0 / x) * (2.0 ** -15 + 2.0 ** -14 + h * h / 4) + lsb_half
+    if op == "rsqrt":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return x ** -0.5 * (2.0 ** -15 + 2.0 ** -14 + h * h / 8 * 0.75 * 2) + lsb_half
+    if op in ("silu", "softplus"):
+        f2 = 0.5 if op == "silu" else 0.25
+        return np.full(x.shape, (1 / 8) ** 2 / 8 * f2 + 2 * lsb_half + 2.0 ** -18)
+    raise ValueError(f"error_bound: unary ops are {', '.join(UNARY_OPS)}")
