@@ -26,20 +26,21 @@ and scales for weights) and the ArchSpec is the one built for ``fmt``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Hashable
 
 import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.ir import Graph, Op
 from tilewright.compiler.layout import DoesNotFit
-from tilewright.compiler.mapper import GemmOp, MapperResult, map_gemm
+from tilewright.compiler.mapper import (GemmOp, MapperResult, map_gemm, map_gemms,
+                                        mapper_arch_key)
 from tilewright.compiler.operand_formats import OperandQuantizer, accumulator_of, arch_for_format
 from tilewright.compiler.program import (VECTOR_OPS, AttentionTask, BgemmTask, GroupedGemmTask,
                                          Program, QuantizeTask, ScanTask, TensorInfo, VectorTask)
 from tilewright.compiler.tiling import plan_attention_blocks, plan_scan_chunks
 
-__all__ = ["lower_graph", "ELEM_BYTES", "LoweringError", "map_gemm_cached"]
+__all__ = ["lower_graph", "ELEM_BYTES", "LoweringError", "map_gemm_cached", "map_gemms_cached"]
 
 #: operand element bytes per format name (MX formats: 8-bit elements; their 1-byte scale per
 #: 32 elements is not counted here)
@@ -57,17 +58,20 @@ _MAP_CACHE: dict[tuple, MapperResult] = {}
 
 
 def map_gemm_cached(arch: ArchSpec, m: int, k: int, n: int, *, batch: int = 1,
-                    elem_bytes: int = 4, arch_key: str | None = None,
+                    elem_bytes: int = 4, arch_key: Hashable | None = None,
                     name: str = "gemm") -> MapperResult:
     """:func:`~.mapper.map_gemm` of ``batch`` x M x K x N with ``elem_bytes`` operands and fp32
-    results on ``arch`` (its own dataflow, double buffered, K split allowed), memoized by shape
-    and ArchSpec content (bounded cache). Raises :class:`DoesNotFit` if no tiling fits."""
-    key = (arch_key or arch.content_hash(), m, k, n, batch, elem_bytes)
+    results on ``arch`` (its own dataflow, double buffered, K split allowed; ``prune=True``: the
+    same best mapping and cost, its ``space`` holding only the tilings that could be best),
+    memoized by shape and the ArchSpec facts the mapper reads (``arch_key``: default
+    :func:`~.mapper.mapper_arch_key`; ``arch.content_hash()`` is a finer key; bounded cache).
+    Raises :class:`DoesNotFit` if no tiling fits."""
+    key = (arch_key or mapper_arch_key(arch), m, k, n, batch, elem_bytes)
     hit = _MAP_CACHE.get(key)
     if hit is None:
         try:
             hit = map_gemm(GemmOp(name, m, k, n, batch=batch, elem_bytes=elem_bytes, out_bytes=4),
-                           arch)
+                           arch, prune=True)
         except ValueError as exc:
             raise DoesNotFit(str(exc)) from None
         if len(_MAP_CACHE) > 4096:
@@ -76,9 +80,47 @@ def map_gemm_cached(arch: ArchSpec, m: int, k: int, n: int, *, batch: int = 1,
     return hit
 
 
+def map_gemms_cached(arch: ArchSpec, shapes: list[tuple[int, int, int, int]], *,
+                     elem_bytes: int = 4, arch_key: Hashable | None = None) -> None:
+    """Fill :func:`map_gemm_cached`'s memo for every ``(m, k, n, batch)`` of ``shapes`` at once
+    (:func:`~.mapper.map_gemms`: one vectorized pass, the same results). Shapes where no tiling
+    fits are left out (:func:`map_gemm_cached` raises for them)."""
+    key = arch_key or mapper_arch_key(arch)
+    todo = list(dict.fromkeys(s for s in shapes if (key, *s, elem_bytes) not in _MAP_CACHE))
+    if not todo:
+        return
+    ops = [GemmOp("gemm", m, k, n, batch=b, elem_bytes=elem_bytes, out_bytes=4)
+           for m, k, n, b in todo]
+    if len(_MAP_CACHE) + len(todo) > 4096:
+        _MAP_CACHE.clear()
+    for s, res in zip(todo, map_gemms(ops, arch)):
+        if res is not None:
+            _MAP_CACHE[(key, *s, elem_bytes)] = res
+
+
+def _gemm_shape(g: Graph, op: Op) -> tuple[int, int, int, int] | None:
+    """``(m, k, n, batch)`` of the ``bgemm`` a linear or matmul op lowers to, else None."""
+    if op.kind not in ("linear", "matmul"):
+        return None
+    shape = {x: g.tensors[x].shape for x in op.inputs + op.outputs}
+    if op.kind == "linear":
+        x, w = op.inputs[:2]
+        n, k = shape[w]
+        return int(np.prod(shape[x][:-1], dtype=np.int64)), int(k), int(n), 1
+    if op.kind == "matmul":
+        a, w = op.inputs
+        (m, k), n = shape[a][-2:], shape[w][-1]
+        if len(shape[w]) == 2:
+            return int(np.prod(shape[a][:-1], dtype=np.int64)), int(k), int(n), 1
+        batch = tuple(shape[op.outputs[0]][:-2])
+        return int(m), int(k), int(n), int(np.prod(batch, dtype=np.int64)) if batch else 1
+    return None
+
+
 class _Builder:
-    def __init__(self, graph: Graph, fmt: str, granularity: str) -> None:
+    def __init__(self, graph: Graph, fmt: str, granularity: str, arch_key: Hashable) -> None:
         self.graph = graph
+        self.arch_key = arch_key
         self.tensors: dict[str, TensorInfo] = {}
         self.tasks: list[Any] = []
         self.made_by: dict[str, str] = {}
@@ -127,9 +169,10 @@ class _Builder:
 
 
 def _gemm_fields(arch: ArchSpec, m: int, k: int, n: int, fmt: str, batch: int = 1,
-                 name: str = "gemm") -> dict[str, Any]:
+                 name: str = "gemm", arch_key: Hashable | None = None) -> dict[str, Any]:
     """Mapping (:func:`map_gemm_cached`) and arithmetic fields of one GEMM-like task."""
-    res = map_gemm_cached(arch, m, k, n, batch=batch, elem_bytes=ELEM_BYTES[fmt], name=name)
+    res = map_gemm_cached(arch, m, k, n, batch=batch, elem_bytes=ELEM_BYTES[fmt], name=name,
+                          arch_key=arch_key)
     mp = res.mapping
     return {"tile_m": mp.m_t, "tile_n": mp.n_t, "tile_k": mp.k_t, "order": mp.order,
             "dataflow": mp.dataflow, **_arith(arch, fmt)}
@@ -145,14 +188,13 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
     if op.kind == "linear":
         x, w = op.inputs[:2]
         out = op.outputs[0]
-        n, k = shape[w]
-        m = int(np.prod(shape[x][:-1], dtype=np.int64))
+        m, k, n, _ = _gemm_shape(g, op)
         post = len(op.inputs) > 2 or op.attrs.get("relu", False)
         mm = b.new(f"{out}.mm", shape[out], "fp32") if post else out
         (xa, sa), (wb, sb) = b.act(x, -1, src), b.weight(w, 1)
         b.add(BgemmTask, (mm,), tuple(v for v in (xa, wb, sa, sb) if v), name=f"{name}.gemm",
               a=xa, b=wb, a_scale=sa, b_scale=sb, out=mm, m=m, k=k, n=n, transpose_b=True,
-              source=src, **_gemm_fields(arch, m, k, n, fmt, name=name))
+              source=src, **_gemm_fields(arch, m, k, n, fmt, name=name, arch_key=b.arch_key))
         if len(op.inputs) > 2:
             biased = b.new(f"{out}.bias", shape[out], "fp32") if op.attrs.get("relu") else out
             b.add(VectorTask, (biased,), (mm, op.inputs[2]), name=f"{name}.bias", op="add",
@@ -165,16 +207,12 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
     if op.kind == "matmul":
         a, w = op.inputs
         out = op.outputs[0]
-        (m, k), n = shape[a][-2:], shape[w][-1]
-        if len(shape[w]) == 2:
-            batch, m = (), int(np.prod(shape[a][:-1], dtype=np.int64))
-        else:
-            batch = tuple(shape[out][:-2])
+        m, k, n, nb = _gemm_shape(g, op)
+        batch = () if len(shape[w]) == 2 else tuple(shape[out][:-2])
         (xa, sa), (wb, sb) = b.act(a, -1, src), b.act(w, -2, src)
-        nb = int(np.prod(batch, dtype=np.int64)) if batch else 1
         b.add(BgemmTask, (out,), tuple(v for v in (xa, wb, sa, sb) if v), name=name, a=xa, b=wb,
               a_scale=sa, b_scale=sb, out=out, batch=batch, m=m, k=k, n=n, source=src,
-              **_gemm_fields(arch, m, k, n, fmt, batch=nb, name=name))
+              **_gemm_fields(arch, m, k, n, fmt, batch=nb, name=name, arch_key=b.arch_key))
         return
     if op.kind == "attention":
         q, k, v = op.inputs
@@ -243,7 +281,9 @@ def lower_graph(graph: Graph, arch: ArchSpec, *, fmt: str = "fp32", granularity:
     if fmt not in ELEM_BYTES:
         raise ValueError(f"format {fmt!r}: known formats are {', '.join(ELEM_BYTES)}")
     arch = arch_for_format(arch, fmt)
-    b = _Builder(graph, fmt, granularity)
+    b = _Builder(graph, fmt, granularity, mapper_arch_key(arch))
+    shapes = [sh for sh in (_gemm_shape(graph, op) for op in graph.ops) if sh is not None]
+    map_gemms_cached(arch, shapes, elem_bytes=ELEM_BYTES[fmt], arch_key=b.arch_key)
     for x in graph.inputs:
         b.info(x)
     for op in graph.ops:

@@ -3,8 +3,10 @@
 Every task gets a cost; none is free (DESIGN.md, "never cost an op as zero"). Conventions:
 
 * **Mapped GEMMs** (``bgemm``, and each expert of ``grouped_gemm``) are costed by the analytical
-  mapper (:func:`tilewright.compiler.mapper.cost_of` on the mapping recorded in the task; for
-  experts :func:`tilewright.compiler.lower.map_gemm_cached` per distinct row count): ``cycles`` =
+  mapper (:func:`tilewright.compiler.mapper.cost_of` on the mapping recorded in the task — taken
+  from the lowering's memoized :func:`tilewright.compiler.lower.map_gemm_cached` result when the
+  recorded mapping is the mapper's own choice, the same evaluation; for experts
+  :func:`~tilewright.compiler.lower.map_gemm_cached` per distinct row count): ``cycles`` =
   core cycles (RTL-exact closed form summed over the tile commands), ``time_cycles`` = the
   mapper's double-buffered pipeline time (compute overlapped with DMA, latency included; never
   less than ``cycles`` or ``mem_cycles``), ``bytes`` = the mapping's DRAM bytes (operand re-fetches
@@ -37,25 +39,29 @@ Every task gets a cost; none is free (DESIGN.md, "never cost an op as zero"). Co
   task is ``compute``-bound if ``cycles >= mem_cycles`` else ``memory``-bound, and takes
   ``max(cycles, mem_cycles)``. ``intensity`` = (2 * MACs + vector element operations) / bytes
   (ops per byte). Totals add tasks' times (no overlap between tasks).
+
+:func:`report_columns` computes every number once (numpy columns); :func:`program_report` frames
+them, :func:`report_totals` / :func:`program_totals` sum them (the latter without a DataFrame).
 """
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import Any, Hashable
 
 import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.lower import ELEM_BYTES
-from tilewright.compiler.mapper import GemmOp, Mapping, MappingCost, cost_of
+from tilewright.compiler.mapper import GemmOp, Mapping, MappingCost, cost_of, mapper_arch_key
 from tilewright.compiler.program import (BINARY_OPS, FORMAT_DTYPES, AttentionTask, BgemmTask,
                                          GemmTask, GroupedGemmTask, Program, QuantizeTask,
                                          ScanTask, VectorTask, task_inputs)
 
-__all__ = ["program_report", "report_totals", "task_cost", "vector_lanes", "vector_passes",
+__all__ = ["program_report", "program_totals", "report_columns", "report_totals", "task_cost",
+           "vector_lanes", "vector_passes",
            "VECTOR_PASSES", "TRANSCENDENTAL_PASSES", "QUANTIZE_PASSES",
            "ATTENTION_VECTOR_PASSES", "SCAN_PASSES", "COLUMNS"]
 
@@ -133,12 +139,24 @@ def _nbytes(prog: Program, name: str) -> int:
     return math.prod(info.shape) * _itemsize(info.format)
 
 
-@lru_cache(maxsize=8192)
-def _cost_of_cached(m: int, k: int, n: int, batch: int, elem_bytes: int, arch: ArchSpec,
-                    mapping: Mapping) -> MappingCost:
-    """The mapper's cost of one mapping; GEMMs of equal shape in a layer are costed once."""
-    return cost_of(GemmOp("", m, k, n, batch=batch, elem_bytes=elem_bytes, out_bytes=4), arch,
-                   mapping)
+def _bgemm_cost(task: BgemmTask, arch: ArchSpec, arch_key: Hashable) -> MappingCost:
+    """The mapper's cost of the mapping recorded on ``task``. When that mapping is the mapper's
+    own choice for the task's shape on ``arch`` (the lowering's, memoized by
+    :func:`~tilewright.compiler.lower.map_gemm_cached`) its cost is taken from there — the same
+    evaluation as :func:`~tilewright.compiler.mapper.cost_of`, which costs any other mapping."""
+    from tilewright.compiler.lower import map_gemm_cached  # noqa: PLC0415
+
+    eb = ELEM_BYTES[task.format]
+    mapping = Mapping(task.tile_m, task.tile_k, task.tile_n, task.order, task.dataflow)
+    try:
+        res = map_gemm_cached(arch, task.m, task.k, task.n, batch=task.batch_size, elem_bytes=eb,
+                              arch_key=arch_key, name=task.name)
+    except ValueError:
+        res = None
+    if res is not None and res.mapping == mapping:
+        return res.cost
+    return cost_of(GemmOp(task.name, task.m, task.k, task.n, batch=task.batch_size,
+                          elem_bytes=eb, out_bytes=4), arch, mapping)
 
 
 def _vector_cost(task: VectorTask, prog: Program, lanes: int, passes_of: dict[str, int]
@@ -153,6 +171,10 @@ def _vector_cost(task: VectorTask, prog: Program, lanes: int, passes_of: dict[st
         passes = max(1, math.ceil(math.log2(max(out, 2))))
     else:
         passes = passes_of.get(task.op, 1)
+    if task.op == "take_rows" and task.attrs.get("lookup") == "embedding":
+        # a table lookup moves only the rows it selects (and reads the ids), not the table;
+        # the gathered rows are what it writes: bytes = n·D·elem + n·id bytes
+        return max(1, -(-out // lanes)), out, _nbytes(prog, task.out) + _nbytes(prog, task.inputs[1])
     cycles = max(1, passes * -(-elements // lanes))
     bytes_ = sum(_nbytes(prog, x) for x in task.inputs) + _nbytes(prog, task.out)
     return cycles, passes * elements, bytes_
@@ -177,8 +199,11 @@ def _mapped(row: dict[str, Any], costs: list[MappingCost]) -> None:
     row["mapper_bound"] = "compute" if core >= dma else "memory"
 
 
-def task_cost(task: Any, prog: Program, arch: ArchSpec) -> dict[str, Any]:
-    """Cost facts of one task (keys of :data:`COLUMNS` except the roofline ones)."""
+def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | None = None
+              ) -> dict[str, Any]:
+    """Cost facts of one task (keys of :data:`COLUMNS` except the roofline ones).
+    ``arch_key``: :func:`~tilewright.compiler.mapper.mapper_arch_key` of ``arch`` if the caller
+    has it (saves recomputing it per task)."""
     from tilewright.compiler.lower import map_gemm_cached  # noqa: PLC0415
 
     lanes = vector_lanes(arch)
@@ -194,15 +219,13 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec) -> dict[str, Any]:
     elif isinstance(task, BgemmTask):
         eb = ELEM_BYTES[task.format]
         tm, tn, tk = task.tile_m, task.tile_n, task.tile_k
-        mapping = Mapping(tm, tk, tn, task.order, task.dataflow)
-        _mapped(row, [_cost_of_cached(task.m, task.k, task.n, task.batch_size, eb, arch,
-                                      mapping)])
+        _mapped(row, [_bgemm_cost(task, arch, arch_key or mapper_arch_key(arch))])
         row["macs"] = task.macs
         row["buffer_bytes"] = eb * (tm * tk + tk * tn) + 4 * tm * tn
         row["mapping"] = f"{tm}x{tk}x{tn} {task.order} {task.dataflow}"
     elif isinstance(task, GroupedGemmTask):
         eb = ELEM_BYTES[task.format]
-        key = arch.content_hash()
+        key = arch_key or mapper_arch_key(arch)
         costs, buf = [], 0
         for c in _counts_for(task):
             if c:
@@ -251,38 +274,77 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec) -> dict[str, Any]:
     return row
 
 
+_MAPPER_EXTRA = ["mapper_cycles", "mapper_bound"]
+_ROW_COLUMNS = [c for c in COLUMNS if c not in ("mem_cycles", "intensity", "bound", "time_cycles",
+                                                 "utilization")] + _MAPPER_EXTRA
+
+
+def report_columns(program: Program, arch: ArchSpec) -> dict[str, np.ndarray]:
+    """The per-task columns of :func:`program_report` (:data:`COLUMNS` plus ``mapper_cycles``,
+    float with NaN where a task is not mapped), as numpy arrays in task order. The one place
+    the report's numbers are computed: :func:`program_report` frames them and
+    :func:`program_totals` sums them."""
+    key = mapper_arch_key(arch)
+    rows = [task_cost(t, program, arch, arch_key=key) for t in program.tasks]
+    cols: dict[str, np.ndarray] = {}
+    for c in _ROW_COLUMNS:
+        vals = [r.get(c) for r in rows]
+        if c == "mapper_cycles":
+            cols[c] = np.array([np.nan if v is None else v for v in vals], np.float64)
+        elif c in ("task", "kind", "op", "source", "format", "mapping", "mapper_bound"):
+            cols[c] = np.array(vals, object)
+        else:
+            cols[c] = np.array(vals, np.int64) if vals else np.zeros(0, np.int64)
+    bytes_per_cycle = arch.offchip.bandwidth_gbps * 1e9 / (arch.clock_mhz * 1e6)
+    cols["mem_cycles"] = np.ceil(cols["bytes"] / bytes_per_cycle).astype(np.int64)
+    ops = 2 * cols["macs"] + cols["vector_ops"]
+    cols["intensity"] = ops / np.maximum(cols["bytes"], 1)
+    mapped = ~np.isnan(cols["mapper_cycles"])
+    cols["bound"] = np.where(mapped, cols["mapper_bound"],
+                             np.where(cols["cycles"] >= cols["mem_cycles"], "compute", "memory")
+                             ).astype(object)
+    cols["time_cycles"] = np.maximum(np.maximum(cols["cycles"], cols["mem_cycles"]),
+                                     np.nan_to_num(cols["mapper_cycles"]).astype(np.int64))
+    cols["utilization"] = cols["macs"] / (cols["cycles"] * arch.tensor_engine.macs_per_cycle)
+    return cols
+
+
+def _report_attrs(arch: ArchSpec) -> dict[str, Any]:
+    return {"convention": "tilewright", "vector_lanes": vector_lanes(arch),
+            "vector_lanes_source": "arch.vector_unit" if arch.vector_unit else
+            "assumed = tensor_engine.cols",
+            "transcendental_passes": vector_passes(arch)["exp"],
+            "bytes_per_cycle": arch.offchip.bandwidth_gbps * 1e9 / (arch.clock_mhz * 1e6),
+            "clock_mhz": arch.clock_mhz, "arch": arch.name}
+
+
 def program_report(program: Program, arch: ArchSpec) -> pd.DataFrame:
     """One row per task (columns :data:`COLUMNS`); ``df.attrs`` holds the conventions used."""
-    rows = [task_cost(t, program, arch) for t in program.tasks]
-    extra = ["mapper_cycles", "mapper_bound"]
-    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in
-                                     ("mem_cycles", "intensity", "bound", "time_cycles",
-                                      "utilization")] + extra)
-    bytes_per_cycle = arch.offchip.bandwidth_gbps * 1e9 / (arch.clock_mhz * 1e6)
-    df["mem_cycles"] = np.ceil(df["bytes"] / bytes_per_cycle).astype(np.int64)
-    ops = 2 * df["macs"] + df["vector_ops"]
-    df["intensity"] = ops / df["bytes"].clip(lower=1)
-    mapped = df["mapper_cycles"].notna()
-    df["bound"] = np.where(mapped, df["mapper_bound"],
-                           np.where(df["cycles"] >= df["mem_cycles"], "compute", "memory"))
-    df["time_cycles"] = np.maximum(np.maximum(df["cycles"], df["mem_cycles"]),
-                                   df["mapper_cycles"].fillna(0).astype(np.int64))
-    df["utilization"] = df["macs"] / (df["cycles"] * arch.tensor_engine.macs_per_cycle)
-    df.attrs.update({"convention": "tilewright", "vector_lanes": vector_lanes(arch),
-                     "vector_lanes_source": "arch.vector_unit" if arch.vector_unit else
-                     "assumed = tensor_engine.cols",
-                     "transcendental_passes": vector_passes(arch)["exp"],
-                     "bytes_per_cycle": bytes_per_cycle, "clock_mhz": arch.clock_mhz,
-                     "arch": arch.name})
-    return df[COLUMNS]
+    cols = report_columns(program, arch)
+    df = pd.DataFrame({c: cols[c] for c in COLUMNS})
+    df.attrs.update(_report_attrs(arch))
+    return df
+
+
+def _totals(cols: Any, clock_mhz: float, layers: int) -> dict[str, Any]:
+    """Totals of per-task columns (a DataFrame or :func:`report_columns`' arrays)."""
+    n = len(cols["time_cycles"])
+    total = int(np.sum(cols["time_cycles"])) * layers
+    return {"total_cycles": total, "compute_cycles": int(np.sum(cols["cycles"])) * layers,
+            "mem_cycles": int(np.sum(cols["mem_cycles"])) * layers,
+            "macs": int(np.sum(cols["macs"])) * layers,
+            "bytes": int(np.sum(cols["bytes"])) * layers,
+            "vector_ops": int(np.sum(cols["vector_ops"])) * layers,
+            "time_us": total / clock_mhz, "layers": layers, "tasks": int(n),
+            "max_buffer_bytes": int(np.max(cols["buffer_bytes"])) if n else 0}
 
 
 def report_totals(df: pd.DataFrame, *, layers: int = 1) -> dict[str, Any]:
     """Totals of a per-op report; ``layers`` multiplies a one-layer report (identical layers)."""
-    clock = df.attrs.get("clock_mhz", 1.0)
-    total = int(df["time_cycles"].sum()) * layers
-    return {"total_cycles": total, "compute_cycles": int(df["cycles"].sum()) * layers,
-            "mem_cycles": int(df["mem_cycles"].sum()) * layers,
-            "macs": int(df["macs"].sum()) * layers, "bytes": int(df["bytes"].sum()) * layers,
-            "time_us": total / clock, "layers": layers, "tasks": int(len(df)),
-            "max_buffer_bytes": int(df["buffer_bytes"].max()) if len(df) else 0}
+    return _totals(df, df.attrs.get("clock_mhz", 1.0), layers)
+
+
+def program_totals(program: Program, arch: ArchSpec, *, layers: int = 1) -> dict[str, Any]:
+    """``report_totals(program_report(program, arch), layers=layers)`` without building the
+    DataFrame (the sweep's fast path): the same columns (:func:`report_columns`), summed."""
+    return _totals(report_columns(program, arch), arch.clock_mhz, layers)

@@ -7,7 +7,6 @@ block counts computed here from the config, torch's ``counts`` output for the ex
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -168,20 +167,14 @@ def test_attention_buffer_constant_from_128_to_32k():
     assert len(set(sizes)) == 1, sizes
 
 
-def test_analytical_llama3_8b_layer_under_2s_and_70b_all_layers_under_30s():
+def test_analytical_llama3_70b_all_layers_are_80_times_one_layer():
+    """Shape-only compile of the real-size models (speed: benchmarks/compile_speed.py)."""
     arch = load_arch("ws16x16")
-    compile_llm("tiny-llama", arch, seq=4, execute=False)            # warm torch.export up
-    t0 = time.perf_counter()
     res = compile_llm("llama3-8b", arch, seq=2048)
-    t8 = time.perf_counter() - t0
     assert res.totals()["total_cycles"] > 0
-    t0 = time.perf_counter()
     big = compile_llm("llama3-70b", arch, seq=2048)
     total = big.totals(all_layers=True)
-    t70 = time.perf_counter() - t0
     assert total["layers"] == 80 and total["total_cycles"] == 80 * big.totals()["total_cycles"]
-    assert t8 < 2.0, t8
-    assert t70 < 30.0, t70
 
 
 def test_program_save_load_round_trip(compiled, tmp_path):

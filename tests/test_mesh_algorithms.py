@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import numpy as np
 import pytest
@@ -190,13 +189,11 @@ def test_dead_link_drops_its_row_and_costs_extra_hops():
 
 # ---- WSE-2 scale ------------------------------------------------------------------------------
 
-def test_wse2_meshgemv_16k_fast_and_near_paper():
+def test_wse2_meshgemv_16k_near_paper():
+    """The full 750x994 mesh (wall time: benchmarks/mesh_vs_waferllm.py)."""
     arch = load_arch("wse2")
-    t0 = time.perf_counter()
     rep = mesh_gemv(arch, 16384, 16384, broadcast_x=False)
-    wall = time.perf_counter() - t0
     assert rep.cores_used == 750 * 994
-    assert wall < 10.0
     assert 1.2 / 2 <= rep.us <= 1.2 * 2          # WaferLLM: 1.2 us
 
 
