@@ -25,11 +25,14 @@ def sweep(
                                       "(default: <file stem>.db next to the current folder)"),
     resume: bool = typer.Option(False, "--resume", help="continue a sweep stored in --db; "
                                 "points already stored are not evaluated again"),
-    executor: str = typer.Option("local", "--executor", help="local | dask"),
+    executor: str = typer.Option("local", "--executor", help="local | dask | ray"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1,
                                           help="worker processes (default: CPU count)"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="dask: address of a "
                                             "running scheduler (default: start a LocalCluster)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="ray: address of a "
+                                              "running Ray cluster, e.g. 10.0.0.1:6379 or auto "
+                                              "(default: start a local Ray)"),
     export: Optional[Path] = typer.Option(None, "--export", help="also write the results to "
                                           "this .csv or .parquet file"),
 ) -> None:
@@ -50,7 +53,7 @@ def sweep(
             prog.update(task, completed=done, total=total)
 
         res = run_sweep(spec, dbp, resume=resume, executor=executor, workers=workers,
-                        dask_address=scheduler, progress=cb)
+                        dask_address=scheduler, ray_address=ray_address, progress=cb)
     console.print(f"{res.evaluated} points evaluated, {res.reused} already stored, "
                   f"{res.invalid} invalid, in {res.seconds:.1f} s "
                   f"({res.points_per_s:.1f} points/s) -> {dbp}")
@@ -73,7 +76,8 @@ def report(
     out: Path = typer.Option(Path("sweep_report"), "-o", "--out", help="output folder"),
     sweep_name: Optional[str] = typer.Option(None, "--sweep", help="only this sweep of the db"),
 ) -> None:
-    """Write an HTML report with PNG Pareto fronts, a roofline view and energy breakdowns."""
+    """Write an HTML report with PNG Pareto fronts, a roofline view and energy breakdowns, and a
+    per-op breakdown and per-op roofline of the best Pareto points of LLM workloads."""
     from tilewright.sweep.report import write_report  # noqa: PLC0415
     page = write_report(db, out, sweep_name)
     console.print(f"wrote {page}")

@@ -1,5 +1,5 @@
 """Run a sweep: propose points (grid, random, Optuna TPE, NSGA-II), evaluate them on an executor
-(local process pool or Dask), commit each to the results store as it finishes, resume without
+(local process pool, Dask or Ray), commit each to the results store as it finishes, resume without
 re-evaluating anything stored.
 
 Resume: a point's key is ``<ArchSpec content hash>:<workloads+tech hash>``; keys already in the
@@ -26,12 +26,12 @@ import numpy as np
 from tilewright import __version__
 from tilewright.arch import ArchSpecError
 from tilewright.sweep.evaluate import evaluate_point
-from tilewright.sweep.spec import SweepError, SweepSpec
+from tilewright.sweep.spec import WORKLOAD_AXIS_PREFIXES, SweepError, SweepSpec
 from tilewright.sweep.store import ResultsStore
 
 __all__ = ["run_sweep", "SweepResult", "random_points", "EXECUTORS"]
 
-EXECUTORS = ("local", "dask")
+EXECUTORS = ("local", "dask", "ray")
 Progress = Callable[[int, int], None]
 
 
@@ -75,21 +75,67 @@ def random_points(spec: SweepSpec, n: int, seed: int) -> list[dict[str, Any]]:
 
 
 # ---- executors ---------------------------------------------------------------------------------
+def _evaluate_batch(batch: list[tuple]) -> list[dict[str, Any]]:
+    """:func:`evaluate_point` of every argument tuple of ``batch`` (one pool task)."""
+    return [evaluate_point(*args) for args in batch]
+
+
+class _BatchItem:
+    """One point of a batch sent to the local pool: ``done()`` and ``result()`` like a future."""
+
+    def __init__(self) -> None:
+        self.fut: Any = None
+        self.index = 0
+
+    def done(self) -> bool:
+        return self.fut is not None and self.fut.done()
+
+    def result(self) -> dict[str, Any]:
+        return self.fut.result()[self.index]
+
+
 class _Local:
-    def __init__(self, workers: int) -> None:
+    """Process pool (fork: workers inherit the LLM graphs built by the driver). Points are sent
+    in batches of ``batch`` (one pool task each, cutting inter-process traffic per point); a
+    partial batch is sent as soon as the driver waits for results."""
+
+    def __init__(self, workers: int, batch: int = 1) -> None:
         import multiprocessing as mp  # noqa: PLC0415
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"))
         self.workers = workers
+        self.batch = max(1, int(batch))
+        self._pending: list[tuple[_BatchItem, tuple]] = []
 
-    def submit(self, *args: Any):
-        return self.pool.submit(evaluate_point, *args)
+    def submit(self, *args: Any) -> _BatchItem:
+        item = _BatchItem()
+        self._pending.append((item, args))
+        if len(self._pending) >= self.batch:
+            self._flush()
+        return item
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        fut = self.pool.submit(_evaluate_batch, [args for _, args in self._pending])
+        for i, (item, _) in enumerate(self._pending):
+            item.fut, item.index = fut, i
+        self._pending = []
 
     def wait(self, futures):
-        done, _ = wait(futures, return_when=FIRST_COMPLETED)
-        return done
+        self._flush()
+        by_fut: dict[Any, list[_BatchItem]] = {}
+        for item in futures:
+            by_fut.setdefault(item.fut, []).append(item)
+        done, _ = wait(list(by_fut), return_when=FIRST_COMPLETED)
+        return [item for f in done for item in by_fut[f]]
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _local_batch(points: int, workers: int) -> int:
+    """Points per pool task: up to 16, keeping at least 16 tasks per worker (balance)."""
+    return max(1, min(16, points // (16 * workers)))
 
 
 class _Dask:
@@ -121,6 +167,57 @@ class _Dask:
             self.cluster.close()
 
 
+class _RayFuture:
+    """A Ray ObjectRef with the two methods the driver uses (``result``, ``done``)."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self) -> Any:
+        import ray  # noqa: PLC0415
+        return ray.get(self.ref)
+
+    def done(self) -> bool:
+        import ray  # noqa: PLC0415
+        ready, _ = ray.wait([self.ref], timeout=0)
+        return bool(ready)
+
+
+class _Ray:
+    """Ray tasks: ``ray.remote(evaluate_point)`` on a running Ray (``address``, or the one this
+    process already initialised) or on a local Ray started here with ``workers`` CPUs."""
+
+    def __init__(self, workers: int, address: str | None) -> None:
+        try:
+            import ray  # noqa: PLC0415
+        except ImportError:
+            raise SweepError("--executor ray needs `pip install ray`") from None
+        self.started = False
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers, include_dashboard=False, logging_level="WARNING",
+                         log_to_driver=False)
+            self.started = True
+        self.task = ray.remote(num_cpus=1)(evaluate_point)
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", workers)))
+
+    def submit(self, *args: Any) -> _RayFuture:
+        return _RayFuture(self.task.remote(*args))
+
+    def wait(self, futures):
+        import ray  # noqa: PLC0415
+        by_ref = {f.ref: f for f in futures}
+        ready, _ = ray.wait(list(by_ref), num_returns=1)
+        return [by_ref[r] for r in ready]
+
+    def close(self) -> None:
+        import ray  # noqa: PLC0415
+        if self.started:
+            ray.shutdown()
+
+
 # ---- helpers -------------------------------------------------------------------------------------
 def _invalid_key(params: dict[str, Any], wkey: str) -> str:
     text = json.dumps(params, sort_keys=True, default=str)
@@ -142,8 +239,11 @@ class _Driver:
     def __init__(self, spec: SweepSpec, store: ResultsStore, ex, run_id: int,
                  progress: Progress | None, total: int) -> None:
         self.spec, self.store, self.ex, self.run_id = spec, store, ex, run_id
+        # workloads and their hash depend on the point only through cluster./plan. axes
+        self.per_point = any(p.startswith(WORKLOAD_AXIS_PREFIXES) for a in spec.axes
+                             for p in a.paths)
         self.wkey = spec.workloads_key()
-        self.workloads = [w.model_dump(mode="json") for w in spec.workloads]
+        self.workloads = spec.workloads_for()
         # grid/random skip the workloads of points failing a static constraint; the Optuna
         # samplers evaluate every point (their constraint handling needs the objectives)
         self.static = [c.model_dump() for c in spec.static_constraints] \
@@ -164,20 +264,28 @@ class _Driver:
         try:
             arch = self.spec.arch_for(params)
         except ArchSpecError as exc:
-            key = _invalid_key(params, self.wkey)
+            key = _invalid_key(params, self._wkey(params))
             if key not in self.stored:
                 self.store.add({"key": key, "sweep": self.spec.name, "run_id": self.run_id,
-                                "trial": trial, "params": params, "workloads": self.workloads,
+                                "trial": trial, "params": params,
+                                "workloads": self._workloads(params),
                                 "tech": self.spec.tech, "status": "invalid", "error": str(exc),
                                 "feasible": 0, "metrics": {}, "tool_version": __version__,
                                 "wall_s": 0.0, "finished_at": time.time()})
                 self.stored.add(key)
                 self.res.invalid += 1
             return key, None
-        return f"{arch.content_hash()}:{self.wkey}", arch
+        return f"{arch.content_hash()}:{self._wkey(params)}", arch
+
+    def _wkey(self, params: dict[str, Any]) -> str:
+        return self.spec.workloads_key(params) if self.per_point else self.wkey
+
+    def _workloads(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return self.spec.workloads_for(params) if self.per_point else self.workloads
 
     def submit(self, key: str, arch, params: dict[str, Any], trial: int) -> None:
-        fut = self.ex.submit(arch.model_dump(mode="json", exclude_none=True), self.workloads,
+        fut = self.ex.submit(arch.model_dump(mode="json", exclude_none=True),
+                             self._workloads(params),
                              self.spec.tech, self.static)
         self.inflight[fut] = (key, arch.model_dump(mode="json", exclude_none=True), params,
                               arch.content_hash(), trial)
@@ -194,7 +302,7 @@ class _Driver:
             feas = _feasible(self.spec, r["metrics"], r["status"])
             self.store.add({"key": key, "sweep": self.spec.name, "run_id": self.run_id,
                             "trial": trial, "params": params, "arch_hash": ahash,
-                            "arch_json": arch_json, "workloads": self.workloads,
+                            "arch_json": arch_json, "workloads": self._workloads(params),
                             "tech": self.spec.tech, "status": r["status"], "error": r["error"],
                             "feasible": int(feas), "metrics": r["metrics"],
                             "per_workload": r["per_workload"], "tool_version": __version__,
@@ -208,7 +316,7 @@ class _Driver:
 
 
 def _run_list(d: _Driver, points: list[dict[str, Any]]) -> None:
-    limit = 2 * d.ex.workers
+    limit = 2 * d.ex.workers * getattr(d.ex, "batch", 1)      # points in flight
     seen: set[str] = set()
     for trial, params in enumerate(points):
         key, arch = d.prepare(params, trial)
@@ -344,17 +452,19 @@ def _run_optuna(d: _Driver, spec: SweepSpec) -> None:
 
 def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor: str = "local",
               workers: int | None = None, dask_address: str | None = None,
-              progress: Progress | None = None) -> SweepResult:
+              progress: Progress | None = None, ray_address: str | None = None) -> SweepResult:
     """Run ``spec``, committing every point to the SQLite ``db`` as it finishes.
 
     ``resume=False`` refuses a database that already holds points of this sweep (so a finished
     sweep is not silently mixed with a changed one); ``resume=True`` evaluates only what is not
     stored. ``executor``: ``local`` (process pool of ``workers``, default ``os.cpu_count()``) or
-    ``dask`` (``dask_address`` of a running scheduler, else a LocalCluster of ``workers``).
+    ``dask`` (``dask_address`` of a running scheduler, else a LocalCluster of ``workers``) or
+    ``ray`` (``ray_address`` of a running cluster, else the Ray this process already started,
+    else a local Ray of ``workers`` CPUs, shut down at the end). Whatever the executor, the
+    driver commits each point to SQLite as its result arrives.
     """
     if executor not in EXECUTORS:
-        raise SweepError(f"--executor {executor!r}: must be one of {', '.join(EXECUTORS)} "
-                         f"(ray is not supported yet)")
+        raise SweepError(f"--executor {executor!r}: must be one of {', '.join(EXECUTORS)}")
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise SweepError(f"--workers {workers}: must be >= 1")
@@ -377,9 +487,11 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
             # build the LLM graphs once here: forked workers inherit them (no per-worker rebuild)
             from tilewright.sweep.evaluate import _graph  # noqa: PLC0415
             for w in spec.workloads:
-                if w.model is not None:
+                if w.kind == "llm":
                     _graph(w.model, w.seq, w.batch, w.phase)
-        ex = _Local(workers) if executor == "local" else _Dask(workers, dask_address)
+        ex = _Local(workers, _local_batch(len(points), workers)) if executor == "local" \
+            else _Dask(workers, dask_address) \
+            if executor == "dask" else _Ray(workers, ray_address)
         d = _Driver(spec, store, ex, run_id, progress, total)
         try:
             if s.method in ("grid", "random"):

@@ -13,12 +13,28 @@ A sweep file (YAML)::
     workloads:
       - {model: llama3-8b, seq: 512, batch: 1, phase: prefill, format: fp32}
       - {gemm: [512, 4096, 4096], format: int8}                # M, K, N
+      - {mesh_gemv: [4096, 4096], format: bf16, algo: mesh}    # K, N on the base's mesh
+      - {mesh_gemm: [512, 512, 512], format: bf16, algo: summa}
+      - {cluster: h100-8x-nvlink, model: llama3-8b, mode: train,
+         plan: {tp: 2, dp: 4, micro_batches: 4, seq_len: 1024}}
     objectives: [latency, energy]  # or {metric: area_mm2, direction: minimize}
     constraints: ["area_mm2 <= 4", {metric: sram_kib, max: 512}]
     search: {method: grid}         # grid | random | tpe | nsga2 (trials, seed, population)
 
 Setting ``tensor_engine.input_format`` (alone or linked with ``weight_format``) also sets
 ``weight_format`` and the accumulator format the operand format requires, unless an axis sets them.
+
+Workload kinds (:attr:`Workload.kind`): ``llm`` (one or more layers of a model compiled for the
+chip), ``gemm`` (mapper's best mapping), ``mesh`` (``mesh_gemv``/``mesh_gemm`` on the ArchSpec's
+``mesh`` section, :mod:`tilewright.dataflow_sim.mesh`) and ``cluster`` (a SimPy training step or
+serving run of ``model`` on the cluster file ``cluster``, :mod:`tilewright.dataflow_sim.cluster`).
+Axes named ``cluster.<field path>`` set a field of every cluster workload's cluster description
+(e.g. ``cluster.nodes``, ``cluster.inter_node.link_gbps``) and ``plan.<field>`` a field of its
+parallelism plan (``TrainPlan``/``ServePlan``: ``plan.dp``, ``plan.tp``...); they can be linked
+with each other and with ArchSpec paths (``cluster.nodes,plan.dp: [1, 2, 4]``). A cluster workload
+with ``chip: sweep`` runs the design point's ArchSpec as the cluster's chip. A training plan's
+``dp: auto`` fills the cluster: dp = chips / (tp·pp·sp). A plan the cluster cannot run (TP not
+dividing the heads, not fitting in memory...) is stored as that point's error.
 
 Every error is a :class:`SweepError` with one line naming the file, the field, the value and what
 is accepted.
@@ -40,7 +56,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tilewright.arch import ArchSpec, ArchSpecError, load_arch
 
 __all__ = ["SweepSpec", "SweepError", "Axis", "Workload", "Objective", "Constraint", "SearchSpec",
-           "load_sweep", "METRICS", "OBJECTIVE_ALIASES", "set_path", "apply_point"]
+           "load_sweep", "METRICS", "OBJECTIVE_ALIASES", "set_path", "apply_point",
+           "WORKLOAD_AXIS_PREFIXES"]
+
+#: axis path prefixes that address cluster workloads instead of the ArchSpec
+WORKLOAD_AXIS_PREFIXES = ("cluster.", "plan.")
+#: Workload fields added after the first release: left out of a workload's hash when unset, so
+#: stored results of older sweeps keep their keys
+_NEW_WORKLOAD_FIELDS = ("mesh_gemv", "mesh_gemm", "algo", "cluster", "mode", "plan", "chip",
+                        "requests", "rate", "prompt_tokens", "output_tokens", "seed",
+                        "cost_source")
 
 
 class SweepError(ValueError):
@@ -63,6 +88,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "cycles": ("minimize", "clock cycles for all workloads"),
     "dram_bytes": ("minimize", "off-chip bytes"),
     "macs": ("maximize", "multiply-accumulates"),
+    "chips": ("minimize", "chips of the cluster workloads' clusters (largest)"),
+    "cluster_area_mm2": ("minimize", "chips x chip area of the largest cluster, mm^2 "
+                         "(ArchSpec chips only)"),
+    "ttft_p99_s": ("minimize", "serving: 99th-percentile time to first token, seconds"),
+    "tpot_p99_s": ("minimize", "serving: 99th-percentile time per output token, seconds"),
 }
 #: metrics known without evaluating a workload (constraints on them skip the evaluation)
 STATIC_METRICS = ("area_mm2", "sram_kib", "pes")
@@ -114,7 +144,9 @@ class Axis(_Model):
 
 
 class Workload(_Model):
-    """An LLM layer (``model``) or a plain GEMM (``gemm: [M, K, N]``)."""
+    """An LLM layer (``model``), a plain GEMM (``gemm: [M, K, N]``), a GEMV/GEMM on the mesh
+    (``mesh_gemv: [K, N]`` / ``mesh_gemm: [M, K, N]``) or a cluster run (``cluster`` + ``model``);
+    see the module doc."""
 
     model: str | None = Field(None, description="LLM config name (tilewright.models.llm_configs)")
     gemm: tuple[int, int, int] | None = Field(None, description="M, K, N of a plain GEMM")
@@ -125,13 +157,68 @@ class Workload(_Model):
     layers: int | Literal["all"] = Field(1, description="layers to cost: a count or 'all'")
     weight: float = Field(1.0, gt=0, description="multiplier of this workload's time and energy")
     name: str | None = None
+    # mesh workloads
+    mesh_gemv: tuple[int, int] | None = Field(None, description="K, N of [1,K]x[K,N] on the mesh")
+    mesh_gemm: tuple[int, int, int] | None = Field(None, description="M, K, N on the mesh")
+    algo: str | None = Field(None, description="mesh algorithm (gemv: mesh | allreduce; gemm: "
+                             "mesh | cannon | summa); default mesh")
+    # cluster workloads
+    cluster: str | None = Field(None, description="cluster preset or YAML path")
+    mode: Literal["train", "serve"] | None = Field(None, description="cluster: train (default) "
+                                                   "| serve")
+    plan: dict[str, Any] | None = Field(None, description="cluster: TrainPlan/ServePlan fields")
+    chip: Literal["cluster", "sweep"] | None = Field(
+        None, description="cluster: the cluster file's chip (default) or the sweep's ArchSpec")
+    requests: int | None = Field(None, ge=1, description="serve: Poisson requests (default 64)")
+    rate: float | None = Field(None, gt=0, description="serve: arrivals per second (default 10)")
+    prompt_tokens: int | tuple[int, int] | None = Field(None, description="serve: N or [LO, HI]")
+    output_tokens: int | tuple[int, int] | None = Field(None, description="serve: N or [LO, HI]")
+    seed: int | None = Field(None, description="serve: seed of the arrivals (default 0)")
+    cost_source: Literal["compiler", "table"] | None = Field(
+        None, description="cluster: per-chip compute source (default: the cluster model's)")
+
+    @property
+    def kind(self) -> str:
+        """``llm`` | ``gemm`` | ``mesh`` | ``cluster``."""
+        if self.cluster is not None:
+            return "cluster"
+        if self.mesh_gemv is not None or self.mesh_gemm is not None:
+            return "mesh"
+        return "gemm" if self.gemm is not None else "llm"
+
+    def plain(self) -> dict[str, Any]:
+        """JSON-able mapping (what workers receive and what the result key hashes)."""
+        d = self.model_dump(mode="json")
+        return {k: v for k, v in d.items() if not (k in _NEW_WORKLOAD_FIELDS and v is None)}
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Workload":
-        if (self.model is None) == (self.gemm is None):
-            raise ValueError("needs exactly one of `model: <config>` or `gemm: [M, K, N]`")
-        if self.gemm is not None and min(self.gemm) < 1:
-            raise ValueError(f"gemm = {list(self.gemm)}: M, K and N must be integers >= 1")
+        kinds = [k for k, v in (("gemm", self.gemm), ("mesh_gemv", self.mesh_gemv),
+                                ("mesh_gemm", self.mesh_gemm), ("cluster", self.cluster))
+                 if v is not None]
+        if len(kinds) > 1 or (not kinds and self.model is None) or \
+                (kinds and kinds[0] != "cluster" and self.model is not None):
+            raise ValueError("needs exactly one of `model: <config>`, `gemm: [M, K, N]`, "
+                             "`mesh_gemv: [K, N]`, `mesh_gemm: [M, K, N]` or `cluster: <file>` "
+                             "(with `model`)")
+        if kinds == ["cluster"] and self.model is None:
+            raise ValueError("a cluster workload needs `model: <config>` (the LLM it runs)")
+        cluster_only = ("mode", "plan", "chip", "requests", "rate", "prompt_tokens",
+                        "output_tokens", "seed", "cost_source")
+        for f in cluster_only:
+            if getattr(self, f) is not None and self.kind != "cluster":
+                raise ValueError(f"{f}: only a cluster workload (`cluster: <file>`) takes it")
+        if self.algo is not None:
+            from tilewright.dataflow_sim.mesh import GEMM_ALGOS, GEMV_ALGOS  # noqa: PLC0415
+            ok = GEMV_ALGOS if self.mesh_gemv is not None else \
+                GEMM_ALGOS if self.mesh_gemm is not None else ()
+            if self.algo not in ok:
+                raise ValueError(f"algo = {self.algo!r}: " + (f"must be one of {', '.join(ok)}"
+                                 if ok else "only mesh_gemv / mesh_gemm workloads take it"))
+        for f, dims in (("gemm", self.gemm), ("mesh_gemv", self.mesh_gemv),
+                        ("mesh_gemm", self.mesh_gemm)):
+            if dims is not None and min(dims) < 1:
+                raise ValueError(f"{f} = {list(dims)}: every dimension must be an integer >= 1")
         from tilewright.formats import FORMATS  # noqa: PLC0415
         if self.format not in FORMATS:
             raise ValueError(f"format = {self.format!r}: must be one of {sorted(FORMATS)}")
@@ -145,6 +232,13 @@ class Workload(_Model):
     def label(self) -> str:
         if self.name:
             return self.name
+        if self.kind == "cluster":
+            plan = " ".join(f"{k}={v}" for k, v in (self.plan or {}).items())
+            return f"{self.model} {self.mode or 'train'} on {self.cluster} {plan}".strip()
+        if self.kind == "mesh":
+            dims = self.mesh_gemv or self.mesh_gemm
+            op = "gemv" if self.mesh_gemv is not None else "gemm"
+            return f"mesh {op} {'x'.join(map(str, dims))} {self.format} {self.algo or 'mesh'}"
         if self.gemm is not None:
             b = f"{self.batch}x" if self.batch > 1 else ""
             return f"gemm {b}{'x'.join(map(str, self.gemm))} {self.format}"
@@ -152,7 +246,8 @@ class Workload(_Model):
 
     @property
     def tokens(self) -> int:
-        return self.batch * (self.seq if self.phase == "prefill" else 1) if self.model else 0
+        return self.batch * (self.seq if self.phase == "prefill" else 1) \
+            if self.kind == "llm" else 0
 
 
 class Objective(_Model):
@@ -212,11 +307,37 @@ class SweepSpec(_Model):
     def grid_size(self) -> int:
         return math.prod(len(a.grid()) for a in self.axes)
 
-    def workloads_key(self) -> str:
-        """Hash of the workload list and the technology table: with the ArchSpec hash it
-        identifies a stored result."""
-        text = json.dumps([w.model_dump(mode="json") for w in self.workloads] + [self.tech],
-                          sort_keys=True)
+    def workloads_for(self, point: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The workloads (plain mappings, what workers receive). A cluster workload's
+        ``cluster`` becomes the full cluster mapping (so a result's key follows the cluster
+        file's content, not its path) with the ``cluster.*`` axis values of ``point`` set, and
+        its ``plan`` gets the ``plan.*`` values."""
+        out = [w.plain() for w in self.workloads]
+        over = {path: v for name, v in (point or {}).items() for path in name.split(",")
+                if path.startswith(WORKLOAD_AXIS_PREFIXES)}
+        if not any("cluster" in w for w in out):
+            return out
+        from tilewright.dataflow_sim.cluster import load_cluster  # noqa: PLC0415
+        for w in out:
+            if "cluster" not in w:
+                continue
+            cl = load_cluster(w["cluster"]).model_dump(mode="json", exclude_none=True)
+            plan = dict(w.get("plan") or {})
+            for path, v in over.items():
+                head, rest = path.split(".", 1)
+                try:
+                    set_path(cl if head == "cluster" else plan, rest, v)
+                except (AttributeError, TypeError):
+                    raise SweepError(f"{self.source}: axes.{path}: cluster {w['cluster']!r} has "
+                                     f"no mapping there to set a field in (e.g. a preset name "
+                                     f"instead of an inline chip.arch)") from None
+            w["cluster"], w["plan"] = cl, plan
+        return out
+
+    def workloads_key(self, point: dict[str, Any] | None = None) -> str:
+        """Hash of the workload list (with ``point``'s cluster/plan axis values applied) and the
+        technology table: with the ArchSpec hash it identifies a stored result."""
+        text = json.dumps(self.workloads_for(point) + [self.tech], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def arch_for(self, point: dict[str, Any]) -> ArchSpec:
@@ -242,6 +363,8 @@ def apply_point(base: ArchSpec, point: dict[str, Any], source: str = "sweep") ->
     paths_set: set[str] = set()
     for name, value in point.items():
         for path in name.split(","):
+            if path.startswith(WORKLOAD_AXIS_PREFIXES):
+                continue                       # a cluster/plan axis (SweepSpec.workloads_for)
             set_path(data, path, value)
             paths_set.add(path)
     te = data.get("tensor_engine", {})
@@ -258,13 +381,19 @@ def apply_point(base: ArchSpec, point: dict[str, Any], source: str = "sweep") ->
 _CONSTRAINT_RE = re.compile(r"^\s*([\w/²]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 
 
-def _parse_axis(name: Any, spec: Any, base: ArchSpec) -> Axis:
+def _parse_axis(name: Any, spec: Any, base: ArchSpec,
+                modes: frozenset[str] | None = None) -> Axis:
+    """``modes``: the modes (train/serve) of the sweep's cluster workloads (None: there are
+    none, so cluster./plan. axes are refused)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"{name!r}: axis names are dotted ArchSpec paths, e.g. tensor_engine.rows")
     paths = tuple(p.strip() for p in name.split(","))
     dumped = base.model_dump(mode="json")
     for p in paths:
-        _check_path(p, dumped)
+        if p.startswith(WORKLOAD_AXIS_PREFIXES):
+            _check_workload_path(p, modes)
+        else:
+            _check_path(p, dumped)
     if isinstance(spec, (list, tuple)):
         if not spec:
             raise ValueError(f"{name} = []: needs at least one value")
@@ -275,7 +404,7 @@ def _parse_axis(name: Any, spec: Any, base: ArchSpec) -> Axis:
             raise ValueError(f"{name}.{sorted(extra)[0]} = (unknown key): accepted keys are "
                              f"values, low, high, step, log")
         if "values" in spec:
-            return _parse_axis(name, spec["values"], base)
+            return _parse_axis(name, spec["values"], base, modes)
         if "low" not in spec or "high" not in spec:
             raise ValueError(f"{name} = {spec!r}: a range needs `low` and `high` (or give `values`)")
         lo, hi = spec["low"], spec["high"]
@@ -314,6 +443,46 @@ def _check_path(path: str, dumped: dict[str, Any]) -> None:
                          f"({', '.join(model.model_fields)})")
 
 
+def _check_workload_path(path: str, modes: frozenset[str] | None) -> None:
+    """``cluster.<ClusterSpec field path>`` or ``plan.<TrainPlan/ServePlan field>``."""
+    import typing  # noqa: PLC0415
+
+    from tilewright.dataflow_sim.cluster import ClusterSpec, ServePlan, TrainPlan  # noqa: PLC0415
+    head, _, rest = path.partition(".")
+    if not modes:
+        raise ValueError(f"{path}: {head}.* axes need a cluster workload "
+                         f"(`cluster: <file>`, `model: <config>`) in workloads")
+    if not rest:
+        raise ValueError(f"{path}: name a field after `{head}.`")
+    if head == "plan":
+        plans = {"train": TrainPlan, "serve": ServePlan}
+        for mode in sorted(modes):
+            fields = plans[mode].model_fields
+            if rest not in fields:
+                raise ValueError(f"{path}: {rest!r} is not a field of the {mode} plan "
+                                 f"({plans[mode].__name__}: {', '.join(fields)})")
+        return
+    models: list[Any] = [ClusterSpec]
+    parts = rest.split(".")
+    for i, part in enumerate(parts):
+        fields = {k: f for m in models for k, f in getattr(m, "model_fields", {}).items()}
+        if not fields:
+            return                          # a free mapping (e.g. chip.arch): checked at run time
+        if part not in fields:
+            where = "cluster" + "".join(f".{x}" for x in parts[:i])
+            raise ValueError(f"{path}: {part!r} is not a field of {where} (fields: "
+                             f"{', '.join(fields)})")
+        ann = fields[part].annotation
+        args = typing.get_args(typing.get_args(ann)[0]) if typing.get_origin(ann) is \
+            typing.Annotated else typing.get_args(ann)
+        models = [a for a in (args or (ann,)) if hasattr(a, "model_fields") or a is dict
+                  or typing.get_origin(a) is dict]
+        models = [{} if (a is dict or typing.get_origin(a) is dict) else a for a in models]
+    if any(hasattr(m, "model_fields") for m in models):
+        names = {k for m in models for k in getattr(m, "model_fields", {})}
+        raise ValueError(f"{path}: is a section; name one of its fields ({', '.join(names)})")
+
+
 def _parse_objective(o: Any) -> Objective:
     if isinstance(o, str):
         m = _metric(o)
@@ -344,7 +513,7 @@ _TOP = ("name", "base", "tech", "axes", "workloads", "objectives", "constraints"
 
 
 def _err(source: str, field: str, text: str) -> SweepError:
-    sep = "" if text.startswith((" ", ":", "=", ".")) else ": "
+    sep = "" if text.startswith((" ", ":", "=", ".")) or field.endswith(".") else ": "
     return SweepError(f"{source}: {field}{sep}{text}".replace(": =", " =").replace(":  ", ": "))
 
 
@@ -381,17 +550,6 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
         tech = str(tp)
     except TechError as exc:
         raise SweepError(f"{source}: tech = {tech!r}: {exc}") from None
-    # axes
-    axes_in = data["axes"]
-    if not isinstance(axes_in, dict) or not axes_in:
-        raise SweepError(f"{source}: axes = {axes_in!r}: must be a non-empty mapping of dotted "
-                         f"ArchSpec paths to values or ranges")
-    axes = []
-    for name, spec in axes_in.items():
-        try:
-            axes.append(_parse_axis(name, spec, base))
-        except (ValueError, ValidationError) as exc:
-            raise _err(source, "axes.", str(exc).splitlines()[0]) from None
     # workloads
     wl_in = data["workloads"]
     if not isinstance(wl_in, list) or not wl_in:
@@ -414,6 +572,19 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
             acc = "accepted keys are " + ", ".join(Workload.model_fields) \
                 if e["type"] == "extra_forbidden" else e["msg"].lower()
             raise SweepError(f"{source}: workloads[{i}].{loc} = {shown}: {acc}") from None
+        workloads[-1] = _resolve_cluster(workloads[-1], f"{source}: workloads[{i}]", root)
+    # axes (after the workloads: cluster./plan. axes are checked against them)
+    modes = frozenset(w.mode or "train" for w in workloads if w.kind == "cluster") or None
+    axes_in = data["axes"]
+    if not isinstance(axes_in, dict) or not axes_in:
+        raise SweepError(f"{source}: axes = {axes_in!r}: must be a non-empty mapping of dotted "
+                         f"ArchSpec paths to values or ranges")
+    axes = []
+    for name, spec in axes_in.items():
+        try:
+            axes.append(_parse_axis(name, spec, base, modes))
+        except (ValueError, ValidationError) as exc:
+            raise _err(source, "axes.", str(exc).splitlines()[0]) from None
     # objectives / constraints
     objs_in = data["objectives"]
     objs_in = [objs_in] if isinstance(objs_in, (str, dict)) else objs_in
@@ -448,6 +619,8 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
     spec = SweepSpec(name=str(data.get("name", "sweep")), base=base, tech=tech, axes=tuple(axes),
                      workloads=tuple(workloads), objectives=objectives, constraints=constraints,
                      search=search, source=source)
+    if any(p.startswith(WORKLOAD_AXIS_PREFIXES) for a in axes for p in a.paths):
+        spec.workloads_for({a.name: a.values[0] if a.values else a.low for a in axes})
     if search.method == "grid":
         try:
             spec.grid_size()
@@ -457,6 +630,44 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
         raise SweepError(f"{source}: search.trials = (missing): is required for "
                          f"method {search.method!r}")
     return spec
+
+
+def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
+    """Check a cluster workload's file, model and plan now (one-line errors); make a relative
+    cluster path absolute so workers find it. Plans the cluster cannot run are run-time errors."""
+    if w.kind != "cluster":
+        return w
+    from pydantic import ValidationError as VErr  # noqa: PLC0415
+
+    from tilewright.dataflow_sim.cluster import (ClusterSpecError, ServePlan,  # noqa: PLC0415
+                                                 TrainPlan, load_cluster)
+    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415
+    path = w.cluster
+    if root is not None and (root / str(path)).exists():
+        path = str((root / str(path)).resolve())
+    try:
+        cl = load_cluster(path)
+    except ClusterSpecError as exc:
+        raise SweepError(f"{where}.cluster = {w.cluster!r}: {exc}") from None
+    if w.model not in LLM_CONFIGS:
+        raise SweepError(f"{where}.model = {w.model!r}: must be one of {sorted(LLM_CONFIGS)}")
+    plan_cls = ServePlan if w.mode == "serve" else TrainPlan
+    plan = dict(w.plan or {})
+    if plan_cls is TrainPlan and plan.get("dp") == "auto":
+        plan["dp"] = 1                          # resolved per point: chips / (tp·pp·sp)
+    try:
+        plan_cls.model_validate(plan)
+    except VErr as exc:
+        e = exc.errors(include_url=False)[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        shown = "(unknown key)" if e["type"] == "extra_forbidden" else repr(e.get("input"))
+        acc = f"accepted keys are {', '.join(plan_cls.model_fields)}" \
+            if e["type"] == "extra_forbidden" else e["msg"].lower()
+        raise SweepError(f"{where}.plan.{loc} = {shown}: {acc}") from None
+    if w.chip == "sweep" and cl.arch() is None:
+        raise SweepError(f"{where}.chip = 'sweep': cluster {w.cluster!r} has a GPU chip; "
+                         f"`chip: sweep` needs a cluster whose chip is `kind: arch`")
+    return w.model_copy(update={"cluster": path})
 
 
 def load_sweep(path: str | Path) -> SweepSpec:

@@ -156,6 +156,7 @@ class ResultsStore:
             return df
         params = pd.DataFrame([json.loads(p) for p in df["params"]]).add_prefix("p:")
         metrics = pd.DataFrame([json.loads(m) if m else {} for m in df["metrics"]])
+        metrics = metrics.apply(pd.to_numeric, errors="coerce")   # null (NaN) -> float column
         base = df[["id", "key", "sweep", "run_id", "trial", "arch_hash", "tech", "status", "error",
                    "feasible", "tool_version", "wall_s", "finished_at"]]
         out = pd.concat([base.reset_index(drop=True), params.reset_index(drop=True),
