@@ -1,0 +1,98 @@
+"""Timing contract of a GEMM on the tile-MAC tensor engines: closed forms, numpy-vectorized.
+
+The families (issue 4; RTL in :mod:`tilewright.rtl.adder_tree`, :mod:`tilewright.rtl.outer_product`
+and :mod:`tilewright.rtl.cube`) each compute a Tm x Tn block of partial sums over Tk reduction
+elements per beat (one beat per cycle):
+
+=================  =======================  ==================
+kind               parameters               (Tm, Tk, Tn)
+=================  =======================  ==================
+``adder_tree``     ``n``                    (1, n, 1)
+``outer_product``  ``rows``, ``cols``       (rows, 1, cols)
+``cube``           ``tm``, ``tk``, ``tn``   (tm, tk, tn)
+=================  =======================  ==================
+
+Convention ``tilewright`` (what the RTL does, checked exactly by ``tests/test_engines_rtl.py``):
+C = A·B with A M x K and B K x N, zero-padded to whole tiles, streamed back to back:
+
+* beats = ceil(M/Tm) · ceil(N/Tn) · ceil(K/Tk) (one per cycle, no gaps between output tiles: the
+  accumulator restarts on the ``first`` beat of the next tile in the same cycle);
+* latency = 2 + ceil(log2 Tk) cycles from the ``last`` beat of a tile to the tile on ``c_out``
+  (1 product register + ceil(log2 Tk) adder-tree levels + 1 accumulator/output register);
+* cycles = beats + latency, counted from the cycle of the first beat (cycle 0) to the cycle the
+  last tile is on ``c_out``, inclusive. Operand delivery (SRAM reads, DMA) is not included.
+
+Utilization = M·K·N / (cycles · Tm·Tk·Tn): the fraction of peak MACs doing useful work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+__all__ = ["ENGINE_PARAMS", "engine_tile_shape", "engine_latency_cycles", "engine_gemm_beats",
+           "engine_gemm_cycles", "engine_peak_macs_per_cycle", "engine_utilization"]
+
+#: kind -> its parameter names, in order
+ENGINE_PARAMS: dict[str, tuple[str, ...]] = {
+    "adder_tree": ("n",),
+    "outer_product": ("rows", "cols"),
+    "cube": ("tm", "tk", "tn"),
+}
+
+
+def engine_tile_shape(kind: str, params: Mapping[str, int]) -> tuple[int, int, int]:
+    """(Tm, Tk, Tn) elements per beat of engine ``kind`` with ``params`` (validated)."""
+    if kind not in ENGINE_PARAMS:
+        raise ValueError(f"engine kind {kind!r}: accepted: {', '.join(ENGINE_PARAMS)}")
+    names = ENGINE_PARAMS[kind]
+    if set(params) != set(names):
+        raise ValueError(f"engine {kind}: parameters {sorted(params)}: accepted exactly "
+                         f"{', '.join(names)}")
+    for name in names:
+        v = params[name]
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"engine {kind}: {name} = {v!r}: must be an int >= 1")
+    if kind == "adder_tree":
+        return 1, int(params["n"]), 1
+    if kind == "outer_product":
+        return int(params["rows"]), 1, int(params["cols"])
+    return int(params["tm"]), int(params["tk"]), int(params["tn"])
+
+
+def engine_latency_cycles(kind: str, params: Mapping[str, int]) -> int:
+    """Cycles from a tile's ``last`` beat to the tile on the output: 2 + ceil(log2 Tk)."""
+    tk = engine_tile_shape(kind, params)[1]
+    return 2 + int(np.ceil(np.log2(tk))) if tk > 1 else 2
+
+
+def engine_peak_macs_per_cycle(kind: str, params: Mapping[str, int]) -> int:
+    """Peak multiply-accumulates per cycle: Tm·Tk·Tn."""
+    tm, tk, tn = engine_tile_shape(kind, params)
+    return tm * tk * tn
+
+
+def _ceil_div(a, b):
+    return -(-np.asarray(a, np.int64) // b)
+
+
+def engine_gemm_beats(kind: str, params: Mapping[str, int], m, k, n) -> np.ndarray:
+    """Beats (= busy cycles) of an M x K x N GEMM: ceil(M/Tm)·ceil(N/Tn)·ceil(K/Tk); arrays ok."""
+    tm, tk, tn = engine_tile_shape(kind, params)
+    return _ceil_div(m, tm) * _ceil_div(n, tn) * _ceil_div(k, tk)
+
+
+def engine_gemm_cycles(kind: str, params: Mapping[str, int], m, k, n) -> np.ndarray:
+    """Cycles of an M x K x N GEMM, first beat to last output inclusive (module docstring)."""
+    for name, v in (("m", m), ("k", k), ("n", n)):
+        if np.any(np.asarray(v) < 1):
+            raise ValueError(f"engine GEMM: {name} = {v!r}: must be >= 1")
+    return engine_gemm_beats(kind, params, m, k, n) + engine_latency_cycles(kind, params)
+
+
+def engine_utilization(kind: str, params: Mapping[str, int], m, k, n) -> np.ndarray:
+    """Useful MACs / (cycles · peak MAC/cycle), in [0, 1]."""
+    macs = np.asarray(m, np.float64) * np.asarray(k, np.float64) * np.asarray(n, np.float64)
+    return macs / (engine_gemm_cycles(kind, params, m, k, n)
+                   * engine_peak_macs_per_cycle(kind, params))
