@@ -1,9 +1,12 @@
 """RTL mesh (Verilator) vs the mesh model: cycles per op and shape, and wall time as a ratio.
 
 Runs MeshGEMV and MeshGEMM shapes on configs/mesh4x4.yaml in the RTL (one simulator process per
-op, the build cached) and with the mesh model; prints model cycles, RTL cycles, whether the
-outputs are bit-exact vs numpy, and the wall time of the RTL run relative to the model's (the
-anchor, measured in the same run).
+op, the build cached) and with the mesh model, both from the same mesh Program
+(tilewright.compiler.mesh_ops); prints model cycles, RTL cycles, whether the outputs are
+bit-exact vs numpy, and the wall time of the RTL run relative to the model's (the anchor,
+measured in the same run). Then a MeshGEMV with a 1-level K-tree (streaming chain reductions)
+and phases whose messages contend for links (pure transfers): RTL cycles vs the model's
+contention rule (exact for the first two, an upper bound for the third).
 
     /work/venv/bin/python benchmarks/mesh_rtl_vs_model.py
 """
@@ -16,7 +19,9 @@ import numpy as np
 
 from tilewright.arch import load_arch
 from tilewright.cosim.mesh_build import build_mesh
-from tilewright.cosim.mesh_run import rtl_gemm, rtl_gemv
+from tilewright.compiler.mesh_partition import MeshProgramBuilder
+from tilewright.compiler.mesh_schedule import FlowBatch, PhaseSpec
+from tilewright.cosim.mesh_run import rtl_gemm, rtl_gemv, rtl_transfers
 from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv
 
 
@@ -47,9 +52,27 @@ def main() -> None:
             shape = f"{np.atleast_2d(a).shape[0]}x{w.shape[0]}x{w.shape[1]}"
             rows.append((op, shape, r.model_cycles, r.rtl_cycles, exact))
         rows.append((op, "wall time RTL / model", "", f"{rtl_s / max(model_s, 1e-9):.0f}x", ""))
-    print(f"{'op':5} {'M x K x N':>22} {'model cycles':>13} {'RTL cycles':>11} {'bit-exact':>9}")
+    x, w = gemv[1]
+    run, = rtl_gemv(arch, [(x, w)], levels=1)          # streaming chain reductions
+    exact = bool((run.output == (x.astype(np.int64) @ w.astype(np.int64)).astype(np.int32)).all())
+    rows.append(("gemv", f"1x{w.shape[0]}x{w.shape[1]} 1-level K-tree", run.model_cycles,
+                 run.rtl_cycles, exact))
+    contend = {
+        "two into (0,3) along row 0": FlowBatch.make([0, 0], [0, 1], [0, 0], [3, 3], [16, 24]),
+        "one path twice": FlowBatch.make([1, 1], [0, 0], [3, 3], [2, 2], [8, 20]),
+        "merge in column 2 (bound)": FlowBatch.make([0, 2], [2, 3], [3, 3], [2, 2], [16, 4]),
+    }
+    progs = []
+    for name, flows in contend.items():
+        pb = MeshProgramBuilder(name, arch)
+        pb.add("transfer", [PhaseSpec(name, flows)], np.ones((4, 4), bool))
+        progs.append(pb.program())
+    for name, (rc, mc, ok) in zip(contend, rtl_transfers(arch, progs)):
+        rows.append(("links", name, mc, rc, ok))
+    print(f"{'op':5} {'M x K x N / phase':>30} {'model cycles':>13} {'RTL cycles':>11} "
+          f"{'bit-exact':>9}")
     for op, shape, mc, rc, ex in rows:
-        print(f"{op:5} {shape:>22} {mc!s:>13} {rc!s:>11} {ex!s:>9}")
+        print(f"{op:5} {shape:>30} {mc!s:>13} {rc!s:>11} {ex!s:>9}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,11 @@ Timing contract: phase p's first cycle is the cycle after phase p-1's last cycle
 costs nothing); a phase lasts until every tile is ``finishing`` (see :mod:`mesh_tile`). So a
 message of W flits over h hops costs ``alpha*h + beta + W`` cycles and a MAC block
 ``mt*nt*kw`` cycles — the mesh model's rules (:mod:`tilewright.dataflow_sim.mesh.model`).
+Messages that share a link are serialized by their injection delays (static arbitration,
+:mod:`~tilewright.rtl.mesh_router`): longest-latency first, the next as soon as its links are
+free — the model's ``max latency + busiest link's flits`` for messages merging into one path.
+A streaming chain-reduction through ``s`` cores costs ``alpha*h + beta*s + W`` (each core on
+the chain adds its word to every passing flit in its eject stage, :mod:`mesh_tile`).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ __all__ = ["Mesh", "MESH_GENERATOR_VERSION", "MESH_TOP_NAME", "mesh_params",
            "generate_mesh_verilog", "write_mesh_rtl"]
 
 #: bump when the generated mesh's behaviour or ports change
-MESH_GENERATOR_VERSION = "0.1.0"
+MESH_GENERATOR_VERSION = "0.2.0"
 
 
 def mesh_params(arch: ArchSpec, imem_depth: int = 32) -> dict:

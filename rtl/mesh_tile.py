@@ -6,19 +6,27 @@ bytes: ``L`` int8 lanes, element 0 in the LSBs, or one int32), an instruction me
 In every phase it runs, concurrently:
 
 * **inject** lanes 0 and 1: send ``inj<k>_count`` consecutive SRAM words from ``inj<k>_base``,
-  one per cycle from the phase's first cycle (routes: ``o_sel_<d>``);
+  one per cycle from the phase's cycle ``inj<k>_delay`` (routes: ``o_mask_<d>``; the delay is
+  the program builder's static link arbitration, see :mod:`~tilewright.rtl.mesh_router`);
 * **eject** lanes 0 and 1: write (``ej<k>_add`` = 0) or add (int32 wrap, = 1) each flit that
   arrives on the lane into consecutive words from ``ej<k>_base``; ``ej<k>_count`` flits expected
-  (two adding lanes reaching one word in the same cycle add both flits);
+  (two adding lanes reaching one word in the same cycle add both flits). When both lanes select
+  the same input (two messages converging on one link), lane 1 takes flits only once lane 0 has
+  all of its own: the builder gives lane 0 the message that arrives first;
+* **chain** (``chain<k>`` = 1, a streaming chain-reduction stage): eject lane k does not write;
+  each flit it takes, plus the tile's word it would have added to, leaves on injection lane k
+  in the same cycle (so a stage costs the ``eject_cycles`` of its router: the model's ``beta``
+  per stage);
 * **MAC**: ``C[i, j] += sum_k A[i, k] * B[k, j]`` for an ``mt x (kw*L) x nt`` block,
   ``L`` MACs per cycle (one A word of L k-consecutive int8 of row i, one B word of L
   k-consecutive int8 of column j), ``mt * nt * kw`` cycles. Words: A row-major
   (``mac_a + i*kw + kc``), B column-major (``mac_b + j*kw + kc``), C int32 row-major
   (``mac_c + i*nt + j``). ``mac_mt = 0``: no compute.
 
-Timing contract: in its phase's cycle ``t`` (from 0) the tile injects word ``t`` of each lane
-(a combinational SRAM read), the MAC does step ``t``; an ejected flit is written in the cycle it
-leaves the router's eject pipeline. ``finishing`` is high in the cycle in which all of the
+Timing contract: in its phase's cycle ``t`` (from 0) the tile injects word
+``t - inj<k>_delay`` of each lane (a combinational SRAM read), the MAC does step ``t``; an
+ejected flit is written (or, chained, re-injected) in the cycle it leaves the router's eject
+pipeline. ``finishing`` is high in the cycle in which all of the
 tile's work for the phase completes (or has completed); the mesh advances every tile to the next
 phase at the end of a cycle in which every tile is finishing (a zero-cost barrier), and
 ``clear`` resets the tile's counters and the router's registers at that edge.
@@ -26,11 +34,11 @@ phase at the end of a cycle in which every tile is finishing (a zero-cost barrie
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Const, Module, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from tilewright.rtl.mesh_router import SIDES, MeshRouter
+from tilewright.rtl.mesh_router import N_SOURCES, SIDES, MeshRouter
 
 __all__ = ["MeshTile", "instr_fields", "encode_instruction"]
 
@@ -39,11 +47,12 @@ def instr_fields(addr_bits: int) -> list[tuple[str, int]]:
     """The phase-instruction fields, LSB first, as (name, width in bits). ``addr_bits``: bits
     of an SRAM word address; counts and block sizes get one bit more."""
     a, c = addr_bits, addr_bits + 1
-    f: list[tuple[str, int]] = [(f"o_sel_{d}", 3) for d in SIDES]
+    f: list[tuple[str, int]] = [(f"o_mask_{d}", N_SOURCES) for d in SIDES]
     for k in range(2):
-        f += [(f"inj{k}_base", a), (f"inj{k}_count", c)]
+        f += [(f"inj{k}_base", a), (f"inj{k}_count", c), (f"inj{k}_delay", c)]
     for k in range(2):
-        f += [(f"ej{k}_sel", 3), (f"ej{k}_base", a), (f"ej{k}_count", c), (f"ej{k}_add", 1)]
+        f += [(f"ej{k}_sel", 3), (f"ej{k}_base", a), (f"ej{k}_count", c), (f"ej{k}_add", 1),
+              (f"chain{k}", 1)]
     f += [("mac_a", a), ("mac_b", a), ("mac_c", a), ("mac_mt", c), ("mac_nt", c), ("mac_kw", c)]
     return f
 
@@ -132,18 +141,25 @@ class MeshTile(wiring.Component):
                          getattr(rt, f"i_{d}_data").eq(getattr(self, f"i_{d}_data")),
                          getattr(self, f"o_{d}_valid").eq(getattr(rt, f"o_{d}_valid")),
                          getattr(self, f"o_{d}_data").eq(getattr(rt, f"o_{d}_data")),
-                         getattr(rt, f"o_sel_{d}").eq(getattr(ins, f"o_sel_{d}"))]
+                         getattr(rt, f"o_mask_{d}").eq(getattr(ins, f"o_mask_{d}"))]
         fin = []
+        # cycles since the phase began (saturating): the injection lanes' start delays
+        tcnt = Signal(a_bits + 1, name="phase_cycle")
+        with m.If(clear):
+            m.d.sync += tcnt.eq(0)
+        with m.Elif(active & ~tcnt.all()):
+            m.d.sync += tcnt.eq(tcnt + 1)
         # inject lanes
+        inj = []
         for k in range(2):
             cnt = Signal(a_bits + 1, name=f"inj{k}_cnt")
             total = getattr(ins, f"inj{k}_count")
             rp = sram.read_port(domain="comb")
             go = Signal(name=f"inj{k}_go")
-            m.d.comb += [go.eq(active & (cnt < total)),
-                         rp.addr.eq(getattr(ins, f"inj{k}_base") + cnt),
-                         getattr(rt, f"inj{k}_valid").eq(go),
-                         getattr(rt, f"inj{k}_data").eq(rp.data)]
+            m.d.comb += [go.eq(active & (cnt < total)
+                                  & (tcnt >= getattr(ins, f"inj{k}_delay"))),
+                         rp.addr.eq(getattr(ins, f"inj{k}_base") + cnt)]
+            inj.append((go, rp))
             with m.If(clear):
                 m.d.sync += cnt.eq(0)
             with m.Elif(go):
@@ -159,20 +175,32 @@ class MeshTile(wiring.Component):
             wp = sram.write_port()
             v, dat = getattr(rt, f"ej{k}_valid"), getattr(rt, f"ej{k}_data")
             fire = Signal(name=f"ej{k}_fire")
+            # lane 1 on lane 0's input waits until lane 0 has all of its flits
+            first = Const(1) if k == 0 else \
+                ~((ins.ej1_sel == ins.ej0_sel) & (lanes[0][5] < ins.ej0_count))
             m.d.comb += [getattr(rt, f"ej_sel{k}").eq(getattr(ins, f"ej{k}_sel")),
-                         fire.eq(active & v & (cnt < total)),
+                         fire.eq(active & v & (cnt < total) & first),
                          rp.addr.eq(getattr(ins, f"ej{k}_base") + cnt), wp.addr.eq(rp.addr)]
             with m.If(clear):
                 m.d.sync += cnt.eq(0)
             with m.Elif(fire):
                 m.d.sync += cnt.eq(cnt + 1)
             fin.append((cnt >= total) | (fire & (cnt + 1 == total)))
-            lanes.append((fire, getattr(ins, f"ej{k}_add"), rp, wp, dat))
-        (f0, add0, rp0, wp0, d0), (f1, add1, rp1, wp1, d1) = lanes
+            lanes.append((fire, getattr(ins, f"ej{k}_add"), rp, wp, dat, cnt))
+        (f0, add0, rp0, wp0, d0, _), (f1, add1, rp1, wp1, d1, _) = lanes
         merge = Signal()
         m.d.comb += [merge.eq(f0 & f1 & add0 & add1 & (rp0.addr == rp1.addr)),
-                     wp0.en.eq(f0), wp1.en.eq(f1 & ~merge)]
-        for fire, add, rp, wp, dat in lanes:
+                     wp0.en.eq(f0 & ~ins.chain0), wp1.en.eq(f1 & ~merge & ~ins.chain1)]
+        # injection lane k sends its SRAM words, or (chain<k>) lane k's ejected flit plus the
+        # tile's own word, in the cycle it is ejected (a streaming chain-reduction stage)
+        for k, ((go, rp), (fire, _, erp, _, dat, _)) in enumerate(zip(inj, lanes)):
+            with m.If(getattr(ins, f"chain{k}")):
+                m.d.comb += [getattr(rt, f"inj{k}_valid").eq(fire),
+                             getattr(rt, f"inj{k}_data").eq((erp.data + dat)[:32])]
+            with m.Else():
+                m.d.comb += [getattr(rt, f"inj{k}_valid").eq(go),
+                             getattr(rt, f"inj{k}_data").eq(rp.data)]
+        for fire, add, rp, wp, dat, _ in lanes:
             with m.If(add):
                 m.d.comb += wp.data.eq((rp.data + dat)[:32])
             with m.Else():

@@ -16,9 +16,12 @@ deliberately simple, so that an RTL mesh can be built to meet them cycle for cyc
 * **Contention.** Flows of one phase that share a directed link serialize on it. A phase's
   communication time is ``max_f(alpha*hops_f + beta*stages_f) + max_l(flits on link l)``:
   the worst latency plus the worst link's total flits. This is exact for one flow, for flows that
-  share their whole path, and for every phase in this package whose bottleneck link lies on its
-  longest-latency flow; otherwise it is an upper bound. Multicast (a broadcast along a line) is
-  one flow whose flits cross every link of the line once.
+  share their whole path, and for flows that merge into the path of the longest-latency flow
+  when none of them can cross a shared link before that flow's flits reach it (e.g. two messages
+  along a row into one core, the nearer one starting on the far one's path; the RTL mesh checks
+  these cycle for cycle). Otherwise it is an upper bound: a short message that can cross a
+  shared link before a longer one arrives (the RTL's static arbitration lets it) costs less.
+  Multicast (a broadcast along a line) is one flow whose flits cross every link of the line once.
 * **Compute.** A core doing ``m`` MACs is busy ``ceil(m / core_macs_per_cycle)`` cycles.
 * **Phases.** A phase starts when the previous one has finished everywhere (a zero-cost global
   barrier). Its time is ``max(comm, compute)`` when it overlaps communication with compute
@@ -31,11 +34,15 @@ deliberately simple, so that an RTL mesh can be built to meet them cycle for cyc
 Cycle counts are whole cycles from the first cycle of the first phase to the cycle after the last
 flit of the last phase (i.e. a count, not the index of the last cycle).
 
-The RTL mesh (``tilewright.rtl.mesh``, checked in ``tests/test_mesh_rtl.py``) meets these rules
-cycle for cycle with ``alpha`` registers per hop and ``beta`` eject registers (whole numbers),
-for phases whose flows each use a directed link alone and have ``stages = 1`` — which covers
-MeshGEMV (2-level K-tree) and MeshGEMM on a 4x4 mesh; link sharing (the ``max_l`` term with
-two or more flows on a link) and streaming chain reductions are not yet built in RTL.
+The RTL mesh (``tilewright.rtl.mesh``, checked in ``tests/test_mesh_rtl.py``) runs the same
+mesh Program (``tilewright.compiler.mesh_ops``) and meets these rules cycle for cycle with
+``alpha`` registers per hop and ``beta`` eject registers (whole numbers) for ``stages = 1`` —
+MeshGEMV (2-level K-tree), MeshGEMM, Cannon and SUMMA on a 4x4 mesh, and phases whose messages
+share links where the contention rule above is exact (shared links are arbitrated statically:
+longest latency first, each later message injected as soon as its links are free; messages
+that share a link and then fork are rejected), and streaming chain reductions whose every core
+passed is a stage (``stages = hops``: each core adds its words to the passing flits in its
+``beta`` eject registers, e.g. the 1-level K-tree).
 """
 
 from __future__ import annotations

@@ -1,21 +1,27 @@
-"""Per-tile phase programs for the RTL mesh, derived from the mesh model's own schedules.
+"""Per-tile phase programs for the RTL mesh, built from the compiler's mesh Program.
 
 The RTL mesh (:mod:`tilewright.rtl.mesh`) runs a list of phases; in each, every tile injects,
 ejects (write or add) and multiplies as its instruction says. This module turns the *same*
-schedules the mesh model costs — :func:`~tilewright.dataflow_sim.mesh.gemv.gemv_phases` with
-:func:`~tilewright.dataflow_sim.mesh.gemv.ktree_plan` for MeshGEMV, and
-:func:`~tilewright.dataflow_sim.mesh.gemm.gemm_steps` / ``gemm_phases`` for MeshGEMM, Cannon
-and SUMMA — into those instructions, and checks message by message that the RTL messages of
-every phase are exactly the model phase's :class:`~tilewright.dataflow_sim.mesh.model.Flows`
-(source, destination, flits).
+Program the mesh model costs (:func:`~tilewright.dataflow_sim.mesh.run_mesh_program`) — a list
+of :class:`~tilewright.compiler.program.MeshPhaseTask` s from
+:mod:`tilewright.compiler.mesh_ops` (MeshGEMV; MeshGEMM, Cannon, SUMMA) — into those
+instructions: each task's messages (geometry and bytes, flits = ``ceil(bytes / link bytes)``),
+MACs per core, repeat and overlap are read from the Program and checked message by message
+against what the RTL programs; the compiler's schedule (K-tree phases,
+:func:`~tilewright.compiler.mesh_schedule.gemm_steps`) only says which buffer a message carries.
+:func:`transfer_job` runs any Program of pure message phases (each message copies words).
 
-Routes are dimension-order XY (:func:`xy_path`). Limits of this RTL (each raises
-:class:`~tilewright.dataflow_sim.mesh.model.MeshMappingError` naming the phase): one flow per
-directed link per phase, at most two injection and two ejection lanes per tile and phase, no
-streaming chain reduction (``stages`` must be 1; a K-tree root may take both halves at once),
-int8 operands with the block's K a multiple
-of the flit's lanes, and the model's ``comm + compute`` (non-overlapped) phases only with one of
-the two empty.
+Routes are dimension-order XY (:func:`xy_path`). Messages of one phase may share directed
+links: the builder arbitrates statically (see :meth:`_PhaseBuilder.schedule` and
+:mod:`tilewright.rtl.mesh_router`) — longest latency first, each later message injected as soon
+as its links are free — which meets the mesh model's contention rule exactly for messages that
+merge into one path (e.g. two messages into one destination along a row). Limits of this RTL
+(each raises :class:`~tilewright.dataflow_sim.mesh.model.MeshMappingError` naming the phase):
+messages that share a link must not fork after it, at most two injection and two ejection lanes
+per tile and phase, streaming chain reductions only through every core they pass (``stages`` =
+hops: each core adds its words to the stream in its eject stage; a K-tree root may take both
+halves at once), int8 operands with the block's K a multiple of the flit's lanes, and the
+model's ``comm + compute`` (non-overlapped) phases only with one of the two empty.
 
 Data layout in a tile's SRAM (words of one flit, ``L`` int8 lanes, element 0 in the LSBs):
 A-like operands row-major with K packed (word ``i*kw + kc`` holds ``A[i, L*kc : L*kc+L]``),
@@ -29,10 +35,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.dataflow_sim.mesh.gemm import gemm_phases, gemm_steps, interleaved_ring
-from tilewright.dataflow_sim.mesh.gemv import gemv_phases
-from tilewright.dataflow_sim.mesh.grid import healthy_grid
-from tilewright.dataflow_sim.mesh.model import Flows, MeshMappingError, Phase
+from tilewright.compiler.mesh_ops import gemm_program, gemv_program
+from tilewright.compiler.mesh_schedule import (MeshScheduleError, gemm_steps, healthy_grid,
+                                               interleaved_ring)
+from tilewright.compiler.program import MeshPhaseTask, Program
+from tilewright.dataflow_sim.mesh.model import MeshMappingError
 from tilewright.rtl.mesh import mesh_params
 from tilewright.rtl.mesh_router import SEL_INJ, SIDES
 from tilewright.rtl.mesh_tile import encode_instruction
@@ -74,7 +81,10 @@ class MeshJob:
 
     ``loads``: (tile index, word address, uint64 words); ``instrs[t]``: one int per phase;
     ``reads``: name -> list of (tile index, word address, words); ``messages``: per phase, the
-    (sr, sc, dr, dc, flits) messages programmed (for cross-checks)."""
+    (sr, sc, dr, dc, flits, stages) messages programmed (for cross-checks); ``delays``: per
+    phase, the injection delays the static arbitration chose ((row, col, lane) -> cycles);
+    ``comm_cycles``: per phase, the cycles its messages take by that schedule (last flit's
+    eject + 1, from the phase's first cycle)."""
 
     rows: int
     cols: int
@@ -84,83 +94,209 @@ class MeshJob:
     reads: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
     messages: list[list[tuple[int, int, int, int, int]]] = field(default_factory=list)
     phase_names: list[str] = field(default_factory=list)
+    delays: list[dict[tuple[int, int, int], int]] = field(default_factory=list)
+    comm_cycles: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Send:
+    """One injection: ``count`` words from ``base`` at ``src`` on lane ``lane``, along ``legs``
+    (farthest destination, multicast, eject base, add). ``chain``: a streaming chain-reduction
+    (one leg; every tile after the source adds its word at ``base`` and forwards on its lane
+    ``chain[i]``, the destination adds into ``base``)."""
+
+    src: tuple[int, int]
+    lane: int
+    base: int
+    count: int
+    legs: list[tuple[tuple[int, int], bool, int, bool]]
+    chain: list[int] | None = None
+    delay: int = 0
 
 
 class _PhaseBuilder:
-    """Instruction fields of every tile for one phase, with the RTL's resource checks."""
+    """Instruction fields of every tile for one phase, with the RTL's resource checks and its
+    static link arbitration (:meth:`schedule`)."""
 
     def __init__(self, rows: int, cols: int, name: str):
         self.rows, self.cols, self.name = rows, cols, name
         self.f = [[{} for _ in range(cols)] for _ in range(rows)]
-        self.messages: list[tuple[int, int, int, int, int]] = []
+        self.messages: list[tuple[int, ...]] = []
+        self.sends: list[_Send] = []
+        self.comm_cycles = 0
+        self._inj: dict[tuple[int, int], set[int]] = {}
+        self._ej_fixed: dict[tuple[int, int], set[int]] = {}
 
-    def _lane(self, r: int, c: int, kind: str) -> int:
-        t = self.f[r][c]
+    def _inj_lane(self, tile: tuple[int, int], also_ej: bool = False) -> int:
+        used = self._inj.setdefault(tile, set())
+        fixed = self._ej_fixed.setdefault(tile, set())
         for k in range(2):
-            if f"{kind}{k}_count" not in t:
+            if k not in used and not (also_ej and k in fixed):
+                used.add(k)
+                if also_ej:
+                    fixed.add(k)
                 return k
-        raise MeshMappingError(f"phase {self.name!r}: tile ({r}, {c}) needs a third {kind} lane; "
+        raise MeshMappingError(f"phase {self.name!r}: tile {tile} needs a third inj lane; "
                                "the RTL mesh has 2 injection and 2 ejection lanes per tile")
-
-    def _set(self, r: int, c: int, key: str, val: int) -> None:
-        t = self.f[r][c]
-        if key in t and t[key] != val:
-            raise MeshMappingError(f"phase {self.name!r}: tile ({r}, {c}) {key} used by two flows "
-                                   "(the RTL mesh carries one flow per directed link per phase)")
-        t[key] = val
 
     def send(self, src: tuple[int, int], base: int, count: int,
              legs: list[tuple[tuple[int, int], bool, int, int]]) -> None:
         """One injection of ``count`` words from ``base`` at ``src``, along ``legs``: (farthest
         destination, multicast: every tile passed also receives, eject base, add)."""
-        sr, sc = src
-        k = self._lane(sr, sc, "inj")
-        self.f[sr][sc].update({f"inj{k}_base": base, f"inj{k}_count": count})
-        for (dr, dc), multicast, ebase, add in legs:
-            path = xy_path(sr, sc, dr, dc)
-            self.messages.append((sr, sc, dr, dc, count))
-            prev = SEL_INJ + k
-            for hop, (r, c, side) in enumerate(path):
-                self._set(r, c, f"o_sel_{side}", prev)
-                nr, nc = r + _STEP[side][0], c + _STEP[side][1]
-                code = SIDES.index(_OPP[side]) + 1
-                last = hop == len(path) - 1
-                if last or multicast:
-                    e = self._lane(nr, nc, "ej")
-                    self.f[nr][nc].update({f"ej{e}_sel": code, f"ej{e}_base": ebase,
-                                           f"ej{e}_count": count, f"ej{e}_add": int(add)})
-                prev = code
+        src = tuple(src)
+        self.sends.append(_Send(src, self._inj_lane(src), base, count, list(legs)))
+        for (dr, dc), *_ in legs:
+            self.messages.append((src[0], src[1], dr, dc, count, 1))
+
+    def chain(self, src: tuple[int, int], dst: tuple[int, int], base: int, count: int) -> None:
+        """A streaming chain-reduction of ``count`` int32 words at ``base`` from ``src`` to
+        ``dst``: every tile passed adds its words to the stream (stages = hops)."""
+        src, dst = tuple(src), tuple(dst)
+        path = xy_path(*src, *dst)
+        lane = self._inj_lane(src)
+        mids = [(r + _STEP[sd][0], c + _STEP[sd][1]) for r, c, sd in path[:-1]]
+        lanes = [self._inj_lane(t, also_ej=True) for t in mids]
+        self.sends.append(_Send(src, lane, base, count, [(dst, False, base, True)], lanes))
+        self.messages.append((src[0], src[1], dst[0], dst[1], count, len(path)))
 
     def mac(self, r: int, c: int, a: int, b: int, cc: int, mt: int, nt: int, kw: int) -> None:
         self.f[r][c].update(mac_a=a, mac_b=b, mac_c=cc, mac_mt=mt, mac_nt=nt, mac_kw=kw)
+
+    @staticmethod
+    def _hops(s: _Send, alpha: int, beta: int):
+        """Per hop of every leg: (router, side it leaves by, cycle offset from injection at
+        which the message's first flit crosses that link, source code there); per ejection:
+        (tile, input code, offset of arrival at its router, eject base, add, chain lane)."""
+        links, ejects = [], []
+        for (dr, dc), multicast, ebase, add in s.legs:
+            path = xy_path(s.src[0], s.src[1], dr, dc)
+            code = SEL_INJ + s.lane
+            for h, (r, c, side) in enumerate(path):
+                stage = beta * h if s.chain is not None else 0    # chain stages passed
+                links.append(((r, c), side, alpha * h + stage, code))
+                nr, nc = r + _STEP[side][0], c + _STEP[side][1]
+                code = SIDES.index(_OPP[side]) + 1
+                last = h == len(path) - 1
+                if last or multicast or s.chain is not None:
+                    lane = None if last or s.chain is None else s.chain[h]
+                    ejects.append(((nr, nc), code, alpha * (h + 1) + stage, ebase,
+                                   add and lane is None, lane))
+                    if lane is not None:
+                        code = SEL_INJ + lane
+        return links, ejects
+
+    def schedule(self, alpha: int, beta: int) -> None:
+        """Static arbitration and routes. Injections go longest latency (``alpha*hops +
+        beta*stages``) first; each starts at the first cycle from which every link it crosses
+        is free for its whole message (a flit injected at ``t`` crosses its hop ``h`` link in
+        cycle ``t + alpha*h``, plus ``beta`` per chain stage passed). Then the output masks,
+        injection delays and ejection lanes (on one input: the earlier message on lane 0) are
+        set."""
+        plan = [(s, *self._hops(s, alpha, beta)) for s in self.sends]
+
+        def latency(i: int) -> int:        # arrival of the send's farthest eject + beta
+            return max((e[2] + beta for e in plan[i][2]), default=0)
+        order = sorted(range(len(plan)), key=lambda i: -latency(i))
+        busy: dict[tuple, list[tuple[int, int]]] = {}
+        for i in order:
+            s, links, _ = plan[i]
+            t = 0
+            moved = True
+            while moved:
+                moved = False
+                for router, side, off, _ in links:
+                    lo = t + off
+                    for a, b in busy.get((router, side), ()):
+                        if lo < b and a < lo + s.count:
+                            t, moved = b - off, True
+                            break
+                    if moved:
+                        break
+            s.delay = t
+            for router, side, off, _ in links:
+                busy.setdefault((router, side), []).append((t + off, t + off + s.count))
+        # a router input (or injection lane) is routed one way per phase: merging is fine,
+        # forking (two messages on one input leaving by different outputs) is not
+        uses: dict[tuple, dict[int, set]] = {}
+        for i, (s, links, ejects) in enumerate(plan):
+            for router, side, _, code in links:
+                uses.setdefault((router, code), {}).setdefault(i, set()).add(side)
+            for tile, code, *_ in ejects:
+                uses.setdefault((tile, code), {}).setdefault(i, set()).add("eject")
+        for (router, code), per in uses.items():
+            if len({frozenset(u) for u in per.values()}) > 1:
+                srcs = sorted({plan[i][0].src for i in per})
+                raise MeshMappingError(
+                    f"phase {self.name!r}: messages from {srcs} share the link into tile "
+                    f"{router} but leave it by different ports; the RTL router routes each "
+                    "input one way per phase (messages may merge into one path, not fork)")
+        for s, links, ejects in plan:
+            t = self.f[s.src[0]][s.src[1]]
+            t.update({f"inj{s.lane}_base": s.base, f"inj{s.lane}_count": s.count,
+                      f"inj{s.lane}_delay": s.delay})
+            for (r, c), side, _, code in links:
+                key = f"o_mask_{side}"
+                self.f[r][c][key] = self.f[r][c].get(key, 0) | (1 << (code - 1))
+            for _, _, off, *_ in ejects:
+                self.comm_cycles = max(self.comm_cycles, s.delay + off + beta + s.count)
+        arrivals: dict[tuple[int, int], list] = {}
+        for s, _, ejects in plan:
+            for tile, code, off, ebase, add, lane in ejects:
+                arrivals.setdefault(tile, []).append((s.delay + off, code, ebase, s.count,
+                                                      add, lane))
+        for (r, c), arr in arrivals.items():
+            if len(arr) > 2:
+                raise MeshMappingError(f"phase {self.name!r}: tile ({r}, {c}) needs a third ej "
+                                       "lane; the RTL mesh has 2 injection and 2 ejection lanes "
+                                       "per tile")
+            arr.sort(key=lambda e: e[:2])
+            fixed = {e[5] for e in arr if e[5] is not None}
+            free = iter(k for k in range(2) if k not in fixed)
+            placed = [(e[5] if e[5] is not None else next(free), e) for e in arr]
+            if len(placed) == 2 and placed[0][1][1] == placed[1][1][1] and placed[0][0] != 0:
+                raise MeshMappingError(f"phase {self.name!r}: tile ({r}, {c}): two messages on "
+                                       "one input need the earlier on eject lane 0, which a "
+                                       "chain stage holds")
+            for k, (_, code, ebase, count, add, lane) in placed:
+                self.f[r][c].update({f"ej{k}_sel": code, f"ej{k}_base": ebase,
+                                     f"ej{k}_count": count, f"ej{k}_add": int(add),
+                                     f"chain{k}": int(lane is not None)})
 
     def encode(self, addr_bits: int) -> list[int]:
         return [encode_instruction(addr_bits, **self.f[r][c])
                 for r in range(self.rows) for c in range(self.cols)]
 
 
-def _flows_set(f: Flows | None, rep: int | None = None) -> list[tuple[int, ...]]:
-    if f is None or not len(f):
+def _task_messages(task: MeshPhaseTask, program: Program, link_bytes: int,
+                   rep: int | None = None) -> list[tuple[int, ...]]:
+    """The task's messages as sorted (sr, sc, dr, dc, flits, stages), flits = ceil(bytes /
+    link bytes); ``rep``: only those that run in repeat ``rep`` (``times`` < 0 or > rep)."""
+    if task.flows is None:
         return []
-    keep = np.ones(len(f), bool) if rep is None else (f.times < 0) | (f.times > rep)
-    if (f.stages[keep] != 1).any():
-        raise MeshMappingError("the RTL mesh has no streaming chain reduction (stages > 1)")
-    return sorted(zip(*(getattr(f, a)[keep].tolist()
-                        for a in ("sr", "sc", "dr", "dc", "flits"))))
+    arr = np.asarray(program.constants[task.flows], np.int64).reshape(-1, 6)
+    nbytes = np.repeat(np.asarray(task.flow_bytes, np.int64),
+                       np.asarray(task.flow_counts, np.int64))
+    keep = np.ones(len(arr), bool) if rep is None else (arr[:, 5] < 0) | (arr[:, 5] > rep)
+    flits = -(-nbytes // link_bytes)
+    return sorted(zip(*(arr[keep, i].tolist() for i in range(4)), flits[keep].tolist(),
+                      arr[keep, 4].tolist()))
 
 
 def _finish(job: MeshJob, builders: list[_PhaseBuilder], model: list[list[tuple]],
-            addr_bits: int) -> MeshJob:
+            p: dict) -> MeshJob:
     ntile = job.rows * job.cols
     job.instrs = [[] for _ in range(ntile)]
     for b, want in zip(builders, model):
         if sorted(b.messages) != want:
             raise AssertionError(f"phase {b.name!r}: RTL messages {sorted(b.messages)} differ "
-                                 f"from the model's flows {want}")
-        for t, w in enumerate(b.encode(addr_bits)):
+                                 f"from the Program's flows {want}")
+        b.schedule(p["hop_cycles"], p["eject_cycles"])
+        for t, w in enumerate(b.encode(p["addr_bits"])):
             job.instrs[t].append(w)
         job.messages.append(sorted(b.messages))
         job.phase_names.append(b.name)
+        job.delays.append({(*s.src, s.lane): s.delay for s in b.sends if s.delay})
+        job.comm_cycles.append(b.comm_cycles)
     job.n_phases = len(builders)
     return job
 
@@ -188,19 +324,60 @@ def _kw(k_block: int, lanes: int, what: str) -> int:
     return k_block // lanes
 
 
+def _op_meta(program: Program, op: str, **want) -> dict:
+    """``program.meta["mesh_op"]`` checked against the op and shape the caller runs."""
+    meta = program.meta.get("mesh_op")
+    if not meta or meta.get("op") != op:
+        raise MeshMappingError(f"program {program.name}: not a single-{op} mesh Program (its "
+                               "meta has no mesh_op of that kind; emit it with "
+                               f"tilewright.compiler.mesh_ops.{op}_program)")
+    for key, v in want.items():
+        if meta.get(key) != v:
+            raise MeshMappingError(f"program {program.name}: mesh_op {key} = {meta.get(key)!r} "
+                                   f"but the operands need {v!r}")
+    if meta.get("elem_bytes") != 1 or meta.get("acc_bytes") != 4:
+        raise MeshMappingError(f"program {program.name}: the RTL mesh runs int8 operands with "
+                               "int32 results (elem_bytes 1, acc_bytes 4)")
+    if program.meta.get("defects", "skip") != "skip":
+        raise MeshMappingError(f"program {program.name}: the RTL mesh has no defects to route "
+                               "around; emit the Program with defects='skip'")
+    return meta
+
+
+def _spec_name(task: MeshPhaseTask, i: int) -> str:
+    """The schedule's phase name inside the task name ``'{op} #{i} {phase}'``."""
+    prefix = f"{task.op} #{i} "
+    return task.name[len(prefix):] if task.name.startswith(prefix) else task.name
+
+
+def _wrap(fn, *args, **kw):
+    try:
+        return fn(*args, **kw)
+    except MeshScheduleError as exc:
+        raise MeshMappingError(str(exc)) from None
+
+
 def gemv_job(arch: ArchSpec, x: np.ndarray, w: np.ndarray, *, levels: int = 2,
-             group: int | None = None) -> tuple[MeshJob, list[Phase]]:
+             group: int | None = None, program: Program | None = None
+             ) -> tuple[MeshJob, Program]:
     """MeshGEMV (K-tree all-reduce, x broadcast along rows) of int8 ``x[K] @ w[K, N]`` on the
-    whole mesh. Returns the job (reads: ``y`` block of every tile) and the model's phases."""
+    whole mesh, from the mesh Program of :func:`~tilewright.compiler.mesh_ops.gemv_program`
+    (emitted here unless given). Returns the job (reads: ``y`` block of every tile) and the
+    Program."""
     p = _check_arch(arch)
     L = p["lanes"]
-    grid = healthy_grid(arch.mesh)
-    pr, pc = grid.pr, grid.pc
     k, n = w.shape
-    kt, nt = -(-k // pr), -(-n // pc)
+    if program is None:
+        program = _wrap(gemv_program, arch, k, n, levels=levels, group=group)
+    meta = _op_meta(program, "gemv", k=k, n=n)
+    if meta["algo"] != "mesh":
+        raise MeshMappingError(f"gemv algo {meta['algo']!r}: the RTL mesh runs 'mesh' (K-tree)")
+    grid = healthy_grid(arch.mesh)
+    pr, pc, kt, nt = meta["pr"], meta["pc"], meta["kt"], meta["nt"]
+    if (pr, pc) != (grid.pr, grid.pc):
+        raise MeshMappingError(f"program {program.name}: grid {pr}x{pc} is not {arch.name}'s "
+                               f"healthy {grid.pr}x{grid.pc}")
     kw = _kw(kt, L, f"gemv k={k} on {pr} rows")
-    phases = gemv_phases("mesh", grid, kt, nt, elem_bytes=1, acc_bytes=4,
-                         link_bytes=arch.mesh.link_bytes_per_cycle, levels=levels, group=group)
     xa, wa, ya = 0, kw, kw + nt * kw
     if ya + nt > p["sram_words"]:
         raise MeshMappingError(f"gemv k={k} n={n}: needs {ya + nt} words per tile, SRAM holds "
@@ -220,49 +397,76 @@ def gemv_job(arch: ArchSpec, x: np.ndarray, w: np.ndarray, *, levels: int = 2,
     job.reads["y"] = [(int(grid.rows[i]) * C + int(grid.cols[j]), ya, nt)
                       for i in range(pr) for j in range(pc)]
     builders, model = [], []
-    for ph in phases:
-        b = _PhaseBuilder(job.rows, job.cols, ph.name)
-        want = _flows_set(ph.flows)
-        if ph.name.startswith("broadcast"):
+    for ti, task in enumerate(program.tasks):
+        name = _spec_name(task, ti)
+        b = _PhaseBuilder(job.rows, job.cols, name)
+        want = _task_messages(task, program, L)
+        if task.repeat != 1 or task.vector_ops_per_core:
+            raise MeshMappingError(f"task {task.name!r}: repeat / vector work not expected in "
+                                   "a gemv")
+        if name.startswith("broadcast"):
             by_src: dict[tuple[int, int], list] = {}
-            base = xa if "x" in ph.name.split()[1] else ya
-            for sr, sc, dr, dc, fl in want:
+            base = xa if "x" in name.split()[1] else ya
+            for sr, sc, dr, dc, fl, _ in want:
                 by_src.setdefault((sr, sc), []).append(((dr, dc), True, base, False))
             for src, legs in by_src.items():
                 b.send(src, base, want[0][4], legs)
-        elif ph.name.startswith("k-tree"):
-            for sr, sc, dr, dc, fl in want:
-                b.send((sr, sc), ya, fl, [((dr, dc), False, ya, True)])
-        elif ph.name == "local gemv":
+        elif name.startswith("k-tree"):
+            for sr, sc, dr, dc, fl, st in want:
+                hops = abs(dr - sr) + abs(dc - sc)
+                if st == 1:
+                    b.send((sr, sc), ya, fl, [((dr, dc), False, ya, True)])
+                elif st == hops:
+                    b.chain((sr, sc), (dr, dc), ya, fl)
+                else:
+                    raise MeshMappingError(f"phase {name!r}: a chain reduction of {st} stages "
+                                           f"over {hops} hops; the RTL mesh streams through "
+                                           "every core it passes (stages = hops)")
+        elif name == "local gemv":
+            if task.macs_per_core != kt * nt:
+                raise AssertionError(f"task {task.name!r}: {task.macs_per_core} MACs per core, "
+                                     f"the RTL block does {kt * nt}")
             for i in grid.rows:
                 for j in grid.cols:
                     b.mac(int(i), int(j), xa, wa, ya, 1, nt, kw)
         else:
-            raise MeshMappingError(f"phase {ph.name!r}: not implemented in the RTL mesh")
-        if ph.repeat != 1:
-            raise MeshMappingError(f"phase {ph.name!r}: repeat {ph.repeat} not expected in gemv")
+            raise MeshMappingError(f"phase {name!r}: not implemented in the RTL mesh")
+        if name != "local gemv" and task.macs_per_core:
+            raise MeshMappingError(f"phase {name!r}: compute with messages not expected")
         builders.append(b)
         model.append(want)
-    return _finish(job, builders, model, p["addr_bits"]), phases
+    return _finish(job, builders, model, p), program
 
 
-def gemm_job(arch: ArchSpec, a: np.ndarray, b: np.ndarray, *,
-             algo: str = "mesh") -> tuple[MeshJob, list[Phase]]:
-    """Distributed GEMM of int8 ``a[M, K] @ b[K, N]`` on the largest square grid of the mesh:
-    ``algo`` = ``mesh`` (MeshGEMM: Cannon on the interleaved ring), ``cannon`` or ``summa``
-    (row/column multicasts into double-buffered receive blocks). Returns the job (reads: ``C``
-    block per logical core, logical row-major order) and the model's phases."""
+def gemm_job(arch: ArchSpec, a: np.ndarray, b: np.ndarray, *, algo: str = "mesh",
+             program: Program | None = None) -> tuple[MeshJob, Program]:
+    """Distributed GEMM of int8 ``a[M, K] @ b[K, N]`` on the largest square grid of the mesh,
+    from the mesh Program of :func:`~tilewright.compiler.mesh_ops.gemm_program` (emitted here
+    unless given): ``algo`` = ``mesh`` (MeshGEMM: Cannon on the interleaved ring), ``cannon``
+    or ``summa`` (row/column multicasts into double-buffered receive blocks). The Program's
+    tasks give every phase's messages, MACs, repeat and overlap; the schedule's steps
+    (:func:`~tilewright.compiler.mesh_schedule.gemm_steps`) say which buffer each message
+    carries. Returns the job (reads: ``C`` block per logical core, logical row-major order) and
+    the Program."""
     p = _check_arch(arch)
     L = p["lanes"]
-    grid = healthy_grid(arch.mesh, square=True)
-    P = grid.pr
     m, k = a.shape
     n = b.shape[1]
-    mt, kt, nt = -(-m // P), -(-k // P), -(-n // P)
+    if program is None:
+        program = _wrap(gemm_program, arch, m, k, n, algo=algo)
+    meta = _op_meta(program, "gemm", m=m, k=k, n=n)
+    algo = meta["algo"]
+    grid = healthy_grid(arch.mesh, square=True)
+    P = grid.pr
+    if meta["p"] != P:
+        raise MeshMappingError(f"program {program.name}: grid {meta['p']}x{meta['p']} is not "
+                               f"{arch.name}'s healthy {P}x{P}")
+    mt, kt, nt = meta["mt"], meta["kt"], meta["nt"]
     kw = _kw(kt, L, f"gemm k={k} on a {P}x{P} grid")
-    phases = gemm_phases(algo, grid, mt, kt, nt, elem_bytes=1,
-                         link_bytes=arch.mesh.link_bytes_per_cycle)
-    steps = gemm_steps(algo, P)
+    steps = _wrap(gemm_steps, algo, P, align=meta["align"])
+    if len(steps) != len(program.tasks):
+        raise AssertionError(f"program {program.name}: {len(program.tasks)} tasks for "
+                             f"{len(steps)} schedule steps")
     aw, bw = mt * kw, nt * kw
     words = {"A": aw, "B": bw}
     # own A, B at slot 0 of their buffer; a second slot per buffer for double buffering
@@ -294,7 +498,12 @@ def gemm_job(arch: ArchSpec, a: np.ndarray, b: np.ndarray, *,
     cur = {"A": np.full((P, P), base["A"]), "B": np.full((P, P), base["B"]),
            "Ab": np.full((P, P), -1), "Bb": np.full((P, P), -1)}
     builders, model = [], []
-    for si, (st, ph) in enumerate(zip(steps, phases)):
+    for si, (st, task) in enumerate(zip(steps, program.tasks)):
+        macs = mt * kt * nt if st.operands is not None else 0
+        if (task.repeat, task.overlap, task.macs_per_core) != (st.repeat, st.overlap, macs):
+            raise AssertionError(f"task {task.name!r}: repeat/overlap/MACs "
+                                 f"{(task.repeat, task.overlap, task.macs_per_core)} differ from "
+                                 f"the RTL's step {(st.repeat, st.overlap, macs)}")
         if st.operands is not None and st.moves and not st.overlap:
             raise MeshMappingError(f"phase {st.name!r}: non-overlapped comm + compute is not "
                                    "implemented in the RTL mesh")
@@ -320,8 +529,8 @@ def gemm_job(arch: ArchSpec, a: np.ndarray, b: np.ndarray, *,
                                ca, mt, nt, kw)
             cur.update(new)
             builders.append(bl)
-            model.append(_flows_set(ph.flows, rep))
-    return _finish(job, builders, model, p["addr_bits"]), phases
+            model.append(_task_messages(task, program, L, rep))
+    return _finish(job, builders, model, p), program
 
 
 def _shift(bl: _PhaseBuilder, mv, rep: int, P: int, pr_, pc_, src_addr, dst_addr, nxt,
@@ -358,3 +567,56 @@ def _bcast(bl: _PhaseBuilder, mv, P: int, pr_, pc_, grid, src_addr, nxt, slot: i
         for q in range(P):
             uu, vv = (line, q) if row else (q, line)
             nxt[uu, vv] = src_addr[su, sv] if (uu, vv) == (su, sv) else slot
+
+
+def transfer_job(arch: ArchSpec, program: Program, *, seed: int = 0
+                 ) -> tuple[MeshJob, dict[str, np.ndarray]]:
+    """A job for a Program of pure message phases (``mesh_phase`` tasks without work): every
+    message copies ``flits`` seeded random words from a region of its source's SRAM into a
+    fresh region of its destination's (a multicast's farthest receiver stands for the line:
+    one flow either way in the model). ``repeat`` runs each task that many times (messages
+    filtered by ``times``). Returns the job (reads: one region per message) and the words each
+    read must hold."""
+    p = _check_arch(arch)
+    L = p["lanes"]
+    rng = np.random.default_rng(seed)
+    rows, cols = arch.mesh.rows, arch.mesh.cols
+    job = MeshJob(rows, cols, 0)
+    top = np.zeros((rows, cols), np.int64)           # next free word per tile
+    expect: dict[str, np.ndarray] = {}
+    builders, model = [], []
+
+    def alloc(r: int, c: int, n: int) -> int:
+        at = int(top[r, c])
+        top[r, c] += n
+        if top[r, c] > p["sram_words"]:
+            raise MeshMappingError(f"program {program.name}: tile ({r}, {c}) needs more than "
+                                   f"its {p['sram_words']} SRAM words for the transfers")
+        return at
+
+    for ti, task in enumerate(program.tasks):
+        if not isinstance(task, MeshPhaseTask):
+            raise MeshMappingError(f"task {task.name}: a {task.kind!r} task; the RTL mesh runs "
+                                   "'mesh_phase' tasks")
+        if task.macs_per_core or task.vector_ops_per_core:
+            raise MeshMappingError(f"task {task.name!r}: has compute; transfer_job runs message "
+                                   "phases only (use gemm_job / gemv_job)")
+        for rep in range(task.repeat):
+            name = f"{_spec_name(task, ti)} #{rep}" if task.repeat > 1 else _spec_name(task, ti)
+            b = _PhaseBuilder(rows, cols, name)
+            want = _task_messages(task, program, L, rep if task.repeat > 1 else None)
+            for i, (sr, sc, dr, dc, fl, st) in enumerate(want):
+                if st != 1:
+                    raise MeshMappingError(f"phase {name!r}: a chain reduction (stages {st}) "
+                                           "is not a transfer; transfer_job copies messages")
+                words = rng.integers(0, 1 << min(8 * L, 63), fl, dtype=np.uint64)
+                src, dst = alloc(sr, sc, fl), alloc(dr, dc, fl)
+                t_src, t_dst = sr * cols + sc, dr * cols + dc
+                job.loads.append((t_src, src, words))
+                key = f"{name}: {i}"
+                job.reads[key] = [(t_dst, dst, fl)]
+                expect[key] = words
+                b.send((sr, sc), src, fl, [((dr, dc), False, dst, False)])
+            builders.append(b)
+            model.append(want)
+    return _finish(job, builders, model, p), expect

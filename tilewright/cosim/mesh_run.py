@@ -2,9 +2,11 @@
 
 :func:`run_mesh_jobs` runs any number of :class:`~tilewright.cosim.mesh_program.MeshJob` in one
 simulator process (one cocotb test, :mod:`tilewright.cosim.mesh_bench`); :func:`rtl_gemv` and
-:func:`rtl_gemm` build the job from the mesh model's schedule, run it and assemble the output
-the way the model's ``execute_gemv`` / ``execute_gemm`` do, next to the model's
-:func:`~tilewright.dataflow_sim.mesh.model.simulate` report for the same phases.
+:func:`rtl_gemm` emit the op's mesh Program (:mod:`tilewright.compiler.mesh_ops`), build the
+job from it, run it and assemble the output the way the model's ``execute_gemv`` /
+``execute_gemm`` do, next to the mesh model's report for the *same Program*
+(:func:`~tilewright.dataflow_sim.mesh.run_mesh_program`). :func:`rtl_transfers` runs a Program
+of pure message phases (e.g. phases whose messages contend for links).
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.cosim.mesh_build import build_mesh
-from tilewright.cosim.mesh_program import MeshJob, gemm_job, gemv_job, unpack_int32
+from tilewright.compiler.mesh_schedule import healthy_grid
+from tilewright.compiler.program import Program
+from tilewright.cosim.mesh_program import (MeshJob, gemm_job, gemv_job, transfer_job,
+                                           unpack_int32)
 from tilewright.cosim.verilator import verilator_env
-from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv
-from tilewright.dataflow_sim.mesh.grid import healthy_grid
+from tilewright.dataflow_sim.mesh import run_mesh_program
 from tilewright.dataflow_sim.mesh.model import MeshReport
 
-__all__ = ["MeshRtlRun", "run_mesh_jobs", "rtl_gemv", "rtl_gemm", "MESH_BENCH_MODULE"]
+__all__ = ["MeshRtlRun", "run_mesh_jobs", "rtl_gemv", "rtl_gemm", "rtl_transfers",
+           "MESH_BENCH_MODULE"]
 
 MESH_BENCH_MODULE = "tilewright.cosim.mesh_bench"
 
@@ -39,8 +44,9 @@ class MeshRtlRun:
     op: str
     output: np.ndarray        #: int32; gemv: (rows, N) — y as held by every grid row; gemm: C
     rtl_cycles: int           #: cycles the mesh was busy (counter == simulation time)
-    model: MeshReport         #: the mesh model's prediction for the same schedule
+    model: MeshReport         #: the mesh model's prediction for the same Program
     phase_names: list[str]
+    program: Program | None = None   #: the mesh Program both ran
 
     @property
     def model_cycles(self) -> int:
@@ -110,24 +116,44 @@ def _gemm_output(arch: ArchSpec, reads: dict, m: int, n: int) -> np.ndarray:
 
 
 def rtl_gemv(arch: ArchSpec, cases: list[tuple[np.ndarray, np.ndarray]], *,
-             log=None) -> list[MeshRtlRun]:
-    """MeshGEMV of each int8 (x[K], w[K, N]) case on the RTL mesh (one simulation)."""
-    jobs = [gemv_job(arch, x, w)[0] for x, w in cases]
-    res = run_mesh_jobs(arch, jobs, log=log)
+             levels: int = 2, log=None) -> list[MeshRtlRun]:
+    """MeshGEMV of each int8 (x[K], w[K, N]) case on the RTL mesh (one simulation);
+    ``levels``: K-tree levels (1: one streaming chain-reduction per half column)."""
+    built = [gemv_job(arch, x, w, levels=levels) for x, w in cases]
+    res = run_mesh_jobs(arch, [j for j, _ in built], log=log)
     return [MeshRtlRun("gemv", _gemv_output(arch, r["reads"], w.shape[1]), r["cycles"],
-                       mesh_gemv(arch, w.shape[0], w.shape[1], elem_bytes=1, acc_bytes=4),
-                       j.phase_names)
-            for (x, w), j, r in zip(cases, jobs, res)]
+                       _model(prog, arch), j.phase_names, prog)
+            for (x, w), (j, prog), r in zip(cases, built, res)]
+
+
+def _model(program: Program, arch: ArchSpec) -> MeshReport:
+    """The mesh model's report for a single-op Program."""
+    ops = run_mesh_program(program, arch).ops
+    if len(ops) != 1:
+        raise ValueError(f"program {program.name}: {len(ops)} ops; expected one")
+    return ops[0][1]
 
 
 def rtl_gemm(arch: ArchSpec, cases: list[tuple[np.ndarray, np.ndarray]], *,
              algo: str = "mesh", log=None) -> list[MeshRtlRun]:
     """Distributed GEMM (``algo``: mesh | cannon | summa) of each int8 (a[M, K], b[K, N]) case
     on the RTL mesh (one simulation)."""
-    jobs = [gemm_job(arch, a, b, algo=algo)[0] for a, b in cases]
-    res = run_mesh_jobs(arch, jobs, log=log)
+    built = [gemm_job(arch, a, b, algo=algo) for a, b in cases]
+    res = run_mesh_jobs(arch, [j for j, _ in built], log=log)
     return [MeshRtlRun("gemm", _gemm_output(arch, r["reads"], a.shape[0], b.shape[1]),
-                       r["cycles"], mesh_gemm(arch, a.shape[0], a.shape[1], b.shape[1],
-                                              algo=algo, elem_bytes=1, acc_bytes=4),
-                       j.phase_names)
-            for (a, b), j, r in zip(cases, jobs, res)]
+                       r["cycles"], _model(prog, arch), j.phase_names, prog)
+            for (a, b), (j, prog), r in zip(cases, built, res)]
+
+
+def rtl_transfers(arch: ArchSpec, programs: list[Program], *, seed: int = 0,
+                  log=None) -> list[tuple[int, int, bool]]:
+    """Run Programs of pure message phases (:func:`transfer_job`) in one simulation; per
+    Program returns (RTL cycles, mesh model cycles, every message delivered intact)."""
+    built = [transfer_job(arch, p, seed=seed) for p in programs]
+    res = run_mesh_jobs(arch, [j for j, _ in built], log=log)
+    out = []
+    for prog, (_, expect), r in zip(programs, built, res):
+        ok = all([int(w) for w in r["reads"][k][0]] == [int(w) for w in v]
+                 for k, v in expect.items())
+        out.append((r["cycles"], run_mesh_program(prog, arch).cycles, ok))
+    return out
