@@ -235,6 +235,27 @@ def _gather(node: torch.fx.Node, ctx: _Ctx) -> Op:
               {"axis": node.args[1] % _ndim(node)})
 
 
+def _embedding(node: torch.fx.Node, ctx: _Ctx) -> list[Op]:
+    """``aten.embedding(weight [V, D], ids [...])`` -> ``take_rows`` (a row gather, marked
+    ``lookup="embedding"`` so the Report costs it by the rows it moves), with a ``reshape`` of
+    the ids to [n] before and of the rows to [..., D] after when the ids are not 1-D.
+    ``padding_idx`` only affects training (no gradient)."""
+    if _arg(node, 4, "sparse", False):
+        raise _unsupported(node, "with sparse=True ")
+    w, ids = node.args[0], node.args[1]
+    out = node.meta["val"]
+    if ids.meta["val"].dim() == 1:          # already [n]: one gather, no reshapes
+        return [Op("take_rows", [ctx.name(w), ctx.name(ids)], [node.name],
+                   {"lookup": "embedding"})]
+    n, d = int(ids.meta["val"].numel()), int(out.shape[-1])
+    flat_ids, rows = f"{node.name}_ids", f"{node.name}_rows"
+    ctx.graph.add_tensor(Tensor(flat_ids, (n,), _FORMATS[ids.meta["val"].dtype]))
+    ctx.graph.add_tensor(Tensor(rows, (n, d), _FORMATS[out.dtype]))
+    return [Op("reshape", [ctx.name(ids)], [flat_ids], {"shape": [n]}),
+            Op("take_rows", [ctx.name(w), flat_ids], [rows], {"lookup": "embedding"}),
+            Op("reshape", [rows], [node.name], {"shape": list(out.shape)})]
+
+
 def _masked_fill(node: torch.fx.Node, ctx: _Ctx) -> Op:
     return Op("masked_fill", [ctx.name(node.args[0]), ctx.name(node.args[1])], [node.name],
               {"value": float(node.args[2])})
@@ -332,6 +353,7 @@ HANDLERS: dict[Any, Callable[[torch.fx.Node, _Ctx], Op | list[Op]]] = {
     _aten.topk.default: _topk,
     _aten.chunk.default: _chunk,
     _aten.gather.default: _gather,
+    _aten.embedding.default: _embedding,
     _aten.masked_fill.Scalar: _masked_fill,
     _aten.to.dtype: _cast,
     _aten.arange.default: _const,

@@ -49,6 +49,21 @@ def test_serve_json():
     assert d["plan"] == "tp=2 ep=1 pp=2" and d["replicas"] == 2 and d["finished"] == 10
 
 
+def test_mamba_serve_and_train_json():
+    """A Mamba model serves with state slots (no KV tokens) and trains with TP over d_inner."""
+    res = run("--cluster", "h100-8x-nvlink", "--model", "mamba-2.8b", "--mode", "serve",
+              "--requests", "20", "--tp", "2", "--prompt-tokens", "64-512",
+              "--output-tokens", "8", "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["finished"] == 20 and d["kv_tokens_per_replica"] == 0
+    assert d["state_slots_per_replica"] > 0 and d["state_bytes_per_seq_chip"] > 0
+    res = run("--cluster", "h100-8x-nvlink", "--model", "mamba-2.8b", "--mode", "train",
+              "--tp", "4", "--dp", "2", "--seq-len", "1024", "--micro-batches", "2", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["step_s"] > 0
+
+
 @pytest.mark.parametrize("args,exc,needle", [
     (["--mode", "fly"], ClusterSpecError, "--mode = 'fly'"),
     (["--tp", "3"], PlanError, "tp=3 does not divide n_heads = 32"),

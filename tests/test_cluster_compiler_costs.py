@@ -9,7 +9,7 @@ import pytest
 from tilewright.compile_flow import compile_llm
 from tilewright.dataflow_sim.cluster import (ClusterSpec, ClusterSpecError, PlanError, TrainPlan,
                                              load_cluster, simulate_training)
-from tilewright.dataflow_sim.cluster.compiled import cache_info, compiled_layer
+from tilewright.dataflow_sim.cluster.compiled import cache_info, compiled_attention, compiled_layer
 from tilewright.dataflow_sim.cluster.workload import Shard
 from tilewright.dataflow_sim.report import report_totals
 from tilewright.models.llm_configs import get_config
@@ -44,9 +44,27 @@ def _matmul_seconds(arch, m: int, k: int, n: int, fmt: str) -> float:
     return float(rep.loc[rep.kind == "bgemm", "time_cycles"].sum()) / (rep.attrs["clock_mhz"] * 1e6)
 
 
+def _embedding_seconds(arch, vocab: int, d: int, tokens: int, fmt: str) -> float:
+    """Forward seconds of an int8 ``nn.Embedding(vocab, d)`` lookup of ``tokens`` ids compiled on
+    its own (aten.embedding -> one take_rows task), from its Report."""
+    import torch
+
+    from tilewright.compile_flow import compile_module
+
+    with torch.device("meta"):
+        emb = torch.nn.Embedding(vocab, d)
+        emb.weight = torch.nn.Parameter(torch.empty(vocab, d, dtype=torch.int8),
+                                        requires_grad=False)
+    out = compile_module(emb, (torch.empty(tokens, dtype=torch.int64, device="meta"),), arch,
+                         fmt=fmt, execute=False)
+    rep = out.report
+    assert list(rep.op) == ["take_rows"]
+    return float(rep.time_cycles.sum()) / (rep.attrs["clock_mhz"] * 1e6)
+
+
 def test_one_chip_step_is_the_sum_of_compiled_forward_and_backward_ops():
     """One chip, no network: step = m · n_layers · (forward + backward) of the layer + the LM
-    head + the embedding's roofline, where forward is compile_llm's Report, each forward GEMM
+    head + the compiled embedding gather (forward + 2 × forward), where forward is compile_llm's Report, each forward GEMM
     (m×k·k×n) adds its dgrad (m×n·n×k) and wgrad (k×m·m×n) compiled as stand-alone matmuls,
     the fused attention adds twice its forward row and every other op twice its forward row."""
     m, s, fmt = 2, 16, "int8"
@@ -87,11 +105,9 @@ def test_one_chip_step_is_the_sum_of_compiled_forward_and_backward_ops():
     hbwd = sum(_matmul_seconds(arch, t.m, t.n, t.k, fmt) + _matmul_seconds(arch, t.k, t.m, t.n, fmt)
                if t.kind == "bgemm" else 2 * r.time_cycles / hz
                for t, r in zip(head.program.tasks, hrep.itertuples()))
-    # embedding: a gather, roofline max(D·s ops / vector rate, (2·s·D·e + 4·s) B / bandwidth);
-    # no vector unit: 16 lanes = the tensor engine's columns (the Report's convention)
-    e, lanes = 1, 16
-    emb = max(s * cfg.d_model / (lanes * hz),
-              (2 * s * cfg.d_model * e + 4 * s) / (arch.offchip.bandwidth_gbps * 1e9))
+    # embedding: nn.Embedding (int8 table, the chip's element size) compiled here on its own;
+    # backward = 2 × its forward row (a non-GEMM task)
+    emb = _embedding_seconds(arch, cfg.vocab_size, cfg.d_model, s, fmt)
     plan = TrainPlan(micro_batches=m, seq_len=s)
     res = simulate_training(spec, "tiny-llama", plan)
     assert res.metrics["cost_source"] == "compiler"
@@ -229,3 +245,54 @@ def test_serving_dense_part_is_compiled_at_power_of_two_buckets_and_interpolated
     tab = simulate_serving(spec, "tiny-llama", plan, reqs, cost_source="table")
     assert comp.metrics["cost_source"] == "compiler" and tab.metrics["cost_source"] == "table"
     assert comp.metrics["finished"] == tab.metrics["finished"] == 20
+
+
+def test_serving_head_embedding_and_attention_come_from_the_compiler():
+    """IterationCost (compiler): the LM head at n rows equals an independently compiled head
+    module; the embedding equals an independently compiled int8 nn.Embedding; one decode
+    sequence's attention over 64 keys contains exactly the fused attention task of the
+    tiny-llama decode layer compiled by compile_llm (63 cached + 1 new token); attention over 96
+    keys is the mean of 64 and 128 (bilinear buckets) and sums over sequences."""
+    import numpy as np
+    import torch
+
+    from tilewright.compile_flow import compile_module
+    from tilewright.dataflow_sim.cluster import (CollectiveTimer, IterationCost, ServePlan,
+                                                 Topology, chip_model)
+    from tilewright.models.transformer import RMSNorm
+
+    spec = arch_cluster()
+    arch, cfg = spec.arch(), get_config("tiny-llama")
+    cost = IterationCost(cfg, ServePlan(max_batch_tokens=64, max_seqs=8), chip_model(spec),
+                         CollectiveTimer(Topology(spec)), [0])
+    hz = arch.clock_mhz * 1e6
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.proj = RMSNorm(cfg.d_model), torch.nn.Linear(cfg.d_model,
+                                                                         cfg.vocab_size, bias=False)
+
+        def forward(self, x):
+            return torch.softmax(self.proj(self.norm(x)), dim=-1)
+
+    with torch.device("meta"):
+        head = compile_module(Head(), (torch.empty(1, 4, cfg.d_model),), arch, fmt="int8",
+                              execute=False)
+    assert cost.head_seconds(4) == pytest.approx(head.report.time_cycles.sum() / hz, rel=1e-12)
+    assert cost.embed_seconds(16) == pytest.approx(
+        _embedding_seconds(arch, cfg.vocab_size, cfg.d_model, 16, "int8"), rel=1e-12)
+
+    dec = compile_llm("tiny-llama", arch, seq=63, batch=1, phase="decode", fmt="int8",
+                      execute=False).report
+    fused = dec.loc[dec.kind == "attention", "time_cycles"].sum() / hz
+    a64 = cost.attention_seconds(np.array([1]), np.array([64]))
+    assert fused > 0 and a64 >= fused
+    core = compiled_attention(cfg, Shard(), arch, q_len=1, ctx_len=64).report
+    assert core.loc[core.kind == "attention", "time_cycles"].sum() / hz == pytest.approx(fused)
+    a128 = cost.attention_seconds(np.array([1]), np.array([128]))
+    assert cost.attention_seconds(np.array([1]), np.array([96])) == pytest.approx(
+        (a64 + a128) / 2, rel=1e-12)
+    assert cost.attention_seconds(np.array([1, 1]), np.array([64, 128])) == pytest.approx(
+        a64 + a128, rel=1e-12)
+    assert cost.attention_seconds(np.array([16]), np.array([64])) > a64

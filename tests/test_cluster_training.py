@@ -179,7 +179,6 @@ def test_model_that_does_not_fit_is_reported_with_numbers():
 
 @pytest.mark.parametrize("model,needle", [
     ("deepseek-v3", "an MoE model with MLA attention is not modelled"),
-    ("mamba-130m", "a mamba model is not modelled"),
     ("gpt5", "unknown LLM config 'gpt5'"),
 ])
 def test_models_outside_the_cluster_workload_are_refused(model, needle):

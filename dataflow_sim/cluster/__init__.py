@@ -10,9 +10,13 @@ Public API::
                                             output_tokens=(32, 256)))
     out.metrics["ttft_p99_s"], out.requests
 
-Per-chip compute: ArchSpec chips take each sharded layer's (and the LM head's) forward and
-backward time from the compiler's Reports (``cost_source="compiler"``, :mod:`.compiled`, the
-default; MoE serving re-costs the compiled expert GEMMs at each iteration's routing loads);
+Models: Llama-style and Mixtral-style decoders and Mamba (SSM) models (TP splits d_inner;
+serving holds a fixed-size recurrent state per sequence instead of a KV cache).
+
+Per-chip compute: ArchSpec chips take each sharded layer's, the embedding gather's and the LM
+head's forward and backward time from the compiler's Reports (``cost_source="compiler"``,
+:mod:`.compiled`, the default; serving also compiles each sequence's attention, bucketed by
+context; MoE serving re-costs the compiled expert GEMMs at each iteration's routing loads);
 ``cost_source="table"`` keeps the op table + cycle model/roofline of :mod:`.workload`/
 :mod:`.costs`. GPU presets use the roofline. An ArchSpec chip's capacity is its
 ``offchip.capacity_gib`` and its vector throughput its ``vector_unit.lanes``.
@@ -27,7 +31,8 @@ raise its subclass :class:`PlanError`).
 
 from .cluster_spec import (CLUSTER_PRESET_DIR, GPU_PRESETS, ClusterSpec, ClusterSpecError,
                            PlanError, load_cluster)
-from .compiled import COST_SOURCES, compiled_head, compiled_layer
+from .compiled import (COST_SOURCES, compiled_attention, compiled_embedding, compiled_head,
+                       compiled_layer)
 from .collectives import CollectiveTimer, all_gather, all_reduce, all_to_all, reduce_scatter, send
 from .costs import ChipModel, chip_model
 from .network import Network
@@ -43,4 +48,4 @@ __all__ = ["ClusterSpec", "ClusterSpecError", "PlanError", "load_cluster", "CLUS
            "all_gather", "all_to_all", "send", "ChipModel", "chip_model", "TrainPlan", "ServePlan",
            "simulate_training", "TrainResult", "schedule_order", "simulate_serving", "ServeResult",
            "IterationCost", "poisson_requests", "load_request_trace", "Trace", "COST_SOURCES",
-           "compiled_layer", "compiled_head"]
+           "compiled_layer", "compiled_head", "compiled_embedding", "compiled_attention"]

@@ -33,8 +33,16 @@ are charged twice). Non-GEMM tasks (norms, activations, quantize, routing, scan)
 their forward row (cycles, bytes, time) — the only factor left.
 
 The LM head (final RMSNorm, the TP-split vocabulary projection, logits softmax) is compiled the
-same way (:func:`compiled_head`). The embedding lookup stays on the table/roofline cost: the
-compiler's frontend has no embedding (row-gather) op.
+same way (:func:`compiled_head`), and so is the embedding lookup (:func:`compiled_embedding`:
+``nn.Embedding`` of the chip's vocabulary slice -> ``aten.embedding`` -> one ``take_rows`` row
+gather, costed by the bytes it moves) and, for serving, one sequence's attention
+(:func:`compiled_attention`).
+
+**Mamba** layers (:func:`_compiled_mamba`) are :class:`~tilewright.models.ssm.MambaLayer`\ s
+with the chip's ``d_inner/tp`` channels (TP rule in :mod:`.workload`); the scan is compiled to
+a ``scan`` task. ``torch.export`` unrolls the scan's time loop, so a sequence longer than
+:data:`MAMBA_CHUNK` tokens is compiled as chunks of ``gcd(s, MAMBA_CHUNK)`` tokens with carried
+conv/scan state and the chunk's Report is multiplied by the number of chunks.
 
 Compiles are cached by (config, shard widths, seq, context, batch, phase, fmt, arch hash), so a
 training step compiles each distinct shape once per process.
@@ -43,6 +51,7 @@ training step compiles each distinct shape once per process.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from dataclasses import astuple, dataclass, field
 from typing import Any
@@ -51,11 +60,12 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
-from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MoEConfig
+from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MambaConfig, MoEConfig
 
 from .workload import COLUMNS, Dims, Shard, dims_of
 
-__all__ = ["COST_SOURCES", "LayerReport", "compiled_layer", "compiled_head", "backward_report",
+__all__ = ["COST_SOURCES", "LayerReport", "compiled_layer", "compiled_head", "compiled_embedding",
+           "compiled_attention", "backward_report",
            "local_expert_counts", "cache_info", "clear_cache"]
 
 COST_SOURCES = ("compiler", "table")
@@ -65,6 +75,10 @@ ATTENTION_BACKWARD_COPIES = 2   # fused attention backward = 2 x the forward tas
 _CACHE: dict[tuple, "LayerReport"] = {}
 _STATS = {"hits": 0, "misses": 0}
 _GEMM_KINDS = ("bgemm", "grouped_gemm", "gemm", "attention")
+MAMBA_CHUNK = 16
+"""tokens per compiled Mamba chunk (torch.export unrolls the scan's time loop: compile time
+grows with the tokens, so longer sequences are compiled as chunks with carried state)"""
+_SCALED = ("macs", "vector_ops", "cycles", "bytes", "mem_cycles", "time_cycles")
 
 
 def _seconds(df: pd.DataFrame, hz: float) -> float:
@@ -268,8 +282,82 @@ def _compile(module: Any, example: tuple, arch: ArchSpec, fmt: str, name: str,
 
 
 def _check_cfg(cfg: LLMConfig) -> None:
+    if isinstance(cfg, MambaConfig):
+        return
     if not isinstance(cfg, (LlamaConfig, MoEConfig)) or getattr(cfg, "n_heads", None) is None:
         dims_of(cfg, Shard())    # raises the table path's clear error
+
+
+def _mamba_module(cfg: MambaConfig, dm: Dims) -> Any:
+    """A :class:`~tilewright.models.ssm.MambaLayer` with this chip's ``d_inner / tp`` channels
+    (module docstring of :mod:`.workload`: in_proj columns, x_proj rows, dt_proj outputs, conv,
+    A, D and out_proj rows split; R + 2N replicated)."""
+    import torch  # noqa: PLC0415
+    from torch import nn  # noqa: PLC0415
+
+    from tilewright.models.ssm import MambaLayer  # noqa: PLC0415
+
+    layer = MambaLayer(dm.d, norm_eps=cfg.norm_eps, d_state=dm.n_state, expand=1,
+                       d_conv=dm.d_conv, dt_rank=dm.dt_rank)
+    mx, di, n, r = layer.mixer, dm.di, dm.n_state, dm.dt_rank
+    mx.d_inner = di
+    mx.in_proj = nn.Linear(dm.d, 2 * di, bias=False)
+    mx.conv1d = nn.Conv1d(di, di, dm.d_conv, groups=di, bias=True)
+    mx.x_proj = nn.Linear(di, r + 2 * n, bias=False)
+    mx.dt_proj = nn.Linear(r, di, bias=True)
+    mx.A_log = nn.Parameter(torch.empty(di, n))
+    mx.D = nn.Parameter(torch.empty(di))
+    mx.out_proj = nn.Linear(di, dm.d, bias=False)
+    return layer
+
+
+def _scaled(rep: LayerReport, k: int) -> LayerReport:
+    """``rep`` with every per-task count and time multiplied by ``k`` (k identical chunks)."""
+    def mul(df: pd.DataFrame) -> pd.DataFrame:
+        out = df.copy()
+        for c in _SCALED:
+            if c in out:
+                out[c] = out[c] * k
+        out.attrs.update(df.attrs)
+        return out
+
+    return LayerReport(mul(rep.report), rep.clock_mhz, mul(rep.backward), rep.program, rep.arch)
+
+
+def _compiled_mamba(cfg: MambaConfig, shard: Shard, arch: ArchSpec, fmt: str, batch: int,
+                    q_len: int, ctx_len: int) -> LayerReport:
+    """Mamba layer: ``q_len`` tokens of ``batch`` sequences (``ctx_len > q_len``: continuing
+    with carried conv/scan state). More than :data:`MAMBA_CHUNK` tokens are compiled as
+    ``q_len / q`` chunks of ``q = gcd(q_len, MAMBA_CHUNK)`` tokens with carried state, the
+    chunk's Report times ``q_len / q`` (the layer's cost is linear in tokens; the first chunk's
+    zero-padded conv start is costed as a carried-state chunk)."""
+    import torch  # noqa: PLC0415
+
+    if shard.sp > 1:
+        raise ValueError(f"{cfg.name}: sequence parallelism over a Mamba recurrence is not "
+                         "modelled (use sp=1)")
+    dm = dims_of(cfg, shard)
+    chunks = 1
+    if q_len > MAMBA_CHUNK:
+        q = math.gcd(q_len, MAMBA_CHUNK)
+        chunks, q_len, ctx_len = q_len // q, q, ctx_len + 1
+    state = ctx_len > q_len
+    key = ("mamba", repr(cfg), astuple(dm), q_len, state, batch, fmt, _arch_hash(arch))
+    rep = _CACHE.get(key)
+    if rep is not None:
+        _STATS["hits"] += 1
+    else:
+        _STATS["misses"] += 1
+        with torch.device("meta"):
+            module = _mamba_module(cfg, dm)
+        x = torch.empty(batch, q_len, dm.d, device="meta")
+        example: tuple = (x,)
+        if state:
+            example = (x, torch.empty(batch, dm.di, dm.d_conv, device="meta"),
+                       torch.empty(batch, dm.di, dm.n_state, device="meta"))
+        name = f"{cfg.name}.tp{shard.tp}.b{batch}q{q_len}{'s' if state else ''}"
+        rep = _CACHE[key] = _compile(module, example, arch, fmt, name)
+    return rep if chunks == 1 else _scaled(rep, chunks)
 
 
 def compiled_layer(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, batch: int, q_len: int,
@@ -277,13 +365,17 @@ def compiled_layer(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, batch: int, 
     """The compiler's Reports of one layer of ``cfg`` on one chip of ``arch`` under ``shard``:
     ``batch`` sequences of ``q_len`` new tokens attending to ``ctx_len`` keys (``ctx_len ≥
     q_len``; ``ctx_len > q_len`` compiles a K/V cache of ``ctx_len − q_len`` tokens). MoE
-    layers: the local experts get the EP group's balanced load. Cached."""
+    layers: the local experts get the EP group's balanced load. Mamba layers
+    (:func:`_compiled_mamba`): ``ctx_len > q_len`` means carried conv/scan state (its size does
+    not depend on ``ctx_len``). Cached."""
     import torch  # noqa: PLC0415
 
     _check_cfg(cfg)
     if ctx_len < q_len:
         raise ValueError(f"ctx_len ({ctx_len}) < q_len ({q_len})")
     fmt = fmt or arch.tensor_engine.input_format
+    if isinstance(cfg, MambaConfig):
+        return _compiled_mamba(cfg, shard, arch, fmt, batch, q_len, ctx_len)
     dm = dims_of(cfg, shard)
     phase = "prefill" if ctx_len == q_len else "chunk"
     key = ("layer", repr(cfg), astuple(dm), q_len, ctx_len, batch, phase, fmt, _arch_hash(arch))
@@ -346,6 +438,85 @@ def compiled_head(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, tokens: int,
         module = _LMHead.build(dm.d, dm.vocab, cfg.norm_eps)
     x = torch.empty(1, tokens, dm.d, device="meta")
     rep = _CACHE[key] = _compile(module, (x,), arch, fmt, f"{cfg.name}.head.tp{shard.tp}.t{tokens}")
+    return rep
+
+
+_ELEM_DTYPES = {1: "int8", 2: "bfloat16", 4: "float32"}
+
+
+def compiled_embedding(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, tokens: int,
+                       element_bytes: int, fmt: str | None = None) -> LayerReport:
+    """The compiler's Reports of the embedding lookup on one chip for ``tokens`` token ids: an
+    ``nn.Embedding`` of the chip's ``ceil(V/tp) × D`` vocabulary slice (Megatron's
+    vocab-parallel embedding: every chip looks up every token in its slice, then a TP
+    all-reduce) with weights of ``element_bytes`` bytes, compiled through ``aten.embedding`` to a
+    row gather (``take_rows``, costed by the bytes it moves). Cached."""
+    import torch  # noqa: PLC0415
+
+    _check_cfg(cfg)
+    fmt = fmt or arch.tensor_engine.input_format
+    dm = dims_of(cfg, shard)
+    key = ("embedding", repr(cfg), dm.d, dm.vocab, tokens, element_bytes, fmt, _arch_hash(arch))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _STATS["hits"] += 1
+        return hit
+    _STATS["misses"] += 1
+    dtype = getattr(torch, _ELEM_DTYPES[element_bytes])
+    with torch.device("meta"):
+        module = torch.nn.Embedding(dm.vocab, dm.d)
+        module.weight = torch.nn.Parameter(torch.empty(dm.vocab, dm.d, dtype=dtype),
+                                           requires_grad=False)
+    ids = torch.empty(tokens, dtype=torch.int64, device="meta")     # 1-D: one gather task
+    rep = _CACHE[key] = _compile(module, (ids,), arch, fmt,
+                                 f"{cfg.name}.embedding.tp{shard.tp}.t{tokens}")
+    return rep
+
+
+class _AttentionCore:
+    """Causal grouped-query attention of ``q`` new tokens over ``c`` keys, exactly the score,
+    mask, softmax and value ops of :class:`~tilewright.models.transformer.GroupedQueryAttention`
+    (no projections, no rotary): the compiler fuses it into one ``attention`` task."""
+
+    @staticmethod
+    def build(hd: int) -> Any:
+        import torch  # noqa: PLC0415
+
+        from tilewright.models.transformer import causal_mask  # noqa: PLC0415
+
+        class AttentionCore(torch.nn.Module):
+            def forward(self, qg, k, v):
+                s, t = qg.shape[-2], k.shape[-2] - qg.shape[-2]
+                scores = torch.matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * (1.0 / math.sqrt(hd))
+                scores = scores.masked_fill(causal_mask(s, t, qg.device), float("-inf"))
+                return torch.matmul(torch.softmax(scores, dim=-1), v.unsqueeze(2))
+
+        return AttentionCore()
+
+
+def compiled_attention(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, q_len: int, ctx_len: int,
+                       fmt: str | None = None) -> LayerReport:
+    """The compiler's Reports of one sequence's attention in one layer on one chip: the chip's
+    ``h/tp`` query heads (grouped over its KV heads) for ``q_len`` new tokens over ``ctx_len``
+    keys (``ctx_len ≥ q_len``, causal). Cached."""
+    import torch  # noqa: PLC0415
+
+    _check_cfg(cfg)
+    if ctx_len < q_len:
+        raise ValueError(f"ctx_len ({ctx_len}) < q_len ({q_len})")
+    fmt = fmt or arch.tensor_engine.input_format
+    dm = dims_of(cfg, shard)
+    key = ("attention", dm.h, dm.kv, dm.hd, q_len, ctx_len, fmt, _arch_hash(arch))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _STATS["hits"] += 1
+        return hit
+    _STATS["misses"] += 1
+    g = dm.h // dm.kv
+    qg = torch.empty(1, dm.kv, g, q_len, dm.hd, device="meta")
+    kv = torch.empty(1, dm.kv, ctx_len, dm.hd, device="meta")
+    rep = _CACHE[key] = _compile(_AttentionCore.build(dm.hd), (qg, kv, kv.clone()), arch, fmt,
+                                 f"{cfg.name}.attention.tp{shard.tp}.q{q_len}c{ctx_len}")
     return rep
 
 

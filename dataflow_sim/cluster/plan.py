@@ -4,6 +4,9 @@ Chip placement (Megatron order, TP fastest): chip = tp_rank + tp·(sp_rank + sp�
 dp·pp_rank)). EP groups are carved out of the data/context ranks (ep | dp·sp), as in Megatron
 and DeepSpeed-MoE.
 
+Mamba models: TP must divide ``d_inner``; SP and EP are refused. Serving memory holds a
+recurrent state per sequence (:func:`mamba_state_bytes`) instead of a KV cache.
+
 Training memory per chip (bytes), ``e`` = the chip's element size:
 
 * parameters P (this stage's layers, experts sharded by EP, all by TP; embedding on the first
@@ -12,26 +15,26 @@ Training memory per chip (bytes), ``e`` = the chip's element size:
 * activations per layer per in-flight micro-batch, Korthikanti et al. 2022 ("Reducing activation
   recomputation", Table 2, tensor-parallel row), scaled from 16-bit to ``e`` bytes:
   ``s·b·D·(10 + 24/t + 5·a·s_kv/(D·t))·e/2`` with s the local sequence; full recomputation keeps
-  only each layer's input ``s·b·D·e`` plus one layer's full activations.
+  only each layer's input ``s·b·D·e`` plus one layer's full activations. Mamba layers keep
+  ``s·b·(2·D + 6·d_inner/t + R + 2N)·e`` (:func:`mamba_activation_elems`; scan states recomputed).
 * in-flight micro-batches on pipeline rank r: ``min(m, p − r)`` for 1F1B; for the interleaved
   schedule the warm-up depth + 1 in chunks: ``min(m·v, 2(p − r − 1) + (v − 1)·p + 1)``.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MoEConfig, get_config
+from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MambaConfig, MoEConfig, get_config
 
 from .cluster_spec import ClusterSpec, ClusterSpecError, PlanError
 from .costs import ChipModel
 from .workload import Shard, dims_of
 
 __all__ = ["TrainPlan", "ServePlan", "validate_train", "train_memory", "validate_serve",
-           "serve_memory", "layer_params", "GIB"]
+           "serve_memory", "layer_params", "mamba_state_bytes", "mamba_activation_elems", "GIB"]
 
 GIB = 2**30
 
@@ -101,14 +104,23 @@ def _cfg(model: str | LLMConfig) -> LLMConfig:
         cfg = get_config(model) if isinstance(model, str) else model
     except ValueError as exc:
         raise ClusterSpecError(f"model: {exc}") from None
-    if not (isinstance(cfg, LlamaConfig) or (isinstance(cfg, MoEConfig) and cfg.n_heads)):
+    if not (isinstance(cfg, (LlamaConfig, MambaConfig))
+            or (isinstance(cfg, MoEConfig) and cfg.n_heads)):
         what = "an MoE model with MLA attention" if cfg.family == "moe" else f"a {cfg.family} model"
         raise PlanError(f"model {cfg.name}: {what} is not modelled; the cluster model covers "
-                        "Llama-style (llama3-*) and Mixtral-style (mixtral-8x7b) decoders")
+                        "Llama-style (llama3-*), Mixtral-style (mixtral-8x7b) and Mamba "
+                        "(mamba-*) decoders")
     return cfg
 
 
 def _check_shard(cfg: LLMConfig, tp: int, ep: int, where: str) -> None:
+    if isinstance(cfg, MambaConfig):
+        if cfg.d_inner % tp:
+            raise PlanError(f"{where}: tp={tp} does not divide d_inner = {cfg.d_inner} of "
+                            f"{cfg.name} (Mamba TP splits the scan channels)")
+        if ep > 1:
+            raise PlanError(f"{where}: ep={ep} but {cfg.name} has no experts (use ep=1)")
+        return
     if cfg.n_heads % tp:
         raise PlanError(f"{where}: tp={tp} does not divide n_heads = {cfg.n_heads} of {cfg.name}")
     if cfg.n_kv_heads % tp and tp % cfg.n_kv_heads:
@@ -126,6 +138,10 @@ def _check_shard(cfg: LLMConfig, tp: int, ep: int, where: str) -> None:
 def layer_params(cfg: LLMConfig, shard: Shard) -> tuple[float, float]:
     """(non-expert, expert) parameters of one layer on one chip."""
     dm = dims_of(cfg, shard)
+    if dm.ssm:      # in_proj, conv (+bias), x_proj, dt_proj (+bias), A, D, out_proj, norm
+        di, n, r = dm.di, dm.n_state, dm.dt_rank
+        return (2 * dm.d * di + di * (dm.d_conv + 1) + di * (r + 2 * n) + (r + 1) * di
+                + di * n + di + di * dm.d + dm.d), 0.0
     attn = dm.d * (dm.h + 2 * dm.kv) * dm.hd + dm.h * dm.hd * dm.d + 2 * dm.d
     if not dm.moe:
         return attn + 3 * dm.d * dm.f, 0.0
@@ -152,6 +168,9 @@ def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -
     if cfg.n_layers % (plan.pp * v):
         raise PlanError(f"{where}: n_layers = {cfg.n_layers} of {cfg.name} is not divisible by "
                         f"pp·virtual_stages = {plan.pp}·{v}")
+    if isinstance(cfg, MambaConfig) and plan.sp > 1:
+        raise PlanError(f"{where}: sp={plan.sp} but sequence parallelism over the Mamba "
+                        f"recurrence of {cfg.name} is not modelled (use sp=1)")
     if plan.seq_len % plan.sp:
         raise PlanError(f"{where}: sp={plan.sp} does not divide seq_len = {plan.seq_len}")
     if (plan.dp * plan.sp) % plan.ep:
@@ -161,6 +180,21 @@ def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -
         raise PlanError(f"{where}: dp·tp·pp·sp = {plan.dp}·{plan.tp}·{plan.pp}·{plan.sp} = {used} "
                         f"chips but cluster {spec.name} has {spec.n_chips}")
     return cfg
+
+
+def mamba_activation_elems(cfg: MambaConfig, tp: int) -> float:
+    """Activation elements one Mamba layer keeps per token for backward (the fused-kernel
+    convention of the Mamba paper: the scan states h are recomputed, not stored): layer input
+    and norm output (2·D), x and z (2·di/t), conv output (di/t), x_proj output (R + 2N,
+    replicated), delta (di/t), y and the gated y (2·di/t) — ``2·D + 6·di/t + R + 2N``."""
+    return 2 * cfg.d_model + 6 * cfg.d_inner / tp + cfg.rank + 2 * cfg.d_state
+
+
+def mamba_state_bytes(cfg: MambaConfig, tp: int, layers: int, element_bytes: int) -> float:
+    """Recurrent state of one sequence on one chip (bytes): per layer the scan state
+    ``di/tp × N`` and the conv state ``di/tp × d_conv`` (``models/ssm.py``), in the chip's
+    element size. Independent of the context length."""
+    return layers * (cfg.d_inner // tp) * (cfg.d_state + cfg.d_conv) * element_bytes
 
 
 def in_flight(plan: TrainPlan, rank: int) -> int:
@@ -179,14 +213,18 @@ def train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
     dense, expert = layer_params(cfg, plan.shard)
     L_rank = cfg.n_layers // plan.pp                 # layers per device
     L_chunk = L_rank // plan.virtual_stages          # layers per chunk
-    vocab = math.ceil(cfg.vocab_size / plan.tp) * cfg.d_model
+    vocab = dims_of(cfg, plan.shard).vocab * cfg.d_model
+    tied = int(plan.pp == 1 and getattr(cfg, "tie_embeddings", False))   # one shared matrix
     s_l, b, D, t = plan.seq_len // plan.sp, plan.micro_batch_size, cfg.d_model, plan.tp
-    full = s_l * b * D * (10 + 24 / t + 5 * cfg.n_heads * plan.seq_len / (D * t)) * e / 2
+    if isinstance(cfg, MambaConfig):
+        full = s_l * b * mamba_activation_elems(cfg, t) * e
+    else:
+        full = s_l * b * D * (10 + 24 / t + 5 * cfg.n_heads * plan.seq_len / (D * t)) * e / 2
     out = []
     for r in range(plan.pp):
         p_dense = L_rank * dense
         if plan.embedding_and_head:
-            p_dense += vocab * ((r == 0) + (r == plan.pp - 1))
+            p_dense += vocab * ((r == 0) + (r == plan.pp - 1) - tied)
         p_exp = L_rank * expert
         opt_div_dense = plan.dp * plan.sp if plan.zero1 else 1
         opt_div_exp = max(1, plan.dp * plan.sp // plan.ep) if plan.zero1 else 1
@@ -238,18 +276,24 @@ def validate_serve(plan: ServePlan, spec: ClusterSpec, model: str | LLMConfig,
 def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> dict[str, float]:
     """Per chip (the fullest pipeline stage: n_layers/pp layers plus the embedding and the LM
     head when pp = 1, one of them when pp > 1): weight bytes, KV bytes per token, KV capacity in
-    tokens (PlanError if the weights alone do not fit)."""
+    tokens (PlanError if the weights alone do not fit). Mamba models hold a recurrent state per
+    sequence instead of a KV cache: ``state_bytes_per_seq`` (:func:`mamba_state_bytes`) and
+    ``state_slots`` (sequences that fit), ``kv_tokens = 0``."""
     cfg = _cfg(model)
     shard = Shard(tp=plan.tp, ep=plan.ep)
     dense, expert = layer_params(cfg, shard)
     dm = dims_of(cfg, shard)
     e = chip.element_bytes
     layers = cfg.n_layers // plan.pp
-    vocab_mats = 2 if plan.pp == 1 else 1
-    weights = (layers * (dense + expert) + vocab_mats * math.ceil(cfg.vocab_size / plan.tp)
-               * cfg.d_model) * e
+    tied = getattr(cfg, "tie_embeddings", False)
+    vocab_mats = 1 if plan.pp > 1 or tied else 2
+    weights = (layers * (dense + expert) + vocab_mats * dm.vocab * cfg.d_model) * e
     usable = chip.hbm_bytes * plan.memory_fraction
     kv_per_token = 2 * dm.kv * dm.hd * e * layers
+    if weights < usable and isinstance(cfg, MambaConfig):
+        state = mamba_state_bytes(cfg, plan.tp, layers, e)
+        return {"weight_bytes": weights, "kv_bytes_per_token": 0.0, "state_bytes_per_seq": state,
+                "state_slots": int((usable - weights) // state), "kv_tokens": 0}
     if weights >= usable:
         raise PlanError(f"serve plan {plan.label()}: {cfg.name} weights need "
                         f"{weights / GIB:.1f} GiB per chip but {chip.name} offers "

@@ -40,8 +40,19 @@ counts are **bucketed**: the layer is compiled at powers of two (and at ``max_ba
 the time of any other ``T`` is **interpolated linearly in tokens** between the two neighbouring
 buckets (exact at bucket points; the cycle model's tile padding makes time piecewise linear, so
 the error is the padding jitter between buckets). Those compiled rows include a one-key attention
-per token (tiny next to the projections); the real attention of each sequence (``q`` new tokens
-over ``c`` keys), collectives, embedding and LM head keep their table/roofline costs.
+per token (tiny next to the projections). The real attention of each sequence (``q`` new tokens
+over ``c`` keys) is compiled too (:func:`.compiled.compiled_attention`: the layer's score, causal
+mask, softmax and value ops fused into one attention task, plus the K/V reads it needs), at
+powers of two in ``q`` and ``c`` and interpolated bilinearly between them; the embedding lookup
+(a compiled row gather, :func:`.compiled.compiled_embedding`) and the LM head
+(:func:`.compiled.compiled_head`) are compiled and bucketed in tokens/rows like the layer. Only
+the collectives are timed by the network model.
+
+Mamba models: no attention and no KV cache; each sequence holds a fixed-size recurrent state
+(:func:`.plan.mamba_state_bytes`), so a replica admits ``state_slots`` sequences (one slot each,
+whatever the context) and a step costs the same at any context length; the compiled token part
+is the layer's one-token recurrent step (carried conv/scan state); a P/D hand-off moves the
+state, not a per-token cache.
 """
 
 from __future__ import annotations
@@ -61,7 +72,8 @@ from tilewright.models.llm_configs import LLMConfig
 
 from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
-from .compiled import LayerReport, compiled_layer
+from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
+                       compiled_layer)
 from .costs import ChipModel, chip_model
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
@@ -107,6 +119,17 @@ def load_request_trace(path: str | Path) -> pd.DataFrame:
 
 
 # ---- iteration cost --------------------------------------------------------------------------
+def _pow2_neighbours(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lo, hi, weight of hi) for integers ``x ≥ 1``: the powers of two around ``x`` (lo = hi =
+    x at a power of two) and ``(x − lo)/(hi − lo)``."""
+    x = np.asarray(x, dtype=np.int64)
+    lo = np.left_shift(1, np.floor(np.log2(x)).astype(np.int64))
+    lo = np.where(lo * 2 <= x, lo * 2, lo)            # guard float rounding
+    hi = np.where(lo == x, x, lo * 2)
+    w = np.where(hi > lo, (x - lo) / np.maximum(hi - lo, 1), 0.0)
+    return lo, hi, w
+
+
 class IterationCost:
     """Seconds of one iteration of a replica for a batch: per sequence ``q`` new tokens attending
     to ``c`` keys (``c`` includes the new ones), plus ``n_logits`` LM-head rows.
@@ -141,6 +164,8 @@ class IterationCost:
         self.timer = timer
         self._lin: dict[int, float] = {}
         self._head: dict[int, float] = {}
+        self._emb: dict[int, float] = {}
+        self._attn: dict[tuple[int, int], float] = {}
         self._lines: dict[str, tuple[float, float] | None] = {}
         self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
         self._comm: dict[tuple[str, int], float] = {}
@@ -170,7 +195,9 @@ class IterationCost:
 
     def _layer_report(self, T: int) -> LayerReport:
         assert self.chip.arch is not None
-        return compiled_layer(self.cfg, self.shard, self.chip.arch, batch=T, q_len=1, ctx_len=1)
+        # Mamba: one-token steps continuing a sequence (carried conv/scan state, ctx_len > 1)
+        return compiled_layer(self.cfg, self.shard, self.chip.arch, batch=T, q_len=1,
+                              ctx_len=2 if self.dm.ssm else 1)
 
     def _compiled(self, T: int) -> float:
         """Compiled layer time at T tokens without the routed experts' grouped GEMMs (those
@@ -198,18 +225,67 @@ class IterationCost:
                                                        3 * dm.f_exp * e * loads), 0.0))
         return float(t.reshape(ep, -1).sum(axis=1).max())
 
-    def _interpolated(self, T: int) -> float:
-        """Compiled layer time at T tokens: exact at powers of two and ``max_batch_tokens``,
-        linear in tokens between them."""
-        cap = self.plan.max_batch_tokens
+    def _interpolated(self, T: int, f: Any = None, cap: int | None = None) -> float:
+        """Compiled time ``f(T)`` (default: the layer's) at T tokens: exact at powers of two and
+        ``cap`` (default ``max_batch_tokens``), linear in tokens between them."""
+        f = f or self._compiled
+        cap = cap or self.plan.max_batch_tokens
         hi = 1 << (T - 1).bit_length()
         lo = hi >> 1 if hi > 1 else 1
         if T <= cap < hi:
             hi = cap
         if T == lo or T == hi:
-            return self._compiled(T)
-        a, b = self._compiled(lo), self._compiled(hi)
+            return f(T)
+        a, b = f(lo), f(hi)
         return a + (b - a) * (T - lo) / (hi - lo)
+
+    def _compiled_attention(self, q: int, c: int) -> float:
+        """Compiled seconds of one sequence's attention (``q`` new tokens over ``c`` keys) in one
+        layer (:func:`.compiled.compiled_attention`; ``q`` clamped to ``c``)."""
+        key = (min(q, c), c)
+        t = self._attn.get(key)
+        if t is None:
+            assert self.chip.arch is not None
+            t = self._attn[key] = compiled_attention(
+                self.cfg, self.shard, self.chip.arch, q_len=key[0], ctx_len=c).forward_seconds
+        return t
+
+    def _attention_compiled(self, q: np.ndarray, c: np.ndarray) -> float:
+        """Σ over sequences of the compiled attention, bilinear in (q, c) between the powers of
+        two around each (exact at powers of two; attention work grows like q·c, which
+        bilinear interpolation reproduces)."""
+        ql, qh, wq = _pow2_neighbours(q)
+        cl, ch, wc = _pow2_neighbours(c)
+        total = 0.0
+        for qb, cb, w in ((ql, cl, (1 - wq) * (1 - wc)), (qh, cl, wq * (1 - wc)),
+                          (ql, ch, (1 - wq) * wc), (qh, ch, wq * wc)):
+            keep = w > 0
+            if not keep.any():
+                continue
+            pairs, inv = np.unique(np.stack([qb[keep], cb[keep]]), axis=1, return_inverse=True)
+            vals = np.array([self._compiled_attention(int(a), int(b)) for a, b in pairs.T])
+            total += float(np.dot(w[keep], vals[inv.ravel()]))
+        return total
+
+    def embed_seconds(self, T: int) -> float:
+        """Embedding lookup of ``T`` tokens: the compiled row gather (bucketed like the layer)
+        or the table's gather roofline."""
+        if T <= 0:
+            return 0.0
+        t = self._emb.get(T)
+        if t is None:
+            if self.cost_source == "compiler":
+                assert self.chip.arch is not None
+
+                def f(n: int) -> float:
+                    return compiled_embedding(self.cfg, self.shard, self.chip.arch, tokens=n,
+                                              element_bytes=self.e).forward_seconds
+
+                t = self._interpolated(T, f)
+            else:
+                t = self._embed_per_token * T
+            self._emb[T] = t
+        return t
 
     def comm_seconds(self, kind: str, nbytes: float) -> float:
         """One collective of the replica's TP (all_reduce) or EP (all_to_all) groups."""
@@ -222,8 +298,14 @@ class IterationCost:
         return self.timer.seconds(kind, groups, nbytes)
 
     def attention_seconds(self, q: np.ndarray, c: np.ndarray) -> float:
-        """Scores and values GEMMs per sequence and KV head, and the batch's softmax."""
+        """Scores and values GEMMs per sequence and KV head, and the batch's softmax (table), or
+        the compiled fused attention per sequence (compiler, :meth:`_attention_compiled`); 0 for
+        a Mamba model (no attention: its per-token cost is all in the token-linear part)."""
         dm, chip = self.dm, self.chip
+        if dm.ssm:
+            return 0.0
+        if self.cost_source == "compiler":
+            return self._attention_compiled(q, c)
         if chip.arch is None:   # roofline: both GEMMs have equal FLOPs and bytes
             s = 2 * chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum()
         else:
@@ -259,7 +341,9 @@ class IterationCost:
             layer = max(self._dense_seconds(int(pq.sum())) + self.attention_seconds(pq, pc)
                         for pq, pc in parts if len(pq)) if T else 0.0
         if self.plan.tp > 1:
-            layer += 2 * self.comm_seconds("all_reduce", T * dm.d * e)
+            layer += 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
+                self.comm_seconds("all_reduce", T * dm.d * e)
+                + self.comm_seconds("all_reduce", T * (dm.dt_rank + 2 * dm.n_state) * e))
         moe = 0.0
         if dm.moe:
             # one routing draw per iteration, applied to every MoE layer
@@ -267,14 +351,24 @@ class IterationCost:
             if ep > 1:
                 layer += 2 * self.comm_seconds("all_to_all", T * dm.top_k * dm.d * e)
             moe = n_moe * self.expert_seconds(self.expert_loads(T_total * dm.top_k))
-        return (cfg.n_layers * layer + moe, self._embed_per_token * T_total,
+        return (cfg.n_layers * layer + moe, self.embed_seconds(T_total),
                 self.head_seconds(n_logits))
 
     def head_seconds(self, n: int) -> float:
-        """Final norm, LM head GEMM and logits softmax for ``n`` rows (memoized)."""
+        """Final norm, LM head GEMM and logits softmax for ``n`` rows (memoized): compiled
+        (:func:`.compiled.compiled_head`, bucketed like the layer, cap ``max_seqs``) or by the
+        table."""
         t = self._head.get(n)
         if t is None and n == 0:
             t = self._head[0] = 0.0          # no sequence needs logits this iteration
+        if t is None and self.cost_source == "compiler":
+            assert self.chip.arch is not None
+
+            def f(rows: int) -> float:
+                return compiled_head(self.cfg, self.shard, self.chip.arch,
+                                     tokens=rows).forward_seconds
+
+            t = self._head[n] = self._interpolated(n, f, max(self.plan.max_seqs, n))
         if t is None:
             dm, chip, e = self.dm, self.chip, self.e
             t = self._head[n] = float(
@@ -323,7 +417,9 @@ class _Replica:
         self.sim, self.idx, self.chips, self.role, self.cost = sim, idx, chips, role, cost
         self.waiting: deque[_Req] = deque()
         self.running: list[_Req] = []
-        self.free_blocks = self.total_blocks = sim.kv_tokens_per_replica // sim.plan.kv_block_tokens
+        self.free_blocks = self.total_blocks = (
+            sim.state_slots if sim.state_slots is not None
+            else sim.kv_tokens_per_replica // sim.plan.kv_block_tokens)
         self.wake: simpy.Event | None = None
         self.busy = 0.0
         self.iterations = 0
@@ -342,6 +438,9 @@ class _Replica:
         self.poke()
 
     def _blocks(self, tokens: int) -> int:
+        """KV blocks for ``tokens`` tokens; a Mamba model's one state slot per sequence."""
+        if self.sim.state_slots is not None:
+            return 1
         return -(-tokens // self.sim.plan.kv_block_tokens)
 
     def _grow(self, r: _Req, need: int) -> None:
@@ -484,7 +583,8 @@ class _Replica:
 
 class _Sim:
     def __init__(self, spec: ClusterSpec, cfg: LLMConfig, plan: ServePlan, chip: ChipModel,
-                 kv_tokens_per_replica: int, kv_bytes_per_token_chip: float, trace: bool) -> None:
+                 kv_tokens_per_replica: int, kv_bytes_per_token_chip: float, trace: bool,
+                 state_slots: int | None = None, state_bytes_chip: float = 0.0) -> None:
         self.env = simpy.Environment()
         self.spec, self.cfg, self.plan, self.chip = spec, cfg, plan, chip
         self.topology = Topology(spec)
@@ -492,6 +592,8 @@ class _Sim:
         self.timer = CollectiveTimer(self.topology)
         self.kv_tokens_per_replica = kv_tokens_per_replica
         self.kv_bytes = kv_bytes_per_token_chip
+        self.state_slots = state_slots          # Mamba: sequences per replica (no KV cache)
+        self.state_bytes = state_bytes_chip     # Mamba: recurrent state per sequence per chip
         self.trace = Trace() if trace else None
         self.finished: list[_Req] = []
         self.rejected: list[_Req] = []
@@ -508,7 +610,7 @@ class _Sim:
         """Move a prefilled request's KV cache to the least-loaded decode replica."""
         dst = min(self.decode, key=lambda x: (x.load, x.idx))
         t0 = self.env.now
-        nbytes = r.prompt * self.kv_bytes
+        nbytes = r.prompt * self.kv_bytes if self.state_slots is None else self.state_bytes
         yield self.net.send_many(list(zip(src.chips, dst.chips)), nbytes)
         src.free_blocks += r.blocks
         r.blocks = 0
@@ -573,8 +675,9 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     cfg = validate_serve(plan, spec, model, pools)
     mem = serve_memory(plan, chip, cfg)
     size = plan.tp * plan.ep * plan.pp
+    slots = mem.get("state_slots")
     sim = _Sim(spec, cfg, plan, chip, mem["kv_tokens"] * plan.ep, mem["kv_bytes_per_token"],
-               trace)
+               trace, slots, mem.get("state_bytes_per_seq", 0.0))
     for i, start in enumerate(range(0, spec.n_chips, size)):
         chips = list(range(start, start + size))
         role = "both" if not disagg else ("prefill" if start < n_pre else "decode")
@@ -617,6 +720,8 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
         "makespan_s": span, "throughput_tokens_per_s": float(done.output_tokens.sum() / span),
         "throughput_requests_per_s": len(done) / span, "preemptions": sim.preemptions,
         "kv_tokens_per_replica": sim.kv_tokens_per_replica, "kv_transfers": sim.kv_transfers,
+        "state_slots_per_replica": slots if slots is not None else 0,
+        "state_bytes_per_seq_chip": mem.get("state_bytes_per_seq", 0.0),
         "utilization": float(rep_df.utilization.mean()),
     }
     for name in ("ttft_s", "tpot_s", "e2e_s"):

@@ -1,4 +1,4 @@
-"""One training step of a Llama/Mixtral-style model on a cluster, as a SimPy simulation.
+"""One training step of a Llama/Mixtral-style or Mamba model on a cluster, as a SimPy simulation.
 
 What is simulated event by event (the network is shared, contention is modelled):
 
@@ -24,11 +24,12 @@ simulation on the same topology (:class:`~.collectives.CollectiveTimer`, memoize
 timed block (contention between in-layer groups only).
 
 Per-chip layer compute time (``cost_source``): ``"compiler"`` (the default for ArchSpec chips)
-compiles the sharded layer and the LM head and uses their Reports' total times (:mod:`.compiled`:
-the backward GEMMs dX = dY·Wᵀ and dW = Xᵀ·dY are compiled too; non-GEMM backward = 2 × forward);
-``"table"`` costs the op table of :mod:`.workload` per op with :mod:`.costs` (cycle model for
-ArchSpec GEMMs, roofline otherwise). GPU presets are not ArchSpecs and always use the table +
-roofline. The embedding lookup uses the table in both (the compiler has no row-gather op).
+compiles the sharded layer (Llama, Mixtral-style MoE or Mamba), the embedding lookup (a row
+gather, ``aten.embedding`` -> ``take_rows``) and the LM head and uses their Reports' total
+times (:mod:`.compiled`: the backward GEMMs dX = dY·Wᵀ and dW = Xᵀ·dY are compiled too;
+non-GEMM backward = 2 × forward); ``"table"`` costs the op table of :mod:`.workload` per op
+with :mod:`.costs` (cycle model for ArchSpec GEMMs, roofline otherwise). GPU presets are not
+ArchSpecs and always use the table + roofline.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from tilewright.models.llm_configs import LLMConfig
 
 from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import COLLECTIVES, CollectiveTimer, all_reduce
-from .compiled import COST_SOURCES, cache_info, compiled_head, compiled_layer
+from .compiled import COST_SOURCES, cache_info, compiled_embedding, compiled_head, compiled_layer
 from .costs import ChipModel, chip_model
 from .network import Network, events_scheduled
 from .plan import TrainPlan, check_train_memory, layer_params, validate_train
@@ -171,7 +172,12 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
     out = {}
     for vs in range(V):
         sc = _StageCost(n_chunk * fc, n_chunk * fm, n_chunk * bc, n_chunk * bm, n_chunk * gflops)
-        if plan.embedding_and_head and vs == 0:
+        if plan.embedding_and_head and vs == 0 and cost_source == "compiler":
+            assert chip.arch is not None
+            er = compiled_embedding(cfg, plan.shard, chip.arch, tokens=tokens, element_bytes=e)
+            sc.f_comp += er.forward_seconds
+            sc.b_comp += er.backward_seconds
+        elif plan.embedding_and_head and vs == 0:
             emb = embedding_ops(cfg, plan.shard, tokens, e)
             t = float(chip.op_seconds(emb).sum())
             sc.f_comp += t

@@ -1,4 +1,4 @@
-"""Per-chip op lists of transformer and MoE layers under a parallelism plan.
+"""Per-chip op lists of transformer, MoE and Mamba layers under a parallelism plan.
 
 A stand-in for the compiler's Program until it lowers whole sharded models: the interface is
 only "a table of ops with FLOPs, bytes and GEMM shapes, per chip, per micro-batch". Shapes follow
@@ -8,6 +8,14 @@ Sharding: TP splits attention heads (query and KV) and FFN widths (Megatron colu
 parallel, two all-reduces of the activations per layer); SP (context parallelism) splits the
 sequence, all-gathering K and V before attention; EP splits the routed experts, with an
 all-to-all before (dispatch) and after (combine) them; experts' FFN width is also split by TP.
+
+Mamba (SSM) TP rule: the ``d_inner`` channels are split — ``in_proj`` column-parallel (each
+chip gets ``d_inner/tp`` channels of x and of the gate z), the depthwise conv, ``dt_proj``'s
+outputs, ``A``, ``D`` and the scan channels local; ``x_proj`` row-parallel (its ``R + 2N``
+outputs — dt, B, C, shared by all channels — are partial sums, all-reduced over TP, then
+replicated); ``out_proj`` row-parallel (all-reduce of the ``D``-wide output). Two TP
+all-reduces per layer, of ``T·(R + 2N)`` and ``T·D`` elements. A Mamba layer has no attention:
+its cost per token does not depend on the context length.
 
 Op costing conventions (stated so they can be checked):
 
@@ -30,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MoEConfig, get_config
+from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MambaConfig, MoEConfig, get_config
 
 __all__ = ["Shard", "Dims", "dims_of", "layer_ops", "embedding_ops", "head_ops", "backward_ops",
            "token_gemms", "token_vectors", "COLUMNS", "BACKWARD_COLLECTIVE"]
@@ -67,6 +75,11 @@ class Dims:
     top_k: int = 0
     f_exp: int = 0        # routed expert FFN width on this chip
     f_shared: int = 0     # shared-expert FFN width on this chip
+    ssm: bool = False     # Mamba (selective state space) layer instead of attention + FFN
+    di: int = 0           # Mamba scan channels on this chip (d_inner / tp)
+    n_state: int = 0      # Mamba state size N per channel
+    dt_rank: int = 0      # Mamba dt rank R (x_proj gives R + 2N columns, replicated)
+    d_conv: int = 0       # Mamba depthwise conv kernel (taps)
 
 
 def dims_of(cfg: LLMConfig | str, shard: Shard) -> Dims:
@@ -85,8 +98,14 @@ def dims_of(cfg: LLMConfig | str, shard: Shard) -> Dims:
                     experts=cfg.n_experts // shard.ep, n_experts=cfg.n_experts, top_k=cfg.top_k,
                     f_exp=cfg.d_expert_ffn // shard.tp,
                     f_shared=cfg.n_shared_experts * cfg.d_expert_ffn // shard.tp)
-    raise ValueError(f"{cfg.name}: the cluster model covers Llama-style and Mixtral-style "
-                     f"(attention + MoE) decoders; {cfg.family} "
+    if isinstance(cfg, MambaConfig):
+        # TP rule (module docstring): d_inner channels split; x_proj rows split (partial sums
+        # all-reduced), its R + 2N outputs and dt_proj's input replicated
+        return Dims(cfg.d_model, 0, 0, 0, 1, 0, math.ceil(cfg.padded_vocab / shard.tp),
+                    moe=False, ssm=True, di=cfg.d_inner // shard.tp, n_state=cfg.d_state,
+                    dt_rank=cfg.rank, d_conv=cfg.d_conv)
+    raise ValueError(f"{cfg.name}: the cluster model covers Llama-style, Mixtral-style "
+                     f"(attention + MoE) and Mamba decoders; {cfg.family} "
                      f"{'with MLA attention ' if isinstance(cfg, MoEConfig) else ''}is not modelled")
 
 
@@ -107,6 +126,9 @@ def _comm(name: str, collective: str, group: str, nbytes: float) -> dict:
 
 def token_gemms(dm: Dims) -> list[tuple[str, int, int]]:
     """(name, K, N) of the GEMMs whose M is the number of tokens (dense part of a layer)."""
+    if dm.ssm:
+        return [("in_proj", dm.d, 2 * dm.di), ("x_proj", dm.di, dm.dt_rank + 2 * dm.n_state),
+                ("dt_proj", dm.dt_rank, dm.di), ("out_proj", dm.di, dm.d)]
     out = [("qkv_proj", dm.d, (dm.h + 2 * dm.kv) * dm.hd), ("o_proj", dm.h * dm.hd, dm.d)]
     if not dm.moe:
         out += [("ffn_gate_up", dm.d, 2 * dm.f), ("ffn_down", dm.f, dm.d)]
@@ -120,6 +142,13 @@ def token_gemms(dm: Dims) -> list[tuple[str, int, int]]:
 def token_vectors(dm: Dims, e: int) -> list[tuple[str, float, float]]:
     """(name, FLOPs per token, bytes per token) of the non-GEMM ops linear in tokens."""
     d, qk = dm.d, (dm.h + dm.kv) * dm.hd
+    if dm.ssm:
+        di, n = dm.di, dm.n_state
+        return [("norm", 4 * d, 2 * d * e), ("conv", 2 * dm.d_conv * di, 2 * di * e),
+                ("conv_silu", 5 * di, 2 * di * e), ("softplus", 5 * di, 2 * di * e),
+                # discretize exp(delta·A), delta·B·x, then the scan's a·h + b, ·c, accumulate
+                ("scan", 3 * di * n + 4 * di * n, (3 * di + 2 * n) * e),
+                ("gate", 7 * di, 3 * di * e), ("residual", d, 3 * d * e)]
     out = [("attn_norm", 4 * d, 2 * d * e), ("rope", 3 * qk, 2 * qk * e),
            ("kv_write", 0, 2 * dm.kv * dm.hd * e), ("attn_residual", d, 3 * d * e),
            ("ffn_norm", 4 * d, 2 * d * e), ("ffn_residual", d, 3 * d * e)]
@@ -142,6 +171,12 @@ def layer_ops(cfg: LLMConfig | str, shard: Shard, *, batch: int, q_len: int, ctx
     T = batch * q_len
     rows = [_gemm(n, T, k, nn, e) for n, k, nn in token_gemms(dm)]
     rows += [_vec(n, f * T, b * T) for n, f, b in token_vectors(dm, e)]
+    if dm.ssm:      # no attention: the recurrence costs the same per token at any context
+        if shard.tp > 1:
+            rows += [_comm("x_proj_all_reduce", "all_reduce", "tp",
+                           T * (dm.dt_rank + 2 * dm.n_state) * e),
+                     _comm("out_all_reduce", "all_reduce", "tp", T * dm.d * e)]
+        return pd.DataFrame(rows, columns=COLUMNS)
     if shard.sp > 1:
         rows.append(_comm("kv_all_gather", "all_gather", "sp", shard.sp * T * 2 * dm.kv * dm.hd * e))
     M = dm.g * q_len
