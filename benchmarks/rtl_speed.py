@@ -1,11 +1,12 @@
-"""Speed of each level for the GEMM core: Verilog generation, Verilator build, RTL simulation
-(simulated cycles per wall second) and the cycle model (GEMM predictions per second).
+"""Speed of each level for the GEMM core: Verilog generation, Verilator builds, RTL simulation
+with both drivers (cocotb and the C++ fast driver; simulated cycles per wall second) and the cycle
+model (GEMM predictions per second).
 
 Usage:  python benchmarks/rtl_speed.py [--sizes 8x8,16x16] [--dataflow ws] [--gemm 256]
 
-Prints one table. Ratios are against the anchor (the RTL simulation of the same GEMM on the same
-machine in the same run); absolute seconds depend on machine load. Builds go to a fresh cache
-folder so build times are real, not cache hits.
+Prints one table. Ratios are against the anchor (the cocotb RTL simulation of the same GEMM on the
+same machine in the same run); absolute seconds depend on machine load. Builds go to a fresh cache
+folder so build times are real, not cache hits. Both drivers must report the same cycles and C.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def main() -> None:
     os.environ["TILEWRIGHT_CACHE"] = tempfile.mkdtemp(prefix="tw-bench-cache-")
     console = Console(width=160)
     table = Table(title=f"GEMM core speed, {args.dataflow.upper()}, GEMM {args.gemm}^3 int8")
-    for col in ("array", "verilog gen s", "verilator build s", "RTL cycles", "model cycles",
-                "RTL sim cycles/s", "cocotb run s", "model GEMMs/s", "model / RTL speed"):
+    for col in ("array", "verilog gen s", "cocotb build s", "fast build s", "RTL cycles",
+                "model cycles", "cocotb cycles/s", "fast cycles/s", "fast / cocotb",
+                "cocotb run s", "fast run s", "model GEMMs/s", "model / fast RTL"):
         table.add_column(col, justify="right")
     s = args.gemm
     for size in args.sizes.split(","):
@@ -66,22 +68,35 @@ def main() -> None:
         t0 = time.perf_counter()
         run = run_program_rtl(prog, inputs, arch)
         wall = time.perf_counter() - t0
-        rec = run.gemm_cycles[0]
+        t0 = time.perf_counter()
+        fast = run_program_rtl(prog, inputs, arch, driver="fast")
+        fast_wall = time.perf_counter() - t0
+        rec, frec = run.gemm_cycles[0], fast.gemm_cycles[0]
+        same_c = np.array_equal(fast.outputs["c"], run.outputs["c"])
+        if frec["cycles"] != rec["cycles"] or not same_c:
+            raise SystemExit(f"{size}: the fast driver disagrees with cocotb "
+                             f"({frec['cycles']} vs {rec['cycles']} cycles)")
         sim_rate = rec["cycles"] / rec["run_seconds"]
+        fast_rate = frec["cycles"] / frec["run_seconds"]
         # cycle model: many shapes in one vectorized call
         shapes = np.random.default_rng(1).integers(1, 4096, (3, 100_000))
         t1 = time.perf_counter()
         gemm_cycles_array(shapes[0], shapes[1], shapes[2], rows, cols, args.dataflow)
         model_rate = shapes.shape[1] / (time.perf_counter() - t1)
-        rtl_gemm_rate = 1.0 / rec["run_seconds"]
+        fast_gemm_rate = 1.0 / frec["run_seconds"]
+        fb = fast.build
         table.add_row(size, f"{run.build.generate_seconds:.2f}", f"{run.build.build_seconds:.1f}",
-                      str(rec["cycles"]), str(gemm_cycles(arch, s, s, s).cycles),
-                      f"{sim_rate:,.0f}", f"{wall - run.build.generate_seconds - run.build.build_seconds:.1f}",
-                      f"{model_rate:,.0f}", f"{model_rate / rtl_gemm_rate:,.0f}x")
+                      f"{fb.build_seconds:.1f}", str(rec["cycles"]),
+                      str(gemm_cycles(arch, s, s, s).cycles), f"{sim_rate:,.0f}",
+                      f"{fast_rate:,.0f}", f"{fast_rate / sim_rate:,.0f}x",
+                      f"{wall - run.build.generate_seconds - run.build.build_seconds:.1f}",
+                      f"{fast_wall - fb.generate_seconds - fb.build_seconds:.2f}",
+                      f"{model_rate:,.0f}", f"{model_rate / fast_gemm_rate:,.0f}x")
     console.print(table)
-    console.print("RTL sim cycles/s: cycles the core was busy / wall time of that busy period "
-                  "(cocotb waits on `busy`, Verilator runs free). 'cocotb run s' includes "
-                  "buffer loads/reads driven cycle by cycle from Python.")
+    console.print("cycles/s: cycles the core was busy / wall time of that busy period (cocotb "
+                  "waits on `busy` from Python; the fast driver clocks the model from C++). "
+                  "'run s' is the whole run (process start, buffer loads and reads, vector tasks); "
+                  "'fast / cocotb' is the ratio of simulated cycles/s in this run.")
 
 
 if __name__ == "__main__":

@@ -46,13 +46,16 @@ def _torch_int_reference(program, x_int8: np.ndarray) -> np.ndarray:
 
 
 def run_demo(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int = 0,
-             console: Console | None = None) -> bool:
-    """Run the demo and print its summary; return True when every cross-check passes."""
-    return demo_result(model, arch, seed, console).ok
+             console: Console | None = None, driver: str = "cocotb") -> bool:
+    """Run the demo and print its summary; return True when every cross-check passes.
+
+    ``driver``: ``"cocotb"`` (Python bench) or ``"fast"`` (C++ Verilator harness) for the RTL run.
+    """
+    return demo_result(model, arch, seed, console, driver).ok
 
 
 def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int = 0,
-                console: Console | None = None) -> DemoResult:
+                console: Console | None = None, driver: str = "cocotb") -> DemoResult:
     from tilewright.compiler import compile_model  # noqa: PLC0415
     from tilewright.cosim.run import run_program_rtl  # noqa: PLC0415
     from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415
@@ -103,15 +106,19 @@ def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int
             def log(msg: str) -> None:
                 build_msgs.append(msg)
                 st.update(msg)
-            from tilewright.cosim.verilator import build_core  # noqa: PLC0415
+            if driver == "fast":
+                from tilewright.cosim.fast_build import build_core_fast as build_core  # noqa
+            else:
+                from tilewright.cosim.verilator import build_core  # noqa: PLC0415
             built = build_core(arch, log=log)
     if built.cached:
         con.print("    (reused the cached Verilator build)")
     else:
         con.print(f"    Verilog {built.generate_seconds:.1f} s, Verilator build "
                   f"{built.build_seconds:.1f} s")
-    with stage("RTL simulation (Verilator + cocotb)"):
-        rtl = run_program_rtl(program, {"x": x_int8}, arch)
+    how = "C++ fast driver" if driver == "fast" else "cocotb"
+    with stage(f"RTL simulation (Verilator + {how})"):
+        rtl = run_program_rtl(program, {"x": x_int8}, arch, driver=driver)
     gemm_same = all(np.array_equal(rtl.outputs[g.out], func[g.out]) for g in program.gemms())
     checks.append(("RTL GEMM outputs == functional (bit-exact)", gemm_same,
                    f"{len(program.gemms())} GEMMs, int32"))

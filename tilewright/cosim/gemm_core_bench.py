@@ -3,8 +3,10 @@
 This module is loaded *inside the simulator process* by cocotb. It reads a job folder (path in
 ``$TILEWRIGHT_JOB``): ``arch.yaml``, ``program/`` (a saved Program) and ``inputs.npz``; it runs
 every task in order — GEMM tasks on the RTL (buffers filled through the write ports, ``start``
-pulsed, C read back), vector tasks with the functional model's vector ops (there is no vector unit
-in this RTL yet) — and writes ``outputs.npz`` (every computed tensor) and ``cycles.json``.
+pulsed, C read back; encoding shared with the C++ fast driver in
+:mod:`tilewright.cosim.gemm_commands`), vector tasks with the functional model's vector ops
+(there is no vector unit in this RTL yet) — and writes ``outputs.npz`` (every computed tensor)
+and ``cycles.json``.
 
 Cycle convention: the cycles of one GEMM are the cycles ``busy`` is high, measured two ways — from
 simulation time between the rising edge that samples ``start`` and the one that drops ``busy``,
@@ -27,8 +29,8 @@ from cocotb.triggers import FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.layout import GemmLayout, pack_lanes, unpack_lanes
 from tilewright.compiler.program import GemmTask, Program
+from tilewright.cosim.gemm_commands import GemmCommand
 from tilewright.dataflow_sim.functional import run_vector
 
 CLOCK_PERIOD_NS = 10
@@ -88,19 +90,15 @@ class GemmCoreDriver:
 
     async def gemm(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
         """``a @ b`` on the core (int8 x int8 -> int32); return (C, cycles)."""
-        m, k = a.shape
-        n = b.shape[1]
-        lay = GemmLayout.for_arch(self.arch, m, k, n)
-        lay.check_fits(self.arch)
-        d = self.dut
-        await self._write(d.a_wr_en, d.a_wr_addr, d.a_wr_data, pack_lanes(lay.a_lanes(a), 8))
-        await self._write(d.b_wr_en, d.b_wr_addr, d.b_wr_data, pack_lanes(lay.b_lanes(b), 8))
+        cmd = GemmCommand.from_operands(self.arch, a, b)   # the encoding the fast driver uses
+        lay, d = cmd.layout, self.dut
+        await self._write(d.a_wr_en, d.a_wr_addr, d.a_wr_data, cmd.a_words)
+        await self._write(d.b_wr_en, d.b_wr_addr, d.b_wr_data, cmd.b_words)
         t0 = time.perf_counter()
-        cycles = await self.run(m, k, n)
+        cycles = await self.run(lay.m, lay.k, lay.n)
         self.last_run_seconds = time.perf_counter() - t0
-        words = await self._read_acc(lay.acc_words)
-        c = lay.c_from_lanes(unpack_lanes(words, self.arch.tensor_engine.cols, 32))
-        return c, cycles
+        words = await self._read_acc(cmd.acc_words)
+        return cmd.c_from_words(words), cycles
 
 
 @cocotb.test()

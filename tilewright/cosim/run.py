@@ -1,4 +1,8 @@
-"""Run a Program on the Verilated GEMM core (cocotb bench) and collect outputs and cycle counts."""
+"""Run a Program on the Verilated GEMM core and collect outputs and cycle counts.
+
+Two drivers run the same Program with the same port protocol: ``"cocotb"`` (the verification
+bench, Python every cycle) and ``"fast"`` (the C++ harness of :mod:`tilewright.cosim.fast_run`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,9 +22,14 @@ from tilewright.compiler.layout import GemmLayout
 from tilewright.compiler.program import Program
 from tilewright.cosim.verilator import VerilatorBuild, build_core, verilator_env
 
-__all__ = ["RtlRun", "run_program_rtl", "BENCH_MODULE"]
+if TYPE_CHECKING:
+    from tilewright.cosim.fast_build import FastBuild
+
+__all__ = ["RtlRun", "run_program_rtl", "BENCH_MODULE", "DRIVERS"]
 
 BENCH_MODULE = "tilewright.cosim.gemm_core_bench"
+#: accepted values of ``run_program_rtl(..., driver=)``
+DRIVERS = ("cocotb", "fast")
 
 
 @dataclass
@@ -27,8 +37,8 @@ class RtlRun:
     """What one RTL co-simulation produced."""
 
     outputs: dict[str, np.ndarray]          #: every tensor the program computed
-    gemm_cycles: list[dict]                 #: per GEMM task: task, m, k, n, cycles
-    build: VerilatorBuild
+    gemm_cycles: list[dict]                 #: per GEMM task: task, m, k, n, cycles, run_seconds
+    build: "VerilatorBuild | FastBuild"     #: the cocotb build, or the fast driver's
     sim_seconds: float                      #: wall time of the simulator process
     job_dir: Path | None = None
     log_tail: str = field(default="", repr=False)
@@ -39,16 +49,25 @@ class RtlRun:
 
 
 def run_program_rtl(program: Program, inputs: dict[str, np.ndarray], arch: ArchSpec, *,
-                    log=None, keep_dir: str | Path | None = None, waves: bool = False) -> RtlRun:
-    """Build (or reuse) the core for ``arch`` and run ``program`` on it in Verilator via cocotb.
+                    log=None, keep_dir: str | Path | None = None, waves: bool = False,
+                    driver: str = "cocotb") -> RtlRun:
+    """Build (or reuse) the core for ``arch`` and run ``program`` on it in Verilator, driven by
+    cocotb (``driver="cocotb"``) or the C++ fast driver (``driver="fast"``; no ``waves``).
 
     Raises RuntimeError if the simulation fails or the bench's own checks fail.
     """
+    if driver not in DRIVERS:
+        raise ValueError(f"driver {driver!r}: must be one of {', '.join(DRIVERS)}")
+    if waves and driver != "cocotb":
+        raise ValueError("waves=True needs driver='cocotb' (the fast driver does not trace)")
     if program.arch_hash != arch.content_hash():
         raise ValueError(f"program {program.name} was compiled for arch {program.arch_hash}, "
                          f"not {arch.name} ({arch.content_hash()})")
     for task in program.gemms():       # a clear DoesNotFit before any build or simulation
         GemmLayout.for_arch(arch, task.m, task.k, task.n).check_fits(arch)
+    if driver == "fast":
+        from tilewright.cosim.fast_run import run_program_fast  # noqa: PLC0415
+        return run_program_fast(program, inputs, arch, log=log, keep_dir=keep_dir)
     build = build_core(arch, log=log)
     job = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="tilewright-job-"))
     job.mkdir(parents=True, exist_ok=True)
