@@ -13,7 +13,7 @@ from amaranth.back import verilog
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
 
-__all__ = ["TOP_NAME", "generate_verilog", "write_rtl"]
+__all__ = ["TOP_NAME", "generate_verilog", "update_manifest", "write_rtl"]
 
 #: name of the generated top-level Verilog module
 TOP_NAME = "tw_gemm_core"
@@ -68,7 +68,22 @@ def write_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
         "generation_seconds": round(gen_s, 3),
     }
     for path, content in ((vfile, text), (out / "manifest.json", json.dumps(manifest, indent=1))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(content)
-        tmp.replace(path)
+        _write_atomic(path, content)
+    return manifest
+
+
+def _write_atomic(path: Path, content: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(content)
+    tmp.replace(path)
+
+
+def update_manifest(out_dir: str | Path, key: str, entries: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``entries`` into the ``key`` section of ``out_dir/manifest.json`` (written by
+    :func:`write_rtl`; e.g. ``key="synthesis"``, ``entries={"ice40": {...}}``); return the
+    manifest. The file is replaced atomically."""
+    path = Path(out_dir) / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest[key] = {**manifest.get(key, {}), **entries}
+    _write_atomic(path, json.dumps(manifest, indent=1))
     return manifest

@@ -71,3 +71,17 @@ def test_rtl_writes_verilog_manifest_and_lints_clean(tmp_path, preset, rows):
     assert names["start"]["direction"] == "input" and names["busy"]["direction"] == "output"
     assert names["acc_rd_data"]["width_bits"] == rows * 32
     assert "module tw_gemm_core" in vfile.read_text()
+
+
+def test_failed_demo_exits_nonzero(monkeypatch):
+    """`raise typer.Exit(1)` inside a command must reach the shell as status 1 (click returns,
+    rather than raises, the code when standalone_mode is off)."""
+    import sys
+
+    import tilewright.demo
+    from tilewright.cli import main
+    monkeypatch.setattr(tilewright.demo, "run_demo", lambda **kw: False)
+    monkeypatch.setattr(sys, "argv", ["tilewright", "demo"])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 1

