@@ -10,7 +10,6 @@ reassembles C. Compare with :func:`tilewright.dataflow_sim.functional.gemm_int8`
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tilewright.cosim.engine_build import build_engine
-from tilewright.cosim.verilator import verilator_env
+from tilewright.cosim.verilator import run_cocotb_bench
 
 __all__ = ["EngineGemmRun", "gemm_beats", "unpack_tiles", "run_engine_gemms", "ENGINE_BENCH_MODULE"]
 
@@ -89,7 +88,6 @@ def run_engine_gemms(kind: str, params: Mapping[str, int],
                      log=None) -> list[EngineGemmRun]:
     """Run each (A, B) int8 pair through the RTL engine ``kind`` with ``params`` (e.g.
     ``"cube", {"tm": 2, "tk": 4, "tn": 2}``) in one simulator process; results in order."""
-    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
     if not gemms:
         raise ValueError("engine GEMM: no GEMMs given")
     build = build_engine(kind, params, log=log)
@@ -102,29 +100,7 @@ def run_engine_gemms(kind: str, params: Mapping[str, int],
                      "max_cycles": len(beats) + 2 * 64 + 8})
     folder = Path(tempfile.mkdtemp(prefix="tilewright-engine-"))
     (folder / "job.json").write_text(json.dumps({"jobs": jobs}))
-    env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": "engine_bench*",
-           "PYTHONPATH": os.pathsep.join(
-               [str(Path(__file__).resolve().parents[2])]
-               + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    with verilator_env():
-        runner = get_runner("verilator")
-        try:
-            res = runner.test(test_module=ENGINE_BENCH_MODULE, hdl_toplevel=build.top,
-                              hdl_toplevel_lang="verilog", build_dir=build.build_dir / "sim",
-                              test_dir=folder, extra_env=env, log_file=folder / "sim.log")
-        except SystemExit as exc:
-            tail = (folder / "sim.log").read_text()[-4000:] if (folder / "sim.log").exists() else ""
-            raise RuntimeError(f"RTL engine bench failed (exit {exc.code}); folder {folder}; "
-                               f"log tail:\n{tail}") from None
-    log_text = (folder / "sim.log").read_text() if (folder / "sim.log").exists() else ""
-    try:
-        ntests, nfail = get_results(res)
-    except RuntimeError as exc:
-        raise RuntimeError(f"RTL engine simulation ended abnormally: {exc}; folder {folder}\n"
-                           f"{log_text[-3000:]}") from None
-    if ntests != 1 or nfail:
-        raise RuntimeError(f"RTL engine bench failed ({nfail} of {ntests}); folder {folder}; "
-                           f"log tail:\n{log_text[-3000:]}")
+    run_cocotb_bench(build, ENGINE_BENCH_MODULE, folder, "RTL engine")
     results = json.loads((folder / "results.json").read_text())["jobs"]
     shutil.rmtree(folder, ignore_errors=True)
     return [EngineGemmRun(unpack_tiles(build.shape, r["outputs"], a.shape[0], b.shape[1]),

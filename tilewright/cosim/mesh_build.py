@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 from tilewright.arch import ArchSpec
 from tilewright.cosim.verilator import (ToolMissing, VerilatorBuild, cache_root, lint_verilog,

@@ -12,7 +12,6 @@ of pure message phases (e.g. phases whose messages contend for links).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -27,7 +26,7 @@ from tilewright.compiler.mesh_schedule import healthy_grid
 from tilewright.compiler.program import Program
 from tilewright.cosim.mesh_program import (MeshJob, gemm_job, gemv_job, transfer_job,
                                            unpack_int32)
-from tilewright.cosim.verilator import verilator_env
+from tilewright.cosim.verilator import run_cocotb_bench
 from tilewright.dataflow_sim.mesh import run_mesh_program
 from tilewright.dataflow_sim.mesh.model import MeshReport
 
@@ -70,31 +69,8 @@ def run_mesh_jobs(arch: ArchSpec, jobs: list[MeshJob], *, log=None) -> list[dict
     build = build_mesh(arch, log=log)
     folder = Path(tempfile.mkdtemp(prefix="tilewright-mesh-"))
     (folder / "jobs.json").write_text(json.dumps([_jsonable(j) for j in jobs]))
-    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
-    env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": "mesh_bench*",
-           "PYTHONPATH": os.pathsep.join(
-               [str(Path(__file__).resolve().parents[2])]
-               + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     t0 = time.perf_counter()
-    with verilator_env():
-        runner = get_runner("verilator")
-        try:
-            res = runner.test(test_module=MESH_BENCH_MODULE, hdl_toplevel=build.top,
-                              hdl_toplevel_lang="verilog", build_dir=build.build_dir / "sim",
-                              test_dir=folder, extra_env=env, log_file=folder / "sim.log")
-        except SystemExit as exc:
-            tail = (folder / "sim.log").read_text()[-4000:] if (folder / "sim.log").exists() else ""
-            raise RuntimeError(f"RTL mesh bench failed (exit {exc.code}); folder {folder}; "
-                               f"log tail:\n{tail}") from None
-    log_text = (folder / "sim.log").read_text() if (folder / "sim.log").exists() else ""
-    try:
-        ntests, nfail = get_results(res)
-    except RuntimeError as exc:
-        raise RuntimeError(f"RTL mesh simulation ended abnormally: {exc}; folder {folder}\n"
-                           f"{log_text[-3000:]}") from None
-    if ntests != 1 or nfail:
-        raise RuntimeError(f"RTL mesh bench failed ({nfail} of {ntests}); folder {folder}; "
-                           f"log tail:\n{log_text[-3000:]}")
+    run_cocotb_bench(build, MESH_BENCH_MODULE, folder, "RTL mesh")
     out = json.loads((folder / "results.json").read_text())
     if log:
         log(f"mesh simulation: {time.perf_counter() - t0:.1f} s for {len(jobs)} job(s)")

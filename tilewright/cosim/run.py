@@ -7,7 +7,6 @@ bench, Python every cycle) and ``"fast"`` (the C++ harness of :mod:`tilewright.c
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -20,7 +19,7 @@ import numpy as np
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout
 from tilewright.compiler.program import Program
-from tilewright.cosim.verilator import VerilatorBuild, build_core, verilator_env
+from tilewright.cosim.verilator import VerilatorBuild, build_core, run_cocotb_bench
 
 if TYPE_CHECKING:
     from tilewright.cosim.fast_build import FastBuild
@@ -74,33 +73,9 @@ def run_program_rtl(program: Program, inputs: dict[str, np.ndarray], arch: ArchS
     (job / "arch.yaml").write_text(arch.to_yaml())
     program.save(job / "program")
     np.savez(job / "inputs.npz", **inputs)
-    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
-
-    env = {"TILEWRIGHT_JOB": str(job),
-           "COCOTB_REWRITE_ASSERTION_FILES": "gemm_core_bench*",
-           "PYTHONPATH": os.pathsep.join(
-               [str(Path(__file__).resolve().parents[2])]
-               + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     t0 = time.perf_counter()
-    with verilator_env():
-        runner = get_runner("verilator")
-        try:
-            results = runner.test(
-                test_module=BENCH_MODULE, hdl_toplevel=build.top, hdl_toplevel_lang="verilog",
-                build_dir=build.build_dir / "sim", test_dir=job, waves=waves, extra_env=env,
-                log_file=job / "sim.log")
-        except SystemExit as exc:       # the runner exits when a cocotb test fails
-            tail = (job / "sim.log").read_text()[-4000:] if (job / "sim.log").exists() else ""
-            raise RuntimeError(f"RTL bench failed (exit {exc.code}); job folder {job}; "
-                               f"log tail:\n{tail}") from None
+    log_text = run_cocotb_bench(build, BENCH_MODULE, job, "RTL", waves=waves)
     sim_s = time.perf_counter() - t0
-    log_text = (job / "sim.log").read_text() if (job / "sim.log").exists() else ""
-    try:
-        ntests, nfail = get_results(results)
-    except RuntimeError as exc:
-        raise RuntimeError(f"RTL simulation ended abnormally: {exc}\n{log_text[-3000:]}") from None
-    if ntests != 1 or nfail:
-        raise RuntimeError(f"RTL bench failed ({nfail} of {ntests}); log tail:\n{log_text[-3000:]}")
     with np.load(job / "outputs.npz") as npz:
         outputs = {k: npz[k] for k in npz.files}
     cycles = json.loads((job / "cycles.json").read_text())

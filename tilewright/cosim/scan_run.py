@@ -8,7 +8,6 @@ test, :mod:`tilewright.cosim.scan_bench`). Codes use the formats of
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tilewright.cosim.scan_build import ScanParams, build_scan
-from tilewright.cosim.verilator import verilator_env
+from tilewright.cosim.verilator import run_cocotb_bench
 
 __all__ = ["ScanJob", "ScanRtlRun", "run_scan_jobs", "pack_lanes", "unpack_lanes",
            "SCAN_BENCH_MODULE"]
@@ -91,30 +90,7 @@ def run_scan_jobs(params: ScanParams, jobs: list[ScanJob], *, log=None) -> list[
     spec = {"params": asdict(params),
             "jobs": [{"mode": j.mode, "seed": j.seed, "beats": _beats(j, params)} for j in jobs]}
     (folder / "jobs.json").write_text(json.dumps(spec))
-    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
-    env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": "scan_bench*",
-           "PYTHONPATH": os.pathsep.join(
-               [str(Path(__file__).resolve().parents[2])]
-               + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    with verilator_env():
-        runner = get_runner("verilator")
-        try:
-            res = runner.test(test_module=SCAN_BENCH_MODULE, hdl_toplevel=build.top,
-                              hdl_toplevel_lang="verilog", build_dir=build.build_dir / "sim",
-                              test_dir=folder, extra_env=env, log_file=folder / "sim.log")
-        except SystemExit as exc:
-            tail = (folder / "sim.log").read_text()[-4000:] if (folder / "sim.log").exists() else ""
-            raise RuntimeError(f"scan-unit bench failed (exit {exc.code}); folder {folder}; "
-                               f"log tail:\n{tail}") from None
-    log_text = (folder / "sim.log").read_text() if (folder / "sim.log").exists() else ""
-    try:
-        ntests, nfail = get_results(res)
-    except RuntimeError as exc:
-        raise RuntimeError(f"scan-unit simulation ended abnormally: {exc}; folder {folder}\n"
-                           f"{log_text[-3000:]}") from None
-    if ntests != 1 or nfail:
-        raise RuntimeError(f"scan-unit bench failed ({nfail} of {ntests}); folder {folder}; "
-                           f"log tail:\n{log_text[-3000:]}")
+    run_cocotb_bench(build, SCAN_BENCH_MODULE, folder, "scan-unit")
     out = json.loads((folder / "results.json").read_text())
     shutil.rmtree(folder, ignore_errors=True)
     hbits = params.lanes * params.h_bits

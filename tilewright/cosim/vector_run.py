@@ -9,7 +9,6 @@ Q8.8 lanes), builds (or reuses) the unit for the ArchSpec, streams them in one s
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.cosim.vector_build import build_vector_unit
-from tilewright.cosim.verilator import verilator_env
+from tilewright.cosim.verilator import run_cocotb_bench
 
 __all__ = ["VectorRtlRun", "run_vector_beats", "pack_operands", "unpack_results",
            "VECTOR_BENCH_MODULE"]
@@ -82,7 +81,6 @@ def run_vector_beats(arch: ArchSpec, ops: Sequence[str], a, b, last: Sequence[bo
                      ready: Sequence[int] = (1,), log=None) -> VectorRtlRun:
     """Stream the beats through the RTL unit for ``arch`` (``results.ready`` follows the 0/1
     pattern ``ready``, repeated) and return its result beats and transfer cycles."""
-    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
 
     from tilewright.dataflow_sim.vector_numerics import REDUCTION_OPS  # noqa: PLC0415
     from tilewright.rtl.vector_unit import LATENCY, vector_lanes  # noqa: PLC0415
@@ -98,29 +96,7 @@ def run_vector_beats(arch: ArchSpec, ops: Sequence[str], a, b, last: Sequence[bo
     (folder / "job.json").write_text(json.dumps({"beats": words, "ready": pattern,
                                                  "expected_outputs": expected,
                                                  "max_cycles": max_cycles}))
-    env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": "vector_bench*",
-           "PYTHONPATH": os.pathsep.join(
-               [str(Path(__file__).resolve().parents[2])]
-               + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    with verilator_env():
-        runner = get_runner("verilator")
-        try:
-            res = runner.test(test_module=VECTOR_BENCH_MODULE, hdl_toplevel=build.top,
-                              hdl_toplevel_lang="verilog", build_dir=build.build_dir / "sim",
-                              test_dir=folder, extra_env=env, log_file=folder / "sim.log")
-        except SystemExit as exc:
-            tail = (folder / "sim.log").read_text()[-4000:] if (folder / "sim.log").exists() else ""
-            raise RuntimeError(f"RTL vector bench failed (exit {exc.code}); folder {folder}; "
-                               f"log tail:\n{tail}") from None
-    log_text = (folder / "sim.log").read_text() if (folder / "sim.log").exists() else ""
-    try:
-        ntests, nfail = get_results(res)
-    except RuntimeError as exc:
-        raise RuntimeError(f"RTL vector simulation ended abnormally: {exc}; folder {folder}\n"
-                           f"{log_text[-3000:]}") from None
-    if ntests != 1 or nfail:
-        raise RuntimeError(f"RTL vector bench failed ({nfail} of {ntests}); folder {folder}; "
-                           f"log tail:\n{log_text[-3000:]}")
+    run_cocotb_bench(build, VECTOR_BENCH_MODULE, folder, "RTL vector")
     r = json.loads((folder / "results.json").read_text())
     shutil.rmtree(folder, ignore_errors=True)
     data, out_last = unpack_results(lanes, r["outputs"])

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tilewright.arch import ArchSpec
 
-__all__ = ["ToolMissing", "VerilatorBuild", "verilator_bin_dir", "verilator_env", "cache_root",
+__all__ = ["ToolMissing", "VerilatorBuild", "run_cocotb_bench", "verilator_bin_dir", "verilator_env", "cache_root",
            "build_core", "lint_verilog"]
 
 
@@ -165,3 +165,40 @@ def lint_verilog(verilog: Path, top: str) -> tuple[bool, str]:
                "--top-module", top, str(verilog)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
     return proc.returncode == 0, (proc.stdout + proc.stderr)
+
+
+def run_cocotb_bench(build, test_module: str, folder: Path, what: str, *,
+                     waves: bool = False) -> str:
+    """Run the cocotb bench ``test_module`` (one test) on ``build`` (any object with ``top`` and
+    ``build_dir``) with ``folder`` as its job folder (passed to the bench as ``$TILEWRIGHT_JOB``;
+    the bench reads its inputs from and writes its results to it). Returns the simulation log
+    text. A failing or abnormally ending bench raises ``RuntimeError`` naming ``what``, the folder
+    and the log tail."""
+    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
+
+    bench_file = test_module.rsplit(".", 1)[-1]
+    env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": f"{bench_file}*",
+           "PYTHONPATH": os.pathsep.join(
+               [str(Path(__file__).resolve().parents[2])]
+               + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    log_file = folder / "sim.log"
+    with verilator_env():
+        runner = get_runner("verilator")
+        try:
+            res = runner.test(test_module=test_module, hdl_toplevel=build.top,
+                              hdl_toplevel_lang="verilog", build_dir=build.build_dir / "sim",
+                              test_dir=folder, waves=waves, extra_env=env, log_file=log_file)
+        except SystemExit as exc:       # the runner exits when a cocotb test fails
+            tail = log_file.read_text()[-4000:] if log_file.exists() else ""
+            raise RuntimeError(f"{what} bench failed (exit {exc.code}); folder {folder}; "
+                               f"log tail:\n{tail}") from None
+    log_text = log_file.read_text() if log_file.exists() else ""
+    try:
+        ntests, nfail = get_results(res)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{what} simulation ended abnormally: {exc}; folder {folder}\n"
+                           f"{log_text[-3000:]}") from None
+    if ntests != 1 or nfail:
+        raise RuntimeError(f"{what} bench failed ({nfail} of {ntests}); folder {folder}; "
+                           f"log tail:\n{log_text[-3000:]}")
+    return log_text
