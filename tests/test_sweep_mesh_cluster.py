@@ -4,6 +4,7 @@ change the cluster description and the parallelism plan, bad plans are stored as
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import math
 
 import pytest
@@ -212,15 +213,28 @@ def test_workload_and_axis_errors_are_one_line(change, words):
         assert w in msg, (w, msg)
 
 
-def test_plain_sweeps_keep_their_result_keys():
-    """Workload fields added for mesh/cluster kinds are left out of the hash when unset, so a
-    database written before them resumes without re-evaluating (key = sha256 of the old dump)."""
-    import hashlib
+def test_result_key_follows_workloads_and_tech_table_content(tmp_path):
+    """Workload fields added for mesh/cluster kinds are left out of the hash when unset; the tech
+    table enters by content: a renamed copy keeps the key, an edited value changes it."""
+    import yaml
+
+    from tilewright.dataflow_sim.energy_area import TECH_DIR
     spec = _mk(MESH, workloads=[{"gemm": [8, 8, 8], "format": "int8"}])
     old = [{"model": None, "gemm": [8, 8, 8], "seq": 512, "batch": 1, "phase": "prefill",
             "format": "int8", "layers": 1, "weight": 1.0, "name": None}]
-    text = json.dumps(old + [spec.tech], sort_keys=True)
-    assert spec.workloads_key() == hashlib.sha256(text.encode()).hexdigest()[:16]
+    tech = yaml.safe_load((Path(TECH_DIR) / f"{spec.tech}.yaml").read_text())
+    copy = tmp_path / "copy.yaml"
+    copy.write_text(yaml.safe_dump({**tech, "name": "renamed"}))
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump({**tech, "dram_pj_per_byte":
+                                      float(tech["dram_pj_per_byte"]) * 2}))
+    same = _mk(MESH, workloads=[{"gemm": [8, 8, 8], "format": "int8"}], tech=str(copy))
+    other = _mk(MESH, workloads=[{"gemm": [8, 8, 8], "format": "int8"}], tech=str(edited))
+    assert same.workloads_key() == spec.workloads_key()
+    assert other.workloads_key() != spec.workloads_key()
+    bigger = _mk(MESH, workloads=[{"gemm": [8, 8, 16], "format": "int8"}])
+    assert bigger.workloads_key() != spec.workloads_key()
+    assert json.dumps(old, sort_keys=True) == json.dumps(spec.workloads_for(None), sort_keys=True)
 
 
 def test_cluster_serving_workload(tmp_path):

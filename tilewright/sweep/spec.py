@@ -336,8 +336,12 @@ class SweepSpec(_Model):
 
     def workloads_key(self, point: dict[str, Any] | None = None) -> str:
         """Hash of the workload list (with ``point``'s cluster/plan axis values applied) and the
-        technology table: with the ArchSpec hash it identifies a stored result."""
-        text = json.dumps(self.workloads_for(point) + [self.tech], sort_keys=True)
+        technology table's *content* (so editing a table re-evaluates, and a copy under another
+        name does not): with the ArchSpec hash it identifies a stored result."""
+        from tilewright.dataflow_sim.energy_area import load_tech  # noqa: PLC0415
+        tech = load_tech(self.tech).model_dump(mode="json")
+        tech.pop("name", None)
+        text = json.dumps(self.workloads_for(point) + [tech], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def arch_for(self, point: dict[str, Any]) -> ArchSpec:
