@@ -77,10 +77,5 @@ def generate_engine_verilog(kind: str, params: Mapping[str, int]) -> str:
 
 def write_engine_rtl(kind: str, params: Mapping[str, int], out_dir: str | Path) -> Path:
     """Write ``<ENGINE_TOP_NAME>.v`` to ``out_dir`` (via a temporary name); return its path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{ENGINE_TOP_NAME}.v"
-    tmp = path.with_suffix(".v.tmp")
-    tmp.write_text(generate_engine_verilog(kind, params))
-    tmp.replace(path)
-    return path
+    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
+    return write_verilog(out_dir, ENGINE_TOP_NAME, generate_engine_verilog(kind, params))

@@ -185,20 +185,9 @@ def _compact_zero_init(text: str) -> str:
 def write_mesh_rtl(arch: ArchSpec, out_dir, *, imem_depth: int = 32) -> dict:
     """Write ``tw_mesh.v`` and ``manifest.json`` to ``out_dir`` (atomically); return the
     manifest (top, generator version, arch hash, tile parameters, file hash)."""
-    import hashlib  # noqa: PLC0415
-    import json  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     text, top = generate_mesh_verilog(arch, imem_depth=imem_depth)
-    vfile = out / f"{MESH_TOP_NAME}.v"
-    manifest = {"top": MESH_TOP_NAME, "generator": "tilewright.rtl.mesh.Mesh",
-                "generator_version": MESH_GENERATOR_VERSION, "arch_hash": arch.content_hash(),
-                "params": top.params,
-                "files": [{"path": vfile.name, "sha256": hashlib.sha256(text.encode()).hexdigest(),
-                           "bytes": len(text.encode())}]}
-    for path, content in ((vfile, text), (out / "manifest.json", json.dumps(manifest, indent=1))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(content)
-        tmp.replace(path)
-    return manifest
+    return write_verilog(out_dir, MESH_TOP_NAME, text, {
+        "top": MESH_TOP_NAME, "generator": "tilewright.rtl.mesh.Mesh",
+        "generator_version": MESH_GENERATOR_VERSION, "arch_hash": arch.content_hash(),
+        "params": top.params})

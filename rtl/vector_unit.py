@@ -309,20 +309,9 @@ def generate_vector_verilog(arch: ArchSpec) -> tuple[str, VectorUnit]:
 def write_vector_rtl(arch: ArchSpec, out_dir) -> dict:
     """Write ``tw_vector_unit.v`` and ``manifest.json`` to ``out_dir`` (atomically); return the
     manifest (top, generator version, arch hash, lanes, latency, file hash)."""
-    import hashlib  # noqa: PLC0415
-    import json  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     text, unit = generate_vector_verilog(arch)
-    vfile = out / f"{VECTOR_TOP_NAME}.v"
-    manifest = {"top": VECTOR_TOP_NAME, "generator": "tilewright.rtl.vector_unit.VectorUnit",
-                "generator_version": VECTOR_GENERATOR_VERSION, "arch_hash": arch.content_hash(),
-                "lanes": unit.lanes, "latency_cycles": LATENCY,
-                "files": [{"path": vfile.name, "sha256": hashlib.sha256(text.encode()).hexdigest(),
-                           "bytes": len(text.encode())}]}
-    for path, content in ((vfile, text), (out / "manifest.json", json.dumps(manifest, indent=1))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(content)
-        tmp.replace(path)
-    return manifest
+    return write_verilog(out_dir, VECTOR_TOP_NAME, text, {
+        "top": VECTOR_TOP_NAME, "generator": "tilewright.rtl.vector_unit.VectorUnit",
+        "generator_version": VECTOR_GENERATOR_VERSION, "arch_hash": arch.content_hash(),
+        "lanes": unit.lanes, "latency_cycles": LATENCY})

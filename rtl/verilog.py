@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 from amaranth.back import verilog
 
 from tilewright.arch import ArchSpec, ArchSpecError
+from tilewright.rtl.emit import write_atomic, write_verilog
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
 
 __all__ = ["TOP_NAME", "generate_verilog", "update_manifest", "write_rtl"]
@@ -49,33 +49,19 @@ def write_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     Files are written to temporary names and renamed, so an interrupted run never leaves a
     half-written Verilog file or manifest behind.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     text, core = generate_verilog(arch)
     gen_s = time.perf_counter() - t0
-    vfile = out / f"{TOP_NAME}.v"
-    manifest = {
+    return write_verilog(out_dir, TOP_NAME, text, {
         "top": TOP_NAME,
         "generator": "tilewright.rtl.gemm_core.GemmCore",
         "generator_version": GENERATOR_VERSION,
         "arch": arch.model_dump(mode="json"),
         "arch_hash": arch.content_hash(),
-        "files": [{"path": vfile.name, "sha256": hashlib.sha256(text.encode()).hexdigest(),
-                   "bytes": len(text.encode())}],
         "ports": _ports(core),
         "buffers_words": dict(zip(("a", "b", "acc"), core.depths)),
         "generation_seconds": round(gen_s, 3),
-    }
-    for path, content in ((vfile, text), (out / "manifest.json", json.dumps(manifest, indent=1))):
-        _write_atomic(path, content)
-    return manifest
-
-
-def _write_atomic(path: Path, content: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(content)
-    tmp.replace(path)
+    })
 
 
 def update_manifest(out_dir: str | Path, key: str, entries: dict[str, Any]) -> dict[str, Any]:
@@ -85,5 +71,5 @@ def update_manifest(out_dir: str | Path, key: str, entries: dict[str, Any]) -> d
     path = Path(out_dir) / "manifest.json"
     manifest = json.loads(path.read_text())
     manifest[key] = {**manifest.get(key, {}), **entries}
-    _write_atomic(path, json.dumps(manifest, indent=1))
+    write_atomic(path, json.dumps(manifest, indent=1))
     return manifest

@@ -58,13 +58,8 @@ def write_scan_rtl(params: ScanParams, out_dir: str | Path) -> Path:
     unit = ScanUnit(lanes=params.lanes, a_bits=params.a_bits, h_bits=params.h_bits,
                     frac_bits=params.frac_bits)
     text = verilog.convert(unit, name=SCAN_TOP_NAME, emit_src=False)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{SCAN_TOP_NAME}.v"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-    return path
+    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
+    return write_verilog(out_dir, SCAN_TOP_NAME, text)
 
 
 def build_scan(params: ScanParams, *, log=None) -> ScanBuild:

@@ -1,0 +1,40 @@
+"""Writing generated Verilog and its manifest: one place for the file entry (sha256, bytes) and the
+write-to-temporary-then-rename that keeps an interrupted run from leaving half-written files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_atomic", "write_verilog", "file_entry"]
+
+
+def write_atomic(path: Path, content: str) -> None:
+    """Write ``content`` to ``path`` via ``<path>.tmp`` and a rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(content)
+    tmp.replace(path)
+
+
+def file_entry(path: Path, text: str) -> dict[str, Any]:
+    """The manifest's record of a written file: name, sha256 and size in bytes."""
+    data = text.encode()
+    return {"path": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+
+def write_verilog(out_dir: str | Path, top: str, text: str,
+                  manifest: dict[str, Any] | None = None) -> dict[str, Any] | Path:
+    """Write ``<top>.v`` (and, given ``manifest``, ``manifest.json`` with the file's entry added
+    under ``files``) to ``out_dir``. Returns the completed manifest, or the Verilog path when no
+    manifest is given."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    vfile = out / f"{top}.v"
+    write_atomic(vfile, text)
+    if manifest is None:
+        return vfile
+    manifest = {**manifest, "files": [file_entry(vfile, text)]}
+    write_atomic(out / "manifest.json", json.dumps(manifest, indent=1))
+    return manifest
