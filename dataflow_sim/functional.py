@@ -7,13 +7,17 @@ the GEMM-like tasks ``bgemm``, ``grouped_gemm`` (real run-time counts) and ``att
 streaming FlashAttention cascade, block by block) in every number format — each 2-D GEMM by
 :func:`tilewright.dataflow_sim.numerics.gemm` with the task's ``k_block`` and accumulator, so the
 arithmetic is the ArchSpec's exactly — and ``scan`` (chunked selective scan, fp32). The int8 GEMM is pluggable so that the same
-driver runs a program with GEMMs on another level (the RTL co-simulation passes its own);
-:func:`run_vector` executes every other task kind.
+driver runs a program with GEMMs on another level: ``run_program(gemm=...)`` for ``gemm`` tasks,
+and :func:`int8_matmul` (a context manager) for every int8 x int8 -> int32 matmul inside
+``bgemm``, ``grouped_gemm`` and ``attention`` (``tilewright sim --rtl`` runs them on the
+Verilated core this way); :func:`run_vector` executes every other task kind.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -22,7 +26,7 @@ from tilewright.compiler.program import (BINARY_OPS, FORMAT_DTYPES, UNARY_OPS, A
                                          QuantizeTask, ScanTask, VectorTask)
 from tilewright.formats import FORMATS, QTensor, quantize, round_to_element
 
-__all__ = ["gemm_int8", "run_vector", "run_program", "wrap_int32", "bgemm_fp32", "attention_fp32",
+__all__ = ["gemm_int8", "int8_matmul", "int8_matmul_fn", "run_vector", "run_program", "wrap_int32", "bgemm_fp32", "attention_fp32",
            "scan_fp32", "grouped_gemm_fp32", "gemm_2d", "bgemm_formats", "grouped_gemm_formats",
            "attention_formats", "quantize_p"]
 
@@ -43,6 +47,28 @@ def gemm_int8(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype != np.int8 or b.dtype != np.int8:
         raise TypeError(f"gemm_int8 takes int8 operands, got {a.dtype} and {b.dtype}")
     return wrap_int32(a.astype(np.int64) @ b.astype(np.int64))
+
+
+Int8Matmul = Callable[[np.ndarray, np.ndarray], np.ndarray]
+_INT8_MATMUL: ContextVar[Int8Matmul | None] = ContextVar("tilewright_int8_matmul", default=None)
+
+
+def int8_matmul_fn() -> Int8Matmul:
+    """The int8 x int8 -> int32 (wrapping) matmul in force: :func:`gemm_int8` unless a caller
+    installed another with :func:`int8_matmul`."""
+    return _INT8_MATMUL.get() or gemm_int8
+
+
+@contextmanager
+def int8_matmul(fn: Int8Matmul) -> Iterator[None]:
+    """Run every int8 matmul of the functional model (2-D ``a`` [M, K] @ ``b`` [K, N], int8 codes,
+    result int32 [M, N]) through ``fn`` inside the ``with`` block — e.g. one that records the
+    operands, or one that returns results computed by the RTL."""
+    token = _INT8_MATMUL.set(fn)
+    try:
+        yield
+    finally:
+        _INT8_MATMUL.reset(token)
 
 
 # ---- fp32 engine tasks --------------------------------------------------------------------------
@@ -483,9 +509,11 @@ def run_vector(task, env: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def run_program(program: Program, inputs: dict[str, np.ndarray],
-                gemm: Callable[[np.ndarray, np.ndarray], np.ndarray] = gemm_int8
+                gemm: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
                 ) -> dict[str, np.ndarray]:
-    """Run ``program`` on ``inputs``; return every tensor computed (name -> array)."""
+    """Run ``program`` on ``inputs``; return every tensor computed (name -> array). ``gemm``
+    runs the ``gemm`` tasks (default: :func:`int8_matmul_fn`)."""
+    gemm = gemm or int8_matmul_fn()
     missing = [x for x in program.inputs if x not in inputs]
     if missing:
         raise ValueError(f"program {program.name}: missing inputs {missing}")

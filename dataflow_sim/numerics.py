@@ -39,7 +39,7 @@ from typing import Literal
 
 import numpy as np
 
-from tilewright.dataflow_sim.functional import gemm_int8
+from tilewright.dataflow_sim.functional import int8_matmul_fn
 from tilewright.formats import (MX_BLOCK, NumberFormat, QTensor, element_values, get_format,
                                 quantize)
 
@@ -170,7 +170,7 @@ def gemm(a: QTensor | np.ndarray, b: QTensor | np.ndarray, fmt: str, *,
     if f.scaling == "e8m0":
         return _gemm_mx(qa, qb, f)
     if acc == "int32":
-        out = gemm_int8(qa.values, qb.values)
+        out = int8_matmul_fn()(qa.values, qb.values)
         if qa.scales is None and qb.scales is None:
             return out
         out = out.astype(np.float32)

@@ -1,0 +1,72 @@
+"""``tilewright sim``: run a tiny LLM layer on the functional model and, with ``--rtl``, its int8
+GEMMs on the Verilated core (:func:`tilewright.sim_rtl.simulate_model`); print the cross-checks.
+
+Registered in :mod:`tilewright.cli`. Exit status 1 when a cross-check fails; user errors
+(unknown model, bad ArchSpec, a GEMM that cannot fit) are one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["sim"]
+
+console = Console()
+
+
+def sim(
+    model: str = typer.Option(..., "--model", help="tiny model config: tiny-llama, tiny-moe, "
+                                                   "tiny-mamba (see `tilewright models`)"),
+    arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
+    rtl: bool = typer.Option(False, "--rtl", help="run every int8 GEMM on the RTL in Verilator"),
+    fast: bool = typer.Option(False, "--fast", help="with --rtl: the C++ fast driver instead of "
+                                                    "the cocotb bench"),
+    seq: int = typer.Option(8, "--seq", min=1, help="tokens in the prefill"),
+    seed: int = typer.Option(0, "--seed", help="seed of the weights and inputs"),
+    gemms: bool = typer.Option(False, "--gemms", help="with --rtl: print every GEMM's cycles"),
+) -> None:
+    """Simulate one layer of a tiny model in int8: functional model vs torch, and with --rtl its
+    GEMMs on the RTL (bit-exact, cycles vs the cycle model)."""
+    from tilewright.arch import load_arch  # noqa: PLC0415
+    from tilewright.cli_compile import UnknownModel  # noqa: PLC0415
+    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415
+    from tilewright.sim_rtl import simulate_model  # noqa: PLC0415
+
+    tiny = sorted(n for n, c in LLM_CONFIGS.items() if c.tiny)
+    if model not in tiny:
+        raise UnknownModel(f"--model {model!r}: tilewright sim runs the tiny configs with real "
+                           f"weights; known: {', '.join(tiny)}")
+    if fast and not rtl:
+        raise typer.BadParameter("--fast selects the RTL driver; add --rtl", param_hint="--fast")
+    spec = load_arch(arch)
+    with console.status("compiling") as st:
+        res = simulate_model(model, spec, rtl=rtl, driver="fast" if fast else "cocotb",
+                             seq=seq, seed=seed, log=st.update)
+    if res.gemm_rows:
+        rows = res.gemm_rows
+        t = Table(title=f"{model} int8 GEMMs on the RTL ({spec.name}; cycles `busy` is high)")
+        for c in ("GEMM", "M x K x N", "RTL cycles", "model cycles", "utilization"):
+            t.add_column(c, justify="right")
+        for r in rows if gemms else []:
+            t.add_row(r["op"], f"{r['m']}x{r['k']}x{r['n']}", f"{r['rtl']:,}",
+                      f"{r['model']:,}", f"{r['util']:.1%}")
+        macs = sum(r["m"] * r["k"] * r["n"] for r in rows)
+        te = spec.tensor_engine
+        total_m = sum(r["model"] for r in rows)
+        t.add_row(f"{len(rows)} GEMMs", f"{macs:,} MACs", f"{sum(r['rtl'] for r in rows):,}",
+                  f"{total_m:,}", f"{macs / (total_m * te.rows * te.cols):.1%}")
+        console.print(t)
+    ct = Table(title="cross-checks")
+    for c in ("check", "result", "detail"):
+        ct.add_column(c)
+    for name, ok, detail in res.checks:
+        ct.add_row(name, "[green]PASS[/]" if ok else "[red]FAIL[/]", detail)
+    console.print(ct)
+    console.print("  ".join(f"{k} {v:.2f} s" for k, v in res.seconds.items()))
+    if not res.ok:
+        console.print("[bold red]a cross-check FAILED[/]")
+        raise typer.Exit(1)
+    console.print("[bold green]all cross-checks passed[/]"
+                  + ("" if rtl else " (functional model only; add --rtl for the RTL)"))
