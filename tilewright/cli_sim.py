@@ -7,6 +7,9 @@ Registered in :mod:`tilewright.cli`. Exit status 1 when a cross-check fails; use
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -26,6 +29,9 @@ def sim(
     seq: int = typer.Option(8, "--seq", min=1, help="tokens in the prefill"),
     seed: int = typer.Option(0, "--seed", help="seed of the weights and inputs"),
     gemms: bool = typer.Option(False, "--gemms", help="with --rtl: print every GEMM's cycles"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="with --rtl (cocotb): write a VCD "
+                                         "waveform of the core's every signal to DIR/dump.vcd "
+                                         "(~16 MB per 1,000 cycles)"),
 ) -> None:
     """Simulate one layer of a tiny model in int8: functional model vs torch, and with --rtl its
     GEMMs on the RTL (bit-exact, cycles vs the cycle model)."""
@@ -40,10 +46,13 @@ def sim(
                            f"weights; known: {', '.join(tiny)}")
     if fast and not rtl:
         raise typer.BadParameter("--fast selects the RTL driver; add --rtl", param_hint="--fast")
+    if trace is not None and (fast or not rtl):
+        raise typer.BadParameter("tracing needs --rtl with the cocotb driver (no --fast)",
+                                 param_hint="--trace")
     spec = load_arch(arch)
     with console.status("compiling") as st:
         res = simulate_model(model, spec, rtl=rtl, driver="fast" if fast else "cocotb",
-                             seq=seq, seed=seed, log=st.update)
+                             seq=seq, seed=seed, trace_dir=trace, log=st.update)
     if res.gemm_rows:
         rows = res.gemm_rows
         t = Table(title=f"{model} int8 GEMMs on the RTL ({spec.name}; cycles `busy` is high)")
@@ -65,6 +74,8 @@ def sim(
         ct.add_row(name, "[green]PASS[/]" if ok else "[red]FAIL[/]", detail)
     console.print(ct)
     console.print("  ".join(f"{k} {v:.2f} s" for k, v in res.seconds.items()))
+    if res.trace is not None:
+        console.print(f"waveform: {res.trace} ({res.trace.stat().st_size / 1e6:.1f} MB)")
     if not res.ok:
         console.print("[bold red]a cross-check FAILED[/]")
         raise typer.Exit(1)

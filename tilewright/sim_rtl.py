@@ -48,6 +48,7 @@ class SimResult:
     seconds: dict[str, float] = field(default_factory=dict)
     rel_l2_vs_torch: float = float("nan")
     rtl: bool = False
+    trace: Any = None          #: path of the VCD waveform when traced
 
     @property
     def ok(self) -> bool:
@@ -113,9 +114,15 @@ def _torch_rel_l2(module, example, outputs: dict[str, np.ndarray], names: list[s
 
 
 def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str = "cocotb",
-                   seq: int = 8, batch: int = 1, seed: int = 0, log=None) -> SimResult:
+                   seq: int = 8, batch: int = 1, seed: int = 0, trace_dir=None,
+                   log=None) -> SimResult:
     """Compile ``model`` (a tiny config, one layer) for ``arch`` in int8 and run it (module
-    docstring). ``rtl`` adds the Verilator run of every int8 GEMM (``driver`` cocotb | fast)."""
+    docstring). ``rtl`` adds the Verilator run of every int8 GEMM (``driver`` cocotb | fast).
+    ``trace_dir`` (cocotb only): keep the RTL job folder there with ``dump.vcd``, a waveform of
+    every signal of the core over the whole run (``result.trace``)."""
+    if trace_dir is not None and (not rtl or driver != "cocotb"):
+        raise ValueError("a waveform trace needs the RTL run with the cocotb driver "
+                         "(--rtl without --fast)")
     from tilewright.compile_flow import compile_module  # noqa: PLC0415
     from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
     from tilewright.dataflow_sim.functional import (gemm_int8, int8_matmul,  # noqa: PLC0415
@@ -166,7 +173,11 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    run = run_program_rtl(gprog, {}, spec, driver=driver, log=say)
+    run = run_program_rtl(gprog, {}, spec, driver=driver, log=say, keep_dir=trace_dir,
+                          waves=trace_dir is not None)
+    if trace_dir is not None:
+        from pathlib import Path  # noqa: PLC0415
+        result.trace = Path(trace_dir) / "dump.vcd"
     times["rtl"] = time.perf_counter() - t0
     rtl_out = [np.zeros_like(c) for _, _, c in recorded]
     for j, (i, m0, m1, n0, n1) in enumerate(owner):

