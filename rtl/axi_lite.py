@@ -1,0 +1,199 @@
+"""AXI4-Lite slave: the bus signature and a bridge from AXI4-Lite to a simple register bus.
+
+:class:`AxiLiteSignature` is the five AXI4-Lite channels (AW, W, B, AR, R) seen from the manager
+(master); a subordinate (slave) port is ``In(AxiLiteSignature(...))``. :class:`RegBusSignature` is
+a one-access-at-a-time register bus; :class:`AxiLiteBridge` turns AXI4-Lite into it, so a
+peripheral only decodes addresses and answers accesses.
+
+Bridge timing contract (all in the ``sync`` domain)
+    * AW, W and AR are accepted independently, each into a one-entry holding register:
+      ``awready = 1`` while no write address is held, ``wready = 1`` while no write data is held,
+      ``arready = 1`` while no read address is held. AW and W may arrive in either order.
+    * A write is issued on the register bus once both its AW and W are held and the previous
+      write response has been accepted (``bvalid`` low); a read once its AR is held and the
+      previous read data has been accepted (``rvalid`` low). When both are ready the bridge
+      alternates (after a write, a waiting read goes first, and vice versa).
+    * Register bus: ``req`` with ``we``, ``addr``, ``wdata``, ``wstrb`` stay stable until the
+      peripheral answers with ``ack`` high for one cycle (``ack`` may be high in the first cycle
+      of ``req``: zero wait states), giving ``rdata`` (reads) and ``resp`` in that same cycle.
+    * The answer is registered onto B (``bresp``) or R (``rdata``, ``rresp``) at the clock edge
+      that ends the ``ack`` cycle and held until ``bready`` / ``rready``. With zero wait states
+      ``bvalid``/``rvalid`` rise one cycle after the clock edge of the last AW/W (or AR)
+      handshake, and the holding register is free again in that same cycle: one access per
+      2 cycles, back to back.
+
+``awprot``/``arprot`` are part of the bus but unused (every access is treated alike).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import enum, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["AxiResp", "AxiLiteSignature", "RegBusSignature", "AxiLiteBridge", "verilog_ports"]
+
+
+class AxiResp(enum.Enum, shape=2):
+    """AXI response codes (BRESP/RRESP)."""
+
+    OKAY = 0
+    EXOKAY = 1     #: not used by AXI4-Lite
+    SLVERR = 2     #: subordinate error: the address exists but the access is not allowed
+    DECERR = 3     #: decode error: nothing at this address
+
+
+def _check_widths(addr_width: object, data_width: object) -> None:
+    if not isinstance(addr_width, int) or isinstance(addr_width, bool) or not 3 <= addr_width <= 64:
+        raise TypeError(f"addr_width must be an integer from 3 to 64, not {addr_width!r}")
+    if data_width not in (32, 64) or isinstance(data_width, bool):
+        raise ValueError(f"data_width must be 32 or 64 (AXI4-Lite), not {data_width!r}")
+
+
+class AxiLiteSignature(wiring.Signature):
+    """AXI4-Lite, from the manager's side: ``addr_width`` address bits (byte addresses),
+    ``data_width`` (32 or 64) data bits, ``data_width // 8`` write strobes."""
+
+    def __init__(self, *, addr_width: int, data_width: int = 32):
+        _check_widths(addr_width, data_width)
+        self._addr_width, self._data_width = addr_width, data_width
+        super().__init__({
+            "awaddr": Out(addr_width), "awprot": Out(3), "awvalid": Out(1), "awready": In(1),
+            "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wvalid": Out(1),
+            "wready": In(1),
+            "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            "araddr": Out(addr_width), "arprot": Out(3), "arvalid": Out(1), "arready": In(1),
+            "rdata": In(data_width), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+        })
+
+    @property
+    def addr_width(self) -> int:
+        return self._addr_width
+
+    @property
+    def data_width(self) -> int:
+        return self._data_width
+
+    def __eq__(self, other):
+        return (isinstance(other, AxiLiteSignature) and other.addr_width == self.addr_width
+                and other.data_width == self.data_width)
+
+    def __repr__(self):
+        return f"AxiLiteSignature(addr_width={self.addr_width}, data_width={self.data_width})"
+
+
+class RegBusSignature(wiring.Signature):
+    """One-access-at-a-time register bus, from the initiator's side (see module docstring)."""
+
+    def __init__(self, *, addr_width: int, data_width: int = 32):
+        _check_widths(addr_width, data_width)
+        self._addr_width, self._data_width = addr_width, data_width
+        super().__init__({
+            "req": Out(1), "we": Out(1), "addr": Out(addr_width), "wdata": Out(data_width),
+            "wstrb": Out(data_width // 8),
+            "ack": In(1), "rdata": In(data_width), "resp": In(AxiResp),
+        })
+
+    @property
+    def addr_width(self) -> int:
+        return self._addr_width
+
+    @property
+    def data_width(self) -> int:
+        return self._data_width
+
+    def __eq__(self, other):
+        return (isinstance(other, RegBusSignature) and other.addr_width == self.addr_width
+                and other.data_width == self.data_width)
+
+    def __repr__(self):
+        return f"RegBusSignature(addr_width={self.addr_width}, data_width={self.data_width})"
+
+
+class AxiLiteBridge(wiring.Component):
+    """AXI4-Lite subordinate port ``axi`` -> register bus ``reg`` (timing in module docstring)."""
+
+    def __init__(self, *, addr_width: int, data_width: int = 32):
+        _check_widths(addr_width, data_width)
+        self._addr_width, self._data_width = addr_width, data_width
+        super().__init__({
+            "axi": In(AxiLiteSignature(addr_width=addr_width, data_width=data_width)),
+            "reg": Out(RegBusSignature(addr_width=addr_width, data_width=data_width)),
+        })
+
+    @property
+    def addr_width(self) -> int:
+        return self._addr_width
+
+    @property
+    def data_width(self) -> int:
+        return self._data_width
+
+    def elaborate(self, platform):
+        m = Module()
+        axi, reg = self.axi, self.reg
+        aw_full, w_full, ar_full = Signal(), Signal(), Signal()
+        aw_addr = Signal(self._addr_width)
+        ar_addr = Signal(self._addr_width)
+        w_data = Signal(self._data_width)
+        w_strb = Signal(self._data_width // 8)
+        bvalid, rvalid = Signal(), Signal()
+        bresp, rresp = Signal(2), Signal(2)
+        rdata = Signal(self._data_width)
+        m.d.comb += [axi.awready.eq(~aw_full), axi.wready.eq(~w_full), axi.arready.eq(~ar_full),
+                     axi.bvalid.eq(bvalid), axi.bresp.eq(bresp),
+                     axi.rvalid.eq(rvalid), axi.rresp.eq(rresp), axi.rdata.eq(rdata)]
+        with m.If(axi.awvalid & ~aw_full):
+            m.d.sync += [aw_full.eq(1), aw_addr.eq(axi.awaddr)]
+        with m.If(axi.wvalid & ~w_full):
+            m.d.sync += [w_full.eq(1), w_data.eq(axi.wdata), w_strb.eq(axi.wstrb)]
+        with m.If(axi.arvalid & ~ar_full):
+            m.d.sync += [ar_full.eq(1), ar_addr.eq(axi.araddr)]
+        with m.If(axi.bready & bvalid):
+            m.d.sync += bvalid.eq(0)
+        with m.If(axi.rready & rvalid):
+            m.d.sync += rvalid.eq(0)
+
+        # one register access at a time; `active` locks the choice until the access is acked
+        wr_ready, rd_ready = Signal(), Signal()
+        m.d.comb += [wr_ready.eq(aw_full & w_full & ~bvalid), rd_ready.eq(ar_full & ~rvalid)]
+        active_wr, active_rd, prefer_rd = Signal(), Signal(), Signal()
+        pick_wr, pick_rd = Signal(), Signal()
+        with m.If(active_wr):
+            m.d.comb += pick_wr.eq(1)
+        with m.Elif(active_rd):
+            m.d.comb += pick_rd.eq(1)
+        with m.Elif(wr_ready & ~(rd_ready & prefer_rd)):
+            m.d.comb += pick_wr.eq(1)
+        with m.Elif(rd_ready):
+            m.d.comb += pick_rd.eq(1)
+        m.d.comb += [reg.req.eq(pick_wr | pick_rd), reg.we.eq(pick_wr),
+                     reg.addr.eq(Mux(pick_wr, aw_addr, ar_addr)),
+                     reg.wdata.eq(w_data), reg.wstrb.eq(w_strb)]
+        with m.If(reg.req & ~reg.ack):
+            m.d.sync += [active_wr.eq(pick_wr), active_rd.eq(pick_rd)]
+        with m.If(reg.req & reg.ack):
+            m.d.sync += [active_wr.eq(0), active_rd.eq(0), prefer_rd.eq(pick_wr)]
+            with m.If(pick_wr):
+                m.d.sync += [aw_full.eq(0), w_full.eq(0), bvalid.eq(1), bresp.eq(reg.resp)]
+            with m.Else():
+                m.d.sync += [ar_full.eq(0), rvalid.eq(1), rresp.eq(reg.resp),
+                             rdata.eq(reg.rdata)]
+        return m
+
+
+def verilog_ports(component: wiring.Component, *, separator: str = "_") -> dict:
+    """``ports=`` for :func:`amaranth.back.verilog.convert` naming each flattened member
+    ``path[0] + separator + path[1] ...`` (Amaranth's default separator is ``__``). With ``"_"``
+    an AXI port ``s_axil`` becomes ``s_axil_awaddr`` etc., the names SoC tools and
+    ``cocotbext.axi.AxiLiteBus.from_prefix(dut, "s_axil")`` expect."""
+    from amaranth.hdl import _ir  # noqa: PLC0415  (PortDirection is not re-exported in 0.5)
+
+    ports = {}
+    for path, member, value in component.signature.flatten(component):
+        name = separator.join(str(p) for p in path)
+        if name in ports:
+            raise ValueError(f"verilog_ports: two members flatten to the port name {name!r}")
+        direction = _ir.PortDirection.Input if member.flow == In else _ir.PortDirection.Output
+        ports[name] = (value.as_value() if hasattr(value, "as_value") else value, direction)
+    return ports
