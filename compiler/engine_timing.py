@@ -23,16 +23,29 @@ C = A·B with A M x K and B K x N, zero-padded to whole tiles, streamed back to 
   last tile is on ``c_out``, inclusive. Operand delivery (SRAM reads, DMA) is not included.
 
 Utilization = M·K·N / (cycles · Tm·Tk·Tn): the fraction of peak MACs doing useful work.
+
+In an ArchSpec the tile-MAC kinds are ``tensor_engine.kind`` with (Tm, Tk, Tn) = (rows, depth,
+cols) (:class:`tilewright.arch.TensorEngineSpec`); :func:`tensor_engine_gemm_cycles` is the one
+entry point every cost model uses for any kind: the systolic closed forms of
+:mod:`tilewright.compiler.core_timing` or the tile-MAC form above. A tile-MAC engine's "folds" are
+its output tiles, ceil(M/Tm)·ceil(N/Tn) (one accumulation each).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tilewright.compiler.core_timing import CONVENTIONS, gemm_cycles_array
+
+if TYPE_CHECKING:
+    from tilewright.arch import TensorEngineSpec
+
 __all__ = ["ENGINE_PARAMS", "engine_tile_shape", "engine_latency_cycles", "engine_gemm_beats",
-           "engine_gemm_cycles", "engine_peak_macs_per_cycle", "engine_utilization"]
+           "engine_gemm_cycles", "engine_peak_macs_per_cycle", "engine_utilization",
+           "engine_output_tiles", "tensor_engine_gemm_cycles"]
 
 #: kind -> its parameter names, in order
 ENGINE_PARAMS: dict[str, tuple[str, ...]] = {
@@ -96,3 +109,30 @@ def engine_utilization(kind: str, params: Mapping[str, int], m, k, n) -> np.ndar
     macs = np.asarray(m, np.float64) * np.asarray(k, np.float64) * np.asarray(n, np.float64)
     return macs / (engine_gemm_cycles(kind, params, m, k, n)
                    * engine_peak_macs_per_cycle(kind, params))
+
+
+def engine_output_tiles(kind: str, params: Mapping[str, int], m, n) -> np.ndarray:
+    """Output tiles (accumulations) of an M x N result: ceil(M/Tm)·ceil(N/Tn); arrays ok."""
+    tm, _, tn = engine_tile_shape(kind, params)
+    return _ceil_div(m, tm) * _ceil_div(n, tn)
+
+
+def tensor_engine_gemm_cycles(te: "TensorEngineSpec", m, k, n, convention: str = "tilewright"
+                              ) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized (cycles, folds) of M x K x N GEMMs on the tensor engine ``te`` of any kind.
+
+    ``systolic``: :func:`~tilewright.compiler.core_timing.gemm_cycles_array` (both conventions).
+    Tile-MAC kinds: :func:`engine_gemm_cycles` and :func:`engine_output_tiles` (convention
+    ``tilewright`` only: SCALE-Sim models systolic arrays)."""
+    if te.kind == "systolic":
+        return gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow, convention)
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention {convention!r}: must be one of {CONVENTIONS}")
+    if convention != "tilewright":
+        from tilewright.arch import ArchSpecError  # noqa: PLC0415 (a user error, one line)
+        raise ArchSpecError(f"convention {convention!r} with tensor_engine.kind = {te.kind!r}: "
+                         f"SCALE-Sim's convention covers kind 'systolic' only; accepted: "
+                         f"'tilewright'")
+    m, k, n = (np.asarray(x, dtype=np.int64) for x in (m, k, n))
+    params = te.engine_params
+    return engine_gemm_cycles(te.kind, params, m, k, n), engine_output_tiles(te.kind, params, m, n)

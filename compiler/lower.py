@@ -179,7 +179,9 @@ def _gemm_fields(arch: ArchSpec, m: int, k: int, n: int, fmt: str, batch: int = 
 
 
 def _arith(arch: ArchSpec, fmt: str) -> dict[str, Any]:
-    return {"format": fmt, "acc": accumulator_of(fmt), "k_block": arch.tensor_engine.rows}
+    te = arch.tensor_engine     # k per partial sum: the array's rows, or a tile engine's Tk
+    return {"format": fmt, "acc": accumulator_of(fmt),
+            "k_block": te.rows if te.kind == "systolic" else te.depth}
 
 
 def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:

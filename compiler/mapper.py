@@ -55,6 +55,16 @@ compute-bound ops within 0.41 %), 538 random feasible mappings within 6.0 % (mea
 analytical model errs low (it overestimates by at most 0.15 %) — measured by
 benchmarks/mapper_vs_cycle_model.py.
 
+Tile-MAC engines (``tensor_engine.kind`` adder_tree / outer_product / cube, (Tm, Tk, Tn) =
+(rows, depth, cols)): the mapping's ``dataflow`` is the kind's name; tile sizes step by Tm, Tk, Tn
+(or the whole extent); capacity counts elements padded to whole engine tiles — A ``m_t x k_t`` and
+B ``k_t x n_t`` each in half the scratchpad, the int32 ``m_t x n_t`` result in the accumulator
+(``slots`` copies each); command cycles are :func:`~tilewright.compiler.engine_timing.
+engine_gemm_cycles`; each beat reads an A and a B engine tile from the scratchpad
+(``(Tm*Tk + Tk*Tn) * e`` bytes) and each output tile is written once to the accumulator
+(``Tm*Tn`` int32). Utilization and the ridge point use the engine's peak MAC/cycle
+(``tensor_engine.macs_per_cycle`` = rows·cols·depth).
+
 Search: every candidate tiling (even splits per dimension, at most ``max_candidates`` each, that
 fit the buffers) in every loop order. ``map_gemm(prune=True)`` and :func:`map_gemms` (several ops
 in one vectorized pass, the lowering's path) skip, exactly, the tilings whose lower bound on
@@ -80,16 +90,21 @@ import pandas as pd
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import MAX_DIM, GemmLayout
 from tilewright.compiler.core_timing import gemm_cycles_array
+from tilewright.compiler.engine_timing import engine_gemm_beats, tensor_engine_gemm_cycles
 
 __all__ = ["GemmOp", "Mapping", "MappingCost", "MappingSpace", "MapperResult", "LOOP_ORDERS",
-           "DATAFLOWS", "ACC_BYTES", "map_gemm", "best_index", "enumerate_mappings", "evaluate_mappings",
+           "DATAFLOWS", "ENGINE_DATAFLOWS", "ACC_BYTES", "native_dataflow", "accepted_dataflows",
+           "map_gemm", "best_index", "enumerate_mappings", "evaluate_mappings",
            "cost_of", "buffer_words", "refetch_factors", "tile_candidates", "dram_rates",
            "mapper_arch_key", "map_gemms"]
 
 #: loop orders over tiles, outer -> inner (the batch loop is always outermost)
 LOOP_ORDERS: tuple[str, ...] = ("mkn", "mnk", "kmn", "knm", "nmk", "nkm")
-#: dataflows the cost model knows
+#: dataflows the cost model knows for a systolic array
 DATAFLOWS: tuple[str, ...] = ("ws", "os")
+#: a tile-MAC engine's mapping "dataflow" is its kind
+ENGINE_DATAFLOWS: tuple[str, ...] = ("adder_tree", "outer_product", "cube")
+_ALL_DATAFLOWS = DATAFLOWS + ENGINE_DATAFLOWS
 #: bytes of one accumulator element (int32 partial sums)
 ACC_BYTES = 4
 #: position (0 outer .. 2 inner) of the m, k and n loops in each of :data:`LOOP_ORDERS`
@@ -213,7 +228,29 @@ def mapper_arch_key(arch: ArchSpec) -> tuple:
     dataflow, buffer depths (:meth:`GemmLayout.depths`) and DRAM rates (:func:`dram_rates`).
     Two ArchSpecs with equal keys get equal mappings and costs (memoization key)."""
     te = arch.tensor_engine
-    return (te.rows, te.cols, te.dataflow, GemmLayout.depths(arch), dram_rates(arch))
+    return (te.rows, te.cols, te.dataflow, GemmLayout.depths(arch), dram_rates(arch), te.kind,
+            te.depth, arch.memory.scratchpad_bytes, arch.memory.accumulator_bytes)
+
+
+def native_dataflow(arch: ArchSpec) -> str:
+    """The mapping dataflow of ``arch``'s own engine: ``tensor_engine.dataflow`` (systolic) or
+    the tile-MAC kind's name."""
+    te = arch.tensor_engine
+    return te.dataflow if te.systolic else te.kind
+
+
+def accepted_dataflows(arch: ArchSpec) -> tuple[str, ...]:
+    """Dataflows a mapping on ``arch`` may use: ws/os on a systolic array (the other one is a
+    what-if), only its own kind on a tile-MAC engine."""
+    return DATAFLOWS if arch.tensor_engine.systolic else (arch.tensor_engine.kind,)
+
+
+def _cmd_cycles(arch: ArchSpec, dataflow: str, m, k, n) -> tuple[np.ndarray, np.ndarray]:
+    """(cycles, folds) of tile commands ``m x k x n`` run with ``dataflow`` on ``arch``."""
+    te = arch.tensor_engine
+    if dataflow in DATAFLOWS:
+        return gemm_cycles_array(m, k, n, te.rows, te.cols, dataflow)
+    return tensor_engine_gemm_cycles(te, m, k, n)
 
 
 def dram_rates(arch: ArchSpec) -> tuple[float, float]:
@@ -243,6 +280,13 @@ def buffer_words(dataflow: str, rows: int, cols: int, m, k, n) -> tuple[np.ndarr
 def _fits(arch: ArchSpec, dataflow: str, elem_bytes: int, slots: int, m, k, n) -> np.ndarray:
     """Boolean array: the command fits ``slots`` copies in each buffer (see module docstring)."""
     te = arch.tensor_engine
+    if dataflow in ENGINE_DATAFLOWS:
+        gm, gk, gn = te.tile_shape
+        mp, kp, np_ = (_cdiv(np.asarray(x, np.int64), g) * g
+                       for x, g in ((m, gm), (k, gk), (n, gn)))
+        half, acc_b = arch.memory.scratchpad_bytes // 2, arch.memory.accumulator_bytes
+        return ((mp * kp * elem_bytes * slots <= half) & (kp * np_ * elem_bytes * slots <= half)
+                & (mp * np_ * ACC_BYTES * slots <= acc_b))
     da, db, dc = GemmLayout.depths(arch)
     a, b, acc = buffer_words(dataflow, te.rows, te.cols, m, k, n)
     return (a * elem_bytes * slots <= da) & (b * elem_bytes * slots <= db) & (acc * slots <= dc)
@@ -310,7 +354,11 @@ def _command_costs(arch: ArchSpec, dataflow: str, elem_bytes: int):
     R, C = te.rows, te.cols
 
     def costs(m, k, n):
-        cyc, folds = gemm_cycles_array(m, k, n, R, C, dataflow)
+        cyc, folds = _cmd_cycles(arch, dataflow, m, k, n)
+        if dataflow in ENGINE_DATAFLOWS:   # folds = output tiles; a beat reads an A and a B tile
+            tm, tk, tn = te.tile_shape
+            beats = engine_gemm_beats(te.kind, te.engine_params, m, k, n)
+            return cyc, beats * (tm * tk + tk * tn) * elem_bytes, folds * tm * tn * ACC_BYTES
         if dataflow == "ws":
             sp = folds * (R * C + m * R) * elem_bytes
             acc = folds * m * C * ACC_BYTES * 2
@@ -337,13 +385,14 @@ class MappingSpace:
         """The columns as a DataFrame (order and dataflow as strings)."""
         df = pd.DataFrame({k: v for k, v in self.columns.items()})
         df["order"] = np.array(LOOP_ORDERS)[df.pop("order_idx")]
-        df["dataflow"] = np.array(DATAFLOWS)[df.pop("dataflow_idx")]
+        df["dataflow"] = np.array(_ALL_DATAFLOWS)[df.pop("dataflow_idx")]
         return df
 
     def mapping(self, i: int) -> Mapping:
         c = self.columns
         return Mapping(int(c["m_t"][i]), int(c["k_t"][i]), int(c["n_t"][i]),
-                       LOOP_ORDERS[int(c["order_idx"][i])], DATAFLOWS[int(c["dataflow_idx"][i])],
+                       LOOP_ORDERS[int(c["order_idx"][i])],
+                       _ALL_DATAFLOWS[int(c["dataflow_idx"][i])],
                        bool(c["double_buffer"][i]))
 
     def cost(self, i: int) -> MappingCost:
@@ -368,11 +417,12 @@ def enumerate_mappings(op: GemmOp, arch: ArchSpec, *, dataflows: Sequence[str] |
     (:func:`_prune_combos`; exact: :func:`best_index` with objective "cycles" and that
     ``tie_rtol`` picks the same mapping from the pruned space as from the whole one). Raises
     ValueError naming the op, its sizes and the buffers when no tiling fits."""
-    dataflows = (arch.tensor_engine.dataflow,) if dataflows is None else tuple(dataflows)
-    bad = [d for d in dataflows if d not in DATAFLOWS] + [o for o in orders if o not in LOOP_ORDERS]
+    dataflows = (native_dataflow(arch),) if dataflows is None else tuple(dataflows)
+    ok_df = accepted_dataflows(arch)
+    bad = [d for d in dataflows if d not in ok_df] + [o for o in orders if o not in LOOP_ORDERS]
     if bad or not dataflows or not orders:
         raise ValueError(f"op {op.name!r}: dataflows {dataflows} / orders {tuple(orders)}: "
-                         f"accepted are {DATAFLOWS} and {LOOP_ORDERS} (non-empty)")
+                         f"accepted are {ok_df} and {LOOP_ORDERS} (non-empty)")
     order_ids = np.array([LOOP_ORDERS.index(o) for o in orders], np.int64)
     slots = 2 if double_buffer else 1
     combos = [(d, _tile_combos(op, arch, d, slots, split_k, max_candidates)) for d in dataflows]
@@ -381,7 +431,8 @@ def enumerate_mappings(op: GemmOp, arch: ArchSpec, *, dataflows: Sequence[str] |
         te, mem = arch.tensor_engine, arch.memory
         raise ValueError(
             f"op {op.name!r} ({op.shape_text}, {op.elem_bytes} B/element): no tiling fits "
-            f"{arch.name} ({te.rows}x{te.cols} {'/'.join(dataflows)}, scratchpad "
+            f"{arch.name} ({te.describe() if not te.systolic else f'{te.rows}x{te.cols}'} "
+            f"{'/'.join(dataflows)}, scratchpad "
             f"{mem.scratchpad_kib} KiB, accumulator {mem.accumulator_kib} KiB, "
             f"{'double' if double_buffer else 'single'} buffered"
             f"{'' if split_k else ', k_t = K'})")
@@ -401,7 +452,8 @@ def _tile_combos(op: GemmOp, arch: ArchSpec, dataflow: str, slots: int, split_k:
     """Tile sizes ``(m_t, k_t, n_t)`` (arrays, m-major order) of every candidate tiling of one
     dataflow that fits the buffers; None if none fits."""
     te = arch.tensor_engine
-    gm, gk, gn = _granules(dataflow, te.rows, te.cols)
+    gm, gk, gn = te.tile_shape if dataflow in ENGINE_DATAFLOWS else _granules(dataflow, te.rows,
+                                                                               te.cols)
     mins = [min(g, e) for g, e in ((gm, op.m), (gk, op.k), (gn, op.n))]
     fit = lambda m, k, n: _fits(arch, dataflow, op.elem_bytes, slots, m, k, n)  # noqa: E731
     cands = []
@@ -451,7 +503,6 @@ def _quick_lower_bound(op: GemmOp, arch: ArchSpec, dataflow: str, mt, kt, nt,
     (full, edge) command size classes only the one with the most commands per dimension is
     counted (full and edge classes of equal size merged), and the last command is left out."""
     B, e, ob = op.batch, op.elem_bytes, op.out_bytes
-    te = arch.tensor_engine
     bw, lat = dram_rates(arch)
     sizes, weight, trips, edges = [], 1, [], []
     for ext, t in ((op.m, mt), (op.k, kt), (op.n, nt)):
@@ -462,7 +513,7 @@ def _quick_lower_bound(op: GemmOp, arch: ArchSpec, dataflow: str, mt, kt, nt,
         weight = weight * np.where(many, cnt - 1 + (edge == t), 1)
         trips.append(cnt)
         edges.append(edge)
-    core_lb = B * (weight * gemm_cycles_array(*sizes, te.rows, te.cols, dataflow)[0])
+    core_lb = B * (weight * _cmd_cycles(arch, dataflow, *sizes)[0])
     tm, tk, tn = trips
     dram_min = B * (op.m * op.k * e + op.k * op.n * e + op.m * op.n * ob)
     dma_min = dram_min / bw + B * (tm * tk + tk * tn + tm * tn) * lat
@@ -555,8 +606,7 @@ def _order_columns(op: GemmOp, arch: ArchSpec, cb: dict[str, np.ndarray], oi: np
                    dataflow: str, double_buffer: bool) -> dict[str, np.ndarray]:
     """The columns of :func:`evaluate_mappings` from per-row combo columns ``cb``
     (:func:`_combo_columns`, one row per mapping) and loop orders ``oi``."""
-    te = arch.tensor_engine
-    R, C = te.rows, te.cols
+    peak = arch.tensor_engine.macs_per_cycle
     mt, kt, nt = cb["m_t"], cb["k_t"], cb["n_t"]
     tm, tk, tn = cb["tm"], cb["tk"], cb["tn"]
     M, K, N, B, e, ob = op.m, op.k, op.n, op.batch, op.elem_bytes, op.out_bytes
@@ -586,15 +636,15 @@ def _order_columns(op: GemmOp, arch: ArchSpec, cb: dict[str, np.ndarray], oi: np
 
     macs = op.macs
     intensity = 2.0 * macs / dram
-    ridge = 2.0 * R * C / bw
+    ridge = 2.0 * peak / bw
     acc_dma = B * (r_c * M * N + (r_c - 1) * M * N) * ACC_BYTES
     n = len(mt)
     return {
         "m_t": mt, "k_t": kt, "n_t": nt, "order_idx": oi,
-        "dataflow_idx": np.full(n, DATAFLOWS.index(dataflow), np.int64),
+        "dataflow_idx": np.full(n, _ALL_DATAFLOWS.index(dataflow), np.int64),
         "double_buffer": np.full(n, double_buffer),
         "cycles": cycles.astype(np.float64), "core_cycles": core, "dma_cycles": dma,
-        "macs": np.full(n, macs, np.int64), "utilization": macs / (cycles * R * C),
+        "macs": np.full(n, macs, np.int64), "utilization": macs / (cycles * peak),
         "n_tiles": B * tm * tk * tn, "transfers": transfers, "dram_bytes": dram,
         "dram_a_bytes": a_bytes, "dram_b_bytes": b_bytes, "dram_c_read_bytes": c_read,
         "dram_c_write_bytes": c_write,
@@ -706,7 +756,7 @@ def map_gemms(ops: Sequence[GemmOp], arch: ArchSpec, *, tie_rtol: float = 1e-3,
     t0 = time.perf_counter()
     if tie_rtol < 0:
         raise ValueError(f"tie_rtol = {tie_rtol}: must be >= 0")
-    d = arch.tensor_engine.dataflow
+    d = native_dataflow(arch)
     order_ids = np.arange(len(LOOP_ORDERS), dtype=np.int64)
     no = len(order_ids)
     combos = [_tile_combos(op, arch, d, 2, True, max_candidates) for op in ops]
@@ -750,9 +800,9 @@ def map_gemms(ops: Sequence[GemmOp], arch: ArchSpec, *, tie_rtol: float = 1e-3,
 
 def cost_of(op: GemmOp, arch: ArchSpec, mapping: Mapping) -> MappingCost:
     """Analytical cost of one given mapping. Raises ValueError if it does not fit ``arch``."""
-    if mapping.order not in LOOP_ORDERS or mapping.dataflow not in DATAFLOWS:
+    if mapping.order not in LOOP_ORDERS or mapping.dataflow not in accepted_dataflows(arch):
         raise ValueError(f"op {op.name!r}: mapping {mapping}: order must be one of {LOOP_ORDERS}"
-                         f", dataflow one of {DATAFLOWS}")
+                         f", dataflow one of {accepted_dataflows(arch)}")
     sizes = (mapping.m_t, mapping.k_t, mapping.n_t)
     if not all(1 <= t <= min(e, MAX_DIM) for t, e in zip(sizes, (op.m, op.k, op.n))):
         raise ValueError(f"op {op.name!r} ({op.shape_text}): tile {sizes} must be within the op")

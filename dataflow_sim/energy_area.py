@@ -8,7 +8,9 @@ and J).
 
 **Area** (µm²) of one core::
 
-    pe_array = rows * cols * (mult_um2 + add_um2)[format] * pe_overhead
+    pe_array = rows * cols * depth * (mult_um2 + add_um2)[format] * pe_overhead
+               (= tensor_engine.macs_per_cycle multipliers, each with one adder: a systolic
+               PE's adder, or one node of a tile-MAC engine's adder tree plus its accumulator)
     sram     = (scratchpad_kib + accumulator_kib) * 8192 * sram_bitcell / sram_array_efficiency
                + extra_banks * bank_periphery
     vector   = lanes * vector_lane                (lanes = vector_unit.lanes, else cols)
@@ -37,7 +39,9 @@ same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
   column fold — ``e * macs / C`` bytes — and read-modify-writes a 4-byte partial sum once per
   output per row fold — ``8 * macs / R`` bytes of accumulator traffic; OS streams A
   (``e * macs / C``) and B (``e * macs / R``) and writes each output once (counted with the
-  off-chip bytes);
+  off-chip bytes); a tile-MAC engine (``tensor_engine.kind`` adder_tree / outer_product / cube,
+  Tm x Tk x Tn = rows x depth x cols) reads an A and a B tile per beat — ``e * macs / Tn`` and
+  ``e * macs / Tm`` bytes — and writes each output once, as OS does (same formula);
 * SRAM fill/drain: every off-chip byte is also written to or read from the scratchpad once;
 * vector: ``vector_ops * vector_op_pj`` plus 8 scratchpad bytes per element operation (one fp32
   read, one fp32 write);
@@ -200,7 +204,7 @@ def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
     pe = tech.pe_um2(te.input_format)
     extra_banks = 2 * (mem.scratchpad_banks - 1) + (mem.accumulator_banks - 1)
     out = {
-        "pe_array_um2": te.rows * te.cols * pe,
+        "pe_array_um2": te.macs_per_cycle * pe,
         "sram_um2": (mem.scratchpad_kib + mem.accumulator_kib) * tech.sram_um2_per_kib
         + extra_banks * tech.sram_bank_periphery_um2,
         "vector_um2": _lanes(arch) * a.vector_lane,
@@ -229,10 +233,10 @@ def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops:
     sp_kib, acc_kib = sram_bank_kib(arch)
     sp = sram_pj_per_byte(tech, sp_kib)
     acc = sram_pj_per_byte(tech, acc_kib)
-    if te.dataflow == "ws":
+    if te.systolic and te.dataflow == "ws":
         sram = macs * (e / te.cols * sp + 8.0 / te.rows * acc)
     else:
-        sram = macs * (e / te.cols + e / te.rows) * sp
+        sram = macs * (e / te.cols + e / te.rows) * sp   # OS, and tile-MAC kinds (module doc)
     sram += dram_bytes * sp + vector_ops * 8.0 * sp
     out = {"mac_pj": macs * tech.mac_pj_of(te.input_format), "sram_pj": sram,
            "vector_pj": vector_ops * tech.vector_op_pj,

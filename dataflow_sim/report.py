@@ -17,7 +17,9 @@ Every task gets a cost; none is free (DESIGN.md, "never cost an op as zero"). Co
   (``counts_source`` says which). The core streams every operand format at the int8 rate; the
   format changes element bytes, hence tiling and traffic.
 * **Other GEMMs** (``gemm``, the two GEMMs of every attention block) take their cycles from
-  :func:`tilewright.dataflow_sim.cycle.gemm_cycles_array` (the ``tilewright`` convention).
+  :func:`tilewright.dataflow_sim.cycle.tensor_engine_gemm_cycles` (the ``tilewright``
+  convention; the systolic closed form or, for ``tensor_engine.kind`` adder_tree /
+  outer_product / cube, :mod:`tilewright.compiler.engine_timing`).
 * **Vector tasks** run on a vector unit of ``lanes`` elements per cycle: ``arch.vector_unit.lanes``
   or, an ASSUMPTION when the ArchSpec has no vector unit, ``tensor_engine.cols``. Cycles =
   ``passes * ceil(elements / lanes)`` with ``elements`` the larger of input and output element
@@ -105,10 +107,9 @@ def vector_lanes(arch: ArchSpec) -> int:
 
 
 def _gemm_cycles(arch: ArchSpec, m, k, n) -> np.ndarray:
-    from tilewright.dataflow_sim.cycle import gemm_cycles_array  # noqa: PLC0415
+    from tilewright.dataflow_sim.cycle import tensor_engine_gemm_cycles  # noqa: PLC0415
 
-    te = arch.tensor_engine
-    return gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow)[0]
+    return tensor_engine_gemm_cycles(arch.tensor_engine, m, k, n)[0]
 
 
 def _splits(size: int, tile: int) -> list[tuple[int, int]]:

@@ -43,6 +43,7 @@ import numpy as np
 from tilewright.arch import ArchSpec
 from tilewright.compiler.mapper import ACC_BYTES, GemmOp, Mapping, dram_rates
 from tilewright.compiler.core_timing import gemm_cycles_array
+from tilewright.compiler.engine_timing import tensor_engine_gemm_cycles
 
 __all__ = ["TileSchedule", "TiledResult", "tile_schedule", "simulate_tiled", "pipeline_ends",
            "maxplus_scan"]
@@ -134,7 +135,10 @@ def tile_schedule(op: GemmOp, arch: ArchSpec, mapping: Mapping) -> TileSchedule:
     m = np.minimum(mapping.m_t, op.m - im * mapping.m_t)
     k = np.minimum(mapping.k_t, op.k - ik * mapping.k_t)
     n = np.minimum(mapping.n_t, op.n - inn * mapping.n_t)
-    compute, _ = gemm_cycles_array(m, k, n, te.rows, te.cols, mapping.dataflow)
+    if mapping.dataflow in ("ws", "os"):
+        compute, _ = gemm_cycles_array(m, k, n, te.rows, te.cols, mapping.dataflow)
+    else:                       # a tile-MAC engine kind (the mapping names it)
+        compute, _ = tensor_engine_gemm_cycles(te, m, k, n)
 
     e = op.elem_bytes
     new_a, new_b, new_c = _changed(b, im, ik), _changed(b, ik, inn), _changed(b, im, inn)

@@ -1,4 +1,11 @@
-"""Verilog emission for generated components, with a JSON manifest of what was generated."""
+"""Verilog emission for generated components, with a JSON manifest of what was generated.
+
+:func:`write_arch_rtl` is what ``tilewright rtl`` runs: by ``tensor_engine.kind`` it writes the
+systolic GEMM core (:func:`write_rtl`, top ``tw_gemm_core``: array, SRAMs, fold sequencer) or, for
+the tile-MAC kinds ``adder_tree`` / ``outer_product`` / ``cube``, the engine datapath of
+:mod:`tilewright.rtl.engine_top` (top ``tw_mac_engine``, stream ports, no SRAMs or sequencer yet;
+int8 x int8 -> int32 only). The manifest's ``kind`` and ``top`` say which.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from amaranth.back import verilog
+from amaranth.hdl import Shape
 
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.rtl.emit import write_atomic, write_verilog
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
 
-__all__ = ["TOP_NAME", "generate_verilog", "update_manifest", "write_rtl"]
+__all__ = ["TOP_NAME", "generate_verilog", "update_manifest", "write_rtl", "write_engine_top",
+           "write_arch_rtl", "top_name"]
 
 #: name of the generated top-level Verilog module
 TOP_NAME = "tw_gemm_core"
@@ -23,7 +32,11 @@ def generate_verilog(arch: ArchSpec) -> tuple[str, GemmCore]:
     """Elaborate the GEMM core for ``arch`` and return (Verilog text, component).
 
     Raises :class:`~tilewright.arch.ArchSpecError` for what the core does not implement (SRAM
-    banks other than 1)."""
+    banks other than 1, a tensor_engine.kind other than systolic)."""
+    if arch.tensor_engine.kind != "systolic":
+        raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {arch.tensor_engine.kind!r}: the "
+                            f"GEMM-core RTL is a systolic array; accepted: 'systolic' (the "
+                            f"tile-MAC kinds generate their engine: `tilewright rtl`)")
     for field in ("scratchpad_banks", "accumulator_banks"):
         if getattr(arch.memory, field) != 1:
             raise ArchSpecError(f"{arch.name}: memory.{field}={getattr(arch.memory, field)}: the "
@@ -54,6 +67,7 @@ def write_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     gen_s = time.perf_counter() - t0
     return write_verilog(out_dir, TOP_NAME, text, {
         "top": TOP_NAME,
+        "kind": "systolic",
         "generator": "tilewright.rtl.gemm_core.GemmCore",
         "generator_version": GENERATOR_VERSION,
         "arch": arch.model_dump(mode="json"),
@@ -62,6 +76,58 @@ def write_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
         "buffers_words": dict(zip(("a", "b", "acc"), core.depths)),
         "generation_seconds": round(gen_s, 3),
     })
+
+
+def top_name(arch: ArchSpec) -> str:
+    """Name of the top module :func:`write_arch_rtl` writes for ``arch``."""
+    from tilewright.rtl.engine_top import ENGINE_TOP_NAME  # noqa: PLC0415
+    return TOP_NAME if arch.tensor_engine.kind == "systolic" else ENGINE_TOP_NAME
+
+
+def write_engine_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
+    """Write the tile-MAC engine of ``arch`` (``tensor_engine.kind`` adder_tree, outer_product or
+    cube; (Tm, Tk, Tn) = (rows, depth, cols)) as ``tw_mac_engine.v`` plus ``manifest.json``;
+    return the manifest. Raises ArchSpecError for a systolic kind or operands other than int8
+    (the engines' RTL is int8 x int8 -> int32)."""
+    from tilewright.rtl.engine_top import (  # noqa: PLC0415
+        ENGINE_GENERATOR_VERSION, ENGINE_TOP_NAME, make_engine)
+    te = arch.tensor_engine
+    if te.kind == "systolic":
+        raise ArchSpecError(f"{arch.name}: tensor_engine.kind = 'systolic': the engine top is for "
+                            f"the tile-MAC kinds; accepted: 'adder_tree', 'outer_product', 'cube'")
+    if te.input_format != "int8":
+        raise ArchSpecError(f"{arch.name}: tensor_engine.input_format = {te.input_format!r}: the "
+                            f"{te.kind} RTL is int8 x int8 -> int32; accepted: 'int8'")
+    t0 = time.perf_counter()
+    engine = make_engine(te.kind, te.engine_params)
+    text = verilog.convert(engine, name=ENGINE_TOP_NAME, emit_src=False)
+    gen_s = time.perf_counter() - t0
+    tm, tk, tn = te.tile_shape
+    return write_verilog(out_dir, ENGINE_TOP_NAME, text, {
+        "top": ENGINE_TOP_NAME,
+        "kind": te.kind,
+        "generator": f"tilewright.rtl.engine_top ({type(engine).__name__})",
+        "generator_version": ENGINE_GENERATOR_VERSION,
+        "engine_params": te.engine_params,
+        "tile_mkn": [tm, tk, tn],
+        "macs_per_cycle": te.macs_per_cycle,
+        "arch": arch.model_dump(mode="json"),
+        "arch_hash": arch.content_hash(),
+        "ports": [{"name": "__".join(str(q) for q in path),
+                   "direction": "input" if member.flow.value == "In" else "output",
+                   "width_bits": Shape.cast(member.shape).width}
+                  for path, member, _ in engine.signature.flatten(engine)],
+        "generation_seconds": round(gen_s, 3),
+    })
+
+
+def write_arch_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
+    """``tilewright rtl``: the GEMM core (:func:`write_rtl`) for a systolic ``arch``, the tile-MAC
+    engine (:func:`write_engine_top`) for the other kinds. The manifest's ``kind`` and ``top``
+    name what was written."""
+    if arch.tensor_engine.kind == "systolic":
+        return write_rtl(arch, out_dir)
+    return write_engine_top(arch, out_dir)
 
 
 def update_manifest(out_dir: str | Path, key: str, entries: dict[str, Any]) -> dict[str, Any]:

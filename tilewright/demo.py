@@ -65,6 +65,11 @@ def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int
     con = console or Console()
     arch = arch or default_arch()
     te = arch.tensor_engine
+    if te.kind != "systolic":
+        from tilewright.arch import ArchSpecError  # noqa: PLC0415
+        raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {te.kind!r}: tilewright demo runs "
+                            f"the systolic GEMM core; accepted: 'systolic' (the tile-MAC kinds "
+                            f"generate their engine with `tilewright rtl`)")
     con.print(f"[bold]tilewright demo[/]: {model} on {arch.name} ({te.rows}x{te.cols} "
               f"{te.dataflow.upper()}, {te.input_format}x{te.weight_format}->"
               f"{te.accumulator_format}, {arch.clock_mhz:g} MHz)")

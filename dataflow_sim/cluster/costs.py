@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
-from tilewright.dataflow_sim.cycle import gemm_cycles_array
+from tilewright.compiler.engine_timing import tensor_engine_gemm_cycles
 
 from .cluster_spec import GPU_PRESETS, ArchChip, ClusterSpec
 
@@ -61,8 +61,8 @@ class ChipModel:
         m, k, n, count = (np.asarray(x, dtype=np.int64) for x in (m, k, n, count))
         if self.arch is not None:
             te = self.arch.tensor_engine
-            cycles, _ = gemm_cycles_array(np.maximum(m, 1), np.maximum(k, 1), np.maximum(n, 1),
-                                          te.rows, te.cols, te.dataflow)
+            cycles, _ = tensor_engine_gemm_cycles(te, np.maximum(m, 1), np.maximum(k, 1),
+                                                  np.maximum(n, 1))
             t = cycles / (self.arch.clock_mhz * 1e6)
         else:
             flops = 2.0 * m * k * n
