@@ -8,17 +8,11 @@ key is the ArchSpec's content hash, the top's and core's generator versions and
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tilewright.arch import ArchSpec
-from tilewright.cosim.verilator import (ToolMissing, cache_root, lint_verilog, rtl_source_hash,
-                                        verilator_env)
+from tilewright.cosim.verilator import cached_build, lint_verilog, rtl_source_hash
 
 __all__ = ["AxiBuild", "AXI_TOP_SOURCES", "build_axi_top", "lint_axi_top"]
 
@@ -55,45 +49,12 @@ def build_axi_top(arch: ArchSpec, *, log=None, waves: bool = False) -> AxiBuild:
                                              write_axi_top)
     from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
 
-    say = log or (lambda _msg: None)
-    if shutil.which("g++") is None or shutil.which("make") is None:
-        raise ToolMissing("Verilator needs g++ and make on PATH")
     key = (f"axi-{arch.content_hash()}-a{AXI_TOP_VERSION}-g{GENERATOR_VERSION}-"
            f"{rtl_source_hash(*AXI_TOP_SOURCES)}" + ("-trace" if waves else ""))
-    root = cache_root() / "verilator"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / key
-    with open(root / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "BUILD_OK").exists():
-            say(f"reusing Verilator AXI-top build {final}")
-            return AxiBuild(arch, final, AXI_TOP_NAME, True, 0, 0)
-        tmp = root / f"{key}.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        t0 = time.perf_counter()
-        say(f"generating the AXI top's Verilog for {arch.name}")
-        write_axi_top(arch, tmp / "rtl")
-        t1 = time.perf_counter()
-        say("building the AXI top with Verilator + g++ (a minute or so on 2 cores)")
-        from cocotb_tools.runner import get_runner  # noqa: PLC0415
-        with verilator_env():
-            os.environ["MAKEFLAGS"] += f" OPT_FAST={OPT} OPT_SLOW={OPT} OPT_GLOBAL={OPT}"
-            runner = get_runner("verilator")
-            try:
-                runner.build(sources=[tmp / "rtl" / f"{AXI_TOP_NAME}.v"],
-                             hdl_toplevel=AXI_TOP_NAME, build_dir=tmp / "sim",
-                             build_args=["-Wno-fatal", "-O1"], log_file=tmp / "build.log",
-                             waves=waves)
-            except (SystemExit, subprocess.CalledProcessError) as exc:
-                log_file = tmp / "build.log"
-                tail = log_file.read_text()[-3000:] if log_file.exists() else ""
-                raise RuntimeError(f"Verilator build of the AXI top for {arch.name} failed "
-                                   f"({exc}); log tail:\n{tail}") from None
-        t2 = time.perf_counter()
-        (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        return AxiBuild(arch, final, AXI_TOP_NAME, False, t1 - t0, t2 - t1)
+    b = cached_build(key, AXI_TOP_NAME, lambda d: write_axi_top(arch, d), opt=OPT, waves=waves,
+                     what=f"the AXI top for {arch.name}", log=log)
+    return AxiBuild(arch, b.build_dir, AXI_TOP_NAME, b.cached, b.generate_seconds,
+                    b.build_seconds)
 
 
 def lint_axi_top(build: AxiBuild) -> tuple[bool, str]:

@@ -9,15 +9,10 @@ rebuild it.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
-import subprocess
-import time
 
 from tilewright.arch import ArchSpec
-from tilewright.cosim.verilator import (ToolMissing, VerilatorBuild, cache_root, lint_verilog,
-                                        rtl_source_hash, verilator_env)
+from tilewright.cosim.verilator import (VerilatorBuild, cached_build, lint_verilog,
+                                        rtl_source_hash)
 
 __all__ = ["build_vector_unit", "lint_vector_unit"]
 
@@ -31,46 +26,12 @@ def build_vector_unit(arch: ArchSpec, *, log=None) -> VerilatorBuild:
                                             VECTOR_TOP_NAME, vector_lanes,
                                             write_vector_rtl)
 
-    say = log or (lambda _msg: None)
-    if shutil.which("g++") is None or shutil.which("make") is None:
-        raise ToolMissing("Verilator needs g++ and make on PATH")
     lanes = vector_lanes(arch)
     key = f"vector-l{lanes}-g{VECTOR_GENERATOR_VERSION}-{rtl_source_hash('vector_unit.py')}"
-    root = cache_root() / "verilator"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / key
-    vname = f"{VECTOR_TOP_NAME}.v"
-    with open(root / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "BUILD_OK").exists():
-            say(f"reusing Verilator vector-unit build {final}")
-            return VerilatorBuild(arch, final, final / "rtl" / vname, VECTOR_TOP_NAME, True, 0, 0)
-        tmp = root / f"{key}.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        t0 = time.perf_counter()
-        say(f"generating vector-unit Verilog ({lanes} lanes)")
-        write_vector_rtl(arch, tmp / "rtl")
-        t1 = time.perf_counter()
-        say("building the vector unit with Verilator + g++ (a minute or so on 2 cores)")
-        from cocotb_tools.runner import get_runner  # noqa: PLC0415
-        with verilator_env():
-            os.environ["MAKEFLAGS"] += f" OPT_FAST={OPT} OPT_SLOW={OPT} OPT_GLOBAL={OPT}"
-            runner = get_runner("verilator")
-            try:
-                runner.build(sources=[tmp / "rtl" / vname], hdl_toplevel=VECTOR_TOP_NAME,
-                             build_dir=tmp / "sim", build_args=["-Wno-fatal", "-O1"],
-                             log_file=tmp / "build.log")
-            except (SystemExit, subprocess.CalledProcessError) as exc:
-                log_file = tmp / "build.log"
-                tail = log_file.read_text()[-3000:] if log_file.exists() else ""
-                raise RuntimeError(f"Verilator build of the {lanes}-lane vector unit failed "
-                                   f"({exc}); log tail:\n{tail}") from None
-        t2 = time.perf_counter()
-        (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        return VerilatorBuild(arch, final, final / "rtl" / vname, VECTOR_TOP_NAME, False,
-                              t1 - t0, t2 - t1)
+    b = cached_build(key, VECTOR_TOP_NAME, lambda d: write_vector_rtl(arch, d), opt=OPT,
+                     what=f"the {lanes}-lane vector unit", log=log)
+    return VerilatorBuild(arch, b.build_dir, b.verilog, VECTOR_TOP_NAME, b.cached,
+                          b.generate_seconds, b.build_seconds)
 
 
 def lint_vector_unit(build: VerilatorBuild) -> tuple[bool, str]:

