@@ -11,6 +11,9 @@ Ports (all in the ``sync`` domain)
     ``start``: begins a GEMM when sampled high while ``busy`` is low.
     ``busy``: high from the cycle after ``start`` was sampled until the GEMM's last write.
     ``cycles``: cycles ``busy`` was high during the last GEMM (a performance counter).
+    ``a_half``, ``b_half``, ``acc_half`` (only with ``halves=True``, the double buffer of
+    :mod:`tilewright.rtl.accel_top`): sampled with ``start``; the GEMM uses word ``x`` of a
+    buffer at address ``half * (depth // 2) + x``. Timing is unchanged.
 
 Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the same closed form)
     ``busy`` stays high for exactly the cycles below. R = rows, C = cols, SRAM read latency 1:
@@ -55,10 +58,23 @@ def _abits(depth: int) -> int:
     return max(1, (depth - 1).bit_length())
 
 
+class _Offset:
+    """A memory port seen through a base offset: the sequencer drives ``addr`` (a word index inside
+    one half); the real port gets ``addr + offset``. Other attributes pass through."""
+
+    def __init__(self, m: Module, port, offset):
+        self._port = port
+        self.addr = Signal.like(port.addr, name="half_addr")
+        m.d.comb += port.addr.eq(self.addr + offset)
+
+    def __getattr__(self, name):
+        return getattr(self._port, name)
+
+
 class GemmCore(wiring.Component):
     """The systolic GEMM core for one :class:`~tilewright.arch.ArchSpec` (see module docstring)."""
 
-    def __init__(self, arch: ArchSpec):
+    def __init__(self, arch: ArchSpec, *, halves: bool = False):
         if not isinstance(arch, ArchSpec):
             raise TypeError(f"GemmCore takes an ArchSpec, not {type(arch).__name__}")
         te = arch.tensor_engine
@@ -68,7 +84,10 @@ class GemmCore(wiring.Component):
                 f"tensor_engine.input_format = {te.input_format!r} -> "
                 f"accumulator_format = {te.accumulator_format!r} (other formats run on the "
                 f"functional and cycle models)")
+        if not isinstance(halves, bool):
+            raise TypeError(f"GemmCore halves must be a bool, not {type(halves).__name__}")
         self._arch = arch
+        self._halves = halves
         self._rows, self._cols, self._dataflow = te.rows, te.cols, te.dataflow
         self._depth_a, self._depth_b, self._depth_acc = GemmLayout.depths(arch)
         for buf, d in (("A", self._depth_a), ("B", self._depth_b), ("accumulator", self._depth_acc)):
@@ -84,6 +103,12 @@ class GemmCore(wiring.Component):
             "acc_rd_addr": In(_abits(self._depth_acc)), "acc_rd_data": Out(C * ACC_BITS),
             "m": In(_DIM_BITS), "k": In(_DIM_BITS), "n": In(_DIM_BITS),
             "start": In(1), "busy": Out(1), "cycles": Out(32),
+            # halves=True (the accelerator top's double buffer): each buffer is used as two
+            # halves of depth // 2 words; the GEMM reads/writes half a_half/b_half/acc_half
+            # (sampled with start) at word offset half * (depth // 2)
+            # and ``accumulate`` (sampled with start) adds C to the accumulator half's contents
+            **({"a_half": In(1), "b_half": In(1), "acc_half": In(1), "accumulate": In(1)}
+               if halves else {}),
         })
 
     @property
@@ -106,6 +131,20 @@ class GemmCore(wiring.Component):
         a_r, b_r = mem_a.read_port(), mem_b.read_port()
         c_r = mem_c.read_port(transparent_for=(c_w,))
         host_r = mem_c.read_port()
+        acc_q = None
+        if self._halves:       # double buffer: offset every engine address by its half's base
+            acc_q = Signal(name="accumulate_q")
+            with m.If(self.start & ~self.busy):
+                m.d.sync += acc_q.eq(self.accumulate)
+            offs = []
+            for port, depth in (("a", self._depth_a), ("b", self._depth_b),
+                                ("acc", self._depth_acc)):
+                half_q = Signal(name=f"{port}_half_q")
+                with m.If(self.start & ~self.busy):
+                    m.d.sync += half_q.eq(getattr(self, f"{port}_half"))
+                offs.append(Mux(half_q, depth // 2, 0))
+            a_r, b_r = _Offset(m, a_r, offs[0]), _Offset(m, b_r, offs[1])
+            c_r, c_w = _Offset(m, c_r, offs[2]), _Offset(m, c_w, offs[2])
         m.d.comb += [
             a_w.en.eq(self.a_wr_en), a_w.addr.eq(self.a_wr_addr), a_w.data.eq(self.a_wr_data),
             b_w.en.eq(self.b_wr_en), b_w.addr.eq(self.b_wr_addr), b_w.data.eq(self.b_wr_data),
@@ -125,13 +164,13 @@ class GemmCore(wiring.Component):
                          mr.eq(self.m), kr.eq(self.k), nr.eq(self.n)]
 
         if self._dataflow == "ws":
-            self._ws(m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w)
+            self._ws(m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, acc_q)
         else:
-            self._os(m, running, t, mr, kr, nr, a_r, b_r, c_w)
+            self._os(m, running, t, mr, kr, nr, a_r, b_r, c_w, c_r, acc_q)
         return m
 
     # ---------------------------------------------------------------------------------------
-    def _ws(self, m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w):
+    def _ws(self, m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, acc_q=None):
         """WS sequencer: preload fold 0's weights, then one period per fold with the next
         fold's weights loaded into the shadow while this fold streams (see module docstring)."""
         R, C = self._rows, self._cols
@@ -173,7 +212,8 @@ class GemmCore(wiring.Component):
         # array (SRAM latency + array latency) so write-back needs no per-fold state
         tag_addr = Signal.like(c_w.addr, name="tag_addr")
         tag_first = Signal(name="tag_first")
-        m.d.sync += [tag_addr.eq(acc_base + t), tag_first.eq(k_base == 0)]
+        first = (k_base == 0) if acc_q is None else ((k_base == 0) & ~acc_q)
+        m.d.sync += [tag_addr.eq(acc_base + t), tag_first.eq(first)]
         lat = ws_latency_cycles(R, C)
         out_addr = delay(m, tag_addr, lat, "wb_addr")
         out_first = delay(m, tag_first, lat, "wb_first")
@@ -213,7 +253,7 @@ class GemmCore(wiring.Component):
                                      pre.eq(1)]
 
     # ---------------------------------------------------------------------------------------
-    def _os(self, m, running, t, mr, kr, nr, a_r, b_r, c_w):
+    def _os(self, m, running, t, mr, kr, nr, a_r, b_r, c_w, c_r=None, acc_q=None):
         """OS sequencer: fold 0 streams K columns; each later fold streams its K columns while
         the previous tile, captured by this fold's ``first`` row, drains; a final flush period
         captures and drains the last tile (see module docstring)."""
@@ -248,8 +288,14 @@ class GemmCore(wiring.Component):
         drain = Signal()
         m.d.comb += drain.eq(running & ~fold0 & (t >= drain_at) & (t < drain_at + R))
         m.d.comb += arr.drain.eq(drain)
-        m.d.comb += [c_w.en.eq(drain), c_w.addr.eq(drain_base + (R - 1) - (t - drain_at)[:8]),
-                     c_w.data.eq(Cat(*arr.c_out.payload))]
+        m.d.comb += [c_w.en.eq(drain), c_w.addr.eq(drain_base + (R - 1) - (t - drain_at)[:8])]
+        if acc_q is None:
+            m.d.comb += c_w.data.eq(Cat(*arr.c_out.payload))
+        else:   # accumulate: read each drained row's old sums one cycle ahead, add while writing
+            m.d.comb += c_r.addr.eq(drain_base + (R - 1) - (t + 1 - drain_at)[:8])
+            summed = [(arr.c_out.payload[j] + c_r.data[j * ACC_BITS:(j + 1) * ACC_BITS])
+                      [:ACC_BITS] for j in range(C)]
+            m.d.comb += c_w.data.eq(Mux(acc_q, Cat(*summed), Cat(*arr.c_out.payload)))
 
         # sequencing: nb outer, mb inner; the tile of the period that ends drains in the next
         with m.If(self.start & ~running):

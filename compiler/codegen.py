@@ -1,0 +1,483 @@
+"""Codegen for the programmable accelerator top: its ISA, assembler and Program -> IsaProgram.
+
+The compiler owns the ISA (DESIGN.md): :data:`ISA` below is the one table the assembler, the
+disassembler, the RTL decoder (:mod:`tilewright.rtl.controller`) and the cycle model
+(:mod:`tilewright.dataflow_sim.accel_timing`) all read.
+
+ISA — fixed 64-bit instruction words
+    Bits ``[3:0]`` hold the opcode; an opcode's fields follow from bit 4 upward in the order of
+    its :data:`ISA` entry (first field in the lowest bits). Every bit not covered by a field must
+    be zero (the disassembler rejects anything else, so garbage never decodes silently).
+
+    ==========  ======  =========================================================================
+    op          code    fields (width in bits) and meaning
+    ==========  ======  =========================================================================
+    ``END``     0       — ; waits until the DMA and the GEMM engine are idle, then stops
+                        (``done`` goes high)
+    ``LOAD_A``  1       ``buf`` (1) scratchpad half, ``count`` (24) A words, ``addr`` (32) external
+                        word address: DMA ``count`` A words from external memory into half ``buf``
+                        of the A buffer, from its word 0 on
+    ``LOAD_B``  2       as ``LOAD_A`` for the B buffer
+    ``STORE``   3       ``buf`` (1) accumulator half, ``count`` (24) words, ``addr`` (32):
+                        DMA accumulator words 0.. of half ``buf`` to external memory
+    ``GEMM``    4       ``m``, ``k``, ``n`` (16 each, >= 1), ``a_buf``, ``b_buf``, ``c_buf``,
+                        ``acc`` (1 each): one GEMM on the core (layouts of
+                        :mod:`tilewright.compiler.layout` inside each half); C overwrites the
+                        accumulator half ``c_buf``, or with ``acc=1`` is added to it (int32,
+                        wrapping) — how a split K accumulates
+    ``SYNC``    5       ``dma`` (1), ``gemm`` (1): wait until each selected unit is idle
+    ==========  ======  =========================================================================
+
+    ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
+    until the GEMM core is idle. Nothing else is checked by hardware: the compiler orders buffer
+    reuse with ``SYNC`` (the schedule of :func:`codegen_gemm`).
+
+External memory
+    One port of ``W = beat_bytes(arch)`` bytes per beat: the off-chip bytes per cycle
+    ``offchip.bandwidth_gbps * 1e3 / clock_mhz`` rounded down to a power of two (at least 1).
+    Addresses count W-byte words. A scratchpad/accumulator word of ``B`` bytes occupies
+    ``ceil(B / W)`` consecutive external words, its byte ``i`` in external word ``i // W``, byte
+    ``i % W`` (little-endian lanes; the unused high bytes of the last word are zero). Memory latency
+    ``memory_latency_cycles(arch) = max(1, ceil(offchip.latency_ns * clock_mhz / 1000))``.
+
+:func:`codegen` turns the ``gemm`` tasks of a Program into one *segment* of code per task (entry
+point, steps — output tile x K chunk — and the external addresses of each step's A, B and C
+blocks); the host starts the controller at a segment's entry once the task's operands are in
+external memory (:meth:`IsaProgram.image`) and reads C back with :meth:`IsaProgram.c_result`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilewright.arch import ArchSpec
+from tilewright.compiler.layout import MAX_DIM, DoesNotFit, GemmLayout
+from tilewright.compiler.program import GemmTask, Program
+
+__all__ = ["ISA", "FIELD_MIN", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",
+           "AssemblerError", "CodegenError", "field_slices", "assemble", "disassemble",
+           "beat_bytes", "memory_latency_cycles", "beats_per_word", "word_bytes", "Tile", "Segment",
+           "IsaProgram", "codegen", "codegen_gemm", "codegen_gemms",
+           "words_to_beats", "beats_to_words"]
+
+WORD_BITS = 64        #: bits per instruction word
+OPCODE_BITS = 4       #: opcode in bits [3:0]
+IMEM_WORDS = 1024     #: instruction memory depth of the controller (words)
+
+#: op name -> (opcode, ((field, width in bits), ...)); fields packed from bit OPCODE_BITS upward
+ISA: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
+    "END": (0, ()),
+    "LOAD_A": (1, (("buf", 1), ("count", 24), ("addr", 32))),
+    "LOAD_B": (2, (("buf", 1), ("count", 24), ("addr", 32))),
+    "STORE": (3, (("buf", 1), ("count", 24), ("addr", 32))),
+    "GEMM": (4, (("m", 16), ("k", 16), ("n", 16), ("a_buf", 1), ("b_buf", 1), ("c_buf", 1),
+                 ("acc", 1))),
+    "SYNC": (5, (("dma", 1), ("gemm", 1))),
+}
+#: fields whose smallest accepted value is not 0 (the core needs GEMM sizes of at least 1)
+FIELD_MIN: dict[tuple[str, str], int] = {("GEMM", "m"): 1, ("GEMM", "k"): 1, ("GEMM", "n"): 1}
+#: opcode -> op name
+OPCODES: dict[int, str] = {code: name for name, (code, _) in ISA.items()}
+
+
+def field_slices(op: str) -> dict[str, tuple[int, int]]:
+    """``{field: (lowest bit, width)}`` of ``op``'s fields in the instruction word."""
+    out, lo = {}, OPCODE_BITS
+    for name, width in ISA[op][1]:
+        out[name] = (lo, width)
+        lo += width
+    return out
+
+
+for _op in ISA:        # the table itself must fit the word
+    assert sum(w for _, w in ISA[_op][1]) + OPCODE_BITS <= WORD_BITS, _op
+
+
+class AssemblerError(ValueError):
+    """An instruction that cannot be encoded/decoded; the message names index, op and field."""
+
+
+class CodegenError(ValueError):
+    """A Program codegen cannot emit code for (another arch's Program, code longer than the
+    instruction memory); the message names the program and the limit."""
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction: ``op`` (a key of :data:`ISA`) and its field values (non-negative ints)."""
+
+    op: str
+    fields: dict[str, int] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return " ".join([self.op] + [f"{k}={v}" for k, v in self.fields.items()])
+
+
+def _ins(op: str, **fields: int) -> Instr:
+    return Instr(op, dict(fields))
+
+
+def assemble(instrs: list[Instr]) -> list[int]:
+    """Encode ``instrs`` into 64-bit words. Raises :class:`AssemblerError` naming the
+    instruction index, op and field for an unknown op, a missing or unknown field, or a value
+    outside ``0 .. 2**width - 1`` (never truncates)."""
+    words = []
+    for i, ins in enumerate(instrs):
+        if ins.op not in ISA:
+            raise AssemblerError(f"instruction {i}: unknown op {ins.op!r}; accepted: "
+                                 f"{', '.join(ISA)}")
+        code, fields = ISA[ins.op]
+        names = [n for n, _ in fields]
+        extra = sorted(set(ins.fields) - set(names))
+        if extra:
+            raise AssemblerError(f"instruction {i} ({ins.op}): unknown field {extra[0]!r}; "
+                                 f"accepted: {', '.join(names) or 'none'}")
+        word = code
+        for name, (lo, width) in field_slices(ins.op).items():
+            if name not in ins.fields:
+                raise AssemblerError(f"instruction {i} ({ins.op}): field {name!r} is missing")
+            v, lo_v = ins.fields[name], FIELD_MIN.get((ins.op, name), 0)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) \
+                    or not lo_v <= int(v) < (1 << width):
+                raise AssemblerError(f"instruction {i} ({ins.op}): field {name}={v!r} does not "
+                                     f"fit: accepted {lo_v} .. {(1 << width) - 1} ({width} bits)")
+            word |= int(v) << lo
+        words.append(word)
+    return words
+
+
+def disassemble(words: list[int]) -> list[Instr]:
+    """Decode 64-bit words; raises :class:`AssemblerError` naming the word index for a value
+    that is not a 64-bit word, an unknown opcode or non-zero bits outside the op's fields."""
+    out = []
+    for i, w in enumerate(words):
+        if not isinstance(w, (int, np.integer)) or not 0 <= int(w) < (1 << WORD_BITS):
+            raise AssemblerError(f"word {i}: {w!r} is not a {WORD_BITS}-bit unsigned word")
+        w = int(w)
+        code = w & ((1 << OPCODE_BITS) - 1)
+        if code not in OPCODES:
+            raise AssemblerError(f"word {i} ({w:#018x}): unknown opcode {code}; accepted: "
+                                 + ", ".join(f"{c} ({n})" for c, n in OPCODES.items()))
+        op = OPCODES[code]
+        fields, used = {}, OPCODE_BITS
+        for name, (lo, width) in field_slices(op).items():
+            fields[name] = (w >> lo) & ((1 << width) - 1)
+            used = lo + width
+        if w >> used:
+            raise AssemblerError(f"word {i} ({w:#018x}, {op}): reserved bits {used}..63 are not "
+                                 f"zero")
+        for name, v in fields.items():
+            if v < FIELD_MIN.get((op, name), 0):
+                raise AssemblerError(f"word {i} ({w:#018x}, {op}): field {name}={v}: accepted "
+                                     f"from {FIELD_MIN[(op, name)]}")
+        out.append(Instr(op, fields))
+    return out
+
+
+# ---- external memory ----------------------------------------------------------------------------
+def beat_bytes(arch: ArchSpec) -> int:
+    """W: bytes per external-memory beat (one beat per cycle) — off-chip bytes per cycle
+    ``bandwidth_gbps * 1e3 / clock_mhz`` rounded down to a power of two, at least 1."""
+    per_cycle = arch.offchip.bandwidth_gbps * 1e3 / arch.clock_mhz
+    return 1 << max(0, math.floor(math.log2(per_cycle))) if per_cycle >= 1 else 1
+
+
+def memory_latency_cycles(arch: ArchSpec) -> int:
+    """Cycles from a read request to its first data beat: ceil(latency_ns * clock_mhz / 1000),
+    at least 1."""
+    return max(1, math.ceil(arch.offchip.latency_ns * arch.clock_mhz / 1000 - 1e-9))
+
+
+def word_bytes(arch: ArchSpec) -> dict[str, int]:
+    """Bytes per on-chip word: ``{"a": rows, "b": cols, "c": 4 * cols}`` (int8 / int32 lanes)."""
+    te = arch.tensor_engine
+    return {"a": te.rows, "b": te.cols, "c": 4 * te.cols}
+
+
+def beats_per_word(arch: ArchSpec) -> dict[str, int]:
+    """External beats per on-chip word of the A, B and accumulator buffers (``ceil(B / W)``)."""
+    w = beat_bytes(arch)
+    return {k: -(-b // w) for k, b in word_bytes(arch).items()}
+
+
+def words_to_beats(words: list[int], word_bytes_: int, w: int) -> list[int]:
+    """On-chip words (unsigned ints of ``word_bytes_`` bytes) -> external W-byte words."""
+    r = -(-word_bytes_ // w)
+    mask = (1 << (8 * w)) - 1
+    return [(word >> (8 * w * j)) & mask for word in words for j in range(r)]
+
+
+def beats_to_words(beats: list[int], word_bytes_: int, w: int) -> list[int]:
+    """Inverse of :func:`words_to_beats` (high padding bytes are dropped)."""
+    r = -(-word_bytes_ // w)
+    if len(beats) % r:
+        raise ValueError(f"{len(beats)} beats is not a multiple of {r} beats per word")
+    out = []
+    for i in range(0, len(beats), r):
+        word = 0
+        for j in range(r):
+            word |= int(beats[i + j]) << (8 * w * j)
+        out.append(word & ((1 << (8 * word_bytes_)) - 1))
+    return out
+
+
+# ---- programs -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tile:
+    """One GEMM step of a segment: C rows ``m0 .. m0+tm`` x columns ``n0 .. n0+tn`` over the K
+    range ``k0 .. k0+k``. ``*_addr`` are external word addresses of the step's A and B blocks and
+    of its output tile's C block (shared by every K step of that tile; ``k0 > 0`` accumulates;
+    ``last``: the tile's last K step, after which C is stored)."""
+
+    m0: int
+    tm: int
+    n0: int
+    tn: int
+    k: int
+    a_addr: int
+    b_addr: int
+    c_addr: int
+    k0: int = 0
+    last: bool = True
+
+    def layout(self, arch: ArchSpec) -> GemmLayout:
+        return GemmLayout.for_arch(arch, self.tm, self.k, self.tn)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The code of one GEMM task: instructions ``entry .. end`` (inclusive, the last is END)."""
+
+    task: str
+    m: int
+    k: int
+    n: int
+    entry: int
+    end: int
+    tiles: tuple[Tile, ...]
+
+
+@dataclass(frozen=True)
+class IsaProgram:
+    """What :func:`codegen` emits: instruction words, segments and the external-memory map."""
+
+    arch_hash: str
+    words: tuple[int, ...]
+    segments: tuple[Segment, ...]
+    beat_bytes: int           #: W, bytes per external word
+    ext_words: int            #: external memory size the image needs (W-byte words)
+
+    def segment(self, task: str) -> Segment:
+        for s in self.segments:
+            if s.task == task:
+                return s
+        raise KeyError(f"no segment for task {task!r}; segments: "
+                       f"{', '.join(s.task for s in self.segments)}")
+
+    def instructions(self) -> list[Instr]:
+        return disassemble(list(self.words))
+
+    def image(self, arch: ArchSpec, seg: Segment, a: np.ndarray, b: np.ndarray) -> dict[int, int]:
+        """External words (address -> value) holding every tile's A and B blocks of ``seg`` for
+        operands ``a`` (M x K int8) and ``b`` (K x N int8)."""
+        from tilewright.compiler.layout import pack_lanes  # noqa: PLC0415
+        if a.shape != (seg.m, seg.k) or b.shape != (seg.k, seg.n):
+            raise ValueError(f"task {seg.task}: operands {a.shape} @ {b.shape}, expected "
+                             f"({seg.m}, {seg.k}) @ ({seg.k}, {seg.n})")
+        wb, w = word_bytes(arch), self.beat_bytes
+        out: dict[int, int] = {}
+        for t in seg.tiles:
+            lay = t.layout(arch)
+            a_blk = a[t.m0:t.m0 + t.tm, t.k0:t.k0 + t.k]
+            b_blk = b[t.k0:t.k0 + t.k, t.n0:t.n0 + t.tn]
+            for addr, words, nb in (
+                    (t.a_addr, pack_lanes(lay.a_lanes(a_blk), 8), wb["a"]),
+                    (t.b_addr, pack_lanes(lay.b_lanes(b_blk), 8), wb["b"])):
+                for j, beat in enumerate(words_to_beats(words, nb, w)):
+                    out[addr + j] = beat
+        return out
+
+    def c_result(self, arch: ArchSpec, seg: Segment, read) -> np.ndarray:
+        """C (M x N int32) of ``seg`` from external memory; ``read(addr, count)`` returns
+        ``count`` external words from ``addr``."""
+        from tilewright.compiler.layout import unpack_lanes  # noqa: PLC0415
+        wb, w = word_bytes(arch)["c"], self.beat_bytes
+        r = -(-wb // w)
+        c = np.zeros((seg.m, seg.n), np.int32)
+        for t in seg.tiles:
+            if not t.last:
+                continue
+            lay = t.layout(arch)
+            words = beats_to_words(read(t.c_addr, lay.acc_words * r), wb, w)
+            c[t.m0:t.m0 + t.tm, t.n0:t.n0 + t.tn] = lay.c_from_lanes(
+                unpack_lanes(words, lay.cols, 32))
+        return c
+
+
+def _half_depths(arch: ArchSpec) -> tuple[int, int, int]:
+    return tuple(d // 2 for d in GemmLayout.depths(arch))
+
+
+def _fit(arch: ArchSpec, m: int, k: int, n: int) -> tuple[int, int, int] | None:
+    """(tile count, tm, tn) with the fewest tiles of all of ``k`` that fit one half of each
+    buffer, or None if not even one R x C output block fits."""
+    te = arch.tensor_engine
+    R, C = te.rows, te.cols
+    ha, hb, hc = _half_depths(arch)
+    kb = -(-k // R)
+    nb_all, mb_all = -(-n // C), -(-m // R)
+    best = None
+    for nbt in range(1, nb_all + 1):
+        if te.dataflow == "ws":
+            if nbt * kb * R > hb:
+                break
+            tm = min(m, ha // kb, hc // nbt)
+            if tm < 1:
+                continue
+        else:
+            if nbt * k > hb:
+                break
+            mbt = min(mb_all, ha // k, hc // (nbt * R))
+            if mbt < 1:
+                continue
+            tm = min(m, mbt * R)
+        tn = min(n, nbt * C)
+        count = -(-m // tm) * -(-n // tn)
+        if best is None or count < best[0]:
+            best = (count, tm, tn)
+    return best
+
+
+def _up(x: int, q: int) -> int:
+    return -(-x // q) * q
+
+
+def _tile_shape(arch: ArchSpec, m: int, k: int, n: int, what: str) -> tuple[int, int, int]:
+    """(tm, tn, kc): output tiles of tm x tn and K chunks of kc (kc = k unless all of K does not
+    fit, then the longest chunk that does, a multiple of R) that fit one half of each buffer;
+    fewest tiles, then the most even split. Raises DoesNotFit when not even one R x C output
+    block with a K chunk of R fits."""
+    te = arch.tensor_engine
+    R, C = te.rows, te.cols
+    ha, hb, hc = _half_depths(arch)
+    for name, v in (("M", m), ("K", k), ("N", n)):
+        if not 1 <= v <= MAX_DIM:
+            raise DoesNotFit(f"{what}: GEMM {name}={v}: must be from 1 to {MAX_DIM}")
+    kc, best = k, _fit(arch, m, k, n)
+    if best is None:        # split K: the longest chunk one output block allows
+        kc = R * min(hb // R, ha) if te.dataflow == "ws" else min(ha, hb) // R * R
+        best = _fit(arch, m, kc, n) if kc >= 1 else None
+    if best is None:
+        raise DoesNotFit(
+            f"{what}: GEMM {m}x{k}x{n} on {arch.name}: not even one {R}x{C} output block with "
+            f"a K chunk of {R} fits half of a buffer (halves: A {ha}, B {hb}, accumulator {hc} "
+            f"words; memory.scratchpad_kib={arch.memory.scratchpad_kib}, "
+            f"memory.accumulator_kib={arch.memory.accumulator_kib})")
+    _, tm, tn = best
+    # even out: same counts, smallest pieces (WS rows any size; OS rows, K chunks multiples of R)
+    mt, nt, kt = -(-m // tm), -(-n // tn), -(-k // kc)
+    tn = min(n, _up(-(-n // nt), C))
+    tm = -(-m // mt) if te.dataflow == "ws" else min(m, _up(-(-m // mt), R))
+    kc = k if kt == 1 else min(kc, _up(-(-k // kt), R))
+    return tm, tn, kc
+
+
+def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
+                 base_pc: int = 0, base_addr: int = 0) -> tuple[list[Instr], Segment, int]:
+    """Code for one ``m x k x n`` GEMM: (instructions, segment, next free external address).
+
+    The GEMM is cut into steps (output tile x K chunk, K innermost; see :func:`_tile_shape`).
+    Schedule — steps ``s = 0 ..`` alternate A/B halves ``s % 2``, output tiles ``j`` alternate
+    accumulator halves ``j % 2``::
+
+        LOAD_A/LOAD_B step 0 into half 0
+        for each step s:  SYNC dma (+gemm if s > 0); GEMM s (acc=1 unless its K chunk is the
+                          first); STORE tile j-1 if step s-1 was its last; LOAD_A/LOAD_B step s+1
+                          into half (s+1) % 2
+        SYNC gemm; STORE the last tile; END
+
+    so the loads of the next step and the store of the previous tile overlap the current GEMM.
+    The DMA runs one transfer at a time, so ``SYNC dma`` before a GEMM also covers the store that
+    last read the accumulator half the GEMM is about to overwrite.
+    """
+    tm, tn, kc = _tile_shape(arch, m, k, n, f"task {task}")
+    bpw = beats_per_word(arch)
+    steps, addr = [], base_addr
+    for m0 in range(0, m, tm):
+        for n0 in range(0, n, tn):
+            tmm, tnn = min(tm, m - m0), min(tn, n - n0)
+            blocks = []
+            for k0 in range(0, k, kc):
+                lay = GemmLayout.for_arch(arch, tmm, min(kc, k - k0), tnn)
+                blocks.append((k0, lay.k, addr, addr + lay.a_words * bpw["a"]))
+                addr += lay.a_words * bpw["a"] + lay.b_words * bpw["b"]
+            c_addr = addr
+            addr += GemmLayout.for_arch(arch, tmm, 1, tnn).acc_words * bpw["c"]
+            steps += [Tile(m0, tmm, n0, tnn, kk, a_addr, b_addr, c_addr, k0, k0 + kk == k)
+                      for k0, kk, a_addr, b_addr in blocks]
+
+    def loads(t: Tile, h: int) -> list[Instr]:
+        lay = t.layout(arch)
+        return [_ins("LOAD_A", buf=h, count=lay.a_words, addr=t.a_addr),
+                _ins("LOAD_B", buf=h, count=lay.b_words, addr=t.b_addr)]
+
+    def store(t: Tile, h: int) -> Instr:
+        return _ins("STORE", buf=h, count=t.layout(arch).acc_words, addr=t.c_addr)
+
+    code = loads(steps[0], 0)
+    j = 0                                   # output tile of the current step
+    for s, t in enumerate(steps):
+        if s > 0 and steps[s - 1].last:
+            j += 1
+        h = s % 2
+        code.append(_ins("SYNC", dma=1, gemm=int(s > 0)))
+        code.append(_ins("GEMM", m=t.tm, k=t.k, n=t.tn, a_buf=h, b_buf=h, c_buf=j % 2,
+                         acc=int(t.k0 > 0)))
+        if s > 0 and steps[s - 1].last:
+            code.append(store(steps[s - 1], (j - 1) % 2))
+        if s + 1 < len(steps):
+            code += loads(steps[s + 1], 1 - h)
+    code += [_ins("SYNC", dma=0, gemm=1), store(steps[-1], j % 2), _ins("END")]
+    seg = Segment(task, m, k, n, base_pc, base_pc + len(code) - 1, tuple(steps))
+    return code, seg, addr
+
+
+def codegen(program: Program, arch: ArchSpec) -> IsaProgram:
+    """Code and external-memory map for every ``gemm`` task of ``program`` (one segment each, in
+    task order). Other task kinds run on the host. Raises DoesNotFit (naming the task) for a
+    GEMM that cannot be tiled, AssemblerError for a field that does not fit, CodegenError for a
+    program compiled for another arch or code longer than the instruction memory."""
+    if program.arch_hash != arch.content_hash():
+        raise CodegenError(f"program {program.name} was compiled for arch {program.arch_hash}, "
+                         f"not {arch.name} ({arch.content_hash()})")
+    code: list[Instr] = []
+    segs, addr = [], 0
+    for task in program.tasks:
+        if not isinstance(task, GemmTask):
+            continue
+        c, seg, addr = codegen_gemm(arch, task.m, task.k, task.n, task.name, len(code), addr)
+        code += c
+        segs.append(seg)
+    return _finish(arch, code, segs, addr)
+
+
+def _finish(arch: ArchSpec, code: list[Instr], segs: list[Segment], addr: int) -> IsaProgram:
+    if len(code) > IMEM_WORDS:
+        raise CodegenError(f"program needs {len(code)} instruction words; the controller's "
+                         f"instruction memory holds {IMEM_WORDS}")
+    return IsaProgram(arch.content_hash(), tuple(assemble(code)), tuple(segs), beat_bytes(arch),
+                      addr)
+
+
+def codegen_gemms(arch: ArchSpec, shapes: list[tuple[int, int, int]]) -> IsaProgram:
+    """Code for plain GEMMs ``(m, k, n)`` (tasks ``gemm0``, ``gemm1``, ...), one segment each."""
+    code: list[Instr] = []
+    segs, addr = [], 0
+    for i, (m, k, n) in enumerate(shapes):
+        c, seg, addr = codegen_gemm(arch, m, k, n, f"gemm{i}", len(code), addr)
+        code += c
+        segs.append(seg)
+    return _finish(arch, code, segs, addr)

@@ -1,0 +1,92 @@
+"""Exact cycle model of the programmable accelerator top (:mod:`tilewright.rtl.accel_top`).
+
+Reads only the compiler's ISA (:mod:`tilewright.compiler.codegen`), the GEMM closed forms
+(:mod:`tilewright.compiler.core_timing`) and the ArchSpec — never the RTL — and predicts the
+cycles ``busy`` is high for one run of a segment (start at its entry, until END), under the timing
+contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
+
+* the controller needs one fetch cycle after ``start``; instruction ``i`` issues in cycle
+  ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the fetch cycle);
+* ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; SYNC — every selected unit
+  is idle; END — both are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
+  from cycle ``c + D + 1``;
+* busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`;
+  LOAD ``D = L + count * r`` (one request cycle … first beat ``L`` cycles after the request,
+  one beat per cycle, ``r`` beats per word); STORE ``D = 1 + count * r`` (request, then posted
+  write beats); ``count = 0``: ``D = 0``;
+* total = ``c_END - c_start`` (``start`` sampled in cycle ``c_start``; ``busy`` high from the next
+  cycle through the one END issues in).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilewright.arch import ArchSpec
+from tilewright.compiler.codegen import (IsaProgram, Segment, beats_per_word, disassemble,
+                                         memory_latency_cycles)
+from tilewright.compiler.core_timing import gemm_cycles_array
+
+__all__ = ["SegmentTiming", "predict_segment", "predict_accel_cycles", "serial_cycles"]
+
+
+@dataclass(frozen=True)
+class SegmentTiming:
+    """Predicted timing of one segment run."""
+
+    task: str
+    cycles: int          #: cycles ``busy`` is high (start sampled -> END issued)
+    gemm_cycles: int     #: sum of the GEMM instructions' busy cycles
+    dma_cycles: int      #: sum of the DMA instructions' busy cycles
+    instructions: int    #: instructions retired (END included)
+
+
+def _gemm_busy(arch: ArchSpec, m: int, k: int, n: int) -> int:
+    te = arch.tensor_engine
+    cyc, _ = gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow)
+    return int(cyc)
+
+
+def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTiming:
+    """Cycles of one run of ``seg`` (see the module docstring for the rules)."""
+    lat = memory_latency_cycles(arch)
+    bpw = beats_per_word(arch)
+    beats = {"LOAD_A": bpw["a"], "LOAD_B": bpw["b"], "STORE": bpw["c"]}
+    instrs = disassemble(list(isa.words[seg.entry:seg.end + 1]))
+    start = 0
+    prev = start + 1              # the fetch cycle
+    free = {"dma": 0, "gemm": 0}  # first cycle each unit is idle
+    sums = {"dma": 0, "gemm": 0}
+    for ins in instrs:
+        f = ins.fields
+        if ins.op in beats:
+            unit = "dma"
+            dur = ((lat if ins.op != "STORE" else 1) + f["count"] * beats[ins.op]
+                   if f["count"] else 0)      # count 0: the DMA does nothing
+            ready = free["dma"]
+        elif ins.op == "GEMM":
+            unit, dur, ready = "gemm", _gemm_busy(arch, f["m"], f["k"], f["n"]), free["gemm"]
+        elif ins.op == "SYNC":
+            unit, ready = None, max([0] + [free[u] for u in ("dma", "gemm") if f[u]])
+        else:   # END
+            unit, ready = None, max(free.values())
+        c = max(prev + 1, ready)
+        if unit:
+            free[unit] = c + dur + 1
+            sums[unit] += dur
+        prev = c
+        if ins.op == "END":
+            break
+    return SegmentTiming(seg.task, prev - start, sums["gemm"], sums["dma"], len(instrs))
+
+
+def predict_accel_cycles(isa: IsaProgram, arch: ArchSpec) -> int:
+    """Total cycles of running every segment of ``isa`` once, one after the other (the sum of
+    each segment's busy cycles; host time between segments not counted)."""
+    return sum(predict_segment(isa, s, arch).cycles for s in isa.segments)
+
+
+def serial_cycles(t: SegmentTiming) -> int:
+    """Cycles the same segment would take with no overlap of DMA and GEMM (a reference for how
+    much the double buffer saves): one cycle per instruction plus every unit's busy cycles."""
+    return t.gemm_cycles + t.dma_cycles + 2 * t.instructions

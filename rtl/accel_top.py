@@ -1,0 +1,131 @@
+"""AccelTop: the programmable accelerator — controller + DMA + double-buffered GEMM core.
+
+Blocks: :class:`~tilewright.rtl.controller.Controller` (instruction memory, fetch/issue of the
+ISA in :mod:`tilewright.compiler.codegen`), :class:`~tilewright.rtl.dma.Dma` (the one external
+memory port) and :class:`~tilewright.rtl.gemm_core.GemmCore` with ``halves=True``: the A, B and
+accumulator SRAMs are each used as two halves, so the DMA fills one half (and drains the other
+accumulator half) while the core computes on the other; a GEMM with ``acc=1`` adds to its
+accumulator half (how the compiler splits a K that does not fit).
+
+Ports (``sync`` domain)
+    Control/status (the controller's): ``imem_wr_en/addr/data`` (load the program while idle),
+    ``start``, ``entry``, ``busy``, ``done``, ``error``, ``pc``, ``cycles``, ``retired``.
+    External memory (the DMA's): ``mem_req_valid/ready/write/addr/len``,
+    ``mem_rd_valid/ready/data``, ``mem_wr_valid/ready/data`` (W = ``beat_bytes(arch)`` bytes per
+    beat). Debug: ``gemm_busy``, ``dma_busy``.
+
+Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing`)
+    With the memory always ready, answering a read ``L = memory_latency_cycles(arch)`` cycles
+    after its request cycle at one beat per cycle, and ``start`` sampled in cycle ``s``:
+
+    * cycle ``s+1`` fetches the entry instruction; instruction ``i`` issues in cycle
+      ``c_i = max(c_{i-1} + 1, ready_i)`` with ``c_{-1} = s + 1``;
+    * ``ready_i`` is the first cycle the units it needs are idle (LOAD/STORE: DMA; GEMM: core;
+      SYNC: the selected units; END: both). A unit issued in cycle ``c`` for ``D`` busy cycles is
+      idle again from ``c + D + 1``;
+    * GEMM ``D`` = the core's closed form (:mod:`tilewright.compiler.core_timing`; the
+      ``busy`` contract of :mod:`tilewright.rtl.gemm_core`); LOAD ``D = L + count * r``; STORE
+      ``D = 1 + count * r`` (``r`` beats per on-chip word; see :mod:`tilewright.rtl.dma`);
+      ``acc`` does not change a GEMM's cycles; a DMA ``count`` of 0 takes ``D = 0``;
+    * ``cycles`` (= cycles ``busy`` is high) ``= c_END - s``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from tilewright.arch import ArchSpec
+from tilewright.rtl.controller import Controller
+from tilewright.rtl.dma import Dma
+from tilewright.rtl.gemm_core import GemmCore
+
+__all__ = ["AccelTop", "ACCEL_TOP_NAME", "ACCEL_GENERATOR_VERSION", "ACCEL_SOURCES",
+           "write_accel_rtl"]
+
+ACCEL_TOP_NAME = "tw_accel"
+#: bump when the top's behaviour or ports change
+ACCEL_GENERATOR_VERSION = "0.1.0"
+#: the rtl generator files the top's Verilog comes from (build-cache key)
+ACCEL_SOURCES = ("systolic.py", "gemm_core.py", "dma.py", "controller.py", "accel_top.py")
+
+_HOST = ("imem_wr_en", "imem_wr_addr", "imem_wr_data", "start", "entry")
+_STATUS = ("busy", "done", "error", "pc", "cycles", "retired")
+_MEM_IN = ("mem_req_ready", "mem_rd_valid", "mem_rd_data", "mem_wr_ready")
+_MEM_OUT = ("mem_req_valid", "mem_req_write", "mem_req_addr", "mem_req_len", "mem_rd_ready",
+            "mem_wr_valid", "mem_wr_data")
+
+
+class AccelTop(wiring.Component):
+    """The accelerator top for one ArchSpec (see module docstring)."""
+
+    def __init__(self, arch: ArchSpec):
+        if not isinstance(arch, ArchSpec):
+            raise TypeError(f"AccelTop takes an ArchSpec, not {type(arch).__name__}")
+        self._arch = arch
+        self._core = GemmCore(arch, halves=True)
+        self._dma = Dma(arch=arch)
+        self._ctrl = Controller()
+        sig: dict[str, Any] = {}
+        for name in _HOST:
+            sig[name] = In(self._ctrl.signature.members[name].shape)
+        for name in _STATUS:
+            sig[name] = Out(self._ctrl.signature.members[name].shape)
+        for name in _MEM_IN:
+            sig[name] = In(self._dma.signature.members[name].shape)
+        for name in _MEM_OUT:
+            sig[name] = Out(self._dma.signature.members[name].shape)
+        sig["gemm_busy"], sig["dma_busy"] = Out(1), Out(1)
+        super().__init__(sig)
+
+    @property
+    def arch(self) -> ArchSpec:
+        return self._arch
+
+    def elaborate(self, platform):
+        m = Module()
+        core, dma, ctrl = self._core, self._dma, self._ctrl
+        m.submodules.core, m.submodules.dma, m.submodules.ctrl = core, dma, ctrl
+        for name in _HOST:
+            m.d.comb += getattr(ctrl, name).eq(getattr(self, name))
+        for name in _STATUS:
+            m.d.comb += getattr(self, name).eq(getattr(ctrl, name))
+        for name in _MEM_IN:
+            m.d.comb += getattr(dma, name).eq(getattr(self, name))
+        for name in _MEM_OUT:
+            m.d.comb += getattr(self, name).eq(getattr(dma, name))
+        m.d.comb += [
+            core.start.eq(ctrl.gemm_start), core.m.eq(ctrl.gemm_m), core.k.eq(ctrl.gemm_k),
+            core.n.eq(ctrl.gemm_n), core.a_half.eq(ctrl.gemm_a_half),
+            core.b_half.eq(ctrl.gemm_b_half), core.acc_half.eq(ctrl.gemm_c_half),
+            core.accumulate.eq(ctrl.gemm_accumulate),
+            ctrl.gemm_busy.eq(core.busy), self.gemm_busy.eq(core.busy),
+            dma.start.eq(ctrl.dma_start), dma.op.eq(ctrl.dma_op), dma.buf.eq(ctrl.dma_buf),
+            dma.count.eq(ctrl.dma_count), dma.addr.eq(ctrl.dma_addr),
+            ctrl.dma_busy.eq(dma.busy), self.dma_busy.eq(dma.busy),
+            core.a_wr_en.eq(dma.a_wr_en), core.a_wr_addr.eq(dma.a_wr_addr),
+            core.a_wr_data.eq(dma.a_wr_data),
+            core.b_wr_en.eq(dma.b_wr_en), core.b_wr_addr.eq(dma.b_wr_addr),
+            core.b_wr_data.eq(dma.b_wr_data),
+            core.acc_rd_addr.eq(dma.acc_rd_addr), dma.acc_rd_data.eq(core.acc_rd_data),
+        ]
+        return m
+
+
+def write_accel_rtl(arch: ArchSpec, out_dir: str | Path) -> Path:
+    """Write ``<ACCEL_TOP_NAME>.v`` for ``arch`` to ``out_dir``; return its path. Raises
+    :class:`~tilewright.arch.ArchSpecError` for SRAM banks other than 1 (as the GEMM core)."""
+    from amaranth.back import verilog  # noqa: PLC0415
+
+    from tilewright.arch import ArchSpecError  # noqa: PLC0415
+    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
+    for field in ("scratchpad_banks", "accumulator_banks"):
+        if getattr(arch.memory, field) != 1:
+            raise ArchSpecError(f"{arch.name}: memory.{field}={getattr(arch.memory, field)}: the "
+                                f"accelerator RTL implements 1 bank; accepted: 1")
+    text = verilog.convert(AccelTop(arch), name=ACCEL_TOP_NAME, emit_src=False)
+    return write_verilog(out_dir, ACCEL_TOP_NAME, text)

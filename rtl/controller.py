@@ -1,0 +1,126 @@
+"""Controller of the accelerator top: fetch and issue of the ISA defined in the compiler.
+
+The program lives in an on-chip instruction memory (:data:`~tilewright.compiler.codegen.IMEM_WORDS`
+64-bit words) that the host fills through ``imem_wr_en/addr/data`` while the controller is idle.
+The decoder is generated from :data:`~tilewright.compiler.codegen.ISA`: each field of each op is
+the bit slice the table gives, so assembler and hardware cannot disagree.
+
+Control/status (``sync`` domain)
+    ``start`` (sampled while ``busy`` is low) begins execution at instruction ``entry``.
+    ``busy``: from the cycle after ``start`` through the cycle END issues. ``done``: high after an
+    END (or an error) until the next ``start``. ``error``: the last run stopped at an unknown
+    opcode (``pc`` holds its address). ``cycles``: cycles ``busy`` was high in the last run.
+    ``retired``: instructions issued in the last run (END included).
+
+Timing contract
+    One fetch cycle after ``start``; then instruction ``i`` issues in the first cycle ``c >=
+    c_{i-1} + 1`` in which its condition holds (LOAD_A/LOAD_B/STORE: ``dma_busy`` low; GEMM:
+    ``gemm_busy`` low; SYNC: every selected unit's busy low; END: both low). Issuing pulses the
+    unit's ``*_start`` for that one cycle with the decoded fields; the next instruction is read in
+    the same cycle (read latency 1), so back-to-back issue costs one cycle per instruction.
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal, unsigned
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from tilewright.compiler.codegen import IMEM_WORDS, ISA, OPCODE_BITS, WORD_BITS, field_slices
+from tilewright.rtl.dma import ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_STORE
+
+__all__ = ["Controller", "PC_BITS"]
+
+PC_BITS = (IMEM_WORDS - 1).bit_length()
+_DMA_OPS = {"LOAD_A": OP_LOAD_A, "LOAD_B": OP_LOAD_B, "STORE": OP_STORE}
+
+
+def _field(word, op: str, name: str):
+    lo, width = field_slices(op)[name]
+    return word[lo:lo + width]
+
+
+class Controller(wiring.Component):
+    """Fetch/issue controller (see module docstring)."""
+
+    def __init__(self):
+        super().__init__({
+            "imem_wr_en": In(1), "imem_wr_addr": In(PC_BITS), "imem_wr_data": In(WORD_BITS),
+            "start": In(1), "entry": In(PC_BITS),
+            "busy": Out(1), "done": Out(1), "error": Out(1), "pc": Out(PC_BITS),
+            "cycles": Out(32), "retired": Out(32),
+            "gemm_start": Out(1), "gemm_m": Out(16), "gemm_k": Out(16), "gemm_n": Out(16),
+            "gemm_a_half": Out(1), "gemm_b_half": Out(1), "gemm_c_half": Out(1),
+            "gemm_accumulate": Out(1),
+            "gemm_busy": In(1),
+            "dma_start": Out(1), "dma_op": Out(2), "dma_buf": Out(1),
+            "dma_count": Out(COUNT_BITS), "dma_addr": Out(ADDR_BITS), "dma_busy": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.imem = imem = memory.Memory(shape=unsigned(WORD_BITS), depth=IMEM_WORDS,
+                                                 init=[])
+        wr, rd = imem.write_port(), imem.read_port()
+        m.d.comb += [wr.en.eq(self.imem_wr_en & ~self.busy), wr.addr.eq(self.imem_wr_addr),
+                     wr.data.eq(self.imem_wr_data)]
+        pc = Signal(PC_BITS)
+        busy, done, error = Signal(), Signal(), Signal()
+        cycles, retired = Signal(32), Signal(32)
+        m.d.comb += [self.busy.eq(busy), self.done.eq(done), self.error.eq(error),
+                     self.pc.eq(pc), self.cycles.eq(cycles), self.retired.eq(retired)]
+        with m.If(busy):
+            m.d.sync += cycles.eq(cycles + 1)
+
+        ins = rd.data
+        opcode = ins[:OPCODE_BITS]
+        is_op = {op: Signal(name=f"is_{op.lower()}") for op in ISA}
+        for op, (code, _) in ISA.items():
+            m.d.comb += is_op[op].eq(opcode == code)
+        known = Signal()
+        m.d.comb += known.eq(sum(is_op.values()) != 0)
+
+        # decoded outputs (valid while the instruction is current; *_start qualifies them)
+        m.d.comb += [self.gemm_m.eq(_field(ins, "GEMM", "m")),
+                     self.gemm_k.eq(_field(ins, "GEMM", "k")),
+                     self.gemm_n.eq(_field(ins, "GEMM", "n")),
+                     self.gemm_a_half.eq(_field(ins, "GEMM", "a_buf")),
+                     self.gemm_b_half.eq(_field(ins, "GEMM", "b_buf")),
+                     self.gemm_c_half.eq(_field(ins, "GEMM", "c_buf")),
+                     self.gemm_accumulate.eq(_field(ins, "GEMM", "acc"))]
+        for op in _DMA_OPS:       # the three DMA ops share their field layout
+            assert field_slices(op) == field_slices("LOAD_A"), op
+        m.d.comb += [self.dma_buf.eq(_field(ins, "LOAD_A", "buf")),
+                     self.dma_count.eq(_field(ins, "LOAD_A", "count")),
+                     self.dma_addr.eq(_field(ins, "LOAD_A", "addr")),
+                     self.dma_op.eq(0)]
+        for op, code in _DMA_OPS.items():
+            with m.If(is_op[op]):
+                m.d.comb += self.dma_op.eq(code)
+        is_dma = is_op["LOAD_A"] | is_op["LOAD_B"] | is_op["STORE"]
+        sync_ok = ((~_field(ins, "SYNC", "dma")[0] | ~self.dma_busy)
+                   & (~_field(ins, "SYNC", "gemm")[0] | ~self.gemm_busy))
+        ready = Signal()
+        m.d.comb += ready.eq((is_dma & ~self.dma_busy) | (is_op["GEMM"] & ~self.gemm_busy)
+                             | (is_op["SYNC"] & sync_ok)
+                             | (is_op["END"] & ~self.dma_busy & ~self.gemm_busy))
+
+        m.d.comb += rd.addr.eq(pc)
+        # states: idle (~busy), fetch (busy & fetch), exec (busy & ~fetch); an if-chain, since
+        # Amaranth's FSM emits case statements without a default that Verilator's lint flags
+        fetch = Signal()
+        with m.If(~busy):
+            with m.If(self.start):
+                m.d.sync += [pc.eq(self.entry), busy.eq(1), fetch.eq(1), done.eq(0), error.eq(0),
+                             cycles.eq(0), retired.eq(0)]
+        with m.Elif(fetch):
+            m.d.sync += fetch.eq(0)
+        with m.Elif(~known):
+            m.d.sync += [busy.eq(0), done.eq(1), error.eq(1)]
+        with m.Elif(ready):
+            m.d.comb += [rd.addr.eq(pc + 1), self.gemm_start.eq(is_op["GEMM"]),
+                         self.dma_start.eq(is_dma)]
+            m.d.sync += [pc.eq(pc + 1), retired.eq(retired + 1)]
+            with m.If(is_op["END"]):
+                m.d.sync += [busy.eq(0), done.eq(1), pc.eq(pc)]
+        return m

@@ -1,0 +1,146 @@
+"""DMA engine of the accelerator top: one external-memory port <-> the core's A/B/accumulator SRAMs.
+
+One command at a time (``start`` while ``busy`` is low): ``op`` = :data:`OP_LOAD_A`,
+:data:`OP_LOAD_B` (external -> A/B buffer half ``buf``, words ``0 .. count-1``) or
+:data:`OP_STORE` (accumulator half ``buf`` words ``0 .. count-1`` -> external), external word
+address ``addr``. On-chip words of ``B`` bytes travel as ``r = ceil(B / W)`` beats of ``W`` bytes
+(the image format of :mod:`tilewright.compiler.codegen`).
+
+External memory port (``sync`` domain; valid/ready handshakes, payload held until transferred)
+    ``mem_req_valid/ready``, ``mem_req_write``, ``mem_req_addr`` (W-byte words), ``mem_req_len``
+    (beats): one request per command. Read data: ``mem_rd_valid``/``mem_rd_data`` (8W bits), the
+    DMA keeps ``mem_rd_ready`` high while it waits for data. Write data: ``mem_wr_valid``/
+    ``mem_wr_data``/``mem_wr_ready``, the ``len`` beats in order after the request.
+
+Timing contract (memory that is always ready and answers a read ``L`` cycles after the request
+cycle with one beat per cycle): a command issued (``start`` high) in cycle ``c`` keeps ``busy``
+high in cycles ``c+1 .. c+D``: LOAD ``D = L + count*r`` (request in ``c+1``, beats in
+``c+1+L ..``, each word written to the SRAM in its last beat's cycle); STORE ``D = 1 + count*r``
+(request in ``c+1``, one write beat per cycle from ``c+2``; writes are posted — no
+acknowledgement is awaited). ``count = 0`` does nothing (``D = 0``).
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from tilewright.arch import ArchSpec
+from tilewright.compiler.codegen import beat_bytes, beats_per_word, field_slices
+from tilewright.compiler.layout import GemmLayout
+
+__all__ = ["Dma", "OP_LOAD_A", "OP_LOAD_B", "OP_STORE", "COUNT_BITS", "ADDR_BITS"]
+
+OP_LOAD_A, OP_LOAD_B, OP_STORE = 0, 1, 2
+#: widths of the command fields, from the ISA table
+COUNT_BITS = field_slices("LOAD_A")["count"][1]
+ADDR_BITS = field_slices("LOAD_A")["addr"][1]
+
+
+def _abits(depth: int) -> int:
+    return max(1, (depth - 1).bit_length())
+
+
+class Dma(wiring.Component):
+    """The DMA engine for one ArchSpec (see module docstring)."""
+
+    def __init__(self, *, arch: ArchSpec):
+        if not isinstance(arch, ArchSpec):
+            raise TypeError(f"Dma takes arch=ArchSpec, not {type(arch).__name__}")
+        te = arch.tensor_engine
+        self._w = beat_bytes(arch)
+        self._r = beats_per_word(arch)
+        self._rows, self._cols = te.rows, te.cols
+        self._depths = GemmLayout.depths(arch)
+        da, db, dc = self._depths
+        W = 8 * self._w
+        super().__init__({
+            "start": In(1), "op": In(2), "buf": In(1), "count": In(COUNT_BITS),
+            "addr": In(ADDR_BITS), "busy": Out(1),
+            "mem_req_valid": Out(1), "mem_req_ready": In(1), "mem_req_write": Out(1),
+            "mem_req_addr": Out(ADDR_BITS), "mem_req_len": Out(32),
+            "mem_rd_valid": In(1), "mem_rd_ready": Out(1), "mem_rd_data": In(W),
+            "mem_wr_valid": Out(1), "mem_wr_ready": In(1), "mem_wr_data": Out(W),
+            "a_wr_en": Out(1), "a_wr_addr": Out(_abits(da)), "a_wr_data": Out(8 * te.rows),
+            "b_wr_en": Out(1), "b_wr_addr": Out(_abits(db)), "b_wr_data": Out(8 * te.cols),
+            "acc_rd_addr": Out(_abits(dc)), "acc_rd_data": In(32 * te.cols),
+        })
+
+    @property
+    def beat_bytes(self) -> int:
+        return self._w
+
+    def elaborate(self, platform):
+        m = Module()
+        W = 8 * self._w
+        ra, rb, rc = self._r["a"], self._r["b"], self._r["c"]
+        rmax = max(ra, rb, rc)
+        da, db, dc = self._depths
+        op, buf = Signal(2), Signal()
+        count, addr = Signal(COUNT_BITS), Signal(ADDR_BITS)
+        word, chunk = Signal(COUNT_BITS), Signal(range(rmax + 1))
+        r_op = Signal(range(rmax + 1))
+        m.d.comb += r_op.eq(Mux(op == OP_LOAD_A, ra, Mux(op == OP_LOAD_B, rb, rc)))
+        last_chunk = chunk == r_op - 1
+        last_word = word == count - 1
+
+        # state machine as an if-chain (Amaranth's FSM emits case statements without a default,
+        # which Verilator's lint flags)
+        IDLE, REQ, READ, WRITE = range(4)
+        state = Signal(2)
+
+        def goto(x):
+            m.d.sync += state.eq(x)
+
+        with m.If(state == IDLE):
+            with m.If(self.start & (self.count != 0)):
+                m.d.sync += [op.eq(self.op), buf.eq(self.buf), count.eq(self.count),
+                             addr.eq(self.addr), word.eq(0), chunk.eq(0)]
+                goto(REQ)
+        with m.Elif(state == REQ):
+            m.d.comb += [self.busy.eq(1), self.mem_req_valid.eq(1),
+                         self.mem_req_write.eq(op == OP_STORE), self.mem_req_addr.eq(addr),
+                         self.mem_req_len.eq(count * r_op),
+                         self.acc_rd_addr.eq(Mux(buf, dc // 2, 0))]
+            with m.If(self.mem_req_ready):
+                goto(Mux(op == OP_STORE, WRITE, READ))
+        with m.Elif(state == READ):
+            m.d.comb += [self.busy.eq(1), self.mem_rd_ready.eq(1)]
+            with m.If(self.mem_rd_valid):
+                with m.If(last_chunk):
+                    m.d.comb += [self.a_wr_en.eq(op == OP_LOAD_A),
+                                 self.b_wr_en.eq(op == OP_LOAD_B)]
+                    m.d.sync += [word.eq(word + 1), chunk.eq(0)]
+                    with m.If(last_word):
+                        goto(IDLE)
+                with m.Else():
+                    m.d.sync += chunk.eq(chunk + 1)
+        with m.Else():     # WRITE
+            nxt = Signal.like(word, name="next_word")
+            m.d.comb += [self.busy.eq(1), self.mem_wr_valid.eq(1),
+                         nxt.eq(word + (self.mem_wr_ready & last_chunk)),
+                         self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + nxt)]
+            with m.If(self.mem_wr_ready):
+                with m.If(last_chunk):
+                    m.d.sync += [word.eq(word + 1), chunk.eq(0)]
+                    with m.If(last_word):
+                        goto(IDLE)
+                with m.Else():
+                    m.d.sync += chunk.eq(chunk + 1)
+
+        # read gearbox: earlier beats of a word shift into `gather` (newest at the top)
+        if rmax > 1:
+            gather = Signal((rmax - 1) * W)
+            with m.If(self.mem_rd_valid & self.mem_rd_ready & ~last_chunk):
+                m.d.sync += gather.eq(Cat(gather[W:], self.mem_rd_data) if rmax > 2
+                                      else self.mem_rd_data)
+        for r, lanes, port, depth in ((ra, self._rows, "a", da), (rb, self._cols, "b", db)):
+            data = Cat(gather[(rmax - r) * W:], self.mem_rd_data) if r > 1 else self.mem_rd_data
+            m.d.comb += [getattr(self, f"{port}_wr_data").eq(data[:8 * lanes]),
+                         getattr(self, f"{port}_wr_addr").eq(Mux(buf, depth // 2, 0) + word)]
+        # write gearbox: beat `chunk` of the accumulator word being read
+        padded = Cat(self.acc_rd_data, Const(0, rc * W - 32 * self._cols)) \
+            if rc * W > 32 * self._cols else self.acc_rd_data
+        m.d.comb += self.mem_wr_data.eq(padded.word_select(chunk, W) if rc > 1 else padded[:W])
+        return m

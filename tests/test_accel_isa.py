@@ -1,0 +1,401 @@
+"""The accelerator ISA (compiler/codegen.py): encoding, every assembler error, codegen tiling and
+the cycle model's rules on hand-computed cases. Fast: no simulator.
+
+References are independent of the code under test: bit positions written out by hand from the ISA
+table in the module docstring, tile counts and addresses from the buffer-size arithmetic, and cycle
+counts summed by hand from the timing contract of rtl/accel_top.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tilewright.arch import ArchSpec, default_arch, load_arch
+from tilewright.compiler.codegen import (FIELD_MIN, ISA, AssemblerError, CodegenError, Instr,
+                                         assemble,
+                                         beat_bytes, beats_per_word, beats_to_words, codegen,
+                                         codegen_gemm, codegen_gemms, disassemble,
+                                         memory_latency_cycles, words_to_beats)
+from tilewright.compiler.core_timing import gemm_cycles_array
+from tilewright.compiler.layout import DoesNotFit, GemmLayout, pack_lanes
+from tilewright.cosim.suites import gemm_suite
+from tilewright.dataflow_sim.accel_timing import predict_segment
+from tilewright.dataflow_sim.functional import gemm_int8
+
+ROOT_CONFIGS = __import__("pathlib").Path(__file__).resolve().parents[1] / "configs"
+
+
+def _arch(df="ws", bw=16.0, lat=100.0, rows=4, cols=4, spad=32, acc=16) -> ArchSpec:
+    base = default_arch().model_dump(mode="json")
+    base.update(name=f"t{df}{rows}x{cols}", offchip={"bandwidth_gbps": bw, "latency_ns": lat},
+                memory={"scratchpad_kib": spad, "accumulator_kib": acc})
+    base["tensor_engine"].update(rows=rows, cols=cols, dataflow=df)
+    return ArchSpec.from_dict(base)
+
+
+# ---- encoding --------------------------------------------------------------------------------
+def test_encoding_bit_positions_by_hand():
+    words = assemble([Instr("END"),
+                      Instr("LOAD_B", {"buf": 1, "count": 3, "addr": 5}),
+                      Instr("GEMM", {"m": 2, "k": 3, "n": 4, "a_buf": 1, "b_buf": 0, "c_buf": 1,
+                                     "acc": 1}),
+                      Instr("SYNC", {"dma": 1, "gemm": 0})])
+    assert words[0] == 0
+    assert words[1] == 2 | (1 << 4) | (3 << 5) | (5 << 29)
+    assert words[2] == 4 | (2 << 4) | (3 << 20) | (4 << 36) | (1 << 52) | (1 << 54) | (1 << 55)
+    assert words[3] == 5 | (1 << 4)
+
+
+def test_round_trip_random_fields():
+    rng = np.random.default_rng(1)
+    instrs = []
+    for _ in range(200):
+        op = list(ISA)[rng.integers(len(ISA))]
+        instrs.append(Instr(op, {f: int(rng.integers(FIELD_MIN.get((op, f), 0), 1 << w))
+                                 for f, w in ISA[op][1]}))
+    words = assemble(instrs)
+    assert all(0 <= w < 1 << 64 for w in words)
+    assert disassemble(words) == instrs
+
+
+@pytest.mark.parametrize("instr,match", [
+    (Instr("JUMP"), r"instruction 1: unknown op 'JUMP'; accepted: END, LOAD_A"),
+    (Instr("SYNC", {"dma": 1}), r"instruction 1 \(SYNC\): field 'gemm' is missing"),
+    (Instr("END", {"x": 1}), r"instruction 1 \(END\): unknown field 'x'; accepted: none"),
+    (Instr("GEMM", {"m": 65536, "k": 1, "n": 1, "a_buf": 0, "b_buf": 0, "c_buf": 0, "acc": 0}),
+     r"instruction 1 \(GEMM\): field m=65536 does not fit: accepted 1 \.\. 65535 \(16 bits\)"),
+    (Instr("GEMM", {"m": 1, "k": 0, "n": 1, "a_buf": 0, "b_buf": 0, "c_buf": 0, "acc": 0}),
+     r"instruction 1 \(GEMM\): field k=0 does not fit: accepted 1 \.\. 65535"),
+    (Instr("LOAD_A", {"buf": 2, "count": 1, "addr": 0}),
+     r"field buf=2 does not fit: accepted 0 \.\. 1 \(1 bits\)"),
+    (Instr("STORE", {"buf": 0, "count": -1, "addr": 0}), r"field count=-1 does not fit"),
+    (Instr("STORE", {"buf": 0, "count": 1, "addr": 1 << 32}), r"field addr=4294967296"),
+    (Instr("SYNC", {"dma": True, "gemm": 0}), r"field dma=True does not fit"),
+    (Instr("SYNC", {"dma": 0.5, "gemm": 0}), r"field dma=0.5 does not fit"),
+])
+def test_assembler_errors_name_index_op_field(instr, match):
+    with pytest.raises(AssemblerError, match=match):
+        assemble([Instr("END"), instr])
+    assert issubclass(AssemblerError, ValueError)
+
+
+@pytest.mark.parametrize("word,match", [
+    (0xF, r"word 1 \(0x000000000000000f\): unknown opcode 15; accepted: 0 \(END\)"),
+    (5 | (1 << 40), r"word 1 \(0x0000010000000005, SYNC\): reserved bits 6\.\.63 are not zero"),
+    (4 | (1 << 56), r"word 1 \(0x0100000000000004, GEMM\): reserved bits 56\.\.63"),
+    (4 | (1 << 4) | (1 << 36), r"word 1 \(0x0000001000000014, GEMM\): field k=0: accepted "
+                               r"from 1"),
+    (1 << 64, r"word 1: 18446744073709551616 is not a 64-bit unsigned word"),
+    (-1, r"word 1: -1 is not a 64-bit"),
+])
+def test_disassembler_rejects_garbage(word, match):
+    with pytest.raises(AssemblerError, match=match):
+        disassemble([0, word])
+
+
+# ---- external memory format ----------------------------------------------------------------------
+def test_beat_width_and_latency_from_archspec():
+    # 16 GB/s at 500 MHz = 32 B/cycle; 100 ns at 500 MHz = 50 cycles
+    assert beat_bytes(_arch(bw=16.0)) == 32 and memory_latency_cycles(_arch()) == 50
+    assert beat_bytes(_arch(bw=20.0)) == 32            # 40 B/cycle rounds down
+    assert beat_bytes(_arch(bw=0.1)) == 1              # 0.2 B/cycle: at least one byte
+    assert memory_latency_cycles(_arch(lat=0.0)) == 1
+    assert memory_latency_cycles(_arch(lat=3.0)) == 2  # 1.5 cycles rounds up
+    assert beats_per_word(_arch(bw=1.0)) == {"a": 2, "b": 2, "c": 8}   # W = 2 bytes
+
+
+def test_words_to_beats_is_little_endian_bytes():
+    words = [0x0807060504030201]          # 8-byte word, bytes 01 02 .. 08 from the LSB
+    assert words_to_beats(words, 8, 2) == [0x0201, 0x0403, 0x0605, 0x0807]
+    assert words_to_beats([0x030201], 3, 2) == [0x0201, 0x03]      # padded last beat
+    assert beats_to_words([0x0201, 0x03], 3, 2) == [0x030201]
+    assert words_to_beats([0x030201], 3, 4) == [0x030201]          # W larger than the word
+
+
+# ---- codegen ------------------------------------------------------------------------------------
+def test_codegen_256_cube_on_ws16x16_by_hand():
+    arch = load_arch(ROOT_CONFIGS / "ws16x16.yaml")
+    isa = codegen_gemms(arch, [(256, 256, 256)])
+    seg = isa.segments[0]
+    # A half: 128 KiB / 2 / 16 / 2 = 2048 words = 16 (K blocks) x 128 rows; B half: 2048 =
+    # 8 N blocks x 16 K blocks x 16; accumulator half 1024 = 8 x 128: four 128 x 128 tiles
+    assert [(t.m0, t.tm, t.n0, t.tn) for t in seg.tiles] == [
+        (0, 128, 0, 128), (0, 128, 128, 128), (128, 128, 0, 128), (128, 128, 128, 128)]
+    ops = [i.op for i in isa.instructions()]
+    assert ops == (["LOAD_A", "LOAD_B"] + ["SYNC", "GEMM", "LOAD_A", "LOAD_B"]
+                   + 2 * ["SYNC", "GEMM", "STORE", "LOAD_A", "LOAD_B"]
+                   + ["SYNC", "GEMM", "STORE", "SYNC", "STORE", "END"])
+    # W = 32 B: A/B words (16 B) one beat each, accumulator words (64 B) two
+    t0 = seg.tiles[0]
+    assert (t0.a_addr, t0.b_addr, t0.c_addr, seg.tiles[1].a_addr) == (0, 2048, 4096, 6144)
+    assert isa.ext_words == 4 * (2048 + 2048 + 2 * 1024)
+
+
+def test_codegen_alternates_halves_and_syncs():
+    arch = _arch()
+    code, seg, _ = codegen_gemm(arch, 200, 40, 40, "g")   # several tiles on a 4x4
+    assert len(seg.tiles) > 2
+    gemms = [i for i in code if i.op == "GEMM"]
+    assert [g.fields["a_buf"] for g in gemms] == [i % 2 for i in range(len(gemms))]
+    stores = [i for i in code if i.op == "STORE"]
+    assert [s.fields["buf"] for s in stores] == [i % 2 for i in range(len(stores))]
+    # every GEMM is preceded by a SYNC on the DMA; code ends SYNC gemm, STORE, END
+    for i, ins in enumerate(code):
+        if ins.op == "GEMM":
+            assert code[i - 1].op == "SYNC" and code[i - 1].fields["dma"] == 1
+    assert [i.op for i in code[-3:]] == ["SYNC", "STORE", "END"]
+
+
+def test_image_and_c_result_round_trip():
+    arch = _arch(bw=1.0)          # W = 2: every word split over beats
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, (30, 9), dtype=np.int8)
+    b = rng.integers(-128, 128, (9, 11), dtype=np.int8)
+    isa = codegen_gemms(arch, [(30, 9, 11)])
+    seg = isa.segments[0]
+    img = isa.image(arch, seg, a, b)
+    t = seg.tiles[0]
+    lay = GemmLayout.for_arch(arch, t.tm, 9, t.tn)
+    a_words = pack_lanes(lay.a_lanes(a[t.m0:t.m0 + t.tm]), 8)
+    assert [img[t.a_addr + i] for i in range(2)] == [a_words[0] & 0xFFFF, a_words[0] >> 16]
+    # a fake "hardware" that writes C in the accumulator layout: c_result must undo it
+    c = gemm_int8(a, b)
+    mem = {}
+    for t in seg.tiles:
+        lay = GemmLayout.for_arch(arch, t.tm, 9, t.tn)
+        pad = np.zeros((lay.acc_words, 4), np.int32)
+        if lay.dataflow == "ws":
+            full = np.zeros((lay.m, lay.nb * 4), np.int32)
+            full[:, :t.tn] = c[t.m0:t.m0 + t.tm, t.n0:t.n0 + t.tn]
+            pad = full.reshape(lay.m, lay.nb, 4).transpose(1, 0, 2).reshape(-1, 4)
+        words = pack_lanes(pad, 32)
+        for j, beat in enumerate(words_to_beats(words, 16, 2)):
+            mem[t.c_addr + j] = beat
+    got = isa.c_result(arch, seg, lambda addr, n: [mem[addr + i] for i in range(n)])
+    assert np.array_equal(got, c)
+
+
+def test_codegen_splits_k_when_it_does_not_fit():
+    arch = _arch(spad=2, acc=2)   # 2 KiB: A/B halves of 128 words, accumulator halves of 64
+    code, seg, _ = codegen_gemm(arch, 6, 300, 7, "g")
+    # WS: a K chunk of KB blocks needs KB*4 B words per 4 columns: at most 32 blocks = 128 of K;
+    # 300 -> 3 chunks, evened to 100; M: 4 rows x 32 blocks fit A, evened to 2 tiles of 3 rows
+    assert {(t.k0, t.k, t.last) for t in seg.tiles} == {(0, 100, False), (100, 100, False),
+                                                        (200, 100, True)}
+    assert [(t.m0, t.tm, t.n0, t.tn) for t in seg.tiles[::3]] == [
+        (0, 3, 0, 4), (0, 3, 4, 3), (3, 3, 0, 4), (3, 3, 4, 3)]
+    gemms = [i.fields for i in code if i.op == "GEMM"]
+    assert [g["acc"] for g in gemms] == [0, 1, 1] * 4
+    assert [g["c_buf"] for g in gemms] == [0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1]
+    assert [g["a_buf"] for g in gemms] == [i % 2 for i in range(12)]
+    # a K step's blocks hold exactly its K range; the tile's steps share one C block
+    assert len({t.c_addr for t in seg.tiles}) == 4
+    stores = [i.fields for i in code if i.op == "STORE"]
+    assert [s["addr"] for s in stores] == [t.c_addr for t in seg.tiles if t.last]
+
+
+def test_codegen_errors():
+    arch = _arch(spad=1, acc=1, rows=64, cols=64)   # B half: 4 words < one 64-row K block
+    with pytest.raises(DoesNotFit, match=r"task g: GEMM 4x100x4 on tws64x64: not even one 64x64 "
+                                         r"output block with a K chunk of 64 fits half of a "
+                                         r"buffer \(halves: A 4, B 4, accumulator 2 words"):
+        codegen_gemm(arch, 4, 100, 4, "g")
+    with pytest.raises(DoesNotFit, match=r"GEMM K=0: must be from 1 to 65535"):
+        codegen_gemm(arch, 4, 0, 4, "g")
+    prog, _ = gemm_suite(_arch(), [(4, 4, 4, "exact")])
+    with pytest.raises(CodegenError, match=r"was compiled for arch .* not tws4x4"):
+        codegen(prog, _arch(bw=1.0))
+    with pytest.raises(CodegenError, match=r"needs \d+ instruction words; the controller's "
+                                         r"instruction memory holds 1024"):
+        codegen_gemms(_arch(), [(4, 4, 4)] * 200)
+
+
+# ---- cycle model rules, by hand -----------------------------------------------------------------
+def test_cycle_model_single_tile_by_hand():
+    arch = _arch(bw=1.0, lat=20.0)        # W = 2 -> r = 2, 2, 8; L = 10
+    isa = codegen_gemms(arch, [(5, 6, 7)])
+    seg = isa.segments[0]
+    lay = GemmLayout.for_arch(arch, 5, 6, 7)
+    g = int(gemm_cycles_array(5, 6, 7, 4, 4, "ws")[0])
+    la, lb, st = 10 + 2 * lay.a_words, 10 + 2 * lay.b_words, 1 + 8 * lay.acc_words
+    # start s=0; fetch 1; LOAD_A issues 2 (DMA idle from 3+la); LOAD_B at 3+la; SYNC at
+    # 3+la+lb+1; GEMM next cycle; SYNC gemm when the core is idle; STORE next; END when the DMA
+    # is idle
+    c_load_b = 2 + la + 1
+    c_sync = c_load_b + lb + 1
+    c_gemm = c_sync + 1
+    c_sync2 = c_gemm + g + 1
+    c_store = c_sync2 + 1
+    c_end = c_store + st + 1
+    t = predict_segment(isa, seg, arch)
+    assert t.cycles == c_end and t.instructions == 7
+    assert t.gemm_cycles == g and t.dma_cycles == la + lb + st
+
+
+def test_cycle_model_overlap_is_less_than_serial():
+    arch = load_arch(ROOT_CONFIGS / "ws16x16.yaml")
+    isa = codegen_gemms(arch, [(256, 256, 256)])
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert t.cycles < t.gemm_cycles + t.dma_cycles
+    assert t.cycles >= t.gemm_cycles          # never faster than the core alone
+
+
+# ---- controller and constructors in Amaranth's simulator (no Verilator) --------------------------
+def test_controller_issues_stalls_and_stops_on_a_bad_opcode():
+    """The controller alone, its units faked: every issue cycle and decoded field against the
+    timing contract (one fetch cycle, one cycle per instruction, stall while a unit is busy) and
+    an unknown opcode stopping with ``error`` and ``pc`` at the bad word."""
+    from amaranth.sim import Simulator
+
+    from tilewright.rtl.controller import Controller
+    from tilewright.rtl.dma import OP_LOAD_B
+    words = assemble([Instr("LOAD_B", {"buf": 1, "count": 5, "addr": 9}),
+                      Instr("GEMM", {"m": 2, "k": 3, "n": 4, "a_buf": 1, "b_buf": 0, "c_buf": 1,
+                                     "acc": 1}),
+                      Instr("SYNC", {"dma": 1, "gemm": 0})]) + [0xF]
+    dut = Controller()
+    log = []
+
+    async def bench(ctx):
+        for i, w in enumerate(words):
+            ctx.set(dut.imem_wr_en, 1)
+            ctx.set(dut.imem_wr_addr, 3 + i)
+            ctx.set(dut.imem_wr_data, w)
+            await ctx.tick()
+        ctx.set(dut.imem_wr_en, 0)
+        ctx.set(dut.entry, 3)
+        ctx.set(dut.start, 1)
+        ctx.set(dut.dma_busy, 1)          # the DMA is busy for the first 5 cycles after start
+        await ctx.tick()                  # start sampled: cycle s = 0
+        ctx.set(dut.start, 0)
+        for cyc in range(1, 20):
+            if cyc == 5:
+                ctx.set(dut.dma_busy, 0)
+            if ctx.get(dut.dma_start):
+                log.append((cyc, "dma", ctx.get(dut.dma_op), ctx.get(dut.dma_buf),
+                            ctx.get(dut.dma_count), ctx.get(dut.dma_addr)))
+            if ctx.get(dut.gemm_start):
+                log.append((cyc, "gemm", ctx.get(dut.gemm_m), ctx.get(dut.gemm_k),
+                            ctx.get(dut.gemm_n), ctx.get(dut.gemm_a_half),
+                            ctx.get(dut.gemm_b_half), ctx.get(dut.gemm_c_half)))
+            if cyc >= 3 and not ctx.get(dut.busy) and not log[-1][1] == "stop":
+                log.append((cyc, "stop", ctx.get(dut.done), ctx.get(dut.error), ctx.get(dut.pc),
+                            ctx.get(dut.retired), ctx.get(dut.cycles)))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    # fetch in cycle 1; LOAD_B ready from cycle 5 (stalled 2..4); GEMM 6; SYNC 7; bad word seen
+    # in cycle 8 -> stops: busy low from cycle 9, cycles = 8 (busy in 1..8), 3 retired
+    assert log == [(5, "dma", OP_LOAD_B, 1, 5, 9), (6, "gemm", 2, 3, 4, 1, 0, 1),
+                   (9, "stop", 1, 1, 6, 3, 8)]
+
+
+def test_constructor_validation():
+    from tilewright.rtl.accel_top import AccelTop
+    from tilewright.rtl.dma import Dma
+    from tilewright.rtl.gemm_core import GemmCore
+    with pytest.raises(TypeError, match="GemmCore halves must be a bool, not int"):
+        GemmCore(_arch(), halves=1)
+    with pytest.raises(TypeError, match="Dma takes arch=ArchSpec, not str"):
+        Dma(arch="ws")
+    with pytest.raises(TypeError, match="AccelTop takes an ArchSpec, not dict"):
+        AccelTop({})
+    assert "a_half" in GemmCore(_arch(), halves=True).signature.members
+    assert "a_half" not in GemmCore(_arch()).signature.members
+
+
+def test_layers_do_not_import_each_other():
+    """DESIGN.md: the compiler never imports dataflow_sim; rtl and dataflow_sim never import each
+    other (the cycle model checks the RTL, so it must not be derived from it)."""
+    import subprocess
+    import sys
+
+    def loaded(module: str) -> list[str]:
+        code = (f"import sys, {module}; print(' '.join(m for m in sys.modules "
+                f"if m.startswith(('tilewright.', 'amaranth'))))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True)
+        return out.stdout.split()
+
+    timing = loaded("tilewright.dataflow_sim.accel_timing")
+    assert "tilewright.compiler.codegen" in timing
+    assert not [m for m in timing if m.startswith(("tilewright.rtl", "amaranth"))]
+    top = loaded("tilewright.rtl.accel_top")
+    assert "tilewright.compiler.codegen" in top
+    assert not [m for m in top if m.startswith("tilewright.dataflow_sim")]
+    assert not [m for m in loaded("tilewright.compiler.codegen")
+                if m.startswith(("tilewright.dataflow_sim", "tilewright.rtl"))]
+
+
+def test_dma_gearboxes_under_backpressure():
+    """The DMA alone (W = 2 bytes: A words of 4 bytes arrive as 2 beats, accumulator words of 16
+    bytes leave as 8), with the handshakes the bench's memory never exercises: a request held
+    while ``mem_req_ready`` is low, read beats with gaps, write beats refused by
+    ``mem_wr_ready``. Expected words/beats are the image format of compiler/codegen.py."""
+    from amaranth.sim import Simulator
+
+    from tilewright.rtl.dma import OP_LOAD_A, OP_STORE, Dma
+    arch = _arch(bw=1.0)
+    half_a = GemmLayout.depths(arch)[0] // 2
+    dut = Dma(arch=arch)
+    rng = np.random.default_rng(5)
+    a_words = [int(x) for x in rng.integers(0, 1 << 32, 3)]
+    acc = {i: int.from_bytes(rng.bytes(16), "little") for i in range(4)}
+    got = {"a": [], "beats": [], "req": []}
+
+    async def bench(ctx):
+        async def command(op, buf, count, addr):
+            ctx.set(dut.op, op)
+            ctx.set(dut.buf, buf)
+            ctx.set(dut.count, count)
+            ctx.set(dut.addr, addr)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            for ready in (0, 0, 1):          # request held until accepted
+                ctx.set(dut.mem_req_ready, ready)
+                assert ctx.get(dut.mem_req_valid) == 1
+                got["req"].append((ctx.get(dut.mem_req_write), ctx.get(dut.mem_req_addr),
+                                   ctx.get(dut.mem_req_len)))
+                await ctx.tick()
+            ctx.set(dut.mem_req_ready, 0)
+
+        await command(OP_LOAD_A, 1, 3, 100)
+        beats = words_to_beats(a_words, 4, 2)
+        while beats or ctx.get(dut.busy):
+            valid = bool(beats) and rng.random() < 0.6
+            ctx.set(dut.mem_rd_valid, int(valid))
+            if valid:
+                ctx.set(dut.mem_rd_data, beats[0])
+            if valid and ctx.get(dut.mem_rd_ready):
+                beats.pop(0)
+            if ctx.get(dut.a_wr_en):
+                got["a"].append((ctx.get(dut.a_wr_addr), ctx.get(dut.a_wr_data)))
+            await ctx.tick()
+        ctx.set(dut.mem_rd_valid, 0)
+
+        await command(OP_STORE, 1, 2, 7)    # accumulator half 1 = words 2, 3 of a 4-word fake
+        addr = ctx.get(dut.acc_rd_addr)
+        for _ in range(200):
+            ctx.set(dut.acc_rd_data, acc.get(addr - GemmLayout.depths(arch)[2] // 2 + 2, 0))
+            if not ctx.get(dut.busy):
+                break
+            ready = int(rng.random() < 0.5)
+            ctx.set(dut.mem_wr_ready, ready)
+            if ready and ctx.get(dut.mem_wr_valid):
+                got["beats"].append(ctx.get(dut.mem_wr_data))
+            addr = ctx.get(dut.acc_rd_addr)  # the SRAM answers one cycle later
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    # (write, addr, len) while the request waits: held stable for all three cycles
+    assert got["req"] == [(0, 100, 6)] * 3 + [(1, 7, 16)] * 3
+    assert got["a"] == [(half_a + i, w) for i, w in enumerate(a_words)]
+    assert got["beats"] == words_to_beats([acc[2], acc[3]], 16, 2)
