@@ -80,3 +80,16 @@ def test_cli_sim_fast_driver_and_user_errors(tmp_path):
     assert bad.returncode == 2 and "tiny-llama" in bad.stderr and "Traceback" not in bad.stderr
     nofast = tw("sim", "--model", "tiny-mamba", "--arch", str(arch), "--fast")
     assert nofast.returncode == 2 and "--rtl" in nofast.stderr + nofast.stdout
+
+
+def test_model_gemms_on_the_accelerator_top():
+    """tiny-mamba's GEMMs through the ISA, the DMA and the external-memory model (the 4x4 WS
+    top of tests/test_accel_rtl.py, 2-byte port: every word is several beats)."""
+    from tests.test_accel_rtl import ARCHS
+
+    res = simulate_model("tiny-mamba", ARCHS["ws-narrow"], rtl=True, top="accel")
+    assert res.ok, res.checks
+    assert [c[0] for c in res.checks][-1].startswith("RTL cycles == accelerator cycle model")
+    assert len(res.gemm_rows) == 4 and all(r["rtl"] == r["model"] > 0 for r in res.gemm_rows)
+    with pytest.raises(ValueError, match="cocotb"):
+        simulate_model("tiny-mamba", ARCHS["ws-narrow"], rtl=True, top="accel", driver="fast")

@@ -39,6 +39,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
              MeshMappingError, MeshScheduleError, TechError, SweepError]
     from tilewright.cli_fpga import user_errors as fpga_errors  # noqa: PLC0415
     errs += fpga_errors()
+    from tilewright.compiler.codegen import AssemblerError, CodegenError  # noqa: PLC0415
+    errs += [AssemblerError, CodegenError]
     return tuple(errs)
 
 

@@ -26,6 +26,9 @@ def sim(
     rtl: bool = typer.Option(False, "--rtl", help="run every int8 GEMM on the RTL in Verilator"),
     fast: bool = typer.Option(False, "--fast", help="with --rtl: the C++ fast driver instead of "
                                                     "the cocotb bench"),
+    top: str = typer.Option("core", "--top", help="with --rtl: core (the GEMM core driven by "
+                            "the host: cocotb or --fast) or accel (the programmable accelerator: "
+                            "ISA, DMA, external-memory model; cocotb)"),
     seq: int = typer.Option(8, "--seq", min=1, help="tokens in the prefill"),
     seed: int = typer.Option(0, "--seed", help="seed of the weights and inputs"),
     gemms: bool = typer.Option(False, "--gemms", help="with --rtl: print every GEMM's cycles"),
@@ -46,16 +49,26 @@ def sim(
                            f"weights; known: {', '.join(tiny)}")
     if fast and not rtl:
         raise typer.BadParameter("--fast selects the RTL driver; add --rtl", param_hint="--fast")
+    from tilewright.sim_rtl import TOPS  # noqa: PLC0415
+    if top not in TOPS:
+        raise typer.BadParameter(f"{top!r}: accepted: {', '.join(TOPS)}", param_hint="--top")
+    if top == "accel" and fast:
+        raise typer.BadParameter("the accelerator top runs on the cocotb bench; drop --fast",
+                                 param_hint="--top")
+    if trace is not None and top != "core":
+        raise typer.BadParameter("tracing covers --top core", param_hint="--trace")
     if trace is not None and (fast or not rtl):
         raise typer.BadParameter("tracing needs --rtl with the cocotb driver (no --fast)",
                                  param_hint="--trace")
     spec = load_arch(arch)
     with console.status("compiling") as st:
         res = simulate_model(model, spec, rtl=rtl, driver="fast" if fast else "cocotb",
-                             seq=seq, seed=seed, trace_dir=trace, log=st.update)
+                             seq=seq, seed=seed, trace_dir=trace, top=top, log=st.update)
     if res.gemm_rows:
         rows = res.gemm_rows
-        t = Table(title=f"{model} int8 GEMMs on the RTL ({spec.name}; cycles `busy` is high)")
+        where = ("the accelerator top, DMA included" if top == "accel"
+                 else "the GEMM core; cycles `busy` is high")
+        t = Table(title=f"{model} int8 GEMMs on the RTL ({spec.name}: {where})")
         for c in ("GEMM", "M x K x N", "RTL cycles", "model cycles", "utilization"):
             t.add_column(c, justify="right")
         for r in rows if gemms else []:

@@ -29,7 +29,12 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 
-__all__ = ["SimResult", "simulate_model", "gemm_blocks", "gemm_program", "TORCH_REL_L2_BOUND"]
+__all__ = ["SimResult", "simulate_model", "gemm_blocks", "gemm_program", "TORCH_REL_L2_BOUND",
+           "TOPS"]
+
+#: RTL tops ``simulate_model`` runs the GEMMs on: the GEMM core driven by the host (cocotb or
+#: the C++ fast driver), or the programmable accelerator (ISA, DMA, external-memory model)
+TOPS = ("core", "accel")
 
 #: relative L2 error of an int8 layer against torch's float forward pass accepted by the check
 #: (int8 per-channel weights, per-tensor activations; measured 0.42 % tiny-mamba, 0.47 %
@@ -115,14 +120,19 @@ def _torch_rel_l2(module, example, outputs: dict[str, np.ndarray], names: list[s
 
 def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str = "cocotb",
                    seq: int = 8, batch: int = 1, seed: int = 0, trace_dir=None,
-                   log=None) -> SimResult:
+                   top: str = "core", log=None) -> SimResult:
     """Compile ``model`` (a tiny config, one layer) for ``arch`` in int8 and run it (module
     docstring). ``rtl`` adds the Verilator run of every int8 GEMM (``driver`` cocotb | fast).
     ``trace_dir`` (cocotb only): keep the RTL job folder there with ``dump.vcd``, a waveform of
     every signal of the core over the whole run (``result.trace``)."""
-    if trace_dir is not None and (not rtl or driver != "cocotb"):
-        raise ValueError("a waveform trace needs the RTL run with the cocotb driver "
-                         "(--rtl without --fast)")
+    if top not in TOPS:
+        raise ValueError(f"--top {top!r}: accepted: {', '.join(TOPS)}")
+    if trace_dir is not None and (not rtl or driver != "cocotb" or top != "core"):
+        raise ValueError("a waveform trace needs the RTL run of the GEMM core with the cocotb "
+                         "driver (--rtl --top core, without --fast)")
+    if top == "accel" and driver != "cocotb":
+        raise ValueError("the accelerator top (--top accel) runs on the cocotb bench only "
+                         "(no --fast)")
     from tilewright.compile_flow import compile_module  # noqa: PLC0415
     from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
     from tilewright.dataflow_sim.functional import (gemm_int8, int8_matmul,  # noqa: PLC0415
@@ -161,6 +171,8 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if not rtl:
         return result
 
+    if top == "accel":
+        return _run_on_accel(result, recorded, program, inputs, func, spec, say)
     # the core's buffers hold a bounded GEMM: split each recorded matmul into blocks that fit
     pairs, owner = [], []
     for i, (a, b, _) in enumerate(recorded):
@@ -188,6 +200,27 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same_gemm,
                    f"{len(recorded)} GEMMs, max |diff| {worst}"))
 
+    _replay_check(checks, rtl_out, program, inputs, func, say)
+
+    report = gemm_report(gprog, spec)
+    rows = []
+    for (_, r), rec in zip(report.iterrows(), run.gemm_cycles):
+        rows.append({"op": r["op"], "m": int(r["m"]), "k": int(r["k"]), "n": int(r["n"]),
+                     "rtl": int(rec["cycles"]), "model": int(r["cycles"]),
+                     "util": float(r["utilization"])})
+    mism = [x for x in rows if x["rtl"] != x["model"]]
+    checks.append(("RTL cycles == cycle model (every GEMM)", not mism,
+                   f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
+                   + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
+    result.gemm_rows = rows
+    return result
+
+
+def _replay_check(checks, rtl_out, program, inputs, func, say) -> None:
+    """Run the functional model again with every int8 matmul answered, in order, by the RTL's
+    results; append the bit-exactness check of the layer outputs."""
+    from tilewright.dataflow_sim.functional import int8_matmul, run_program  # noqa: PLC0415
+
     say("functional model with the RTL's GEMM results")
     answers = iter(rtl_out)
 
@@ -205,15 +238,31 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
                    ", ".join(f"{o} {again[o].dtype}{list(again[o].shape)}"
                              for o in program.outputs)))
 
-    report = gemm_report(gprog, spec)
-    rows = []
-    for (_, r), rec in zip(report.iterrows(), run.gemm_cycles):
-        rows.append({"op": r["op"], "m": int(r["m"]), "k": int(r["k"]), "n": int(r["n"]),
-                     "rtl": int(rec["cycles"]), "model": int(r["cycles"]),
-                     "util": float(r["utilization"])})
+
+def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say) -> SimResult:
+    """The recorded GEMMs as one Program on the programmable accelerator top (ISA, DMA,
+    double-buffered core; :func:`tilewright.cosim.accel_run.run_program_accel`): outputs
+    bit-exact, the layer replayed with them, every GEMM's cycles (DMA included) equal to
+    :mod:`tilewright.dataflow_sim.accel_timing`."""
+    from tilewright.cosim.accel_run import run_program_accel  # noqa: PLC0415
+
+    gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, "accel-gemms")
+    say(f"RTL: {len(recorded)} int8 GEMMs on the accelerator top (ISA + DMA, cocotb)")
+    t0 = time.perf_counter()
+    run = run_program_accel(gprog, {}, spec, log=say)
+    result.seconds["rtl"] = time.perf_counter() - t0
+    rtl_out = [run.outputs[f"c{i}"] for i in range(len(recorded))]
+    same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
+    result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
+                          f"{len(recorded)} GEMMs on the accelerator top"))
+    _replay_check(result.checks, rtl_out, program, inputs, func, say)
+    comp = run.comparison(spec)
+    rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
+             "model": r["model_cycles"], "util": r["utilization"]} for r in comp]
     mism = [x for x in rows if x["rtl"] != x["model"]]
-    checks.append(("RTL cycles == cycle model (every GEMM)", not mism,
-                   f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
-                   + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
+    result.checks.append((
+        "RTL cycles == accelerator cycle model (every GEMM, DMA included)", not mism,
+        f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
+        + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
     result.gemm_rows = rows
     return result
