@@ -26,7 +26,7 @@ from tilewright.compiler.program import (BINARY_OPS, FORMAT_DTYPES, UNARY_OPS, A
                                          QuantizeTask, ScanTask, VectorTask)
 from tilewright.formats import FORMATS, QTensor, quantize, round_to_element
 
-__all__ = ["gemm_int8", "int8_matmul", "int8_matmul_fn", "run_vector", "run_program", "wrap_int32", "bgemm_fp32", "attention_fp32",
+__all__ = ["gemm_int8", "int8_matmul", "int8_matmul_fn", "bf16_matmul", "bf16_matmul_fn", "run_vector", "run_program", "wrap_int32", "bgemm_fp32", "attention_fp32",
            "scan_fp32", "grouped_gemm_fp32", "gemm_2d", "bgemm_formats", "grouped_gemm_formats",
            "attention_formats", "quantize_p"]
 
@@ -57,6 +57,28 @@ def int8_matmul_fn() -> Int8Matmul:
     """The int8 x int8 -> int32 (wrapping) matmul in force: :func:`gemm_int8` unless a caller
     installed another with :func:`int8_matmul`."""
     return _INT8_MATMUL.get() or gemm_int8
+
+
+Bf16Matmul = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
+_BF16_MATMUL: ContextVar[Bf16Matmul | None] = ContextVar("tilewright_bf16_matmul", default=None)
+
+
+def bf16_matmul_fn() -> Bf16Matmul | None:
+    """The bf16 matmul installed by :func:`bf16_matmul`, or None (numerics' own)."""
+    return _BF16_MATMUL.get()
+
+
+@contextmanager
+def bf16_matmul(fn: Bf16Matmul) -> Iterator[None]:
+    """Run every bf16 GEMM of the functional model — ``fn(a, b, k_block)`` with ``a`` [M, K] and
+    ``b`` [K, N] bf16 element codes (``ml_dtypes.bfloat16``), returning the fp32 accumulator
+    [M, N] of steps 1-3 of :mod:`tilewright.dataflow_sim.numerics` — through ``fn`` inside the
+    ``with`` block (like :func:`int8_matmul`)."""
+    token = _BF16_MATMUL.set(fn)
+    try:
+        yield
+    finally:
+        _BF16_MATMUL.reset(token)
 
 
 @contextmanager

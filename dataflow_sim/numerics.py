@@ -39,7 +39,7 @@ from typing import Literal
 
 import numpy as np
 
-from tilewright.dataflow_sim.functional import int8_matmul_fn
+from tilewright.dataflow_sim.functional import bf16_matmul_fn, int8_matmul_fn
 from tilewright.formats import (MX_BLOCK, NumberFormat, QTensor, element_values, get_format,
                                 quantize)
 
@@ -175,6 +175,10 @@ def gemm(a: QTensor | np.ndarray, b: QTensor | np.ndarray, fmt: str, *,
             return out
         out = out.astype(np.float32)
     else:
-        out = sequential_fp32_matmul(element_values(qa.values, f), element_values(qb.values, f),
-                                     k_block)
+        hook = bf16_matmul_fn() if f.name == "bf16" else None
+        if hook is not None:       # e.g. the RTL bf16 core (tilewright sim --rtl)
+            out = hook(qa.values, qb.values, k_block)
+        else:
+            out = sequential_fp32_matmul(element_values(qa.values, f),
+                                         element_values(qb.values, f), k_block)
     return (out * (_scale_of(qa, True) * _scale_of(qb, False))).astype(np.float32)

@@ -93,3 +93,36 @@ def test_model_gemms_on_the_accelerator_top():
     assert len(res.gemm_rows) == 4 and all(r["rtl"] == r["model"] > 0 for r in res.gemm_rows)
     with pytest.raises(ValueError, match="cocotb"):
         simulate_model("tiny-mamba", ARCHS["ws-narrow"], rtl=True, top="accel", driver="fast")
+
+
+BF16_ARCH = {"name": "bf16-ws4x4", "tensor_engine": {
+    "rows": 4, "cols": 4, "dataflow": "ws", "input_format": "bf16", "weight_format": "bf16",
+    "accumulator_format": "fp32"}, "memory": {"scratchpad_kib": 64, "accumulator_kib": 64}}
+
+
+def test_bf16_layer_gemms_on_the_bf16_core():
+    """A bf16 ArchSpec: tiny-mamba's bf16 GEMMs (fp32 accumulate) on the Verilated bf16 WS core,
+    fp32 bit patterns equal to numerics, the layer replayed bit-exact, cycles = WS closed form."""
+    from tilewright.arch import ArchSpec
+    from tilewright.compile_flow import compile_llm
+    from tilewright.dataflow_sim.functional import bf16_matmul
+    from tilewright.dataflow_sim.numerics import sequential_fp32_matmul
+    from tilewright.formats import element_values, get_format
+
+    arch = ArchSpec.from_dict(BF16_ARCH)
+    c = compile_llm("tiny-mamba", arch, fmt="bf16")
+    f = get_format("bf16")
+    seen = []
+
+    def nudged(a, b, kb):           # the hook is live: a changed GEMM changes the layer output
+        seen.append(kb)
+        return sequential_fp32_matmul(element_values(a, f), element_values(b, f), kb) * 1.01
+
+    with bf16_matmul(nudged):
+        bad = run_program(c.program, c.inputs)
+    out = c.program.outputs[0]
+    assert seen and set(seen) == {4} and not np.array_equal(bad[out], c.outputs[out])
+    res = simulate_model("tiny-mamba", arch, rtl=True)
+    assert res.ok, res.checks
+    assert res.checks[1][0].startswith("RTL bf16 GEMMs")
+    assert all(r["rtl"] == r["model"] > 0 for r in res.gemm_rows)

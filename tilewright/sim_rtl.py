@@ -145,10 +145,16 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if not cfg.tiny:
         raise ValueError(f"--model {model}: simulation needs a tiny config with real weights "
                          f"(tiny-llama, tiny-moe, tiny-mamba ...), not a real-shape one")
-    spec = arch_for_format(arch, "int8")
+    fmt = "bf16" if arch.tensor_engine.input_format == "bf16" else "int8"
+    spec = arch_for_format(arch, fmt)
+    if fmt == "bf16" and rtl and (top != "core" or spec.tensor_engine.dataflow != "ws"
+                                  or driver != "cocotb" or trace_dir is not None):
+        raise ValueError("a bf16 ArchSpec runs its GEMMs on the bf16 weight-stationary core "
+                         "(tilewright.rtl.systolic_bf16): needs tensor_engine.dataflow = 'ws', "
+                         "--top core, the cocotb driver (no --fast) and no --trace")
     t0 = time.perf_counter()
     module, example = build_llm(model, seed=seed, seq=seq, batch=batch)
-    compiled = compile_module(module, example, spec, fmt="int8", name=model)
+    compiled = compile_module(module, example, spec, fmt=fmt, name=model)
     program, inputs = compiled.program, compiled.inputs
     times["compile"] = time.perf_counter() - t0
 
@@ -173,6 +179,8 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
 
     if top == "accel":
         return _run_on_accel(result, recorded, program, inputs, func, spec, say)
+    if fmt == "bf16":
+        return _run_bf16(result, program, inputs, spec, say)
     # the core's buffers hold a bounded GEMM: split each recorded matmul into blocks that fit
     pairs, owner = [], []
     for i, (a, b, _) in enumerate(recorded):
@@ -264,5 +272,62 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say)
         "RTL cycles == accelerator cycle model (every GEMM, DMA included)", not mism,
         f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
         + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
+    result.gemm_rows = rows
+    return result
+
+
+def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
+    """bf16 ArchSpec: every bf16 GEMM (fp32 accumulate, ``k_block`` = rows) recorded from the
+    functional model, run on the Verilated bf16 WS core (:mod:`tilewright.cosim.bf16_run`),
+    compared bit for bit (fp32 patterns), replayed into the layer; cycles vs the WS closed form."""
+    from tilewright.compiler.core_timing import gemm_cycles_array  # noqa: PLC0415
+    from tilewright.cosim.bf16_run import bf16_gemm_words, run_bf16_gemms  # noqa: PLC0415
+    from tilewright.dataflow_sim.functional import bf16_matmul, run_program  # noqa: PLC0415
+    from tilewright.dataflow_sim.numerics import sequential_fp32_matmul  # noqa: PLC0415
+    from tilewright.formats import element_values, get_format  # noqa: PLC0415
+
+    te = spec.tensor_engine
+    f = get_format("bf16")
+    recorded: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def record(a, b, k_block):
+        if k_block != te.rows:
+            raise RuntimeError(f"bf16 GEMM with k_block {k_block}: the core sums {te.rows} "
+                               f"products per tile")
+        out = sequential_fp32_matmul(element_values(a, f), element_values(b, f), k_block)
+        recorded.append((a.copy(), b.copy(), out))
+        return out
+
+    with bf16_matmul(record):
+        func = run_program(program, inputs)
+    need = max(max(lay.a_words, lay.b_words, lay.acc_words) for lay in
+               (bf16_gemm_words(te.rows, te.cols, a, b)[0] for a, b, _ in recorded))
+    depth = 1 << max(8, (need - 1).bit_length())
+    say(f"RTL: {len(recorded)} bf16 GEMMs on the bf16 WS core (buffers of {depth} words)")
+    t0 = time.perf_counter()
+    runs = run_bf16_gemms(te.rows, te.cols, [(a, b) for a, b, _ in recorded], depth=depth,
+                          log=say)
+    result.seconds["rtl"] = time.perf_counter() - t0
+    rtl_out = [r.c for r in runs]
+    same = all(np.array_equal(r.view(np.uint32), c.view(np.uint32))
+               for r, (_, _, c) in zip(rtl_out, recorded))
+    result.checks.append(("RTL bf16 GEMMs == numerics (fp32 bit patterns)", same,
+                          f"{len(recorded)} GEMMs, k_block {te.rows}"))
+    answers = iter(rtl_out)
+    with bf16_matmul(lambda a, b, kb: next(answers)):
+        again = run_program(program, inputs)
+    same_out = all(np.array_equal(again[o], func[o]) for o in program.outputs)
+    result.checks.append(("layer output with RTL GEMMs == functional (bit-exact)", same_out,
+                          ", ".join(program.outputs)))
+    rows = []
+    for i, ((a, b, _), r) in enumerate(zip(recorded, runs)):
+        (m, k), n = a.shape, b.shape[1]
+        model = int(gemm_cycles_array(m, k, n, te.rows, te.cols, "ws")[0])
+        rows.append({"op": f"g{i}", "m": m, "k": k, "n": n, "rtl": r.cycles, "model": model,
+                     "util": m * k * n / (te.rows * te.cols * r.cycles)})
+    mism = [x for x in rows if x["rtl"] != x["model"]]
+    result.checks.append(("RTL cycles == cycle model (every GEMM)", not mism,
+                          f"total {sum(x['rtl'] for x in rows):,} vs "
+                          f"{sum(x['model'] for x in rows):,}"))
     result.gemm_rows = rows
     return result
