@@ -180,15 +180,19 @@ def workload_report(arch: ArchSpec, w: dict[str, Any]):
 
 
 def static_metrics(arch: ArchSpec, tech: str) -> dict[str, float]:
-    """Metrics known from the ArchSpec alone: area_mm2, sram_kib, pes."""
+    """Metrics known from the ArchSpec alone: area_mm2, sram_kib, pes and the predicted FPGA
+    resources of the GEMM core (``fpga_*_ice40``, ``fpga_*_ecp5``,
+    :func:`~tilewright.sweep.resource_model.fpga_metrics`)."""
     from tilewright.dataflow_sim.energy_area import area_mm2, load_tech  # noqa: PLC0415
+    from tilewright.sweep.resource_model import fpga_metrics  # noqa: PLC0415
     te = arch.tensor_engine
     sram = arch.memory.scratchpad_kib + arch.memory.accumulator_kib
-    pes = te.rows * te.cols
+    pes = te.macs_per_cycle                 # rows * cols * depth (any engine kind)
     if arch.mesh is not None:
         sram += arch.mesh.cores * arch.mesh.core_sram_kib
         pes += arch.mesh.cores * arch.mesh.core_macs_per_cycle
-    return {"area_mm2": area_mm2(arch, load_tech(tech)), "sram_kib": float(sram), "pes": float(pes)}
+    return {"area_mm2": area_mm2(arch, load_tech(tech)), "sram_kib": float(sram), "pes": float(pes),
+            **fpga_metrics(arch, "ice40"), **fpga_metrics(arch, "ecp5")}
 
 
 def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], tech: str,

@@ -7,6 +7,8 @@ A sweep file (YAML)::
     tech: 45nm                    # technology table (configs/tech/<name>.yaml or a path)
     axes:                         # dotted ArchSpec paths -> values
       tensor_engine.rows,tensor_engine.cols: [8, 16, 32]   # comma-joined paths take one value
+      tensor_engine.kind,tensor_engine.rows,tensor_engine.depth: [[systolic, 8, 1], [cube, 4, 4]]
+                                  # ... or one list per point with a value per path (zipped)
       tensor_engine.dataflow: [ws, os]
       memory.scratchpad_kib: {low: 32, high: 512, log: true}   # a range (int unless a bound is float)
       clock_mhz: {low: 250, high: 1000, step: 250}             # grid needs a step (or values)
@@ -20,6 +22,18 @@ A sweep file (YAML)::
     objectives: [latency, energy]  # or {metric: area_mm2, direction: minimize}
     constraints: ["area_mm2 <= 4", {metric: sram_kib, max: 512}]
     search: {method: grid}         # grid | random | tpe | nsga2 (trials, seed, population)
+
+A comma-joined axis whose value is a list with one entry per path sets the paths pairwise (grid
+and random search; Optuna's samplers need scalar values), e.g. to compare engine families
+(``tensor_engine.kind``) at equal MACs/cycle; a systolic base's ``dataflow`` is ignored by the
+other kinds (:class:`tilewright.arch.TensorEngineSpec`).
+
+The static metrics ``fpga_luts_ice40``, ``fpga_ffs_ice40``, ``fpga_dsps_ice40`` and
+``fpga_brams_ice40`` (and ``fpga_*_ecp5``) are the GEMM core's iCE40 (ECP5) resources predicted
+in about a millisecond by :mod:`tilewright.sweep.resource_model` (fitted on real Yosys
+syntheses), so a constraint such as ``"fpga_luts_ice40 <= 5000"`` replaces a synthesis per
+point (NaN, never feasible, for designs the predictor does not cover: non-systolic, non-int8,
+banked SRAMs, meshes).
 
 Setting ``tensor_engine.input_format`` (alone or linked with ``weight_format``) also sets
 ``weight_format`` and the accumulator format the operand format requires, unless an axis sets them.
@@ -56,7 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tilewright.arch import ArchSpec, ArchSpecError, load_arch
 
 __all__ = ["SweepSpec", "SweepError", "Axis", "Workload", "Objective", "Constraint", "SearchSpec",
-           "load_sweep", "METRICS", "OBJECTIVE_ALIASES", "set_path", "apply_point",
+           "load_sweep", "axis_assignments", "METRICS", "OBJECTIVE_ALIASES", "set_path", "apply_point",
            "WORKLOAD_AXIS_PREFIXES"]
 
 #: axis path prefixes that address cluster workloads instead of the ArchSpec
@@ -93,9 +107,20 @@ METRICS: dict[str, tuple[str, str]] = {
                          "(ArchSpec chips only)"),
     "ttft_p99_s": ("minimize", "serving: 99th-percentile time to first token, seconds"),
     "tpot_p99_s": ("minimize", "serving: 99th-percentile time per output token, seconds"),
+    "fpga_luts_ice40": ("minimize", "GEMM core's iCE40 LUT4s, predicted from Yosys syntheses "
+                        "(tilewright.sweep.resource_model; NaN where it does not apply)"),
+    "fpga_ffs_ice40": ("minimize", "GEMM core's iCE40 flip-flops, predicted"),
+    "fpga_dsps_ice40": ("minimize", "GEMM core's iCE40 SB_MAC16 DSPs, predicted"),
+    "fpga_brams_ice40": ("minimize", "GEMM core's iCE40 SB_RAM40_4K block RAMs, predicted"),
+    "fpga_luts_ecp5": ("minimize", "GEMM core's ECP5 LUT4s, predicted from Yosys syntheses"),
+    "fpga_ffs_ecp5": ("minimize", "GEMM core's ECP5 flip-flops, predicted"),
+    "fpga_dsps_ecp5": ("minimize", "GEMM core's ECP5 MULT18X18D DSPs, predicted"),
+    "fpga_brams_ecp5": ("minimize", "GEMM core's ECP5 DP16KD block RAMs, predicted"),
 }
 #: metrics known without evaluating a workload (constraints on them skip the evaluation)
-STATIC_METRICS = ("area_mm2", "sram_kib", "pes")
+STATIC_METRICS = ("area_mm2", "sram_kib", "pes", "fpga_luts_ice40", "fpga_ffs_ice40",
+                  "fpga_dsps_ice40", "fpga_brams_ice40", "fpga_luts_ecp5", "fpga_ffs_ecp5",
+                  "fpga_dsps_ecp5", "fpga_brams_ecp5")
 
 OBJECTIVE_ALIASES = {"latency": "latency_s", "throughput": "throughput_tops", "energy": "energy_j",
                      "area": "area_mm2", "power": "power_w", "perf/w": "perf_per_w",
@@ -313,7 +338,8 @@ class SweepSpec(_Model):
         file's content, not its path) with the ``cluster.*`` axis values of ``point`` set, and
         its ``plan`` gets the ``plan.*`` values."""
         out = [w.plain() for w in self.workloads]
-        over = {path: v for name, v in (point or {}).items() for path in name.split(",")
+        over = {path: v for name, value in (point or {}).items()
+                for path, v in axis_assignments(name, value)
                 if path.startswith(WORKLOAD_AXIS_PREFIXES)}
         if not any("cluster" in w for w in out):
             return out
@@ -360,16 +386,25 @@ def set_path(data: dict[str, Any], path: str, value: Any) -> None:
     cur[parts[-1]] = value
 
 
+def axis_assignments(name: str, value: Any) -> list[tuple[str, Any]]:
+    """``(path, value)`` pairs one axis value sets: every comma-joined path of ``name`` gets
+    ``value``, or — a list with one entry per path (two or more paths) — its entry (zipped)."""
+    paths = name.split(",")
+    if len(paths) > 1 and isinstance(value, (list, tuple)) and len(value) == len(paths):
+        return list(zip(paths, value))
+    return [(p, value) for p in paths]
+
+
 def apply_point(base: ArchSpec, point: dict[str, Any], source: str = "sweep") -> ArchSpec:
     """The ArchSpec ``base`` with the axis values ``point`` (axis name -> value) applied; raises
     :class:`ArchSpecError` (one line) if the combination is not a valid ArchSpec."""
     data = base.model_dump(mode="json", exclude_none=True)
     paths_set: set[str] = set()
     for name, value in point.items():
-        for path in name.split(","):
+        for path, v in axis_assignments(name, value):
             if path.startswith(WORKLOAD_AXIS_PREFIXES):
                 continue                       # a cluster/plan axis (SweepSpec.workloads_for)
-            set_path(data, path, value)
+            set_path(data, path, v)
             paths_set.add(path)
     te = data.get("tensor_engine", {})
     if "tensor_engine.input_format" in paths_set:
