@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tilewright.arch import ArchSpec, load_arch
+from tilewright.arch import ArchSpecError, ArchSpec, load_arch
 from tilewright.fpga import TOPS, UnknownFpgaTarget, compare_qor, run_fpga
 from tilewright.fpga_pnr import (FLOWS, PARTS, DoesNotFitPart, choose_part, harness_verilog,
                                  parse_report, top_ports)
@@ -233,16 +233,26 @@ def test_top_ports_match_the_amaranth_signature(tmp_path):
         harness_verilog("x", [("input", "a", 3)])
 
 
-def test_axi_top_through_the_registry(tmp_path):
-    """--top axi: the registry's generator writes tw_axi_gemm_top.v; the harness wraps all of
-    its ports (AXI4-Lite signals as they appear in the Verilog)."""
+@pytest.mark.parametrize("top,module,bus_ports", [
+    ("axi", "tw_axi_gemm_top", {"s_axil_awaddr", "s_axil_wdata", "s_axil_rdata"}),
+    ("axi-accel", "tw_axi_accel_top", {"s_axil_awaddr", "s_axil_rdata", "m_axi_araddr",
+                                       "m_axi_rdata", "m_axi_wlast", "m_axi_bvalid", "irq"})])
+def test_axi_tops_through_the_registry(tmp_path, top, module, bus_ports):
+    """--top axi / axi-accel: the registry's generator writes the top's Verilog; the harness
+    wraps all of its ports (AXI4-Lite / AXI4 signals as they appear in the Verilog)."""
     from tilewright.fpga import _generate_top
-    vfile, module = _generate_top(load_arch(PRESET), "axi", tmp_path)
-    assert (vfile.name, module) == ("tw_axi_gemm_top.v", "tw_axi_gemm_top")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tw_axi_gemm_top.v"]
+    arch = load_arch(PRESET)
+    if top == "axi-accel":     # the preset's 320 B/cycle would be a 2048-bit AXI4 beat (>1024)
+        with pytest.raises(ArchSpecError, match="offchip.bandwidth_gbps=16.0 .* accepts 1 to 128"):
+            _generate_top(arch, top, tmp_path)
+        arch = arch.model_copy(update={"offchip": arch.offchip.model_copy(
+            update={"bandwidth_gbps": 0.4})})                  # 8-byte beats at 50 MHz
+    vfile, got = _generate_top(arch, top, tmp_path)
+    assert (vfile.name, got) == (f"{module}.v", module)
+    assert f"{module}.v" in [p.name for p in tmp_path.iterdir()]
     ports = top_ports(vfile.read_text(), module)
     names = {n for _, n, _ in ports}
-    assert {"clk", "rst", "s_axil_awaddr", "s_axil_wdata", "s_axil_rdata"} <= names
+    assert {"clk", "rst"} | bus_ports <= names
     text, ffs = harness_verilog(module, ports)
     assert ffs == sum(w for _, n, w in ports if n not in ("clk", "rst")) + 1
     assert all(f".{n}(" in text for n in names)

@@ -36,7 +36,8 @@ def fpga(
     out: Path = typer.Option(..., "-o", "--out", help="output folder (Verilog, netlist, reports, "
                              ".core, EDAM, manifest.json)"),
     top: str = typer.Option("gemm", "--top", help="top to wrap: gemm (GEMM core) | axi "
-                            "(AXI4-Lite top, when installed)"),
+                            "(GEMM core behind AXI4-Lite) | axi-accel (programmable accelerator: "
+                            "AXI4-Lite control, AXI4 memory port)"),
     pnr: bool = typer.Option(True, "--pnr/--no-pnr", help="ice40/ecp5: run nextpnr (else stop "
                              "after synthesis and part choice)"),
     freq: Optional[float] = typer.Option(None, "--freq", help="clock target in MHz (default: "

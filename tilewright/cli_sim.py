@@ -28,7 +28,9 @@ def sim(
                                                     "the cocotb bench"),
     top: str = typer.Option("core", "--top", help="with --rtl: core (the GEMM core driven by "
                             "the host: cocotb or --fast) or accel (the programmable accelerator: "
-                            "ISA, DMA, external-memory model; cocotb)"),
+                            "ISA, DMA, external-memory model; cocotb) or axi-accel (the "
+                            "same behind AXI4-Lite control and an AXI4 memory port; "
+                            "cocotbext-axi)"),
     seq: int = typer.Option(8, "--seq", min=1, help="tokens in the prefill"),
     seed: int = typer.Option(0, "--seed", help="seed of the weights and inputs"),
     gemms: bool = typer.Option(False, "--gemms", help="with --rtl: print every GEMM's cycles"),
@@ -52,8 +54,8 @@ def sim(
     from tilewright.sim_rtl import TOPS  # noqa: PLC0415
     if top not in TOPS:
         raise typer.BadParameter(f"{top!r}: accepted: {', '.join(TOPS)}", param_hint="--top")
-    if top == "accel" and fast:
-        raise typer.BadParameter("the accelerator top runs on the cocotb bench; drop --fast",
+    if top in ("accel", "axi-accel") and fast:
+        raise typer.BadParameter(f"--top {top} runs on the cocotb bench; drop --fast",
                                  param_hint="--top")
     if trace is not None and top != "core":
         raise typer.BadParameter("tracing covers --top core", param_hint="--trace")
@@ -66,8 +68,9 @@ def sim(
                              seq=seq, seed=seed, trace_dir=trace, top=top, log=st.update)
     if res.gemm_rows:
         rows = res.gemm_rows
-        where = ("the accelerator top, DMA included" if top == "accel"
-                 else "the GEMM core; cycles `busy` is high")
+        where = {"accel": "the accelerator top, DMA included",
+                 "axi-accel": "the accelerator behind AXI, DMA over AXI4 included"}.get(
+                     top, "the GEMM core; cycles `busy` is high")
         t = Table(title=f"{model} int8 GEMMs on the RTL ({spec.name}: {where})")
         for c in ("GEMM", "M x K x N", "RTL cycles", "model cycles", "utilization"):
             t.add_column(c, justify="right")

@@ -82,6 +82,9 @@ register_top(TopGenerator("gemm", "tilewright.rtl.verilog", "write_rtl", "tw_gem
                           "the GEMM core (buffers, systolic array, controller)"))
 register_top(TopGenerator("axi", "tilewright.rtl.axi_gemm_top", "write_axi_top",
                           "tw_axi_gemm_top", "the GEMM core behind an AXI4-Lite port"))
+register_top(TopGenerator("axi-accel", "tilewright.rtl.axi_accel_top", "write_axi_accel_top",
+                          "tw_axi_accel_top", "the programmable accelerator (controller, DMA, "
+                          "GEMM core) behind AXI4-Lite control and an AXI4 memory port"))
 
 
 def _pkg_version(name: str) -> str:

@@ -33,8 +33,9 @@ __all__ = ["SimResult", "simulate_model", "gemm_blocks", "gemm_program", "TORCH_
            "TOPS"]
 
 #: RTL tops ``simulate_model`` runs the GEMMs on: the GEMM core driven by the host (cocotb or
-#: the C++ fast driver), or the programmable accelerator (ISA, DMA, external-memory model)
-TOPS = ("core", "accel")
+#: the C++ fast driver), or the programmable accelerator (ISA, DMA, external-memory model), or
+#: the same accelerator behind AXI (AXI4-Lite control, AXI4 memory; cocotbext-axi)
+TOPS = ("core", "accel", "axi-accel")
 
 #: relative L2 error of an int8 layer against torch's float forward pass accepted by the check
 #: (int8 per-channel weights, per-tensor activations; measured 0.42 % tiny-mamba, 0.47 %
@@ -130,8 +131,8 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if trace_dir is not None and (not rtl or driver != "cocotb" or top != "core"):
         raise ValueError("a waveform trace needs the RTL run of the GEMM core with the cocotb "
                          "driver (--rtl --top core, without --fast)")
-    if top == "accel" and driver != "cocotb":
-        raise ValueError("the accelerator top (--top accel) runs on the cocotb bench only "
+    if top in ("accel", "axi-accel") and driver != "cocotb":
+        raise ValueError(f"the accelerator top (--top {top}) runs on the cocotb bench only "
                          "(no --fast)")
     from tilewright.compile_flow import compile_module  # noqa: PLC0415
     from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
@@ -179,6 +180,8 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
 
     if top == "accel":
         return _run_on_accel(result, recorded, program, inputs, func, spec, say)
+    if top == "axi-accel":
+        return _run_on_axi_accel(result, recorded, program, inputs, func, spec, say)
     if fmt == "bf16":
         return _run_bf16(result, program, inputs, spec, say)
     # the core's buffers hold a bounded GEMM: split each recorded matmul into blocks that fit
@@ -329,5 +332,36 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     result.checks.append(("RTL cycles == cycle model (every GEMM)", not mism,
                           f"total {sum(x['rtl'] for x in rows):,} vs "
                           f"{sum(x['model'] for x in rows):,}"))
+    result.gemm_rows = rows
+    return result
+
+
+def _run_on_axi_accel(result: SimResult, recorded, program, inputs, func, spec,
+                      say) -> SimResult:
+    """As :func:`_run_on_accel`, on the accelerator behind AXI
+    (:func:`tilewright.cosim.axi_accel_run.run_program_axi_accel`: program loaded and started
+    over AXI4-Lite, operands and results in a cocotbext-axi AxiRam on the AXI4 port); cycles
+    against the accelerator cycle model with the AXI port's memory latency
+    (:func:`~tilewright.cosim.axi_accel_run.axi_timing_arch`)."""
+    from tilewright.cosim.axi_accel_run import run_program_axi_accel  # noqa: PLC0415
+
+    gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, "axi-accel-gemms")
+    say(f"RTL: {len(recorded)} int8 GEMMs on the AXI accelerator top (AXI4-Lite + AXI4, cocotb)")
+    t0 = time.perf_counter()
+    run = run_program_axi_accel(gprog, {}, spec, log=say)
+    result.seconds["rtl"] = time.perf_counter() - t0
+    rtl_out = [run.outputs[f"c{i}"] for i in range(len(recorded))]
+    same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
+    result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
+                          f"{len(recorded)} GEMMs through the AXI ports"))
+    _replay_check(result.checks, rtl_out, program, inputs, func, say)
+    rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
+             "model": r["model_cycles"], "util": r["utilization"]}
+            for r in run.comparison(spec)]
+    mism = [x for x in rows if x["rtl"] != x["model"]]
+    result.checks.append((
+        "CYCLES register == accelerator cycle model at the AXI port's latency (every GEMM)",
+        not mism, f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
+        + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
     result.gemm_rows = rows
     return result
