@@ -9,12 +9,10 @@ controller and DMA take from the compiler (ISA table, beat geometry).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 from tilewright.arch import ArchSpec
 from tilewright.cosim.accel_build import _isa_hash
-from tilewright.cosim.verilator import cached_build, lint_verilog, rtl_source_hash
+from tilewright.cosim.verilator import (VerilatorBuild, cached_build, lint_verilog,
+                                        rtl_source_hash)
 
 __all__ = ["AxiAccelBuild", "AXI_ACCEL_SOURCES", "build_axi_accel", "lint_axi_accel"]
 
@@ -25,21 +23,8 @@ AXI_ACCEL_SOURCES = ("systolic.py", "gemm_core.py", "dma.py", "controller.py", "
 OPT = "-O0"
 
 
-@dataclass(frozen=True)
-class AxiAccelBuild:
-    """A finished Verilator build of ``tw_axi_accel_top`` for one ArchSpec."""
-
-    arch: ArchSpec
-    build_dir: Path
-    top: str
-    cached: bool              #: True if an earlier build was reused
-    gen_seconds: float        #: Verilog generation wall time, s (0 when cached)
-    build_seconds: float      #: Verilator + g++ wall time, s (0 when cached)
-
-    @property
-    def verilog(self) -> Path:
-        """The generated Verilog file of this build."""
-        return self.build_dir / "rtl" / f"{self.top}.v"
+#: a finished Verilator build of ``tw_axi_accel_top`` for one ArchSpec
+AxiAccelBuild = VerilatorBuild
 
 
 def build_axi_accel(arch: ArchSpec, *, log=None, waves: bool = False) -> AxiAccelBuild:
@@ -57,10 +42,9 @@ def build_axi_accel(arch: ArchSpec, *, log=None, waves: bool = False) -> AxiAcce
     key = (f"axiaccel-{arch.content_hash()}-a{AXI_ACCEL_VERSION}-g{ACCEL_GENERATOR_VERSION}-"
            f"{rtl_source_hash(*AXI_ACCEL_SOURCES)}-{_isa_hash(arch)}"
            + ("-trace" if waves else ""))
-    b = cached_build(key, AXI_ACCEL_TOP_NAME, lambda d: write_axi_accel_top(arch, d), opt=OPT,
-                     waves=waves, what=f"the AXI accelerator top for {arch.name}", log=log)
-    return AxiAccelBuild(arch, b.build_dir, AXI_ACCEL_TOP_NAME, b.cached, b.generate_seconds,
-                         b.build_seconds)
+    return cached_build(key, AXI_ACCEL_TOP_NAME, lambda d: write_axi_accel_top(arch, d),
+                        opt=OPT, waves=waves, what=f"the AXI accelerator top for {arch.name}",
+                        log=log, cls=AxiAccelBuild, arch=arch)
 
 
 def lint_axi_accel(build: AxiAccelBuild) -> tuple[bool, str]:

@@ -8,11 +8,9 @@ key is the ArchSpec's content hash, the top's and core's generator versions and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 from tilewright.arch import ArchSpec
-from tilewright.cosim.verilator import cached_build, lint_verilog, rtl_source_hash
+from tilewright.cosim.verilator import (VerilatorBuild, cached_build, lint_verilog,
+                                        rtl_source_hash)
 
 __all__ = ["AxiBuild", "AXI_TOP_SOURCES", "build_axi_top", "lint_axi_top"]
 
@@ -22,21 +20,8 @@ AXI_TOP_SOURCES = ("systolic.py", "gemm_core.py", "axi_lite.py", "axi_gemm_top.p
 OPT = "-O0"
 
 
-@dataclass(frozen=True)
-class AxiBuild:
-    """A finished Verilator build of ``tw_axi_gemm_top`` for one ArchSpec."""
-
-    arch: ArchSpec
-    build_dir: Path
-    top: str
-    cached: bool              #: True if an earlier build was reused
-    gen_seconds: float        #: Verilog generation wall time (0 when cached)
-    build_seconds: float      #: Verilator + g++ wall time (0 when cached)
-
-    @property
-    def verilog(self) -> Path:
-        """The generated Verilog file of this build."""
-        return self.build_dir / "rtl" / f"{self.top}.v"
+#: a finished Verilator build of ``tw_axi_gemm_top`` for one ArchSpec
+AxiBuild = VerilatorBuild
 
 
 def build_axi_top(arch: ArchSpec, *, log=None, waves: bool = False) -> AxiBuild:
@@ -51,10 +36,9 @@ def build_axi_top(arch: ArchSpec, *, log=None, waves: bool = False) -> AxiBuild:
 
     key = (f"axi-{arch.content_hash()}-a{AXI_TOP_VERSION}-g{GENERATOR_VERSION}-"
            f"{rtl_source_hash(*AXI_TOP_SOURCES)}" + ("-trace" if waves else ""))
-    b = cached_build(key, AXI_TOP_NAME, lambda d: write_axi_top(arch, d), opt=OPT, waves=waves,
-                     what=f"the AXI top for {arch.name}", log=log)
-    return AxiBuild(arch, b.build_dir, AXI_TOP_NAME, b.cached, b.generate_seconds,
-                    b.build_seconds)
+    return cached_build(key, AXI_TOP_NAME, lambda d: write_axi_top(arch, d), opt=OPT,
+                        waves=waves, what=f"the AXI top for {arch.name}", log=log,
+                        cls=AxiBuild, arch=arch)
 
 
 def lint_axi_top(build: AxiBuild) -> tuple[bool, str]:

