@@ -18,11 +18,8 @@ falling clock edge.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections import deque
-from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -30,11 +27,9 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge, with_timeout
 from cocotb.utils import get_sim_time
 
-from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import codegen, memory_latency_cycles
-from tilewright.compiler.program import GemmTask, Program
+from tilewright.cosim.bench_util import gemm_tasks, load_program_job, save_outputs
 from tilewright.dataflow_sim.accel_timing import predict_segment
-from tilewright.dataflow_sim.functional import run_vector
 
 CLOCK_PERIOD_NS = 10
 
@@ -129,24 +124,18 @@ class AccelDriver:
 @cocotb.test()
 async def run_job(dut):
     """Execute the job folder's Program; GEMMs on the accelerator top."""
-    job = Path(os.environ["TILEWRIGHT_JOB"])
-    arch = ArchSpec.from_yaml((job / "arch.yaml").read_text(), source=str(job / "arch.yaml"))
-    program = Program.load(job / "program")
-    with np.load(job / "inputs.npz") as npz:
-        inputs = {k: npz[k] for k in npz.files}
-    isa = codegen(program, arch)
+    job = load_program_job()
+    arch = job.arch
+    isa = codegen(job.program, arch)
     cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
     drv = AccelDriver(dut)
     await drv.reset()
     mem = ExtMemory(dut, memory_latency_cycles(arch))
     cocotb.start_soon(mem.serve())
     await drv.load_program(isa.words)
-    env = {**program.constants, **inputs}
+    env = job.env
     records = []
-    for task in program.tasks:
-        if not isinstance(task, GemmTask):
-            env[task.out] = run_vector(task, env)
-            continue
+    for task in gemm_tasks(job, env):
         seg = isa.segment(task.name)
         mem.words.update(isa.image(arch, seg, np.asarray(env[task.a]), np.asarray(env[task.b])))
         r0, w0 = mem.reads, mem.writes
@@ -161,6 +150,4 @@ async def run_job(dut):
             f"task {task.name}: controller stopped with error at pc {rec['pc']}"
         env[task.out] = isa.c_result(arch, seg, mem.read)
         records.append(rec)
-    computed = {k: v for k, v in env.items() if k not in program.constants and k not in inputs}
-    np.savez(job / "outputs.npz", **computed)
-    (job / "cycles.json").write_text(json.dumps(records, indent=1))
+    save_outputs(job, env, cycles=records)

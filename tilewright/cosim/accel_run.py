@@ -9,10 +9,6 @@ cycles with :func:`tilewright.dataflow_sim.accel_timing.predict_segment` (exact)
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +18,7 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import IsaProgram, codegen
 from tilewright.compiler.program import Program
 from tilewright.cosim.accel_build import AccelBuild, build_accel
-from tilewright.cosim.verilator import run_cocotb_bench
+from tilewright.cosim.bench_util import run_program_job
 
 __all__ = ["AccelRun", "run_program_accel", "ACCEL_BENCH_MODULE"]
 
@@ -71,17 +67,7 @@ def run_program_accel(program: Program, inputs: dict[str, np.ndarray], arch: Arc
     that cannot run, RuntimeError if the simulation or the bench's own checks fail."""
     isa = codegen(program, arch)          # clear errors first
     build = build_accel(arch, log=log)
-    job = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="tilewright-accel-"))
-    job.mkdir(parents=True, exist_ok=True)
-    (job / "arch.yaml").write_text(arch.to_yaml())
-    program.save(job / "program")
-    np.savez(job / "inputs.npz", **inputs)
-    t0 = time.perf_counter()
-    log_text = run_cocotb_bench(build, ACCEL_BENCH_MODULE, job, "accelerator RTL", waves=waves)
-    sim_s = time.perf_counter() - t0
-    with np.load(job / "outputs.npz") as npz:
-        outputs = {k: npz[k] for k in npz.files}
-    segments = json.loads((job / "cycles.json").read_text())
-    if not keep_dir:
-        shutil.rmtree(job, ignore_errors=True)
-    return AccelRun(outputs, segments, isa, build, sim_s, log_text[-2000:])
+    res = run_program_job(build, ACCEL_BENCH_MODULE, "accelerator RTL", arch, program, inputs,
+                          keep_dir=keep_dir, prefix="tilewright-accel-", waves=waves)
+    return AccelRun(res.outputs, res.results["cycles"], isa, build, res.sim_seconds,
+                    res.log_text[-2000:])

@@ -24,33 +24,21 @@ Results: ``outputs.npz``, ``cycles.json`` (per segment), ``raw_runs.json``, ``pr
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import random
-from pathlib import Path
-
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge, with_timeout
-from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiResp
+from cocotbext.axi import AxiBus, AxiRam
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import codegen
-from tilewright.compiler.program import GemmTask, Program
+from tilewright.cosim.axil_host import AxiLiteHost, add_random_pauses, channels, quiet
+from tilewright.cosim.bench_util import gemm_tasks, load_program_job, save_outputs
 from tilewright.dataflow_sim.accel_timing import predict_segment
-from tilewright.dataflow_sim.functional import run_vector
 from tilewright.rtl.axi_accel_top import IMEM_BASE, STATUS_BITS, AxiAccelMap
 
 CLOCK_PERIOD_NS = 10
 BUSY, DONE = 1 << STATUS_BITS["BUSY"], 1 << STATUS_BITS["DONE"]
-
-
-def _pauses(rng: random.Random):
-    """Endless random pause pattern: pause about one cycle in three."""
-    while True:
-        yield rng.random() < 0.35
 
 
 class AxiCounter:
@@ -76,43 +64,19 @@ class AxiCounter:
         return dict(self.counts)
 
 
-class AxiAccelDriver:
-    """A CPU's view of the top: AXI4-Lite accesses; the AxiRam is the shared memory."""
+class AxiAccelDriver(AxiLiteHost):
+    """A CPU's view of the top: AXI4-Lite accesses; the AxiRam is the shared memory (pauses on
+    every channel of the AxiRam when ``pause_seed`` is set; the AXI4-Lite master never
+    pauses)."""
 
     def __init__(self, dut, arch: ArchSpec, pause_seed: int | None = None):
-        self.dut, self.arch, self.map = dut, arch, AxiAccelMap.for_arch(arch)
-        self.w = self.map.data_bytes
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+        super().__init__(dut, AxiAccelMap.for_arch(arch))
+        self.arch, self.w = arch, self.map.data_bytes
         self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst,
                           size=1 << self.map.axi_addr_width)
-        for side in (self.axil.write_if, self.axil.read_if, self.ram.write_if,
-                     self.ram.read_if):       # one INFO line per access otherwise
-            side.log.setLevel(logging.WARNING)
+        quiet(self.ram.write_if, self.ram.read_if)
         if pause_seed is not None:
-            rng = random.Random(pause_seed)
-            for ch in (self.ram.write_if.aw_channel, self.ram.write_if.w_channel,
-                       self.ram.write_if.b_channel, self.ram.read_if.ar_channel,
-                       self.ram.read_if.r_channel):
-                ch.set_pause_generator(_pauses(random.Random(rng.random())))
-
-    async def reset(self) -> None:
-        self.dut.rst.value = 1
-        for _ in range(3):
-            await RisingEdge(self.dut.clk)
-        self.dut.rst.value = 0
-        await RisingEdge(self.dut.clk)
-
-    async def write(self, addr: int, data: bytes) -> None:
-        resp = await self.axil.write(addr, data)
-        assert resp.resp == AxiResp.OKAY, f"write at {addr:#x}: {resp.resp!r}"
-
-    async def write_reg(self, name: str, value: int) -> None:
-        await self.write(self.map.reg(name), int(value).to_bytes(4, "little"))
-
-    async def read_reg(self, name: str) -> int:
-        resp = await self.axil.read(self.map.reg(name), 4)
-        assert resp.resp == AxiResp.OKAY, f"read of {name}: {resp.resp!r}"
-        return int.from_bytes(resp.data, "little")
+            add_random_pauses(channels(self.ram), pause_seed)
 
     async def load_words(self, words: dict[int, int]) -> None:
         """Write instruction words (index -> 64-bit word) through the window; a run of
@@ -150,25 +114,13 @@ class AxiAccelDriver:
         assert int(self.dut.irq.value) == 0, "irq still high after DONE was cleared"
         return rec
 
-    async def probe(self, access: dict) -> dict:
-        """One raw access; its response code and (reads) data."""
-        if access["op"] == "write":
-            r = await self.axil.write(access["addr"], int(access["data"]).to_bytes(4, "little"))
-            return {"resp": int(r.resp), "data": None}
-        r = await self.axil.read(access["addr"], 4)
-        return {"resp": int(r.resp), "data": int.from_bytes(r.data, "little")}
-
 
 @cocotb.test()
 async def run_job(dut):
     """Execute the job folder's Program through the AXI ports, then its raw runs and probes."""
-    job = Path(os.environ["TILEWRIGHT_JOB"])
-    arch = ArchSpec.from_yaml((job / "arch.yaml").read_text(), source=str(job / "arch.yaml"))
-    program = Program.load(job / "program")
-    spec = json.loads((job / "job.json").read_text())
-    with np.load(job / "inputs.npz") as npz:
-        inputs = {k: npz[k] for k in npz.files}
-    isa = codegen(program, arch)
+    job = load_program_job()
+    arch, spec = job.arch, job.spec
+    isa = codegen(job.program, arch)
     cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
     drv = AxiAccelDriver(dut, arch, spec.get("pause_seed"))
     counter = AxiCounter(dut)
@@ -176,12 +128,9 @@ async def run_job(dut):
     cocotb.start_soon(counter.run())
     await drv.write_reg("IRQ_EN", 1)
     await drv.load_words(dict(enumerate(isa.words)))
-    env = {**program.constants, **inputs}
+    env = job.env
     records = []
-    for task in program.tasks:
-        if not isinstance(task, GemmTask):
-            env[task.out] = run_vector(task, env)
-            continue
+    for task in gemm_tasks(job, env):
         seg = isa.segment(task.name)
         drv.mem_write(isa.image(arch, seg, np.asarray(env[task.a]), np.asarray(env[task.b])))
         before = counter.snapshot()
@@ -198,12 +147,5 @@ async def run_job(dut):
     for run in spec.get("raw_runs", []):
         await drv.load_words({int(i): int(w) for i, w in run["words"].items()})
         raw.append(await drv.run(int(run["entry"]), 10_000))
-    probes = []
-    for group in spec.get("probes", []):
-        tasks = [cocotb.start_soon(drv.probe(acc)) for acc in group]
-        probes.append([await t for t in tasks])
-    computed = {k: v for k, v in env.items() if k not in program.constants and k not in inputs}
-    np.savez(job / "outputs.npz", **computed)
-    (job / "cycles.json").write_text(json.dumps(records, indent=1))
-    (job / "raw_runs.json").write_text(json.dumps(raw, indent=1))
-    (job / "probes.json").write_text(json.dumps(probes, indent=1))
+    probes = await drv.probe_groups(spec.get("probes", []))
+    save_outputs(job, env, cycles=records, raw_runs=raw, probes=probes)

@@ -10,10 +10,6 @@ ArchSpec with the memory latency the AXI port actually has (:data:`AXI_RAM_READ_
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +20,7 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import IsaProgram, codegen, memory_latency_cycles
 from tilewright.compiler.program import Program
 from tilewright.cosim.axi_accel_build import AxiAccelBuild, build_axi_accel
-from tilewright.cosim.verilator import run_cocotb_bench
+from tilewright.cosim.bench_util import check_probes, run_program_job
 
 __all__ = ["AxiAccelRun", "run_program_axi_accel", "axi_timing_arch", "AXI_RAM_READ_LATENCY",
            "AXI_ACCEL_BENCH_MODULE"]
@@ -100,28 +96,13 @@ def run_program_axi_accel(program: Program, inputs: dict[str, np.ndarray], arch:
     run, ValueError for a malformed probe, RuntimeError if the simulation or the bench's checks
     fail."""
     isa = codegen(program, arch)          # clear errors first
-    for group in probes:
-        for acc in group:
-            if acc.get("op") not in ("read", "write") or not isinstance(acc.get("addr"), int):
-                raise ValueError(f"probe {acc!r}: needs op 'read' or 'write' and an int addr")
+    check_probes(probes)
     build = build_axi_accel(arch, log=log, waves=waves)
-    job = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="tilewright-axiacc-"))
-    job.mkdir(parents=True, exist_ok=True)
-    (job / "arch.yaml").write_text(arch.to_yaml())
-    program.save(job / "program")
-    np.savez(job / "inputs.npz", **inputs)
-    (job / "job.json").write_text(json.dumps({
-        "raw_runs": [{"words": {str(i): int(w) for i, w in r["words"].items()},
-                      "entry": int(r["entry"])} for r in raw_runs],
-        "probes": [list(g) for g in probes], "pause_seed": pause_seed}))
-    t0 = time.perf_counter()
-    run_cocotb_bench(build, AXI_ACCEL_BENCH_MODULE, job, "AXI accelerator top", waves=waves)
-    sim_s = time.perf_counter() - t0
-    with np.load(job / "outputs.npz") as npz:
-        outputs = {k: npz[k] for k in npz.files}
-    segments = json.loads((job / "cycles.json").read_text())
-    raw = json.loads((job / "raw_runs.json").read_text())
-    probe_results = json.loads((job / "probes.json").read_text())
-    if not keep_dir:
-        shutil.rmtree(job, ignore_errors=True)
-    return AxiAccelRun(outputs, segments, raw, probe_results, isa, build, sim_s)
+    spec = {"raw_runs": [{"words": {str(i): int(w) for i, w in r["words"].items()},
+                          "entry": int(r["entry"])} for r in raw_runs],
+            "probes": [list(g) for g in probes], "pause_seed": pause_seed}
+    res = run_program_job(build, AXI_ACCEL_BENCH_MODULE, "AXI accelerator top", arch, program,
+                          inputs, spec=spec, results=("cycles", "raw_runs", "probes"),
+                          keep_dir=keep_dir, prefix="tilewright-axiacc-", waves=waves)
+    return AxiAccelRun(res.outputs, res.results["cycles"], res.results["raw_runs"],
+                       res.results["probes"], isa, build, res.sim_seconds)

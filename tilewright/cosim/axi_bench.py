@@ -21,23 +21,16 @@ CYCLES register, bus_cycles from the first buffer write to the last accumulator 
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import random
-from pathlib import Path
-
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiResp
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.program import GemmTask, Program
+from tilewright.cosim.axil_host import AxiLiteHost
+from tilewright.cosim.bench_util import gemm_tasks, load_program_job, save_outputs
 from tilewright.cosim.gemm_commands import GemmCommand
-from tilewright.dataflow_sim.functional import run_vector
 from tilewright.rtl.axi_gemm_top import AxiGemmMap
 
 CLOCK_PERIOD_NS = 10
@@ -45,49 +38,13 @@ CLOCK_PERIOD_NS = 10
 BUSY, DONE = 1, 2
 
 
-def _pauses(rng: random.Random):
-    """Endless random pause pattern: pause about one cycle in three."""
-    while True:
-        yield rng.random() < 0.35
-
-
-class AxiGemmDriver:
-    """A CPU's view of the top: register and window accesses through cocotbext-axi."""
+class AxiGemmDriver(AxiLiteHost):
+    """A CPU's view of the top: register and window accesses through cocotbext-axi (pauses on
+    every channel of the AXI4-Lite master when ``pause_seed`` is set)."""
 
     def __init__(self, dut, arch: ArchSpec, pause_seed: int | None = None):
-        self.dut, self.arch, self.map = dut, arch, AxiGemmMap.for_arch(arch)
-        self.axi = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        for side in (self.axi.write_if, self.axi.read_if):   # one INFO line per access is
-            side.log.setLevel(logging.WARNING)               # most of the run time otherwise
-        if pause_seed is not None:
-            rng = random.Random(pause_seed)
-            for ch in (self.axi.write_if.aw_channel, self.axi.write_if.w_channel,
-                       self.axi.write_if.b_channel, self.axi.read_if.ar_channel,
-                       self.axi.read_if.r_channel):
-                ch.set_pause_generator(_pauses(random.Random(rng.random())))
-
-    async def reset(self) -> None:
-        self.dut.rst.value = 1
-        for _ in range(3):
-            await RisingEdge(self.dut.clk)
-        self.dut.rst.value = 0
-        await RisingEdge(self.dut.clk)
-
-    # ---- raw accesses -------------------------------------------------------------------
-    async def write(self, addr: int, data: bytes) -> None:
-        resp = await self.axi.write(addr, data)
-        assert resp.resp == AxiResp.OKAY, f"write at {addr:#x}: {resp.resp!r}"
-
-    async def read(self, addr: int, length: int) -> bytes:
-        resp = await self.axi.read(addr, length)
-        assert resp.resp == AxiResp.OKAY, f"read at {addr:#x}: {resp.resp!r}"
-        return resp.data
-
-    async def write_reg(self, name: str, value: int) -> None:
-        await self.write(self.map.reg(name), int(value).to_bytes(4, "little"))
-
-    async def read_reg(self, name: str) -> int:
-        return int.from_bytes(await self.read(self.map.reg(name), 4), "little")
+        super().__init__(dut, AxiGemmMap.for_arch(arch), pause_seed)
+        self.arch = arch
 
     # ---- windows --------------------------------------------------------------------------
     async def write_buffer(self, buf: str, lanes: np.ndarray) -> None:
@@ -132,42 +89,21 @@ class AxiGemmDriver:
         await FallingEdge(self.dut.clk)
         return c, cycles, round((get_sim_time("ns") - t0) / CLOCK_PERIOD_NS)
 
-    async def probe(self, access: dict) -> dict:
-        """One raw access; returns its response code and (reads) data."""
-        if access["op"] == "write":
-            r = await self.axi.write(access["addr"], int(access["data"]).to_bytes(4, "little"))
-            return {"resp": int(r.resp), "data": None}
-        r = await self.axi.read(access["addr"], 4)
-        return {"resp": int(r.resp), "data": int.from_bytes(r.data, "little")}
-
 
 @cocotb.test()
 async def run_job(dut):
     """Execute the job folder's Program through the AXI4-Lite port, then its probes."""
-    job = Path(os.environ["TILEWRIGHT_JOB"])
-    arch = ArchSpec.from_yaml((job / "arch.yaml").read_text(), source=str(job / "arch.yaml"))
-    program = Program.load(job / "program")
-    spec = json.loads((job / "job.json").read_text())
-    with np.load(job / "inputs.npz") as npz:
-        inputs = {k: npz[k] for k in npz.files}
+    job = load_program_job()
+    spec = job.spec
     cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
-    drv = AxiGemmDriver(dut, arch, spec.get("pause_seed"))
+    drv = AxiGemmDriver(dut, job.arch, spec.get("pause_seed"))
     await drv.reset()
-    env = {**program.constants, **inputs}
+    env = job.env
     records = []
-    for task in program.tasks:
-        if isinstance(task, GemmTask):
-            c, cycles, bus_cycles = await drv.gemm(env[task.a], env[task.b])
-            env[task.out] = c
-            records.append({"task": task.name, "m": task.m, "k": task.k, "n": task.n,
-                            "cycles": cycles, "bus_cycles": bus_cycles})
-        else:
-            env[task.out] = run_vector(task, env)
-    probes = []
-    for group in spec.get("probes", []):
-        tasks = [cocotb.start_soon(drv.probe(acc)) for acc in group]
-        probes.append([await t for t in tasks])
-    computed = {k: v for k, v in env.items() if k not in program.constants and k not in inputs}
-    np.savez(job / "outputs.npz", **computed)
-    (job / "cycles.json").write_text(json.dumps(records, indent=1))
-    (job / "probes.json").write_text(json.dumps(probes, indent=1))
+    for task in gemm_tasks(job, env):
+        c, cycles, bus_cycles = await drv.gemm(env[task.a], env[task.b])
+        env[task.out] = c
+        records.append({"task": task.name, "m": task.m, "k": task.k, "n": task.n,
+                        "cycles": cycles, "bus_cycles": bus_cycles})
+    probes = await drv.probe_groups(spec.get("probes", []))
+    save_outputs(job, env, cycles=records, probes=probes)

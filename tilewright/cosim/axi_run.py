@@ -8,10 +8,6 @@ run_program` (bit-exact) and cycles with :func:`tilewright.dataflow_sim.cycle.ge
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +18,7 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout
 from tilewright.compiler.program import Program
 from tilewright.cosim.axi_build import AxiBuild, build_axi_top
-from tilewright.cosim.verilator import run_cocotb_bench
+from tilewright.cosim.bench_util import check_probes, run_program_job
 
 __all__ = ["AxiRun", "run_program_axi", "AXI_BENCH_MODULE"]
 
@@ -66,25 +62,11 @@ def run_program_axi(program: Program, inputs: dict[str, np.ndarray], arch: ArchS
                          f"not {arch.name} ({arch.content_hash()})")
     for task in program.gemms():       # a clear DoesNotFit before any build or simulation
         GemmLayout.for_arch(arch, task.m, task.k, task.n).check_fits(arch)
-    for group in probes:
-        for acc in group:
-            if acc.get("op") not in ("read", "write") or not isinstance(acc.get("addr"), int):
-                raise ValueError(f"probe {acc!r}: needs op 'read' or 'write' and an int addr")
+    check_probes(probes)
     build = build_axi_top(arch, log=log, waves=waves)
-    job = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="tilewright-axi-"))
-    job.mkdir(parents=True, exist_ok=True)
-    (job / "arch.yaml").write_text(arch.to_yaml())
-    program.save(job / "program")
-    np.savez(job / "inputs.npz", **inputs)
-    (job / "job.json").write_text(json.dumps({"pause_seed": pause_seed,
-                                              "probes": [list(g) for g in probes]}))
-    t0 = time.perf_counter()
-    run_cocotb_bench(build, AXI_BENCH_MODULE, job, "AXI top", waves=waves)
-    sim_s = time.perf_counter() - t0
-    with np.load(job / "outputs.npz") as npz:
-        outputs = {k: npz[k] for k in npz.files}
-    cycles = json.loads((job / "cycles.json").read_text())
-    probe_results = json.loads((job / "probes.json").read_text())
-    if not keep_dir:
-        shutil.rmtree(job, ignore_errors=True)
-    return AxiRun(outputs, cycles, probe_results, build, sim_s)
+    res = run_program_job(build, AXI_BENCH_MODULE, "AXI top", arch, program, inputs,
+                          spec={"pause_seed": pause_seed, "probes": [list(g) for g in probes]},
+                          results=("cycles", "probes"), keep_dir=keep_dir,
+                          prefix="tilewright-axi-", waves=waves)
+    return AxiRun(res.outputs, res.results["cycles"], res.results["probes"], build,
+                  res.sim_seconds)

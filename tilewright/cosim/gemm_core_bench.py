@@ -17,10 +17,7 @@ Signals are driven and sampled on the falling clock edge (race-free with Verilat
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -29,9 +26,8 @@ from cocotb.triggers import FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.program import GemmTask, Program
+from tilewright.cosim.bench_util import gemm_tasks, load_program_job, save_outputs
 from tilewright.cosim.gemm_commands import GemmCommand
-from tilewright.dataflow_sim.functional import run_vector
 
 CLOCK_PERIOD_NS = 10
 
@@ -104,24 +100,15 @@ class GemmCoreDriver:
 @cocotb.test()
 async def run_job(dut):
     """Execute the job folder's Program; GEMMs on the RTL."""
-    job = Path(os.environ["TILEWRIGHT_JOB"])
-    arch = ArchSpec.from_yaml((job / "arch.yaml").read_text(), source=str(job / "arch.yaml"))
-    program = Program.load(job / "program")
-    with np.load(job / "inputs.npz") as npz:
-        inputs = {k: npz[k] for k in npz.files}
+    job = load_program_job()
     cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
-    drv = GemmCoreDriver(dut, arch)
+    drv = GemmCoreDriver(dut, job.arch)
     await drv.reset()
-    env = {**program.constants, **inputs}
+    env = job.env
     records = []
-    for task in program.tasks:
-        if isinstance(task, GemmTask):
-            c, cycles = await drv.gemm(env[task.a], env[task.b])
-            env[task.out] = c
-            records.append({"task": task.name, "m": task.m, "k": task.k, "n": task.n,
-                            "cycles": cycles, "run_seconds": drv.last_run_seconds})
-        else:
-            env[task.out] = run_vector(task, env)
-    computed = {k: v for k, v in env.items() if k not in program.constants and k not in inputs}
-    np.savez(job / "outputs.npz", **computed)
-    (job / "cycles.json").write_text(json.dumps(records, indent=1))
+    for task in gemm_tasks(job, env):
+        c, cycles = await drv.gemm(env[task.a], env[task.b])
+        env[task.out] = c
+        records.append({"task": task.name, "m": task.m, "k": task.k, "n": task.n,
+                        "cycles": cycles, "run_seconds": drv.last_run_seconds})
+    save_outputs(job, env, cycles=records)

@@ -6,10 +6,6 @@ bench, Python every cycle) and ``"fast"`` (the C++ harness of :mod:`tilewright.c
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +15,8 @@ import numpy as np
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout
 from tilewright.compiler.program import Program
-from tilewright.cosim.verilator import VerilatorBuild, build_core, run_cocotb_bench
+from tilewright.cosim.bench_util import run_program_job
+from tilewright.cosim.verilator import VerilatorBuild, build_core
 
 if TYPE_CHECKING:
     from tilewright.cosim.fast_build import FastBuild
@@ -73,18 +70,7 @@ def run_program_rtl(program: Program, inputs: dict[str, np.ndarray], arch: ArchS
         from tilewright.cosim.fast_run import run_program_fast  # noqa: PLC0415
         return run_program_fast(program, inputs, arch, log=log, keep_dir=keep_dir)
     build = build_core(arch, log=log, waves=waves)
-    job = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="tilewright-job-"))
-    job.mkdir(parents=True, exist_ok=True)
-    (job / "arch.yaml").write_text(arch.to_yaml())
-    program.save(job / "program")
-    np.savez(job / "inputs.npz", **inputs)
-    t0 = time.perf_counter()
-    log_text = run_cocotb_bench(build, BENCH_MODULE, job, "RTL", waves=waves)
-    sim_s = time.perf_counter() - t0
-    with np.load(job / "outputs.npz") as npz:
-        outputs = {k: npz[k] for k in npz.files}
-    cycles = json.loads((job / "cycles.json").read_text())
-    run = RtlRun(outputs, cycles, build, sim_s, job if keep_dir else None, log_text[-2000:])
-    if not keep_dir:
-        shutil.rmtree(job, ignore_errors=True)
-    return run
+    res = run_program_job(build, BENCH_MODULE, "RTL", arch, program, inputs, keep_dir=keep_dir,
+                          prefix="tilewright-job-", waves=waves)
+    return RtlRun(res.outputs, res.results["cycles"], build, res.sim_seconds, res.folder,
+                  res.log_text[-2000:])
