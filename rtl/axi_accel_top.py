@@ -46,7 +46,9 @@ from amaranth.lib.wiring import In, Out
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.codegen import IMEM_WORDS, WORD_BITS, beat_bytes
 from tilewright.rtl.accel_top import ACCEL_GENERATOR_VERSION, AccelTop
-from tilewright.rtl.axi_lite import AxiLiteBridge, AxiLiteSignature, AxiResp, verilog_ports
+from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Register,
+                                     decode_registers, describe_registers, register_offset,
+                                     strobe_merge, verilog_ports, version_word)
 from tilewright.rtl.controller import PC_BITS
 from tilewright.rtl.dma import ADDR_BITS
 
@@ -72,16 +74,6 @@ PAGE_BYTES = 4096
 AXPROT, AXCACHE = 0b010, 0b0011
 
 
-@dataclass(frozen=True)
-class Register:
-    """One 32-bit register below :data:`IMEM_BASE`."""
-
-    name: str
-    offset: int          #: byte offset
-    access: str          #: "ro", "rw", "wo" (reads 0) or "rw1c"
-    doc: str
-
-
 REGISTERS: tuple[Register, ...] = (
     Register("ID", 0x00, "ro", "low 32 bits of the ArchSpec content hash"),
     Register("VERSION", 0x04, "ro", "[31:24] AXI accelerator top version, [23:16].[15:8].[7:0] "
@@ -99,7 +91,6 @@ REGISTERS: tuple[Register, ...] = (
              "[31:24] AXI data bytes W"),
     Register("IMEM_WORDS", 0x28, "ro", "instruction memory depth (64-bit words)"),
 )
-_REG = {r.name: r for r in REGISTERS}
 
 
 def axi_data_bytes(arch: ArchSpec) -> int:
@@ -111,11 +102,6 @@ def axi_data_bytes(arch: ArchSpec) -> int:
                             f"at clock_mhz={arch.clock_mhz} gives {w}-byte beats; the AXI4 "
                             f"memory port accepts 1 to 128 bytes (8 to 1024 bits)")
     return w
-
-
-def _version_word() -> int:
-    major, minor, patch = (int(p) for p in ACCEL_GENERATOR_VERSION.split("."))
-    return (AXI_ACCEL_VERSION << 24) | (major << 16) | (minor << 8) | patch
 
 
 @dataclass(frozen=True)
@@ -142,10 +128,7 @@ class AxiAccelMap:
     @staticmethod
     def reg(name: str) -> int:
         """Byte address of register ``name``."""
-        try:
-            return _REG[name].offset
-        except KeyError:
-            raise ValueError(f"register {name!r}: accepted: {', '.join(_REG)}") from None
+        return register_offset(REGISTERS, name)
 
     @staticmethod
     def imem_addr(index: int, high: bool = False) -> int:
@@ -156,7 +139,8 @@ class AxiAccelMap:
 
     def reset_values(self) -> dict[str, int]:
         """Each identification register's value (what a CPU reads after reset)."""
-        return {"ID": self.arch_id, "VERSION": _version_word(),
+        return {"ID": self.arch_id,
+                "VERSION": version_word(AXI_ACCEL_VERSION, ACCEL_GENERATOR_VERSION),
                 "CONFIG": (self.rows | (self.cols << 8) | ((self.dataflow == "os") << 16)
                            | (self.data_bytes << 24)),
                 "IMEM_WORDS": IMEM_WORDS}
@@ -165,8 +149,7 @@ class AxiAccelMap:
         """JSON-ready description for manifests and drivers."""
         return {"s_axil": {"addr_width": ADDR_WIDTH, "data_width": 32, "imem_base": IMEM_BASE,
                            "imem_words": IMEM_WORDS,
-                           "registers": [{"name": r.name, "offset": r.offset,
-                                          "access": r.access, "doc": r.doc} for r in REGISTERS],
+                           "registers": describe_registers(REGISTERS),
                            "reset_values": self.reset_values()},
                 "m_axi": {"addr_width": self.axi_addr_width, "data_width": 8 * self.data_bytes,
                           "id_width": 1, "burst": "INCR", "max_burst_beats": MAX_BURST_BEATS,
@@ -350,10 +333,7 @@ class AxiAccelTop(wiring.Component):
         bus = bridge.reg
         resp, ack, rdata = Signal(AxiResp), Signal(), Signal(32)
         m.d.comb += [bus.ack.eq(ack), bus.rdata.eq(rdata), bus.resp.eq(resp)]
-        mask = Cat(*(bus.wstrb[i].replicate(8) for i in range(4)))
-
-        def merged(old):
-            return (old & ~mask) | (bus.wdata & mask)
+        merged = strobe_merge(bus)
 
         # run state: `pending` from START until the controller is done and writes are answered
         pending, done, bus_err = Signal(), Signal(), Signal()
@@ -374,34 +354,8 @@ class AxiAccelTop(wiring.Component):
         with m.If(bus.req):
             m.d.comb += ack.eq(1)
             with m.If(region == 0):
-                for i, r in enumerate(REGISTERS):
-                    with (m.If if i == 0 else m.Elif)(bus.addr == r.offset):
-                        if r.access == "ro":
-                            with m.If(bus.we):
-                                m.d.comb += resp.eq(AxiResp.SLVERR)
-                            with m.Else():
-                                m.d.comb += rdata.eq(ro[r.name])
-                        elif r.access == "rw":
-                            reg = entry if r.name == "ENTRY" else irq_en
-                            m.d.comb += rdata.eq(reg)
-                            with m.If(bus.we):
-                                m.d.sync += reg.eq(merged(reg)[:len(reg)])
-                        elif r.name == "CTRL":
-                            with m.If(bus.we & bus.wstrb[0] & bus.wdata[0]):
-                                with m.If(busy):
-                                    m.d.comb += resp.eq(AxiResp.SLVERR)
-                                with m.Else():
-                                    m.d.comb += accel.start.eq(1)
-                                    m.d.sync += [pending.eq(1), done.eq(0), bus_err.eq(0)]
-                        else:                                   # STATUS
-                            m.d.comb += rdata.eq(status)
-                            with m.If(bus.we & bus.wstrb[0]):
-                                with m.If(bus.wdata[STATUS_BITS["DONE"]]):
-                                    m.d.sync += done.eq(0)
-                                with m.If(bus.wdata[STATUS_BITS["BUS_ERROR"]]):
-                                    m.d.sync += bus_err.eq(0)
-                with m.Else():
-                    m.d.comb += resp.eq(AxiResp.DECERR)
+                self._registers(m, bus, resp, rdata, ro, {"ENTRY": entry, "IRQ_EN": irq_en},
+                                merged, busy, accel.start, pending, done, bus_err)
             with m.Else():                                      # instruction-memory window
                 with m.If(~bus.we | busy):
                     m.d.comb += resp.eq(AxiResp.SLVERR)
@@ -412,6 +366,30 @@ class AxiAccelTop(wiring.Component):
                                  accel.imem_wr_addr.eq(bus.addr[3:ADDR_WIDTH - 1]),
                                  accel.imem_wr_data.eq(Cat(staging, merged(Const(0, 32))))]
         return m
+
+    @staticmethod
+    def _registers(m, bus, resp, rdata, ro, rw_regs, merged, busy, start, pending, done,
+                   bus_err):
+        """Registers below :data:`IMEM_BASE`: decode ``bus.addr`` against :data:`REGISTERS`
+        (``ro["STATUS"]`` is the STATUS value)."""
+        def ctrl_status(r):
+            if r.name == "CTRL":
+                with m.If(bus.we & bus.wstrb[0] & bus.wdata[0]):
+                    with m.If(busy):
+                        m.d.comb += resp.eq(AxiResp.SLVERR)
+                    with m.Else():
+                        m.d.comb += start.eq(1)
+                        m.d.sync += [pending.eq(1), done.eq(0), bus_err.eq(0)]
+            else:                                   # STATUS
+                m.d.comb += rdata.eq(ro["STATUS"])
+                with m.If(bus.we & bus.wstrb[0]):
+                    with m.If(bus.wdata[STATUS_BITS["DONE"]]):
+                        m.d.sync += done.eq(0)
+                    with m.If(bus.wdata[STATUS_BITS["BUS_ERROR"]]):
+                        m.d.sync += bus_err.eq(0)
+
+        decode_registers(m, bus, bus.addr, REGISTERS, resp=resp, rdata=rdata, ro_values=ro,
+                         rw_regs=rw_regs, merged=merged, other=ctrl_status)
 
 
 def generate_axi_accel_verilog(arch: ArchSpec) -> tuple[str, AxiAccelTop]:

@@ -40,7 +40,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec, ArchSpecError
-from tilewright.rtl.axi_lite import AxiLiteBridge, AxiLiteSignature, AxiResp, verilog_ports
+from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Register,
+                                     decode_registers, describe_registers, register_offset,
+                                     strobe_merge, verilog_ports, version_word)
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
 
 __all__ = ["AXI_TOP_NAME", "AXI_TOP_VERSION", "Register", "REGISTERS", "AxiGemmMap",
@@ -53,16 +55,6 @@ AXI_TOP_VERSION = 1
 DATA_BITS = 32
 #: smallest region: 4 KiB (one page)
 MIN_WINDOW_BITS = 12
-
-
-@dataclass(frozen=True)
-class Register:
-    """One 32-bit register of region 0."""
-
-    name: str
-    offset: int          #: byte offset in region 0
-    access: str          #: "ro", "rw", "wo" (reads 0) or "rw1c" (see ``doc``)
-    doc: str
 
 
 REGISTERS: tuple[Register, ...] = (
@@ -83,16 +75,10 @@ REGISTERS: tuple[Register, ...] = (
     Register("ACC_WORDS", 0x2C, "ro", "accumulator depth in words"),
     Register("WINDOW", 0x30, "ro", "window_bits: each region is 2**window_bits bytes"),
 )
-_REG = {r.name: r for r in REGISTERS}
 
 
 def _log2_ceil(x: int) -> int:
     return max(0, (x - 1).bit_length())
-
-
-def _version_word() -> int:
-    major, minor, patch = (int(p) for p in GENERATOR_VERSION.split("."))
-    return (AXI_TOP_VERSION << 24) | (major << 16) | (minor << 8) | patch
 
 
 @dataclass(frozen=True)
@@ -148,14 +134,11 @@ class AxiGemmMap:
     @staticmethod
     def reg(name: str) -> int:
         """Byte address of register ``name``."""
-        try:
-            return _REG[name].offset
-        except KeyError:
-            raise ValueError(f"register {name!r}: accepted: {', '.join(_REG)}") from None
+        return register_offset(REGISTERS, name)
 
     def reset_values(self) -> dict[str, int]:
         """Value of each read-only identification register (what a CPU reads after reset)."""
-        return {"ID": self.arch_id, "VERSION": _version_word(),
+        return {"ID": self.arch_id, "VERSION": version_word(AXI_TOP_VERSION, GENERATOR_VERSION),
                 "CONFIG": self.rows | (self.cols << 8) | ((self.dataflow == "os") << 16),
                 "A_WORDS": self.depth_a, "B_WORDS": self.depth_b, "ACC_WORDS": self.depth_acc,
                 "WINDOW": self.window_bits}
@@ -165,8 +148,7 @@ class AxiGemmMap:
         return {
             "addr_width": self.addr_width, "data_width": DATA_BITS,
             "window_bits": self.window_bits,
-            "registers": [{"name": r.name, "offset": r.offset, "access": r.access, "doc": r.doc}
-                          for r in REGISTERS],
+            "registers": describe_registers(REGISTERS),
             "windows": {b: {"base": self.base(b), "words": self.depth(b),
                             "chunks_per_word": self.chunks(b), "stride_chunks": self.stride(b),
                             "access": "ro" if b == "acc" else "wo"} for b in ("a", "b", "acc")},
@@ -200,11 +182,8 @@ class AxiGemmTop(wiring.Component):
         region = bus.addr[wb:wb + 2]
         offset = bus.addr[:wb]
 
-        # byte mask of the write strobes, and the write data merged into a 32-bit old value
-        mask = Cat(*(bus.wstrb[i].replicate(8) for i in range(4)))
-
-        def merged(old):
-            return (old & ~mask) | (bus.wdata & mask)
+        # the write data merged into a 32-bit old value under the byte strobes
+        merged = strobe_merge(bus)
 
         resp = Signal(AxiResp)
         ack, rdata = Signal(), Signal(DATA_BITS)
@@ -291,28 +270,18 @@ class AxiGemmTop(wiring.Component):
     @staticmethod
     def _registers(m, bus, offset, resp, rdata, ro_values, size, start, done, merged):
         """Region 0: decode ``offset`` against :data:`REGISTERS`."""
-        for i, r in enumerate(REGISTERS):
-            with (m.If if i == 0 else m.Elif)(offset == r.offset):
-                if r.access == "ro":
-                    with m.If(bus.we):
-                        m.d.comb += resp.eq(AxiResp.SLVERR)
-                    with m.Else():
-                        m.d.comb += rdata.eq(ro_values[r.name])
-                elif r.access == "rw":
-                    reg = size[r.name]
-                    m.d.comb += rdata.eq(reg)
-                    with m.If(bus.we):
-                        m.d.sync += reg.eq(merged(reg)[:16])
-                elif r.name == "CTRL":
-                    with m.If(bus.we & bus.wstrb[0] & bus.wdata[0]):
-                        m.d.comb += start.eq(1)
-                        m.d.sync += done.eq(0)
-                else:                                   # STATUS
-                    m.d.comb += rdata.eq(ro_values["STATUS"])
-                    with m.If(bus.we & bus.wstrb[0] & bus.wdata[1]):
-                        m.d.sync += done.eq(0)
-        with m.Else():
-            m.d.comb += resp.eq(AxiResp.DECERR)
+        def ctrl_status(r):
+            if r.name == "CTRL":
+                with m.If(bus.we & bus.wstrb[0] & bus.wdata[0]):
+                    m.d.comb += start.eq(1)
+                    m.d.sync += done.eq(0)
+            else:                                   # STATUS
+                m.d.comb += rdata.eq(ro_values["STATUS"])
+                with m.If(bus.we & bus.wstrb[0] & bus.wdata[1]):
+                    m.d.sync += done.eq(0)
+
+        decode_registers(m, bus, offset, REGISTERS, resp=resp, rdata=rdata, ro_values=ro_values,
+                         rw_regs=size, merged=merged, other=ctrl_status)
 
 
 def generate_axi_verilog(arch: ArchSpec) -> tuple[str, AxiGemmTop]:

@@ -27,11 +27,16 @@ Bridge timing contract (all in the ``sync`` domain)
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AxiResp", "AxiLiteSignature", "RegBusSignature", "AxiLiteBridge", "verilog_ports"]
+__all__ = ["AxiResp", "AxiLiteSignature", "RegBusSignature", "AxiLiteBridge", "verilog_ports",
+           "Register", "register_offset", "describe_registers", "version_word", "strobe_merge",
+           "decode_registers"]
 
 
 class AxiResp(enum.Enum, shape=2):
@@ -50,13 +55,46 @@ def _check_widths(addr_width: object, data_width: object) -> None:
         raise ValueError(f"data_width must be 32 or 64 (AXI4-Lite), not {data_width!r}")
 
 
-class AxiLiteSignature(wiring.Signature):
+class _Widths:
+    """``addr_width`` / ``data_width`` (checked by :func:`_check_widths`) of a bus, a bus
+    signature or a component with one such port."""
+
+    def _set_widths(self, addr_width: int, data_width: int) -> None:
+        _check_widths(addr_width, data_width)
+        self._addr_width, self._data_width = addr_width, data_width
+
+    @property
+    def addr_width(self) -> int:
+        return self._addr_width
+
+    @property
+    def data_width(self) -> int:
+        return self._data_width
+
+
+class _BusSignature(_Widths, wiring.Signature):
+    """A signature made by ``members(addr_width, data_width)``; equal to another of the same
+    class with the same widths."""
+
+    def __init__(self, members: dict, *, addr_width: int, data_width: int):
+        self._set_widths(addr_width, data_width)
+        super().__init__(members)
+
+    def __eq__(self, other):
+        return (isinstance(other, type(self)) and other.addr_width == self.addr_width
+                and other.data_width == self.data_width)
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(addr_width={self.addr_width}, "
+                f"data_width={self.data_width})")
+
+
+class AxiLiteSignature(_BusSignature):
     """AXI4-Lite, from the manager's side: ``addr_width`` address bits (byte addresses),
     ``data_width`` (32 or 64) data bits, ``data_width // 8`` write strobes."""
 
     def __init__(self, *, addr_width: int, data_width: int = 32):
         _check_widths(addr_width, data_width)
-        self._addr_width, self._data_width = addr_width, data_width
         super().__init__({
             "awaddr": Out(addr_width), "awprot": Out(3), "awvalid": Out(1), "awready": In(1),
             "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wvalid": Out(1),
@@ -64,70 +102,30 @@ class AxiLiteSignature(wiring.Signature):
             "bresp": In(2), "bvalid": In(1), "bready": Out(1),
             "araddr": Out(addr_width), "arprot": Out(3), "arvalid": Out(1), "arready": In(1),
             "rdata": In(data_width), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
-        })
-
-    @property
-    def addr_width(self) -> int:
-        return self._addr_width
-
-    @property
-    def data_width(self) -> int:
-        return self._data_width
-
-    def __eq__(self, other):
-        return (isinstance(other, AxiLiteSignature) and other.addr_width == self.addr_width
-                and other.data_width == self.data_width)
-
-    def __repr__(self):
-        return f"AxiLiteSignature(addr_width={self.addr_width}, data_width={self.data_width})"
+        }, addr_width=addr_width, data_width=data_width)
 
 
-class RegBusSignature(wiring.Signature):
+class RegBusSignature(_BusSignature):
     """One-access-at-a-time register bus, from the initiator's side (see module docstring)."""
 
     def __init__(self, *, addr_width: int, data_width: int = 32):
         _check_widths(addr_width, data_width)
-        self._addr_width, self._data_width = addr_width, data_width
         super().__init__({
             "req": Out(1), "we": Out(1), "addr": Out(addr_width), "wdata": Out(data_width),
             "wstrb": Out(data_width // 8),
             "ack": In(1), "rdata": In(data_width), "resp": In(AxiResp),
-        })
-
-    @property
-    def addr_width(self) -> int:
-        return self._addr_width
-
-    @property
-    def data_width(self) -> int:
-        return self._data_width
-
-    def __eq__(self, other):
-        return (isinstance(other, RegBusSignature) and other.addr_width == self.addr_width
-                and other.data_width == self.data_width)
-
-    def __repr__(self):
-        return f"RegBusSignature(addr_width={self.addr_width}, data_width={self.data_width})"
+        }, addr_width=addr_width, data_width=data_width)
 
 
-class AxiLiteBridge(wiring.Component):
+class AxiLiteBridge(_Widths, wiring.Component):
     """AXI4-Lite subordinate port ``axi`` -> register bus ``reg`` (timing in module docstring)."""
 
     def __init__(self, *, addr_width: int, data_width: int = 32):
-        _check_widths(addr_width, data_width)
-        self._addr_width, self._data_width = addr_width, data_width
+        self._set_widths(addr_width, data_width)
         super().__init__({
             "axi": In(AxiLiteSignature(addr_width=addr_width, data_width=data_width)),
             "reg": Out(RegBusSignature(addr_width=addr_width, data_width=data_width)),
         })
-
-    @property
-    def addr_width(self) -> int:
-        return self._addr_width
-
-    @property
-    def data_width(self) -> int:
-        return self._data_width
 
     def elaborate(self, platform):
         m = Module()
@@ -197,3 +195,70 @@ def verilog_ports(component: wiring.Component, *, separator: str = "_") -> dict:
         direction = _ir.PortDirection.Input if member.flow == In else _ir.PortDirection.Output
         ports[name] = (value.as_value() if hasattr(value, "as_value") else value, direction)
     return ports
+
+
+# ---- register files behind the register bus (used by the AXI tops) ---------------------------
+@dataclass(frozen=True)
+class Register:
+    """One 32-bit register of a register file on the register bus."""
+
+    name: str
+    offset: int          #: byte offset
+    access: str          #: "ro", "rw", "wo" (reads 0) or "rw1c" (see ``doc``)
+    doc: str
+
+
+def register_offset(registers: Sequence[Register], name: str) -> int:
+    """Byte offset of register ``name``; ValueError naming the accepted names otherwise."""
+    for r in registers:
+        if r.name == name:
+            return r.offset
+    raise ValueError(f"register {name!r}: accepted: {', '.join(r.name for r in registers)}")
+
+
+def describe_registers(registers: Sequence[Register]) -> list[dict]:
+    """JSON-ready list of ``registers`` (name, offset, access, doc) for manifests."""
+    return [{"name": r.name, "offset": r.offset, "access": r.access, "doc": r.doc}
+            for r in registers]
+
+
+def version_word(top_version: int, generator_version: str) -> int:
+    """VERSION register value: [31:24] ``top_version``, [23:16].[15:8].[7:0] the generator's
+    ``major.minor.patch``."""
+    major, minor, patch = (int(p) for p in generator_version.split("."))
+    return (top_version << 24) | (major << 16) | (minor << 8) | patch
+
+
+def strobe_merge(bus) -> Callable:
+    """``merged(old)``: the register bus's 32-bit write data merged into ``old`` under its byte
+    strobes (``wstrb`` bit i selects byte i of ``wdata``)."""
+    mask = Cat(*(bus.wstrb[i].replicate(8) for i in range(4)))
+
+    def merged(old):
+        return (old & ~mask) | (bus.wdata & mask)
+    return merged
+
+
+def decode_registers(m: Module, bus, addr, registers: Sequence[Register], *, resp, rdata,
+                     ro_values: Mapping, rw_regs: Mapping, merged: Callable,
+                     other: Callable[[Register], None]) -> None:
+    """Answer an access at ``addr`` (inside ``bus.req``) against ``registers``: "ro" reads
+    ``ro_values[name]`` and SLVERR on writes; "rw" reads ``rw_regs[name]`` and takes
+    :func:`strobe_merge`'s ``merged`` value on writes; any other register is ``other(r)``'s (in
+    its decode branch); an address with no register answers DECERR."""
+    for i, r in enumerate(registers):
+        with (m.If if i == 0 else m.Elif)(addr == r.offset):
+            if r.access == "ro":
+                with m.If(bus.we):
+                    m.d.comb += resp.eq(AxiResp.SLVERR)
+                with m.Else():
+                    m.d.comb += rdata.eq(ro_values[r.name])
+            elif r.access == "rw":
+                reg = rw_regs[r.name]
+                m.d.comb += rdata.eq(reg)
+                with m.If(bus.we):
+                    m.d.sync += reg.eq(merged(reg)[:len(reg)])
+            else:
+                other(r)
+    with m.Else():
+        m.d.comb += resp.eq(AxiResp.DECERR)
