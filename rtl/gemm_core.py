@@ -42,11 +42,11 @@ from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout, MAX_DIM
-from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArray,
+from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArray, _Dims,
                                      WeightStationaryArray, delay, os_finish_cycles,
                                      ws_latency_cycles)
 
-__all__ = ["GemmCore", "GENERATOR_VERSION"]
+__all__ = ["GemmCore", "GENERATOR_VERSION", "memories", "run_state", "ws_sequencer"]
 
 #: bump when the generated hardware's behaviour or ports change
 GENERATOR_VERSION = "0.3.0"
@@ -71,7 +71,167 @@ class _Offset:
         return getattr(self._port, name)
 
 
-class GemmCore(wiring.Component):
+def core_ports(rows: int, cols: int, depths: tuple[int, int, int], element_bits: int) -> dict:
+    """The host ports of a GEMM core with ``rows`` x ``cols`` lanes of ``element_bits`` and
+    (A, B, accumulator) buffers of ``depths`` words (see module docstring)."""
+    da, db, dc = depths
+    return {
+        "a_wr_en": In(1), "a_wr_addr": In(_abits(da)), "a_wr_data": In(rows * element_bits),
+        "b_wr_en": In(1), "b_wr_addr": In(_abits(db)), "b_wr_data": In(cols * element_bits),
+        "acc_rd_addr": In(_abits(dc)), "acc_rd_data": Out(cols * ACC_BITS),
+        "m": In(_DIM_BITS), "k": In(_DIM_BITS), "n": In(_DIM_BITS),
+        "start": In(1), "busy": Out(1), "cycles": Out(32),
+    }
+
+
+class _CoreShape(_Dims):
+    """``rows``, ``cols`` and ``depths`` of a GEMM core that sets ``_rows``, ``_cols`` and
+    ``_depths``."""
+
+    @property
+    def depths(self) -> tuple[int, int, int]:
+        """(A, B, accumulator) buffer depths in words."""
+        return self._depths
+
+
+def memories(m: Module, core, element_bits: int):
+    """The A, B and accumulator buffers of ``core`` (``rows``/``cols`` lanes of
+    ``element_bits``, ``cols`` lanes of ACC_BITS; ``core.depths`` words). Returns the engine's
+    ports (``a_r``, ``b_r``, ``c_r``, ``c_w``; the accumulator read port transparent for its
+    write port) and the statements that wire the host's ports (``a_wr_*``, ``b_wr_*``,
+    ``acc_rd_*``) for the caller to add to ``m.d.comb``."""
+    R, C = core.rows, core.cols
+    da, db, dc = core.depths
+    mem_a = memory.Memory(shape=unsigned(R * element_bits), depth=da, init=[])
+    mem_b = memory.Memory(shape=unsigned(C * element_bits), depth=db, init=[])
+    mem_c = memory.Memory(shape=unsigned(C * ACC_BITS), depth=dc, init=[])
+    m.submodules.mem_a, m.submodules.mem_b, m.submodules.mem_acc = mem_a, mem_b, mem_c
+    a_w, b_w, c_w = mem_a.write_port(), mem_b.write_port(), mem_c.write_port()
+    a_r, b_r = mem_a.read_port(), mem_b.read_port()
+    c_r = mem_c.read_port(transparent_for=(c_w,))
+    host_r = mem_c.read_port()
+    host = [
+        a_w.en.eq(core.a_wr_en), a_w.addr.eq(core.a_wr_addr), a_w.data.eq(core.a_wr_data),
+        b_w.en.eq(core.b_wr_en), b_w.addr.eq(core.b_wr_addr), b_w.data.eq(core.b_wr_data),
+        host_r.addr.eq(core.acc_rd_addr), core.acc_rd_data.eq(host_r.data),
+    ]
+    return a_r, b_r, c_r, c_w, host
+
+
+def run_state(m: Module, core):
+    """The run state of ``core`` (ports ``m``, ``k``, ``n``, ``start``, ``busy``, ``cycles``):
+    sizes registered at ``start``, ``running`` (= ``busy``), the cycle ``t`` within the current
+    fold (cleared at start; the sequencer advances it) and the ``cycles`` counter. Returns
+    (running, t, mr, kr, nr)."""
+    mr, kr, nr = (Signal(_DIM_BITS, name=x) for x in ("m_r", "k_r", "n_r"))
+    running = Signal()
+    t = Signal(_DIM_BITS + 8)            # cycle within the current fold
+    cycles = Signal(32)
+    m.d.comb += [core.busy.eq(running), core.cycles.eq(cycles)]
+    with m.If(running):
+        m.d.sync += cycles.eq(cycles + 1)
+    with m.If(core.start & ~running):
+        m.d.sync += [running.eq(1), t.eq(0), cycles.eq(0),
+                     mr.eq(core.m), kr.eq(core.k), nr.eq(core.n)]
+    return running, t, mr, kr, nr
+
+
+def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, *,
+                 element_bits: int, accumulate, acc_q=None) -> None:
+    """WS sequencer: preload fold 0's weights, then one period per fold with the next fold's
+    weights loaded into the shadow while this fold streams (see module docstring), for the WS
+    array ``arr`` (int8 :class:`WeightStationaryArray` or the bf16 twin) with ``element_bits``
+    lanes in the A/B buffer words. ``start`` begins a GEMM of the sizes ``mr``, ``kr``, ``nr``
+    (registered) while ``running`` (cycle ``t`` of the fold); ``a_r``/``b_r`` read A and B,
+    ``c_r``/``c_w`` read and write the accumulator. ``accumulate(m, new, old, first)`` is the
+    value written back: ``new`` (the array's output row) added to ``old`` (the accumulator's
+    word), or ``new`` alone where ``first`` (the first k-block of the output, unless ``acc_q``:
+    accumulate onto the accumulator's contents)."""
+    R, C = arr.rows, arr.cols
+    k_base, n_base = Signal(_DIM_BITS + 7), Signal(_DIM_BITS + 7)
+    a_base = Signal.like(a_r.addr, name="a_base")
+    b_base = Signal.like(b_r.addr, name="b_base")
+    acc_base = Signal.like(c_w.addr, name="acc_base")
+    pre = Signal(init=1)          # preloading fold 0's weights (t counts 0..R-1)
+    last_fold, fold_end = Signal(), Signal()
+    period = Signal(_DIM_BITS + 1)
+    reload_at = R + C - 2         # period cycle at which the next fold's weight reads start
+    m.d.comb += [
+        last_fold.eq((k_base + R >= kr) & (n_base + C >= nr)),
+        period.eq(Mux(mr > 2 * R + C - 2, mr, 2 * R + C - 2)),
+        fold_end.eq(Mux(last_fold, t == mr + (R + C), t == period - 1)),
+    ]
+
+    # weight reads: preload (fold 0) or, during a period, the next fold's rows R-1 .. 0
+    ld, st = Signal(), Signal()
+    r_idx = Signal(8)
+    with m.If(pre):
+        m.d.comb += [ld.eq(running), r_idx.eq(t[:8]), b_r.addr.eq(b_base + (R - 1) - t[:8])]
+    with m.Else():
+        m.d.comb += [ld.eq(running & ~last_fold & (t >= reload_at) & (t < reload_at + R)),
+                     b_r.addr.eq(b_base + R + (R - 1) - (t - reload_at)[:8])]
+    m.d.comb += [st.eq(running & ~pre & (t < mr)), a_r.addr.eq(a_base + t)]
+    ld_q, st_q, commit_q = Signal(), Signal(), Signal()
+    m.d.sync += [ld_q.eq(ld), st_q.eq(st), commit_q.eq(st & (t == 0))]
+    eb = element_bits
+    for j in range(C):
+        m.d.comb += arr.w_in.payload[j].eq(b_r.data[j * eb:(j + 1) * eb])
+    for i in range(R):
+        m.d.comb += arr.a_in.payload.a[i].eq(a_r.data[i * eb:(i + 1) * eb])
+    m.d.comb += [arr.w_in.valid.eq(ld_q), arr.a_in.valid.eq(st_q),
+                 arr.a_in.payload.commit.eq(commit_q)]
+
+    # sideband: each row's accumulator address and "first k-block" flag ride beside the
+    # array (SRAM latency + array latency) so write-back needs no per-fold state
+    tag_addr = Signal.like(c_w.addr, name="tag_addr")
+    tag_first = Signal(name="tag_first")
+    first = (k_base == 0) if acc_q is None else ((k_base == 0) & ~acc_q)
+    m.d.sync += [tag_addr.eq(acc_base + t), tag_first.eq(first)]
+    lat = ws_latency_cycles(R, C)
+    out_addr = delay(m, tag_addr, lat, "wb_addr")
+    out_first = delay(m, tag_first, lat, "wb_first")
+
+    # accumulator read-modify-write: read at c_out.valid, write one cycle later
+    out_q = Signal(C * ACC_BITS)
+    wr_q, first_q = Signal(), Signal()
+    addr_q = Signal.like(c_w.addr)
+    m.d.comb += c_r.addr.eq(out_addr)
+    m.d.sync += [wr_q.eq(arr.c_out.valid), first_q.eq(out_first), addr_q.eq(out_addr),
+                 out_q.eq(Cat(*arr.c_out.payload))]
+    written = accumulate(m, out_q, c_r.data, first_q)
+    m.d.comb += [c_w.en.eq(wr_q), c_w.addr.eq(addr_q), c_w.data.eq(written)]
+
+    # sequencing: nb outer, kb inner
+    with m.If(start & ~running):
+        m.d.sync += pre.eq(1)
+    with m.If(running):
+        m.d.sync += t.eq(t + 1)
+        with m.If(pre):
+            with m.If(t == R - 1):
+                m.d.sync += [pre.eq(0), t.eq(0)]
+        with m.Elif(fold_end):
+            m.d.sync += [t.eq(0), b_base.eq(b_base + R)]
+            with m.If(k_base + R < kr):
+                m.d.sync += [k_base.eq(k_base + R), a_base.eq(a_base + mr)]
+            with m.Else():
+                m.d.sync += [k_base.eq(0), a_base.eq(0)]
+                with m.If(n_base + C < nr):
+                    m.d.sync += [n_base.eq(n_base + C), acc_base.eq(acc_base + mr)]
+                with m.Else():
+                    m.d.sync += [running.eq(0), n_base.eq(0), acc_base.eq(0), b_base.eq(0),
+                                 pre.eq(1)]
+
+
+def _int32_accumulate(m: Module, new, old, first):
+    """int32 lanes: ``new`` alone on the first k-block, else ``new + old`` wrapping per lane."""
+    summed = []
+    for j in range(len(new) // ACC_BITS):
+        lo, hi = j * ACC_BITS, (j + 1) * ACC_BITS
+        summed.append((new[lo:hi] + old[lo:hi])[:ACC_BITS])
+    return Mux(first, new, Cat(*summed))
+
+
+class GemmCore(_CoreShape, wiring.Component):
     """The systolic GEMM core for one :class:`~tilewright.arch.ArchSpec` (see module docstring)."""
 
     def __init__(self, arch: ArchSpec, *, halves: bool = False):
@@ -89,20 +249,13 @@ class GemmCore(wiring.Component):
         self._arch = arch
         self._halves = halves
         self._rows, self._cols, self._dataflow = te.rows, te.cols, te.dataflow
-        self._depth_a, self._depth_b, self._depth_acc = GemmLayout.depths(arch)
-        for buf, d in (("A", self._depth_a), ("B", self._depth_b), ("accumulator", self._depth_acc)):
+        self._depths = tuple(GemmLayout.depths(arch))
+        for buf, d in zip(("A", "B", "accumulator"), self._depths):
             if d < 1:
                 raise ValueError(f"memory is too small for a {te.rows}x{te.cols} array: "
                                  f"{buf} buffer would hold {d} words")
-        R, C = self._rows, self._cols
         super().__init__({
-            "a_wr_en": In(1), "a_wr_addr": In(_abits(self._depth_a)),
-            "a_wr_data": In(R * ELEMENT_BITS),
-            "b_wr_en": In(1), "b_wr_addr": In(_abits(self._depth_b)),
-            "b_wr_data": In(C * ELEMENT_BITS),
-            "acc_rd_addr": In(_abits(self._depth_acc)), "acc_rd_data": Out(C * ACC_BITS),
-            "m": In(_DIM_BITS), "k": In(_DIM_BITS), "n": In(_DIM_BITS),
-            "start": In(1), "busy": Out(1), "cycles": Out(32),
+            **core_ports(te.rows, te.cols, self._depths, ELEMENT_BITS),
             # halves=True (the accelerator top's double buffer): each buffer is used as two
             # halves of depth // 2 words; the GEMM reads/writes half a_half/b_half/acc_half
             # (sampled with start) at word offset half * (depth // 2)
@@ -115,54 +268,25 @@ class GemmCore(wiring.Component):
     def arch(self) -> ArchSpec:
         return self._arch
 
-    @property
-    def depths(self) -> tuple[int, int, int]:
-        """(A, B, accumulator) buffer depths in words."""
-        return self._depth_a, self._depth_b, self._depth_acc
-
     def elaborate(self, platform):
         m = Module()
-        R, C = self._rows, self._cols
-        mem_a = memory.Memory(shape=unsigned(R * ELEMENT_BITS), depth=self._depth_a, init=[])
-        mem_b = memory.Memory(shape=unsigned(C * ELEMENT_BITS), depth=self._depth_b, init=[])
-        mem_c = memory.Memory(shape=unsigned(C * ACC_BITS), depth=self._depth_acc, init=[])
-        m.submodules.mem_a, m.submodules.mem_b, m.submodules.mem_acc = mem_a, mem_b, mem_c
-        a_w, b_w, c_w = mem_a.write_port(), mem_b.write_port(), mem_c.write_port()
-        a_r, b_r = mem_a.read_port(), mem_b.read_port()
-        c_r = mem_c.read_port(transparent_for=(c_w,))
-        host_r = mem_c.read_port()
+        a_r, b_r, c_r, c_w, host = memories(m, self, ELEMENT_BITS)
         acc_q = None
         if self._halves:       # double buffer: offset every engine address by its half's base
             acc_q = Signal(name="accumulate_q")
             with m.If(self.start & ~self.busy):
                 m.d.sync += acc_q.eq(self.accumulate)
             offs = []
-            for port, depth in (("a", self._depth_a), ("b", self._depth_b),
-                                ("acc", self._depth_acc)):
+            for port, depth in zip(("a", "b", "acc"), self._depths):
                 half_q = Signal(name=f"{port}_half_q")
                 with m.If(self.start & ~self.busy):
                     m.d.sync += half_q.eq(getattr(self, f"{port}_half"))
                 offs.append(Mux(half_q, depth // 2, 0))
             a_r, b_r = _Offset(m, a_r, offs[0]), _Offset(m, b_r, offs[1])
             c_r, c_w = _Offset(m, c_r, offs[2]), _Offset(m, c_w, offs[2])
-        m.d.comb += [
-            a_w.en.eq(self.a_wr_en), a_w.addr.eq(self.a_wr_addr), a_w.data.eq(self.a_wr_data),
-            b_w.en.eq(self.b_wr_en), b_w.addr.eq(self.b_wr_addr), b_w.data.eq(self.b_wr_data),
-            host_r.addr.eq(self.acc_rd_addr), self.acc_rd_data.eq(host_r.data),
-        ]
+        m.d.comb += host
 
-        # size registers, sampled at start
-        mr, kr, nr = (Signal(_DIM_BITS, name=x) for x in ("m_r", "k_r", "n_r"))
-        running = Signal()
-        t = Signal(_DIM_BITS + 8)            # cycle within the current fold
-        cycles = Signal(32)
-        m.d.comb += [self.busy.eq(running), self.cycles.eq(cycles)]
-        with m.If(running):
-            m.d.sync += cycles.eq(cycles + 1)
-        with m.If(self.start & ~running):
-            m.d.sync += [running.eq(1), t.eq(0), cycles.eq(0),
-                         mr.eq(self.m), kr.eq(self.k), nr.eq(self.n)]
-
+        running, t, mr, kr, nr = run_state(m, self)
         if self._dataflow == "ws":
             self._ws(m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, acc_q)
         else:
@@ -171,86 +295,10 @@ class GemmCore(wiring.Component):
 
     # ---------------------------------------------------------------------------------------
     def _ws(self, m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, acc_q=None):
-        """WS sequencer: preload fold 0's weights, then one period per fold with the next
-        fold's weights loaded into the shadow while this fold streams (see module docstring)."""
-        R, C = self._rows, self._cols
-        m.submodules.array = arr = WeightStationaryArray(rows=R, cols=C)
-        k_base, n_base = Signal(_DIM_BITS + 7), Signal(_DIM_BITS + 7)
-        a_base = Signal.like(a_r.addr, name="a_base")
-        b_base = Signal.like(b_r.addr, name="b_base")
-        acc_base = Signal.like(c_w.addr, name="acc_base")
-        pre = Signal(init=1)          # preloading fold 0's weights (t counts 0..R-1)
-        last_fold, fold_end = Signal(), Signal()
-        period = Signal(_DIM_BITS + 1)
-        reload_at = R + C - 2         # period cycle at which the next fold's weight reads start
-        m.d.comb += [
-            last_fold.eq((k_base + R >= kr) & (n_base + C >= nr)),
-            period.eq(Mux(mr > 2 * R + C - 2, mr, 2 * R + C - 2)),
-            fold_end.eq(Mux(last_fold, t == mr + (R + C), t == period - 1)),
-        ]
-
-        # weight reads: preload (fold 0) or, during a period, the next fold's rows R-1 .. 0
-        ld, st = Signal(), Signal()
-        r_idx = Signal(8)
-        with m.If(pre):
-            m.d.comb += [ld.eq(running), r_idx.eq(t[:8]), b_r.addr.eq(b_base + (R - 1) - t[:8])]
-        with m.Else():
-            m.d.comb += [ld.eq(running & ~last_fold & (t >= reload_at) & (t < reload_at + R)),
-                         b_r.addr.eq(b_base + R + (R - 1) - (t - reload_at)[:8])]
-        m.d.comb += [st.eq(running & ~pre & (t < mr)), a_r.addr.eq(a_base + t)]
-        ld_q, st_q, commit_q = Signal(), Signal(), Signal()
-        m.d.sync += [ld_q.eq(ld), st_q.eq(st), commit_q.eq(st & (t == 0))]
-        for j in range(C):
-            m.d.comb += arr.w_in.payload[j].eq(b_r.data[j * ELEMENT_BITS:(j + 1) * ELEMENT_BITS])
-        for i in range(R):
-            m.d.comb += arr.a_in.payload.a[i].eq(
-                a_r.data[i * ELEMENT_BITS:(i + 1) * ELEMENT_BITS])
-        m.d.comb += [arr.w_in.valid.eq(ld_q), arr.a_in.valid.eq(st_q),
-                     arr.a_in.payload.commit.eq(commit_q)]
-
-        # sideband: each row's accumulator address and "first k-block" flag ride beside the
-        # array (SRAM latency + array latency) so write-back needs no per-fold state
-        tag_addr = Signal.like(c_w.addr, name="tag_addr")
-        tag_first = Signal(name="tag_first")
-        first = (k_base == 0) if acc_q is None else ((k_base == 0) & ~acc_q)
-        m.d.sync += [tag_addr.eq(acc_base + t), tag_first.eq(first)]
-        lat = ws_latency_cycles(R, C)
-        out_addr = delay(m, tag_addr, lat, "wb_addr")
-        out_first = delay(m, tag_first, lat, "wb_first")
-
-        # accumulator read-modify-write: read at c_out.valid, write one cycle later
-        out_q = Signal(C * ACC_BITS)
-        wr_q, first_q = Signal(), Signal()
-        addr_q = Signal.like(c_w.addr)
-        m.d.comb += c_r.addr.eq(out_addr)
-        m.d.sync += [wr_q.eq(arr.c_out.valid), first_q.eq(out_first), addr_q.eq(out_addr),
-                     out_q.eq(Cat(*arr.c_out.payload))]
-        summed = []
-        for j in range(C):
-            lo, hi = j * ACC_BITS, (j + 1) * ACC_BITS
-            summed.append((out_q[lo:hi] + c_r.data[lo:hi])[:ACC_BITS])
-        m.d.comb += [c_w.en.eq(wr_q), c_w.addr.eq(addr_q),
-                     c_w.data.eq(Mux(first_q, out_q, Cat(*summed)))]
-
-        # sequencing: nb outer, kb inner
-        with m.If(self.start & ~running):
-            m.d.sync += pre.eq(1)
-        with m.If(running):
-            m.d.sync += t.eq(t + 1)
-            with m.If(pre):
-                with m.If(t == R - 1):
-                    m.d.sync += [pre.eq(0), t.eq(0)]
-            with m.Elif(fold_end):
-                m.d.sync += [t.eq(0), b_base.eq(b_base + R)]
-                with m.If(k_base + R < kr):
-                    m.d.sync += [k_base.eq(k_base + R), a_base.eq(a_base + mr)]
-                with m.Else():
-                    m.d.sync += [k_base.eq(0), a_base.eq(0)]
-                    with m.If(n_base + C < nr):
-                        m.d.sync += [n_base.eq(n_base + C), acc_base.eq(acc_base + mr)]
-                    with m.Else():
-                        m.d.sync += [running.eq(0), n_base.eq(0), acc_base.eq(0), b_base.eq(0),
-                                     pre.eq(1)]
+        """WS: the array and :func:`ws_sequencer` with int32 (wrapping) accumulation."""
+        m.submodules.array = arr = WeightStationaryArray(rows=self._rows, cols=self._cols)
+        ws_sequencer(m, arr, self.start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w,
+                     element_bits=ELEMENT_BITS, accumulate=_int32_accumulate, acc_q=acc_q)
 
     # ---------------------------------------------------------------------------------------
     def _os(self, m, running, t, mr, kr, nr, a_r, b_r, c_w, c_r=None, acc_q=None):

@@ -45,7 +45,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["WeightStationaryArray", "OutputStationaryArray", "ws_latency_cycles", "delay",
-           "os_finish_cycles", "ELEMENT_BITS", "ACC_BITS"]
+           "ws_array", "os_finish_cycles", "ELEMENT_BITS", "ACC_BITS"]
 
 ELEMENT_BITS = 8   #: bits of an input/weight element (signed int8)
 ACC_BITS = 32      #: bits of an accumulator (signed int32, wrapping)
@@ -79,12 +79,52 @@ def delay(m: Module, sig, cycles: int, name: str):
     return sig
 
 
-class _PEArray(wiring.Component):
-    """Shared parameters of the PE arrays: ``rows`` and ``cols`` (read-only)."""
+def ws_array(m: Module, arr, element_shape, acc_shape, pe) -> None:
+    """Elaborate into ``m`` the WS dataflow of ``arr`` (a component with ``rows``, ``cols`` and the
+    ``w_in``/``a_in``/``c_out`` ports and timing of :class:`WeightStationaryArray`): the shadow
+    weight chain, the input skew, activations and commit flags passed right, each PE's active
+    weight (copied from the shadow by a committing row), one psum register per PE, the output
+    deskew and ``c_out.valid``. ``pe(i, j, a, w, p_above)`` is the PE's arithmetic: the value
+    its psum register takes from activation ``a`` and weight ``w`` (``p_above`` is the psum of
+    the PE above, None in row 0). Elements are of ``element_shape``, psums of ``acc_shape``."""
+    R, C = arr.rows, arr.cols
+    # shadow weights: a shift chain down each column, loaded while the active set computes
+    w_sh = [[Signal(element_shape, name=f"wsh_{i}_{j}") for j in range(C)] for i in range(R)]
+    w_act = [[Signal(element_shape, name=f"w_{i}_{j}") for j in range(C)] for i in range(R)]
+    with m.If(arr.w_in.valid):
+        for j in range(C):
+            m.d.sync += w_sh[0][j].eq(arr.w_in.payload[j])
+            for i in range(1, R):
+                m.d.sync += w_sh[i][j].eq(w_sh[i - 1][j])
 
-    def __init__(self, signature: dict, *, rows: int, cols: int):
-        self._rows, self._cols = rows, cols
-        super().__init__(signature)
+    # input skew: row i sees its element (and the row's commit/valid flags) i cycles late
+    p = arr.a_in.payload
+    x = [delay(m, p.a[i], i, f"skew_a{i}") for i in range(R)]
+    xc = [delay(m, p.commit & arr.a_in.valid, i, f"skew_c{i}") for i in range(R)]
+    a_reg = [[Signal(element_shape, name=f"a_{i}_{j}") for j in range(C)] for i in range(R)]
+    c_reg = [[Signal(name=f"c_{i}_{j}") for j in range(C)] for i in range(R)]
+    p_reg = [[Signal(acc_shape, name=f"p_{i}_{j}") for j in range(C)] for i in range(R)]
+    for i in range(R):
+        for j in range(C):
+            a_seen = x[i] if j == 0 else a_reg[i][j - 1]
+            commit = xc[i] if j == 0 else c_reg[i][j - 1]
+            if j < C - 1:
+                m.d.sync += [a_reg[i][j].eq(a_seen), c_reg[i][j].eq(commit)]
+            # a committing row uses the new weight as it copies it into the active register
+            w = Signal(element_shape, name=f"wuse_{i}_{j}")
+            m.d.comb += w.eq(Mux(commit, w_sh[i][j], w_act[i][j]))
+            with m.If(commit):
+                m.d.sync += w_act[i][j].eq(w_sh[i][j])
+            m.d.sync += p_reg[i][j].eq(pe(i, j, a_seen, w, None if i == 0 else p_reg[i - 1][j]))
+
+    # output deskew: column j leaves the bottom j cycles after column 0; align to the last
+    for j in range(C):
+        m.d.comb += arr.c_out.payload[j].eq(delay(m, p_reg[R - 1][j], C - 1 - j, f"dsk{j}"))
+    m.d.comb += arr.c_out.valid.eq(delay(m, arr.a_in.valid, ws_latency_cycles(R, C), "valid"))
+
+
+class _Dims:
+    """``rows`` and ``cols`` (read-only) of an array or core that sets ``_rows``/``_cols``."""
 
     @property
     def rows(self) -> int:
@@ -93,6 +133,14 @@ class _PEArray(wiring.Component):
     @property
     def cols(self) -> int:
         return self._cols
+
+
+class _PEArray(_Dims, wiring.Component):
+    """Shared parameters of the PE arrays: ``rows`` and ``cols`` (read-only)."""
+
+    def __init__(self, signature: dict, *, rows: int, cols: int):
+        self._rows, self._cols = rows, cols
+        super().__init__(signature)
 
 
 class WeightStationaryArray(_PEArray):
@@ -118,45 +166,14 @@ class WeightStationaryArray(_PEArray):
 
     def elaborate(self, platform):
         m = Module()
-        R, C = self._rows, self._cols
-        # shadow weights: a shift chain down each column, loaded while the active set computes
-        w_sh = [[Signal(signed(ELEMENT_BITS), name=f"wsh_{i}_{j}") for j in range(C)]
-                for i in range(R)]
-        w_act = [[Signal(signed(ELEMENT_BITS), name=f"w_{i}_{j}") for j in range(C)]
-                 for i in range(R)]
-        with m.If(self.w_in.valid):
-            for j in range(C):
-                m.d.sync += w_sh[0][j].eq(self.w_in.payload[j])
-                for i in range(1, R):
-                    m.d.sync += w_sh[i][j].eq(w_sh[i - 1][j])
-
-        # input skew: row i sees its element (and the row's commit/valid flags) i cycles late
-        p = self.a_in.payload
-        x = [delay(m, p.a[i], i, f"skew_a{i}") for i in range(R)]
-        xc = [delay(m, p.commit & self.a_in.valid, i, f"skew_c{i}") for i in range(R)]
-        a_reg = [[Signal(signed(ELEMENT_BITS), name=f"a_{i}_{j}") for j in range(C)]
-                 for i in range(R)]
-        c_reg = [[Signal(name=f"c_{i}_{j}") for j in range(C)] for i in range(R)]
-        p_reg = [[Signal(signed(ACC_BITS), name=f"p_{i}_{j}") for j in range(C)] for i in range(R)]
-        for i in range(R):
-            for j in range(C):
-                a_seen = x[i] if j == 0 else a_reg[i][j - 1]
-                commit = xc[i] if j == 0 else c_reg[i][j - 1]
-                if j < C - 1:
-                    m.d.sync += [a_reg[i][j].eq(a_seen), c_reg[i][j].eq(commit)]
-                w = Signal(signed(ELEMENT_BITS), name=f"wuse_{i}_{j}")
-                m.d.comb += w.eq(Mux(commit, w_sh[i][j], w_act[i][j]))
-                with m.If(commit):
-                    m.d.sync += w_act[i][j].eq(w_sh[i][j])
-                prod = a_seen * w
-                m.d.sync += p_reg[i][j].eq(prod if i == 0 else p_reg[i - 1][j] + prod)
-
-        # output deskew: column j leaves the bottom j cycles after column 0; align to the last
-        for j in range(C):
-            m.d.comb += self.c_out.payload[j].eq(delay(m, p_reg[R - 1][j], C - 1 - j, f"dsk{j}"))
-        m.d.comb += self.c_out.valid.eq(
-            delay(m, self.a_in.valid, ws_latency_cycles(R, C), "valid"))
+        ws_array(m, self, signed(ELEMENT_BITS), signed(ACC_BITS), _mac)
         return m
+
+
+def _mac(i: int, j: int, a, w, p_above):
+    """The int8 PE: exact product, int32 sum (wrapping on the register's width)."""
+    prod = a * w
+    return prod if p_above is None else p_above + prod
 
 
 class OutputStationaryArray(_PEArray):

@@ -16,7 +16,7 @@ from tilewright.cosim.verilator import CachedBuild, cached_build, rtl_source_has
 __all__ = ["Bf16Build", "BF16_SOURCES", "build_bf16_core"]
 
 #: the rtl generator files the core's Verilog comes from
-BF16_SOURCES = ("fp_arith.py", "systolic_bf16.py", "systolic.py")
+BF16_SOURCES = ("fp_arith.py", "systolic_bf16.py", "systolic.py", "gemm_core.py")
 #: g++ optimisation of the Verilated model (runs are short and dominated by cocotb)
 OPT = "-O0"
 
