@@ -28,13 +28,13 @@ def test_demo_fails_when_a_cross_check_fails(monkeypatch):
     import tilewright.dataflow_sim.cycle as cycle
     from tilewright.demo import demo_result
 
-    real = cycle.gemm_cycles_array
+    real = cycle.tensor_engine_gemm_cycles       # what cycle.gemm_report calls
 
     def off_by_one(*args, **kwargs):
         cycles, folds = real(*args, **kwargs)
         return cycles + 1, folds
 
-    monkeypatch.setattr(cycle, "gemm_cycles_array", off_by_one)
+    monkeypatch.setattr(cycle, "tensor_engine_gemm_cycles", off_by_one)
     result = demo_result(console=Console(file=open("/dev/null", "w")))
     assert not result.ok
     failed = [name for name, ok, _ in result.checks if not ok]

@@ -34,15 +34,17 @@ def _isa_hash(arch: ArchSpec) -> str:
     return hashlib.sha256(repr(facts).encode()).hexdigest()[:8]
 
 
-def build_accel(arch: ArchSpec, *, log=None) -> AccelBuild:
+def build_accel(arch: ArchSpec, *, log=None, waves: bool = False) -> AccelBuild:
     """Generate the top's Verilog for ``arch`` and build it with Verilator + cocotb (cached).
-    ``log`` (optional callable taking a str) receives progress messages."""
+    ``log`` (optional callable taking a str) receives progress messages; ``waves`` builds with
+    Verilator tracing (a separate cache entry) so a run can write ``dump.vcd``."""
     from tilewright.rtl.accel_top import (ACCEL_GENERATOR_VERSION, ACCEL_SOURCES,  # noqa: PLC0415
                                           ACCEL_TOP_NAME, write_accel_rtl)
 
     key = (f"accel-{arch.content_hash()}-g{ACCEL_GENERATOR_VERSION}-"
-           f"{rtl_source_hash(*ACCEL_SOURCES)}-{_isa_hash(arch)}")
+           f"{rtl_source_hash(*ACCEL_SOURCES)}-{_isa_hash(arch)}" + ("-waves" if waves else ""))
     return cached_build(key, ACCEL_TOP_NAME, lambda d: write_accel_rtl(arch, d), opt=OPT,
+                        waves=waves,
                         what=f"the accelerator for {arch.name}", log=log, cls=AccelBuild,
                         arch=arch)
 

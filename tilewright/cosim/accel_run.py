@@ -66,7 +66,7 @@ def run_program_accel(program: Program, inputs: dict[str, np.ndarray], arch: Arc
     Raises CodegenError/DoesNotFit/AssemblerError (via codegen) before any build for a program
     that cannot run, RuntimeError if the simulation or the bench's own checks fail."""
     isa = codegen(program, arch)          # clear errors first
-    build = build_accel(arch, log=log)
+    build = build_accel(arch, log=log, waves=waves)
     res = run_program_job(build, ACCEL_BENCH_MODULE, "accelerator RTL", arch, program, inputs,
                           keep_dir=keep_dir, prefix="tilewright-accel-", waves=waves)
     return AccelRun(res.outputs, res.results["cycles"], isa, build, res.sim_seconds,
