@@ -80,6 +80,12 @@ def test_cli_sim_fast_driver_and_user_errors(tmp_path):
     assert bad.returncode == 2 and "tiny-llama" in bad.stderr and "Traceback" not in bad.stderr
     nofast = tw("sim", "--model", "tiny-mamba", "--arch", str(arch), "--fast")
     assert nofast.returncode == 2 and "--rtl" in nofast.stderr + nofast.stdout
+    for extra, word in ((["--top", "axi-accel", "--fast"], "cocotb"),
+                        (["--top", "axi-accel", "--trace", str(tmp_path / "w")], "--top accel"),
+                        (["--top", "mesh"], "accepted: core, accel, axi-accel")):
+        r = tw("sim", "--model", "tiny-mamba", "--arch", str(arch), "--rtl", *extra)
+        out = r.stderr + r.stdout
+        assert r.returncode == 2 and word in " ".join(out.split()) and "Traceback" not in out, out
 
 
 def test_model_gemms_on_the_accelerator_top():

@@ -34,9 +34,9 @@ def sim(
     seq: int = typer.Option(8, "--seq", min=1, help="tokens in the prefill"),
     seed: int = typer.Option(0, "--seed", help="seed of the weights and inputs"),
     gemms: bool = typer.Option(False, "--gemms", help="with --rtl: print every GEMM's cycles"),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="with --rtl (cocotb): write a VCD "
-                                         "waveform of the core's every signal to DIR/dump.vcd "
-                                         "(~16 MB per 1,000 cycles)"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="with --rtl (cocotb; --top core "
+                                         "or accel): write a VCD waveform of every signal of "
+                                         "the top to DIR/dump.vcd (~16 MB per 1,000 cycles)"),
 ) -> None:
     """Simulate one layer of a tiny model in int8: functional model vs torch, and with --rtl its
     GEMMs on the RTL (bit-exact, cycles vs the cycle model)."""
@@ -57,8 +57,8 @@ def sim(
     if top in ("accel", "axi-accel") and fast:
         raise typer.BadParameter(f"--top {top} runs on the cocotb bench; drop --fast",
                                  param_hint="--top")
-    if trace is not None and top != "core":
-        raise typer.BadParameter("tracing covers --top core", param_hint="--trace")
+    if trace is not None and top not in ("core", "accel"):
+        raise typer.BadParameter("tracing covers --top core and --top accel", param_hint="--trace")
     if trace is not None and (fast or not rtl):
         raise typer.BadParameter("tracing needs --rtl with the cocotb driver (no --fast)",
                                  param_hint="--trace")

@@ -124,13 +124,13 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
                    top: str = "core", log=None) -> SimResult:
     """Compile ``model`` (a tiny config, one layer) for ``arch`` in int8 and run it (module
     docstring). ``rtl`` adds the Verilator run of every int8 GEMM (``driver`` cocotb | fast).
-    ``trace_dir`` (cocotb only): keep the RTL job folder there with ``dump.vcd``, a waveform of
-    every signal of the core over the whole run (``result.trace``)."""
+    ``trace_dir`` (cocotb only; ``top`` core or accel): keep the RTL job folder there with
+    ``dump.vcd``, a waveform of every signal of the top over the whole run (``result.trace``)."""
     if top not in TOPS:
         raise ValueError(f"--top {top!r}: accepted: {', '.join(TOPS)}")
-    if trace_dir is not None and (not rtl or driver != "cocotb" or top != "core"):
-        raise ValueError("a waveform trace needs the RTL run of the GEMM core with the cocotb "
-                         "driver (--rtl --top core, without --fast)")
+    if trace_dir is not None and (not rtl or driver != "cocotb" or top not in ("core", "accel")):
+        raise ValueError("a waveform trace needs the RTL run of the GEMM core or the accelerator "
+                         "top with the cocotb driver (--rtl --top core|accel, without --fast)")
     if top in ("accel", "axi-accel") and driver != "cocotb":
         raise ValueError(f"the accelerator top (--top {top}) runs on the cocotb bench only "
                          "(no --fast)")
@@ -179,7 +179,7 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         return result
 
     if top == "accel":
-        return _run_on_accel(result, recorded, program, inputs, func, spec, say)
+        return _run_on_accel(result, recorded, program, inputs, func, spec, say, trace_dir)
     if top == "axi-accel":
         return _run_on_axi_accel(result, recorded, program, inputs, func, spec, say)
     if fmt == "bf16":
@@ -250,7 +250,8 @@ def _replay_check(checks, rtl_out, program, inputs, func, say) -> None:
                              for o in program.outputs)))
 
 
-def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say) -> SimResult:
+def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
+                  trace_dir=None) -> SimResult:
     """The recorded GEMMs as one Program on the programmable accelerator top (ISA, DMA,
     double-buffered core; :func:`tilewright.cosim.accel_run.run_program_accel`): outputs
     bit-exact, the layer replayed with them, every GEMM's cycles (DMA included) equal to
@@ -260,7 +261,11 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say)
     gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, "accel-gemms")
     say(f"RTL: {len(recorded)} int8 GEMMs on the accelerator top (ISA + DMA, cocotb)")
     t0 = time.perf_counter()
-    run = run_program_accel(gprog, {}, spec, log=say)
+    run = run_program_accel(gprog, {}, spec, log=say, keep_dir=trace_dir,
+                            waves=trace_dir is not None)
+    if trace_dir is not None:
+        from pathlib import Path  # noqa: PLC0415
+        result.trace = Path(trace_dir) / "dump.vcd"
     result.seconds["rtl"] = time.perf_counter() - t0
     rtl_out = [run.outputs[f"c{i}"] for i in range(len(recorded))]
     same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
