@@ -3,8 +3,9 @@
 Prints, for every target with a shipped data set (iCE40, ECP5),
 1. the leave-one-shape-out error of every candidate model per metric (median APE, MAPE, max APE,
    in %; ``*`` marks the model ``tilewright.sweep.resource_model.CHOSEN[target]`` uses);
-2. one real Yosys synthesis of a design kept out of the data sets (Verilog generation + Yosys,
-   measured in this run) against the prediction: counts and the time ratio;
+2. one real run of a design kept out of the data sets, measured in this run the way the target's
+   data set was made (iCE40: Verilog + Yosys; ECP5: the whole ``tilewright fpga`` flow with
+   nextpnr, so Fmax too) against the prediction: counts and the time ratio;
 and once, the time of a prediction (first call in the process, then per design, then per design
 in a batch).
 
@@ -46,9 +47,11 @@ def _timing(arch) -> float:
 def _holdout(target: str, per_s: float) -> None:
     data = rm.load_data(target)
     shapes = (data["rows"].astype(str) + "x" + data["cols"].astype(str)).nunique()
-    med = statistics.median(data["synth_seconds"])
-    print(f"\n== {target}: {len(data)} designs, {shapes} array shapes, Yosys "
-          f"{data['yosys_version'].iloc[0]}; median synthesis {med:.1f} s per design "
+    secs = data["synth_seconds"] + (data["pnr_seconds"] if "pnr_seconds" in data else 0.0)
+    med = statistics.median(secs)
+    flow = "Yosys + nextpnr" if "pnr_seconds" in data else "Yosys"
+    print(f"\n== {target}: {len(data)} designs, {shapes} array shapes, {flow} "
+          f"(Yosys {data['yosys_version'].iloc[0]}); median tool time {med:.1f} s per design "
           f"(= {med / per_s:,.0f} x one prediction); error = leave-one-shape-out")
     rep = rm.holdout_report(data, target)
     print(f"{'metric':7} {'model':14} {'median APE %':>12} {'MAPE %':>8} {'max APE %':>10}")
@@ -62,14 +65,16 @@ def _anchor(target: str, arch, per_s: float) -> None:
     pred = rm.predict_resources(arch, target)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        meas = rd.measure(arch, target, work_dir=tmp)
+        pnr = "fmax_mhz" in pred
+        meas = (rd.measure_pnr if pnr else rd.measure)(arch, target, work_dir=tmp)
         synth_s = time.perf_counter() - t0
-    print(f"anchor in this run ({target}): {arch.name}, Verilog + Yosys {synth_s:.1f} s; one "
+    flow = "the tilewright fpga flow (Yosys + nextpnr)" if pnr else "Verilog + Yosys"
+    print(f"anchor in this run ({target}): {arch.name}, {flow} {synth_s:.1f} s; one "
           f"prediction is {synth_s / per_s:,.0f} x faster")
     print(f"{'metric':7} {'measured':>9} {'predicted':>10} {'APE %':>7}")
-    for m in rm.METRICS:
+    for m in pred:
         ape = 100 * abs(pred[m] - meas[m]) / max(meas[m], 1)
-        print(f"{m:7} {meas[m]:9d} {pred[m]:10.1f} {ape:7.2f}")
+        print(f"{m:8} {meas[m]:9g} {pred[m]:10.1f} {ape:7.2f}")
 
 
 def main() -> None:

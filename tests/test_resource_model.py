@@ -27,7 +27,7 @@ FRESH_TOL_PCT = {"luts": 15.0, "ffs": 15.0}
 
 
 #: targets with a shipped data set; each has its own tests of the held-out error
-TARGETS = ("ice40",)
+TARGETS = ("ice40", "ecp5")
 
 
 @pytest.fixture(scope="module", params=TARGETS)
@@ -69,6 +69,21 @@ def test_holdout_lut_median_ape_within_10_percent(chosen_holdout):
     rep = chosen_holdout.groupby("metric")["ape"].median()
     assert rep["luts"] <= 10.0, rep
     assert rep["ffs"] <= 10.0, rep
+    if "fmax_mhz" in rep:                 # ECP5: nextpnr's Fmax, one seed
+        assert rep["fmax_mhz"] <= 10.0, rep
+
+
+def test_chosen_fmax_model_beats_the_constant_baseline():
+    """The chosen ECP5 Fmax model must predict held-out shapes better than the data set's
+    median does (otherwise it would be no model at all)."""
+    data = rm.load_data("ecp5")
+    assert {"fmax_mhz", "part", "harness_ffs"} <= set(data.columns)
+    assert data["fmax_mhz"].between(5, 500).all() and data["part"].str.startswith("LFE5U").all()
+    name = rm.CHOSEN["ecp5"]["fmax_mhz"]
+    assert name != "median"
+    cands = {"fmax_mhz": (rm._candidate("fmax_mhz", name), rm._candidate("fmax_mhz", "median"))}
+    rep = rm.holdout_report(data, "ecp5", cands).set_index("model")["median_ape"]
+    assert rep[name] < rep["median"], rep
 
 
 def test_holdout_errors_bound_fresh_tolerance():
@@ -99,6 +114,22 @@ def test_predictions_monotone_in_pe_count(dataflow, target):
         square = [pred(n, n)[metric] for n in range(1, 17)]
         for seq in (along_rows, along_cols, square):
             assert np.all(np.diff(seq) > 0), (metric, seq)
+
+
+def test_fresh_ecp5_place_and_route_of_held_out_design(tmp_path):
+    """One real ECP5 flow (Yosys + nextpnr) of a design no fit has seen (3x2 WS, 1 + 1 KiB):
+    counts within the tolerances, Fmax within the worst held-out Fmax error of the data set."""
+    arch = rd.arch_for(*FRESH)
+    measured = rd.measure_pnr(arch, "ecp5", work_dir=tmp_path)
+    pred = rm.predict_resources(arch, "ecp5")
+    assert pred["dsps"] == pytest.approx(measured["dsps"], abs=0.01)
+    assert pred["brams"] == pytest.approx(measured["brams"], abs=0.01)
+    data = rm.load_data("ecp5")
+    cands = {m: (rm._candidate(m, n),) for m, n in rm.CHOSEN["ecp5"].items()}
+    worst = rm.holdout_predictions(data, "ecp5", candidates=cands).groupby("metric")["ape"].max()
+    for metric in ("luts", "ffs", "fmax_mhz"):
+        ape = 100 * abs(pred[metric] - measured[metric]) / measured[metric]
+        assert ape <= max(FRESH_TOL_PCT.get(metric, 0.0), worst[metric]), (metric, pred, measured)
 
 
 def test_fresh_yosys_synthesis_of_held_out_design(tmp_path):

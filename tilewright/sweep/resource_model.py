@@ -1,14 +1,19 @@
-"""Fast FPGA resource predictor for the GEMM core, fitted on real Yosys syntheses.
+"""Fast FPGA resource predictor for the GEMM core, fitted on real Yosys (and nextpnr) runs.
 
-:func:`predict_resources` returns the LUTs, flip-flops, DSP blocks and block RAMs that Yosys'
-``synth_ice40 -dsp`` (target ``ice40``) or ``synth_ecp5`` (``ecp5``) flow would report for an
-ArchSpec's GEMM core (:mod:`tilewright.rtl.gemm_core`), in about a millisecond instead of the
-10 s to minutes of a synthesis. The models are fitted on first use from the measured data sets
-shipped in ``tilewright/sweep/data/`` (one CSV per target, made by
-:mod:`tilewright.sweep.resource_data`; fitting takes milliseconds, so nothing is pickled) and
-kept in memory. Fmax is not predicted: none was measured (see
-:mod:`tilewright.sweep.resource_data`). The data cover rows and cols 1..16, both dataflows and
-1..8 KiB buffers; beyond that the prediction is an extrapolation.
+:func:`predict_resources` returns, for an ArchSpec's GEMM core (:mod:`tilewright.rtl.gemm_core`),
+in well under a millisecond instead of the 10 s to minutes of the tools:
+
+* ``ice40``: the LUTs, flip-flops, DSP blocks and block RAMs Yosys' ``synth_ice40 -dsp`` reports
+  for the core alone (data: 74 designs, rows and cols 1..16);
+* ``ecp5``: what ``tilewright fpga --target ecp5`` reports — the core in its 4-pin harness
+  through ``synth_ecp5`` and nextpnr-ecp5 on the smallest LFE5U part that fits: LUTs, FFs, DSPs,
+  BRAMs and ``fmax_mhz``, nextpnr's achieved Fmax at seed 1 (data: 68 designs, rows and cols
+  1..8; nextpnr's placement noise is part of the error).
+
+The models are fitted on first use from the measured data sets shipped in
+``tilewright/sweep/data/`` (one CSV per target, made by :mod:`tilewright.sweep.resource_data`;
+fitting takes milliseconds, so nothing is pickled) and kept in memory. Both data sets use 1..8 KiB
+buffers; outside the data's ranges the prediction is an extrapolation.
 
 Features (:func:`feature_arrays`) are physically motivated and derived from the ArchSpec only:
 PE count, rows and columns split by dataflow (the WS and OS arrays and sequencers differ), the
@@ -26,10 +31,13 @@ prediction is always for an array shape the fit never saw):
 * ``loglinear``: log y linear in log rows, log cols, log address bits and the dataflow (a power
   law);
 * ``boosting``: scikit-learn gradient boosting on the raw parameters, log target;
-* ``closed_form`` (BRAMs): :func:`bram_estimate` itself, no fit.
+* ``closed_form`` (BRAMs): :func:`bram_estimate` itself, no fit;
+* ``median`` / ``dataflow_median`` (Fmax): the training designs' median (per dataflow) — the
+  baselines a Fmax model must beat.
 
 :data:`CHOSEN` names, per target, the model each metric uses: the one with the lowest held-out
-median absolute percentage error (APE) on the shipped data (``benchmarks/resource_predictor.py``
+mean absolute percentage error (MAPE; it weighs the large misses a resource constraint cares
+about more than the median does) on the shipped data (``benchmarks/resource_predictor.py``
 prints the comparison). The non-negative linear models grow with rows and cols except through the
 address-width terms, which shrink slightly as a buffer's depth (capacity / lanes) falls;
 monotonicity in the PE count is therefore checked by a test, not guaranteed by construction.
@@ -55,8 +63,10 @@ __all__ = ["METRICS", "CANDIDATES", "CHOSEN", "ResourceModelError", "data_path",
            "predict_resources", "predict_frame", "fpga_metrics", "holdout_predictions",
            "holdout_report"]
 
-#: predicted metrics (counts of the target's cells)
+#: predicted metrics (counts of the target's cells); a target whose data set comes from place and
+#: route (ECP5) also predicts ``fmax_mhz`` (:data:`PNR_METRICS`)
 METRICS = ("luts", "ffs", "dsps", "brams")
+PNR_METRICS = METRICS + ("fmax_mhz",)
 #: raw design parameters (CSV columns) the features are computed from
 PARAMS = ("rows", "cols", "dataflow", "scratchpad_kib", "accumulator_kib",
           "depth_a_words", "depth_b_words", "depth_acc_words")
@@ -69,6 +79,13 @@ BRAM_MODES: dict[str, tuple[tuple[int, int], ...]] = {
     "ice40": ((16, 256), (8, 512), (4, 1024), (2, 2048)),
     "ecp5": ((36, 512), (18, 1024), (9, 2048), (4, 4096), (2, 8192), (1, 16384)),
 }
+
+
+#: targets whose Yosys flow can put a memory in distributed (LUT) RAM instead of block RAM:
+#: (words, bits, cost) of one LUT-RAM cell and the cost of one block RAM, from Yosys' memory_libmap
+#: rule files (share/lattice/lutrams_trellis.txt: $__TRELLIS_DPR16X4_ 16 x 4, cost 4;
+#: brams_16kd.txt: DP16KD/PDPW16KD cost 128). Yosys takes the cheaper; a tie goes to block RAM.
+LUTRAM_COST: dict[str, tuple[int, int, int, int]] = {"ecp5": (16, 4, 4, 128)}
 
 
 class ResourceModelError(ValueError):
@@ -112,13 +129,25 @@ def bram_estimate(df: Mapping[str, Any], target: str = "ice40") -> np.ndarray:
     Each memory of W data bits x D words is split into width slices, each in the aspect ratio
     of :data:`BRAM_MODES` (w bits x d words) that needs the fewest blocks overall
     (:func:`_blocks`); the WS accumulator has two read ports (read-modify-write and host read),
-    which Yosys implements as two copies."""
+    which Yosys implements as two copies. On a target with LUT RAM (:data:`LUTRAM_COST`) a
+    memory whose LUT-RAM cost is below its block-RAM cost takes no block RAM (Yosys'
+    memory_libmap picks the cheaper mapping)."""
     if target not in BRAM_MODES:
         raise ResourceModelError(f"block-RAM estimate for target {target!r}: unknown; accepted: "
                                  f"{', '.join(BRAM_MODES)}")
 
+    lut = LUTRAM_COST.get(target)
+
+    def one(w: int, d: int) -> int:
+        n = _blocks(target, w, d)
+        if lut is not None:
+            words, bits, cell_cost, block_cost = lut
+            if -(-d // words) * -(-w // bits) * cell_cost < n * block_cost:
+                return 0                                  # cheaper in LUT RAM
+        return n
+
     def blocks(width: np.ndarray, depth: np.ndarray) -> np.ndarray:
-        return np.array([_blocks(target, int(w), int(d)) for w, d in zip(width, depth)], float)
+        return np.array([one(int(w), int(d)) for w, d in zip(width, depth)], float)
     r, c = _col(df, "rows"), _col(df, "cols")
     acc_copies = np.where(np.asarray(df["dataflow"]) == "ws", 2.0, 1.0)
     return (blocks(r * _ELEMENT_BITS, _col(df, "depth_a_words"))
@@ -164,6 +193,7 @@ def feature_arrays(df: Mapping[str, Any], target: str = "ice40") -> dict[str, np
            "lat_abits_os": (r + c) * abits("depth_acc_words") * os_,
            "pes": r * c, "rows": r, "cols": c,
            "log_rows": np.log(r), "log_cols": np.log(c), "log_abits": np.log(ab),
+           "log_acc_abits": np.log(abits("depth_acc_words")),
            "scratchpad_kib": _col(df, "scratchpad_kib"),
            "accumulator_kib": _col(df, "accumulator_kib"),
            "bram_est": bram_estimate(df, target)}
@@ -176,6 +206,7 @@ _LINEAR_COLS = ("ws", "os", "pes_ws", "pes_os", "rows_ws", "rows_os", "cols_ws",
 _STRUCT_COLS = _LINEAR_COLS + ("tri_rows_ws", "tri_rows_os", "tri_cols_ws", "tri_cols_os",
                                "lat_abits_ws", "lat_abits_os")
 _LOG_COLS = ("os", "log_rows", "log_cols", "log_abits")
+_FMAX_LOG_COLS = ("os", "log_rows", "log_cols", "log_abits", "log_acc_abits")
 _RAW_COLS = ("rows", "cols", "pes", "os", "scratchpad_kib", "accumulator_kib")
 
 
@@ -220,6 +251,29 @@ def _fit_boosting(x: pd.DataFrame, y: np.ndarray) -> Callable:
     return lambda xn: np.exp(gb.predict(_mat(xn, _RAW_COLS)))
 
 
+def _fit_loglinear_cols(cols: tuple[str, ...]) -> Callable:
+    def fit(x: pd.DataFrame, y: np.ndarray) -> Callable:
+        a = np.column_stack([np.ones(len(y)), _mat(x, cols)])
+        coef, *_ = np.linalg.lstsq(a, np.log(np.maximum(y, 1e-3)), rcond=None)
+        return lambda xn: np.exp(np.column_stack([np.ones(len(xn["ws"])), _mat(xn, cols)]) @ coef)
+    return fit
+
+
+def _fit_median(x: pd.DataFrame, y: np.ndarray) -> Callable:
+    """The baseline a model must beat: every design at the training set's median."""
+    med = float(np.median(y))
+    return lambda xn: np.full(len(xn["ws"]), med)
+
+
+def _fit_dataflow_median(x: pd.DataFrame, y: np.ndarray) -> Callable:
+    """Median of the training designs of the same dataflow (the WS and OS arrays' critical
+    paths differ; within one dataflow Fmax is nearly flat until the part grows)."""
+    ws = np.asarray(x["ws"]) > 0.5
+    med_ws = float(np.median(y[ws])) if ws.any() else float(np.median(y))
+    med_os = float(np.median(y[~ws])) if (~ws).any() else float(np.median(y))
+    return lambda xn: np.where(np.asarray(xn["ws"]) > 0.5, med_ws, med_os)
+
+
 def _fit_closed_form(x: pd.DataFrame, y: np.ndarray) -> Callable:
     return lambda xn: xn["bram_est"]
 
@@ -235,10 +289,19 @@ CANDIDATES: dict[str, tuple[Candidate, ...]] = {
     "brams": (Candidate("closed_form", _fit_closed_form),
               Candidate("linear", _fit_linear(("bram_est",))),
               Candidate("boosting", _fit_boosting)),
+    # nextpnr's achieved Fmax (MHz): falls with the array's fan-out and the address widths;
+    # placement noise (one seed) bounds how well any model can do
+    "fmax_mhz": (Candidate("median", _fit_median),
+                 Candidate("dataflow_median", _fit_dataflow_median),
+                 Candidate("loglinear", _fit_loglinear_cols(_FMAX_LOG_COLS)),
+                 Candidate("boosting", _fit_boosting)),
 }
-#: target -> the model each metric uses (lowest held-out median APE on the shipped data)
+#: target -> the model each metric uses (lowest held-out mean APE on the shipped data)
 CHOSEN: dict[str, dict[str, str]] = {
-    "ice40": {"luts": "linear", "ffs": "linear_struct", "dsps": "linear", "brams": "closed_form"},
+    "ice40": {"luts": "linear_struct", "ffs": "linear_struct", "dsps": "linear",
+              "brams": "closed_form"},
+    "ecp5": {"luts": "linear", "ffs": "linear_struct", "dsps": "linear", "brams": "closed_form",
+             "fmax_mhz": "boosting"},
 }
 
 
@@ -309,7 +372,7 @@ def predict_resources(arch: ArchSpec, target: str = "ice40") -> dict[str, float]
     banks != 1).
     Rows and cols outside the data set's range (1..16) are extrapolated."""
     pred = _predict([_params(arch)], target)
-    return {m: float(pred[m][0]) for m in METRICS}
+    return {m: float(pred[m][0]) for m in pred}
 
 
 def fpga_metrics(arch: ArchSpec, target: str = "ice40") -> dict[str, float]:
@@ -324,8 +387,8 @@ def fpga_metrics(arch: ArchSpec, target: str = "ice40") -> dict[str, float]:
             raise ResourceModelError("a tile-MAC engine kind is not the systolic GEMM core")
         pred = predict_resources(arch, target)
     except ResourceModelError:
-        pred = {m: math.nan for m in METRICS}
-    return {f"fpga_{m}_{target}": pred[m] for m in METRICS}
+        pred = {m: math.nan for m in CHOSEN.get(target, METRICS)}
+    return {f"fpga_{m}_{target}": pred[m] for m in pred}
 
 
 # ---- held-out error ----------------------------------------------------------------------------
@@ -342,6 +405,8 @@ def holdout_predictions(data: pd.DataFrame | None = None, target: str = "ice40",
     groups = data["rows"].astype(str) + "x" + data["cols"].astype(str)
     parts = []
     for metric, cands in (candidates or CANDIDATES).items():
+        if metric not in data:
+            continue                              # e.g. fmax_mhz of a synthesis-only data set
         y = data[metric].to_numpy(float)
         for cand in cands:
             pred = np.full(len(data), math.nan)

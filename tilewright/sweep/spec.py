@@ -29,7 +29,8 @@ and random search; Optuna's samplers need scalar values), e.g. to compare engine
 other kinds (:class:`tilewright.arch.TensorEngineSpec`).
 
 The static metrics ``fpga_luts_ice40``, ``fpga_ffs_ice40``, ``fpga_dsps_ice40`` and
-``fpga_brams_ice40`` (and ``fpga_*_ecp5``) are the GEMM core's iCE40 (ECP5) resources predicted
+``fpga_brams_ice40`` (and ``fpga_*_ecp5`` with ``fpga_fmax_mhz_ecp5``, the Fmax nextpnr would
+reach) are the GEMM core's iCE40 (ECP5) resources predicted
 in about a millisecond by :mod:`tilewright.sweep.resource_model` (fitted on real Yosys
 syntheses), so a constraint such as ``"fpga_luts_ice40 <= 5000"`` replaces a synthesis per
 point (NaN, never feasible, for designs the predictor does not cover: non-systolic, non-int8,
@@ -116,11 +117,12 @@ METRICS: dict[str, tuple[str, str]] = {
     "fpga_ffs_ecp5": ("minimize", "GEMM core's ECP5 flip-flops, predicted"),
     "fpga_dsps_ecp5": ("minimize", "GEMM core's ECP5 MULT18X18D DSPs, predicted"),
     "fpga_brams_ecp5": ("minimize", "GEMM core's ECP5 DP16KD block RAMs, predicted"),
+    "fpga_fmax_mhz_ecp5": ("maximize", "GEMM core's ECP5 Fmax after nextpnr, MHz, predicted"),
 }
 #: metrics known without evaluating a workload (constraints on them skip the evaluation)
 STATIC_METRICS = ("area_mm2", "sram_kib", "pes", "fpga_luts_ice40", "fpga_ffs_ice40",
                   "fpga_dsps_ice40", "fpga_brams_ice40", "fpga_luts_ecp5", "fpga_ffs_ecp5",
-                  "fpga_dsps_ecp5", "fpga_brams_ecp5")
+                  "fpga_dsps_ecp5", "fpga_brams_ecp5", "fpga_fmax_mhz_ecp5")
 
 OBJECTIVE_ALIASES = {"latency": "latency_s", "throughput": "throughput_tops", "energy": "energy_j",
                      "area": "area_mm2", "power": "power_w", "perf/w": "perf_per_w",
