@@ -181,7 +181,7 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if top == "accel":
         return _run_on_accel(result, recorded, program, inputs, func, spec, say, trace_dir)
     if top == "axi-accel":
-        return _run_on_axi_accel(result, recorded, program, inputs, func, spec, say)
+        return _run_on_accel(result, recorded, program, inputs, func, spec, say, axi=True)
     if fmt == "bf16":
         return _run_bf16(result, program, inputs, spec, say)
     # the core's buffers hold a bounded GEMM: split each recorded matmul into blocks that fit
@@ -251,33 +251,47 @@ def _replay_check(checks, rtl_out, program, inputs, func, say) -> None:
 
 
 def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
-                  trace_dir=None) -> SimResult:
+                  trace_dir=None, axi: bool = False) -> SimResult:
     """The recorded GEMMs as one Program on the programmable accelerator top (ISA, DMA,
-    double-buffered core; :func:`tilewright.cosim.accel_run.run_program_accel`): outputs
+    double-buffered core; :func:`tilewright.cosim.accel_run.run_program_accel`) or, with
+    ``axi``, on the same accelerator behind AXI
+    (:func:`tilewright.cosim.axi_accel_run.run_program_axi_accel`: program loaded and started over
+    AXI4-Lite, operands and results in a cocotbext-axi AxiRam on the AXI4 port): outputs
     bit-exact, the layer replayed with them, every GEMM's cycles (DMA included) equal to
-    :mod:`tilewright.dataflow_sim.accel_timing`."""
-    from tilewright.cosim.accel_run import run_program_accel  # noqa: PLC0415
-
-    gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, "accel-gemms")
-    say(f"RTL: {len(recorded)} int8 GEMMs on the accelerator top (ISA + DMA, cocotb)")
+    :mod:`tilewright.dataflow_sim.accel_timing` (for AXI at the port's memory latency,
+    :func:`~tilewright.cosim.axi_accel_run.axi_timing_arch`)."""
+    if axi:
+        from tilewright.cosim.axi_accel_run import run_program_axi_accel  # noqa: PLC0415
+        name, where = "axi-accel-gemms", "through the AXI ports"
+        say(f"RTL: {len(recorded)} int8 GEMMs on the AXI accelerator top (AXI4-Lite + AXI4, "
+            f"cocotb)")
+    else:
+        from tilewright.cosim.accel_run import run_program_accel  # noqa: PLC0415
+        name, where = "accel-gemms", "on the accelerator top"
+        say(f"RTL: {len(recorded)} int8 GEMMs on the accelerator top (ISA + DMA, cocotb)")
+    gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, name)
     t0 = time.perf_counter()
-    run = run_program_accel(gprog, {}, spec, log=say, keep_dir=trace_dir,
-                            waves=trace_dir is not None)
-    if trace_dir is not None:
-        from pathlib import Path  # noqa: PLC0415
-        result.trace = Path(trace_dir) / "dump.vcd"
+    if axi:
+        run = run_program_axi_accel(gprog, {}, spec, log=say)
+    else:
+        run = run_program_accel(gprog, {}, spec, log=say, keep_dir=trace_dir,
+                                waves=trace_dir is not None)
+        if trace_dir is not None:
+            from pathlib import Path  # noqa: PLC0415
+            result.trace = Path(trace_dir) / "dump.vcd"
     result.seconds["rtl"] = time.perf_counter() - t0
     rtl_out = [run.outputs[f"c{i}"] for i in range(len(recorded))]
     same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
     result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
-                          f"{len(recorded)} GEMMs on the accelerator top"))
+                          f"{len(recorded)} GEMMs {where}"))
     _replay_check(result.checks, rtl_out, program, inputs, func, say)
-    comp = run.comparison(spec)
     rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
-             "model": r["model_cycles"], "util": r["utilization"]} for r in comp]
+             "model": r["model_cycles"], "util": r["utilization"]} for r in run.comparison(spec)]
     mism = [x for x in rows if x["rtl"] != x["model"]]
+    what = ("CYCLES register == accelerator cycle model at the AXI port's latency (every GEMM)"
+            if axi else "RTL cycles == accelerator cycle model (every GEMM, DMA included)")
     result.checks.append((
-        "RTL cycles == accelerator cycle model (every GEMM, DMA included)", not mism,
+        what, not mism,
         f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
         + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
     result.gemm_rows = rows
@@ -337,36 +351,5 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     result.checks.append(("RTL cycles == cycle model (every GEMM)", not mism,
                           f"total {sum(x['rtl'] for x in rows):,} vs "
                           f"{sum(x['model'] for x in rows):,}"))
-    result.gemm_rows = rows
-    return result
-
-
-def _run_on_axi_accel(result: SimResult, recorded, program, inputs, func, spec,
-                      say) -> SimResult:
-    """As :func:`_run_on_accel`, on the accelerator behind AXI
-    (:func:`tilewright.cosim.axi_accel_run.run_program_axi_accel`: program loaded and started
-    over AXI4-Lite, operands and results in a cocotbext-axi AxiRam on the AXI4 port); cycles
-    against the accelerator cycle model with the AXI port's memory latency
-    (:func:`~tilewright.cosim.axi_accel_run.axi_timing_arch`)."""
-    from tilewright.cosim.axi_accel_run import run_program_axi_accel  # noqa: PLC0415
-
-    gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, "axi-accel-gemms")
-    say(f"RTL: {len(recorded)} int8 GEMMs on the AXI accelerator top (AXI4-Lite + AXI4, cocotb)")
-    t0 = time.perf_counter()
-    run = run_program_axi_accel(gprog, {}, spec, log=say)
-    result.seconds["rtl"] = time.perf_counter() - t0
-    rtl_out = [run.outputs[f"c{i}"] for i in range(len(recorded))]
-    same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
-    result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
-                          f"{len(recorded)} GEMMs through the AXI ports"))
-    _replay_check(result.checks, rtl_out, program, inputs, func, say)
-    rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
-             "model": r["model_cycles"], "util": r["utilization"]}
-            for r in run.comparison(spec)]
-    mism = [x for x in rows if x["rtl"] != x["model"]]
-    result.checks.append((
-        "CYCLES register == accelerator cycle model at the AXI port's latency (every GEMM)",
-        not mism, f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
-        + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
     result.gemm_rows = rows
     return result

@@ -109,32 +109,38 @@ def design_points(seed: int = 8, large: bool = True) -> list[ArchSpec]:
     return [arch_for(*p) for p in pts]
 
 
+def _row(arch: ArchSpec, target: str, counts: dict[str, Any], synth: dict[str, Any],
+         verilog_seconds: float) -> dict[str, Any]:
+    """One :data:`COLUMNS` row: ``arch``'s parameters, the ``counts`` (luts/ffs/dsps/brams) and
+    the Yosys run ``synth`` (cells, cell types, seconds, version)."""
+    from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
+    te, mem = arch.tensor_engine, arch.memory
+    da, db, dc = GemmLayout.depths(arch)
+    return {"arch_hash": arch.content_hash(), "target": target, "rows": te.rows, "cols": te.cols,
+            "dataflow": te.dataflow, "scratchpad_kib": mem.scratchpad_kib,
+            "accumulator_kib": mem.accumulator_kib, "depth_a_words": da, "depth_b_words": db,
+            "depth_acc_words": dc, **{m: counts[m] for m in ("luts", "ffs", "dsps", "brams")},
+            "carries": sum(n for t, n in synth["cells_by_type"].items()
+                           if t.startswith(_CARRY_CELLS.get(target, ()))),
+            "cells": synth["cells"], "synth_seconds": synth["wall_seconds"],
+            "verilog_seconds": round(verilog_seconds, 2), "yosys_version": synth["yosys_version"],
+            "generator_version": GENERATOR_VERSION,
+            "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
 def measure(arch: ArchSpec, target: str = "ice40", work_dir: str | Path | None = None
             ) -> dict[str, Any]:
     """Generate ``arch``'s GEMM-core Verilog and synthesize it for ``target``: one CSV row
     (a dict over :data:`COLUMNS`). Seconds are wall-clock seconds of this machine."""
-    from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
     from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
     from tilewright.synth import synthesize  # noqa: PLC0415
 
-    te, mem = arch.tensor_engine, arch.memory
     with tempfile.TemporaryDirectory(prefix="tw_resdata_", dir=work_dir) as tmp:
         t0 = time.perf_counter()
         write_rtl(arch, tmp)
         gen_s = time.perf_counter() - t0
         s = synthesize(Path(tmp) / f"{TOP_NAME}.v", TOP_NAME, target)
-    da, db, dc = GemmLayout.depths(arch)
-    return {"arch_hash": arch.content_hash(), "target": target, "rows": te.rows, "cols": te.cols,
-            "dataflow": te.dataflow, "scratchpad_kib": mem.scratchpad_kib,
-            "accumulator_kib": mem.accumulator_kib, "depth_a_words": da, "depth_b_words": db,
-            "depth_acc_words": dc, "luts": s["luts"], "ffs": s["ffs"], "dsps": s["dsps"],
-            "brams": s["brams"],
-            "carries": sum(n for t, n in s["cells_by_type"].items()
-                           if t.startswith(_CARRY_CELLS.get(target, ()))),
-            "cells": s["cells"], "synth_seconds": s["wall_seconds"],
-            "verilog_seconds": round(gen_s, 2), "yosys_version": s["yosys_version"],
-            "generator_version": GENERATOR_VERSION,
-            "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return _row(arch, target, s, s, gen_s)
 
 
 def measure_pnr(arch: ArchSpec, target: str = "ecp5", work_dir: str | Path | None = None
@@ -143,28 +149,15 @@ def measure_pnr(arch: ArchSpec, target: str = "ecp5", work_dir: str | Path | Non
     harness, synthesis, part choice, nextpnr) for ``target`` (ice40 or ecp5): one CSV row over
     :data:`PNR_COLUMNS`, counts as the flow's manifest reports them."""
     from tilewright.fpga import run_fpga  # noqa: PLC0415
-    from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
 
-    te, mem = arch.tensor_engine, arch.memory
     with tempfile.TemporaryDirectory(prefix="tw_resdata_", dir=work_dir) as tmp:
         man = run_fpga(arch, target, Path(tmp) / "out")
     f = man["fpga"]
-    syn, pnr = f["synthesis"], f["pnr"]
-    da, db, dc = GemmLayout.depths(arch)
-    return {"arch_hash": arch.content_hash(), "target": target, "rows": te.rows, "cols": te.cols,
-            "dataflow": te.dataflow, "scratchpad_kib": mem.scratchpad_kib,
-            "accumulator_kib": mem.accumulator_kib, "depth_a_words": da, "depth_b_words": db,
-            "depth_acc_words": dc, "luts": f["luts"], "ffs": f["ffs"], "dsps": f["dsps"],
-            "brams": f["brams"],
-            "carries": sum(n for t, n in syn["cells_by_type"].items()
-                           if t.startswith(_CARRY_CELLS.get(target, ()))),
-            "cells": syn["cells"], "synth_seconds": syn["wall_seconds"],
-            "verilog_seconds": man["verilog"].get("generation_seconds", 0.0),
-            "yosys_version": syn["yosys_version"], "generator_version": GENERATOR_VERSION,
-            "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    return {**_row(arch, target, f, f["synthesis"],
+                   man["verilog"].get("generation_seconds", 0.0)),
             "fmax_mhz": f["fmax_mhz"], "part": f["part"], "harness_ffs": f["harness_ffs"],
-            "logic_cells": f["logic_cells"], "pnr_seconds": pnr["wall_seconds"],
-            "nextpnr_version": pnr["nextpnr_version"]}
+            "logic_cells": f["logic_cells"], "pnr_seconds": f["pnr"]["wall_seconds"],
+            "nextpnr_version": f["pnr"]["nextpnr_version"]}
 
 
 def done_keys(csv_path: str | Path) -> set[tuple[str, str]]:
