@@ -97,8 +97,14 @@ def test_model_gemms_on_the_accelerator_top():
     assert res.ok, res.checks
     assert [c[0] for c in res.checks][-1].startswith("RTL cycles == accelerator cycle model")
     assert len(res.gemm_rows) == 4 and all(r["rtl"] == r["model"] > 0 for r in res.gemm_rows)
+    # the C++ fast driver of the same top: same checks, same cycles
+    fast = simulate_model("tiny-mamba", ARCHS["ws-narrow"], rtl=True, top="accel", driver="fast")
+    assert fast.ok, fast.checks
+    assert [(r["op"], r["rtl"]) for r in fast.gemm_rows] == \
+        [(r["op"], r["rtl"]) for r in res.gemm_rows]
     with pytest.raises(ValueError, match="cocotb"):
-        simulate_model("tiny-mamba", ARCHS["ws-narrow"], rtl=True, top="accel", driver="fast")
+        simulate_model("tiny-mamba", ARCHS["ws-narrow"], rtl=True, top="axi-accel",
+                       driver="fast")
 
 
 BF16_ARCH = {"name": "bf16-ws4x4", "tensor_engine": {

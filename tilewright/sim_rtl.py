@@ -33,8 +33,9 @@ __all__ = ["SimResult", "simulate_model", "gemm_blocks", "gemm_program", "TORCH_
            "TOPS"]
 
 #: RTL tops ``simulate_model`` runs the GEMMs on: the GEMM core driven by the host (cocotb or
-#: the C++ fast driver), or the programmable accelerator (ISA, DMA, external-memory model), or
-#: the same accelerator behind AXI (AXI4-Lite control, AXI4 memory; cocotbext-axi)
+#: the C++ fast driver), or the programmable accelerator (ISA, DMA, external-memory model; cocotb
+#: or its C++ fast driver), or the same accelerator behind AXI (AXI4-Lite control, AXI4 memory;
+#: cocotbext-axi)
 TOPS = ("core", "accel", "axi-accel")
 
 #: relative L2 error of an int8 layer against torch's float forward pass accepted by the check
@@ -131,8 +132,8 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if trace_dir is not None and (not rtl or driver != "cocotb" or top not in ("core", "accel")):
         raise ValueError("a waveform trace needs the RTL run of the GEMM core or the accelerator "
                          "top with the cocotb driver (--rtl --top core|accel, without --fast)")
-    if top in ("accel", "axi-accel") and driver != "cocotb":
-        raise ValueError(f"the accelerator top (--top {top}) runs on the cocotb bench only "
+    if top == "axi-accel" and driver != "cocotb":
+        raise ValueError(f"the AXI accelerator top (--top {top}) runs on the cocotb bench only "
                          "(no --fast)")
     from tilewright.compile_flow import compile_module  # noqa: PLC0415
     from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
@@ -179,7 +180,8 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         return result
 
     if top == "accel":
-        return _run_on_accel(result, recorded, program, inputs, func, spec, say, trace_dir)
+        return _run_on_accel(result, recorded, program, inputs, func, spec, say, trace_dir,
+                             fast=driver == "fast")
     if top == "axi-accel":
         return _run_on_accel(result, recorded, program, inputs, func, spec, say, axi=True)
     if fmt == "bf16":
@@ -251,9 +253,10 @@ def _replay_check(checks, rtl_out, program, inputs, func, say) -> None:
 
 
 def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
-                  trace_dir=None, axi: bool = False) -> SimResult:
+                  trace_dir=None, axi: bool = False, fast: bool = False) -> SimResult:
     """The recorded GEMMs as one Program on the programmable accelerator top (ISA, DMA,
-    double-buffered core; :func:`tilewright.cosim.accel_run.run_program_accel`) or, with
+    double-buffered core; :func:`tilewright.cosim.accel_run.run_program_accel`, or with ``fast``
+    the C++ fast driver :func:`tilewright.cosim.accel_fast.run_program_accel_fast`) or, with
     ``axi``, on the same accelerator behind AXI
     (:func:`tilewright.cosim.axi_accel_run.run_program_axi_accel`: program loaded and started over
     AXI4-Lite, operands and results in a cocotbext-axi AxiRam on the AXI4 port): outputs
@@ -268,11 +271,15 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
     else:
         from tilewright.cosim.accel_run import run_program_accel  # noqa: PLC0415
         name, where = "accel-gemms", "on the accelerator top"
-        say(f"RTL: {len(recorded)} int8 GEMMs on the accelerator top (ISA + DMA, cocotb)")
+        say(f"RTL: {len(recorded)} int8 GEMMs on the accelerator top (ISA + DMA, "
+            f"{'C++ fast driver' if fast else 'cocotb'})")
     gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, name)
     t0 = time.perf_counter()
     if axi:
         run = run_program_axi_accel(gprog, {}, spec, log=say)
+    elif fast:
+        from tilewright.cosim.accel_fast import run_program_accel_fast  # noqa: PLC0415
+        run = run_program_accel_fast(gprog, {}, spec, log=say)
     else:
         run = run_program_accel(gprog, {}, spec, log=say, keep_dir=trace_dir,
                                 waves=trace_dir is not None)
