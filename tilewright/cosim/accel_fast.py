@@ -15,25 +15,23 @@ a time through a pipe. With ``keep_dir`` the exact command and result streams ar
 
 from __future__ import annotations
 
-import hashlib
 import struct
-import subprocess
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.program import GemmTask, Program
-from tilewright.cosim.verilator import CachedBuild, ToolMissing, cached_build, rtl_source_hash
+from tilewright.cosim.fast_pipe import (DRIVER_DIR, DriverBuild, DriverPipe, build_driver_exe,
+                                         driver_hash, run_driver)
+from tilewright.cosim.verilator import ToolMissing, cached_build, rtl_source_hash
 
 __all__ = ["AccelFastBuild", "build_accel_fast", "run_program_accel_fast", "DRIVER_SOURCE",
            "EXECUTABLE"]
 
 #: the C++ harness compiled with the Verilated top
-DRIVER_SOURCE = Path(__file__).parent / "fast_driver" / "accel_main.cpp"
+DRIVER_SOURCE = DRIVER_DIR / "accel_main.cpp"
 #: name of the built executable inside the build folder
 EXECUTABLE = "tw_accel_fast"
 #: the Verilated model's class name the driver includes (``--prefix``)
@@ -43,22 +41,14 @@ MAGIC_STREAM, MAGIC_SEG, MAGIC_END, MAGIC_RESULT = (
     int.from_bytes(s, "little") for s in (b"TWA1", b"SEGM", b"DONE", b"RSLT"))
 
 
-@dataclass(frozen=True, kw_only=True)
-class AccelFastBuild(CachedBuild):
-    """A finished fast-driver build of the accelerator top for one ArchSpec."""
-
-    arch: ArchSpec
-
-    @property
-    def executable(self) -> Path:
-        """The built C++ driver (with the Verilated top)."""
-        return self.build_dir / "obj" / EXECUTABLE
+#: a finished fast-driver build of the accelerator top (``executable``: the C++ driver)
+AccelFastBuild = DriverBuild
 
 
 def _key(arch: ArchSpec) -> str:
     from tilewright.cosim.accel_build import _isa_hash  # noqa: PLC0415
     from tilewright.rtl.accel_top import ACCEL_GENERATOR_VERSION, ACCEL_SOURCES  # noqa: PLC0415
-    drv = hashlib.sha256(DRIVER_SOURCE.read_bytes()).hexdigest()[:10]
+    drv = driver_hash(DRIVER_SOURCE)
     return (f"accel-fast-{arch.content_hash()}-g{ACCEL_GENERATOR_VERSION}-"
             f"{rtl_source_hash(*ACCEL_SOURCES)}-{_isa_hash(arch)}-d{drv}")
 
@@ -78,23 +68,13 @@ def build_accel_fast(arch: ArchSpec, *, log=None) -> AccelFastBuild:
 
     def build_step(tmp: Path) -> None:
         """``verilator --cc --exe --build`` of the top with the driver into ``tmp/obj``."""
-        cmd = ["verilator", "--cc", "--exe", "--build", "-Wno-fatal", "-O3",
-               "--x-assign", "fast", "--x-initial", "fast", "--top-module", ACCEL_TOP_NAME,
-               "--prefix", PREFIX, "--Mdir", str(tmp / "obj"), "-o", EXECUTABLE, "-j", "2",
-               "-CFLAGS", f"-O2 -DTW_BEAT_BYTES={w}",
-               str(tmp / "rtl" / f"{ACCEL_TOP_NAME}.v"), str(DRIVER_SOURCE)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        (tmp / "build.log").write_text(proc.stdout + proc.stderr)
-        if proc.returncode != 0 or not (tmp / "obj" / EXECUTABLE).exists():
-            raise RuntimeError(f"accelerator fast-driver build of {arch.name} failed "
-                               f"(exit {proc.returncode}); log tail:\n"
-                               f"{(proc.stdout + proc.stderr)[-3000:]}")
-        for junk in (*(tmp / "obj").glob("*.gch"), *(tmp / "obj").glob("*.o")):
-            junk.unlink()        # precompiled headers are large; only the executable runs
+        build_driver_exe(tmp, top=ACCEL_TOP_NAME, source=DRIVER_SOURCE, executable=EXECUTABLE,
+                         cflags=f"-O2 -DTW_BEAT_BYTES={w}", prefix=PREFIX,
+                         what=f"accelerator fast-driver ({arch.name})")
 
     te = arch.tensor_engine
     return cached_build(_key(arch), ACCEL_TOP_NAME, lambda d: write_accel_rtl(arch, d), log=log,
-                        build_step=build_step, cls=AccelFastBuild, arch=arch,
+                        build_step=build_step, cls=DriverBuild, arch=arch, exe_name=EXECUTABLE,
                         what=f"the accelerator C++ fast driver for {arch.name} "
                              f"({te.rows}x{te.cols} {te.dataflow}, W={w})")
 
@@ -165,83 +145,43 @@ def run_program_accel_fast(program: Program, inputs: dict[str, np.ndarray], arch
     job = Path(keep_dir) if keep_dir else None
     if job:
         job.mkdir(parents=True, exist_ok=True)
-    sent, received = bytearray(), bytearray()
     env = {**program.constants, **inputs}
     records: list[dict] = []
+
+    def body(pipe: DriverPipe) -> None:
+        pipe.send(stream_header(isa.words, w, memory_latency_cycles(arch)))
+        for task in program.tasks:
+            if not isinstance(task, GemmTask):
+                env[task.out] = run_vector(task, env)
+                continue
+            seg = isa.segment(task.name)
+            image = isa.image(arch, seg, np.asarray(env[task.a]), np.asarray(env[task.b]))
+            ranges: list[tuple[int, int]] = []
+
+            def record(addr: int, count: int, _r=ranges) -> list[int]:
+                _r.append((addr, count))
+                return [0] * count
+
+            isa.c_result(arch, seg, record)       # only to learn which ranges C is in
+            watchdog = 4 * predict_segment(isa, seg, arch).cycles + 10_000
+            pipe.send(segment_command(seg.entry, watchdog, image, ranges, w))
+            res = read_result(pipe, w)
+            if res["cycles"] != res["cycles_driver"]:
+                raise RuntimeError(f"{task.name}: cycle counter {res['cycles']} != "
+                                   f"driver count {res['cycles_driver']}")
+            if res["error"]:
+                raise RuntimeError(f"task {task.name}: controller stopped with error at pc "
+                                   f"{res['pc']}")
+            words = iter(res.pop("words"))
+            back = {(a, n): [next(words) for _ in range(n)] for a, n in ranges}
+            env[task.out] = isa.c_result(arch, seg, lambda a, n: back[(a, n)])
+            res.update(task=task.name, m=task.m, k=task.k, n=task.n, tiles=len(seg.tiles))
+            records.append(res)
+        pipe.send(stream_end())
+
     t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([str(build.executable), "-", "-"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err)
-
-        def died(what: str) -> RuntimeError:
-            proc.kill()
-            proc.wait()
-            err.seek(0)
-            msg = err.read().decode(errors="replace").strip()
-            return RuntimeError(f"accelerator fast driver {build.executable} failed {what} "
-                                f"(exit {proc.returncode}): {msg or 'no message'}")
-
-        try:
-            _send(proc, sent, stream_header(isa.words, w, memory_latency_cycles(arch)))
-            for task in program.tasks:
-                if not isinstance(task, GemmTask):
-                    env[task.out] = run_vector(task, env)
-                    continue
-                seg = isa.segment(task.name)
-                image = isa.image(arch, seg, np.asarray(env[task.a]), np.asarray(env[task.b]))
-                ranges: list[tuple[int, int]] = []
-
-                def record(addr: int, count: int, _r=ranges) -> list[int]:
-                    _r.append((addr, count))
-                    return [0] * count
-
-                isa.c_result(arch, seg, record)       # only to learn which ranges C is in
-                watchdog = 4 * predict_segment(isa, seg, arch).cycles + 10_000
-                _send(proc, sent, segment_command(seg.entry, watchdog, image, ranges, w))
-                res = read_result(_Tee(proc.stdout, received), w)
-                if res["cycles"] != res["cycles_driver"]:
-                    raise RuntimeError(f"{task.name}: cycle counter {res['cycles']} != "
-                                       f"driver count {res['cycles_driver']}")
-                if res["error"]:
-                    raise RuntimeError(f"task {task.name}: controller stopped with error at pc "
-                                       f"{res['pc']}")
-                words = iter(res.pop("words"))
-                back = {(a, n): [next(words) for _ in range(n)] for a, n in ranges}
-                env[task.out] = isa.c_result(arch, seg, lambda a, n: back[(a, n)])
-                res.update(task=task.name, m=task.m, k=task.k, n=task.n, tiles=len(seg.tiles))
-                records.append(res)
-            _send(proc, sent, stream_end())
-            proc.stdin.close()
-            rc = proc.wait(timeout=60)
-        except (BrokenPipeError, RuntimeError) as exc:
-            raise died(f"while running {program.name}: {exc}") from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if rc != 0:
-            raise died(f"at the end of {program.name}")
+    run_driver(build.executable, "accelerator fast driver", program.name, body, job)
     sim_s = time.perf_counter() - t0
-    if job:
-        (job / "commands.bin").write_bytes(bytes(sent))
-        (job / "results.bin").write_bytes(bytes(received))
     computed = {k: v for k, v in env.items() if k not in program.constants and k not in inputs}
     return AccelRun(computed, records, isa, build, sim_s, "")
 
-
-def _send(proc: subprocess.Popen, log: bytearray, data: bytes) -> None:
-    log += data
-    proc.stdin.write(data)
-    proc.stdin.flush()
-
-
-class _Tee:
-    """File-like reader that also appends what it reads to a bytearray."""
-
-    def __init__(self, f, sink: bytearray):
-        self.f, self.sink = f, sink
-
-    def read(self, n: int) -> bytes:
-        data = self.f.read(n)
-        self.sink += data
-        return data

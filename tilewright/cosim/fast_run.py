@@ -11,8 +11,6 @@ replays them stand-alone with ``tw_gemm_fast commands.bin results.bin``.
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import numpy as np
 from tilewright.arch import ArchSpec
 from tilewright.compiler.program import GemmTask, Program
 from tilewright.cosim.fast_build import build_core_fast
+from tilewright.cosim.fast_pipe import DriverPipe, run_driver
 from tilewright.cosim.gemm_commands import GemmCommand, read_result, stream_end, stream_header
 from tilewright.dataflow_sim.functional import run_vector
 
@@ -38,71 +37,31 @@ def run_program_fast(program: Program, inputs: dict[str, np.ndarray], arch: Arch
     job = Path(keep_dir) if keep_dir else None
     if job:
         job.mkdir(parents=True, exist_ok=True)
-    sent, received = bytearray(), bytearray()
     env = {**program.constants, **inputs}
     records: list[dict] = []
     cols = arch.tensor_engine.cols
+
+    def body(pipe: DriverPipe) -> None:
+        pipe.send(stream_header(arch))
+        for task in program.tasks:
+            if not isinstance(task, GemmTask):
+                env[task.out] = run_vector(task, env)
+                continue
+            cmd = GemmCommand.from_operands(arch, env[task.a], env[task.b])
+            pipe.send(cmd.to_bytes())
+            res = read_result(pipe, cols)
+            if res.cycles_counter != res.cycles_driver:
+                raise RuntimeError(f"{task.name}: cycle counter {res.cycles_counter} != "
+                                   f"driver count {res.cycles_driver}")
+            env[task.out] = cmd.c_from_lanes(res.c_lanes)
+            records.append({"task": task.name, "m": task.m, "k": task.k, "n": task.n,
+                            "cycles": res.cycles_counter, "cycles_driver": res.cycles_driver,
+                            "run_seconds": res.busy_ns * 1e-9})
+        pipe.send(stream_end())
+
     t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([str(build.executable), "-", "-"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err)
-
-        def died(what: str) -> RuntimeError:
-            proc.kill()
-            proc.wait()
-            err.seek(0)
-            msg = err.read().decode(errors="replace").strip()
-            return RuntimeError(f"fast driver {build.executable} failed {what} "
-                                f"(exit {proc.returncode}): {msg or 'no message'}")
-
-        try:
-            _send(proc, sent, stream_header(arch))
-            for task in program.tasks:
-                if not isinstance(task, GemmTask):
-                    env[task.out] = run_vector(task, env)
-                    continue
-                cmd = GemmCommand.from_operands(arch, env[task.a], env[task.b])
-                _send(proc, sent, cmd.to_bytes())
-                res = read_result(_Tee(proc.stdout, received), cols)
-                if res.cycles_counter != res.cycles_driver:
-                    raise RuntimeError(f"{task.name}: cycle counter {res.cycles_counter} != "
-                                       f"driver count {res.cycles_driver}")
-                env[task.out] = cmd.c_from_lanes(res.c_lanes)
-                records.append({"task": task.name, "m": task.m, "k": task.k, "n": task.n,
-                                "cycles": res.cycles_counter, "cycles_driver": res.cycles_driver,
-                                "run_seconds": res.busy_ns * 1e-9})
-            _send(proc, sent, stream_end())
-            proc.stdin.close()
-            rc = proc.wait(timeout=60)
-        except (BrokenPipeError, RuntimeError) as exc:
-            raise died(f"while running {program.name}: {exc}") from None
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if rc != 0:
-            raise died(f"at the end of {program.name}")
+    run_driver(build.executable, "fast driver", program.name, body, job)
     sim_s = time.perf_counter() - t0
-    if job:
-        (job / "commands.bin").write_bytes(bytes(sent))
-        (job / "results.bin").write_bytes(bytes(received))
     computed = {k: v for k, v in env.items() if k not in program.constants and k not in inputs}
     return RtlRun(computed, records, build, sim_s, job, "")
 
-
-def _send(proc: subprocess.Popen, log: bytearray, data: bytes) -> None:
-    log += data
-    proc.stdin.write(data)
-    proc.stdin.flush()
-
-
-class _Tee:
-    """File-like reader that also appends what it reads to a bytearray."""
-
-    def __init__(self, f, sink: bytearray):
-        self.f, self.sink = f, sink
-
-    def read(self, n: int) -> bytes:
-        data = self.f.read(n)
-        self.sink += data
-        return data

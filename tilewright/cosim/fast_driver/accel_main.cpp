@@ -36,11 +36,16 @@
 #include "Vtw_accel.h"
 #include "verilated.h"
 
+#define TW_DRIVER_NAME "tw_accel_fast"
+#include "driver_util.h"
+
 #ifndef TW_BEAT_BYTES
 #error "define TW_BEAT_BYTES"
 #endif
 
 namespace {
+
+using namespace tw;  // fail, put, get, read_words, read_u32 (driver_util.h)
 
 constexpr uint32_t MAGIC_STREAM = 0x31415754u;  // "TWA1"
 constexpr uint32_t MAGIC_SEG = 0x4D474553u;     // "SEGM"
@@ -48,35 +53,6 @@ constexpr uint32_t MAGIC_END = 0x454E4F44u;     // "DONE"
 constexpr uint32_t MAGIC_RESULT = 0x544C5352u;  // "RSLT"
 constexpr int CH = (TW_BEAT_BYTES + 3) / 4;     // uint32 chunks per external word
 
-[[noreturn]] void fail(int code, const char* msg, long a = -1, long b = -1) {
-    std::fprintf(stderr, "tw_accel_fast: %s", msg);
-    if (a >= 0) std::fprintf(stderr, " (%ld", a);
-    if (b >= 0) std::fprintf(stderr, ", %ld", b);
-    if (a >= 0) std::fprintf(stderr, ")");
-    std::fprintf(stderr, "\n");
-    std::exit(code);
-}
-
-// Port access for every width Verilator may choose (CData/SData/IData/QData/VlWide).
-void put(CData& p, const uint32_t* w) { p = static_cast<CData>(w[0]); }
-void put(SData& p, const uint32_t* w) { p = static_cast<SData>(w[0]); }
-void put(IData& p, const uint32_t* w) { p = w[0]; }
-void put(QData& p, const uint32_t* w) { p = w[0] | (static_cast<QData>(w[1]) << 32); }
-template <std::size_t N>
-void put(VlWide<N>& p, const uint32_t* w) {
-    for (std::size_t i = 0; i < N; ++i) p.at(i) = w[i];
-}
-void get(const CData& p, uint32_t* w) { w[0] = p; }
-void get(const SData& p, uint32_t* w) { w[0] = p; }
-void get(const IData& p, uint32_t* w) { w[0] = p; }
-void get(const QData& p, uint32_t* w) {
-    w[0] = static_cast<uint32_t>(p);
-    w[1] = static_cast<uint32_t>(p >> 32);
-}
-template <std::size_t N>
-void get(const VlWide<N>& p, uint32_t* w) {
-    for (std::size_t i = 0; i < N; ++i) w[i] = p.at(i);
-}
 
 // External memory: W-byte words as CH uint32 chunks, dense, growing on write; unwritten = 0.
 class Memory {
@@ -199,15 +175,6 @@ class Driver {
     std::deque<std::pair<uint64_t, uint64_t>> pending_;  // (cycle due, address) of read beats
 };
 
-void read_words(std::FILE* f, uint32_t* dst, std::size_t n) {
-    if (n && std::fread(dst, sizeof(uint32_t), n, f) != n) fail(2, "command stream ended early");
-}
-
-uint32_t read_u32(std::FILE* f) {
-    uint32_t v;
-    read_words(f, &v, 1);
-    return v;
-}
 
 }  // namespace
 

@@ -25,11 +25,16 @@
 #include "Vtw_gemm_core.h"
 #include "verilated.h"
 
+#define TW_DRIVER_NAME "tw_gemm_fast"
+#include "driver_util.h"
+
 #ifndef TW_ROWS
 #error "define TW_ROWS and TW_COLS"
 #endif
 
 namespace {
+
+using namespace tw;  // fail, put, get, read_words, read_u32 (driver_util.h)
 
 constexpr uint32_t MAGIC_STREAM = 0x31475754u;  // "TWG1"
 constexpr uint32_t MAGIC_GEMM = 0x4D4D4547u;    // "GEMM"
@@ -39,33 +44,6 @@ constexpr int A_CHUNKS = (8 * TW_ROWS + 31) / 32;  // uint32 chunks per A word
 constexpr int B_CHUNKS = (8 * TW_COLS + 31) / 32;
 constexpr int ACC_CHUNKS = TW_COLS;                // int32 lanes per accumulator word
 
-[[noreturn]] void fail(int code, const char* msg, long a = -1, long b = -1) {
-    std::fprintf(stderr, "tw_gemm_fast: %s", msg);
-    if (a >= 0) std::fprintf(stderr, " (%ld", a);
-    if (b >= 0) std::fprintf(stderr, ", %ld", b);
-    if (a >= 0) std::fprintf(stderr, ")");
-    std::fprintf(stderr, "\n");
-    std::exit(code);
-}
-
-// Port access for every width Verilator may choose (CData/SData/IData/QData/VlWide).
-void put(CData& p, const uint32_t* w) { p = static_cast<CData>(w[0]); }
-void put(SData& p, const uint32_t* w) { p = static_cast<SData>(w[0]); }
-void put(IData& p, const uint32_t* w) { p = w[0]; }
-void put(QData& p, const uint32_t* w) { p = w[0] | (static_cast<QData>(w[1]) << 32); }
-template <std::size_t N>
-void put(VlWide<N>& p, const uint32_t* w) {
-    for (std::size_t i = 0; i < N; ++i) p.at(i) = w[i];
-}
-void get(const IData& p, uint32_t* w) { w[0] = p; }
-void get(const QData& p, uint32_t* w) {
-    w[0] = static_cast<uint32_t>(p);
-    w[1] = static_cast<uint32_t>(p >> 32);
-}
-template <std::size_t N>
-void get(const VlWide<N>& p, uint32_t* w) {
-    for (std::size_t i = 0; i < N; ++i) w[i] = p.at(i);
-}
 
 class Driver {
   public:
@@ -145,15 +123,6 @@ class Driver {
     std::unique_ptr<Vtw_gemm_core> top_;
 };
 
-void read_words(std::FILE* f, uint32_t* dst, std::size_t n) {
-    if (n && std::fread(dst, sizeof(uint32_t), n, f) != n) fail(2, "command stream ended early");
-}
-
-uint32_t read_u32(std::FILE* f) {
-    uint32_t v;
-    read_words(f, &v, 1);
-    return v;
-}
 
 }  // namespace
 
