@@ -117,15 +117,9 @@ class AccelTop(wiring.Component):
 
 
 def write_accel_rtl(arch: ArchSpec, out_dir: str | Path) -> Path:
-    """Write ``<ACCEL_TOP_NAME>.v`` for ``arch`` to ``out_dir``; return its path. Raises
-    :class:`~tilewright.arch.ArchSpecError` for SRAM banks other than 1 (as the GEMM core)."""
+    """Write ``<ACCEL_TOP_NAME>.v`` for ``arch`` to ``out_dir``; return its path."""
     from amaranth.back import verilog  # noqa: PLC0415
 
-    from tilewright.arch import ArchSpecError  # noqa: PLC0415
     from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
-    for field in ("scratchpad_banks", "accumulator_banks"):
-        if getattr(arch.memory, field) != 1:
-            raise ArchSpecError(f"{arch.name}: memory.{field}={getattr(arch.memory, field)}: the "
-                                f"accelerator RTL implements 1 bank; accepted: 1")
     text = verilog.convert(AccelTop(arch), name=ACCEL_TOP_NAME, emit_src=False)
     return write_verilog(out_dir, ACCEL_TOP_NAME, text)

@@ -394,14 +394,10 @@ class AxiAccelTop(wiring.Component):
 
 def generate_axi_accel_verilog(arch: ArchSpec) -> tuple[str, AxiAccelTop]:
     """Elaborate the top for ``arch``; return (Verilog text, component). Ports are named
-    ``s_axil_<signal>`` and ``m_axi_<signal>``. Raises ArchSpecError for SRAM banks other than 1
-    or a memory beat wider than AXI4 allows."""
+    ``s_axil_<signal>`` and ``m_axi_<signal>``. Raises ArchSpecError for a memory beat wider
+    than AXI4 allows."""
     from amaranth.back import verilog  # noqa: PLC0415
 
-    for field in ("scratchpad_banks", "accumulator_banks"):
-        if getattr(arch.memory, field) != 1:
-            raise ArchSpecError(f"{arch.name}: memory.{field}={getattr(arch.memory, field)}: the "
-                                f"accelerator RTL implements 1 bank; accepted: 1")
     axi_data_bytes(arch)                 # a beat wider than AXI4: the error before elaborating
     top = AxiAccelTop(arch)
     text = verilog.convert(top, name=AXI_ACCEL_TOP_NAME, ports=verilog_ports(top),

@@ -289,10 +289,6 @@ def generate_axi_verilog(arch: ArchSpec) -> tuple[str, AxiGemmTop]:
     ``s_axil_<channel signal>`` (single underscore)."""
     from amaranth.back import verilog  # noqa: PLC0415
 
-    for field in ("scratchpad_banks", "accumulator_banks"):   # as rtl.verilog.generate_verilog
-        if getattr(arch.memory, field) != 1:
-            raise ArchSpecError(f"{arch.name}: memory.{field}={getattr(arch.memory, field)}: the "
-                                f"GEMM-core RTL implements 1 bank; accepted: 1")
     top = AxiGemmTop(arch)
     text = verilog.convert(top, name=AXI_TOP_NAME, ports=verilog_ports(top), emit_src=False)
     return text, top

@@ -36,7 +36,7 @@ Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -94,22 +94,70 @@ class _CoreShape(_Dims):
         return self._depths
 
 
+class _PortSignals:
+    """The address/data (and write-enable) signals of one port of a banked memory."""
+
+    def __init__(self, name: str, abits: int, width: int, write: bool):
+        self.addr = Signal(abits, name=f"{name}_addr")
+        self.data = Signal(width, name=f"{name}_data")
+        if write:
+            self.en = Signal(name=f"{name}_en")
+
+
+def banked_memory(m: Module, name: str, width: int, depth: int, banks: int,
+                  reads: tuple[bool, ...]):
+    """A ``width``-bit x ``depth``-word memory with one write port and one synchronous read
+    port per entry of ``reads`` (True: transparent for the write port), split into ``banks``
+    equal banks (a power of two; ``lib.memory.Memory`` each) interleaved on the low address
+    bits: word ``a`` lives in bank ``a % banks`` at row ``a // banks``. Every bank has every port,
+    so accesses never conflict and the timing is the single memory's (read data one cycle after
+    the address; the bank of a read is registered with it). Returns (write port, [read ports])
+    with ``addr``/``data`` (and ``en``) signals."""
+    k = banks.bit_length() - 1          # banks >= 2, a power of two
+    abits = _abits(depth)
+    w = _PortSignals(f"{name}_w", abits, width, write=True)
+    rs = [_PortSignals(f"{name}_r{i}", abits, width, write=False) for i in range(len(reads))]
+    outs: list[list[Signal]] = [[] for _ in reads]
+    for b in range(banks):
+        mem = memory.Memory(shape=unsigned(width), depth=-(-depth // banks), init=[])
+        m.submodules[f"{name}_bank{b}"] = mem
+        wp = mem.write_port()
+        m.d.comb += [wp.en.eq(w.en & (w.addr[:k] == b)), wp.addr.eq(w.addr[k:]),
+                     wp.data.eq(w.data)]
+        for i, (r, transparent) in enumerate(zip(rs, reads)):
+            rp = mem.read_port(transparent_for=(wp,) if transparent else ())
+            m.d.comb += rp.addr.eq(r.addr[k:])
+            outs[i].append(rp.data)
+    for i, r in enumerate(rs):
+        sel = Signal(k, name=f"{name}_r{i}_bank")
+        m.d.sync += sel.eq(r.addr[:k])
+        m.d.comb += r.data.eq(Array(outs[i])[sel])
+    return w, rs
+
+
 def memories(m: Module, core, element_bits: int):
     """The A, B and accumulator buffers of ``core`` (``rows``/``cols`` lanes of
-    ``element_bits``, ``cols`` lanes of ACC_BITS; ``core.depths`` words). Returns the engine's
-    ports (``a_r``, ``b_r``, ``c_r``, ``c_w``; the accumulator read port transparent for its
-    write port) and the statements that wire the host's ports (``a_wr_*``, ``b_wr_*``,
-    ``acc_rd_*``) for the caller to add to ``m.d.comb``."""
+    ``element_bits``, ``cols`` lanes of ACC_BITS; ``core.depths`` words; split into
+    ``core.banks`` = (scratchpad, scratchpad, accumulator) banks, :func:`banked_memory`, 1 if
+    the core has no ``banks``). Returns the engine's ports (``a_r``, ``b_r``, ``c_r``, ``c_w``;
+    the accumulator read port transparent for its write port) and the statements that wire the
+    host's ports (``a_wr_*``, ``b_wr_*``, ``acc_rd_*``) for the caller to add to ``m.d.comb``."""
     R, C = core.rows, core.cols
     da, db, dc = core.depths
-    mem_a = memory.Memory(shape=unsigned(R * element_bits), depth=da, init=[])
-    mem_b = memory.Memory(shape=unsigned(C * element_bits), depth=db, init=[])
-    mem_c = memory.Memory(shape=unsigned(C * ACC_BITS), depth=dc, init=[])
-    m.submodules.mem_a, m.submodules.mem_b, m.submodules.mem_acc = mem_a, mem_b, mem_c
-    a_w, b_w, c_w = mem_a.write_port(), mem_b.write_port(), mem_c.write_port()
-    a_r, b_r = mem_a.read_port(), mem_b.read_port()
-    c_r = mem_c.read_port(transparent_for=(c_w,))
-    host_r = mem_c.read_port()
+    ba, bb, bc = getattr(core, "banks", (1, 1, 1))
+    if (ba, bb, bc) == (1, 1, 1):       # one Memory each (the Verilog names its ports a_w, ...)
+        mem_a = memory.Memory(shape=unsigned(R * element_bits), depth=da, init=[])
+        mem_b = memory.Memory(shape=unsigned(C * element_bits), depth=db, init=[])
+        mem_c = memory.Memory(shape=unsigned(C * ACC_BITS), depth=dc, init=[])
+        m.submodules.mem_a, m.submodules.mem_b, m.submodules.mem_acc = mem_a, mem_b, mem_c
+        a_w, b_w, c_w = mem_a.write_port(), mem_b.write_port(), mem_c.write_port()
+        a_r, b_r = mem_a.read_port(), mem_b.read_port()
+        c_r = mem_c.read_port(transparent_for=(c_w,))
+        host_r = mem_c.read_port()
+    else:
+        a_w, (a_r,) = banked_memory(m, "mem_a", R * element_bits, da, ba, (False,))
+        b_w, (b_r,) = banked_memory(m, "mem_b", C * element_bits, db, bb, (False,))
+        c_w, (c_r, host_r) = banked_memory(m, "mem_acc", C * ACC_BITS, dc, bc, (True, False))
     host = [
         a_w.en.eq(core.a_wr_en), a_w.addr.eq(core.a_wr_addr), a_w.data.eq(core.a_wr_data),
         b_w.en.eq(core.b_wr_en), b_w.addr.eq(core.b_wr_addr), b_w.data.eq(core.b_wr_data),
@@ -250,6 +298,8 @@ class GemmCore(_CoreShape, wiring.Component):
         self._halves = halves
         self._rows, self._cols, self._dataflow = te.rows, te.cols, te.dataflow
         self._depths = tuple(GemmLayout.depths(arch))
+        mem = arch.memory
+        self._banks = (mem.scratchpad_banks, mem.scratchpad_banks, mem.accumulator_banks)
         for buf, d in zip(("A", "B", "accumulator"), self._depths):
             if d < 1:
                 raise ValueError(f"memory is too small for a {te.rows}x{te.cols} array: "
@@ -267,6 +317,11 @@ class GemmCore(_CoreShape, wiring.Component):
     @property
     def arch(self) -> ArchSpec:
         return self._arch
+
+    @property
+    def banks(self) -> tuple[int, int, int]:
+        """(A, B, accumulator) SRAM banks (ArchSpec ``memory.*_banks``)."""
+        return self._banks
 
     def elaborate(self, platform):
         m = Module()

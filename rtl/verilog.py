@@ -31,16 +31,13 @@ TOP_NAME = "tw_gemm_core"
 def generate_verilog(arch: ArchSpec) -> tuple[str, GemmCore]:
     """Elaborate the GEMM core for ``arch`` and return (Verilog text, component).
 
-    Raises :class:`~tilewright.arch.ArchSpecError` for what the core does not implement (SRAM
-    banks other than 1, a tensor_engine.kind other than systolic)."""
+    Raises :class:`~tilewright.arch.ArchSpecError` for what the core does not implement (a
+    tensor_engine.kind other than systolic). SRAM banks (``memory.*_banks``) are real banks
+    (:func:`tilewright.rtl.gemm_core.banked_memory`)."""
     if arch.tensor_engine.kind != "systolic":
         raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {arch.tensor_engine.kind!r}: the "
                             f"GEMM-core RTL is a systolic array; accepted: 'systolic' (the "
                             f"tile-MAC kinds generate their engine: `tilewright rtl`)")
-    for field in ("scratchpad_banks", "accumulator_banks"):
-        if getattr(arch.memory, field) != 1:
-            raise ArchSpecError(f"{arch.name}: memory.{field}={getattr(arch.memory, field)}: the "
-                                f"GEMM-core RTL implements 1 bank; accepted: 1")
     core = GemmCore(arch)
     text = verilog.convert(core, name=TOP_NAME, emit_src=False)
     return text, core

@@ -208,10 +208,11 @@ class MemorySpec(_Frozen):
     scratchpad_banks: int = Field(
         1, description="equal banks each scratchpad buffer (A and B) is split into (count, a power "
                         "of two from 1 to 64); a bank of scratchpad_kib / 2 / banks KiB is what "
-                        "one access reads. The GEMM-core RTL implements 1")
+                        "one access reads. The RTL splits the buffers into these banks, "
+                        "interleaved on the low address bits")
     accumulator_banks: int = Field(
         1, description="equal banks the accumulator SRAM is split into (count, a power of two from "
-                        "1 to 64). The GEMM-core RTL implements 1")
+                        "1 to 64); in the RTL interleaved on the low address bits")
 
     @model_validator(mode="after")
     def _banks_are_powers_of_two(self) -> "MemorySpec":

@@ -344,7 +344,7 @@ def _params(arch: ArchSpec) -> dict[str, Any]:
     for field in ("scratchpad_banks", "accumulator_banks"):
         if getattr(mem, field) != 1:
             raise ResourceModelError(f"{arch.name}: memory.{field} = {getattr(mem, field)}: the "
-                                     f"GEMM-core RTL implements 1 bank; accepted: 1")
+                                     f"resource data sets have 1 bank per SRAM; accepted: 1")
     da, db, dc = GemmLayout.depths(arch)
     return {"rows": te.rows, "cols": te.cols, "dataflow": te.dataflow,
             "scratchpad_kib": mem.scratchpad_kib, "accumulator_kib": mem.accumulator_kib,
