@@ -14,11 +14,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def tw(*args: str, cwd: Path | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+def tw(*args: str, cwd: Path | None = None, timeout: int = 900,
+       columns: int = 120) -> subprocess.CompletedProcess:
+    """The installed ``tilewright`` CLI in a subprocess (``python -m tilewright.cli`` if it is not
+    on PATH), with a terminal ``columns`` wide for rich's tables."""
     exe = shutil.which("tilewright")
     cmd = [exe, *args] if exe else [sys.executable, "-m", "tilewright.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "120"})
+                          env={**os.environ, "COLUMNS": str(columns)})
 
 
 @pytest.mark.parametrize("yaml_text,needle", [

@@ -11,12 +11,13 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_cli import tw as cli
 
 from tilewright.arch import ArchSpecError, ArchSpec, load_arch
 from tilewright.fpga import TOPS, UnknownFpgaTarget, compare_qor, run_fpga
@@ -28,10 +29,7 @@ PRESET = BASE / "int8_2x2.yaml"
 
 
 def tw(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    exe = shutil.which("tilewright")
-    cmd = [exe, *args] if exe else [sys.executable, "-m", "tilewright.cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=900,
-                          env={**os.environ, "COLUMNS": "200"})
+    return cli(*args, cwd=cwd, timeout=900, columns=200)
 
 
 @pytest.fixture(scope="module")

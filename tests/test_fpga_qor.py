@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_cli import tw as cli
 
 from tilewright.arch import load_arch
 from tilewright.fpga import compare_qor, qor_of
@@ -38,10 +38,7 @@ def _cases() -> list:
 
 
 def tw(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    exe = shutil.which("tilewright")
-    cmd = [exe, *args] if exe else [sys.executable, "-m", "tilewright.cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=1800,
-                          env={**os.environ, "COLUMNS": "200"})
+    return cli(*args, cwd=cwd, timeout=1800, columns=200)
 
 
 @pytest.fixture(scope="module", params=_cases())

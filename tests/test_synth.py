@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_cli import tw as cli
 
 from tilewright.cosim.verilator import ToolMissing
 from tilewright.synth import (TARGETS, SynthError, UnknownTarget, YosysMissing, parse_stat,
@@ -29,10 +30,7 @@ memory: {{scratchpad_kib: {SP_KIB}, accumulator_kib: {ACC_KIB}}}
 
 
 def tw(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    exe = shutil.which("tilewright")
-    cmd = [exe, *args] if exe else [sys.executable, "-m", "tilewright.cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=900,
-                          env={**os.environ, "COLUMNS": "200"})
+    return cli(*args, cwd=cwd, timeout=900, columns=200)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from tilewright.arch import ArchSpec
 from tilewright.cosim.verilator import (VerilatorBuild, cached_build, lint_verilog,
                                         rtl_source_hash)
 
-__all__ = ["AccelBuild", "build_accel", "lint_accel"]
+__all__ = ["AccelBuild", "build_accel", "lint_accel", "isa_hash"]
 
 #: g++ optimisation of the Verilated model: the bench's runs are dominated by cocotb, and -O0
 #: roughly halves the build on a loaded 2-core machine
@@ -25,7 +25,7 @@ OPT = "-O0"
 AccelBuild = VerilatorBuild
 
 
-def _isa_hash(arch: ArchSpec) -> str:
+def isa_hash(arch: ArchSpec) -> str:
     """Hash of what the top's Verilog takes from the compiler: the ISA table and instruction
     memory size, and the external-memory beat width / beats per word derived from ``arch``."""
     from tilewright.compiler import codegen as cg  # noqa: PLC0415
@@ -42,7 +42,7 @@ def build_accel(arch: ArchSpec, *, log=None, waves: bool = False) -> AccelBuild:
                                           ACCEL_TOP_NAME, write_accel_rtl)
 
     key = (f"accel-{arch.content_hash()}-g{ACCEL_GENERATOR_VERSION}-"
-           f"{rtl_source_hash(*ACCEL_SOURCES)}-{_isa_hash(arch)}" + ("-waves" if waves else ""))
+           f"{rtl_source_hash(*ACCEL_SOURCES)}-{isa_hash(arch)}" + ("-waves" if waves else ""))
     return cached_build(key, ACCEL_TOP_NAME, lambda d: write_accel_rtl(arch, d), opt=OPT,
                         waves=waves,
                         what=f"the accelerator for {arch.name}", log=log, cls=AccelBuild,

@@ -46,11 +46,11 @@ AccelFastBuild = DriverBuild
 
 
 def _key(arch: ArchSpec) -> str:
-    from tilewright.cosim.accel_build import _isa_hash  # noqa: PLC0415
+    from tilewright.cosim.accel_build import isa_hash  # noqa: PLC0415
     from tilewright.rtl.accel_top import ACCEL_GENERATOR_VERSION, ACCEL_SOURCES  # noqa: PLC0415
     drv = driver_hash(DRIVER_SOURCE)
     return (f"accel-fast-{arch.content_hash()}-g{ACCEL_GENERATOR_VERSION}-"
-            f"{rtl_source_hash(*ACCEL_SOURCES)}-{_isa_hash(arch)}-d{drv}")
+            f"{rtl_source_hash(*ACCEL_SOURCES)}-{isa_hash(arch)}-d{drv}")
 
 
 def build_accel_fast(arch: ArchSpec, *, log=None) -> AccelFastBuild:

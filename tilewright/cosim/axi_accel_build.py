@@ -10,7 +10,7 @@ controller and DMA take from the compiler (ISA table, beat geometry).
 from __future__ import annotations
 
 from tilewright.arch import ArchSpec
-from tilewright.cosim.accel_build import _isa_hash
+from tilewright.cosim.accel_build import isa_hash
 from tilewright.cosim.verilator import (VerilatorBuild, cached_build, lint_verilog,
                                         rtl_source_hash)
 
@@ -32,7 +32,7 @@ def build_axi_accel(arch: ArchSpec, *, log=None, waves: bool = False) -> AxiAcce
 
     ``log`` (optional callable taking a str) receives progress messages; ``waves`` builds a
     separate tracing simulator. Raises ArchSpecError (before any build) for an arch the top
-    cannot implement (SRAM banks, a memory beat wider than 128 bytes)."""
+    cannot implement (a memory beat wider than 128 bytes)."""
     from tilewright.rtl.accel_top import ACCEL_GENERATOR_VERSION  # noqa: PLC0415
     from tilewright.rtl.axi_accel_top import (AXI_ACCEL_TOP_NAME,  # noqa: PLC0415
                                               AXI_ACCEL_VERSION, AxiAccelMap,
@@ -40,7 +40,7 @@ def build_axi_accel(arch: ArchSpec, *, log=None, waves: bool = False) -> AxiAcce
 
     AxiAccelMap.for_arch(arch)            # a clear ArchSpecError before the build
     key = (f"axiaccel-{arch.content_hash()}-a{AXI_ACCEL_VERSION}-g{ACCEL_GENERATOR_VERSION}-"
-           f"{rtl_source_hash(*AXI_ACCEL_SOURCES)}-{_isa_hash(arch)}"
+           f"{rtl_source_hash(*AXI_ACCEL_SOURCES)}-{isa_hash(arch)}"
            + ("-trace" if waves else ""))
     return cached_build(key, AXI_ACCEL_TOP_NAME, lambda d: write_axi_accel_top(arch, d),
                         opt=OPT, waves=waves, what=f"the AXI accelerator top for {arch.name}",
