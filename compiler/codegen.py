@@ -25,12 +25,32 @@ ISA — fixed 64-bit instruction words
                         :mod:`tilewright.compiler.layout` inside each half); C overwrites the
                         accumulator half ``c_buf``, or with ``acc=1`` is added to it (int32,
                         wrapping) — how a split K accumulates
-    ``SYNC``    5       ``dma`` (1), ``gemm`` (1): wait until each selected unit is idle
+    ``SYNC``    5       ``dma`` (1), ``gemm`` (1), ``vec`` (1): wait until each selected unit is
+                        idle
+    ``LOAD_V``  6       ``vaddr`` (12) vector-buffer word, ``count`` (16) words, ``addr`` (32):
+                        DMA ``count`` vector words from external memory into the vector buffer
+                        from word ``vaddr`` on
+    ``STORE_V`` 7       as ``LOAD_V``, vector buffer -> external memory
+    ``VECTOR``  8       ``vop`` (4, :data:`VECTOR_OPCODES`), ``count`` (12, >= 1) beats, ``a``,
+                        ``b`` (12 each) source words, ``b_inc`` (1), ``dst`` (12): stream vector
+                        words ``a .. a+count-1`` (and ``b`` .. when ``b_inc`` = 1, else the one
+                        word ``b`` every beat) through the vector unit and write the results to
+                        ``dst ..`` (elementwise: ``count`` words; ``sum``/``rmax``: one word, the
+                        reduction of all ``count`` beats in every lane)
     ==========  ======  =========================================================================
 
     ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
-    until the GEMM core is idle. Nothing else is checked by hardware: the compiler orders buffer
-    reuse with ``SYNC`` (the schedule of :func:`codegen_gemm`).
+    until the GEMM core is idle; ``LOAD_V``/``STORE_V``/``VECTOR`` wait until both the DMA and the
+    vector engine are idle (they share the vector buffer's ports). Nothing else is checked by
+    hardware: the compiler orders buffer reuse with ``SYNC`` (the schedule of
+    :func:`codegen_gemm`).
+
+Vector buffer
+    :data:`VBUF_WORDS` words of ``lanes`` (``arch.vector_unit.lanes``) 32-bit lanes, lane 0 in the
+    low bits (:func:`vector_word_bytes` bytes; external image as for every other word). The
+    vector unit reads the low 16 bits of each lane as a signed Q8.8 operand
+    (:mod:`tilewright.dataflow_sim.vector_numerics`) and writes its 32-bit results (elementwise:
+    sign-extended Q8.8; ``sum``: Q24.8).
 
 External memory
     One port of ``W = beat_bytes(arch)`` bytes per beat: the off-chip bytes per cycle
@@ -57,7 +77,9 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import MAX_DIM, DoesNotFit, GemmLayout
 from tilewright.compiler.program import GemmTask, Program
 
-__all__ = ["ISA", "FIELD_MIN", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",
+__all__ = ["ISA", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
+           "VECTOR_OVERHEAD_CYCLES",
+           "vector_word_bytes", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",
            "AssemblerError", "CodegenError", "field_slices", "assemble", "disassemble",
            "beat_bytes", "memory_latency_cycles", "beats_per_word", "word_bytes", "Tile", "Segment",
            "IsaProgram", "codegen", "codegen_gemm", "codegen_gemms",
@@ -75,10 +97,25 @@ ISA: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "STORE": (3, (("buf", 1), ("count", 24), ("addr", 32))),
     "GEMM": (4, (("m", 16), ("k", 16), ("n", 16), ("a_buf", 1), ("b_buf", 1), ("c_buf", 1),
                  ("acc", 1))),
-    "SYNC": (5, (("dma", 1), ("gemm", 1))),
+    "SYNC": (5, (("dma", 1), ("gemm", 1), ("vec", 1))),
+    "LOAD_V": (6, (("vaddr", 12), ("count", 16), ("addr", 32))),
+    "STORE_V": (7, (("vaddr", 12), ("count", 16), ("addr", 32))),
+    "VECTOR": (8, (("vop", 4), ("count", 12), ("a", 12), ("b", 12), ("b_inc", 1),
+                   ("dst", 12))),
 }
+#: vector-buffer depth of the accelerator top (words of ``lanes`` 32-bit lanes)
+VBUF_WORDS = 1024
+#: VECTOR ``vop`` codes (the vector unit's opcodes, :class:`tilewright.rtl.vector_unit.VectorOp`)
+VECTOR_OPCODES: dict[str, int] = {"add": 0, "mul": 1, "max": 2, "exp": 3, "recip": 4,
+                                  "rsqrt": 5, "silu": 6, "softplus": 7, "sum": 8, "rmax": 9}
+#: the vector ops that produce one result word per run of beats
+VECTOR_REDUCTIONS = ("sum", "rmax")
+#: busy cycles of a VECTOR instruction beyond one per beat (buffer read + the unit's 4-stage
+#: pipeline; the contract of :mod:`tilewright.rtl.vector_engine`, which checks it)
+VECTOR_OVERHEAD_CYCLES = 5
 #: fields whose smallest accepted value is not 0 (the core needs GEMM sizes of at least 1)
-FIELD_MIN: dict[tuple[str, str], int] = {("GEMM", "m"): 1, ("GEMM", "k"): 1, ("GEMM", "n"): 1}
+FIELD_MIN: dict[tuple[str, str], int] = {("GEMM", "m"): 1, ("GEMM", "k"): 1, ("GEMM", "n"): 1,
+                                         ("VECTOR", "count"): 1}
 #: opcode -> op name
 OPCODES: dict[int, str] = {code: name for name, (code, _) in ISA.items()}
 
@@ -197,10 +234,20 @@ def word_bytes(arch: ArchSpec) -> dict[str, int]:
     return {"a": te.rows, "b": te.cols, "c": 4 * te.cols}
 
 
+def vector_word_bytes(arch: ArchSpec) -> int:
+    """Bytes per vector-buffer word: ``4 * arch.vector_unit.lanes`` (32-bit lanes); 0 for an
+    ArchSpec without a vector unit (its top has no vector buffer)."""
+    return 4 * arch.vector_unit.lanes if arch.vector_unit is not None else 0
+
+
 def beats_per_word(arch: ArchSpec) -> dict[str, int]:
-    """External beats per on-chip word of the A, B and accumulator buffers (``ceil(B / W)``)."""
+    """External beats per on-chip word of the A, B and accumulator buffers and the vector buffer
+    (``ceil(B / W)``; keys a, b, c and, with a vector unit, v)."""
     w = beat_bytes(arch)
-    return {k: -(-b // w) for k, b in word_bytes(arch).items()}
+    out = {k: -(-b // w) for k, b in word_bytes(arch).items()}
+    if vector_word_bytes(arch):
+        out["v"] = -(-vector_word_bytes(arch) // w)
+    return out
 
 
 def words_to_beats(words: list[int], word_bytes_: int, w: int) -> list[int]:
@@ -433,14 +480,14 @@ def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
         if s > 0 and steps[s - 1].last:
             j += 1
         h = s % 2
-        code.append(_ins("SYNC", dma=1, gemm=int(s > 0)))
+        code.append(_ins("SYNC", dma=1, gemm=int(s > 0), vec=0))
         code.append(_ins("GEMM", m=t.tm, k=t.k, n=t.tn, a_buf=h, b_buf=h, c_buf=j % 2,
                          acc=int(t.k0 > 0)))
         if s > 0 and steps[s - 1].last:
             code.append(store(steps[s - 1], (j - 1) % 2))
         if s + 1 < len(steps):
             code += loads(steps[s + 1], 1 - h)
-    code += [_ins("SYNC", dma=0, gemm=1), store(steps[-1], j % 2), _ins("END")]
+    code += [_ins("SYNC", dma=0, gemm=1, vec=0), store(steps[-1], j % 2), _ins("END")]
     seg = Segment(task, m, k, n, base_pc, base_pc + len(code) - 1, tuple(steps))
     return code, seg, addr
 

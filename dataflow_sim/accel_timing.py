@@ -7,13 +7,14 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
 
 * the controller needs one fetch cycle after ``start``; instruction ``i`` issues in cycle
   ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the fetch cycle);
-* ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; SYNC — every selected unit
-  is idle; END — both are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
+* ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/STORE_V/VECTOR —
+  the DMA and the vector engine are idle; SYNC — every selected unit is idle; END — all are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
   from cycle ``c + D + 1``;
 * busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`;
   LOAD ``D = L + count * r`` (one request cycle … first beat ``L`` cycles after the request,
   one beat per cycle, ``r`` beats per word); STORE ``D = 1 + count * r`` (request, then posted
-  write beats); ``count = 0``: ``D = 0``;
+  write beats); ``count = 0``: ``D = 0``; LOAD_V/STORE_V the same with ``r`` beats per vector
+  word; VECTOR ``D = count + VECTOR_OVERHEAD_CYCLES``;
 * total = ``c_END - c_start`` (``start`` sampled in cycle ``c_start``; ``busy`` high from the next
   cycle through the one END issues in).
 """
@@ -23,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (IsaProgram, Segment, beats_per_word, disassemble,
-                                         memory_latency_cycles)
+from tilewright.compiler.codegen import (VECTOR_OVERHEAD_CYCLES, IsaProgram, Segment,
+                                         beats_per_word, disassemble, memory_latency_cycles)
 from tilewright.compiler.core_timing import gemm_cycles_array
 
 __all__ = ["SegmentTiming", "predict_segment", "predict_accel_cycles", "serial_cycles"]
@@ -39,6 +40,7 @@ class SegmentTiming:
     gemm_cycles: int     #: sum of the GEMM instructions' busy cycles
     dma_cycles: int      #: sum of the DMA instructions' busy cycles
     instructions: int    #: instructions retired (END included)
+    vector_cycles: int = 0  #: sum of the VECTOR instructions' busy cycles
 
 
 def _gemm_busy(arch: ArchSpec, m: int, k: int, n: int) -> int:
@@ -51,23 +53,28 @@ def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTim
     """Cycles of one run of ``seg`` (see the module docstring for the rules)."""
     lat = memory_latency_cycles(arch)
     bpw = beats_per_word(arch)
-    beats = {"LOAD_A": bpw["a"], "LOAD_B": bpw["b"], "STORE": bpw["c"]}
+    beats = {"LOAD_A": bpw["a"], "LOAD_B": bpw["b"], "STORE": bpw["c"],
+             "LOAD_V": bpw.get("v", 0), "STORE_V": bpw.get("v", 0)}
     instrs = disassemble(list(isa.words[seg.entry:seg.end + 1]))
     start = 0
     prev = start + 1              # the fetch cycle
-    free = {"dma": 0, "gemm": 0}  # first cycle each unit is idle
-    sums = {"dma": 0, "gemm": 0}
+    free = {"dma": 0, "gemm": 0, "vec": 0}  # first cycle each unit is idle
+    sums = {"dma": 0, "gemm": 0, "vec": 0}
     for ins in instrs:
         f = ins.fields
         if ins.op in beats:
             unit = "dma"
-            dur = ((lat if ins.op != "STORE" else 1) + f["count"] * beats[ins.op]
+            dur = ((1 if ins.op.startswith("STORE") else lat) + f["count"] * beats[ins.op]
                    if f["count"] else 0)      # count 0: the DMA does nothing
-            ready = free["dma"]
+            # the vector buffer's transfers also wait for the vector engine
+            ready = max(free["dma"], free["vec"]) if ins.op.endswith("_V") else free["dma"]
         elif ins.op == "GEMM":
             unit, dur, ready = "gemm", _gemm_busy(arch, f["m"], f["k"], f["n"]), free["gemm"]
+        elif ins.op == "VECTOR":
+            unit, dur = "vec", f["count"] + VECTOR_OVERHEAD_CYCLES
+            ready = max(free["dma"], free["vec"])
         elif ins.op == "SYNC":
-            unit, ready = None, max([0] + [free[u] for u in ("dma", "gemm") if f[u]])
+            unit, ready = None, max([0] + [free[u] for u in ("dma", "gemm", "vec") if f[u]])
         else:   # END
             unit, ready = None, max(free.values())
         c = max(prev + 1, ready)
@@ -77,7 +84,8 @@ def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTim
         prev = c
         if ins.op == "END":
             break
-    return SegmentTiming(seg.task, prev - start, sums["gemm"], sums["dma"], len(instrs))
+    return SegmentTiming(seg.task, prev - start, sums["gemm"], sums["dma"], len(instrs),
+                         sums["vec"])
 
 
 def predict_accel_cycles(isa: IsaProgram, arch: ArchSpec) -> int:
@@ -89,4 +97,4 @@ def predict_accel_cycles(isa: IsaProgram, arch: ArchSpec) -> int:
 def serial_cycles(t: SegmentTiming) -> int:
     """Cycles the same segment would take with no overlap of DMA and GEMM (a reference for how
     much the double buffer saves): one cycle per instruction plus every unit's busy cycles."""
-    return t.gemm_cycles + t.dma_cycles + 2 * t.instructions
+    return t.gemm_cycles + t.dma_cycles + t.vector_cycles + 2 * t.instructions

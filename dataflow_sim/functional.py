@@ -10,14 +10,16 @@ arithmetic is the ArchSpec's exactly — and ``scan`` (chunked selective scan, f
 driver runs a program with GEMMs on another level: ``run_program(gemm=...)`` for ``gemm`` tasks,
 and :func:`int8_matmul` (a context manager) for every int8 x int8 -> int32 matmul inside
 ``bgemm``, ``grouped_gemm`` and ``attention`` (``tilewright sim --rtl`` runs them on the
-Verilated core this way); :func:`run_vector` executes every other task kind.
+Verilated core this way); :func:`run_vector` executes every other task kind, offering each
+``vector`` task first to the hook :func:`vector_unit_ops` installs (the vector unit's Q8.8
+arithmetic, or results from the RTL's vector engine).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -26,7 +28,9 @@ from tilewright.compiler.program import (BINARY_OPS, FORMAT_DTYPES, UNARY_OPS, A
                                          QuantizeTask, ScanTask, VectorTask)
 from tilewright.formats import FORMATS, QTensor, quantize, round_to_element
 
-__all__ = ["gemm_int8", "int8_matmul", "int8_matmul_fn", "bf16_matmul", "bf16_matmul_fn", "run_vector", "run_program", "wrap_int32", "bgemm_fp32", "attention_fp32",
+__all__ = ["gemm_int8", "int8_matmul", "int8_matmul_fn", "vector_unit_ops", "VectorHook",
+           "bf16_matmul", "bf16_matmul_fn", "run_vector", "run_program", "wrap_int32",
+           "bgemm_fp32", "attention_fp32",
            "scan_fp32", "grouped_gemm_fp32", "gemm_2d", "bgemm_formats", "grouped_gemm_formats",
            "attention_formats", "quantize_p"]
 
@@ -91,6 +95,26 @@ def int8_matmul(fn: Int8Matmul) -> Iterator[None]:
         yield
     finally:
         _INT8_MATMUL.reset(token)
+
+
+#: a vector-task hook: (task, its input arrays) -> the task's output, or None to leave the task to
+#: the functional model's own fp32 arithmetic
+VectorHook = Callable[[Any, list], "np.ndarray | None"]
+_VECTOR_HOOK: ContextVar[VectorHook | None] = ContextVar("tilewright_vector_hook", default=None)
+
+
+@contextmanager
+def vector_unit_ops(fn: VectorHook) -> Iterator[None]:
+    """Offer every ``vector`` task of the functional model to ``fn(task, inputs)`` inside the
+    ``with`` block: a returned array is the task's output, None runs the task as usual — how a
+    run executes the ops a vector unit implements in that unit's arithmetic
+    (:mod:`tilewright.dataflow_sim.vector_offload`), or answers them with results an RTL run
+    computed."""
+    token = _VECTOR_HOOK.set(fn)
+    try:
+        yield
+    finally:
+        _VECTOR_HOOK.reset(token)
 
 
 # ---- fp32 engine tasks --------------------------------------------------------------------------
@@ -439,6 +463,11 @@ def run_vector(task, env: dict[str, np.ndarray]) -> np.ndarray:
     if not isinstance(task, VectorTask):
         return _run_task(task, env)
     ins = [env[x] for x in task.inputs]
+    hook = _VECTOR_HOOK.get()
+    if hook is not None:
+        out = hook(task, ins)
+        if out is not None:
+            return out
     a = task.attrs
     op = task.op
     if op in UNARY_OPS:

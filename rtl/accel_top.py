@@ -1,4 +1,6 @@
-"""AccelTop: the programmable accelerator — controller + DMA + double-buffered GEMM core.
+"""AccelTop: the programmable accelerator — controller + DMA + double-buffered GEMM core + vector
+engine (vector buffer and vector unit, :mod:`tilewright.rtl.vector_engine`; only when the ArchSpec
+has a ``vector_unit``).
 
 Blocks: :class:`~tilewright.rtl.controller.Controller` (instruction memory, fetch/issue of the
 ISA in :mod:`tilewright.compiler.codegen`), :class:`~tilewright.rtl.dma.Dma` (the one external
@@ -12,7 +14,7 @@ Ports (``sync`` domain)
     ``start``, ``entry``, ``busy``, ``done``, ``error``, ``pc``, ``cycles``, ``retired``.
     External memory (the DMA's): ``mem_req_valid/ready/write/addr/len``,
     ``mem_rd_valid/ready/data``, ``mem_wr_valid/ready/data`` (W = ``beat_bytes(arch)`` bytes per
-    beat). Debug: ``gemm_busy``, ``dma_busy``.
+    beat). Debug: ``gemm_busy``, ``dma_busy``, ``vec_busy``.
 
 Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing`)
     With the memory always ready, answering a read ``L = memory_latency_cycles(arch)`` cycles
@@ -21,12 +23,14 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
     * cycle ``s+1`` fetches the entry instruction; instruction ``i`` issues in cycle
       ``c_i = max(c_{i-1} + 1, ready_i)`` with ``c_{-1} = s + 1``;
     * ``ready_i`` is the first cycle the units it needs are idle (LOAD/STORE: DMA; GEMM: core;
-      SYNC: the selected units; END: both). A unit issued in cycle ``c`` for ``D`` busy cycles is
-      idle again from ``c + D + 1``;
+      SYNC: the selected units; LOAD_V/STORE_V/VECTOR: DMA and vector engine; END: all three).
+      A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``;
     * GEMM ``D`` = the core's closed form (:mod:`tilewright.compiler.core_timing`; the
       ``busy`` contract of :mod:`tilewright.rtl.gemm_core`); LOAD ``D = L + count * r``; STORE
       ``D = 1 + count * r`` (``r`` beats per on-chip word; see :mod:`tilewright.rtl.dma`);
-      ``acc`` does not change a GEMM's cycles; a DMA ``count`` of 0 takes ``D = 0``;
+      ``acc`` does not change a GEMM's cycles; a DMA ``count`` of 0 takes ``D = 0``; LOAD_V and
+      STORE_V as LOAD and STORE with ``r`` beats per vector word; VECTOR
+      ``D = count + VECTOR_OVERHEAD`` (:mod:`tilewright.rtl.vector_engine`);
     * ``cycles`` (= cycles ``busy`` is high) ``= c_END - s``.
 """
 
@@ -43,15 +47,17 @@ from tilewright.arch import ArchSpec
 from tilewright.rtl.controller import Controller
 from tilewright.rtl.dma import Dma
 from tilewright.rtl.gemm_core import GemmCore
+from tilewright.rtl.vector_engine import VectorEngine
 
 __all__ = ["AccelTop", "ACCEL_TOP_NAME", "ACCEL_GENERATOR_VERSION", "ACCEL_SOURCES",
            "write_accel_rtl"]
 
 ACCEL_TOP_NAME = "tw_accel"
 #: bump when the top's behaviour or ports change
-ACCEL_GENERATOR_VERSION = "0.1.0"
+ACCEL_GENERATOR_VERSION = "0.2.0"
 #: the rtl generator files the top's Verilog comes from (build-cache key)
-ACCEL_SOURCES = ("systolic.py", "gemm_core.py", "dma.py", "controller.py", "accel_top.py")
+ACCEL_SOURCES = ("systolic.py", "gemm_core.py", "dma.py", "controller.py", "accel_top.py",
+                 "vector_unit.py", "vector_engine.py")
 
 _HOST = ("imem_wr_en", "imem_wr_addr", "imem_wr_data", "start", "entry")
 _STATUS = ("busy", "done", "error", "pc", "cycles", "retired")
@@ -70,6 +76,7 @@ class AccelTop(wiring.Component):
         self._core = GemmCore(arch, halves=True)
         self._dma = Dma(arch=arch)
         self._ctrl = Controller()
+        self._vec = VectorEngine(arch) if arch.vector_unit is not None else None
         sig: dict[str, Any] = {}
         for name in _HOST:
             sig[name] = In(self._ctrl.signature.members[name].shape)
@@ -79,7 +86,7 @@ class AccelTop(wiring.Component):
             sig[name] = In(self._dma.signature.members[name].shape)
         for name in _MEM_OUT:
             sig[name] = Out(self._dma.signature.members[name].shape)
-        sig["gemm_busy"], sig["dma_busy"] = Out(1), Out(1)
+        sig["gemm_busy"], sig["dma_busy"], sig["vec_busy"] = Out(1), Out(1), Out(1)
         super().__init__(sig)
 
     @property
@@ -88,7 +95,7 @@ class AccelTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        core, dma, ctrl = self._core, self._dma, self._ctrl
+        core, dma, ctrl, vec = self._core, self._dma, self._ctrl, self._vec
         m.submodules.core, m.submodules.dma, m.submodules.ctrl = core, dma, ctrl
         for name in _HOST:
             m.d.comb += getattr(ctrl, name).eq(getattr(self, name))
@@ -112,7 +119,18 @@ class AccelTop(wiring.Component):
             core.b_wr_en.eq(dma.b_wr_en), core.b_wr_addr.eq(dma.b_wr_addr),
             core.b_wr_data.eq(dma.b_wr_data),
             core.acc_rd_addr.eq(dma.acc_rd_addr), dma.acc_rd_data.eq(core.acc_rd_data),
+            dma.vaddr.eq(ctrl.dma_vaddr),
         ]
+        if vec is not None:    # an ArchSpec without a vector unit: vec_busy stays low
+            m.submodules.vec = vec
+            m.d.comb += [
+                vec.dma_wr_en.eq(dma.v_wr_en), vec.dma_wr_addr.eq(dma.v_wr_addr),
+                vec.dma_wr_data.eq(dma.v_wr_data), vec.dma_rd_addr.eq(dma.v_rd_addr),
+                dma.v_rd_data.eq(vec.dma_rd_data),
+                vec.start.eq(ctrl.vec_start), vec.op.eq(ctrl.vec_op),
+                vec.count.eq(ctrl.vec_count), vec.a.eq(ctrl.vec_a), vec.b.eq(ctrl.vec_b),
+                vec.b_inc.eq(ctrl.vec_b_inc), vec.dst.eq(ctrl.vec_dst),
+                ctrl.vec_busy.eq(vec.busy), self.vec_busy.eq(vec.busy)]
         return m
 
 

@@ -22,17 +22,19 @@ Timing contract
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.compiler.codegen import IMEM_WORDS, ISA, OPCODE_BITS, WORD_BITS, field_slices
-from tilewright.rtl.dma import ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_STORE
+from tilewright.rtl.dma import (ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_LOAD_V,
+                                OP_STORE, OP_STORE_V, VBUF_ADDR_BITS)
 
 __all__ = ["Controller", "PC_BITS"]
 
 PC_BITS = (IMEM_WORDS - 1).bit_length()
 _DMA_OPS = {"LOAD_A": OP_LOAD_A, "LOAD_B": OP_LOAD_B, "STORE": OP_STORE}
+_VDMA_OPS = {"LOAD_V": OP_LOAD_V, "STORE_V": OP_STORE_V}
 
 
 def _field(word, op: str, name: str):
@@ -53,8 +55,12 @@ class Controller(wiring.Component):
             "gemm_a_half": Out(1), "gemm_b_half": Out(1), "gemm_c_half": Out(1),
             "gemm_accumulate": Out(1),
             "gemm_busy": In(1),
-            "dma_start": Out(1), "dma_op": Out(2), "dma_buf": Out(1),
-            "dma_count": Out(COUNT_BITS), "dma_addr": Out(ADDR_BITS), "dma_busy": In(1),
+            "dma_start": Out(1), "dma_op": Out(3), "dma_buf": Out(1),
+            "dma_count": Out(COUNT_BITS), "dma_addr": Out(ADDR_BITS),
+            "dma_vaddr": Out(VBUF_ADDR_BITS), "dma_busy": In(1),
+            "vec_start": Out(1), "vec_op": Out(4), "vec_count": Out(COUNT_BITS),
+            "vec_a": Out(VBUF_ADDR_BITS), "vec_b": Out(VBUF_ADDR_BITS), "vec_b_inc": Out(1),
+            "vec_dst": Out(VBUF_ADDR_BITS), "vec_busy": In(1),
         })
 
     def elaborate(self, platform):
@@ -90,20 +96,34 @@ class Controller(wiring.Component):
                      self.gemm_accumulate.eq(_field(ins, "GEMM", "acc"))]
         for op in _DMA_OPS:       # the three DMA ops share their field layout
             assert field_slices(op) == field_slices("LOAD_A"), op
+        assert field_slices("STORE_V") == field_slices("LOAD_V")
+        is_vdma = is_op["LOAD_V"] | is_op["STORE_V"]
         m.d.comb += [self.dma_buf.eq(_field(ins, "LOAD_A", "buf")),
-                     self.dma_count.eq(_field(ins, "LOAD_A", "count")),
-                     self.dma_addr.eq(_field(ins, "LOAD_A", "addr")),
+                     self.dma_count.eq(Mux(is_vdma, _field(ins, "LOAD_V", "count"),
+                                           _field(ins, "LOAD_A", "count"))),
+                     self.dma_addr.eq(Mux(is_vdma, _field(ins, "LOAD_V", "addr"),
+                                          _field(ins, "LOAD_A", "addr"))),
+                     self.dma_vaddr.eq(_field(ins, "LOAD_V", "vaddr")),
                      self.dma_op.eq(0)]
-        for op, code in _DMA_OPS.items():
+        for op, code in {**_DMA_OPS, **_VDMA_OPS}.items():
             with m.If(is_op[op]):
                 m.d.comb += self.dma_op.eq(code)
+        m.d.comb += [self.vec_op.eq(_field(ins, "VECTOR", "vop")),
+                     self.vec_count.eq(_field(ins, "VECTOR", "count")),
+                     self.vec_a.eq(_field(ins, "VECTOR", "a")),
+                     self.vec_b.eq(_field(ins, "VECTOR", "b")),
+                     self.vec_b_inc.eq(_field(ins, "VECTOR", "b_inc")),
+                     self.vec_dst.eq(_field(ins, "VECTOR", "dst"))]
         is_dma = is_op["LOAD_A"] | is_op["LOAD_B"] | is_op["STORE"]
         sync_ok = ((~_field(ins, "SYNC", "dma")[0] | ~self.dma_busy)
-                   & (~_field(ins, "SYNC", "gemm")[0] | ~self.gemm_busy))
+                   & (~_field(ins, "SYNC", "gemm")[0] | ~self.gemm_busy)
+                   & (~_field(ins, "SYNC", "vec")[0] | ~self.vec_busy))
         ready = Signal()
+        both_idle = ~self.dma_busy & ~self.vec_busy
         m.d.comb += ready.eq((is_dma & ~self.dma_busy) | (is_op["GEMM"] & ~self.gemm_busy)
+                             | ((is_vdma | is_op["VECTOR"]) & both_idle)
                              | (is_op["SYNC"] & sync_ok)
-                             | (is_op["END"] & ~self.dma_busy & ~self.gemm_busy))
+                             | (is_op["END"] & both_idle & ~self.gemm_busy))
 
         m.d.comb += rd.addr.eq(pc)
         # states: idle (~busy), fetch (busy & fetch), exec (busy & ~fetch); an if-chain, since
@@ -119,7 +139,8 @@ class Controller(wiring.Component):
             m.d.sync += [busy.eq(0), done.eq(1), error.eq(1)]
         with m.Elif(ready):
             m.d.comb += [rd.addr.eq(pc + 1), self.gemm_start.eq(is_op["GEMM"]),
-                         self.dma_start.eq(is_dma)]
+                         self.dma_start.eq(is_dma | is_vdma),
+                         self.vec_start.eq(is_op["VECTOR"])]
             m.d.sync += [pc.eq(pc + 1), retired.eq(retired + 1)]
             with m.If(is_op["END"]):
                 m.d.sync += [busy.eq(0), done.eq(1), pc.eq(pc)]

@@ -1,9 +1,10 @@
 """DMA engine of the accelerator top: one external-memory port <-> the core's A/B/accumulator SRAMs.
 
 One command at a time (``start`` while ``busy`` is low): ``op`` = :data:`OP_LOAD_A`,
-:data:`OP_LOAD_B` (external -> A/B buffer half ``buf``, words ``0 .. count-1``) or
-:data:`OP_STORE` (accumulator half ``buf`` words ``0 .. count-1`` -> external), external word
-address ``addr``. On-chip words of ``B`` bytes travel as ``r = ceil(B / W)`` beats of ``W`` bytes
+:data:`OP_LOAD_B` (external -> A/B buffer half ``buf``, words ``0 .. count-1``),
+:data:`OP_STORE` (accumulator half ``buf`` words ``0 .. count-1`` -> external),
+:data:`OP_LOAD_V` / :data:`OP_STORE_V` (external <-> vector-buffer words ``vaddr ..
+vaddr+count-1``, modulo the buffer depth), external word address ``addr``. On-chip words of ``B`` bytes travel as ``r = ceil(B / W)`` beats of ``W`` bytes
 (the image format of :mod:`tilewright.compiler.codegen`).
 
 External memory port (``sync`` domain; valid/ready handshakes, payload held until transferred)
@@ -17,7 +18,8 @@ cycle with one beat per cycle): a command issued (``start`` high) in cycle ``c``
 high in cycles ``c+1 .. c+D``: LOAD ``D = L + count*r`` (request in ``c+1``, beats in
 ``c+1+L ..``, each word written to the SRAM in its last beat's cycle); STORE ``D = 1 + count*r``
 (request in ``c+1``, one write beat per cycle from ``c+2``; writes are posted — no
-acknowledgement is awaited). ``count = 0`` does nothing (``D = 0``).
+acknowledgement is awaited). ``count = 0`` does nothing (``D = 0``). The same for the vector
+buffer (``LOAD_V``/``STORE_V``) with ``r`` = beats per vector word.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import beat_bytes, beats_per_word, field_slices
+from tilewright.compiler.codegen import VBUF_WORDS, beat_bytes, beats_per_word, field_slices
 from tilewright.compiler.layout import GemmLayout
 
-__all__ = ["Dma", "OP_LOAD_A", "OP_LOAD_B", "OP_STORE", "COUNT_BITS", "ADDR_BITS"]
+__all__ = ["Dma", "OP_LOAD_A", "OP_LOAD_B", "OP_STORE", "OP_LOAD_V", "OP_STORE_V", "COUNT_BITS",
+           "ADDR_BITS", "VBUF_ADDR_BITS"]
 
-OP_LOAD_A, OP_LOAD_B, OP_STORE = 0, 1, 2
+OP_LOAD_A, OP_LOAD_B, OP_STORE, OP_LOAD_V, OP_STORE_V = 0, 1, 2, 3, 4
+#: address bits of the vector buffer (``VBUF_WORDS`` words)
+VBUF_ADDR_BITS = (VBUF_WORDS - 1).bit_length()
 #: widths of the command fields, from the ISA table
 COUNT_BITS = field_slices("LOAD_A")["count"][1]
 ADDR_BITS = field_slices("LOAD_A")["addr"][1]
@@ -52,12 +57,13 @@ class Dma(wiring.Component):
         self._w = beat_bytes(arch)
         self._r = beats_per_word(arch)
         self._rows, self._cols = te.rows, te.cols
+        self._lanes = arch.vector_unit.lanes if arch.vector_unit is not None else 0
         self._depths = GemmLayout.depths(arch)
         da, db, dc = self._depths
         W = 8 * self._w
         super().__init__({
-            "start": In(1), "op": In(2), "buf": In(1), "count": In(COUNT_BITS),
-            "addr": In(ADDR_BITS), "busy": Out(1),
+            "start": In(1), "op": In(3), "buf": In(1), "count": In(COUNT_BITS),
+            "addr": In(ADDR_BITS), "vaddr": In(VBUF_ADDR_BITS), "busy": Out(1),
             "mem_req_valid": Out(1), "mem_req_ready": In(1), "mem_req_write": Out(1),
             "mem_req_addr": Out(ADDR_BITS), "mem_req_len": Out(32),
             "mem_rd_valid": In(1), "mem_rd_ready": Out(1), "mem_rd_data": In(W),
@@ -65,6 +71,11 @@ class Dma(wiring.Component):
             "a_wr_en": Out(1), "a_wr_addr": Out(_abits(da)), "a_wr_data": Out(8 * te.rows),
             "b_wr_en": Out(1), "b_wr_addr": Out(_abits(db)), "b_wr_data": Out(8 * te.cols),
             "acc_rd_addr": Out(_abits(dc)), "acc_rd_data": In(32 * te.cols),
+            # the vector buffer's ports (an ArchSpec without a vector unit has none)
+            **({"v_wr_en": Out(1), "v_wr_addr": Out(VBUF_ADDR_BITS),
+                "v_wr_data": Out(32 * self._lanes),
+                "v_rd_addr": Out(VBUF_ADDR_BITS), "v_rd_data": In(32 * self._lanes)}
+               if self._lanes else {}),
         })
 
     @property
@@ -75,13 +86,19 @@ class Dma(wiring.Component):
         m = Module()
         W = 8 * self._w
         ra, rb, rc = self._r["a"], self._r["b"], self._r["c"]
-        rmax = max(ra, rb, rc)
+        vec = self._lanes > 0
+        rv = self._r["v"] if vec else rc
+        rmax = max(ra, rb, rc, rv)
         da, db, dc = self._depths
-        op, buf = Signal(2), Signal()
+        op, buf = Signal(3), Signal()
         count, addr = Signal(COUNT_BITS), Signal(ADDR_BITS)
+        vaddr = Signal(VBUF_ADDR_BITS)
         word, chunk = Signal(COUNT_BITS), Signal(range(rmax + 1))
         r_op = Signal(range(rmax + 1))
-        m.d.comb += r_op.eq(Mux(op == OP_LOAD_A, ra, Mux(op == OP_LOAD_B, rb, rc)))
+        is_v = (op == OP_LOAD_V) | (op == OP_STORE_V)
+        is_store = (op == OP_STORE) | (op == OP_STORE_V)
+        m.d.comb += r_op.eq(Mux(op == OP_LOAD_A, ra, Mux(op == OP_LOAD_B, rb,
+                                                          Mux(is_v, rv, rc))))
         last_chunk = chunk == r_op - 1
         last_word = word == count - 1
 
@@ -96,21 +113,25 @@ class Dma(wiring.Component):
         with m.If(state == IDLE):
             with m.If(self.start & (self.count != 0)):
                 m.d.sync += [op.eq(self.op), buf.eq(self.buf), count.eq(self.count),
-                             addr.eq(self.addr), word.eq(0), chunk.eq(0)]
+                             addr.eq(self.addr), vaddr.eq(self.vaddr), word.eq(0), chunk.eq(0)]
                 goto(REQ)
         with m.Elif(state == REQ):
             m.d.comb += [self.busy.eq(1), self.mem_req_valid.eq(1),
-                         self.mem_req_write.eq(op == OP_STORE), self.mem_req_addr.eq(addr),
+                         self.mem_req_write.eq(is_store), self.mem_req_addr.eq(addr),
                          self.mem_req_len.eq(count * r_op),
                          self.acc_rd_addr.eq(Mux(buf, dc // 2, 0))]
+            if vec:
+                m.d.comb += self.v_rd_addr.eq(vaddr)
             with m.If(self.mem_req_ready):
-                goto(Mux(op == OP_STORE, WRITE, READ))
+                goto(Mux(is_store, WRITE, READ))
         with m.Elif(state == READ):
             m.d.comb += [self.busy.eq(1), self.mem_rd_ready.eq(1)]
             with m.If(self.mem_rd_valid):
                 with m.If(last_chunk):
                     m.d.comb += [self.a_wr_en.eq(op == OP_LOAD_A),
                                  self.b_wr_en.eq(op == OP_LOAD_B)]
+                    if vec:
+                        m.d.comb += self.v_wr_en.eq(op == OP_LOAD_V)
                     m.d.sync += [word.eq(word + 1), chunk.eq(0)]
                     with m.If(last_word):
                         goto(IDLE)
@@ -121,6 +142,8 @@ class Dma(wiring.Component):
             m.d.comb += [self.busy.eq(1), self.mem_wr_valid.eq(1),
                          nxt.eq(word + (self.mem_wr_ready & last_chunk)),
                          self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + nxt)]
+            if vec:
+                m.d.comb += self.v_rd_addr.eq(vaddr + nxt)
             with m.If(self.mem_wr_ready):
                 with m.If(last_chunk):
                     m.d.sync += [word.eq(word + 1), chunk.eq(0)]
@@ -135,12 +158,21 @@ class Dma(wiring.Component):
             with m.If(self.mem_rd_valid & self.mem_rd_ready & ~last_chunk):
                 m.d.sync += gather.eq(Cat(gather[W:], self.mem_rd_data) if rmax > 2
                                       else self.mem_rd_data)
-        for r, lanes, port, depth in ((ra, self._rows, "a", da), (rb, self._cols, "b", db)):
+        ports = [(ra, 8 * self._rows, "a", Mux(buf, da // 2, 0)),
+                 (rb, 8 * self._cols, "b", Mux(buf, db // 2, 0))]
+        if vec:
+            ports.append((rv, 32 * self._lanes, "v", vaddr))
+        for r, bits, port, base in ports:
             data = Cat(gather[(rmax - r) * W:], self.mem_rd_data) if r > 1 else self.mem_rd_data
-            m.d.comb += [getattr(self, f"{port}_wr_data").eq(data[:8 * lanes]),
-                         getattr(self, f"{port}_wr_addr").eq(Mux(buf, depth // 2, 0) + word)]
-        # write gearbox: beat `chunk` of the accumulator word being read
-        padded = Cat(self.acc_rd_data, Const(0, rc * W - 32 * self._cols)) \
-            if rc * W > 32 * self._cols else self.acc_rd_data
-        m.d.comb += self.mem_wr_data.eq(padded.word_select(chunk, W) if rc > 1 else padded[:W])
+            m.d.comb += [getattr(self, f"{port}_wr_data").eq(data[:bits]),
+                         getattr(self, f"{port}_wr_addr").eq(base + word)]
+        # write gearbox: beat `chunk` of the accumulator (or vector) word being read
+        rw = max(rc, rv)
+
+        def padded(value, bits):
+            return Cat(value, Const(0, rw * W - bits)) if rw * W > bits else value
+        src = padded(self.acc_rd_data, 32 * self._cols)
+        if vec:
+            src = Mux(op == OP_STORE_V, padded(self.v_rd_data, 32 * self._lanes), src)
+        m.d.comb += self.mem_wr_data.eq(src.word_select(chunk, W) if rw > 1 else src[:W])
         return m

@@ -40,7 +40,7 @@ def test_encoding_bit_positions_by_hand():
                       Instr("LOAD_B", {"buf": 1, "count": 3, "addr": 5}),
                       Instr("GEMM", {"m": 2, "k": 3, "n": 4, "a_buf": 1, "b_buf": 0, "c_buf": 1,
                                      "acc": 1}),
-                      Instr("SYNC", {"dma": 1, "gemm": 0})])
+                      Instr("SYNC", {"dma": 1, "gemm": 0, "vec": 0})])
     assert words[0] == 0
     assert words[1] == 2 | (1 << 4) | (3 << 5) | (5 << 29)
     assert words[2] == 4 | (2 << 4) | (3 << 20) | (4 << 36) | (1 << 52) | (1 << 54) | (1 << 55)
@@ -82,7 +82,7 @@ def test_assembler_errors_name_index_op_field(instr, match):
 
 @pytest.mark.parametrize("word,match", [
     (0xF, r"word 1 \(0x000000000000000f\): unknown opcode 15; accepted: 0 \(END\)"),
-    (5 | (1 << 40), r"word 1 \(0x0000010000000005, SYNC\): reserved bits 6\.\.63 are not zero"),
+    (5 | (1 << 40), r"word 1 \(0x0000010000000005, SYNC\): reserved bits 7\.\.63 are not zero"),
     (4 | (1 << 56), r"word 1 \(0x0100000000000004, GEMM\): reserved bits 56\.\.63"),
     (4 | (1 << 4) | (1 << 36), r"word 1 \(0x0000001000000014, GEMM\): field k=0: accepted "
                                r"from 1"),
@@ -253,7 +253,7 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode():
     words = assemble([Instr("LOAD_B", {"buf": 1, "count": 5, "addr": 9}),
                       Instr("GEMM", {"m": 2, "k": 3, "n": 4, "a_buf": 1, "b_buf": 0, "c_buf": 1,
                                      "acc": 1}),
-                      Instr("SYNC", {"dma": 1, "gemm": 0})]) + [0xF]
+                      Instr("SYNC", {"dma": 1, "gemm": 0, "vec": 0})]) + [0xF]
     dut = Controller()
     log = []
 

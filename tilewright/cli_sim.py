@@ -33,7 +33,12 @@ def sim(
                             "cocotbext-axi)"),
     seq: int = typer.Option(8, "--seq", min=1, help="tokens in the prefill"),
     seed: int = typer.Option(0, "--seed", help="seed of the weights and inputs"),
-    gemms: bool = typer.Option(False, "--gemms", help="with --rtl: print every GEMM's cycles"),
+    gemms: bool = typer.Option(False, "--gemms", help="with --rtl: print every GEMM's (and "
+                               "vector kernel's) cycles"),
+    vector: bool = typer.Option(False, "--vector", help="run the vector ops the vector engine "
+                                "implements (exp, rsqrt, SiLU, softplus, softmax, add/mul, "
+                                "sum/max) in its Q8.8 arithmetic; with --rtl --top accel on the "
+                                "RTL's vector engine (needs a vector_unit in the ArchSpec)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="with --rtl (cocotb; --top core "
                                          "or accel): write a VCD waveform of every signal of "
                                          "the top to DIR/dump.vcd (~16 MB per 1,000 cycles)"),
@@ -62,10 +67,18 @@ def sim(
     if trace is not None and (fast or not rtl):
         raise typer.BadParameter("tracing needs --rtl with the cocotb driver (no --fast)",
                                  param_hint="--trace")
+    if vector and rtl and (top != "accel" or fast or trace is not None):
+        raise typer.BadParameter("--vector with --rtl runs on the accelerator top's vector "
+                                 "engine: needs --top accel, no --fast, no --trace",
+                                 param_hint="--vector")
     spec = load_arch(arch)
+    if vector and spec.vector_unit is None:
+        raise typer.BadParameter(f"{spec.name} has no vector_unit section (the vector engine is "
+                                 "generated from it)", param_hint="--vector")
     with console.status("compiling") as st:
         res = simulate_model(model, spec, rtl=rtl, driver="fast" if fast else "cocotb",
-                             seq=seq, seed=seed, trace_dir=trace, top=top, log=st.update)
+                             seq=seq, seed=seed, trace_dir=trace, top=top, log=st.update,
+                             vector=vector)
     if res.gemm_rows:
         rows = res.gemm_rows
         where = {"accel": "the accelerator top, DMA included",
@@ -82,6 +95,18 @@ def sim(
         total_m = sum(r["model"] for r in rows)
         t.add_row(f"{len(rows)} GEMMs", f"{macs:,} MACs", f"{sum(r['rtl'] for r in rows):,}",
                   f"{total_m:,}", f"{macs / (total_m * te.rows * te.cols):.1%}")
+        console.print(t)
+    if res.vector_rows and "rtl" in res.vector_rows[0]:
+        vrows = res.vector_rows
+        t = Table(title=f"{model} vector ops on the accelerator's vector engine ({spec.name}, "
+                        f"{spec.vector_unit.lanes} Q8.8 lanes; DMA included)")
+        for c in ("task", "kernel", "shape", "RTL cycles", "model cycles"):
+            t.add_column(c, justify="right")
+        for r in vrows if gemms else []:
+            t.add_row(r["op"], r["kernel"], "x".join(map(str, r["shape"])), f"{r['rtl']:,}",
+                      f"{r['model']:,}")
+        t.add_row(f"{len(vrows)} kernels", ", ".join(sorted({r["kernel"] for r in vrows})), "",
+                  f"{sum(r['rtl'] for r in vrows):,}", f"{sum(r['model'] for r in vrows):,}")
         console.print(t)
     ct = Table(title="cross-checks")
     for c in ("check", "result", "detail"):

@@ -14,9 +14,15 @@
    every RTL GEMM's cycle count equals the cycle model's closed form;
 5. compare the layer's output with torch's float forward pass (relative L2 error).
 
-What runs where: GEMM arithmetic on the RTL; softmax, norms, SiLU, routing, the scan and the
-quantize steps on the functional model (the vector and scan units exist as RTL blocks —
-``tilewright.rtl.vector_unit``/``scan_unit`` — but are not yet driven by Programs).
+What runs where: GEMM arithmetic on the RTL. With ``--vector`` (``--top accel``, an ArchSpec with
+a ``vector_unit``) the vector ops the accelerator's vector engine implements — exp, rsqrt, SiLU,
+softplus, softmax over the last axis, elementwise add/mul, last-axis sum/max
+(:mod:`tilewright.dataflow_sim.vector_offload`) — run in the unit's Q8.8 arithmetic: the
+functional model computes them on the bit-exact instruction-level model, the same kernels run as
+LOAD_V/VECTOR/STORE_V code on the Verilated top (results bit-exact, cycles equal to the cycle
+model), and the replay answers them with the RTL's results. Everything else — norms' mean and
+square, routing, the scan, the quantize steps — runs on the functional model (the scan unit
+exists as an RTL block, :mod:`tilewright.rtl.scan_unit`, but is not yet driven by Programs).
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class SimResult:
     rel_l2_vs_torch: float = float("nan")
     rtl: bool = False
     trace: Any = None          #: path of the VCD waveform when traced
+    #: with ``vector``: per offloaded task, its kernel (and with the RTL its cycles)
+    vector_rows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -122,9 +130,11 @@ def _torch_rel_l2(module, example, outputs: dict[str, np.ndarray], names: list[s
 
 def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str = "cocotb",
                    seq: int = 8, batch: int = 1, seed: int = 0, trace_dir=None,
-                   top: str = "core", log=None) -> SimResult:
+                   top: str = "core", log=None, vector: bool = False) -> SimResult:
     """Compile ``model`` (a tiny config, one layer) for ``arch`` in int8 and run it (module
     docstring). ``rtl`` adds the Verilator run of every int8 GEMM (``driver`` cocotb | fast).
+    ``vector`` runs the vector ops the vector engine implements in its Q8.8 arithmetic (and with
+    ``rtl``, ``top`` accel and the cocotb driver, on the RTL's vector engine).
     ``trace_dir`` (cocotb only; ``top`` core or accel): keep the RTL job folder there with
     ``dump.vcd``, a waveform of every signal of the top over the whole run (``result.trace``)."""
     if top not in TOPS:
@@ -132,6 +142,12 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if trace_dir is not None and (not rtl or driver != "cocotb" or top not in ("core", "accel")):
         raise ValueError("a waveform trace needs the RTL run of the GEMM core or the accelerator "
                          "top with the cocotb driver (--rtl --top core|accel, without --fast)")
+    if vector and arch.vector_unit is None:
+        raise ValueError(f"--vector: {arch.name} has no vector_unit section (the accelerator's "
+                         "vector engine is generated from it)")
+    if vector and rtl and (top != "accel" or driver != "cocotb" or trace_dir is not None):
+        raise ValueError("--vector with --rtl runs on the accelerator top's vector engine: "
+                         "needs --top accel and the cocotb driver (no --fast, no --trace)")
     if top == "axi-accel" and driver != "cocotb":
         raise ValueError(f"the AXI accelerator top (--top {top}) runs on the cocotb bench only "
                          "(no --fast)")
@@ -169,19 +185,29 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         recorded.append((a.copy(), b.copy(), out))
         return out
 
-    with int8_matmul(record):
+    from contextlib import nullcontext  # noqa: PLC0415
+
+    from tilewright.dataflow_sim.functional import vector_unit_ops  # noqa: PLC0415
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps  # noqa: PLC0415
+    vec_ops = VectorUnitOps(spec) if vector else None
+    with int8_matmul(record), (vector_unit_ops(vec_ops) if vec_ops else nullcontext()):
         func = run_program(program, inputs)
     times["functional"] = time.perf_counter() - t0
     rel = _torch_rel_l2(module, example, func, program.outputs)
-    checks = [(f"functional vs torch float: rel L2 ≤ {TORCH_REL_L2_BOUND:g}",
+    what = "functional (vector ops in Q8.8)" if vector else "functional"
+    checks = [(f"{what} vs torch float: rel L2 ≤ {TORCH_REL_L2_BOUND:g}",
                rel <= TORCH_REL_L2_BOUND, f"{rel:.4f} over {', '.join(program.outputs)}")]
     result = SimResult(model, spec.name, checks, rel_l2_vs_torch=rel, seconds=times, rtl=rtl)
+    if vec_ops is not None:
+        result.vector_rows = [{"op": r.task, "kernel": r.kernel.op, "shape": r.kernel.shape}
+                              for r in vec_ops.records]
     if not rtl:
         return result
 
     if top == "accel":
         return _run_on_accel(result, recorded, program, inputs, func, spec, say, trace_dir,
-                             fast=driver == "fast")
+                             fast=driver == "fast",
+                             vector_records=vec_ops.records if vec_ops else None)
     if top == "axi-accel":
         return _run_on_accel(result, recorded, program, inputs, func, spec, say, axi=True)
     if fmt == "bf16":
@@ -229,12 +255,16 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     return result
 
 
-def _replay_check(checks, rtl_out, program, inputs, func, say) -> None:
+def _replay_check(checks, rtl_out, program, inputs, func, say, vector_hook=None) -> None:
     """Run the functional model again with every int8 matmul answered, in order, by the RTL's
-    results; append the bit-exactness check of the layer outputs."""
-    from tilewright.dataflow_sim.functional import int8_matmul, run_program  # noqa: PLC0415
+    results (and, with ``vector_hook``, every offloaded vector task by the RTL's vector engine);
+    append the bit-exactness check of the layer outputs."""
+    from contextlib import nullcontext  # noqa: PLC0415
 
-    say("functional model with the RTL's GEMM results")
+    from tilewright.dataflow_sim.functional import (int8_matmul, run_program,  # noqa: PLC0415
+                                                    vector_unit_ops)
+
+    say("functional model with the RTL's results")
     answers = iter(rtl_out)
 
     def replay(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -244,16 +274,18 @@ def _replay_check(checks, rtl_out, program, inputs, func, say) -> None:
                                "deterministic")
         return out
 
-    with int8_matmul(replay):
+    with int8_matmul(replay), (vector_unit_ops(vector_hook) if vector_hook else nullcontext()):
         again = run_program(program, inputs)
     same_out = all(np.array_equal(again[o], func[o]) for o in program.outputs)
-    checks.append(("layer output with RTL GEMMs == functional (bit-exact)", same_out,
+    what = "GEMMs and vector ops" if vector_hook else "GEMMs"
+    checks.append((f"layer output with RTL {what} == functional (bit-exact)", same_out,
                    ", ".join(f"{o} {again[o].dtype}{list(again[o].shape)}"
                              for o in program.outputs)))
 
 
 def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
-                  trace_dir=None, axi: bool = False, fast: bool = False) -> SimResult:
+                  trace_dir=None, axi: bool = False, fast: bool = False,
+                  vector_records=None) -> SimResult:
     """The recorded GEMMs as one Program on the programmable accelerator top (ISA, DMA,
     double-buffered core; :func:`tilewright.cosim.accel_run.run_program_accel`, or with ``fast``
     the C++ fast driver :func:`tilewright.cosim.accel_fast.run_program_accel_fast`) or, with
@@ -262,7 +294,9 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
     AXI4-Lite, operands and results in a cocotbext-axi AxiRam on the AXI4 port): outputs
     bit-exact, the layer replayed with them, every GEMM's cycles (DMA included) equal to
     :mod:`tilewright.dataflow_sim.accel_timing` (for AXI at the port's memory latency,
-    :func:`~tilewright.cosim.axi_accel_run.axi_timing_arch`)."""
+    :func:`~tilewright.cosim.axi_accel_run.axi_timing_arch`). ``vector_records`` (the offloaded
+    vector tasks of the functional run) also run on the top's vector engine
+    (:func:`_run_vector_kernels`) and answer the replay."""
     if axi:
         from tilewright.cosim.axi_accel_run import run_program_axi_accel  # noqa: PLC0415
         name, where = "axi-accel-gemms", "through the AXI ports"
@@ -291,7 +325,9 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
     same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
     result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
                           f"{len(recorded)} GEMMs {where}"))
-    _replay_check(result.checks, rtl_out, program, inputs, func, say)
+    hook = (_run_vector_kernels(result, vector_records, spec, say)
+            if vector_records is not None else None)
+    _replay_check(result.checks, rtl_out, program, inputs, func, say, hook)
     rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
              "model": r["model_cycles"], "util": r["utilization"]} for r in run.comparison(spec)]
     mism = [x for x in rows if x["rtl"] != x["model"]]
@@ -303,6 +339,41 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
         + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
     result.gemm_rows = rows
     return result
+
+
+def _run_vector_kernels(result: SimResult, records, spec, say):
+    """Run the offloaded vector tasks' kernels on the accelerator top's vector engine (cocotb):
+    append the bit-exactness and cycle checks, fill ``result.vector_rows`` and return the replay
+    hook answering the tasks with the RTL's results."""
+    from tilewright.cosim.vector_accel_run import run_vector_kernels  # noqa: PLC0415
+    from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit  # noqa: PLC0415
+
+    if not records:
+        result.checks.append(("vector ops on the RTL vector engine", False,
+                              "the layer has no vector op the vector engine takes"))
+        return None
+    say(f"RTL: {len(records)} vector kernels on the accelerator's vector engine (cocotb)")
+    t0 = time.perf_counter()
+    run = run_vector_kernels([r.kernel for r in records],
+                             {r.kernel.name: list(r.operands) for r in records}, spec, log=say)
+    result.seconds["rtl_vector"] = time.perf_counter() - t0
+    outs = [run.outputs[r.kernel.name] for r in records]
+    bad = [r.task for r, o in zip(records, outs) if not np.array_equal(o, r.result)]
+    result.checks.append(("RTL vector engine == instruction-level Q8.8 model (bit-exact)",
+                          not bad, f"{len(records)} kernels "
+                          f"({', '.join(sorted({r.kernel.op for r in records}))})"
+                          + (f"; {len(bad)} differ, first {bad[0]}" if bad else "")))
+    comp = run.comparison(spec)
+    result.vector_rows = [{"op": r.task, "kernel": c["op"], "shape": c["shape"],
+                           "rtl": c["rtl_cycles"], "model": c["model_cycles"]}
+                          for r, c in zip(records, comp)]
+    mism = [c for c in comp if not c["equal"]]
+    result.checks.append((
+        "RTL cycles == accelerator cycle model (every vector kernel, DMA included)", not mism,
+        f"total {sum(c['rtl_cycles'] for c in comp):,} vs "
+        f"{sum(c['model_cycles'] for c in comp):,}"
+        + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
+    return ReplayVectorUnit(list(records), outs)
 
 
 def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:

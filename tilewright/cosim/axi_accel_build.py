@@ -17,8 +17,12 @@ from tilewright.cosim.verilator import (VerilatorBuild, cached_build, lint_veril
 __all__ = ["AxiAccelBuild", "AXI_ACCEL_SOURCES", "build_axi_accel", "lint_axi_accel"]
 
 #: the rtl generator files the top's Verilog comes from
-AXI_ACCEL_SOURCES = ("systolic.py", "gemm_core.py", "dma.py", "controller.py", "accel_top.py",
-                     "axi_lite.py", "axi_accel_top.py")
+def _sources() -> tuple[str, ...]:
+    from tilewright.rtl.accel_top import ACCEL_SOURCES  # noqa: PLC0415
+    return ACCEL_SOURCES + ("axi_lite.py", "axi_accel_top.py")
+
+
+AXI_ACCEL_SOURCES = _sources()
 #: g++ optimisation of the Verilated model: runs are dominated by cocotb, not the model
 OPT = "-O0"
 

@@ -1,0 +1,331 @@
+"""Codegen for the accelerator top's vector engine: vector kernels -> LOAD_V / VECTOR / STORE_V code.
+
+A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
+(:mod:`tilewright.dataflow_sim.vector_numerics` defines the arithmetic):
+
+``elementwise``  ``op`` in add, mul, max (two operands of one shape) or exp, recip, rsqrt,
+                 silu, softplus (one operand): the tensor is flattened into vector words of
+                 ``lanes`` elements (the last word zero-padded).
+``row``          ``op`` in sum, rmax, softmax over the last axis of a 2-D operand
+                 ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum) or
+                 -128.0 (rmax, softmax), so padding never changes a result.
+
+``softmax`` of one row is seven VECTOR instructions — ``rmax`` -> m; ``mul`` m x (-1) -> -m;
+``add`` row + (-m) (b broadcast); ``exp``; ``sum`` -> s (Q24.8); ``recip`` s; ``mul`` row x 1/s —
+so each step is the unit's exact arithmetic. ``recip`` reads the low 16 bits of s as Q8.8, so the
+row length is limited to 127 (a sum of exps <= 127.0): longer rows raise :class:`DoesNotFit`.
+
+Code shape (one segment per kernel, run from its entry to END): the operand is cut into chunks that
+fit the vector buffer (:data:`~tilewright.compiler.codegen.VBUF_WORDS` words, and at most 4095
+beats per VECTOR); each chunk is ``LOAD_V`` (operands), the VECTOR instructions in place, then
+``STORE_V`` of the result words. The vector engine and the DMA share the buffer, so nothing
+overlaps; the cycles follow from :mod:`tilewright.dataflow_sim.accel_timing`.
+
+External memory holds, per kernel, the constant word (-1.0 in every lane, softmax only), each
+chunk's operand words and each chunk's result words, at addresses this module assigns
+(:class:`VectorSegment`); :meth:`VectorSegment.image` / :meth:`VectorSegment.result` convert
+between arrays and external words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilewright.arch import ArchSpec
+from tilewright.compiler.codegen import (IMEM_WORDS, VBUF_WORDS, VECTOR_OPCODES, AssemblerError,
+                                         CodegenError, Instr, assemble, beat_bytes,
+                                         beats_to_words, field_slices, vector_word_bytes,
+                                         words_to_beats)
+from tilewright.compiler.layout import DoesNotFit
+
+__all__ = ["VectorKernel", "VectorSegment", "VectorIsa", "codegen_vector", "batch_kernels",
+           "ELEMENTWISE_OPS",
+           "ROW_OPS", "Q_MIN", "Q_MAX", "SOFTMAX_MAX_ROW", "pack_vector_words",
+           "unpack_vector_words"]
+
+BINARY = ("add", "mul", "max")
+UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
+ELEMENTWISE_OPS = BINARY + UNARY
+ROW_OPS = ("sum", "rmax", "softmax")
+Q_MIN, Q_MAX = -32768, 32767        #: raw Q8.8 range
+SOFTMAX_MAX_ROW = 127               #: longest softmax row (sum of exps must stay a Q8.8 value)
+_MAX_BEATS = (1 << field_slices("VECTOR")["count"][1]) - 1
+_NEG_ONE = -256                     #: -1.0 in Q8.8
+
+
+@dataclass(frozen=True)
+class VectorKernel:
+    """One vector computation: ``kind`` elementwise | row, ``op``, operand ``shape`` (row: 2-D)."""
+
+    name: str
+    kind: str
+    op: str
+    shape: tuple[int, ...]
+
+    def __post_init__(self):
+        accepted = ELEMENTWISE_OPS if self.kind == "elementwise" else ROW_OPS
+        if self.kind not in ("elementwise", "row"):
+            raise ValueError(f"vector kernel {self.name}: kind {self.kind!r}; accepted: "
+                             "elementwise, row")
+        if self.op not in accepted:
+            raise ValueError(f"vector kernel {self.name}: {self.kind} op {self.op!r}; "
+                             f"accepted: {', '.join(accepted)}")
+        if self.kind == "row" and len(self.shape) != 2:
+            raise ValueError(f"vector kernel {self.name}: a row op takes a 2-D operand "
+                             f"[rows, L], not shape {self.shape}")
+        if any(int(d) < 1 for d in self.shape) or not self.shape:
+            raise ValueError(f"vector kernel {self.name}: shape {self.shape}: every dimension "
+                             "must be at least 1")
+
+    @property
+    def operands(self) -> int:
+        return 2 if self.op in BINARY else 1
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    rows: int            #: rows (row kernels) or words (elementwise) in this chunk
+    in_addr: tuple[int, ...]   #: external word address of each operand's words
+    in_words: int        #: vector words per operand
+    out_addr: int
+    out_words: int
+
+
+@dataclass(frozen=True)
+class VectorSegment:
+    """The code of one kernel (instructions ``entry .. end``, END last) and its memory map."""
+
+    kernel: VectorKernel
+    entry: int
+    end: int
+    lanes: int
+    row_words: int               #: vector words per row (row kernels) or 0
+    const_addr: int              #: external address of the -1.0 word (softmax) or -1
+    chunks: tuple[_Chunk, ...]
+
+    @property
+    def task(self) -> str:
+        return self.kernel.name
+
+    def _words(self, x: np.ndarray, pad: int) -> list[int]:
+        """Vector words of ``x`` (raw Q8.8) laid out for this kernel (rows padded per row)."""
+        k = self.kernel
+        if k.kind == "row":
+            rows, length = k.shape
+            grid = np.full((rows, self.row_words * self.lanes), pad, np.int64)
+            grid[:, :length] = x
+            return pack_vector_words(grid.reshape(-1, self.lanes))
+        flat = np.zeros(-(-x.size // self.lanes) * self.lanes, np.int64)
+        flat[:x.size] = x.reshape(-1)
+        return pack_vector_words(flat.reshape(-1, self.lanes))
+
+    def image(self, arch: ArchSpec, *operands: np.ndarray) -> dict[int, int]:
+        """External words (address -> value) holding the operands (raw Q8.8 integer arrays of
+        the kernel's shape) and the constant word."""
+        k = self.kernel
+        if len(operands) != k.operands:
+            raise ValueError(f"kernel {k.name} ({k.op}) takes {k.operands} operand(s), "
+                             f"not {len(operands)}")
+        w, wb = beat_bytes(arch), vector_word_bytes(arch)
+        r = -(-wb // w)
+        out: dict[int, int] = {}
+        pad = 0 if k.op == "sum" else Q_MIN
+        for i, x in enumerate(operands):
+            x = np.asarray(x)
+            if x.shape != k.shape:
+                raise ValueError(f"kernel {k.name}: operand {i} has shape {x.shape}, expected "
+                                 f"{k.shape}")
+            if x.dtype.kind not in "iu" or (x.size and (x.min() < Q_MIN or x.max() > Q_MAX)):
+                raise ValueError(f"kernel {k.name}: operand {i}: raw Q8.8 integers in "
+                                 f"[{Q_MIN}, {Q_MAX}] expected")
+            words = self._words(x.astype(np.int64), pad)
+            pos = 0
+            for c in self.chunks:
+                for j, beat in enumerate(words_to_beats(words[pos:pos + c.in_words], wb, w)):
+                    out[c.in_addr[i] + j] = beat
+                pos += c.in_words
+        if self.const_addr >= 0:
+            word = pack_vector_words(np.full((1, self.lanes), _NEG_ONE, np.int64))
+            for j, beat in enumerate(words_to_beats(word, wb, w)):
+                out[self.const_addr + j] = beat
+        return out
+
+    def result(self, arch: ArchSpec, read) -> np.ndarray:
+        """The kernel's result from external memory (``read(addr, count)`` -> W-byte words):
+        int64 raw values — Q8.8 for every op but ``sum`` (Q24.8); shape: elementwise and
+        softmax as the operand, sum and rmax ``[rows]``."""
+        k = self.kernel
+        w, wb = beat_bytes(arch), vector_word_bytes(arch)
+        r = -(-wb // w)
+        words: list[int] = []
+        for c in self.chunks:
+            words += beats_to_words(read(c.out_addr, c.out_words * r), wb, w)
+        lanes = unpack_vector_words(words, self.lanes)
+        if k.kind == "elementwise":
+            return lanes.reshape(-1)[:int(np.prod(k.shape))].reshape(k.shape)
+        rows, length = k.shape
+        if k.op == "softmax":
+            return lanes.reshape(rows, -1)[:, :length]
+        return lanes[:, 0]
+
+
+@dataclass(frozen=True)
+class VectorIsa:
+    """What :func:`codegen_vector` emits: instruction words and one segment per kernel."""
+
+    arch_hash: str
+    words: tuple[int, ...]
+    segments: tuple[VectorSegment, ...]
+    ext_words: int
+
+    def segment(self, name: str) -> VectorSegment:
+        for s in self.segments:
+            if s.task == name:
+                return s
+        raise KeyError(f"no vector segment {name!r}; segments: "
+                       f"{', '.join(s.task for s in self.segments)}")
+
+
+def pack_vector_words(lanes: np.ndarray) -> list[int]:
+    """Rows of ``lanes`` signed values -> vector words (32-bit two's-complement lanes, lane 0
+    in the low bits)."""
+    u = np.asarray(lanes, np.int64).astype(np.uint32).astype(object)
+    return [sum(int(v) << (32 * i) for i, v in enumerate(row)) for row in u]
+
+
+def unpack_vector_words(words: list[int], lanes: int) -> np.ndarray:
+    """Inverse of :func:`pack_vector_words`: ``[len(words), lanes]`` signed int64."""
+    out = np.array([[(int(w) >> (32 * i)) & 0xFFFFFFFF for i in range(lanes)] for w in words],
+                   np.int64).reshape(len(words), lanes)
+    return np.where(out >= 1 << 31, out - (1 << 32), out)
+
+
+def _ins(op: str, **f: int) -> Instr:
+    return Instr(op, dict(f))
+
+
+def _vec(op: str, count: int, a: int, dst: int, b: int = 0, b_inc: int = 0) -> Instr:
+    return _ins("VECTOR", vop=VECTOR_OPCODES[op], count=count, a=a, b=b, b_inc=b_inc, dst=dst)
+
+
+def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
+    """(instructions, segment, next free external address) of one kernel."""
+    lanes = arch.vector_unit.lanes
+    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
+    code: list[Instr] = []
+    chunks: list[_Chunk] = []
+    const_addr = -1
+    if k.kind == "elementwise":
+        total = -(-int(np.prod(k.shape)) // lanes)
+        per = min(VBUF_WORDS // k.operands, _MAX_BEATS)
+        for w0 in range(0, total, per):
+            n = min(per, total - w0)
+            ins_addr = tuple(addr + i * n * r for i in range(k.operands))
+            addr += k.operands * n * r
+            chunks.append(_Chunk(n, ins_addr, n, addr, n))
+            code += [_ins("LOAD_V", vaddr=i * n, count=n, addr=a) for i, a in enumerate(ins_addr)]
+            code.append(_vec(k.op, n, 0, 0, b=n if k.operands == 2 else 0,
+                             b_inc=int(k.operands == 2)))
+            code.append(_ins("STORE_V", vaddr=0, count=n, addr=addr))
+            addr += n * r
+        row_words = 0
+    else:
+        rows, length = k.shape
+        row_words = -(-length // lanes)
+        if k.op == "softmax" and length > SOFTMAX_MAX_ROW:
+            raise DoesNotFit(f"vector kernel {k.name}: softmax row of {length} elements: the "
+                             f"vector unit's recip takes a Q8.8 sum, so rows hold at most "
+                             f"{SOFTMAX_MAX_ROW} elements")
+        if row_words > _MAX_BEATS or row_words + 3 > VBUF_WORDS:
+            raise DoesNotFit(f"vector kernel {k.name}: a row of {length} elements is "
+                             f"{row_words} vector words; the vector buffer holds {VBUF_WORDS} "
+                             f"words (and a VECTOR at most {_MAX_BEATS} beats)")
+        if k.op == "softmax":
+            const_addr, addr = addr, addr + r
+        # buffer: [rows x row_words] | results of sum/rmax | m (softmax) | s (softmax) | -1.0
+        spare = 3 if k.op == "softmax" else 0
+        per_rows = (VBUF_WORDS - spare) // (row_words + (k.op != "softmax"))
+        const_v = VBUF_WORDS - 1
+        for r0 in range(0, rows, per_rows):
+            n = min(per_rows, rows - r0)
+            in_words = n * row_words
+            in_addr = addr
+            addr += in_words * r
+            out_words = in_words if k.op == "softmax" else n
+            if k.op == "softmax":
+                code.append(_ins("LOAD_V", vaddr=const_v, count=1, addr=const_addr))
+            code.append(_ins("LOAD_V", vaddr=0, count=in_words, addr=in_addr))
+            for i in range(n):
+                row = i * row_words
+                if k.op != "softmax":
+                    code.append(_vec(k.op, row_words, row, in_words + i))
+                    continue
+                mm, ss = VBUF_WORDS - 3, VBUF_WORDS - 2
+                code += [_vec("rmax", row_words, row, mm),
+                         _vec("mul", 1, mm, mm, b=const_v),
+                         _vec("add", row_words, row, row, b=mm),
+                         _vec("exp", row_words, row, row),
+                         _vec("sum", row_words, row, ss),
+                         _vec("recip", 1, ss, ss),
+                         _vec("mul", row_words, row, row, b=ss)]
+            code.append(_ins("STORE_V", vaddr=0 if k.op == "softmax" else in_words,
+                             count=out_words, addr=addr))
+            chunks.append(_Chunk(n, (in_addr,), in_words, addr, out_words))
+            addr += out_words * r
+    code.append(_ins("END"))
+    seg = VectorSegment(k, base_pc, base_pc + len(code) - 1, lanes, row_words, const_addr,
+                        tuple(chunks))
+    return code, seg, addr
+
+
+def codegen_vector(arch: ArchSpec, kernels: list[VectorKernel]) -> VectorIsa:
+    """Code for ``kernels`` (one segment each, in order) on ``arch``'s accelerator top.
+
+    Raises CodegenError for an ArchSpec without a vector unit or code longer than the
+    instruction memory, DoesNotFit for a row that does not fit (see the module docstring),
+    AssemblerError for a field that does not fit."""
+    if arch.vector_unit is None:
+        raise CodegenError(f"{arch.name} has no vector_unit: its accelerator top has no vector "
+                           "engine (add a vector_unit section to the ArchSpec)")
+    code: list[Instr] = []
+    segs, addr = [], 0
+    names = [k.name for k in kernels]
+    if len(set(names)) != len(names):
+        raise CodegenError(f"vector kernels need distinct names, got {names}")
+    for k in kernels:
+        c, seg, addr = _kernel_code(k, arch, len(code), addr)
+        code += c
+        segs.append(seg)
+    if len(code) > IMEM_WORDS:
+        raise CodegenError(f"vector kernels need {len(code)} instruction words; the "
+                           f"controller's instruction memory holds {IMEM_WORDS} (run fewer "
+                           "kernels per program)")
+    try:
+        words = assemble(code)
+    except AssemblerError as err:          # a count or address the fields cannot hold
+        raise DoesNotFit(f"vector kernels {names}: {err}") from err
+    return VectorIsa(arch.content_hash(), tuple(words), tuple(segs), addr)
+
+
+def batch_kernels(arch: ArchSpec, kernels: list[VectorKernel]) -> list[list[VectorKernel]]:
+    """``kernels`` in order, cut into consecutive batches whose code fits the instruction memory
+    (one :func:`codegen_vector` program each). Raises CodegenError for a kernel whose own code
+    does not fit, DoesNotFit as :func:`codegen_vector`."""
+    batches: list[list[VectorKernel]] = []
+    cur: list[VectorKernel] = []
+    used = 0
+    for k in kernels:
+        n = len(_kernel_code(k, arch, 0, 0)[0])
+        if n > IMEM_WORDS:
+            raise CodegenError(f"vector kernel {k.name} ({k.op} {k.shape}) needs {n} instruction "
+                               f"words; the controller's instruction memory holds {IMEM_WORDS}")
+        if used + n > IMEM_WORDS:
+            batches.append(cur)
+            cur, used = [], 0
+        cur.append(k)
+        used += n
+    if cur:
+        batches.append(cur)
+    return batches

@@ -1,0 +1,84 @@
+"""Functional model of the accelerator top's vector path at the instruction level.
+
+Executes the ``LOAD_V`` / ``STORE_V`` / ``VECTOR`` / ``SYNC`` / ``END`` instructions of a segment
+(:mod:`tilewright.compiler.codegen`) on a numpy vector buffer and an external-memory dict, with the
+vector unit's bit-exact arithmetic (:func:`tilewright.dataflow_sim.vector_numerics.run_beats`).
+It is the reference the Verilated top is checked against, word for word.
+
+Semantics (what the RTL does for the code :mod:`tilewright.compiler.vector_codegen` emits):
+a VECTOR instruction reads every source word first and then writes its results, which is what the
+hardware does whenever its destination does not start more than
+:data:`~tilewright.compiler.codegen.VECTOR_OVERHEAD_CYCLES` words after a source range it
+overlaps (the code generator writes in place or to disjoint words only). Each lane's operand is
+the low 16 bits of the 32-bit lane, as signed Q8.8. Vector-buffer addresses wrap at
+:data:`~tilewright.compiler.codegen.VBUF_WORDS`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tilewright.arch import ArchSpec
+from tilewright.compiler.codegen import (VBUF_WORDS, VECTOR_OPCODES, beat_bytes, beats_to_words, disassemble,
+                                         vector_word_bytes, words_to_beats)
+from tilewright.compiler.vector_codegen import (VectorIsa, VectorKernel, codegen_vector,
+                                                pack_vector_words, unpack_vector_words)
+from tilewright.dataflow_sim.vector_numerics import run_beats
+
+__all__ = ["run_vector_segment", "kernel_reference"]
+
+_OP_NAMES = {v: k for k, v in VECTOR_OPCODES.items()}
+
+
+def _low16(x: np.ndarray) -> np.ndarray:
+    lo = x & 0xFFFF
+    return np.where(lo >= 1 << 15, lo - (1 << 16), lo)
+
+
+def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int, int],
+                       vbuf: np.ndarray | None = None) -> np.ndarray:
+    """Run segment ``name`` of ``isa`` from its entry to END on ``ext`` (external W-byte words,
+    updated in place by STORE_V); returns the vector buffer ``[VBUF_WORDS, lanes]`` (int64 lane
+    values) it leaves. GEMM-path instructions are refused (this model covers the vector path)."""
+    seg = isa.segment(name)
+    lanes = arch.vector_unit.lanes
+    w, wb = beat_bytes(arch), vector_word_bytes(arch)
+    r = -(-wb // w)
+    buf = np.zeros((VBUF_WORDS, lanes), np.int64) if vbuf is None else vbuf
+    for ins in disassemble(list(isa.words[seg.entry:seg.end + 1])):
+        f = ins.fields
+        if ins.op == "LOAD_V":
+            words = beats_to_words([ext.get(f["addr"] + j, 0) for j in range(f["count"] * r)],
+                                   wb, w)
+            idx = (f["vaddr"] + np.arange(f["count"])) % VBUF_WORDS
+            buf[idx] = unpack_vector_words(words, lanes)
+        elif ins.op == "STORE_V":
+            idx = (f["vaddr"] + np.arange(f["count"])) % VBUF_WORDS
+            for j, beat in enumerate(words_to_beats(pack_vector_words(buf[idx]), wb, w)):
+                ext[f["addr"] + j] = beat
+        elif ins.op == "VECTOR":
+            op, n = _OP_NAMES[f["vop"]], f["count"]
+            a = _low16(buf[(f["a"] + np.arange(n)) % VBUF_WORDS])
+            b_idx = f["b"] + (np.arange(n) if f["b_inc"] else np.zeros(n, np.int64))
+            b = _low16(buf[b_idx % VBUF_WORDS])
+            out = np.asarray(run_beats([op] * n, a, b, [i == n - 1 for i in range(n)]),
+                             np.int64).reshape(-1, lanes)
+            buf[(f["dst"] + np.arange(len(out))) % VBUF_WORDS] = out
+        elif ins.op == "END":
+            break
+        elif ins.op != "SYNC":
+            raise ValueError(f"vector segment {name}: instruction {ins} is not on the vector "
+                             f"path (accepted: LOAD_V, STORE_V, VECTOR, SYNC, END)")
+    return buf
+
+
+def kernel_reference(kernel: VectorKernel, arch: ArchSpec, *operands: np.ndarray,
+                     isa: VectorIsa | None = None) -> np.ndarray:
+    """The bit-exact result of ``kernel`` on raw Q8.8 ``operands``: its code
+    (:func:`~tilewright.compiler.vector_codegen.codegen_vector`) run on this model."""
+    isa = isa or codegen_vector(arch, [kernel])
+    seg = isa.segment(kernel.name)
+    ext = seg.image(arch, *operands)
+    run_vector_segment(isa, kernel.name, arch, ext)
+    return seg.result(arch, lambda addr, count: [ext.get(addr + i, 0) for i in range(count)])
+

@@ -1,0 +1,154 @@
+"""Run a Program's vector tasks in the vector unit's arithmetic: which tasks, how, and a record.
+
+:class:`VectorUnitOps` is a hook for :func:`tilewright.dataflow_sim.functional.vector_unit_ops`.
+For each ``vector`` task the accelerator's vector engine implements it builds a
+:class:`~tilewright.compiler.vector_codegen.VectorKernel`, converts the fp32 inputs to raw Q8.8
+(:func:`~tilewright.dataflow_sim.vector_numerics.to_fixed`: round half to even, saturating at
+±128), computes the kernel bit-exactly on the instruction-level model
+(:func:`~tilewright.dataflow_sim.vector_isa.kernel_reference`) and returns the result as fp32
+(raw / 256). Every call is recorded (kernel, raw operands, raw result) so the same kernels can run
+on the RTL and be replayed (:class:`ReplayVectorUnit`).
+
+Tasks taken (all fp32 in and out; everything else stays on the functional model's fp32):
+
+============  ==========================================================================
+task op       kernel
+============  ==========================================================================
+exp, rsqrt,   elementwise, the unit's function of the same name
+silu,
+softplus
+add, mul      elementwise on the broadcast operands (a scalar operand is broadcast too)
+softmax       row softmax over the last axis (rows of at most
+              :data:`~tilewright.compiler.vector_codegen.SOFTMAX_MAX_ROW` elements; longer
+              rows stay fp32)
+reduce_sum,   row ``sum`` / ``rmax`` over the last axis only (``sum`` returns Q24.8, exact
+reduce_max    in fp32 up to 2**24)
+============  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tilewright.arch import ArchSpec
+from tilewright.compiler.program import VectorTask
+from tilewright.compiler.vector_codegen import SOFTMAX_MAX_ROW, VectorKernel
+from tilewright.dataflow_sim.vector_isa import kernel_reference
+from tilewright.dataflow_sim.vector_numerics import to_fixed
+
+__all__ = ["VectorUnitOps", "ReplayVectorUnit", "OffloadRecord", "OFFLOAD_OPS", "kernel_for"]
+
+_UNARY = ("exp", "rsqrt", "silu", "softplus")
+_BINARY = ("add", "mul")
+_ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_max": "rmax"}
+#: Program vector ops the vector engine takes (see the module table)
+OFFLOAD_OPS = _UNARY + _BINARY + tuple(_ROW)
+
+
+@dataclass(frozen=True)
+class OffloadRecord:
+    """One offloaded task: its kernel, raw Q8.8 operands and the raw result."""
+
+    task: str
+    kernel: VectorKernel
+    operands: tuple[np.ndarray, ...]
+    result: np.ndarray
+    out_shape: tuple[int, ...]
+
+
+def _is_f32(x: np.ndarray) -> bool:
+    return np.asarray(x).dtype == np.float32
+
+
+def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
+               ops: tuple[str, ...] = OFFLOAD_OPS):
+    """(kernel, raw operands, output shape) for ``task`` on inputs ``ins``, or None when the
+    vector engine does not take it (module table)."""
+    op, at = task.op, task.attrs
+    if op not in ops or at.get("format", "fp32") != "fp32":
+        return None
+    if op in _UNARY:
+        x = np.asarray(ins[0])
+        if not _is_f32(x) or x.size == 0:
+            return None
+        return VectorKernel(name, "elementwise", op, x.shape), (to_fixed(x),), x.shape
+    if op in _BINARY:
+        if len(ins) == 2:
+            lhs, rhs = ins
+        elif "scalar" in at:
+            lhs, rhs = ins[0], np.float32(at["scalar"])
+        else:
+            return None
+        if not (_is_f32(lhs) and _is_f32(rhs)):
+            return None
+        shape = np.broadcast_shapes(np.shape(lhs), np.shape(rhs))
+        if not shape or int(np.prod(shape)) == 0:
+            return None
+        a, b = (np.broadcast_to(v, shape) for v in (lhs, rhs))
+        return VectorKernel(name, "elementwise", op, shape), (to_fixed(a), to_fixed(b)), shape
+    if op in _ROW:
+        x = np.asarray(ins[0])
+        if not _is_f32(x) or x.ndim == 0 or x.size == 0:
+            return None
+        if op == "softmax":
+            if at.get("axis") not in (-1, x.ndim - 1) or x.shape[-1] > SOFTMAX_MAX_ROW:
+                return None
+            out_shape = x.shape
+        else:
+            axes = [a % x.ndim for a in at.get("axes", ())]
+            if axes != [x.ndim - 1]:
+                return None
+            out_shape = x.shape[:-1] + ((1,) if at.get("keepdim") else ())
+        rows = x.reshape(-1, x.shape[-1])
+        return (VectorKernel(name, "row", _ROW[op], rows.shape), (to_fixed(rows),),
+                tuple(out_shape))
+    return None
+
+
+@dataclass
+class VectorUnitOps:
+    """Hook: the tasks of :data:`OFFLOAD_OPS` (or ``ops``) in the vector unit's arithmetic on
+    ``arch`` (needs a ``vector_unit``); ``records`` lists what it computed, in order."""
+
+    arch: ArchSpec
+    ops: tuple[str, ...] = OFFLOAD_OPS
+    records: list[OffloadRecord] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.arch.vector_unit is None:
+            raise ValueError(f"{self.arch.name} has no vector_unit: nothing to run the vector "
+                             "ops on (add a vector_unit section to the ArchSpec)")
+        bad = sorted(set(self.ops) - set(OFFLOAD_OPS))
+        if bad:
+            raise ValueError(f"vector ops {bad}: the vector engine takes {', '.join(OFFLOAD_OPS)}")
+
+    def __call__(self, task, ins):
+        if not isinstance(task, VectorTask):
+            return None
+        made = kernel_for(task, ins, f"v{len(self.records)}_{task.name}", self.ops)
+        if made is None:
+            return None
+        kernel, operands, out_shape = made
+        raw = kernel_reference(kernel, self.arch, *operands)
+        self.records.append(OffloadRecord(task.name, kernel, operands, raw, out_shape))
+        return (raw / 256.0).astype(np.float32).reshape(out_shape)
+
+
+@dataclass
+class ReplayVectorUnit:
+    """Hook answering the tasks a :class:`VectorUnitOps` run took, in the same order, with
+    ``results`` (raw, e.g. from the RTL); raises if the run takes a different path."""
+
+    records: list[OffloadRecord]
+    results: list[np.ndarray]
+    _next: int = 0
+
+    def __call__(self, task, ins):
+        if not isinstance(task, VectorTask) or self._next >= len(self.records) \
+                or self.records[self._next].task != task.name:
+            return None
+        rec, raw = self.records[self._next], self.results[self._next]
+        self._next += 1
+        return (np.asarray(raw, np.int64) / 256.0).astype(np.float32).reshape(rec.out_shape)
