@@ -96,6 +96,9 @@ def cluster(
         None, "--cost-source", help="compiler | table: per-chip compute from the compiler's "
         "Report of the sharded layer, or from the op table (default: compiler for ArchSpec "
         "chips, table/roofline for GPU presets)"),
+    tech: Optional[str] = typer.Option(
+        None, "--tech", help="technology table (45nm | 7nm | YAML path) for an ArchSpec chip's "
+        "energy (default 7nm; GPU presets use their board power)"),
     as_json: bool = typer.Option(False, "--json", help="print the metrics as one JSON object"),
     trace: Optional[Path] = typer.Option(None, help="write a Chrome/Perfetto trace JSON here"),
     db: Optional[Path] = typer.Option(
@@ -131,7 +134,7 @@ def cluster(
                                f"{err['msg'].lower()}") from None
     if mode == "train":
         res = simulate_training(spec, model, plan, trace=trace is not None,
-                                cost_source=cost_source)
+                                cost_source=cost_source, tech=tech)
         metrics, tr = res.metrics, res.trace
     else:
         if request_trace is not None:
@@ -145,7 +148,7 @@ def cluster(
                 raise ClusterSpecError(f"--expert-trace {expert_trace}: no such file")
             ids = np.loadtxt(expert_trace, dtype=np.int64, ndmin=1)
         sres = simulate_serving(spec, model, splan, reqs, seed=seed, trace=trace is not None,
-                                expert_trace=ids, cost_source=cost_source)
+                                expert_trace=ids, cost_source=cost_source, tech=tech)
         metrics, tr = sres.metrics, sres.trace
     if trace is not None and tr is not None:
         tr.save(trace)

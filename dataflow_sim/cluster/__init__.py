@@ -25,6 +25,12 @@ Training overlaps bucketed DP gradient all-reduces with the backward (``TrainPla
 and runs TP/SP/EP collectives on the same network as pipeline and gradient traffic
 (``TrainPlan.inlayer_comm="network"``); serving supports pipeline stages (``ServePlan.pp``).
 
+Energy (:mod:`.energy`): every training/serving result's metrics carry ``energy_j`` and its terms
+(``energy_compute_j``, ``energy_idle_j``, ``energy_dram_j``, ``energy_network_j``) from the work,
+busy time and link bytes the simulation executed: ArchSpec chips on a technology table
+(``tech=``, default 7nm), GPU presets on their datasheet board power, links on the cited
+per-byte table ``configs/energy/network.yaml``.
+
 Errors for bad cluster files and impossible plans: :class:`ClusterSpecError` (one line; plans
 raise its subclass :class:`PlanError`).
 """

@@ -55,6 +55,8 @@ class GpuPreset(BaseModel):
     hbm_bytes_per_s: float  # bytes/s
     hbm_gib: float          # GiB of HBM
     element_bytes: int = 2  # BF16 activations/weights
+    tdp_w: float = 0.0      # W, maximum thermal design power of the board (GPU + HBM)
+    idle_w: float = 0.0     # W, the board powered and idle (an assumption, see GPU_PRESETS)
     source: str = ""
 
 
@@ -64,11 +66,23 @@ class GpuPreset(BaseModel):
 # NVIDIA A100 datasheet (80GB SXM column): BF16 312 TFLOP/s dense, FP32 19.5 TFLOP/s,
 # 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s (both directions).
 # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+# Board power (the cluster energy model, .energy): tdp_w confirmed - H100 SXM "Max thermal design
+# power (TDP) up to 700W (configurable)", the datasheet's wording found quoted in
+# https://gpu.blog/gpus/nvidia-h100-sxm ("Up to 700W (configurable)") and
+# https://hawkvelt.id.au/post/2024-08-04-nvidia-h100 (SXM5 "TDP: Up to 700W"); A100 80GB SXM
+# "400 W maximum" in https://glennklockwood.com/garden/processors/A100 (citing the datasheet
+# above) and https://www.thundercompute.com/blog/nvidia-a100-specs-full-guide ("SXM ... 400W").
+# idle_w is an assumption: 0.2 x tdp_w (no datasheet gives idle power). Cross-checks (not used):
+# arXiv:2605.23918 measures a 26-50 W step between bare idle and idle with a CUDA context on
+# H100/A100; an A100 SXM white paper reports 146.66 W at 0 % utilization
+# (https://news.chathome.org/news/gpu-telemetry-anomaly-146w-idle-draw-on-a100-white-paper-AW5mREYZ).
 GPU_PRESETS: dict[str, GpuPreset] = {
     "h100-sxm": GpuPreset(tensor_flops=989e12, vector_flops=67e12, hbm_bytes_per_s=3.35e12,
-                          hbm_gib=80e9 / 2**30, source="NVIDIA H100 datasheet, SXM5"),
+                          hbm_gib=80e9 / 2**30, tdp_w=700.0, idle_w=0.2 * 700.0,
+                          source="NVIDIA H100 datasheet, SXM5"),
     "a100-sxm-80gb": GpuPreset(tensor_flops=312e12, vector_flops=19.5e12,
                                hbm_bytes_per_s=2.039e12, hbm_gib=80e9 / 2**30,
+                               tdp_w=400.0, idle_w=0.2 * 400.0,
                                source="NVIDIA A100 datasheet, 80GB SXM"),
 }
 

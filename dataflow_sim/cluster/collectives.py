@@ -152,6 +152,7 @@ class CollectiveTimer:
         self._cache: dict[tuple, float] = {}
         self._waits: dict[tuple, int] = {}
         self._lines: dict[tuple, tuple[float, float] | None] = {}
+        self._carried: dict[tuple, dict[int, float]] = {}
         self.events = 0     # SimPy events scheduled by all phase simulations
         self.runs = 0
 
@@ -173,9 +174,23 @@ class CollectiveTimer:
             env.run()
             t = self._cache[key] = env.now
             self._waits[key] = net.waits
+            self._carried[key] = net.link_bytes
             self.events += events_scheduled(env)
             self.runs += 1
         return t
+
+    def traffic(self, kind: str, groups: Sequence[Sequence[int]], algo: str | None = None,
+                probe_bytes: float = 2**20) -> dict[int, float]:
+        """Bytes each link carries per byte of ``nbytes`` when every group of ``groups`` runs the
+        collective once (link id -> bytes/byte; for the energy model). Every algorithm here
+        splits the buffer into messages proportional to ``nbytes``, so one probe run gives the
+        traffic at any size exactly."""
+        algo = algo or ALGORITHMS[kind][0]
+        if not any(len(g) > 1 for g in groups):
+            return {}
+        self.seconds(kind, groups, probe_bytes, algo)
+        key = (kind, algo, tuple(tuple(g) for g in groups if len(g) > 1), float(probe_bytes))
+        return {link: b / probe_bytes for link, b in self._carried[key].items()}
 
     def affine(self, kind: str, groups: Sequence[Sequence[int]], algo: str | None = None,
                probe_bytes: float = 2**20) -> tuple[float, float] | None:

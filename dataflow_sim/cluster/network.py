@@ -38,6 +38,7 @@ class Network:
         self._links: dict[int, _Link] = {}
         self._paths: dict[tuple[int, ...], tuple[tuple[int, ...], float, float]] = {}
         self.busy_seconds: dict[int, float] = {}   # per link: time spent serializing
+        self.link_bytes: dict[int, float] = {}     # per link: bytes carried (energy model)
         self.bytes_sent = 0.0
         self.messages = 0
         self.waits = 0          # link requests that had to queue (contention happened)
@@ -112,10 +113,11 @@ class Network:
             held.append(res)
         hold = nbytes / bw
         yield self.env.timeout(hold)
-        busy = self.busy_seconds
+        busy, carried = self.busy_seconds, self.link_bytes
         for res, link in zip(held, order):
             res.release()
             busy[link] = busy.get(link, 0.0) + hold
+            carried[link] = carried.get(link, 0.0) + nbytes
         if lat > 0:
             yield self.env.timeout(lat)
 

@@ -75,6 +75,7 @@ from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
 from .costs import ChipModel, chip_model
+from .energy import add_traffic, cluster_energy, serve_iteration_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
 from .topology import Topology
@@ -169,6 +170,9 @@ class IterationCost:
         self._lines: dict[str, tuple[float, float] | None] = {}
         self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
         self._comm: dict[tuple[str, int], float] = {}
+        self.work = np.zeros(3)          # (MACs, vector ops, off-chip bytes) run so far
+        self.comm_link_bytes: dict[int, float] = {}   # bytes per link of the collectives
+        self._rates: dict[str, dict[int, float]] = {}
         self._rng = np.random.default_rng(seed)
         self._trace = routing_trace
         self._trace_pos = 0
@@ -351,8 +355,28 @@ class IterationCost:
             if ep > 1:
                 layer += 2 * self.comm_seconds("all_to_all", T * dm.top_k * dm.d * e)
             moe = n_moe * self.expert_seconds(self.expert_loads(T_total * dm.top_k))
+        self._account(q, c, n_logits)
         return (cfg.n_layers * layer + moe, self.embed_seconds(T_total),
                 self.head_seconds(n_logits))
+
+    def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> None:
+        """Add one iteration's work (:func:`.energy.serve_iteration_work`) and its collectives'
+        link bytes (TP all-reduces of every EP rank's tokens, EP all-to-alls) to the totals."""
+        dm, e, tp, ep, L = self.dm, self.e, self.plan.tp, self.plan.ep, self.cfg.n_layers
+        T = float(np.sum(q))
+        self.work += serve_iteration_work(dm, e, tp, ep, L, q, c, n_logits)
+        if tp > 1:
+            per_layer = (2 * T * dm.d * e if not dm.ssm
+                         else T * (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
+            self._carry("all_reduce", self._tp_group, L * per_layer)
+        if dm.moe and ep > 1:
+            self._carry("all_to_all", self._ep_group, L * 2 * (T / ep) * dm.top_k * dm.d * e)
+
+    def _carry(self, kind: str, groups: list[list[int]], nbytes: float) -> None:
+        rates = self._rates.get(kind)
+        if rates is None:
+            rates = self._rates[kind] = self.timer.traffic(kind, groups)
+        add_traffic(self.comm_link_bytes, rates, nbytes)
 
     def head_seconds(self, n: int) -> float:
         """Final norm, LM head GEMM and logits softmax for ``n`` rows (memoized): compiled
@@ -422,6 +446,7 @@ class _Replica:
             else sim.kv_tokens_per_replica // sim.plan.kv_block_tokens)
         self.wake: simpy.Event | None = None
         self.busy = 0.0
+        self.busy_chip_s = 0.0     # chip-seconds of compute (energy model)
         self.iterations = 0
         sim.env.process(self.loop())
 
@@ -511,6 +536,7 @@ class _Replica:
         arrive = {(s, j): env.event() for s in range(1, pp) for j in range(len(groups))}
         nbytes = [float(q[g].sum()) * sim.cfg.d_model * sim.chip.element_bytes / width
                   for g in groups]
+        self.busy_chip_s += width * sum(map(sum, times))
 
         def stage(s: int):
             for j in range(len(groups)):
@@ -553,6 +579,7 @@ class _Replica:
             t0 = env.now
             if sim.plan.pp == 1:
                 dt = self.cost.seconds(q, c, int(last.sum()))
+                self.busy_chip_s += dt * len(self.chips)
                 yield env.timeout(dt)
             else:
                 yield env.process(self._pipeline(q, c, last))
@@ -659,9 +686,10 @@ def _pct(x: pd.Series, q: float) -> float:
 def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                      requests: pd.DataFrame, *, seed: int = 0, trace: bool = False,
                      expert_trace: Optional[np.ndarray] = None,
-                     cost_source: str | None = None) -> ServeResult:
+                     cost_source: str | None = None, tech: str | None = None) -> ServeResult:
     """Serve ``requests`` (columns ``arrival_s, prompt_tokens, output_tokens``) on ``spec``;
-    ``cost_source`` as in the module docstring."""
+    ``cost_source`` as in the module docstring; ``tech``: technology table for an ArchSpec
+    chip's energy (:mod:`.energy`; default 7nm)."""
     wall0 = time.perf_counter()
     chip = chip_model(spec)
     disagg = plan.disaggregated if plan.disaggregated is not None else spec.pools is not None
@@ -727,6 +755,16 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         for q in (50, 90, 99):
             metrics[f"{name[:-2]}_p{q}_s"] = _pct(done[name], q)
+    carried = dict(sim.net.link_bytes)
+    for r in reps:
+        for link, b in r.cost.comm_link_bytes.items():
+            carried[link] = carried.get(link, 0.0) + b
+    energy = cluster_energy(spec, chip, busy_chip_s=sum(r.busy_chip_s for r in reps),
+                            window_s=span if math.isfinite(span) else sim.env.now,
+                            work=sum((r.cost.work for r in reps), np.zeros(3)),
+                            link_bytes=carried, topology=sim.topology, tech=tech)
+    metrics.update(energy, tokens_per_j=float(done.output_tokens.sum()) / energy["energy_j"]
+                   if energy["energy_j"] > 0 else math.nan)
     events = events_scheduled(sim.env) + sim.timer.events
     wall = time.perf_counter() - wall0
     metrics.update(events=events, wall_s=wall, events_per_s=events / wall)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import COLLECTIVES, CollectiveTimer, all_reduce
 from .compiled import COST_SOURCES, cache_info, compiled_embedding, compiled_head, compiled_layer
 from .costs import ChipModel, chip_model
+from .energy import add_traffic, cluster_energy, ops_work, report_work
 from .network import Network, events_scheduled
 from .plan import TrainPlan, check_train_memory, layer_params, validate_train
 from .topology import Topology
@@ -118,6 +119,8 @@ class _StageCost:
     b_comp: float
     b_comm: float
     gemm_flops: float = 0.0   # forward+backward GEMM FLOPs of one micro-batch (no recompute)
+    # (MACs, vector ops, off-chip bytes) one micro-batch executes, recompute included
+    work: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
 
 def resolve_cost_source(chip: ChipModel, cost_source: str | None) -> str:
@@ -147,11 +150,13 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
                       ignore_index=True)
     table["seconds"] = chip.op_seconds(table)
     table["source"] = "table"
+    fw, bw = ops_work(table[table.phase == "forward"]), ops_work(table[table.phase == "backward"])
     if cost_source == "compiler":
         assert chip.arch is not None
         rep = compiled_layer(cfg, plan.shard, chip.arch, batch=plan.micro_batch_size, q_len=s_l,
                              ctx_len=plan.seq_len)
         table = pd.concat([rep.op_table(), table[table.kind == "comm"]], ignore_index=True)
+        fw, bw = report_work(rep.report), report_work(rep.backward)
     algo = {"all_reduce": plan.allreduce_algo, "all_to_all": plan.alltoall_algo}
     comm = table["kind"] == "comm"
     table.loc[comm, "seconds"] = [timer.seconds(r.collective, groups[r.group], r.comm_bytes,
@@ -165,29 +170,34 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
     fc, fm = sums(table[table.phase == "forward"])
     bc, bm = sums(table[table.phase == "backward"])
     if plan.recompute:
-        bc, bm = bc + fc, bm + fm
+        bc, bm, bw = bc + fc, bm + fm, bw + fw
     gflops = float(table.loc[table.kind == "gemm", "flops"].sum())
     n_chunk = cfg.n_layers // (plan.pp * plan.virtual_stages)
     V = plan.pp * plan.virtual_stages
     out = {}
     for vs in range(V):
-        sc = _StageCost(n_chunk * fc, n_chunk * fm, n_chunk * bc, n_chunk * bm, n_chunk * gflops)
+        sc = _StageCost(n_chunk * fc, n_chunk * fm, n_chunk * bc, n_chunk * bm, n_chunk * gflops,
+                        n_chunk * (fw + bw))
         if plan.embedding_and_head and vs == 0 and cost_source == "compiler":
             assert chip.arch is not None
             er = compiled_embedding(cfg, plan.shard, chip.arch, tokens=tokens, element_bytes=e)
             sc.f_comp += er.forward_seconds
             sc.b_comp += er.backward_seconds
+            sc.work = sc.work + report_work(er.report) + report_work(er.backward)
         elif plan.embedding_and_head and vs == 0:
             emb = embedding_ops(cfg, plan.shard, tokens, e)
             t = float(chip.op_seconds(emb).sum())
             sc.f_comp += t
-            sc.b_comp += float(chip.op_seconds(backward_ops(emb)).sum())
+            eb = backward_ops(emb)
+            sc.b_comp += float(chip.op_seconds(eb).sum())
+            sc.work = sc.work + ops_work(emb) + ops_work(eb)
         if plan.embedding_and_head and vs == V - 1 and cost_source == "compiler":
             assert chip.arch is not None
             hr = compiled_head(cfg, plan.shard, chip.arch, tokens=tokens)
             sc.f_comp += hr.forward_seconds
             sc.b_comp += hr.backward_seconds
             sc.gemm_flops += 2.0 * (hr.gemm_macs + hr.backward_gemm_macs)
+            sc.work = sc.work + report_work(hr.report) + report_work(hr.backward)
         elif plan.embedding_and_head and vs == V - 1:
             head = head_ops(cfg, plan.shard, tokens, e)
             sc.f_comp += float(chip.op_seconds(head).sum())
@@ -195,6 +205,7 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
             sc.b_comp += float(chip.op_seconds(hb).sum())
             sc.gemm_flops += float(head.loc[head.kind == "gemm", "flops"].sum()
                                    + hb.loc[hb.kind == "gemm", "flops"].sum())
+            sc.work = sc.work + ops_work(head) + ops_work(hb)
         out[vs] = sc
     return out, table
 
@@ -225,10 +236,12 @@ def _all_to_all_out(net: Network, group: list[int], i: int, nbytes: float) -> si
 
 
 def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan, *,
-                      trace: bool = False, cost_source: str | None = None) -> TrainResult:
+                      trace: bool = False, cost_source: str | None = None,
+                      tech: str | None = None) -> TrainResult:
     """Simulate one training step; raises :class:`~.cluster_spec.PlanError` for plans that do
     not divide or do not fit in memory. ``cost_source``: ``"compiler"`` | ``"table"`` | None
-    (compiler for ArchSpec chips, table/roofline for GPU presets); see the module docstring."""
+    (compiler for ArchSpec chips, table/roofline for GPU presets); see the module docstring.
+    ``tech``: technology table for an ArchSpec chip's energy (:mod:`.energy`; default 7nm)."""
     wall0 = time.perf_counter()
     cfg = validate_train(plan, spec, model)
     chip = chip_model(spec)
@@ -439,6 +452,19 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
         "network_messages": net.messages, "collective_phase_runs": timer.runs,
         "busiest_link_utilization": max(net.busy_seconds.values(), default=0.0) / step,
     }
+    carried = dict(net.link_bytes)
+    if not on_net:      # in-layer collectives ran in the timer's phase simulations: each phase
+        per_dev = m * cfg.n_layers / pp     # is one layer on every device; a device runs these
+        for fwd in (True, False):
+            for (kind, gk), (nbytes, _) in per_layer[fwd].items():
+                add_traffic(carried, timer.traffic(kind, groups[gk], algo.get(kind)),
+                            per_dev * nbytes)
+    busy = tp * sp * sum(stats[(d, r, "compute")] for d in range(dp) for r in range(pp))
+    energy = cluster_energy(spec, chip, busy_chip_s=busy, window_s=step, topology=topo,
+                            work=m * tp * sp * dp * sum(costs[vs].work for vs in range(V)),
+                            link_bytes=carried, tech=tech)
+    metrics.update(energy, tokens_per_j=tokens / energy["energy_j"] if energy["energy_j"] > 0
+                   else math.nan)
     events = events_scheduled(env) + timer.events
     wall = time.perf_counter() - wall0
     metrics.update(events=events, wall_s=wall, events_per_s=events / wall)

@@ -9,11 +9,13 @@ mapping (:func:`tilewright.compiler.mapper.map_gemm`).
 
 Mesh workloads (``mesh_gemv``/``mesh_gemm``) run :mod:`tilewright.dataflow_sim.mesh` on the
 ArchSpec's ``mesh`` section (:func:`mesh_cost`); cluster workloads run a SimPy training step or
-serving run (:func:`cluster_cost`), whose energy is not modelled (``energy_j`` = NaN).
+serving run (:func:`cluster_cost`), whose energy is the cluster energy model's
+(:mod:`tilewright.dataflow_sim.cluster.energy`: chips busy and idle, off-chip bytes, link bytes).
 
 Metrics (see :data:`tilewright.sweep.spec.METRICS`) aggregate the workloads as a weighted sum of
 time and energy; ``throughput_tops`` = 2·MACs / latency; ``perf_per_w`` = TOPS / W;
-``perf_per_mm2`` = TOPS / mm².
+``perf_per_mm2`` = TOPS / mm²; ``tokens_per_j`` = LLM tokens / energy of the LLM workloads (for a
+cluster workload: tokens trained per step or generated in the run / its joules).
 """
 
 from __future__ import annotations
@@ -71,9 +73,11 @@ def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> 
     """A cluster workload (``cluster``: preset, path or full mapping; ``model``; ``mode``;
     ``plan``, whose ``dp: auto`` is chips / (tp·pp·sp)): ``latency_s`` = training step time or
     serving makespan (s), ``tokens`` trained per step or generated in the run, ``chips``,
-    ``cluster_area_mm2`` (chips x chip area for ArchSpec chips, with ``tech``; else NaN) and
-    for serving the p99 TTFT/TPOT (s). Energy,
-    cycles and MACs are not modelled by the cluster simulator: NaN. With ``chip: sweep`` the
+    ``cluster_area_mm2`` (chips x chip area for ArchSpec chips, with ``tech``; else NaN), for
+    serving the p99 TTFT/TPOT (s), and ``energy_j`` with its terms (``energy_compute_j``,
+    ``energy_idle_j``, ``energy_dram_j``, ``energy_network_j``; the cluster energy model,
+    ArchSpec chips on the ``tech`` table) and the ``macs``, ``vector_ops`` and ``dram_bytes`` the
+    whole cluster executed. ``cycles`` is NaN (chips run on their own clocks). With ``chip: sweep`` the
     cluster's chip is ``arch``. Raises ``ClusterSpecError``/``PlanError`` for a cluster or plan
     that cannot run (stored as the point's error by :func:`evaluate_point`)."""
     from tilewright.dataflow_sim.cluster import (ClusterSpec, ServePlan,  # noqa: PLC0415
@@ -103,8 +107,7 @@ def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> 
     spec = ClusterSpec.from_dict(data, source=f"cluster {data.get('name', '')}")
     plan = dict(w.get("plan") or {})
     nan = math.nan
-    out = {"cycles": nan, "macs": nan, "vector_ops": nan, "dram_bytes": nan,
-           "energy_j": nan, "chips": float(spec.n_chips), "cluster_area_mm2": nan}
+    out = {"cycles": nan, "chips": float(spec.n_chips), "cluster_area_mm2": nan}
     if tech is not None and spec.arch() is not None:
         from tilewright.dataflow_sim.energy_area import area_mm2, load_tech  # noqa: PLC0415
         out["cluster_area_mm2"] = spec.n_chips * area_mm2(spec.arch(), load_tech(tech))
@@ -117,7 +120,7 @@ def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> 
                                 f"{spec.n_chips} chips of cluster {spec.name}")
             plan["dp"] = spec.n_chips // per
         res = simulate_training(spec, w["model"], TrainPlan(**plan),
-                                cost_source=w.get("cost_source"))
+                                cost_source=w.get("cost_source"), tech=tech)
         m = res.metrics
         out.update(latency_s=float(m["step_s"]), tokens=float(m["tokens_per_s"] * m["step_s"]),
                    utilization=float(m["gemm_utilization"]))
@@ -129,13 +132,19 @@ def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> 
                                 lengths(w.get("output_tokens") or 128),
                                 seed=int(w.get("seed") or 0))
         res = simulate_serving(spec, w["model"], ServePlan(**plan), reqs,
-                               seed=int(w.get("seed") or 0), cost_source=w.get("cost_source"))
+                               seed=int(w.get("seed") or 0), cost_source=w.get("cost_source"),
+                               tech=tech)
         m = res.metrics
         out.update(latency_s=float(m["makespan_s"]),
                    tokens=float(m["throughput_tokens_per_s"] * m["makespan_s"]),
                    ttft_p99_s=float(m["ttft_p99_s"]), tpot_p99_s=float(m["tpot_p99_s"]),
                    utilization=float(m["utilization"]))
+    out.update({k: float(m[k]) for k in _CLUSTER_ENERGY_KEYS})
     return out
+
+
+_CLUSTER_ENERGY_KEYS = ("energy_j", "energy_compute_j", "energy_idle_j", "energy_dram_j",
+                        "energy_network_j", "macs", "vector_ops", "dram_bytes")
 
 
 def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> dict[str, float]:
@@ -221,7 +230,7 @@ def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], t
                 return out
         tk = load_tech(tech)
         tot = {"cycles": 0.0, "macs": 0.0, "vector_ops": 0.0, "dram_bytes": 0.0, "tokens": 0.0,
-               "latency_s": 0.0, "energy_j": 0.0, "llm_latency_s": 0.0}
+               "latency_s": 0.0, "energy_j": 0.0, "llm_latency_s": 0.0, "llm_energy_j": 0.0}
         extra: dict[str, float] = {}     # chips, cluster_area_mm2, ttft/tpot: worst workload
         for w in workloads:
             c = workload_cost(arch, w, tech)
@@ -240,12 +249,14 @@ def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], t
             tot["energy_j"] += wt * e["energy_j"]
             if c["tokens"]:
                 tot["llm_latency_s"] += wt * lat
+                tot["llm_energy_j"] += wt * e["energy_j"]
         lat = tot["latency_s"]
         tops = 2 * tot["macs"] / lat / 1e12 if lat > 0 else math.nan
         power = tot["energy_j"] / lat if lat > 0 else math.nan
         metrics.update({
             "latency_s": lat, "throughput_tops": tops,
             "tokens_per_s": tot["tokens"] / tot["llm_latency_s"] if tot["llm_latency_s"] else math.nan,
+            "tokens_per_j": tot["tokens"] / tot["llm_energy_j"] if tot["llm_energy_j"] else math.nan,
             "energy_j": tot["energy_j"], "power_w": power,
             "perf_per_w": tops / power if power and power > 0 else math.nan,
             "perf_per_mm2": tops / metrics["area_mm2"],

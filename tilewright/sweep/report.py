@@ -24,7 +24,7 @@ ROOFLINE_COLUMNS = ("task", "op", "macs", "bytes", "time_cycles", "intensity_ops
                     "achieved_gops", "roof_gops", "fraction_of_roof")
 
 _DEFAULT_PAIRS = [("latency_s", "energy_j"), ("latency_s", "area_mm2"),
-                  ("perf_per_mm2", "perf_per_w")]
+                  ("perf_per_mm2", "perf_per_w"), ("tokens_per_s", "tokens_per_j")]
 
 
 def _objectives(store: ResultsStore, sweep: str) -> list[tuple[str, str]]:
@@ -89,17 +89,24 @@ def _energy_plot(store: ResultsStore, front: pd.DataFrame, path: Path) -> None:
     import matplotlib  # noqa: PLC0415
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
-    comps = ["mac_pj", "sram_pj", "vector_pj", "dram_pj", "mesh_pj"]
+    # single-chip terms (pJ, energy_area) and cluster terms (J, dataflow_sim.cluster.energy)
+    comps = {"mac_pj": 1e-12, "sram_pj": 1e-12, "vector_pj": 1e-12, "dram_pj": 1e-12,
+             "mesh_pj": 1e-12, "energy_compute_j": 1.0, "energy_idle_j": 1.0,
+             "energy_dram_j": 1.0, "energy_network_j": 1.0}
     rows = []
     for key in front["key"].head(12):
         r = store.get(key)
-        tot = {c: sum(w.get(c, 0.0) or 0.0 for w in (r["per_workload"] or [])) * 1e-12 for c in comps}
-        rows.append(tot)
+        rows.append({c: sum(w.get(c, 0.0) or 0.0 for w in (r["per_workload"] or [])) * f
+                     for c, f in comps.items()})
     fig, ax = plt.subplots(figsize=(6, 4.2))
     bottom = np.zeros(len(rows))
     for c in comps:
         v = np.array([r[c] for r in rows])
-        ax.bar(range(len(rows)), v, bottom=bottom, label=c.removesuffix("_pj"))
+        if not v.any():
+            continue
+        label = c.removesuffix("_pj") if c.endswith("_pj") else \
+            "cluster " + c.removeprefix("energy_").removesuffix("_j")
+        ax.bar(range(len(rows)), v, bottom=bottom, label=label)
         bottom += v
     ax.set_xticks(range(len(rows)), [f"#{i}" for i in front["id"].head(12)], fontsize=7)
     ax.set_ylabel("energy (J, unweighted sum of workloads)")
@@ -270,7 +277,7 @@ def write_report(db: str | Path, out: str | Path, sweep: str | None = None) -> P
             safe = "".join(c if c.isalnum() else "_" for c in name)
             for x, y in pairs:
                 if x not in ok or y not in ok or ok[x].isna().all() or ok[y].isna().all():
-                    continue                  # e.g. energy of cluster workloads: not modelled
+                    continue                  # e.g. tokens_per_j of a sweep without LLM workloads
                 png = outp / f"{safe}_pareto_{x}_{y}.png"
                 n = _front_plot(df, x, y, png, f"{name}: {y} vs {x}")
                 parts.append(f"<h3>Pareto front: {y} vs {x} ({n} points)</h3>"

@@ -93,6 +93,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "throughput_tops": ("maximize", "2*MACs / latency, tera-operations per second"),
     "tokens_per_s": ("maximize", "LLM tokens / latency of the LLM workloads"),
     "energy_j": ("minimize", "joules for all workloads"),
+    "tokens_per_j": ("maximize", "LLM tokens / joules of the LLM workloads (cluster: tokens "
+                     "trained per step or generated / the run's joules)"),
     "power_w": ("minimize", "energy / latency, watts"),
     "area_mm2": ("minimize", "chip area, mm^2"),
     "perf_per_w": ("maximize", "TOPS/W"),
@@ -127,7 +129,8 @@ STATIC_METRICS = ("area_mm2", "sram_kib", "pes", "fpga_luts_ice40", "fpga_ffs_ic
 OBJECTIVE_ALIASES = {"latency": "latency_s", "throughput": "throughput_tops", "energy": "energy_j",
                      "area": "area_mm2", "power": "power_w", "perf/w": "perf_per_w",
                      "perf_per_watt": "perf_per_w", "perf/mm2": "perf_per_mm2",
-                     "perf/mm²": "perf_per_mm2", "tokens": "tokens_per_s", "sram": "sram_kib"}
+                     "perf/mm²": "perf_per_mm2", "tokens": "tokens_per_s", "sram": "sram_kib",
+                     "tokens/j": "tokens_per_j"}
 
 
 def _metric(name: str) -> str:

@@ -1,0 +1,189 @@
+"""Energy of a cluster run (a training step or a serving run), in joules, from what the
+simulation executed: the chips' busy time and work, and the bytes every link carried.
+
+Terms (each in the run's metrics; ``energy_j`` is their sum):
+
+* ``energy_compute_j`` — **ArchSpec chip**: dynamic energy of the executed MACs, vector element
+  operations and their SRAM traffic (the ``mac``, ``sram`` and ``vector`` terms of
+  :func:`tilewright.dataflow_sim.energy_area.energy_breakdown` on the run's totals, with the
+  technology table ``tech``, default :data:`DEFAULT_TECH`). **GPU preset**: chip-busy seconds x
+  the board's ``tdp_w`` (:data:`~.cluster_spec.GPU_PRESETS`): a chip runs at its maximum board
+  power while it computes.
+* ``energy_idle_j`` — **GPU**: (chips x window − chip-busy seconds) x ``idle_w`` (waiting for
+  inputs, for collectives, or for requests). **ArchSpec**: 0 — the technology tables model no
+  static (leakage) power.
+* ``energy_dram_j`` — **ArchSpec**: off-chip bytes x the table's ``dram_pj_per_byte``. **GPU**: 0
+  — HBM power is part of the board power already charged above.
+* ``energy_network_j`` = ``energy_intra_node_j`` + ``energy_inter_node_j``: the bytes each
+  directed link of the topology carried x the pJ/byte of its class in
+  ``configs/energy/network.yaml`` (intra-node link; NIC <-> switch; switch <-> switch; node <->
+  node direct), whose entries are marked confirmed / derived / assumption with sources.
+
+"Busy" is the compute a chip ran: for training the ranks' ``compute_s`` (exposed communication,
+bubbles and waiting count as idle); for serving the iterations (a replica's chips are busy for a
+whole iteration, in-iteration collectives included; with pipeline stages, each stage's chips
+for their stage's share). The window is the step (training) or the serving makespan (first
+arrival to last finish).
+
+Work counts: training takes the MACs, vector ops and off-chip bytes of the same rows that set
+the time — the compiler's forward and backward Reports (``cost_source="compiler"``) or the op
+table (``"table"``: MACs = GEMM FLOPs / 2); recompute is counted again. Serving counts each
+iteration's work from the op table's per-token and per-sequence formulas
+(:func:`serve_iteration_work`) whatever the cost source (the compiled path interpolates times
+between buckets; its work is not interpolated).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from tilewright import configs as _configs
+
+from .cluster_spec import GPU_PRESETS, ClusterSpec
+from .costs import ChipModel
+from .topology import Topology
+from .workload import Dims, token_gemms, token_vectors
+
+__all__ = ["NetworkEnergy", "load_network_energy", "NETWORK_ENERGY_FILE", "DEFAULT_TECH",
+           "WORK_FIELDS", "ops_work", "report_work", "serve_iteration_work", "link_class",
+           "network_energy", "cluster_energy", "add_traffic"]
+
+NETWORK_ENERGY_FILE = Path(_configs.__file__).parent / "energy" / "network.yaml"
+DEFAULT_TECH = "7nm"
+"""technology table of ArchSpec chips when a run names none"""
+WORK_FIELDS = ("macs", "vector_ops", "dram_bytes")
+"""order of a work vector (numpy array of 3)"""
+
+
+class NetworkEnergy(BaseModel):
+    """pJ per byte a directed link of each class carries (``configs/energy/network.yaml``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    sources: dict[str, str] = Field(default_factory=dict)
+    intra_node_link_pj_per_byte: float = Field(..., ge=0)
+    nic_link_pj_per_byte: float = Field(..., ge=0)
+    switch_link_pj_per_byte: float = Field(..., ge=0)
+    direct_link_pj_per_byte: float = Field(..., ge=0)
+
+    def pj_per_byte(self, cls: str) -> float:
+        return float(getattr(self, f"{cls}_pj_per_byte"))
+
+
+@lru_cache(maxsize=4)
+def load_network_energy(path: str | None = None) -> NetworkEnergy:
+    """The network energy table (default :data:`NETWORK_ENERGY_FILE`)."""
+    return NetworkEnergy.model_validate(yaml.safe_load(Path(path or NETWORK_ENERGY_FILE).read_text()))
+
+
+_CLASS = {"up": "intra_node_link", "down": "intra_node_link", "chip": "intra_node_link",
+          "nic_up": "nic_link", "nic_down": "nic_link", "leaf_up": "switch_link",
+          "spine_down": "switch_link", "node": "direct_link"}
+
+
+def link_class(topology: Topology) -> list[str]:
+    """Energy class of every link of ``topology`` (by the link's name, :mod:`.topology`)."""
+    return [_CLASS[name.split("/")[0]] for name in topology.names]
+
+
+def add_traffic(acc: dict[int, float], rates: Mapping[int, float], nbytes: float) -> None:
+    """``acc[link] += rates[link] · nbytes`` (rates: bytes per byte, CollectiveTimer.traffic)."""
+    for link, r in rates.items():
+        acc[link] = acc.get(link, 0.0) + r * nbytes
+
+
+def network_energy(topology: Topology, link_bytes: Mapping[int, float],
+                   table: NetworkEnergy | None = None) -> dict[str, float]:
+    """Joules of the bytes each link carried, split intra-node / inter-node, and the bytes."""
+    table = table or load_network_energy()
+    cls = link_class(topology)
+    out = {"energy_intra_node_j": 0.0, "energy_inter_node_j": 0.0,
+           "intra_node_link_bytes": 0.0, "inter_node_link_bytes": 0.0}
+    for link, b in link_bytes.items():
+        side = "intra_node" if cls[link] == "intra_node_link" else "inter_node"
+        out[f"energy_{side}_j"] += b * table.pj_per_byte(cls[link]) * 1e-12
+        out[f"{side}_link_bytes"] += b
+    return out
+
+
+def ops_work(ops: pd.DataFrame) -> np.ndarray:
+    """(MACs, vector ops, off-chip bytes) of op-table rows (:mod:`.workload` columns):
+    MACs = GEMM FLOPs / 2, vector ops = non-GEMM FLOPs; communication rows carry none."""
+    g, v = ops["kind"] == "gemm", ops["kind"] == "vector"
+    return np.array([float(ops.loc[g, "flops"].sum()) / 2, float(ops.loc[v, "flops"].sum()),
+                     float(ops.loc[g | v, "bytes"].sum())])
+
+
+def report_work(report: pd.DataFrame) -> np.ndarray:
+    """(MACs, vector ops, off-chip bytes) of a compiler Report (its column sums)."""
+    if report is None or not len(report):
+        return np.zeros(3)
+    return np.array([float(report[c].sum()) for c in ("macs", "vector_ops", "bytes")])
+
+
+def serve_iteration_work(dm: Dims, e: int, tp: int, ep: int, n_layers: int, q: np.ndarray,
+                         c: np.ndarray, n_logits: int) -> np.ndarray:
+    """(MACs, vector ops, off-chip bytes) of one serving iteration on all chips of a replica
+    (``tp·ep`` chips per layer; pipeline stages split the layers, not the work): per layer the
+    token GEMMs and non-GEMM ops of :func:`.workload.token_gemms`/:func:`.workload.token_vectors`
+    for all ``T = Σq`` tokens (weights read once per EP rank), the attention of each sequence
+    (scores and values GEMMs, ``q·c`` per query head each, and the softmax), the routed
+    experts' ``T·top_k`` rows (every expert's weights read once); the embedding gather and the LM
+    head's ``n_logits`` rows once per TP rank. Bytes follow the op table (inputs read, outputs
+    written once)."""
+    q, c = np.asarray(q, np.float64), np.asarray(c, np.float64)
+    T = float(q.sum())
+    w = np.zeros(3)
+    for _, k, n in token_gemms(dm):
+        w += (T * k * n, 0.0, e * (T * k + ep * k * n + T * n))
+    for _, f, b in token_vectors(dm, e):
+        w += (0.0, T * f, T * b)
+    if not dm.ssm:
+        qc, qh, ch = float(q @ c), float(q.sum()) * dm.hd, float(c.sum()) * dm.hd
+        w += (2.0 * dm.g * dm.kv * dm.hd * qc, 5.0 * dm.h * qc,
+              e * (2 * dm.g * dm.kv * qh + 2 * dm.kv * ch + 2 * dm.h * qc) + 2 * dm.h * qc * e)
+    if dm.moe:
+        rows = T * dm.top_k
+        w += (3.0 * rows * dm.d * dm.f_exp, 5.0 * rows * dm.f_exp,
+              e * (rows * (2 * dm.d + 6 * dm.f_exp) + dm.n_experts * 3 * dm.d * dm.f_exp))
+    w *= n_layers
+    w += (0.0, T * dm.d, 2 * T * dm.d * e + 4 * T)                       # embedding gather
+    if n_logits:
+        n = float(n_logits)
+        w += (n * dm.d * dm.vocab, 4 * n * dm.d + 5 * n * dm.vocab,
+              e * (2 * n * dm.d + n * dm.d + dm.d * dm.vocab + n * dm.vocab + 2 * n * dm.vocab))
+    return w * tp
+
+
+def cluster_energy(spec: ClusterSpec, chip: ChipModel, *, busy_chip_s: float, window_s: float,
+                   work: np.ndarray, link_bytes: Mapping[int, float], topology: Topology,
+                   tech: str | None = None) -> dict[str, Any]:
+    """The energy terms of a run (module docstring): joules and the inputs they rest on."""
+    from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech  # noqa: PLC0415
+    macs, vops, dram = (float(x) for x in work)
+    out: dict[str, Any] = {"macs": macs, "vector_ops": vops, "dram_bytes": dram,
+                           "busy_chip_s": float(busy_chip_s)}
+    if chip.arch is not None:
+        tech = tech or DEFAULT_TECH
+        eb = energy_breakdown(chip.arch, load_tech(tech), macs=macs, vector_ops=vops,
+                              dram_bytes=dram)
+        out.update(energy_compute_j=(eb["mac_pj"] + eb["sram_pj"] + eb["vector_pj"]) * 1e-12,
+                   energy_idle_j=0.0, energy_dram_j=eb["dram_pj"] * 1e-12, energy_tech=tech)
+    else:
+        p = GPU_PRESETS[spec.chip.preset]   # type: ignore[union-attr]
+        idle_s = max(spec.n_chips * window_s - busy_chip_s, 0.0)
+        out.update(energy_compute_j=busy_chip_s * p.tdp_w, energy_idle_j=idle_s * p.idle_w,
+                   energy_dram_j=0.0, energy_tech="gpu board power")
+    out.update(network_energy(topology, link_bytes))
+    out["energy_network_j"] = out["energy_intra_node_j"] + out["energy_inter_node_j"]
+    out["energy_j"] = (out["energy_compute_j"] + out["energy_idle_j"] + out["energy_dram_j"]
+                       + out["energy_network_j"])
+    out["avg_power_w"] = out["energy_j"] / window_s if window_s > 0 else float("nan")
+    return out
