@@ -37,11 +37,20 @@ ISA — fixed 64-bit instruction words
                         word ``b`` every beat) through the vector unit and write the results to
                         ``dst ..`` (elementwise: ``count`` words; ``sum``/``rmax``: one word, the
                         reduction of all ``count`` beats in every lane)
+    ``SCAN``    9       ``count`` (12, >= 1) time steps, ``ab``, ``c``, ``h0``, ``dst`` (12 each):
+                        the scan unit runs ``h[t] = a[t] h[t-1] + b[t]`` for one channel (its
+                        ``lanes`` state elements): step ``t`` reads a from word ``ab+t`` (low 16
+                        bits of each lane: unsigned Q0.16), b from word ``ab+count+t`` and c from
+                        word ``c+t`` (Q16.16), from the state in word ``h0``; it writes
+                        ``y[t] = sum_i c[t,i] h[t,i]`` (Q16.16) into lane ``t % lanes`` of word
+                        ``dst + t // lanes`` (the word's other lanes unchanged) and the final h
+                        into word ``dst + ceil(count / lanes)``
+                        (:mod:`tilewright.dataflow_sim.scan_numerics` defines the arithmetic)
     ==========  ======  =========================================================================
 
     ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
-    until the GEMM core is idle; ``LOAD_V``/``STORE_V``/``VECTOR`` wait until both the DMA and the
-    vector engine are idle (they share the vector buffer's ports). Nothing else is checked by
+    until the GEMM core is idle; ``LOAD_V``/``STORE_V``/``VECTOR``/``SCAN`` wait until both the
+    DMA and the vector engine are idle (they share the vector buffer's ports). Nothing else is checked by
     hardware: the compiler orders buffer reuse with ``SYNC`` (the schedule of
     :func:`codegen_gemm`).
 
@@ -78,7 +87,7 @@ from tilewright.compiler.layout import MAX_DIM, DoesNotFit, GemmLayout
 from tilewright.compiler.program import GemmTask, Program
 
 __all__ = ["ISA", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
-           "VECTOR_OVERHEAD_CYCLES",
+           "VECTOR_OVERHEAD_CYCLES", "SCAN_OVERHEAD_CYCLES",
            "vector_word_bytes", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",
            "AssemblerError", "CodegenError", "field_slices", "assemble", "disassemble",
            "beat_bytes", "memory_latency_cycles", "beats_per_word", "word_bytes", "Tile", "Segment",
@@ -102,6 +111,7 @@ ISA: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "STORE_V": (7, (("vaddr", 12), ("count", 16), ("addr", 32))),
     "VECTOR": (8, (("vop", 4), ("count", 12), ("a", 12), ("b", 12), ("b_inc", 1),
                    ("dst", 12))),
+    "SCAN": (9, (("count", 12), ("ab", 12), ("c", 12), ("h0", 12), ("dst", 12))),
 }
 #: vector-buffer depth of the accelerator top (words of ``lanes`` 32-bit lanes)
 VBUF_WORDS = 1024
@@ -113,9 +123,13 @@ VECTOR_REDUCTIONS = ("sum", "rmax")
 #: busy cycles of a VECTOR instruction beyond one per beat (buffer read + the unit's 4-stage
 #: pipeline; the contract of :mod:`tilewright.rtl.vector_engine`, which checks it)
 VECTOR_OVERHEAD_CYCLES = 5
+#: busy cycles of a SCAN instruction beyond one per time step (h0 read, first operand read, the
+#: unit's one-cycle step, the final state's write; the contract of
+#: :mod:`tilewright.rtl.vector_engine`, which checks it)
+SCAN_OVERHEAD_CYCLES = 4
 #: fields whose smallest accepted value is not 0 (the core needs GEMM sizes of at least 1)
 FIELD_MIN: dict[tuple[str, str], int] = {("GEMM", "m"): 1, ("GEMM", "k"): 1, ("GEMM", "n"): 1,
-                                         ("VECTOR", "count"): 1}
+                                         ("VECTOR", "count"): 1, ("SCAN", "count"): 1}
 #: opcode -> op name
 OPCODES: dict[int, str] = {code: name for name, (code, _) in ISA.items()}
 

@@ -9,6 +9,13 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
 ``row``          ``op`` in sum, rmax, softmax over the last axis of a 2-D operand
                  ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum) or
                  -128.0 (rmax, softmax), so padding never changes a result.
+``scan``         ``op`` scan, ``shape`` ``(B, L, D, N)``: the SSM recurrence of a ``scan`` task on
+                 the scan unit (:mod:`tilewright.dataflow_sim.scan_numerics` codes): operands a
+                 codes ``[B, L, D, N]`` (unsigned Q0.16), b codes ``[B, L, D, N]``, c codes
+                 ``[B, L, N]`` and h0 codes ``[B, D, N]`` (Q16.16); result ``(y [B, L, D],
+                 h_last [B, D, N])``. Each of the ``B x D`` channels is one SCAN of ``L`` steps
+                 with its ``N <= lanes`` state elements in the lanes (unused lanes zero); the
+                 channels of a chunk share the chunk's c words.
 
 ``softmax`` of one row is seven VECTOR instructions — ``rmax`` -> m; ``mul`` m x (-1) -> -m;
 ``add`` row + (-m) (b broadcast); ``exp``; ``sum`` -> s (Q24.8); ``recip`` s; ``mul`` row x 1/s —
@@ -49,8 +56,11 @@ BINARY = ("add", "mul", "max")
 UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
 ELEMENTWISE_OPS = BINARY + UNARY
 ROW_OPS = ("sum", "rmax", "softmax")
+KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",)}
 Q_MIN, Q_MAX = -32768, 32767        #: raw Q8.8 range
 SOFTMAX_MAX_ROW = 127               #: longest softmax row (sum of exps must stay a Q8.8 value)
+SCAN_A_BITS = 16                    #: scan unit: a is unsigned Q0.16
+SCAN_H_MIN, SCAN_H_MAX = -(1 << 31), (1 << 31) - 1   #: scan unit: b, c, h codes (Q16.16 int32)
 _MAX_BEATS = (1 << field_slices("VECTOR")["count"][1]) - 1
 _NEG_ONE = -256                     #: -1.0 in Q8.8
 
@@ -65,32 +75,43 @@ class VectorKernel:
     shape: tuple[int, ...]
 
     def __post_init__(self):
-        accepted = ELEMENTWISE_OPS if self.kind == "elementwise" else ROW_OPS
-        if self.kind not in ("elementwise", "row"):
+        if self.kind not in KINDS:
             raise ValueError(f"vector kernel {self.name}: kind {self.kind!r}; accepted: "
-                             "elementwise, row")
+                             f"{', '.join(KINDS)}")
+        accepted = KINDS[self.kind]
         if self.op not in accepted:
             raise ValueError(f"vector kernel {self.name}: {self.kind} op {self.op!r}; "
                              f"accepted: {', '.join(accepted)}")
         if self.kind == "row" and len(self.shape) != 2:
             raise ValueError(f"vector kernel {self.name}: a row op takes a 2-D operand "
                              f"[rows, L], not shape {self.shape}")
+        if self.kind == "scan" and len(self.shape) != 4:
+            raise ValueError(f"vector kernel {self.name}: a scan takes shape (B, L, D, N), not "
+                             f"{self.shape}")
         if any(int(d) < 1 for d in self.shape) or not self.shape:
             raise ValueError(f"vector kernel {self.name}: shape {self.shape}: every dimension "
                              "must be at least 1")
 
     @property
     def operands(self) -> int:
-        return 2 if self.op in BINARY else 1
+        return 4 if self.kind == "scan" else 2 if self.op in BINARY else 1
+
+    def operand_shapes(self) -> list[tuple[int, ...]]:
+        """Shape of each operand (scan: a, b, c, h0)."""
+        if self.kind == "scan":
+            b, length, d, n = self.shape
+            return [self.shape, self.shape, (b, length, n), (b, d, n)]
+        return [self.shape] * self.operands
 
 
 @dataclass(frozen=True)
 class _Chunk:
-    rows: int            #: rows (row kernels) or words (elementwise) in this chunk
-    in_addr: tuple[int, ...]   #: external word address of each operand's words
-    in_words: int        #: vector words per operand
+    rows: int            #: rows (row kernels), words (elementwise) or channels (scan)
+    in_addr: tuple[int, ...]   #: external word address of each operand's words (scan: c, a/b/h0)
+    in_words: int        #: vector words per operand (scan: of the a/b/h0 block)
     out_addr: int
     out_words: int
+    origin: tuple[int, int] = (0, 0)    #: scan: (batch, first channel) of the chunk
 
 
 @dataclass(frozen=True)
@@ -123,14 +144,20 @@ class VectorSegment:
 
     def image(self, arch: ArchSpec, *operands: np.ndarray) -> dict[int, int]:
         """External words (address -> value) holding the operands (raw Q8.8 integer arrays of
-        the kernel's shape) and the constant word."""
+        the kernel's shape; scan: the a, b, c, h0 codes) and the constant word."""
         k = self.kernel
         if len(operands) != k.operands:
             raise ValueError(f"kernel {k.name} ({k.op}) takes {k.operands} operand(s), "
                              f"not {len(operands)}")
         w, wb = beat_bytes(arch), vector_word_bytes(arch)
-        r = -(-wb // w)
         out: dict[int, int] = {}
+
+        def put(addr: int, words: list[int]) -> None:
+            for j, beat in enumerate(words_to_beats(words, wb, w)):
+                out[addr + j] = beat
+        if k.kind == "scan":
+            self._scan_image(put, operands)
+            return out
         pad = 0 if k.op == "sum" else Q_MIN
         for i, x in enumerate(operands):
             x = np.asarray(x)
@@ -143,14 +170,40 @@ class VectorSegment:
             words = self._words(x.astype(np.int64), pad)
             pos = 0
             for c in self.chunks:
-                for j, beat in enumerate(words_to_beats(words[pos:pos + c.in_words], wb, w)):
-                    out[c.in_addr[i] + j] = beat
+                put(c.in_addr[i], words[pos:pos + c.in_words])
                 pos += c.in_words
         if self.const_addr >= 0:
-            word = pack_vector_words(np.full((1, self.lanes), _NEG_ONE, np.int64))
-            for j, beat in enumerate(words_to_beats(word, wb, w)):
-                out[self.const_addr + j] = beat
+            put(self.const_addr, pack_vector_words(np.full((1, self.lanes), _NEG_ONE, np.int64)))
         return out
+
+    def _scan_image(self, put, operands) -> None:
+        k = self.kernel
+        ranges = [(0, (1 << SCAN_A_BITS) - 1)] + [(SCAN_H_MIN, SCAN_H_MAX)] * 3
+        arrays = []
+        for name, x, shape, (lo, hi) in zip(("a", "b", "c", "h0"), operands,
+                                            k.operand_shapes(), ranges):
+            x = np.asarray(x)
+            if x.shape != shape:
+                raise ValueError(f"kernel {k.name}: scan operand {name} has shape {x.shape}, "
+                                 f"expected {shape}")
+            if x.dtype.kind not in "iu" or (x.size and (x.min() < lo or x.max() > hi)):
+                raise ValueError(f"kernel {k.name}: scan operand {name}: integer codes in "
+                                 f"[{lo}, {hi}] expected")
+            arrays.append(x.astype(np.int64))
+        a, b, c, h0 = arrays
+        n = k.shape[3]
+
+        def words(v: np.ndarray) -> list[int]:        # [..., N] -> words, state lanes padded
+            grid = np.zeros((*v.shape[:-1], self.lanes), np.int64)
+            grid[..., :n] = v
+            return pack_vector_words(grid.reshape(-1, self.lanes))
+        for ch in self.chunks:
+            bi, d0 = ch.origin
+            put(ch.in_addr[0], words(c[bi]))
+            block: list[int] = []
+            for d in range(d0, d0 + ch.rows):
+                block += words(a[bi, :, d]) + words(b[bi, :, d]) + words(h0[bi, d][None])
+            put(ch.in_addr[1], block)
 
     def result(self, arch: ArchSpec, read) -> np.ndarray:
         """The kernel's result from external memory (``read(addr, count)`` -> W-byte words):
@@ -163,6 +216,12 @@ class VectorSegment:
         for c in self.chunks:
             words += beats_to_words(read(c.out_addr, c.out_words * r), wb, w)
         lanes = unpack_vector_words(words, self.lanes)
+        if k.kind == "scan":
+            bt, length, d, n = k.shape
+            per = -(-length // self.lanes) + 1          # y words + the final state word
+            ch = lanes.reshape(bt, d, per, self.lanes)
+            y = ch[:, :, :-1].reshape(bt, d, -1)[:, :, :length]
+            return np.moveaxis(y, 2, 1), ch[:, :, -1, :n]
         if k.kind == "elementwise":
             return lanes.reshape(-1)[:int(np.prod(k.shape))].reshape(k.shape)
         rows, length = k.shape
@@ -217,7 +276,10 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
     code: list[Instr] = []
     chunks: list[_Chunk] = []
     const_addr = -1
-    if k.kind == "elementwise":
+    row_words = 0
+    if k.kind == "scan":
+        code, chunks, addr = _scan_code(k, arch, addr)
+    elif k.kind == "elementwise":
         total = -(-int(np.prod(k.shape)) // lanes)
         per = min(VBUF_WORDS // k.operands, _MAX_BEATS)
         for w0 in range(0, total, per):
@@ -230,7 +292,6 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
                              b_inc=int(k.operands == 2)))
             code.append(_ins("STORE_V", vaddr=0, count=n, addr=addr))
             addr += n * r
-        row_words = 0
     else:
         rows, length = k.shape
         row_words = -(-length // lanes)
@@ -278,6 +339,43 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
     seg = VectorSegment(k, base_pc, base_pc + len(code) - 1, lanes, row_words, const_addr,
                         tuple(chunks))
     return code, seg, addr
+
+
+def _scan_code(k: VectorKernel, arch: ArchSpec, addr: int):
+    """(instructions without END, chunks, next free address) of a scan kernel. Vector buffer of
+    a chunk: c words [0, L), then per channel a (L), b (L), h0 (1) words, then per channel its
+    y words (ceil(L / lanes)) and final state word."""
+    lanes = arch.vector_unit.lanes
+    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
+    bt, length, d, n = k.shape
+    if n > lanes:
+        raise DoesNotFit(f"vector kernel {k.name}: scan state size N={n}: the scan unit holds "
+                         f"one channel's state in its {lanes} lanes (vector_unit.lanes)")
+    per_in, per_out = 2 * length + 1, -(-length // lanes) + 1
+    per_chunk = (VBUF_WORDS - length) // (per_in + per_out)
+    if length > _MAX_BEATS or per_chunk < 1:
+        raise DoesNotFit(f"vector kernel {k.name}: scan of {length} steps: one channel needs "
+                         f"{length + per_in + per_out} vector-buffer words; the buffer holds "
+                         f"{VBUF_WORDS} (and a SCAN at most {_MAX_BEATS} steps)")
+    code: list[Instr] = []
+    chunks: list[_Chunk] = []
+    for bi in range(bt):
+        for d0 in range(0, d, per_chunk):
+            nc = min(per_chunk, d - d0)
+            c_addr, in_addr = addr, addr + length * r
+            addr = in_addr + nc * per_in * r
+            out_v = length + nc * per_in
+            code += [_ins("LOAD_V", vaddr=0, count=length, addr=c_addr),
+                     _ins("LOAD_V", vaddr=length, count=nc * per_in, addr=in_addr)]
+            for i in range(nc):
+                base = length + i * per_in
+                code.append(_ins("SCAN", count=length, ab=base, c=0, h0=base + 2 * length,
+                                 dst=out_v + i * per_out))
+            code.append(_ins("STORE_V", vaddr=out_v, count=nc * per_out, addr=addr))
+            chunks.append(_Chunk(nc, (c_addr, in_addr), nc * per_in, addr, nc * per_out,
+                                 (bi, d0)))
+            addr += nc * per_out * r
+    return code, chunks, addr
 
 
 def codegen_vector(arch: ArchSpec, kernels: list[VectorKernel]) -> VectorIsa:

@@ -8,13 +8,13 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
 * the controller needs one fetch cycle after ``start``; instruction ``i`` issues in cycle
   ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the fetch cycle);
 * ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/STORE_V/VECTOR —
-  the DMA and the vector engine are idle; SYNC — every selected unit is idle; END — all are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
+  (and SCAN) the DMA and the vector engine are idle; SYNC — every selected unit is idle; END — all are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
   from cycle ``c + D + 1``;
 * busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`;
   LOAD ``D = L + count * r`` (one request cycle … first beat ``L`` cycles after the request,
   one beat per cycle, ``r`` beats per word); STORE ``D = 1 + count * r`` (request, then posted
   write beats); ``count = 0``: ``D = 0``; LOAD_V/STORE_V the same with ``r`` beats per vector
-  word; VECTOR ``D = count + VECTOR_OVERHEAD_CYCLES``;
+  word; VECTOR ``D = count + VECTOR_OVERHEAD_CYCLES``; SCAN ``D = count + SCAN_OVERHEAD_CYCLES``;
 * total = ``c_END - c_start`` (``start`` sampled in cycle ``c_start``; ``busy`` high from the next
   cycle through the one END issues in).
 """
@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (VECTOR_OVERHEAD_CYCLES, IsaProgram, Segment,
+from tilewright.compiler.codegen import (SCAN_OVERHEAD_CYCLES, VECTOR_OVERHEAD_CYCLES,
+                                         IsaProgram, Segment,
                                          beats_per_word, disassemble, memory_latency_cycles)
 from tilewright.compiler.core_timing import gemm_cycles_array
 
@@ -40,7 +41,7 @@ class SegmentTiming:
     gemm_cycles: int     #: sum of the GEMM instructions' busy cycles
     dma_cycles: int      #: sum of the DMA instructions' busy cycles
     instructions: int    #: instructions retired (END included)
-    vector_cycles: int = 0  #: sum of the VECTOR instructions' busy cycles
+    vector_cycles: int = 0  #: sum of the VECTOR and SCAN instructions' busy cycles
 
 
 def _gemm_busy(arch: ArchSpec, m: int, k: int, n: int) -> int:
@@ -70,8 +71,10 @@ def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTim
             ready = max(free["dma"], free["vec"]) if ins.op.endswith("_V") else free["dma"]
         elif ins.op == "GEMM":
             unit, dur, ready = "gemm", _gemm_busy(arch, f["m"], f["k"], f["n"]), free["gemm"]
-        elif ins.op == "VECTOR":
-            unit, dur = "vec", f["count"] + VECTOR_OVERHEAD_CYCLES
+        elif ins.op in ("VECTOR", "SCAN"):
+            unit = "vec"
+            dur = f["count"] + (VECTOR_OVERHEAD_CYCLES if ins.op == "VECTOR"
+                                else SCAN_OVERHEAD_CYCLES)
             ready = max(free["dma"], free["vec"])
         elif ins.op == "SYNC":
             unit, ready = None, max([0] + [free[u] for u in ("dma", "gemm", "vec") if f[u]])

@@ -98,15 +98,17 @@ def int8_matmul(fn: Int8Matmul) -> Iterator[None]:
 
 
 #: a vector-task hook: (task, its input arrays) -> the task's output, or None to leave the task to
-#: the functional model's own fp32 arithmetic
+#: the functional model's own fp32 arithmetic; for a ``scan`` task (inputs a, b, c, h0) the output
+#: is the pair (y, state_out)
 VectorHook = Callable[[Any, list], "np.ndarray | None"]
 _VECTOR_HOOK: ContextVar[VectorHook | None] = ContextVar("tilewright_vector_hook", default=None)
 
 
 @contextmanager
 def vector_unit_ops(fn: VectorHook) -> Iterator[None]:
-    """Offer every ``vector`` task of the functional model to ``fn(task, inputs)`` inside the
-    ``with`` block: a returned array is the task's output, None runs the task as usual — how a
+    """Offer every ``vector`` and ``scan`` task of the functional model to ``fn(task, inputs)``
+    inside the ``with`` block: a returned array (scan: the pair y, state_out) is the task's
+    output, None runs the task as usual — how a
     run executes the ops a vector unit implements in that unit's arithmetic
     (:mod:`tilewright.dataflow_sim.vector_offload`), or answers them with results an RTL run
     computed."""
@@ -460,10 +462,15 @@ def run_vector(task, env: dict[str, np.ndarray]) -> np.ndarray:
     """Execute one task other than ``gemm`` on tensors in ``env`` (name -> array) and return its
     primary output; ``scan`` and ``quantize`` tasks also write their second output (``state_out``,
     ``scale_out``) into ``env``."""
+    hook = _VECTOR_HOOK.get()
+    if hook is not None and isinstance(task, ScanTask):
+        out = hook(task, [env[task.a], env[task.b], env[task.c], env[task.h0]])
+        if out is not None:
+            env[task.state_out] = out[1]
+            return out[0]
     if not isinstance(task, VectorTask):
         return _run_task(task, env)
     ins = [env[x] for x in task.inputs]
-    hook = _VECTOR_HOOK.get()
     if hook is not None:
         out = hook(task, ins)
         if out is not None:

@@ -6,7 +6,8 @@ vector unit's bit-exact arithmetic (:func:`tilewright.dataflow_sim.vector_numeri
 It is the reference the Verilated top is checked against, word for word.
 
 Semantics (what the RTL does for the code :mod:`tilewright.compiler.vector_codegen` emits):
-a VECTOR instruction reads every source word first and then writes its results, which is what the
+SCAN uses the scan unit's arithmetic (:mod:`tilewright.dataflow_sim.scan_numerics`: the step and
+the C-projection on codes); a VECTOR instruction reads every source word first and then writes its results, which is what the
 hardware does whenever its destination does not start more than
 :data:`~tilewright.compiler.codegen.VECTOR_OVERHEAD_CYCLES` words after a source range it
 overlaps (the code generator writes in place or to disjoint words only). Each lane's operand is
@@ -23,6 +24,7 @@ from tilewright.compiler.codegen import (VBUF_WORDS, VECTOR_OPCODES, beat_bytes,
                                          vector_word_bytes, words_to_beats)
 from tilewright.compiler.vector_codegen import (VectorIsa, VectorKernel, codegen_vector,
                                                 pack_vector_words, unpack_vector_words)
+from tilewright.dataflow_sim.scan_numerics import project_codes, scan_step
 from tilewright.dataflow_sim.vector_numerics import run_beats
 
 __all__ = ["run_vector_segment", "kernel_reference"]
@@ -64,12 +66,29 @@ def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int,
             out = np.asarray(run_beats([op] * n, a, b, [i == n - 1 for i in range(n)]),
                              np.int64).reshape(-1, lanes)
             buf[(f["dst"] + np.arange(len(out))) % VBUF_WORDS] = out
+        elif ins.op == "SCAN":
+            _scan(buf, f, lanes)
         elif ins.op == "END":
             break
         elif ins.op != "SYNC":
             raise ValueError(f"vector segment {name}: instruction {ins} is not on the vector "
-                             f"path (accepted: LOAD_V, STORE_V, VECTOR, SYNC, END)")
+                             f"path (accepted: LOAD_V, STORE_V, VECTOR, SCAN, SYNC, END)")
     return buf
+
+
+def _scan(buf: np.ndarray, f: dict[str, int], lanes: int) -> None:
+    """One SCAN (the ISA table): the scan unit's step and projection on the buffer's words."""
+    n = f["count"]
+    rows = lambda base: buf[(base + np.arange(n)) % VBUF_WORDS]  # noqa: E731
+    a, b, c = rows(f["ab"]) & 0xFFFF, rows(f["ab"] + n), rows(f["c"])
+    h = buf[f["h0"] % VBUF_WORDS].copy()
+    ys = np.empty(n, np.int64)
+    for t in range(n):
+        h = scan_step(a[t], b[t], h)
+        ys[t] = project_codes(c[t], h)
+    for t in range(n):               # y[t] into lane t % lanes of word dst + t // lanes
+        buf[(f["dst"] + t // lanes) % VBUF_WORDS, t % lanes] = ys[t]
+    buf[(f["dst"] + -(-n // lanes)) % VBUF_WORDS] = h
 
 
 def kernel_reference(kernel: VectorKernel, arch: ArchSpec, *operands: np.ndarray,

@@ -23,6 +23,12 @@ softmax       row softmax over the last axis (rows of at most
               rows stay fp32)
 reduce_sum,   row ``sum`` / ``rmax`` over the last axis only (``sum`` returns Q24.8, exact
 reduce_max    in fp32 up to 2**24)
+scan          the ``scan`` task (chunked selective scan) on the scan unit: a quantised to
+(task kind)   unsigned Q0.16, b, c, h0 to Q16.16
+              (:func:`~tilewright.dataflow_sim.scan_numerics.to_a_code` /
+              ``to_h_code``), one SCAN per channel (state size N at most the vector lanes;
+              a larger N stays fp32); y and the final state dequantised to fp32 — the
+              arithmetic of :func:`~tilewright.dataflow_sim.scan_numerics.scan_task_fixed`
 ============  ==========================================================================
 """
 
@@ -33,8 +39,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.program import VectorTask
+from tilewright.compiler.program import ScanTask, VectorTask
+from tilewright.compiler.layout import DoesNotFit
 from tilewright.compiler.vector_codegen import SOFTMAX_MAX_ROW, VectorKernel
+from tilewright.dataflow_sim import scan_numerics as sn
 from tilewright.dataflow_sim.vector_isa import kernel_reference
 from tilewright.dataflow_sim.vector_numerics import to_fixed
 
@@ -43,19 +51,34 @@ __all__ = ["VectorUnitOps", "ReplayVectorUnit", "OffloadRecord", "OFFLOAD_OPS", 
 _UNARY = ("exp", "rsqrt", "silu", "softplus")
 _BINARY = ("add", "mul")
 _ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_max": "rmax"}
-#: Program vector ops the vector engine takes (see the module table)
-OFFLOAD_OPS = _UNARY + _BINARY + tuple(_ROW)
+#: Program vector ops (and the scan task) the vector engine takes (see the module table)
+OFFLOAD_OPS = _UNARY + _BINARY + tuple(_ROW) + ("scan",)
 
 
 @dataclass(frozen=True)
 class OffloadRecord:
-    """One offloaded task: its kernel, raw Q8.8 operands and the raw result."""
+    """One offloaded task: its kernel, raw operands (Q8.8; scan: codes) and the raw result
+    (scan: the pair y, final state)."""
 
     task: str
     kernel: VectorKernel
     operands: tuple[np.ndarray, ...]
-    result: np.ndarray
+    result: object
     out_shape: tuple[int, ...]
+
+    def same_result(self, other) -> bool:
+        """``other`` equals this record's raw result, bit for bit."""
+        mine = self.result if isinstance(self.result, tuple) else (self.result,)
+        theirs = other if isinstance(other, tuple) else (other,)
+        return len(mine) == len(theirs) and all(np.array_equal(np.asarray(x), np.asarray(y))
+                                                for x, y in zip(mine, theirs))
+
+    def as_output(self, raw):
+        """A raw result (this record's or the RTL's) as the task's fp32 output."""
+        if self.kernel.kind == "scan":
+            y, h = raw
+            return (sn.from_h_code(y).astype(np.float32), sn.from_h_code(h).astype(np.float32))
+        return (np.asarray(raw, np.int64) / 256.0).astype(np.float32).reshape(self.out_shape)
 
 
 def _is_f32(x: np.ndarray) -> bool:
@@ -66,6 +89,8 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
                ops: tuple[str, ...] = OFFLOAD_OPS):
     """(kernel, raw operands, output shape) for ``task`` on inputs ``ins``, or None when the
     vector engine does not take it (module table)."""
+    if isinstance(task, ScanTask):
+        return _scan_kernel(ins, name, ops)
     op, at = task.op, task.attrs
     if op not in ops or at.get("format", "fp32") != "fp32":
         return None
@@ -107,6 +132,16 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
     return None
 
 
+def _scan_kernel(ins: list[np.ndarray], name: str, ops: tuple[str, ...]):
+    if "scan" not in ops:
+        return None
+    a, b, c, h0 = (np.asarray(x) for x in ins)
+    if not all(_is_f32(x) for x in (a, b, c, h0)) or a.ndim != 4:
+        return None
+    ops_ = (sn.to_a_code(a), sn.to_h_code(b), sn.to_h_code(c), sn.to_h_code(h0))
+    return VectorKernel(name, "scan", "scan", a.shape), ops_, a.shape[:3]
+
+
 @dataclass
 class VectorUnitOps:
     """Hook: the tasks of :data:`OFFLOAD_OPS` (or ``ops``) in the vector unit's arithmetic on
@@ -125,15 +160,19 @@ class VectorUnitOps:
             raise ValueError(f"vector ops {bad}: the vector engine takes {', '.join(OFFLOAD_OPS)}")
 
     def __call__(self, task, ins):
-        if not isinstance(task, VectorTask):
+        if not isinstance(task, (VectorTask, ScanTask)):
             return None
         made = kernel_for(task, ins, f"v{len(self.records)}_{task.name}", self.ops)
         if made is None:
             return None
         kernel, operands, out_shape = made
-        raw = kernel_reference(kernel, self.arch, *operands)
-        self.records.append(OffloadRecord(task.name, kernel, operands, raw, out_shape))
-        return (raw / 256.0).astype(np.float32).reshape(out_shape)
+        try:
+            raw = kernel_reference(kernel, self.arch, *operands)
+        except DoesNotFit:           # e.g. a scan state wider than the lanes: stays fp32
+            return None
+        rec = OffloadRecord(task.name, kernel, operands, raw, out_shape)
+        self.records.append(rec)
+        return rec.as_output(raw)
 
 
 @dataclass
@@ -146,9 +185,9 @@ class ReplayVectorUnit:
     _next: int = 0
 
     def __call__(self, task, ins):
-        if not isinstance(task, VectorTask) or self._next >= len(self.records) \
+        if not isinstance(task, (VectorTask, ScanTask)) or self._next >= len(self.records) \
                 or self.records[self._next].task != task.name:
             return None
         rec, raw = self.records[self._next], self.results[self._next]
         self._next += 1
-        return (np.asarray(raw, np.int64) / 256.0).astype(np.float32).reshape(rec.out_shape)
+        return rec.as_output(raw)

@@ -23,14 +23,16 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
     * cycle ``s+1`` fetches the entry instruction; instruction ``i`` issues in cycle
       ``c_i = max(c_{i-1} + 1, ready_i)`` with ``c_{-1} = s + 1``;
     * ``ready_i`` is the first cycle the units it needs are idle (LOAD/STORE: DMA; GEMM: core;
-      SYNC: the selected units; LOAD_V/STORE_V/VECTOR: DMA and vector engine; END: all three).
+      SYNC: the selected units; LOAD_V/STORE_V/VECTOR/SCAN: DMA and vector engine; END: all
+      three).
       A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``;
     * GEMM ``D`` = the core's closed form (:mod:`tilewright.compiler.core_timing`; the
       ``busy`` contract of :mod:`tilewright.rtl.gemm_core`); LOAD ``D = L + count * r``; STORE
       ``D = 1 + count * r`` (``r`` beats per on-chip word; see :mod:`tilewright.rtl.dma`);
       ``acc`` does not change a GEMM's cycles; a DMA ``count`` of 0 takes ``D = 0``; LOAD_V and
       STORE_V as LOAD and STORE with ``r`` beats per vector word; VECTOR
-      ``D = count + VECTOR_OVERHEAD`` (:mod:`tilewright.rtl.vector_engine`);
+      ``D = count + VECTOR_OVERHEAD``, SCAN ``D = count + SCAN_OVERHEAD``
+      (:mod:`tilewright.rtl.vector_engine`);
     * ``cycles`` (= cycles ``busy`` is high) ``= c_END - s``.
 """
 
@@ -57,7 +59,7 @@ ACCEL_TOP_NAME = "tw_accel"
 ACCEL_GENERATOR_VERSION = "0.2.0"
 #: the rtl generator files the top's Verilog comes from (build-cache key)
 ACCEL_SOURCES = ("systolic.py", "gemm_core.py", "dma.py", "controller.py", "accel_top.py",
-                 "vector_unit.py", "vector_engine.py")
+                 "vector_unit.py", "scan_unit.py", "vector_engine.py")
 
 _HOST = ("imem_wr_en", "imem_wr_addr", "imem_wr_data", "start", "entry")
 _STATUS = ("busy", "done", "error", "pc", "cycles", "retired")
@@ -130,6 +132,8 @@ class AccelTop(wiring.Component):
                 vec.start.eq(ctrl.vec_start), vec.op.eq(ctrl.vec_op),
                 vec.count.eq(ctrl.vec_count), vec.a.eq(ctrl.vec_a), vec.b.eq(ctrl.vec_b),
                 vec.b_inc.eq(ctrl.vec_b_inc), vec.dst.eq(ctrl.vec_dst),
+                *[getattr(vec, f"scan_{f}").eq(getattr(ctrl, f"scan_{f}"))
+                  for f in ("start", "count", "ab", "c", "h0", "dst")],
                 ctrl.vec_busy.eq(vec.busy), self.vec_busy.eq(vec.busy)]
         return m
 

@@ -61,6 +61,9 @@ class Controller(wiring.Component):
             "vec_start": Out(1), "vec_op": Out(4), "vec_count": Out(COUNT_BITS),
             "vec_a": Out(VBUF_ADDR_BITS), "vec_b": Out(VBUF_ADDR_BITS), "vec_b_inc": Out(1),
             "vec_dst": Out(VBUF_ADDR_BITS), "vec_busy": In(1),
+            "scan_start": Out(1), "scan_count": Out(COUNT_BITS), "scan_ab": Out(VBUF_ADDR_BITS),
+            "scan_c": Out(VBUF_ADDR_BITS), "scan_h0": Out(VBUF_ADDR_BITS),
+            "scan_dst": Out(VBUF_ADDR_BITS),
         })
 
     def elaborate(self, platform):
@@ -114,6 +117,8 @@ class Controller(wiring.Component):
                      self.vec_b.eq(_field(ins, "VECTOR", "b")),
                      self.vec_b_inc.eq(_field(ins, "VECTOR", "b_inc")),
                      self.vec_dst.eq(_field(ins, "VECTOR", "dst"))]
+        m.d.comb += [getattr(self, f"scan_{f}").eq(_field(ins, "SCAN", f))
+                     for f in ("count", "ab", "c", "h0", "dst")]
         is_dma = is_op["LOAD_A"] | is_op["LOAD_B"] | is_op["STORE"]
         sync_ok = ((~_field(ins, "SYNC", "dma")[0] | ~self.dma_busy)
                    & (~_field(ins, "SYNC", "gemm")[0] | ~self.gemm_busy)
@@ -121,7 +126,7 @@ class Controller(wiring.Component):
         ready = Signal()
         both_idle = ~self.dma_busy & ~self.vec_busy
         m.d.comb += ready.eq((is_dma & ~self.dma_busy) | (is_op["GEMM"] & ~self.gemm_busy)
-                             | ((is_vdma | is_op["VECTOR"]) & both_idle)
+                             | ((is_vdma | is_op["VECTOR"] | is_op["SCAN"]) & both_idle)
                              | (is_op["SYNC"] & sync_ok)
                              | (is_op["END"] & both_idle & ~self.gemm_busy))
 
@@ -140,7 +145,7 @@ class Controller(wiring.Component):
         with m.Elif(ready):
             m.d.comb += [rd.addr.eq(pc + 1), self.gemm_start.eq(is_op["GEMM"]),
                          self.dma_start.eq(is_dma | is_vdma),
-                         self.vec_start.eq(is_op["VECTOR"])]
+                         self.vec_start.eq(is_op["VECTOR"]), self.scan_start.eq(is_op["SCAN"])]
             m.d.sync += [pc.eq(pc + 1), retired.eq(retired + 1)]
             with m.If(is_op["END"]):
                 m.d.sync += [busy.eq(0), done.eq(1), pc.eq(pc)]

@@ -1,9 +1,11 @@
-"""Vector engine of the accelerator top: the vector buffer, the vector unit and the sequencer that
-streams one ``VECTOR`` instruction through it.
+"""Vector engine of the accelerator top: the vector buffer, the vector unit, the scan unit and the
+sequencers that stream one ``VECTOR`` or ``SCAN`` instruction through them.
 
 Blocks: a :data:`~tilewright.compiler.codegen.VBUF_WORDS`-word vector buffer (Amaranth
-``lib.memory``; words of ``lanes`` 32-bit lanes, lane 0 in the low bits) with one write port and
-two read ports (read latency 1), and :class:`~tilewright.rtl.vector_unit.VectorUnit`. The DMA
+``lib.memory``; words of ``lanes`` 32-bit lanes, lane 0 in the low bits) with one write port
+(32-bit lane enables) and three read ports (read latency 1),
+:class:`~tilewright.rtl.vector_unit.VectorUnit` and :class:`~tilewright.rtl.scan_unit.ScanUnit`
+(``lanes`` state lanes; Q0.16 a, Q16.16 b/c/h). The DMA
 reaches the buffer through ``dma_wr_*`` (its write port) and ``dma_rd_*`` (read port 0) while the
 sequencer is idle; the controller never runs both at once (``LOAD_V``/``STORE_V``/``VECTOR`` wait
 for the DMA and this engine to be idle), so the ports are shared by a plain multiplexer.
@@ -17,6 +19,13 @@ Command (``sync`` domain; ``start`` pulses for one cycle while ``busy`` is low)
     leaves the unit (elementwise: ``count`` words; ``sum``/``rmax``: one word). Addresses wrap
     modulo the buffer depth.
 
+SCAN command (``scan_start``; fields ``scan_count``, ``scan_ab``, ``scan_c``, ``scan_h0``,
+``scan_dst``, the ISA's SCAN)
+    Started in cycle ``s``: reads word ``h0`` in ``s+1``; reads step ``t``'s a, b and c words in
+    ``s+2+t`` and hands them to the scan unit in ``s+3+t`` (``first`` on step 0, with the h0 word);
+    writes ``y[t]`` into its lane in ``s+4+t`` and the final state word in ``s+4+count``.
+    ``busy`` is high in ``s+1 .. s+D`` with ``D = count + SCAN_OVERHEAD`` (4).
+
 Timing contract
     A command started in cycle ``c`` reads beat ``i`` in cycle ``c+1+i`` and hands it to the unit
     in ``c+2+i``; the unit answers :data:`~tilewright.rtl.vector_unit.LATENCY` cycles later
@@ -27,20 +36,25 @@ Timing contract
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (VBUF_WORDS, VECTOR_OPCODES, VECTOR_OVERHEAD_CYCLES,
-                                         VECTOR_REDUCTIONS, field_slices)
+from tilewright.compiler.codegen import (SCAN_OVERHEAD_CYCLES, VBUF_WORDS, VECTOR_OPCODES,
+                                         VECTOR_OVERHEAD_CYCLES, VECTOR_REDUCTIONS, field_slices)
+from tilewright.rtl.scan_unit import ScanUnit
 from tilewright.rtl.vector_unit import LATENCY, OP_NAMES, VectorUnit, vector_lanes
 
-__all__ = ["VectorEngine", "VECTOR_OVERHEAD", "VBUF_ADDR_BITS"]
+__all__ = ["VectorEngine", "VECTOR_OVERHEAD", "SCAN_OVERHEAD", "VBUF_ADDR_BITS"]
 
 #: busy cycles of a VECTOR command beyond one per beat: the buffer read and the unit's pipeline
 VECTOR_OVERHEAD = 1 + LATENCY
 assert VECTOR_OVERHEAD == VECTOR_OVERHEAD_CYCLES, "the compiler's VECTOR timing drifted"
+#: busy cycles of a SCAN command beyond one per step: h0 read, operand read, the unit's step
+#: register, the final state's write
+SCAN_OVERHEAD = 4
+assert SCAN_OVERHEAD == SCAN_OVERHEAD_CYCLES, "the compiler's SCAN timing drifted"
 VBUF_ADDR_BITS = (VBUF_WORDS - 1).bit_length()
 _COUNT_BITS = field_slices("VECTOR")["count"][1]
 
@@ -61,6 +75,9 @@ class VectorEngine(wiring.Component):
             "b": In(VBUF_ADDR_BITS), "b_inc": In(1), "dst": In(VBUF_ADDR_BITS), "busy": Out(1),
             "dma_wr_en": In(1), "dma_wr_addr": In(VBUF_ADDR_BITS), "dma_wr_data": In(wbits),
             "dma_rd_addr": In(VBUF_ADDR_BITS), "dma_rd_data": Out(wbits),
+            "scan_start": In(1), "scan_count": In(_COUNT_BITS), "scan_ab": In(VBUF_ADDR_BITS),
+            "scan_c": In(VBUF_ADDR_BITS), "scan_h0": In(VBUF_ADDR_BITS),
+            "scan_dst": In(VBUF_ADDR_BITS),
         })
 
     @property
@@ -73,7 +90,10 @@ class VectorEngine(wiring.Component):
         m.submodules.unit = unit = VectorUnit(lanes=lanes)
         m.submodules.vbuf = vbuf = memory.Memory(shape=unsigned(32 * lanes), depth=VBUF_WORDS,
                                                  init=[])
-        wp, rp_a, rp_b = vbuf.write_port(), vbuf.read_port(), vbuf.read_port()
+        m.submodules.scan = scan = ScanUnit(lanes=lanes)
+        wp = vbuf.write_port(granularity=32)
+        rp_a, rp_b, rp_c = vbuf.read_port(), vbuf.read_port(), vbuf.read_port()
+        all_lanes = (1 << lanes) - 1
 
         op, count = Signal(4), Signal(_COUNT_BITS)
         a, b, dst = (Signal(VBUF_ADDR_BITS, name=n) for n in ("a_ptr", "b_ptr", "dst_ptr"))
@@ -82,7 +102,8 @@ class VectorEngine(wiring.Component):
         running = Signal()                  # beats left to read
         outstanding = Signal(_COUNT_BITS)   # result words not yet written
         rd_valid, rd_last = Signal(), Signal()
-        m.d.comb += self.busy.eq(outstanding != 0)
+        scan_busy = Signal()
+        m.d.comb += self.busy.eq((outstanding != 0) | scan_busy)
 
         is_red = Signal()
         m.d.comb += is_red.eq(sum(self.op == VECTOR_OPCODES[r] for r in VECTOR_REDUCTIONS) != 0)
@@ -97,6 +118,7 @@ class VectorEngine(wiring.Component):
         m.d.comb += [rp_a.addr.eq(Mux(running, a + issued, self.dma_rd_addr)),
                      rp_b.addr.eq(b + Mux(b_inc, issued, 0)),
                      self.dma_rd_data.eq(rp_a.data)]
+        self._scan(m, scan, rp_a, rp_b, rp_c, wp, scan_busy)
         with m.If(running):
             m.d.sync += issued.eq(issued + 1)
             with m.If(issued == count - 1):
@@ -112,9 +134,70 @@ class VectorEngine(wiring.Component):
 
         # write: result words to dst.., else the DMA's words
         res = unit.results
-        m.d.comb += [wp.en.eq(res.valid | self.dma_wr_en),
-                     wp.addr.eq(Mux(res.valid, dst, self.dma_wr_addr)),
-                     wp.data.eq(Mux(res.valid, res.payload.data.as_value(), self.dma_wr_data))]
         with m.If(res.valid):
+            m.d.comb += [wp.en.eq(all_lanes), wp.addr.eq(dst),
+                         wp.data.eq(res.payload.data.as_value())]
             m.d.sync += [dst.eq(dst + 1), outstanding.eq(outstanding - 1)]
+        with m.Elif(self.dma_wr_en):
+            m.d.comb += [wp.en.eq(all_lanes), wp.addr.eq(self.dma_wr_addr),
+                         wp.data.eq(self.dma_wr_data)]
         return m
+
+    def _scan(self, m: Module, scan: ScanUnit, rp_a, rp_b, rp_c, wp, scan_busy) -> None:
+        """The SCAN sequencer (module docstring): owns the three read ports while it runs and
+        writes y lanes and the final state through the write port (the engine's other users
+        are idle then: the controller issues one vector-buffer command at a time)."""
+        lanes = self._lanes
+        count = Signal(_COUNT_BITS, name="scan_count_reg")
+        ab, c, h0a = (Signal(VBUF_ADDR_BITS, name=f"scan_{k}_reg") for k in ("ab", "c", "h0"))
+        h0_phase, h0_valid, running = Signal(), Signal(), Signal()
+        step = Signal(_COUNT_BITS)                  # steps read so far
+        beat_valid, beat_first = Signal(), Signal()
+        y_word, y_lane = Signal(VBUF_ADDR_BITS), Signal(range(max(lanes, 2)))
+        results = Signal(_COUNT_BITS)               # y values written so far
+        fin_pending = Signal()
+        h_fin = Signal(32 * lanes)
+        h0_reg = Signal(32 * lanes)
+
+        with m.If(self.scan_start & ~self.busy):
+            m.d.sync += [count.eq(self.scan_count), ab.eq(self.scan_ab), c.eq(self.scan_c),
+                         h0a.eq(self.scan_h0), h0_phase.eq(1), scan_busy.eq(1), step.eq(0),
+                         results.eq(0), y_word.eq(self.scan_dst), y_lane.eq(0)]
+        # cycle s+1: read h0; s+2 ..: read step t's a, b (rp_a, rp_b) and c (rp_c)
+        with m.If(h0_phase):
+            m.d.comb += rp_c.addr.eq(h0a)
+            m.d.sync += [h0_phase.eq(0), running.eq(1)]
+        m.d.sync += h0_valid.eq(h0_phase)
+        with m.If(h0_valid):
+            m.d.sync += h0_reg.eq(rp_c.data)
+        with m.If(running):
+            m.d.comb += [rp_a.addr.eq(ab + step), rp_b.addr.eq(ab + count + step),
+                         rp_c.addr.eq(c + step)]
+            m.d.sync += step.eq(step + 1)
+            with m.If(step == count - 1):
+                m.d.sync += running.eq(0)
+        m.d.sync += [beat_valid.eq(running), beat_first.eq(running & (step == 0))]
+
+        p = scan.s_in.payload
+        m.d.comb += [scan.s_in.valid.eq(beat_valid), p.first.eq(beat_first),
+                     scan.h_out.ready.eq(1),
+                     scan.h0.as_value().eq(h0_reg)]
+        for i in range(lanes):
+            m.d.comb += [p.a[i].eq(rp_a.data[32 * i:32 * i + 16]),
+                         p.b[i].eq(rp_b.data[32 * i:32 * i + 32]),
+                         p.c[i].eq(rp_c.data[32 * i:32 * i + 32])]
+        out = scan.h_out
+        with m.If(out.valid):            # y[t] into its lane; the last step's h kept for later
+            m.d.comb += [wp.en.eq((Const(1, lanes) << y_lane)[:lanes]), wp.addr.eq(y_word),
+                         wp.data.eq(Cat(*[out.payload.y] * lanes))]
+            m.d.sync += results.eq(results + 1)
+            with m.If(y_lane == lanes - 1):
+                m.d.sync += [y_lane.eq(0), y_word.eq(y_word + 1)]
+            with m.Else():
+                m.d.sync += y_lane.eq(y_lane + 1)
+            with m.If(results == count - 1):
+                m.d.sync += [fin_pending.eq(1), h_fin.eq(out.payload.h.as_value())]
+        with m.If(fin_pending):          # the final state, in the word after the last y
+            m.d.comb += [wp.en.eq((1 << lanes) - 1), wp.addr.eq(y_word + (y_lane != 0)),
+                         wp.data.eq(h_fin)]
+            m.d.sync += [fin_pending.eq(0), scan_busy.eq(0)]

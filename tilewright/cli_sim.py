@@ -35,10 +35,11 @@ def sim(
     seed: int = typer.Option(0, "--seed", help="seed of the weights and inputs"),
     gemms: bool = typer.Option(False, "--gemms", help="with --rtl: print every GEMM's (and "
                                "vector kernel's) cycles"),
-    vector: bool = typer.Option(False, "--vector", help="run the vector ops the vector engine "
+    vector: bool = typer.Option(False, "--vector", help="run the ops the vector engine "
                                 "implements (exp, rsqrt, SiLU, softplus, softmax, add/mul, "
-                                "sum/max) in its Q8.8 arithmetic; with --rtl --top accel on the "
-                                "RTL's vector engine (needs a vector_unit in the ArchSpec)"),
+                                "sum/max in Q8.8; the SSM scan on the scan unit) in its "
+                                "arithmetic; with --rtl --top accel on the RTL's vector engine "
+                                "(needs a vector_unit in the ArchSpec)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="with --rtl (cocotb; --top core "
                                          "or accel): write a VCD waveform of every signal of "
                                          "the top to DIR/dump.vcd (~16 MB per 1,000 cycles)"),
@@ -98,8 +99,8 @@ def sim(
         console.print(t)
     if res.vector_rows and "rtl" in res.vector_rows[0]:
         vrows = res.vector_rows
-        t = Table(title=f"{model} vector ops on the accelerator's vector engine ({spec.name}, "
-                        f"{spec.vector_unit.lanes} Q8.8 lanes; DMA included)")
+        t = Table(title=f"{model} vector and scan ops on the accelerator's vector engine "
+                        f"({spec.name}, {spec.vector_unit.lanes} lanes; DMA included)")
         for c in ("task", "kernel", "shape", "RTL cycles", "model cycles"):
             t.add_column(c, justify="right")
         for r in vrows if gemms else []:

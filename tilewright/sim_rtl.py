@@ -16,13 +16,13 @@
 
 What runs where: GEMM arithmetic on the RTL. With ``--vector`` (``--top accel``, an ArchSpec with
 a ``vector_unit``) the vector ops the accelerator's vector engine implements — exp, rsqrt, SiLU,
-softplus, softmax over the last axis, elementwise add/mul, last-axis sum/max
-(:mod:`tilewright.dataflow_sim.vector_offload`) — run in the unit's Q8.8 arithmetic: the
-functional model computes them on the bit-exact instruction-level model, the same kernels run as
-LOAD_V/VECTOR/STORE_V code on the Verilated top (results bit-exact, cycles equal to the cycle
-model), and the replay answers them with the RTL's results. Everything else — norms' mean and
-square, routing, the scan, the quantize steps — runs on the functional model (the scan unit
-exists as an RTL block, :mod:`tilewright.rtl.scan_unit`, but is not yet driven by Programs).
+softplus, softmax over the last axis, elementwise add/mul, last-axis sum/max in the vector unit's
+Q8.8 arithmetic, and the SSM ``scan`` on the scan unit (Q0.16 a, Q16.16 b/c/h;
+:mod:`tilewright.dataflow_sim.vector_offload`) — run in that arithmetic: the functional model
+computes them on the bit-exact instruction-level model, the same kernels run as
+LOAD_V/VECTOR/SCAN/STORE_V code on the Verilated top (results bit-exact, cycles equal to the
+cycle model), and the replay answers them with the RTL's results. Everything else — norms' mean
+and square, routing, the quantize steps — runs on the functional model.
 """
 
 from __future__ import annotations
@@ -352,14 +352,14 @@ def _run_vector_kernels(result: SimResult, records, spec, say):
         result.checks.append(("vector ops on the RTL vector engine", False,
                               "the layer has no vector op the vector engine takes"))
         return None
-    say(f"RTL: {len(records)} vector kernels on the accelerator's vector engine (cocotb)")
+    say(f"RTL: {len(records)} vector/scan kernels on the accelerator's vector engine (cocotb)")
     t0 = time.perf_counter()
     run = run_vector_kernels([r.kernel for r in records],
                              {r.kernel.name: list(r.operands) for r in records}, spec, log=say)
     result.seconds["rtl_vector"] = time.perf_counter() - t0
     outs = [run.outputs[r.kernel.name] for r in records]
-    bad = [r.task for r, o in zip(records, outs) if not np.array_equal(o, r.result)]
-    result.checks.append(("RTL vector engine == instruction-level Q8.8 model (bit-exact)",
+    bad = [r.task for r, o in zip(records, outs) if not r.same_result(o)]
+    result.checks.append(("RTL vector engine == instruction-level model (bit-exact)",
                           not bad, f"{len(records)} kernels "
                           f"({', '.join(sorted({r.kernel.op for r in records}))})"
                           + (f"; {len(bad)} differ, first {bad[0]}" if bad else "")))

@@ -8,7 +8,8 @@ the kernels with :func:`~tilewright.compiler.vector_codegen.codegen_vector` and 
 through the control port; for each kernel it writes its operands into the external-memory model
 (:class:`~tilewright.cosim.accel_bench.ExtMemory`: the ArchSpec's latency, one beat per cycle),
 starts the controller at the kernel's entry, waits for ``done`` and reads the result back. It
-writes ``outputs.npz`` (``<kernel>``: raw result) and ``cycles.json`` (per kernel: cycles by the
+writes ``outputs.npz`` (``<kernel>``: raw result; a scan's final state as
+``<kernel>__state``) and ``cycles.json`` (per kernel: cycles by the
 top's counter, asserted equal to the simulated time from ``start`` to ``busy`` low; instructions
 retired; read and write beats).
 """
@@ -26,6 +27,7 @@ from cocotb.clock import Clock
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import memory_latency_cycles
 from tilewright.compiler.vector_codegen import VectorKernel, codegen_vector
+from tilewright.cosim.vector_accel_run import STATE_SUFFIX
 from tilewright.cosim.accel_bench import CLOCK_PERIOD_NS, AccelDriver, ExtMemory
 from tilewright.dataflow_sim.accel_timing import predict_segment
 
@@ -64,5 +66,9 @@ async def _run_kernel(drv, mem, arch, isa, k, operands, outputs, records) -> Non
     rec = await drv.run(seg.entry, watchdog)
     assert rec["error"] == 0, f"kernel {k.name}: controller error at pc {rec['pc']}"
     rec.update(task=k.name, read_beats=mem.reads - r0, write_beats=mem.writes - w0)
-    outputs[k.name] = seg.result(arch, mem.read)
+    res = seg.result(arch, mem.read)
+    if k.kind == "scan":                         # (y, final state)
+        outputs[k.name], outputs[k.name + STATE_SUFFIX] = res
+    else:
+        outputs[k.name] = res
     records.append(rec)

@@ -27,13 +27,15 @@ from tilewright.cosim.verilator import run_cocotb_bench
 __all__ = ["VectorAccelRun", "run_vector_kernels", "VECTOR_ACCEL_BENCH_MODULE"]
 
 VECTOR_ACCEL_BENCH_MODULE = "tilewright.cosim.vector_accel_bench"
+#: ``outputs.npz`` key suffix of a scan kernel's final state
+STATE_SUFFIX = "__state"
 
 
 @dataclass
 class VectorAccelRun:
     """What one run produced."""
 
-    outputs: dict[str, np.ndarray]   #: kernel name -> raw result (int64)
+    outputs: dict[str, object]       #: kernel name -> raw result (int64; scan: (y, state))
     segments: list[dict]             #: per kernel: task, cycles, retired, read/write beats
     isas: list[VectorIsa]            #: the code that ran, one program per batch of kernels
     sim_seconds: float               #: wall time of the simulator process (s)
@@ -86,7 +88,10 @@ def run_vector_kernels(kernels: list[VectorKernel], operands: dict[str, list[np.
     run_cocotb_bench(build, VECTOR_ACCEL_BENCH_MODULE, job, "accelerator vector engine")
     sim_s = time.perf_counter() - t0
     with np.load(job / "outputs.npz") as npz:
-        outputs = {k: npz[k] for k in npz.files}
+        outputs: dict[str, object] = {k: npz[k] for k in npz.files}
+    for k in kernels:
+        if k.kind == "scan":
+            outputs[k.name] = (outputs[k.name], outputs.pop(k.name + STATE_SUFFIX))
     segments = json.loads((job / "cycles.json").read_text())
     if not keep_dir:
         shutil.rmtree(job, ignore_errors=True)
