@@ -38,8 +38,8 @@ def sim(
     vector: bool = typer.Option(False, "--vector", help="run the ops the vector engine "
                                 "implements (exp, rsqrt, SiLU, softplus, softmax, add/mul, "
                                 "sum/max in Q8.8; the SSM scan on the scan unit) in its "
-                                "arithmetic; with --rtl --top accel on the RTL's vector engine "
-                                "(needs a vector_unit in the ArchSpec)"),
+                                "arithmetic; with --rtl --top accel [--fast] on the RTL's vector "
+                                "engine (needs a vector_unit in the ArchSpec)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="with --rtl (cocotb; --top core "
                                          "or accel): write a VCD waveform of every signal of "
                                          "the top to DIR/dump.vcd (~16 MB per 1,000 cycles)"),
@@ -68,9 +68,9 @@ def sim(
     if trace is not None and (fast or not rtl):
         raise typer.BadParameter("tracing needs --rtl with the cocotb driver (no --fast)",
                                  param_hint="--trace")
-    if vector and rtl and (top != "accel" or fast or trace is not None):
+    if vector and rtl and (top != "accel" or trace is not None):
         raise typer.BadParameter("--vector with --rtl runs on the accelerator top's vector "
-                                 "engine: needs --top accel, no --fast, no --trace",
+                                 "engine: needs --top accel (cocotb or --fast), no --trace",
                                  param_hint="--vector")
     spec = load_arch(arch)
     if vector and spec.vector_unit is None:

@@ -133,8 +133,9 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
                    top: str = "core", log=None, vector: bool = False) -> SimResult:
     """Compile ``model`` (a tiny config, one layer) for ``arch`` in int8 and run it (module
     docstring). ``rtl`` adds the Verilator run of every int8 GEMM (``driver`` cocotb | fast).
-    ``vector`` runs the vector ops the vector engine implements in its Q8.8 arithmetic (and with
-    ``rtl``, ``top`` accel and the cocotb driver, on the RTL's vector engine).
+    ``vector`` runs the vector ops the vector engine implements in its Q8.8 arithmetic and the
+    scan on the scan unit (and with ``rtl`` and ``top`` accel, on the RTL's vector engine through
+    ``driver``).
     ``trace_dir`` (cocotb only; ``top`` core or accel): keep the RTL job folder there with
     ``dump.vcd``, a waveform of every signal of the top over the whole run (``result.trace``)."""
     if top not in TOPS:
@@ -145,9 +146,9 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if vector and arch.vector_unit is None:
         raise ValueError(f"--vector: {arch.name} has no vector_unit section (the accelerator's "
                          "vector engine is generated from it)")
-    if vector and rtl and (top != "accel" or driver != "cocotb" or trace_dir is not None):
+    if vector and rtl and (top != "accel" or trace_dir is not None):
         raise ValueError("--vector with --rtl runs on the accelerator top's vector engine: "
-                         "needs --top accel and the cocotb driver (no --fast, no --trace)")
+                         "needs --top accel (cocotb or --fast) and no --trace")
     if top == "axi-accel" and driver != "cocotb":
         raise ValueError(f"the AXI accelerator top (--top {top}) runs on the cocotb bench only "
                          "(no --fast)")
@@ -325,7 +326,7 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
     same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
     result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
                           f"{len(recorded)} GEMMs {where}"))
-    hook = (_run_vector_kernels(result, vector_records, spec, say)
+    hook = (_run_vector_kernels(result, vector_records, spec, say, fast=fast)
             if vector_records is not None else None)
     _replay_check(result.checks, rtl_out, program, inputs, func, say, hook)
     rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
@@ -341,8 +342,9 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
     return result
 
 
-def _run_vector_kernels(result: SimResult, records, spec, say):
-    """Run the offloaded vector tasks' kernels on the accelerator top's vector engine (cocotb):
+def _run_vector_kernels(result: SimResult, records, spec, say, fast: bool = False):
+    """Run the offloaded vector tasks' kernels on the accelerator top's vector engine (cocotb,
+    or with ``fast`` the C++ fast driver):
     append the bit-exactness and cycle checks, fill ``result.vector_rows`` and return the replay
     hook answering the tasks with the RTL's results."""
     from tilewright.cosim.vector_accel_run import run_vector_kernels  # noqa: PLC0415
@@ -352,10 +354,15 @@ def _run_vector_kernels(result: SimResult, records, spec, say):
         result.checks.append(("vector ops on the RTL vector engine", False,
                               "the layer has no vector op the vector engine takes"))
         return None
-    say(f"RTL: {len(records)} vector/scan kernels on the accelerator's vector engine (cocotb)")
+    say(f"RTL: {len(records)} vector/scan kernels on the accelerator's vector engine "
+        f"({'C++ fast driver' if fast else 'cocotb'})")
     t0 = time.perf_counter()
-    run = run_vector_kernels([r.kernel for r in records],
-                             {r.kernel.name: list(r.operands) for r in records}, spec, log=say)
+    if fast:
+        from tilewright.cosim.accel_fast import run_vector_kernels_fast as run_kernels  # noqa
+    else:
+        run_kernels = run_vector_kernels
+    run = run_kernels([r.kernel for r in records],
+                      {r.kernel.name: list(r.operands) for r in records}, spec, log=say)
     result.seconds["rtl_vector"] = time.perf_counter() - t0
     outs = [run.outputs[r.kernel.name] for r in records]
     bad = [r.task for r, o in zip(records, outs) if not r.same_result(o)]

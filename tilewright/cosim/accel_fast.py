@@ -9,7 +9,8 @@ per GEMM task its segment's memory image stored into the driver's external-memor
 latency / one-beat-per-cycle rules as ``ExtMemory``), the segment run from its entry (cycles counted
 by the driver and checked equal to the top's ``cycles`` register) and C read back; other tasks run
 on the functional model. The driver process lives for the whole Program and receives one segment at
-a time through a pipe. With ``keep_dir`` the exact command and result streams are saved
+a time through a pipe. :func:`run_vector_kernels_fast` runs vector/scan kernels
+(:mod:`tilewright.compiler.vector_codegen`) the same way. With ``keep_dir`` the exact command and result streams are saved
 (``commands.bin``, ``results.bin``): ``tw_accel_fast commands.bin results.bin`` replays them.
 """
 
@@ -27,8 +28,8 @@ from tilewright.cosim.fast_pipe import (DRIVER_DIR, DriverBuild, DriverPipe, bui
                                          driver_hash, run_driver)
 from tilewright.cosim.verilator import ToolMissing, cached_build, rtl_source_hash
 
-__all__ = ["AccelFastBuild", "build_accel_fast", "run_program_accel_fast", "DRIVER_SOURCE",
-           "EXECUTABLE"]
+__all__ = ["AccelFastBuild", "build_accel_fast", "run_program_accel_fast",
+           "run_vector_kernels_fast", "DRIVER_SOURCE", "EXECUTABLE"]
 
 #: the C++ harness compiled with the Verilated top
 DRIVER_SOURCE = DRIVER_DIR / "accel_main.cpp"
@@ -185,3 +186,58 @@ def run_program_accel_fast(program: Program, inputs: dict[str, np.ndarray], arch
     computed = {k: v for k, v in env.items() if k not in program.constants and k not in inputs}
     return AccelRun(computed, records, isa, build, sim_s, "")
 
+
+
+def run_vector_kernels_fast(kernels, operands: dict[str, list[np.ndarray]], arch: ArchSpec, *,
+                            log=None, keep_dir: str | Path | None = None):
+    """Run vector/scan kernels on the accelerator top through the C++ fast driver; returns a
+    :class:`~tilewright.cosim.vector_accel_run.VectorAccelRun` like the cocotb bench's
+    :func:`~tilewright.cosim.vector_accel_run.run_vector_kernels` (same memory model, same
+    counts). One driver process per batch of kernels whose code fits the instruction memory
+    (``keep_dir``: the streams of batch ``i`` in ``keep_dir/batch<i>``)."""
+    from tilewright.compiler.codegen import beat_bytes, memory_latency_cycles  # noqa: PLC0415
+    from tilewright.compiler.vector_codegen import batch_kernels, codegen_vector  # noqa: PLC0415
+    from tilewright.cosim.vector_accel_run import VectorAccelRun  # noqa: PLC0415
+    from tilewright.dataflow_sim.accel_timing import predict_segment  # noqa: PLC0415
+
+    isas = [codegen_vector(arch, batch) for batch in batch_kernels(arch, kernels)]
+    images = {s.task: s.image(arch, *operands[s.task]) for isa in isas for s in isa.segments}
+    build = build_accel_fast(arch, log=log)
+    w = beat_bytes(arch)
+    outputs: dict[str, object] = {}
+    records: list[dict] = []
+
+    def batch_body(isa):
+        def body(pipe: DriverPipe) -> None:
+            pipe.send(stream_header(isa.words, w, memory_latency_cycles(arch)))
+            for seg in isa.segments:
+                ranges: list[tuple[int, int]] = []
+
+                def record(addr: int, count: int, _r=ranges) -> list[int]:
+                    _r.append((addr, count))
+                    return [0] * count
+
+                seg.result(arch, record)          # only to learn which ranges hold the result
+                watchdog = 4 * predict_segment(isa, seg, arch).cycles + 10_000
+                pipe.send(segment_command(seg.entry, watchdog, images[seg.task], ranges, w))
+                res = read_result(pipe, w)
+                if res["cycles"] != res["cycles_driver"] or res["error"]:
+                    raise RuntimeError(f"kernel {seg.task}: cycle counter {res['cycles']} vs "
+                                       f"driver {res['cycles_driver']}, error {res['error']} at "
+                                       f"pc {res['pc']}")
+                words = iter(res.pop("words"))
+                back = {(a, n): [next(words) for _ in range(n)] for a, n in ranges}
+                outputs[seg.task] = seg.result(arch, lambda a, n: back[(a, n)])
+                res.update(task=seg.task)
+                records.append(res)
+            pipe.send(stream_end())
+        return body
+
+    t0 = time.perf_counter()
+    for i, isa in enumerate(isas):
+        job = Path(keep_dir) / f"batch{i}" if keep_dir else None
+        if job:
+            job.mkdir(parents=True, exist_ok=True)
+        run_driver(build.executable, "accelerator fast driver", f"vector kernels {i}",
+                   batch_body(isa), job)
+    return VectorAccelRun(outputs, records, isas, time.perf_counter() - t0)
