@@ -52,7 +52,7 @@ from tilewright.rtl.gemm_core import GemmCore
 from tilewright.rtl.vector_engine import VectorEngine
 
 __all__ = ["AccelTop", "ACCEL_TOP_NAME", "ACCEL_GENERATOR_VERSION", "ACCEL_SOURCES",
-           "write_accel_rtl"]
+           "write_accel_rtl", "write_accel_top"]
 
 ACCEL_TOP_NAME = "tw_accel"
 #: bump when the top's behaviour or ports change
@@ -145,3 +145,37 @@ def write_accel_rtl(arch: ArchSpec, out_dir: str | Path) -> Path:
     from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     text = verilog.convert(AccelTop(arch), name=ACCEL_TOP_NAME, emit_src=False)
     return write_verilog(out_dir, ACCEL_TOP_NAME, text)
+
+
+def write_accel_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
+    """``tilewright rtl --top accel``: write ``<ACCEL_TOP_NAME>.v`` and ``manifest.json`` (ports,
+    the ISA's instruction-memory and vector-buffer sizes) to ``out_dir``; return the manifest."""
+    import time  # noqa: PLC0415
+
+    from amaranth.back import verilog  # noqa: PLC0415
+
+    from tilewright.compiler.codegen import IMEM_WORDS, VBUF_WORDS, beat_bytes  # noqa: PLC0415
+    from tilewright.rtl.axi_lite import verilog_ports  # noqa: PLC0415
+    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
+    t0 = time.perf_counter()
+    top = AccelTop(arch)
+    text = verilog.convert(top, name=ACCEL_TOP_NAME, emit_src=False)
+    ports = [{"name": "clk", "direction": "input", "width_bits": 1},
+             {"name": "rst", "direction": "input", "width_bits": 1}]
+    ports += [{"name": name, "direction": d.value, "width_bits": len(sig)}
+              for name, (sig, d) in verilog_ports(top).items()]
+    vu = arch.vector_unit
+    return write_verilog(out_dir, ACCEL_TOP_NAME, text, {
+        "top": ACCEL_TOP_NAME,
+        "kind": arch.tensor_engine.kind,
+        "generator": "tilewright.rtl.accel_top.AccelTop",
+        "generator_version": ACCEL_GENERATOR_VERSION,
+        "arch": arch.model_dump(mode="json"),
+        "arch_hash": arch.content_hash(),
+        "ports": ports,
+        "imem_words": IMEM_WORDS,
+        "memory_beat_bytes": beat_bytes(arch),
+        "vector_engine": ({"lanes": vu.lanes, "buffer_words": VBUF_WORDS}
+                          if vu is not None else None),
+        "generation_seconds": round(time.perf_counter() - t0, 3),
+    })

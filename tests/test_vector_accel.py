@@ -279,3 +279,21 @@ def test_cli_vector_errors_are_one_line(args, msg):
     out = res.stdout + res.stderr
     assert res.returncode == 2, out
     assert msg in " ".join(out.replace("│", " ").split()) and "Traceback" not in out
+
+
+def test_tilewright_rtl_writes_the_accelerator_top_lint_clean(tmp_path):
+    """`tilewright rtl --top accel`: the whole top with its vector engine, Verilator -Wall clean;
+    the manifest names its ports and the ISA's memory sizes."""
+    import json
+
+    from tests.test_cli import tw
+    res = tw("rtl", "--arch", "ws8x8v", "--top", "accel", "-o", str(tmp_path), "--lint")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "lint-only -Wall: clean" in " ".join(res.stdout.split())
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["top"] == "tw_accel" and man["vector_engine"] == {"lanes": 8,
+                                                                  "buffer_words": VBUF_WORDS}
+    names = {p["name"] for p in man["ports"]}
+    assert {"mem_req_valid", "mem_rd_data", "imem_wr_data", "start", "done", "vec_busy"} <= names
+    bad = tw("rtl", "--arch", "ws8x8v", "--top", "soc", "-o", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "--top 'soc': accepted: core, accel, axi-accel" in bad.stderr

