@@ -155,15 +155,12 @@ def write_accel_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     from amaranth.back import verilog  # noqa: PLC0415
 
     from tilewright.compiler.codegen import IMEM_WORDS, VBUF_WORDS, beat_bytes  # noqa: PLC0415
-    from tilewright.rtl.axi_lite import verilog_ports  # noqa: PLC0415
+    from tilewright.rtl.axi_lite import manifest_ports  # noqa: PLC0415
     from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     t0 = time.perf_counter()
     top = AccelTop(arch)
     text = verilog.convert(top, name=ACCEL_TOP_NAME, emit_src=False)
-    ports = [{"name": "clk", "direction": "input", "width_bits": 1},
-             {"name": "rst", "direction": "input", "width_bits": 1}]
-    ports += [{"name": name, "direction": d.value, "width_bits": len(sig)}
-              for name, (sig, d) in verilog_ports(top).items()]
+    ports = manifest_ports(top)
     vu = arch.vector_unit
     return write_verilog(out_dir, ACCEL_TOP_NAME, text, {
         "top": ACCEL_TOP_NAME,

@@ -48,7 +48,8 @@ from tilewright.compiler.codegen import IMEM_WORDS, WORD_BITS, beat_bytes
 from tilewright.rtl.accel_top import ACCEL_GENERATOR_VERSION, AccelTop
 from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Register,
                                      decode_registers, describe_registers, register_offset,
-                                     strobe_merge, verilog_ports, version_word)
+                                     manifest_ports, strobe_merge, verilog_ports,
+                                     version_word)
 from tilewright.rtl.controller import PC_BITS
 from tilewright.rtl.dma import ADDR_BITS
 
@@ -413,10 +414,7 @@ def write_axi_accel_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     t0 = time.perf_counter()
     text, top = generate_axi_accel_verilog(arch)
-    ports = [{"name": "clk", "direction": "input", "width_bits": 1},
-             {"name": "rst", "direction": "input", "width_bits": 1}]
-    ports += [{"name": name, "direction": d.value, "width_bits": len(sig)}
-              for name, (sig, d) in verilog_ports(top).items()]
+    ports = manifest_ports(top)
     return write_verilog(out_dir, AXI_ACCEL_TOP_NAME, text, {
         "top": AXI_ACCEL_TOP_NAME,
         "generator": "tilewright.rtl.axi_accel_top.AxiAccelTop",

@@ -42,7 +42,8 @@ from amaranth.lib.wiring import In, Out
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Register,
                                      decode_registers, describe_registers, register_offset,
-                                     strobe_merge, verilog_ports, version_word)
+                                     manifest_ports, strobe_merge, verilog_ports,
+                                     version_word)
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
 
 __all__ = ["AXI_TOP_NAME", "AXI_TOP_VERSION", "Register", "REGISTERS", "AxiGemmMap",
@@ -302,10 +303,7 @@ def write_axi_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     t0 = time.perf_counter()
     text, top = generate_axi_verilog(arch)
-    ports = [{"name": name, "direction": d.value,
-              "width_bits": len(sig)} for name, (sig, d) in verilog_ports(top).items()]
-    ports = [{"name": "clk", "direction": "input", "width_bits": 1},
-             {"name": "rst", "direction": "input", "width_bits": 1}] + ports
+    ports = manifest_ports(top)
     return write_verilog(out_dir, AXI_TOP_NAME, text, {
         "top": AXI_TOP_NAME,
         "generator": "tilewright.rtl.axi_gemm_top.AxiGemmTop",

@@ -35,6 +35,7 @@ from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["AxiResp", "AxiLiteSignature", "RegBusSignature", "AxiLiteBridge", "verilog_ports",
+           "manifest_ports",
            "Register", "register_offset", "describe_registers", "version_word", "strobe_merge",
            "decode_registers"]
 
@@ -195,6 +196,15 @@ def verilog_ports(component: wiring.Component, *, separator: str = "_") -> dict:
         direction = _ir.PortDirection.Input if member.flow == In else _ir.PortDirection.Output
         ports[name] = (value.as_value() if hasattr(value, "as_value") else value, direction)
     return ports
+
+
+def manifest_ports(component: wiring.Component) -> list[dict]:
+    """The ports of a generated top for its manifest: ``clk``, ``rst``, then every member of
+    ``component``'s signature as named by :func:`verilog_ports` (name, direction, width_bits)."""
+    ports = [{"name": "clk", "direction": "input", "width_bits": 1},
+             {"name": "rst", "direction": "input", "width_bits": 1}]
+    return ports + [{"name": name, "direction": d.value, "width_bits": len(sig)}
+                    for name, (sig, d) in verilog_ports(component).items()]
 
 
 # ---- register files behind the register bus (used by the AXI tops) ---------------------------
