@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -51,13 +52,17 @@ def _front_plot(df: pd.DataFrame, x: str, y: str, path: Path, title: str) -> int
         front = feas[m].sort_values(x)
         n = len(front)
         ax.plot(front[x], front[y], "o-", c="tab:red", ms=5, label=f"Pareto front ({n})")
-    ax.set_xlabel(f"{x} ({METRICS[x][1]})", fontsize=8)
-    ax.set_ylabel(f"{y} ({METRICS[y][1]})", fontsize=8)
+    # long metric descriptions wrap instead of running off the figure
+    ax.set_xlabel(textwrap.fill(f"{x} ({METRICS[x][1]})", 70), fontsize=8)
+    ax.set_ylabel(textwrap.fill(f"{y} ({METRICS[y][1]})", 45), fontsize=8)
     for axis, name in (("x", x), ("y", y)):
         vals = ok[name].to_numpy(float)
         vals = vals[np.isfinite(vals) & (vals > 0)]
         if len(vals) and vals.max() / vals.min() > 50:
             getattr(ax, f"set_{axis}scale")("log")
+        else:                   # 100 k, 1.5 M ... instead of six-digit ticks running together
+            from matplotlib.ticker import EngFormatter  # noqa: PLC0415
+            getattr(ax, f"{axis}axis").set_major_formatter(EngFormatter())
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
