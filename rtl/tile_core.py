@@ -34,7 +34,7 @@ from __future__ import annotations
 from amaranth import Cat, Module, Signal
 from amaranth.lib import wiring
 
-from tilewright.arch import ArchSpec
+from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.layout import TILE_KINDS, GemmLayout
 from tilewright.rtl.cube import ELEMENT_BITS, TileMacEngine, latency_cycles
 from tilewright.rtl.gemm_core import (_DIM_BITS, HALF_PORTS, _int32_accumulate, check_core_arch,
@@ -54,7 +54,7 @@ class TileCore(wiring.Component):
         check_core_arch(arch, "TileCore")
         te = arch.tensor_engine
         if te.kind not in TILE_KINDS:
-            raise ValueError(f"{arch.name}: tensor_engine.kind = {te.kind!r}: TileCore builds "
+            raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {te.kind!r}: TileCore builds "
                              f"the tile-MAC kinds; accepted: {', '.join(TILE_KINDS)} (systolic "
                              f"arrays: GemmCore)")
         if not isinstance(halves, bool):
@@ -69,7 +69,7 @@ class TileCore(wiring.Component):
         for buf, d, kib in zip(("A", "B", "accumulator"), self._depths,
                                ("scratchpad_kib", "scratchpad_kib", "accumulator_kib")):
             if d < (2 if halves else 1):
-                raise ValueError(
+                raise ArchSpecError(
                     f"{arch.name}: memory.{kib} = {getattr(mem, kib)} is too small for a "
                     f"{te.describe()} engine: the {buf} buffer would hold {d} words of "
                     f"{wb[buf[0].lower()]} bytes; accepted: at least {2 if halves else 1} words")

@@ -122,3 +122,55 @@ def test_accel_engine_gemms_bit_exact_cycle_exact(kind):
     assert all(row["equal"] for row in run.comparison(arch))
     ok, out = lint_accel(run.build)
     assert ok, out[-3000:]
+
+
+def test_top_refuses_what_it_cannot_build():
+    """One-line errors naming the field and what is accepted."""
+    from tilewright.arch import ArchSpecError
+    from tilewright.rtl.accel_top import AccelTop
+    from tilewright.rtl.axi_accel_top import AxiAccelTop
+    # an 8x8 outer product's accumulator word is 256 bytes: 1 KiB holds 4 words, halves of 2 ...
+    AccelTop(_arch("outer_product", 8, 1, 8, 16.0, 100.0))
+    # ... a 16x16 one's is 1 KiB: one word, no halves
+    with pytest.raises(ArchSpecError, match=r"memory\.accumulator_kib = 1 .*accepted: at least 2"):
+        AccelTop(_arch("outer_product", 16, 1, 16, 16.0, 100.0))
+    with pytest.raises(ArchSpecError, match=r"tensor_engine\.kind = 'cube'.*accepted: 'systolic'"):
+        AxiAccelTop(ARCHS["cube"])
+
+
+@pytest.mark.verilator
+def test_cli_sim_tiny_mamba_on_a_tile_mac_accelerator(tmp_path):
+    """`tilewright sim --rtl --top accel` with a cube ArchSpec: every check PASS; --top core and
+    --top axi-accel are refused in one line."""
+    arch = tmp_path / "cube.yaml"
+    arch.write_text("name: cube2x4x2\ntensor_engine: {kind: cube, rows: 2, depth: 4, cols: 2}\n"
+                    "memory: {scratchpad_kib: 4, accumulator_kib: 4}\n")
+    proc = tw("sim", "--model", "tiny-mamba", "--arch", str(arch), "--rtl", "--top", "accel")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "all cross-checks passed" in proc.stdout and "FAIL" not in proc.stdout
+    assert proc.stdout.count("PASS") == 4, proc.stdout
+    for top in ("core", "axi-accel"):
+        proc = tw("sim", "--model", "tiny-mamba", "--arch", str(arch), "--rtl", "--top", top)
+        lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
+        assert len(lines) == 1 and "tensor_engine.kind = 'cube'" in lines[0] \
+            and "accepted: --top accel" in lines[0], proc.stderr
+
+
+@pytest.mark.verilator
+def test_fast_driver_runs_tile_mac_tops_unchanged():
+    """The C++ fast driver on the outer-product top: the same outputs, cycles, instructions and
+    beats as the cocotb bench, cycles equal to the model."""
+    from tests.test_accel_fast import _SAME
+    from tilewright.cosim.accel_fast import run_program_accel_fast
+    from tilewright.cosim.accel_run import run_program_accel
+    arch = ARCHS["outer_product"]
+    prog, inputs = gemm_suite(arch, SHAPES, seed=5)
+    fast = run_program_accel_fast(prog, inputs, arch)
+    slow = run_program_accel(prog, inputs, arch)
+    for task, f, s in zip(prog.gemms(), fast.segments, slow.segments):
+        assert np.array_equal(fast.outputs[task.out], _exact(inputs[task.a], inputs[task.b]))
+        assert np.array_equal(fast.outputs[task.out], slow.outputs[task.out])
+        assert {k: f[k] for k in _SAME} == {k: s[k] for k in _SAME}, task.name
+        assert f["error"] == 0 and f["cycles_driver"] == f["cycles"]
+    assert all(r["equal"] for r in fast.comparison(arch))
