@@ -105,6 +105,19 @@ class _CoreShape(_Dims):
         return self._depths
 
 
+class _CoreArch:
+    """``arch`` and ``banks`` of a core that sets ``_arch`` and ``_banks``."""
+
+    @property
+    def arch(self) -> ArchSpec:
+        return self._arch
+
+    @property
+    def banks(self) -> tuple[int, int, int]:
+        """(A, B, accumulator) SRAM banks (ArchSpec ``memory.*_banks``)."""
+        return self._banks
+
+
 class _PortSignals:
     """The address/data (and write-enable) signals of one port of a banked memory."""
 
@@ -323,7 +336,7 @@ def _int32_accumulate(m: Module, new, old, first):
     return Mux(first, new, Cat(*summed))
 
 
-class GemmCore(_CoreShape, wiring.Component):
+class GemmCore(_CoreShape, _CoreArch, wiring.Component):
     """The systolic GEMM core for one :class:`~tilewright.arch.ArchSpec` (see module docstring)."""
 
     def __init__(self, arch: ArchSpec, *, halves: bool = False):
@@ -349,15 +362,6 @@ class GemmCore(_CoreShape, wiring.Component):
             # and ``accumulate`` (sampled with start) adds C to the accumulator half's contents
             **(HALF_PORTS if halves else {}),
         })
-
-    @property
-    def arch(self) -> ArchSpec:
-        return self._arch
-
-    @property
-    def banks(self) -> tuple[int, int, int]:
-        """(A, B, accumulator) SRAM banks (ArchSpec ``memory.*_banks``)."""
-        return self._banks
 
     def elaborate(self, platform):
         m = Module()

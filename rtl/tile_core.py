@@ -37,8 +37,9 @@ from amaranth.lib import wiring
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.layout import TILE_KINDS, GemmLayout
 from tilewright.rtl.cube import ELEMENT_BITS, TileMacEngine, latency_cycles
-from tilewright.rtl.gemm_core import (_DIM_BITS, HALF_PORTS, _int32_accumulate, check_core_arch,
-                                      half_offsets, memories, run_state, word_ports)
+from tilewright.rtl.gemm_core import (_DIM_BITS, HALF_PORTS, _CoreArch, _int32_accumulate,
+                                      check_core_arch, half_offsets, memories, run_state,
+                                      word_ports)
 from tilewright.rtl.systolic import delay
 
 __all__ = ["TileCore", "TILE_CORE_VERSION"]
@@ -47,7 +48,7 @@ __all__ = ["TileCore", "TILE_CORE_VERSION"]
 TILE_CORE_VERSION = "0.1.0"
 
 
-class TileCore(wiring.Component):
+class TileCore(_CoreArch, wiring.Component):
     """The tile-MAC GEMM core for one :class:`~tilewright.arch.ArchSpec` (module docstring)."""
 
     def __init__(self, arch: ArchSpec, *, halves: bool = False):
@@ -77,18 +78,9 @@ class TileCore(wiring.Component):
                           **(HALF_PORTS if halves else {})})
 
     @property
-    def arch(self) -> ArchSpec:
-        return self._arch
-
-    @property
     def depths(self) -> tuple[int, int, int]:
         """(A, B, accumulator) buffer depths in words."""
         return self._depths
-
-    @property
-    def banks(self) -> tuple[int, int, int]:
-        """(A, B, accumulator) SRAM banks (ArchSpec ``memory.*_banks``)."""
-        return self._banks
 
     def elaborate(self, platform):
         m = Module()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.test_accel_rtl import check_gemm_segments
 from tests.test_cli import tw
 from tilewright.arch import ArchSpec, default_arch
 from tilewright.compiler.codegen import beats_per_word, codegen_gemms, word_bytes
@@ -102,22 +103,7 @@ def test_accel_engine_gemms_bit_exact_cycle_exact(kind):
     arch = ARCHS[kind]
     prog, inputs = gemm_suite(arch, SHAPES, seed=11)
     run = run_program_accel(prog, inputs, arch)
-    multi_tile = k_split = 0
-    r = beats_per_word(arch)
-    for task, rec in zip(prog.gemms(), run.segments):
-        assert rec["task"] == task.name
-        assert np.array_equal(run.outputs[task.out], _exact(inputs[task.a], inputs[task.b])), \
-            task.name
-        seg = run.isa.segment(task.name)
-        pred = predict_segment(run.isa, seg, arch)
-        assert (rec["cycles"], rec["retired"]) == (pred.cycles, pred.instructions), task.name
-        lays = [t.layout(arch) for t in seg.tiles]
-        assert rec["read_beats"] == sum(lay.a_words * r["a"] + lay.b_words * r["b"]
-                                        for lay in lays)
-        assert rec["write_beats"] == sum(lay.acc_words * r["c"]
-                                         for lay, t in zip(lays, seg.tiles) if t.last)
-        k_split += any(t.k0 > 0 for t in seg.tiles)
-        multi_tile += len(seg.tiles) > 1
+    multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
     assert multi_tile >= 3 and k_split == 2
     assert all(row["equal"] for row in run.comparison(arch))
     ok, out = lint_accel(run.build)
