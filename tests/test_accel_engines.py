@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_accel_rtl import check_gemm_segments
+from tests.test_accel_rtl import _exact, check_gemm_segments
 from tests.test_cli import tw
 from tilewright.arch import ArchSpec, default_arch
 from tilewright.compiler.codegen import beats_per_word, codegen_gemms, word_bytes
@@ -38,13 +38,11 @@ def _arch(kind: str, rows: int, depth: int, cols: int, bw: float, lat: float, sp
 ARCHS = {"adder_tree": _arch("adder_tree", 1, 8, 1, 1.0, 20.0),
          "outer_product": _arch("outer_product", 4, 1, 4, 16.0, 100.0),
          "cube": _arch("cube", 2, 4, 2, 4.0, 40.0)}
+#: "tiny" is one beat on the cube (its cycles summed by hand below);
 #: "ksplit" and "extreme" (all -128 against mixed +-: the largest sums) split K on every kind
-SHAPES = [(4, 4, 4, "exact"), (7, 9, 6, "ragged"), (1, 13, 5, "gemv"), (29, 11, 23, "random"),
-          (40, 8, 30, "tiles"), (6, 300, 7, "ksplit"), (2, 515, 5, "extreme")]
-
-
-def _exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+SHAPES = [(2, 4, 2, "tiny"), (4, 4, 4, "exact"), (7, 9, 6, "ragged"), (1, 13, 5, "gemv"),
+          (29, 11, 23, "random"), (40, 8, 30, "tiles"), (6, 300, 7, "ksplit"),
+          (2, 515, 5, "extreme")]
 
 
 def test_tile_layouts_by_hand():
@@ -76,6 +74,10 @@ def test_tile_layouts_by_hand():
     assert unpack_lanes(pack_lanes(al, 8), 8, 8).tolist() == al.tolist()
 
 
+#: cycles of the 2x4x2 GEMM on the cube top, summed by hand (test_cycle_count_by_hand_tiny_gemm)
+HAND_CYCLES = 59
+
+
 def test_cycle_count_by_hand_tiny_gemm():
     """cube 2x4x2, W = 8 bytes, L = 20: a 2x4x2 GEMM (one beat) as LOAD_A, LOAD_B, SYNC dma,
     GEMM, SYNC gemm, STORE, END; start sampled in cycle 0, fetch in cycle 1."""
@@ -89,7 +91,7 @@ def test_cycle_count_by_hand_tiny_gemm():
     gemm = 47                       # D = 1 beat + (2 + log2 4) + 1 = 6: core idle from 54
     sync2 = 54
     store = 55                      # D = 1 + 1 word * 2 beats = 3: DMA idle from 59
-    end = 59
+    end = HAND_CYCLES
     assert (load_a, load_b, sync, gemm, sync2, store) == (2, 24, 46, 47, 54, 55)
     pred = predict_segment(isa, isa.segments[0], arch)
     assert (pred.cycles, pred.gemm_cycles, pred.dma_cycles) == (end, 6, 21 + 21 + 3)
@@ -105,6 +107,8 @@ def test_accel_engine_gemms_bit_exact_cycle_exact(kind):
     run = run_program_accel(prog, inputs, arch)
     multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
     assert multi_tile >= 3 and k_split == 2
+    if kind == "cube":       # the RTL agrees with the hand count too
+        assert run.segments[0]["task"].endswith("tiny") and run.segments[0]["cycles"] == HAND_CYCLES
     assert all(row["equal"] for row in run.comparison(arch))
     ok, out = lint_accel(run.build)
     assert ok, out[-3000:]
