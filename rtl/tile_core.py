@@ -42,10 +42,7 @@ from tilewright.rtl.gemm_core import (_DIM_BITS, HALF_PORTS, _CoreArch, _int32_a
                                       word_ports)
 from tilewright.rtl.systolic import delay
 
-__all__ = ["TileCore", "TILE_CORE_VERSION"]
-
-#: bump when the generated hardware's behaviour or ports change
-TILE_CORE_VERSION = "0.1.0"
+__all__ = ["TileCore"]
 
 
 class TileCore(_CoreArch, wiring.Component):
@@ -55,9 +52,9 @@ class TileCore(_CoreArch, wiring.Component):
         check_core_arch(arch, "TileCore")
         te = arch.tensor_engine
         if te.kind not in TILE_KINDS:
-            raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {te.kind!r}: TileCore builds "
-                             f"the tile-MAC kinds; accepted: {', '.join(TILE_KINDS)} (systolic "
-                             f"arrays: GemmCore)")
+            raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {te.kind!r}: TileCore "
+                                f"builds the tile-MAC kinds; accepted: {', '.join(TILE_KINDS)} "
+                                f"(systolic arrays: GemmCore)")
         if not isinstance(halves, bool):
             raise TypeError(f"TileCore halves must be a bool, not {type(halves).__name__}")
         self._arch, self._halves = arch, halves
