@@ -4,7 +4,8 @@ For each config (default: configs/ws16x16.yaml and configs/os16x16.yaml) the GEM
 :func:`tilewright.compiler.codegen.codegen_gemms` and timed by the exact cycle model
 (:mod:`tilewright.dataflow_sim.accel_timing`); with ``--rtl`` it also runs on the Verilated top
 (cocotb bench with the external-memory model) and checks C against numpy and the cycles against
-the model. Utilization = M·K·N / (rows·cols·cycles), cycles = start -> END (counting every DMA
+the model. Utilization = M·K·N / (peak·cycles), peak = rows·cols·depth MAC/cycle (systolic or a
+tile-MAC kind), cycles = start -> END (counting every DMA
 transfer, the first loads and the last store). The table also shows what limits it: the GEMM
 core's own busy cycles (fold period / fill and drain), the DMA cycles not hidden behind GEMMs,
 and the controller.
@@ -56,10 +57,10 @@ def main() -> None:
         isa = codegen_gemms(arch, [(s, s, s)])
         seg = isa.segments[0]
         t = predict_segment(isa, seg, arch)
-        peak = te.rows * te.cols
+        peak = te.macs_per_cycle
         util = s ** 3 / (peak * t.cycles)
         gemm_only = s ** 3 / (peak * t.gemm_cycles)
-        row = {"config": arch.name, "df": te.dataflow, "W B/beat": beat_bytes(arch),
+        row = {"config": arch.name, "engine": te.describe(), "W B/beat": beat_bytes(arch),
                "L cyc": memory_latency_cycles(arch), "beats/word a,b,c":
                ",".join(str(v) for v in beats_per_word(arch).values()),
                "tiles": f"{len(seg.tiles)}x{seg.tiles[0].tm}x{s}x{seg.tiles[0].tn}",
@@ -76,7 +77,7 @@ def main() -> None:
     cols = list(rows[0])
     width = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
     print(f"\n{s}x{s}x{s} int8 GEMM on the accelerator top (cycles: start sampled -> END "
-          f"issued; util = MKN / (rows*cols*cycles))")
+          f"issued; util = MKN / (peak MAC/cycle * cycles))")
     print("  ".join(c.rjust(width[c]) for c in cols))
     for r in rows:
         print("  ".join(str(r.get(c, "")).rjust(width[c]) for c in cols))

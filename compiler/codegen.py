@@ -243,9 +243,9 @@ def memory_latency_cycles(arch: ArchSpec) -> int:
 
 
 def word_bytes(arch: ArchSpec) -> dict[str, int]:
-    """Bytes per on-chip word: ``{"a": rows, "b": cols, "c": 4 * cols}`` (int8 / int32 lanes)."""
-    te = arch.tensor_engine
-    return {"a": te.rows, "b": te.cols, "c": 4 * te.cols}
+    """Bytes per on-chip word ``{"a", "b", "c"}`` (:meth:`GemmLayout.word_bytes`: systolic
+    ``rows``, ``cols``, ``4 * cols``; tile-MAC kinds one engine tile per word)."""
+    return GemmLayout.word_bytes(arch)
 
 
 def vector_word_bytes(arch: ArchSpec) -> int:
@@ -374,7 +374,7 @@ class IsaProgram:
             lay = t.layout(arch)
             words = beats_to_words(read(t.c_addr, lay.acc_words * r), wb, w)
             c[t.m0:t.m0 + t.tm, t.n0:t.n0 + t.tn] = lay.c_from_lanes(
-                unpack_lanes(words, lay.cols, 32))
+                unpack_lanes(words, lay.acc_lanes, 32))
         return c
 
 
@@ -384,12 +384,14 @@ def _half_depths(arch: ArchSpec) -> tuple[int, int, int]:
 
 def _fit(arch: ArchSpec, m: int, k: int, n: int) -> tuple[int, int, int] | None:
     """(tile count, tm, tn) with the fewest tiles of all of ``k`` that fit one half of each
-    buffer, or None if not even one R x C output block fits."""
+    buffer, or None if not even one R x C output block fits (tile-MAC kinds: R x C = Tm x Tn,
+    laid out like OS with one word per Tk-deep K block and one accumulator word per block)."""
     te = arch.tensor_engine
     R, C = te.rows, te.cols
     ha, hb, hc = _half_depths(arch)
     kb = -(-k // R)
     nb_all, mb_all = -(-n // C), -(-m // R)
+    kw, accw = (-(-k // te.depth), 1) if not te.systolic else (k, R)   # words per block
     best = None
     for nbt in range(1, nb_all + 1):
         if te.dataflow == "ws":
@@ -399,9 +401,9 @@ def _fit(arch: ArchSpec, m: int, k: int, n: int) -> tuple[int, int, int] | None:
             if tm < 1:
                 continue
         else:
-            if nbt * k > hb:
+            if nbt * kw > hb:
                 break
-            mbt = min(mb_all, ha // k, hc // (nbt * R))
+            mbt = min(mb_all, ha // kw, hc // (nbt * accw))
             if mbt < 1:
                 continue
             tm = min(m, mbt * R)
@@ -423,18 +425,20 @@ def _tile_shape(arch: ArchSpec, m: int, k: int, n: int, what: str) -> tuple[int,
     block with a K chunk of R fits."""
     te = arch.tensor_engine
     R, C = te.rows, te.cols
+    kq = R if te.systolic else te.depth       # K chunks are multiples of kq
     ha, hb, hc = _half_depths(arch)
     for name, v in (("M", m), ("K", k), ("N", n)):
         if not 1 <= v <= MAX_DIM:
             raise DoesNotFit(f"{what}: GEMM {name}={v}: must be from 1 to {MAX_DIM}")
     kc, best = k, _fit(arch, m, k, n)
     if best is None:        # split K: the longest chunk one output block allows
-        kc = R * min(hb // R, ha) if te.dataflow == "ws" else min(ha, hb) // R * R
+        kc = (R * min(hb // R, ha) if te.dataflow == "ws" else min(ha, hb) // R * R
+              if te.systolic else te.depth * min(ha, hb))
         best = _fit(arch, m, kc, n) if kc >= 1 else None
     if best is None:
         raise DoesNotFit(
             f"{what}: GEMM {m}x{k}x{n} on {arch.name}: not even one {R}x{C} output block with "
-            f"a K chunk of {R} fits half of a buffer (halves: A {ha}, B {hb}, accumulator {hc} "
+            f"a K chunk of {kq} fits half of a buffer (halves: A {ha}, B {hb}, accumulator {hc} "
             f"words; memory.scratchpad_kib={arch.memory.scratchpad_kib}, "
             f"memory.accumulator_kib={arch.memory.accumulator_kib})")
     _, tm, tn = best
@@ -442,7 +446,7 @@ def _tile_shape(arch: ArchSpec, m: int, k: int, n: int, what: str) -> tuple[int,
     mt, nt, kt = -(-m // tm), -(-n // tn), -(-k // kc)
     tn = min(n, _up(-(-n // nt), C))
     tm = -(-m // mt) if te.dataflow == "ws" else min(m, _up(-(-m // mt), R))
-    kc = k if kt == 1 else min(kc, _up(-(-k // kt), R))
+    kc = k if kt == 1 else min(kc, _up(-(-k // kt), kq))
     return tm, tn, kc
 
 

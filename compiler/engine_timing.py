@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ENGINE_PARAMS", "engine_tile_shape", "engine_latency_cycles", "engine_gemm_beats",
            "engine_gemm_cycles", "engine_peak_macs_per_cycle", "engine_utilization",
-           "engine_output_tiles", "tensor_engine_gemm_cycles"]
+           "engine_output_tiles", "tensor_engine_gemm_cycles", "tile_core_busy_cycles"]
 
 #: kind -> its parameter names, in order
 ENGINE_PARAMS: dict[str, tuple[str, ...]] = {
@@ -136,3 +136,12 @@ def tensor_engine_gemm_cycles(te: "TensorEngineSpec", m, k, n, convention: str =
     m, k, n = (np.asarray(x, dtype=np.int64) for x in (m, k, n))
     params = te.engine_params
     return engine_gemm_cycles(te.kind, params, m, k, n), engine_output_tiles(te.kind, params, m, n)
+
+
+def tile_core_busy_cycles(te: "TensorEngineSpec", m, k, n) -> np.ndarray:
+    """Cycles ``busy`` is high for an M x K x N GEMM on the tile-MAC core of the accelerator top
+    (:mod:`tilewright.rtl.tile_core`, its timing contract): one beat per cycle from the cycle
+    after ``start``, then the engine's latency and the accumulator write —
+    ``ceil(M/Tm)·ceil(N/Tn)·ceil(K/Tk) + latency + 1`` = :func:`engine_gemm_cycles` + 1.
+    Arrays ok."""
+    return engine_gemm_cycles(te.kind, te.engine_params, m, k, n) + 1

@@ -1,10 +1,15 @@
-"""On-chip memory layouts of the systolic GEMM core (the compiler owns them; RTL and drivers use them).
+"""On-chip memory layouts of the GEMM cores (the compiler owns them; RTL and drivers use them).
 
-The core has three SRAMs (sizes from ``ArchSpec.memory``):
+A core has three SRAMs (sizes from ``ArchSpec.memory``; word sizes :meth:`GemmLayout.word_bytes`):
 
-* **A buffer**: words of ``rows`` int8 lanes, ``scratchpad_bytes / 2 / rows`` words deep.
-* **B buffer**: words of ``cols`` int8 lanes, ``scratchpad_bytes / 2 / cols`` words deep.
-* **accumulator**: words of ``cols`` int32 lanes, ``accumulator_bytes / 4 / cols`` words deep.
+* **A buffer**: ``scratchpad_bytes / 2 / a`` words of ``a`` int8 lanes.
+* **B buffer**: ``scratchpad_bytes / 2 / b`` words of ``b`` int8 lanes.
+* **accumulator**: ``accumulator_bytes / (4 c)`` words of ``c`` int32 lanes.
+
+The systolic core (:mod:`tilewright.rtl.gemm_core`) has ``a = rows``, ``b = c = cols``; the
+tile-MAC core (:mod:`tilewright.rtl.tile_core`, kinds ``adder_tree``/``outer_product``/``cube``,
+engine tile (Tm, Tk, Tn) = (rows, depth, cols)) has one engine operand tile per word:
+``a = Tm*Tk``, ``b = Tk*Tn``, ``c = Tm*Tn``.
 
 Lane ``i`` of a word occupies bits ``[i*w, (i+1)*w)`` (lane 0 in the LSBs), two's complement.
 Elements outside the logical matrix are zero. With R = rows, C = cols, KB = ceil(K/R),
@@ -23,6 +28,21 @@ os         acc (NB*MB*R words)         nb*MB*R + mb*R + r -> C[mb*R + r, nb*C + 
 
 Fold order (the order the core visits tiles): WS ``nb`` outer, ``kb`` inner; OS ``nb`` outer,
 ``mb`` inner.
+
+Tile-MAC kinds (``dataflow`` = the kind's name; MB = ceil(M/Tm), KB = ceil(K/Tk),
+NB = ceil(N/Tn)); a word is a row-major tile, the engine's operand layout
+(:func:`tilewright.rtl.cube.operand_layout`), lane ``i*Tk + k`` / ``k*Tn + j`` / ``i*Tn + j``:
+
+==========  ==========================  ===================================================
+buffer      words                       word address -> lane holds
+==========  ==========================  ===================================================
+A           MB*KB                       mb*KB + kb -> lane i*Tk + k: A[mb*Tm + i, kb*Tk + k]
+B           NB*KB                       nb*KB + kb -> lane k*Tn + j: B[kb*Tk + k, nb*Tn + j]
+acc         MB*NB                       mb*NB + nb -> lane i*Tn + j: C[mb*Tm + i, nb*Tn + j]
+==========  ==========================  ===================================================
+
+The tile-MAC core visits output tiles ``mb`` outer, ``nb`` inner (accumulator words in order),
+each over ``kb`` = 0 .. KB-1 (one A and one B word per beat).
 """
 
 from __future__ import annotations
@@ -34,7 +54,10 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 
-__all__ = ["GemmLayout", "DoesNotFit", "pack_lanes", "unpack_lanes", "MAX_DIM"]
+__all__ = ["GemmLayout", "DoesNotFit", "pack_lanes", "unpack_lanes", "MAX_DIM", "TILE_KINDS"]
+
+#: the tile-MAC ``tensor_engine.kind`` values (the layout's ``dataflow`` is then the kind)
+TILE_KINDS = ("adder_tree", "outer_product", "cube")
 
 #: largest M, K or N one GEMM command may carry (16-bit size registers in the core)
 MAX_DIM = 65535
@@ -46,7 +69,10 @@ class DoesNotFit(ValueError):
 
 @dataclass(frozen=True)
 class GemmLayout:
-    """Where one M x K x N GEMM lives in the core's buffers for a given ArchSpec."""
+    """Where one M x K x N GEMM lives in the core's buffers for a given ArchSpec.
+
+    ``rows``/``cols``: the systolic array's, or a tile-MAC engine's Tm/Tn; ``depth``: Tk (1 for
+    systolic); ``dataflow``: ``ws``/``os`` or the tile-MAC kind (:data:`TILE_KINDS`)."""
 
     rows: int
     cols: int
@@ -54,16 +80,28 @@ class GemmLayout:
     m: int
     k: int
     n: int
+    depth: int = 1
 
     @classmethod
     def for_arch(cls, arch: ArchSpec, m: int, k: int, n: int) -> "GemmLayout":
         te = arch.tensor_engine
-        return cls(te.rows, te.cols, te.dataflow, m, k, n)
+        return cls(te.rows, te.cols, te.kind if te.kind in TILE_KINDS else te.dataflow, m, k, n,
+                   te.depth)
+
+    @property
+    def tile(self) -> bool:
+        """True for a tile-MAC engine's layout (one engine operand tile per word)."""
+        return self.dataflow in TILE_KINDS
+
+    @property
+    def acc_lanes(self) -> int:
+        """int32 lanes per accumulator word."""
+        return self.rows * self.cols if self.tile else self.cols
 
     # ---- fold counts -------------------------------------------------------------------
     @property
     def kb(self) -> int:
-        return ceil(self.k / self.rows)
+        return ceil(self.k / (self.depth if self.tile else self.rows))
 
     @property
     def nb(self) -> int:
@@ -75,28 +113,44 @@ class GemmLayout:
 
     @property
     def folds(self) -> int:
-        """Tiles the core visits: WS KB*NB, OS MB*NB."""
+        """Tiles the core visits: WS KB*NB, OS and tile-MAC MB*NB."""
         return self.kb * self.nb if self.dataflow == "ws" else self.mb * self.nb
 
     # ---- buffer words ------------------------------------------------------------------
     @property
     def a_words(self) -> int:
+        if self.tile:
+            return self.mb * self.kb
         return self.kb * self.m if self.dataflow == "ws" else self.mb * self.k
 
     @property
     def b_words(self) -> int:
+        if self.tile:
+            return self.nb * self.kb
         return self.nb * self.kb * self.rows if self.dataflow == "ws" else self.nb * self.k
 
     @property
     def acc_words(self) -> int:
+        if self.tile:
+            return self.mb * self.nb
         return self.nb * self.m if self.dataflow == "ws" else self.nb * self.mb * self.rows
+
+    @staticmethod
+    def word_bytes(arch: ArchSpec) -> dict[str, int]:
+        """Bytes per on-chip word ``{"a", "b", "c"}`` (int8 / int8 / int32 lanes): systolic
+        ``rows``, ``cols``, ``4 cols``; tile-MAC ``Tm*Tk``, ``Tk*Tn``, ``4 Tm*Tn``."""
+        te = arch.tensor_engine
+        if te.kind in TILE_KINDS:
+            tm, tk, tn = te.tile_shape
+            return {"a": tm * tk, "b": tk * tn, "c": 4 * tm * tn}
+        return {"a": te.rows, "b": te.cols, "c": 4 * te.cols}
 
     @staticmethod
     def depths(arch: ArchSpec) -> tuple[int, int, int]:
         """(A, B, accumulator) buffer depths in words for ``arch``."""
-        te, mem = arch.tensor_engine, arch.memory
-        return (mem.scratchpad_bytes // 2 // te.rows, mem.scratchpad_bytes // 2 // te.cols,
-                mem.accumulator_bytes // 4 // te.cols)
+        mem, wb = arch.memory, GemmLayout.word_bytes(arch)
+        return (mem.scratchpad_bytes // 2 // wb["a"], mem.scratchpad_bytes // 2 // wb["b"],
+                mem.accumulator_bytes // wb["c"])
 
     def fits(self, arch: ArchSpec) -> bool:
         try:
@@ -120,8 +174,10 @@ class GemmLayout:
 
     # ---- packing -----------------------------------------------------------------------
     def a_lanes(self, a: np.ndarray) -> np.ndarray:
-        """A (M x K int8) -> (a_words, rows) int8 lanes in buffer order."""
+        """A (M x K int8) -> (a_words, lanes) int8 lanes in buffer order."""
         R = self.rows
+        if self.tile:
+            return _tiles(a, R, self.depth, self.mb, self.kb)
         if self.dataflow == "ws":
             pad = np.zeros((self.m, self.kb * R), np.int8)
             pad[:, : self.k] = a
@@ -131,8 +187,10 @@ class GemmLayout:
         return pad.reshape(self.mb, R, self.k).transpose(0, 2, 1).reshape(-1, R)
 
     def b_lanes(self, b: np.ndarray) -> np.ndarray:
-        """B (K x N int8) -> (b_words, cols) int8 lanes in buffer order."""
+        """B (K x N int8) -> (b_words, lanes) int8 lanes in buffer order."""
         R, C = self.rows, self.cols
+        if self.tile:     # words nb*KB + kb: tiles of B transposed, each read back row-major
+            return _tiles(b.T, C, self.depth, self.nb, self.kb, transpose=True)
         if self.dataflow == "ws":
             pad = np.zeros((self.kb * R, self.nb * C), np.int8)
             pad[: self.k, : self.n] = b
@@ -143,14 +201,31 @@ class GemmLayout:
         return pad.reshape(self.k, self.nb, C).transpose(1, 0, 2).reshape(-1, C)
 
     def c_from_lanes(self, lanes: np.ndarray) -> np.ndarray:
-        """(acc_words, cols) int32 lanes in buffer order -> C (M x N int32)."""
+        """(acc_words, acc_lanes) int32 lanes in buffer order -> C (M x N int32)."""
         C = self.cols
-        if self.dataflow == "ws":
+        if self.tile:
+            R = self.rows
+            full = lanes.reshape(self.mb, self.nb, R, C).transpose(0, 2, 1, 3)
+            full = full.reshape(self.mb * R, self.nb * C)
+        elif self.dataflow == "ws":
             full = lanes.reshape(self.nb, self.m, C).transpose(1, 0, 2).reshape(self.m, -1)
         else:
             full = lanes.reshape(self.nb, self.mb * self.rows, C).transpose(1, 0, 2)
             full = full.reshape(self.mb * self.rows, -1)
         return np.ascontiguousarray(full[: self.m, : self.n]).astype(np.int32)
+
+
+def _tiles(x: np.ndarray, r: int, c: int, rb: int, cb: int, transpose: bool = False
+           ) -> np.ndarray:
+    """``x`` zero-padded to rb*r x cb*c, cut into r x c tiles in row-major tile order
+    (rb outer), each flattened row-major (``transpose``: each tile flattened as its transpose,
+    c x r row-major)."""
+    pad = np.zeros((rb * r, cb * c), np.int8)
+    pad[: x.shape[0], : x.shape[1]] = x
+    t = pad.reshape(rb, r, cb, c).transpose(0, 2, 1, 3)      # (rb, cb, r, c)
+    if transpose:
+        t = t.transpose(0, 1, 3, 2)
+    return t.reshape(rb * cb, r * c)
 
 
 def pack_lanes(lanes: np.ndarray, bits: int) -> list[int]:

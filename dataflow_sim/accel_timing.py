@@ -10,7 +10,9 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
 * ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/STORE_V/VECTOR —
   (and SCAN) the DMA and the vector engine are idle; SYNC — every selected unit is idle; END — all are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
   from cycle ``c + D + 1``;
-* busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`;
+* busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`
+  (systolic) or :func:`~tilewright.compiler.engine_timing.tile_core_busy_cycles` (tile-MAC
+  kinds);
   LOAD ``D = L + count * r`` (one request cycle … first beat ``L`` cycles after the request,
   one beat per cycle, ``r`` beats per word); STORE ``D = 1 + count * r`` (request, then posted
   write beats); ``count = 0``: ``D = 0``; LOAD_V/STORE_V the same with ``r`` beats per vector
@@ -28,6 +30,7 @@ from tilewright.compiler.codegen import (SCAN_OVERHEAD_CYCLES, VECTOR_OVERHEAD_C
                                          IsaProgram, Segment,
                                          beats_per_word, disassemble, memory_latency_cycles)
 from tilewright.compiler.core_timing import gemm_cycles_array
+from tilewright.compiler.engine_timing import tile_core_busy_cycles
 
 __all__ = ["SegmentTiming", "predict_segment", "predict_accel_cycles", "serial_cycles"]
 
@@ -45,7 +48,10 @@ class SegmentTiming:
 
 
 def _gemm_busy(arch: ArchSpec, m: int, k: int, n: int) -> int:
+    """The GEMM core's busy cycles: systolic closed form, or the tile-MAC core's."""
     te = arch.tensor_engine
+    if not te.systolic:
+        return int(tile_core_busy_cycles(te, m, k, n))
     cyc, _ = gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow)
     return int(cyc)
 

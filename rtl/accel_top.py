@@ -4,7 +4,9 @@ has a ``vector_unit``).
 
 Blocks: :class:`~tilewright.rtl.controller.Controller` (instruction memory, fetch/issue of the
 ISA in :mod:`tilewright.compiler.codegen`), :class:`~tilewright.rtl.dma.Dma` (the one external
-memory port) and :class:`~tilewright.rtl.gemm_core.GemmCore` with ``halves=True``: the A, B and
+memory port) and :class:`~tilewright.rtl.gemm_core.GemmCore` (``tensor_engine.kind``
+``systolic``; :class:`~tilewright.rtl.tile_core.TileCore` for the tile-MAC kinds
+``adder_tree``/``outer_product``/``cube``, same ports) with ``halves=True``: the A, B and
 accumulator SRAMs are each used as two halves, so the DMA fills one half (and drains the other
 accumulator half) while the core computes on the other; a GEMM with ``acc=1`` adds to its
 accumulator half (how the compiler splits a K that does not fit).
@@ -27,7 +29,9 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
       three).
       A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``;
     * GEMM ``D`` = the core's closed form (:mod:`tilewright.compiler.core_timing`; the
-      ``busy`` contract of :mod:`tilewright.rtl.gemm_core`); LOAD ``D = L + count * r``; STORE
+      ``busy`` contract of :mod:`tilewright.rtl.gemm_core`; tile-MAC kinds:
+      :func:`~tilewright.compiler.engine_timing.tile_core_busy_cycles`, the contract of
+      :mod:`tilewright.rtl.tile_core`); LOAD ``D = L + count * r``; STORE
       ``D = 1 + count * r`` (``r`` beats per on-chip word; see :mod:`tilewright.rtl.dma`);
       ``acc`` does not change a GEMM's cycles; a DMA ``count`` of 0 takes ``D = 0``; LOAD_V and
       STORE_V as LOAD and STORE with ``r`` beats per vector word; VECTOR
@@ -49,6 +53,7 @@ from tilewright.arch import ArchSpec
 from tilewright.rtl.controller import Controller
 from tilewright.rtl.dma import Dma
 from tilewright.rtl.gemm_core import GemmCore
+from tilewright.rtl.tile_core import TileCore
 from tilewright.rtl.vector_engine import VectorEngine
 
 __all__ = ["AccelTop", "ACCEL_TOP_NAME", "ACCEL_GENERATOR_VERSION", "ACCEL_SOURCES",
@@ -59,7 +64,8 @@ ACCEL_TOP_NAME = "tw_accel"
 ACCEL_GENERATOR_VERSION = "0.2.0"
 #: the rtl generator files the top's Verilog comes from (build-cache key)
 ACCEL_SOURCES = ("systolic.py", "gemm_core.py", "dma.py", "controller.py", "accel_top.py",
-                 "vector_unit.py", "scan_unit.py", "vector_engine.py")
+                 "vector_unit.py", "scan_unit.py", "vector_engine.py", "tile_core.py", "cube.py",
+                 "adder_tree.py", "outer_product.py", "engine_top.py")
 
 _HOST = ("imem_wr_en", "imem_wr_addr", "imem_wr_data", "start", "entry")
 _STATUS = ("busy", "done", "error", "pc", "cycles", "retired")
@@ -75,7 +81,8 @@ class AccelTop(wiring.Component):
         if not isinstance(arch, ArchSpec):
             raise TypeError(f"AccelTop takes an ArchSpec, not {type(arch).__name__}")
         self._arch = arch
-        self._core = GemmCore(arch, halves=True)
+        # the GEMM core by tensor_engine.kind: systolic array, or a tile-MAC engine (same ports)
+        self._core = (GemmCore if arch.tensor_engine.systolic else TileCore)(arch, halves=True)
         self._dma = Dma(arch=arch)
         self._ctrl = Controller()
         self._vec = VectorEngine(arch) if arch.vector_unit is not None else None

@@ -118,6 +118,11 @@ class AxiAccelMap:
     @classmethod
     def for_arch(cls, arch: ArchSpec) -> "AxiAccelMap":
         te = arch.tensor_engine
+        if not te.systolic:     # CONFIG describes a systolic array (rows, cols, dataflow)
+            raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {te.kind!r}: the AXI "
+                             f"accelerator top's CONFIG register describes a systolic array; "
+                             f"accepted: 'systolic' (the tile-MAC kinds run on the accelerator "
+                             f"top without AXI: tilewright sim --rtl --top accel)")
         return cls(te.rows, te.cols, te.dataflow, axi_data_bytes(arch),
                    int(arch.content_hash(), 16) & 0xFFFF_FFFF)
 

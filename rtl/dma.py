@@ -29,7 +29,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import VBUF_WORDS, beat_bytes, beats_per_word, field_slices
+from tilewright.compiler.codegen import (VBUF_WORDS, beat_bytes, beats_per_word, field_slices,
+                                         word_bytes)
 from tilewright.compiler.layout import GemmLayout
 
 __all__ = ["Dma", "OP_LOAD_A", "OP_LOAD_B", "OP_STORE", "OP_LOAD_V", "OP_STORE_V", "COUNT_BITS",
@@ -53,10 +54,9 @@ class Dma(wiring.Component):
     def __init__(self, *, arch: ArchSpec):
         if not isinstance(arch, ArchSpec):
             raise TypeError(f"Dma takes arch=ArchSpec, not {type(arch).__name__}")
-        te = arch.tensor_engine
         self._w = beat_bytes(arch)
         self._r = beats_per_word(arch)
-        self._rows, self._cols = te.rows, te.cols
+        self._wb = word_bytes(arch)       # on-chip word sizes (the core's layouts)
         self._lanes = arch.vector_unit.lanes if arch.vector_unit is not None else 0
         self._depths = GemmLayout.depths(arch)
         da, db, dc = self._depths
@@ -68,9 +68,9 @@ class Dma(wiring.Component):
             "mem_req_addr": Out(ADDR_BITS), "mem_req_len": Out(32),
             "mem_rd_valid": In(1), "mem_rd_ready": Out(1), "mem_rd_data": In(W),
             "mem_wr_valid": Out(1), "mem_wr_ready": In(1), "mem_wr_data": Out(W),
-            "a_wr_en": Out(1), "a_wr_addr": Out(_abits(da)), "a_wr_data": Out(8 * te.rows),
-            "b_wr_en": Out(1), "b_wr_addr": Out(_abits(db)), "b_wr_data": Out(8 * te.cols),
-            "acc_rd_addr": Out(_abits(dc)), "acc_rd_data": In(32 * te.cols),
+            "a_wr_en": Out(1), "a_wr_addr": Out(_abits(da)), "a_wr_data": Out(8 * self._wb["a"]),
+            "b_wr_en": Out(1), "b_wr_addr": Out(_abits(db)), "b_wr_data": Out(8 * self._wb["b"]),
+            "acc_rd_addr": Out(_abits(dc)), "acc_rd_data": In(8 * self._wb["c"]),
             # the vector buffer's ports (an ArchSpec without a vector unit has none)
             **({"v_wr_en": Out(1), "v_wr_addr": Out(VBUF_ADDR_BITS),
                 "v_wr_data": Out(32 * self._lanes),
@@ -158,8 +158,8 @@ class Dma(wiring.Component):
             with m.If(self.mem_rd_valid & self.mem_rd_ready & ~last_chunk):
                 m.d.sync += gather.eq(Cat(gather[W:], self.mem_rd_data) if rmax > 2
                                       else self.mem_rd_data)
-        ports = [(ra, 8 * self._rows, "a", Mux(buf, da // 2, 0)),
-                 (rb, 8 * self._cols, "b", Mux(buf, db // 2, 0))]
+        ports = [(ra, 8 * self._wb["a"], "a", Mux(buf, da // 2, 0)),
+                 (rb, 8 * self._wb["b"], "b", Mux(buf, db // 2, 0))]
         if vec:
             ports.append((rv, 32 * self._lanes, "v", vaddr))
         for r, bits, port, base in ports:
@@ -171,7 +171,7 @@ class Dma(wiring.Component):
 
         def padded(value, bits):
             return Cat(value, Const(0, rw * W - bits)) if rw * W > bits else value
-        src = padded(self.acc_rd_data, 32 * self._cols)
+        src = padded(self.acc_rd_data, 8 * self._wb["c"])
         if vec:
             src = Mux(op == OP_STORE_V, padded(self.v_rd_data, 32 * self._lanes), src)
         m.d.comb += self.mem_wr_data.eq(src.word_select(chunk, W) if rw > 1 else src[:W])

@@ -46,7 +46,8 @@ from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArr
                                      WeightStationaryArray, delay, os_finish_cycles,
                                      ws_latency_cycles)
 
-__all__ = ["GemmCore", "GENERATOR_VERSION", "memories", "run_state", "ws_sequencer"]
+__all__ = ["GemmCore", "GENERATOR_VERSION", "memories", "run_state", "ws_sequencer",
+           "word_ports", "half_offsets", "check_core_arch", "HALF_PORTS"]
 
 #: bump when the generated hardware's behaviour or ports change
 GENERATOR_VERSION = "0.3.0"
@@ -74,14 +75,24 @@ class _Offset:
 def core_ports(rows: int, cols: int, depths: tuple[int, int, int], element_bits: int) -> dict:
     """The host ports of a GEMM core with ``rows`` x ``cols`` lanes of ``element_bits`` and
     (A, B, accumulator) buffers of ``depths`` words (see module docstring)."""
-    da, db, dc = depths
+    return word_ports((rows * element_bits, cols * element_bits, cols * ACC_BITS), depths)
+
+
+def word_ports(widths: tuple[int, int, int], depths: tuple[int, int, int]) -> dict:
+    """The host ports of a GEMM core whose (A, B, accumulator) buffers hold ``depths`` words of
+    ``widths`` bits (see module docstring)."""
+    (wa, wb, wc), (da, db, dc) = widths, depths
     return {
-        "a_wr_en": In(1), "a_wr_addr": In(_abits(da)), "a_wr_data": In(rows * element_bits),
-        "b_wr_en": In(1), "b_wr_addr": In(_abits(db)), "b_wr_data": In(cols * element_bits),
-        "acc_rd_addr": In(_abits(dc)), "acc_rd_data": Out(cols * ACC_BITS),
+        "a_wr_en": In(1), "a_wr_addr": In(_abits(da)), "a_wr_data": In(wa),
+        "b_wr_en": In(1), "b_wr_addr": In(_abits(db)), "b_wr_data": In(wb),
+        "acc_rd_addr": In(_abits(dc)), "acc_rd_data": Out(wc),
         "m": In(_DIM_BITS), "k": In(_DIM_BITS), "n": In(_DIM_BITS),
         "start": In(1), "busy": Out(1), "cycles": Out(32),
     }
+
+
+#: the double-buffer ports of a core with ``halves=True`` (see module docstring)
+HALF_PORTS = {"a_half": In(1), "b_half": In(1), "acc_half": In(1), "accumulate": In(1)}
 
 
 class _CoreShape(_Dims):
@@ -92,6 +103,19 @@ class _CoreShape(_Dims):
     def depths(self) -> tuple[int, int, int]:
         """(A, B, accumulator) buffer depths in words."""
         return self._depths
+
+
+class _CoreArch:
+    """``arch`` and ``banks`` of a core that sets ``_arch`` and ``_banks``."""
+
+    @property
+    def arch(self) -> ArchSpec:
+        return self._arch
+
+    @property
+    def banks(self) -> tuple[int, int, int]:
+        """(A, B, accumulator) SRAM banks (ArchSpec ``memory.*_banks``)."""
+        return self._banks
 
 
 class _PortSignals:
@@ -135,35 +159,68 @@ def banked_memory(m: Module, name: str, width: int, depth: int, banks: int,
     return w, rs
 
 
-def memories(m: Module, core, element_bits: int):
+def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | None = None):
     """The A, B and accumulator buffers of ``core`` (``rows``/``cols`` lanes of
-    ``element_bits``, ``cols`` lanes of ACC_BITS; ``core.depths`` words; split into
+    ``element_bits``, ``cols`` lanes of ACC_BITS, or words of ``widths`` bits when given;
+    ``core.depths`` words; split into
     ``core.banks`` = (scratchpad, scratchpad, accumulator) banks, :func:`banked_memory`, 1 if
     the core has no ``banks``). Returns the engine's ports (``a_r``, ``b_r``, ``c_r``, ``c_w``;
     the accumulator read port transparent for its write port) and the statements that wire the
     host's ports (``a_wr_*``, ``b_wr_*``, ``acc_rd_*``) for the caller to add to ``m.d.comb``."""
-    R, C = core.rows, core.cols
+    if widths is None:
+        widths = (core.rows * element_bits, core.cols * element_bits, core.cols * ACC_BITS)
+    wa, wb, wc = widths
     da, db, dc = core.depths
     ba, bb, bc = getattr(core, "banks", (1, 1, 1))
     if (ba, bb, bc) == (1, 1, 1):       # one Memory each (the Verilog names its ports a_w, ...)
-        mem_a = memory.Memory(shape=unsigned(R * element_bits), depth=da, init=[])
-        mem_b = memory.Memory(shape=unsigned(C * element_bits), depth=db, init=[])
-        mem_c = memory.Memory(shape=unsigned(C * ACC_BITS), depth=dc, init=[])
+        mem_a = memory.Memory(shape=unsigned(wa), depth=da, init=[])
+        mem_b = memory.Memory(shape=unsigned(wb), depth=db, init=[])
+        mem_c = memory.Memory(shape=unsigned(wc), depth=dc, init=[])
         m.submodules.mem_a, m.submodules.mem_b, m.submodules.mem_acc = mem_a, mem_b, mem_c
         a_w, b_w, c_w = mem_a.write_port(), mem_b.write_port(), mem_c.write_port()
         a_r, b_r = mem_a.read_port(), mem_b.read_port()
         c_r = mem_c.read_port(transparent_for=(c_w,))
         host_r = mem_c.read_port()
     else:
-        a_w, (a_r,) = banked_memory(m, "mem_a", R * element_bits, da, ba, (False,))
-        b_w, (b_r,) = banked_memory(m, "mem_b", C * element_bits, db, bb, (False,))
-        c_w, (c_r, host_r) = banked_memory(m, "mem_acc", C * ACC_BITS, dc, bc, (True, False))
+        a_w, (a_r,) = banked_memory(m, "mem_a", wa, da, ba, (False,))
+        b_w, (b_r,) = banked_memory(m, "mem_b", wb, db, bb, (False,))
+        c_w, (c_r, host_r) = banked_memory(m, "mem_acc", wc, dc, bc, (True, False))
     host = [
         a_w.en.eq(core.a_wr_en), a_w.addr.eq(core.a_wr_addr), a_w.data.eq(core.a_wr_data),
         b_w.en.eq(core.b_wr_en), b_w.addr.eq(core.b_wr_addr), b_w.data.eq(core.b_wr_data),
         host_r.addr.eq(core.acc_rd_addr), core.acc_rd_data.eq(host_r.data),
     ]
     return a_r, b_r, c_r, c_w, host
+
+
+def half_offsets(m: Module, core, a_r, b_r, c_r, c_w):
+    """The double buffer of a core with ``halves=True``: ``a_half``/``b_half``/``acc_half`` and
+    ``accumulate`` sampled with ``start``; returns the engine's ports seen through their half's
+    base offset (``half * depth // 2``) and the sampled ``accumulate`` (a, b, c_r, c_w, acc_q)."""
+    acc_q = Signal(name="accumulate_q")
+    with m.If(core.start & ~core.busy):
+        m.d.sync += acc_q.eq(core.accumulate)
+    offs = []
+    for port, depth in zip(("a", "b", "acc"), core.depths):
+        half_q = Signal(name=f"{port}_half_q")
+        with m.If(core.start & ~core.busy):
+            m.d.sync += half_q.eq(getattr(core, f"{port}_half"))
+        offs.append(Mux(half_q, depth // 2, 0))
+    return (_Offset(m, a_r, offs[0]), _Offset(m, b_r, offs[1]), _Offset(m, c_r, offs[2]),
+            _Offset(m, c_w, offs[2]), acc_q)
+
+
+def check_core_arch(arch: ArchSpec, what: str) -> None:
+    """Refuse (one line) an ArchSpec the int8 RTL cores cannot build: a ``what`` component."""
+    if not isinstance(arch, ArchSpec):
+        raise TypeError(f"{what} takes an ArchSpec, not {type(arch).__name__}")
+    te = arch.tensor_engine
+    if (te.input_format, te.weight_format, te.accumulator_format) != ("int8", "int8", "int32"):
+        raise ValueError(
+            f"{arch.name}: the RTL GEMM core implements int8 x int8 -> int32 only, not "
+            f"tensor_engine.input_format = {te.input_format!r} -> "
+            f"accumulator_format = {te.accumulator_format!r} (other formats run on the "
+            f"functional and cycle models)")
 
 
 def run_state(m: Module, core):
@@ -279,19 +336,12 @@ def _int32_accumulate(m: Module, new, old, first):
     return Mux(first, new, Cat(*summed))
 
 
-class GemmCore(_CoreShape, wiring.Component):
+class GemmCore(_CoreShape, _CoreArch, wiring.Component):
     """The systolic GEMM core for one :class:`~tilewright.arch.ArchSpec` (see module docstring)."""
 
     def __init__(self, arch: ArchSpec, *, halves: bool = False):
-        if not isinstance(arch, ArchSpec):
-            raise TypeError(f"GemmCore takes an ArchSpec, not {type(arch).__name__}")
+        check_core_arch(arch, "GemmCore")
         te = arch.tensor_engine
-        if (te.input_format, te.weight_format, te.accumulator_format) != ("int8", "int8", "int32"):
-            raise ValueError(
-                f"{arch.name}: the RTL GEMM core implements int8 x int8 -> int32 only, not "
-                f"tensor_engine.input_format = {te.input_format!r} -> "
-                f"accumulator_format = {te.accumulator_format!r} (other formats run on the "
-                f"functional and cycle models)")
         if not isinstance(halves, bool):
             raise TypeError(f"GemmCore halves must be a bool, not {type(halves).__name__}")
         self._arch = arch
@@ -310,35 +360,15 @@ class GemmCore(_CoreShape, wiring.Component):
             # halves of depth // 2 words; the GEMM reads/writes half a_half/b_half/acc_half
             # (sampled with start) at word offset half * (depth // 2)
             # and ``accumulate`` (sampled with start) adds C to the accumulator half's contents
-            **({"a_half": In(1), "b_half": In(1), "acc_half": In(1), "accumulate": In(1)}
-               if halves else {}),
+            **(HALF_PORTS if halves else {}),
         })
-
-    @property
-    def arch(self) -> ArchSpec:
-        return self._arch
-
-    @property
-    def banks(self) -> tuple[int, int, int]:
-        """(A, B, accumulator) SRAM banks (ArchSpec ``memory.*_banks``)."""
-        return self._banks
 
     def elaborate(self, platform):
         m = Module()
         a_r, b_r, c_r, c_w, host = memories(m, self, ELEMENT_BITS)
         acc_q = None
         if self._halves:       # double buffer: offset every engine address by its half's base
-            acc_q = Signal(name="accumulate_q")
-            with m.If(self.start & ~self.busy):
-                m.d.sync += acc_q.eq(self.accumulate)
-            offs = []
-            for port, depth in zip(("a", "b", "acc"), self._depths):
-                half_q = Signal(name=f"{port}_half_q")
-                with m.If(self.start & ~self.busy):
-                    m.d.sync += half_q.eq(getattr(self, f"{port}_half"))
-                offs.append(Mux(half_q, depth // 2, 0))
-            a_r, b_r = _Offset(m, a_r, offs[0]), _Offset(m, b_r, offs[1])
-            c_r, c_w = _Offset(m, c_r, offs[2]), _Offset(m, c_w, offs[2])
+            a_r, b_r, c_r, c_w, acc_q = half_offsets(m, self, a_r, b_r, c_r, c_w)
         m.d.comb += host
 
         running, t, mr, kr, nr = run_state(m, self)

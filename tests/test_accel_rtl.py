@@ -41,6 +41,29 @@ def _exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
 
 
+def check_gemm_segments(prog, inputs, run, arch) -> tuple[int, int]:
+    """Every GEMM task of an accelerator run: C bit-exact against numpy, cycles and instructions
+    retired equal to the cycle model, every beat of the image through the port (A/B in, C out).
+    Returns (multi-tile segments, K-split segments)."""
+    multi_tile = k_split = 0
+    r = beats_per_word(arch)
+    for task, rec in zip(prog.gemms(), run.segments, strict=True):
+        assert rec["task"] == task.name
+        assert np.array_equal(run.outputs[task.out], _exact(inputs[task.a], inputs[task.b])), \
+            task.name
+        seg = run.isa.segment(task.name)
+        pred = predict_segment(run.isa, seg, arch)
+        assert (rec["cycles"], rec["retired"]) == (pred.cycles, pred.instructions), task.name
+        lays = [t.layout(arch) for t in seg.tiles]
+        assert rec["read_beats"] == sum(lay.a_words * r["a"] + lay.b_words * r["b"]
+                                        for lay in lays)
+        assert rec["write_beats"] == sum(lay.acc_words * r["c"]
+                                         for lay, t in zip(lays, seg.tiles) if t.last)
+        k_split += any(t.k0 > 0 for t in seg.tiles)
+        multi_tile += len(seg.tiles) > 1
+    return multi_tile, k_split
+
+
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_accel_gemms_bit_exact_cycle_exact_and_overlapped(name):
     from tilewright.cosim.accel_build import lint_accel
@@ -52,24 +75,11 @@ def test_accel_gemms_bit_exact_cycle_exact_and_overlapped(name):
         assert beats_per_word(arch) == {"a": 1, "b": 1, "c": 1}
     prog, inputs = gemm_suite(arch, SHAPES, seed=7)
     run = run_program_accel(prog, inputs, arch)
-    multi_tile = k_split = 0
+    multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
     for task, rec in zip(prog.gemms(), run.segments):
-        assert rec["task"] == task.name
-        assert np.array_equal(run.outputs[task.out], _exact(inputs[task.a], inputs[task.b])), \
-            task.name
         seg = run.isa.segment(task.name)
         pred = predict_segment(run.isa, seg, arch)
-        assert (rec["cycles"], rec["retired"]) == (pred.cycles, pred.instructions), task.name
-        # every beat of the image went through the port: A/B in, C out
-        r = beats_per_word(arch)
-        lays = [t.layout(arch) for t in seg.tiles]
-        assert rec["read_beats"] == sum(lay.a_words * r["a"] + lay.b_words * r["b"]
-                                        for lay in lays)
-        assert rec["write_beats"] == sum(lay.acc_words * r["c"]
-                                         for lay, t in zip(lays, seg.tiles) if t.last)
-        k_split += any(t.k0 > 0 for t in seg.tiles)
         if len(seg.tiles) > 1:
-            multi_tile += 1
             # double buffering: DMA and GEMM overlap, so the run beats the serial sum
             assert rec["cycles"] < pred.gemm_cycles + pred.dma_cycles, task.name
     assert multi_tile >= 2 and k_split == 2

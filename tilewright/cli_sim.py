@@ -95,7 +95,7 @@ def sim(
         te = spec.tensor_engine
         total_m = sum(r["model"] for r in rows)
         t.add_row(f"{len(rows)} GEMMs", f"{macs:,} MACs", f"{sum(r['rtl'] for r in rows):,}",
-                  f"{total_m:,}", f"{macs / (total_m * te.rows * te.cols):.1%}")
+                  f"{total_m:,}", f"{macs / (total_m * te.macs_per_cycle):.1%}")
         console.print(t)
     if res.vector_rows and "rtl" in res.vector_rows[0]:
         vrows = res.vector_rows

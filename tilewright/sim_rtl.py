@@ -143,6 +143,11 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if trace_dir is not None and (not rtl or driver != "cocotb" or top not in ("core", "accel")):
         raise ValueError("a waveform trace needs the RTL run of the GEMM core or the accelerator "
                          "top with the cocotb driver (--rtl --top core|accel, without --fast)")
+    if rtl and not arch.tensor_engine.systolic and top != "accel":
+        from tilewright.arch import ArchSpecError  # noqa: PLC0415
+        raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {arch.tensor_engine.kind!r} with "
+                         f"--top {top}: the tile-MAC kinds run their GEMMs on the accelerator "
+                         f"top; accepted: --top accel")
     if vector and arch.vector_unit is None:
         raise ValueError(f"--vector: {arch.name} has no vector_unit section (the accelerator's "
                          "vector engine is generated from it)")

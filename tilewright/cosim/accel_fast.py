@@ -77,7 +77,7 @@ def build_accel_fast(arch: ArchSpec, *, log=None) -> AccelFastBuild:
     return cached_build(_key(arch), ACCEL_TOP_NAME, lambda d: write_accel_rtl(arch, d), log=log,
                         build_step=build_step, cls=DriverBuild, arch=arch, exe_name=EXECUTABLE,
                         what=f"the accelerator C++ fast driver for {arch.name} "
-                             f"({te.rows}x{te.cols} {te.dataflow}, W={w})")
+                             f"({te.describe()}, W={w})")
 
 
 # ---- stream ------------------------------------------------------------------------------------

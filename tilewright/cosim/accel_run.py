@@ -43,7 +43,8 @@ class AccelRun:
 
     def comparison(self, arch: ArchSpec) -> list[dict]:
         """Per GEMM task: RTL cycles next to the cycle model's prediction, the GEMM core's and
-        the DMA's busy cycles and the utilization M·K·N / (rows·cols·cycles)."""
+        the DMA's busy cycles and the utilization M·K·N / (peak MAC/cycle · cycles), peak =
+        rows·cols·depth (``tensor_engine.macs_per_cycle``)."""
         from tilewright.dataflow_sim.accel_timing import predict_segment  # noqa: PLC0415
         te = arch.tensor_engine
         rows = []
@@ -54,7 +55,7 @@ class AccelRun:
                          "model_cycles": pred.cycles, "equal": rec["cycles"] == pred.cycles,
                          "gemm_busy": pred.gemm_cycles, "dma_busy": pred.dma_cycles,
                          "utilization": rec["m"] * rec["k"] * rec["n"]
-                         / (te.rows * te.cols * rec["cycles"])})
+                         / (te.macs_per_cycle * rec["cycles"])})
         return rows
 
 
