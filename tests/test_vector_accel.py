@@ -250,12 +250,14 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name):
             [{k: r[k] for k in keys} for r in run.segments]
 
 
-@pytest.mark.parametrize("model,needle,fast", [("tiny-moe", "softmax", False),
-                                               ("tiny-mamba", "scan", True)])
-def test_cli_runs_a_layers_vector_ops_on_the_rtl(model, needle, fast):
-    """tiny-moe on the cocotb bench; tiny-mamba (its scan on the scan unit) on the fast driver."""
+@pytest.mark.parametrize("model,arch,needle,fast", [
+    ("tiny-moe", "ws8x8v", "softmax", False), ("tiny-mamba", "ws8x8v", "scan", True),
+    ("tiny-mamba", "cube2x4x2v", "scan", False)])
+def test_cli_runs_a_layers_vector_ops_on_the_rtl(model, arch, needle, fast):
+    """tiny-moe on the cocotb bench; tiny-mamba (its scan on the scan unit) on the fast driver;
+    tiny-mamba again on a cube engine's accelerator top (tile-MAC core + vector engine)."""
     from tests.test_cli import tw
-    res = tw("sim", "--model", model, "--arch", "ws8x8v", "--rtl", "--top", "accel",
+    res = tw("sim", "--model", model, "--arch", arch, "--rtl", "--top", "accel",
              "--vector", *(["--fast"] if fast else []), columns=240)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
