@@ -91,7 +91,7 @@ __all__ = ["ISA", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTION
            "vector_word_bytes", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",
            "AssemblerError", "CodegenError", "field_slices", "assemble", "disassemble",
            "beat_bytes", "memory_latency_cycles", "beats_per_word", "word_bytes", "Tile", "Segment",
-           "IsaProgram", "codegen", "codegen_gemm", "codegen_gemms",
+           "IsaProgram", "codegen", "codegen_gemm", "codegen_gemms", "find_segment",
            "words_to_beats", "beats_to_words"]
 
 WORD_BITS = 64        #: bits per instruction word
@@ -308,6 +308,16 @@ class Tile:
         return GemmLayout.for_arch(arch, self.tm, self.k, self.tn)
 
 
+def find_segment(segments, task: str):
+    """The segment of ``segments`` (anything with a ``task`` name) for ``task``; KeyError naming
+    the segments there are."""
+    for s in segments:
+        if s.task == task:
+            return s
+    raise KeyError(f"no segment for task {task!r}; segments: "
+                   f"{', '.join(s.task for s in segments)}")
+
+
 @dataclass(frozen=True)
 class Segment:
     """The code of one GEMM task: instructions ``entry .. end`` (inclusive, the last is END)."""
@@ -332,11 +342,7 @@ class IsaProgram:
     ext_words: int            #: external memory size the image needs (W-byte words)
 
     def segment(self, task: str) -> Segment:
-        for s in self.segments:
-            if s.task == task:
-                return s
-        raise KeyError(f"no segment for task {task!r}; segments: "
-                       f"{', '.join(s.task for s in self.segments)}")
+        return find_segment(self.segments, task)
 
     def instructions(self) -> list[Instr]:
         return disassemble(list(self.words))

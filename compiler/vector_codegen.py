@@ -42,7 +42,7 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import (IMEM_WORDS, VBUF_WORDS, VECTOR_OPCODES, AssemblerError,
-                                         CodegenError, Instr, assemble, beat_bytes,
+                                         CodegenError, Instr, assemble, beat_bytes, find_segment,
                                          beats_to_words, field_slices, vector_word_bytes,
                                          words_to_beats)
 from tilewright.compiler.layout import DoesNotFit
@@ -240,11 +240,7 @@ class VectorIsa:
     ext_words: int
 
     def segment(self, name: str) -> VectorSegment:
-        for s in self.segments:
-            if s.task == name:
-                return s
-        raise KeyError(f"no vector segment {name!r}; segments: "
-                       f"{', '.join(s.task for s in self.segments)}")
+        return find_segment(self.segments, name)
 
 
 def pack_vector_words(lanes: np.ndarray) -> list[int]:
