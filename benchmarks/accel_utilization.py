@@ -10,7 +10,8 @@ transfer, the first loads and the last store). The table also shows what limits 
 core's own busy cycles (fold period / fill and drain), the DMA cycles not hidden behind GEMMs,
 and the controller.
 
-Usage: ``python benchmarks/accel_utilization.py [--rtl] [--size 256] [CONFIG.yaml ...]``
+Usage: ``python benchmarks/accel_utilization.py [--rtl] [--size 256] [--engines | CONFIG.yaml ...]``
+(``--engines``: the tile-MAC families instead, on ws16x16's memories and memory port)
 """
 
 from __future__ import annotations
@@ -43,16 +44,35 @@ def _rtl(arch, size: int):
     return run.segments[0]["cycles"], ok, time.perf_counter() - t0, run.sim_seconds
 
 
+def _engine_archs():
+    """The three tile-MAC families at 16 or 64 MACs/cycle on ws16x16's memories and port: 64 KiB
+    scratchpad/accumulator, 16 GB/s at 500 MHz, 100 ns."""
+    from tilewright.arch import ArchSpec  # noqa: PLC0415
+    base = load_arch(CONFIGS[0]).model_dump(mode="json", exclude_none=True)
+    out = []
+    for name, te in (("adder_tree1x16x1", {"kind": "adder_tree", "rows": 1, "depth": 16, "cols": 1}),
+                     ("outer_product8x8", {"kind": "outer_product", "rows": 8, "cols": 8}),
+                     ("cube4x4x4", {"kind": "cube", "rows": 4, "depth": 4, "cols": 4})):
+        spec = {**base, "name": name,
+                "tensor_engine": {**base["tensor_engine"], **te, "dataflow": "ws"}}
+        out.append(ArchSpec.from_dict(spec))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("configs", nargs="*", type=Path, default=CONFIGS)
+    ap.add_argument("configs", nargs="*", type=Path, default=None)
+    ap.add_argument("--engines", action="store_true",
+                    help="the tile-MAC families (adder_tree 1x16x1, outer_product 8x8, cube "
+                         "4x4x4) on ws16x16's memories instead of the configs")
     ap.add_argument("--size", type=int, default=256, help="M = K = N of the GEMM")
     ap.add_argument("--rtl", action="store_true", help="also run the Verilated top (slow)")
     args = ap.parse_args()
     s = args.size
     rows = []
-    for path in args.configs:
-        arch = load_arch(path)
+    archs = (_engine_archs() if args.engines
+             else [load_arch(p) for p in (args.configs or CONFIGS)])
+    for arch in archs:
         te = arch.tensor_engine
         isa = codegen_gemms(arch, [(s, s, s)])
         seg = isa.segments[0]
