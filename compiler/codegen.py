@@ -32,11 +32,15 @@ ISA — fixed 64-bit instruction words
                         from word ``vaddr`` on
     ``STORE_V`` 7       as ``LOAD_V``, vector buffer -> external memory
     ``VECTOR``  8       ``vop`` (4, :data:`VECTOR_OPCODES`), ``count`` (12, >= 1) beats, ``a``,
-                        ``b`` (12 each) source words, ``b_inc`` (1), ``dst`` (12): stream vector
-                        words ``a .. a+count-1`` (and ``b`` .. when ``b_inc`` = 1, else the one
-                        word ``b`` every beat) through the vector unit and write the results to
-                        ``dst ..`` (elementwise: ``count`` words; ``sum``/``rmax``: one word, the
-                        reduction of all ``count`` beats in every lane)
+                        ``b`` (12 each) source words, ``b_inc`` (1), ``dst`` (12), ``seg`` (7):
+                        stream vector words ``a .. a+count-1`` through the vector unit and write
+                        the results to ``dst ..``. The beats form segments of ``seg`` beats
+                        (``seg`` = 0: one segment of all ``count``; the last may be shorter).
+                        Beat ``i``'s b word is ``b + i`` when ``b_inc`` = 1, else ``b + i // seg``
+                        (the segment's word; ``b`` every beat when ``seg`` = 0). Elementwise ops
+                        write ``count`` words; ``sum``/``rmax`` write one word per segment, the
+                        reduction of its beats in every lane — e.g. a row max of ``n`` rows of
+                        ``seg`` words each in one instruction
     ``SCAN``    9       ``count`` (12, >= 1) time steps, ``ab``, ``c``, ``h0``, ``dst`` (12 each):
                         the scan unit runs ``h[t] = a[t] h[t-1] + b[t]`` for one channel (its
                         ``lanes`` state elements): step ``t`` reads a from word ``ab+t`` (low 16
@@ -110,7 +114,7 @@ ISA: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "LOAD_V": (6, (("vaddr", 12), ("count", 16), ("addr", 32))),
     "STORE_V": (7, (("vaddr", 12), ("count", 16), ("addr", 32))),
     "VECTOR": (8, (("vop", 4), ("count", 12), ("a", 12), ("b", 12), ("b_inc", 1),
-                   ("dst", 12))),
+                   ("dst", 12), ("seg", 7))),
     "SCAN": (9, (("count", 12), ("ab", 12), ("c", 12), ("h0", 12), ("dst", 12))),
 }
 #: vector-buffer depth of the accelerator top (words of ``lanes`` 32-bit lanes)

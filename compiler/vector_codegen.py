@@ -17,9 +17,10 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
                  with its ``N <= lanes`` state elements in the lanes (unused lanes zero); the
                  channels of a chunk share the chunk's c words.
 
-``softmax`` of one row is seven VECTOR instructions — ``rmax`` -> m; ``mul`` m x (-1) -> -m;
-``add`` row + (-m) (b broadcast); ``exp``; ``sum`` -> s (Q24.8); ``recip`` s; ``mul`` row x 1/s —
-so each step is the unit's exact arithmetic. ``recip`` reads the low 16 bits of s as Q8.8, so the
+Row ops run a whole chunk of rows per VECTOR instruction, one segment (``seg``) per row:
+``sum``/``rmax`` are one instruction; ``softmax`` is seven — ``rmax`` -> m per row; ``mul``
+m x (-1) -> -m; ``add`` rows + (-m) (b stepping once per row); ``exp``; ``sum`` -> s per row
+(Q24.8); ``recip`` s; ``mul`` rows x 1/s — so each step is the unit's exact arithmetic. ``recip`` reads the low 16 bits of s as Q8.8, so the
 row length is limited to 127 (a sum of exps <= 127.0): longer rows raise :class:`DoesNotFit`.
 
 Code shape (one segment per kernel, run from its entry to END): the operand is cut into chunks that
@@ -62,6 +63,7 @@ SOFTMAX_MAX_ROW = 127               #: longest softmax row (sum of exps must sta
 SCAN_A_BITS = 16                    #: scan unit: a is unsigned Q0.16
 SCAN_H_MIN, SCAN_H_MAX = -(1 << 31), (1 << 31) - 1   #: scan unit: b, c, h codes (Q16.16 int32)
 _MAX_BEATS = (1 << field_slices("VECTOR")["count"][1]) - 1
+_MAX_SEG = (1 << field_slices("VECTOR")["seg"][1]) - 1     #: longest VECTOR segment (beats)
 _NEG_ONE = -256                     #: -1.0 in Q8.8
 
 
@@ -261,8 +263,10 @@ def _ins(op: str, **f: int) -> Instr:
     return Instr(op, dict(f))
 
 
-def _vec(op: str, count: int, a: int, dst: int, b: int = 0, b_inc: int = 0) -> Instr:
-    return _ins("VECTOR", vop=VECTOR_OPCODES[op], count=count, a=a, b=b, b_inc=b_inc, dst=dst)
+def _vec(op: str, count: int, a: int, dst: int, b: int = 0, b_inc: int = 0,
+         seg: int = 0) -> Instr:
+    return _ins("VECTOR", vop=VECTOR_OPCODES[op], count=count, a=a, b=b, b_inc=b_inc, dst=dst,
+                seg=seg)
 
 
 def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
@@ -301,35 +305,39 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
                              f"words (and a VECTOR at most {_MAX_BEATS} beats)")
         if k.op == "softmax":
             const_addr, addr = addr, addr + r
-        # buffer: [rows x row_words] | results of sum/rmax | m (softmax) | s (softmax) | -1.0
-        spare = 3 if k.op == "softmax" else 0
-        per_rows = (VBUF_WORDS - spare) // (row_words + (k.op != "softmax"))
+        # one instruction per step covers a whole chunk of rows (segments of row_words beats);
+        # rows longer than a segment can be (sum/rmax only) take one instruction per row
+        batched = row_words <= _MAX_SEG
+        # buffer: rows x row_words | one result word per row (softmax: m and s) | -1.0 (softmax)
+        per_row = row_words + (2 if k.op == "softmax" else 1)
+        per_rows = (VBUF_WORDS - (k.op == "softmax")) // per_row
+        if batched:
+            per_rows = min(per_rows, _MAX_BEATS // row_words)
         const_v = VBUF_WORDS - 1
         for r0 in range(0, rows, per_rows):
             n = min(per_rows, rows - r0)
-            in_words = n * row_words
+            nw = n * row_words
             in_addr = addr
-            addr += in_words * r
-            out_words = in_words if k.op == "softmax" else n
+            addr += nw * r
+            out_words = nw if k.op == "softmax" else n
             if k.op == "softmax":
                 code.append(_ins("LOAD_V", vaddr=const_v, count=1, addr=const_addr))
-            code.append(_ins("LOAD_V", vaddr=0, count=in_words, addr=in_addr))
-            for i in range(n):
-                row = i * row_words
-                if k.op != "softmax":
-                    code.append(_vec(k.op, row_words, row, in_words + i))
-                    continue
-                mm, ss = VBUF_WORDS - 3, VBUF_WORDS - 2
-                code += [_vec("rmax", row_words, row, mm),
-                         _vec("mul", 1, mm, mm, b=const_v),
-                         _vec("add", row_words, row, row, b=mm),
-                         _vec("exp", row_words, row, row),
-                         _vec("sum", row_words, row, ss),
-                         _vec("recip", 1, ss, ss),
-                         _vec("mul", row_words, row, row, b=ss)]
-            code.append(_ins("STORE_V", vaddr=0 if k.op == "softmax" else in_words,
+            code.append(_ins("LOAD_V", vaddr=0, count=nw, addr=in_addr))
+            if k.op != "softmax":
+                code += ([_vec(k.op, nw, 0, nw, seg=row_words)] if batched else
+                         [_vec(k.op, row_words, i * row_words, nw + i) for i in range(n)])
+            else:
+                mm, ss, sg = nw, nw + n, row_words
+                code += [_vec("rmax", nw, 0, mm, seg=sg),
+                         _vec("mul", n, mm, mm, b=const_v),
+                         _vec("add", nw, 0, 0, b=mm, seg=sg),
+                         _vec("exp", nw, 0, 0),
+                         _vec("sum", nw, 0, ss, seg=sg),
+                         _vec("recip", n, ss, ss),
+                         _vec("mul", nw, 0, 0, b=ss, seg=sg)]
+            code.append(_ins("STORE_V", vaddr=0 if k.op == "softmax" else nw,
                              count=out_words, addr=addr))
-            chunks.append(_Chunk(n, (in_addr,), in_words, addr, out_words))
+            chunks.append(_Chunk(n, (in_addr,), nw, addr, out_words))
             addr += out_words * r
     code.append(_ins("END"))
     seg = VectorSegment(k, base_pc, base_pc + len(code) - 1, lanes, row_words, const_addr,

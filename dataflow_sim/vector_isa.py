@@ -59,12 +59,13 @@ def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int,
             for j, beat in enumerate(words_to_beats(pack_vector_words(buf[idx]), wb, w)):
                 ext[f["addr"] + j] = beat
         elif ins.op == "VECTOR":
-            op, n = _OP_NAMES[f["vop"]], f["count"]
-            a = _low16(buf[(f["a"] + np.arange(n)) % VBUF_WORDS])
-            b_idx = f["b"] + (np.arange(n) if f["b_inc"] else np.zeros(n, np.int64))
+            op, n, seg = _OP_NAMES[f["vop"]], f["count"], f["seg"]
+            i = np.arange(n)
+            a = _low16(buf[(f["a"] + i) % VBUF_WORDS])
+            b_idx = f["b"] + (i if f["b_inc"] else (i // seg if seg else np.zeros(n, np.int64)))
             b = _low16(buf[b_idx % VBUF_WORDS])
-            out = np.asarray(run_beats([op] * n, a, b, [i == n - 1 for i in range(n)]),
-                             np.int64).reshape(-1, lanes)
+            last = (i == n - 1) | ((i % seg == seg - 1) if seg else False)
+            out = np.asarray(run_beats([op] * n, a, b, list(last)), np.int64).reshape(-1, lanes)
             buf[(f["dst"] + np.arange(len(out))) % VBUF_WORDS] = out
         elif ins.op == "SCAN":
             _scan(buf, f, lanes)

@@ -138,7 +138,7 @@ class AccelTop(wiring.Component):
                 dma.v_rd_data.eq(vec.dma_rd_data),
                 vec.start.eq(ctrl.vec_start), vec.op.eq(ctrl.vec_op),
                 vec.count.eq(ctrl.vec_count), vec.a.eq(ctrl.vec_a), vec.b.eq(ctrl.vec_b),
-                vec.b_inc.eq(ctrl.vec_b_inc), vec.dst.eq(ctrl.vec_dst),
+                vec.b_inc.eq(ctrl.vec_b_inc), vec.dst.eq(ctrl.vec_dst), vec.seg.eq(ctrl.vec_seg),
                 *[getattr(vec, f"scan_{f}").eq(getattr(ctrl, f"scan_{f}"))
                   for f in ("start", "count", "ab", "c", "h0", "dst")],
                 ctrl.vec_busy.eq(vec.busy), self.vec_busy.eq(vec.busy)]

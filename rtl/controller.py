@@ -60,7 +60,8 @@ class Controller(wiring.Component):
             "dma_vaddr": Out(VBUF_ADDR_BITS), "dma_busy": In(1),
             "vec_start": Out(1), "vec_op": Out(4), "vec_count": Out(COUNT_BITS),
             "vec_a": Out(VBUF_ADDR_BITS), "vec_b": Out(VBUF_ADDR_BITS), "vec_b_inc": Out(1),
-            "vec_dst": Out(VBUF_ADDR_BITS), "vec_busy": In(1),
+            "vec_dst": Out(VBUF_ADDR_BITS), "vec_seg": Out(field_slices("VECTOR")["seg"][1]),
+            "vec_busy": In(1),
             "scan_start": Out(1), "scan_count": Out(COUNT_BITS), "scan_ab": Out(VBUF_ADDR_BITS),
             "scan_c": Out(VBUF_ADDR_BITS), "scan_h0": Out(VBUF_ADDR_BITS),
             "scan_dst": Out(VBUF_ADDR_BITS),
@@ -116,7 +117,8 @@ class Controller(wiring.Component):
                      self.vec_a.eq(_field(ins, "VECTOR", "a")),
                      self.vec_b.eq(_field(ins, "VECTOR", "b")),
                      self.vec_b_inc.eq(_field(ins, "VECTOR", "b_inc")),
-                     self.vec_dst.eq(_field(ins, "VECTOR", "dst"))]
+                     self.vec_dst.eq(_field(ins, "VECTOR", "dst")),
+                     self.vec_seg.eq(_field(ins, "VECTOR", "seg"))]
         m.d.comb += [getattr(self, f"scan_{f}").eq(_field(ins, "SCAN", f))
                      for f in ("count", "ab", "c", "h0", "dst")]
         is_dma = is_op["LOAD_A"] | is_op["LOAD_B"] | is_op["STORE"]

@@ -12,11 +12,12 @@ for the DMA and this engine to be idle), so the ports are shared by a plain mult
 
 Command (``sync`` domain; ``start`` pulses for one cycle while ``busy`` is low)
     ``op`` (the vector unit's opcode, :data:`~tilewright.compiler.codegen.VECTOR_OPCODES`),
-    ``count`` beats (>= 1), source words ``a`` and ``b``, ``b_inc`` (1: ``b`` advances with
-    ``a``; 0: the word ``b`` every beat), destination word ``dst``. Beat ``i`` feeds the low 16
-    bits of every lane of words ``a+i`` and ``b+i`` (or ``b``) to the unit as signed Q8.8, with
-    ``last`` on beat ``count-1``; each result word is written to ``dst``, ``dst+1``, ... as it
-    leaves the unit (elementwise: ``count`` words; ``sum``/``rmax``: one word). Addresses wrap
+    ``count`` beats (>= 1), source words ``a`` and ``b``, ``b_inc``, destination word ``dst``,
+    segment length ``seg`` (the ISA's VECTOR). Beat ``i`` feeds the low 16 bits of every lane of
+    words ``a+i`` and ``b+i`` (``b_inc`` = 1) or ``b + i // seg`` (``b_inc`` = 0; ``b`` when
+    ``seg`` = 0) to the unit as signed Q8.8, with ``last`` on the last beat of each segment and
+    on beat ``count-1``; each result word is written to ``dst``, ``dst+1``, ... as it leaves the
+    unit (elementwise: ``count`` words; ``sum``/``rmax``: one word per segment). Addresses wrap
     modulo the buffer depth.
 
 SCAN command (``scan_start``; fields ``scan_count``, ``scan_ab``, ``scan_c``, ``scan_h0``,
@@ -57,6 +58,7 @@ SCAN_OVERHEAD = 4
 assert SCAN_OVERHEAD == SCAN_OVERHEAD_CYCLES, "the compiler's SCAN timing drifted"
 VBUF_ADDR_BITS = (VBUF_WORDS - 1).bit_length()
 _COUNT_BITS = field_slices("VECTOR")["count"][1]
+_SEG_BITS = field_slices("VECTOR")["seg"][1]
 
 # the compiler's VECTOR opcodes are the unit's (one table would be nicer; the rtl layer checks)
 assert {k: v.value for k, v in OP_NAMES.items()} == VECTOR_OPCODES, "VECTOR opcodes drifted"
@@ -72,7 +74,8 @@ class VectorEngine(wiring.Component):
         wbits = 32 * self._lanes
         super().__init__({
             "start": In(1), "op": In(4), "count": In(_COUNT_BITS), "a": In(VBUF_ADDR_BITS),
-            "b": In(VBUF_ADDR_BITS), "b_inc": In(1), "dst": In(VBUF_ADDR_BITS), "busy": Out(1),
+            "b": In(VBUF_ADDR_BITS), "b_inc": In(1), "dst": In(VBUF_ADDR_BITS),
+            "seg": In(_SEG_BITS), "busy": Out(1),
             "dma_wr_en": In(1), "dma_wr_addr": In(VBUF_ADDR_BITS), "dma_wr_data": In(wbits),
             "dma_rd_addr": In(VBUF_ADDR_BITS), "dma_rd_data": Out(wbits),
             "scan_start": In(1), "scan_count": In(_COUNT_BITS), "scan_ab": In(VBUF_ADDR_BITS),
@@ -97,30 +100,40 @@ class VectorEngine(wiring.Component):
 
         op, count = Signal(4), Signal(_COUNT_BITS)
         a, b, dst = (Signal(VBUF_ADDR_BITS, name=n) for n in ("a_ptr", "b_ptr", "dst_ptr"))
-        b_inc = Signal()
+        b_inc, seg = Signal(), Signal(_SEG_BITS)
         issued = Signal(_COUNT_BITS)        # beats read so far
+        seg_pos = Signal(_SEG_BITS)         # beat within its segment
+        seg_idx = Signal(_COUNT_BITS)       # segment of the beat
         running = Signal()                  # beats left to read
-        outstanding = Signal(_COUNT_BITS)   # result words not yet written
+        pending = Signal(_COUNT_BITS + 1)   # result words due from beats already read
         rd_valid, rd_last = Signal(), Signal()
         scan_busy = Signal()
-        m.d.comb += self.busy.eq((outstanding != 0) | scan_busy)
+        m.d.comb += self.busy.eq(running | (pending != 0) | scan_busy)
 
         is_red = Signal()
-        m.d.comb += is_red.eq(sum(self.op == VECTOR_OPCODES[r] for r in VECTOR_REDUCTIONS) != 0)
+        m.d.comb += is_red.eq(sum(op == VECTOR_OPCODES[r] for r in VECTOR_REDUCTIONS) != 0)
         with m.If(self.start & ~self.busy):
             m.d.sync += [op.eq(self.op), count.eq(self.count), a.eq(self.a), b.eq(self.b),
-                         b_inc.eq(self.b_inc), dst.eq(self.dst), issued.eq(0),
-                         running.eq(self.count != 0),
-                         outstanding.eq(Mux(self.count == 0, 0, Mux(is_red, 1, self.count)))]
+                         b_inc.eq(self.b_inc), dst.eq(self.dst), seg.eq(self.seg),
+                         issued.eq(0), seg_pos.eq(0), seg_idx.eq(0),
+                         running.eq(self.count != 0)]
 
         # read: the sequencer owns read port A while running, else the DMA does
-        m.d.sync += [rd_valid.eq(running), rd_last.eq(issued == count - 1)]
+        last = Signal()
+        m.d.comb += last.eq((issued == count - 1) | ((seg != 0) & (seg_pos == seg - 1)))
+        m.d.sync += [rd_valid.eq(running), rd_last.eq(last)]
         m.d.comb += [rp_a.addr.eq(Mux(running, a + issued, self.dma_rd_addr)),
-                     rp_b.addr.eq(b + Mux(b_inc, issued, 0)),
+                     rp_b.addr.eq(b + Mux(b_inc, issued, seg_idx)),
                      self.dma_rd_data.eq(rp_a.data)]
         self._scan(m, scan, rp_a, rp_b, rp_c, wp, scan_busy)
+        due = Signal()            # this beat produces a result word (elementwise, or a last)
+        m.d.comb += due.eq(running & (~is_red | last))
         with m.If(running):
             m.d.sync += issued.eq(issued + 1)
+            with m.If((seg != 0) & (seg_pos == seg - 1)):
+                m.d.sync += [seg_pos.eq(0), seg_idx.eq(seg_idx + 1)]
+            with m.Else():
+                m.d.sync += seg_pos.eq(seg_pos + 1)
             with m.If(issued == count - 1):
                 m.d.sync += running.eq(0)
 
@@ -134,10 +147,11 @@ class VectorEngine(wiring.Component):
 
         # write: result words to dst.., else the DMA's words
         res = unit.results
+        m.d.sync += pending.eq(pending + due - res.valid)
         with m.If(res.valid):
             m.d.comb += [wp.en.eq(all_lanes), wp.addr.eq(dst),
                          wp.data.eq(res.payload.data.as_value())]
-            m.d.sync += [dst.eq(dst + 1), outstanding.eq(outstanding - 1)]
+            m.d.sync += dst.eq(dst + 1)
         with m.Elif(self.dma_wr_en):
             m.d.comb += [wp.en.eq(all_lanes), wp.addr.eq(self.dma_wr_addr),
                          wp.data.eq(self.dma_wr_data)]

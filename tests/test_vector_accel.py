@@ -77,6 +77,11 @@ def _suite():
         x = _operand((5, 13))
         out.append((VectorKernel(f"r{op}", "row", op, x.shape), [x],
                     np.array([vn.reduce(op, r) for r in x])))
+    # rows of 600 elements: 150 words on 4 lanes, longer than a VECTOR segment (127 beats), so
+    # one instruction per row on the narrow arch
+    x = _operand((2, 600), -100, 100)
+    out.append((VectorKernel("longsum", "row", "sum", x.shape), [x],
+                np.array([vn.reduce("sum", r) for r in x])))
     for rows, length in ((6, 9), (2, 1), (1, 127)):
         x = _operand((rows, length), -1200, 1200, edges=False)
         out.append((VectorKernel(f"softmax{length}", "row", "softmax", x.shape), [x],
@@ -119,14 +124,16 @@ def _equal(got, ref) -> bool:
 
 def test_isa_encodes_the_vector_instructions_and_refuses_bad_fields():
     code = [Instr("LOAD_V", {"vaddr": 5, "count": 3, "addr": 77}),
-            Instr("VECTOR", {"vop": 3, "count": 4, "a": 1, "b": 2, "b_inc": 1, "dst": 9}),
+            Instr("VECTOR", {"vop": 3, "count": 4, "a": 1, "b": 2, "b_inc": 1, "dst": 9,
+                             "seg": 2}),
             Instr("STORE_V", {"vaddr": 9, "count": 4, "addr": 1 << 20}),
             Instr("SCAN", {"count": 8, "ab": 0, "c": 16, "h0": 17, "dst": 30}),
             Instr("SYNC", {"dma": 1, "gemm": 0, "vec": 1}), Instr("END")]
     assert disassemble(assemble(code)) == code
     with pytest.raises(AssemblerError, match=r"VECTOR\): field count=0 does not fit: accepted "
                                              r"1 \.\. 4095"):
-        assemble([Instr("VECTOR", {"vop": 0, "count": 0, "a": 0, "b": 0, "b_inc": 0, "dst": 0})])
+        assemble([Instr("VECTOR", {"vop": 0, "count": 0, "a": 0, "b": 0, "b_inc": 0, "dst": 0,
+                                   "seg": 0})])
     with pytest.raises(AssemblerError, match=r"LOAD_V\): field vaddr=4096 does not fit"):
         assemble([Instr("LOAD_V", {"vaddr": 4096, "count": 1, "addr": 0})])
 
@@ -221,11 +228,36 @@ def test_codegen_refuses_what_cannot_run():
 
 
 def test_batches_fit_the_instruction_memory():
-    # 100 softmax kernels of 20 rows: 20 x 7 + 4 = 144 words each, 7 per 1,024-word batch
-    ks = [VectorKernel(f"s{i}", "row", "softmax", (20, 5)) for i in range(100)]
+    # a softmax kernel of 20 rows is 2 LOAD_V + 7 VECTOR + STORE_V + END = 11 words: 93 kernels
+    # per 1,024-word batch
+    ks = [VectorKernel(f"s{i}", "row", "softmax", (20, 5)) for i in range(200)]
+    assert len(codegen_vector(ARCHS["wide8"], ks[:1]).words) == 11
     batches = batch_kernels(ARCHS["wide8"], ks)
-    assert [len(b) for b in batches] == [7] * 14 + [2]
+    assert [len(b) for b in batches] == [93, 93, 14]
     assert [k for b in batches for k in b] == ks
+
+
+def test_segmented_vector_instruction_on_the_model():
+    """One VECTOR rmax over 7 beats in segments of 3 gives 3 words (beats 0-2, 3-5, 6); an add
+    with b stepping once per segment adds word b+0 to beats 0-2, b+1 to 3-5, b+2 to beat 6."""
+    from tilewright.compiler.codegen import VECTOR_OPCODES
+    from tilewright.compiler.vector_codegen import VectorIsa, VectorSegment
+    from tilewright.dataflow_sim.vector_isa import run_vector_segment
+    arch = ARCHS["narrow4"]
+    x = _operand((7, 4))
+    bw = _operand((3, 4))
+    code = [Instr("VECTOR", {"vop": VECTOR_OPCODES["rmax"], "count": 7, "a": 0, "b": 0,
+                             "b_inc": 0, "dst": 20, "seg": 3}),
+            Instr("VECTOR", {"vop": VECTOR_OPCODES["add"], "count": 7, "a": 0, "b": 10,
+                             "b_inc": 0, "dst": 30, "seg": 3}),
+            Instr("END")]
+    seg = VectorSegment(VectorKernel("h", "elementwise", "add", (1,)), 0, 2, 4, 0, -1, ())
+    isa = VectorIsa(arch.content_hash(), tuple(assemble(code)), (seg,), 0)
+    buf = np.zeros((VBUF_WORDS, 4), np.int64)
+    buf[0:7], buf[10:13] = x, bw
+    buf = run_vector_segment(isa, "h", arch, {}, buf)
+    assert buf[20:23].tolist() == [[vn.reduce("rmax", x[i:i + 3])] * 4 for i in (0, 3, 6)]
+    assert np.array_equal(buf[30:37], vn.elementwise("add", x, bw[[0, 0, 0, 1, 1, 1, 2]]))
 
 
 @pytest.mark.parametrize("name", list(ARCHS))
