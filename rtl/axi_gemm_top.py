@@ -39,7 +39,7 @@ from amaranth import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from tilewright.arch import ArchSpec, ArchSpecError
+from tilewright.arch import ArchSpec
 from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Register,
                                      decode_registers, describe_registers, register_offset,
                                      manifest_ports, strobe_merge, verilog_ports,

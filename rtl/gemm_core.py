@@ -43,8 +43,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout, MAX_DIM
 from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArray, _Dims,
-                                     WeightStationaryArray, delay, os_finish_cycles,
-                                     ws_latency_cycles)
+                                     WeightStationaryArray, delay, ws_latency_cycles)
 
 __all__ = ["GemmCore", "GENERATOR_VERSION", "memories", "run_state", "ws_sequencer",
            "word_ports", "half_offsets", "check_core_arch", "HALF_PORTS"]

@@ -334,7 +334,7 @@ class IterationCost:
     def parts(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> tuple[float, float, float]:
         """(all layers, embedding, LM head) seconds of the iteration; a pipeline stage runs
         ``n_layers/pp`` of the layers, the first stage the embedding, the last the head."""
-        cfg, dm, chip, ep, e = self.cfg, self.dm, self.chip, self.plan.ep, self.e
+        cfg, dm, ep, e = self.cfg, self.dm, self.plan.ep, self.e
         T_total = int(q.sum())
         if ep == 1:
             T = T_total

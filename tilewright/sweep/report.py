@@ -261,7 +261,7 @@ def write_report(db: str | Path, out: str | Path, sweep: str | None = None) -> P
             raise SweepError(f"--sweep {sweep!r}: not in {db} (has {', '.join(sweeps)})")
         outp = Path(out)
         outp.mkdir(parents=True, exist_ok=True)
-        parts = [f"<html><head><meta charset='utf-8'><title>tilewright sweep report</title>"
+        parts = ["<html><head><meta charset='utf-8'><title>tilewright sweep report</title>"
                  "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
                  "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
                  "padding:2px 6px}</style></head><body>",
