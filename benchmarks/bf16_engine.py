@@ -5,7 +5,7 @@
 For each array (``tilewright.rtl.systolic.WeightStationaryArray``, int8 x int8 -> int32, and
 ``tilewright.rtl.systolic_bf16.Bf16WeightStationaryArray``, bf16 x bf16 -> fp32 with one exact
 bf16 multiplier and one fp32 RNE adder per PE, both combinational) it writes the Verilog into a
-temporary folder and runs each target flow of ``tilewright.synth.synthesize`` (the same code as
+temporary folder and runs each target flow of ``tilewright.app.eda.synth.synthesize`` (the same code as
 ``tilewright rtl --synth TARGET``). It prints one row per run: cells, LUTs, FFs, DSPs, the CMOS
 transistor proxy (``generic``) and the Yosys wall time, then the bf16/int8 ratio of each count
 measured in the same run (the int8 array is the anchor). The bf16 array's flows are slow (about
@@ -25,7 +25,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilewright.rtl.systolic import WeightStationaryArray
 from tilewright.rtl.systolic_bf16 import Bf16WeightStationaryArray
-from tilewright.synth import synthesize
+from tilewright.app.eda.synth import synthesize
 
 _KEYS = ("cells", "luts", "ffs", "dsps", "transistors")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from tilewright.arch import ArchSpec, load_arch
-from tilewright.compile_flow import compile_llm
+from tilewright.dataflow_sim.compile_flow import compile_llm
 from tilewright.compiler.mapper import GemmOp, map_gemm
 from tilewright.compiler.program import BgemmTask
 

@@ -13,7 +13,7 @@ and their ratio. The differences are by construction (see tilewright.compiler.co
   K + (F-1)·max(K, 2R+C) + 2R + C cycles; SCALE-Sim pays F·(K + R + C - 2) - 1 (it does not
   charge the drain, and does not overlap folds).
 Exact agreement of tilewright's convention with the RTL is asserted by the test suite
-(cocotb_tests/test_gemm_core.py); this script only tabulates the difference.
+(tests/test_gemm_core_rtl.py); this script only tabulates the difference.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Usage:  python benchmarks/hls4ml_side_by_side.py [--models mlp-tiny,cnn-small,ti
         [--precisions "ap_fixed<16,6>;ap_fixed<16,6,AP_RND_CONV,AP_SAT>"] [--reuse-factor 1]
         [--backend Vitis] [--arch ws8x8] [--out-dir DIR] [--markdown]
 
-Models (:data:`tilewright.hls4ml_compare.SIDE_BY_SIDE_MODELS`): the demo's int8 MLP
+Models (:data:`tilewright.app.flows.hls4ml_compare.SIDE_BY_SIDE_MODELS`): the demo's int8 MLP
 ``mlp-tiny`` (32->64->64->16, batch 4), ``cnn-small`` (Conv2d 1->4 3x3, ReLU, MaxPool 2,
 Flatten, Linear 36->10; batch 4 of 1x8x8) and one ``tiny-llama`` decoder layer (seq 8, D 64).
 
@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tilewright.arch import default_arch, load_arch
-from tilewright.hls4ml_compare import (SIDE_BY_SIDE_MODELS, RouteResult, build_side_by_side,
+from tilewright.app.flows.hls4ml_compare import (SIDE_BY_SIDE_MODELS, RouteResult, build_side_by_side,
                                        run_hls4ml, run_tilewright, score_route, torch_reference)
 
 COLUMNS = ("model", "route", "config", "max |err|", "err (LSB)", "rel L2", "argmax agree",

@@ -2,7 +2,7 @@
 
 Prints, for every target with a shipped data set (iCE40, ECP5),
 1. the leave-one-shape-out error of every candidate model per metric (median APE, MAPE, max APE,
-   in %; ``*`` marks the model ``tilewright.sweep.resource_model.CHOSEN[target]`` uses);
+   in %; ``*`` marks the model ``tilewright.app.sweep.resource_model.CHOSEN[target]`` uses);
 2. one real run of a design kept out of the data sets, measured in this run the way the target's
    data set was made (iCE40: Verilog + Yosys; ECP5: the whole ``tilewright fpga`` flow with
    nextpnr, so Fmax too) against the prediction: counts and the time ratio;
@@ -19,8 +19,8 @@ import statistics
 import tempfile
 import time
 
-from tilewright.sweep import resource_data as rd
-from tilewright.sweep import resource_model as rm
+from tilewright.app.sweep import resource_data as rd
+from tilewright.app.sweep import resource_model as rm
 
 
 def _timing(arch) -> float:

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilewright.sweep import ResultsStore, pareto_frame, run_sweep, sweep_from_dict
-from tilewright.sweep.evaluate import _graph
+from tilewright.app.sweep import ResultsStore, pareto_frame, run_sweep, sweep_from_dict
+from tilewright.app.sweep.evaluate import _graph
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
                                             [--targets ice40,generic] [--markdown]
 
 For each preset it writes the core's Verilog (``tilewright.rtl.verilog.write_rtl``, into a
-temporary folder) and runs each target flow of ``tilewright.synth`` (the same code as
+temporary folder) and runs each target flow of ``tilewright.app.eda.synth`` (the same code as
 ``tilewright rtl --synth TARGET``), printing one row per run as it finishes: cells, LUTs, FFs,
 DSPs, BRAMs (for ``generic``: unmapped memory macros) and the CMOS transistor proxy, then the
 Yosys wall time and its ratio to the Verilog generation time of the same preset measured in the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tilewright.arch import load_arch
 from tilewright.rtl.verilog import TOP_NAME, write_rtl
-from tilewright.synth import synthesize
+from tilewright.app.eda.synth import synthesize
 
 _COLS = ("preset", "PEs", "target", "cells", "LUTs", "FFs", "DSPs", "BRAMs", "transistors",
          "Yosys s", "gen s", "Yosys/gen")

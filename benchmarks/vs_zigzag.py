@@ -73,7 +73,7 @@ def main() -> None:
               f"{zz_rate if zz_rate else float('nan'):>10.0f} {tw_rate:>11,.0f} "
               f"{(tw_rate / zz_rate) if zz_rate else float('nan'):>7,.0f}x", flush=True)
     try:
-        from tilewright.sweep.evaluate import workload_report
+        from tilewright.app.sweep.evaluate import workload_report
         df = workload_report(arch, {"model": "llama3-8b", "seq": 512, "batch": 1,
                                     "phase": "prefill", "format": "int8"})
         vec = df.loc[df["macs"] == 0, "time_cycles"].sum() / df["time_cycles"].sum()

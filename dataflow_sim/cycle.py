@@ -8,7 +8,7 @@ convention in :mod:`tilewright.compiler.engine_timing` (``tests/test_engines_rtl
 against their RTL). :func:`~tilewright.compiler.engine_timing.tensor_engine_gemm_cycles` picks
 the form by kind. This module applies them to an ArchSpec and to Programs. It reads only the
 ArchSpec and the GEMM shape; it never looks at the RTL, and the RTL suites
-(``cocotb_tests/test_gemm_core.py``, ``tests/test_engines_rtl.py``) assert that both agree for
+(``tests/test_gemm_core_rtl.py``, ``tests/test_engines_rtl.py``) assert that both agree for
 every GEMM they run.
 """
 

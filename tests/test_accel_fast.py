@@ -1,4 +1,4 @@
-"""The accelerator top's C++ fast driver (tilewright/cosim/accel_fast.py) against the cocotb bench.
+"""The accelerator top's C++ fast driver (cosim/accel_fast.py) against the cocotb bench.
 
 The same two 4x4 builds as tests/test_accel_rtl.py (WS with a 2-byte port: every on-chip word
 several beats; OS with 32-byte beats): the GEMM suite on both drivers, outputs identical to each

@@ -148,7 +148,7 @@ def test_one_bank_leaves_yaml_and_hash_of_existing_specs_unchanged():
 def test_rtl_generates_banked_srams_lint_clean(tmp_path, monkeypatch, capsys):
     """memory.*_banks > 1: `tilewright rtl` writes the core with that many SRAM banks per buffer
     (their behaviour is checked in Verilator by tests/test_banked_rtl.py) and lints it clean."""
-    from tilewright.cli import main
+    from tilewright.app.cli.main import main
     path = tmp_path / "b.yaml"
     ArchSpec.from_dict({**GOOD, "name": "b2", "memory": {"accumulator_banks": 2,
                                                          "scratchpad_banks": 4}}).save(path)

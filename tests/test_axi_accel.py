@@ -295,7 +295,7 @@ def test_compiled_mlp_through_the_bus_like_the_functional_model():
 
 
 def test_tiny_mamba_layer_end_to_end_through_the_bus():
-    from tilewright.sim_rtl import simulate_model
+    from tilewright.app.flows.sim_rtl import simulate_model
     res = simulate_model("tiny-mamba", ARCH, rtl=True, top="axi-accel")
     names = [c[0] for c in res.checks]
     assert res.ok, [c for c in res.checks if not c[1]]

@@ -16,10 +16,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 def tw(*args: str, cwd: Path | None = None, timeout: int = 900,
        columns: int = 120) -> subprocess.CompletedProcess:
-    """The installed ``tilewright`` CLI in a subprocess (``python -m tilewright.cli`` if it is not
+    """The installed ``tilewright`` CLI in a subprocess (``python -m tilewright.app.cli.main`` if it is not
     on PATH), with a terminal ``columns`` wide for rich's tables."""
     exe = shutil.which("tilewright")
-    cmd = [exe, *args] if exe else [sys.executable, "-m", "tilewright.cli", *args]
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "tilewright.app.cli.main", *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout,
                           env={**os.environ, "COLUMNS": str(columns)})
 
@@ -81,9 +81,9 @@ def test_failed_demo_exits_nonzero(monkeypatch):
     rather than raises, the code when standalone_mode is off)."""
     import sys
 
-    import tilewright.demo
-    from tilewright.cli import main
-    monkeypatch.setattr(tilewright.demo, "run_demo", lambda **kw: False)
+    import tilewright.app.flows.demo
+    from tilewright.app.cli.main import main
+    monkeypatch.setattr(tilewright.app.flows.demo, "run_demo", lambda **kw: False)
     monkeypatch.setattr(sys, "argv", ["tilewright", "demo"])
     with pytest.raises(SystemExit) as exc:
         main()

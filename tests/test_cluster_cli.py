@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tilewright.cli_cluster import cluster
+from tilewright.app.cli.cluster import cluster
 from tilewright.dataflow_sim.cluster import ClusterSpecError, PlanError
 
 app = typer.Typer()
@@ -98,7 +98,7 @@ def test_cost_source_option(tmp_path):
 
 
 def test_db_appends_each_run_to_the_results_store(tmp_path):
-    from tilewright.sweep.store import ResultsStore
+    from tilewright.app.sweep.store import ResultsStore
 
     db = tmp_path / "runs.sqlite"
     outs = []

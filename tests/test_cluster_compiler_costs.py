@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tilewright.compile_flow import compile_llm
+from tilewright.dataflow_sim.compile_flow import compile_llm
 from tilewright.dataflow_sim.cluster import (ClusterSpec, ClusterSpecError, PlanError, TrainPlan,
                                              load_cluster, simulate_training)
 from tilewright.dataflow_sim.cluster.compiled import cache_info, compiled_attention, compiled_layer
@@ -31,7 +31,7 @@ def _matmul_seconds(arch, m: int, k: int, n: int, fmt: str) -> float:
     its Report's GEMM row."""
     import torch
 
-    from tilewright.compile_flow import compile_module
+    from tilewright.dataflow_sim.compile_flow import compile_module
 
     class MatMul(torch.nn.Module):
         def forward(self, a, b):
@@ -49,7 +49,7 @@ def _embedding_seconds(arch, vocab: int, d: int, tokens: int, fmt: str) -> float
     its own (aten.embedding -> one take_rows task), from its Report."""
     import torch
 
-    from tilewright.compile_flow import compile_module
+    from tilewright.dataflow_sim.compile_flow import compile_module
 
     with torch.device("meta"):
         emb = torch.nn.Embedding(vocab, d)
@@ -85,7 +85,7 @@ def test_one_chip_step_is_the_sum_of_compiled_forward_and_backward_ops():
     # LM head: final RMSNorm, D×V projection, softmax over V (compiled independently here)
     import torch
 
-    from tilewright.compile_flow import compile_module
+    from tilewright.dataflow_sim.compile_flow import compile_module
     from tilewright.models.transformer import RMSNorm
 
     class Head(torch.nn.Module):
@@ -256,7 +256,7 @@ def test_serving_head_embedding_and_attention_come_from_the_compiler():
     import numpy as np
     import torch
 
-    from tilewright.compile_flow import compile_module
+    from tilewright.dataflow_sim.compile_flow import compile_module
     from tilewright.dataflow_sim.cluster import (CollectiveTimer, IterationCost, ServePlan,
                                                  Topology, chip_model)
     from tilewright.models.transformer import RMSNorm

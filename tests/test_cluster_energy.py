@@ -187,8 +187,8 @@ def test_sweep_cluster_energy_is_finite_and_grows_with_the_cluster(tmp_path):
     """configs/sweeps/cluster_size.yaml's axis (nodes): more H100 nodes under data parallelism
     train more tokens per step at more joules per step (more chips busy and idle, and the
     gradient all-reduce now crosses the InfiniBand network)."""
-    from tilewright.sweep import run_sweep, sweep_from_dict
-    from tilewright.sweep.store import ResultsStore
+    from tilewright.app.sweep import run_sweep, sweep_from_dict
+    from tilewright.app.sweep.store import ResultsStore
     base = load_cluster("h100-64x-ib").model_dump(mode="json", exclude_none=True)
     (tmp_path / "ib.yaml").write_text(yaml.safe_dump(base))
     d = {"name": "ce", "base": "ws16x16", "tech": "7nm",

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tilewright.compile_flow import compile_llm
+from tilewright.dataflow_sim.compile_flow import compile_llm
 from tilewright.dataflow_sim.cluster import (ClusterSpec, CollectiveTimer, IterationCost,
                                              PlanError, ServePlan, Topology, TrainPlan,
                                              chip_model, simulate_serving, simulate_training)
@@ -27,7 +27,7 @@ def _head_seconds(arch, cfg, tokens: int, fmt: str) -> tuple[float, float]:
     here on their own (backward: dgrad + wgrad matmuls, 2 × every other op)."""
     import torch
 
-    from tilewright.compile_flow import compile_module
+    from tilewright.dataflow_sim.compile_flow import compile_module
     from tilewright.models.transformer import RMSNorm
 
     class Head(torch.nn.Module):

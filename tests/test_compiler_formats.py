@@ -14,7 +14,7 @@ import math
 import pytest
 
 from tilewright.arch import ArchSpec, ArchSpecError, load_arch
-from tilewright.compile_flow import compile_llm
+from tilewright.dataflow_sim.compile_flow import compile_llm
 from tilewright.compiler.mapper import GemmOp, Mapping, cost_of, map_gemm
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.compiler.program import BgemmTask, QuantizeTask, VectorTask

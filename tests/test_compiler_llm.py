@@ -14,7 +14,7 @@ import torch
 
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.compiler.frontend import UnsupportedOp, export_model, from_exported
-from tilewright.compile_flow import compile_llm
+from tilewright.dataflow_sim.compile_flow import compile_llm
 from tilewright.compiler.program import (AttentionTask, BgemmTask, GroupedGemmTask, Program,
                                          ScanTask)
 from tilewright.compiler.tiling import attention_buffer_bytes, plan_attention_blocks

@@ -1,6 +1,6 @@
 """Cycle model: closed forms against hand-derived fold counts and against DESIGN.md's SCALE-Sim table.
 
-The exact agreement with the RTL is tested in cocotb_tests/test_gemm_core.py; here the model is
+The exact agreement with the RTL is tested in tests/test_gemm_core_rtl.py; here the model is
 checked against independent arithmetic: a literal loop over the folds the core visits.
 """
 

@@ -26,7 +26,7 @@ def test_demo_fails_when_a_cross_check_fails(monkeypatch):
     from rich.console import Console
 
     import tilewright.dataflow_sim.cycle as cycle
-    from tilewright.demo import demo_result
+    from tilewright.app.flows.demo import demo_result
 
     real = cycle.tensor_engine_gemm_cycles       # what cycle.gemm_report calls
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tilewright.arch import ArchSpec
-from tilewright.compile_flow import compile_module
+from tilewright.dataflow_sim.compile_flow import compile_module
 from tilewright.compiler.frontend import UnsupportedOp
 
 ARCH = ArchSpec.model_validate({"name": "t16", "clock_mhz": 800.0,

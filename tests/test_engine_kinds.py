@@ -46,7 +46,7 @@ def _closed_form(shape: tuple[int, int, int], m: int, k: int, n: int) -> int:
 def tw(monkeypatch, capsys):
     """Run the ``tilewright`` CLI in this process (its real entry point, ``main``): returns
     ``(exit status, stdout, stderr)``."""
-    from tilewright.cli import main
+    from tilewright.app.cli.main import main
 
     def run(*args: str) -> tuple[int, str, str]:
         monkeypatch.setattr(sys, "argv", ["tilewright", *args])
@@ -228,7 +228,7 @@ def test_cli_rtl_writes_the_engine_top_and_lints_clean(tmp_path, kind, tw):
 
 
 def test_cli_rtl_synth_ice40_maps_one_dsp_per_multiplier(tmp_path, tw):
-    """The ice40 flow for engine tops (abc9 workaround in tilewright/cli.py) runs, and the
+    """The ice40 flow for engine tops (abc9 workaround in app/cli/main.py) runs, and the
     engine's Tm·Tk·Tn int8 multipliers become as many SB_MAC16 DSPs."""
     f = tmp_path / "a.yaml"
     f.write_text("name: at4\ntensor_engine: {kind: adder_tree, depth: 4}\n")
@@ -275,8 +275,8 @@ def test_rtl_cube_from_archspec_matches_cycle_model():
 
 # ---- sweep -------------------------------------------------------------------------------------
 def test_engine_family_sweep_runs_every_kind(tmp_path, tw):
-    from tilewright.sweep.evaluate import evaluate_point
-    from tilewright.sweep.spec import load_sweep
+    from tilewright.app.sweep.evaluate import evaluate_point
+    from tilewright.app.sweep.spec import load_sweep
 
     spec = load_sweep(REPO / "configs" / "sweeps" / "engine_families.yaml")
     points = spec.grid_points()

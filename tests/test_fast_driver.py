@@ -16,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from cocotb_tests.conftest import suite_arch
+from tests.rtl_suite import suite_arch
 from tests.test_cli import tw
 from tilewright.arch import default_arch
 from tilewright.compiler.layout import GemmLayout, pack_lanes

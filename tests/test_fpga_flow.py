@@ -20,8 +20,8 @@ import pytest
 from tests.test_cli import tw as cli
 
 from tilewright.arch import ArchSpecError, ArchSpec, load_arch
-from tilewright.fpga import TOPS, UnknownFpgaTarget, compare_qor, run_fpga
-from tilewright.fpga_pnr import (FLOWS, PARTS, DoesNotFitPart, choose_part, harness_verilog,
+from tilewright.app.eda.fpga import TOPS, UnknownFpgaTarget, compare_qor, run_fpga
+from tilewright.app.eda.fpga_pnr import (FLOWS, PARTS, DoesNotFitPart, choose_part, harness_verilog,
                                  parse_report, top_ports)
 
 BASE = Path(__file__).parent / "qor_baselines"
@@ -155,7 +155,7 @@ def test_preset_too_big_for_ice40_fails_fast_without_traceback(tmp_path):
 
 def _main(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     """Run the CLI in this process; return (exit status, stderr)."""
-    from tilewright import cli
+    from tilewright.app.cli import main as cli
     monkeypatch.setattr(sys, "argv", ["tilewright", *args])
     with pytest.raises(SystemExit) as exc:
         cli.main()
@@ -184,7 +184,7 @@ def _fake_synth(counts):
 def test_design_too_big_is_one_line_error_and_leaves_no_manifest(tmp_path, monkeypatch,
                                                                    capsys):
     """Yosys stubbed with counts beyond the largest iCE40 (HX8K: 7680 LCs, 32 BRAMs)."""
-    import tilewright.fpga_pnr as pnr
+    import tilewright.app.eda.fpga_pnr as pnr
     monkeypatch.setattr(pnr, "synthesize", _fake_synth(
         {"luts": 1000, "ffs": 1000, "dsps": 16, "brams": 40}))
     out = tmp_path / "o"
@@ -238,7 +238,7 @@ def test_top_ports_match_the_amaranth_signature(tmp_path):
 def test_axi_tops_through_the_registry(tmp_path, top, module, bus_ports):
     """--top axi / axi-accel: the registry's generator writes the top's Verilog; the harness
     wraps all of its ports (AXI4-Lite / AXI4 signals as they appear in the Verilog)."""
-    from tilewright.fpga import _generate_top
+    from tilewright.app.eda.fpga import _generate_top
     arch = load_arch(PRESET)
     if top == "axi-accel":     # the preset's 320 B/cycle would be a 2048-bit AXI4 beat (>1024)
         with pytest.raises(ArchSpecError, match="offchip.bandwidth_gbps=16.0 .* accepts 1 to 128"):
@@ -264,7 +264,7 @@ def test_parse_report_takes_the_slowest_clock():
     r = parse_report(rep, "ice40")
     assert (r["logic_cells"], r["dsps"], r["brams"], r["ios"]) == (50, 2, 3, 4)
     assert r["fmax_mhz"] == 30.0
-    from tilewright.fpga_pnr import PnrError
+    from tilewright.app.eda.fpga_pnr import PnrError
     with pytest.raises(PnrError, match="no clock"):
         parse_report({**rep, "fmax": {}}, "ice40")
     hx = {**rep, "utilization": {t: u for t, u in rep["utilization"].items()

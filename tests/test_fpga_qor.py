@@ -4,7 +4,7 @@ Yosys + nextpnr place-and-route.
 CI runs one place-and-route: the int8 2x2 preset on iCE40 (UP5K). ``TILEWRIGHT_QOR=all`` adds
 every other baseline (ECP5, xc7 estimate, the 4x4 preset; marked slow). A design that grows more
 than 10 % in LUTs/FFs/DSPs/BRAMs, or loses more than 10 % of its Fmax, fails until the baseline
-is re-measured on purpose with ``python -m tilewright.fpga --update-baseline``.
+is re-measured on purpose with ``python -m tilewright.app.eda.fpga --update-baseline``.
 
 Besides the baseline, each run is checked against what is known independently of the flow: one
 multiplier block per PE, iCE40 block RAM at least the buffers' capacity, logic cells holding
@@ -24,7 +24,7 @@ import pytest
 from tests.test_cli import tw as cli
 
 from tilewright.arch import load_arch
-from tilewright.fpga import compare_qor, qor_of
+from tilewright.app.eda.fpga import compare_qor, qor_of
 
 BASE = Path(__file__).parent / "qor_baselines"
 CI_CASE = "int8_2x2_ice40"

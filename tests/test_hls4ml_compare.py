@@ -1,4 +1,4 @@
-"""hls4ml side by side with tilewright (tilewright.hls4ml_compare), checked against references
+"""hls4ml side by side with tilewright (tilewright.app.flows.hls4ml_compare), checked against references
 derived independently of either tool: torch float32, a numpy model of ap_fixed arithmetic, and
 error bounds derived from the two number formats.
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from tilewright.arch import default_arch
-from tilewright.demo import FLOAT_ERROR_BOUND_LSB
-from tilewright.hls4ml_compare import (build_side_by_side, compare_hls4ml, numerics, run_hls4ml,
+from tilewright.app.flows.demo import FLOAT_ERROR_BOUND_LSB
+from tilewright.app.flows.hls4ml_compare import (build_side_by_side, compare_hls4ml, numerics, run_hls4ml,
                                        run_tilewright, small_cnn)
 
 PRECISION = "ap_fixed<16,6>"  # hls4ml's default: 16 bits, 6 integer bits, truncation, wrap-around

@@ -213,7 +213,7 @@ def test_cli_mesh_json_and_errors():
     import typer
     from typer.testing import CliRunner
 
-    from tilewright.cli_mesh import mesh
+    from tilewright.app.cli.mesh import mesh
     app = typer.Typer()
     app.command("mesh")(mesh)
     app.command("noop")(lambda: None)

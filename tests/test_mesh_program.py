@@ -106,7 +106,7 @@ def test_cli_mesh_layer_json_and_errors(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from tilewright.cli_mesh_layer import mesh_layer
+    from tilewright.app.cli.mesh_layer import mesh_layer
     app = typer.Typer()
     app.command("mesh-layer")(mesh_layer)
     app.command("noop")(lambda: None)

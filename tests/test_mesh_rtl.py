@@ -229,7 +229,7 @@ def _tw(*args: str):
     import sys
     from pathlib import Path
     exe = shutil.which("tilewright")
-    cmd = [exe, *args] if exe else [sys.executable, "-m", "tilewright.cli", *args]
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "tilewright.app.cli.main", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900,
                           cwd=Path(__file__).resolve().parents[1],
                           env={**os.environ, "COLUMNS": "120"})
@@ -246,8 +246,8 @@ def test_cli_rtl_user_errors(args, needle):
     import typer
     from typer.testing import CliRunner
 
-    from tilewright.cli import _user_errors
-    from tilewright.cli_mesh import mesh
+    from tilewright.app.cli.main import _user_errors
+    from tilewright.app.cli.mesh import mesh
     app = typer.Typer()
     app.command("mesh")(mesh)
     app.command("noop")(lambda: None)

@@ -26,7 +26,7 @@ def test_skip_stays_skip_otherwise(pytester, monkeypatch):
 
 
 def test_skip_in_a_session_fixture_becomes_failure(pytester, monkeypatch):
-    """The RTL benches skip from an autouse session fixture (cocotb_tests/conftest.py) when
+    """The RTL benches skip from an autouse session fixture (tests/rtl_suite.py) when
     Verilator/cocotb are missing; under CI that skip must fail every test it covers."""
     pytester.makeconftest((REPO / "conftest.py").read_text() + '''
 

@@ -1,4 +1,4 @@
-"""FPGA resource predictor (tilewright.sweep.resource_model) against real Yosys syntheses.
+"""FPGA resource predictor (tilewright.app.sweep.resource_model) against real Yosys syntheses.
 
 References: the measured data set (Yosys runs, leave-one-shape-out so every prediction is for an
 array shape the fit never saw), one fresh Yosys synthesis of a design kept out of the data set,
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from tilewright.arch import ArchSpec
-from tilewright.sweep import resource_data as rd
-from tilewright.sweep import resource_model as rm
+from tilewright.app.sweep import resource_data as rd
+from tilewright.app.sweep import resource_model as rm
 
 #: the design kept out of the data set, synthesized afresh by the test below
 FRESH = rd.HELD_OUT[0]
@@ -187,8 +187,8 @@ def test_generator_appends_row_by_row_and_resumes(tmp_path, monkeypatch):
 
 def test_sweep_constraint_on_predicted_luts(tmp_path):
     """A sweep constraint ``fpga_luts_ice40 <= T`` skips the workloads of the points over T."""
-    from tilewright.sweep import ResultsStore, run_sweep, sweep_from_dict
-    from tilewright.sweep.spec import STATIC_METRICS
+    from tilewright.app.sweep import ResultsStore, run_sweep, sweep_from_dict
+    from tilewright.app.sweep.spec import STATIC_METRICS
     archs = {n: rd.arch_for(n, n, "ws", 4, 4) for n in (2, 4, 8)}
     luts = {n: rm.predict_resources(a)["luts"] for n, a in archs.items()}
     limit = (luts[4] + luts[8]) / 2

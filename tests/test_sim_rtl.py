@@ -1,5 +1,5 @@
 """``tilewright sim``: a tiny LLM layer's int8 GEMMs on the Verilated core, inside the functional
-model (tilewright.sim_rtl).
+model (tilewright.app.flows.sim_rtl).
 
 References: numpy's int64 matmul wrapped to int32 (every RTL GEMM), the functional model's own
 run with numpy GEMMs (the layer output with the RTL's GEMMs must be bit-exact), the cycle model's
@@ -14,7 +14,7 @@ import pytest
 from tilewright.arch import default_arch
 from tilewright.compiler.layout import DoesNotFit, GemmLayout
 from tilewright.dataflow_sim.functional import gemm_int8, int8_matmul, run_program
-from tilewright.sim_rtl import TORCH_REL_L2_BOUND, gemm_blocks, simulate_model
+from tilewright.app.flows.sim_rtl import TORCH_REL_L2_BOUND, gemm_blocks, simulate_model
 
 MODELS = ["tiny-llama", "tiny-moe", "tiny-mamba"]
 
@@ -22,7 +22,7 @@ MODELS = ["tiny-llama", "tiny-moe", "tiny-mamba"]
 @pytest.mark.parametrize("model", MODELS)
 def test_every_int8_gemm_goes_through_the_hook(model):
     """A wrong int8 matmul changes the layer's output: the GEMMs the RTL answers are all of them."""
-    from tilewright.compile_flow import compile_llm
+    from tilewright.dataflow_sim.compile_flow import compile_llm
     from tilewright.compiler.operand_formats import arch_for_format
 
     spec = arch_for_format(default_arch(), "int8")
@@ -116,7 +116,7 @@ def test_bf16_layer_gemms_on_the_bf16_core():
     """A bf16 ArchSpec: tiny-mamba's bf16 GEMMs (fp32 accumulate) on the Verilated bf16 WS core,
     fp32 bit patterns equal to numerics, the layer replayed bit-exact, cycles = WS closed form."""
     from tilewright.arch import ArchSpec
-    from tilewright.compile_flow import compile_llm
+    from tilewright.dataflow_sim.compile_flow import compile_llm
     from tilewright.dataflow_sim.functional import bf16_matmul
     from tilewright.dataflow_sim.numerics import sequential_fp32_matmul
     from tilewright.formats import element_values, get_format

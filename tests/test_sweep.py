@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tilewright.compiler.mapper import GemmOp, map_gemm
-from tilewright.sweep import (ResultsStore, SweepError, load_sweep, pareto_frame, pareto_mask,
+from tilewright.app.sweep import (ResultsStore, SweepError, load_sweep, pareto_frame, pareto_mask,
                               run_sweep, sweep_from_dict)
 
 GEMM_SWEEP = {
@@ -205,7 +205,7 @@ def test_kill9_then_resume_loses_nothing_and_reevaluates_nothing(tmp_path):
     f = tmp_path / "k.yaml"
     f.write_text(yaml.safe_dump(spec))
     db = tmp_path / "k.db"
-    code = ("import sys; from tilewright.sweep import load_sweep, run_sweep; "
+    code = ("import sys; from tilewright.app.sweep import load_sweep, run_sweep; "
             "run_sweep(load_sweep(sys.argv[1]), sys.argv[2], workers=2)")
     env = {**os.environ, "TILEWRIGHT_SWEEP_TEST_DELAY_S": "0.15"}
     proc = subprocess.Popen([sys.executable, "-c", code, str(f), str(db)], env=env,
@@ -247,7 +247,7 @@ def test_cli_sweep_and_report(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from tilewright.cli_sweep import report, sweep
+    from tilewright.app.cli.sweep import report, sweep
 
     app = typer.Typer()
     app.command("sweep")(sweep)

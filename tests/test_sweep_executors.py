@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tilewright.sweep import ResultsStore, run_sweep, sweep_from_dict
+from tilewright.app.sweep import ResultsStore, run_sweep, sweep_from_dict
 
 SMALL = {
     "name": "x",
@@ -42,7 +42,7 @@ def test_ray_executor_matches_local(tmp_path, local_ray):
     import typer
     from typer.testing import CliRunner
 
-    from tilewright.cli_sweep import sweep
+    from tilewright.app.cli.sweep import sweep
 
     app = typer.Typer()
     app.command("sweep")(sweep)
@@ -73,7 +73,7 @@ def test_ray_executor_matches_local(tmp_path, local_ray):
 
 
 def test_unknown_executor_is_one_line_error(tmp_path):
-    from tilewright.sweep import SweepError
+    from tilewright.app.sweep import SweepError
     with pytest.raises(SweepError, match=r"--executor 'spark': must be one of local, dask, ray"):
         run_sweep(_spec(), tmp_path / "e.db", executor="spark")
 

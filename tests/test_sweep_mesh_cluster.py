@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from tilewright.sweep import ResultsStore, SweepError, run_sweep, sweep_from_dict
+from tilewright.app.sweep import ResultsStore, SweepError, run_sweep, sweep_from_dict
 
 MESH = {
     "name": "m",
@@ -157,7 +157,7 @@ def test_chip_from_sweep_keeps_the_cluster_chips_capacity():
     when the design point (which leaves capacity unset) becomes the chip."""
     from tilewright.arch import load_arch
     from tilewright.dataflow_sim.cluster import ClusterSpec, TrainPlan, simulate_training
-    from tilewright.sweep.evaluate import cluster_cost
+    from tilewright.app.sweep.evaluate import cluster_cost
     base = load_arch("ws16x16").model_dump(mode="json", exclude_none=True)
     base["offchip"]["capacity_gib"] = 16.0
     cl = {"name": "ring", "chip": {"kind": "arch", "arch": base}, "nodes": 1,

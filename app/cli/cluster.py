@@ -1,0 +1,167 @@
+"""``tilewright cluster``: simulate training or serving of a model on a cluster (SimPy).
+
+Registered in :mod:`tilewright.app.cli.main`; user errors are
+:class:`tilewright.dataflow_sim.cluster.ClusterSpecError` (a ValueError; plans that cannot run
+raise its subclass ``PlanError``), printed by the CLI as one ``error: ...`` line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["cluster"]
+
+console = Console()
+
+
+def _lengths(text: str, option: str) -> int | tuple[int, int]:
+    """'512' -> 512; '128-2048' -> (128, 2048) drawn uniformly."""
+    from tilewright.dataflow_sim.cluster import ClusterSpecError  # noqa: PLC0415
+    try:
+        parts = [int(x) for x in text.split("-")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1 and parts[0] >= 1:
+        return parts[0]
+    if len(parts) == 2 and 1 <= parts[0] <= parts[1]:
+        return parts[0], parts[1]
+    raise ClusterSpecError(f"{option} = {text!r}: must be a token count N or a range LO-HI "
+                           "with 1 <= LO <= HI")
+
+
+def _store(db: Path, spec, plan, metrics: dict) -> None:
+    """Append one run to the results store at ``db`` (sweep ``cluster``, a fresh key per run)."""
+    import uuid  # noqa: PLC0415
+
+    from tilewright import __version__  # noqa: PLC0415
+    from tilewright.app.sweep.store import ResultsStore  # noqa: PLC0415
+
+    arch = spec.arch()
+    with ResultsStore(db) as store:
+        store.add({"key": f"cluster:{uuid.uuid4().hex}", "sweep": "cluster",
+                   "params": {"cluster": spec.name, "mode": metrics["mode"],
+                              "model": metrics["model"], **plan.model_dump(mode="json")},
+                   "arch_hash": arch.content_hash() if arch is not None else None,
+                   "arch_json": arch.model_dump(mode="json", exclude_none=True) if arch else None,
+                   "workloads": [metrics["model"]], "tech": spec.name, "status": "ok",
+                   "feasible": 1, "metrics": metrics, "tool_version": __version__,
+                   "wall_s": metrics.get("wall_s"), "finished_at": time.time()})
+
+
+def cluster(
+    cluster: str = typer.Option(..., "--cluster", help="cluster YAML file or preset "
+                                "(h100-8x-nvlink, h100-64x-ib, pd-h100-64, torus-1024)"),
+    model: str = typer.Option(..., "--model", help="LLM config name, e.g. llama3-70b"),
+    mode: str = typer.Option("train", "--mode", help="train | serve"),
+    dp: int = typer.Option(1, min=1, help="train: data-parallel degree"),
+    tp: int = typer.Option(1, min=1, help="tensor-parallel degree"),
+    pp: int = typer.Option(1, min=1, help="pipeline stages (serve: per replica)"),
+    sp: int = typer.Option(1, min=1, help="train: sequence (context) parallel degree"),
+    ep: int = typer.Option(1, min=1, help="expert-parallel degree"),
+    micro_batches: int = typer.Option(8, min=1, help="train: micro-batches per step"),
+    micro_batch_size: int = typer.Option(1, min=1, help="train: sequences per micro-batch"),
+    seq_len: int = typer.Option(4096, min=1, help="train: tokens per sequence"),
+    schedule: str = typer.Option("1f1b", help="train: 1f1b | interleaved"),
+    virtual_stages: int = typer.Option(1, min=1, help="train: chunks per device (interleaved)"),
+    recompute: bool = typer.Option(False, help="train: full activation recomputation"),
+    grad_bucket_mb: float = typer.Option(
+        25.0, help="train: DP gradient all-reduce bucket in MiB, overlapped with the backward "
+        "(PyTorch DDP's default 25); 0 = one all-reduce after the backward"),
+    inlayer_comm: str = typer.Option(
+        "network", help="train: network (TP/SP/EP collectives share the links with pipeline and "
+        "gradient traffic) | phase (timed apart)"),
+    requests: int = typer.Option(1000, min=1, help="serve: Poisson requests to generate"),
+    rate: float = typer.Option(10.0, help="serve: arrival rate, requests/s"),
+    prompt_tokens: str = typer.Option("512", help="serve: N or LO-HI prompt tokens"),
+    output_tokens: str = typer.Option("128", help="serve: N or LO-HI output tokens"),
+    request_trace: Optional[Path] = typer.Option(
+        None, help="serve: CSV of arrival_s,prompt_tokens,output_tokens (replaces --requests)"),
+    max_batch_tokens: int = typer.Option(8192, min=1, help="serve: token budget per iteration"),
+    max_seqs: int = typer.Option(256, min=1, help="serve: sequences per replica batch"),
+    chunked_prefill: bool = typer.Option(True, help="serve: chunked prefill"),
+    disaggregated: Optional[bool] = typer.Option(
+        None, "--disaggregated/--colocated", help="serve: P/D pools (default: the cluster's)"),
+    routing: str = typer.Option("uniform", help="serve, MoE: uniform | zipf | trace"),
+    expert_trace: Optional[Path] = typer.Option(None, help="serve, MoE: file of expert ids"),
+    seed: int = typer.Option(0, help="seed of arrivals and routing"),
+    cost_source: Optional[str] = typer.Option(
+        None, "--cost-source", help="compiler | table: per-chip compute from the compiler's "
+        "Report of the sharded layer, or from the op table (default: compiler for ArchSpec "
+        "chips, table/roofline for GPU presets)"),
+    tech: Optional[str] = typer.Option(
+        None, "--tech", help="technology table (45nm | 7nm | YAML path) for an ArchSpec chip's "
+        "energy (default 7nm; GPU presets use their board power)"),
+    as_json: bool = typer.Option(False, "--json", help="print the metrics as one JSON object"),
+    trace: Optional[Path] = typer.Option(None, help="write a Chrome/Perfetto trace JSON here"),
+    db: Optional[Path] = typer.Option(
+        None, "--db", help="append this run's metrics to a SQLite results store (the sweep "
+        "store's format; sweep name 'cluster')"),
+) -> None:
+    """Simulate a training step or a serving run of MODEL on a cluster (SimPy discrete events)."""
+    import numpy as np  # noqa: PLC0415
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    from tilewright.dataflow_sim.cluster import (ClusterSpecError, ServePlan,  # noqa: PLC0415
+                                                 TrainPlan, load_cluster, load_request_trace,
+                                                 poisson_requests, simulate_serving,
+                                                 simulate_training)
+    if mode not in ("train", "serve"):
+        raise ClusterSpecError(f"--mode = {mode!r}: must be one of 'train', 'serve'")
+    spec = load_cluster(cluster)
+    try:
+        if mode == "train":
+            plan = TrainPlan(dp=dp, tp=tp, pp=pp, sp=sp, ep=ep, micro_batches=micro_batches,
+                             micro_batch_size=micro_batch_size, seq_len=seq_len,
+                             schedule=schedule, virtual_stages=virtual_stages,
+                             recompute=recompute, grad_bucket_mb=grad_bucket_mb or None,
+                             inlayer_comm=inlayer_comm)
+        else:
+            splan = ServePlan(tp=tp, ep=ep, pp=pp, max_batch_tokens=max_batch_tokens,
+                              max_seqs=max_seqs,
+                              chunked_prefill=chunked_prefill, disaggregated=disaggregated,
+                              routing=routing)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise ClusterSpecError(f"--{str(err['loc'][0]).replace('_', '-')} = {err.get('input')!r}: "
+                               f"{err['msg'].lower()}") from None
+    if mode == "train":
+        res = simulate_training(spec, model, plan, trace=trace is not None,
+                                cost_source=cost_source, tech=tech)
+        metrics, tr = res.metrics, res.trace
+    else:
+        if request_trace is not None:
+            reqs = load_request_trace(request_trace)
+        else:
+            reqs = poisson_requests(requests, rate, _lengths(prompt_tokens, "--prompt-tokens"),
+                                    _lengths(output_tokens, "--output-tokens"), seed=seed)
+        ids = None
+        if expert_trace is not None:
+            if not expert_trace.exists():
+                raise ClusterSpecError(f"--expert-trace {expert_trace}: no such file")
+            ids = np.loadtxt(expert_trace, dtype=np.int64, ndmin=1)
+        sres = simulate_serving(spec, model, splan, reqs, seed=seed, trace=trace is not None,
+                                expert_trace=ids, cost_source=cost_source, tech=tech)
+        metrics, tr = sres.metrics, sres.trace
+    if trace is not None and tr is not None:
+        tr.save(trace)
+        metrics["trace_file"] = str(trace)
+    clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
+    if db is not None:
+        _store(db, spec, plan if mode == "train" else splan, clean)
+    if as_json:
+        print(json.dumps(clean))
+        return
+    table = Table(title=f"{metrics['mode']}: {metrics['model']} on {metrics['cluster']}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in clean.items():
+        table.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
+    console.print(table)

@@ -1,0 +1,76 @@
+"""``tilewright fpga``: Verilog, open place-and-route (iCE40/ECP5) or a Vivado script (xc7), and
+FuseSoC/edalize hand-off files for an ArchSpec (see :mod:`tilewright.app.eda.fpga`, docs/fpga.md).
+
+Registered in :mod:`tilewright.app.cli.main`. User errors — :class:`tilewright.app.eda.fpga.UnknownFpgaTarget`,
+:class:`tilewright.app.eda.fpga_pnr.DoesNotFitPart`, :class:`tilewright.app.eda.fpga.FpgaError` and a missing
+tool — print one ``error: ...`` line and exit 2; a Yosys or nextpnr failure names its log and
+exits 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+__all__ = ["fpga", "user_errors"]
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes of this command that are the user's to fix (exit 2)."""
+    from tilewright.app.eda.fpga import FpgaError, UnknownFpgaTarget  # noqa: PLC0415
+    from tilewright.app.eda.fpga_pnr import DoesNotFitPart  # noqa: PLC0415
+    return (UnknownFpgaTarget, DoesNotFitPart, FpgaError)
+
+
+def fpga(
+    arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
+    target: str = typer.Option(..., "--target", help="ice40 | ecp5 (Yosys + nextpnr) | xc7 "
+                               "(Yosys estimate + Vivado script)"),
+    out: Path = typer.Option(..., "-o", "--out", help="output folder (Verilog, netlist, reports, "
+                             ".core, EDAM, manifest.json)"),
+    top: str = typer.Option("gemm", "--top", help="top to wrap: gemm (GEMM core) | axi "
+                            "(GEMM core behind AXI4-Lite) | axi-accel (programmable accelerator: "
+                            "AXI4-Lite control, AXI4 memory port)"),
+    pnr: bool = typer.Option(True, "--pnr/--no-pnr", help="ice40/ecp5: run nextpnr (else stop "
+                             "after synthesis and part choice)"),
+    freq: Optional[float] = typer.Option(None, "--freq", help="clock target in MHz (default: "
+                                         "the ArchSpec's clock_mhz)"),
+) -> None:
+    """Synthesize, place and route (iCE40/ECP5) or script Vivado (xc7) for an ArchSpec."""
+    from tilewright.arch import load_arch  # noqa: PLC0415
+    from tilewright.app.eda.fpga import TARGETS, UnknownFpgaTarget, run_fpga  # noqa: PLC0415
+    from tilewright.app.eda.fpga_pnr import PnrError  # noqa: PLC0415
+    from tilewright.app.eda.synth import SynthError  # noqa: PLC0415
+    if target not in TARGETS:          # fail before generating anything
+        raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
+    spec = load_arch(arch)
+    try:
+        with console.status(f"FPGA flow for {spec.name} on {target}"):
+            m = run_fpga(spec, target, out, top=top, pnr=pnr, freq_mhz=freq)
+    except (SynthError, PnrError) as exc:
+        err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(1)
+    f = m["fpga"]
+    head = (f"{target} {f['part']}{' (Yosys estimate)' if f.get('estimate') else ''}: "
+            f"{f.get('luts', f['synthesis'].get('luts'))} LUTs, "
+            f"{f.get('ffs', f['synthesis'].get('ffs'))} FFs, "
+            f"{f.get('dsps', f['synthesis'].get('dsps'))} DSPs, "
+            f"{f.get('brams', f['synthesis'].get('brams'))} BRAMs")
+    if "fmax_mhz" in f:
+        head += (f", Fmax {f['fmax_mhz']:g} MHz (target {f['target_mhz']:g} MHz, "
+                 f"{'met' if f['timing_met'] else 'not met'})")
+    console.print(head, markup=False, highlight=False)
+    if target == "xc7":
+        console.print(f"Vivado: cd {out} && vivado -mode batch -source vivado.tcl "
+                      f"(clock period {f['clock_period_ns']} ns)", markup=False, highlight=False)
+    console.print(f"wrote {out}/manifest.json, {m['handoff']['fusesoc_core']} "
+                  f"({m['handoff']['vlnv']}), {m['handoff']['edam']}, "
+                  f"{m['handoff']['file_list']} in {m['flow_seconds']} s",
+                  markup=False, highlight=False)

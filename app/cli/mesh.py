@@ -1,0 +1,115 @@
+"""``tilewright mesh gemv|gemm``: predict a distributed GEMV/GEMM on a wafer-scale mesh.
+
+Registered in :mod:`tilewright.app.cli.main` (``app.command("mesh")(mesh)``). User errors are
+:class:`tilewright.dataflow_sim.mesh.MeshMappingError` (a ValueError: SRAM or route limits,
+bad algo/shape, defects) and :class:`tilewright.arch.ArchSpecError`; the CLI prints them as one
+``error: ...`` line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["mesh"]
+
+console = Console()
+
+
+def mesh(
+    op: str = typer.Argument(..., help="gemv | gemm"),
+    arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset with a mesh "
+                             "section (wse2, mesh4x4)"),
+    m: int = typer.Option(1, "--m", min=1, help="rows of A (gemv: must be 1)"),
+    k: int = typer.Option(..., "--k", min=1, help="contraction dimension"),
+    n: int = typer.Option(..., "--n", min=1, help="columns of B"),
+    algo: str = typer.Option("mesh", "--algo", help="gemm: mesh | summa | cannon; "
+                             "gemv: mesh | allreduce"),
+    elem_bytes: int = typer.Option(2, "--elem-bytes", min=1, help="bytes per element "
+                                   "(2 = fp16, as WaferLLM)"),
+    broadcast_x: bool = typer.Option(True, "--broadcast-x/--x-preloaded",
+                                     help="gemv: include the vector broadcast along rows"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    rtl: bool = typer.Option(False, "--rtl", help="also run the op on the Verilated RTL mesh "
+                             "(int8 in, int32 out, random inputs) and print model vs RTL cycles"),
+    seed: int = typer.Option(0, "--seed", help="--rtl: seed of the random int8 inputs"),
+) -> None:
+    """Predict cycles, time, link and core utilization of a GEMV/GEMM on a mesh of cores."""
+    from tilewright.arch import load_arch  # noqa: PLC0415
+    from tilewright.dataflow_sim.mesh import (GEMM_ALGOS, GEMV_ALGOS,  # noqa: PLC0415
+                                              MeshMappingError, mesh_gemm, mesh_gemv)
+    spec = load_arch(arch)
+    if op == "gemm":
+        if algo not in GEMM_ALGOS:
+            raise MeshMappingError(f"--algo {algo!r}: gemm accepts {', '.join(GEMM_ALGOS)}")
+        rep = mesh_gemm(spec, m, k, n, algo=algo, elem_bytes=elem_bytes)
+    elif op == "gemv":
+        if algo not in GEMV_ALGOS:
+            raise MeshMappingError(f"--algo {algo!r}: gemv accepts {', '.join(GEMV_ALGOS)}")
+        if m != 1:
+            raise MeshMappingError(f"--m {m}: gemv multiplies one row vector (m = 1); use gemm")
+        rep = mesh_gemv(spec, k, n, algo=algo, elem_bytes=elem_bytes, broadcast_x=broadcast_x)
+    else:
+        raise MeshMappingError(f"op {op!r}: must be gemv or gemm")
+    d = rep.summary()
+    if rtl:
+        d["rtl"] = _rtl_check(spec, op, algo, m, k, n, elem_bytes, broadcast_x, seed)
+    d["compute_efficiency"] = round(rep.compute_efficiency(spec.mesh.core_macs_per_cycle), 6)
+    if as_json:
+        print(json.dumps(d))
+        return
+    t = Table(title=f"{op} [{m},{k}]x[{k},{n}] on {spec.name} "
+                    f"({spec.mesh.rows}x{spec.mesh.cols}), algo {algo}, grid {d['grid']}")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key in ("cycles", "us", "compute_efficiency", "core_utilization_mean",
+                "link_utilization_max", "link_utilization_mean", "memory_bytes_max",
+                "routes_per_core_max", "cores_used"):
+        t.add_row(key, str(d[key]))
+    console.print(t)
+    pt = Table(title="phases (cycles = one run; total = x repeat)")
+    for c in ("phase", "repeat", "latency", "serialization", "compute", "cycles", "total"):
+        pt.add_column(c, justify="right")
+    for p in rep.phases:
+        pt.add_row(p.name, str(p.repeat), f"{p.latency_cycles:g}", str(p.serialization_cycles),
+                   str(p.compute_cycles), str(p.cycles), str(p.total_cycles))
+    console.print(pt)
+    if rtl:
+        r = d["rtl"]
+        rt = Table(title="RTL mesh (Verilator) vs mesh model, int8 in / int32 accumulate")
+        for c in ("model cycles", "RTL cycles", "cycle-exact", "outputs == numpy"):
+            rt.add_column(c, justify="right")
+        rt.add_row(str(r["model_cycles"]), str(r["rtl_cycles"]),
+                   str(r["model_cycles"] == r["rtl_cycles"]), str(r["bit_exact"]))
+        console.print(rt)
+
+
+def _rtl_check(spec, op: str, algo: str, m: int, k: int, n: int, elem_bytes: int,
+               broadcast_x: bool, seed: int) -> dict:
+    """Run the op on the RTL mesh with random int8 inputs; model vs RTL cycles, bit-exactness."""
+    import numpy as np  # noqa: PLC0415
+
+    from tilewright.dataflow_sim.mesh import MeshMappingError  # noqa: PLC0415
+    ok_algo = algo in (("mesh", "cannon", "summa") if op == "gemm" else ("mesh",))
+    if not ok_algo or elem_bytes != 1 or not broadcast_x:
+        raise MeshMappingError("--rtl runs int8 GEMM (--algo mesh | cannon | summa) and GEMV "
+                               "(--algo mesh) on the RTL mesh: use --elem-bytes 1 (and the "
+                               "default --broadcast-x)")
+    from tilewright.cosim.mesh_run import rtl_gemm, rtl_gemv  # noqa: PLC0415
+    err = Console(stderr=True)
+    say = lambda msg: err.print(msg, markup=False, highlight=False)    # noqa: E731  (progress)
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
+    if op == "gemm":
+        run = rtl_gemm(spec, [(a, b)], algo=algo, log=say)[0]
+        exact = bool(np.array_equal(run.output, ref))
+    else:
+        run = rtl_gemv(spec, [(a[0], b)], log=say)[0]
+        exact = bool((run.output == ref[0][None]).all())
+    return {"model_cycles": int(run.model_cycles), "rtl_cycles": int(run.rtl_cycles),
+            "bit_exact": exact}

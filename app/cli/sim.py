@@ -1,0 +1,125 @@
+"""``tilewright sim``: run a tiny LLM layer on the functional model and, with ``--rtl``, its int8
+GEMMs on the Verilated core (:func:`tilewright.app.flows.sim_rtl.simulate_model`); print the cross-checks.
+
+Registered in :mod:`tilewright.app.cli.main`. Exit status 1 when a cross-check fails; user errors
+(unknown model, bad ArchSpec, a GEMM that cannot fit) are one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["sim"]
+
+console = Console()
+
+
+def sim(
+    model: str = typer.Option(..., "--model", help="tiny model config: tiny-llama, tiny-moe, "
+                                                   "tiny-mamba (see `tilewright models`)"),
+    arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
+    rtl: bool = typer.Option(False, "--rtl", help="run every int8 GEMM on the RTL in Verilator"),
+    fast: bool = typer.Option(False, "--fast", help="with --rtl: the C++ fast driver instead of "
+                                                    "the cocotb bench"),
+    top: str = typer.Option("core", "--top", help="with --rtl: core (the GEMM core driven by "
+                            "the host: cocotb or --fast) or accel (the programmable accelerator: "
+                            "ISA, DMA, external-memory model; cocotb or --fast) or axi-accel (the "
+                            "same behind AXI4-Lite control and an AXI4 memory port; "
+                            "cocotbext-axi)"),
+    seq: int = typer.Option(8, "--seq", min=1, help="tokens in the prefill"),
+    seed: int = typer.Option(0, "--seed", help="seed of the weights and inputs"),
+    gemms: bool = typer.Option(False, "--gemms", help="with --rtl: print every GEMM's (and "
+                               "vector kernel's) cycles"),
+    vector: bool = typer.Option(False, "--vector", help="run the ops the vector engine "
+                                "implements (exp, rsqrt, SiLU, softplus, softmax, add/mul, "
+                                "sum/max in Q8.8; the SSM scan on the scan unit) in its "
+                                "arithmetic; with --rtl --top accel [--fast] on the RTL's vector "
+                                "engine (needs a vector_unit in the ArchSpec)"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="with --rtl (cocotb; --top core "
+                                         "or accel): write a VCD waveform of every signal of "
+                                         "the top to DIR/dump.vcd (~16 MB per 1,000 cycles)"),
+) -> None:
+    """Simulate one layer of a tiny model in int8: functional model vs torch, and with --rtl its
+    GEMMs on the RTL (bit-exact, cycles vs the cycle model)."""
+    from tilewright.arch import load_arch  # noqa: PLC0415
+    from tilewright.app.cli.compile import UnknownModel  # noqa: PLC0415
+    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415
+    from tilewright.app.flows.sim_rtl import simulate_model  # noqa: PLC0415
+
+    tiny = sorted(n for n, c in LLM_CONFIGS.items() if c.tiny)
+    if model not in tiny:
+        raise UnknownModel(f"--model {model!r}: tilewright sim runs the tiny configs with real "
+                           f"weights; known: {', '.join(tiny)}")
+    if fast and not rtl:
+        raise typer.BadParameter("--fast selects the RTL driver; add --rtl", param_hint="--fast")
+    from tilewright.app.flows.sim_rtl import TOPS  # noqa: PLC0415
+    if top not in TOPS:
+        raise typer.BadParameter(f"{top!r}: accepted: {', '.join(TOPS)}", param_hint="--top")
+    if top == "axi-accel" and fast:
+        raise typer.BadParameter(f"--top {top} runs on the cocotb bench; drop --fast",
+                                 param_hint="--top")
+    if trace is not None and top not in ("core", "accel"):
+        raise typer.BadParameter("tracing covers --top core and --top accel", param_hint="--trace")
+    if trace is not None and (fast or not rtl):
+        raise typer.BadParameter("tracing needs --rtl with the cocotb driver (no --fast)",
+                                 param_hint="--trace")
+    if vector and rtl and (top != "accel" or trace is not None):
+        raise typer.BadParameter("--vector with --rtl runs on the accelerator top's vector "
+                                 "engine: needs --top accel (cocotb or --fast), no --trace",
+                                 param_hint="--vector")
+    spec = load_arch(arch)
+    if vector and spec.vector_unit is None:
+        raise typer.BadParameter(f"{spec.name} has no vector_unit section (the vector engine is "
+                                 "generated from it)", param_hint="--vector")
+    with console.status("compiling") as st:
+        res = simulate_model(model, spec, rtl=rtl, driver="fast" if fast else "cocotb",
+                             seq=seq, seed=seed, trace_dir=trace, top=top, log=st.update,
+                             vector=vector)
+    if res.gemm_rows:
+        rows = res.gemm_rows
+        where = {"accel": "the accelerator top, DMA included",
+                 "axi-accel": "the accelerator behind AXI, DMA over AXI4 included"}.get(
+                     top, "the GEMM core; cycles `busy` is high")
+        t = Table(title=f"{model} int8 GEMMs on the RTL ({spec.name}: {where})")
+        for c in ("GEMM", "M x K x N", "RTL cycles", "model cycles", "utilization"):
+            t.add_column(c, justify="right")
+        for r in rows if gemms else []:
+            t.add_row(r["op"], f"{r['m']}x{r['k']}x{r['n']}", f"{r['rtl']:,}",
+                      f"{r['model']:,}", f"{r['util']:.1%}")
+        macs = sum(r["m"] * r["k"] * r["n"] for r in rows)
+        te = spec.tensor_engine
+        total_m = sum(r["model"] for r in rows)
+        t.add_row(f"{len(rows)} GEMMs", f"{macs:,} MACs", f"{sum(r['rtl'] for r in rows):,}",
+                  f"{total_m:,}", f"{macs / (total_m * te.macs_per_cycle):.1%}")
+        console.print(t)
+    if res.vector_rows and "rtl" in res.vector_rows[0]:
+        vrows = res.vector_rows
+        t = Table(title=f"{model} vector and scan ops on the accelerator's vector engine "
+                        f"({spec.name}, {spec.vector_unit.lanes} lanes; DMA included)")
+        for c in ("task", "kernel", "shape", "RTL cycles", "model cycles"):
+            t.add_column(c, justify="right")
+        for r in vrows if gemms else []:
+            t.add_row(r["op"], r["kernel"], "x".join(map(str, r["shape"])), f"{r['rtl']:,}",
+                      f"{r['model']:,}")
+        t.add_row(f"{len(vrows)} kernels", ", ".join(sorted({r["kernel"] for r in vrows})), "",
+                  f"{sum(r['rtl'] for r in vrows):,}", f"{sum(r['model'] for r in vrows):,}")
+        console.print(t)
+    ct = Table(title="cross-checks")
+    for c in ("check", "result", "detail"):
+        ct.add_column(c)
+    for name, ok, detail in res.checks:
+        ct.add_row(name, "[green]PASS[/]" if ok else "[red]FAIL[/]", detail)
+    console.print(ct)
+    console.print("  ".join(f"{k} {v:.2f} s" for k, v in res.seconds.items()))
+    if res.trace is not None:
+        console.print(f"waveform: {res.trace} ({res.trace.stat().st_size / 1e6:.1f} MB)")
+    if not res.ok:
+        console.print("[bold red]a cross-check FAILED[/]")
+        raise typer.Exit(1)
+    console.print("[bold green]all cross-checks passed[/]"
+                  + ("" if rtl else " (functional model only; add --rtl for the RTL)"))

@@ -1,0 +1,83 @@
+"""``tilewright sweep FILE`` and ``tilewright report DB``: design-space exploration from the CLI.
+
+Registered in :mod:`tilewright.app.cli.main` (``app.command("sweep")(sweep)``,
+``app.command("report")(report)``). User errors are :class:`tilewright.app.sweep.SweepError`,
+:class:`tilewright.dataflow_sim.energy_area.TechError` and :class:`tilewright.arch.ArchSpecError`
+(all ValueErrors with one-line messages); the CLI prints them as ``error: ...`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+__all__ = ["sweep", "report"]
+
+console = Console()
+
+
+def sweep(
+    file: Path = typer.Argument(..., help="sweep YAML file (see configs/sweeps/)"),
+    db: Optional[Path] = typer.Option(None, "--db", help="SQLite results database "
+                                      "(default: <file stem>.db next to the current folder)"),
+    resume: bool = typer.Option(False, "--resume", help="continue a sweep stored in --db; "
+                                "points already stored are not evaluated again"),
+    executor: str = typer.Option("local", "--executor", help="local | dask | ray"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1,
+                                          help="worker processes (default: CPU count)"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="dask: address of a "
+                                            "running scheduler (default: start a LocalCluster)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="ray: address of a "
+                                              "running Ray cluster, e.g. 10.0.0.1:6379 or auto "
+                                              "(default: start a local Ray)"),
+    export: Optional[Path] = typer.Option(None, "--export", help="also write the results to "
+                                          "this .csv or .parquet file"),
+) -> None:
+    """Evaluate a sweep's design points, committing each to SQLite as it finishes."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress,  # noqa: PLC0415
+                               TextColumn, TimeElapsedColumn, TimeRemainingColumn)
+
+    from tilewright.app.sweep import ResultsStore, load_sweep, pareto_frame, run_sweep  # noqa: PLC0415
+
+    spec = load_sweep(file)
+    dbp = db or Path(f"{Path(file).stem}.db")
+    with Progress(TextColumn(f"[bold]{spec.name}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                  transient=False) as prog:
+        task = prog.add_task("points", total=None)
+
+        def cb(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        res = run_sweep(spec, dbp, resume=resume, executor=executor, workers=workers,
+                        dask_address=scheduler, ray_address=ray_address, progress=cb)
+    console.print(f"{res.evaluated} points evaluated, {res.reused} already stored, "
+                  f"{res.invalid} invalid, in {res.seconds:.1f} s "
+                  f"({res.points_per_s:.1f} points/s) -> {dbp}")
+    with ResultsStore(dbp) as store:
+        df = store.frame(spec.name)
+        bad = df[df["status"].isin(["invalid", "error"])]
+        if len(bad):
+            console.print(f"[yellow]{len(bad)} points could not be evaluated; first: "
+                          f"{bad['error'].iloc[0]}")
+        objs = [(o.metric, o.direction) for o in spec.objectives]
+        front = pareto_frame(df, objs)
+        console.print(f"{int(df['feasible'].sum())} feasible; Pareto front "
+                      f"({', '.join(m for m, _ in objs)}): {len(front)} points")
+        if export is not None:
+            console.print(f"exported {store.export(export, spec.name)}")
+
+
+def report(
+    db: Path = typer.Argument(..., help="SQLite results database written by `tilewright sweep`"),
+    out: Path = typer.Option(Path("sweep_report"), "-o", "--out", help="output folder"),
+    sweep_name: Optional[str] = typer.Option(None, "--sweep", help="only this sweep of the db"),
+) -> None:
+    """Write an HTML report with PNG Pareto fronts, a roofline view and energy breakdowns, and a
+    per-op breakdown and per-op roofline of the best Pareto points of LLM workloads."""
+    from tilewright.app.sweep.report import write_report  # noqa: PLC0415
+    page = write_report(db, out, sweep_name)
+    console.print(f"wrote {page}")

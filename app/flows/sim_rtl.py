@@ -1,0 +1,445 @@
+"""Run a tiny LLM layer's int8 GEMMs on the Verilated GEMM core, inside the functional model.
+
+``tilewright sim --model tiny-llama|tiny-moe|tiny-mamba --arch FILE --rtl [--fast]``:
+
+1. compile one layer of the model for ``arch`` with int8 GEMM operands (torch.export -> Program);
+2. run the Program on the functional model, *recording* every int8 x int8 -> int32 matmul it
+   performs (projections, the attention cascade's block GEMMs, each expert's rows of a grouped
+   GEMM) through :func:`tilewright.dataflow_sim.functional.int8_matmul`;
+3. run all of them, as one Program of ``gemm`` tasks, on the RTL core in Verilator (cocotb bench,
+   or the C++ fast driver with ``--fast``); a GEMM whose operands do not fit the core's buffers is
+   split into column/row blocks that do (exact: output blocks are independent);
+4. run the functional model again with every int8 matmul *answered by the RTL's results* and check
+   that the layer's outputs are bit-exact with step 2, that every RTL GEMM equals numpy's, and that
+   every RTL GEMM's cycle count equals the cycle model's closed form;
+5. compare the layer's output with torch's float forward pass (relative L2 error).
+
+What runs where: GEMM arithmetic on the RTL. With ``--vector`` (``--top accel``, an ArchSpec with
+a ``vector_unit``) the vector ops the accelerator's vector engine implements — exp, rsqrt, SiLU,
+softplus, softmax over the last axis, elementwise add/mul, last-axis sum/max in the vector unit's
+Q8.8 arithmetic, and the SSM ``scan`` on the scan unit (Q0.16 a, Q16.16 b/c/h;
+:mod:`tilewright.dataflow_sim.vector_offload`) — run in that arithmetic: the functional model
+computes them on the bit-exact instruction-level model, the same kernels run as
+LOAD_V/VECTOR/SCAN/STORE_V code on the Verilated top (results bit-exact, cycles equal to the
+cycle model), and the replay answers them with the RTL's results. Everything else — norms' mean
+and square, routing, the quantize steps — runs on the functional model.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tilewright.arch import ArchSpec
+
+__all__ = ["SimResult", "simulate_model", "gemm_blocks", "gemm_program", "TORCH_REL_L2_BOUND",
+           "TOPS"]
+
+#: RTL tops ``simulate_model`` runs the GEMMs on: the GEMM core driven by the host (cocotb or
+#: the C++ fast driver), or the programmable accelerator (ISA, DMA, external-memory model; cocotb
+#: or its C++ fast driver), or the same accelerator behind AXI (AXI4-Lite control, AXI4 memory;
+#: cocotbext-axi)
+TOPS = ("core", "accel", "axi-accel")
+
+#: relative L2 error of an int8 layer against torch's float forward pass accepted by the check
+#: (int8 per-channel weights, per-tensor activations; measured 0.42 % tiny-mamba, 0.47 %
+#: tiny-llama, 0.67 % tiny-moe at seq 8, seed 0 — the bound leaves 3x headroom for other seeds)
+TORCH_REL_L2_BOUND = 0.02
+
+
+@dataclass
+class SimResult:
+    """What :func:`simulate_model` measured."""
+
+    model: str
+    arch: str
+    checks: list[tuple[str, bool, str]]
+    gemm_rows: list[dict[str, Any]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    rel_l2_vs_torch: float = float("nan")
+    rtl: bool = False
+    trace: Any = None          #: path of the VCD waveform when traced
+    #: with ``vector``: per offloaded task, its kernel (and with the RTL its cycles)
+    vector_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c[1] for c in self.checks)
+
+
+def gemm_blocks(m: int, k: int, n: int, arch: ArchSpec) -> list[tuple[int, int, int, int]]:
+    """Split an M x K x N int8 GEMM into (m0, m1, n0, n1) output blocks whose operands fit the
+    core's buffers (:class:`~tilewright.compiler.layout.GemmLayout`), widest N blocks first.
+
+    Raises :class:`~tilewright.compiler.layout.DoesNotFit` when even one array-sized block does
+    not fit (K alone too long for the buffers)."""
+    from tilewright.compiler.layout import DoesNotFit, GemmLayout  # noqa: PLC0415
+
+    te = arch.tensor_engine
+
+    def fits(mm: int, nn: int) -> bool:
+        try:
+            GemmLayout.for_arch(arch, mm, k, nn).check_fits(arch)
+            return True
+        except DoesNotFit:
+            return False
+
+    bm, bn = m, n
+    while not fits(bm, bn) and bn > te.cols:
+        bn = max(te.cols, ((bn + 1) // 2 + te.cols - 1) // te.cols * te.cols)
+    while not fits(bm, bn) and bm > te.rows:
+        bm = max(te.rows, ((bm + 1) // 2 + te.rows - 1) // te.rows * te.rows)
+    GemmLayout.for_arch(arch, bm, k, bn).check_fits(arch)   # the clear error if nothing fits
+    return [(m0, min(m, m0 + bm), n0, min(n, n0 + bn))
+            for m0 in range(0, m, bm) for n0 in range(0, n, bn)]
+
+
+def gemm_program(pairs: list[tuple[np.ndarray, np.ndarray]], arch: ArchSpec, name: str):
+    """A Program of ``gemm`` tasks ``c{i} = a{i} @ b{i}`` over int8 constants (one per pair)."""
+    from tilewright.compiler.program import GemmTask, Program, TensorInfo  # noqa: PLC0415
+
+    tensors, tasks, consts = {}, [], {}
+    for i, (a, b) in enumerate(pairs):
+        (m, k), n = a.shape, b.shape[1]
+        for t, shape, fmt in ((f"a{i}", (m, k), "int8"), (f"b{i}", (k, n), "int8"),
+                              (f"c{i}", (m, n), "int32")):
+            tensors[t] = TensorInfo(name=t, shape=shape, format=fmt)
+        consts[f"a{i}"], consts[f"b{i}"] = np.ascontiguousarray(a), np.ascontiguousarray(b)
+        tasks.append(GemmTask(name=f"g{i}", a=f"a{i}", b=f"b{i}", out=f"c{i}", m=m, k=k, n=n))
+    return Program(name=name, arch_hash=arch.content_hash(), tensors=tensors, inputs=[],
+                   outputs=[f"c{i}" for i in range(len(pairs))], tasks=tasks, constants=consts)
+
+
+def _torch_rel_l2(module, example, outputs: dict[str, np.ndarray], names: list[str]) -> float:
+    import torch  # noqa: PLC0415
+
+    with torch.no_grad():
+        ref = module(*example)
+    ref = ref if isinstance(ref, (tuple, list)) else (ref,)
+    num = den = 0.0
+    for r, name in zip(ref, names):
+        r = r.detach().double().numpy()
+        y = outputs[name].astype(np.float64)
+        num += float(((y - r) ** 2).sum())
+        den += float((r ** 2).sum())
+    return (num / den) ** 0.5 if den else float("inf")
+
+
+def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str = "cocotb",
+                   seq: int = 8, batch: int = 1, seed: int = 0, trace_dir=None,
+                   top: str = "core", log=None, vector: bool = False) -> SimResult:
+    """Compile ``model`` (a tiny config, one layer) for ``arch`` in int8 and run it (module
+    docstring). ``rtl`` adds the Verilator run of every int8 GEMM (``driver`` cocotb | fast).
+    ``vector`` runs the vector ops the vector engine implements in its Q8.8 arithmetic and the
+    scan on the scan unit (and with ``rtl`` and ``top`` accel, on the RTL's vector engine through
+    ``driver``).
+    ``trace_dir`` (cocotb only; ``top`` core or accel): keep the RTL job folder there with
+    ``dump.vcd``, a waveform of every signal of the top over the whole run (``result.trace``)."""
+    if top not in TOPS:
+        raise ValueError(f"--top {top!r}: accepted: {', '.join(TOPS)}")
+    if trace_dir is not None and (not rtl or driver != "cocotb" or top not in ("core", "accel")):
+        raise ValueError("a waveform trace needs the RTL run of the GEMM core or the accelerator "
+                         "top with the cocotb driver (--rtl --top core|accel, without --fast)")
+    if rtl and not arch.tensor_engine.systolic and top != "accel":
+        from tilewright.arch import ArchSpecError  # noqa: PLC0415
+        raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {arch.tensor_engine.kind!r} with "
+                         f"--top {top}: the tile-MAC kinds run their GEMMs on the accelerator "
+                         f"top; accepted: --top accel")
+    if vector and arch.vector_unit is None:
+        raise ValueError(f"--vector: {arch.name} has no vector_unit section (the accelerator's "
+                         "vector engine is generated from it)")
+    if vector and rtl and (top != "accel" or trace_dir is not None):
+        raise ValueError("--vector with --rtl runs on the accelerator top's vector engine: "
+                         "needs --top accel (cocotb or --fast) and no --trace")
+    if top == "axi-accel" and driver != "cocotb":
+        raise ValueError(f"the AXI accelerator top (--top {top}) runs on the cocotb bench only "
+                         "(no --fast)")
+    from tilewright.dataflow_sim.compile_flow import compile_module  # noqa: PLC0415
+    from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
+    from tilewright.dataflow_sim.functional import (gemm_int8, int8_matmul,  # noqa: PLC0415
+                                                    run_program)
+    from tilewright.models.llm_configs import build_llm, get_config  # noqa: PLC0415
+
+    say = log or (lambda _msg: None)
+    times: dict[str, float] = {}
+    cfg = get_config(model)
+    if not cfg.tiny:
+        raise ValueError(f"--model {model}: simulation needs a tiny config with real weights "
+                         f"(tiny-llama, tiny-moe, tiny-mamba ...), not a real-shape one")
+    fmt = "bf16" if arch.tensor_engine.input_format == "bf16" else "int8"
+    spec = arch_for_format(arch, fmt)
+    if fmt == "bf16" and rtl and (top != "core" or spec.tensor_engine.dataflow != "ws"
+                                  or driver != "cocotb" or trace_dir is not None):
+        raise ValueError("a bf16 ArchSpec runs its GEMMs on the bf16 weight-stationary core "
+                         "(tilewright.rtl.systolic_bf16): needs tensor_engine.dataflow = 'ws', "
+                         "--top core, the cocotb driver (no --fast) and no --trace")
+    t0 = time.perf_counter()
+    module, example = build_llm(model, seed=seed, seq=seq, batch=batch)
+    compiled = compile_module(module, example, spec, fmt=fmt, name=model)
+    program, inputs = compiled.program, compiled.inputs
+    times["compile"] = time.perf_counter() - t0
+
+    say("functional model (recording int8 GEMMs)")
+    t0 = time.perf_counter()
+    recorded: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def record(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = gemm_int8(a, b)
+        recorded.append((a.copy(), b.copy(), out))
+        return out
+
+    from contextlib import nullcontext  # noqa: PLC0415
+
+    from tilewright.dataflow_sim.functional import vector_unit_ops  # noqa: PLC0415
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps  # noqa: PLC0415
+    vec_ops = VectorUnitOps(spec) if vector else None
+    with int8_matmul(record), (vector_unit_ops(vec_ops) if vec_ops else nullcontext()):
+        func = run_program(program, inputs)
+    times["functional"] = time.perf_counter() - t0
+    rel = _torch_rel_l2(module, example, func, program.outputs)
+    what = "functional (vector ops in Q8.8)" if vector else "functional"
+    checks = [(f"{what} vs torch float: rel L2 ≤ {TORCH_REL_L2_BOUND:g}",
+               rel <= TORCH_REL_L2_BOUND, f"{rel:.4f} over {', '.join(program.outputs)}")]
+    result = SimResult(model, spec.name, checks, rel_l2_vs_torch=rel, seconds=times, rtl=rtl)
+    if vec_ops is not None:
+        result.vector_rows = [{"op": r.task, "kernel": r.kernel.op, "shape": r.kernel.shape}
+                              for r in vec_ops.records]
+    if not rtl:
+        return result
+
+    if top == "accel":
+        return _run_on_accel(result, recorded, program, inputs, func, spec, say, trace_dir,
+                             fast=driver == "fast",
+                             vector_records=vec_ops.records if vec_ops else None)
+    if top == "axi-accel":
+        return _run_on_accel(result, recorded, program, inputs, func, spec, say, axi=True)
+    if fmt == "bf16":
+        return _run_bf16(result, program, inputs, spec, say)
+    # the core's buffers hold a bounded GEMM: split each recorded matmul into blocks that fit
+    pairs, owner = [], []
+    for i, (a, b, _) in enumerate(recorded):
+        for m0, m1, n0, n1 in gemm_blocks(a.shape[0], a.shape[1], b.shape[1], spec):
+            pairs.append((a[m0:m1], b[:, n0:n1]))
+            owner.append((i, m0, m1, n0, n1))
+    gprog = gemm_program(pairs, spec, f"{model}-gemms")
+    say(f"RTL: {len(recorded)} int8 GEMMs as {len(pairs)} core runs ({driver} driver)")
+    from tilewright.cosim.run import run_program_rtl  # noqa: PLC0415
+    from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    run = run_program_rtl(gprog, {}, spec, driver=driver, log=say, keep_dir=trace_dir,
+                          waves=trace_dir is not None)
+    if trace_dir is not None:
+        from pathlib import Path  # noqa: PLC0415
+        result.trace = Path(trace_dir) / "dump.vcd"
+    times["rtl"] = time.perf_counter() - t0
+    rtl_out = [np.zeros_like(c) for _, _, c in recorded]
+    for j, (i, m0, m1, n0, n1) in enumerate(owner):
+        rtl_out[i][m0:m1, n0:n1] = run.outputs[f"c{j}"]
+    same_gemm = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
+    worst = max((int(np.abs(r.astype(np.int64) - c).max()) for r, (_, _, c)
+                 in zip(rtl_out, recorded)), default=0)
+    checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same_gemm,
+                   f"{len(recorded)} GEMMs, max |diff| {worst}"))
+
+    _replay_check(checks, rtl_out, program, inputs, func, say)
+
+    report = gemm_report(gprog, spec)
+    rows = []
+    for (_, r), rec in zip(report.iterrows(), run.gemm_cycles):
+        rows.append({"op": r["op"], "m": int(r["m"]), "k": int(r["k"]), "n": int(r["n"]),
+                     "rtl": int(rec["cycles"]), "model": int(r["cycles"]),
+                     "util": float(r["utilization"])})
+    mism = [x for x in rows if x["rtl"] != x["model"]]
+    checks.append(("RTL cycles == cycle model (every GEMM)", not mism,
+                   f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
+                   + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
+    result.gemm_rows = rows
+    return result
+
+
+def _replay_check(checks, rtl_out, program, inputs, func, say, vector_hook=None) -> None:
+    """Run the functional model again with every int8 matmul answered, in order, by the RTL's
+    results (and, with ``vector_hook``, every offloaded vector task by the RTL's vector engine);
+    append the bit-exactness check of the layer outputs."""
+    from contextlib import nullcontext  # noqa: PLC0415
+
+    from tilewright.dataflow_sim.functional import (int8_matmul, run_program,  # noqa: PLC0415
+                                                    vector_unit_ops)
+
+    say("functional model with the RTL's results")
+    answers = iter(rtl_out)
+
+    def replay(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = next(answers)
+        if out.shape != (a.shape[0], b.shape[1]):
+            raise RuntimeError("replayed GEMMs out of order: the functional run is not "
+                               "deterministic")
+        return out
+
+    with int8_matmul(replay), (vector_unit_ops(vector_hook) if vector_hook else nullcontext()):
+        again = run_program(program, inputs)
+    same_out = all(np.array_equal(again[o], func[o]) for o in program.outputs)
+    what = "GEMMs and vector ops" if vector_hook else "GEMMs"
+    checks.append((f"layer output with RTL {what} == functional (bit-exact)", same_out,
+                   ", ".join(f"{o} {again[o].dtype}{list(again[o].shape)}"
+                             for o in program.outputs)))
+
+
+def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
+                  trace_dir=None, axi: bool = False, fast: bool = False,
+                  vector_records=None) -> SimResult:
+    """The recorded GEMMs as one Program on the programmable accelerator top (ISA, DMA,
+    double-buffered core; :func:`tilewright.cosim.accel_run.run_program_accel`, or with ``fast``
+    the C++ fast driver :func:`tilewright.cosim.accel_fast.run_program_accel_fast`) or, with
+    ``axi``, on the same accelerator behind AXI
+    (:func:`tilewright.cosim.axi_accel_run.run_program_axi_accel`: program loaded and started over
+    AXI4-Lite, operands and results in a cocotbext-axi AxiRam on the AXI4 port): outputs
+    bit-exact, the layer replayed with them, every GEMM's cycles (DMA included) equal to
+    :mod:`tilewright.dataflow_sim.accel_timing` (for AXI at the port's memory latency,
+    :func:`~tilewright.cosim.axi_accel_run.axi_timing_arch`). ``vector_records`` (the offloaded
+    vector tasks of the functional run) also run on the top's vector engine
+    (:func:`_run_vector_kernels`) and answer the replay."""
+    if axi:
+        from tilewright.cosim.axi_accel_run import run_program_axi_accel  # noqa: PLC0415
+        name, where = "axi-accel-gemms", "through the AXI ports"
+        say(f"RTL: {len(recorded)} int8 GEMMs on the AXI accelerator top (AXI4-Lite + AXI4, "
+            f"cocotb)")
+    else:
+        from tilewright.cosim.accel_run import run_program_accel  # noqa: PLC0415
+        name, where = "accel-gemms", "on the accelerator top"
+        say(f"RTL: {len(recorded)} int8 GEMMs on the accelerator top (ISA + DMA, "
+            f"{'C++ fast driver' if fast else 'cocotb'})")
+    gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, name)
+    t0 = time.perf_counter()
+    if axi:
+        run = run_program_axi_accel(gprog, {}, spec, log=say)
+    elif fast:
+        from tilewright.cosim.accel_fast import run_program_accel_fast  # noqa: PLC0415
+        run = run_program_accel_fast(gprog, {}, spec, log=say)
+    else:
+        run = run_program_accel(gprog, {}, spec, log=say, keep_dir=trace_dir,
+                                waves=trace_dir is not None)
+        if trace_dir is not None:
+            from pathlib import Path  # noqa: PLC0415
+            result.trace = Path(trace_dir) / "dump.vcd"
+    result.seconds["rtl"] = time.perf_counter() - t0
+    rtl_out = [run.outputs[f"c{i}"] for i in range(len(recorded))]
+    same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
+    result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
+                          f"{len(recorded)} GEMMs {where}"))
+    hook = (_run_vector_kernels(result, vector_records, spec, say, fast=fast)
+            if vector_records is not None else None)
+    _replay_check(result.checks, rtl_out, program, inputs, func, say, hook)
+    rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
+             "model": r["model_cycles"], "util": r["utilization"]} for r in run.comparison(spec)]
+    mism = [x for x in rows if x["rtl"] != x["model"]]
+    what = ("CYCLES register == accelerator cycle model at the AXI port's latency (every GEMM)"
+            if axi else "RTL cycles == accelerator cycle model (every GEMM, DMA included)")
+    result.checks.append((
+        what, not mism,
+        f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
+        + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
+    result.gemm_rows = rows
+    return result
+
+
+def _run_vector_kernels(result: SimResult, records, spec, say, fast: bool = False):
+    """Run the offloaded vector tasks' kernels on the accelerator top's vector engine (cocotb,
+    or with ``fast`` the C++ fast driver):
+    append the bit-exactness and cycle checks, fill ``result.vector_rows`` and return the replay
+    hook answering the tasks with the RTL's results."""
+    from tilewright.cosim.vector_accel_run import run_vector_kernels  # noqa: PLC0415
+    from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit  # noqa: PLC0415
+
+    if not records:
+        result.checks.append(("vector ops on the RTL vector engine", False,
+                              "the layer has no vector op the vector engine takes"))
+        return None
+    say(f"RTL: {len(records)} vector/scan kernels on the accelerator's vector engine "
+        f"({'C++ fast driver' if fast else 'cocotb'})")
+    t0 = time.perf_counter()
+    if fast:
+        from tilewright.cosim.accel_fast import run_vector_kernels_fast as run_kernels  # noqa
+    else:
+        run_kernels = run_vector_kernels
+    run = run_kernels([r.kernel for r in records],
+                      {r.kernel.name: list(r.operands) for r in records}, spec, log=say)
+    result.seconds["rtl_vector"] = time.perf_counter() - t0
+    outs = [run.outputs[r.kernel.name] for r in records]
+    bad = [r.task for r, o in zip(records, outs) if not r.same_result(o)]
+    result.checks.append(("RTL vector engine == instruction-level model (bit-exact)",
+                          not bad, f"{len(records)} kernels "
+                          f"({', '.join(sorted({r.kernel.op for r in records}))})"
+                          + (f"; {len(bad)} differ, first {bad[0]}" if bad else "")))
+    comp = run.comparison(spec)
+    result.vector_rows = [{"op": r.task, "kernel": c["op"], "shape": c["shape"],
+                           "rtl": c["rtl_cycles"], "model": c["model_cycles"]}
+                          for r, c in zip(records, comp)]
+    mism = [c for c in comp if not c["equal"]]
+    result.checks.append((
+        "RTL cycles == accelerator cycle model (every vector kernel, DMA included)", not mism,
+        f"total {sum(c['rtl_cycles'] for c in comp):,} vs "
+        f"{sum(c['model_cycles'] for c in comp):,}"
+        + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
+    return ReplayVectorUnit(list(records), outs)
+
+
+def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
+    """bf16 ArchSpec: every bf16 GEMM (fp32 accumulate, ``k_block`` = rows) recorded from the
+    functional model, run on the Verilated bf16 WS core (:mod:`tilewright.cosim.bf16_run`),
+    compared bit for bit (fp32 patterns), replayed into the layer; cycles vs the WS closed form."""
+    from tilewright.compiler.core_timing import gemm_cycles_array  # noqa: PLC0415
+    from tilewright.cosim.bf16_run import bf16_gemm_words, run_bf16_gemms  # noqa: PLC0415
+    from tilewright.dataflow_sim.functional import bf16_matmul, run_program  # noqa: PLC0415
+    from tilewright.dataflow_sim.numerics import sequential_fp32_matmul  # noqa: PLC0415
+    from tilewright.formats import element_values, get_format  # noqa: PLC0415
+
+    te = spec.tensor_engine
+    f = get_format("bf16")
+    recorded: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def record(a, b, k_block):
+        if k_block != te.rows:
+            raise RuntimeError(f"bf16 GEMM with k_block {k_block}: the core sums {te.rows} "
+                               f"products per tile")
+        out = sequential_fp32_matmul(element_values(a, f), element_values(b, f), k_block)
+        recorded.append((a.copy(), b.copy(), out))
+        return out
+
+    with bf16_matmul(record):
+        func = run_program(program, inputs)
+    need = max(max(lay.a_words, lay.b_words, lay.acc_words) for lay in
+               (bf16_gemm_words(te.rows, te.cols, a, b)[0] for a, b, _ in recorded))
+    depth = 1 << max(8, (need - 1).bit_length())
+    say(f"RTL: {len(recorded)} bf16 GEMMs on the bf16 WS core (buffers of {depth} words)")
+    t0 = time.perf_counter()
+    runs = run_bf16_gemms(te.rows, te.cols, [(a, b) for a, b, _ in recorded], depth=depth,
+                          log=say)
+    result.seconds["rtl"] = time.perf_counter() - t0
+    rtl_out = [r.c for r in runs]
+    same = all(np.array_equal(r.view(np.uint32), c.view(np.uint32))
+               for r, (_, _, c) in zip(rtl_out, recorded))
+    result.checks.append(("RTL bf16 GEMMs == numerics (fp32 bit patterns)", same,
+                          f"{len(recorded)} GEMMs, k_block {te.rows}"))
+    answers = iter(rtl_out)
+    with bf16_matmul(lambda a, b, kb: next(answers)):
+        again = run_program(program, inputs)
+    same_out = all(np.array_equal(again[o], func[o]) for o in program.outputs)
+    result.checks.append(("layer output with RTL GEMMs == functional (bit-exact)", same_out,
+                          ", ".join(program.outputs)))
+    rows = []
+    for i, ((a, b, _), r) in enumerate(zip(recorded, runs)):
+        (m, k), n = a.shape, b.shape[1]
+        model = int(gemm_cycles_array(m, k, n, te.rows, te.cols, "ws")[0])
+        rows.append({"op": f"g{i}", "m": m, "k": k, "n": n, "rtl": r.cycles, "model": model,
+                     "util": m * k * n / (te.rows * te.cols * r.cycles)})
+    mism = [x for x in rows if x["rtl"] != x["model"]]
+    result.checks.append(("RTL cycles == cycle model (every GEMM)", not mism,
+                          f"total {sum(x['rtl'] for x in rows):,} vs "
+                          f"{sum(x['model'] for x in rows):,}"))
+    result.gemm_rows = rows
+    return result

@@ -1,0 +1,272 @@
+"""Evaluate one design point: every workload's cycles, bytes and MACs, then energy and area.
+
+Runs in worker processes (local pool or Dask), so it takes and returns plain JSON-able data.
+LLM workloads are compiled to an IR graph once per process and workload (torch.export and the
+``llm`` pass flow do not depend on the ArchSpec) and lowered per ArchSpec
+(:func:`tilewright.compiler.lower.lower_graph`: tiling by the mapper) and costed by
+:func:`tilewright.dataflow_sim.report.program_report`. Plain GEMMs are costed by the mapper's best
+mapping (:func:`tilewright.compiler.mapper.map_gemm`).
+
+Mesh workloads (``mesh_gemv``/``mesh_gemm``) run :mod:`tilewright.dataflow_sim.mesh` on the
+ArchSpec's ``mesh`` section (:func:`mesh_cost`); cluster workloads run a SimPy training step or
+serving run (:func:`cluster_cost`), whose energy is the cluster energy model's
+(:mod:`tilewright.dataflow_sim.cluster.energy`: chips busy and idle, off-chip bytes, link bytes).
+
+Metrics (see :data:`tilewright.app.sweep.spec.METRICS`) aggregate the workloads as a weighted sum of
+time and energy; ``throughput_tops`` = 2·MACs / latency; ``perf_per_w`` = TOPS / W;
+``perf_per_mm2`` = TOPS / mm²; ``tokens_per_j`` = LLM tokens / energy of the LLM workloads (for a
+cluster workload: tokens trained per step or generated in the run / its joules).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from functools import lru_cache
+from typing import Any
+
+from tilewright.arch import ArchSpec
+
+__all__ = ["evaluate_point", "static_metrics", "workload_cost", "workload_report",
+           "mesh_cost", "cluster_cost", "TEST_DELAY_ENV"]
+
+TEST_DELAY_ENV = "TILEWRIGHT_SWEEP_TEST_DELAY_S"
+"""testing hook: seconds each evaluation sleeps (used by the kill-and-resume test)"""
+
+
+@lru_cache(maxsize=8)
+def _graph(model: str, seq: int, batch: int, phase: str):
+    from tilewright.compiler.frontend import export_model, from_exported  # noqa: PLC0415
+    from tilewright.compiler.passes import run_flow  # noqa: PLC0415
+    from tilewright.models.llm_configs import build_llm  # noqa: PLC0415
+
+    module, example = build_llm(model, seq=seq, batch=batch, phase=phase)
+    graph = from_exported(export_model(module, example), name=model)
+    run_flow(graph, "llm")
+    return graph
+
+
+def mesh_cost(arch: ArchSpec, w: dict[str, Any]) -> dict[str, float]:
+    """A ``mesh_gemv: [K, N]`` or ``mesh_gemm: [M, K, N]`` workload on ``arch.mesh``: cycles
+    (mesh model, clock ``arch.clock_mhz``), useful MACs, and ``byte_hops`` = flits carried over
+    every directed link x ``link_bytes_per_cycle`` (bytes x hops, last flits counted whole) for
+    the mesh term of the energy model. Operands live in the cores' SRAM: no off-chip bytes."""
+    from tilewright.compiler.lower import ELEM_BYTES  # noqa: PLC0415
+    from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv  # noqa: PLC0415
+    eb = ELEM_BYTES[w.get("format", "fp32")]
+    algo = w.get("algo") or "mesh"
+    if w.get("mesh_gemv"):
+        k, n = w["mesh_gemv"]
+        rep = mesh_gemv(arch, int(k), int(n), algo=algo, elem_bytes=eb)
+    else:
+        m, k, n = w["mesh_gemm"]
+        rep = mesh_gemm(arch, int(m), int(k), int(n), algo=algo, elem_bytes=eb)
+    flits = float(sum(float(a.sum()) for a in rep.link_load_flits.values()))
+    return {"cycles": float(rep.cycles), "macs": float(rep.useful_macs), "vector_ops": 0.0,
+            "dram_bytes": 0.0, "tokens": 0.0,
+            "byte_hops": flits * arch.mesh.link_bytes_per_cycle,  # type: ignore[union-attr]
+            "cores_used": float(rep.cores_used)}
+
+
+def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> dict[str, float]:
+    """A cluster workload (``cluster``: preset, path or full mapping; ``model``; ``mode``;
+    ``plan``, whose ``dp: auto`` is chips / (tp·pp·sp)): ``latency_s`` = training step time or
+    serving makespan (s), ``tokens`` trained per step or generated in the run, ``chips``,
+    ``cluster_area_mm2`` (chips x chip area for ArchSpec chips, with ``tech``; else NaN), for
+    serving the p99 TTFT/TPOT (s), and ``energy_j`` with its terms (``energy_compute_j``,
+    ``energy_idle_j``, ``energy_dram_j``, ``energy_network_j``; the cluster energy model,
+    ArchSpec chips on the ``tech`` table) and the ``macs``, ``vector_ops`` and ``dram_bytes`` the
+    whole cluster executed. ``cycles`` is NaN (chips run on their own clocks). With ``chip: sweep`` the
+    cluster's chip is ``arch``. Raises ``ClusterSpecError``/``PlanError`` for a cluster or plan
+    that cannot run (stored as the point's error by :func:`evaluate_point`)."""
+    from tilewright.dataflow_sim.cluster import (ClusterSpec, ServePlan,  # noqa: PLC0415
+                                                 TrainPlan, load_cluster, poisson_requests,
+                                                 simulate_serving, simulate_training)
+    src = w["cluster"]
+    if isinstance(src, dict):
+        data = dict(src)
+    else:
+        data = load_cluster(src).model_dump(mode="json", exclude_none=True)
+    if w.get("chip") == "sweep":
+        chip = dict(data["chip"])
+        point = arch.model_dump(mode="json", exclude_none=True)
+        chip.pop("vector_ops_per_cycle", None)     # follow the design point's own vector unit
+        if arch.offchip.capacity_gib is not None:
+            chip.pop("hbm_gib", None)              # the design point states its own capacity
+        else:                                      # else keep the cluster chip's capacity
+            base = chip.get("arch")
+            if isinstance(base, str):                # a preset name or file
+                from tilewright.arch import load_arch  # noqa: PLC0415
+                base = load_arch(base).model_dump(mode="json", exclude_none=True)
+            base_cap = ((base or {}).get("offchip") or {}).get("capacity_gib")
+            if base_cap is not None:
+                point.setdefault("offchip", {})["capacity_gib"] = base_cap
+        chip["arch"] = point
+        data["chip"] = chip
+    spec = ClusterSpec.from_dict(data, source=f"cluster {data.get('name', '')}")
+    plan = dict(w.get("plan") or {})
+    nan = math.nan
+    out = {"cycles": nan, "chips": float(spec.n_chips), "cluster_area_mm2": nan}
+    if tech is not None and spec.arch() is not None:
+        from tilewright.dataflow_sim.energy_area import area_mm2, load_tech  # noqa: PLC0415
+        out["cluster_area_mm2"] = spec.n_chips * area_mm2(spec.arch(), load_tech(tech))
+    if (w.get("mode") or "train") == "train":
+        if plan.get("dp") == "auto":
+            from tilewright.dataflow_sim.cluster import PlanError  # noqa: PLC0415
+            per = int(plan.get("tp", 1)) * int(plan.get("pp", 1)) * int(plan.get("sp", 1))
+            if spec.n_chips % per:
+                raise PlanError(f"plan dp=auto: tp·pp·sp = {per} does not divide the "
+                                f"{spec.n_chips} chips of cluster {spec.name}")
+            plan["dp"] = spec.n_chips // per
+        res = simulate_training(spec, w["model"], TrainPlan(**plan),
+                                cost_source=w.get("cost_source"), tech=tech)
+        m = res.metrics
+        out.update(latency_s=float(m["step_s"]), tokens=float(m["tokens_per_s"] * m["step_s"]),
+                   utilization=float(m["gemm_utilization"]))
+    else:
+        def lengths(v: Any) -> Any:
+            return tuple(v) if isinstance(v, (list, tuple)) else int(v)
+        reqs = poisson_requests(int(w.get("requests") or 64), float(w.get("rate") or 10.0),
+                                lengths(w.get("prompt_tokens") or 512),
+                                lengths(w.get("output_tokens") or 128),
+                                seed=int(w.get("seed") or 0))
+        res = simulate_serving(spec, w["model"], ServePlan(**plan), reqs,
+                               seed=int(w.get("seed") or 0), cost_source=w.get("cost_source"),
+                               tech=tech)
+        m = res.metrics
+        out.update(latency_s=float(m["makespan_s"]),
+                   tokens=float(m["throughput_tokens_per_s"] * m["makespan_s"]),
+                   ttft_p99_s=float(m["ttft_p99_s"]), tpot_p99_s=float(m["tpot_p99_s"]),
+                   utilization=float(m["utilization"]))
+    out.update({k: float(m[k]) for k in _CLUSTER_ENERGY_KEYS})
+    return out
+
+
+_CLUSTER_ENERGY_KEYS = ("energy_j", "energy_compute_j", "energy_idle_j", "energy_dram_j",
+                        "energy_network_j", "macs", "vector_ops", "dram_bytes")
+
+
+def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> dict[str, float]:
+    """cycles, macs, vector_ops, dram_bytes (and tokens) of one workload on ``arch``; mesh
+    workloads add ``byte_hops``, cluster workloads give ``latency_s`` and ``energy_j`` directly
+    (see :func:`mesh_cost`, :func:`cluster_cost`)."""
+    if w.get("cluster"):
+        return cluster_cost(arch, w, tech)
+    if w.get("mesh_gemv") or w.get("mesh_gemm"):
+        return mesh_cost(arch, w)
+    if w.get("gemm"):
+        from tilewright.compiler.lower import ELEM_BYTES  # noqa: PLC0415
+        from tilewright.compiler.mapper import GemmOp, map_gemm  # noqa: PLC0415
+        m, k, n = w["gemm"]
+        res = map_gemm(GemmOp("gemm", int(m), int(k), int(n), batch=int(w.get("batch", 1)),
+                              elem_bytes=ELEM_BYTES[w.get("format", "fp32")]), arch)
+        c = res.cost
+        return {"cycles": float(c.cycles), "macs": float(c.macs), "vector_ops": 0.0,
+                "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
+    from tilewright.compiler.lower import lower_graph  # noqa: PLC0415
+    from tilewright.dataflow_sim.report import program_totals  # noqa: PLC0415
+    from tilewright.models.llm_configs import get_config  # noqa: PLC0415
+
+    g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
+    prog = lower_graph(g, arch, fmt=w.get("format", "fp32"), name=w["model"])
+    tot = program_totals(prog, arch)      # = the per-op Report's sums, without the DataFrame
+    layers = get_config(w["model"]).n_layers if w.get("layers") == "all" else int(w.get("layers", 1))
+    tokens = int(w["batch"]) * (int(w["seq"]) if w["phase"] == "prefill" else 1)
+    return {"cycles": float(tot["total_cycles"]) * layers,
+            "macs": float(tot["macs"]) * layers,
+            "vector_ops": float(tot["vector_ops"]) * layers,
+            "dram_bytes": float(tot["bytes"]) * layers, "tokens": float(tokens)}
+
+
+def workload_report(arch: ArchSpec, w: dict[str, Any]):
+    """The per-op Report (pandas, :func:`~tilewright.dataflow_sim.report.program_report`) of an
+    LLM workload on ``arch`` (one layer)."""
+    from tilewright.compiler.lower import lower_graph  # noqa: PLC0415
+    from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
+    g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
+    return program_report(lower_graph(g, arch, fmt=w.get("format", "fp32"), name=w["model"]), arch)
+
+
+def static_metrics(arch: ArchSpec, tech: str) -> dict[str, float]:
+    """Metrics known from the ArchSpec alone: area_mm2, sram_kib, pes and the predicted FPGA
+    resources of the GEMM core (``fpga_*_ice40``, ``fpga_*_ecp5``,
+    :func:`~tilewright.app.sweep.resource_model.fpga_metrics`)."""
+    from tilewright.dataflow_sim.energy_area import area_mm2, load_tech  # noqa: PLC0415
+    from tilewright.app.sweep.resource_model import fpga_metrics  # noqa: PLC0415
+    te = arch.tensor_engine
+    sram = arch.memory.scratchpad_kib + arch.memory.accumulator_kib
+    pes = te.macs_per_cycle                 # rows * cols * depth (any engine kind)
+    if arch.mesh is not None:
+        sram += arch.mesh.cores * arch.mesh.core_sram_kib
+        pes += arch.mesh.cores * arch.mesh.core_macs_per_cycle
+    return {"area_mm2": area_mm2(arch, load_tech(tech)), "sram_kib": float(sram), "pes": float(pes),
+            **fpga_metrics(arch, "ice40"), **fpga_metrics(arch, "ecp5")}
+
+
+def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], tech: str,
+                   static_limits: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Evaluate one ArchSpec (as JSON) on the workloads. Returns ``{"status": "ok"|"skipped"|
+    "error", "metrics": {...}, "per_workload": [...], "error": str|None, "wall_s": float,
+    "pid": int}``. ``static_limits`` (``[{metric, min, max}]`` on static metrics) skip the
+    workloads of a point that already violates them (status ``skipped``)."""
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"status": "ok", "metrics": {}, "per_workload": [], "error": None,
+                           "pid": os.getpid()}
+    delay = float(os.environ.get(TEST_DELAY_ENV, "0") or 0)
+    if delay:
+        time.sleep(delay)
+    try:
+        from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech  # noqa: PLC0415
+        arch = ArchSpec.model_validate(arch_json)
+        metrics = static_metrics(arch, tech)
+        out["metrics"] = metrics
+        for c in static_limits or []:
+            v = metrics[c["metric"]]
+            if (c.get("min") is not None and v < c["min"]) or \
+                    (c.get("max") is not None and v > c["max"]):
+                out["status"] = "skipped"
+                out["wall_s"] = time.perf_counter() - t0
+                return out
+        tk = load_tech(tech)
+        tot = {"cycles": 0.0, "macs": 0.0, "vector_ops": 0.0, "dram_bytes": 0.0, "tokens": 0.0,
+               "latency_s": 0.0, "energy_j": 0.0, "llm_latency_s": 0.0, "llm_energy_j": 0.0}
+        extra: dict[str, float] = {}     # chips, cluster_area_mm2, ttft/tpot: worst workload
+        for w in workloads:
+            c = workload_cost(arch, w, tech)
+            wt = float(w.get("weight", 1.0))
+            lat = c["latency_s"] if "latency_s" in c else c["cycles"] / (arch.clock_mhz * 1e6)
+            e = {"energy_j": c["energy_j"]} if "energy_j" in c else energy_breakdown(
+                arch, tk, macs=c["macs"], vector_ops=c["vector_ops"], dram_bytes=c["dram_bytes"],
+                byte_hops=c.get("byte_hops", 0.0))
+            out["per_workload"].append({**c, "latency_s": lat, **e})
+            for key in ("chips", "cluster_area_mm2", "ttft_p99_s", "tpot_p99_s"):
+                if key in c:
+                    extra[key] = max(extra.get(key, -math.inf), c[key])
+            for key in ("cycles", "macs", "vector_ops", "dram_bytes", "tokens"):
+                tot[key] += wt * c[key]
+            tot["latency_s"] += wt * lat
+            tot["energy_j"] += wt * e["energy_j"]
+            if c["tokens"]:
+                tot["llm_latency_s"] += wt * lat
+                tot["llm_energy_j"] += wt * e["energy_j"]
+        lat = tot["latency_s"]
+        tops = 2 * tot["macs"] / lat / 1e12 if lat > 0 else math.nan
+        power = tot["energy_j"] / lat if lat > 0 else math.nan
+        metrics.update({
+            "latency_s": lat, "throughput_tops": tops,
+            "tokens_per_s": tot["tokens"] / tot["llm_latency_s"] if tot["llm_latency_s"] else math.nan,
+            "tokens_per_j": tot["tokens"] / tot["llm_energy_j"] if tot["llm_energy_j"] else math.nan,
+            "energy_j": tot["energy_j"], "power_w": power,
+            "perf_per_w": tops / power if power and power > 0 else math.nan,
+            "perf_per_mm2": tops / metrics["area_mm2"],
+            "utilization": tot["macs"] / (tot["cycles"] * metrics["pes"]) if tot["cycles"] else 0.0,
+            "cycles": tot["cycles"], "dram_bytes": tot["dram_bytes"], "macs": tot["macs"],
+            **extra})
+        if len(workloads) == 1 and "utilization" in out["per_workload"][0]:
+            metrics["utilization"] = out["per_workload"][0]["utilization"]   # cluster
+    except Exception as exc:  # noqa: BLE001 - a failing point is stored with its error, not fatal
+        out["status"] = "error"
+        out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    out["wall_s"] = time.perf_counter() - t0
+    return out

@@ -1,0 +1,320 @@
+"""HTML + PNG report of a results database: Pareto fronts, a roofline view of the design points,
+energy breakdowns, and for the best Pareto points of LLM workloads a per-op time breakdown and a
+per-op roofline (each op at its operational intensity 2·MACs / off-chip byte against its achieved
+throughput, under the compute roof 2·peak MAC/s and the bandwidth roof ``offchip.bandwidth_gbps``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tilewright.app.sweep.pareto import pareto_mask
+from tilewright.app.sweep.spec import METRICS, SweepError
+from tilewright.app.sweep.store import ResultsStore
+
+__all__ = ["write_report", "op_roofline", "ROOFLINE_COLUMNS"]
+
+#: columns of :func:`op_roofline` (and of the report's per-op roofline tables)
+ROOFLINE_COLUMNS = ("task", "op", "macs", "bytes", "time_cycles", "intensity_ops_per_byte",
+                    "achieved_gops", "roof_gops", "fraction_of_roof")
+
+_DEFAULT_PAIRS = [("latency_s", "energy_j"), ("latency_s", "area_mm2"),
+                  ("perf_per_mm2", "perf_per_w"), ("tokens_per_s", "tokens_per_j")]
+
+
+def _objectives(store: ResultsStore, sweep: str) -> list[tuple[str, str]]:
+    row = store.conn.execute("SELECT spec FROM runs WHERE sweep=? ORDER BY run_id DESC LIMIT 1",
+                             (sweep,)).fetchone()
+    if row:
+        spec = json.loads(row[0])
+        return [(o["metric"], o["direction"]) for o in spec.get("objectives", [])]
+    return []
+
+
+def _front_plot(df: pd.DataFrame, x: str, y: str, path: Path, title: str) -> int:
+    import matplotlib  # noqa: PLC0415
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    ok = df[df["status"] == "ok"]
+    feas = ok[ok["feasible"]]
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    ax.scatter(ok[x], ok[y], s=10, c="lightgray", label="infeasible" if len(ok) > len(feas) else None)
+    ax.scatter(feas[x], feas[y], s=12, c="tab:blue", label="feasible")
+    n = 0
+    if len(feas):
+        m = pareto_mask(feas[[x, y]].to_numpy(float), [METRICS[x][0], METRICS[y][0]])
+        front = feas[m].sort_values(x)
+        n = len(front)
+        ax.plot(front[x], front[y], "o-", c="tab:red", ms=5, label=f"Pareto front ({n})")
+    # long metric descriptions wrap instead of running off the figure
+    ax.set_xlabel(textwrap.fill(f"{x} ({METRICS[x][1]})", 70), fontsize=8)
+    ax.set_ylabel(textwrap.fill(f"{y} ({METRICS[y][1]})", 45), fontsize=8)
+    for axis, name in (("x", x), ("y", y)):
+        vals = ok[name].to_numpy(float)
+        vals = vals[np.isfinite(vals) & (vals > 0)]
+        if len(vals) and vals.max() / vals.min() > 50:
+            getattr(ax, f"set_{axis}scale")("log")
+        else:                   # 100 k, 1.5 M ... instead of six-digit ticks running together
+            from matplotlib.ticker import EngFormatter  # noqa: PLC0415
+            getattr(ax, f"{axis}axis").set_major_formatter(EngFormatter())
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return n
+
+
+def _roofline_plot(df: pd.DataFrame, path: Path) -> None:
+    import matplotlib  # noqa: PLC0415
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    ok = df[(df["status"] == "ok") & (df["dram_bytes"] > 0) & (df["throughput_tops"] > 0)]
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    inten = 2 * ok["macs"] / ok["dram_bytes"]
+    sc = ax.scatter(inten, ok["throughput_tops"], s=10, c=ok["utilization"], cmap="viridis")
+    fig.colorbar(sc, ax=ax, label="utilization")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (2*MACs / off-chip byte)")
+    ax.set_ylabel("achieved TOPS")
+    ax.set_title("roofline view: every evaluated design point", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _energy_plot(store: ResultsStore, front: pd.DataFrame, path: Path) -> None:
+    import matplotlib  # noqa: PLC0415
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    # single-chip terms (pJ, energy_area) and cluster terms (J, dataflow_sim.cluster.energy)
+    comps = {"mac_pj": 1e-12, "sram_pj": 1e-12, "vector_pj": 1e-12, "dram_pj": 1e-12,
+             "mesh_pj": 1e-12, "energy_compute_j": 1.0, "energy_idle_j": 1.0,
+             "energy_dram_j": 1.0, "energy_network_j": 1.0}
+    rows = []
+    for key in front["key"].head(12):
+        r = store.get(key)
+        rows.append({c: sum(w.get(c, 0.0) or 0.0 for w in (r["per_workload"] or [])) * f
+                     for c, f in comps.items()})
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    bottom = np.zeros(len(rows))
+    for c in comps:
+        v = np.array([r[c] for r in rows])
+        if not v.any():
+            continue
+        label = c.removesuffix("_pj") if c.endswith("_pj") else \
+            "cluster " + c.removeprefix("energy_").removesuffix("_j")
+        ax.bar(range(len(rows)), v, bottom=bottom, label=label)
+        bottom += v
+    ax.set_xticks(range(len(rows)), [f"#{i}" for i in front["id"].head(12)], fontsize=7)
+    ax.set_ylabel("energy (J, unweighted sum of workloads)")
+    ax.set_title("energy breakdown of Pareto points", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def op_roofline(df: pd.DataFrame, arch) -> tuple[pd.DataFrame, float, float]:
+    """Per-op roofline of a per-op Report ``df`` (one row per task) on ``arch``: the ops with
+    MACs, each at ``intensity_ops_per_byte`` = 2·MACs / off-chip bytes and ``achieved_gops`` =
+    2·MACs / (time_cycles / clock), with ``roof_gops`` = min(compute roof, bandwidth roof x
+    intensity) and ``fraction_of_roof``. Returns ``(frame, compute roof GOP/s, bandwidth roof
+    GB/s)``; compute roof = 2 · tensor_engine MACs/cycle · clock."""
+    clock_hz = arch.clock_mhz * 1e6
+    peak = 2 * arch.tensor_engine.macs_per_cycle * clock_hz / 1e9
+    bw = arch.offchip.bandwidth_gbps
+    g = df[df["macs"] > 0]
+    out = pd.DataFrame({"task": g["task"].astype(str), "op": g["op"].astype(str),
+                        "macs": g["macs"].astype(float), "bytes": g["bytes"].astype(float),
+                        "time_cycles": g["time_cycles"].astype(float)}).reset_index(drop=True)
+    out["intensity_ops_per_byte"] = 2 * out["macs"] / out["bytes"].clip(lower=1)
+    out["achieved_gops"] = 2 * out["macs"] / (out["time_cycles"] / clock_hz) / 1e9
+    out["roof_gops"] = np.minimum(peak, bw * out["intensity_ops_per_byte"])
+    out["fraction_of_roof"] = out["achieved_gops"] / out["roof_gops"]
+    return out, peak, bw
+
+
+def _llm_reports(store: ResultsStore, key: str):
+    """(arch, [(workload, per-op Report)]) of the LLM workloads of one stored point, or None."""
+    from tilewright.arch import ArchSpec  # noqa: PLC0415
+    from tilewright.app.sweep.evaluate import workload_report  # noqa: PLC0415
+    r = store.get(key)
+    llm = [w for w in (r["workloads"] or []) if w.get("model") and not w.get("cluster")]
+    if not llm or not r.get("arch_json"):
+        return None
+    arch = ArchSpec.model_validate(json.loads(r["arch_json"]))
+    return arch, [(w, workload_report(arch, w)) for w in llm]
+
+
+def _wl_title(w: dict) -> str:
+    return f"{w['model']} {w['phase']} seq={w['seq']} batch={w['batch']}"
+
+
+def _op_roofline_plot(arch, reports, path: Path) -> str:
+    """Per-op roofline PNG of one point's LLM workloads; returns the HTML tables."""
+    import matplotlib  # noqa: PLC0415
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    fig, axes = plt.subplots(len(reports), 1, figsize=(7, 4.2 * len(reports)), squeeze=False)
+    tables = []
+    for ax, (w, df) in zip(axes[:, 0], reports):
+        rf, peak, bw = op_roofline(df, arch)
+        if rf.empty:
+            ax.set_title(f"{_wl_title(w)}: no op with MACs", fontsize=8)
+            continue
+        lo = min(rf["intensity_ops_per_byte"].min(), peak / bw) / 4
+        hi = max(rf["intensity_ops_per_byte"].max(), peak / bw) * 4
+        x = np.geomspace(lo, hi, 200)
+        ax.plot(x, np.minimum(peak, bw * x), "k-", lw=1.5,
+                label=f"roof: {peak:.4g} GOP/s, {bw:.4g} GB/s")
+        for op, sub in rf.groupby("op"):
+            ax.scatter(sub["intensity_ops_per_byte"], sub["achieved_gops"], s=18, label=op)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("operational intensity (2*MACs / off-chip byte)", fontsize=8)
+        ax.set_ylabel("achieved GOP/s", fontsize=8)
+        ax.set_title(f"{_wl_title(w)}: per-op roofline ({len(rf)} ops with MACs)", fontsize=8)
+        ax.legend(fontsize=7)
+        ax.tick_params(labelsize=7)
+        tables.append(f"<p>{html.escape(_wl_title(w))}: compute roof {peak:.6g} GOP/s, "
+                      f"bandwidth roof {bw:.6g} GB/s</p>"
+                      + rf.to_html(index=False, float_format="%.6g", classes="roofline"))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return "".join(tables)
+
+
+def _per_op_plot(reports, clock_mhz: float, path: Path) -> str:
+    """Per-op time breakdown (one layer) of the LLM workloads of one stored point."""
+    import matplotlib  # noqa: PLC0415
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    fig, axes = plt.subplots(len(reports), 1, figsize=(7, 3.2 * len(reports)), squeeze=False)
+    tables = []
+    for ax, (w, df) in zip(axes[:, 0], reports):
+        by = df.groupby("op")["time_cycles"].sum().sort_values(ascending=False)
+        top = by.head(12)
+        ax.barh(top.index[::-1], top.to_numpy()[::-1] / clock_mhz)
+        ax.set_xlabel("µs per layer")
+        ax.set_title(f"{_wl_title(w)}: time by op (top 12 of {len(by)})", fontsize=8)
+        ax.tick_params(labelsize=7)
+        tables.append((by / by.sum()).head(12).rename("share of layer time").to_frame()
+                      .to_html(float_format="%.3f"))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return "".join(tables)
+
+
+def _best_point_sections(store: ResultsStore, front: pd.DataFrame, objs, outp: Path,
+                         safe: str) -> list[str]:
+    """Per-op breakdown and per-op roofline of the Pareto point best in each objective (at
+    most 3 distinct points) whose workloads include LLM layers."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    for metric, direction in objs:
+        if len(seen) >= 3:
+            break
+        col = pd.to_numeric(front[metric], errors="coerce")
+        if col.isna().all():
+            continue
+        row = front.loc[col.idxmin() if direction == "minimize" else col.idxmax()]
+        pid = int(row["id"])
+        if pid in seen:
+            continue
+        seen.add(pid)
+        got = _llm_reports(store, row["key"])
+        if got is None:
+            continue
+        arch, reports = got
+        png_op = outp / f"{safe}_per_op_{pid}.png"
+        tab = _per_op_plot(reports, arch.clock_mhz, png_op)
+        parts.append(f"<h3>Per-op breakdown of the best point for {metric} (#{pid})</h3>"
+                     f"<img src='{png_op.name}'>" + tab)
+        png_rf = outp / f"{safe}_op_roofline_{pid}.png"
+        tab = _op_roofline_plot(arch, reports, png_rf)
+        parts.append(f"<h3>Per-op roofline of the best point for {metric} (#{pid})</h3>"
+                     f"<img src='{png_rf.name}'>" + tab)
+    return parts
+
+
+def write_report(db: str | Path, out: str | Path, sweep: str | None = None) -> Path:
+    """Write ``index.html`` with PNG plots into ``out``; returns the HTML path."""
+    dbp = Path(db)
+    if not dbp.exists():
+        raise SweepError(f"{db}: no such results database")
+    store = ResultsStore(dbp)
+    try:
+        sweeps = store.sweeps()
+        if not sweeps:
+            raise SweepError(f"{db}: holds no evaluated points")
+        if sweep is not None and sweep not in sweeps:
+            raise SweepError(f"--sweep {sweep!r}: not in {db} (has {', '.join(sweeps)})")
+        outp = Path(out)
+        outp.mkdir(parents=True, exist_ok=True)
+        parts = ["<html><head><meta charset='utf-8'><title>tilewright sweep report</title>"
+                 "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+                 "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
+                 "padding:2px 6px}</style></head><body>",
+                 f"<h1>Sweep report: {html.escape(str(db))}</h1>"]
+        for name in [sweep] if sweep else sweeps:
+            df = store.frame(name)
+            counts = df["status"].value_counts().to_dict()
+            parts.append(f"<h2>{html.escape(name)}</h2><p>{len(df)} points: "
+                         + ", ".join(f"{v} {k}" for k, v in counts.items())
+                         + f"; {int(df['feasible'].sum())} feasible; evaluation wall time "
+                         f"{df['wall_s'].sum():.1f} s.</p>")
+            objs = _objectives(store, name)
+            pairs: list[tuple[str, str]] = []
+            if len(objs) >= 2:
+                pairs.append((objs[0][0], objs[1][0]))
+            pairs += [p for p in _DEFAULT_PAIRS if p not in pairs]
+            ok = df[df["status"] == "ok"]
+            safe = "".join(c if c.isalnum() else "_" for c in name)
+            for x, y in pairs:
+                if x not in ok or y not in ok or ok[x].isna().all() or ok[y].isna().all():
+                    continue                  # e.g. tokens_per_j of a sweep without LLM workloads
+                png = outp / f"{safe}_pareto_{x}_{y}.png"
+                n = _front_plot(df, x, y, png, f"{name}: {y} vs {x}")
+                parts.append(f"<h3>Pareto front: {y} vs {x} ({n} points)</h3>"
+                             f"<img src='{png.name}'>")
+            if len(ok) and "dram_bytes" in ok and \
+                    ((ok["dram_bytes"] > 0) & (ok["throughput_tops"] > 0)).any():
+                png = outp / f"{safe}_roofline.png"
+                _roofline_plot(df, png)
+                parts.append(f"<h3>Roofline view</h3><img src='{png.name}'>")
+            if len(objs) >= 1 and len(ok):
+                from tilewright.app.sweep import pareto_frame  # noqa: PLC0415
+                front = pareto_frame(df, objs)
+                if len(front):
+                    png = outp / f"{safe}_energy.png"
+                    has_energy = front["energy_j"].notna().any()
+                    if has_energy:
+                        _energy_plot(store, front, png)
+                    cols = [c for c in df.columns if c.startswith("p:")] + \
+                        [m for m, _ in objs] + ["area_mm2", "energy_j", "latency_s"]
+                    cols = list(dict.fromkeys(c for c in cols if c in front))
+                    parts += _best_point_sections(store, front, objs, outp, safe)
+                    parts.append(f"<h3>Pareto points of the sweep objectives "
+                                 f"({', '.join(m for m, _ in objs)})</h3>"
+                                 + front[["id", *cols]].to_html(index=False, float_format="%.4g")
+                                 + (f"<img src='{png.name}'>" if has_energy else ""))
+            bad = df[df["status"].isin(["invalid", "error"])]
+            if len(bad):
+                parts.append("<h3>Points that could not be evaluated</h3>"
+                             + bad[["id", "status", "error"]].head(50).to_html(index=False))
+        parts.append("</body></html>")
+        page = outp / "index.html"
+        page.write_text("\n".join(parts))
+        return page
+    finally:
+        store.close()

