@@ -1,4 +1,4 @@
-"""tilewright.compiler: torch model -> IR Graph -> passes -> Program (see DESIGN.md).
+"""tilewright.compiler: torch model -> IR Graph -> passes -> Program (see docs/design.md).
 
 Importing this package does not import torch (the RTL bench imports ``compiler.program`` and
 ``compiler.layout`` inside the simulator process); :func:`compile_model` imports it when called.

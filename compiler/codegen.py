@@ -1,6 +1,6 @@
 """Codegen for the programmable accelerator top: its ISA, assembler and Program -> IsaProgram.
 
-The compiler owns the ISA (DESIGN.md): :data:`ISA` below is the one table the assembler, the
+The compiler owns the ISA (docs/design.md): :data:`ISA` below is the one table the assembler, the
 disassembler, the RTL decoder (:mod:`tilewright.rtl.controller`) and the cycle model
 (:mod:`tilewright.dataflow_sim.accel_timing`) all read.
 

@@ -6,7 +6,7 @@ implements the contract and the cycle model (:mod:`tilewright.dataflow_sim.cycle
 the RTL suite asserts the two agree exactly, so the contract is checked, not assumed.
 
 
-Two conventions, stated with every number (DESIGN.md, "count cycles honestly"):
+Two conventions, stated with every number (docs/design.md, "Timing conventions"):
 
 ``tilewright`` (default) — what the RTL core does: cycles ``busy`` is high for one GEMM. With
 R = rows, C = cols, SRAM read latency L = 1:
@@ -27,7 +27,7 @@ R = rows, C = cols, SRAM read latency L = 1:
   tile: 2R + C cycles (L + R + C - 1 until captured everywhere, R drain cycles).
   Total = K + (F - 1)·P + 2R + C.
 
-``scalesim`` — SCALE-Sim 3.0.0's reported compute cycles, F·P - 1 (see DESIGN.md's table):
+``scalesim`` — SCALE-Sim 3.0.0's reported compute cycles, F·P - 1 (see docs/design.md, "SCALE-Sim's convention"):
 OS P = K + R + C - 2, WS P = M + 2R + C - 2, IS P = N + 2R + C - 2, for comparison with
 published SCALE-Sim figures.
 

@@ -1,4 +1,4 @@
-"""IR Graph: what the compiler knows about a model (see DESIGN.md, "IR Graph").
+"""IR Graph: what the compiler knows about a model (see docs/design.md, "The four contracts").
 
 A :class:`Graph` holds typed :class:`Tensor` s (name, shape in elements, element format) and an
 ordered list of :class:`Op` s (kind, input and output tensor names, attributes, source line).

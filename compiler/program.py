@@ -1,4 +1,4 @@
-"""Program: the compiled artifact every simulation level consumes (see DESIGN.md, "Program").
+"""Program: the compiled artifact every simulation level consumes (see docs/design.md, "The four contracts").
 
 A Program is an ordered list of tasks over named tensors. Tensors are typed (shape, format);
 constant tensors (quantized weights, biases, requantization multipliers) travel with the Program.

@@ -24,13 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tilewright.arch import ArchSpec
+from tilewright.errors import ToolMissing
 
 __all__ = ["CachedBuild", "cached_build", "ToolMissing", "VerilatorBuild", "run_cocotb_bench", "verilator_bin_dir", "verilator_env", "cache_root",
            "build_core", "lint_verilog"]
 
 
-class ToolMissing(RuntimeError):
-    """A required external tool (Verilator, cocotb, a C++ compiler) is not available."""
 
 
 def verilator_bin_dir() -> Path:

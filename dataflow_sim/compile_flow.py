@@ -18,7 +18,12 @@ import pandas as pd
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.ir import Graph
+from tilewright.compiler.lower import lower_graph
+from tilewright.compiler.operand_formats import arch_for_format
+from tilewright.compiler.passes import run_flow
 from tilewright.compiler.program import GroupedGemmTask, Program
+from tilewright.dataflow_sim.functional import run_program
+from tilewright.dataflow_sim.report import program_report, report_totals
 
 __all__ = ["CompiledLLM", "compile_llm", "compile_module"]
 
@@ -42,7 +47,6 @@ class CompiledLLM:
         return bool(self.program.meta.get("unknown_constants"))
 
     def totals(self, *, all_layers: bool = False) -> dict[str, Any]:
-        from tilewright.dataflow_sim.report import report_totals  # noqa: PLC0415
         return report_totals(self.report, layers=self.layers if all_layers else 1)
 
 
@@ -66,11 +70,8 @@ def compile_module(module: Any, example_inputs: tuple, arch: ArchSpec, *, fmt: s
     """Compile a torch module with example inputs (a tuple); see :func:`compile_llm`.
     ``execute`` (default: when the weights have values) runs the Program on the functional
     model with the example inputs, to report real expert counts."""
-    from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
-    from tilewright.compiler.frontend import export_model, from_exported  # noqa: PLC0415
-    from tilewright.compiler.lower import lower_graph  # noqa: PLC0415
-    from tilewright.compiler.passes import run_flow  # noqa: PLC0415
-    from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
+    from tilewright.compiler.frontend import export_model  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.compiler.frontend import from_exported
 
     name = name or getattr(module, "config_name", None) or type(module).__name__
     graph = from_exported(export_model(module, example_inputs), name=name)
@@ -85,7 +86,6 @@ def compile_module(module: Any, example_inputs: tuple, arch: ArchSpec, *, fmt: s
     outputs: dict[str, np.ndarray] = {}
     env = None
     if execute:
-        from tilewright.dataflow_sim.functional import run_program  # noqa: PLC0415
         inputs = {n: x.detach().cpu().numpy() for n, x in zip(program.inputs, example_inputs)}
         env = run_program(program, inputs)
         outputs = {o: env[o] for o in program.outputs}
@@ -102,7 +102,8 @@ def compile_llm(name: str, arch: ArchSpec, *, seq: int = 8, batch: int = 1,
     output ``channel`` or per ``tensor``: ``granularity``). Tiny configs are executed on the
     functional model with the example inputs so the report uses the real expert counts; real
     configs compile from shapes only."""
-    from tilewright.models.llm_configs import build_llm, get_config  # noqa: PLC0415
+    from tilewright.models.llm_configs import build_llm  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_configs import get_config
 
     cfg = get_config(name)
     module, example = build_llm(name, seed=seed, seq=seq, batch=batch, phase=phase)  # type: ignore[arg-type]

@@ -63,12 +63,13 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tilewright.arch import PRESET_DIR, ArchSpec
-from tilewright.validation import find_user_file, validation_error_line
+from tilewright.errors import UserError
 from tilewright.formats import FORMATS
+from tilewright.validation import (find_user_file, load_user_yaml, validate_mapping,
+                                   validation_error_line)
 
 __all__ = ["TechSpec", "TechError", "load_tech", "TECH_DIR", "area_breakdown", "area_mm2",
            "energy_breakdown", "sram_pj_per_byte", "sram_bank_kib", "operand_bytes"]
@@ -76,7 +77,7 @@ __all__ = ["TechSpec", "TechError", "load_tech", "TECH_DIR", "area_breakdown", "
 TECH_DIR = PRESET_DIR / "tech"
 
 
-class TechError(ValueError):
+class TechError(UserError, ValueError):
     """A malformed or unknown technology table; ``str(err)`` is one line."""
 
 
@@ -158,11 +159,11 @@ def load_tech(name_or_path: str | Path) -> TechSpec:
 @lru_cache(maxsize=16)
 def _load_tech(key: str) -> TechSpec:
     p = find_user_file(key, TECH_DIR, TechError, what="tech preset")
+    data = load_user_yaml(p, TechError, what="tech YAML")
+    if not isinstance(data, dict):
+        validate_mapping(TechSpec, data, str(p), TechError, what="tech field")
     try:
-        data = yaml.safe_load(p.read_text())
         return TechSpec.model_validate(data)
-    except yaml.YAMLError as exc:
-        raise TechError(f"{p}: is not valid YAML ({getattr(exc, 'problem', exc)})") from None
     except ValidationError as exc:
         raise TechError(validation_error_line(exc, str(p), root=TechSpec,
                                               what="a tech field")) from None

@@ -39,9 +39,8 @@ from typing import Literal
 
 import numpy as np
 
-from tilewright.dataflow_sim.functional import bf16_matmul_fn, int8_matmul_fn
-from tilewright.formats import (MX_BLOCK, NumberFormat, QTensor, element_values, get_format,
-                                quantize)
+from tilewright.dataflow_sim.matmul_hooks import bf16_matmul_fn, int8_matmul_fn
+from tilewright.formats import MX_BLOCK, NumberFormat, QTensor, element_values, get_format, quantize
 
 __all__ = ["gemm", "sequential_fp32_matmul"]
 

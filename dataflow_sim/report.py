@@ -1,6 +1,6 @@
 """Per-op Report of a Program on an ArchSpec: cycles, MACs, bytes, intensity, roofline bound.
 
-Every task gets a cost; none is free (DESIGN.md, "never cost an op as zero"). Conventions:
+Every task gets a cost; none is free (docs/design.md, "Principles"). Conventions:
 
 * **Mapped GEMMs** (``bgemm``, and each expert of ``grouped_gemm``) are costed by the analytical
   mapper (:func:`tilewright.compiler.mapper.cost_of` on the mapping recorded in the task — taken
@@ -56,11 +56,12 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.lower import ELEM_BYTES
+from tilewright.compiler.lower import ELEM_BYTES, map_gemm_cached
 from tilewright.compiler.mapper import GemmOp, Mapping, MappingCost, cost_of, mapper_arch_key
-from tilewright.compiler.program import (BINARY_OPS, FORMAT_DTYPES, AttentionTask, BgemmTask,
-                                         GemmTask, GroupedGemmTask, Program, QuantizeTask,
-                                         ScanTask, VectorTask, task_inputs)
+from tilewright.compiler.program import (FORMAT_DTYPES, AttentionTask, BgemmTask, GemmTask,
+                                         GroupedGemmTask, Program, QuantizeTask, ScanTask,
+                                         VectorTask, task_inputs)
+from tilewright.dataflow_sim.cycle import tensor_engine_gemm_cycles
 
 __all__ = ["program_report", "program_totals", "report_columns", "report_totals", "task_cost",
            "vector_lanes", "vector_passes",
@@ -107,7 +108,6 @@ def vector_lanes(arch: ArchSpec) -> int:
 
 
 def _gemm_cycles(arch: ArchSpec, m, k, n) -> np.ndarray:
-    from tilewright.dataflow_sim.cycle import tensor_engine_gemm_cycles  # noqa: PLC0415
 
     return tensor_engine_gemm_cycles(arch.tensor_engine, m, k, n)[0]
 
@@ -145,7 +145,6 @@ def _bgemm_cost(task: BgemmTask, arch: ArchSpec, arch_key: Hashable) -> MappingC
     own choice for the task's shape on ``arch`` (the lowering's, memoized by
     :func:`~tilewright.compiler.lower.map_gemm_cached`) its cost is taken from there — the same
     evaluation as :func:`~tilewright.compiler.mapper.cost_of`, which costs any other mapping."""
-    from tilewright.compiler.lower import map_gemm_cached  # noqa: PLC0415
 
     eb = ELEM_BYTES[task.format]
     mapping = Mapping(task.tile_m, task.tile_k, task.tile_n, task.order, task.dataflow)
@@ -205,7 +204,6 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
     """Cost facts of one task (keys of :data:`COLUMNS` except the roofline ones).
     ``arch_key``: :func:`~tilewright.compiler.mapper.mapper_arch_key` of ``arch`` if the caller
     has it (saves recomputing it per task)."""
-    from tilewright.compiler.lower import map_gemm_cached  # noqa: PLC0415
 
     lanes = vector_lanes(arch)
     row: dict[str, Any] = {"task": task.name, "kind": task.kind, "op": getattr(task, "op", task.kind),

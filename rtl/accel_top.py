@@ -42,16 +42,21 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from amaranth import Module
+from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.codegen import IMEM_WORDS, VBUF_WORDS, beat_bytes
+from tilewright.rtl.axi_lite import manifest_ports
 from tilewright.rtl.controller import Controller
 from tilewright.rtl.dma import Dma
+from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.gemm_core import GemmCore
 from tilewright.rtl.tile_core import TileCore
 from tilewright.rtl.vector_engine import VectorEngine
@@ -147,9 +152,7 @@ class AccelTop(wiring.Component):
 
 def write_accel_rtl(arch: ArchSpec, out_dir: str | Path) -> Path:
     """Write ``<ACCEL_TOP_NAME>.v`` for ``arch`` to ``out_dir``; return its path."""
-    from amaranth.back import verilog  # noqa: PLC0415
 
-    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     text = verilog.convert(AccelTop(arch), name=ACCEL_TOP_NAME, emit_src=False)
     return write_verilog(out_dir, ACCEL_TOP_NAME, text)
 
@@ -157,13 +160,8 @@ def write_accel_rtl(arch: ArchSpec, out_dir: str | Path) -> Path:
 def write_accel_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     """``tilewright rtl --top accel``: write ``<ACCEL_TOP_NAME>.v`` and ``manifest.json`` (ports,
     the ISA's instruction-memory and vector-buffer sizes) to ``out_dir``; return the manifest."""
-    import time  # noqa: PLC0415
 
-    from amaranth.back import verilog  # noqa: PLC0415
 
-    from tilewright.compiler.codegen import IMEM_WORDS, VBUF_WORDS, beat_bytes  # noqa: PLC0415
-    from tilewright.rtl.axi_lite import manifest_ports  # noqa: PLC0415
-    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     t0 = time.perf_counter()
     top = AccelTop(arch)
     text = verilog.convert(top, name=ACCEL_TOP_NAME, emit_src=False)

@@ -35,11 +35,13 @@ Run semantics
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -47,11 +49,11 @@ from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.codegen import IMEM_WORDS, WORD_BITS, beat_bytes
 from tilewright.rtl.accel_top import ACCEL_GENERATOR_VERSION, AccelTop
 from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Register,
-                                     decode_registers, describe_registers, register_offset,
-                                     manifest_ports, strobe_merge, verilog_ports,
-                                     version_word)
+                                     decode_registers, describe_registers, manifest_ports,
+                                     register_offset, strobe_merge, verilog_ports, version_word)
 from tilewright.rtl.controller import PC_BITS
 from tilewright.rtl.dma import ADDR_BITS
+from tilewright.rtl.emit import write_verilog
 
 __all__ = ["AXI_ACCEL_TOP_NAME", "AXI_ACCEL_VERSION", "REGISTERS", "Register", "IMEM_BASE",
            "ADDR_WIDTH", "STATUS_BITS", "AxiSignature", "AxiMasterBridge", "AxiAccelTop",
@@ -402,7 +404,6 @@ def generate_axi_accel_verilog(arch: ArchSpec) -> tuple[str, AxiAccelTop]:
     """Elaborate the top for ``arch``; return (Verilog text, component). Ports are named
     ``s_axil_<signal>`` and ``m_axi_<signal>``. Raises ArchSpecError for a memory beat wider
     than AXI4 allows."""
-    from amaranth.back import verilog  # noqa: PLC0415
 
     axi_data_bytes(arch)                 # a beat wider than AXI4: the error before elaborating
     top = AxiAccelTop(arch)
@@ -414,9 +415,7 @@ def generate_axi_accel_verilog(arch: ArchSpec) -> tuple[str, AxiAccelTop]:
 def write_axi_accel_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     """Write ``tw_axi_accel_top.v`` and ``manifest.json`` (ports, address map) to ``out_dir``;
     return the manifest."""
-    import time  # noqa: PLC0415
 
-    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     t0 = time.perf_counter()
     text, top = generate_axi_accel_verilog(arch)
     ports = manifest_ports(top)

@@ -30,20 +30,23 @@ bytes):
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from math import ceil
 from pathlib import Path
 from typing import Any
 
 from amaranth import Cat, Const, Module, Signal
+from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.layout import GemmLayout
 from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Register,
-                                     decode_registers, describe_registers, register_offset,
-                                     manifest_ports, strobe_merge, verilog_ports,
-                                     version_word)
+                                     decode_registers, describe_registers, manifest_ports,
+                                     register_offset, strobe_merge, verilog_ports, version_word)
+from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
 
 __all__ = ["AXI_TOP_NAME", "AXI_TOP_VERSION", "Register", "REGISTERS", "AxiGemmMap",
@@ -97,7 +100,6 @@ class AxiGemmMap:
 
     @classmethod
     def for_arch(cls, arch: ArchSpec) -> "AxiGemmMap":
-        from tilewright.compiler.layout import GemmLayout  # noqa: PLC0415
         te = arch.tensor_engine
         da, db, dc = GemmLayout.depths(arch)
         rows, cols = te.rows, te.cols
@@ -288,7 +290,6 @@ class AxiGemmTop(wiring.Component):
 def generate_axi_verilog(arch: ArchSpec) -> tuple[str, AxiGemmTop]:
     """Elaborate the AXI top for ``arch``; return (Verilog text, component). AXI ports are named
     ``s_axil_<channel signal>`` (single underscore)."""
-    from amaranth.back import verilog  # noqa: PLC0415
 
     top = AxiGemmTop(arch)
     text = verilog.convert(top, name=AXI_TOP_NAME, ports=verilog_ports(top), emit_src=False)
@@ -298,9 +299,7 @@ def generate_axi_verilog(arch: ArchSpec) -> tuple[str, AxiGemmTop]:
 def write_axi_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     """Write ``tw_axi_gemm_top.v`` and ``manifest.json`` (ports, address map) to ``out_dir``;
     return the manifest."""
-    import time  # noqa: PLC0415
 
-    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     t0 = time.perf_counter()
     text, top = generate_axi_verilog(arch)
     ports = manifest_ports(top)

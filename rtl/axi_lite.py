@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from amaranth import Cat, Module, Mux, Signal
+from amaranth.hdl import _ir
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -186,7 +187,6 @@ def verilog_ports(component: wiring.Component, *, separator: str = "_") -> dict:
     ``path[0] + separator + path[1] ...`` (Amaranth's default separator is ``__``). With ``"_"``
     an AXI port ``s_axil`` becomes ``s_axil_awaddr`` etc., the names SoC tools and
     ``cocotbext.axi.AxiLiteBus.from_prefix(dut, "s_axil")`` expect."""
-    from amaranth.hdl import _ir  # noqa: PLC0415  (PortDirection is not re-exported in 0.5)
 
     ports = {}
     for path, member, value in component.signature.flatten(component):

@@ -25,6 +25,7 @@ from amaranth.back import verilog
 
 from tilewright.rtl.adder_tree import AdderTreeEngine
 from tilewright.rtl.cube import CubeEngine, TileMacEngine, check_dim
+from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.outer_product import OuterProductEngine
 
 __all__ = ["ENGINE_KINDS", "ENGINE_TOP_NAME", "ENGINE_GENERATOR_VERSION", "make_engine",
@@ -77,5 +78,4 @@ def generate_engine_verilog(kind: str, params: Mapping[str, int]) -> str:
 
 def write_engine_rtl(kind: str, params: Mapping[str, int], out_dir: str | Path) -> Path:
     """Write ``<ENGINE_TOP_NAME>.v`` to ``out_dir`` (via a temporary name); return its path."""
-    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     return write_verilog(out_dir, ENGINE_TOP_NAME, generate_engine_verilog(kind, params))

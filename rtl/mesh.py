@@ -34,10 +34,12 @@ from __future__ import annotations
 import re
 
 from amaranth import Module, Signal
+from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
+from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.mesh_tile import MeshTile
 
 __all__ = ["Mesh", "MESH_GENERATOR_VERSION", "MESH_TOP_NAME", "mesh_params",
@@ -158,7 +160,6 @@ MESH_TOP_NAME = "tw_mesh"
 
 def generate_mesh_verilog(arch: ArchSpec, *, imem_depth: int = 32) -> tuple[str, Mesh]:
     """Elaborate the mesh for ``arch`` and return (Verilog text, component)."""
-    from amaranth.back import verilog  # noqa: PLC0415
     top = Mesh(arch, imem_depth=imem_depth)
     return _compact_zero_init(verilog.convert(top, name=MESH_TOP_NAME, emit_src=False)), top
 
@@ -185,7 +186,6 @@ def _compact_zero_init(text: str) -> str:
 def write_mesh_rtl(arch: ArchSpec, out_dir, *, imem_depth: int = 32) -> dict:
     """Write ``tw_mesh.v`` and ``manifest.json`` to ``out_dir`` (atomically); return the
     manifest (top, generator version, arch hash, tile parameters, file hash)."""
-    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     text, top = generate_mesh_verilog(arch, imem_depth=imem_depth)
     return write_verilog(out_dir, MESH_TOP_NAME, text, {
         "top": MESH_TOP_NAME, "generator": "tilewright.rtl.mesh.Mesh",

@@ -35,10 +35,12 @@ from __future__ import annotations
 import math
 
 from amaranth import Array, Const, Module, Mux, Signal, signed
+from amaranth.back import verilog
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
+from tilewright.rtl.emit import write_verilog
 
 __all__ = ["VectorOp", "VectorUnit", "LATENCY", "VECTOR_GENERATOR_VERSION", "VECTOR_TOP_NAME",
            "generate_vector_verilog", "write_vector_rtl", "OP_NAMES", "operand_layout",
@@ -301,7 +303,6 @@ class VectorUnit(wiring.Component):
 
 def generate_vector_verilog(arch: ArchSpec) -> tuple[str, VectorUnit]:
     """Elaborate the vector unit for ``arch`` and return (Verilog text, component)."""
-    from amaranth.back import verilog  # noqa: PLC0415
     unit = VectorUnit.from_arch(arch)
     return verilog.convert(unit, name=VECTOR_TOP_NAME, emit_src=False), unit
 
@@ -309,7 +310,6 @@ def generate_vector_verilog(arch: ArchSpec) -> tuple[str, VectorUnit]:
 def write_vector_rtl(arch: ArchSpec, out_dir) -> dict:
     """Write ``tw_vector_unit.v`` and ``manifest.json`` to ``out_dir`` (atomically); return the
     manifest (top, generator version, arch hash, lanes, latency, file hash)."""
-    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     text, unit = generate_vector_verilog(arch)
     return write_verilog(out_dir, VECTOR_TOP_NAME, text, {
         "top": VECTOR_TOP_NAME, "generator": "tilewright.rtl.vector_unit.VectorUnit",

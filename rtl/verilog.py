@@ -19,6 +19,7 @@ from amaranth.hdl import Shape
 
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.rtl.emit import write_atomic, write_verilog
+from tilewright.rtl.engine_top import ENGINE_GENERATOR_VERSION, ENGINE_TOP_NAME, make_engine
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
 
 __all__ = ["TOP_NAME", "generate_verilog", "update_manifest", "write_rtl", "write_engine_top",
@@ -77,7 +78,6 @@ def write_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
 
 def top_name(arch: ArchSpec) -> str:
     """Name of the top module :func:`write_arch_rtl` writes for ``arch``."""
-    from tilewright.rtl.engine_top import ENGINE_TOP_NAME  # noqa: PLC0415
     return TOP_NAME if arch.tensor_engine.kind == "systolic" else ENGINE_TOP_NAME
 
 
@@ -86,8 +86,6 @@ def write_engine_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     cube; (Tm, Tk, Tn) = (rows, depth, cols)) as ``tw_mac_engine.v`` plus ``manifest.json``;
     return the manifest. Raises ArchSpecError for a systolic kind or operands other than int8
     (the engines' RTL is int8 x int8 -> int32)."""
-    from tilewright.rtl.engine_top import (  # noqa: PLC0415
-        ENGINE_GENERATOR_VERSION, ENGINE_TOP_NAME, make_engine)
     te = arch.tensor_engine
     if te.kind == "systolic":
         raise ArchSpecError(f"{arch.name}: tensor_engine.kind = 'systolic': the engine top is for "

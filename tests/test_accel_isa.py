@@ -13,9 +13,8 @@ import pytest
 
 from tilewright.arch import ArchSpec, default_arch, load_arch
 from tilewright.compiler.codegen import (FIELD_MIN, ISA, AssemblerError, CodegenError, Instr,
-                                         assemble,
-                                         beat_bytes, beats_per_word, beats_to_words, codegen,
-                                         codegen_gemm, codegen_gemms, disassemble,
+                                         assemble, beat_bytes, beats_per_word, beats_to_words,
+                                         codegen, codegen_gemm, codegen_gemms, disassemble,
                                          memory_latency_cycles, words_to_beats)
 from tilewright.compiler.core_timing import gemm_cycles_array
 from tilewright.compiler.layout import DoesNotFit, GemmLayout, pack_lanes
@@ -309,7 +308,7 @@ def test_constructor_validation():
 
 
 def test_layers_do_not_import_each_other():
-    """DESIGN.md: the compiler never imports dataflow_sim; rtl and dataflow_sim never import each
+    """docs/design.md: the compiler never imports dataflow_sim; rtl and dataflow_sim never import each
     other (the cycle model checks the RTL, so it must not be derived from it)."""
     import subprocess
     import sys

@@ -50,7 +50,7 @@ def test_defaults_and_derived_units():
     ("tensor_engine: {rows: 4, cols: 4, dataflow: ws, rowz: 3}", "tensor_engine.rowz", "not an ArchSpec field"),
     ("clock_mhz: 500", "tensor_engine = (missing)", "required"),
     ("clock_mhz: -3\ntensor_engine: {rows: 4, cols: 4, dataflow: ws}", "clock_mhz = -3", "number"),
-    ("- 1\n- 2", "expected a mapping", "got list"),
+    ("- 1\n- 2", "the top level must be a mapping", "got a list"),
     ("tensor_engine: [1, 2", "not valid YAML", "line"),
 ])
 def test_malformed_spec_one_line_naming_field(text, field, accepted):

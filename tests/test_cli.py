@@ -81,9 +81,9 @@ def test_failed_demo_exits_nonzero(monkeypatch):
     rather than raises, the code when standalone_mode is off)."""
     import sys
 
-    import tilewright.app.flows.demo
+    import tilewright.app.cli.main as cli_main
     from tilewright.app.cli.main import main
-    monkeypatch.setattr(tilewright.app.flows.demo, "run_demo", lambda **kw: False)
+    monkeypatch.setattr(cli_main, "run_demo", lambda **kw: False)
     monkeypatch.setattr(sys, "argv", ["tilewright", "demo"])
     with pytest.raises(SystemExit) as exc:
         main()

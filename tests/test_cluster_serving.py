@@ -141,7 +141,7 @@ def test_poisson_workload_and_trace_files(tmp_path):
     reqs.head(5).to_csv(path, index=False)
     assert len(load_request_trace(path)) == 5
     (tmp_path / "bad.csv").write_text("arrival_s,prompt\n0,1\n")
-    with pytest.raises(ClusterSpecError, match="lacks column"):
+    with pytest.raises(ClusterSpecError, match=r"missing \['prompt_tokens', 'output_tokens'\]"):
         load_request_trace(tmp_path / "bad.csv")
 
 

@@ -1,4 +1,4 @@
-"""Cycle model: closed forms against hand-derived fold counts and against DESIGN.md's SCALE-Sim table.
+"""Cycle model: closed forms against hand-derived fold counts and against the SCALE-Sim table of docs/design.md.
 
 The exact agreement with the RTL is tested in tests/test_gemm_core_rtl.py; here the model is
 checked against independent arithmetic: a literal loop over the folds the core visits.
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tilewright.arch import default_arch
-from tilewright.dataflow_sim.cycle import gemm_cycles, gemm_cycles_array, gemm_report
 from tilewright.cosim.suites import gemm_suite
+from tilewright.dataflow_sim.cycle import gemm_cycles, gemm_cycles_array, gemm_report
 
 
 def _loop_cycles(m, k, n, R, C, dataflow):
@@ -47,7 +47,7 @@ def test_closed_form_equals_fold_walk(R, C, dataflow):
 
 
 def test_scalesim_convention_matches_design_table():
-    # DESIGN.md: F*P - 1; OS P = K + R + C - 2, WS P = M + 2R + C - 2, IS P = N + 2R + C - 2
+    # docs/design.md: F*P - 1; OS P = K + R + C - 2, WS P = M + 2R + C - 2, IS P = N + 2R + C - 2
     R, C, m, k, n = 8, 4, 30, 50, 20
     c, f = gemm_cycles_array(m, k, n, R, C, "os", "scalesim")
     assert int(f) == math.ceil(m / R) * math.ceil(n / C) and int(c) == int(f) * (k + R + C - 2) - 1

@@ -10,8 +10,7 @@ import struct
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from tilewright.dataflow_sim.functional import gemm_int8
 from tilewright.dataflow_sim.numerics import gemm
@@ -192,7 +191,7 @@ def test_fp32_accumulated_gemm_within_bound_of_torch_float64(name: str, granular
     err = np.abs(out.astype(np.float64) - ref)
     bound = rounding_bound(name, k, 128 if name in MX else k_block) * mag
     assert np.all(err <= bound * (1 + 1e-9)), f"worst excess {np.max(err - bound)}"
-    if name == "fp32":  # DESIGN.md: fp32 path <= 1e-5 relative to torch's fp32 result
+    if name == "fp32":  # docs/design.md: fp32 path <= 1e-5 relative to torch's fp32 result
         t = (torch.from_numpy(qa.values) @ torch.from_numpy(qb.values)).numpy()
         assert np.linalg.norm(out - t) <= 1e-5 * np.linalg.norm(t)
 

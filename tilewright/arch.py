@@ -21,8 +21,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from tilewright import configs as _configs
+from tilewright.errors import UserError
 from tilewright.formats import FORMATS
-from tilewright.validation import find_user_file, parse_yaml, validate_mapping
+from tilewright.validation import find_user_file, parse_yaml, read_user_text, validate_mapping
 
 __all__ = ["ArchSpec", "ArchSpecError", "ENGINE_KINDS", "TensorEngineSpec", "MemorySpec",
            "OffChipSpec", "MeshSpec",
@@ -32,7 +33,7 @@ __all__ = ["ArchSpec", "ArchSpecError", "ENGINE_KINDS", "TensorEngineSpec", "Mem
 PRESET_DIR = Path(_configs.__file__).parent  # the repository's configs/ folder, packaged
 
 
-class ArchSpecError(ValueError):
+class ArchSpecError(UserError, ValueError):
     """A malformed ArchSpec; ``str(err)`` is a single line naming field, value and what is accepted."""
 
 
@@ -40,7 +41,7 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
 
-#: tensor-engine families (DESIGN.md); every kind but ``systolic`` is a tile-MAC engine whose
+#: tensor-engine families (docs/design.md); every kind but ``systolic`` is a tile-MAC engine whose
 #: GEMM timing is :mod:`tilewright.compiler.engine_timing`
 ENGINE_KINDS = ("systolic", "adder_tree", "outer_product", "cube")
 
@@ -344,7 +345,8 @@ class ArchSpec(_Frozen):
 def load_arch(path: str | Path) -> ArchSpec:
     """Load an ArchSpec from a YAML file, or a preset name such as ``ws8x8``."""
     p = find_user_file(path, PRESET_DIR, ArchSpecError)
-    return ArchSpec.from_yaml(p.read_text(), source=str(path))
+    return ArchSpec.from_yaml(read_user_text(p, ArchSpecError, what="ArchSpec YAML"),
+                              source=str(path))
 
 
 def default_arch() -> ArchSpec:

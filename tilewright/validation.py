@@ -1,5 +1,8 @@
-"""One-line messages for pydantic validation errors of any user-written file (ArchSpec, cluster,
-sweep): ``SOURCE: field.path = VALUE: what is accepted``. Imports no layer."""
+"""Reading user-written files (ArchSpec, cluster, sweep, tech and energy tables) one way, with
+one-line errors: :func:`read_user_text` refuses folders, unreadable, oversized, binary and non-UTF-8
+files; :func:`parse_yaml` refuses YAML syntax errors and duplicate keys (naming both lines);
+:func:`validate_mapping` checks the top level is a mapping and turns pydantic validation errors into
+``SOURCE: field.path = VALUE: what is accepted``. Imports no layer."""
 
 from __future__ import annotations
 
@@ -8,7 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["validation_error_line", "find_user_file", "parse_yaml", "validate_mapping"]
+__all__ = ["validation_error_line", "find_user_file", "read_user_text", "parse_yaml",
+           "validate_mapping", "load_user_yaml", "MAX_USER_FILE_BYTES"]
+
+#: the largest user file read (bytes): user files are hand-written YAML of a few kilobytes; a larger
+#: file is almost surely the wrong one, and reading it whole would cost memory for nothing
+MAX_USER_FILE_BYTES = 16 * 2**20
 
 
 def _field_info(root: Any, loc: list[str]) -> Any:
@@ -27,26 +35,19 @@ def _field_info(root: Any, loc: list[str]) -> Any:
 
 
 def _range_text(root: Any, loc: list[str]) -> str | None:
-    """'must be an integer from LO to HI' from the field's own bounds."""
+    """'must be an integer from 1 to 64' (both bounds inclusive) or, with an exclusive bound,
+    'must be a number above 0 and at most 10000' — never an exclusive bound shown as inclusive."""
     info = _field_info(root, loc)
     if info is None:
         return None
-    lo = hi = None
-    for meta in info.metadata:
-        for name in ("ge", "gt"):
-            if getattr(meta, name, None) is not None:
-                lo = getattr(meta, name)
-        for name in ("le", "lt"):
-            if getattr(meta, name, None) is not None:
-                hi = getattr(meta, name)
+    bound = {name: getattr(m, name) for m in info.metadata
+             for name in ("gt", "ge", "lt", "le") if getattr(m, name, None) is not None}
     kind = "an integer" if info.annotation is int else "a number"
-    if lo is not None and hi is not None:
-        return f"must be {kind} from {lo} to {hi}"
-    if lo is not None:
-        return f"must be {kind} above {lo}" if any(getattr(m, "gt", None) is not None
-                                                   for m in info.metadata) \
-            else f"must be {kind} of at least {lo}"
-    return f"must be at most {hi}" if hi is not None else None
+    if "ge" in bound and "le" in bound:
+        return f"must be {kind} from {bound['ge']} to {bound['le']}"
+    words = {"gt": "above", "ge": "of at least", "lt": "below", "le": "at most"}
+    parts = [f"{words[name]} {value}" for name, value in bound.items()]
+    return f"must be {kind} {' and '.join(parts)}" if parts else None
 
 
 def validation_error_line(exc: ValidationError, source: str, *, root: Any = None,
@@ -100,12 +101,77 @@ def find_user_file(path: str | Path, preset_dir: Path, error: type[Exception],
     return p
 
 
-def parse_yaml(text: str, source: str, error: type[Exception]) -> Any:
-    """``yaml.safe_load(text)``; a syntax error becomes ``error`` naming the source and line."""
-    import yaml  # noqa: PLC0415
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
+
+def read_user_text(path: str | Path, error: type[Exception], *, what: str = "YAML") -> str:
+    """The text of the user file ``path``; a folder, a missing or unreadable file, one larger than
+    :data:`MAX_USER_FILE_BYTES`, a binary file or one that is not UTF-8 raises ``error`` with one
+    line naming the file and what is accepted (``what``: the kind of file, for the message)."""
+    p = Path(path)
+    if p.is_dir():
+        raise error(f"{p}: is a folder; give {_a(what)} file")
     try:
-        return yaml.safe_load(text)
+        size = p.stat().st_size
+        if size > MAX_USER_FILE_BYTES:
+            raise error(f"{p}: {size:,} bytes; {_a(what)} file is at most "
+                        f"{MAX_USER_FILE_BYTES:,} bytes")
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{p}: no such file") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    if b"\0" in data:
+        raise error(f"{p}: is a binary file; give {_a(what)} file (UTF-8 text)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise error(f"{p}: line {line}: byte 0x{data[exc.start]:02x} is not UTF-8; "
+                    f"{_a(what)} file is UTF-8 text") from None
+
+
+def _unique_key_loader():
+    """A PyYAML SafeLoader whose mappings refuse a key given twice (PyYAML keeps the last)."""
+    import yaml  # noqa: PLC0415  (lazy: PyYAML only for YAML files)
+
+    class DuplicateKey(yaml.YAMLError):
+        def __init__(self, key: Any, first: int, again: int):
+            super().__init__(f"key {key!r} appears twice (line {first} and line {again}); "
+                             f"each key may be given once")
+            self.line = again
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:             # an unhashable key: PyYAML's own error follows
+                    break
+                if first is not None:
+                    raise DuplicateKey(key, first, key_node.start_mark.line + 1)
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader, DuplicateKey
+
+
+def parse_yaml(text: str, source: str, error: type[Exception]) -> Any:
+    """``yaml.safe_load(text)`` that refuses a key given twice in one mapping; a syntax error or a
+    repeated key becomes ``error`` naming the source and line(s)."""
+    import yaml  # noqa: PLC0415  (lazy: PyYAML only for YAML files)
+
+    loader, duplicate = _unique_key_loader()
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506  (a SafeLoader subclass)
+    except duplicate as exc:
+        raise error(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -113,13 +179,20 @@ def parse_yaml(text: str, source: str, error: type[Exception]) -> Any:
                     f"({getattr(exc, 'problem', exc)})") from None
 
 
+def load_user_yaml(path: str | Path, error: type[Exception], *, what: str = "YAML") -> Any:
+    """:func:`read_user_text` then :func:`parse_yaml` (source: the path)."""
+    return parse_yaml(read_user_text(path, error, what=what), str(path), error)
+
+
 def validate_mapping(model: Any, data: Any, source: str, error: type[Exception], *,
                      what: str, union_fields: tuple[str, ...] = ()) -> Any:
     """``model.model_validate(data)`` for a user file; a non-mapping or an invalid field becomes
     ``error`` with one line (see :func:`validation_error_line`)."""
     if not isinstance(data, dict):
-        raise error(f"{source}: expected a mapping of {what}s at top level, "
-                    f"got {type(data).__name__}")
+        got = ("an empty file" if data is None else
+               f"a {'list' if isinstance(data, list) else type(data).__name__}")
+        raise error(f"{source}: the top level must be a mapping of keys to values "
+                    f"({what.split(';')[0]}s), got {got}")
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import math
 import time
+import uuid
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from tilewright import __version__
 
 __all__ = ["cluster"]
 
@@ -24,7 +28,8 @@ console = Console()
 
 def _lengths(text: str, option: str) -> int | tuple[int, int]:
     """'512' -> 512; '128-2048' -> (128, 2048) drawn uniformly."""
-    from tilewright.dataflow_sim.cluster import ClusterSpecError  # noqa: PLC0415
+    from tilewright.dataflow_sim.cluster import \
+        ClusterSpecError  # noqa: PLC0415  (lazy: pulls in pandas, simpy, torch)
     try:
         parts = [int(x) for x in text.split("-")]
     except ValueError:
@@ -39,10 +44,8 @@ def _lengths(text: str, option: str) -> int | tuple[int, int]:
 
 def _store(db: Path, spec, plan, metrics: dict) -> None:
     """Append one run to the results store at ``db`` (sweep ``cluster``, a fresh key per run)."""
-    import uuid  # noqa: PLC0415
 
-    from tilewright import __version__  # noqa: PLC0415
-    from tilewright.app.sweep.store import ResultsStore  # noqa: PLC0415
+    from tilewright.app.sweep.store import ResultsStore  # noqa: PLC0415  (lazy: pulls in pandas)
 
     arch = spec.arch()
     with ResultsStore(db) as store:
@@ -106,13 +109,13 @@ def cluster(
         "store's format; sweep name 'cluster')"),
 ) -> None:
     """Simulate a training step or a serving run of MODEL on a cluster (SimPy discrete events)."""
-    import numpy as np  # noqa: PLC0415
-    from pydantic import ValidationError  # noqa: PLC0415
+    from pydantic import ValidationError  # noqa: PLC0415  (lazy: pydantic only on this path)
 
+    from tilewright.dataflow_sim.cluster import \
+        simulate_training  # noqa: PLC0415  (lazy: pulls in pandas, simpy, torch)
     from tilewright.dataflow_sim.cluster import (ClusterSpecError, ServePlan,  # noqa: PLC0415
                                                  TrainPlan, load_cluster, load_request_trace,
-                                                 poisson_requests, simulate_serving,
-                                                 simulate_training)
+                                                 poisson_requests, simulate_serving)
     if mode not in ("train", "serve"):
         raise ClusterSpecError(f"--mode = {mode!r}: must be one of 'train', 'serve'")
     spec = load_cluster(cluster)

@@ -17,16 +17,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tilewright.arch import load_arch
+from tilewright.compiler.operand_formats import arch_for_format
+from tilewright.errors import UserError
+
 __all__ = ["compile_cmd", "models_cmd", "UnknownModel", "UnknownFormat"]
 
 console = Console()
 
 
-class UnknownModel(ValueError):
+class UnknownModel(UserError, ValueError):
     """``--model`` names no config; the message lists the known ones."""
 
 
-class UnknownFormat(ValueError):
+class UnknownFormat(UserError, ValueError):
     """``--format`` names no number format the compiler knows; the message lists them."""
 
 
@@ -46,10 +50,10 @@ def compile_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", help="show only the N costliest ops"),
 ) -> None:
     """Compile one layer of a model config for an ArchSpec; print the per-op table and totals."""
-    from tilewright.arch import load_arch  # noqa: PLC0415
-    from tilewright.dataflow_sim.compile_flow import compile_llm  # noqa: PLC0415
-    from tilewright.compiler.lower import ELEM_BYTES  # noqa: PLC0415
-    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415
+    from tilewright.compiler.lower import ELEM_BYTES  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.dataflow_sim.compile_flow import \
+        compile_llm  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
 
     if model not in LLM_CONFIGS:
         raise UnknownModel(f"unknown model {model!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
@@ -59,7 +63,6 @@ def compile_cmd(
         raise typer.BadParameter("must be prefill or decode", param_hint="--phase")
     if granularity not in ("channel", "tensor"):
         raise typer.BadParameter("must be channel or tensor", param_hint="--granularity")
-    from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
     spec = arch_for_format(load_arch(arch), fmt)
     result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
                          granularity=granularity)
@@ -97,7 +100,8 @@ def compile_cmd(
 
 def models_cmd() -> None:
     """List the model configs with their shapes."""
-    from tilewright.models.llm_configs import LLM_CONFIGS, param_count  # noqa: PLC0415
+    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_configs import param_count
 
     table = Table(title="model configs (one layer is compiled; see `tilewright compile`)")
     for col in ("name", "family", "shapes", "layers", "params"):

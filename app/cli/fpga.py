@@ -16,17 +16,15 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-__all__ = ["fpga", "user_errors"]
+from tilewright.app.eda.fpga import TARGETS, UnknownFpgaTarget, run_fpga
+from tilewright.app.eda.fpga_pnr import PnrError
+from tilewright.app.eda.synth import SynthError
+from tilewright.arch import load_arch
+
+__all__ = ["fpga"]
 
 console = Console()
 err_console = Console(stderr=True)
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    """The exception classes of this command that are the user's to fix (exit 2)."""
-    from tilewright.app.eda.fpga import FpgaError, UnknownFpgaTarget  # noqa: PLC0415
-    from tilewright.app.eda.fpga_pnr import DoesNotFitPart  # noqa: PLC0415
-    return (UnknownFpgaTarget, DoesNotFitPart, FpgaError)
 
 
 def fpga(
@@ -44,10 +42,6 @@ def fpga(
                                          "the ArchSpec's clock_mhz)"),
 ) -> None:
     """Synthesize, place and route (iCE40/ECP5) or script Vivado (xc7) for an ArchSpec."""
-    from tilewright.arch import load_arch  # noqa: PLC0415
-    from tilewright.app.eda.fpga import TARGETS, UnknownFpgaTarget, run_fpga  # noqa: PLC0415
-    from tilewright.app.eda.fpga_pnr import PnrError  # noqa: PLC0415
-    from tilewright.app.eda.synth import SynthError  # noqa: PLC0415
     if target not in TARGETS:          # fail before generating anything
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
     spec = load_arch(arch)

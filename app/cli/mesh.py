@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from tilewright.arch import load_arch
+from tilewright.dataflow_sim.mesh import (GEMM_ALGOS, GEMV_ALGOS, MeshMappingError, mesh_gemm,
+                                          mesh_gemv)
 
 __all__ = ["mesh"]
 
@@ -38,9 +43,6 @@ def mesh(
     seed: int = typer.Option(0, "--seed", help="--rtl: seed of the random int8 inputs"),
 ) -> None:
     """Predict cycles, time, link and core utilization of a GEMV/GEMM on a mesh of cores."""
-    from tilewright.arch import load_arch  # noqa: PLC0415
-    from tilewright.dataflow_sim.mesh import (GEMM_ALGOS, GEMV_ALGOS,  # noqa: PLC0415
-                                              MeshMappingError, mesh_gemm, mesh_gemv)
     spec = load_arch(arch)
     if op == "gemm":
         if algo not in GEMM_ALGOS:
@@ -90,15 +92,14 @@ def mesh(
 def _rtl_check(spec, op: str, algo: str, m: int, k: int, n: int, elem_bytes: int,
                broadcast_x: bool, seed: int) -> dict:
     """Run the op on the RTL mesh with random int8 inputs; model vs RTL cycles, bit-exactness."""
-    import numpy as np  # noqa: PLC0415
 
-    from tilewright.dataflow_sim.mesh import MeshMappingError  # noqa: PLC0415
     ok_algo = algo in (("mesh", "cannon", "summa") if op == "gemm" else ("mesh",))
     if not ok_algo or elem_bytes != 1 or not broadcast_x:
         raise MeshMappingError("--rtl runs int8 GEMM (--algo mesh | cannon | summa) and GEMV "
                                "(--algo mesh) on the RTL mesh: use --elem-bytes 1 (and the "
                                "default --broadcast-x)")
-    from tilewright.cosim.mesh_run import rtl_gemm, rtl_gemv  # noqa: PLC0415
+    from tilewright.cosim.mesh_run import rtl_gemm  # noqa: PLC0415  (lazy: pulls in amaranth)
+    from tilewright.cosim.mesh_run import rtl_gemv
     err = Console(stderr=True)
     say = lambda msg: err.print(msg, markup=False, highlight=False)    # noqa: E731  (progress)
     rng = np.random.default_rng(seed)

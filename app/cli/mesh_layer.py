@@ -16,6 +16,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tilewright.arch import load_arch
+from tilewright.compiler.mesh_partition import partition_layer, partition_moe_layer
+from tilewright.dataflow_sim.mesh import MeshMappingError, run_mesh_program
+from tilewright.dataflow_sim.mesh.grid import as_mapping_error
+
 __all__ = ["mesh_layer"]
 
 console = Console()
@@ -23,7 +28,6 @@ console = Console()
 
 def _experts(text: str | None) -> list[list[int]] | None:
     """``"0,1;2,3"`` -> ``[[0, 1], [2, 3]]`` (one group of expert ids per decode token)."""
-    from tilewright.dataflow_sim.mesh import MeshMappingError  # noqa: PLC0415
     if not text:
         return None
     try:
@@ -53,12 +57,8 @@ def mesh_layer(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Partition one layer over the mesh (a Program of mesh tasks) and print per-op cycles."""
-    from tilewright.arch import load_arch  # noqa: PLC0415
-    from tilewright.compiler.mesh_partition import (partition_layer,  # noqa: PLC0415
-                                                    partition_moe_layer)
-    from tilewright.dataflow_sim.mesh import MeshMappingError, run_mesh_program  # noqa: PLC0415
-    from tilewright.dataflow_sim.mesh.grid import as_mapping_error  # noqa: PLC0415
-    from tilewright.models.llm_configs import MoEConfig, get_config  # noqa: PLC0415
+    from tilewright.models.llm_configs import MoEConfig  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_configs import get_config
     spec = load_arch(arch)
     try:
         cfg = get_config(model)

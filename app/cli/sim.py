@@ -14,6 +14,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tilewright.app.cli.compile import UnknownModel
+from tilewright.app.flows.sim_rtl import TOPS, simulate_model
+from tilewright.arch import load_arch
+
 __all__ = ["sim"]
 
 console = Console()
@@ -46,10 +50,7 @@ def sim(
 ) -> None:
     """Simulate one layer of a tiny model in int8: functional model vs torch, and with --rtl its
     GEMMs on the RTL (bit-exact, cycles vs the cycle model)."""
-    from tilewright.arch import load_arch  # noqa: PLC0415
-    from tilewright.app.cli.compile import UnknownModel  # noqa: PLC0415
-    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415
-    from tilewright.app.flows.sim_rtl import simulate_model  # noqa: PLC0415
+    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
 
     tiny = sorted(n for n, c in LLM_CONFIGS.items() if c.tiny)
     if model not in tiny:
@@ -57,7 +58,6 @@ def sim(
                            f"weights; known: {', '.join(tiny)}")
     if fast and not rtl:
         raise typer.BadParameter("--fast selects the RTL driver; add --rtl", param_hint="--fast")
-    from tilewright.app.flows.sim_rtl import TOPS  # noqa: PLC0415
     if top not in TOPS:
         raise typer.BadParameter(f"{top!r}: accepted: {', '.join(TOPS)}", param_hint="--top")
     if top == "axi-accel" and fast:

@@ -13,6 +13,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 
 __all__ = ["sweep", "report"]
 
@@ -37,10 +39,9 @@ def sweep(
                                           "this .csv or .parquet file"),
 ) -> None:
     """Evaluate a sweep's design points, committing each to SQLite as it finishes."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress,  # noqa: PLC0415
-                               TextColumn, TimeElapsedColumn, TimeRemainingColumn)
 
-    from tilewright.app.sweep import ResultsStore, load_sweep, pareto_frame, run_sweep  # noqa: PLC0415
+    from tilewright.app.sweep import ResultsStore  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.app.sweep import load_sweep, pareto_frame, run_sweep
 
     spec = load_sweep(file)
     dbp = db or Path(f"{Path(file).stem}.db")
@@ -78,6 +79,6 @@ def report(
 ) -> None:
     """Write an HTML report with PNG Pareto fronts, a roofline view and energy breakdowns, and a
     per-op breakdown and per-op roofline of the best Pareto points of LLM workloads."""
-    from tilewright.app.sweep.report import write_report  # noqa: PLC0415
+    from tilewright.app.sweep.report import write_report  # noqa: PLC0415  (lazy: pulls in pandas)
     page = write_report(db, out, sweep_name)
     console.print(f"wrote {page}")

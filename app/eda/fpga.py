@@ -35,7 +35,13 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from tilewright.app.eda.fpga_handoff import (choose_xc7_part, core_name, edam, file_list,
+                                             fusesoc_core, vivado_tcl, xdc)
+from tilewright.app.eda.fpga_pnr import (PARTS, DoesNotFitPart, check_memory_fits, check_nextpnr,
+                                         run_family)
+from tilewright.app.eda.synth import check_yosys, synthesize
 from tilewright.arch import ArchSpec, load_arch
+from tilewright.errors import UserError
 from tilewright.rtl.emit import write_atomic
 
 __all__ = ["TARGETS", "TOPS", "TopGenerator", "FpgaError", "UnknownFpgaTarget",
@@ -49,11 +55,11 @@ QOR_KEYS = ("luts", "ffs", "dsps", "brams", "fmax_mhz")
 TOLERANCE = 0.10
 
 
-class FpgaError(RuntimeError):
+class FpgaError(UserError, RuntimeError):
     """The FPGA flow could not run (a top that is not available, a tool failure)."""
 
 
-class UnknownFpgaTarget(ValueError):
+class UnknownFpgaTarget(UserError, ValueError):
     """A ``--target`` or ``--top`` name the flow does not know."""
 
 
@@ -118,9 +124,6 @@ def _generate_top(arch: ArchSpec, top: str, work: Path) -> tuple[Path, str]:
 
 def _xc7(work: Path, vfile: Path, top: str, freq_mhz: float) -> dict[str, Any]:
     """Yosys' xilinx estimate of ``top``, the part that holds it, ``vivado.tcl`` and the XDC."""
-    from tilewright.app.eda.fpga_handoff import choose_xc7_part, vivado_tcl, xdc  # noqa: PLC0415
-    from tilewright.app.eda.fpga_pnr import DoesNotFitPart  # noqa: PLC0415
-    from tilewright.app.eda.synth import synthesize  # noqa: PLC0415
     stat = synthesize(vfile, top, "xilinx")
     part, over = choose_xc7_part(stat)
     if part is None:
@@ -142,8 +145,6 @@ def _handoff(work: Path, arch: ArchSpec, target: str, vfile: Path, top: str,
              fpga: dict[str, Any], design: str) -> dict[str, str]:
     """Write the .core, EDAM and .f files of ``design`` (the name in the VLNV); return {kind:
     file name} and the ``vlnv``."""
-    from tilewright.app.eda.fpga_handoff import core_name, edam, file_list, fusesoc_core  # noqa: PLC0415
-    from tilewright.app.eda.fpga_pnr import PARTS  # noqa: PLC0415
     stem = f"{design}_{target}".replace(" ", "_")
     verilog = [vfile.name]
     if target == "xc7":
@@ -202,8 +203,6 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
     :class:`~tilewright.app.eda.fpga_pnr.NextpnrMissing`, :class:`~tilewright.app.eda.synth.YosysMissing`,
     :class:`FpgaError` and the tools' own errors (``SynthError``, ``PnrError``).
     """
-    from tilewright.app.eda.fpga_pnr import check_memory_fits, check_nextpnr, run_family  # noqa: PLC0415
-    from tilewright.app.eda.synth import check_yosys  # noqa: PLC0415
     if target not in TARGETS:
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
     if top not in TOPS:

@@ -26,11 +26,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from tilewright.cosim.verilator import ToolMissing
 from tilewright.app.eda.synth import SynthTarget, synthesize
+from tilewright.errors import ToolMissing, UserError
 
 __all__ = ["FAMILIES", "FLOWS", "PARTS", "HARNESS_TOP", "Part", "PnrError", "DoesNotFitPart",
            "NextpnrMissing", "check_nextpnr", "check_memory_fits", "top_ports", "harness_verilog",
@@ -46,7 +47,7 @@ class PnrError(RuntimeError):
     """nextpnr failed or its report could not be read."""
 
 
-class DoesNotFitPart(ValueError):
+class DoesNotFitPart(UserError, ValueError):
     """The design needs more of some resource than the largest part of the family has."""
 
 
@@ -279,7 +280,6 @@ def place_and_route(netlist: Path, part: Part, freq_mhz: float,
 def _nextpnr_version(family: str) -> str:
     """The installed yowasp-nextpnr package version: nextpnr's release, then the YoWASP build
     (e.g. '0.11.1.0.post826' is nextpnr 0.11.1)."""
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
     try:
         return version(f"yowasp-nextpnr-{family}")
     except PackageNotFoundError:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tilewright.cosim.verilator import ToolMissing
+from tilewright.errors import ToolMissing
 
 __all__ = ["TARGETS", "SynthTarget", "SynthError", "UnknownTarget", "YosysMissing",
            "check_target", "check_yosys", "parse_stat", "synthesize"]

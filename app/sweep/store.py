@@ -23,6 +23,8 @@ from typing import Any
 
 import pandas as pd
 
+from tilewright.app.sweep.spec import SweepError
+
 __all__ = ["ResultsStore"]
 
 _SCHEMA = """
@@ -168,14 +170,12 @@ class ResultsStore:
         """Write :meth:`frame` to ``path``: ``.csv`` or ``.parquet`` (needs pyarrow)."""
         p = Path(path)
         if p.suffix not in (".csv", ".parquet"):
-            from tilewright.app.sweep.spec import SweepError  # noqa: PLC0415
             raise SweepError(f"{p}: export format must be .csv or .parquet")
         df = self.frame(sweep)
         if p.suffix == ".parquet":
             try:
-                import pyarrow  # noqa: F401, PLC0415
+                import pyarrow  # noqa: PLC0415  (lazy: optional Parquet export)
             except ImportError:
-                from tilewright.app.sweep.spec import SweepError  # noqa: PLC0415
                 raise SweepError(f"{p}: Parquet export needs pyarrow (`pip install pyarrow`); "
                                  f"use a .csv path") from None
             df.to_parquet(p, index=False)

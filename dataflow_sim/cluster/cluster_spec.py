@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from tilewright.validation import find_user_file, parse_yaml, validate_mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from tilewright import configs as _configs
 from tilewright.arch import ArchSpec, ArchSpecError, load_arch
+from tilewright.errors import UserError
+from tilewright.validation import find_user_file, parse_yaml, read_user_text, validate_mapping
 
 __all__ = ["ClusterSpec", "ClusterSpecError", "PlanError", "GpuChip", "ArchChip", "IntraNode",
            "InterNode", "Pools", "GpuPreset", "GPU_PRESETS", "load_cluster", "CLUSTER_PRESET_DIR"]
@@ -33,7 +34,7 @@ __all__ = ["ClusterSpec", "ClusterSpecError", "PlanError", "GpuChip", "ArchChip"
 CLUSTER_PRESET_DIR = Path(_configs.__file__).parent / "clusters"
 
 
-class ClusterSpecError(ValueError):
+class ClusterSpecError(UserError, ValueError):
     """A malformed cluster file or an impossible plan; ``str(err)`` is one line naming the field
     (or plan), the value given and what is accepted."""
 
@@ -275,4 +276,5 @@ class ClusterSpec(_Frozen):
 def load_cluster(path: str | Path) -> ClusterSpec:
     """Load a ClusterSpec from a YAML file or a preset name (``configs/clusters/NAME.yaml``)."""
     p = find_user_file(path, CLUSTER_PRESET_DIR, ClusterSpecError, what="cluster preset")
-    return ClusterSpec.from_yaml(p.read_text(), source=str(path))
+    return ClusterSpec.from_yaml(read_user_text(p, ClusterSpecError, what="cluster YAML"),
+                                 source=str(path))

@@ -60,7 +60,15 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.lower import ELEM_BYTES, map_gemm_cached
+from tilewright.compiler.operand_formats import arch_for_format
+from tilewright.compiler.program import BgemmTask, GemmTask
+from tilewright.dataflow_sim.compile_flow import compile_module
+from tilewright.dataflow_sim.report import program_report
 from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MambaConfig, MoEConfig
+from tilewright.models.moe import MoELayer
+from tilewright.models.ssm import MambaLayer
+from tilewright.models.transformer import DecoderLayer, GroupedQueryAttention, RMSNorm, causal_mask
 
 from .workload import COLUMNS, Dims, Shard, dims_of
 
@@ -139,7 +147,6 @@ class LayerReport:
         key = tuple(int(c) for c in counts)
         t = self._memo.get(key)
         if t is None:
-            from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
             tasks = [_with_counts(x, key) for x in self.program.tasks
                      if x.kind == "grouped_gemm"]
             if not tasks or sum(key) == 0:
@@ -188,9 +195,6 @@ def backward_report(program: Any, report: pd.DataFrame, arch: ArchSpec) -> pd.Da
     on ``arch`` (the format-adjusted ArchSpec the forward was costed on); conventions in the
     module docstring. Rows come in reverse task order; ``task`` names end in ``.dgrad``,
     ``.wgrad`` or ``.bwd``."""
-    from tilewright.compiler.lower import ELEM_BYTES, map_gemm_cached  # noqa: PLC0415
-    from tilewright.compiler.program import BgemmTask, GemmTask  # noqa: PLC0415
-    from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
 
     key = arch.content_hash()
 
@@ -242,8 +246,6 @@ def _arch_hash(arch: ArchSpec) -> str:
 
 
 def _module(cfg: LLMConfig, dm: Dims, max_seq_len: int) -> Any:
-    from tilewright.models.moe import MoELayer  # noqa: PLC0415
-    from tilewright.models.transformer import DecoderLayer, GroupedQueryAttention  # noqa: PLC0415
 
     ffn = None
     if isinstance(cfg, MoEConfig):
@@ -265,9 +267,6 @@ def _module(cfg: LLMConfig, dm: Dims, max_seq_len: int) -> Any:
 def _compile(module: Any, example: tuple, arch: ArchSpec, fmt: str, name: str,
              expert_counts: tuple[int, ...] | None = None) -> LayerReport:
     """Compile shape-only; optionally set every grouped GEMM's counts; forward + backward."""
-    from tilewright.dataflow_sim.compile_flow import compile_module  # noqa: PLC0415
-    from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
-    from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
 
     out = compile_module(module, example, arch, fmt=fmt, name=name, execute=False)
     farch = arch_for_format(arch, fmt)
@@ -292,10 +291,9 @@ def _mamba_module(cfg: MambaConfig, dm: Dims) -> Any:
     """A :class:`~tilewright.models.ssm.MambaLayer` with this chip's ``d_inner / tp`` channels
     (module docstring of :mod:`.workload`: in_proj columns, x_proj rows, dt_proj outputs, conv,
     A, D and out_proj rows split; R + 2N replicated)."""
-    import torch  # noqa: PLC0415
-    from torch import nn  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
+    from torch import nn  # noqa: PLC0415  (lazy: torch is heavy)
 
-    from tilewright.models.ssm import MambaLayer  # noqa: PLC0415
 
     layer = MambaLayer(dm.d, norm_eps=cfg.norm_eps, d_state=dm.n_state, expand=1,
                        d_conv=dm.d_conv, dt_rank=dm.dt_rank)
@@ -331,7 +329,7 @@ def _compiled_mamba(cfg: MambaConfig, shard: Shard, arch: ArchSpec, fmt: str, ba
     ``q_len / q`` chunks of ``q = gcd(q_len, MAMBA_CHUNK)`` tokens with carried state, the
     chunk's Report times ``q_len / q`` (the layer's cost is linear in tokens; the first chunk's
     zero-padded conv start is costed as a carried-state chunk)."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
     if shard.sp > 1:
         raise ValueError(f"{cfg.name}: sequence parallelism over a Mamba recurrence is not "
@@ -368,7 +366,7 @@ def compiled_layer(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, batch: int, 
     layers: the local experts get the EP group's balanced load. Mamba layers
     (:func:`_compiled_mamba`): ``ctx_len > q_len`` means carried conv/scan state (its size does
     not depend on ``ctx_len``). Cached."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
     _check_cfg(cfg)
     if ctx_len < q_len:
@@ -402,9 +400,8 @@ class _LMHead:
 
     @staticmethod
     def build(d: int, vocab: int, eps: float) -> Any:
-        import torch  # noqa: PLC0415
+        import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
-        from tilewright.models.transformer import RMSNorm  # noqa: PLC0415
 
         class LMHead(torch.nn.Module):
             def __init__(self) -> None:
@@ -423,7 +420,7 @@ def compiled_head(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, tokens: int,
     """The compiler's Reports of the LM head on one chip for ``tokens`` rows: final RMSNorm,
     ``D × ceil(V/tp)`` projection, softmax over the local vocabulary (the loss's exp/sum).
     Cached."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
     _check_cfg(cfg)
     fmt = fmt or arch.tensor_engine.input_format
@@ -451,7 +448,7 @@ def compiled_embedding(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, tokens: 
     vocab-parallel embedding: every chip looks up every token in its slice, then a TP
     all-reduce) with weights of ``element_bytes`` bytes, compiled through ``aten.embedding`` to a
     row gather (``take_rows``, costed by the bytes it moves). Cached."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
     _check_cfg(cfg)
     fmt = fmt or arch.tensor_engine.input_format
@@ -480,9 +477,8 @@ class _AttentionCore:
 
     @staticmethod
     def build(hd: int) -> Any:
-        import torch  # noqa: PLC0415
+        import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
-        from tilewright.models.transformer import causal_mask  # noqa: PLC0415
 
         class AttentionCore(torch.nn.Module):
             def forward(self, qg, k, v):
@@ -499,7 +495,7 @@ def compiled_attention(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, q_len: i
     """The compiler's Reports of one sequence's attention in one layer on one chip: the chip's
     ``h/tp`` query heads (grouped over its KV heads) for ``q_len`` new tokens over ``ctx_len``
     keys (``ctx_len ≥ q_len``, causal). Cached."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
     _check_cfg(cfg)
     if ctx_len < q_len:

@@ -41,12 +41,13 @@ from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from tilewright import configs as _configs
+from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech
+from tilewright.validation import load_user_yaml, validate_mapping
 
-from .cluster_spec import GPU_PRESETS, ClusterSpec
+from .cluster_spec import GPU_PRESETS, ClusterSpec, ClusterSpecError
 from .costs import ChipModel
 from .topology import Topology
 from .workload import Dims, token_gemms, token_vectors
@@ -80,7 +81,9 @@ class NetworkEnergy(BaseModel):
 @lru_cache(maxsize=4)
 def load_network_energy(path: str | None = None) -> NetworkEnergy:
     """The network energy table (default :data:`NETWORK_ENERGY_FILE`)."""
-    return NetworkEnergy.model_validate(yaml.safe_load(Path(path or NETWORK_ENERGY_FILE).read_text()))
+    p = Path(path or NETWORK_ENERGY_FILE)
+    return validate_mapping(NetworkEnergy, load_user_yaml(p, ClusterSpecError, what="energy YAML"),
+                            str(p), ClusterSpecError, what="network energy field")
 
 
 _CLASS = {"up": "intra_node_link", "down": "intra_node_link", "chip": "intra_node_link",
@@ -166,7 +169,6 @@ def cluster_energy(spec: ClusterSpec, chip: ChipModel, *, busy_chip_s: float, wi
                    work: np.ndarray, link_bytes: Mapping[int, float], topology: Topology,
                    tech: str | None = None) -> dict[str, Any]:
     """The energy terms of a run (module docstring): joules and the inputs they rest on."""
-    from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech  # noqa: PLC0415
     macs, vops, dram = (float(x) for x in work)
     out: dict[str, Any] = {"macs": macs, "vector_ops": vops, "dram_bytes": dram,
                            "busy_chip_s": float(busy_chip_s)}

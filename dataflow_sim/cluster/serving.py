@@ -57,6 +57,7 @@ state, not a per-token cache.
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from collections import deque
@@ -69,6 +70,7 @@ import pandas as pd
 import simpy
 
 from tilewright.models.llm_configs import LLMConfig
+from tilewright.validation import read_user_text
 
 from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
@@ -108,15 +110,43 @@ def poisson_requests(n: int, rate_per_s: float, prompt_tokens: int | Sequence[in
 
 
 def load_request_trace(path: str | Path) -> pd.DataFrame:
-    """A CSV with columns ``arrival_s, prompt_tokens, output_tokens`` (one request per row)."""
-    df = pd.read_csv(path)
+    """A CSV with columns ``arrival_s, prompt_tokens, output_tokens`` (one request per row; other
+    columns are refused, not ignored), checked column by column: arrivals finite and ≥ 0 s, token
+    counts whole numbers ≥ 1. Any bad value raises :class:`ClusterSpecError` naming the file, the
+    row (1 = the first row after the header) and the column."""
     need = ["arrival_s", "prompt_tokens", "output_tokens"]
+    text = read_user_text(path, ClusterSpecError, what="request-trace CSV")
+    try:
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
+                         skipinitialspace=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ClusterSpecError(f"{path}: is not a CSV with the header {','.join(need)} "
+                               f"({str(exc).strip()})") from None
+    df.columns = [c.strip() for c in df.columns]
     missing = [c for c in need if c not in df.columns]
-    if missing:
-        raise ClusterSpecError(f"{path}: request trace lacks column(s) {missing}; needs {need}")
-    if (df.prompt_tokens < 1).any() or (df.output_tokens < 1).any():
-        raise ClusterSpecError(f"{path}: prompt_tokens and output_tokens must be ≥ 1")
-    return df[need].sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    extra = [c for c in df.columns if c not in need]
+    if missing or extra:
+        raise ClusterSpecError(f"{path}: request trace columns {list(df.columns)}: needs exactly "
+                               f"{need}" + (f" (missing {missing})" if missing else "")
+                               + (f" (unknown {extra})" if extra else ""))
+    if df.empty:
+        raise ClusterSpecError(f"{path}: request trace has no rows")
+    out = {}
+    for col in need:
+        values = pd.to_numeric(df[col].str.strip(), errors="coerce").to_numpy(dtype=float)
+        if col == "arrival_s":
+            bad = ~np.isfinite(values) | (values < 0)
+            accepted = "a finite number of seconds ≥ 0"
+        else:
+            bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values))
+            accepted = "a whole number ≥ 1"
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise ClusterSpecError(f"{path}: row {row + 1}: {col} = {df[col].iloc[row]!r}: must be "
+                                   f"{accepted}")
+        out[col] = values if col == "arrival_s" else values.astype(np.int64)
+    return (pd.DataFrame(out)[need].sort_values("arrival_s", kind="stable")
+            .reset_index(drop=True))
 
 
 # ---- iteration cost --------------------------------------------------------------------------

@@ -77,7 +77,7 @@ class LayerPlan:
         return self.cycles / self.clock_mhz
 
     def table(self):
-        import pandas as pd  # noqa: PLC0415
+        import pandas as pd  # noqa: PLC0415  (lazy: pandas is heavy)
         return pd.DataFrame([o.__dict__ for o in self.ops])
 
     def summary(self) -> dict:
@@ -117,7 +117,8 @@ def _vector_cycles(arch: ArchSpec, elems_per_core: int, ops_per_elem: int) -> in
 
 
 def _llama(model: str):
-    from tilewright.models.llm_configs import LlamaConfig, get_config  # noqa: PLC0415
+    from tilewright.models.llm_configs import LlamaConfig  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_configs import get_config
     cfg = get_config(model)
     if not isinstance(cfg, LlamaConfig):
         raise MeshMappingError(f"{model}: mesh partitioning covers Llama-style dense decoders; "

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from tilewright.arch import ArchSpec, MeshSpec
+from tilewright.errors import UserError
 
 __all__ = ["MeshMappingError", "Flows", "Phase", "PhaseCost", "MeshReport", "simulate",
            "message_cycles", "DIRECTIONS"]
@@ -63,7 +64,7 @@ __all__ = ["MeshMappingError", "Flows", "Phase", "PhaseCost", "MeshReport", "sim
 DIRECTIONS = ("E", "W", "S", "N")
 
 
-class MeshMappingError(ValueError):
+class MeshMappingError(UserError, ValueError):
     """A mapping the mesh cannot run: it exceeds per-core SRAM or route ids, does not fit the
     (healthy part of the) mesh, or touches a dead core or link. The message names the limit and
     the numbers."""
@@ -228,7 +229,7 @@ class MeshReport:
 
     def phase_table(self):
         """Per-phase costs as a pandas DataFrame."""
-        import pandas as pd  # noqa: PLC0415
+        import pandas as pd  # noqa: PLC0415  (lazy: pandas is heavy)
         return pd.DataFrame([p.__dict__ for p in self.phases])
 
 

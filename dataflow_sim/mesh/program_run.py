@@ -19,8 +19,7 @@ import numpy as np
 from tilewright.arch import ArchSpec
 from tilewright.compiler.mesh_schedule import PhaseSpec
 from tilewright.compiler.program import MeshPhaseTask, Program
-from tilewright.dataflow_sim.mesh.model import (Flows, MeshMappingError, MeshReport, Phase,
-                                                simulate)
+from tilewright.dataflow_sim.mesh.model import Flows, MeshMappingError, MeshReport, Phase, simulate
 
 __all__ = ["to_phases", "run_mesh_program", "MeshProgramRun", "task_phase"]
 
@@ -73,7 +72,7 @@ class MeshProgramRun:
 
     def table(self):
         """Per op: cycles, µs, useful MACs, cores used, phases (pandas DataFrame)."""
-        import pandas as pd  # noqa: PLC0415
+        import pandas as pd  # noqa: PLC0415  (lazy: pandas is heavy)
         return pd.DataFrame([{"op": name, "cycles": r.cycles, "us": r.us,
                               "useful_macs": r.useful_macs, "cores_used": r.cores_used,
                               "phases": len(r.phases)} for name, r in self.ops])
