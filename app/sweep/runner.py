@@ -16,6 +16,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -95,13 +96,25 @@ class _BatchItem:
         return self.fut.result()[self.index]
 
 
+def _die_with_parent(parent: int) -> None:
+    """Pool-worker initializer: a thread that ends this worker within 0.5 s of the sweep process
+    that forked it going away — after ``kill -9`` of the sweep nothing else would (the pool's
+    shutdown never runs), and the orphans would sleep forever."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="tilewright-parent-watch").start()
+
+
 class _Local:
     """Process pool (fork: workers inherit the LLM graphs built by the driver). Points are sent
     in batches of ``batch`` (one pool task each, cutting inter-process traffic per point); a
     partial batch is sent as soon as the driver waits for results."""
 
     def __init__(self, workers: int, batch: int = 1) -> None:
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"))
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"),
+                                        initializer=_die_with_parent, initargs=(os.getpid(),))
         self.workers = workers
         self.batch = max(1, int(batch))
         self._pending: list[tuple[_BatchItem, tuple]] = []
@@ -450,14 +463,33 @@ def _run_optuna(d: _Driver, spec: SweepSpec) -> None:
                 tell(t, params, r["status"], r["metrics"])
 
 
+def _check_same_definition(before: dict[str, str] | None, now: dict[str, str], name: str,
+                           db: str | Path) -> None:
+    """Refuse to resume a sweep whose stored points were made by another definition (or by an
+    older tilewright that recorded none), naming the parts that changed: resuming would mix two
+    sweeps' points in one Pareto front."""
+    if before is None:
+        raise SweepError(f"{db}: sweep {name!r} was stored without its definition (an older "
+                         f"tilewright), so --resume cannot tell whether it changed; choose "
+                         f"another --db")
+    changed = [part for part in now if before.get(part) != now[part]]
+    if changed:
+        raise SweepError(f"{db}: sweep {name!r} was run with another definition ("
+                         f"{', '.join(changed)} changed); --resume would mix the two: choose "
+                         f"another --db or rename the sweep")
+
+
 def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor: str = "local",
               workers: int | None = None, dask_address: str | None = None,
               progress: Progress | None = None, ray_address: str | None = None) -> SweepResult:
     """Run ``spec``, committing every point to the SQLite ``db`` as it finishes.
 
-    ``resume=False`` refuses a database that already holds points of this sweep (so a finished
-    sweep is not silently mixed with a changed one); ``resume=True`` evaluates only what is not
-    stored. ``executor``: ``local`` (process pool of ``workers``, default ``os.cpu_count()``) or
+    ``resume=False`` refuses a database that already holds points of this sweep; ``resume=True``
+    evaluates only what is not stored, and refuses when the sweep's definition (base, axes,
+    workloads, constraints, tech table: :meth:`SweepSpec.definition`) differs from the one the
+    stored points were made with. The database has one writer at a time
+    (:meth:`ResultsStore.writer`); a run left unfinished by a writer that died is marked
+    ``interrupted`` when the next one starts. ``executor``: ``local`` (process pool of ``workers``, default ``os.cpu_count()``) or
     ``dask`` (``dask_address`` of a running scheduler, else a LocalCluster of ``workers``) or
     ``ray`` (``ray_address`` of a running cluster, else the Ray this process already started,
     else a local Ray of ``workers`` CPUs, shut down at the end). Whatever the executor, the
@@ -468,12 +500,16 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise SweepError(f"--workers {workers}: must be >= 1")
+    definition = spec.definition()
     store = ResultsStore(db)
     try:
+        store.writer(spec.name)
         have = store.count(spec.name)
         if have and not resume:
             raise SweepError(f"{db}: already holds {have} points of sweep {spec.name!r}; pass "
                              f"--resume to continue it or choose another --db")
+        if have:
+            _check_same_definition(store.last_definition(spec.name), definition, spec.name, db)
         s = spec.search
         if s.method == "grid":
             points, total = spec.grid_points(), spec.grid_size()
@@ -481,7 +517,7 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
             points, total = random_points(spec, int(s.trials), s.seed), int(s.trials)
         else:
             points, total = [], int(s.trials)
-        run_id = store.start_run(spec.name, spec.model_dump_json(), resume, executor)
+        run_id = store.start_run(spec.name, spec.model_dump_json(), resume, executor, definition)
         t0 = time.perf_counter()
         if executor == "local":
             # build the LLM graphs once here: forked workers inherit them (no per-worker rebuild)

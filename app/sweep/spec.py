@@ -329,6 +329,27 @@ class SweepSpec(_Model):
     search: SearchSpec = SearchSpec()
     source: str = "sweep"
 
+    def definition(self) -> dict[str, str]:
+        """What a stored point's values depend on, part by part, each as a content hash: the
+        base ArchSpec, the axes (paths and values), the workloads (and the content of any cluster
+        file they name), the constraints (they decide ``skipped`` and ``feasible``) and the
+        technology table's figures. Two runs may share one database only if these are equal;
+        objectives and the search may change between runs (they do not change a point)."""
+        def digest(obj: Any) -> str:
+            return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()) \
+                .hexdigest()[:16]
+        clusters = {}
+        for w in self.workloads:
+            if w.kind == "cluster" and w.cluster and Path(str(w.cluster)).is_file():
+                clusters[str(w.cluster)] = digest(Path(str(w.cluster)).read_text())
+        return {"base": self.base.content_hash(),
+                "axes": digest(sorted((a.model_dump(mode="json") for a in self.axes),
+                                      key=lambda a: a["paths"])),   # order is not meaning
+                "workloads": digest([[w.model_dump(mode="json") for w in self.workloads],
+                                     clusters]),
+                "constraints": digest([c.model_dump(mode="json") for c in self.constraints]),
+                "tech": digest(load_tech(self.tech).model_dump(mode="json"))}
+
     @property
     def static_constraints(self) -> tuple[Constraint, ...]:
         return tuple(c for c in self.constraints if c.metric in STATIC_METRICS)

@@ -8,14 +8,22 @@ that evaluated it), ``trial`` (the search's index of the point), ``params`` (axi
 ``error``, ``feasible`` (1 if every constraint holds), ``metrics`` (JSON), ``per_workload`` (JSON),
 ``tool_version``, ``wall_s`` (seconds of evaluation), ``finished_at`` (Unix time), ``pid``.
 Table ``runs``: one row per invocation with counts of evaluated and skipped (already stored)
-points. WAL journal; every insert is its own transaction, so ``kill -9`` loses only points still
-being evaluated.
+points, the sweep's ``definition`` (:meth:`~tilewright.app.sweep.spec.SweepSpec.definition`, JSON
+of content hashes), ``status`` (``running`` | ``finished`` | ``interrupted`` — a run that died, found
+by the next writer) and the writer's ``pid``. WAL journal; every insert is its own transaction, so
+``kill -9`` loses only points still being evaluated.
+
+One writer at a time: :meth:`ResultsStore.writer` holds an exclusive lock on ``<db>.lock`` for the
+whole run (released by the kernel if the process dies) and refuses a second writer with the first
+one's pid and start time.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -61,6 +69,8 @@ CREATE TABLE IF NOT EXISTS runs (
   reused INTEGER NOT NULL DEFAULT 0
 );
 """
+#: columns of ``runs`` added since the first schema (added to an older database when opened)
+_RUN_COLUMNS = {"definition": "TEXT", "status": "TEXT", "pid": "INTEGER"}
 
 
 def _clean(x: Any) -> Any:
@@ -83,10 +93,56 @@ class ResultsStore:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(_SCHEMA)
+        have = {row[1] for row in self.conn.execute("PRAGMA table_info(runs)")}
+        for col, typ in _RUN_COLUMNS.items():
+            if col not in have:
+                self.conn.execute(f"ALTER TABLE runs ADD COLUMN {col} {typ}")
         self.conn.commit()
+        self._lock_file = None
 
     def close(self) -> None:
         self.conn.close()
+        if self._lock_file is not None:
+            self._lock_file.close()            # releases the writer lock
+            self._lock_file = None
+
+    # ---- the one writer ------------------------------------------------------------------
+    def writer(self, sweep: str) -> None:
+        """Become the database's one writer until :meth:`close` (or death): take the exclusive
+        lock on ``<db>.lock`` without waiting, then close every run left ``running`` by a writer
+        that died as ``interrupted``. Raises :class:`SweepError` naming the other writer's pid,
+        sweep and start time when it is held."""
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        f = open(lock_path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            try:
+                other = json.loads(f.read() or "{}")
+            except json.JSONDecodeError:
+                other = {}
+            f.close()
+            started = other.get("started_at")
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "?"
+            raise SweepError(f"{self.path}: in use by another sweep (pid {other.get('pid', '?')}, "
+                             f"sweep {other.get('sweep', '?')!r}, started {when}); one writer "
+                             f"at a time: wait for it or choose another --db") from None
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({"pid": os.getpid(), "sweep": sweep, "started_at": time.time()}))
+        f.flush()
+        self._lock_file = f
+        self.conn.execute("UPDATE runs SET status='interrupted' "
+                          "WHERE finished_at IS NULL AND COALESCE(status, 'running') = 'running'")
+        self.conn.commit()
+
+    def last_definition(self, sweep: str) -> dict[str, str] | None:
+        """The definition recorded by the newest run of ``sweep`` that recorded one (None if
+        no run did: a database written before definitions were recorded)."""
+        row = self.conn.execute("SELECT definition FROM runs WHERE sweep=? AND definition IS NOT "
+                                "NULL ORDER BY run_id DESC LIMIT 1", (sweep,)).fetchone()
+        return json.loads(row[0]) if row else None
 
     def __enter__(self) -> "ResultsStore":
         return self
@@ -95,21 +151,27 @@ class ResultsStore:
         self.close()
 
     # ---- runs ------------------------------------------------------------------------------
-    def start_run(self, sweep: str, spec_json: str, resume: bool, executor: str) -> int:
+    def start_run(self, sweep: str, spec_json: str, resume: bool, executor: str,
+                  definition: dict[str, str] | None = None) -> int:
         cur = self.conn.execute(
-            "INSERT INTO runs (sweep, spec, started_at, resume, executor) VALUES (?,?,?,?,?)",
-            (sweep, spec_json, time.time(), int(resume), executor))
+            "INSERT INTO runs (sweep, spec, started_at, resume, executor, definition, status, pid)"
+            " VALUES (?,?,?,?,?,?,'running',?)",
+            (sweep, spec_json, time.time(), int(resume), executor,
+             json.dumps(definition, sort_keys=True) if definition is not None else None,
+             os.getpid()))
         self.conn.commit()
         return int(cur.lastrowid)
 
     def finish_run(self, run_id: int, evaluated: int, reused: int) -> None:
-        self.conn.execute("UPDATE runs SET finished_at=?, evaluated=?, reused=? WHERE run_id=?",
+        self.conn.execute("UPDATE runs SET finished_at=?, evaluated=?, reused=?, "
+                          "status='finished' WHERE run_id=?",
                           (time.time(), evaluated, reused, run_id))
         self.conn.commit()
 
     def runs(self) -> pd.DataFrame:
-        return pd.read_sql_query("SELECT run_id, sweep, started_at, finished_at, resume, executor,"
-                                 " evaluated, reused FROM runs ORDER BY run_id", self.conn)
+        return pd.read_sql_query("SELECT run_id, sweep, started_at, finished_at, status, resume, "
+                                 "executor, evaluated, reused, pid FROM runs ORDER BY run_id",
+                                 self.conn)
 
     # ---- points ----------------------------------------------------------------------------
     def add(self, row: dict[str, Any]) -> None:

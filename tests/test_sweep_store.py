@@ -1,0 +1,145 @@
+"""A sweep database has one owner and one definition (issue: every answer is to the question
+asked).
+
+Before: ``--resume`` after the workload changed (GEMM 64 -> 128x256x256) mixed old and new points
+under one sweep name and drew a Pareto front of the old workload's points; two sweeps on one
+database both passed the "already holds N points" guard; after ``kill -9`` of a sweep (local
+executor) its pool workers stayed alive, orphaned, for as long as anyone looked; the dead run's
+row stayed unfinished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tilewright.app.sweep import ResultsStore, SweepError, load_sweep, run_sweep, sweep_from_dict
+
+SWEEP = {
+    "name": "t",
+    "base": "ws16x16",
+    "tech": "45nm",
+    "axes": {"tensor_engine.rows,tensor_engine.cols": [8, 16],
+             "tensor_engine.dataflow": ["ws", "os"]},
+    "workloads": [{"gemm": [64, 64, 64], "format": "int8"}],
+    "objectives": ["latency", "energy"],
+}
+
+
+def _spec(**changes):
+    return sweep_from_dict({**json.loads(json.dumps(SWEEP)), **changes}, source="test")
+
+
+@pytest.mark.parametrize("changes,part", [
+    ({"workloads": [{"gemm": [128, 256, 256], "format": "int8"}]}, "workloads"),
+    ({"tech": "7nm"}, "tech"),
+    ({"base": "os16x16"}, "base"),
+    ({"constraints": ["area_mm2 <= 1"]}, "constraints"),
+    ({"axes": {"tensor_engine.rows,tensor_engine.cols": [8, 32],
+               "tensor_engine.dataflow": ["ws", "os"]}}, "axes"),
+])
+def test_resume_with_a_changed_definition_is_refused_naming_what_changed(tmp_path, changes, part):
+    db = tmp_path / "s.db"
+    run_sweep(_spec(), db, workers=1)
+    with pytest.raises(SweepError) as exc:
+        run_sweep(_spec(**changes), db, workers=1, resume=True)
+    assert f"({part} changed)" in str(exc.value) and "mix" in str(exc.value)
+    with ResultsStore(db) as s:                   # nothing of the refused run was written
+        assert s.count("t") == 4 and len(s.runs()) == 1
+
+
+def test_resume_with_the_same_definition_and_other_objectives_or_search_is_allowed(tmp_path):
+    db = tmp_path / "s.db"
+    run_sweep(_spec(), db, workers=1)
+    res = run_sweep(_spec(objectives=["latency", "area"]), db, workers=1, resume=True)
+    assert res.reused == 4 and res.evaluated == 0
+
+
+def test_resume_of_a_database_without_definitions_is_refused(tmp_path):
+    """A database from before definitions were recorded cannot be checked, so it is not resumed."""
+    db = tmp_path / "s.db"
+    run_sweep(_spec(), db, workers=1)
+    with ResultsStore(db) as s:
+        s.conn.execute("UPDATE runs SET definition = NULL")
+        s.conn.commit()
+    with pytest.raises(SweepError, match="stored without its definition"):
+        run_sweep(_spec(), db, workers=1, resume=True)
+
+
+def _children(pid: int) -> set[int]:
+    """Pids of the live processes whose parent is ``pid`` (from /proc)."""
+    kids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            kids.add(int(stat.parent.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_one_writer_and_kill9_leaves_no_worker_and_an_interrupted_run(tmp_path):
+    """A second writer is refused with the first one's pid; ``kill -9`` of the sweep process
+    alone (not its group) ends its pool workers; the next writer marks the dead run
+    interrupted and resumes it without losing or repeating a point."""
+    spec = {**SWEEP, "axes": {"tensor_engine.rows": [8, 16, 24, 32, 40, 48],
+                              "tensor_engine.cols": [8, 16, 32, 64]}}
+    f = tmp_path / "k.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    db = tmp_path / "k.db"
+    code = ("import sys; from tilewright.app.sweep import load_sweep, run_sweep; "
+            "run_sweep(load_sweep(sys.argv[1]), sys.argv[2], workers=2)")
+    env = {**os.environ, "TILEWRIGHT_SWEEP_TEST_DELAY_S": "0.3"}
+    proc = subprocess.Popen([sys.executable, "-c", code, str(f), str(db)], env=env)
+    try:
+        deadline = time.time() + 60
+        stored = 0
+        while time.time() < deadline and proc.poll() is None and stored < 4:
+            time.sleep(0.1)
+            if db.exists():
+                try:
+                    with ResultsStore(db) as s:
+                        stored = s.count()
+                except Exception:  # noqa: BLE001 - db being created
+                    continue
+        assert proc.poll() is None and stored >= 4, "the sweep ended before the test could act"
+        with pytest.raises(SweepError) as exc:          # a second writer, while the first runs
+            run_sweep(load_sweep(f), db, workers=1, resume=True)
+        assert f"in use by another sweep (pid {proc.pid}, sweep 't', started" in str(exc.value)
+        workers = _children(proc.pid)
+        assert len(workers) >= 2, workers
+        os.kill(proc.pid, signal.SIGKILL)               # the sweep process only
+        proc.wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and any(_alive(w) for w in workers):
+            time.sleep(0.1)
+        assert not [w for w in workers if _alive(w)], "pool workers outlived the sweep"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with ResultsStore(db) as s:
+        before = s.frame("t")
+    res = run_sweep(load_sweep(f), db, workers=2, resume=True)
+    with ResultsStore(db) as s:
+        after, runs = s.frame("t"), s.runs()
+    assert runs["status"].tolist() == ["interrupted", "finished"]
+    assert runs["pid"].tolist()[0] == proc.pid
+    assert len(after) == 24 and after["key"].is_unique
+    assert res.reused == len(before) and res.evaluated == 24 - len(before)
