@@ -29,7 +29,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     errs: list[type[BaseException]] = [ArchSpecError, DoesNotFit, ToolMissing, FileNotFoundError]
     from tilewright.app.cli.compile import UnknownFormat, UnknownModel  # noqa: PLC0415
     from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415
-    from tilewright.compiler.lower import LoweringError  # noqa: PLC0415
+    from tilewright.compiler.lower_llm import LoweringError  # noqa: PLC0415
     from tilewright.dataflow_sim.cluster import ClusterSpecError  # noqa: PLC0415
     from tilewright.dataflow_sim.mesh import MeshMappingError  # noqa: PLC0415
     from tilewright.compiler.mesh_schedule import MeshScheduleError  # noqa: PLC0415

@@ -3,9 +3,9 @@
 Runs in worker processes (local pool or Dask), so it takes and returns plain JSON-able data.
 LLM workloads are compiled to an IR graph once per process and workload (torch.export and the
 ``llm`` pass flow do not depend on the ArchSpec) and lowered per ArchSpec
-(:func:`tilewright.compiler.lower.lower_graph`: tiling by the mapper) and costed by
+(:func:`tilewright.compiler.lower_llm.lower_graph`: tiling by the mapper) and costed by
 :func:`tilewright.dataflow_sim.report.program_report`. Plain GEMMs are costed by the mapper's best
-mapping (:func:`tilewright.compiler.mapper.map_gemm`).
+mapping (:func:`tilewright.compiler.gemm_mapper.map_gemm`).
 
 Mesh workloads (``mesh_gemv``/``mesh_gemm``) run :mod:`tilewright.dataflow_sim.mesh` on the
 ArchSpec's ``mesh`` section (:func:`mesh_cost`); cluster workloads run a SimPy training step or
@@ -52,7 +52,7 @@ def mesh_cost(arch: ArchSpec, w: dict[str, Any]) -> dict[str, float]:
     (mesh model, clock ``arch.clock_mhz``), useful MACs, and ``byte_hops`` = flits carried over
     every directed link x ``link_bytes_per_cycle`` (bytes x hops, last flits counted whole) for
     the mesh term of the energy model. Operands live in the cores' SRAM: no off-chip bytes."""
-    from tilewright.compiler.lower import ELEM_BYTES  # noqa: PLC0415
+    from tilewright.compiler.lower_llm import ELEM_BYTES  # noqa: PLC0415
     from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv  # noqa: PLC0415
     eb = ELEM_BYTES[w.get("format", "fp32")]
     algo = w.get("algo") or "mesh"
@@ -156,15 +156,15 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
     if w.get("mesh_gemv") or w.get("mesh_gemm"):
         return mesh_cost(arch, w)
     if w.get("gemm"):
-        from tilewright.compiler.lower import ELEM_BYTES  # noqa: PLC0415
-        from tilewright.compiler.mapper import GemmOp, map_gemm  # noqa: PLC0415
+        from tilewright.compiler.lower_llm import ELEM_BYTES  # noqa: PLC0415
+        from tilewright.compiler.gemm_mapper import GemmOp, map_gemm  # noqa: PLC0415
         m, k, n = w["gemm"]
         res = map_gemm(GemmOp("gemm", int(m), int(k), int(n), batch=int(w.get("batch", 1)),
                               elem_bytes=ELEM_BYTES[w.get("format", "fp32")]), arch)
         c = res.cost
         return {"cycles": float(c.cycles), "macs": float(c.macs), "vector_ops": 0.0,
                 "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
-    from tilewright.compiler.lower import lower_graph  # noqa: PLC0415
+    from tilewright.compiler.lower_llm import lower_graph  # noqa: PLC0415
     from tilewright.dataflow_sim.report import program_totals  # noqa: PLC0415
     from tilewright.models.llm_configs import get_config  # noqa: PLC0415
 
@@ -182,7 +182,7 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
 def workload_report(arch: ArchSpec, w: dict[str, Any]):
     """The per-op Report (pandas, :func:`~tilewright.dataflow_sim.report.program_report`) of an
     LLM workload on ``arch`` (one layer)."""
-    from tilewright.compiler.lower import lower_graph  # noqa: PLC0415
+    from tilewright.compiler.lower_llm import lower_graph  # noqa: PLC0415
     from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
     g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
     return program_report(lower_graph(g, arch, fmt=w.get("format", "fp32"), name=w["model"]), arch)

@@ -24,7 +24,7 @@ Forward time of one layer = the Report's total ``time_cycles / clock`` (per micr
 shard). **Backward** (:func:`backward_report`) is compiled too: every GEMM task ``A(m×k)·B(k×n)``
 of the forward Program gets its two backward GEMMs, ``dA = dC·Bᵀ`` (m×n×k) and ``dB = Aᵀ·dC``
 (k×m×n) (same batch), each mapped by the compiler's mapper
-(:func:`tilewright.compiler.lower.map_gemm_cached`) as a Program task and costed by the same
+(:func:`tilewright.compiler.lower_llm.map_gemm_cached`) as a Program task and costed by the same
 Report; a grouped expert GEMM's dgrad is a grouped GEMM with the same counts and its wgrad one
 ``k × c × n`` GEMM per expert with ``c`` rows (batched over experts of equal ``c``). The fused
 attention task's backward is costed as **two** copies of the forward task (its dQ, dK, dP, dV
@@ -188,7 +188,7 @@ def backward_report(program: Any, report: pd.DataFrame, arch: ArchSpec) -> pd.Da
     on ``arch`` (the format-adjusted ArchSpec the forward was costed on); conventions in the
     module docstring. Rows come in reverse task order; ``task`` names end in ``.dgrad``,
     ``.wgrad`` or ``.bwd``."""
-    from tilewright.compiler.lower import ELEM_BYTES, map_gemm_cached  # noqa: PLC0415
+    from tilewright.compiler.lower_llm import ELEM_BYTES, map_gemm_cached  # noqa: PLC0415
     from tilewright.compiler.program import BgemmTask, GemmTask  # noqa: PLC0415
     from tilewright.dataflow_sim.report import program_report  # noqa: PLC0415
 

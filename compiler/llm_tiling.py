@@ -5,7 +5,7 @@ core (``memory.scratchpad_kib`` split equally into the A and B buffers, ``memory
 for fp32/int32 partial sums, 4 bytes each):
 
 * :func:`plan_gemm_tiles` — (a simple reference tiling; the LLM lowering now asks
-  :func:`tilewright.compiler.mapper.map_gemm` instead) an M x K x N GEMM with ``elem_bytes`` operands is cut into
+  :func:`tilewright.compiler.gemm_mapper.map_gemm` instead) an M x K x N GEMM with ``elem_bytes`` operands is cut into
   ``tile_m x tile_k x tile_n`` pieces with ``tile_k * tile_n * elem_bytes <= B buffer``,
   ``tile_m * tile_k * elem_bytes <= A buffer`` and ``tile_m * tile_n * 4 <= accumulator``;
   ``tile_n`` is N or a multiple of the array's cols, ``tile_k`` is K or a multiple of its rows.
