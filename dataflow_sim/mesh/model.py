@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from tilewright.arch import ArchSpec, MeshSpec
+from tilewright.compiler.errors import MeshMappingError  # re-exported (the compiler raises it)
 
 __all__ = ["MeshMappingError", "Flows", "Phase", "PhaseCost", "MeshReport", "simulate",
            "message_cycles", "DIRECTIONS"]
@@ -61,12 +62,6 @@ __all__ = ["MeshMappingError", "Flows", "Phase", "PhaseCost", "MeshReport", "sim
 #: directed link sets: name -> (axis of travel, sign). E: (r,c)->(r,c+1) stored at [r, c];
 #: W: (r,c+1)->(r,c) at [r, c]; S: (r,c)->(r+1,c) at [r, c]; N: (r+1,c)->(r,c) at [r, c].
 DIRECTIONS = ("E", "W", "S", "N")
-
-
-class MeshMappingError(ValueError):
-    """A mapping the mesh cannot run: it exceeds per-core SRAM or route ids, does not fit the
-    (healthy part of the) mesh, or touches a dead core or link. The message names the limit and
-    the numbers."""
 
 
 def message_cycles(mesh: MeshSpec, nbytes: int, hops: int, stages: int = 1) -> int:
