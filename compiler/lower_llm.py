@@ -1,4 +1,5 @@
-"""Lowering of an (LLM-flow) IR Graph to a :class:`~.program.Program`: one op -> engine tasks.
+"""Lowering of the LLM flow: an IR Graph (after the ``llm`` passes) -> :class:`~.program.Program`,
+one op -> engine tasks (entry: :func:`tilewright.compiler.compile` with ``flow="llm"``).
 
 =================  =======================================================================
 IR op              Program tasks
@@ -15,8 +16,9 @@ VECTOR_OPS names   one ``vector`` task, attrs unchanged
 =================  =======================================================================
 
 Every ``bgemm`` gets its mapping (tile sizes, loop order, dataflow) from
-:func:`~.gemm_mapper.map_gemm` (fewest cycles under the buffers, double buffered; K may be split — the
-K tiles accumulate into one accumulator tile, see the Program's ``bgemm``), recorded on the task.
+:func:`~.gemm_mapper.map_gemm` (fewest cycles under the buffers, double buffered; K may be
+split — the K tiles accumulate into one accumulator tile, see the Program's ``bgemm``), recorded
+on the task.
 Operand format ``fmt`` (``fp32`` by default) is recorded on every GEMM-like task with its
 accumulator and ``k_block`` (the array's rows); for any other format the operands are quantized
 first (:mod:`~.operand_formats`: run-time ``quantize`` tasks for activations, compile-time codes
@@ -31,6 +33,7 @@ from typing import Any, Hashable
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.formats import FORMATS
 from tilewright.compiler.ir import Graph, Op
 from tilewright.compiler.layout import DoesNotFit
 from tilewright.compiler.gemm_mapper import (GemmOp, MapperResult, map_gemm, map_gemms,
@@ -42,10 +45,9 @@ from tilewright.compiler.llm_tiling import plan_attention_blocks, plan_scan_chun
 
 __all__ = ["lower_graph", "ELEM_BYTES", "LoweringError", "map_gemm_cached", "map_gemms_cached"]
 
-#: operand element bytes per format name (MX formats: 8-bit elements; their 1-byte scale per
-#: 32 elements is not counted here)
-ELEM_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "int8": 1, "fp8-e4m3": 1, "fp8-e5m2": 1,
-                              "mxint8": 1, "mxfp8": 1, "mxfp8-e5m2": 1}
+#: operand element bytes per format name, from the formats registry's bits (MX formats: 8-bit
+#: elements; their 1-byte scale per 32 elements is not counted here)
+ELEM_BYTES: dict[str, int] = {name: f.bits // 8 for name, f in FORMATS.items()}
 
 _NOT_LOWERED = {"einsum", "addmm", "qlinear"}
 

@@ -67,6 +67,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tilewright.arch import PRESET_DIR, ArchSpec
+from tilewright.compiler.layout import ab_buffer_bytes
 from tilewright.validation import find_user_file, validation_error_line
 from tilewright.formats import FORMATS
 
@@ -189,7 +190,7 @@ def sram_pj_per_byte(tech: TechSpec, kib: float) -> float:
 def sram_bank_kib(arch: ArchSpec) -> tuple[float, float]:
     """KiB of one scratchpad bank and one accumulator bank: the array one access reads."""
     mem = arch.memory
-    return (mem.scratchpad_kib / 2 / mem.scratchpad_banks,
+    return (ab_buffer_bytes(arch) / 1024 / mem.scratchpad_banks,
             mem.accumulator_kib / mem.accumulator_banks)
 
 

@@ -39,6 +39,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.codegen import VECTOR_OPCODES, field_slices
 
 __all__ = ["VectorOp", "VectorUnit", "LATENCY", "VECTOR_GENERATOR_VERSION", "VECTOR_TOP_NAME",
            "generate_vector_verilog", "write_vector_rtl", "OP_NAMES", "operand_layout",
@@ -56,24 +57,24 @@ _SEG = 6           # log2 segments of the exp / recip / rsqrt tables
 _LOG2E_Q14 = round(math.log2(math.e) * 2 ** 14)
 
 
-class VectorOp(enum.Enum, shape=4):
-    """Opcode of a beat (names as the compiler's VectorTask ops)."""
-    ADD = 0
-    MUL = 1
-    MAX = 2
-    EXP = 3
-    RECIP = 4
-    RSQRT = 5
-    SILU = 6
-    SOFTPLUS = 7
-    SUM = 8
-    RMAX = 9
+def _vector_op_enum() -> type:
+    """:class:`VectorOp` built from the compiler's opcode table (names upper-cased, width of the
+    VECTOR instruction's ``vop`` field)."""
+    width = field_slices("VECTOR")["vop"][1]
+    ns = enum.EnumType.__prepare__("VectorOp", (enum.Enum,), shape=width)
+    ns["__module__"] = __name__
+    ns["__qualname__"] = "VectorOp"
+    ns["__doc__"] = ("Opcode of a beat (names as the compiler's VectorTask ops; values "
+                     ":data:`tilewright.compiler.codegen.VECTOR_OPCODES`).")
+    for name, code in VECTOR_OPCODES.items():
+        ns[name.upper()] = code
+    return enum.EnumType("VectorOp", (enum.Enum,), ns, shape=width)
 
+
+VectorOp = _vector_op_enum()
 
 #: VectorTask op name -> opcode
-OP_NAMES = {"add": VectorOp.ADD, "mul": VectorOp.MUL, "max": VectorOp.MAX, "exp": VectorOp.EXP,
-            "recip": VectorOp.RECIP, "rsqrt": VectorOp.RSQRT, "silu": VectorOp.SILU,
-            "softplus": VectorOp.SOFTPLUS, "sum": VectorOp.SUM, "rmax": VectorOp.RMAX}
+OP_NAMES = {name: VectorOp[name.upper()] for name in VECTOR_OPCODES}
 
 
 def operand_layout(lanes: int) -> data.StructLayout:

@@ -55,6 +55,7 @@ import numpy as np
 
 from tilewright.arch import ArchSpec, MeshSpec
 from tilewright.compiler.errors import MeshMappingError  # re-exported (the compiler raises it)
+from tilewright.compiler.mesh_schedule import MessageBatch
 
 __all__ = ["MeshMappingError", "Flows", "Phase", "PhaseCost", "MeshReport", "simulate",
            "message_cycles", "DIRECTIONS"]
@@ -71,14 +72,10 @@ def message_cycles(mesh: MeshSpec, nbytes: int, hops: int, stages: int = 1) -> i
 
 
 @dataclass(frozen=True)
-class Flows:
-    """A batch of messages (physical coordinates), all int64 arrays of one length F.
-
-    ``sr, sc`` source row/col; ``dr, dc`` destination (for a multicast along a line: the farthest
-    receiver); ``flits`` per message; ``stages`` cores that process it (see module doc);
-    ``times``: in how many of the phase's repeats the flow runs (-1 = all), which only changes
-    the link-load totals (a phase's time is set by its busiest repeat, where every flow runs).
-    """
+class Flows(MessageBatch):
+    """A :class:`~tilewright.compiler.mesh_schedule.MessageBatch` with ``flits`` per message
+    (see module doc for ``stages``); ``times`` only changes the link-load totals (a phase's time
+    is set by its busiest repeat, where every flow runs)."""
 
     sr: np.ndarray
     sc: np.ndarray
@@ -87,33 +84,6 @@ class Flows:
     flits: np.ndarray
     stages: np.ndarray
     times: np.ndarray
-
-    @staticmethod
-    def make(sr: Any, sc: Any, dr: Any, dc: Any, flits: Any, stages: Any = 1,
-             times: Any = -1) -> "Flows":
-        arrs = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64)
-                                     for x in (sr, sc, dr, dc, flits, stages, times)))
-        arrs = [np.ascontiguousarray(a.ravel()) for a in arrs]
-        keep = ((arrs[0] != arrs[2]) | (arrs[1] != arrs[3])) & (arrs[6] != 0)  # local: free
-        if not keep.all():
-            arrs = [a[keep] for a in arrs]
-        return Flows(*arrs)
-
-    @staticmethod
-    def concat(parts: list["Flows"]) -> "Flows":
-        parts = [p for p in parts if p is not None and len(p)]
-        if not parts:
-            z = np.zeros(0, np.int64)
-            return Flows(z, z, z, z, z, z, z)
-        return Flows(*(np.concatenate([getattr(p, f) for p in parts])
-                       for f in ("sr", "sc", "dr", "dc", "flits", "stages", "times")))
-
-    def __len__(self) -> int:
-        return int(self.sr.shape[0])
-
-    @property
-    def hops(self) -> np.ndarray:
-        return np.abs(self.dc - self.sc) + np.abs(self.dr - self.sr)
 
 
 @dataclass
