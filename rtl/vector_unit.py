@@ -32,6 +32,7 @@ starts a new accumulation.
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 from amaranth import Array, Const, Module, Mux, Signal, signed
@@ -47,8 +48,10 @@ __all__ = ["VectorOp", "VectorUnit", "LATENCY", "VECTOR_GENERATOR_VERSION", "VEC
 
 #: cycles from an accepted operand beat to its result beat (pipeline moving every cycle)
 LATENCY = 4
-#: bump when the generated unit's behaviour or ports change
-VECTOR_GENERATOR_VERSION = "0.1.0"
+#: bump when the generated unit's behaviour or ports change; it ends in a fingerprint of the
+#: opcode table (which lives in the compiler, outside the build cache's vector_unit.py key)
+VECTOR_GENERATOR_VERSION = "0.1.0-op" + hashlib.sha256(
+    repr(sorted(VECTOR_OPCODES.items())).encode()).hexdigest()[:8]
 VECTOR_TOP_NAME = "tw_vector_unit"
 
 _W = 16            # raw Q8.8 bits
