@@ -74,7 +74,7 @@ of a small probe by more than the tie tolerance: same choice and cost, a fractio
 Reported per mapping (:class:`MappingCost`): cycles, MACs, utilization, bytes per memory level
 (DRAM, scratchpad, accumulator), arithmetic intensity (2*MACs per DRAM byte) and whether the mapped
 op is compute- or bandwidth-bound (``T_core >= T_dma``) next to the ideal roofline's verdict
-(intensity vs. ridge point ``2*rows*cols / bw``).
+(intensity vs. ridge point ``2 * tensor_engine.macs_per_cycle / bw``).
 """
 
 from __future__ import annotations
