@@ -15,7 +15,7 @@ import time
 
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.dataflow_sim.compile_flow import compile_llm
-from tilewright.compiler.mapper import GemmOp, map_gemm
+from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 from tilewright.compiler.program import BgemmTask
 
 

@@ -6,7 +6,7 @@ For each op (attention projections, attention score/context GEMMs, FFN, Mixtral 
 experts at their average routed token counts, Mamba projections; prefill of 2048 tokens and
 decode batches of 1-64) and each ArchSpec (ws16x16, os16x16 presets, a 32x32 WS design and a
 bandwidth-starved 32x32 OS design on which decode is bandwidth-bound), the
-mapper (:func:`tilewright.compiler.mapper.map_gemm`) picks a mapping; the tiled cycle model
+mapper (:func:`tilewright.compiler.gemm_mapper.map_gemm`) picks a mapping; the tiled cycle model
 (:func:`tilewright.dataflow_sim.tiled.simulate_tiled`) runs that mapping tile by tile. Printed:
 per-op analytical and tiled cycles and the error ``(analytical - tiled) / tiled``; the summary
 (mean / max absolute error); and the mapper's speed in design points (op x mapping) evaluated per
@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tilewright.arch import ArchSpec, load_arch
-from tilewright.compiler.mapper import GemmOp, map_gemm
+from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 from tilewright.dataflow_sim.tiled import simulate_tiled
 from tilewright.models.llm_configs import describe, get_config
 

@@ -8,7 +8,7 @@ ZigZag runs in its own venv (default ``/tmp/zigzag_venv``, or ``$ZIGZAG_PYTHON``
 
 through ``benchmarks/_zigzag_runner.py`` (its bundled ``tpu_like`` accelerator: 32x32 int8 MACs,
 2 MB SRAM, DRAM port 64 bit/cycle; LOMA search, lpf_limit 6, optimising latency). tilewright's
-side: :func:`tilewright.compiler.mapper.map_gemm` on a comparable ArchSpec — 32x32 WS int8, 2 MiB
+side: :func:`tilewright.compiler.gemm_mapper.map_gemm` on a comparable ArchSpec — 32x32 WS int8, 2 MiB
 scratchpad, 8 B/cycle off-chip (8 GB/s at 1 GHz), zero DRAM latency, int8 results. Printed per
 GEMM: best latency in cycles of each tool, mappings evaluated per second of each and the ratio.
 The two cost models differ (ZigZag: per-level memory port stalls of its hierarchy; tilewright: the
@@ -26,7 +26,7 @@ import subprocess
 from pathlib import Path
 
 from tilewright.arch import ArchSpec, MemorySpec, OffChipSpec, TensorEngineSpec
-from tilewright.compiler.mapper import GemmOp, map_gemm
+from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 
 HERE = Path(__file__).resolve().parent
 # Llama-3-8B layer GEMMs at 512 tokens (q/o, k/v, gate/up, down), a decode GEMV, a small GEMM

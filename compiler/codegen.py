@@ -87,8 +87,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.layout import MAX_DIM, DoesNotFit, GemmLayout
+from tilewright.compiler.layout import (MAX_GEMM_DIM, DoesNotFit, GemmLayout, half_depth,
+                                        pack_lanes, unpack_lanes)
 from tilewright.compiler.program import GemmTask, Program
+from tilewright.errors import UserError
+from tilewright.formats import bits_of
 
 __all__ = ["ISA", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
            "VECTOR_OVERHEAD_CYCLES", "SCAN_OVERHEAD_CYCLES",
@@ -134,6 +137,8 @@ SCAN_OVERHEAD_CYCLES = 4
 #: fields whose smallest accepted value is not 0 (the core needs GEMM sizes of at least 1)
 FIELD_MIN: dict[tuple[str, str], int] = {("GEMM", "m"): 1, ("GEMM", "k"): 1, ("GEMM", "n"): 1,
                                          ("VECTOR", "count"): 1, ("SCAN", "count"): 1}
+#: bits of a GEMM operand lane (int8) and of an accumulator lane (int32), from the formats registry
+_OPERAND_BITS, _ACC_BITS = bits_of("int8"), bits_of("int32")
 #: opcode -> op name
 OPCODES: dict[int, str] = {code: name for name, (code, _) in ISA.items()}
 
@@ -151,11 +156,11 @@ for _op in ISA:        # the table itself must fit the word
     assert sum(w for _, w in ISA[_op][1]) + OPCODE_BITS <= WORD_BITS, _op
 
 
-class AssemblerError(ValueError):
+class AssemblerError(UserError, ValueError):
     """An instruction that cannot be encoded/decoded; the message names index, op and field."""
 
 
-class CodegenError(ValueError):
+class CodegenError(UserError, ValueError):
     """A Program codegen cannot emit code for (another arch's Program, code longer than the
     instruction memory); the message names the program and the limit."""
 
@@ -354,7 +359,6 @@ class IsaProgram:
     def image(self, arch: ArchSpec, seg: Segment, a: np.ndarray, b: np.ndarray) -> dict[int, int]:
         """External words (address -> value) holding every tile's A and B blocks of ``seg`` for
         operands ``a`` (M x K int8) and ``b`` (K x N int8)."""
-        from tilewright.compiler.layout import pack_lanes  # noqa: PLC0415
         if a.shape != (seg.m, seg.k) or b.shape != (seg.k, seg.n):
             raise ValueError(f"task {seg.task}: operands {a.shape} @ {b.shape}, expected "
                              f"({seg.m}, {seg.k}) @ ({seg.k}, {seg.n})")
@@ -365,8 +369,8 @@ class IsaProgram:
             a_blk = a[t.m0:t.m0 + t.tm, t.k0:t.k0 + t.k]
             b_blk = b[t.k0:t.k0 + t.k, t.n0:t.n0 + t.tn]
             for addr, words, nb in (
-                    (t.a_addr, pack_lanes(lay.a_lanes(a_blk), 8), wb["a"]),
-                    (t.b_addr, pack_lanes(lay.b_lanes(b_blk), 8), wb["b"])):
+                    (t.a_addr, pack_lanes(lay.a_lanes(a_blk), _OPERAND_BITS), wb["a"]),
+                    (t.b_addr, pack_lanes(lay.b_lanes(b_blk), _OPERAND_BITS), wb["b"])):
                 for j, beat in enumerate(words_to_beats(words, nb, w)):
                     out[addr + j] = beat
         return out
@@ -374,7 +378,6 @@ class IsaProgram:
     def c_result(self, arch: ArchSpec, seg: Segment, read) -> np.ndarray:
         """C (M x N int32) of ``seg`` from external memory; ``read(addr, count)`` returns
         ``count`` external words from ``addr``."""
-        from tilewright.compiler.layout import unpack_lanes  # noqa: PLC0415
         wb, w = word_bytes(arch)["c"], self.beat_bytes
         r = -(-wb // w)
         c = np.zeros((seg.m, seg.n), np.int32)
@@ -384,12 +387,12 @@ class IsaProgram:
             lay = t.layout(arch)
             words = beats_to_words(read(t.c_addr, lay.acc_words * r), wb, w)
             c[t.m0:t.m0 + t.tm, t.n0:t.n0 + t.tn] = lay.c_from_lanes(
-                unpack_lanes(words, lay.acc_lanes, 32))
+                unpack_lanes(words, lay.acc_lanes, _ACC_BITS))
         return c
 
 
 def _half_depths(arch: ArchSpec) -> tuple[int, int, int]:
-    return tuple(d // 2 for d in GemmLayout.depths(arch))
+    return tuple(half_depth(d) for d in GemmLayout.depths(arch))
 
 
 def _fit(arch: ArchSpec, m: int, k: int, n: int) -> tuple[int, int, int] | None:
@@ -438,8 +441,8 @@ def _tile_shape(arch: ArchSpec, m: int, k: int, n: int, what: str) -> tuple[int,
     kq = R if te.systolic else te.depth       # K chunks are multiples of kq
     ha, hb, hc = _half_depths(arch)
     for name, v in (("M", m), ("K", k), ("N", n)):
-        if not 1 <= v <= MAX_DIM:
-            raise DoesNotFit(f"{what}: GEMM {name}={v}: must be from 1 to {MAX_DIM}")
+        if not 1 <= v <= MAX_GEMM_DIM:
+            raise DoesNotFit(f"{what}: GEMM {name}={v}: must be from 1 to {MAX_GEMM_DIM}")
     kc, best = k, _fit(arch, m, k, n)
     if best is None:        # split K: the longest chunk one output block allows
         kc = (R * min(hb // R, ha) if te.dataflow == "ws" else min(ha, hb) // R * R

@@ -34,14 +34,11 @@ its output tiles, ceil(M/Tm)·ceil(N/Tn) (one accumulation each).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tilewright.arch import ArchSpecError, TensorEngineSpec
 from tilewright.compiler.core_timing import CONVENTIONS, gemm_cycles_array
-
-if TYPE_CHECKING:
-    from tilewright.arch import TensorEngineSpec
 
 __all__ = ["ENGINE_PARAMS", "engine_tile_shape", "engine_latency_cycles", "engine_gemm_beats",
            "engine_gemm_cycles", "engine_peak_macs_per_cycle", "engine_utilization",
@@ -129,7 +126,6 @@ def tensor_engine_gemm_cycles(te: "TensorEngineSpec", m, k, n, convention: str =
     if convention not in CONVENTIONS:
         raise ValueError(f"convention {convention!r}: must be one of {CONVENTIONS}")
     if convention != "tilewright":
-        from tilewright.arch import ArchSpecError  # noqa: PLC0415 (a user error, one line)
         raise ArchSpecError(f"convention {convention!r} with tensor_engine.kind = {te.kind!r}: "
                          f"SCALE-Sim's convention covers kind 'systolic' only; accepted: "
                          f"'tilewright'")

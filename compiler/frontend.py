@@ -23,6 +23,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+from tilewright.compiler.errors import UnsupportedOp
 from tilewright.compiler.ir import Graph, Op, Tensor
 from tilewright.compiler.program import FORMAT_DTYPES
 
@@ -34,11 +35,6 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)
 _FORMATS = {torch.float32: "fp32", torch.int8: "int8", torch.int32: "int32", torch.int64: "int64",
             torch.bool: "bool"}
 _aten = torch.ops.aten
-
-
-class UnsupportedOp(ValueError):
-    """The model uses an op (or an op variant) the compiler does not handle; the message names
-    the op and the model source line (``file:line``)."""
 
 
 def source_of(node: torch.fx.Node) -> tuple[str, str]:

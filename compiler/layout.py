@@ -53,17 +53,31 @@ from math import ceil
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.errors import UserError
 
-__all__ = ["GemmLayout", "DoesNotFit", "pack_lanes", "unpack_lanes", "MAX_DIM", "TILE_KINDS"]
+__all__ = ["GemmLayout", "DoesNotFit", "pack_lanes", "unpack_lanes", "MAX_GEMM_DIM", "TILE_KINDS",
+           "ab_buffer_bytes", "half_depth"]
 
 #: the tile-MAC ``tensor_engine.kind`` values (the layout's ``dataflow`` is then the kind)
 TILE_KINDS = ("adder_tree", "outer_product", "cube")
 
-#: largest M, K or N one GEMM command may carry (16-bit size registers in the core)
-MAX_DIM = 65535
+#: largest M, K or N one GEMM command may carry (elements; 16-bit size registers in the core);
+#: not the largest array dimension (:data:`tilewright.arch.MAX_ARRAY_DIM`)
+MAX_GEMM_DIM = 65535
 
 
-class DoesNotFit(ValueError):
+def ab_buffer_bytes(arch: ArchSpec) -> int:
+    """Bytes of the A buffer, and of the B buffer: the scratchpad (``memory.scratchpad_kib``)
+    split equally between the two."""
+    return arch.memory.scratchpad_bytes // 2
+
+
+def half_depth(depth: int) -> int:
+    """Words of one half of a double-buffered buffer of ``depth`` words (half 1 starts there)."""
+    return depth // 2
+
+
+class DoesNotFit(UserError, ValueError):
     """A GEMM shape that does not fit the core's buffers; the message names buffer and sizes."""
 
 
@@ -149,8 +163,8 @@ class GemmLayout:
     def depths(arch: ArchSpec) -> tuple[int, int, int]:
         """(A, B, accumulator) buffer depths in words for ``arch``."""
         mem, wb = arch.memory, GemmLayout.word_bytes(arch)
-        return (mem.scratchpad_bytes // 2 // wb["a"], mem.scratchpad_bytes // 2 // wb["b"],
-                mem.accumulator_bytes // wb["c"])
+        ab = ab_buffer_bytes(arch)
+        return (ab // wb["a"], ab // wb["b"], mem.accumulator_bytes // wb["c"])
 
     def fits(self, arch: ArchSpec) -> bool:
         try:
@@ -161,8 +175,8 @@ class GemmLayout:
 
     def check_fits(self, arch: ArchSpec) -> None:
         for name, v in (("M", self.m), ("K", self.k), ("N", self.n)):
-            if not 1 <= v <= MAX_DIM:
-                raise DoesNotFit(f"GEMM {name}={v}: must be from 1 to {MAX_DIM}")
+            if not 1 <= v <= MAX_GEMM_DIM:
+                raise DoesNotFit(f"GEMM {name}={v}: must be from 1 to {MAX_GEMM_DIM}")
         da, db, dc = self.depths(arch)
         for buf, need, have in (("A buffer", self.a_words, da), ("B buffer", self.b_words, db),
                                 ("accumulator", self.acc_words, dc)):

@@ -6,7 +6,7 @@
 :func:`~tilewright.compiler.mesh_schedule.gemv_phase_specs`), with the op's shape, blocks and
 schedule parameters in ``Program.meta`` (``mesh_op``) so that every consumer — the mesh model
 (:func:`tilewright.dataflow_sim.mesh.run_mesh_program`) and the RTL mesh
-(:mod:`tilewright.cosim.mesh_program`) — runs the same Program. SRAM per core follows the mesh
+(:mod:`tilewright.compiler.mesh_codegen`) — runs the same Program. SRAM per core follows the mesh
 model's own accounting (:func:`tilewright.dataflow_sim.mesh.mesh_gemm` / ``mesh_gemv``).
 """
 

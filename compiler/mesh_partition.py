@@ -15,6 +15,7 @@ coded on the task. Costing: :func:`tilewright.dataflow_sim.mesh.run_mesh_program
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,8 +26,10 @@ from tilewright.compiler.mesh_schedule import (FlowBatch, Grid, MeshScheduleErro
                                                route_around_specs, routearound_grid,
                                                row_allreduce_specs)
 from tilewright.compiler.program import MeshPhaseTask, Program, TensorInfo
+from tilewright.models.llm_shapes import LlamaConfig, MoEConfig, get_config
 
-__all__ = ["MeshProgramBuilder", "partition_layer", "layer_macs", "llama_config",
+__all__ = ["MeshProgramBuilder", "partition_layer", "layer_macs", "llama_config", "DecoderOp",
+           "decoder_layer_ops",
            "partition_moe_layer", "moe_layer_macs", "moe_config", "square_regions",
            "rect_regions", "DEFECT_POLICIES", "MAX_RELAY_MESSAGES"]
 
@@ -130,7 +133,6 @@ class MeshProgramBuilder:
 
 def llama_config(model: str):
     """The :class:`~tilewright.models.llm_configs.LlamaConfig` called ``model``."""
-    from tilewright.models.llm_configs import LlamaConfig, get_config  # noqa: PLC0415
     cfg = get_config(model)
     if not isinstance(cfg, LlamaConfig):
         raise MeshScheduleError(f"{model}: mesh layer partitioning covers Llama-style dense "
@@ -146,6 +148,69 @@ def layer_macs(model: str, phase: str, *, tokens: int = 4096, context: int = 409
     d, kvd, ffn = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.d_ffn
     s, t = (tokens, tokens) if phase == "prefill" else (1, context)
     return s * d * (d + 2 * kvd) + 2 * s * t * d + s * d * d + 3 * s * d * ffn
+
+
+@dataclass(frozen=True)
+class DecoderOp:
+    """One op of a Llama decoder layer as the mesh runs it: ``kind`` ``gemm`` (``m x k x n``),
+    ``gemv`` (``[1, k] x [k, n]``) or ``vector`` (``elems`` elements per core x ``ops_per``
+    ops each, then ``reductions`` row all-reduces of ``red_values`` values per core)."""
+
+    name: str
+    kind: str
+    m: int = 1
+    k: int = 0
+    n: int = 0
+    elems: int = 0
+    ops_per: int = 0
+    reductions: int = 0
+    red_values: int = 0
+
+
+def decoder_layer_ops(cfg: LlamaConfig, phase: str, *, tokens: int, context: int, pr: int,
+                      pc: int) -> list[DecoderOp]:
+    """The ops of one decoder layer of ``cfg`` in order, on a ``pr x pc`` grid of cores: prefill
+    (``tokens`` at once; square grid, ``pr == pc``) or decode (one token over ``context`` cached
+    tokens). The one list both the mesh Program (:func:`partition_layer`) and the mesh model's
+    plan (:func:`tilewright.dataflow_sim.mesh.llm.plan_layer`) follow; decode's KV-cache shift
+    comes after these ops."""
+    d, kvd, ffn = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.d_ffn
+    gemm = lambda name, m, k, n: DecoderOp(name, "gemm", m=m, k=k, n=n)      # noqa: E731
+    gemv = lambda name, k, n: DecoderOp(name, "gemv", k=k, n=n)               # noqa: E731
+    vec = lambda name, elems, ops, red=0, vals=0: DecoderOp(                  # noqa: E731
+        name, "vector", elems=elems, ops_per=ops, reductions=red, red_values=vals)
+    if phase == "prefill":
+        s, p = tokens, pr
+        st, dt = -(-s // p), -(-d // p)
+        return [
+            vec("attn_norm (RMSNorm)", st * dt, 4, 1, st),
+            gemm("wq|wk|wv", s, d, d + 2 * kvd),
+            vec("rope(q, k)", st * -(-(d + kvd) // p), 4),
+            gemm("q @ k^T (heads along K)", s, d, s),
+            vec("softmax", st * -(-s // p), 5, 2, st),
+            gemm("p @ v (heads along N)", s, s, d),
+            gemm("wo", s, d, d),
+            vec("residual + ffn_norm", st * dt, 5, 1, st),
+            gemm("w1", s, d, ffn),
+            gemm("w3", s, d, ffn),
+            vec("silu(w1) * w3", st * -(-ffn // p), 5),
+            gemm("w2", s, ffn, d),
+            vec("residual", st * dt, 1)]
+    t = context
+    dt = -(-d // pc)
+    return [
+        vec("attn_norm (RMSNorm)", dt, 4, 1, 1),
+        gemv("wq|wk|wv", d, d + 2 * kvd),
+        vec("rope(q, k)", -(-(d + kvd) // pc), 4),
+        gemv("q . K^T over context (heads along K)", d, t),
+        vec("softmax over context", -(-t // pc), 5, 2, 1),
+        gemv("p . V (heads along N)", t, d),
+        gemv("wo", d, d),
+        vec("residual + ffn_norm", dt, 5, 1, 1),
+        gemv("w1|w3", d, 2 * ffn),
+        vec("silu(w1) * w3", -(-ffn // pc), 5),
+        gemv("w2", ffn, d),
+        vec("residual", dt, 1)]
 
 
 def _vector(b: MeshProgramBuilder, name: str, elems: int, ops_per: int, mask: np.ndarray,
@@ -179,7 +244,7 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
         raise MeshScheduleError(f"tokens = {tokens}, context = {context}: must be >= 1")
     cfg = llama_config(model)
     b = MeshProgramBuilder(f"{model}-{phase}-layer", arch, defects)
-    d, kvd, ffn = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.d_ffn
+    kvd = cfg.n_kv_heads * cfg.head_dim
     eb = elem_bytes
     if phase == "prefill":
         algo = algo or "mesh"
@@ -187,8 +252,6 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
         p = grid.pr
         mask = grid.mask()
         red_grid = b.grid(pc=p)
-        s = tokens
-        st, dt = -(-s // p), -(-d // p)
         nbuf = 3 if algo == "summa" else 2
 
         def gemm(name: str, m: int, k: int, n: int) -> None:
@@ -201,26 +264,17 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
                 red_values: int = 0) -> None:
             _vector(b, name, elems, ops_per, mask, reductions, red_grid, red_values * eb)
 
-        vec("attn_norm (RMSNorm)", st * dt, 4, 1, st)
-        gemm("wq|wk|wv", s, d, d + 2 * kvd)
-        vec("rope(q, k)", st * -(-(d + kvd) // p), 4)
-        gemm("q @ k^T (heads along K)", s, d, s)
-        vec("softmax", st * -(-s // p), 5, 2, st)
-        gemm("p @ v (heads along N)", s, s, d)
-        gemm("wo", s, d, d)
-        vec("residual + ffn_norm", st * dt, 5, 1, st)
-        gemm("w1", s, d, ffn)
-        gemm("w3", s, d, ffn)
-        vec("silu(w1) * w3", st * -(-ffn // p), 5)
-        gemm("w2", s, ffn, d)
-        vec("residual", st * dt, 1)
+        for op in decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=p, pc=p):
+            if op.kind == "gemm":
+                gemm(op.name, op.m, op.k, op.n)
+            else:
+                vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
         meta = {"grid": f"{p}x{p}", "algo": algo}
     else:
         algo = algo or "mesh"
         grid = b.grid()
         pr, pc = grid.pr, grid.pc
         mask = grid.mask()
-        t = context
 
         def gemv(name: str, k: int, n: int) -> None:
             kt, nt = -(-k // pr), -(-n // pc)
@@ -228,22 +282,15 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
             b.add(name, gemv_phase_specs(algo, grid, kt, nt, elem_bytes=eb, acc_bytes=eb), mask,
                   memory_bytes_per_core=mem, useful_macs=k * n)
 
-        def vec(name: str, elems: int, ops_per: int, reductions: int = 0) -> None:
-            _vector(b, name, elems, ops_per, mask, reductions, grid, eb)
+        def vec(name: str, elems: int, ops_per: int, reductions: int = 0,
+                red_values: int = 0) -> None:
+            _vector(b, name, elems, ops_per, mask, reductions, grid, red_values * eb)
 
-        dt = -(-d // pc)
-        vec("attn_norm (RMSNorm)", dt, 4, 1)
-        gemv("wq|wk|wv", d, d + 2 * kvd)
-        vec("rope(q, k)", -(-(d + kvd) // pc), 4)
-        gemv("q . K^T over context (heads along K)", d, t)
-        vec("softmax over context", -(-t // pc), 5, 2)
-        gemv("p . V (heads along N)", t, d)
-        gemv("wo", d, d)
-        vec("residual + ffn_norm", dt, 5, 1)
-        gemv("w1|w3", d, 2 * ffn)
-        vec("silu(w1) * w3", -(-ffn // pc), 5)
-        gemv("w2", ffn, d)
-        vec("residual", dt, 1)
+        for op in decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=pr, pc=pc):
+            if op.kind == "gemv":
+                gemv(op.name, op.k, op.n)
+            else:
+                vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
         b.add("kv-cache shift", kv_shift_specs(grid, -(-2 * kvd // pc) * eb), mask)
         meta = {"grid": f"{pr}x{pc}", "algo": algo}
     return b.program({"model": model, "phase": phase, "tokens": tokens if phase == "prefill"
@@ -255,7 +302,6 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
 def moe_config(model):
     """The :class:`~tilewright.models.llm_configs.MoEConfig` called ``model`` (or ``model``
     itself when it already is one)."""
-    from tilewright.models.llm_configs import MoEConfig, get_config  # noqa: PLC0415
     cfg = get_config(model) if isinstance(model, str) else model
     if not isinstance(cfg, MoEConfig):
         raise MeshScheduleError(f"{getattr(cfg, 'name', cfg)}: MoE partitioning needs an MoE "

@@ -18,14 +18,16 @@ core or dead horizontal link and every column holding a dead core or dead vertic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from tilewright.arch import MeshSpec
+from tilewright.errors import UserError
 
-__all__ = ["MeshScheduleError", "Grid", "healthy_grid", "bad_lines", "interleaved_ring", "Move",
+__all__ = ["MeshScheduleError", "MessageBatch", "Grid", "healthy_grid", "bad_lines",
+           "interleaved_ring", "Move",
            "Step", "GEMM_ALGOS", "GEMV_ALGOS", "gemm_steps", "ktree_plan", "FlowBatch",
            "PhaseSpec", "move_flows", "gemm_phase_specs", "ktree_flows", "bcast_row_flows",
            "bcast_col_flows", "allreduce_phase_specs", "gemv_phase_specs",
@@ -36,7 +38,7 @@ GEMM_ALGOS = ("mesh", "cannon", "summa")
 GEMV_ALGOS = ("mesh", "allreduce")
 
 
-class MeshScheduleError(ValueError):
+class MeshScheduleError(UserError, ValueError):
     """A schedule the mesh cannot hold: the grid does not fit the healthy part of the mesh, a
     defect lies outside it, or a parameter is out of range. The message names the limit."""
 
@@ -129,18 +131,68 @@ def healthy_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None,
 
 # ---- message batches and phases ------------------------------------------------------------
 
-_FIELDS = ("sr", "sc", "dr", "dc", "nbytes", "stages", "times")
+class MessageBatch:
+    """Messages released together (physical coordinates): the dataclass fields of a subclass,
+    int64 arrays of one length F, in the order ``sr, sc`` (source row/col), ``dr, dc``
+    (destination; a multicast along a line: its farthest receiver), the amount per message
+    (:class:`FlowBatch`: ``nbytes``; the mesh model's ``Flows``: ``flits``), ``stages`` (cores
+    whose processor handles it), ``times`` (in how many of the phase's repeats it runs, -1 =
+    all). :meth:`make` drops messages to self and messages that never run (they cost nothing).
+    """
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The subclass's dataclass field names, in order (cached on the class)."""
+        names = cls.__dict__.get("_field_names")
+        if names is None:
+            names = tuple(f.name for f in fields(cls))
+            cls._field_names = names
+        return names
+
+    @classmethod
+    def make(cls, *args: Any, **kwargs: Any):
+        """A batch from broadcastable values (positional in field order, or by field name);
+        ``stages`` defaults to 1, ``times`` to -1."""
+        names = cls.field_names()
+        if len(args) > len(names):
+            raise TypeError(f"{cls.__name__}.make takes at most {len(names)} values")
+        vals = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names or k in vals:
+                raise TypeError(f"{cls.__name__}.make: unexpected or repeated field {k!r}")
+            vals[k] = v
+        vals.setdefault("stages", 1)
+        vals.setdefault("times", -1)
+        missing = [n for n in names if n not in vals]
+        if missing:
+            raise TypeError(f"{cls.__name__}.make: missing {', '.join(missing)}")
+        arrs = np.broadcast_arrays(*(np.asarray(vals[n], dtype=np.int64) for n in names))
+        arrs = [np.ascontiguousarray(a.ravel()) for a in arrs]
+        keep = ((arrs[0] != arrs[2]) | (arrs[1] != arrs[3])) & (arrs[6] != 0)  # local: free
+        if not keep.all():
+            arrs = [a[keep] for a in arrs]
+        return cls(*arrs)
+
+    @classmethod
+    def concat(cls, parts: list):
+        """One batch of every message of ``parts`` (None and empty parts skipped)."""
+        parts = [p for p in parts if p is not None and len(p)]
+        if not parts:
+            z = np.zeros(0, np.int64)
+            return cls(*(z for _ in cls.field_names()))
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls.field_names()))
+
+    def __len__(self) -> int:
+        return int(self.sr.shape[0])
+
+    @property
+    def hops(self) -> np.ndarray:
+        return np.abs(self.dc - self.sc) + np.abs(self.dr - self.sr)
 
 
 @dataclass(frozen=True)
-class FlowBatch:
-    """Messages released together (physical coordinates), int64 arrays of one length F.
-
-    ``sr, sc`` source row/col; ``dr, dc`` destination (a multicast along a line: its farthest
-    receiver); ``nbytes`` bytes per message; ``stages`` cores whose processor handles it;
-    ``times`` in how many of the phase's repeats it runs (-1 = all). Messages to self and
-    messages that never run are dropped on construction (they cost nothing).
-    """
+class FlowBatch(MessageBatch):
+    """A :class:`MessageBatch` with ``nbytes`` bytes per message (the compiler's schedules)."""
 
     sr: np.ndarray
     sc: np.ndarray
@@ -149,32 +201,6 @@ class FlowBatch:
     nbytes: np.ndarray
     stages: np.ndarray
     times: np.ndarray
-
-    @staticmethod
-    def make(sr: Any, sc: Any, dr: Any, dc: Any, nbytes: Any, stages: Any = 1,
-             times: Any = -1) -> "FlowBatch":
-        arrs = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64)
-                                     for x in (sr, sc, dr, dc, nbytes, stages, times)))
-        arrs = [np.ascontiguousarray(a.ravel()) for a in arrs]
-        keep = ((arrs[0] != arrs[2]) | (arrs[1] != arrs[3])) & (arrs[6] != 0)
-        if not keep.all():
-            arrs = [a[keep] for a in arrs]
-        return FlowBatch(*arrs)
-
-    @staticmethod
-    def concat(parts: list["FlowBatch | None"]) -> "FlowBatch":
-        parts = [p for p in parts if p is not None and len(p)]
-        if not parts:
-            z = np.zeros(0, np.int64)
-            return FlowBatch(z, z, z, z, z, z, z)
-        return FlowBatch(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
-
-    def __len__(self) -> int:
-        return int(self.sr.shape[0])
-
-    @property
-    def hops(self) -> np.ndarray:
-        return np.abs(self.dc - self.sc) + np.abs(self.dr - self.sr)
 
 
 @dataclass
@@ -607,7 +633,7 @@ def route_around(f: FlowBatch, mesh: MeshSpec) -> tuple[list[FlowBatch], int]:
     waves: list[list[tuple[int, ...]]] = []
     extra = 0
     for i in np.flatnonzero(hit):
-        flow = tuple(int(getattr(f, k)[i]) for k in _FIELDS)
+        flow = tuple(int(getattr(f, k)[i]) for k in FlowBatch.field_names())
         new = _detour(flow, dead)
         extra += sum(abs(p[2] - p[0]) + abs(p[3] - p[1]) for p in new) - \
             (abs(flow[2] - flow[0]) + abs(flow[3] - flow[1]))
@@ -615,8 +641,9 @@ def route_around(f: FlowBatch, mesh: MeshSpec) -> tuple[list[FlowBatch], int]:
             if len(waves) <= k:
                 waves.append([])
             waves[k].append(piece)
-    out = [FlowBatch.make(*np.asarray(w, np.int64).reshape(-1, len(_FIELDS)).T) for w in waves]
-    out[0] = FlowBatch.concat([FlowBatch(*(getattr(f, k)[~hit] for k in _FIELDS)), out[0]])
+    names = FlowBatch.field_names()
+    out = [FlowBatch.make(*np.asarray(w, np.int64).reshape(-1, len(names)).T) for w in waves]
+    out[0] = FlowBatch.concat([FlowBatch(*(getattr(f, k)[~hit] for k in names)), out[0]])
     return out, int(extra)
 
 

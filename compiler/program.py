@@ -17,7 +17,7 @@ Semantics of each task kind (every level implements exactly this):
                   Arithmetic: :func:`tilewright.dataflow_sim.numerics.gemm` with
                   ``k_block`` (the array's rows) and accumulator ``acc``, per batch element.
                   ``tile_m/tile_k/tile_n``, ``order``, ``dataflow`` record the mapping that
-                  :func:`tilewright.compiler.mapper.map_gemm` chose; a K tile shorter than K
+                  :func:`tilewright.compiler.gemm_mapper.map_gemm` chose; a K tile shorter than K
                   (``tile_k < k``, a multiple of ``k_block``) accumulates into the same
                   accumulator tile in increasing k (an accumulate-capable core; the result equals
                   the unsplit GEMM because tiles hold whole ``k_block`` runs).
@@ -256,7 +256,7 @@ class BgemmTask(_Task):
     tile_n: int = Field(..., ge=1)
     tile_k: int = Field(..., ge=1)
     order: str = "mkn"
-    """loop order over tiles, outer -> inner (:data:`tilewright.compiler.mapper.LOOP_ORDERS`)"""
+    """loop order over tiles, outer -> inner (:data:`tilewright.compiler.gemm_mapper.LOOP_ORDERS`)"""
     dataflow: str = "ws"
 
     @property

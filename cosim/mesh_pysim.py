@@ -11,7 +11,7 @@ from __future__ import annotations
 from amaranth.sim import Simulator
 
 from tilewright.arch import ArchSpec
-from tilewright.cosim.mesh_program import MeshJob
+from tilewright.compiler.mesh_codegen import MeshJob
 from tilewright.rtl.mesh import Mesh
 
 __all__ = ["run_mesh_job_pysim"]

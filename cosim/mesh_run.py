@@ -24,8 +24,8 @@ from tilewright.arch import ArchSpec
 from tilewright.cosim.mesh_build import build_mesh
 from tilewright.compiler.mesh_schedule import healthy_grid
 from tilewright.compiler.program import Program
-from tilewright.cosim.mesh_program import (MeshJob, gemm_job, gemv_job, transfer_job,
-                                           unpack_int32)
+from tilewright.compiler.mesh_codegen import (MeshJob, gemm_job, gemv_job, transfer_job,
+                                              unpack_int32)
 from tilewright.cosim.verilator import run_cocotb_bench
 from tilewright.dataflow_sim.mesh import run_mesh_program
 from tilewright.dataflow_sim.mesh.model import MeshReport

@@ -1,5 +1,6 @@
-"""Compile a named LLM config (one layer) end to end: torch.export -> IR -> ``llm`` flow ->
-Program -> (functional run for the example counts) -> per-op Report.
+"""Compile a named LLM config (one layer) end to end: the compiler's entry
+(:func:`tilewright.compiler.entry.compile_traced`, ``flow="llm"``: torch.export -> IR -> ``llm``
+passes -> Program) -> (functional run for the example counts) -> per-op Report.
 
 Tiny configs are built on CPU with seeded weights and can be executed; real-shape configs are
 built on the ``meta`` device (no storage) and compiled from shapes only — their Program lists the
@@ -17,13 +18,12 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.entry import compile_traced
 from tilewright.compiler.ir import Graph
-from tilewright.compiler.lower import lower_graph
-from tilewright.compiler.operand_formats import arch_for_format
-from tilewright.compiler.passes import run_flow
 from tilewright.compiler.program import GroupedGemmTask, Program
 from tilewright.dataflow_sim.functional import run_program
 from tilewright.dataflow_sim.report import program_report, report_totals
+from tilewright.models.llm_configs import build_llm, get_config
 
 __all__ = ["CompiledLLM", "compile_llm", "compile_module"]
 
@@ -70,14 +70,10 @@ def compile_module(module: Any, example_inputs: tuple, arch: ArchSpec, *, fmt: s
     """Compile a torch module with example inputs (a tuple); see :func:`compile_llm`.
     ``execute`` (default: when the weights have values) runs the Program on the functional
     model with the example inputs, to report real expert counts."""
-    from tilewright.compiler.frontend import export_model  # noqa: PLC0415  (lazy: pulls in torch)
-    from tilewright.compiler.frontend import from_exported
-
     name = name or getattr(module, "config_name", None) or type(module).__name__
-    graph = from_exported(export_model(module, example_inputs), name=name)
-    run_flow(graph, "llm")
-    arch = arch_for_format(arch, fmt)
-    program = lower_graph(graph, arch, fmt=fmt, granularity=granularity, name=name)
+    compiled = compile_traced(module, example_inputs, arch, flow="llm", fmt=fmt,
+                              granularity=granularity, name=name)
+    graph, program, arch = compiled.graph, compiled.program, compiled.arch
     meta_device = bool(program.meta["unknown_constants"]) or any(
         getattr(x, "is_meta", False) for x in example_inputs)
     if execute is None:
@@ -102,9 +98,6 @@ def compile_llm(name: str, arch: ArchSpec, *, seq: int = 8, batch: int = 1,
     output ``channel`` or per ``tensor``: ``granularity``). Tiny configs are executed on the
     functional model with the example inputs so the report uses the real expert counts; real
     configs compile from shapes only."""
-    from tilewright.models.llm_configs import build_llm  # noqa: PLC0415  (lazy: pulls in torch)
-    from tilewright.models.llm_configs import get_config
-
     cfg = get_config(name)
     module, example = build_llm(name, seed=seed, seq=seq, batch=batch, phase=phase)  # type: ignore[arg-type]
     out = compile_module(module, example, arch, fmt=fmt, granularity=granularity, name=name,

@@ -66,6 +66,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tilewright.arch import PRESET_DIR, ArchSpec
+from tilewright.compiler.layout import ab_buffer_bytes
 from tilewright.errors import UserError
 from tilewright.formats import FORMATS
 from tilewright.validation import (find_user_file, load_user_yaml, validate_mapping,
@@ -190,7 +191,7 @@ def sram_pj_per_byte(tech: TechSpec, kib: float) -> float:
 def sram_bank_kib(arch: ArchSpec) -> tuple[float, float]:
     """KiB of one scratchpad bank and one accumulator bank: the array one access reads."""
     mem = arch.memory
-    return (mem.scratchpad_kib / 2 / mem.scratchpad_banks,
+    return (ab_buffer_bytes(arch) / 1024 / mem.scratchpad_banks,
             mem.accumulator_kib / mem.accumulator_banks)
 
 

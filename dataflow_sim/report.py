@@ -3,10 +3,10 @@
 Every task gets a cost; none is free (docs/design.md, "Principles"). Conventions:
 
 * **Mapped GEMMs** (``bgemm``, and each expert of ``grouped_gemm``) are costed by the analytical
-  mapper (:func:`tilewright.compiler.mapper.cost_of` on the mapping recorded in the task — taken
-  from the lowering's memoized :func:`tilewright.compiler.lower.map_gemm_cached` result when the
+  mapper (:func:`tilewright.compiler.gemm_mapper.cost_of` on the mapping recorded in the task — taken
+  from the lowering's memoized :func:`tilewright.compiler.lower_llm.map_gemm_cached` result when the
   recorded mapping is the mapper's own choice, the same evaluation; for experts
-  :func:`~tilewright.compiler.lower.map_gemm_cached` per distinct row count): ``cycles`` =
+  :func:`~tilewright.compiler.lower_llm.map_gemm_cached` per distinct row count): ``cycles`` =
   core cycles (RTL-exact closed form summed over the tile commands), ``time_cycles`` = the
   mapper's double-buffered pipeline time (compute overlapped with DMA, latency included; never
   less than ``cycles`` or ``mem_cycles``), ``bytes`` = the mapping's DRAM bytes (operand re-fetches
@@ -56,8 +56,8 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.lower import ELEM_BYTES, map_gemm_cached
-from tilewright.compiler.mapper import GemmOp, Mapping, MappingCost, cost_of, mapper_arch_key
+from tilewright.compiler.gemm_mapper import GemmOp, Mapping, MappingCost, cost_of, mapper_arch_key
+from tilewright.compiler.lower_llm import ELEM_BYTES, map_gemm_cached
 from tilewright.compiler.program import (FORMAT_DTYPES, AttentionTask, BgemmTask, GemmTask,
                                          GroupedGemmTask, Program, QuantizeTask, ScanTask,
                                          VectorTask, task_inputs)
@@ -143,8 +143,8 @@ def _nbytes(prog: Program, name: str) -> int:
 def _bgemm_cost(task: BgemmTask, arch: ArchSpec, arch_key: Hashable) -> MappingCost:
     """The mapper's cost of the mapping recorded on ``task``. When that mapping is the mapper's
     own choice for the task's shape on ``arch`` (the lowering's, memoized by
-    :func:`~tilewright.compiler.lower.map_gemm_cached`) its cost is taken from there — the same
-    evaluation as :func:`~tilewright.compiler.mapper.cost_of`, which costs any other mapping."""
+    :func:`~tilewright.compiler.lower_llm.map_gemm_cached`) its cost is taken from there — the same
+    evaluation as :func:`~tilewright.compiler.gemm_mapper.cost_of`, which costs any other mapping."""
 
     eb = ELEM_BYTES[task.format]
     mapping = Mapping(task.tile_m, task.tile_k, task.tile_n, task.order, task.dataflow)
@@ -202,7 +202,7 @@ def _mapped(row: dict[str, Any], costs: list[MappingCost]) -> None:
 def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | None = None
               ) -> dict[str, Any]:
     """Cost facts of one task (keys of :data:`COLUMNS` except the roofline ones).
-    ``arch_key``: :func:`~tilewright.compiler.mapper.mapper_arch_key` of ``arch`` if the caller
+    ``arch_key``: :func:`~tilewright.compiler.gemm_mapper.mapper_arch_key` of ``arch`` if the caller
     has it (saves recomputing it per task)."""
 
     lanes = vector_lanes(arch)

@@ -1,7 +1,7 @@
 """Cycle model of a tiled GEMM: DMA transfers and core commands tile by tile, double buffered.
 
-Given a :class:`~tilewright.compiler.mapper.Mapping` of a
-:class:`~tilewright.compiler.mapper.GemmOp`, :func:`tile_schedule` lists the tiles in execution
+Given a :class:`~tilewright.compiler.gemm_mapper.Mapping` of a
+:class:`~tilewright.compiler.gemm_mapper.GemmOp`, :func:`tile_schedule` lists the tiles in execution
 order (batch outermost, then the mapping's loop order) with, per tile ``i``:
 
 * ``c[i]`` — cycles of its GEMM command, the RTL-exact closed form of
@@ -13,7 +13,7 @@ order (batch outermost, then the mapping's loop order) with, per tile ``i``:
   ``m*n`` elements of ``out_bytes`` (final, after the last k tile) or of 4 bytes (partial sums).
 
 ``bw`` = bytes/cycle and ``lat`` = cycles per transfer come from
-:func:`~tilewright.compiler.mapper.dram_rates`; DMA durations are real-valued cycles (not rounded).
+:func:`~tilewright.compiler.gemm_mapper.dram_rates`; DMA durations are real-valued cycles (not rounded).
 
 Timing, double buffered (two slots per buffer): one DMA engine serves jobs in the FIFO order
 ``L0, L1, W0, L2, W1, L3, ..., L[T-1], W[T-2], W[T-1]``; the controller issues ``W[i]`` and
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.mapper import ACC_BYTES, GemmOp, Mapping, dram_rates
+from tilewright.compiler.gemm_mapper import ACC_BYTES, GemmOp, Mapping, dram_rates
 from tilewright.compiler.core_timing import gemm_cycles_array
 from tilewright.compiler.engine_timing import tensor_engine_gemm_cycles
 

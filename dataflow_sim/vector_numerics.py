@@ -68,6 +68,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tilewright.compiler.codegen import VECTOR_OPCODES, VECTOR_REDUCTIONS
+
 __all__ = ["FRAC_BITS", "SEG_BITS", "Q_MAX", "Q_MIN", "OPS", "ELEMENTWISE_OPS", "REDUCTION_OPS",
            "UNARY_OPS", "to_fixed", "from_fixed", "elementwise", "reduce", "run_beats",
            "apply_float", "error_bound", "exp2_table", "recip_table", "rsqrt_table",
@@ -80,11 +82,13 @@ LOG2E_Q14 = 23637        #: round(log2(e) * 2**14)
 PWL_LO = -16 * 256       #: silu/softplus table start (raw Q8.8)
 PWL_SHIFT = 5            #: silu/softplus segment width 2**5 LSB = 1/8
 
-UNARY_OPS = ("exp", "recip", "rsqrt", "silu", "softplus")
+#: every op of the unit, in opcode order (the compiler's table,
+#: :data:`tilewright.compiler.codegen.VECTOR_OPCODES`)
+OPS = tuple(VECTOR_OPCODES)
+REDUCTION_OPS = tuple(VECTOR_REDUCTIONS)
+ELEMENTWISE_OPS = tuple(op for op in OPS if op not in REDUCTION_OPS)
 BINARY_OPS = ("add", "mul", "max")
-ELEMENTWISE_OPS = BINARY_OPS + UNARY_OPS
-REDUCTION_OPS = ("sum", "rmax")
-OPS = ELEMENTWISE_OPS + REDUCTION_OPS
+UNARY_OPS = tuple(op for op in ELEMENTWISE_OPS if op not in BINARY_OPS)
 
 _FUNCS = {"silu": lambda x: x / (1.0 + math.exp(-x)),
           "softplus": lambda x: math.log1p(math.exp(x))}

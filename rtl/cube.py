@@ -39,12 +39,14 @@ from amaranth import Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["TileMacEngine", "CubeEngine", "latency_cycles", "tree_levels", "ELEMENT_BITS",
-           "ACC_BITS", "MAX_DIM", "check_dim", "operand_layout", "result_layout"]
+from tilewright.arch import MAX_ARRAY_DIM
+from tilewright.formats import bits_of
 
-ELEMENT_BITS = 8   #: bits of an A/B element (signed int8)
-ACC_BITS = 32      #: bits of an accumulator / output element (signed int32, wrapping)
-MAX_DIM = 64       #: largest accepted value of any engine dimension (count)
+__all__ = ["TileMacEngine", "CubeEngine", "latency_cycles", "tree_levels", "ELEMENT_BITS",
+           "ACC_BITS", "MAX_ARRAY_DIM", "check_dim", "operand_layout", "result_layout"]
+
+ELEMENT_BITS = bits_of("int8")   #: bits of an A/B element (signed int8)
+ACC_BITS = bits_of("int32")      #: bits of an accumulator / output element (signed int32, wrapping)
 
 
 def tree_levels(tk: int) -> int:
@@ -58,11 +60,11 @@ def latency_cycles(tk: int) -> int:
 
 
 def check_dim(name: str, value: int) -> None:
-    """Raise TypeError/ValueError naming ``name`` unless ``value`` is an int from 1 to MAX_DIM."""
+    """Raise TypeError/ValueError naming ``name`` unless ``value`` is an int from 1 to MAX_ARRAY_DIM."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if not 1 <= value <= MAX_DIM:
-        raise ValueError(f"{name} must be from 1 to {MAX_DIM}, not {value}")
+    if not 1 <= value <= MAX_ARRAY_DIM:
+        raise ValueError(f"{name} must be from 1 to {MAX_ARRAY_DIM}, not {value}")
 
 
 def operand_layout(tm: int, tk: int, tn: int) -> data.StructLayout:

@@ -41,7 +41,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.layout import GemmLayout, MAX_DIM
+from tilewright.compiler.layout import MAX_GEMM_DIM, GemmLayout, half_depth
 from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArray, _Dims,
                                      WeightStationaryArray, delay, ws_latency_cycles)
 
@@ -51,7 +51,7 @@ __all__ = ["GemmCore", "GENERATOR_VERSION", "memories", "run_state", "ws_sequenc
 #: bump when the generated hardware's behaviour or ports change
 GENERATOR_VERSION = "0.3.0"
 
-_DIM_BITS = MAX_DIM.bit_length()
+_DIM_BITS = MAX_GEMM_DIM.bit_length()
 
 
 def _abits(depth: int) -> int:
@@ -204,7 +204,7 @@ def half_offsets(m: Module, core, a_r, b_r, c_r, c_w):
         half_q = Signal(name=f"{port}_half_q")
         with m.If(core.start & ~core.busy):
             m.d.sync += half_q.eq(getattr(core, f"{port}_half"))
-        offs.append(Mux(half_q, depth // 2, 0))
+        offs.append(Mux(half_q, half_depth(depth), 0))
     return (_Offset(m, a_r, offs[0]), _Offset(m, b_r, offs[1]), _Offset(m, c_r, offs[2]),
             _Offset(m, c_w, offs[2]), acc_q)
 

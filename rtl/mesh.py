@@ -31,7 +31,9 @@ the chain adds its word to every passing flit in its eject stage, :mod:`mesh_til
 
 from __future__ import annotations
 
+import hashlib
 import re
+from pathlib import Path
 
 from amaranth import Module, Signal
 from amaranth.back import verilog
@@ -39,48 +41,18 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler import mesh_isa
+from tilewright.compiler.mesh_isa import LANE_BITS, OPPOSITE, STEP, mesh_params
 from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.mesh_tile import MeshTile
 
 __all__ = ["Mesh", "MESH_GENERATOR_VERSION", "MESH_TOP_NAME", "mesh_params",
            "generate_mesh_verilog", "write_mesh_rtl"]
 
-#: bump when the generated mesh's behaviour or ports change
-MESH_GENERATOR_VERSION = "0.2.0"
-
-
-def mesh_params(arch: ArchSpec, imem_depth: int = 32) -> dict:
-    """The tile parameters the RTL mesh derives from ``arch.mesh``; raises ValueError naming
-    the field when the mesh section asks for something this RTL does not implement."""
-    ms = arch.mesh
-    if ms is None:
-        raise ValueError(f"{arch.name}: the ArchSpec has no mesh section")
-    if ms.core_macs_per_cycle != ms.link_bytes_per_cycle:
-        raise ValueError(f"{arch.name}: mesh.core_macs_per_cycle = {ms.core_macs_per_cycle} must "
-                         f"equal mesh.link_bytes_per_cycle = {ms.link_bytes_per_cycle} in the RTL "
-                         "mesh (one flit of int8 A times one of B per cycle)")
-    if ms.link_bytes_per_cycle < 4:
-        raise ValueError(f"{arch.name}: mesh.link_bytes_per_cycle = {ms.link_bytes_per_cycle}: "
-                         "the RTL mesh needs >= 4 (a flit carries one int32)")
-    for name in ("hop_latency_cycles", "routing_stage_cycles"):
-        v = getattr(ms, name)
-        if v != int(v) or v < 1:
-            raise ValueError(f"{arch.name}: mesh.{name} = {v:g}: the RTL mesh implements whole "
-                             "numbers >= 1 (registers per hop / per eject)")
-    if ms.defective_cores or ms.defective_links:
-        raise ValueError(f"{arch.name}: the RTL mesh has no defective cores or links; "
-                         "remove mesh.defective_cores / defective_links")
-    words = int(ms.core_sram_kib * 1024) // ms.link_bytes_per_cycle
-    if words < 1:
-        raise ValueError(f"{arch.name}: mesh.core_sram_kib = {ms.core_sram_kib:g} holds no word")
-    return {"rows": ms.rows, "cols": ms.cols, "lanes": ms.link_bytes_per_cycle,
-            "sram_words": words, "imem_depth": imem_depth,
-            "hop_cycles": int(ms.hop_latency_cycles),
-            "eject_cycles": int(ms.routing_stage_cycles)}
-
-
-_OPPOSITE = {"n": "s", "s": "n", "e": "w", "w": "e"}
-_STEP = {"n": (-1, 0), "s": (1, 0), "e": (0, 1), "w": (0, -1)}
+#: bump when the generated mesh's behaviour or ports change; it ends in a hash of the ISA module
+#: (the instruction layout lives in the compiler, outside the build cache's rtl/mesh*.py key)
+MESH_GENERATOR_VERSION = "0.2.0-isa" + hashlib.sha256(
+    Path(mesh_isa.__file__).read_bytes()).hexdigest()[:8]
 
 
 class Mesh(wiring.Component):
@@ -96,7 +68,7 @@ class Mesh(wiring.Component):
                        for _ in range(self._rows)]
         t0 = self._tiles[0][0]
         tbits = max(1, (self._rows * self._cols - 1).bit_length())
-        fb = p["lanes"] * 8
+        fb = p["lanes"] * LANE_BITS
         super().__init__({
             "ld_tile": In(tbits), "ld_addr": In(t0.addr_bits), "ld_data": In(fb), "ld_we": In(1),
             "im_we": In(1), "im_addr": In(t0.phase_bits), "im_data": In(t0.instr_bits),
@@ -132,11 +104,11 @@ class Mesh(wiring.Component):
                 with m.If(self.rd_tile == idx):
                     m.d.comb += self.rd_data.eq(t.rd_data)
                 fin.append(t.finishing)
-                for d, (dr, dc) in _STEP.items():
+                for d, (dr, dc) in STEP.items():
                     rr, cc = r + dr, c + dc
                     if 0 <= rr < R and 0 <= cc < C:
                         nb = self._tiles[rr][cc]
-                        o = _OPPOSITE[d]     # what nb sends towards us leaves on its side o
+                        o = OPPOSITE[d]     # what nb sends towards us leaves on its side o
                         m.d.comb += [getattr(t, f"i_{d}_valid").eq(getattr(nb, f"o_{o}_valid")),
                                      getattr(t, f"i_{d}_data").eq(getattr(nb, f"o_{o}_data"))]
         allfin = fin[0]

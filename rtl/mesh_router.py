@@ -5,12 +5,12 @@ of the four mesh outputs enables a set of sources (a 6-bit mask over the four me
 tile's two injection lanes) and each of the tile's two ejection lanes selects one mesh input. A
 flit entering on an input can therefore go to any set of outputs at once (multicast along a line:
 forward *and* eject). The routes are computed by software with dimension-order XY routing
-(:func:`tilewright.cosim.mesh_program.xy_path` — X along the row first, then Y along the
+(:func:`tilewright.compiler.mesh_codegen.xy_path` — X along the row first, then Y along the
 column); the hardware just follows them.
 
 Arbitration is static (compile-time), as in statically scheduled fabrics: when several flows of a
 phase share a directed link, the output enables all their sources and merges them (OR of the
-enabled sources' flits); the program builder (:mod:`tilewright.cosim.mesh_program`) delays the
+enabled sources' flits); the program builder (:mod:`tilewright.compiler.mesh_codegen`) delays the
 flows' injections so that no two enabled sources carry a flit in the same cycle — the longest-
 latency flow first, each later one as early as the links it uses are free. The router has no
 buffers and no back-pressure, so a schedule that let two flits meet would corrupt them; the
@@ -42,15 +42,12 @@ from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from tilewright.compiler.mesh_isa import EJ_SEL_BITS, N_LANES, N_SOURCES, SEL_INJ, SEL_NONE, SIDES
+
 __all__ = ["MeshRouter", "SIDES", "SEL_NONE", "SEL_INJ", "N_SOURCES"]
 
-#: mesh sides in port order; input select code of side d is ``SIDES.index(d) + 1``
-SIDES = ("n", "e", "s", "w")
-#: select codes: no source, and injection lane k is ``SEL_INJ + k``
-SEL_NONE = 0
-SEL_INJ = 5
-#: sources an output can enable (4 mesh inputs + 2 injection lanes): bits of ``o_mask_<d>``
-N_SOURCES = 6
+# the select codes and source counts are the mesh ISA's (tilewright.compiler.mesh_isa),
+# re-exported here for the router's users
 
 
 class MeshRouter(wiring.Component):
@@ -67,9 +64,10 @@ class MeshRouter(wiring.Component):
             sig |= {f"i_{d}_valid": In(1), f"i_{d}_data": In(flit_bits),
                     f"o_{d}_valid": Out(1), f"o_{d}_data": Out(flit_bits),
                     f"o_mask_{d}": In(N_SOURCES)}
-        for k in range(2):
+        for k in range(N_LANES):
             sig |= {f"inj{k}_valid": In(1), f"inj{k}_data": In(flit_bits),
-                    f"ej{k}_valid": Out(1), f"ej{k}_data": Out(flit_bits), f"ej_sel{k}": In(3)}
+                    f"ej{k}_valid": Out(1), f"ej{k}_data": Out(flit_bits),
+                    f"ej_sel{k}": In(EJ_SEL_BITS)}
         super().__init__(sig)
 
     @property
@@ -87,7 +85,8 @@ class MeshRouter(wiring.Component):
     def _sources(self) -> list[tuple[Signal, Signal]]:
         """(valid, data) by select code 1..6."""
         srcs = [(getattr(self, f"i_{d}_valid"), getattr(self, f"i_{d}_data")) for d in SIDES]
-        srcs += [(getattr(self, f"inj{k}_valid"), getattr(self, f"inj{k}_data")) for k in range(2)]
+        srcs += [(getattr(self, f"inj{k}_valid"), getattr(self, f"inj{k}_data"))
+                 for k in range(N_LANES)]
         return srcs
 
     def _pipeline(self, m: Module, name: str, sel: Signal, srcs, stages: int, out_v, out_d,
@@ -121,7 +120,7 @@ class MeshRouter(wiring.Component):
         for d in SIDES:
             self._pipeline(m, f"out_{d}", getattr(self, f"o_mask_{d}"), srcs, self._hop,
                            getattr(self, f"o_{d}_valid"), getattr(self, f"o_{d}_data"), mask=True)
-        for k in range(2):
+        for k in range(N_LANES):
             self._pipeline(m, f"ej{k}", getattr(self, f"ej_sel{k}"), srcs[:4], self._eject,
                            getattr(self, f"ej{k}_valid"), getattr(self, f"ej{k}_data"))
         return m

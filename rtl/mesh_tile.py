@@ -2,7 +2,8 @@
 
 Each tile holds one SRAM of ``core_sram_kib`` KiB as words of one flit (``link_bytes_per_cycle``
 bytes: ``L`` int8 lanes, element 0 in the LSBs, or one int32), an instruction memory with one
-:data:`INSTR_FIELDS` word per phase, and a :class:`~tilewright.rtl.mesh_router.MeshRouter`.
+:func:`~tilewright.compiler.mesh_isa.instr_fields` word per phase (the ISA lives in
+the compiler; this tile decodes it), and a :class:`~tilewright.rtl.mesh_router.MeshRouter`.
 In every phase it runs, concurrently:
 
 * **inject** lanes 0 and 1: send ``inj<k>_count`` consecutive SRAM words from ``inj<k>_base``,
@@ -38,40 +39,11 @@ from amaranth import Const, Module, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from tilewright.rtl.mesh_router import N_SOURCES, SIDES, MeshRouter
+from tilewright.compiler.mesh_isa import (LANE_BITS, N_LANES, SIDES, WORD_BITS, addr_bits,
+                                          instr_fields)
+from tilewright.rtl.mesh_router import MeshRouter
 
-__all__ = ["MeshTile", "instr_fields", "encode_instruction"]
-
-
-def instr_fields(addr_bits: int) -> list[tuple[str, int]]:
-    """The phase-instruction fields, LSB first, as (name, width in bits). ``addr_bits``: bits
-    of an SRAM word address; counts and block sizes get one bit more."""
-    a, c = addr_bits, addr_bits + 1
-    f: list[tuple[str, int]] = [(f"o_mask_{d}", N_SOURCES) for d in SIDES]
-    for k in range(2):
-        f += [(f"inj{k}_base", a), (f"inj{k}_count", c), (f"inj{k}_delay", c)]
-    for k in range(2):
-        f += [(f"ej{k}_sel", 3), (f"ej{k}_base", a), (f"ej{k}_count", c), (f"ej{k}_add", 1),
-              (f"chain{k}", 1)]
-    f += [("mac_a", a), ("mac_b", a), ("mac_c", a), ("mac_mt", c), ("mac_nt", c), ("mac_kw", c)]
-    return f
-
-
-def encode_instruction(addr_bits: int, **values: int) -> int:
-    """Pack field values (missing fields = 0) into one instruction word (an int)."""
-    word, off = 0, 0
-    fields = instr_fields(addr_bits)
-    names = {n for n, _ in fields}
-    for name in values:
-        if name not in names:
-            raise ValueError(f"instruction field {name!r}: not one of {', '.join(sorted(names))}")
-    for name, width in fields:
-        v = int(values.get(name, 0))
-        if not 0 <= v < (1 << width):
-            raise ValueError(f"instruction field {name} = {v}: must fit {width} bits")
-        word |= v << off
-        off += width
-    return word
+__all__ = ["MeshTile"]
 
 
 class MeshTile(wiring.Component):
@@ -83,14 +55,14 @@ class MeshTile(wiring.Component):
         for name, v in (("lanes", lanes), ("sram_words", sram_words), ("imem_depth", imem_depth)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"MeshTile {name} = {v!r}: must be an integer >= 1")
-        if lanes * 8 < 32:
+        if lanes * LANE_BITS < WORD_BITS:
             raise ValueError(f"MeshTile lanes = {lanes}: a flit must hold an int32 (lanes >= 4)")
         self._lanes, self._words, self._depth = lanes, sram_words, imem_depth
         self._hop, self._eject = hop_cycles, eject_cycles
-        self._abits = max(1, (sram_words - 1).bit_length())
+        self._abits = addr_bits(sram_words)
         self._pbits = max(1, (imem_depth - 1).bit_length())
         self._layout = data.StructLayout(dict(instr_fields(self._abits)))
-        fb = lanes * 8
+        fb = lanes * LANE_BITS
         sig = {"active": In(1), "clear": In(1), "phase": In(self._pbits), "finishing": Out(1),
                "ld_we": In(1), "ld_addr": In(self._abits), "ld_data": In(fb),
                "rd_addr": In(self._abits), "rd_data": Out(fb),
@@ -114,7 +86,7 @@ class MeshTile(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        L, fb, a_bits = self._lanes, self._lanes * 8, self._abits
+        L, fb, a_bits = self._lanes, self._lanes * LANE_BITS, self._abits
         m.submodules.router = rt = MeshRouter(flit_bits=fb, hop_cycles=self._hop,
                                               eject_cycles=self._eject)
         m.submodules.sram = sram = memory.Memory(shape=unsigned(fb), depth=self._words, init=[])
@@ -151,7 +123,7 @@ class MeshTile(wiring.Component):
             m.d.sync += tcnt.eq(tcnt + 1)
         # inject lanes
         inj = []
-        for k in range(2):
+        for k in range(N_LANES):
             cnt = Signal(a_bits + 1, name=f"inj{k}_cnt")
             total = getattr(ins, f"inj{k}_count")
             rp = sram.read_port(domain="comb")
@@ -168,7 +140,7 @@ class MeshTile(wiring.Component):
         # eject lanes; two adding lanes that hit one word in one cycle (two halves of a
         # K-tree group arriving in lockstep) merge into lane 0's write: old + flit0 + flit1
         lanes = []
-        for k in range(2):
+        for k in range(N_LANES):
             cnt = Signal(a_bits + 1, name=f"ej{k}_cnt")
             total = getattr(ins, f"ej{k}_count")
             rp = sram.read_port(domain="comb")
@@ -196,17 +168,17 @@ class MeshTile(wiring.Component):
         for k, ((go, rp), (fire, _, erp, _, dat, _)) in enumerate(zip(inj, lanes)):
             with m.If(getattr(ins, f"chain{k}")):
                 m.d.comb += [getattr(rt, f"inj{k}_valid").eq(fire),
-                             getattr(rt, f"inj{k}_data").eq((erp.data + dat)[:32])]
+                             getattr(rt, f"inj{k}_data").eq((erp.data + dat)[:WORD_BITS])]
             with m.Else():
                 m.d.comb += [getattr(rt, f"inj{k}_valid").eq(go),
                              getattr(rt, f"inj{k}_data").eq(rp.data)]
         for fire, add, rp, wp, dat, _ in lanes:
             with m.If(add):
-                m.d.comb += wp.data.eq((rp.data + dat)[:32])
+                m.d.comb += wp.data.eq((rp.data + dat)[:WORD_BITS])
             with m.Else():
                 m.d.comb += wp.data.eq(dat)
         with m.If(merge):
-            m.d.comb += wp0.data.eq((rp0.data + d0 + d1)[:32])
+            m.d.comb += wp0.data.eq((rp0.data + d0 + d1)[:WORD_BITS])
         # MAC engine: i over mt, j over nt, kc over kw; one A word x one B word per cycle
         i = Signal(a_bits + 1)
         j = Signal(a_bits + 1)
@@ -222,9 +194,10 @@ class MeshTile(wiring.Component):
         m.d.comb += [busy.eq(active & (i < mt)),
                      ra.addr.eq(ins.mac_a + a_off + kc), rb.addr.eq(ins.mac_b + b_off + kc),
                      rc.addr.eq(ins.mac_c + c_off), wc.addr.eq(rc.addr), wc.en.eq(busy)]
-        dot = sum(ra.data[8 * q:8 * q + 8].as_signed() * rb.data[8 * q:8 * q + 8].as_signed()
+        B = LANE_BITS
+        dot = sum(ra.data[B * q:B * q + B].as_signed() * rb.data[B * q:B * q + B].as_signed()
                   for q in range(L))
-        m.d.comb += wc.data.eq((rc.data[:32].as_signed() + dot)[:32])
+        m.d.comb += wc.data.eq((rc.data[:WORD_BITS].as_signed() + dot)[:WORD_BITS])
         with m.If(clear):
             m.d.sync += [i.eq(0), j.eq(0), kc.eq(0), a_off.eq(0), b_off.eq(0), c_off.eq(0)]
         with m.Elif(busy):

@@ -44,11 +44,14 @@ from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from tilewright.arch import MAX_ARRAY_DIM
+from tilewright.formats import bits_of
+
 __all__ = ["WeightStationaryArray", "OutputStationaryArray", "ws_latency_cycles", "delay",
            "ws_array", "os_finish_cycles", "ELEMENT_BITS", "ACC_BITS"]
 
-ELEMENT_BITS = 8   #: bits of an input/weight element (signed int8)
-ACC_BITS = 32      #: bits of an accumulator (signed int32, wrapping)
+ELEMENT_BITS = bits_of("int8")   #: bits of an input/weight element (signed int8)
+ACC_BITS = bits_of("int32")      #: bits of an accumulator (signed int32, wrapping)
 
 
 def ws_latency_cycles(rows: int, cols: int) -> int:
@@ -66,8 +69,8 @@ def _check_dims(rows: int, cols: int) -> None:
     for name, v in (("rows", rows), ("cols", cols)):
         if not isinstance(v, int) or isinstance(v, bool):
             raise TypeError(f"{name} must be an int, not {type(v).__name__}")
-        if not 1 <= v <= 64:
-            raise ValueError(f"{name} must be from 1 to 64, not {v}")
+        if not 1 <= v <= MAX_ARRAY_DIM:
+            raise ValueError(f"{name} must be from 1 to {MAX_ARRAY_DIM}, not {v}")
 
 
 def delay(m: Module, sig, cycles: int, name: str):

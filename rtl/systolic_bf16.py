@@ -39,6 +39,7 @@ from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from tilewright.formats import bits_of
 from tilewright.rtl.fp_arith import Bf16Mul, Fp32Add
 from tilewright.rtl.gemm_core import _CoreShape, core_ports, memories, run_state, ws_sequencer
 from tilewright.rtl.systolic import _check_dims, _PEArray, ws_array
@@ -47,8 +48,8 @@ __all__ = ["Bf16WeightStationaryArray", "Bf16GemmCore", "bf16_gemm_cycles",
            "generate_bf16_verilog", "BF16_TOP_NAME", "BF16_GENERATOR_VERSION",
            "ELEMENT_BITS", "ACC_BITS"]
 
-ELEMENT_BITS = 16            #: bits of an element (bf16 pattern)
-ACC_BITS = 32                #: bits of a psum / accumulator word lane (fp32 pattern)
+ELEMENT_BITS = bits_of("bf16")  #: bits of an element (bf16 pattern)
+ACC_BITS = bits_of("fp32")      #: bits of a psum / accumulator word lane (fp32 pattern)
 BF16_TOP_NAME = "tw_bf16_gemm_core"
 #: bump when the generated hardware's behaviour or ports change
 BF16_GENERATOR_VERSION = "0.1.0"

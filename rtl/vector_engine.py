@@ -45,7 +45,7 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import (SCAN_OVERHEAD_CYCLES, VBUF_WORDS, VECTOR_OPCODES,
                                          VECTOR_OVERHEAD_CYCLES, VECTOR_REDUCTIONS, field_slices)
 from tilewright.rtl.scan_unit import ScanUnit
-from tilewright.rtl.vector_unit import LATENCY, OP_NAMES, VectorUnit, vector_lanes
+from tilewright.rtl.vector_unit import LATENCY, VectorUnit, vector_lanes
 
 __all__ = ["VectorEngine", "VECTOR_OVERHEAD", "SCAN_OVERHEAD", "VBUF_ADDR_BITS"]
 
@@ -59,9 +59,6 @@ assert SCAN_OVERHEAD == SCAN_OVERHEAD_CYCLES, "the compiler's SCAN timing drifte
 VBUF_ADDR_BITS = (VBUF_WORDS - 1).bit_length()
 _COUNT_BITS = field_slices("VECTOR")["count"][1]
 _SEG_BITS = field_slices("VECTOR")["seg"][1]
-
-# the compiler's VECTOR opcodes are the unit's (one table would be nicer; the rtl layer checks)
-assert {k: v.value for k, v in OP_NAMES.items()} == VECTOR_OPCODES, "VECTOR opcodes drifted"
 
 
 class VectorEngine(wiring.Component):

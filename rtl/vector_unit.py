@@ -32,6 +32,7 @@ starts a new accumulation.
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 from amaranth import Array, Const, Module, Mux, Signal, signed
@@ -40,6 +41,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.codegen import VECTOR_OPCODES, field_slices
 from tilewright.rtl.emit import write_verilog
 
 __all__ = ["VectorOp", "VectorUnit", "LATENCY", "VECTOR_GENERATOR_VERSION", "VECTOR_TOP_NAME",
@@ -48,8 +50,10 @@ __all__ = ["VectorOp", "VectorUnit", "LATENCY", "VECTOR_GENERATOR_VERSION", "VEC
 
 #: cycles from an accepted operand beat to its result beat (pipeline moving every cycle)
 LATENCY = 4
-#: bump when the generated unit's behaviour or ports change
-VECTOR_GENERATOR_VERSION = "0.1.0"
+#: bump when the generated unit's behaviour or ports change; it ends in a fingerprint of the
+#: opcode table (which lives in the compiler, outside the build cache's vector_unit.py key)
+VECTOR_GENERATOR_VERSION = "0.1.0-op" + hashlib.sha256(
+    repr(sorted(VECTOR_OPCODES.items())).encode()).hexdigest()[:8]
 VECTOR_TOP_NAME = "tw_vector_unit"
 
 _W = 16            # raw Q8.8 bits
@@ -58,24 +62,24 @@ _SEG = 6           # log2 segments of the exp / recip / rsqrt tables
 _LOG2E_Q14 = round(math.log2(math.e) * 2 ** 14)
 
 
-class VectorOp(enum.Enum, shape=4):
-    """Opcode of a beat (names as the compiler's VectorTask ops)."""
-    ADD = 0
-    MUL = 1
-    MAX = 2
-    EXP = 3
-    RECIP = 4
-    RSQRT = 5
-    SILU = 6
-    SOFTPLUS = 7
-    SUM = 8
-    RMAX = 9
+def _vector_op_enum() -> type:
+    """:class:`VectorOp` built from the compiler's opcode table (names upper-cased, width of the
+    VECTOR instruction's ``vop`` field)."""
+    width = field_slices("VECTOR")["vop"][1]
+    ns = enum.EnumType.__prepare__("VectorOp", (enum.Enum,), shape=width)
+    ns["__module__"] = __name__
+    ns["__qualname__"] = "VectorOp"
+    ns["__doc__"] = ("Opcode of a beat (names as the compiler's VectorTask ops; values "
+                     ":data:`tilewright.compiler.codegen.VECTOR_OPCODES`).")
+    for name, code in VECTOR_OPCODES.items():
+        ns[name.upper()] = code
+    return enum.EnumType("VectorOp", (enum.Enum,), ns, shape=width)
 
+
+VectorOp = _vector_op_enum()
 
 #: VectorTask op name -> opcode
-OP_NAMES = {"add": VectorOp.ADD, "mul": VectorOp.MUL, "max": VectorOp.MAX, "exp": VectorOp.EXP,
-            "recip": VectorOp.RECIP, "rsqrt": VectorOp.RSQRT, "silu": VectorOp.SILU,
-            "softplus": VectorOp.SOFTPLUS, "sum": VectorOp.SUM, "rmax": VectorOp.RMAX}
+OP_NAMES = {name: VectorOp[name.upper()] for name in VECTOR_OPCODES}
 
 
 def operand_layout(lanes: int) -> data.StructLayout:

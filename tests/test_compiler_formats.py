@@ -2,7 +2,7 @@
 costed in the Report, formats visible per tensor, the vector unit's transcendental passes, and
 ``tilewright compile --format`` really compiling for the format.
 
-References: :func:`tilewright.compiler.mapper.map_gemm` / ``cost_of`` called here directly for the
+References: :func:`tilewright.compiler.gemm_mapper.map_gemm` / ``cost_of`` called here directly for the
 mapping and its cost; closed forms written here for vector cycles and element bytes.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from tilewright.arch import ArchSpec, ArchSpecError, load_arch
 from tilewright.dataflow_sim.compile_flow import compile_llm
-from tilewright.compiler.mapper import GemmOp, Mapping, cost_of, map_gemm
+from tilewright.compiler.gemm_mapper import GemmOp, Mapping, cost_of, map_gemm
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.compiler.program import BgemmTask, QuantizeTask, VectorTask
 

@@ -17,7 +17,7 @@ from tilewright.compiler.frontend import UnsupportedOp, export_model, from_expor
 from tilewright.dataflow_sim.compile_flow import compile_llm
 from tilewright.compiler.program import (AttentionTask, BgemmTask, GroupedGemmTask, Program,
                                          ScanTask)
-from tilewright.compiler.tiling import attention_buffer_bytes, plan_attention_blocks
+from tilewright.compiler.llm_tiling import attention_buffer_bytes, plan_attention_blocks
 from tilewright.dataflow_sim.functional import run_program
 from tilewright.models.llm_configs import build_llm, get_config
 

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.mapping import plan_gemm
-from tilewright.compiler.tiling import plan_gemm_tiles
+from tilewright.compiler.lower_mlp import plan_gemm
+from tilewright.compiler.llm_tiling import plan_gemm_tiles
 from tilewright.dataflow_sim.functional import (attention_fp32, bgemm_fp32, gemm_int8, scan_fp32,
                                                 wrap_int32)
 

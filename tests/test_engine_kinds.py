@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tilewright.arch import ArchSpec, ArchSpecError, load_arch
-from tilewright.compiler.mapper import GemmOp, cost_of, map_gemm
+from tilewright.compiler.gemm_mapper import GemmOp, cost_of, map_gemm
 from tilewright.dataflow_sim.cycle import gemm_cycles, gemm_report
 from tilewright.dataflow_sim.energy_area import area_breakdown, energy_breakdown, load_tech
 

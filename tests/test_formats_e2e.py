@@ -32,7 +32,7 @@ import torch
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.frontend import export_model, from_exported
-from tilewright.compiler.lower import lower_graph
+from tilewright.compiler.lower_llm import lower_graph
 from tilewright.compiler.passes import run_flow
 from tilewright.compiler.program import (AttentionTask, BgemmTask, GroupedGemmTask, Program,
                                          QuantizeTask)

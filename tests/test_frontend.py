@@ -154,7 +154,7 @@ def test_compile_model_propagates_unsupported_op() -> None:
 def test_compiler_core_does_not_import_torch() -> None:
     code = ("import sys; import tilewright.compiler, tilewright.compiler.program, "
             "tilewright.compiler.layout, tilewright.compiler.ir, tilewright.compiler.passes, "
-            "tilewright.compiler.mapping, tilewright.dataflow_sim.functional; "
+            "tilewright.compiler.lower_mlp, tilewright.dataflow_sim.functional; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -9,6 +9,7 @@ there. ``python tests/test_layers.py`` prints the report for the working tree.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,31 @@ def test_a_wrong_way_import_between_sibling_layers_breaks_the_contract(tmp_path)
     res = lint(staged)
     assert res.returncode != 0
     assert "tilewright.rtl.emit -> tilewright.dataflow_sim.cycle" in res.stdout
+
+
+def function_local_imports_without_reason() -> list[str]:
+    """``file:line: import`` for every import inside a function, in any layer, whose line does
+    not say why it is lazy (``(lazy: …)``). Lazy imports are for heavy or optional dependencies
+    only (docs/design.md, "The layers contract")."""
+    bad = []
+    for name, src in sorted(package_dirs().items()):
+        for py in sorted(src.rglob("*.py")):
+            text = py.read_text()
+            lines = text.splitlines()
+            for fn in ast.walk(ast.parse(text)):
+                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        stmt = " ".join(lines[node.lineno - 1:node.end_lineno])
+                        if "(lazy:" not in stmt:
+                            bad.append(f"{py.relative_to(REPO)}:{node.lineno}: {stmt.strip()}")
+    return sorted(set(bad))
+
+
+def test_every_function_local_import_says_why_it_is_lazy():
+    bad = function_local_imports_without_reason()
+    assert not bad, "function-local imports without a (lazy: reason):\n" + "\n".join(bad)
 
 
 if __name__ == "__main__":

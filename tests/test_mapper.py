@@ -14,7 +14,7 @@ import pytest
 
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.compiler.layout import GemmLayout
-from tilewright.compiler.mapper import (ACC_BYTES, LOOP_ORDERS, GemmOp, Mapping, best_index,
+from tilewright.compiler.gemm_mapper import (ACC_BYTES, LOOP_ORDERS, GemmOp, Mapping, best_index,
                                         cost_of, dram_rates, enumerate_mappings, map_gemm)
 from tilewright.dataflow_sim.cycle import gemm_cycles
 from tilewright.dataflow_sim.tiled import pipeline_ends, simulate_tiled, tile_schedule

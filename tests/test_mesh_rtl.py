@@ -16,14 +16,13 @@ import numpy as np
 import pytest
 
 from tilewright.arch import ArchSpec, load_arch
+from tilewright.compiler.mesh_codegen import (gemm_job, gemv_job, pack_int8, transfer_job,
+                                           unpack_int32, xy_path)
+from tilewright.compiler.mesh_isa import encode_instruction, instr_fields, mesh_params
 from tilewright.compiler.mesh_partition import MeshProgramBuilder
 from tilewright.compiler.mesh_schedule import FlowBatch, PhaseSpec
-from tilewright.cosim.mesh_program import (gemm_job, gemv_job, pack_int8, transfer_job,
-                                           unpack_int32, xy_path)
 from tilewright.dataflow_sim.mesh import (MeshMappingError, execute_gemm, execute_gemv,
                                           mesh_gemm, mesh_gemv, run_mesh_program)
-from tilewright.rtl.mesh import mesh_params
-from tilewright.rtl.mesh_tile import encode_instruction, instr_fields
 
 
 def _arch() -> ArchSpec:
@@ -278,7 +277,7 @@ def test_mesh_verilog_is_lint_clean():
 def test_phase_builder_rejects_what_the_rtl_cannot_route():
     """Messages that share a link and then fork, a third ejection or a third injection at one
     tile are clear errors."""
-    from tilewright.cosim.mesh_program import _PhaseBuilder
+    from tilewright.compiler.mesh_codegen import _PhaseBuilder
     b = _PhaseBuilder(4, 4, "fork")
     b.send((0, 0), 0, 4, [((0, 2), False, 0, False)])
     b.send((0, 1), 8, 4, [((0, 3), False, 8, False)])      # shares (0,1)->(0,2), then goes on
@@ -422,7 +421,7 @@ def test_contention_rtl_cycle_exact():
 def test_rectangular_mesh_with_slower_hops_in_amaranth_sim():
     """2x3 mesh, alpha = 2 link registers per hop, beta = 3 eject registers: the same RTL
     generator, run in Amaranth's simulator, is still bit-exact and cycle-exact vs the model."""
-    from tilewright.cosim.mesh_program import gemm_job, gemv_job
+    from tilewright.compiler.mesh_codegen import gemm_job, gemv_job
     from tilewright.cosim.mesh_pysim import run_mesh_job_pysim
     from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv
     base = _arch().model_dump(mode="json")
@@ -482,7 +481,7 @@ def test_ktree_roots_adding_two_halves_in_amaranth_sim(rows):
     """K-tree groups whose two halves reach the root together (9 rows: groups of 3, both
     halves 1 and then 3 hops away — the root adds two flits per cycle) or offset (5 rows:
     the last level's halves are 2 and 1 hops away): bit-exact and cycle-exact."""
-    from tilewright.cosim.mesh_program import gemv_job
+    from tilewright.compiler.mesh_codegen import gemv_job
     from tilewright.cosim.mesh_pysim import run_mesh_job_pysim
     from tilewright.dataflow_sim.mesh import mesh_gemv
     base = _arch().model_dump(mode="json")

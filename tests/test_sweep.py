@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tilewright.compiler.mapper import GemmOp, map_gemm
+from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 from tilewright.app.sweep import (ResultsStore, SweepError, load_sweep, pareto_frame, pareto_mask,
                               run_sweep, sweep_from_dict)
 

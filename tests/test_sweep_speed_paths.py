@@ -16,8 +16,8 @@ import pytest
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.frontend import export_model, from_exported
-from tilewright.compiler.lower import ELEM_BYTES, lower_graph
-from tilewright.compiler.mapper import (GemmOp, Mapping, best_index, cost_of, enumerate_mappings,
+from tilewright.compiler.lower_llm import ELEM_BYTES, lower_graph
+from tilewright.compiler.gemm_mapper import (GemmOp, Mapping, best_index, cost_of, enumerate_mappings,
                                         map_gemm, map_gemms, mapper_arch_key)
 from tilewright.compiler.passes import run_flow
 from tilewright.compiler.program import BgemmTask

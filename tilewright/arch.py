@@ -28,9 +28,12 @@ from tilewright.validation import find_user_file, parse_yaml, read_user_text, va
 __all__ = ["ArchSpec", "ArchSpecError", "ENGINE_KINDS", "TensorEngineSpec", "MemorySpec",
            "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
-           "load_arch", "default_arch", "PRESET_DIR"]
+           "load_arch", "default_arch", "PRESET_DIR", "MAX_ARRAY_DIM"]
 
 PRESET_DIR = Path(_configs.__file__).parent  # the repository's configs/ folder, packaged
+#: largest tensor-engine dimension (rows, cols or depth: PEs / elements per PE column, count);
+#: not the largest GEMM (see tilewright.compiler.layout.MAX_GEMM_DIM)
+MAX_ARRAY_DIM = 64
 
 
 class ArchSpecError(UserError, ValueError):
@@ -72,11 +75,11 @@ class TensorEngineSpec(_Frozen):
         "systolic", description="engine family: 'systolic' (2-D array, ws/os), 'adder_tree' "
         "(multiplier-adder tree, 1 x depth x 1), 'outer_product' (rows x 1 x cols), 'cube' "
         "(rows x depth x cols MACs per cycle)")
-    rows: int = Field(..., ge=1, le=64, description="PE rows (count). systolic WS: reduction dim "
+    rows: int = Field(..., ge=1, le=MAX_ARRAY_DIM, description="PE rows (count). systolic WS: reduction dim "
                       "K; systolic OS, outer_product, cube: M; adder_tree: 1")
-    cols: int = Field(..., ge=1, le=64, description="PE columns (count); N for every kind "
+    cols: int = Field(..., ge=1, le=MAX_ARRAY_DIM, description="PE columns (count); N for every kind "
                       "(adder_tree: 1)")
-    depth: int = Field(1, ge=1, le=64, description="reduction (K) elements per PE column and "
+    depth: int = Field(1, ge=1, le=MAX_ARRAY_DIM, description="reduction (K) elements per PE column and "
                        "cycle (count): adder_tree and cube; 1 for systolic and outer_product "
                        "(omitted from YAML and the content hash when 1)")
     dataflow: Literal["ws", "os"] | None = Field(

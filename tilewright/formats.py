@@ -45,7 +45,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["NumberFormat", "QTensor", "FORMATS", "ACCUMULATORS", "get_format", "round_to_element",
-           "element_values", "quantize", "dequantize", "MX_BLOCK", "E8M0_BIAS"]
+           "element_values", "quantize", "dequantize", "MX_BLOCK", "E8M0_BIAS", "bits_of"]
 
 Granularity = Literal["none", "tensor", "channel", "block"]
 Scaling = Literal["none", "fp32", "e8m0"]
@@ -145,6 +145,16 @@ def get_format(name: str | NumberFormat) -> NumberFormat:
         return FORMATS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown number format {name!r}; known: {', '.join(FORMATS)}") from None
+
+
+def bits_of(name: str) -> int:
+    """Bits of one value of ``name``: an element format of :data:`FORMATS` (its ``bits``) or an
+    accumulator format of :data:`ACCUMULATORS` (its dtype's width: 32 for int32 and fp32)."""
+    if name in FORMATS:
+        return FORMATS[name].bits
+    if name in ACCUMULATORS:
+        return np.dtype(ACCUMULATORS[name]).itemsize * 8
+    raise ValueError(f"number format {name!r}: known are {', '.join([*FORMATS, *ACCUMULATORS])}")
 
 
 def round_to_element(v: np.ndarray, fmt: str | NumberFormat) -> np.ndarray:

@@ -4,7 +4,7 @@
 Registered in :mod:`tilewright.app.cli.main` (``app.command("compile")(compile_cmd)``,
 ``app.command("models")(models_cmd)``). User errors raise ``UnknownModel`` / ``UnknownFormat``
 (ValueError subclasses, below), ``tilewright.compiler.frontend.UnsupportedOp``,
-``tilewright.compiler.lower.LoweringError``, ``tilewright.compiler.layout.DoesNotFit`` or
+``tilewright.compiler.lower_llm.LoweringError``, ``tilewright.compiler.layout.DoesNotFit`` or
 ``tilewright.arch.ArchSpecError``.
 """
 
@@ -50,7 +50,7 @@ def compile_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", help="show only the N costliest ops"),
 ) -> None:
     """Compile one layer of a model config for an ArchSpec; print the per-op table and totals."""
-    from tilewright.compiler.lower import ELEM_BYTES  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.compiler.lower_llm import ELEM_BYTES  # noqa: PLC0415  (lazy: pulls in pandas)
     from tilewright.dataflow_sim.compile_flow import \
         compile_llm  # noqa: PLC0415  (lazy: pulls in pandas)
     from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)

@@ -148,7 +148,7 @@ def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int
         gt.add_row(x["op"], x["shape"], str(x["rtl"]), str(x["model"]), f"{x['util']:.1%}")
     macs = sum(g.macs for g in program.gemms())
     gt.add_row("total", f"{macs} MACs", str(total_rtl), str(total_model),
-               f"{macs / (total_model * te.rows * te.cols):.1%}")
+               f"{macs / (total_model * te.macs_per_cycle):.1%}")
     con.print(gt)
     ct = Table(title="cross-checks")
     for c in ("check", "result", "detail"):

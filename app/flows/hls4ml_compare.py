@@ -234,7 +234,7 @@ def run_hls4ml(module: Any, example_input: Any, *, out_dir: str | Path,
 # ---- tilewright route ---------------------------------------------------------------------------
 def _arch_resources(arch: ArchSpec) -> str:
     te = arch.tensor_engine
-    return (f"{te.rows}x{te.cols} {te.dataflow} {te.kind} = {te.rows * te.cols} "
+    return (f"{te.rows}x{te.cols} {te.dataflow} {te.kind} = {te.macs_per_cycle} "
             f"{te.input_format} MACs; scratchpad {arch.memory.scratchpad_kib:g} KiB, "
             f"accumulator {arch.memory.accumulator_kib:g} KiB")
 

@@ -436,7 +436,7 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
         (m, k), n = a.shape, b.shape[1]
         model = int(gemm_cycles_array(m, k, n, te.rows, te.cols, "ws")[0])
         rows.append({"op": f"g{i}", "m": m, "k": k, "n": n, "rtl": r.cycles, "model": model,
-                     "util": m * k * n / (te.rows * te.cols * r.cycles)})
+                     "util": m * k * n / (te.macs_per_cycle * r.cycles)})
     mism = [x for x in rows if x["rtl"] != x["model"]]
     result.checks.append(("RTL cycles == cycle model (every GEMM)", not mism,
                           f"total {sum(x['rtl'] for x in rows):,} vs "

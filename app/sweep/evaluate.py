@@ -3,9 +3,9 @@
 Runs in worker processes (local pool or Dask), so it takes and returns plain JSON-able data.
 LLM workloads are compiled to an IR graph once per process and workload (torch.export and the
 ``llm`` pass flow do not depend on the ArchSpec) and lowered per ArchSpec
-(:func:`tilewright.compiler.lower.lower_graph`: tiling by the mapper) and costed by
+(:func:`tilewright.compiler.lower_llm.lower_graph`: tiling by the mapper) and costed by
 :func:`tilewright.dataflow_sim.report.program_report`. Plain GEMMs are costed by the mapper's best
-mapping (:func:`tilewright.compiler.mapper.map_gemm`).
+mapping (:func:`tilewright.compiler.gemm_mapper.map_gemm`).
 
 Mesh workloads (``mesh_gemv``/``mesh_gemm``) run :mod:`tilewright.dataflow_sim.mesh` on the
 ArchSpec's ``mesh`` section (:func:`mesh_cost`); cluster workloads run a SimPy training step or
@@ -28,8 +28,8 @@ from typing import Any
 
 from tilewright.app.sweep.resource_model import fpga_metrics
 from tilewright.arch import ArchSpec, load_arch
-from tilewright.compiler.lower import ELEM_BYTES, lower_graph
-from tilewright.compiler.mapper import GemmOp, map_gemm
+from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
+from tilewright.compiler.lower_llm import ELEM_BYTES, lower_graph
 from tilewright.compiler.passes import run_flow
 from tilewright.dataflow_sim.energy_area import area_mm2, energy_breakdown, load_tech
 from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv

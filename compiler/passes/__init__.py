@@ -53,7 +53,7 @@ PASSES: dict[str, GraphPass] = {p.name: p for p in (
 FLOWS: dict[str, Flow] = {
     "optimize": Flow("optimize", ("canonicalize_linear", "fuse_linear_relu")),
     "int8": Flow("int8", ("quantize_int8",), requires=("optimize",)),
-    # LLM path (fp32 engine primitives; lowered by compiler.lower): decomposition into attention
+    # LLM path (fp32 engine primitives; lowered by compiler.lower_llm): decomposition into attention
     # cascades, routed grouped GEMMs and chunked scans, then dead-code elimination
     "decompose": Flow("decompose", ("canonicalize_linear",)),
     "llm": Flow("llm", ("fuse_attention", "lower_moe", "lower_scan", "dce"),

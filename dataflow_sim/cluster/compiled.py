@@ -24,7 +24,7 @@ Forward time of one layer = the Report's total ``time_cycles / clock`` (per micr
 shard). **Backward** (:func:`backward_report`) is compiled too: every GEMM task ``A(m×k)·B(k×n)``
 of the forward Program gets its two backward GEMMs, ``dA = dC·Bᵀ`` (m×n×k) and ``dB = Aᵀ·dC``
 (k×m×n) (same batch), each mapped by the compiler's mapper
-(:func:`tilewright.compiler.lower.map_gemm_cached`) as a Program task and costed by the same
+(:func:`tilewright.compiler.lower_llm.map_gemm_cached`) as a Program task and costed by the same
 Report; a grouped expert GEMM's dgrad is a grouped GEMM with the same counts and its wgrad one
 ``k × c × n`` GEMM per expert with ``c`` rows (batched over experts of equal ``c``). The fused
 attention task's backward is costed as **two** copies of the forward task (its dQ, dK, dP, dV
@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.lower import ELEM_BYTES, map_gemm_cached
+from tilewright.compiler.lower_llm import ELEM_BYTES, map_gemm_cached
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.compiler.program import BgemmTask, GemmTask
 from tilewright.dataflow_sim.compile_flow import compile_module

@@ -39,12 +39,14 @@ from functools import lru_cache
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.mesh_partition import decoder_layer_ops
 from tilewright.compiler.mesh_schedule import kv_shift_specs, row_allreduce_specs
 from tilewright.dataflow_sim.mesh.gemm import mesh_gemm
 from tilewright.dataflow_sim.mesh.gemv import mesh_gemv
 from tilewright.dataflow_sim.mesh.grid import defect_grid, healthy_grid, reroute
 from tilewright.dataflow_sim.mesh.model import MeshMappingError, message_cycles, simulate
 from tilewright.dataflow_sim.mesh.program_run import to_phases
+from tilewright.models.llm_shapes import LlamaConfig, get_config
 
 __all__ = ["LayerOp", "LayerPlan", "plan_layer", "kv_cache_capacity", "row_allreduce_cycles"]
 
@@ -117,8 +119,6 @@ def _vector_cycles(arch: ArchSpec, elems_per_core: int, ops_per_elem: int) -> in
 
 
 def _llama(model: str):
-    from tilewright.models.llm_configs import LlamaConfig  # noqa: PLC0415  (lazy: pulls in torch)
-    from tilewright.models.llm_configs import get_config
     cfg = get_config(model)
     if not isinstance(cfg, LlamaConfig):
         raise MeshMappingError(f"{model}: mesh partitioning covers Llama-style dense decoders; "
@@ -140,16 +140,13 @@ def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill",
     if phase not in ("prefill", "decode"):
         raise MeshMappingError(f"phase {phase!r}: must be 'prefill' or 'decode'")
     cfg = _llama(model)
-    d, h, kv, hd, ffn = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ffn
-    kvd = kv * hd
+    kvd = cfg.n_kv_heads * cfg.head_dim
     plan = LayerPlan(model, phase, arch.name, arch.clock_mhz, tokens if phase == "prefill" else 1,
                      context)
     ops = plan.ops
     if phase == "prefill":
         algo = algo or "mesh"
-        s = tokens
         p = defect_grid(arch.mesh, defects, square=True).pr
-        st, dt = -(-s // p), -(-d // p)
 
         def gemm(name, m, k, n):
             ops.append(LayerOp(name, "gemm", f"{algo} [{m},{k}]x[{k},{n}]",
@@ -162,50 +159,33 @@ def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill",
                                + (f" + {reductions} row all-reduce of {red_values}"
                                   if reductions else ""), cyc))
 
-        vec("attn_norm (RMSNorm)", st * dt, 4, 1, st)
-        gemm("wq|wk|wv", s, d, d + 2 * kvd)
-        vec("rope(q, k)", st * -(-(d + kvd) // p), 4)
-        gemm("q @ k^T (heads along K)", s, d, s)
-        vec("softmax", st * -(-s // p), 5, 2, st)
-        gemm("p @ v (heads along N)", s, s, d)
-        gemm("wo", s, d, d)
-        vec("residual + ffn_norm", st * dt, 5, 1, st)
-        gemm("w1", s, d, ffn)
-        gemm("w3", s, d, ffn)
-        vec("silu(w1) * w3", st * -(-ffn // p), 5)
-        gemm("w2", s, ffn, d)
-        vec("residual", st * dt, 1)
+        for op in decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=p, pc=p):
+            if op.kind == "gemm":
+                gemm(op.name, op.m, op.k, op.n)
+            else:
+                vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
         plan.notes.update(grid=f"{p}x{p}", algo=algo)
     else:
         algo = algo or "mesh"
         grid = defect_grid(arch.mesh, defects)
         pr, pc = grid.pr, grid.pc
-        t = context
 
         def gemv(name, k, n):
             ops.append(LayerOp(name, "gemv", f"{algo} [1,{k}]x[{k},{n}]",
                                _gemv(arch, k, n, algo, elem_bytes, defects)))
 
-        def vec(name, elems, ops_per, reductions=0):
+        def vec(name, elems, ops_per, reductions=0, red_values=0):
             cyc = _vector_cycles(arch, elems, ops_per)
-            cyc += reductions * row_allreduce_cycles(arch, 1, pc=pc, defects=defects)
+            cyc += reductions * row_allreduce_cycles(arch, red_values, pc=pc, defects=defects)
             ops.append(LayerOp(name, "vector", f"{elems} elem/core x {ops_per} ops"
-                               + (f" + {reductions} row all-reduce of 1" if reductions else ""),
-                               cyc))
+                               + (f" + {reductions} row all-reduce of {red_values}"
+                                  if reductions else ""), cyc))
 
-        dt = -(-d // pc)
-        vec("attn_norm (RMSNorm)", dt, 4, 1)
-        gemv("wq|wk|wv", d, d + 2 * kvd)
-        vec("rope(q, k)", -(-(d + kvd) // pc), 4)
-        gemv("q . K^T over context (heads along K)", d, t)
-        vec("softmax over context", -(-t // pc), 5, 2)
-        gemv("p . V (heads along N)", t, d)
-        gemv("wo", d, d)
-        vec("residual + ffn_norm", dt, 5, 1)
-        gemv("w1|w3", d, 2 * ffn)
-        vec("silu(w1) * w3", -(-ffn // pc), 5)
-        gemv("w2", ffn, d)
-        vec("residual", dt, 1)
+        for op in decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=pr, pc=pc):
+            if op.kind == "gemv":
+                gemv(op.name, op.k, op.n)
+            else:
+                vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
         kv_cache_capacity(arch, model, prompt=0, elem_bytes=elem_bytes)   # raises if no room
         nbytes = -(-2 * kvd // pc) * elem_bytes          # one token's K/V per core per layer
         specs, _ = reroute(kv_shift_specs(grid, nbytes), arch.mesh, defects)

@@ -49,12 +49,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+
 
 import numpy as np
 
 from tilewright.arch import ArchSpec, MeshSpec
-from tilewright.errors import UserError
+from tilewright.compiler.errors import MeshMappingError  # re-exported (the compiler raises it)
+from tilewright.compiler.mesh_schedule import MessageBatch
 
 __all__ = ["MeshMappingError", "Flows", "Phase", "PhaseCost", "MeshReport", "simulate",
            "message_cycles", "DIRECTIONS"]
@@ -64,12 +65,6 @@ __all__ = ["MeshMappingError", "Flows", "Phase", "PhaseCost", "MeshReport", "sim
 DIRECTIONS = ("E", "W", "S", "N")
 
 
-class MeshMappingError(UserError, ValueError):
-    """A mapping the mesh cannot run: it exceeds per-core SRAM or route ids, does not fit the
-    (healthy part of the) mesh, or touches a dead core or link. The message names the limit and
-    the numbers."""
-
-
 def message_cycles(mesh: MeshSpec, nbytes: int, hops: int, stages: int = 1) -> int:
     """Closed form for one uncontended message: ``alpha*hops + beta*stages + ceil(B/bw)``."""
     w = -(-int(nbytes) // mesh.link_bytes_per_cycle)
@@ -77,14 +72,10 @@ def message_cycles(mesh: MeshSpec, nbytes: int, hops: int, stages: int = 1) -> i
 
 
 @dataclass(frozen=True)
-class Flows:
-    """A batch of messages (physical coordinates), all int64 arrays of one length F.
-
-    ``sr, sc`` source row/col; ``dr, dc`` destination (for a multicast along a line: the farthest
-    receiver); ``flits`` per message; ``stages`` cores that process it (see module doc);
-    ``times``: in how many of the phase's repeats the flow runs (-1 = all), which only changes
-    the link-load totals (a phase's time is set by its busiest repeat, where every flow runs).
-    """
+class Flows(MessageBatch):
+    """A :class:`~tilewright.compiler.mesh_schedule.MessageBatch` with ``flits`` per message
+    (see module doc for ``stages``); ``times`` only changes the link-load totals (a phase's time
+    is set by its busiest repeat, where every flow runs)."""
 
     sr: np.ndarray
     sc: np.ndarray
@@ -93,33 +84,6 @@ class Flows:
     flits: np.ndarray
     stages: np.ndarray
     times: np.ndarray
-
-    @staticmethod
-    def make(sr: Any, sc: Any, dr: Any, dc: Any, flits: Any, stages: Any = 1,
-             times: Any = -1) -> "Flows":
-        arrs = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64)
-                                     for x in (sr, sc, dr, dc, flits, stages, times)))
-        arrs = [np.ascontiguousarray(a.ravel()) for a in arrs]
-        keep = ((arrs[0] != arrs[2]) | (arrs[1] != arrs[3])) & (arrs[6] != 0)  # local: free
-        if not keep.all():
-            arrs = [a[keep] for a in arrs]
-        return Flows(*arrs)
-
-    @staticmethod
-    def concat(parts: list["Flows"]) -> "Flows":
-        parts = [p for p in parts if p is not None and len(p)]
-        if not parts:
-            z = np.zeros(0, np.int64)
-            return Flows(z, z, z, z, z, z, z)
-        return Flows(*(np.concatenate([getattr(p, f) for p in parts])
-                       for f in ("sr", "sc", "dr", "dc", "flits", "stages", "times")))
-
-    def __len__(self) -> int:
-        return int(self.sr.shape[0])
-
-    @property
-    def hops(self) -> np.ndarray:
-        return np.abs(self.dc - self.sc) + np.abs(self.dr - self.sr)
 
 
 @dataclass

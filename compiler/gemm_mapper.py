@@ -74,7 +74,7 @@ of a small probe by more than the tie tolerance: same choice and cost, a fractio
 Reported per mapping (:class:`MappingCost`): cycles, MACs, utilization, bytes per memory level
 (DRAM, scratchpad, accumulator), arithmetic intensity (2*MACs per DRAM byte) and whether the mapped
 op is compute- or bandwidth-bound (``T_core >= T_dma``) next to the ideal roofline's verdict
-(intensity vs. ridge point ``2*rows*cols / bw``).
+(intensity vs. ridge point ``2 * tensor_engine.macs_per_cycle / bw``).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.layout import MAX_DIM, GemmLayout
+from tilewright.compiler.layout import MAX_GEMM_DIM, GemmLayout, ab_buffer_bytes
 from tilewright.compiler.core_timing import gemm_cycles_array
 from tilewright.compiler.engine_timing import engine_gemm_beats, tensor_engine_gemm_cycles
 
@@ -284,7 +284,7 @@ def _fits(arch: ArchSpec, dataflow: str, elem_bytes: int, slots: int, m, k, n) -
         gm, gk, gn = te.tile_shape
         mp, kp, np_ = (_cdiv(np.asarray(x, np.int64), g) * g
                        for x, g in ((m, gm), (k, gk), (n, gn)))
-        half, acc_b = arch.memory.scratchpad_bytes // 2, arch.memory.accumulator_bytes
+        half, acc_b = ab_buffer_bytes(arch), arch.memory.accumulator_bytes
         return ((mp * kp * elem_bytes * slots <= half) & (kp * np_ * elem_bytes * slots <= half)
                 & (mp * np_ * ACC_BYTES * slots <= acc_b))
     da, db, dc = GemmLayout.depths(arch)
@@ -308,7 +308,7 @@ def tile_candidates(extent: int, granule: int, max_count: int) -> np.ndarray:
     """Candidate tile sizes (elements, descending) for one dimension of ``extent`` elements.
 
     Even splits ``min(extent, ceil(U/s)*g)`` for s = 1..U, U = ceil(extent/g), g = ``granule``
-    (no tile larger than MAX_DIM); when there are more than ``max_count``, the 8 largest and a
+    (no tile larger than MAX_GEMM_DIM); when there are more than ``max_count``, the 8 largest and a
     geometric sample of the rest are kept."""
     return tile_candidates_subsample(_even_splits(int(extent), max(1, int(granule))),
                                      max_count).copy()
@@ -320,7 +320,7 @@ def _even_splits(extent: int, g: int) -> np.ndarray:
     units = _cdiv(extent, g)
     s = np.arange(1, units + 1, dtype=np.int64)
     t = np.unique(np.minimum(extent, _cdiv(units, s) * g))[::-1]
-    t = t[t <= MAX_DIM]
+    t = t[t <= MAX_GEMM_DIM]
     t.flags.writeable = False
     return t
 
@@ -804,7 +804,7 @@ def cost_of(op: GemmOp, arch: ArchSpec, mapping: Mapping) -> MappingCost:
         raise ValueError(f"op {op.name!r}: mapping {mapping}: order must be one of {LOOP_ORDERS}"
                          f", dataflow one of {accepted_dataflows(arch)}")
     sizes = (mapping.m_t, mapping.k_t, mapping.n_t)
-    if not all(1 <= t <= min(e, MAX_DIM) for t, e in zip(sizes, (op.m, op.k, op.n))):
+    if not all(1 <= t <= min(e, MAX_GEMM_DIM) for t, e in zip(sizes, (op.m, op.k, op.n))):
         raise ValueError(f"op {op.name!r} ({op.shape_text}): tile {sizes} must be within the op")
     slots = 2 if mapping.double_buffer else 1
     if not _fits(arch, mapping.dataflow, op.elem_bytes, slots, *sizes):

@@ -1,4 +1,5 @@
-"""Mapping: a quantized IR Graph -> :class:`~.program.Program` for one ArchSpec.
+"""Lowering of the MLP (int8) flow: a quantized IR Graph -> :class:`~.program.Program` for one
+ArchSpec (entry: :func:`tilewright.compiler.compile` with ``flow="mlp"``).
 
 Each ``qlinear`` (x int8 [M,K], W int8 [N,K]) becomes
 
@@ -26,11 +27,12 @@ from typing import Any
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.errors import UnsupportedOp
 from tilewright.compiler.ir import Graph, Op
 from tilewright.compiler.layout import DoesNotFit, GemmLayout
 from tilewright.compiler.program import GemmTask, Program, TensorInfo, VectorTask
 
-__all__ = ["map_graph", "plan_gemm", "compile_model"]
+__all__ = ["map_graph", "plan_gemm"]
 
 
 def _fits(arch: ArchSpec, m: int, k: int, n: int) -> bool:
@@ -153,8 +155,6 @@ def _map_qlinear(bld: _Builder, op: Op, graph: Graph, x: str, arch: ArchSpec) ->
 
 def map_graph(graph: Graph, arch: ArchSpec, *, name: str | None = None) -> Program:
     """Map a quantized graph (only ``qlinear`` ops, one int8 input) to a checked Program."""
-    from tilewright.compiler.frontend import UnsupportedOp  # noqa: PLC0415 (torch only if needed)
-
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
         raise ValueError(f"graph {graph.name}: one input and one output supported, got "
                          f"{graph.inputs} -> {graph.outputs}")
@@ -181,13 +181,3 @@ def map_graph(graph: Graph, arch: ArchSpec, *, name: str | None = None) -> Progr
     prog.check()
     return prog
 
-
-def compile_model(model: Any, example_input: Any, arch: ArchSpec, *, calibration: Any = None,
-                  name: str | None = None) -> Program:
-    """torch model -> int8 Program for ``arch`` (see :func:`tilewright.compiler.compile_model`)."""
-    from tilewright.compiler.frontend import import_model  # noqa: PLC0415 (imports torch)
-    from tilewright.compiler.passes import run_flow  # noqa: PLC0415
-
-    graph = import_model(model, example_input, name=name, calibration=calibration)
-    run_flow(graph, "int8")
-    return map_graph(graph, arch, name=name or graph.name)

@@ -1,4 +1,5 @@
-"""Lowering of an (LLM-flow) IR Graph to a :class:`~.program.Program`: one op -> engine tasks.
+"""Lowering of the LLM flow: an IR Graph (after the ``llm`` passes) -> :class:`~.program.Program`,
+one op -> engine tasks (entry: :func:`tilewright.compiler.compile` with ``flow="llm"``).
 
 =================  =======================================================================
 IR op              Program tasks
@@ -6,8 +7,8 @@ IR op              Program tasks
 linear             ``bgemm`` (a = x, b = weight [N, K] with ``transpose_b``; x's leading dims
                    fold into M), then ``add`` of the bias, ``relu`` if fused
 matmul             ``bgemm`` (batched, broadcast)
-attention          ``attention`` (blocks from :func:`~.tiling.plan_attention_blocks`)
-scan               ``scan`` (chunks from :func:`~.tiling.plan_scan_chunks`)
+attention          ``attention`` (blocks from :func:`~.llm_tiling.plan_attention_blocks`)
+scan               ``scan`` (chunks from :func:`~.llm_tiling.plan_scan_chunks`)
 grouped_gemm       ``grouped_gemm`` (run-time counts; ``example_counts`` filled later)
 topk               ``topk_indices`` + ``gather`` of the values
 transpose          ``permute`` (1, 0)
@@ -15,8 +16,9 @@ VECTOR_OPS names   one ``vector`` task, attrs unchanged
 =================  =======================================================================
 
 Every ``bgemm`` gets its mapping (tile sizes, loop order, dataflow) from
-:func:`~.mapper.map_gemm` (fewest cycles under the buffers, double buffered; K may be split — the
-K tiles accumulate into one accumulator tile, see the Program's ``bgemm``), recorded on the task.
+:func:`~.gemm_mapper.map_gemm` (fewest cycles under the buffers, double buffered; K may be
+split — the K tiles accumulate into one accumulator tile, see the Program's ``bgemm``), recorded
+on the task.
 Operand format ``fmt`` (``fp32`` by default) is recorded on every GEMM-like task with its
 accumulator and ``k_block`` (the array's rows); for any other format the operands are quantized
 first (:mod:`~.operand_formats`: run-time ``quantize`` tasks for activations, compile-time codes
@@ -31,26 +33,27 @@ from typing import Any, Hashable
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.gemm_mapper import (GemmOp, MapperResult, map_gemm, map_gemms,
+                                             mapper_arch_key)
 from tilewright.compiler.ir import Graph, Op
 from tilewright.compiler.layout import DoesNotFit
-from tilewright.compiler.mapper import (GemmOp, MapperResult, map_gemm, map_gemms,
-                                        mapper_arch_key)
+from tilewright.compiler.llm_tiling import plan_attention_blocks, plan_scan_chunks
 from tilewright.compiler.operand_formats import OperandQuantizer, accumulator_of, arch_for_format
 from tilewright.compiler.program import (VECTOR_OPS, AttentionTask, BgemmTask, GroupedGemmTask,
                                          Program, QuantizeTask, ScanTask, TensorInfo, VectorTask)
-from tilewright.compiler.tiling import plan_attention_blocks, plan_scan_chunks
+from tilewright.errors import UserError
+from tilewright.formats import FORMATS
 
 __all__ = ["lower_graph", "ELEM_BYTES", "LoweringError", "map_gemm_cached", "map_gemms_cached"]
 
-#: operand element bytes per format name (MX formats: 8-bit elements; their 1-byte scale per
-#: 32 elements is not counted here)
-ELEM_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "int8": 1, "fp8-e4m3": 1, "fp8-e5m2": 1,
-                              "mxint8": 1, "mxfp8": 1, "mxfp8-e5m2": 1}
+#: operand element bytes per format name, from the formats registry's bits (MX formats: 8-bit
+#: elements; their 1-byte scale per 32 elements is not counted here)
+ELEM_BYTES: dict[str, int] = {name: f.bits // 8 for name, f in FORMATS.items()}
 
 _NOT_LOWERED = {"einsum", "addmm", "qlinear"}
 
 
-class LoweringError(ValueError):
+class LoweringError(UserError, ValueError):
     """An IR op the LLM lowering cannot turn into tasks (names the op and its source line)."""
 
 
@@ -60,11 +63,11 @@ _MAP_CACHE: dict[tuple, MapperResult] = {}
 def map_gemm_cached(arch: ArchSpec, m: int, k: int, n: int, *, batch: int = 1,
                     elem_bytes: int = 4, arch_key: Hashable | None = None,
                     name: str = "gemm") -> MapperResult:
-    """:func:`~.mapper.map_gemm` of ``batch`` x M x K x N with ``elem_bytes`` operands and fp32
+    """:func:`~.gemm_mapper.map_gemm` of ``batch`` x M x K x N with ``elem_bytes`` operands and fp32
     results on ``arch`` (its own dataflow, double buffered, K split allowed; ``prune=True``: the
     same best mapping and cost, its ``space`` holding only the tilings that could be best),
     memoized by shape and the ArchSpec facts the mapper reads (``arch_key``: default
-    :func:`~.mapper.mapper_arch_key`; ``arch.content_hash()`` is a finer key; bounded cache).
+    :func:`~.gemm_mapper.mapper_arch_key`; ``arch.content_hash()`` is a finer key; bounded cache).
     Raises :class:`DoesNotFit` if no tiling fits."""
     key = (arch_key or mapper_arch_key(arch), m, k, n, batch, elem_bytes)
     hit = _MAP_CACHE.get(key)
@@ -83,7 +86,7 @@ def map_gemm_cached(arch: ArchSpec, m: int, k: int, n: int, *, batch: int = 1,
 def map_gemms_cached(arch: ArchSpec, shapes: list[tuple[int, int, int, int]], *,
                      elem_bytes: int = 4, arch_key: Hashable | None = None) -> None:
     """Fill :func:`map_gemm_cached`'s memo for every ``(m, k, n, batch)`` of ``shapes`` at once
-    (:func:`~.mapper.map_gemms`: one vectorized pass, the same results). Shapes where no tiling
+    (:func:`~.gemm_mapper.map_gemms`: one vectorized pass, the same results). Shapes where no tiling
     fits are left out (:func:`map_gemm_cached` raises for them)."""
     key = arch_key or mapper_arch_key(arch)
     todo = list(dict.fromkeys(s for s in shapes if (key, *s, elem_bytes) not in _MAP_CACHE))

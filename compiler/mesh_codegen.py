@@ -1,4 +1,5 @@
-"""Per-tile phase programs for the RTL mesh, built from the compiler's mesh Program.
+"""Mesh code generator: per-tile phase programs (instruction words of :mod:`~.mesh_isa`) for the
+RTL mesh, built from the compiler's mesh Program.
 
 The RTL mesh (:mod:`tilewright.rtl.mesh`) runs a list of phases; in each, every tile injects,
 ejects (write or add) and multiplies as its instruction says. This module turns the *same*
@@ -16,7 +17,7 @@ links: the builder arbitrates statically (see :meth:`_PhaseBuilder.schedule` and
 :mod:`tilewright.rtl.mesh_router`) — longest latency first, each later message injected as soon
 as its links are free — which meets the mesh model's contention rule exactly for messages that
 merge into one path (e.g. two messages into one destination along a row). Limits of this RTL
-(each raises :class:`~tilewright.dataflow_sim.mesh.model.MeshMappingError` naming the phase):
+(each raises :class:`~tilewright.compiler.errors.MeshMappingError` naming the phase):
 messages that share a link must not fork after it, at most two injection and two ejection lanes
 per tile and phase, streaming chain reductions only through every core they pass (``stages`` =
 hops: each core adds its words to the stream in its eject stage; a K-tree root may take both
@@ -35,19 +36,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.errors import MeshMappingError
+from tilewright.compiler.mesh_isa import (LANE_BITS, MAX_RTL_TILES, N_LANES, OPPOSITE, SEL_INJ,
+                                          SIDES, STEP, addr_bits, encode_instruction,
+                                          mesh_params)
 from tilewright.compiler.mesh_ops import gemm_program, gemv_program
 from tilewright.compiler.mesh_schedule import (MeshScheduleError, gemm_steps, healthy_grid,
                                                interleaved_ring)
 from tilewright.compiler.program import MeshPhaseTask, Program
-from tilewright.dataflow_sim.mesh.model import MeshMappingError
-from tilewright.rtl.mesh import mesh_params
-from tilewright.rtl.mesh_router import SEL_INJ, SIDES
-from tilewright.rtl.mesh_tile import encode_instruction
 
 __all__ = ["MeshJob", "xy_path", "gemv_job", "gemm_job", "pack_int8", "unpack_int32"]
-
-_STEP = {"n": (-1, 0), "s": (1, 0), "e": (0, 1), "w": (0, -1)}
-_OPP = {"n": "s", "s": "n", "e": "w", "w": "e"}
 
 
 def xy_path(sr: int, sc: int, dr: int, dc: int) -> list[tuple[int, int, str]]:
@@ -56,18 +54,18 @@ def xy_path(sr: int, sc: int, dr: int, dc: int) -> list[tuple[int, int, str]]:
     while c != dc:
         side = "e" if dc > c else "w"
         out.append((r, c, side))
-        c += _STEP[side][1]
+        c += STEP[side][1]
     while r != dr:
         side = "s" if dr > r else "n"
         out.append((r, c, side))
-        r += _STEP[side][0]
+        r += STEP[side][0]
     return out
 
 
 def pack_int8(x: np.ndarray, lanes: int) -> np.ndarray:
     """int8 values (length a multiple of ``lanes``) -> words of ``lanes`` lanes (uint64)."""
     b = np.ascontiguousarray(np.asarray(x, np.int8).ravel()).view(np.uint8).astype(np.uint64)
-    return (b.reshape(-1, lanes) << (8 * np.arange(lanes, dtype=np.uint64))).sum(axis=1)
+    return (b.reshape(-1, lanes) << (LANE_BITS * np.arange(lanes, dtype=np.uint64))).sum(axis=1)
 
 
 def unpack_int32(words) -> np.ndarray:
@@ -130,7 +128,7 @@ class _PhaseBuilder:
     def _inj_lane(self, tile: tuple[int, int], also_ej: bool = False) -> int:
         used = self._inj.setdefault(tile, set())
         fixed = self._ej_fixed.setdefault(tile, set())
-        for k in range(2):
+        for k in range(N_LANES):
             if k not in used and not (also_ej and k in fixed):
                 used.add(k)
                 if also_ej:
@@ -154,7 +152,7 @@ class _PhaseBuilder:
         src, dst = tuple(src), tuple(dst)
         path = xy_path(*src, *dst)
         lane = self._inj_lane(src)
-        mids = [(r + _STEP[sd][0], c + _STEP[sd][1]) for r, c, sd in path[:-1]]
+        mids = [(r + STEP[sd][0], c + STEP[sd][1]) for r, c, sd in path[:-1]]
         lanes = [self._inj_lane(t, also_ej=True) for t in mids]
         self.sends.append(_Send(src, lane, base, count, [(dst, False, base, True)], lanes))
         self.messages.append((src[0], src[1], dst[0], dst[1], count, len(path)))
@@ -174,8 +172,8 @@ class _PhaseBuilder:
             for h, (r, c, side) in enumerate(path):
                 stage = beta * h if s.chain is not None else 0    # chain stages passed
                 links.append(((r, c), side, alpha * h + stage, code))
-                nr, nc = r + _STEP[side][0], c + _STEP[side][1]
-                code = SIDES.index(_OPP[side]) + 1
+                nr, nc = r + STEP[side][0], c + STEP[side][1]
+                code = SIDES.index(OPPOSITE[side]) + 1
                 last = h == len(path) - 1
                 if last or multicast or s.chain is not None:
                     lane = None if last or s.chain is None else s.chain[h]
@@ -251,7 +249,7 @@ class _PhaseBuilder:
                                        "per tile")
             arr.sort(key=lambda e: e[:2])
             fixed = {e[5] for e in arr if e[5] is not None}
-            free = iter(k for k in range(2) if k not in fixed)
+            free = iter(k for k in range(N_LANES) if k not in fixed)
             placed = [(e[5] if e[5] is not None else next(free), e) for e in arr]
             if len(placed) == 2 and placed[0][1][1] == placed[1][1][1] and placed[0][0] != 0:
                 raise MeshMappingError(f"phase {self.name!r}: tile ({r}, {c}): two messages on "
@@ -301,10 +299,6 @@ def _finish(job: MeshJob, builders: list[_PhaseBuilder], model: list[list[tuple]
     return job
 
 
-#: the RTL mesh is for small meshes (its Verilog and Verilator build grow with the tile count)
-MAX_RTL_TILES = 64
-
-
 def _check_arch(arch: ArchSpec) -> dict:
     if arch.mesh is not None and arch.mesh.cores > MAX_RTL_TILES:
         raise MeshMappingError(f"{arch.name}: the RTL mesh is built for at most {MAX_RTL_TILES} "
@@ -314,7 +308,7 @@ def _check_arch(arch: ArchSpec) -> dict:
         p = mesh_params(arch)
     except ValueError as exc:       # a user error at this level: the mesh the ArchSpec asks for
         raise MeshMappingError(str(exc)) from None
-    return {**p, "addr_bits": max(1, (p["sram_words"] - 1).bit_length())}
+    return {**p, "addr_bits": addr_bits(p["sram_words"])}
 
 
 def _kw(k_block: int, lanes: int, what: str) -> int:
@@ -609,7 +603,7 @@ def transfer_job(arch: ArchSpec, program: Program, *, seed: int = 0
                 if st != 1:
                     raise MeshMappingError(f"phase {name!r}: a chain reduction (stages {st}) "
                                            "is not a transfer; transfer_job copies messages")
-                words = rng.integers(0, 1 << min(8 * L, 63), fl, dtype=np.uint64)
+                words = rng.integers(0, 1 << min(LANE_BITS * L, 63), fl, dtype=np.uint64)
                 src, dst = alloc(sr, sc, fl), alloc(dr, dc, fl)
                 t_src, t_dst = sr * cols + sc, dr * cols + dc
                 job.loads.append((t_src, src, words))

@@ -5,7 +5,8 @@ core (``memory.scratchpad_kib`` split equally into the A and B buffers, ``memory
 for fp32/int32 partial sums, 4 bytes each):
 
 * :func:`plan_gemm_tiles` — (a simple reference tiling; the LLM lowering now asks
-  :func:`tilewright.compiler.mapper.map_gemm` instead) an M x K x N GEMM with ``elem_bytes`` operands is cut into
+  :func:`tilewright.compiler.gemm_mapper.map_gemm` instead) an M x K x N GEMM with
+  ``elem_bytes`` operands is cut into
   ``tile_m x tile_k x tile_n`` pieces with ``tile_k * tile_n * elem_bytes <= B buffer``,
   ``tile_m * tile_k * elem_bytes <= A buffer`` and ``tile_m * tile_n * 4 <= accumulator``;
   ``tile_n`` is N or a multiple of the array's cols, ``tile_k`` is K or a multiple of its rows.
@@ -20,7 +21,7 @@ for fp32/int32 partial sums, 4 bytes each):
 from __future__ import annotations
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.layout import DoesNotFit
+from tilewright.compiler.layout import DoesNotFit, ab_buffer_bytes
 
 __all__ = ["plan_gemm_tiles", "plan_attention_blocks", "plan_scan_chunks", "attention_buffer_bytes",
            "scan_buffer_bytes", "ATTENTION_BLOCK_MAX", "SCAN_CHUNK_L_MAX"]
@@ -36,7 +37,7 @@ def plan_gemm_tiles(arch: ArchSpec, m: int, k: int, n: int, elem_bytes: int = 4
     """``(tile_m, tile_n, tile_k)`` for an M x K x N GEMM (see module doc); raises
     :class:`DoesNotFit` if not even a ``1 x rows x cols`` tile fits."""
     te, mem = arch.tensor_engine, arch.memory
-    a_bytes = b_bytes = mem.scratchpad_bytes // 2
+    a_bytes = b_bytes = ab_buffer_bytes(arch)
     acc_bytes = mem.accumulator_bytes
     rows, cols = te.rows, te.cols
     if min(rows, k) * min(cols, n) * elem_bytes > b_bytes or min(cols, n) * 4 > acc_bytes:

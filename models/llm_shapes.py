@@ -1,0 +1,202 @@
+"""Named LLM configs with published shapes (plus tiny variants for tests), as plain dataclasses.
+
+Torch-free: the shapes the mesh partitioner and the cluster model read (:data:`LLM_CONFIGS`,
+:func:`get_config`, :func:`param_count`). Building the modules from them is
+:mod:`tilewright.models.llm_configs` (imports torch), which re-exports everything here.
+
+Sources (HF ``config.json``): meta-llama/Meta-Llama-3-8B, meta-llama/Meta-Llama-3-70B,
+mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3, state-spaces/mamba-130m and mamba-2.8b.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal, Union
+
+__all__ = ["LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
+           "param_count", "Phase"]
+
+Phase = Literal["prefill", "decode"]
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Llama-style dense decoder (GQA attention + SwiGLU FFN). Widths in features."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_ffn: int
+    vocab_size: int
+    rope_theta: float
+    norm_eps: float = 1e-5
+    max_seq_len: int = 8192
+    """rotary table length = longest past + new tokens a layer accepts"""
+    tie_embeddings: bool = False
+    tiny: bool = False
+    source: str = ""
+    family: str = dataclasses.field(default="llama", init=False)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """MoE layer (see :class:`~tilewright.models.moe.MoELayer`) and, when ``n_heads`` is set, the
+    Llama-style attention of the full decoder it sits in (Mixtral). ``n_heads=None`` means the
+    model's attention is not modeled here (DeepSeek-V3 uses MLA), so no full-model count."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    n_experts: int
+    top_k: int
+    d_expert_ffn: int
+    n_shared_experts: int = 0
+    router_score: Literal["softmax", "sigmoid"] = "softmax"
+    norm_topk_prob: bool = True
+    routed_scaling_factor: float = 1.0
+    n_group: int = 1
+    topk_group: int = 1
+    n_dense_layers: int = 0
+    """leading layers with a dense FFN instead of MoE (DeepSeek-V3 ``first_k_dense_replace``)"""
+    d_dense_ffn: int = 0
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    vocab_size: int | None = None
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    max_seq_len: int = 8192
+    tiny: bool = False
+    source: str = ""
+    family: str = dataclasses.field(default="moe", init=False)
+
+    @property
+    def n_moe_layers(self) -> int:
+        return self.n_layers - self.n_dense_layers
+
+
+@dataclass(frozen=True)
+class MambaConfig:
+    """Mamba v1 LM: ``n_layers`` residual Mamba layers, tied embeddings, vocab padded up to a
+    multiple of ``pad_vocab_size_multiple``."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    vocab_size: int
+    d_state: int = 16
+    expand: int = 2
+    d_conv: int = 4
+    dt_rank: int | None = None
+    """None = ceil(d_model / 16)"""
+    pad_vocab_size_multiple: int = 8
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = True
+    tiny: bool = False
+    source: str = ""
+    family: str = dataclasses.field(default="mamba", init=False)
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+    @property
+    def rank(self) -> int:
+        return math.ceil(self.d_model / 16) if self.dt_rank is None else self.dt_rank
+
+    @property
+    def padded_vocab(self) -> int:
+        m = self.pad_vocab_size_multiple
+        return -(-self.vocab_size // m) * m
+
+
+LLMConfig = Union[LlamaConfig, MoEConfig, MambaConfig]
+
+_HF = "https://huggingface.co/"
+LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
+    LlamaConfig("llama3-8b", d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, d_ffn=14336,
+                vocab_size=128256, rope_theta=500000.0,
+                source=_HF + "meta-llama/Meta-Llama-3-8B/blob/main/config.json"),
+    LlamaConfig("llama3-70b", d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, d_ffn=28672,
+                vocab_size=128256, rope_theta=500000.0,
+                source=_HF + "meta-llama/Meta-Llama-3-70B/blob/main/config.json"),
+    LlamaConfig("tiny-llama", d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ffn=128,
+                vocab_size=256, rope_theta=10000.0, max_seq_len=256, tiny=True),
+    MoEConfig("mixtral-8x7b", d_model=4096, n_layers=32, n_experts=8, top_k=2,
+              d_expert_ffn=14336, n_heads=32, n_kv_heads=8, vocab_size=32000,
+              rope_theta=1e6, max_seq_len=32768,
+              source=_HF + "mistralai/Mixtral-8x7B-v0.1/blob/main/config.json"),
+    MoEConfig("deepseek-v3", d_model=7168, n_layers=61, n_experts=256, top_k=8,
+              d_expert_ffn=2048, n_shared_experts=1, router_score="sigmoid",
+              norm_topk_prob=True, routed_scaling_factor=2.5, n_group=8, topk_group=4,
+              n_dense_layers=3, d_dense_ffn=18432, vocab_size=129280, norm_eps=1e-6,
+              source=_HF + "deepseek-ai/DeepSeek-V3/blob/main/config.json"),
+    MoEConfig("tiny-moe", d_model=64, n_layers=2, n_experts=4, top_k=2, d_expert_ffn=128,
+              n_shared_experts=1, n_heads=4, n_kv_heads=2, vocab_size=256, max_seq_len=256,
+              tiny=True),
+    MoEConfig("tiny-moe-sigmoid", d_model=64, n_layers=2, n_experts=8, top_k=2,
+              d_expert_ffn=32, n_shared_experts=1, router_score="sigmoid",
+              routed_scaling_factor=2.5, n_group=4, topk_group=2, tiny=True),
+    MambaConfig("mamba-130m", d_model=768, n_layers=24, vocab_size=50277,
+                source=_HF + "state-spaces/mamba-130m/blob/main/config.json"),
+    MambaConfig("mamba-2.8b", d_model=2560, n_layers=64, vocab_size=50277,
+                source=_HF + "state-spaces/mamba-2.8b/blob/main/config.json"),
+    MambaConfig("tiny-mamba", d_model=64, n_layers=2, vocab_size=256, d_state=8, tiny=True),
+)}
+
+
+def get_config(name: str) -> LLMConfig:
+    """The config called ``name``; ValueError listing the known names otherwise."""
+    if name not in LLM_CONFIGS:
+        raise ValueError(f"unknown LLM config {name!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
+    return LLM_CONFIGS[name]
+
+
+# ---- analytic shapes and counts -----------------------------------------------------------------
+def _swiglu(d: int, f: int) -> int:
+    return 3 * d * f
+
+
+def _attention(d: int, h: int, hkv: int, hd: int) -> int:
+    return 2 * d * h * hd + 2 * d * hkv * hd
+
+
+def param_count(name: str) -> dict[str, int | None]:
+    """Parameter counts computed from the config by formula (independent of the modules):
+
+    ``layer`` (one layer as built by :func:`build_llm`), ``total`` (full model incl. embedding
+    and LM head; None if not modeled), ``active`` (parameters touched per token: for MoE only the
+    top-k routed experts count; None if not modeled).
+    """
+    cfg = get_config(name)
+    d = cfg.d_model
+    if isinstance(cfg, LlamaConfig):
+        layer = _attention(d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) \
+            + _swiglu(d, cfg.d_ffn) + 2 * d
+        emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+        total = cfg.n_layers * layer + emb + d
+        return {"layer": layer, "total": total, "active": total}
+    if isinstance(cfg, MoEConfig):
+        expert = _swiglu(d, cfg.d_expert_ffn)
+        moe = d * cfg.n_experts + cfg.n_experts * expert \
+            + _swiglu(d, cfg.n_shared_experts * cfg.d_expert_ffn)
+        if cfg.n_heads is None:
+            return {"layer": moe, "total": None, "active": None}
+        hd = d // cfg.n_heads
+        layer_total = _attention(d, cfg.n_heads, cfg.n_kv_heads, hd) + moe + 2 * d
+        emb = 2 * cfg.vocab_size * d
+        total = cfg.n_layers * layer_total + emb + d
+        active = total - cfg.n_layers * (cfg.n_experts - cfg.top_k) * expert
+        return {"layer": moe, "total": total, "active": active}
+    di, n, r = cfg.d_inner, cfg.d_state, cfg.rank
+    layer = (d * 2 * di + di * cfg.d_conv + di + di * (r + 2 * n) + r * di + di
+             + di * n + di + di * d + d)
+    total = cfg.n_layers * layer + cfg.padded_vocab * d * (1 if cfg.tie_embeddings else 2) + d
+    return {"layer": layer, "total": total, "active": total}
