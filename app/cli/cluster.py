@@ -111,11 +111,9 @@ def cluster(
     """Simulate a training step or a serving run of MODEL on a cluster (SimPy discrete events)."""
     from pydantic import ValidationError  # noqa: PLC0415  (lazy: pydantic only on this path)
 
-    from tilewright.dataflow_sim.cluster import \
-        simulate_training  # noqa: PLC0415  (lazy: pulls in pandas, simpy, torch)
-    from tilewright.dataflow_sim.cluster import (ClusterSpecError, ServePlan,  # noqa: PLC0415
-                                                 TrainPlan, load_cluster, load_request_trace,
-                                                 poisson_requests, simulate_serving)
+    from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415  (lazy: pulls in simpy, torch)
+        ClusterSpecError, ServePlan, TrainPlan, load_cluster, load_request_trace,
+        poisson_requests, simulate_serving, simulate_training)
     if mode not in ("train", "serve"):
         raise ClusterSpecError(f"--mode = {mode!r}: must be one of 'train', 'serve'")
     spec = load_cluster(cluster)

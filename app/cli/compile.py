@@ -100,8 +100,8 @@ def compile_cmd(
 
 def models_cmd() -> None:
     """List the model configs with their shapes."""
-    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
-    from tilewright.models.llm_configs import param_count
+    from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
+        LLM_CONFIGS, param_count)
 
     table = Table(title="model configs (one layer is compiled; see `tilewright compile`)")
     for col in ("name", "family", "shapes", "layers", "params"):

@@ -57,8 +57,8 @@ def mesh_layer(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Partition one layer over the mesh (a Program of mesh tasks) and print per-op cycles."""
-    from tilewright.models.llm_configs import MoEConfig  # noqa: PLC0415  (lazy: pulls in torch)
-    from tilewright.models.llm_configs import get_config
+    from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
+        MoEConfig, get_config)
     spec = load_arch(arch)
     try:
         cfg = get_config(model)

@@ -40,8 +40,8 @@ def sweep(
 ) -> None:
     """Evaluate a sweep's design points, committing each to SQLite as it finishes."""
 
-    from tilewright.app.sweep import ResultsStore  # noqa: PLC0415  (lazy: pulls in pandas)
-    from tilewright.app.sweep import load_sweep, pareto_frame, run_sweep
+    from tilewright.app.sweep import (  # noqa: PLC0415  (lazy: pulls in pandas)
+        ResultsStore, load_sweep, pareto_frame, run_sweep)
 
     spec = load_sweep(file)
     dbp = db or Path(f"{Path(file).stem}.db")

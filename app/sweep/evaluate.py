@@ -44,8 +44,8 @@ TEST_DELAY_ENV = "TILEWRIGHT_SWEEP_TEST_DELAY_S"
 
 @lru_cache(maxsize=8)
 def _graph(model: str, seq: int, batch: int, phase: str):
-    from tilewright.compiler.frontend import export_model  # noqa: PLC0415  (lazy: pulls in torch)
-    from tilewright.compiler.frontend import from_exported
+    from tilewright.compiler.frontend import (  # noqa: PLC0415  (lazy: pulls in torch)
+        export_model, from_exported)
     from tilewright.models.llm_configs import build_llm  # noqa: PLC0415  (lazy: pulls in torch)
 
     module, example = build_llm(model, seq=seq, batch=batch, phase=phase)

@@ -137,8 +137,8 @@ def measure(arch: ArchSpec, target: str = "ice40", work_dir: str | Path | None =
             ) -> dict[str, Any]:
     """Generate ``arch``'s GEMM-core Verilog and synthesize it for ``target``: one CSV row
     (a dict over :data:`COLUMNS`). Seconds are wall-clock seconds of this machine."""
-    from tilewright.rtl.verilog import TOP_NAME  # noqa: PLC0415  (lazy: pulls in amaranth)
-    from tilewright.rtl.verilog import write_rtl
+    from tilewright.rtl.verilog import (  # noqa: PLC0415  (lazy: pulls in amaranth)
+        TOP_NAME, write_rtl)
 
     with tempfile.TemporaryDirectory(prefix="tw_resdata_", dir=work_dir) as tmp:
         t0 = time.perf_counter()
