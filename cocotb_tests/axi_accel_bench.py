@@ -147,4 +147,5 @@ async def run_job(dut):
         await drv.load_words({int(i): int(w) for i, w in run["words"].items()})
         raw.append(await drv.run(int(run["entry"]), 10_000))
     probes = await drv.probe_groups(spec.get("probes", []))
-    save_results(job, computed(job.program, job.inputs, env), cycles=records, raw_runs=raw, probes=probes)
+    save_results(job, computed(job.program, job.inputs, env), cycles=records, raw_runs=raw,
+                 probes=probes)

@@ -1,9 +1,9 @@
 """cocotb 2.x bench: runs a Program on the Verilated GEMM core, GEMM tasks in RTL.
 
 This module is loaded *inside the simulator process* by cocotb. It reads a job folder (path in
-``$TILEWRIGHT_JOB``): ``arch.yaml``, ``program/`` (a saved Program), ``inputs.npz`` and ``job.json``; it runs
-every task in order — GEMM tasks on the RTL (buffers filled through the write ports, ``start``
-pulsed, C read back; encoding shared with the C++ fast driver in
+``$TILEWRIGHT_JOB``): ``arch.yaml``, ``program/`` (a saved Program), ``inputs.npz`` and
+``job.json``; it runs every task in order — GEMM tasks on the RTL (buffers filled through the
+write ports, ``start`` pulsed, C read back; encoding shared with the C++ fast driver in
 :mod:`tilewright.cosim.gemm_commands`), vector tasks with the functional model's vector ops
 (there is no vector unit in this RTL yet) — and writes ``outputs.npz`` (every computed tensor)
 and ``cycles.json``.

@@ -3,7 +3,8 @@
 :func:`prepare_engine` tiles each C = A·B (zero-padding ragged edges) into the engine's beats
 (:func:`gemm_beats`: output tiles in row-major order, K innermost) for the bench, which streams
 every GEMM through one simulator process (:mod:`tilewright.cocotb_tests.engine_bench`); each
-record is an :class:`EngineGemmRun` (C reassembled, int32, and the cycles). Compare with :func:`tilewright.dataflow_sim.functional.gemm_int8` (bit-exact) and
+record is an :class:`EngineGemmRun` (C reassembled, int32, and the cycles). Compare with
+:func:`tilewright.dataflow_sim.functional.gemm_int8` (bit-exact) and
 :func:`tilewright.compiler.engine_timing.engine_gemm_cycles` (cycles).
 """
 

