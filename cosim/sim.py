@@ -30,13 +30,14 @@ class SimRun:
 
     top: str                         #: the registry key of the top that ran
     driver: str                      #: "cocotb" or "fast"
-    outputs: dict[str, Any]          #: Program: every tensor it computed; kernels: raw results
-    #:                                  per kernel (a scan's is (y, state)); other tops: {}
     records: list                    #: per GEMM task / segment / kernel a dict (task, m, k, n,
     #:                                  cycles, ...); bf16, engine, scan, vector: one typed
     #:                                  record per job; mesh: per job {"cycles", "reads"}
     build: Build
     sim_seconds: float               #: wall time of the simulator or driver process (s)
+    outputs: dict[str, Any] = field(default_factory=dict)   #: Program: every tensor it
+    #:                                  computed; kernels: raw results per kernel (a scan's is
+    #:                                  (y, state)); other tops: {}
     job_dir: Path | None = None      #: the job folder when kept (``keep_dir``)
     log_tail: str = field(default="", repr=False)
     isa: Any = None                  #: accelerator tops: the IsaProgram that ran (kernels: the
