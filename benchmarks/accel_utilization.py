@@ -33,15 +33,16 @@ CONFIGS = [ROOT / "configs" / "ws16x16.yaml", ROOT / "configs" / "os16x16.yaml"]
 
 def _rtl(arch, size: int):
     """(RTL cycles, C equal to numpy) of the size^3 GEMM on the Verilated top."""
-    from tilewright.cosim.accel_run import run_program_accel  # noqa: PLC0415
+    from tilewright.cosim import sim as cosim  # noqa: PLC0415
     from tilewright.cosim.suites import gemm_suite  # noqa: PLC0415
     prog, inputs = gemm_suite(arch, [(size, size, size, "random")])
     t0 = time.perf_counter()
-    run = run_program_accel(prog, inputs, arch, log=lambda m: print(f"  [{arch.name}] {m}"))
+    run = cosim.run("accel", prog, arch, inputs=inputs,
+                    log=lambda m: print(f"  [{arch.name}] {m}"))
     task = prog.gemms()[0]
     ref = (inputs[task.a].astype(np.int64) @ inputs[task.b].astype(np.int64)).astype(np.int32)
     ok = np.array_equal(run.outputs[task.out], ref)
-    return run.segments[0]["cycles"], ok, time.perf_counter() - t0, run.sim_seconds
+    return run.records[0]["cycles"], ok, time.perf_counter() - t0, run.sim_seconds
 
 
 def _engine_archs():

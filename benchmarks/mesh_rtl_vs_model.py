@@ -18,10 +18,10 @@ import time
 import numpy as np
 
 from tilewright.arch import load_arch
-from tilewright.cosim.mesh_build import build_mesh
+from tilewright.cosim.build import build
 from tilewright.compiler.mesh_partition import MeshProgramBuilder
 from tilewright.compiler.mesh_schedule import FlowBatch, PhaseSpec
-from tilewright.cosim.mesh_run import rtl_gemm, rtl_gemv, rtl_transfers
+from tilewright.cosim.mesh_rtl import rtl_gemm, rtl_gemv, rtl_transfers
 from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv
 
 
@@ -29,7 +29,7 @@ def main() -> None:
     arch = load_arch("configs/mesh4x4.yaml")
     rng = np.random.default_rng(0)
     i8 = lambda *s: rng.integers(-128, 128, s).astype(np.int8)   # noqa: E731
-    b = build_mesh(arch, log=print)
+    b = build("mesh", arch, log=print)
     print(f"build: cached={b.cached} generate {b.generate_seconds:.1f} s, "
           f"Verilator {b.build_seconds:.1f} s")
     gemv = [(i8(k), i8(k, n)) for k, n in ((64, 24), (128, 64), (256, 128))]

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from tilewright.arch import ArchSpec, default_arch
 from tilewright.compiler.program import GemmTask, Program, TensorInfo
-from tilewright.cosim.run import run_program_rtl
+from tilewright.cosim import sim as cosim
 from tilewright.dataflow_sim.cycle import gemm_cycles, gemm_cycles_array
 
 
@@ -66,12 +66,12 @@ def main() -> None:
         arch = arch_for(rows, cols, args.dataflow)
         prog, inputs = one_gemm(arch, s, s, s)
         t0 = time.perf_counter()
-        run = run_program_rtl(prog, inputs, arch)
+        run = cosim.run("core", prog, arch, inputs=inputs)
         wall = time.perf_counter() - t0
         t0 = time.perf_counter()
-        fast = run_program_rtl(prog, inputs, arch, driver="fast")
+        fast = cosim.run("core", prog, arch, inputs=inputs, driver="fast")
         fast_wall = time.perf_counter() - t0
-        rec, frec = run.gemm_cycles[0], fast.gemm_cycles[0]
+        rec, frec = run.records[0], fast.records[0]
         same_c = np.array_equal(fast.outputs["c"], run.outputs["c"])
         if frec["cycles"] != rec["cycles"] or not same_c:
             raise SystemExit(f"{size}: the fast driver disagrees with cocotb "

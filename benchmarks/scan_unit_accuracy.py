@@ -86,8 +86,8 @@ def accuracy_table(lengths: list[int]) -> Table:
 
 
 def cycles_table(lengths: list[int]) -> Table:
-    from tilewright.cosim.scan_build import ScanParams  # noqa: PLC0415
-    from tilewright.cosim.scan_run import ScanJob, run_scan_jobs  # noqa: PLC0415
+    from tilewright.cosim import sim as cosim  # noqa: PLC0415
+    from tilewright.cosim.scan_jobs import ScanJob, ScanParams  # noqa: PLC0415
     from tilewright.rtl.scan_unit import scan_cycles  # noqa: PLC0415
 
     p = ScanParams(lanes=4)
@@ -95,7 +95,7 @@ def cycles_table(lengths: list[int]) -> Table:
     jobs = [ScanJob([(rng.integers(0, 1 << 16, (n, 4)), rng.integers(-2**20, 2**20, (n, 4)),
                       rng.integers(-2**18, 2**18, (n, 4)), rng.integers(-2**20, 2**20, 4))])
             for n in lengths]
-    runs = run_scan_jobs(p, jobs, log=print)
+    runs = cosim.run("scan", jobs, p, log=print).records
     tab = Table(title="scan unit RTL cycles (Verilator, 4 lanes, full-rate stream)")
     for col in ("L", "RTL cycles", "closed form L+1", "cycles / step", "h and y bit-exact"):
         tab.add_column(col, justify="right")

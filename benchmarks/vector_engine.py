@@ -62,12 +62,14 @@ def main() -> None:
     isa = codegen_vector(arch, kernels)
     runs = {}
     if not args.no_rtl:
-        from tilewright.cosim.accel_fast import run_vector_kernels_fast  # noqa: PLC0415
-        from tilewright.cosim.vector_accel_run import run_vector_kernels  # noqa: PLC0415
-        for name, fn in (("cocotb", run_vector_kernels), ("fast", run_vector_kernels_fast)):
-            fn(kernels[:1], {kernels[0].name: ops[kernels[0].name]}, arch)   # build, warm
+        from tilewright.cosim import sim as cosim  # noqa: PLC0415
+        from tilewright.cosim.program_jobs import KernelBatch  # noqa: PLC0415
+        for name in ("cocotb", "fast"):
+            warm = KernelBatch(kernels[:1], {kernels[0].name: ops[kernels[0].name]})
+            cosim.run("accel", warm, arch, driver=name)                         # build, warm
             t0 = time.perf_counter()
-            runs[name] = (fn(kernels, ops, arch), time.perf_counter() - t0)
+            runs[name] = (cosim.run("accel", KernelBatch(kernels, ops), arch, driver=name),
+                          time.perf_counter() - t0)
     print(f"{arch.name}: {lanes} lanes, vector buffer {VBUF_WORDS:,} words x {lanes} 32-bit "
           f"lanes, {beat_bytes(arch)}-byte memory port\n")
     print("| kernel | shape | elements | model cycles | RTL cocotb | RTL fast | elem/cycle "
@@ -81,7 +83,7 @@ def main() -> None:
         for name in ("cocotb", "fast"):
             if name in runs:
                 run = runs[name][0]
-                rec = next(r for r in run.segments if r["task"] == k.name)
+                rec = next(r for r in run.records if r["task"] == k.name)
                 ok = _same(run.outputs[k.name], kernel_reference(k, arch, *o))
                 cells.append(f"{rec['cycles']:,}" + ("" if rec["cycles"] == t.cycles else " ≠"))
                 exact = "yes" if ok and exact in ("—", "yes") else "NO"
@@ -91,7 +93,7 @@ def main() -> None:
               f"{cells[0]} | {cells[1]} | {elems / t.cycles:.2f} | "
               f"{t.vector_cycles / t.cycles:.0%} | {exact} |")
     if runs:
-        total = sum(r["cycles"] for r in runs["cocotb"][0].segments)
+        total = sum(r["cycles"] for r in runs["cocotb"][0].records)
         print(f"\nRTL wall time for all {len(suite)} kernels ({total:,} cycles): cocotb "
               f"{runs['cocotb'][1]:.2f} s ({total / runs['cocotb'][1]:,.0f} cycles/s), fast "
               f"driver {runs['fast'][1]:.2f} s ({total / runs['fast'][1]:,.0f} cycles/s): "

@@ -52,7 +52,8 @@ def accuracy_table() -> Table:
 
 
 def throughput_table(lanes: int, beats: int) -> Table:
-    from tilewright.cosim.vector_run import run_vector_beats  # noqa: PLC0415
+    from tilewright.cosim import sim as cosim  # noqa: PLC0415
+    from tilewright.cosim.vector_jobs import VectorBeats  # noqa: PLC0415
     arch = load_arch("configs/ws8x8.yaml")
     arch = ArchSpec.model_validate({**arch.model_dump(), "vector_unit": {"lanes": lanes}})
     rng = np.random.default_rng(0)
@@ -64,7 +65,7 @@ def throughput_table(lanes: int, beats: int) -> Table:
         ops += [op] * beats
         last += [False] * (beats - 1) + [op in vn.REDUCTION_OPS]
     a = rng.integers(-32768, 32768, (len(ops), lanes))
-    run = run_vector_beats(arch, ops, a, np.zeros_like(a), last)
+    run = cosim.run("vector", VectorBeats(ops, a, np.zeros_like(a), last), arch).records[0]
     tab = Table(title=f"RTL vector unit, {lanes} lanes, results.ready held high (Verilator)")
     for col in ("ops", "elements", "cycles", "cycles / element", "ideal 1/lanes"):
         tab.add_column(col, justify="right")

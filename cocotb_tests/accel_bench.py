@@ -1,7 +1,11 @@
-"""cocotb 2.x bench: runs a Program on the Verilated accelerator top through its external memory.
+"""cocotb 2.x bench: runs a Program, or vector kernels, on the Verilated accelerator top through its
+external memory.
 
 Loaded *inside the simulator process* by cocotb. It reads a job folder (``$TILEWRIGHT_JOB``):
-``arch.yaml``, ``program/`` (a saved Program) and ``inputs.npz``. It compiles the Program with
+``arch.yaml``, ``job.json`` and either ``program/`` (a saved Program) and ``inputs.npz``, or
+(``job.json`` has ``kernels``) vector kernels.
+
+Program: it compiles the Program with
 :func:`tilewright.compiler.codegen.codegen`, loads the instruction words through the control port
 and runs every task in order: for a ``gemm`` task it writes the task's A/B blocks (the memory
 image of its segment) into the external-memory model, starts the controller at the segment's
@@ -9,6 +13,14 @@ entry, waits for ``done`` and reads C back from the external memory; other tasks
 functional model. It writes ``outputs.npz`` and ``cycles.json`` (per segment: cycles by the top's
 counter, which the bench asserts equal to the simulation time from ``start`` to ``busy`` low,
 and instructions retired).
+
+Kernels: ``job.json``'s ``kernels`` are batches of
+:class:`~tilewright.compiler.vector_codegen.VectorKernel` (each batch's code fits the instruction
+memory) and ``inputs.npz`` holds ``<kernel>_<i>``, raw Q8.8 operand ``i``. For each batch it
+compiles the kernels with :func:`~tilewright.compiler.vector_codegen.codegen_vector` and loads the
+code; for each kernel it writes its operands into the external-memory model, runs its segment
+and reads the result back. It writes ``outputs.npz`` (``<kernel>``: raw result; a scan's final
+state as ``<kernel>__state``) and ``cycles.json`` (per kernel: cycles, retired, read/write beats).
 
 External-memory model (:class:`ExtMemory`): always ready; a read request seen in cycle ``x``
 returns beat ``j`` in cycle ``x + L + j`` (``L = memory_latency_cycles(arch)``), one W-byte beat
@@ -23,15 +35,13 @@ from collections import deque
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import FallingEdge, RisingEdge, with_timeout
-from cocotb.utils import get_sim_time
+from cocotb.triggers import FallingEdge
 
+from tilewright.cocotb_tests.bench_io import reset, start_and_measure, start_clock
 from tilewright.compiler.codegen import codegen, memory_latency_cycles
-from tilewright.cosim.bench_util import gemm_tasks, load_program_job, save_outputs
+from tilewright.compiler.vector_codegen import VectorKernel, codegen_vector
+from tilewright.cosim.job import STATE_SUFFIX, Job, computed, gemm_tasks, load_job, save_results
 from tilewright.dataflow_sim.accel_timing import predict_segment
-
-CLOCK_PERIOD_NS = 10
 
 
 class ExtMemory:
@@ -81,17 +91,12 @@ class ExtMemory:
 class AccelDriver:
     """Host side of the control/status port."""
 
-    def __init__(self, dut):
-        self.dut = dut
+    def __init__(self, dut, arch):
+        self.dut, self.arch = dut, arch
 
     async def reset(self) -> None:
         d = self.dut
-        d.imem_wr_en.value, d.start.value, d.entry.value = 0, 0, 0
-        d.rst.value = 1
-        for _ in range(3):
-            await FallingEdge(d.clk)
-        d.rst.value = 0
-        await FallingEdge(d.clk)
+        await reset(d, d.imem_wr_en, d.start, d.entry)
 
     async def load_program(self, words) -> None:
         d = self.dut
@@ -104,50 +109,76 @@ class AccelDriver:
         """Start at ``entry``, wait for ``done`` (at most ``max_cycles``, a watchdog); return
         cycles (both measurements asserted equal), retired and error."""
         d = self.dut
-        d.entry.value, d.start.value = entry, 1
-        await RisingEdge(d.clk)
-        t_start = get_sim_time("ns")
-        await FallingEdge(d.clk)
-        d.start.value = 0
-        assert int(d.busy.value) == 1, "controller did not go busy after start"
-        await with_timeout(FallingEdge(d.busy), max_cycles * CLOCK_PERIOD_NS, "ns")
-        t_end = get_sim_time("ns")
-        await FallingEdge(d.clk)
-        by_time = round((t_end - t_start) / CLOCK_PERIOD_NS)
-        by_counter = int(d.cycles.value)
+        d.entry.value = entry
+        cycles = await start_and_measure(d, "controller", max_cycles)
         assert int(d.done.value) == 1, "busy dropped without done"
-        assert by_time == by_counter, f"cycle counter {by_counter} != measured {by_time}"
-        return {"cycles": by_counter, "retired": int(d.retired.value),
+        return {"cycles": cycles, "retired": int(d.retired.value),
                 "error": int(d.error.value), "pc": int(d.pc.value)}
 
 
 @cocotb.test()
 async def run_job(dut):
-    """Execute the job folder's Program; GEMMs on the accelerator top."""
-    job = load_program_job()
+    """Execute the job folder's Program (GEMMs on the accelerator top) or kernels."""
+    job = load_job()
+    start_clock(dut)
+    drv = AccelDriver(dut, job.arch)
+    await drv.reset()
+    mem = ExtMemory(dut, memory_latency_cycles(job.arch))
+    cocotb.start_soon(mem.serve())
+    if "kernels" in job.spec:
+        await _run_kernels(job, drv, mem)
+    else:
+        await _run_program(job, drv, mem)
+
+
+async def _run_segment(drv: AccelDriver, mem: ExtMemory, isa, seg, image: dict[int, int],
+                       name: str) -> dict:
+    """Store a segment's memory image, run it from its entry; its record (cycles, retired,
+    error, pc, read/write beats)."""
+    mem.words.update(image)
+    r0, w0 = mem.reads, mem.writes
+    # watchdog only (a hang fails instead of running forever): 4x the model's cycles
+    rec = await drv.run(seg.entry, 4 * predict_segment(isa, seg, drv.arch).cycles + 10_000)
+    assert rec["error"] == 0, f"{name}: controller stopped with error at pc {rec['pc']}"
+    rec.update(read_beats=mem.reads - r0, write_beats=mem.writes - w0)
+    return rec
+
+
+async def _run_program(job: Job, drv: AccelDriver, mem: ExtMemory) -> None:
     arch = job.arch
     isa = codegen(job.program, arch)
-    cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
-    drv = AccelDriver(dut)
-    await drv.reset()
-    mem = ExtMemory(dut, memory_latency_cycles(arch))
-    cocotb.start_soon(mem.serve())
     await drv.load_program(isa.words)
     env = job.env
     records = []
     for task in gemm_tasks(job, env):
         seg = isa.segment(task.name)
-        mem.words.update(isa.image(arch, seg, np.asarray(env[task.a]), np.asarray(env[task.b])))
-        r0, w0 = mem.reads, mem.writes
         t0 = time.perf_counter()
-        # watchdog only (a hang fails instead of running forever): 4x the model's cycles
-        watchdog = 4 * predict_segment(isa, seg, arch).cycles + 10_000
-        rec = await drv.run(seg.entry, watchdog)
+        rec = await _run_segment(drv, mem, isa, seg, isa.image(arch, seg, np.asarray(env[task.a]),
+                                                                 np.asarray(env[task.b])),
+                                 f"task {task.name}")
         rec.update(task=task.name, m=task.m, k=task.k, n=task.n, tiles=len(seg.tiles),
-                   read_beats=mem.reads - r0, write_beats=mem.writes - w0,
                    run_seconds=time.perf_counter() - t0)
-        assert rec["error"] == 0, \
-            f"task {task.name}: controller stopped with error at pc {rec['pc']}"
         env[task.out] = isa.c_result(arch, seg, mem.read)
         records.append(rec)
-    save_outputs(job, env, cycles=records)
+    save_results(job, computed(job.program, job.inputs, env), cycles=records)
+
+
+async def _run_kernels(job: Job, drv: AccelDriver, mem: ExtMemory) -> None:
+    arch = job.arch
+    outputs, records = {}, []
+    for batch in job.spec["kernels"]:
+        kernels = [VectorKernel(k["name"], k["kind"], k["op"], tuple(k["shape"])) for k in batch]
+        isa = codegen_vector(arch, kernels)
+        await drv.load_program(isa.words)
+        for k in kernels:
+            seg = isa.segment(k.name)
+            image = seg.image(arch, *[job.inputs[f"{k.name}_{i}"] for i in range(k.operands)])
+            rec = await _run_segment(drv, mem, isa, seg, image, f"kernel {k.name}")
+            rec.update(task=k.name)
+            res = seg.result(arch, mem.read)
+            if k.kind == "scan":                         # (y, final state)
+                outputs[k.name], outputs[k.name + STATE_SUFFIX] = res
+            else:
+                outputs[k.name] = res
+            records.append(rec)
+    save_results(job, outputs, cycles=records)

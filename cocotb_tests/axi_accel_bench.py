@@ -26,18 +26,17 @@ from __future__ import annotations
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge, with_timeout
 from cocotbext.axi import AxiBus, AxiRam
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import codegen
+from tilewright.cocotb_tests.bench_io import CLOCK_PERIOD_NS, start_clock
 from tilewright.cocotb_tests.axil_host import AxiLiteHost, add_random_pauses, channels, quiet
-from tilewright.cosim.bench_util import gemm_tasks, load_program_job, save_outputs
+from tilewright.cosim.job import computed, gemm_tasks, load_job, save_results
 from tilewright.dataflow_sim.accel_timing import predict_segment
 from tilewright.rtl.axi_accel_top import IMEM_BASE, STATUS_BITS, AxiAccelMap
 
-CLOCK_PERIOD_NS = 10
 BUSY, DONE = 1 << STATUS_BITS["BUSY"], 1 << STATUS_BITS["DONE"]
 
 
@@ -118,10 +117,10 @@ class AxiAccelDriver(AxiLiteHost):
 @cocotb.test()
 async def run_job(dut):
     """Execute the job folder's Program through the AXI ports, then its raw runs and probes."""
-    job = load_program_job()
+    job = load_job()
     arch, spec = job.arch, job.spec
     isa = codegen(job.program, arch)
-    cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
+    start_clock(dut)
     drv = AxiAccelDriver(dut, arch, spec.get("pause_seed"))
     counter = AxiCounter(dut)
     await drv.reset()
@@ -148,4 +147,5 @@ async def run_job(dut):
         await drv.load_words({int(i): int(w) for i, w in run["words"].items()})
         raw.append(await drv.run(int(run["entry"]), 10_000))
     probes = await drv.probe_groups(spec.get("probes", []))
-    save_outputs(job, env, cycles=records, raw_runs=raw, probes=probes)
+    save_results(job, computed(job.program, job.inputs, env), cycles=records, raw_runs=raw,
+                 probes=probes)

@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, RisingEdge
 from cocotb.utils import get_sim_time
 
 from tilewright.arch import ArchSpec
+from tilewright.cocotb_tests.bench_io import CLOCK_PERIOD_NS, start_clock
 from tilewright.cocotb_tests.axil_host import AxiLiteHost
-from tilewright.cosim.bench_util import gemm_tasks, load_program_job, save_outputs
+from tilewright.cosim.job import computed, gemm_tasks, load_job, save_results
 from tilewright.cosim.gemm_commands import GemmCommand
 from tilewright.rtl.axi_gemm_top import AxiGemmMap
 
-CLOCK_PERIOD_NS = 10
 #: STATUS bits
 BUSY, DONE = 1, 2
 
@@ -93,9 +92,9 @@ class AxiGemmDriver(AxiLiteHost):
 @cocotb.test()
 async def run_job(dut):
     """Execute the job folder's Program through the AXI4-Lite port, then its probes."""
-    job = load_program_job()
+    job = load_job()
     spec = job.spec
-    cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
+    start_clock(dut)
     drv = AxiGemmDriver(dut, job.arch, spec.get("pause_seed"))
     await drv.reset()
     env = job.env
@@ -106,4 +105,4 @@ async def run_job(dut):
         records.append({"task": task.name, "m": task.m, "k": task.k, "n": task.n,
                         "cycles": cycles, "bus_cycles": bus_cycles})
     probes = await drv.probe_groups(spec.get("probes", []))
-    save_outputs(job, env, cycles=records, probes=probes)
+    save_results(job, computed(job.program, job.inputs, env), cycles=records, probes=probes)

@@ -1,7 +1,7 @@
 """cocotb 2.x bench for the tile-MAC tensor engines: stream GEMM beats in, collect tiles and cycles.
 
 Loaded *inside the simulator process* by cocotb. Reads ``job.json`` from the folder in
-``$TILEWRIGHT_JOB`` (written by :func:`tilewright.cosim.engine_run.run_engine_gemms`): ``jobs``, a
+``$TILEWRIGHT_JOB`` (written by :func:`tilewright.cosim.engine_jobs.prepare_engine`): ``jobs``, a
 list of ``{"beats": [ops_in payloads (ints)], "expected_outputs": int, "max_cycles": int}``. Each
 job's beats go in back to back, one per cycle; the bench then waits for the job's output tiles
 and two idle cycles before the next job. Writes ``results.json``: per job the ``c_out`` payloads
@@ -14,15 +14,12 @@ the bench waits for the values to settle (``ReadOnly``) and samples ``c_out`` fo
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-CLOCK_PERIOD_NS = 10
+from tilewright.cocotb_tests.bench_io import reset, start_clock
+from tilewright.cosim.job import load_job, save_results
 
 
 async def _run_job(dut, job: dict) -> dict:
@@ -55,16 +52,8 @@ async def _run_job(dut, job: dict) -> dict:
 
 @cocotb.test()
 async def engine_gemms(dut) -> None:
-    folder = Path(os.environ["TILEWRIGHT_JOB"])
-    jobs = json.loads((folder / "job.json").read_text())["jobs"]
-    cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
-    dut.ops_in__valid.value = 0
-    dut.ops_in__payload.value = 0
+    job = load_job()
+    start_clock(dut)
     dut.c_out__ready.value = 1
-    dut.rst.value = 1
-    for _ in range(3):
-        await FallingEdge(dut.clk)
-    dut.rst.value = 0
-    await FallingEdge(dut.clk)
-    results = [await _run_job(dut, job) for job in jobs]
-    (folder / "results.json").write_text(json.dumps({"jobs": results}))
+    await reset(dut, dut.ops_in__valid, dut.ops_in__payload)
+    save_results(job, results=[await _run_job(dut, j) for j in job.spec["jobs"]])

@@ -1,7 +1,7 @@
 """cocotb 2.x bench for the scan unit: stream sequences through it, collect h, count cycles.
 
-Loaded *inside the simulator process* by cocotb. Reads ``jobs.json`` from the folder in
-``$TILEWRIGHT_JOB`` (written by :func:`tilewright.cosim.scan_run.run_scan_jobs`):
+Loaded *inside the simulator process* by cocotb. Reads ``job.json`` from the folder in
+``$TILEWRIGHT_JOB`` (written by :func:`tilewright.cosim.scan_jobs.prepare_scan`):
 ``{"params": {lanes, a_bits, h_bits, frac_bits}, "jobs": [...]}``, each job
 ``{"mode": "stream" | "random", "seed": int, "beats": [[a_word, b_word, c_word, first, h0_word],
 ...]}`` with the lane vectors already packed into port words (lane 0 in the LSBs). It writes
@@ -18,16 +18,13 @@ read in the settled (read-only) phase after it, i.e. for the next rising edge.
 
 from __future__ import annotations
 
-import json
-import os
 import random
-from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-CLOCK_PERIOD_NS = 10
+from tilewright.cocotb_tests.bench_io import reset, start_clock
+from tilewright.cosim.job import load_job, save_results
 
 
 def _payload(a_word: int, b_word: int, c_word: int, first: int, params: dict) -> int:
@@ -35,16 +32,6 @@ def _payload(a_word: int, b_word: int, c_word: int, first: int, params: dict) ->
     abits = params["lanes"] * params["a_bits"]
     hbits = params["lanes"] * params["h_bits"]
     return a_word | (b_word << abits) | (c_word << (abits + hbits)) | (first << (abits + 2 * hbits))
-
-
-async def _reset(dut) -> None:
-    dut.s_in__valid.value = 0
-    dut.h_out__ready.value = 0
-    dut.rst.value = 1
-    for _ in range(3):
-        await FallingEdge(dut.clk)
-    dut.rst.value = 0
-    await FallingEdge(dut.clk)
 
 
 async def _run_job(dut, job: dict, params: dict) -> dict:
@@ -88,10 +75,9 @@ async def _run_job(dut, job: dict, params: dict) -> dict:
 
 @cocotb.test()
 async def run_scan_jobs(dut):
-    """Run every job of ``jobs.json`` through the scan unit."""
-    folder = Path(os.environ["TILEWRIGHT_JOB"])
-    spec = json.loads((folder / "jobs.json").read_text())
-    cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
-    await _reset(dut)
-    results = [await _run_job(dut, job, spec["params"]) for job in spec["jobs"]]
-    (folder / "results.json").write_text(json.dumps(results))
+    """Run every job of ``job.json`` through the scan unit."""
+    job = load_job()
+    start_clock(dut)
+    await reset(dut, dut.s_in__valid, dut.h_out__ready)
+    save_results(job, results=[await _run_job(dut, j, job.spec["params"])
+                               for j in job.spec["jobs"]])

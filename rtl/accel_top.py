@@ -61,16 +61,12 @@ from tilewright.rtl.gemm_core import GemmCore
 from tilewright.rtl.tile_core import TileCore
 from tilewright.rtl.vector_engine import VectorEngine
 
-__all__ = ["AccelTop", "ACCEL_TOP_NAME", "ACCEL_GENERATOR_VERSION", "ACCEL_SOURCES",
-           "write_accel_rtl", "write_accel_top"]
+__all__ = ["AccelTop", "ACCEL_TOP_NAME", "ACCEL_GENERATOR_VERSION", "write_accel_rtl",
+           "write_accel_top"]
 
 ACCEL_TOP_NAME = "tw_accel"
 #: bump when the top's behaviour or ports change
 ACCEL_GENERATOR_VERSION = "0.2.0"
-#: the rtl generator files the top's Verilog comes from (build-cache key)
-ACCEL_SOURCES = ("systolic.py", "gemm_core.py", "dma.py", "controller.py", "accel_top.py",
-                 "vector_unit.py", "scan_unit.py", "vector_engine.py", "tile_core.py", "cube.py",
-                 "adder_tree.py", "outer_product.py", "engine_top.py")
 
 _HOST = ("imem_wr_en", "imem_wr_addr", "imem_wr_data", "start", "entry")
 _STATUS = ("busy", "done", "error", "pc", "cycles", "retired")

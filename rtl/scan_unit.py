@@ -46,12 +46,15 @@ from __future__ import annotations
 
 from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.back import verilog
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ScanUnit", "scan_cycles", "SCAN_GENERATOR_VERSION"]
+from tilewright.rtl.emit import write_verilog
 
-#: bumped on any change of the scan unit's ports or behaviour (part of the build cache key)
-SCAN_GENERATOR_VERSION = "0.2.0"
+__all__ = ["ScanUnit", "scan_cycles", "SCAN_TOP_NAME", "write_scan_rtl"]
+
+#: name of the generated top-level Verilog module
+SCAN_TOP_NAME = "tw_scan_unit"
 
 
 def scan_cycles(steps: int) -> int:
@@ -156,3 +159,11 @@ class ScanUnit(wiring.Component):
             m.d.sync += self.h_out.valid.eq(0)
         m.d.comb += out.y.eq(self._y(m, c_reg, [out.h[i] for i in range(self._lanes)]))
         return m
+
+
+def write_scan_rtl(out_dir, *, lanes: int, a_bits: int, h_bits: int, frac_bits: int):
+    """Write ``<SCAN_TOP_NAME>.v`` of a :class:`ScanUnit` to ``out_dir`` (atomically); return its
+    path."""
+    unit = ScanUnit(lanes=lanes, a_bits=a_bits, h_bits=h_bits, frac_bits=frac_bits)
+    return write_verilog(out_dir, SCAN_TOP_NAME, verilog.convert(unit, name=SCAN_TOP_NAME,
+                                                                 emit_src=False))

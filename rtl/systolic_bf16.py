@@ -45,14 +45,12 @@ from tilewright.rtl.gemm_core import _CoreShape, core_ports, memories, run_state
 from tilewright.rtl.systolic import _check_dims, _PEArray, ws_array
 
 __all__ = ["Bf16WeightStationaryArray", "Bf16GemmCore", "bf16_gemm_cycles",
-           "generate_bf16_verilog", "BF16_TOP_NAME", "BF16_GENERATOR_VERSION",
+           "generate_bf16_verilog", "BF16_TOP_NAME",
            "ELEMENT_BITS", "ACC_BITS"]
 
 ELEMENT_BITS = bits_of("bf16")  #: bits of an element (bf16 pattern)
 ACC_BITS = bits_of("fp32")      #: bits of a psum / accumulator word lane (fp32 pattern)
 BF16_TOP_NAME = "tw_bf16_gemm_core"
-#: bump when the generated hardware's behaviour or ports change
-BF16_GENERATOR_VERSION = "0.1.0"
 
 
 def _check_int(name: str, v, lo: int, hi: int) -> None:

@@ -100,17 +100,17 @@ def test_cycle_count_by_hand_tiny_gemm():
 @pytest.mark.verilator
 @pytest.mark.parametrize("kind", list(ARCHS))
 def test_accel_engine_gemms_bit_exact_cycle_exact(kind):
-    from tilewright.cosim.accel_build import lint_accel
-    from tilewright.cosim.accel_run import run_program_accel
+    from tilewright.cosim.verilator import lint
+    from tilewright.cosim import sim as cosim
     arch = ARCHS[kind]
     prog, inputs = gemm_suite(arch, SHAPES, seed=11)
-    run = run_program_accel(prog, inputs, arch)
+    run = cosim.run("accel", prog, arch, inputs=inputs)
     multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
     assert multi_tile >= 3 and k_split == 2
     if kind == "cube":       # the RTL agrees with the hand count too
-        assert run.segments[0]["task"].endswith("tiny") and run.segments[0]["cycles"] == HAND_CYCLES
+        assert run.records[0]["task"].endswith("tiny") and run.records[0]["cycles"] == HAND_CYCLES
     assert all(row["equal"] for row in run.comparison(arch))
-    ok, out = lint_accel(run.build)
+    ok, out = lint(run.build)
     assert ok, out[-3000:]
 
 
@@ -152,13 +152,12 @@ def test_fast_driver_runs_tile_mac_tops_unchanged():
     """The C++ fast driver on the outer-product top: the same outputs, cycles, instructions and
     beats as the cocotb bench, cycles equal to the model."""
     from tests.test_accel_fast import _SAME
-    from tilewright.cosim.accel_fast import run_program_accel_fast
-    from tilewright.cosim.accel_run import run_program_accel
+    from tilewright.cosim import sim as cosim
     arch = ARCHS["outer_product"]
     prog, inputs = gemm_suite(arch, SHAPES, seed=5)
-    fast = run_program_accel_fast(prog, inputs, arch)
-    slow = run_program_accel(prog, inputs, arch)
-    for task, f, s in zip(prog.gemms(), fast.segments, slow.segments):
+    fast = cosim.run("accel", prog, arch, driver="fast", inputs=inputs)
+    slow = cosim.run("accel", prog, arch, inputs=inputs)
+    for task, f, s in zip(prog.gemms(), fast.records, slow.records):
         assert np.array_equal(fast.outputs[task.out], _exact(inputs[task.a], inputs[task.b]))
         assert np.array_equal(fast.outputs[task.out], slow.outputs[task.out])
         assert {k: f[k] for k in _SAME} == {k: s[k] for k in _SAME}, task.name

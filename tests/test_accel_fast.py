@@ -24,15 +24,14 @@ _SAME = ("task", "m", "k", "n", "tiles", "cycles", "retired", "read_beats", "wri
 
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_fast_driver_equals_cocotb_bench_and_model(name):
-    from tilewright.cosim.accel_fast import run_program_accel_fast
-    from tilewright.cosim.accel_run import run_program_accel
+    from tilewright.cosim import sim as cosim
     arch = ARCHS[name]
     prog, inputs = gemm_suite(arch, SHAPES, seed=7)
-    fast = run_program_accel_fast(prog, inputs, arch)
-    slow = run_program_accel(prog, inputs, arch)
+    fast = cosim.run("accel", prog, arch, driver="fast", inputs=inputs)
+    slow = cosim.run("accel", prog, arch, inputs=inputs)
     assert set(fast.outputs) == set(slow.outputs)
-    assert len(fast.segments) == len(slow.segments) == len(prog.gemms())
-    for task, f, s in zip(prog.gemms(), fast.segments, slow.segments):
+    assert len(fast.records) == len(slow.records) == len(prog.gemms())
+    for task, f, s in zip(prog.gemms(), fast.records, slow.records):
         exact = _exact(inputs[task.a], inputs[task.b])
         assert np.array_equal(fast.outputs[task.out], slow.outputs[task.out]), task.name
         assert np.array_equal(fast.outputs[task.out], exact), task.name
@@ -54,11 +53,11 @@ def _ws16() -> ArchSpec:
 def test_fast_driver_large_gemm_on_16x16():
     """256^3 on a 16x16 WS top (64 KiB memories: the GEMM is tiled), fast driver only; the
     build of the 16x16 top with its driver takes well under a minute."""
-    from tilewright.cosim.accel_fast import run_program_accel_fast
+    from tilewright.cosim import sim as cosim
     arch = _ws16()
     prog, inputs = gemm_suite(arch, [(256, 256, 256, "random")], seed=3)
-    run = run_program_accel_fast(prog, inputs, arch)
-    (task,), (rec,) = prog.gemms(), run.segments
+    run = cosim.run("accel", prog, arch, driver="fast", inputs=inputs)
+    (task,), (rec,) = prog.gemms(), run.records
     assert np.array_equal(run.outputs[task.out], _exact(inputs[task.a], inputs[task.b]))
     seg = run.isa.segment(task.name)
     pred = predict_segment(run.isa, seg, arch)
@@ -75,12 +74,13 @@ def test_fast_driver_keeps_streams_and_reports_driver_errors(tmp_path):
     import subprocess
 
     from tilewright.compiler.codegen import beat_bytes
-    from tilewright.cosim.accel_fast import (build_accel_fast, read_result,
-                                             run_program_accel_fast)
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.accel_commands import read_result
+    from tilewright.cosim.build import build
     arch = ARCHS["ws-narrow"]
     prog, inputs = gemm_suite(arch, SHAPES[:2], seed=1)
-    run_program_accel_fast(prog, inputs, arch, keep_dir=tmp_path)
-    exe = build_accel_fast(arch).executable
+    cosim.run("accel", prog, arch, driver="fast", inputs=inputs, keep_dir=tmp_path)
+    exe = build("accel", arch, driver="fast").executable
     replay = subprocess.run([str(exe), str(tmp_path / "commands.bin"), "-"], capture_output=True)
     assert replay.returncode == 0, replay.stderr
     def records(data: bytes) -> list[dict]:

@@ -47,7 +47,7 @@ def check_gemm_segments(prog, inputs, run, arch) -> tuple[int, int]:
     Returns (multi-tile segments, K-split segments)."""
     multi_tile = k_split = 0
     r = beats_per_word(arch)
-    for task, rec in zip(prog.gemms(), run.segments, strict=True):
+    for task, rec in zip(prog.gemms(), run.records, strict=True):
         assert rec["task"] == task.name
         assert np.array_equal(run.outputs[task.out], _exact(inputs[task.a], inputs[task.b])), \
             task.name
@@ -66,24 +66,24 @@ def check_gemm_segments(prog, inputs, run, arch) -> tuple[int, int]:
 
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_accel_gemms_bit_exact_cycle_exact_and_overlapped(name):
-    from tilewright.cosim.accel_build import lint_accel
-    from tilewright.cosim.accel_run import run_program_accel
+    from tilewright.cosim.verilator import lint
+    from tilewright.cosim import sim as cosim
     arch = ARCHS[name]
     if name == "ws-narrow":
         assert beats_per_word(arch) == {"a": 2, "b": 2, "c": 8}
     else:
         assert beats_per_word(arch) == {"a": 1, "b": 1, "c": 1}
     prog, inputs = gemm_suite(arch, SHAPES, seed=7)
-    run = run_program_accel(prog, inputs, arch)
+    run = cosim.run("accel", prog, arch, inputs=inputs)
     multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
-    for task, rec in zip(prog.gemms(), run.segments):
+    for task, rec in zip(prog.gemms(), run.records):
         seg = run.isa.segment(task.name)
         pred = predict_segment(run.isa, seg, arch)
         if len(seg.tiles) > 1:
             # double buffering: DMA and GEMM overlap, so the run beats the serial sum
             assert rec["cycles"] < pred.gemm_cycles + pred.dma_cycles, task.name
     assert multi_tile >= 2 and k_split == 2
-    ok, out = lint_accel(run.build)
+    ok, out = lint(run.build)
     assert ok, out[-3000:]
 
 
@@ -91,7 +91,7 @@ def test_accel_runs_compiled_mlp_like_the_functional_model():
     """mlp-tiny compiled for the narrow-port WS top: its GEMMs consume vector tasks' outputs
     (requantize on the host between segments); every tensor equals the functional model."""
     from tilewright.compiler import compile_model
-    from tilewright.cosim.accel_run import run_program_accel
+    from tilewright.cosim import sim as cosim
     from tilewright.dataflow_sim.functional import run_program
     from tilewright.models.configs import build
     arch = ARCHS["ws-narrow"]
@@ -99,10 +99,10 @@ def test_accel_runs_compiled_mlp_like_the_functional_model():
     program = compile_model(module, x, arch)
     x8 = np.clip(np.round(x.numpy() / program.meta["input_scale"]), -128, 127).astype(np.int8)
     func = run_program(program, {"x": x8})
-    run = run_program_accel(program, {"x": x8}, arch)
+    run = cosim.run("accel", program, arch, inputs={"x": x8})
     gemms = program.gemms()
-    assert len(gemms) >= 2 and len(run.segments) == len(gemms)
-    for g, rec in zip(gemms, run.segments):
+    assert len(gemms) >= 2 and len(run.records) == len(gemms)
+    for g, rec in zip(gemms, run.records):
         assert np.array_equal(run.outputs[g.out], func[g.out]), g.name
         assert rec["cycles"] == predict_segment(run.isa, run.isa.segment(g.name), arch).cycles
     out = program.outputs[0]

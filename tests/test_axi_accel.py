@@ -184,7 +184,7 @@ def test_master_bridge_read_bursts_wide_beats():
 # ---- Verilator: one build, two runs -------------------------------------------------------------
 @pytest.fixture(scope="module")
 def suite_run():
-    from tilewright.cosim.axi_accel_run import run_program_axi_accel
+    from tilewright.cosim import sim as cosim
     mp = AxiAccelMap.for_arch(ARCH)
     prog, inputs = gemm_suite(ARCH, SHAPES, seed=11)
     probes = [[{"op": "read", "addr": mp.reg(n), "data": 0}]
@@ -197,21 +197,21 @@ def suite_run():
                [{"op": "write", "addr": mp.reg("ENTRY"), "data": 0x3FF},
                 {"op": "read", "addr": mp.reg("IRQ_EN"), "data": 0}],
                [{"op": "read", "addr": mp.reg("ENTRY"), "data": 0}]]
-    run = run_program_axi_accel(prog, inputs, ARCH, probes=probes,
-                                raw_runs=[{"words": {BAD_AT: BAD_WORD}, "entry": BAD_AT}])
+    run = cosim.run("axi-accel", prog, ARCH, inputs=inputs, probes=probes,
+                    raw_runs=[{"words": {BAD_AT: BAD_WORD}, "entry": BAD_AT}])
     return prog, inputs, run
 
 
 def test_gemms_through_the_bus_bit_exact_and_cycle_exact(suite_run):
-    from tilewright.cosim.axi_accel_build import lint_axi_accel
-    from tilewright.cosim.axi_accel_run import AXI_RAM_READ_LATENCY
+    from tilewright.cosim.verilator import lint
+    from tilewright.cosim.program_jobs import AXI_RAM_READ_LATENCY
     prog, inputs, run = suite_run
     assert memory_latency_cycles(ARCH) == AXI_RAM_READ_LATENCY == 3
     w = AxiAccelMap.for_arch(ARCH).data_bytes
     r = beats_per_word(ARCH)
     assert r == {"a": 1, "b": 1, "c": 4}
     split = 0
-    for task, rec in zip(prog.gemms(), run.segments, strict=True):
+    for task, rec in zip(prog.gemms(), run.records, strict=True):
         assert rec["task"] == task.name and rec["status"] == DONE
         assert np.array_equal(run.outputs[task.out], _exact(inputs[task.a], inputs[task.b])), \
             task.name
@@ -231,7 +231,7 @@ def test_gemms_through_the_bus_bit_exact_and_cycle_exact(suite_run):
         got = {k: rec[f"axi_{k}"] for k in want}
         assert got == want and rec["axi_b"] == want["aw"], task.name
     assert split >= 1, "no transfer crossed a 4 KiB boundary: the burst split went untested"
-    ok, out = lint_axi_accel(run.build)
+    ok, out = lint(run.build)
     assert ok, out[-3000:]
 
 
@@ -258,35 +258,35 @@ def test_back_pressure_keeps_results_exact_and_only_adds_cycles():
     """Random pauses on every AxiRam channel (late AWREADY/WREADY/ARREADY, held-back R and B):
     results stay bit-exact and, as the accelerator's schedule is a max-plus recurrence that only
     grows when a transfer takes longer, CYCLES is at least the always-ready model's."""
-    from tilewright.cosim.axi_accel_run import run_program_axi_accel
+    from tilewright.cosim import sim as cosim
     prog, inputs = gemm_suite(ARCH, [(7, 9, 6, "ragged"), (29, 11, 23, "random"),
                                      (6, 300, 7, "ksplit")], seed=5)
-    run = run_program_axi_accel(prog, inputs, ARCH, pause_seed=3)
+    run = cosim.run("axi-accel", prog, ARCH, inputs=inputs, pause_seed=3)
     slower = 0
-    for task, rec in zip(prog.gemms(), run.segments, strict=True):
+    for task, rec in zip(prog.gemms(), run.records, strict=True):
         assert rec["status"] == DONE
         assert np.array_equal(run.outputs[task.out], _exact(inputs[task.a], inputs[task.b])), \
             task.name
         model = predict_segment(run.isa, run.isa.segment(task.name), ARCH).cycles
         assert rec["cycles"] >= model, task.name
         slower += rec["cycles"] > model
-    assert slower == len(run.segments)          # the pauses did reach the DMA
+    assert slower == len(run.records)          # the pauses did reach the DMA
 
 
 def test_compiled_mlp_through_the_bus_like_the_functional_model():
     """mlp-tiny compiled for the top: its GEMMs consume vector tasks' outputs (requantize on
     the host between segments); every tensor equals the functional model."""
     from tilewright.compiler import compile_model
-    from tilewright.cosim.axi_accel_run import run_program_axi_accel
+    from tilewright.cosim import sim as cosim
     from tilewright.dataflow_sim.functional import run_program
     from tilewright.models.configs import build
     module, x = build("mlp-tiny", seed=0)
     program = compile_model(module, x, ARCH)
     x8 = np.clip(np.round(x.numpy() / program.meta["input_scale"]), -128, 127).astype(np.int8)
     func = run_program(program, {"x": x8})
-    run = run_program_axi_accel(program, {"x": x8}, ARCH)
+    run = cosim.run("axi-accel", program, ARCH, inputs={"x": x8})
     gemms = program.gemms()
-    assert len(gemms) >= 2 and len(run.segments) == len(gemms)
+    assert len(gemms) >= 2 and len(run.records) == len(gemms)
     for g in gemms:
         assert np.array_equal(run.outputs[g.out], func[g.out]), g.name
     out = program.outputs[0]

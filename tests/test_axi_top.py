@@ -350,18 +350,19 @@ def _suite_probes(mp: AxiGemmMap) -> list[list[dict]]:
 
 @pytest.mark.verilator
 def test_gemm_suite_through_the_bus_with_pauses():
-    from tilewright.cosim.axi_run import run_program_axi
+    from tilewright.cosim import sim as cosim
     from tilewright.cosim.suites import gemm_suite
 
     arch = default_arch()
     mp = AxiGemmMap.for_arch(arch)
     program, inputs = gemm_suite(arch, seed=11)
-    run = run_program_axi(program, inputs, arch, probes=_suite_probes(mp), pause_seed=3)
-    from tilewright.cosim.axi_build import lint_axi_top
-    clean, log = lint_axi_top(run.build)
+    run = cosim.run("axi-core", program, arch, inputs=inputs, probes=_suite_probes(mp),
+                    pause_seed=3)
+    from tilewright.cosim.verilator import lint
+    clean, log = lint(run.build)
     assert clean, f"verilator lint:\n{log[-3000:]}"
-    assert [r["task"] for r in run.gemm_cycles] == [t.name for t in program.gemms()]
-    for task, rec in zip(program.gemms(), run.gemm_cycles):
+    assert [r["task"] for r in run.records] == [t.name for t in program.gemms()]
+    for task, rec in zip(program.gemms(), run.records):
         a, b = inputs[task.a], inputs[task.b]
         np.testing.assert_array_equal(run.outputs[task.out], _np_ref(a, b), err_msg=task.name)
         np.testing.assert_array_equal(run.outputs[task.out], gemm_int8(a, b), err_msg=task.name)
@@ -388,7 +389,7 @@ def test_mlp_program_through_the_bus():
     """Every GEMM of the demo's compiled mlp-tiny Program, over AXI; bit-exact with the
     functional model and numpy, cycles equal to the closed form."""
     from tilewright.compiler import compile_model
-    from tilewright.cosim.axi_run import run_program_axi
+    from tilewright.cosim import sim as cosim
     from tilewright.dataflow_sim.functional import run_program
     from tilewright.models.configs import build
 
@@ -397,7 +398,8 @@ def test_mlp_program_through_the_bus():
     program = compile_model(module, x, arch)
     x_int8 = np.clip(np.round(x.numpy() / program.meta["input_scale"]), -128, 127).astype(np.int8)
     func = run_program(program, {"x": x_int8})
-    outputs, cycles = run_program_axi(program, {"x": x_int8}, arch)
+    sim = cosim.run("axi-core", program, arch, inputs={"x": x_int8})
+    outputs, cycles = sim.outputs, sim.records
     gemms = program.gemms()
     assert len(gemms) == 3 and len(cycles) == 3
     env = {**program.constants, "x": x_int8, **func}

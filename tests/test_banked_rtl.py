@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from tilewright.arch import ArchSpec, default_arch
-from tilewright.cosim.accel_run import run_program_accel
-from tilewright.cosim.run import run_program_rtl
+from tilewright.cosim import sim as cosim
 from tilewright.cosim.suites import gemm_suite
 from tilewright.dataflow_sim.accel_timing import predict_segment
 from tilewright.dataflow_sim.cycle import gemm_report
@@ -47,9 +46,9 @@ def test_verilog_has_the_banks():
 def test_banked_core_bit_exact_and_cycle_exact(df, sp, acc):
     arch = _arch(df, sp, acc, kib=16)     # the core holds whole operands
     prog, inputs = gemm_suite(arch, SHAPES, seed=11)
-    run = run_program_rtl(prog, inputs, arch)
+    run = cosim.run("core", prog, arch, inputs=inputs)
     model = gemm_report(prog, arch)["cycles"].tolist()
-    for i, rec in enumerate(run.gemm_cycles):
+    for i, rec in enumerate(run.records):
         np.testing.assert_array_equal(run.outputs[f"c{i}"],
                                       _exact(inputs[f"a{i}"], inputs[f"b{i}"]))
         assert rec["cycles"] == model[i], (rec, model[i])
@@ -58,8 +57,8 @@ def test_banked_core_bit_exact_and_cycle_exact(df, sp, acc):
 def test_banked_accelerator_top_cycle_exact():
     arch = _arch("ws", 2, 4, offchip={"bandwidth_gbps": 2.0, "latency_ns": 20.0})
     prog, inputs = gemm_suite(arch, SHAPES[:4], seed=5)
-    run = run_program_accel(prog, inputs, arch)
-    for i, rec in enumerate(run.segments):
+    run = cosim.run("accel", prog, arch, inputs=inputs)
+    for i, rec in enumerate(run.records):
         np.testing.assert_array_equal(run.outputs[f"c{i}"],
                                       _exact(inputs[f"a{i}"], inputs[f"b{i}"]))
         assert rec["cycles"] == predict_segment(run.isa, run.isa.segment(rec["task"]),

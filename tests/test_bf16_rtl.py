@@ -19,7 +19,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from tilewright.arch import ArchSpec, load_arch
-from tilewright.cosim.bf16_run import bf16_codes, bf16_gemm_words, c_from_acc_words
+from tilewright.cosim.bf16_jobs import bf16_codes, bf16_gemm_words, c_from_acc_words
 from tilewright.dataflow_sim import numerics
 from tilewright.dataflow_sim.cycle import gemm_cycles
 from tilewright.rtl.systolic_bf16 import (Bf16GemmCore, Bf16WeightStationaryArray,
@@ -166,10 +166,11 @@ def _gemm_set(rng) -> list[tuple[str, np.ndarray, np.ndarray]]:
 
 
 def test_rtl_bf16_core_bit_exact_and_cycle_exact():
-    from tilewright.cosim.bf16_run import run_bf16_gemms
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.bf16_jobs import Bf16Params
     rows = cols = 4
     gemms = _gemm_set(np.random.default_rng(5))
-    runs = run_bf16_gemms(rows, cols, [(a, b) for _, a, b in gemms])
+    runs = cosim.run("bf16-core", [(a, b) for _, a, b in gemms], Bf16Params(rows, cols)).records
     arch = _bf16_arch(rows, cols)
     for (what, a, b), run in zip(gemms, runs):
         (m, k), n = a.shape, b.shape[1]
@@ -191,8 +192,8 @@ def test_rtl_bf16_core_bit_exact_and_cycle_exact():
 
 
 def test_rtl_bf16_core_lint_clean_with_the_documented_waivers():
-    from tilewright.cosim.bf16_build import build_bf16_core
-    from tilewright.cosim.verilator import lint_verilog
-    build = build_bf16_core(4, 4, 256)                  # the build the test above made
-    ok, out = lint_verilog(build.verilog, build.top)
+    from tilewright.cosim.bf16_jobs import Bf16Params
+    from tilewright.cosim.build import build
+    from tilewright.cosim.verilator import lint
+    ok, out = lint(build("bf16-core", Bf16Params(4, 4, 256)))   # the build the test above made
     assert ok, out[-2000:]

@@ -258,14 +258,15 @@ def test_rtl_cube_from_archspec_matches_cycle_model():
     """One Verilator run (the 2x4x2 cube build tests/test_engines_rtl.py also uses, cached):
     the ArchSpec's (rows, depth, cols) reach the RTL as (Tm, Tk, Tn), and the RTL's cycles and
     results equal the cycle model and numpy."""
-    from tilewright.cosim.engine_run import run_engine_gemms
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.engine_jobs import EngineParams
 
     arch = _arch({"kind": "cube", "rows": 2, "depth": 4, "cols": 2})
     te = arch.tensor_engine
     rng = np.random.default_rng(4)
     gemms = [(rng.integers(-128, 128, (m, k), dtype=np.int8),
               rng.integers(-128, 128, (k, n), dtype=np.int8)) for m, k, n in ((5, 9, 3), (2, 4, 2))]
-    runs = run_engine_gemms(te.kind, te.engine_params, gemms)
+    runs = cosim.run("engine", gemms, EngineParams.of(te.kind, te.engine_params)).records
     for (a, b), run in zip(gemms, runs):
         m, k, n = a.shape[0], a.shape[1], b.shape[1]
         assert run.cycles == gemm_cycles(arch, m, k, n).cycles == _closed_form((2, 4, 2), m, k, n)

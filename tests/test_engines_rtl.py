@@ -20,7 +20,7 @@ from tilewright.compiler.engine_timing import (engine_gemm_beats, engine_gemm_cy
                                                engine_latency_cycles,
                                                engine_peak_macs_per_cycle, engine_tile_shape,
                                                engine_utilization)
-from tilewright.cosim.engine_run import gemm_beats, unpack_tiles
+from tilewright.cosim.engine_jobs import gemm_beats, unpack_tiles
 from tilewright.dataflow_sim.functional import gemm_int8
 from tilewright.rtl.adder_tree import AdderTreeEngine
 from tilewright.rtl.cube import CubeEngine
@@ -153,10 +153,11 @@ def _gemm_set(rng) -> list[tuple[np.ndarray, np.ndarray]]:
 
 @pytest.mark.parametrize("kind,params", ENGINES, ids=[k for k, _ in ENGINES])
 def test_rtl_engine_bit_exact_and_cycle_exact(kind, params):
-    from tilewright.cosim.engine_run import run_engine_gemms
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.engine_jobs import EngineParams
     rng = np.random.default_rng(len(kind))
     gemms = _gemm_set(rng)
-    runs = run_engine_gemms(kind, params, gemms)
+    runs = cosim.run("engine", gemms, EngineParams.of(kind, params)).records
     tm, tk, tn = engine_tile_shape(kind, params)
     lat = engine_latency_cycles(kind, params)
     for (a, b), run in zip(gemms, runs):
@@ -174,7 +175,9 @@ def test_rtl_engine_bit_exact_and_cycle_exact(kind, params):
 
 
 def test_rtl_engines_lint_clean_with_the_documented_waivers():
-    from tilewright.cosim.engine_build import build_engine, lint_engine
+    from tilewright.cosim.build import build
+    from tilewright.cosim.engine_jobs import EngineParams
+    from tilewright.cosim.verilator import lint
     for kind, params in ENGINES:                        # the builds the tests above made
-        ok, out = lint_engine(build_engine(kind, params))
+        ok, out = lint(build("engine", EngineParams.of(kind, params)))
         assert ok, f"{kind}: {out[-2000:]}"

@@ -52,12 +52,12 @@ def test_binary_words_are_the_bench_words(rows, cols, dataflow):
 
 
 def test_unknown_driver_is_a_clear_error():
-    from tilewright.cosim.run import run_program_rtl
+    from tilewright.cosim import sim as cosim
     from tilewright.cosim.suites import gemm_suite
     arch = suite_arch(4, 4, "ws")
     prog, inputs = gemm_suite(arch, [(4, 4, 4, "exact")])
-    with pytest.raises(ValueError, match="driver 'verilog': must be one of cocotb, fast"):
-        run_program_rtl(prog, inputs, arch, driver="verilog")
+    with pytest.raises(ValueError, match="driver 'verilog': accepted: cocotb, fast"):
+        cosim.run("core", prog, arch, inputs=inputs, driver="verilog")
 
 
 # ---- RTL: both drivers -----------------------------------------------------------------------
@@ -75,22 +75,21 @@ def _programs(arch):
 @pytest.mark.verilator
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_fast_and_cocotb_agree_with_models(name, tmp_path):
-    from tilewright.cosim.run import run_program_rtl
+    from tilewright.cosim import sim as cosim
     from tilewright.dataflow_sim.cycle import gemm_cycles
     from tilewright.dataflow_sim.functional import run_program
     arch = ARCHS[name]()
     for program, inputs in _programs(arch):
-        fast = run_program_rtl(program, inputs, arch, driver="fast",
-                               keep_dir=tmp_path / program.name)
-        slow = run_program_rtl(program, inputs, arch, driver="cocotb")
+        fast = cosim.run("core", program, arch, inputs=inputs, driver="fast", keep_dir=tmp_path / program.name)
+        slow = cosim.run("core", program, arch, inputs=inputs, driver="cocotb")
         func = run_program(program, inputs)
         gemms = program.gemms()
-        assert len(fast.gemm_cycles) == len(slow.gemm_cycles) == len(gemms) > 0
+        assert len(fast.records) == len(slow.records) == len(gemms) > 0
         assert sorted(fast.outputs) == sorted(slow.outputs)
         for key, val in fast.outputs.items():
             np.testing.assert_array_equal(val, slow.outputs[key], err_msg=f"{program.name} {key}")
             np.testing.assert_array_equal(val, func[key], err_msg=f"{program.name} {key} vs func")
-        for task, f, s in zip(gemms, fast.gemm_cycles, slow.gemm_cycles):
+        for task, f, s in zip(gemms, fast.records, slow.records):
             assert f["task"] == s["task"] == task.name
             model = gemm_cycles(arch, task.m, task.k, task.n).cycles
             assert f["cycles"] == f["cycles_driver"] == s["cycles"] == model, (name, task.name)
@@ -104,11 +103,11 @@ def test_fast_and_cocotb_agree_with_models(name, tmp_path):
 def test_saved_stream_replays_standalone(tmp_path):
     """keep_dir saves the exact command stream; the executable replays it to the same results
     (C words and both cycle counts; the busy-period wall time naturally differs)."""
-    from tilewright.cosim.run import run_program_rtl
+    from tilewright.cosim import sim as cosim
     from tilewright.cosim.suites import gemm_suite
     arch = ARCHS["os4x4"]()
     prog, inputs = gemm_suite(arch, [(5, 9, 6, "ragged"), (4, 4, 4, "exact")], seed=1)
-    run = run_program_rtl(prog, inputs, arch, driver="fast", keep_dir=tmp_path)
+    run = cosim.run("core", prog, arch, inputs=inputs, driver="fast", keep_dir=tmp_path)
     out = tmp_path / "replay.bin"
     proc = subprocess.run([str(run.build.executable), str(tmp_path / "commands.bin"), str(out)],
                           capture_output=True, text=True, timeout=60)
@@ -123,15 +122,15 @@ def test_saved_stream_replays_standalone(tmp_path):
 
 @pytest.mark.verilator
 def test_driver_rejects_a_stream_for_another_array(tmp_path):
-    from tilewright.cosim.fast_build import build_core_fast
-    build = build_core_fast(ARCHS["os4x4"]())
+    from tilewright.cosim.build import build
+    built = build("core", ARCHS["os4x4"](), driver="fast")
     bad = tmp_path / "bad.bin"
     bad.write_bytes(stream_header(suite_arch(8, 8, "os")) + struct.pack("<I", MAGIC_END))
-    proc = subprocess.run([str(build.executable), str(bad), "-"], capture_output=True, text=True)
+    proc = subprocess.run([str(built.executable), str(bad), "-"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "stream is for another array size (rows, cols) (8, 8)" in proc.stderr
     bad.write_bytes(struct.pack("<3I", MAGIC_STREAM + 1, 4, 4))
-    proc = subprocess.run([str(build.executable), str(bad), "-"], capture_output=True, text=True)
+    proc = subprocess.run([str(built.executable), str(bad), "-"], capture_output=True, text=True)
     assert proc.returncode == 2 and "bad magic" in proc.stderr
 
 

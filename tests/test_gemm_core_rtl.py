@@ -14,7 +14,7 @@ import torch
 
 from tests.rtl_suite import DATAFLOWS, RTL_SIZES, suite_arch
 from tests.rtl_suite import _cache_dir, _tool_check  # noqa: F401  (autouse session fixtures)
-from tilewright.cosim.run import run_program_rtl
+from tilewright.cosim import sim as cosim
 from tilewright.cosim.suites import gemm_suite, suite_shapes
 from tilewright.dataflow_sim.cycle import gemm_cycles
 
@@ -33,9 +33,9 @@ def _torch_int32_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_gemm_suite_bit_and_cycle_exact(rows, cols, dataflow):
     arch = suite_arch(rows, cols, dataflow)
     program, inputs = gemm_suite(arch, seed=rows * 100 + cols)
-    run = run_program_rtl(program, inputs, arch)
-    assert len(run.gemm_cycles) == len(suite_shapes(arch))
-    for task, rec in zip(program.gemms(), run.gemm_cycles):
+    run = cosim.run("core", program, arch, inputs=inputs)
+    assert len(run.records) == len(suite_shapes(arch))
+    for task, rec in zip(program.gemms(), run.records):
         a, b = inputs[task.a], inputs[task.b]
         got = run.outputs[task.out]
         np_ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)

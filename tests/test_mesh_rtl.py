@@ -105,7 +105,7 @@ def test_programs_follow_the_model_flows():
 @pytest.mark.verilator
 @pytest.mark.slow
 def test_mesh_gemv_rtl_bit_and_cycle_exact():
-    from tilewright.cosim.mesh_run import rtl_gemv
+    from tilewright.cosim.mesh_rtl import rtl_gemv
     arch, rng = _arch(), np.random.default_rng(6)
     cases = [(_i8(rng, 64), _i8(rng, (64, 24))),           # kt = 16, nt = 6
              (_i8(rng, 45), _i8(rng, (45, 10))),           # ragged K and N (zero padding)
@@ -135,7 +135,7 @@ def test_mesh_gemv_rtl_bit_and_cycle_exact():
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["mesh", "summa", "cannon"])
 def test_mesh_gemm_rtl_bit_and_cycle_exact(algo):
-    from tilewright.cosim.mesh_run import rtl_gemm
+    from tilewright.cosim.mesh_rtl import rtl_gemm
     arch, rng = _arch(), np.random.default_rng(7)
     cases = [(_i8(rng, (32, 32)), _i8(rng, (32, 32))),     # 8 x 8 x 8 blocks
              (_i8(rng, (13, 30)), _i8(rng, (30, 9))),      # ragged: 4 x 8 x 3 blocks
@@ -269,8 +269,9 @@ def test_cli_mesh_rtl_prints_model_and_rtl_cycles():
 
 @pytest.mark.verilator
 def test_mesh_verilog_is_lint_clean():
-    from tilewright.cosim.mesh_build import build_mesh, lint_mesh
-    ok, out = lint_mesh(build_mesh(_arch()))
+    from tilewright.cosim.build import build
+    from tilewright.cosim.verilator import lint
+    ok, out = lint(build("mesh", _arch()))
     assert ok, out[-3000:]
 
 
@@ -408,7 +409,7 @@ def test_contention_rtl_cycle_exact():
     """The first two contending phases (where the model's rule is exact) on the Verilated 4x4
     mesh: RTL cycles == run_mesh_program on the same Program == the closed form, data intact;
     with the third phase too, the RTL beats the model's bound by the hand-worked margin."""
-    from tilewright.cosim.mesh_run import rtl_transfers
+    from tilewright.cosim.mesh_rtl import rtl_transfers
     arch = _arch()
     prog, closed, rtl = _contend_program(arch)
     two = prog.model_copy(update={"tasks": prog.tasks[:2]})

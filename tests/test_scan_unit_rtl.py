@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from tilewright.cosim.scan_build import ScanParams, build_scan
-from tilewright.cosim.scan_run import ScanJob, pack_lanes, run_scan_jobs, unpack_lanes
-from tilewright.cosim.verilator import lint_verilog
+from tilewright.cosim import sim as cosim
+from tilewright.cosim.build import build
+from tilewright.cosim.scan_jobs import ScanJob, ScanParams, pack_lanes, unpack_lanes
+from tilewright.cosim.verilator import lint
 from tilewright.dataflow_sim.functional import scan_fp32
 from tilewright.dataflow_sim.scan_numerics import (ScanFormat, error_bound, from_a_code,
                                                    from_h_code, project_codes, rounding_bound,
@@ -251,7 +252,7 @@ def _jobs(p: ScanParams, lengths) -> list[ScanJob]:
 def test_rtl_equals_reference_bit_for_bit_and_cycles_closed_form(params, lengths):
     fmt = _fmt(params)
     jobs = _jobs(params, lengths)
-    runs = run_scan_jobs(params, jobs)
+    runs = cosim.run("scan", jobs, params).records
     assert len(runs) == len(jobs)
     saturated = y_saturated = False
     for job, run in zip(jobs, runs):
@@ -273,8 +274,7 @@ def test_rtl_equals_reference_bit_for_bit_and_cycles_closed_form(params, lengths
 
 def test_scan_unit_verilog_lints_clean():
     """``verilator --lint-only -Wall`` with only the Amaranth-backend waivers of lint_verilog."""
-    build = build_scan(ScanParams(lanes=4))
-    clean, out = lint_verilog(build.verilog, build.top)
+    clean, out = lint(build("scan", ScanParams(lanes=4)))
     assert clean, out[-2000:]
 
 

@@ -262,24 +262,24 @@ def test_segmented_vector_instruction_on_the_model():
 
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name):
-    from tilewright.cosim.vector_accel_run import run_vector_kernels
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.program_jobs import KernelBatch
     arch = ARCHS[name]
     suite = _suite()
-    run = run_vector_kernels([k for k, _, _ in suite], {k.name: ops for k, ops, _ in suite}, arch)
+    batch = KernelBatch([k for k, _, _ in suite], {k.name: ops for k, ops, _ in suite})
+    run = cosim.run("accel", batch, arch)
     for kernel, ops, ref in suite:
         assert _equal(run.outputs[kernel.name], ref), kernel.name
     for row in run.comparison(arch):
         assert row["equal"], row
-    assert all(r["retired"] > 0 for r in run.segments)
+    assert all(r["retired"] > 0 for r in run.records)
     if name == "narrow4":         # the C++ fast driver agrees with the cocotb bench
-        from tilewright.cosim.accel_fast import run_vector_kernels_fast
-        fast = run_vector_kernels_fast([k for k, _, _ in suite],
-                                       {k.name: ops for k, ops, _ in suite}, arch)
+        fast = cosim.run("accel", batch, arch, driver="fast")
         for kernel, _, ref in suite:
             assert _equal(fast.outputs[kernel.name], ref), kernel.name
         keys = ("task", "cycles", "retired", "read_beats", "write_beats")
-        assert [{k: r[k] for k in keys} for r in fast.segments] == \
-            [{k: r[k] for k in keys} for r in run.segments]
+        assert [{k: r[k] for k in keys} for r in fast.records] == \
+            [{k: r[k] for k in keys} for r in run.records]
 
 
 @pytest.mark.parametrize("model,arch,needle,fast", [

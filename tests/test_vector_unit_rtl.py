@@ -169,7 +169,8 @@ def test_amaranth_sim_mixed_stream_matches_reference():
 # ---- Verilator acceptance --------------------------------------------------------------------
 
 def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
-    from tilewright.cosim.vector_run import run_vector_beats
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.vector_jobs import VectorBeats
     lanes, rng = 4, np.random.default_rng(11)
     ops, rows_a, rows_b, last = [], [], [], []
     for op in vn.UNARY_OPS:                                   # every Q8.8 input, each function
@@ -200,7 +201,7 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
         last += [False] * (n - 1) + [True]
     a, b = np.concatenate(rows_a), np.concatenate(rows_b)
     want = np.array(vn.run_beats(ops, a, b, last))
-    run = run_vector_beats(_arch(lanes), ops, a, b, last)
+    run = cosim.run("vector", VectorBeats(ops, a, b, last), _arch(lanes)).records[0]
     assert run.outputs.shape == want.shape
     bad = np.argwhere(run.outputs != want)
     assert len(bad) == 0, [(int(r), int(c), int(run.outputs[r, c]), int(want[r, c]))
@@ -214,11 +215,12 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
 
 
 def test_rtl_back_pressure_keeps_results_and_order():
-    from tilewright.cosim.vector_run import run_vector_beats
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.vector_jobs import VectorBeats
     lanes, rng = 4, np.random.default_rng(5)
     ops, a, b, last = _mixed_stream(rng, lanes, 8)
     ready = rng.integers(0, 2, 37).tolist() + [1]
-    run = run_vector_beats(_arch(lanes), ops, a, b, last, ready=ready)
+    run = cosim.run("vector", VectorBeats(ops, a, b, last, ready), _arch(lanes)).records[0]
     want = vn.run_beats(ops, a, b, last)
     assert run.outputs.tolist() == want
     assert run.out_last.tolist() == [False] * (len(want) - 4) + [True] * 4
@@ -226,6 +228,7 @@ def test_rtl_back_pressure_keeps_results_and_order():
 
 
 def test_rtl_lints_clean_with_the_documented_waivers():
-    from tilewright.cosim.vector_build import build_vector_unit, lint_vector_unit
-    ok, out = lint_vector_unit(build_vector_unit(_arch(4)))
+    from tilewright.cosim.build import build
+    from tilewright.cosim.verilator import lint
+    ok, out = lint(build("vector", _arch(4)))
     assert ok, out[-2000:]

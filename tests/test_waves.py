@@ -1,4 +1,4 @@
-"""Waveform tracing of the RTL run (``run_program_rtl(waves=True)``, ``tilewright sim --trace``).
+"""Waveform tracing of the RTL run (``cosim.sim.run("core", ..., waves=True)``, ``tilewright sim --trace``).
 
 Reference: the cycle model's closed form. The traced ``busy`` signal, sampled at every rising
 clock edge of the VCD, must be high for exactly the predicted cycles.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tilewright.arch import default_arch
-from tilewright.cosim.run import run_program_rtl
+from tilewright.cosim import sim as cosim
 from tilewright.cosim.waves import sample_vcd
 from tilewright.dataflow_sim.cycle import gemm_report
 from tilewright.app.flows.sim_rtl import gemm_program
@@ -22,12 +22,12 @@ def test_traced_gemm_waveform_matches_the_cycle_model(tmp_path):
     a = rng.integers(-128, 128, (11, 19), dtype=np.int8)
     b = rng.integers(-128, 128, (19, 13), dtype=np.int8)
     prog = gemm_program([(a, b)], arch, "traced")
-    run = run_program_rtl(prog, {}, arch, keep_dir=tmp_path, waves=True)
+    run = cosim.run("core", prog, arch, keep_dir=tmp_path, waves=True)
     assert np.array_equal(run.outputs["c0"], (a.astype(np.int64) @ b).astype(np.int32))
     df = sample_vcd(tmp_path / "dump.vcd", ["start", "busy", "cycles"])
     predicted = int(gemm_report(prog, arch)["cycles"].iloc[0])
     busy = df.index[df["busy"] == 1]
-    assert len(busy) == predicted == run.gemm_cycles[0]["cycles"]
+    assert len(busy) == predicted == run.records[0]["cycles"]
     assert (np.diff(busy) == 1).all()                       # one contiguous busy period
     assert df["start"].iloc[busy[0] - 1] == 1               # starts the cycle after start
     assert df["cycles"].iloc[-1] == predicted               # the core's own counter agrees
@@ -38,17 +38,17 @@ def test_trace_needs_keep_dir_and_cocotb():
     a = np.ones((2, 2), np.int8)
     prog = gemm_program([(a, a)], arch, "x")
     with pytest.raises(ValueError, match="keep_dir"):
-        run_program_rtl(prog, {}, arch, waves=True)
+        cosim.run("core", prog, arch, waves=True)
     with pytest.raises(ValueError, match="cocotb"):
-        run_program_rtl(prog, {}, arch, waves=True, keep_dir="/tmp/x", driver="fast")
+        cosim.run("core", prog, arch, waves=True, keep_dir="/tmp/x", driver="fast")
 
 
 def test_traced_accelerator_run_matches_the_accel_cycle_model(tmp_path):
-    """The programmable accelerator top traced (``run_program_accel(waves=True)``): its
+    """The programmable accelerator top traced (``run("accel", ..., waves=True)``): its
     ``busy`` is high for exactly the cycles the accelerator cycle model predicts (one contiguous
     window), and the GEMM core and the DMA are busy only inside that window."""
     from tilewright.arch import ArchSpec
-    from tilewright.cosim.accel_run import run_program_accel
+    from tilewright.cosim import sim as cosim
     from tilewright.dataflow_sim.accel_timing import predict_segment
 
     base = default_arch().model_dump(mode="json")
@@ -59,13 +59,13 @@ def test_traced_accelerator_run_matches_the_accel_cycle_model(tmp_path):
     a = rng.integers(-128, 128, (9, 7), dtype=np.int8)
     b = rng.integers(-128, 128, (7, 6), dtype=np.int8)
     prog = gemm_program([(a, b)], arch, "traced")
-    run = run_program_accel(prog, {}, arch, keep_dir=tmp_path, waves=True)
+    run = cosim.run("accel", prog, arch, keep_dir=tmp_path, waves=True)
     assert np.array_equal(run.outputs["c0"], (a.astype(np.int64) @ b).astype(np.int32))
     df = sample_vcd(tmp_path / "dump.vcd", ["busy", "gemm_busy", "dma_busy"])
-    seg = run.isa.segment(run.segments[0]["task"])
+    seg = run.isa.segment(run.records[0]["task"])
     predicted = predict_segment(run.isa, seg, arch).cycles
     busy = df.index[df["busy"] == 1]
-    assert len(busy) == predicted == run.segments[0]["cycles"]
+    assert len(busy) == predicted == run.records[0]["cycles"]
     assert (np.diff(busy) == 1).all()
     inside = df.loc[busy[0]:busy[-1]]
     assert df["gemm_busy"].sum() == inside["gemm_busy"].sum() > 0     # GEMMs only while busy

@@ -42,7 +42,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 class DemoDriver(str, Enum):
-    """How ``tilewright demo`` drives the RTL (see tilewright.cosim.run.DRIVERS)."""
+    """How ``tilewright demo`` drives the RTL (see tilewright.cosim.tops.DRIVERS)."""
 
     cocotb = "cocotb"
     fast = "fast"

@@ -98,8 +98,7 @@ def _rtl_check(spec, op: str, algo: str, m: int, k: int, n: int, elem_bytes: int
         raise MeshMappingError("--rtl runs int8 GEMM (--algo mesh | cannon | summa) and GEMV "
                                "(--algo mesh) on the RTL mesh: use --elem-bytes 1 (and the "
                                "default --broadcast-x)")
-    from tilewright.cosim.mesh_run import (  # noqa: PLC0415  (lazy: pulls in amaranth)
-        rtl_gemm, rtl_gemv)
+    from tilewright.cosim.mesh_rtl import rtl_gemm, rtl_gemv  # noqa: PLC0415  (lazy: pulls in amaranth)
     err = Console(stderr=True)
     say = lambda msg: err.print(msg, markup=False, highlight=False)    # noqa: E731  (progress)
     rng = np.random.default_rng(seed)

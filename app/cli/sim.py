@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.table import Table
 
 from tilewright.app.cli.compile import UnknownModel
-from tilewright.app.flows.sim_rtl import TOPS, simulate_model
 from tilewright.arch import load_arch
 
 __all__ = ["sim"]
@@ -58,12 +57,15 @@ def sim(
                            f"weights; known: {', '.join(tiny)}")
     if fast and not rtl:
         raise typer.BadParameter("--fast selects the RTL driver; add --rtl", param_hint="--fast")
+    from tilewright.app.flows.sim_rtl import (  # noqa: PLC0415  (lazy: pulls in amaranth)
+        TOPS, TRACE_TOPS, simulate_model)
+    from tilewright.cosim.tops import TOPS as REGISTRY  # noqa: PLC0415  (lazy: pulls in amaranth)
     if top not in TOPS:
         raise typer.BadParameter(f"{top!r}: accepted: {', '.join(TOPS)}", param_hint="--top")
-    if top == "axi-accel" and fast:
+    if fast and "fast" not in REGISTRY[top].drivers:
         raise typer.BadParameter(f"--top {top} runs on the cocotb bench; drop --fast",
                                  param_hint="--top")
-    if trace is not None and top not in ("core", "accel"):
+    if trace is not None and top not in TRACE_TOPS:
         raise typer.BadParameter("tracing covers --top core and --top accel", param_hint="--trace")
     if trace is not None and (fast or not rtl):
         raise typer.BadParameter("tracing needs --rtl with the cocotb driver (no --fast)",

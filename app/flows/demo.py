@@ -57,7 +57,8 @@ def run_demo(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int = 
 def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int = 0,
                 console: Console | None = None, driver: str = "cocotb") -> DemoResult:
     from tilewright.compiler import compile_model  # noqa: PLC0415
-    from tilewright.cosim.run import run_program_rtl  # noqa: PLC0415
+    from tilewright.cosim.build import build as build_top  # noqa: PLC0415
+    from tilewright.cosim.sim import run  # noqa: PLC0415
     from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415
     from tilewright.dataflow_sim.functional import run_program  # noqa: PLC0415
     from tilewright.models.configs import build  # noqa: PLC0415
@@ -111,11 +112,7 @@ def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int
             def log(msg: str) -> None:
                 build_msgs.append(msg)
                 st.update(msg)
-            if driver == "fast":
-                from tilewright.cosim.fast_build import build_core_fast as build_core  # noqa
-            else:
-                from tilewright.cosim.verilator import build_core  # noqa: PLC0415
-            built = build_core(arch, log=log)
+            built = build_top("core", arch, driver=driver, log=log)
     if built.cached:
         con.print("    (reused the cached Verilator build)")
     else:
@@ -123,7 +120,7 @@ def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int
                   f"{built.build_seconds:.1f} s")
     how = "C++ fast driver" if driver == "fast" else "cocotb"
     with stage(f"RTL simulation (Verilator + {how})"):
-        rtl = run_program_rtl(program, {"x": x_int8}, arch, driver=driver)
+        rtl = run("core", program, arch, driver=driver, inputs={"x": x_int8})
     gemm_same = all(np.array_equal(rtl.outputs[g.out], func[g.out]) for g in program.gemms())
     checks.append(("RTL GEMM outputs == functional (bit-exact)", gemm_same,
                    f"{len(program.gemms())} GEMMs, int32"))
@@ -132,7 +129,7 @@ def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int
     with stage("cycle model"):
         report = gemm_report(program, arch)
     rows = []
-    for (_, r), rec in zip(report.iterrows(), rtl.gemm_cycles):
+    for (_, r), rec in zip(report.iterrows(), rtl.records):
         rows.append({"op": r["op"], "shape": f"{r['m']}x{r['k']}x{r['n']}", "rtl": rec["cycles"],
                      "model": int(r["cycles"]), "util": float(r["utilization"])})
     cyc_ok = all(x["rtl"] == x["model"] for x in rows)

@@ -29,20 +29,35 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.cosim import tops as registry
+from tilewright.cosim.program_jobs import KernelBatch
+from tilewright.cosim.sim import run
 
 __all__ = ["SimResult", "simulate_model", "gemm_blocks", "gemm_program", "TORCH_REL_L2_BOUND",
            "TOPS"]
 
-#: RTL tops ``simulate_model`` runs the GEMMs on: the GEMM core driven by the host (cocotb or
-#: the C++ fast driver), or the programmable accelerator (ISA, DMA, external-memory model; cocotb
-#: or its C++ fast driver), or the same accelerator behind AXI (AXI4-Lite control, AXI4 memory;
-#: cocotbext-axi)
+#: registry tops (:data:`tilewright.cosim.tops.TOPS`) ``simulate_model`` runs the GEMMs on: the
+#: GEMM core driven by the host (cocotb or the C++ fast driver), or the programmable accelerator
+#: (ISA, DMA, external-memory model; cocotb or its C++ fast driver), or the same accelerator behind
+#: AXI (AXI4-Lite control, AXI4 memory; cocotbext-axi). Each top's drivers come from the registry.
 TOPS = ("core", "accel", "axi-accel")
+#: the tops whose run the flow can trace (``trace_dir``)
+TRACE_TOPS = ("core", "accel")
+#: how the flow names the programmable tops' runs in its messages and checks
+_ACCEL_WORDING = {
+    "accel": ("accel-gemms", "on the accelerator top", "accelerator top (ISA + DMA, {drv})",
+              "RTL cycles == accelerator cycle model (every GEMM, DMA included)"),
+    "axi-accel": ("axi-accel-gemms", "through the AXI ports",
+                  "AXI accelerator top (AXI4-Lite + AXI4, {drv})",
+                  "CYCLES register == accelerator cycle model at the AXI port's latency "
+                  "(every GEMM)"),
+}
 
 #: relative L2 error of an int8 layer against torch's float forward pass accepted by the check
 #: (int8 per-channel weights, per-tensor activations; measured 0.42 % tiny-mamba, 0.47 %
@@ -140,7 +155,7 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     ``dump.vcd``, a waveform of every signal of the top over the whole run (``result.trace``)."""
     if top not in TOPS:
         raise ValueError(f"--top {top!r}: accepted: {', '.join(TOPS)}")
-    if trace_dir is not None and (not rtl or driver != "cocotb" or top not in ("core", "accel")):
+    if trace_dir is not None and (not rtl or driver != "cocotb" or top not in TRACE_TOPS):
         raise ValueError("a waveform trace needs the RTL run of the GEMM core or the accelerator "
                          "top with the cocotb driver (--rtl --top core|accel, without --fast)")
     if rtl and not arch.tensor_engine.systolic and top != "accel":
@@ -154,9 +169,11 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if vector and rtl and (top != "accel" or trace_dir is not None):
         raise ValueError("--vector with --rtl runs on the accelerator top's vector engine: "
                          "needs --top accel (cocotb or --fast) and no --trace")
-    if top == "axi-accel" and driver != "cocotb":
-        raise ValueError(f"the AXI accelerator top (--top {top}) runs on the cocotb bench only "
-                         "(no --fast)")
+    if driver not in registry.TOPS[top].drivers:
+        names = {"cocotb": "cocotb bench", "fast": "C++ fast driver"}
+        raise ValueError(f"{registry.TOPS[top].describe(arch)} (--top {top}) runs on the "
+                         f"{' or '.join(names[d] for d in registry.TOPS[top].drivers)} only "
+                         f"(no --{driver})")
     from tilewright.dataflow_sim.compile_flow import compile_module  # noqa: PLC0415
     from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
     from tilewright.dataflow_sim.functional import (gemm_int8, int8_matmul,  # noqa: PLC0415
@@ -210,14 +227,11 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if not rtl:
         return result
 
-    if top == "accel":
-        return _run_on_accel(result, recorded, program, inputs, func, spec, say, trace_dir,
-                             fast=driver == "fast",
-                             vector_records=vec_ops.records if vec_ops else None)
-    if top == "axi-accel":
-        return _run_on_accel(result, recorded, program, inputs, func, spec, say, axi=True)
     if fmt == "bf16":
         return _run_bf16(result, program, inputs, spec, say)
+    if registry.TOPS[top].compare is not None:       # a programmable top: the accelerator model
+        return _run_on_accel(result, recorded, program, inputs, func, spec, say, top, driver,
+                             trace_dir, vector_records=vec_ops.records if vec_ops else None)
     # the core's buffers hold a bounded GEMM: split each recorded matmul into blocks that fit
     pairs, owner = [], []
     for i, (a, b, _) in enumerate(recorded):
@@ -226,19 +240,17 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
             owner.append((i, m0, m1, n0, n1))
     gprog = gemm_program(pairs, spec, f"{model}-gemms")
     say(f"RTL: {len(recorded)} int8 GEMMs as {len(pairs)} core runs ({driver} driver)")
-    from tilewright.cosim.run import run_program_rtl  # noqa: PLC0415
     from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    run = run_program_rtl(gprog, {}, spec, driver=driver, log=say, keep_dir=trace_dir,
-                          waves=trace_dir is not None)
+    sim = run(top, gprog, spec, driver=driver, log=say, keep_dir=trace_dir,
+              waves=trace_dir is not None)
     if trace_dir is not None:
-        from pathlib import Path  # noqa: PLC0415
         result.trace = Path(trace_dir) / "dump.vcd"
     times["rtl"] = time.perf_counter() - t0
     rtl_out = [np.zeros_like(c) for _, _, c in recorded]
     for j, (i, m0, m1, n0, n1) in enumerate(owner):
-        rtl_out[i][m0:m1, n0:n1] = run.outputs[f"c{j}"]
+        rtl_out[i][m0:m1, n0:n1] = sim.outputs[f"c{j}"]
     same_gemm = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
     worst = max((int(np.abs(r.astype(np.int64) - c).max()) for r, (_, _, c)
                  in zip(rtl_out, recorded)), default=0)
@@ -249,7 +261,7 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
 
     report = gemm_report(gprog, spec)
     rows = []
-    for (_, r), rec in zip(report.iterrows(), run.gemm_cycles):
+    for (_, r), rec in zip(report.iterrows(), sim.records):
         rows.append({"op": r["op"], "m": int(r["m"]), "k": int(r["k"]), "n": int(r["n"]),
                      "rtl": int(rec["cycles"]), "model": int(r["cycles"]),
                      "util": float(r["utilization"])})
@@ -289,70 +301,50 @@ def _replay_check(checks, rtl_out, program, inputs, func, say, vector_hook=None)
                              for o in program.outputs)))
 
 
-def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
-                  trace_dir=None, axi: bool = False, fast: bool = False,
-                  vector_records=None) -> SimResult:
-    """The recorded GEMMs as one Program on the programmable accelerator top (ISA, DMA,
-    double-buffered core; :func:`tilewright.cosim.accel_run.run_program_accel`, or with ``fast``
-    the C++ fast driver :func:`tilewright.cosim.accel_fast.run_program_accel_fast`) or, with
-    ``axi``, on the same accelerator behind AXI
-    (:func:`tilewright.cosim.axi_accel_run.run_program_axi_accel`: program loaded and started over
-    AXI4-Lite, operands and results in a cocotbext-axi AxiRam on the AXI4 port): outputs
-    bit-exact, the layer replayed with them, every GEMM's cycles (DMA included) equal to
-    :mod:`tilewright.dataflow_sim.accel_timing` (for AXI at the port's memory latency,
-    :func:`~tilewright.cosim.axi_accel_run.axi_timing_arch`). ``vector_records`` (the offloaded
+def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say, top: str,
+                  driver: str, trace_dir=None, vector_records=None) -> SimResult:
+    """The recorded GEMMs as one Program on a programmable top of the registry: the accelerator
+    (ISA, DMA, double-buffered core; cocotb or the C++ fast driver) or the same accelerator behind
+    AXI (program loaded and started over AXI4-Lite, operands and results in a cocotbext-axi AxiRam
+    on the AXI4 port), through :func:`tilewright.cosim.sim.run`: outputs bit-exact, the layer
+    replayed with them, every GEMM's cycles (DMA included) equal to the top's cycle-model
+    comparison (:mod:`tilewright.dataflow_sim.accel_timing`; for AXI at the port's memory latency,
+    :func:`~tilewright.cosim.program_jobs.axi_timing_arch`). ``vector_records`` (the offloaded
     vector tasks of the functional run) also run on the top's vector engine
     (:func:`_run_vector_kernels`) and answer the replay."""
-    if axi:
-        from tilewright.cosim.axi_accel_run import run_program_axi_accel  # noqa: PLC0415
-        name, where = "axi-accel-gemms", "through the AXI ports"
-        say(f"RTL: {len(recorded)} int8 GEMMs on the AXI accelerator top (AXI4-Lite + AXI4, "
-            f"cocotb)")
-    else:
-        from tilewright.cosim.accel_run import run_program_accel  # noqa: PLC0415
-        name, where = "accel-gemms", "on the accelerator top"
-        say(f"RTL: {len(recorded)} int8 GEMMs on the accelerator top (ISA + DMA, "
-            f"{'C++ fast driver' if fast else 'cocotb'})")
+    name, where, what, check = _ACCEL_WORDING[top]
+    drv = "C++ fast driver" if driver == "fast" else "cocotb"
+    say(f"RTL: {len(recorded)} int8 GEMMs on the {what.format(drv=drv)}")
     gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, name)
     t0 = time.perf_counter()
-    if axi:
-        run = run_program_axi_accel(gprog, {}, spec, log=say)
-    elif fast:
-        from tilewright.cosim.accel_fast import run_program_accel_fast  # noqa: PLC0415
-        run = run_program_accel_fast(gprog, {}, spec, log=say)
-    else:
-        run = run_program_accel(gprog, {}, spec, log=say, keep_dir=trace_dir,
-                                waves=trace_dir is not None)
-        if trace_dir is not None:
-            from pathlib import Path  # noqa: PLC0415
-            result.trace = Path(trace_dir) / "dump.vcd"
+    sim = run(top, gprog, spec, driver=driver, log=say, keep_dir=trace_dir,
+              waves=trace_dir is not None)
+    if trace_dir is not None:
+        result.trace = Path(trace_dir) / "dump.vcd"
     result.seconds["rtl"] = time.perf_counter() - t0
-    rtl_out = [run.outputs[f"c{i}"] for i in range(len(recorded))]
+    rtl_out = [sim.outputs[f"c{i}"] for i in range(len(recorded))]
     same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
     result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
                           f"{len(recorded)} GEMMs {where}"))
-    hook = (_run_vector_kernels(result, vector_records, spec, say, fast=fast)
+    hook = (_run_vector_kernels(result, vector_records, spec, say, driver)
             if vector_records is not None else None)
     _replay_check(result.checks, rtl_out, program, inputs, func, say, hook)
     rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
-             "model": r["model_cycles"], "util": r["utilization"]} for r in run.comparison(spec)]
+             "model": r["model_cycles"], "util": r["utilization"]} for r in sim.comparison(spec)]
     mism = [x for x in rows if x["rtl"] != x["model"]]
-    what = ("CYCLES register == accelerator cycle model at the AXI port's latency (every GEMM)"
-            if axi else "RTL cycles == accelerator cycle model (every GEMM, DMA included)")
     result.checks.append((
-        what, not mism,
+        check, not mism,
         f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
         + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
     result.gemm_rows = rows
     return result
 
 
-def _run_vector_kernels(result: SimResult, records, spec, say, fast: bool = False):
-    """Run the offloaded vector tasks' kernels on the accelerator top's vector engine (cocotb,
-    or with ``fast`` the C++ fast driver):
+def _run_vector_kernels(result: SimResult, records, spec, say, driver: str = "cocotb"):
+    """Run the offloaded vector tasks' kernels on the accelerator top's vector engine (through
+    ``driver``: cocotb or the C++ fast driver):
     append the bit-exactness and cycle checks, fill ``result.vector_rows`` and return the replay
     hook answering the tasks with the RTL's results."""
-    from tilewright.cosim.vector_accel_run import run_vector_kernels  # noqa: PLC0415
     from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit  # noqa: PLC0415
 
     if not records:
@@ -360,22 +352,19 @@ def _run_vector_kernels(result: SimResult, records, spec, say, fast: bool = Fals
                               "the layer has no vector op the vector engine takes"))
         return None
     say(f"RTL: {len(records)} vector/scan kernels on the accelerator's vector engine "
-        f"({'C++ fast driver' if fast else 'cocotb'})")
+        f"({'C++ fast driver' if driver == 'fast' else 'cocotb'})")
     t0 = time.perf_counter()
-    if fast:
-        from tilewright.cosim.accel_fast import run_vector_kernels_fast as run_kernels  # noqa
-    else:
-        run_kernels = run_vector_kernels
-    run = run_kernels([r.kernel for r in records],
-                      {r.kernel.name: list(r.operands) for r in records}, spec, log=say)
+    batch = KernelBatch([r.kernel for r in records],
+                        {r.kernel.name: list(r.operands) for r in records})
+    sim = run("accel", batch, spec, driver=driver, log=say)
     result.seconds["rtl_vector"] = time.perf_counter() - t0
-    outs = [run.outputs[r.kernel.name] for r in records]
+    outs = [sim.outputs[r.kernel.name] for r in records]
     bad = [r.task for r, o in zip(records, outs) if not r.same_result(o)]
     result.checks.append(("RTL vector engine == instruction-level model (bit-exact)",
                           not bad, f"{len(records)} kernels "
                           f"({', '.join(sorted({r.kernel.op for r in records}))})"
                           + (f"; {len(bad)} differ, first {bad[0]}" if bad else "")))
-    comp = run.comparison(spec)
+    comp = sim.comparison(spec)
     result.vector_rows = [{"op": r.task, "kernel": c["op"], "shape": c["shape"],
                            "rtl": c["rtl_cycles"], "model": c["model_cycles"]}
                           for r, c in zip(records, comp)]
@@ -390,10 +379,10 @@ def _run_vector_kernels(result: SimResult, records, spec, say, fast: bool = Fals
 
 def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     """bf16 ArchSpec: every bf16 GEMM (fp32 accumulate, ``k_block`` = rows) recorded from the
-    functional model, run on the Verilated bf16 WS core (:mod:`tilewright.cosim.bf16_run`),
+    functional model, run on the Verilated bf16 WS core (the registry's ``bf16-core``),
     compared bit for bit (fp32 patterns), replayed into the layer; cycles vs the WS closed form."""
     from tilewright.compiler.core_timing import gemm_cycles_array  # noqa: PLC0415
-    from tilewright.cosim.bf16_run import bf16_gemm_words, run_bf16_gemms  # noqa: PLC0415
+    from tilewright.cosim.bf16_jobs import Bf16Params, bf16_gemm_words  # noqa: PLC0415
     from tilewright.dataflow_sim.functional import bf16_matmul, run_program  # noqa: PLC0415
     from tilewright.dataflow_sim.numerics import sequential_fp32_matmul  # noqa: PLC0415
     from tilewright.formats import element_values, get_format  # noqa: PLC0415
@@ -417,8 +406,8 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     depth = 1 << max(8, (need - 1).bit_length())
     say(f"RTL: {len(recorded)} bf16 GEMMs on the bf16 WS core (buffers of {depth} words)")
     t0 = time.perf_counter()
-    runs = run_bf16_gemms(te.rows, te.cols, [(a, b) for a, b, _ in recorded], depth=depth,
-                          log=say)
+    runs = run("bf16-core", [(a, b) for a, b, _ in recorded],
+               Bf16Params(te.rows, te.cols, depth), log=say).records
     result.seconds["rtl"] = time.perf_counter() - t0
     rtl_out = [r.c for r in runs]
     same = all(np.array_equal(r.view(np.uint32), c.view(np.uint32))

@@ -3,7 +3,7 @@
 //
 // Usage: tw_accel_fast IN OUT      (IN / OUT: files, or "-" for stdin / stdout)
 //
-// Binary stream (little-endian uint32 words; written by cosim/accel_fast.py):
+// Binary stream (little-endian uint32 words; written by cosim/accel_commands.py):
 //   header   "TWA1", W (bytes per beat), L (memory latency, cycles), n, then n instruction words
 //            as (low, high) uint32 pairs
 //   segment  "SEGM", entry, watchdog cycles, n_store, n_store x (addr, CH chunks of the W-byte
@@ -45,12 +45,10 @@
 
 namespace {
 
-using namespace tw;  // fail, put, get, read_words, read_u32 (driver_util.h)
+using namespace tw;  // fail, put, get, read_words, read_u32, MAGIC_END/RESULT (driver_util.h)
 
 constexpr uint32_t MAGIC_STREAM = 0x31415754u;  // "TWA1"
 constexpr uint32_t MAGIC_SEG = 0x4D474553u;     // "SEGM"
-constexpr uint32_t MAGIC_END = 0x454E4F44u;     // "DONE"
-constexpr uint32_t MAGIC_RESULT = 0x544C5352u;  // "RSLT"
 constexpr int CH = (TW_BEAT_BYTES + 3) / 4;     // uint32 chunks per external word
 
 
@@ -179,11 +177,8 @@ class Driver {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 3) fail(2, "usage: tw_accel_fast IN OUT (files, or - for stdin/stdout)");
-    std::FILE* in = std::strcmp(argv[1], "-") ? std::fopen(argv[1], "rb") : stdin;
-    std::FILE* out = std::strcmp(argv[2], "-") ? std::fopen(argv[2], "wb") : stdout;
-    if (!in) fail(2, "cannot open the command file");
-    if (!out) fail(2, "cannot open the result file");
+    std::FILE *in, *out;
+    open_streams(argc, argv, in, out);
 
     uint32_t head[4];
     read_words(in, head, 4);

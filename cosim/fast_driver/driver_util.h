@@ -1,13 +1,14 @@
 // Shared pieces of tilewright's C++ fast drivers (main.cpp: GEMM core, accel_main.cpp:
 // accelerator top): error exit, port access for every width Verilator may choose
-// (CData/SData/IData/QData/VlWide, as little-endian uint32 chunks) and reading uint32 words of a
-// command stream. Include after "verilated.h", with TW_DRIVER_NAME defined (the executable's
+// (CData/SData/IData/QData/VlWide, as little-endian uint32 chunks), reading uint32 words of a
+// command stream and the stream markers they share. Include after "verilated.h", with TW_DRIVER_NAME defined (the executable's
 // name, used in error messages).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "verilated.h"
 
@@ -16,6 +17,10 @@
 #endif
 
 namespace tw {
+
+// Stream markers both drivers use: end of the command stream, start of a result record.
+constexpr uint32_t MAGIC_END = 0x454E4F44u;     // "DONE"
+constexpr uint32_t MAGIC_RESULT = 0x544C5352u;  // "RSLT"
 
 // A message on stderr ("<driver>: msg (a, b)") and exit status ``code``.
 [[noreturn]] inline void fail(int code, const char* msg, long a = -1, long b = -1) {
@@ -50,6 +55,15 @@ void get(const VlWide<N>& p, uint32_t* w) {
 // ``n`` uint32 words of the command stream, or exit 2 if it ends early.
 inline void read_words(std::FILE* f, uint32_t* dst, std::size_t n) {
     if (n && std::fread(dst, sizeof(uint32_t), n, f) != n) fail(2, "command stream ended early");
+}
+
+// The command and result files of ``<driver> IN OUT`` ("-": stdin / stdout); exit 2 otherwise.
+inline void open_streams(int argc, char** argv, std::FILE*& in, std::FILE*& out) {
+    if (argc != 3) fail(2, "usage: " TW_DRIVER_NAME " IN OUT (files, or - for stdin/stdout)");
+    in = std::strcmp(argv[1], "-") ? std::fopen(argv[1], "rb") : stdin;
+    out = std::strcmp(argv[2], "-") ? std::fopen(argv[2], "wb") : stdout;
+    if (!in) fail(2, "cannot open the command file");
+    if (!out) fail(2, "cannot open the result file");
 }
 
 inline uint32_t read_u32(std::FILE* f) {

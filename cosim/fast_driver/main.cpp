@@ -34,12 +34,10 @@
 
 namespace {
 
-using namespace tw;  // fail, put, get, read_words, read_u32 (driver_util.h)
+using namespace tw;  // fail, put, get, read_words, read_u32, MAGIC_END/RESULT (driver_util.h)
 
 constexpr uint32_t MAGIC_STREAM = 0x31475754u;  // "TWG1"
 constexpr uint32_t MAGIC_GEMM = 0x4D4D4547u;    // "GEMM"
-constexpr uint32_t MAGIC_END = 0x454E4F44u;     // "DONE"
-constexpr uint32_t MAGIC_RESULT = 0x544C5352u;  // "RSLT"
 constexpr int A_CHUNKS = (8 * TW_ROWS + 31) / 32;  // uint32 chunks per A word
 constexpr int B_CHUNKS = (8 * TW_COLS + 31) / 32;
 constexpr int ACC_CHUNKS = TW_COLS;                // int32 lanes per accumulator word
@@ -67,23 +65,24 @@ class Driver {
     }
 
     void write_a(const std::vector<uint32_t>& words, uint32_t count) {
-        for (uint32_t i = 0; i < count; ++i) {
-            top_->a_wr_en = 1;
-            top_->a_wr_addr = i;
-            put(top_->a_wr_data, &words[static_cast<std::size_t>(i) * A_CHUNKS]);
-            tick();
-        }
-        top_->a_wr_en = 0;
+        write(top_->a_wr_en, top_->a_wr_addr, top_->a_wr_data, words, count, A_CHUNKS);
     }
 
     void write_b(const std::vector<uint32_t>& words, uint32_t count) {
+        write(top_->b_wr_en, top_->b_wr_addr, top_->b_wr_data, words, count, B_CHUNKS);
+    }
+
+    // ``count`` words (``chunks`` uint32 each) through one buffer write port, from address 0.
+    template <typename En, typename Addr, typename Data>
+    void write(En& en, Addr& addr, Data& data, const std::vector<uint32_t>& words,
+               uint32_t count, int chunks) {
         for (uint32_t i = 0; i < count; ++i) {
-            top_->b_wr_en = 1;
-            top_->b_wr_addr = i;
-            put(top_->b_wr_data, &words[static_cast<std::size_t>(i) * B_CHUNKS]);
+            en = 1;
+            addr = i;
+            put(data, &words[static_cast<std::size_t>(i) * chunks]);
             tick();
         }
-        top_->b_wr_en = 0;
+        en = 0;
     }
 
     // Start one GEMM and run it to completion; returns the driver's cycle count.
@@ -127,11 +126,8 @@ class Driver {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 3) fail(2, "usage: tw_gemm_fast IN OUT (files, or - for stdin/stdout)");
-    std::FILE* in = std::strcmp(argv[1], "-") ? std::fopen(argv[1], "rb") : stdin;
-    std::FILE* out = std::strcmp(argv[2], "-") ? std::fopen(argv[2], "wb") : stdout;
-    if (!in) fail(2, "cannot open the command file");
-    if (!out) fail(2, "cannot open the result file");
+    std::FILE *in, *out;
+    open_streams(argc, argv, in, out);
 
     uint32_t head[3];
     read_words(in, head, 3);

@@ -1,30 +1,37 @@
-"""Run beats through the Verilated RTL vector unit and return its result beats and cycles.
+"""Beats encoded for the Verilated RTL vector unit (top ``vector``): result beats and cycles back.
 
-:func:`run_vector_beats` packs operand beats (op names as the compiler's VectorTask ops, raw
-Q8.8 lanes), builds (or reuses) the unit for the ArchSpec, streams them in one simulator process
-(:mod:`tilewright.cocotb_tests.vector_bench`) and unpacks the result beats. Compare them with
+:func:`prepare_vector` packs a :class:`VectorBeats` job (op names as the compiler's VectorTask
+ops, raw Q8.8 lanes) for one simulator process (:mod:`tilewright.cocotb_tests.vector_bench`); the
+run's one record is a :class:`VectorRtlRun` (the result beats unpacked). Compare them with
 :func:`tilewright.dataflow_sim.vector_numerics.run_beats`, the bit-exact reference.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.cosim.vector_build import build_vector_unit
-from tilewright.cosim.verilator import run_cocotb_bench
+from tilewright.cosim.job import JobFiles, PreparedJob
+from tilewright.dataflow_sim.vector_numerics import REDUCTION_OPS
+from tilewright.rtl.vector_unit import (LATENCY, OP_NAMES, operand_layout, result_layout,
+                                        vector_lanes)
 
-__all__ = ["VectorRtlRun", "run_vector_beats", "pack_operands", "unpack_results",
-           "VECTOR_BENCH_MODULE"]
+__all__ = ["VectorBeats", "VectorRtlRun", "prepare_vector", "pack_operands", "unpack_results"]
 
-VECTOR_BENCH_MODULE = "tilewright.cocotb_tests.vector_bench"
+
+@dataclass(frozen=True)
+class VectorBeats:
+    """Operand beats for the vector unit: per beat an op name, raw Q8.8 ``a``/``b`` rows
+    (beats, lanes) and ``last``; ``results.ready`` follows the 0/1 pattern ``ready``, repeated."""
+
+    ops: Sequence[str]
+    a: np.ndarray
+    b: np.ndarray
+    last: Sequence[bool]
+    ready: Sequence[int] = (1,)
 
 
 @dataclass
@@ -41,7 +48,6 @@ class VectorRtlRun:
 def pack_operands(lanes: int, ops: Sequence[str], a: np.ndarray, b: np.ndarray,
                   last: Sequence[bool]) -> list[int]:
     """``operands`` payloads (ints) for beats of (op name, raw Q8.8 a/b rows, last)."""
-    from tilewright.rtl.vector_unit import OP_NAMES, operand_layout  # noqa: PLC0415
     lay = operand_layout(lanes)
     unknown = sorted(set(ops) - set(OP_NAMES))
     if unknown:
@@ -66,7 +72,6 @@ def pack_operands(lanes: int, ops: Sequence[str], a: np.ndarray, b: np.ndarray,
 
 def unpack_results(lanes: int, words: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """(data (beats, lanes) int64, last (beats,) bool) of ``results`` payloads."""
-    from tilewright.rtl.vector_unit import result_layout  # noqa: PLC0415
     lay = result_layout(lanes)
     base, lbit = lay["data"].offset, lay["last"].offset
     out = np.zeros((len(words), lanes), np.int64)
@@ -77,28 +82,21 @@ def unpack_results(lanes: int, words: Sequence[int]) -> tuple[np.ndarray, np.nda
     return out, np.array([bool((w >> lbit) & 1) for w in words], bool)
 
 
-def run_vector_beats(arch: ArchSpec, ops: Sequence[str], a, b, last: Sequence[bool], *,
-                     ready: Sequence[int] = (1,), log=None) -> VectorRtlRun:
-    """Stream the beats through the RTL unit for ``arch`` (``results.ready`` follows the 0/1
-    pattern ``ready``, repeated) and return its result beats and transfer cycles."""
-
-    from tilewright.dataflow_sim.vector_numerics import REDUCTION_OPS  # noqa: PLC0415
-    from tilewright.rtl.vector_unit import LATENCY, vector_lanes  # noqa: PLC0415
+def prepare_vector(job: VectorBeats, arch: ArchSpec) -> PreparedJob:
+    """The beats as one stream through the RTL unit for ``arch``."""
     lanes = vector_lanes(arch)
-    words = pack_operands(lanes, ops, a, b, last)
-    expected = sum(1 for op, lst in zip(ops, last) if op not in REDUCTION_OPS or lst)
-    pattern = [int(bool(r)) for r in ready]
+    words = pack_operands(lanes, job.ops, job.a, job.b, job.last)
+    expected = sum(1 for op, lst in zip(job.ops, job.last) if op not in REDUCTION_OPS or lst)
+    pattern = [int(bool(r)) for r in job.ready]
     if not any(pattern):
         raise ValueError("vector unit: the ready pattern must contain a 1")
-    build = build_vector_unit(arch, log=log)
-    folder = Path(tempfile.mkdtemp(prefix="tilewright-vector-"))
     max_cycles = (len(words) + LATENCY + 4) * (len(pattern) + 1)
-    (folder / "job.json").write_text(json.dumps({"beats": words, "ready": pattern,
-                                                 "expected_outputs": expected,
-                                                 "max_cycles": max_cycles}))
-    run_cocotb_bench(build, VECTOR_BENCH_MODULE, folder, "RTL vector")
-    r = json.loads((folder / "results.json").read_text())
-    shutil.rmtree(folder, ignore_errors=True)
-    data, out_last = unpack_results(lanes, r["outputs"])
-    return VectorRtlRun(data, out_last, np.array(r["in_cycles"]), np.array(r["out_cycles"]),
-                        int(r["cycles"]))
+    spec = {"beats": words, "ready": pattern, "expected_outputs": expected,
+            "max_cycles": max_cycles}
+
+    def decode(res) -> dict:
+        r = res.results["results"]
+        data, out_last = unpack_results(lanes, r["outputs"])
+        return {"records": [VectorRtlRun(data, out_last, np.array(r["in_cycles"]),
+                                         np.array(r["out_cycles"]), int(r["cycles"]))]}
+    return PreparedJob(JobFiles(spec), decode)

@@ -1,9 +1,8 @@
-"""Run MeshGEMV / MeshGEMM on the Verilated RTL mesh and return results, RTL and model cycles.
+"""MeshGEMV / MeshGEMM on the Verilated RTL mesh: results, RTL and model cycles.
 
-:func:`run_mesh_jobs` runs any number of :class:`~tilewright.cosim.mesh_program.MeshJob` in one
-simulator process (one cocotb test, :mod:`tilewright.cocotb_tests.mesh_bench`); :func:`rtl_gemv` and
-:func:`rtl_gemm` emit the op's mesh Program (:mod:`tilewright.compiler.mesh_ops`), build the
-job from it, run it and assemble the output the way the model's ``execute_gemv`` /
+:func:`rtl_gemv` and :func:`rtl_gemm` emit the op's mesh Program
+(:mod:`tilewright.compiler.mesh_ops`), build the job from it, run it on the ``mesh`` top
+(:func:`tilewright.cosim.sim.run`) and assemble the output the way the model's ``execute_gemv`` /
 ``execute_gemm`` do, next to the mesh model's report for the *same Program*
 (:func:`~tilewright.dataflow_sim.mesh.run_mesh_program`). :func:`rtl_transfers` runs a Program
 of pure message phases (e.g. phases whose messages contend for links).
@@ -11,29 +10,19 @@ of pure message phases (e.g. phases whose messages contend for links).
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.cosim.mesh_build import build_mesh
+from tilewright.compiler.mesh_codegen import gemm_job, gemv_job, transfer_job, unpack_int32
 from tilewright.compiler.mesh_schedule import healthy_grid
 from tilewright.compiler.program import Program
-from tilewright.compiler.mesh_codegen import (MeshJob, gemm_job, gemv_job, transfer_job,
-                                              unpack_int32)
-from tilewright.cosim.verilator import run_cocotb_bench
+from tilewright.cosim.sim import run
 from tilewright.dataflow_sim.mesh import run_mesh_program
 from tilewright.dataflow_sim.mesh.model import MeshReport
 
-__all__ = ["MeshRtlRun", "run_mesh_jobs", "rtl_gemv", "rtl_gemm", "rtl_transfers",
-           "MESH_BENCH_MODULE"]
-
-MESH_BENCH_MODULE = "tilewright.cocotb_tests.mesh_bench"
+__all__ = ["MeshRtlRun", "rtl_gemv", "rtl_gemm", "rtl_transfers"]
 
 
 @dataclass
@@ -50,32 +39,6 @@ class MeshRtlRun:
     @property
     def model_cycles(self) -> int:
         return self.model.cycles
-
-
-def _jsonable(job: MeshJob) -> dict:
-    return {"loads": [[int(t), int(b), [int(w) for w in ws]] for t, b, ws in job.loads],
-            "instrs": job.instrs, "n_phases": job.n_phases,
-            "reads": {k: [list(map(int, r)) for r in v] for k, v in job.reads.items()}}
-
-
-def run_mesh_jobs(arch: ArchSpec, jobs: list[MeshJob], *, log=None) -> list[dict]:
-    """Build (or reuse) the mesh for ``arch`` and run ``jobs`` in one simulation; per job
-    returns ``{"cycles": int, "reads": {name: [list of words per region]}}``."""
-    from tilewright.cosim.mesh_build import IMEM_DEPTH  # noqa: PLC0415
-    for j in jobs:
-        if j.n_phases > IMEM_DEPTH:
-            raise ValueError(f"mesh job has {j.n_phases} phases; the RTL mesh holds "
-                             f"{IMEM_DEPTH} phase instructions per tile")
-    build = build_mesh(arch, log=log)
-    folder = Path(tempfile.mkdtemp(prefix="tilewright-mesh-"))
-    (folder / "jobs.json").write_text(json.dumps([_jsonable(j) for j in jobs]))
-    t0 = time.perf_counter()
-    run_cocotb_bench(build, MESH_BENCH_MODULE, folder, "RTL mesh")
-    out = json.loads((folder / "results.json").read_text())
-    if log:
-        log(f"mesh simulation: {time.perf_counter() - t0:.1f} s for {len(jobs)} job(s)")
-    shutil.rmtree(folder, ignore_errors=True)
-    return out
 
 
 def _gemv_output(arch: ArchSpec, reads: dict, n: int) -> np.ndarray:
@@ -96,7 +59,7 @@ def rtl_gemv(arch: ArchSpec, cases: list[tuple[np.ndarray, np.ndarray]], *,
     """MeshGEMV of each int8 (x[K], w[K, N]) case on the RTL mesh (one simulation);
     ``levels``: K-tree levels (1: one streaming chain-reduction per half column)."""
     built = [gemv_job(arch, x, w, levels=levels) for x, w in cases]
-    res = run_mesh_jobs(arch, [j for j, _ in built], log=log)
+    res = run("mesh", [j for j, _ in built], arch, log=log).records
     return [MeshRtlRun("gemv", _gemv_output(arch, r["reads"], w.shape[1]), r["cycles"],
                        _model(prog, arch), j.phase_names, prog)
             for (x, w), (j, prog), r in zip(cases, built, res)]
@@ -115,7 +78,7 @@ def rtl_gemm(arch: ArchSpec, cases: list[tuple[np.ndarray, np.ndarray]], *,
     """Distributed GEMM (``algo``: mesh | cannon | summa) of each int8 (a[M, K], b[K, N]) case
     on the RTL mesh (one simulation)."""
     built = [gemm_job(arch, a, b, algo=algo) for a, b in cases]
-    res = run_mesh_jobs(arch, [j for j, _ in built], log=log)
+    res = run("mesh", [j for j, _ in built], arch, log=log).records
     return [MeshRtlRun("gemm", _gemm_output(arch, r["reads"], a.shape[0], b.shape[1]),
                        r["cycles"], _model(prog, arch), j.phase_names, prog)
             for (a, b), (j, prog), r in zip(cases, built, res)]
@@ -126,7 +89,7 @@ def rtl_transfers(arch: ArchSpec, programs: list[Program], *, seed: int = 0,
     """Run Programs of pure message phases (:func:`transfer_job`) in one simulation; per
     Program returns (RTL cycles, mesh model cycles, every message delivered intact)."""
     built = [transfer_job(arch, p, seed=seed) for p in programs]
-    res = run_mesh_jobs(arch, [j for j, _ in built], log=log)
+    res = run("mesh", [j for j, _ in built], arch, log=log).records
     out = []
     for prog, (_, expect), r in zip(programs, built, res):
         ok = all([int(w) for w in r["reads"][k][0]] == [int(w) for w in v]

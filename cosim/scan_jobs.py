@@ -1,27 +1,34 @@
-"""Run sequences through the Verilated scan unit and return the h codes and cycles.
+"""Sequences encoded for the Verilated scan unit (top ``scan``): h codes and cycles back.
 
-:func:`run_scan_jobs` runs any number of :class:`ScanJob` in one simulator process (one cocotb
-test, :mod:`tilewright.cocotb_tests.scan_bench`). Codes use the formats of
-:mod:`tilewright.rtl.scan_unit` (bit-exact twin: :mod:`tilewright.dataflow_sim.scan_numerics`).
+:func:`prepare_scan` encodes any number of :class:`ScanJob` for one simulator process (one cocotb
+test, :mod:`tilewright.cocotb_tests.scan_bench`); each record is a :class:`ScanRtlRun`. Codes use
+the formats of :mod:`tilewright.rtl.scan_unit` (bit-exact twin:
+:mod:`tilewright.dataflow_sim.scan_numerics`).
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from tilewright.cosim.scan_build import ScanParams, build_scan
-from tilewright.cosim.verilator import run_cocotb_bench
+from tilewright.cosim.job import JobFiles, PreparedJob
 
-__all__ = ["ScanJob", "ScanRtlRun", "run_scan_jobs", "pack_lanes", "unpack_lanes",
-           "SCAN_BENCH_MODULE"]
+__all__ = ["ScanParams", "ScanJob", "ScanRtlRun", "prepare_scan", "pack_lanes", "unpack_lanes"]
 
-SCAN_BENCH_MODULE = "tilewright.cocotb_tests.scan_bench"
+
+@dataclass(frozen=True)
+class ScanParams:
+    """Parameters of one scan unit build (see :class:`tilewright.rtl.scan_unit.ScanUnit`; the
+    unit is not described by an ArchSpec yet)."""
+
+    lanes: int = 4
+    a_bits: int = 16
+    h_bits: int = 32
+    frac_bits: int = 16
+
+    def key(self) -> str:
+        return f"l{self.lanes}-a{self.a_bits}-h{self.h_bits}-f{self.frac_bits}"
 
 
 @dataclass
@@ -83,21 +90,19 @@ def _beats(job: ScanJob, p: ScanParams) -> list[list[int]]:
     return out
 
 
-def run_scan_jobs(params: ScanParams, jobs: list[ScanJob], *, log=None) -> list[ScanRtlRun]:
-    """Build (or reuse) the scan unit for ``params`` and run ``jobs`` in one simulation."""
-    build = build_scan(params, log=log)
-    folder = Path(tempfile.mkdtemp(prefix="tilewright-scan-"))
+def prepare_scan(jobs: list[ScanJob], params: ScanParams) -> PreparedJob:
+    """The ``jobs`` as one simulation of the scan unit for ``params``."""
     spec = {"params": asdict(params),
             "jobs": [{"mode": j.mode, "seed": j.seed, "beats": _beats(j, params)} for j in jobs]}
-    (folder / "jobs.json").write_text(json.dumps(spec))
-    run_cocotb_bench(build, SCAN_BENCH_MODULE, folder, "scan-unit")
-    out = json.loads((folder / "results.json").read_text())
-    shutil.rmtree(folder, ignore_errors=True)
     hbits = params.lanes * params.h_bits
-    runs = []
-    for r in out:
-        h = [unpack_lanes(w & ((1 << hbits) - 1), params.lanes, params.h_bits) for w in r["out"]]
-        y = [int(unpack_lanes(w >> hbits, 1, params.h_bits)[0]) for w in r["out"]]
-        runs.append(ScanRtlRun(np.array(h, np.int64).reshape(-1, params.lanes),
-                               np.array(y, np.int64), r["cycles"]))
-    return runs
+
+    def decode(res) -> dict:
+        runs = []
+        for r in res.results["results"]:
+            h = [unpack_lanes(w & ((1 << hbits) - 1), params.lanes, params.h_bits)
+                 for w in r["out"]]
+            y = [int(unpack_lanes(w >> hbits, 1, params.h_bits)[0]) for w in r["out"]]
+            runs.append(ScanRtlRun(np.array(h, np.int64).reshape(-1, params.lanes),
+                                   np.array(y, np.int64), r["cycles"]))
+        return {"records": runs}
+    return PreparedJob(JobFiles(spec), decode)

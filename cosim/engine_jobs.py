@@ -1,29 +1,49 @@
-"""Run int8 GEMMs on a Verilated tile-MAC tensor engine; return int32 results and cycle counts.
+"""int8 GEMMs encoded for a Verilated tile-MAC tensor engine (top ``engine``).
 
-:func:`run_engine_gemms` tiles each C = A·B (zero-padding ragged edges) into the engine's beats
-(:func:`gemm_beats`: output tiles in row-major order, K innermost), builds (or reuses) the engine,
-streams every GEMM through one simulator process (:mod:`tilewright.cocotb_tests.engine_bench`) and
-reassembles C. Compare with :func:`tilewright.dataflow_sim.functional.gemm_int8` (bit-exact) and
+:func:`prepare_engine` tiles each C = A·B (zero-padding ragged edges) into the engine's beats
+(:func:`gemm_beats`: output tiles in row-major order, K innermost) for the bench, which streams
+every GEMM through one simulator process (:mod:`tilewright.cocotb_tests.engine_bench`); each
+record is an :class:`EngineGemmRun` (C reassembled, int32, and the cycles). Compare with
+:func:`tilewright.dataflow_sim.functional.gemm_int8` (bit-exact) and
 :func:`tilewright.compiler.engine_timing.engine_gemm_cycles` (cycles).
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from tilewright.cosim.engine_build import build_engine
-from tilewright.cosim.verilator import run_cocotb_bench
+from tilewright.cosim.job import JobFiles, PreparedJob
+from tilewright.rtl.cube import operand_layout
+from tilewright.rtl.engine_top import engine_shape
 
-__all__ = ["EngineGemmRun", "gemm_beats", "unpack_tiles", "run_engine_gemms", "ENGINE_BENCH_MODULE"]
+__all__ = ["EngineParams", "EngineGemmRun", "gemm_beats", "unpack_tiles", "prepare_engine"]
 
-ENGINE_BENCH_MODULE = "tilewright.cocotb_tests.engine_bench"
+
+@dataclass(frozen=True)
+class EngineParams:
+    """What an engine build is generated from: the family and its parameters (an ArchSpec with
+    ``tensor_engine.kind`` other than ``systolic`` maps to them:
+    ``TensorEngineSpec.engine_params``)."""
+
+    kind: str
+    params: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, kind: str, params: Mapping[str, int]) -> "EngineParams":
+        """Validated (``engine_shape`` raises for an unknown kind or bad params)."""
+        engine_shape(kind, params)
+        return cls(kind, tuple(sorted((k, int(v)) for k, v in params.items())))
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(Tm, Tk, Tn) elements per beat."""
+        return engine_shape(self.kind, dict(self.params))
+
+    def key(self) -> str:
+        return f"{self.kind}-" + "-".join(f"{k}{v}" for k, v in self.params)
 
 
 @dataclass
@@ -50,7 +70,6 @@ def _check_operands(a: np.ndarray, b: np.ndarray) -> None:
 
 def gemm_beats(shape: tuple[int, int, int], a: np.ndarray, b: np.ndarray) -> list[int]:
     """``ops_in`` payloads (ints) of C = A·B on an engine of tile shape (Tm, Tk, Tn)."""
-    from tilewright.rtl.cube import operand_layout  # noqa: PLC0415
     _check_operands(a, b)
     tm, tk, tn = shape
     (m, k), n = a.shape, b.shape[1]
@@ -83,26 +102,23 @@ def unpack_tiles(shape: tuple[int, int, int], words: Sequence[int], m: int, n: i
     return np.ascontiguousarray(c[:m, :n]).astype(np.int32)
 
 
-def run_engine_gemms(kind: str, params: Mapping[str, int],
-                     gemms: Sequence[tuple[np.ndarray, np.ndarray]], *,
-                     log=None) -> list[EngineGemmRun]:
-    """Run each (A, B) int8 pair through the RTL engine ``kind`` with ``params`` (e.g.
-    ``"cube", {"tm": 2, "tk": 4, "tn": 2}``) in one simulator process; results in order."""
+def prepare_engine(gemms: Sequence[tuple[np.ndarray, np.ndarray]], params: EngineParams
+                   ) -> PreparedJob:
+    """Each (A, B) int8 pair as one job of the bench; results in order."""
     if not gemms:
         raise ValueError("engine GEMM: no GEMMs given")
-    build = build_engine(kind, params, log=log)
-    tm, _, tn = build.shape
+    shape = params.shape
+    tm, _, tn = shape
     jobs = []
     for a, b in gemms:
-        beats = gemm_beats(build.shape, a, b)
+        beats = gemm_beats(shape, a, b)
         tiles = _ceil_div(a.shape[0], tm) * _ceil_div(b.shape[1], tn)
         jobs.append({"beats": beats, "expected_outputs": tiles,
                      "max_cycles": len(beats) + 2 * 64 + 8})
-    folder = Path(tempfile.mkdtemp(prefix="tilewright-engine-"))
-    (folder / "job.json").write_text(json.dumps({"jobs": jobs}))
-    run_cocotb_bench(build, ENGINE_BENCH_MODULE, folder, "RTL engine")
-    results = json.loads((folder / "results.json").read_text())["jobs"]
-    shutil.rmtree(folder, ignore_errors=True)
-    return [EngineGemmRun(unpack_tiles(build.shape, r["outputs"], a.shape[0], b.shape[1]),
-                          np.array(r["out_cycles"]), int(r["cycles"]))
-            for (a, b), r in zip(gemms, results)]
+
+    def decode(res) -> dict:
+        return {"records": [EngineGemmRun(unpack_tiles(shape, r["outputs"], a.shape[0],
+                                                       b.shape[1]),
+                                          np.array(r["out_cycles"]), int(r["cycles"]))
+                            for (a, b), r in zip(gemms, res.results["results"])]}
+    return PreparedJob(JobFiles({"jobs": jobs}), decode)

@@ -1,34 +1,41 @@
-"""Run bf16 GEMMs on the Verilated :class:`~tilewright.rtl.systolic_bf16.Bf16GemmCore`.
+"""bf16 GEMMs encoded for the Verilated :class:`~tilewright.rtl.systolic_bf16.Bf16GemmCore` (top
+``bf16-core``).
 
 :func:`bf16_gemm_words` packs bf16 codes into the core's buffer words (the WS rows of
 :mod:`tilewright.compiler.layout`, 16-bit lanes, +0 padding) and :func:`c_from_acc_words` turns
-accumulator words back into an (M, N) float32 array. :func:`run_bf16_gemms` builds (or reuses) the
-core, runs every GEMM in one simulator process (:mod:`tilewright.cocotb_tests.bf16_bench`) and returns C
-and the cycles ``busy`` was high. Compare with
+accumulator words back into an (M, N) float32 array. :func:`prepare_bf16` encodes a list of
+(A, B) pairs for the bench (:mod:`tilewright.cocotb_tests.bf16_bench`, every GEMM in one simulator
+process); each record is a :class:`Bf16GemmRun` (C and the cycles ``busy`` was high). Compare with
 ``numerics.gemm(a, b, "bf16", acc="fp32", k_block=rows)`` (bit-exact) and
 :func:`tilewright.rtl.systolic_bf16.bf16_gemm_cycles` (cycles).
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
 from tilewright.compiler.layout import GemmLayout, pack_lanes
-from tilewright.cosim.bf16_build import build_bf16_core
-from tilewright.cosim.verilator import run_cocotb_bench
+from tilewright.cosim.job import JobFiles, PreparedJob
 
-__all__ = ["Bf16GemmRun", "bf16_codes", "bf16_gemm_words", "c_from_acc_words", "run_bf16_gemms",
-           "BF16_BENCH_MODULE"]
+__all__ = ["Bf16Params", "Bf16GemmRun", "bf16_codes", "bf16_gemm_words", "c_from_acc_words",
+           "prepare_bf16"]
 
-BF16_BENCH_MODULE = "tilewright.cocotb_tests.bf16_bench"
+
+@dataclass(frozen=True)
+class Bf16Params:
+    """What a bf16 core build is generated from (not an ArchSpec: the ArchSpec-driven core is
+    int8 only)."""
+
+    rows: int
+    cols: int
+    depth: int = 256                 #: words in each of the A, B and accumulator buffers
+
+    def key(self) -> str:
+        return f"{self.rows}x{self.cols}-d{self.depth}"
 
 
 @dataclass
@@ -82,27 +89,24 @@ def c_from_acc_words(lay: GemmLayout, words: Sequence[int]) -> np.ndarray:
     return np.ascontiguousarray(full).view(np.float32)
 
 
-def run_bf16_gemms(rows: int, cols: int, gemms: Sequence[tuple[np.ndarray, np.ndarray]], *,
-                   depth: int = 256, log=None) -> list[Bf16GemmRun]:
-    """Run each (A, B) pair (bf16 arrays or uint16 codes) through a rows x cols
-    :class:`Bf16GemmCore` with buffers of ``depth`` words each, in one simulator process."""
+def prepare_bf16(gemms: Sequence[tuple[np.ndarray, np.ndarray]], params: Bf16Params
+                 ) -> PreparedJob:
+    """Each (A, B) pair (bf16 arrays or uint16 codes) as one GEMM of the bench; ValueError for
+    no GEMM or a GEMM whose buffers exceed ``params.depth``."""
     if not gemms:
         raise ValueError("bf16 GEMM: no GEMMs given")
-    build = build_bf16_core(rows, cols, depth, log=log)
     jobs, lays = [], []
     for a, b in gemms:
-        lay, a_words, b_words = bf16_gemm_words(rows, cols, a, b)
+        lay, a_words, b_words = bf16_gemm_words(params.rows, params.cols, a, b)
         for buf, need in (("A", lay.a_words), ("B", lay.b_words), ("accumulator", lay.acc_words)):
-            if need > depth:
+            if need > params.depth:
                 raise ValueError(f"bf16 GEMM {lay.m}x{lay.k}x{lay.n}: {buf} buffer needs {need} "
-                                 f"words, the core has depth={depth}")
+                                 f"words, the core has depth={params.depth}")
         lays.append(lay)
         jobs.append({"m": lay.m, "k": lay.k, "n": lay.n, "a_words": a_words, "b_words": b_words,
                      "acc_words": lay.acc_words})
-    folder = Path(tempfile.mkdtemp(prefix="tilewright-bf16-"))
-    (folder / "job.json").write_text(json.dumps({"jobs": jobs}))
-    run_cocotb_bench(build, BF16_BENCH_MODULE, folder, "RTL bf16 core")
-    results = json.loads((folder / "results.json").read_text())["jobs"]
-    shutil.rmtree(folder, ignore_errors=True)
-    return [Bf16GemmRun(c_from_acc_words(lay, r["acc"]), int(r["cycles"]))
-            for lay, r in zip(lays, results)]
+
+    def decode(res) -> dict:
+        return {"records": [Bf16GemmRun(c_from_acc_words(lay, r["acc"]), int(r["cycles"]))
+                            for lay, r in zip(lays, res.results["results"])]}
+    return PreparedJob(JobFiles({"jobs": jobs}), decode)

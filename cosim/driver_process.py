@@ -1,9 +1,9 @@
 """What the C++ fast drivers share on the Python side: their build and the driver process.
 
+* :class:`FastDriver` — a top's driver declaration (C++ source, executable, flags).
 * :func:`build_driver_exe` — ``verilator --cc --exe --build`` of a generated top with one C++
   driver source (``fast_driver/*.cpp``, which include ``fast_driver/driver_util.h``) into
   ``tmp/obj/<executable>``; the build step :func:`tilewright.cosim.verilator.cached_build` runs.
-* :func:`driver_hash` — the hash of a driver's C++ source and the shared header, for cache keys.
 * :func:`run_driver` — one driver process fed through pipes (``<exe> - -``): the caller's ``body``
   sends commands and reads results (both streams recorded, saved to ``keep_dir`` as
   ``commands.bin`` / ``results.bin`` so ``<exe> commands.bin results.bin`` replays the run); a
@@ -12,18 +12,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from tilewright.arch import ArchSpec
-from tilewright.cosim.verilator import CachedBuild
-
-__all__ = ["DRIVER_DIR", "SHARED_HEADER", "DriverBuild", "driver_hash", "build_driver_exe",
-           "DriverPipe", "run_driver"]
+__all__ = ["DRIVER_DIR", "SHARED_HEADER", "FastDriver", "build_driver_exe", "DriverPipe",
+           "run_driver"]
 
 #: folder of the C++ drivers
 DRIVER_DIR = Path(__file__).parent / "fast_driver"
@@ -31,24 +27,19 @@ DRIVER_DIR = Path(__file__).parent / "fast_driver"
 SHARED_HEADER = DRIVER_DIR / "driver_util.h"
 
 
-@dataclass(frozen=True, kw_only=True)
-class DriverBuild(CachedBuild):
-    """A finished build of a generated top with its C++ fast driver, for one ArchSpec."""
+@dataclass(frozen=True)
+class FastDriver:
+    """A top's C++ fast driver: what to compile with the Verilated top."""
 
-    arch: ArchSpec
-    exe_name: str            #: the executable's file name in ``build_dir/obj``
+    source: str                  #: the driver's C++ file in :data:`DRIVER_DIR`
+    executable: str              #: the built executable's file name
+    cflags: Callable[[Any], str]   #: g++ flags for the top's params (e.g. the array shape)
+    prefix: str | None = None    #: Verilated model class name (``--prefix``), None: Verilator's
 
     @property
-    def executable(self) -> Path:
-        """The built C++ driver (with the Verilated top)."""
-        return self.build_dir / "obj" / self.exe_name
-
-
-def driver_hash(source: Path) -> str:
-    """10 hex digits over ``source`` and :data:`SHARED_HEADER` (a change to either rebuilds)."""
-    h = hashlib.sha256(source.read_bytes())
-    h.update(SHARED_HEADER.read_bytes())
-    return h.hexdigest()[:10]
+    def sources(self) -> tuple[Path, Path]:
+        """The C++ files a build depends on (the driver and :data:`SHARED_HEADER`)."""
+        return DRIVER_DIR / self.source, SHARED_HEADER
 
 
 def build_driver_exe(tmp: Path, *, top: str, source: Path, executable: str, cflags: str,

