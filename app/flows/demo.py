@@ -14,7 +14,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from tilewright.arch import ArchSpec, default_arch
+from tilewright.arch import ArchSpec, ArchSpecError, default_arch
+from tilewright.dataflow_sim.functional import run_program
 
 __all__ = ["run_demo", "DemoResult", "FLOAT_ERROR_BOUND_LSB"]
 
@@ -33,9 +34,10 @@ class DemoResult:
 
 def _torch_int_reference(program, x_int8: np.ndarray) -> np.ndarray:
     """The compiled layers' quantized parameters run by torch's own int64 arithmetic."""
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
-    from tilewright.models.quantized_reference import QuantLinear, run_int8_layers  # noqa: PLC0415
+    from tilewright.models.quantized_reference import (  # noqa: PLC0415  (lazy: pulls in torch)
+        QuantLinear, run_int8_layers)
     c = program.constants
     layers = [QuantLinear(weight=torch.from_numpy(np.ascontiguousarray(c[f["weight"]].T)),
                           bias=torch.from_numpy(c[f["bias"]]),
@@ -56,18 +58,16 @@ def run_demo(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int = 
 
 def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int = 0,
                 console: Console | None = None, driver: str = "cocotb") -> DemoResult:
-    from tilewright.compiler import compile_model  # noqa: PLC0415
-    from tilewright.cosim.build import build as build_top  # noqa: PLC0415
-    from tilewright.cosim.sim import run  # noqa: PLC0415
-    from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415
-    from tilewright.dataflow_sim.functional import run_program  # noqa: PLC0415
-    from tilewright.models.configs import build  # noqa: PLC0415
+    from tilewright.compiler import compile_model  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.cosim.build import build as build_top  # noqa: PLC0415  (lazy: pulls in amaranth)
+    from tilewright.cosim.sim import run  # noqa: PLC0415  (lazy: pulls in amaranth)
+    from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.models.configs import build  # noqa: PLC0415  (lazy: pulls in torch)
 
     con = console or Console()
     arch = arch or default_arch()
     te = arch.tensor_engine
     if te.kind != "systolic":
-        from tilewright.arch import ArchSpecError  # noqa: PLC0415
         raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {te.kind!r}: tilewright demo runs "
                             f"the systolic GEMM core; accepted: 'systolic' (the tile-MAC kinds "
                             f"generate their engine with `tilewright rtl`)")

@@ -28,16 +28,27 @@ and square, routing, the quantize steps — runs on the functional model.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tilewright.arch import ArchSpec
+from tilewright.arch import ArchSpec, ArchSpecError
+from tilewright.compiler.core_timing import gemm_cycles_array
+from tilewright.compiler.layout import DoesNotFit, GemmLayout
+from tilewright.compiler.operand_formats import arch_for_format
+from tilewright.compiler.program import GemmTask, Program, TensorInfo
 from tilewright.cosim import tops as registry
+from tilewright.cosim.bf16_jobs import Bf16Params, bf16_gemm_words
 from tilewright.cosim.program_jobs import KernelBatch
 from tilewright.cosim.sim import run
+from tilewright.dataflow_sim.functional import (bf16_matmul, gemm_int8, int8_matmul, run_program,
+                                                vector_unit_ops)
+from tilewright.dataflow_sim.numerics import sequential_fp32_matmul
+from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit, VectorUnitOps
+from tilewright.formats import element_values, get_format
 
 __all__ = ["SimResult", "simulate_model", "gemm_blocks", "gemm_program", "TORCH_REL_L2_BOUND",
            "TOPS"]
@@ -91,7 +102,6 @@ def gemm_blocks(m: int, k: int, n: int, arch: ArchSpec) -> list[tuple[int, int, 
 
     Raises :class:`~tilewright.compiler.layout.DoesNotFit` when even one array-sized block does
     not fit (K alone too long for the buffers)."""
-    from tilewright.compiler.layout import DoesNotFit, GemmLayout  # noqa: PLC0415
 
     te = arch.tensor_engine
 
@@ -114,7 +124,6 @@ def gemm_blocks(m: int, k: int, n: int, arch: ArchSpec) -> list[tuple[int, int, 
 
 def gemm_program(pairs: list[tuple[np.ndarray, np.ndarray]], arch: ArchSpec, name: str):
     """A Program of ``gemm`` tasks ``c{i} = a{i} @ b{i}`` over int8 constants (one per pair)."""
-    from tilewright.compiler.program import GemmTask, Program, TensorInfo  # noqa: PLC0415
 
     tensors, tasks, consts = {}, [], {}
     for i, (a, b) in enumerate(pairs):
@@ -129,7 +138,7 @@ def gemm_program(pairs: list[tuple[np.ndarray, np.ndarray]], arch: ArchSpec, nam
 
 
 def _torch_rel_l2(module, example, outputs: dict[str, np.ndarray], names: list[str]) -> float:
-    import torch  # noqa: PLC0415
+    import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
     with torch.no_grad():
         ref = module(*example)
@@ -159,7 +168,6 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         raise ValueError("a waveform trace needs the RTL run of the GEMM core or the accelerator "
                          "top with the cocotb driver (--rtl --top core|accel, without --fast)")
     if rtl and not arch.tensor_engine.systolic and top != "accel":
-        from tilewright.arch import ArchSpecError  # noqa: PLC0415
         raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {arch.tensor_engine.kind!r} with "
                          f"--top {top}: the tile-MAC kinds run their GEMMs on the accelerator "
                          f"top; accepted: --top accel")
@@ -174,11 +182,10 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         raise ValueError(f"{registry.TOPS[top].describe(arch)} (--top {top}) runs on the "
                          f"{' or '.join(names[d] for d in registry.TOPS[top].drivers)} only "
                          f"(no --{driver})")
-    from tilewright.dataflow_sim.compile_flow import compile_module  # noqa: PLC0415
-    from tilewright.compiler.operand_formats import arch_for_format  # noqa: PLC0415
-    from tilewright.dataflow_sim.functional import (gemm_int8, int8_matmul,  # noqa: PLC0415
-                                                    run_program)
-    from tilewright.models.llm_configs import build_llm, get_config  # noqa: PLC0415
+    from tilewright.dataflow_sim.compile_flow import \
+        compile_module  # noqa: PLC0415  (lazy: pulls in pandas, torch)
+    from tilewright.models.llm_configs import (build_llm,  # noqa: PLC0415  (lazy: pulls in torch)
+                                               get_config)
 
     say = log or (lambda _msg: None)
     times: dict[str, float] = {}
@@ -208,10 +215,7 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         recorded.append((a.copy(), b.copy(), out))
         return out
 
-    from contextlib import nullcontext  # noqa: PLC0415
 
-    from tilewright.dataflow_sim.functional import vector_unit_ops  # noqa: PLC0415
-    from tilewright.dataflow_sim.vector_offload import VectorUnitOps  # noqa: PLC0415
     vec_ops = VectorUnitOps(spec) if vector else None
     with int8_matmul(record), (vector_unit_ops(vec_ops) if vec_ops else nullcontext()):
         func = run_program(program, inputs)
@@ -240,7 +244,7 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
             owner.append((i, m0, m1, n0, n1))
     gprog = gemm_program(pairs, spec, f"{model}-gemms")
     say(f"RTL: {len(recorded)} int8 GEMMs as {len(pairs)} core runs ({driver} driver)")
-    from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415
+    from tilewright.dataflow_sim.cycle import gemm_report  # noqa: PLC0415  (lazy: pulls in pandas)
 
     t0 = time.perf_counter()
     sim = run(top, gprog, spec, driver=driver, log=say, keep_dir=trace_dir,
@@ -277,10 +281,7 @@ def _replay_check(checks, rtl_out, program, inputs, func, say, vector_hook=None)
     """Run the functional model again with every int8 matmul answered, in order, by the RTL's
     results (and, with ``vector_hook``, every offloaded vector task by the RTL's vector engine);
     append the bit-exactness check of the layer outputs."""
-    from contextlib import nullcontext  # noqa: PLC0415
 
-    from tilewright.dataflow_sim.functional import (int8_matmul, run_program,  # noqa: PLC0415
-                                                    vector_unit_ops)
 
     say("functional model with the RTL's results")
     answers = iter(rtl_out)
@@ -345,7 +346,6 @@ def _run_vector_kernels(result: SimResult, records, spec, say, driver: str = "co
     ``driver``: cocotb or the C++ fast driver):
     append the bit-exactness and cycle checks, fill ``result.vector_rows`` and return the replay
     hook answering the tasks with the RTL's results."""
-    from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit  # noqa: PLC0415
 
     if not records:
         result.checks.append(("vector ops on the RTL vector engine", False,
@@ -381,11 +381,6 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     """bf16 ArchSpec: every bf16 GEMM (fp32 accumulate, ``k_block`` = rows) recorded from the
     functional model, run on the Verilated bf16 WS core (the registry's ``bf16-core``),
     compared bit for bit (fp32 patterns), replayed into the layer; cycles vs the WS closed form."""
-    from tilewright.compiler.core_timing import gemm_cycles_array  # noqa: PLC0415
-    from tilewright.cosim.bf16_jobs import Bf16Params, bf16_gemm_words  # noqa: PLC0415
-    from tilewright.dataflow_sim.functional import bf16_matmul, run_program  # noqa: PLC0415
-    from tilewright.dataflow_sim.numerics import sequential_fp32_matmul  # noqa: PLC0415
-    from tilewright.formats import element_values, get_format  # noqa: PLC0415
 
     te = spec.tensor_engine
     f = get_format("bf16")
