@@ -29,7 +29,7 @@ from tilewright.cosim.verilator import Build, run_cocotb_bench
 from tilewright.dataflow_sim.functional import run_vector
 
 __all__ = ["STATE_SUFFIX", "JobFiles", "Job", "load_job", "gemm_tasks", "computed",
-           "save_results", "JobResult", "PreparedJob", "run_job"]
+           "save_results", "JobResult", "PreparedJob", "run_job", "prepare_words"]
 
 #: ``outputs.npz`` key suffix of a scan kernel's final state (a kernel run on the accelerator)
 STATE_SUFFIX = "__state"
@@ -151,3 +151,18 @@ class PreparedJob:
     files: JobFiles                                          #: the cocotb bench's job folder
     decode: Callable[[JobResult], dict]                      #: bench results -> SimRun fields
     fast: Callable[[Build, Path | None], dict] | None = None   #: (build, keep_dir) -> fields
+
+
+def prepare_words(words, params, *, latency: int | None = None) -> PreparedJob:
+    """A job of plain words streamed in one per cycle (``job.json``: ``words`` and a watchdog of
+    ``max_cycles``), for a top whose bench streams words and reports ``results.json``; the run's
+    one record is that report. ``latency`` (default: ``params.latency``) sizes the watchdog."""
+    words = [int(w) for w in words]
+    if not words:
+        raise ValueError("a word stream needs at least one word")
+    width = getattr(params, "width", None)
+    if width is not None and any(not 0 <= w < 1 << width for w in words):
+        raise ValueError(f"every word must fit in {width} bits (0 .. {(1 << width) - 1})")
+    lat = latency if latency is not None else getattr(params, "latency", 0)
+    spec = {"words": words, "max_cycles": len(words) + lat + 16}
+    return PreparedJob(JobFiles(spec), lambda res: {"records": [res.results["results"]]})

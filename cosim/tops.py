@@ -23,7 +23,7 @@ from tilewright.cosim import program_jobs as pj
 from tilewright.cosim.bf16_jobs import Bf16Params, prepare_bf16
 from tilewright.cosim.driver_process import FastDriver
 from tilewright.cosim.engine_jobs import EngineParams, prepare_engine
-from tilewright.cosim.job import PreparedJob
+from tilewright.cosim.job import PreparedJob, prepare_words
 from tilewright.cosim.mesh_jobs import IMEM_DEPTH, prepare_mesh
 from tilewright.cosim.scan_jobs import ScanParams, prepare_scan
 from tilewright.cosim.vector_jobs import prepare_vector
@@ -33,6 +33,8 @@ from tilewright.rtl.axi_gemm_top import AXI_TOP_NAME, write_axi_top
 from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.engine_top import ENGINE_TOP_NAME, write_engine_rtl
 from tilewright.rtl.mesh import MESH_TOP_NAME, write_mesh_rtl
+from tilewright.rtl.passthrough import (PASSTHROUGH_TOP_NAME, PassthroughParams,
+                                        write_passthrough_rtl)
 from tilewright.rtl.scan_unit import SCAN_TOP_NAME, write_scan_rtl
 from tilewright.rtl.systolic_bf16 import BF16_TOP_NAME, Bf16GemmCore, generate_bf16_verilog
 from tilewright.rtl.vector_unit import VECTOR_TOP_NAME, vector_lanes, write_vector_rtl
@@ -132,6 +134,10 @@ _TOPS = (
         lambda a, d: write_mesh_rtl(a, d, imem_depth=IMEM_DEPTH), _arch_key,
         lambda a: f"the {a.name} mesh", prepare_mesh, "tilewright.cocotb_tests.mesh_bench",
         ("results",)),
+    # the worked example of docs/design.md, "Add a top": one rtl module, one bench, this entry
+    Top("passthrough", PASSTHROUGH_TOP_NAME, "tilewright.rtl.passthrough", write_passthrough_rtl,
+        PassthroughParams.key, lambda p: f"the passthrough ({p.key()})", prepare_words,
+        "tilewright.cocotb_tests.passthrough_bench", ("results",), opt=None),
 )
 
 #: every generated design, by registry key
