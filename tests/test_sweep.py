@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
+from tests.test_sweep_store import wait_until_stored
 from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 from tilewright.app.sweep import (ResultsStore, SweepError, load_sweep, pareto_frame, pareto_mask,
                               run_sweep, sweep_from_dict)
@@ -210,18 +210,7 @@ def test_kill9_then_resume_loses_nothing_and_reevaluates_nothing(tmp_path):
     env = {**os.environ, "TILEWRIGHT_SWEEP_TEST_DELAY_S": "0.15"}
     proc = subprocess.Popen([sys.executable, "-c", code, str(f), str(db)], env=env,
                             start_new_session=True)
-    deadline = time.time() + 40
-    stored = 0
-    while time.time() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-        if db.exists():
-            try:
-                with ResultsStore(db) as s:
-                    stored = s.count()
-            except Exception:  # noqa: BLE001 - db being created
-                continue
-            if stored >= 8:
-                break
+    wait_until_stored(db, proc, 8, timeout_s=40)
     assert proc.poll() is None, "the sweep finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)                    # the sweep and its pool workers
     proc.wait()

@@ -74,6 +74,23 @@ def test_resume_of_a_database_without_definitions_is_refused(tmp_path):
         run_sweep(_spec(), db, workers=1, resume=True)
 
 
+def wait_until_stored(db: Path, proc: subprocess.Popen, points: int, *,
+                      timeout_s: float) -> int:
+    """Poll ``db`` until it holds ``points`` points, ``proc`` ends or ``timeout_s`` passes;
+    return how many it holds."""
+    deadline = time.time() + timeout_s
+    stored = 0
+    while time.time() < deadline and proc.poll() is None and stored < points:
+        time.sleep(0.1)
+        if db.exists():
+            try:
+                with ResultsStore(db) as s:
+                    stored = s.count()
+            except Exception:  # noqa: BLE001 - db being created
+                continue
+    return stored
+
+
 def _children(pid: int) -> set[int]:
     """Pids of the live processes whose parent is ``pid`` (from /proc)."""
     kids = set()
@@ -109,16 +126,7 @@ def test_one_writer_and_kill9_leaves_no_worker_and_an_interrupted_run(tmp_path):
     env = {**os.environ, "TILEWRIGHT_SWEEP_TEST_DELAY_S": "0.3"}
     proc = subprocess.Popen([sys.executable, "-c", code, str(f), str(db)], env=env)
     try:
-        deadline = time.time() + 60
-        stored = 0
-        while time.time() < deadline and proc.poll() is None and stored < 4:
-            time.sleep(0.1)
-            if db.exists():
-                try:
-                    with ResultsStore(db) as s:
-                        stored = s.count()
-                except Exception:  # noqa: BLE001 - db being created
-                    continue
+        stored = wait_until_stored(db, proc, 4, timeout_s=60)
         assert proc.poll() is None and stored >= 4, "the sweep ended before the test could act"
         with pytest.raises(SweepError) as exc:          # a second writer, while the first runs
             run_sweep(load_sweep(f), db, workers=1, resume=True)
