@@ -1,7 +1,8 @@
 """Repository-wide pytest setup.
 
-``TILEWRIGHT_REQUIRE_TOOLS=1`` (set by ``.ci/run``) turns every skipped test into a failure: in CI
-a missing Verilator, cocotb, Yosys or compiler is an error, never a silent skip.
+``TILEWRIGHT_REQUIRE_TOOLS=1`` (set by ``.ci/run``) turns every skipped test — and every module
+skipped while being collected — into a failure: in CI a missing Verilator, cocotb, Yosys or
+compiler is an error, never a silent skip.
 """
 
 from __future__ import annotations
@@ -24,6 +25,20 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         report.longrepr = (f"skipped test turned into a failure because TILEWRIGHT_REQUIRE_TOOLS "
                            f"is set: {reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A module that skips while being collected (a module-level ``importorskip`` or
+    ``pytest.skip(allow_module_level=True)``) is a collection error under
+    TILEWRIGHT_REQUIRE_TOOLS: the tests it would have held never run, so the run must fail."""
+    outcome = yield
+    report = outcome.get_result()
+    if _require_tools() and report.skipped:
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (f"{collector.nodeid}: skipped while collecting, turned into a failure "
+                           f"because TILEWRIGHT_REQUIRE_TOOLS is set: {reason}")
 
 
 pytest_plugins = ["pytester"]

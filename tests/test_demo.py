@@ -39,3 +39,25 @@ def test_demo_fails_when_a_cross_check_fails(monkeypatch):
     assert not result.ok
     failed = [name for name, ok, _ in result.checks if not ok]
     assert failed == ["RTL cycles == cycle model (every GEMM)"]
+
+
+@pytest.mark.verilator
+def test_demo_fails_when_an_rtl_record_is_missing(monkeypatch):
+    """The per-GEMM cycle check pairs RTL records with the model's rows: one record fewer must
+    fail it (a pairing by zip alone would compare the rest and pass)."""
+    from rich.console import Console
+
+    import tilewright.cosim.sim as sim
+    from tilewright.app.flows.demo import demo_result
+
+    real = sim.run
+
+    def drop_last(*args, **kwargs):
+        res = real(*args, **kwargs)
+        res.records = res.records[:-1]
+        return res
+
+    monkeypatch.setattr(sim, "run", drop_last)
+    result = demo_result(console=Console(file=open("/dev/null", "w")))
+    failed = [name for name, ok, _ in result.checks if not ok]
+    assert not result.ok and failed == ["RTL cycles == cycle model (every GEMM)"]

@@ -40,3 +40,26 @@ def _tools():
     result.assert_outcomes(errors=2)              # a failed setup is an error: the run fails
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*TILEWRIGHT_REQUIRE_TOOLS*verilator*"])
+
+
+COLLECT_SKIP = ("import pytest\n\npytest.importorskip('tilewright_no_such_tool')\n\n"
+                "def test_needs_tool():\n    assert True\n")
+
+
+def test_a_module_skipped_at_collection_fails_when_tools_required(pytester, monkeypatch):
+    """A module-level importorskip used to stay 'skipped' in CI (the hook saw only test runs)."""
+    pytester.makeconftest((REPO / "conftest.py").read_text())
+    pytester.makepyfile(COLLECT_SKIP)
+    monkeypatch.setenv("TILEWRIGHT_REQUIRE_TOOLS", "1")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*TILEWRIGHT_REQUIRE_TOOLS*tilewright_no_such_tool*"])
+
+
+def test_a_module_skipped_at_collection_stays_skipped_otherwise(pytester, monkeypatch):
+    pytester.makeconftest((REPO / "conftest.py").read_text())
+    pytester.makepyfile(COLLECT_SKIP)
+    monkeypatch.delenv("TILEWRIGHT_REQUIRE_TOOLS", raising=False)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
