@@ -22,6 +22,7 @@ from tilewright.dataflow_sim.mesh import (GEMM_ALGOS, GEMV_ALGOS, MeshMappingErr
 __all__ = ["mesh"]
 
 console = Console()
+err_console = Console(stderr=True)
 
 
 def mesh(
@@ -62,6 +63,7 @@ def mesh(
     d["compute_efficiency"] = round(rep.compute_efficiency(spec.mesh.core_macs_per_cycle), 6)
     if as_json:
         print(json.dumps(d))
+        _exit_unless_rtl_agrees(d)
         return
     t = Table(title=f"{op} [{m},{k}]x[{k},{n}] on {spec.name} "
                     f"({spec.mesh.rows}x{spec.mesh.cols}), algo {algo}, grid {d['grid']}")
@@ -87,6 +89,18 @@ def mesh(
         rt.add_row(str(r["model_cycles"]), str(r["rtl_cycles"]),
                    str(r["model_cycles"] == r["rtl_cycles"]), str(r["bit_exact"]))
         console.print(rt)
+    _exit_unless_rtl_agrees(d)
+
+
+def _exit_unless_rtl_agrees(d: dict) -> None:
+    """Exit with status 1 when the RTL check ran and the RTL disagrees with the model (cycles)
+    or with numpy (outputs): a failed check never exits 0."""
+    r = d.get("rtl")
+    if r is not None and not (r["model_cycles"] == r["rtl_cycles"] and r["bit_exact"]):
+        err_console.print("error: the RTL mesh disagrees with the mesh model or numpy "
+                          f"(cycles {r['rtl_cycles']} vs {r['model_cycles']}, bit-exact "
+                          f"{r['bit_exact']})", markup=False, highlight=False)
+        raise typer.Exit(1)
 
 
 def _rtl_check(spec, op: str, algo: str, m: int, k: int, n: int, elem_bytes: int,

@@ -87,7 +87,8 @@ def sim(
         where = {"accel": "the accelerator top, DMA included",
                  "axi-accel": "the accelerator behind AXI, DMA over AXI4 included"}.get(
                      top, "the GEMM core; cycles `busy` is high")
-        t = Table(title=f"{model} int8 GEMMs on the RTL ({spec.name}: {where})")
+        t = Table(title=f"{model} {spec.tensor_engine.input_format} GEMMs on the RTL "
+                        f"({spec.name}: {where})")
         for c in ("GEMM", "M x K x N", "RTL cycles", "model cycles", "utilization"):
             t.add_column(c, justify="right")
         for r in rows if gemms else []:

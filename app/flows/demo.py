@@ -71,6 +71,10 @@ def demo_result(model: str = "mlp-tiny", arch: ArchSpec | None = None, seed: int
         raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {te.kind!r}: tilewright demo runs "
                             f"the systolic GEMM core; accepted: 'systolic' (the tile-MAC kinds "
                             f"generate their engine with `tilewright rtl`)")
+    if te.input_format != "int8" or te.weight_format != "int8":
+        raise ArchSpecError(f"{arch.name}: tensor_engine.input_format/weight_format = "
+                            f"{te.input_format}/{te.weight_format}: tilewright demo runs the int8 "
+                            f"MLP path; accepted: int8 (`tilewright sim --rtl` runs bf16 designs)")
     con.print(f"[bold]tilewright demo[/]: {model} on {arch.name} ({te.rows}x{te.cols} "
               f"{te.dataflow.upper()}, {te.input_format}x{te.weight_format}->"
               f"{te.accumulator_format}, {arch.clock_mhz:g} MHz)")

@@ -70,6 +70,10 @@ _ACCEL_WORDING = {
                   "(every GEMM)"),
 }
 
+#: the engine formats `tilewright sim` runs: those the RTL builds (a design in another format is
+#: refused, never run as one of these)
+SIM_FORMATS = ("int8", "bf16")
+
 #: relative L2 error of an int8 layer against torch's float forward pass accepted by the check
 #: (int8 per-channel weights, per-tensor activations; measured 0.42 % tiny-mamba, 0.47 %
 #: tiny-llama, 0.67 % tiny-moe at seq 8, seed 0 — the bound leaves 3x headroom for other seeds)
@@ -193,7 +197,12 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if not cfg.tiny:
         raise ValueError(f"--model {model}: simulation needs a tiny config with real weights "
                          f"(tiny-llama, tiny-moe, tiny-mamba ...), not a real-shape one")
-    fmt = "bf16" if arch.tensor_engine.input_format == "bf16" else "int8"
+    fmt = arch.tensor_engine.input_format
+    if fmt not in SIM_FORMATS:        # never run another format than the design's
+        raise ArchSpecError(f"{arch.name}: tensor_engine.input_format = {fmt!r}: tilewright sim "
+                            f"runs the formats the RTL builds, accepted: "
+                            f"{', '.join(SIM_FORMATS)} (cost other formats with `tilewright "
+                            f"compile --format {fmt}`)")
     spec = arch_for_format(arch, fmt)
     if fmt == "bf16" and rtl and (top != "core" or spec.tensor_engine.dataflow != "ws"
                                   or driver != "cocotb" or trace_dir is not None):

@@ -1,0 +1,62 @@
+"""Every run answers the question asked or refuses (issue: every answer is to the question asked).
+
+Before: ``sim --rtl --top accel`` on an fp8-e4m3 ArchSpec compiled the layer to int8, ran an int8
+accelerator and printed "all cross-checks passed"; ``demo --arch <fp8>`` printed an fp8 header
+and ran int8; ``mesh --rtl`` printed cycle- and bit-exactness as True/False and exited 0 either
+way.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_cli import tw
+from tilewright.arch import ArchSpec, ArchSpecError
+
+FP8 = {"name": "fp8-8x8", "tensor_engine": {
+    "rows": 8, "cols": 8, "dataflow": "ws", "input_format": "fp8-e4m3",
+    "weight_format": "fp8-e4m3", "accumulator_format": "fp32"}}
+
+
+def test_sim_refuses_a_design_in_a_format_it_would_replace():
+    from tilewright.app.flows.sim_rtl import simulate_model
+    arch = ArchSpec.from_dict(FP8)
+    for rtl in (False, True):
+        with pytest.raises(ArchSpecError, match=r"tensor_engine.input_format = 'fp8-e4m3'.*"
+                                                r"accepted: int8, bf16"):
+            simulate_model("tiny-llama", arch, rtl=rtl, top="accel")
+
+
+def test_demo_refuses_a_design_that_is_not_int8():
+    from tilewright.app.flows.demo import demo_result
+    with pytest.raises(ArchSpecError, match="input_format/weight_format = fp8-e4m3/fp8-e4m3"):
+        demo_result(arch=ArchSpec.from_dict(FP8))
+
+
+def test_cli_sim_fp8_exit_2_one_line(tmp_path):
+    p = tmp_path / "fp8.yaml"
+    p.write_text(ArchSpec.from_dict(FP8).to_yaml())
+    res = tw("sim", "--model", "tiny-llama", "--arch", str(p), "--rtl", "--top", "accel")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "input_format = 'fp8-e4m3'" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("rtl_result,code", [
+    ({"model_cycles": 100, "rtl_cycles": 100, "bit_exact": True}, 0),
+    ({"model_cycles": 100, "rtl_cycles": 101, "bit_exact": True}, 1),
+    ({"model_cycles": 100, "rtl_cycles": 100, "bit_exact": False}, 1),
+])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_mesh_rtl_check_that_fails_exits_1(monkeypatch, rtl_result, code, as_json):
+    import typer
+    from typer.testing import CliRunner
+
+    import tilewright.app.cli.mesh as cli_mesh
+    monkeypatch.setattr(cli_mesh, "_rtl_check", lambda *a, **k: dict(rtl_result))
+    app = typer.Typer()
+    app.command("mesh")(cli_mesh.mesh)
+    app.command("noop")(lambda: None)
+    args = ["mesh", "gemm", "--arch", "mesh4x4", "--m", "16", "--k", "32", "--n", "16",
+            "--elem-bytes", "1", "--rtl"] + (["--json"] if as_json else [])
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == code, res.output
