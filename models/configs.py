@@ -8,6 +8,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from tilewright.models.llm_shapes import ModelInputError
+
 from tilewright.models.mlp import MLP
 
 __all__ = ["ModelConfig", "CONFIGS", "build"]
@@ -40,7 +42,8 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, torch.Tensor]:
     Raises ValueError listing the known names when ``name`` is unknown.
     """
     if name not in CONFIGS:
-        raise ValueError(f"unknown model config {name!r}; known: {', '.join(sorted(CONFIGS))}")
+        raise ModelInputError(f"unknown model config {name!r}; known: "
+                              f"{', '.join(sorted(CONFIGS))}")
     cfg = CONFIGS[name]
     module = cfg.constructor(**cfg.kwargs, seed=seed).eval()
     module.config_name = name

@@ -18,12 +18,13 @@ import torch
 from torch import nn
 
 from tilewright.models.llm_shapes import (LLM_CONFIGS, LLMConfig, LlamaConfig, MambaConfig,
-                                         MoEConfig, Phase, _swiglu, get_config, param_count)
+                                         ModelInputError, MoEConfig, Phase, _swiglu, get_config,
+                                         param_count)
 from tilewright.models.moe import MoELayer
 from tilewright.models.ssm import MambaLayer
 from tilewright.models.transformer import CausalLM, DecoderLayer, seeded_init_
 
-__all__ = ["LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
+__all__ = ["ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
            "build_llm", "build_lm", "describe", "param_count"]
 
 
@@ -70,9 +71,16 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
     """
     cfg = get_config(name)
     if phase not in ("prefill", "decode"):
-        raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+        raise ModelInputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
     if seq < 1 or batch < 1:
-        raise ValueError(f"seq and batch must be >= 1, got seq={seq}, batch={batch}")
+        raise ModelInputError(f"seq and batch must be >= 1, got seq={seq}, batch={batch}")
+    context = getattr(cfg, "max_seq_len", None)
+    need = seq + (1 if phase == "decode" else 0)       # decode: seq cached + 1 new token
+    if context is not None and need > context:          # before any tensor is allocated
+        raise ModelInputError(
+            f"{name}: --seq {seq} needs {need} positions "
+            f"({'cached + 1 new token' if phase == 'decode' else 'prompt tokens'}); the "
+            f"config's context is max_seq_len = {context}")
     dev = _resolve_device(cfg, device)
     with torch.device(dev):
         module = _layer(cfg)

@@ -15,10 +15,17 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Union
 
-__all__ = ["LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
+from tilewright.errors import UserError
+
+__all__ = ["ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
            "param_count", "Phase"]
 
 Phase = Literal["prefill", "decode"]
+
+
+class ModelInputError(UserError, ValueError):
+    """A model, or an input to it, the configs cannot give: an unknown name, a phase, or a
+    sequence beyond the config's context (``max_seq_len``). The message names the limit."""
 
 
 @dataclass(frozen=True)
@@ -153,9 +160,9 @@ LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
 
 
 def get_config(name: str) -> LLMConfig:
-    """The config called ``name``; ValueError listing the known names otherwise."""
+    """The config called ``name``; :class:`ModelInputError` listing the known names otherwise."""
     if name not in LLM_CONFIGS:
-        raise ValueError(f"unknown LLM config {name!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
+        raise ModelInputError(f"unknown LLM config {name!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
     return LLM_CONFIGS[name]
 
 

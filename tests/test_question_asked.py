@@ -60,3 +60,18 @@ def test_mesh_rtl_check_that_fails_exits_1(monkeypatch, rtl_result, code, as_jso
             "--elem-bytes", "1", "--rtl"] + (["--json"] if as_json else [])
     res = CliRunner().invoke(app, args)
     assert res.exit_code == code, res.output
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["compile", "--model", "tiny-llama", "--arch", "ws8x8", "--phase", "decode", "--seq", "512"],
+     "tiny-llama: --seq 512 needs 513 positions (cached + 1 new token); the config's context is "
+     "max_seq_len = 256"),
+    (["sim", "--model", "tiny-llama", "--arch", "ws8x8", "--seq", "300"],
+     "--seq 300 needs 300 positions (prompt tokens)"),
+    (["demo", "--model", "tiny-llama"], "unknown model config 'tiny-llama'; known: mlp-small"),
+])
+def test_inputs_beyond_a_models_limits_exit_2_one_line(args, needle):
+    """Before: tracebacks from inside torch.export (the context) and the MLP config table."""
+    res = tw(*args)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert needle in res.stderr and "Traceback" not in res.stderr

@@ -21,6 +21,7 @@ from tilewright.app.cli.compile import compile_cmd, models_cmd
 from tilewright.app.cli.fpga import fpga
 from tilewright.app.cli.mesh import mesh
 from tilewright.app.cli.mesh_layer import mesh_layer
+from tilewright.app.cli.output_folder import output_folder
 from tilewright.app.cli.sim import sim
 from tilewright.app.cli.sweep import report, sweep
 from tilewright.app.eda.synth import TARGETS, SynthError, YosysMissing, check_yosys, synthesize
@@ -35,10 +36,23 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+#: set by ``--debug``: show the traceback of an error instead of its one line
+_DEBUG = {"on": False}
+
+
+@app.callback()
+def _options(debug: bool = typer.Option(False, "--debug", help="on an error, show the Python "
+                                        "traceback (for reporting a bug) instead of one line")
+             ) -> None:
+    """tilewright: design, compile for, generate and co-simulate AI accelerators."""
+    _DEBUG["on"] = debug
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """What the command line prints as one line and exit status 2: every :class:`UserError` (the
-    base of each layer's user errors, docs/design.md "The error path") and a missing file."""
-    return (UserError, FileNotFoundError)
+    base of each layer's user errors, docs/design.md "The error path") and an ``OSError`` (a
+    file that is missing, unreadable or unwritable: the user's to fix)."""
+    return (UserError, OSError)
 
 
 class DemoDriver(str, Enum):
@@ -105,24 +119,27 @@ def rtl(
         from tilewright.rtl.axi_accel_top import \
             write_axi_accel_top  # noqa: PLC0415  (lazy: pulls in amaranth)
         writers["axi-accel"] = write_axi_accel_top
-    with console.status(f"generating Verilog for {spec.name}"):
-        manifest = writers[top](spec, out)
-    # the abc9 work-around of _engine_synth_target is for a bare tile-MAC engine top
-    synth_kind = manifest.get("kind", "systolic") if top == "core" else "systolic"
-    f, top = manifest["files"][0], manifest["top"]
-    console.print(f"{manifest.get('kind', top)}: wrote {out / f['path']} ({f['bytes']} bytes, sha256 "
-                  f"{f['sha256'][:12]}) and {out / 'manifest.json'} in "
+    with output_folder(out) as work:      # the folder appears whole, or not at all
+        with console.status(f"generating Verilog for {spec.name}"):
+            manifest = writers[top](spec, work)
+        # the abc9 work-around of _engine_synth_target is for a bare tile-MAC engine top
+        synth_kind = manifest.get("kind", "systolic") if top == "core" else "systolic"
+        f, top = manifest["files"][0], manifest["top"]
+        if lint:
+            clean, text = lint_verilog(work / f["path"], top)
+            if not clean:
+                err_console.print(text[-4000:])
+                err_console.print("error: Verilator lint found warnings (see above); nothing "
+                                  "written")
+                sys.exit(1)
+        if synth:
+            _rtl_synth(work / f["path"], top, list(dict.fromkeys(synth)), synth_kind)
+    console.print(f"{manifest.get('kind', top)}: wrote {out / f['path']} ({f['bytes']} bytes, "
+                  f"sha256 {f['sha256'][:12]}) and {out / 'manifest.json'} in "
                   f"{manifest['generation_seconds']} s")
     if lint:
-        clean, text = lint_verilog(out / f["path"], top)
-        if not clean:
-            err_console.print(text[-4000:])
-            err_console.print("error: Verilator lint found warnings (see above)")
-            sys.exit(1)
         console.print("verilator --lint-only -Wall: clean (waivers justified in "
                       "cosim/verilator.py)")
-    if synth:
-        _rtl_synth(out / f["path"], top, list(dict.fromkeys(synth)), synth_kind)
 
 
 def _engine_synth_target(target: str, kind: str):
@@ -219,7 +236,8 @@ _register_subcommands()
 
 
 def main() -> None:
-    """Entry point: run the app; user errors become one line on stderr and exit status 2."""
+    """Entry point: run the app. A user error becomes one line on stderr and exit status 2; a
+    failing tool or any other error its message and exit status 1; ``--debug`` shows tracebacks."""
     try:
         code = app(standalone_mode=False)   # click returns (not raises) an Exit's code here
         if isinstance(code, int) and code:
@@ -233,10 +251,18 @@ def main() -> None:
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):   # click's usage errors
             exc.show()
             sys.exit(exc.exit_code)
+        if _DEBUG["on"]:
+            raise
         if isinstance(exc, _user_errors()):
-            err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+            text = (f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError)
+                    and exc.filename and exc.strerror else str(exc))
+            err_console.print(f"error: {text}", markup=False, highlight=False, soft_wrap=True)
             sys.exit(2)
-        raise
+        # a tool that failed (Verilator, Yosys, nextpnr: their own message) or a bug: say it
+        # and exit 1; --debug shows the traceback
+        err_console.print(f"error: {type(exc).__name__}: {exc}\n(run again with --debug for "
+                          f"the traceback)", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
