@@ -46,8 +46,7 @@ def main() -> None:
             "offchip.bandwidth_gbps": {"low": 16.0, "high": 1024.0, "log": True},
             "clock_mhz": {"low": 300.0, "high": 1500.0},
         },
-        "workloads": [{"model": args.model, "seq": args.seq, "batch": 1, "phase": "prefill",
-                       "format": "fp32"}],
+        "workloads": [{"model": args.model, "seq": args.seq, "batch": 1, "phase": "prefill"}],
         "objectives": ["latency", "energy", "area"],
         "search": {"method": "random", "trials": args.points, "seed": 0},
     }, source="sweep_speed")

@@ -111,7 +111,8 @@ def test_example_sweeps_validate():
 
 def test_linked_axes_and_format_axis():
     s = _spec(axes={"tensor_engine.rows,tensor_engine.cols": [4],
-                    "tensor_engine.input_format": ["bf16"]})
+                    "tensor_engine.input_format": ["bf16"]},
+              workloads=[{"gemm": [256, 512, 512]}])      # runs in each point's format
     a = s.arch_for(s.grid_points()[0])
     te = a.tensor_engine
     assert (te.rows, te.cols, te.weight_format, te.accumulator_format) == (4, 4, "bf16", "fp32")
@@ -155,7 +156,8 @@ def test_constraints_filter_and_skip(tmp_path):
 
 
 def test_invalid_points_are_stored_not_fatal(tmp_path):
-    spec = _spec(axes={"tensor_engine.rows": [8, 32], "tensor_engine.input_format": ["mxint8"]})
+    spec = _spec(axes={"tensor_engine.rows": [8, 32], "tensor_engine.input_format": ["mxint8"]},
+                 workloads=[{"gemm": [256, 512, 512]}])      # runs in each point's format
     db = tmp_path / "i.db"
     res = run_sweep(spec, db, workers=1)
     df = ResultsStore(db).frame("t")

@@ -16,7 +16,7 @@ MESH = {
     "base": "mesh4x4",
     "tech": "45nm",
     "axes": {"mesh.rows,mesh.cols": [2, 4, 8]},
-    "workloads": [{"mesh_gemv": [128, 256], "format": "bf16"}],
+    "workloads": [{"mesh_gemv": [128, 256]}],
     "objectives": ["latency", "energy"],
 }
 
@@ -30,14 +30,14 @@ def _mk(base, **changes):
 def test_mesh_size_axis_runs_the_mesh_model(tmp_path):
     from tilewright.dataflow_sim.energy_area import area_breakdown, load_tech
     from tilewright.dataflow_sim.mesh import mesh_gemv
-    spec = _mk(MESH)
+    spec = _mk(MESH, workloads=[{"mesh_gemv": [256, 256]}])   # int8: the mesh cores' format
     db = tmp_path / "m.db"
     run_sweep(spec, db, workers=1)
     with ResultsStore(db) as s:
         df = s.frame("m").set_index("p:mesh.rows,mesh.cols")
         per = {int(json.loads(r["params"])["mesh.rows,mesh.cols"]): json.loads(r["per_workload"])
                for _, r in s.raw("m").iterrows() if r["per_workload"]}
-    # 2x2 cores: a 64x128 bf16 block (16 KiB) + buffers exceeds 16 KiB of SRAM -> stored error
+    # 2x2 cores: a 128x128 int8 block (16 KiB) + buffers exceeds 16 KiB of SRAM -> stored error
     assert df.loc[2, "status"] == "error" and "core_sram_kib" in df.loc[2, "error"]
     tech = load_tech("45nm")
     lat = {}
@@ -46,12 +46,12 @@ def test_mesh_size_axis_runs_the_mesh_model(tmp_path):
         assert row["status"] == "ok"
         arch = spec.arch_for({"mesh.rows,mesh.cols": side})
         assert (arch.mesh.rows, arch.mesh.cols) == (side, side)
-        rep = mesh_gemv(arch, 128, 256, elem_bytes=2)
+        rep = mesh_gemv(arch, 256, 256, elem_bytes=1)
         assert row["latency_s"] == pytest.approx(rep.cycles / (arch.clock_mhz * 1e6), rel=1e-12)
-        assert row["macs"] == 128 * 256                          # [1,128] x [128,256]
+        assert row["macs"] == 256 * 256                          # [1,256] x [256,256]
         assert row["dram_bytes"] == 0
         # per-hop energy: bytes x hops x (wire pJ/B/mm x core pitch + router pJ/B), with the
-        # core pitch the side of one core's area (DESIGN: energy_area module doc)
+        # core pitch the side of one core's area (docs/design.md: energy_area module doc)
         byte_hops = sum(float(a.sum()) for a in rep.link_load_flits.values()) \
             * arch.mesh.link_bytes_per_cycle
         assert byte_hops > 0

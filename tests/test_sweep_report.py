@@ -98,7 +98,7 @@ def test_report_of_mesh_and_cluster_sweeps(tmp_path, kind):
     if kind == "mesh":
         d = {"name": "m", "base": "mesh4x4", "tech": "45nm",
              "axes": {"mesh.rows,mesh.cols": [4, 8]},
-             "workloads": [{"mesh_gemv": [128, 256], "format": "bf16"}],
+             "workloads": [{"mesh_gemv": [128, 256]}],
              "objectives": ["latency", "energy"]}
     else:
         d = {"name": "c", "base": "ws8x8", "tech": "45nm",

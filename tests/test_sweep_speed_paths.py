@@ -200,8 +200,7 @@ def test_report_of_a_foreign_mapping_uses_cost_of(graphs):
 
 
 def test_sweep_llm_workload_cost_equals_its_report():
-    w = {"model": "tiny-llama", "seq": 32, "batch": 1, "phase": "prefill", "format": "fp32",
-         "layers": 2}
+    w = {"model": "tiny-llama", "seq": 32, "batch": 1, "phase": "prefill", "layers": 2}
     for a in REPORT_ARCHS:
         c = workload_cost(a, w)
         df = workload_report(a, w)

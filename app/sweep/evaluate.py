@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from tilewright.app.sweep.resource_model import fpga_metrics
+from tilewright.app.sweep.spec import SweepError
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 from tilewright.compiler.lower_llm import ELEM_BYTES, lower_graph
@@ -54,12 +55,22 @@ def _graph(model: str, seq: int, batch: int, phase: str):
     return graph
 
 
+def workload_format(arch: ArchSpec, w: dict[str, Any]) -> str:
+    """The operand format a workload runs in on ``arch``: the design's
+    ``tensor_engine.input_format`` (a sweep refuses a workload ``format`` that differs)."""
+    fmt = w.get("format") or arch.tensor_engine.input_format
+    if fmt != arch.tensor_engine.input_format:
+        raise SweepError(f"workload format {fmt!r} disagrees with the design's "
+                         f"tensor_engine.input_format {arch.tensor_engine.input_format!r}")
+    return fmt
+
+
 def mesh_cost(arch: ArchSpec, w: dict[str, Any]) -> dict[str, float]:
     """A ``mesh_gemv: [K, N]`` or ``mesh_gemm: [M, K, N]`` workload on ``arch.mesh``: cycles
     (mesh model, clock ``arch.clock_mhz``), useful MACs, and ``byte_hops`` = flits carried over
     every directed link x ``link_bytes_per_cycle`` (bytes x hops, last flits counted whole) for
     the mesh term of the energy model. Operands live in the cores' SRAM: no off-chip bytes."""
-    eb = ELEM_BYTES[w.get("format", "fp32")]
+    eb = ELEM_BYTES[workload_format(arch, w)]
     algo = w.get("algo") or "mesh"
     if w.get("mesh_gemv"):
         k, n = w["mesh_gemv"]
@@ -162,14 +173,14 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
     if w.get("gemm"):
         m, k, n = w["gemm"]
         res = map_gemm(GemmOp("gemm", int(m), int(k), int(n), batch=int(w.get("batch", 1)),
-                              elem_bytes=ELEM_BYTES[w.get("format", "fp32")]), arch)
+                              elem_bytes=ELEM_BYTES[workload_format(arch, w)]), arch)
         c = res.cost
         return {"cycles": float(c.cycles), "macs": float(c.macs), "vector_ops": 0.0,
                 "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
     from tilewright.models.llm_configs import get_config  # noqa: PLC0415  (lazy: pulls in torch)
 
     g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
-    prog = lower_graph(g, arch, fmt=w.get("format", "fp32"), name=w["model"])
+    prog = lower_graph(g, arch, fmt=workload_format(arch, w), name=w["model"])
     tot = program_totals(prog, arch)      # = the per-op Report's sums, without the DataFrame
     layers = get_config(w["model"]).n_layers if w.get("layers") == "all" else int(w.get("layers", 1))
     tokens = int(w["batch"]) * (int(w["seq"]) if w["phase"] == "prefill" else 1)
@@ -183,7 +194,8 @@ def workload_report(arch: ArchSpec, w: dict[str, Any]):
     """The per-op Report (pandas, :func:`~tilewright.dataflow_sim.report.program_report`) of an
     LLM workload on ``arch`` (one layer)."""
     g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
-    return program_report(lower_graph(g, arch, fmt=w.get("format", "fp32"), name=w["model"]), arch)
+    return program_report(lower_graph(g, arch, fmt=workload_format(arch, w), name=w["model"]),
+                          arch)
 
 
 def static_metrics(arch: ArchSpec, tech: str) -> dict[str, float]:

@@ -13,10 +13,10 @@ A sweep file (YAML)::
       memory.scratchpad_kib: {low: 32, high: 512, log: true}   # a range (int unless a bound is float)
       clock_mhz: {low: 250, high: 1000, step: 250}             # grid needs a step (or values)
     workloads:
-      - {model: llama3-8b, seq: 512, batch: 1, phase: prefill, format: fp32}
-      - {gemm: [512, 4096, 4096], format: int8}                # M, K, N
-      - {mesh_gemv: [4096, 4096], format: bf16, algo: mesh}    # K, N on the base's mesh
-      - {mesh_gemm: [512, 512, 512], format: bf16, algo: summa}
+      - {model: llama3-8b, seq: 512, batch: 1, phase: prefill}
+      - {gemm: [512, 4096, 4096]}                              # M, K, N
+      - {mesh_gemv: [4096, 4096], algo: mesh}                  # K, N on the base's mesh
+      - {mesh_gemm: [512, 512, 512], algo: summa}
       - {cluster: h100-8x-nvlink, model: llama3-8b, mode: train,
          plan: {tp: 2, dp: 4, micro_batches: 4, seq_len: 1024}}
     objectives: [latency, energy]  # or {metric: area_mm2, direction: minimize}
@@ -38,6 +38,12 @@ banked SRAMs, meshes).
 
 Setting ``tensor_engine.input_format`` (alone or linked with ``weight_format``) also sets
 ``weight_format`` and the accumulator format the operand format requires, unless an axis sets them.
+
+A point is one design: every workload runs in the point's own ``tensor_engine.input_format`` (the
+LLM layer is compiled in it, the GEMM and mesh operands have its size), so a workload ``format``
+is accepted only when it equals the design's and no axis varies it. A field a workload kind does
+not read (``seq`` on a GEMM, ``batch`` on a cluster run, ...) is refused, and so are ArchSpec axes
+when no workload uses the ArchSpec (cluster workloads on the cluster file's chip).
 
 Workload kinds (:attr:`Workload.kind`): ``llm`` (one or more layers of a model compiled for the
 chip), ``gemm`` (mapper's best mapping), ``mesh`` (``mesh_gemv``/``mesh_gemm`` on the ArchSpec's
@@ -189,7 +195,9 @@ class Workload(_Model):
     seq: int = Field(512, ge=1, description="tokens per sequence (prefill) / context (decode)")
     batch: int = Field(1, ge=1, description="sequences (LLM) or independent GEMMs")
     phase: Literal["prefill", "decode"] = "prefill"
-    format: str = Field("fp32", description="operand format of the compiled Program / GEMM")
+    format: str | None = Field(None, description="operand format of the compiled Program / "
+                               "GEMM / mesh op: the design's tensor_engine.input_format (the "
+                               "default; any other value is refused: a point is one design)")
     layers: int | Literal["all"] = Field(1, description="layers to cost: a count or 'all'")
     weight: float = Field(1.0, gt=0, description="multiplier of this workload's time and energy")
     name: str | None = None
@@ -254,7 +262,7 @@ class Workload(_Model):
                         ("mesh_gemm", self.mesh_gemm)):
             if dims is not None and min(dims) < 1:
                 raise ValueError(f"{f} = {list(dims)}: every dimension must be an integer >= 1")
-        if self.format not in FORMATS:
+        if self.format is not None and self.format not in FORMATS:
             raise ValueError(f"format = {self.format!r}: must be one of {sorted(FORMATS)}")
         if self.model is not None:
             from tilewright.models.llm_configs import \
@@ -687,6 +695,7 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
     spec = SweepSpec(name=str(data.get("name", "sweep")), base=base, tech=tech, axes=tuple(axes),
                      workloads=tuple(workloads), objectives=objectives, constraints=constraints,
                      search=search, source=source)
+    _check_one_design(spec, source)
     if any(p.startswith(WORKLOAD_AXIS_PREFIXES) for a in axes for p in a.paths):
         spec.workloads_for({a.name: a.values[0] if a.values else a.low for a in axes})
     if search.method == "grid":
@@ -698,6 +707,54 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
         raise SweepError(f"{source}: search.trials = (missing): is required for "
                          f"method {search.method!r}")
     return spec
+
+
+#: the fields each workload kind reads besides ``weight`` and ``name``; a field set to anything
+#: but its default on a kind that does not read it is refused, never ignored
+WORKLOAD_FIELDS = {
+    "llm": ("model", "seq", "batch", "phase", "format", "layers"),
+    "gemm": ("gemm", "batch", "format"),
+    "mesh": ("mesh_gemv", "mesh_gemm", "format", "algo"),
+    "cluster": ("cluster", "model", "mode", "plan", "chip", "requests", "rate", "prompt_tokens",
+                "output_tokens", "seed", "cost_source"),
+}
+#: ArchSpec paths that set the engine's operand format (a workload runs in the point's format)
+FORMAT_PATHS = ("tensor_engine.input_format", "tensor_engine.weight_format")
+
+
+def _check_one_design(spec: SweepSpec, source: str) -> None:
+    """A sweep point is one design: every workload runs in the point's own engine format (a
+    workload ``format`` that disagrees with the design, or is fixed while an axis varies the
+    format, is refused); a field a workload's kind does not read is refused; ArchSpec axes are
+    refused when no workload uses the ArchSpec (cluster workloads on the cluster file's chip)."""
+    fmt_axis = [p for a in spec.axes for p in a.paths if p in FORMAT_PATHS]
+    engine = spec.base.tensor_engine.input_format
+    for i, w in enumerate(spec.workloads):
+        where = f"{source}: workloads[{i}]"
+        reads = set(WORKLOAD_FIELDS[w.kind]) | {"weight", "name"}
+        for f in sorted(w.model_fields_set - reads):
+            if getattr(w, f) != Workload.model_fields[f].default:
+                raise SweepError(f"{where}.{f} = {getattr(w, f)!r}: a {w.kind} workload does not "
+                                 f"read it (it reads {', '.join(WORKLOAD_FIELDS[w.kind])}); "
+                                 f"remove it")
+        if w.format is None:
+            continue
+        if fmt_axis:
+            raise SweepError(f"{where}.format = {w.format!r}: fixed while axis {fmt_axis[0]} "
+                             f"varies the design's format; drop it (each point runs in its own "
+                             f"format)")
+        if w.format != engine:
+            raise SweepError(f"{where}.format = {w.format!r} disagrees with the design's "
+                             f"tensor_engine.input_format = {engine!r}: a point is one design; "
+                             f"drop `format` (a workload runs in the design's format) or change "
+                             f"the base")
+    uses_arch = any(w.kind != "cluster" or w.chip == "sweep" for w in spec.workloads)
+    arch_axes = [p for a in spec.axes for p in a.paths
+                 if not p.startswith(WORKLOAD_AXIS_PREFIXES)]
+    if arch_axes and not uses_arch:
+        raise SweepError(f"{source}: axes.{arch_axes[0]}: no workload uses the ArchSpec (cluster "
+                         f"workloads run the cluster file's chip); add `chip: sweep` to a "
+                         f"workload or sweep cluster./plan. fields")
 
 
 def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
