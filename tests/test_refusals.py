@@ -1,0 +1,55 @@
+"""Every answer is to the question asked: a command computes the design and workload it was given,
+or refuses in one line naming the file, field or flag and what is accepted — never a field
+ignored, never another design substituted (docs/design.md, "The error path").
+
+Each test states the behaviour asked for (exit status 2, one ``error:`` line, no traceback, the
+field named), not an earlier output. None of the refusals builds a simulator.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_cli import tw
+from tilewright.arch import ArchSpec, ArchSpecError
+
+WS4 = {"name": "ws4x4", "tensor_engine": {"rows": 4, "cols": 4, "dataflow": "ws"},
+       "memory": {"scratchpad_kib": 64, "accumulator_kib": 64}}
+
+
+def _refused(proc, *needles: str) -> str:
+    """The one ``error:`` line of a refusal (exit status 2, no traceback) holding ``needles``."""
+    out = proc.stderr + proc.stdout
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out, out
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def _yaml(tmp_path, name: str, data: dict) -> str:
+    import yaml
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+# ---- 1. an ArchSpec with a mesh: the single-core commands would ignore the mesh ---------------
+@pytest.mark.parametrize("args", [
+    ["cycles", "--arch", "configs/wse2.yaml", "-m", "64", "-k", "64", "-n", "64"],
+    ["compile", "--model", "tiny-llama", "--arch", "wse2"],
+    ["rtl", "--arch", "mesh4x4", "-o", "OUT"],
+    ["sim", "--model", "tiny-llama", "--arch", "wse2"],
+])
+def test_single_core_commands_refuse_a_mesh_archspec(tmp_path, args):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args]
+    line = _refused(tw(*args), "mesh", "tilewright mesh-layer", f"tilewright {args[0]}")
+    assert args[args.index("--arch") + 1] in line        # names the file given
+    assert not (tmp_path / "out").exists()
+
+
+def test_mesh_commands_still_take_the_mesh_archspec():
+    proc = tw("mesh", "gemv", "--arch", "wse2", "--k", "4096", "--n", "4096", "--json")
+    assert proc.returncode == 0, proc.stderr
