@@ -53,3 +53,23 @@ def test_single_core_commands_refuse_a_mesh_archspec(tmp_path, args):
 def test_mesh_commands_still_take_the_mesh_archspec():
     proc = tw("mesh", "gemv", "--arch", "wse2", "--k", "4096", "--n", "4096", "--json")
     assert proc.returncode == 0, proc.stderr
+
+
+# ---- 3. the bf16 RTL path honours the ArchSpec's memory sizes ---------------------------------
+BF16 = {"tensor_engine": {"rows": 4, "cols": 4, "dataflow": "ws", "input_format": "bf16",
+                          "weight_format": "bf16", "accumulator_format": "fp32"}}
+
+
+def test_bf16_core_buffers_are_the_archspecs():
+    from tilewright.cosim.bf16_jobs import Bf16Params
+    arch = ArchSpec.from_dict({**BF16, "memory": {"scratchpad_kib": 2, "accumulator_kib": 1}})
+    # 1 KiB each for A and B (rows resp. cols 16-bit lanes a word), 1 KiB of cols fp32 lanes
+    assert Bf16Params.for_arch(arch).buffer_depths == (128, 128, 64)
+
+
+def test_bf16_sim_refuses_a_gemm_larger_than_the_scratchpad(tmp_path):
+    small = _yaml(tmp_path, "bf16-small", {**BF16, "name": "bf16-small",
+                                           "memory": {"scratchpad_kib": 1,
+                                                      "accumulator_kib": 1}})
+    _refused(tw("sim", "--model", "tiny-mamba", "--arch", small, "--rtl"),
+             "memory.scratchpad_kib=1", "A buffer needs 128 words, has 64")

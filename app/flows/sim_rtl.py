@@ -394,7 +394,10 @@ def _run_vector_kernels(result: SimResult, records, spec, say, driver: str = "co
 def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     """bf16 ArchSpec: every bf16 GEMM (fp32 accumulate, ``k_block`` = rows) recorded from the
     functional model, run on the Verilated bf16 WS core (the registry's ``bf16-core``),
-    compared bit for bit (fp32 patterns), replayed into the layer; cycles vs the WS closed form."""
+    compared bit for bit (fp32 patterns), replayed into the layer; cycles vs the WS closed form.
+    The core's buffers are the ArchSpec's (:meth:`Bf16Params.for_arch`); a GEMM that does not fit
+    them is refused (:class:`DoesNotFit`, naming ``memory.scratchpad_kib`` and
+    ``memory.accumulator_kib``) before any build."""
 
     te = spec.tensor_engine
     f = get_format("bf16")
@@ -410,13 +413,21 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
 
     with bf16_matmul(record):
         func = run_program(program, inputs)
-    need = max(max(lay.a_words, lay.b_words, lay.acc_words) for lay in
-               (bf16_gemm_words(te.rows, te.cols, a, b)[0] for a, b, _ in recorded))
-    depth = 1 << max(8, (need - 1).bit_length())
-    say(f"RTL: {len(recorded)} bf16 GEMMs on the bf16 WS core (buffers of {depth} words)")
+    params = Bf16Params.for_arch(spec)     # the ArchSpec's buffers, never sized to the GEMMs
+    for a, b, _ in recorded:
+        lay = bf16_gemm_words(te.rows, te.cols, a, b)[0]
+        for buf, need, have in zip(("A buffer", "B buffer", "accumulator"),
+                                   (lay.a_words, lay.b_words, lay.acc_words),
+                                   params.buffer_depths):
+            if need > have:
+                raise DoesNotFit(
+                    f"bf16 GEMM {lay.m}x{lay.k}x{lay.n} on {spec.name}: {buf} needs {need} "
+                    f"words, has {have} (memory.scratchpad_kib={spec.memory.scratchpad_kib}, "
+                    f"memory.accumulator_kib={spec.memory.accumulator_kib}; bf16 lanes)")
+    say(f"RTL: {len(recorded)} bf16 GEMMs on the bf16 WS core (A, B, accumulator buffers of "
+        f"{', '.join(map(str, params.buffer_depths))} words)")
     t0 = time.perf_counter()
-    runs = run("bf16-core", [(a, b) for a, b, _ in recorded],
-               Bf16Params(te.rows, te.cols, depth), log=say).records
+    runs = run("bf16-core", [(a, b) for a, b, _ in recorded], params, log=say).records
     result.seconds["rtl"] = time.perf_counter() - t0
     rtl_out = [r.c for r in runs]
     same = all(np.array_equal(r.view(np.uint32), c.view(np.uint32))
