@@ -55,6 +55,25 @@ def test_mesh_commands_still_take_the_mesh_archspec():
     assert proc.returncode == 0, proc.stderr
 
 
+# ---- 2. sim --rtl --top axi-accel: the AxiRam's latency is not the ArchSpec's ----------------
+def test_axi_accel_refuses_an_offchip_latency_the_axi_ram_does_not_have(tmp_path):
+    slow = _yaml(tmp_path, "slow", {**WS4, "name": "slow-mem",
+                                    "offchip": {"bandwidth_gbps": 2.0, "latency_ns": 10000.0}})
+    line = _refused(tw("sim", "--model", "tiny-mamba", "--arch", slow, "--rtl", "--top",
+                       "axi-accel"), "offchip.latency_ns = 10000", "accepted: "
+                    "offchip.latency_ns = 6")
+    assert "5000 cycles" in line       # 10 µs at 500 MHz
+
+
+def test_axi_latency_check_accepts_the_axi_ram_latency():
+    from tilewright.compiler.codegen import memory_latency_cycles
+    from tilewright.cosim.program_jobs import AXI_RAM_READ_LATENCY, check_axi_latency
+    ok = ArchSpec.from_dict({**WS4, "offchip": {"bandwidth_gbps": 2.0, "latency_ns": 6.0}})
+    assert check_axi_latency(ok) is ok and memory_latency_cycles(ok) == AXI_RAM_READ_LATENCY
+    with pytest.raises(ArchSpecError, match="offchip.latency_ns = 100"):
+        check_axi_latency(ArchSpec.from_dict(WS4))          # the default 100 ns: 50 cycles
+
+
 # ---- 3. the bf16 RTL path honours the ArchSpec's memory sizes ---------------------------------
 BF16 = {"tensor_engine": {"rows": 4, "cols": 4, "dataflow": "ws", "input_format": "bf16",
                           "weight_format": "bf16", "accumulator_format": "fp32"}}
@@ -73,3 +92,27 @@ def test_bf16_sim_refuses_a_gemm_larger_than_the_scratchpad(tmp_path):
                                                       "accumulator_kib": 1}})
     _refused(tw("sim", "--model", "tiny-mamba", "--arch", small, "--rtl"),
              "memory.scratchpad_kib=1", "A buffer needs 128 words, has 64")
+
+
+# ---- 4. vector_unit.transcendental_passes: the accelerator's RTL and model take one pass -----
+def _passes(tmp_path, passes: int) -> str:
+    return _yaml(tmp_path, f"tp{passes}", {**WS4, "name": f"tp{passes}",
+                                           "vector_unit": {"lanes": 4,
+                                                           "transcendental_passes": passes}})
+
+
+@pytest.mark.parametrize("args", [
+    ["rtl", "--top", "accel", "-o", "OUT", "--arch"],
+    ["rtl", "--top", "axi-accel", "-o", "OUT", "--arch"],
+    ["sim", "--model", "tiny-mamba", "--rtl", "--top", "accel", "--vector", "--arch"],
+])
+def test_accelerator_paths_refuse_transcendental_passes(tmp_path, args):
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in args] + [_passes(tmp_path, 7)]
+    _refused(tw(*args), "vector_unit.transcendental_passes = 7", "accepted: 4")
+    assert not (tmp_path / "out").exists()
+
+
+def test_transcendental_passes_check_keeps_the_default(tmp_path):
+    from tilewright.cosim.program_jobs import check_transcendental_passes
+    arch = ArchSpec.from_dict({**WS4, "vector_unit": {"lanes": 4}})
+    assert check_transcendental_passes(arch) is arch

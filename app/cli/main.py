@@ -112,6 +112,10 @@ def rtl(
                           markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
     spec = refuse_mesh(load_arch(arch), "rtl", arch)
+    if top in ("accel", "axi-accel"):     # their vector engine takes one pass per op
+        from tilewright.cosim.program_jobs import \
+            check_transcendental_passes  # noqa: PLC0415  (lazy: pulls in amaranth)
+        check_transcendental_passes(spec, arch)
     if top == "accel":
         from tilewright.rtl.accel_top import \
             write_accel_top  # noqa: PLC0415  (lazy: pulls in amaranth)

@@ -42,7 +42,8 @@ from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.compiler.program import GemmTask, Program, TensorInfo
 from tilewright.cosim import tops as registry
 from tilewright.cosim.bf16_jobs import Bf16Params, bf16_gemm_words
-from tilewright.cosim.program_jobs import KernelBatch
+from tilewright.cosim.program_jobs import (KernelBatch, check_axi_latency,
+                                           check_transcendental_passes)
 from tilewright.cosim.sim import run
 from tilewright.dataflow_sim.functional import (bf16_matmul, gemm_int8, int8_matmul, run_program,
                                                 vector_unit_ops)
@@ -66,8 +67,8 @@ _ACCEL_WORDING = {
               "RTL cycles == accelerator cycle model (every GEMM, DMA included)"),
     "axi-accel": ("axi-accel-gemms", "through the AXI ports",
                   "AXI accelerator top (AXI4-Lite + AXI4, {drv})",
-                  "CYCLES register == accelerator cycle model at the AXI port's latency "
-                  "(every GEMM)"),
+                  "CYCLES register == accelerator cycle model (every GEMM; offchip latency = "
+                  "the AxiRam's, checked before the run)"),
 }
 
 #: the engine formats `tilewright sim` runs: those the RTL builds (a design in another format is
@@ -186,6 +187,10 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         raise ValueError(f"{registry.TOPS[top].describe(arch)} (--top {top}) runs on the "
                          f"{' or '.join(names[d] for d in registry.TOPS[top].drivers)} only "
                          f"(no --{driver})")
+    if rtl and top == "axi-accel":    # never cost the design at the AXI RAM's latency instead
+        check_axi_latency(arch)
+    if rtl and registry.TOPS[top].compare is not None:   # the accelerator tops' vector engine
+        check_transcendental_passes(arch)
     from tilewright.dataflow_sim.compile_flow import \
         compile_module  # noqa: PLC0415  (lazy: pulls in pandas, torch)
     from tilewright.models.llm_configs import (build_llm,  # noqa: PLC0415  (lazy: pulls in torch)
@@ -321,10 +326,10 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
     AXI (program loaded and started over AXI4-Lite, operands and results in a cocotbext-axi AxiRam
     on the AXI4 port), through :func:`tilewright.cosim.sim.run`: outputs bit-exact, the layer
     replayed with them, every GEMM's cycles (DMA included) equal to the top's cycle-model
-    comparison (:mod:`tilewright.dataflow_sim.accel_timing`; for AXI at the port's memory latency,
-    :func:`~tilewright.cosim.program_jobs.axi_timing_arch`). ``vector_records`` (the offloaded
-    vector tasks of the functional run) also run on the top's vector engine
-    (:func:`_run_vector_kernels`) and answer the replay."""
+    comparison (:mod:`tilewright.dataflow_sim.accel_timing`; for AXI the ArchSpec's latency
+    must be the AxiRam's, :func:`~tilewright.cosim.program_jobs.check_axi_latency`).
+    ``vector_records`` (the offloaded vector tasks of the functional run) also run on the top's
+    vector engine (:func:`_run_vector_kernels`) and answer the replay."""
     name, where, what, check = _ACCEL_WORDING[top]
     drv = "C++ fast driver" if driver == "fast" else "cocotb"
     say(f"RTL: {len(recorded)} int8 GEMMs on the {what.format(drv=drv)}")
