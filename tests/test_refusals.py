@@ -116,3 +116,41 @@ def test_transcendental_passes_check_keeps_the_default(tmp_path):
     from tilewright.cosim.program_jobs import check_transcendental_passes
     arch = ArchSpec.from_dict({**WS4, "vector_unit": {"lanes": 4}})
     assert check_transcendental_passes(arch) is arch
+
+
+# ---- 5. mesh-layer --experts on a model or phase that takes none -------------------------------
+@pytest.mark.parametrize("args,needle", [
+    (["tiny-llama", "--experts", ""], "tiny-llama is not an MoE model"),
+    (["tiny-llama", "--experts", "0,1", "--phase", "decode"], "tiny-llama is not an MoE model"),
+    (["tiny-moe", "--experts", "0,1"], "routes decode tokens"),
+])
+def test_mesh_layer_refuses_experts_it_would_ignore(args, needle):
+    _refused(tw("mesh-layer", *args, "--arch", "mesh4x4"), "--experts", needle)
+
+
+# ---- 6. cluster files: fat-tree fields on another network, pools in training -------------------
+GPU2 = {"name": "two-nodes", "chip": {"kind": "gpu", "preset": "h100-sxm"}, "nodes": 2}
+
+
+@pytest.mark.parametrize("field,value", [("uplink_gbps", 0.01), ("spines", 4),
+                                         ("nodes_per_leaf", 2)])
+def test_fat_tree_fields_on_a_switch_are_refused(tmp_path, field, value):
+    from tilewright.dataflow_sim.cluster import ClusterSpec, ClusterSpecError
+    data = {**GPU2, "inter_node": {"topology": "switch", "link_gbps": 50, field: value}}
+    with pytest.raises(ClusterSpecError, match=f"inter_node.{field} = {value}: only a fat_tree"):
+        ClusterSpec.from_dict(data, source="c.yaml")
+    path = _yaml(tmp_path, "c", data)
+    _refused(tw("cluster", "--cluster", path, "--model", "tiny-llama", "--mode", "train"),
+             path, f"inter_node.{field}", "fat_tree")
+
+
+def test_fat_tree_defaults_on_a_switch_are_accepted():
+    from tilewright.dataflow_sim.cluster import ClusterSpec
+    spec = ClusterSpec.from_dict({**GPU2, "inter_node": {"topology": "switch", "spines": 1,
+                                                         "nodes_per_leaf": 1}})
+    assert spec.inter_node.topology == "switch"
+
+
+def test_training_refuses_serving_pools():
+    _refused(tw("cluster", "--cluster", "pd-h100-64", "--model", "tiny-llama", "--mode",
+                "train", "--seq-len", "128"), "pools.prefill_chips = 16", "--mode serve")
