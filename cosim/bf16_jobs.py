@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from tilewright.compiler.layout import GemmLayout, pack_lanes
+from tilewright.compiler.layout import GemmLayout, ab_buffer_bytes, pack_lanes
 from tilewright.cosim.job import JobFiles, PreparedJob
 
 __all__ = ["Bf16Params", "Bf16GemmRun", "bf16_codes", "bf16_gemm_words", "c_from_acc_words",
@@ -33,9 +33,28 @@ class Bf16Params:
     rows: int
     cols: int
     depth: int = 256                 #: words in each of the A, B and accumulator buffers
+    #: words in the A, B and accumulator buffers when they differ (None: ``depth`` each)
+    depths: tuple[int, int, int] | None = None
+
+    @property
+    def buffer_depths(self) -> tuple[int, int, int]:
+        """(A, B, accumulator) buffer depths in words."""
+        return self.depths if self.depths is not None else (self.depth,) * 3
 
     def key(self) -> str:
-        return f"{self.rows}x{self.cols}-d{self.depth}"
+        if self.depths is None:
+            return f"{self.rows}x{self.cols}-d{self.depth}"
+        return f"{self.rows}x{self.cols}-d{'-'.join(map(str, self.depths))}"
+
+    @classmethod
+    def for_arch(cls, arch) -> "Bf16Params":
+        """The bf16 core an ArchSpec describes: ``tensor_engine`` rows x cols, the scratchpad
+        (``memory.scratchpad_kib``) split equally between A and B buffers of 16-bit lanes
+        (``rows`` and ``cols`` lanes a word) and the accumulator (``memory.accumulator_kib``) of
+        ``cols`` fp32 lanes a word."""
+        te, ab = arch.tensor_engine, ab_buffer_bytes(arch)
+        return cls(te.rows, te.cols, depths=(ab // (2 * te.rows), ab // (2 * te.cols),
+                                             arch.memory.accumulator_bytes // (4 * te.cols)))
 
 
 @dataclass
@@ -92,16 +111,18 @@ def c_from_acc_words(lay: GemmLayout, words: Sequence[int]) -> np.ndarray:
 def prepare_bf16(gemms: Sequence[tuple[np.ndarray, np.ndarray]], params: Bf16Params
                  ) -> PreparedJob:
     """Each (A, B) pair (bf16 arrays or uint16 codes) as one GEMM of the bench; ValueError for
-    no GEMM or a GEMM whose buffers exceed ``params.depth``."""
+    no GEMM or a GEMM whose buffers exceed ``params.buffer_depths``."""
     if not gemms:
         raise ValueError("bf16 GEMM: no GEMMs given")
     jobs, lays = [], []
     for a, b in gemms:
         lay, a_words, b_words = bf16_gemm_words(params.rows, params.cols, a, b)
-        for buf, need in (("A", lay.a_words), ("B", lay.b_words), ("accumulator", lay.acc_words)):
-            if need > params.depth:
+        for buf, need, have in zip(("A", "B", "accumulator"),
+                                   (lay.a_words, lay.b_words, lay.acc_words),
+                                   params.buffer_depths):
+            if need > have:
                 raise ValueError(f"bf16 GEMM {lay.m}x{lay.k}x{lay.n}: {buf} buffer needs {need} "
-                                 f"words, the core has depth={params.depth}")
+                                 f"words, the core has {have}")
         lays.append(lay)
         jobs.append({"m": lay.m, "k": lay.k, "n": lay.n, "a_words": a_words, "b_words": b_words,
                      "acc_words": lay.acc_words})

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilewright.arch import ArchSpec
+from tilewright.arch import ArchSpec, ArchSpecError, VectorUnitSpec
 from tilewright.compiler.codegen import codegen, memory_latency_cycles
 from tilewright.compiler.layout import GemmLayout
 from tilewright.compiler.program import Program
@@ -31,7 +31,8 @@ from tilewright.rtl.axi_accel_top import AxiAccelMap
 
 __all__ = ["KernelBatch", "prepare_core", "prepare_axi_core", "prepare_accel",
            "prepare_axi_accel", "accel_comparison", "axi_accel_comparison", "axi_timing_arch",
-           "AXI_RAM_READ_LATENCY", "kernel_segment"]
+           "AXI_RAM_READ_LATENCY", "kernel_segment", "check_axi_latency",
+           "check_transcendental_passes", "RTL_TRANSCENDENTAL_PASSES"]
 
 #: read latency L (cycles from the DMA's request to its first data beat) the DMA sees through
 #: :class:`tilewright.rtl.axi_accel_top.AxiMasterBridge` with cocotbext-axi 0.1.28's AxiRam:
@@ -108,6 +109,7 @@ def prepare_accel(job: Program | KernelBatch, arch: ArchSpec, *, inputs=None) ->
     """The programmable accelerator: a Program's ``gemm`` tasks as ISA code (records per
     segment: task, m, k, n, tiles, cycles, retired, read/write beats ...), or a
     :class:`KernelBatch` on its vector engine (outputs per kernel; a scan's is (y, state))."""
+    check_transcendental_passes(arch)     # the cycle model and RTL take one pass per op
     if isinstance(job, KernelBatch):
         return _prepare_kernels(job, arch)
     isa = codegen(job, arch)              # clear errors first
@@ -152,6 +154,7 @@ def prepare_axi_accel(program: Program, arch: ArchSpec, *, inputs=None,
     than the top takes) before any build."""
     isa = codegen(program, arch)          # clear errors first
     AxiAccelMap.for_arch(arch)
+    check_transcendental_passes(arch)
     spec = {"raw_runs": [{"words": {str(i): int(w) for i, w in r["words"].items()},
                           "entry": int(r["entry"])} for r in raw_runs],
             "probes": _check_probes(probes), "pause_seed": pause_seed}
@@ -208,6 +211,45 @@ def axi_timing_arch(arch: ArchSpec, latency_cycles: int = AXI_RAM_READ_LATENCY) 
     out = ArchSpec.from_dict(data)
     assert memory_latency_cycles(out) == latency_cycles
     return out
+
+
+#: the ``vector_unit.transcendental_passes`` the accelerator's RTL vector engine and its cycle
+#: model (:mod:`tilewright.dataflow_sim.accel_timing`) take: neither reads the field — every op is
+#: one pass (:mod:`tilewright.rtl.vector_unit`) — so only the field's default is honoured
+RTL_TRANSCENDENTAL_PASSES = VectorUnitSpec.model_fields["transcendental_passes"].default
+
+
+def check_transcendental_passes(arch: ArchSpec, source: str | None = None) -> ArchSpec:
+    """``arch`` unchanged unless its vector unit sets ``transcendental_passes`` to another value
+    than the default, which the accelerator tops would be generated and timed without:
+    :class:`ArchSpecError` naming the field (``tilewright compile`` costs such a value)."""
+    vu = arch.vector_unit
+    if vu is not None and vu.transcendental_passes != RTL_TRANSCENDENTAL_PASSES:
+        raise ArchSpecError(
+            f"{source or arch.name}: vector_unit.transcendental_passes = "
+            f"{vu.transcendental_passes}: the accelerator's RTL vector engine and its cycle "
+            f"model do not take this field (one pass per op); accepted: "
+            f"{RTL_TRANSCENDENTAL_PASSES} (the default) or leave it out (`tilewright compile` "
+            f"costs other values)")
+    return arch
+
+
+def check_axi_latency(arch: ArchSpec, source: str | None = None) -> ArchSpec:
+    """``arch`` unchanged when its off-chip latency is the AXI RAM model's
+    (:data:`AXI_RAM_READ_LATENCY` cycles at ``clock_mhz``); else :class:`ArchSpecError` naming
+    ``offchip.latency_ns`` and the accepted value. cocotbext-axi's AxiRam answers a read after a
+    fixed delay and has no latency setting, so a run behind it measures that latency, not the
+    ArchSpec's: such a design is refused rather than costed at another latency."""
+    got = memory_latency_cycles(arch)
+    if got != AXI_RAM_READ_LATENCY:
+        ok_ns = AXI_RAM_READ_LATENCY * 1000 / arch.clock_mhz
+        raise ArchSpecError(
+            f"{source or arch.name}: offchip.latency_ns = {arch.offchip.latency_ns:g} "
+            f"({got} cycles at {arch.clock_mhz:g} MHz): the AXI accelerator top runs against "
+            f"cocotbext-axi's AxiRam, whose read latency is {AXI_RAM_READ_LATENCY} cycles; "
+            f"accepted: offchip.latency_ns = {ok_ns:g} (or --top accel, whose memory model "
+            f"applies the ArchSpec's latency)")
+    return arch
 
 
 def axi_accel_comparison(run, arch: ArchSpec) -> list[dict]:

@@ -83,8 +83,9 @@ def _shape(arch: ArchSpec) -> str:
 
 
 def _write_bf16(p: Bf16Params, rtl_dir: Path) -> None:
-    core = Bf16GemmCore(rows=p.rows, cols=p.cols, a_depth=p.depth, b_depth=p.depth,
-                        acc_depth=p.depth)
+    a_depth, b_depth, acc_depth = p.buffer_depths
+    core = Bf16GemmCore(rows=p.rows, cols=p.cols, a_depth=a_depth, b_depth=b_depth,
+                        acc_depth=acc_depth)
     write_verilog(rtl_dir, BF16_TOP_NAME, generate_bf16_verilog(core))
 
 
@@ -117,7 +118,7 @@ _TOPS = (
         "tilewright.cocotb_tests.axi_accel_bench", ("cycles", "raw_runs", "probes"),
         waves=True, runs_programs=True, compare=pj.axi_accel_comparison),
     Top("bf16-core", BF16_TOP_NAME, "tilewright.rtl.systolic_bf16", _write_bf16,
-        Bf16Params.key, lambda p: f"the bf16 core ({p.rows}x{p.cols}, depth {p.depth})",
+        Bf16Params.key, lambda p: f"the bf16 core ({p.rows}x{p.cols}, depths {p.buffer_depths})",
         prepare_bf16, "tilewright.cocotb_tests.bf16_bench", ("results",)),
     Top("engine", ENGINE_TOP_NAME, "tilewright.rtl.engine_top",
         lambda p, d: write_engine_rtl(p.kind, dict(p.params), d), EngineParams.key,

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.arch import load_arch
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.errors import UserError
@@ -63,7 +64,7 @@ def compile_cmd(
         raise typer.BadParameter("must be prefill or decode", param_hint="--phase")
     if granularity not in ("channel", "tensor"):
         raise typer.BadParameter("must be channel or tensor", param_hint="--granularity")
-    spec = arch_for_format(load_arch(arch), fmt)
+    spec = arch_for_format(refuse_mesh(load_arch(arch), "compile", arch), fmt)
     result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
                          granularity=granularity)
     df = result.report

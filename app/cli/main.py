@@ -22,6 +22,7 @@ from tilewright.app.cli.fpga import fpga
 from tilewright.app.cli.mesh import mesh
 from tilewright.app.cli.mesh_layer import mesh_layer
 from tilewright.app.cli.output_folder import output_folder
+from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.app.cli.sim import sim
 from tilewright.app.cli.sweep import report, sweep
 from tilewright.app.eda.synth import TARGETS, SynthError, YosysMissing, check_yosys, synthesize
@@ -71,7 +72,7 @@ def demo(
                                       "fast (C++ Verilator harness)"),
 ) -> None:
     """Run the whole path: compile -> Verilog -> Verilator -> compare with torch and the cycle model."""
-    spec = load_arch(arch) if arch else None
+    spec = refuse_mesh(load_arch(arch), "demo", arch) if arch else None
     ok = run_demo(model=model, arch=spec, seed=seed, console=console, driver=driver.value)
     raise typer.Exit(0 if ok else 1)
 
@@ -110,7 +111,11 @@ def rtl(
         err_console.print(f"error: --top {top!r}: accepted: core, accel, axi-accel",
                           markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
-    spec = load_arch(arch)
+    spec = refuse_mesh(load_arch(arch), "rtl", arch)
+    if top in ("accel", "axi-accel"):     # their vector engine takes one pass per op
+        from tilewright.cosim.program_jobs import \
+            check_transcendental_passes  # noqa: PLC0415  (lazy: pulls in amaranth)
+        check_transcendental_passes(spec, arch)
     if top == "accel":
         from tilewright.rtl.accel_top import \
             write_accel_top  # noqa: PLC0415  (lazy: pulls in amaranth)
@@ -209,7 +214,7 @@ def cycles(
         CONVENTIONS, gemm_cycles)
     if convention not in CONVENTIONS:
         raise typer.BadParameter(f"must be one of {', '.join(CONVENTIONS)}", param_hint="--convention")
-    spec = load_arch(arch)
+    spec = refuse_mesh(load_arch(arch), "cycles", arch)
     g = gemm_cycles(spec, m, k, n, convention)
     d = {"m": m, "k": k, "n": n, "folds": g.folds, "cycles": g.cycles,
          "utilization": round(g.utilization, 6), "convention": convention}

@@ -64,14 +64,20 @@ def mesh_layer(
         cfg = get_config(model)
     except ValueError as exc:
         raise MeshMappingError(str(exc)) from None
+    if experts is not None and not isinstance(cfg, MoEConfig):     # never ignore --experts
+        raise MeshMappingError(f"--experts {experts!r}: {model} is not an MoE model (family "
+                               f"{cfg.family}); --experts routes the decode tokens of an MoE "
+                               f"layer (e.g. tiny-moe, mixtral-8x7b)")
+    if experts is not None and phase == "prefill":
+        raise MeshMappingError(f"--experts {experts!r}: routes decode tokens; the prefill "
+                               f"spreads --tokens evenly over the experts; accepted: --phase "
+                               f"decode with --experts, or prefill without it")
     with as_mapping_error():
         if isinstance(cfg, MoEConfig):
             prog = partition_moe_layer(spec, model, phase, tokens=tokens,
                                        token_experts=_experts(experts), algo=algo,
                                        elem_bytes=elem_bytes, defects=defects)
         else:
-            if experts:
-                raise MeshMappingError(f"--experts: {model} is not an MoE model")
             prog = partition_layer(spec, model, phase, tokens=tokens, context=context, algo=algo,
                                    elem_bytes=elem_bytes, defects=defects)
     run = run_mesh_program(prog, spec)

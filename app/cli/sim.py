@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tilewright.app.cli.compile import UnknownModel
+from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.arch import load_arch
 
 __all__ = ["sim"]
@@ -74,7 +75,7 @@ def sim(
         raise typer.BadParameter("--vector with --rtl runs on the accelerator top's vector "
                                  "engine: needs --top accel (cocotb or --fast), no --trace",
                                  param_hint="--vector")
-    spec = load_arch(arch)
+    spec = refuse_mesh(load_arch(arch), "sim", arch)
     if vector and spec.vector_unit is None:
         raise typer.BadParameter(f"{spec.name} has no vector_unit section (the vector engine is "
                                  "generated from it)", param_hint="--vector")

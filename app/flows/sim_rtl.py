@@ -42,7 +42,8 @@ from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.compiler.program import GemmTask, Program, TensorInfo
 from tilewright.cosim import tops as registry
 from tilewright.cosim.bf16_jobs import Bf16Params, bf16_gemm_words
-from tilewright.cosim.program_jobs import KernelBatch
+from tilewright.cosim.program_jobs import (KernelBatch, check_axi_latency,
+                                           check_transcendental_passes)
 from tilewright.cosim.sim import run
 from tilewright.dataflow_sim.functional import (bf16_matmul, gemm_int8, int8_matmul, run_program,
                                                 vector_unit_ops)
@@ -66,8 +67,8 @@ _ACCEL_WORDING = {
               "RTL cycles == accelerator cycle model (every GEMM, DMA included)"),
     "axi-accel": ("axi-accel-gemms", "through the AXI ports",
                   "AXI accelerator top (AXI4-Lite + AXI4, {drv})",
-                  "CYCLES register == accelerator cycle model at the AXI port's latency "
-                  "(every GEMM)"),
+                  "CYCLES register == accelerator cycle model (every GEMM; offchip latency = "
+                  "the AxiRam's, checked before the run)"),
 }
 
 #: the engine formats `tilewright sim` runs: those the RTL builds (a design in another format is
@@ -186,6 +187,10 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         raise ValueError(f"{registry.TOPS[top].describe(arch)} (--top {top}) runs on the "
                          f"{' or '.join(names[d] for d in registry.TOPS[top].drivers)} only "
                          f"(no --{driver})")
+    if rtl and top == "axi-accel":    # never cost the design at the AXI RAM's latency instead
+        check_axi_latency(arch)
+    if rtl and registry.TOPS[top].compare is not None:   # the accelerator tops' vector engine
+        check_transcendental_passes(arch)
     from tilewright.dataflow_sim.compile_flow import \
         compile_module  # noqa: PLC0415  (lazy: pulls in pandas, torch)
     from tilewright.models.llm_configs import (build_llm,  # noqa: PLC0415  (lazy: pulls in torch)
@@ -321,10 +326,10 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
     AXI (program loaded and started over AXI4-Lite, operands and results in a cocotbext-axi AxiRam
     on the AXI4 port), through :func:`tilewright.cosim.sim.run`: outputs bit-exact, the layer
     replayed with them, every GEMM's cycles (DMA included) equal to the top's cycle-model
-    comparison (:mod:`tilewright.dataflow_sim.accel_timing`; for AXI at the port's memory latency,
-    :func:`~tilewright.cosim.program_jobs.axi_timing_arch`). ``vector_records`` (the offloaded
-    vector tasks of the functional run) also run on the top's vector engine
-    (:func:`_run_vector_kernels`) and answer the replay."""
+    comparison (:mod:`tilewright.dataflow_sim.accel_timing`; for AXI the ArchSpec's latency
+    must be the AxiRam's, :func:`~tilewright.cosim.program_jobs.check_axi_latency`).
+    ``vector_records`` (the offloaded vector tasks of the functional run) also run on the top's
+    vector engine (:func:`_run_vector_kernels`) and answer the replay."""
     name, where, what, check = _ACCEL_WORDING[top]
     drv = "C++ fast driver" if driver == "fast" else "cocotb"
     say(f"RTL: {len(recorded)} int8 GEMMs on the {what.format(drv=drv)}")
@@ -394,7 +399,10 @@ def _run_vector_kernels(result: SimResult, records, spec, say, driver: str = "co
 def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     """bf16 ArchSpec: every bf16 GEMM (fp32 accumulate, ``k_block`` = rows) recorded from the
     functional model, run on the Verilated bf16 WS core (the registry's ``bf16-core``),
-    compared bit for bit (fp32 patterns), replayed into the layer; cycles vs the WS closed form."""
+    compared bit for bit (fp32 patterns), replayed into the layer; cycles vs the WS closed form.
+    The core's buffers are the ArchSpec's (:meth:`Bf16Params.for_arch`); a GEMM that does not fit
+    them is refused (:class:`DoesNotFit`, naming ``memory.scratchpad_kib`` and
+    ``memory.accumulator_kib``) before any build."""
 
     te = spec.tensor_engine
     f = get_format("bf16")
@@ -410,13 +418,21 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
 
     with bf16_matmul(record):
         func = run_program(program, inputs)
-    need = max(max(lay.a_words, lay.b_words, lay.acc_words) for lay in
-               (bf16_gemm_words(te.rows, te.cols, a, b)[0] for a, b, _ in recorded))
-    depth = 1 << max(8, (need - 1).bit_length())
-    say(f"RTL: {len(recorded)} bf16 GEMMs on the bf16 WS core (buffers of {depth} words)")
+    params = Bf16Params.for_arch(spec)     # the ArchSpec's buffers, never sized to the GEMMs
+    for a, b, _ in recorded:
+        lay = bf16_gemm_words(te.rows, te.cols, a, b)[0]
+        for buf, need, have in zip(("A buffer", "B buffer", "accumulator"),
+                                   (lay.a_words, lay.b_words, lay.acc_words),
+                                   params.buffer_depths):
+            if need > have:
+                raise DoesNotFit(
+                    f"bf16 GEMM {lay.m}x{lay.k}x{lay.n} on {spec.name}: {buf} needs {need} "
+                    f"words, has {have} (memory.scratchpad_kib={spec.memory.scratchpad_kib}, "
+                    f"memory.accumulator_kib={spec.memory.accumulator_kib}; bf16 lanes)")
+    say(f"RTL: {len(recorded)} bf16 GEMMs on the bf16 WS core (A, B, accumulator buffers of "
+        f"{', '.join(map(str, params.buffer_depths))} words)")
     t0 = time.perf_counter()
-    runs = run("bf16-core", [(a, b) for a, b, _ in recorded],
-               Bf16Params(te.rows, te.cols, depth), log=say).records
+    runs = run("bf16-core", [(a, b) for a, b, _ in recorded], params, log=say).records
     result.seconds["rtl"] = time.perf_counter() - t0
     rtl_out = [r.c for r in runs]
     same = all(np.array_equal(r.view(np.uint32), c.view(np.uint32))

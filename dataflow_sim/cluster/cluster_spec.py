@@ -265,6 +265,14 @@ class ClusterSpec(_Frozen):
                               f"torus dims must be positive integers whose product is {count}")
             elif fab.dims is not None:
                 raise bad(f"{name}.dims", fab.dims, "only a torus takes dims")
+        if inter.topology != "fat_tree":     # fat-tree fields set on another network: refused
+            for fld in ("nodes_per_leaf", "spines", "uplink_gbps"):
+                value = getattr(inter, fld)
+                if value != InterNode.model_fields[fld].default:
+                    raise bad(f"inter_node.{fld}", value,
+                              f"only a fat_tree takes it (inter_node.topology is "
+                              f"{inter.topology!r}); accepted: inter_node.topology: fat_tree, "
+                              f"or leave {fld} out")
         if inter.topology == "fat_tree" and self.nodes % inter.nodes_per_leaf:
             raise bad("inter_node.nodes_per_leaf", inter.nodes_per_leaf,
                       f"must divide nodes = {self.nodes}")

@@ -149,7 +149,13 @@ def layer_params(cfg: LLMConfig, shard: Shard) -> tuple[float, float]:
 
 
 def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -> LLMConfig:
-    """Raise :class:`PlanError` (one line, with the numbers) if ``plan`` cannot run."""
+    """Raise :class:`PlanError` (one line, with the numbers) if ``plan`` cannot run, and
+    :class:`ClusterSpecError` for a cluster field training would ignore (``pools``)."""
+    if spec.pools is not None:      # P/D pools split serving; a training step uses every chip
+        raise ClusterSpecError(f"{spec.name}: pools.prefill_chips = {spec.pools.prefill_chips}: "
+                               f"pools split a serving run into prefill and decode chips; a "
+                               f"training step does not take them; accepted: --mode serve, or "
+                               f"a cluster file without pools")
     cfg = _cfg(model)
     where = f"plan {plan.label()}"
     _check_shard(cfg, plan.tp, plan.ep, where)
