@@ -41,8 +41,8 @@ def stage(dest: Path) -> Path:
 
 def lint(staged: Path) -> subprocess.CompletedProcess:
     """Run import-linter with ``layers.ini`` on a staged tree."""
-    lint_imports = Path(sys.executable).with_name("lint-imports")
-    return subprocess.run([str(lint_imports), "--no-cache", str(REPO / "layers.ini")],
+    cli = "import sys; from importlinter.cli import lint_imports_command; lint_imports_command()"
+    return subprocess.run([sys.executable, "-c", cli, "--no-cache", str(REPO / "layers.ini")],
                           cwd=staged, capture_output=True, text=True,
                           env={"PYTHONPATH": str(staged), "PATH": "/usr/bin:/bin"})
 

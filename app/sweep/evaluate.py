@@ -96,7 +96,7 @@ def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> 
     whole cluster executed. ``cycles`` is NaN (chips run on their own clocks). With ``chip: sweep`` the
     cluster's chip is ``arch``. Raises ``ClusterSpecError``/``PlanError`` for a cluster or plan
     that cannot run (stored as the point's error by :func:`evaluate_point`)."""
-    from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415; noqa: PLC0415  (lazy: pulls in simpy, torch)
+    from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415  (lazy: pulls in simpy, torch)
         ClusterSpec, ServePlan, TrainPlan, load_cluster, poisson_requests, simulate_serving,
         simulate_training)
     src = w["cluster"]

@@ -763,7 +763,7 @@ def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
     if w.kind != "cluster":
         return w
 
-    from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415; noqa: PLC0415  (lazy: pulls in simpy, torch)
+    from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415  (lazy: pulls in simpy, torch)
         ClusterSpecError, ServePlan, TrainPlan, load_cluster)
     from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
     path = w.cluster
