@@ -13,6 +13,7 @@ mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3, state-spaces/mamba-130m an
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 from torch import nn
@@ -53,6 +54,27 @@ def _resolve_device(cfg: LLMConfig, device: torch.device | str | None) -> torch.
     return torch.device(device if device is not None else ("cpu" if cfg.tiny else "meta"))
 
 
+#: working-set bytes per example-input byte assumed when a layer with real storage is traced (the
+#: activations torch.export and the functional run keep alive): a refusal threshold, not a model
+WORKING_SET_FACTOR = 32
+
+
+def _check_fits_in_memory(name: str, cfg: LLMConfig, seq: int, batch: int) -> None:
+    """Refuse, before anything is allocated, a layer with real storage whose example input
+    (``batch x seq x d_model`` fp32) times :data:`WORKING_SET_FACTOR` exceeds this machine's
+    physical memory, naming both figures."""
+    need = batch * seq * cfg.d_model * 4 * WORKING_SET_FACTOR
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if need > have:
+        raise ModelInputError(
+            f"{name}: --seq {seq} x --batch {batch} needs about {need / 2**30:,.0f} GiB to run "
+            f"(x [batch, seq, d_model={cfg.d_model}] fp32 x {WORKING_SET_FACTOR}); this machine "
+            f"has {have / 2**30:,.0f} GiB")
+
+
 def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
               phase: Phase = "prefill", device: torch.device | str | None = None
               ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -82,6 +104,8 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
             f"({'cached + 1 new token' if phase == 'decode' else 'prompt tokens'}); the "
             f"config's context is max_seq_len = {context}")
     dev = _resolve_device(cfg, device)
+    if dev.type != "meta":
+        _check_fits_in_memory(name, cfg, seq, batch)
     with torch.device(dev):
         module = _layer(cfg)
     seeded_init_(module, seed).eval()

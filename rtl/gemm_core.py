@@ -40,7 +40,7 @@ from amaranth import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from tilewright.arch import ArchSpec
+from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.layout import MAX_GEMM_DIM, GemmLayout, half_depth
 from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArray, _Dims,
                                      WeightStationaryArray, delay, ws_latency_cycles)
@@ -215,7 +215,7 @@ def check_core_arch(arch: ArchSpec, what: str) -> None:
         raise TypeError(f"{what} takes an ArchSpec, not {type(arch).__name__}")
     te = arch.tensor_engine
     if (te.input_format, te.weight_format, te.accumulator_format) != ("int8", "int8", "int32"):
-        raise ValueError(
+        raise ArchSpecError(
             f"{arch.name}: the RTL GEMM core implements int8 x int8 -> int32 only, not "
             f"tensor_engine.input_format = {te.input_format!r} -> "
             f"accumulator_format = {te.accumulator_format!r} (other formats run on the "

@@ -75,3 +75,21 @@ def test_inputs_beyond_a_models_limits_exit_2_one_line(args, needle):
     res = tw(*args)
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert needle in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_sequence_beyond_this_machines_memory_is_refused_before_allocation():
+    """Before: tiny-mamba at --seq 1e9 tried to allocate 256 GB and died in torch's allocator."""
+    from tilewright.models.llm_configs import ModelInputError, build_llm
+    with pytest.raises(ModelInputError, match=r"--seq 1000000000 x --batch 1 needs about "
+                                              r"[\d,]+ GiB .* this machine has [\d,]+ GiB"):
+        build_llm("tiny-mamba", seq=10**9)
+
+
+def test_cli_rtl_of_a_format_the_rtl_does_not_build_exit_2(tmp_path):
+    """Before: a traceback (ValueError from the generator)."""
+    p = tmp_path / "fp8.yaml"
+    p.write_text(ArchSpec.from_dict(FP8).to_yaml())
+    res = tw("rtl", "--arch", str(p), "-o", str(tmp_path / "out"))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "implements int8 x int8 -> int32 only" in res.stderr
+    assert not (tmp_path / "out").exists()
