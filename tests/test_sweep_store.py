@@ -151,3 +151,73 @@ def test_one_writer_and_kill9_leaves_no_worker_and_an_interrupted_run(tmp_path):
     assert runs["pid"].tolist()[0] == proc.pid
     assert len(after) == 24 and after["key"].is_unique
     assert res.reused == len(before) and res.evaluated == 24 - len(before)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Pids of every live process below ``pid`` (children, their children, ...; from /proc)."""
+    found, todo = set(), [pid]
+    while todo:
+        kids = _children(todo.pop()) - found
+        found |= kids
+        todo.extend(kids)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+    except OSError:
+        return "?"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor,start_s", [("dask", 120), ("ray", 180)])
+def test_kill9_with_dask_or_ray_leaves_no_process_and_an_interrupted_run(tmp_path, executor,
+                                                                        start_s):
+    """``kill -9`` of a sweep process alone (not its group) that started its own Dask
+    LocalCluster or local Ray: every process it spawned (found recursively via /proc before the
+    kill: workers, nannies, raylet, GCS, ...) ends within 30 s, and the next run marks the dead
+    run interrupted and resumes it without losing or repeating a point."""
+    pytest.importorskip("distributed" if executor == "dask" else "ray")
+    spec = {**SWEEP, "axes": {"tensor_engine.rows": [8, 16, 24, 32, 40, 48],
+                              "tensor_engine.cols": [8, 16, 32, 64]}}
+    f = tmp_path / "k.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    db = tmp_path / "k.db"
+    code = ("import sys; from tilewright.app.sweep import load_sweep, run_sweep; "
+            f"run_sweep(load_sweep(sys.argv[1]), sys.argv[2], workers=2, executor={executor!r})")
+    env = {**os.environ, "TILEWRIGHT_SWEEP_TEST_DELAY_S": "0.5"}
+    proc = subprocess.Popen([sys.executable, "-c", code, str(f), str(db)], env=env,
+                            start_new_session=True)    # so the finally below can end stragglers
+    spawned: set[int] = set()
+    try:
+        stored = wait_until_stored(db, proc, 3, timeout_s=start_s)
+        assert proc.poll() is None and stored >= 3, "the sweep ended before the test could act"
+        time.sleep(1.0)                                  # let late helpers start too
+        spawned = _descendants(proc.pid)
+        assert spawned, "the sweep spawned no process"
+        os.kill(proc.pid, signal.SIGKILL)               # the sweep process only
+        proc.wait()
+        deadline = time.time() + 30
+        while time.time() < deadline and any(_alive(p) for p in spawned):
+            time.sleep(0.2)
+        left = {p: _cmdline(p) for p in spawned if _alive(p)}
+        assert not left, f"{executor}: processes outlived the sweep: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in spawned:
+            if _alive(p):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+    with ResultsStore(db) as s:
+        before = s.frame("t")
+    res = run_sweep(load_sweep(f), db, workers=2, resume=True)
+    with ResultsStore(db) as s:
+        after, runs = s.frame("t"), s.runs()
+    assert runs["status"].tolist() == ["interrupted", "finished"]
+    assert runs["pid"].tolist()[0] == proc.pid
+    assert len(after) == 24 and after["key"].is_unique
+    assert res.reused == len(before) and res.evaluated == 24 - len(before)

@@ -258,10 +258,12 @@ class VectorUnitSpec(_Frozen):
 class OffChipSpec(_Frozen):
     """Off-chip memory (DRAM/HBM) as seen by the accelerator."""
 
-    bandwidth_gbps: float = Field(16.0, gt=0, description="sustained bandwidth in GB/s (1e9 B/s)")
-    latency_ns: float = Field(100.0, ge=0, description="access latency in ns")
+    bandwidth_gbps: float = Field(16.0, gt=0, le=1e6,
+                                  description="sustained bandwidth in GB/s (1e9 B/s)")
+    latency_ns: float = Field(100.0, ge=0, le=1e9, description="access latency in ns")
     capacity_gib: float | None = Field(
-        None, gt=0, description="capacity in GiB (2**30 B); None = not stated (optional: omitted "
+        None, gt=0, le=1e6,
+        description="capacity in GiB (2**30 B); None = not stated (optional: omitted "
         "from YAML and the content hash when unset)")
 
 
@@ -281,9 +283,10 @@ class MeshSpec(_Frozen):
     link_bytes_per_cycle: int = Field(
         4, ge=1, le=4096, description="bytes per cycle per link per direction (WSE-2: one 32-bit "
                                       "word)")
-    hop_latency_cycles: float = Field(1.0, ge=0, description="alpha: cycles per hop")
+    hop_latency_cycles: float = Field(1.0, ge=0, le=1e6, description="alpha: cycles per hop")
     routing_stage_cycles: float = Field(
-        0.0, ge=0, description="beta: cycles per routing stage (software forwarding on a core)")
+        0.0, ge=0, le=1e6,
+        description="beta: cycles per routing stage (software forwarding on a core)")
     max_routes_per_core: int = Field(
         24, ge=1, le=4096, description="route ids (colors) a core's router can hold")
     defective_cores: tuple[tuple[int, int], ...] = Field(

@@ -23,6 +23,9 @@ from tilewright import __version__
 
 __all__ = ["cluster"]
 
+#: the most Poisson requests ``--requests`` generates (a million takes minutes to simulate)
+MAX_REQUESTS = 1_000_000
+
 console = Console()
 
 
@@ -40,6 +43,41 @@ def _lengths(text: str, option: str) -> int | tuple[int, int]:
         return parts[0], parts[1]
     raise ClusterSpecError(f"{option} = {text!r}: must be a token count N or a range LO-HI "
                            "with 1 <= LO <= HI")
+
+
+def _expert_ids(path: Path) -> np.ndarray:
+    """The expert ids of ``--expert-trace`` (whitespace-separated whole numbers ≥ 0); a bad file
+    or value raises ClusterSpecError naming the file and line."""
+    from tilewright.dataflow_sim.cluster import \
+        ClusterSpecError  # noqa: PLC0415  (lazy: pulls in pandas, simpy, torch)
+    from tilewright.validation import \
+        read_user_text  # noqa: PLC0415  (lazy: only this path reads an expert trace)
+    text = read_user_text(path, ClusterSpecError, what="expert-id trace")
+    ids = []
+    for line_no, line in enumerate(text.splitlines(), 1):
+        for word in line.split():
+            if not (word.isascii() and word.isdigit()):
+                raise ClusterSpecError(f"--expert-trace {path}: line {line_no}: {word!r}: expert "
+                                       "ids are whole numbers ≥ 0")
+            ids.append(int(word))
+    if not ids:
+        raise ClusterSpecError(f"--expert-trace {path}: holds no expert ids")
+    if max(ids) >= 2**62:
+        raise ClusterSpecError(f"--expert-trace {path}: expert id {max(ids)} is out of range")
+    return np.asarray(ids, dtype=np.int64)
+
+
+def _check_context(model: str, prompt: int, output: int, where: str) -> None:
+    """Refuse requests of ``prompt + output`` tokens beyond the model's context (``max_seq_len``)
+    — the simulation would serve them (a 1e14-token output ran for ever)."""
+    from tilewright.dataflow_sim.cluster import \
+        ClusterSpecError  # noqa: PLC0415  (lazy: pulls in pandas, simpy, torch)
+    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
+    context = getattr(LLM_CONFIGS.get(model), "max_seq_len", None)
+    if context is not None and prompt + output > context:
+        raise ClusterSpecError(f"{where}: prompt + output = {prompt} + {output} = "
+                               f"{prompt + output} tokens; {model}'s context is max_seq_len = "
+                               f"{context}")
 
 
 def _store(db: Path, spec, plan, metrics: dict) -> None:
@@ -81,7 +119,8 @@ def cluster(
     inlayer_comm: str = typer.Option(
         "network", help="train: network (TP/SP/EP collectives share the links with pipeline and "
         "gradient traffic) | phase (timed apart)"),
-    requests: int = typer.Option(1000, min=1, help="serve: Poisson requests to generate"),
+    requests: int = typer.Option(1000, min=1, max=MAX_REQUESTS,
+                                 help="serve: Poisson requests to generate"),
     rate: float = typer.Option(10.0, help="serve: arrival rate, requests/s"),
     prompt_tokens: str = typer.Option("512", help="serve: N or LO-HI prompt tokens"),
     output_tokens: str = typer.Option("128", help="serve: N or LO-HI output tokens"),
@@ -140,14 +179,25 @@ def cluster(
     else:
         if request_trace is not None:
             reqs = load_request_trace(request_trace)
+            longest = int((reqs.prompt_tokens + reqs.output_tokens).to_numpy().argmax())
+            _check_context(model, int(reqs.prompt_tokens[longest]),
+                           int(reqs.output_tokens[longest]),
+                           f"{request_trace}: request {longest + 1} (by arrival)")
         else:
-            reqs = poisson_requests(requests, rate, _lengths(prompt_tokens, "--prompt-tokens"),
-                                    _lengths(output_tokens, "--output-tokens"), seed=seed)
+            if not 0 < rate < math.inf:
+                raise ClusterSpecError(f"--rate = {rate}: must be a finite number of requests/s "
+                                       "above 0")
+            pl = _lengths(prompt_tokens, "--prompt-tokens")
+            ol = _lengths(output_tokens, "--output-tokens")
+            _check_context(model, pl if isinstance(pl, int) else pl[1],
+                           ol if isinstance(ol, int) else ol[1],
+                           "--prompt-tokens, --output-tokens (the longest request)")
+            reqs = poisson_requests(requests, rate, pl, ol, seed=seed)
         ids = None
         if expert_trace is not None:
             if not expert_trace.exists():
                 raise ClusterSpecError(f"--expert-trace {expert_trace}: no such file")
-            ids = np.loadtxt(expert_trace, dtype=np.int64, ndmin=1)
+            ids = _expert_ids(expert_trace)
         sres = simulate_serving(spec, model, splan, reqs, seed=seed, trace=trace is not None,
                                 expert_trace=ids, cost_source=cost_source, tech=tech)
         metrics, tr = sres.metrics, sres.trace

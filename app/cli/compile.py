@@ -18,11 +18,12 @@ from rich.console import Console
 from rich.table import Table
 
 from tilewright.app.cli.single_core import refuse_mesh
+from tilewright.app.cli import MAX_DIM
 from tilewright.arch import load_arch
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.errors import UserError
 
-__all__ = ["compile_cmd", "models_cmd", "UnknownModel", "UnknownFormat"]
+__all__ = ["compile_cmd", "models_cmd", "UnknownModel", "UnknownFormat", "TooManyTokens"]
 
 console = Console()
 
@@ -35,11 +36,16 @@ class UnknownFormat(UserError, ValueError):
     """``--format`` names no number format the compiler knows; the message lists them."""
 
 
+class TooManyTokens(UserError, ValueError):
+    """``--batch`` x ``--seq`` beyond :data:`MAX_DIM` tokens (a shape-only compile of llama3-8b
+    at 2**20 x 8000 asked numpy for 62 GiB)."""
+
+
 def compile_cmd(
     model: str = typer.Option(..., "--model", help="model config name (see `tilewright models`)"),
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
     seq: int = typer.Option(8, "--seq", min=1, help="tokens (prefill) or cached tokens (decode)"),
-    batch: int = typer.Option(1, "--batch", min=1, help="sequences per batch"),
+    batch: int = typer.Option(1, "--batch", min=1, max=MAX_DIM, help="sequences per batch"),
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
     fmt: str = typer.Option("fp32", "--format", help="GEMM operand format: fp32, bf16, int8, "
                                                      "fp8-e4m3, fp8-e5m2, mxint8, mxfp8 (the "
@@ -48,7 +54,8 @@ def compile_cmd(
     granularity: str = typer.Option("channel", "--granularity",
                                     help="int8/fp8 weight scales: channel | tensor"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="show only the N costliest ops"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1,
+                                        help="show only the N costliest ops"),
 ) -> None:
     """Compile one layer of a model config for an ArchSpec; print the per-op table and totals."""
     from tilewright.compiler.lower_llm import ELEM_BYTES  # noqa: PLC0415  (lazy: pulls in pandas)
@@ -64,6 +71,9 @@ def compile_cmd(
         raise typer.BadParameter("must be prefill or decode", param_hint="--phase")
     if granularity not in ("channel", "tensor"):
         raise typer.BadParameter("must be channel or tensor", param_hint="--granularity")
+    if batch * seq > MAX_DIM:
+        raise TooManyTokens(f"--batch {batch} x --seq {seq} = {batch * seq:,} tokens; at most "
+                            f"{MAX_DIM:,}")
     spec = arch_for_format(refuse_mesh(load_arch(arch), "compile", arch), fmt)
     result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
                          granularity=granularity)

@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from tilewright.app.cli import MAX_DIM
 from tilewright.app.cli.cluster import cluster
 from tilewright.app.cli.compile import compile_cmd, models_cmd
 from tilewright.app.cli.fpga import fpga
@@ -186,6 +187,9 @@ def arch_cmd(
     schema: bool = typer.Option(False, help="print the ArchSpec JSON schema (every field, with units)"),
 ) -> None:
     """Validate and show an ArchSpec, or print its schema."""
+    if schema and path is not None:
+        raise typer.BadParameter(f"{path!r}: --schema prints the schema of every ArchSpec; give "
+                                 "a PATH or --schema, not both", param_hint="--schema")
     if schema:
         console.print_json(json.dumps(ArchSpec.model_json_schema()))
         return
@@ -204,8 +208,9 @@ def arch_cmd(
 @app.command()
 def cycles(
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset"),
-    m: int = typer.Option(..., "-m", min=1), k: int = typer.Option(..., "-k", min=1),
-    n: int = typer.Option(..., "-n", min=1),
+    m: int = typer.Option(..., "-m", min=1, max=MAX_DIM),
+    k: int = typer.Option(..., "-k", min=1, max=MAX_DIM),
+    n: int = typer.Option(..., "-n", min=1, max=MAX_DIM),
     convention: str = typer.Option("tilewright", help="tilewright (this RTL) or scalesim"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES
 from tilewright.arch import load_arch
 from tilewright.dataflow_sim.mesh import (GEMM_ALGOS, GEMV_ALGOS, MeshMappingError, mesh_gemm,
                                           mesh_gemv)
@@ -29,13 +30,13 @@ def mesh(
     op: str = typer.Argument(..., help="gemv | gemm"),
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset with a mesh "
                              "section (wse2, mesh4x4)"),
-    m: int = typer.Option(1, "--m", min=1, help="rows of A (gemv: must be 1)"),
-    k: int = typer.Option(..., "--k", min=1, help="contraction dimension"),
-    n: int = typer.Option(..., "--n", min=1, help="columns of B"),
+    m: int = typer.Option(1, "--m", min=1, max=MAX_DIM, help="rows of A (gemv: must be 1)"),
+    k: int = typer.Option(..., "--k", min=1, max=MAX_DIM, help="contraction dimension"),
+    n: int = typer.Option(..., "--n", min=1, max=MAX_DIM, help="columns of B"),
     algo: str = typer.Option("mesh", "--algo", help="gemm: mesh | summa | cannon; "
                              "gemv: mesh | allreduce"),
-    elem_bytes: int = typer.Option(2, "--elem-bytes", min=1, help="bytes per element "
-                                   "(2 = fp16, as WaferLLM)"),
+    elem_bytes: int = typer.Option(2, "--elem-bytes", min=1, max=MAX_ELEM_BYTES,
+                                  help="bytes per element (2 = fp16, as WaferLLM)"),
     broadcast_x: bool = typer.Option(True, "--broadcast-x/--x-preloaded",
                                      help="gemv: include the vector broadcast along rows"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),

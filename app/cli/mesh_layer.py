@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES
 from tilewright.arch import load_arch
 from tilewright.compiler.mesh_partition import partition_layer, partition_moe_layer
 from tilewright.dataflow_sim.mesh import MeshMappingError, run_mesh_program
@@ -44,15 +45,17 @@ def mesh_layer(
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset with a mesh "
                              "section (wse2, mesh4x4)"),
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
-    tokens: int = typer.Option(4096, "--tokens", min=1, help="prefill: prompt tokens"),
-    context: int = typer.Option(4096, "--context", min=1, help="decode (Llama): cached tokens"),
+    tokens: int = typer.Option(4096, "--tokens", min=1, max=MAX_DIM, help="prefill: prompt tokens"),
+    context: int = typer.Option(4096, "--context", min=1, max=MAX_DIM,
+                                help="decode (Llama): cached tokens"),
     experts: Optional[str] = typer.Option(None, "--experts", help="decode (MoE): experts per "
                                           "token, e.g. '0,1;2,3' for two tokens"),
     algo: Optional[str] = typer.Option(None, "--algo", help="prefill: mesh | cannon | summa; "
                                        "decode: mesh | allreduce"),
     defects: str = typer.Option("skip", "--defects", help="skip (drop rows/columns with "
                                 "defects) | route (reroute messages around them)"),
-    elem_bytes: int = typer.Option(2, "--elem-bytes", min=1, help="bytes per element"),
+    elem_bytes: int = typer.Option(2, "--elem-bytes", min=1, max=MAX_ELEM_BYTES,
+                                   help="bytes per element"),
     save: Optional[Path] = typer.Option(None, "--save", help="also write the Program here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:

@@ -42,8 +42,12 @@ def sweep(
 
     from tilewright.app.sweep import (  # noqa: PLC0415  (lazy: pulls in pandas)
         ResultsStore, load_sweep, pareto_frame, run_sweep)
+    from tilewright.app.sweep.store import \
+        check_export_path  # noqa: PLC0415  (lazy: pulls in pandas)
 
     spec = load_sweep(file)
+    if export is not None:      # refused before the sweep runs and writes its database
+        check_export_path(export)
     dbp = db or Path(f"{Path(file).stem}.db")
     with Progress(TextColumn(f"[bold]{spec.name}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console,

@@ -16,6 +16,8 @@ import json
 import math
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -105,6 +107,56 @@ def _die_with_parent(parent: int) -> None:
             time.sleep(0.5)
         os._exit(1)
     threading.Thread(target=watch, daemon=True, name="tilewright-parent-watch").start()
+
+
+#: the reaper of :func:`_start_reaper`, run as ``python -c`` (it imports only the standard library):
+#: every 0.5 s it records the processes below the driver (pid and start time, from /proc); when the
+#: driver is gone it SIGKILLs the recorded ones still alive (same start time: not a reused pid)
+_REAPER = r"""
+import os, signal, sys, time
+driver, me = int(sys.argv[1]), os.getpid()
+def stat(pid):
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return f[0], int(f[1]), f[19]          # state, ppid, start time
+def below(root):
+    kids = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = stat(int(name))
+            if st and st[0] != "Z":
+                kids.setdefault(st[1], []).append((int(name), st[2]))
+    found, todo = {}, [root]
+    while todo:
+        for pid, start in kids.get(todo.pop(), []):
+            if pid != me and pid not in found:
+                found[pid] = start
+                todo.append(pid)
+    return found
+seen = {}
+while (st := stat(driver)) and st[0] != "Z":
+    seen.update(below(driver))
+    seen = {p: s for p, s in seen.items() if (x := stat(p)) and x[2] == s}
+    time.sleep(0.5)
+for pid, start in seen.items():
+    st = stat(pid)
+    if st and st[2] == start:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+def _start_reaper() -> subprocess.Popen:
+    """Start a process that SIGKILLs every process this one spawned (recursively) once this one is
+    gone — e.g. after ``kill -9`` of the sweep, Ray's dashboard and runtime-env agents outlive
+    it (measured: still running 30 s later) where nothing else would end them. It is in its own
+    session so that a signal to the sweep's process group does not end it first."""
+    return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid())],
+                            stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 class _Local:
@@ -206,12 +258,15 @@ class _Ray:
         except ImportError:
             raise SweepError("--executor ray needs `pip install ray`") from None
         self.started = False
+        self.reaper: subprocess.Popen | None = None
         if not ray.is_initialized():
             if address:
                 ray.init(address=address, logging_level="WARNING", log_to_driver=False)
             else:
                 ray.init(num_cpus=workers, include_dashboard=False, logging_level="WARNING",
                          log_to_driver=False)
+                # Ray's agents are not fate-shared with the driver: end them if it is killed
+                self.reaper = _start_reaper()
             self.started = True
         self.task = ray.remote(num_cpus=1)(evaluate_point)
         self.workers = max(1, int(ray.cluster_resources().get("CPU", workers)))
@@ -229,6 +284,9 @@ class _Ray:
         import ray  # noqa: PLC0415  (lazy: optional executor)
         if self.started:
             ray.shutdown()
+        if self.reaper is not None:
+            self.reaper.kill()
+            self.reaper.wait()
 
 
 # ---- helpers -------------------------------------------------------------------------------------

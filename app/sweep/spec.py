@@ -605,6 +605,9 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
     for key in ("base", "axes", "workloads", "objectives"):
         if key not in data:
             raise SweepError(f"{source}: {key} = (missing): is required")
+    if "name" in data and not (isinstance(data["name"], str) and data["name"].strip()):
+        raise SweepError(f"{source}: name = {data['name']!r}: must be a non-empty text "
+                         "(the sweep's name in the results database)")
     # base
     b = data["base"]
     try:

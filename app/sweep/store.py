@@ -33,7 +33,7 @@ import pandas as pd
 
 from tilewright.app.sweep.spec import SweepError
 
-__all__ = ["ResultsStore"]
+__all__ = ["ResultsStore", "check_export_path"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS points (
@@ -83,16 +83,40 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def check_export_path(path: str | Path) -> Path:
+    """``path`` as an export target (``.csv``, or ``.parquet`` with pyarrow installed), checked
+    before a sweep runs so that a bad ``--export`` is refused before anything is written."""
+    p = Path(path)
+    if p.suffix not in (".csv", ".parquet"):
+        raise SweepError(f"{p}: export format must be .csv or .parquet")
+    if p.is_dir():
+        raise SweepError(f"{p}: is a folder; --export takes a .csv or .parquet file path")
+    if p.suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401, PLC0415  (lazy: optional Parquet export)
+        except ImportError:
+            raise SweepError(f"{p}: Parquet export needs pyarrow (`pip install pyarrow`); "
+                             f"use a .csv path") from None
+    return p
+
+
 class ResultsStore:
     """A sweep results database at ``path`` (created if missing)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            raise SweepError(f"{self.path}: is a folder; give a results database file (SQLite)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(str(self.path), timeout=30)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.executescript(_SCHEMA)
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:     # e.g. a YAML or binary file given as the db
+            self.conn.close()
+            raise SweepError(f"{self.path}: is not a tilewright results database (SQLite: "
+                             f"{exc})") from None
         have = {row[1] for row in self.conn.execute("PRAGMA table_info(runs)")}
         for col, typ in _RUN_COLUMNS.items():
             if col not in have:
@@ -230,16 +254,9 @@ class ResultsStore:
 
     def export(self, path: str | Path, sweep: str | None = None) -> Path:
         """Write :meth:`frame` to ``path``: ``.csv`` or ``.parquet`` (needs pyarrow)."""
-        p = Path(path)
-        if p.suffix not in (".csv", ".parquet"):
-            raise SweepError(f"{p}: export format must be .csv or .parquet")
+        p = check_export_path(path)
         df = self.frame(sweep)
         if p.suffix == ".parquet":
-            try:
-                import pyarrow  # noqa: PLC0415  (lazy: optional Parquet export)
-            except ImportError:
-                raise SweepError(f"{p}: Parquet export needs pyarrow (`pip install pyarrow`); "
-                                 f"use a .csv path") from None
             df.to_parquet(p, index=False)
         else:
             df.to_csv(p, index=False)

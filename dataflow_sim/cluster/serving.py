@@ -90,12 +90,20 @@ __all__ = ["simulate_serving", "ServeResult", "IterationCost", "poisson_requests
 
 
 # ---- workloads -------------------------------------------------------------------------------
+#: the latest arrival a request trace may give (s; about 31 years): at 1e300 s the makespan of a
+#: request rounds to 0 and throughput divided by zero
+MAX_ARRIVAL_S = 1e9
+#: the largest token count a request trace may give
+MAX_TRACE_TOKENS = 2**31 - 1
+
+
 def poisson_requests(n: int, rate_per_s: float, prompt_tokens: int | Sequence[int],
                      output_tokens: int | Sequence[int], seed: int = 0) -> pd.DataFrame:
     """``n`` requests with exponential inter-arrival times (mean ``1/rate_per_s`` s). Lengths are
     fixed ints, or (lo, hi) pairs drawn uniformly (inclusive)."""
-    if n < 1 or rate_per_s <= 0:
-        raise ClusterSpecError(f"workload: need n ≥ 1 and rate > 0, got n={n}, rate={rate_per_s}")
+    if n < 1 or not (0 < rate_per_s < math.inf):        # NaN and inf too
+        raise ClusterSpecError(f"workload: need n ≥ 1 and a finite rate > 0 requests/s, got "
+                               f"n={n}, rate={rate_per_s}")
     rng = np.random.default_rng(seed)
 
     def lengths(x) -> np.ndarray:
@@ -135,11 +143,14 @@ def load_request_trace(path: str | Path) -> pd.DataFrame:
     for col in need:
         values = pd.to_numeric(df[col].str.strip(), errors="coerce").to_numpy(dtype=float)
         if col == "arrival_s":
-            bad = ~np.isfinite(values) | (values < 0)
-            accepted = "a finite number of seconds ≥ 0"
+            # beyond MAX_ARRIVAL_S a float's resolution is coarser than an iteration's time
+            bad = ~np.isfinite(values) | (values < 0) | (values > MAX_ARRIVAL_S)
+            accepted = f"a finite number of seconds ≥ 0 and ≤ {MAX_ARRIVAL_S:.0e}"
         else:
-            bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values))
-            accepted = "a whole number ≥ 1"
+            # beyond MAX_TRACE_TOKENS int64 overflowed (1e30 became a negative count)
+            bad = (~np.isfinite(values) | (values < 1) | (values != np.round(values))
+                   | (values > MAX_TRACE_TOKENS))
+            accepted = f"a whole number ≥ 1 and ≤ {MAX_TRACE_TOKENS}"
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise ClusterSpecError(f"{path}: row {row + 1}: {col} = {df[col].iloc[row]!r}: must be "
