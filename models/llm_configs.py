@@ -54,6 +54,10 @@ def _resolve_device(cfg: LLMConfig, device: torch.device | str | None) -> torch.
     return torch.device(device if device is not None else ("cpu" if cfg.tiny else "meta"))
 
 
+#: the most elements of a materialized (CPU) model's example inputs (1 GiB of fp32): --batch 1e11
+#: asked torch for 200 TB
+MAX_INPUT_ELEMENTS = 1 << 28
+
 #: working-set bytes per example-input byte assumed when a layer with real storage is traced (the
 #: activations torch.export and the functional run keep alive): a refusal threshold, not a model
 WORKING_SET_FACTOR = 32
@@ -104,8 +108,13 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
             f"({'cached + 1 new token' if phase == 'decode' else 'prompt tokens'}); the "
             f"config's context is max_seq_len = {context}")
     dev = _resolve_device(cfg, device)
-    if dev.type != "meta":
+    if dev.type != "meta":                                 # before any tensor is allocated
         _check_fits_in_memory(name, cfg, seq, batch)
+    elems = batch * max(need, 64) * 2 * cfg.d_model       # bounds every example input's size
+    if dev.type != "meta" and elems > MAX_INPUT_ELEMENTS:
+        raise ModelInputError(
+            f"{name}: --batch {batch} x --seq {seq}: inputs of up to {elems:,} elements; a model "
+            f"run with real tensors takes at most {MAX_INPUT_ELEMENTS:,} (lower --batch)")
     with torch.device(dev):
         module = _layer(cfg)
     seeded_init_(module, seed).eval()

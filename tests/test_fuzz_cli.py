@@ -513,6 +513,8 @@ FOUND = [
       "--request-trace", "{d}/long.csv"], "prompt_tokens = '1e30': must be a whole number"),
     (["cluster", "--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--mode", "serve",
       "--request-trace", "{d}/ctx.csv"], "request 2 (by arrival): prompt + output = 8000 + 500"),
+    (["sweep", "{d}/ok.yaml", "--db", "{d}/s.db", "--workers", "4762232"],
+     "--workers 4762232: must be from 1 to 256"),
     (["sweep", "{d}/ok.yaml", "--db", "{d}/s.db", "--export", "{d}/x.zz"],
      "error: {d}/x.zz: export format must be .csv or .parquet"),
     (["sweep", "{d}/ok.yaml", "--db", "{d}"], "is a folder; give a results database file"),

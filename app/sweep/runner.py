@@ -98,6 +98,11 @@ class _BatchItem:
         return self.fut.result()[self.index]
 
 
+#: the most worker processes (or Dask/Ray workers) a sweep starts: each is a process, and a
+#: mistyped count (4,762,232 in the fuzz suite) must not fork until the machine runs out of memory
+MAX_WORKERS = 256
+
+
 def _die_with_parent(parent: int) -> None:
     """Pool-worker initializer: a thread that ends this worker within 0.5 s of the sweep process
     that forked it going away — after ``kill -9`` of the sweep nothing else would (the pool's
@@ -556,8 +561,8 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
     if executor not in EXECUTORS:
         raise SweepError(f"--executor {executor!r}: must be one of {', '.join(EXECUTORS)}")
     workers = workers or os.cpu_count() or 1
-    if workers < 1:
-        raise SweepError(f"--workers {workers}: must be >= 1")
+    if not 1 <= workers <= MAX_WORKERS:         # each worker is a process: refuse before any
+        raise SweepError(f"--workers {workers}: must be from 1 to {MAX_WORKERS}")
     definition = spec.definition()
     store = ResultsStore(db)
     try:
