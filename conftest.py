@@ -16,15 +16,19 @@ def _require_tools() -> bool:
     return os.environ.get("TILEWRIGHT_REQUIRE_TOOLS", "") not in ("", "0", "false", "no")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
+def _skip_to_failure(outcome, what: str) -> None:
+    """Under TILEWRIGHT_REQUIRE_TOOLS, turn the skipped report of ``outcome`` into a failure."""
     report = outcome.get_result()
     if _require_tools() and report.skipped:
         reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
-        report.longrepr = (f"skipped test turned into a failure because TILEWRIGHT_REQUIRE_TOOLS "
-                           f"is set: {reason}")
+        report.longrepr = (f"{what} turned into a failure because TILEWRIGHT_REQUIRE_TOOLS is "
+                           f"set: {reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    _skip_to_failure((yield), "skipped test")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -32,13 +36,7 @@ def pytest_make_collect_report(collector):
     """A module that skips while being collected (a module-level ``importorskip`` or
     ``pytest.skip(allow_module_level=True)``) is a collection error under
     TILEWRIGHT_REQUIRE_TOOLS: the tests it would have held never run, so the run must fail."""
-    outcome = yield
-    report = outcome.get_result()
-    if _require_tools() and report.skipped:
-        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
-        report.outcome = "failed"
-        report.longrepr = (f"{collector.nodeid}: skipped while collecting, turned into a failure "
-                           f"because TILEWRIGHT_REQUIRE_TOOLS is set: {reason}")
+    _skip_to_failure((yield), f"{collector.nodeid}: skipped while collecting,")
 
 
 pytest_plugins = ["pytester"]

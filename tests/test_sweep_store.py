@@ -142,15 +142,21 @@ def test_one_writer_and_kill9_leaves_no_worker_and_an_interrupted_run(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+    _resume_after_kill(f, db, proc.pid)
+
+
+def _resume_after_kill(f: Path, db: Path, dead_pid: int, points: int = 24) -> None:
+    """Resume the sweep of file ``f`` whose writer ``dead_pid`` was killed: its run is marked
+    interrupted, no stored point is lost or evaluated again, every point ends up stored once."""
     with ResultsStore(db) as s:
         before = s.frame("t")
     res = run_sweep(load_sweep(f), db, workers=2, resume=True)
     with ResultsStore(db) as s:
         after, runs = s.frame("t"), s.runs()
     assert runs["status"].tolist() == ["interrupted", "finished"]
-    assert runs["pid"].tolist()[0] == proc.pid
-    assert len(after) == 24 and after["key"].is_unique
-    assert res.reused == len(before) and res.evaluated == 24 - len(before)
+    assert runs["pid"].tolist()[0] == dead_pid
+    assert len(after) == points and after["key"].is_unique
+    assert res.reused == len(before) and res.evaluated == points - len(before)
 
 
 def _descendants(pid: int) -> set[int]:
@@ -212,12 +218,4 @@ def test_kill9_with_dask_or_ray_leaves_no_process_and_an_interrupted_run(tmp_pat
                     os.kill(p, signal.SIGKILL)
                 except OSError:
                     pass
-    with ResultsStore(db) as s:
-        before = s.frame("t")
-    res = run_sweep(load_sweep(f), db, workers=2, resume=True)
-    with ResultsStore(db) as s:
-        after, runs = s.frame("t"), s.runs()
-    assert runs["status"].tolist() == ["interrupted", "finished"]
-    assert runs["pid"].tolist()[0] == proc.pid
-    assert len(after) == 24 and after["key"].is_unique
-    assert res.reused == len(before) and res.evaluated == 24 - len(before)
+    _resume_after_kill(f, db, proc.pid)
