@@ -112,19 +112,27 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_one_writer_and_kill9_leaves_no_worker_and_an_interrupted_run(tmp_path):
-    """A second writer is refused with the first one's pid; ``kill -9`` of the sweep process
-    alone (not its group) ends its pool workers; the next writer marks the dead run
-    interrupted and resumes it without losing or repeating a point."""
+def _start_sweep(tmp_path: Path, executor: str, *, delay_s: float, new_session: bool = False):
+    """(sweep file, database, process) of a 24-point sweep started in its own Python process
+    with ``executor``, each point slowed by ``delay_s`` so the test can act while it runs
+    (``new_session``: in a session of its own, apart from the test's)."""
     spec = {**SWEEP, "axes": {"tensor_engine.rows": [8, 16, 24, 32, 40, 48],
                               "tensor_engine.cols": [8, 16, 32, 64]}}
     f = tmp_path / "k.yaml"
     f.write_text(yaml.safe_dump(spec))
     db = tmp_path / "k.db"
     code = ("import sys; from tilewright.app.sweep import load_sweep, run_sweep; "
-            "run_sweep(load_sweep(sys.argv[1]), sys.argv[2], workers=2)")
-    env = {**os.environ, "TILEWRIGHT_SWEEP_TEST_DELAY_S": "0.3"}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(f), str(db)], env=env)
+            f"run_sweep(load_sweep(sys.argv[1]), sys.argv[2], workers=2, executor={executor!r})")
+    env = {**os.environ, "TILEWRIGHT_SWEEP_TEST_DELAY_S": str(delay_s)}
+    return f, db, subprocess.Popen([sys.executable, "-c", code, str(f), str(db)], env=env,
+                                   start_new_session=new_session)
+
+
+def test_one_writer_and_kill9_leaves_no_worker_and_an_interrupted_run(tmp_path):
+    """A second writer is refused with the first one's pid; ``kill -9`` of the sweep process
+    alone (not its group) ends its pool workers; the next writer marks the dead run
+    interrupted and resumes it without losing or repeating a point."""
+    f, db, proc = _start_sweep(tmp_path, "local", delay_s=0.3)
     try:
         stored = wait_until_stored(db, proc, 4, timeout_s=60)
         assert proc.poll() is None and stored >= 4, "the sweep ended before the test could act"
@@ -185,16 +193,7 @@ def test_kill9_with_dask_or_ray_leaves_no_process_and_an_interrupted_run(tmp_pat
     kill: workers, nannies, raylet, GCS, ...) ends within 30 s, and the next run marks the dead
     run interrupted and resumes it without losing or repeating a point."""
     pytest.importorskip("distributed" if executor == "dask" else "ray")
-    spec = {**SWEEP, "axes": {"tensor_engine.rows": [8, 16, 24, 32, 40, 48],
-                              "tensor_engine.cols": [8, 16, 32, 64]}}
-    f = tmp_path / "k.yaml"
-    f.write_text(yaml.safe_dump(spec))
-    db = tmp_path / "k.db"
-    code = ("import sys; from tilewright.app.sweep import load_sweep, run_sweep; "
-            f"run_sweep(load_sweep(sys.argv[1]), sys.argv[2], workers=2, executor={executor!r})")
-    env = {**os.environ, "TILEWRIGHT_SWEEP_TEST_DELAY_S": "0.5"}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(f), str(db)], env=env,
-                            start_new_session=True)    # so the finally below can end stragglers
+    f, db, proc = _start_sweep(tmp_path, executor, delay_s=0.5, new_session=True)
     spawned: set[int] = set()
     try:
         stored = wait_until_stored(db, proc, 3, timeout_s=start_s)
