@@ -24,10 +24,12 @@ macro of ``sram_bank_periphery_kib`` KiB: ``bank_periphery = sram_bank_periphery
 sram_bitcell * (1 / sram_array_efficiency - 1)`` — the array-efficiency split of the table applied
 to one small macro (a derivation, not a published figure; bank-select wiring is not modelled).
 
-With a ``mesh`` section the design is ``mesh.cores`` small cores, each with
-``core_macs_per_cycle`` PEs and ``core_sram_kib`` of SRAM (plus its share of ``fixed``/64 for its
-router): ``mesh_cores = cores * (core_macs_per_cycle * pe + core_sram_kib * sram_kib + fixed/64)``,
-added to the core above.
+With a ``mesh`` section the design is the mesh alone (the ArchSpec refuses the single-core
+sections a mesh does not read): ``mesh.cores`` small cores, each with ``core_macs_per_cycle`` PEs
+of ``tensor_engine``'s format and ``core_sram_kib`` of SRAM (plus its share of ``fixed``/64 for its
+router): ``mesh_cores = cores * (core_macs_per_cycle * pe + core_sram_kib * sram_kib + fixed/64)``;
+the single-core terms (``pe_array``, ``sram``, ``vector``, ``fixed``) are 0, and an SRAM access
+reads one core's ``core_sram_kib``.
 
 **Energy** (pJ) of a workload from its totals — MACs, vector element operations and off-chip
 bytes (a Report's ``macs``, ``vector_ops`` and ``bytes`` columns) and optional mesh traffic
@@ -189,7 +191,10 @@ def sram_pj_per_byte(tech: TechSpec, kib: float) -> float:
 
 
 def sram_bank_kib(arch: ArchSpec) -> tuple[float, float]:
-    """KiB of one scratchpad bank and one accumulator bank: the array one access reads."""
+    """KiB of one scratchpad bank and one accumulator bank: the array one access reads (on a
+    mesh design, one core's SRAM for both)."""
+    if arch.mesh is not None:
+        return (arch.mesh.core_sram_kib, arch.mesh.core_sram_kib)
     mem = arch.memory
     return (ab_buffer_bytes(arch) / 1024 / mem.scratchpad_banks,
             mem.accumulator_kib / mem.accumulator_banks)
@@ -213,8 +218,9 @@ def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
         "fixed_um2": a.fixed,
         "mesh_um2": 0.0,
     }
-    if arch.mesh is not None:
+    if arch.mesh is not None:       # the mesh alone: no single-core terms (module doc)
         m = arch.mesh
+        out = dict.fromkeys(out, 0.0)
         out["mesh_um2"] = m.cores * (m.core_macs_per_cycle * pe
                                      + m.core_sram_kib * tech.sram_um2_per_kib + a.fixed / 64)
     out["area_mm2"] = sum(v for k, v in out.items() if k.endswith("_um2")) / 1e6

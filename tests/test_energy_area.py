@@ -213,6 +213,13 @@ def test_mesh_area_and_hop_energy():
     core = m.mesh.core_macs_per_cycle * t.pe_um2(m.tensor_engine.input_format) \
         + m.mesh.core_sram_kib * t.sram_um2_per_kib + t.area_um2.fixed / 64
     assert a["mesh_um2"] == pytest.approx(16 * core)
+    # the mesh alone: no host core's array, scratchpad, vector unit or controller is counted
+    assert a["area_mm2"] == pytest.approx(16 * core / 1e6)
+    assert a["pe_array_um2"] == a["sram_um2"] == a["vector_um2"] == a["fixed_um2"] == 0
+    # an SRAM access reads one core's 16 KiB (the 7 nm table interpolated there)
+    e_sram = energy_breakdown(m, t, macs=4096)["sram_pj"]
+    te = m.tensor_engine                                    # 1x4 os: e/cols + e/rows bytes a MAC
+    assert e_sram == pytest.approx(4096 * (1 / te.cols + 1 / te.rows) * sram_pj_per_byte(t, 16))
     e = energy_breakdown(m, t, macs=0, byte_hops=1000)
     assert e["mesh_pj"] == pytest.approx(1000 * (0.606 * math.sqrt(core) / 1e3 + 0.94))
     with pytest.raises(TechError, match="no mesh"):

@@ -19,7 +19,7 @@ from tilewright.dataflow_sim.mesh.gemv import ktree_plan
 
 def _arch(rows=4, cols=4, alpha=1.0, beta=1.0, bw=4, routes=24, sram=48.0, mpc=4, **mesh):
     return ArchSpec(name="t", clock_mhz=1000.0,
-                    tensor_engine=TensorEngineSpec(rows=1, cols=4, dataflow="os"),
+                    tensor_engine=TensorEngineSpec(rows=1, cols=mpc, dataflow="os"),  # each core's
                     mesh=dict(rows=rows, cols=cols, core_sram_kib=sram, core_macs_per_cycle=mpc,
                               link_bytes_per_cycle=bw, hop_latency_cycles=alpha,
                               routing_stage_cycles=beta, max_routes_per_core=routes, **mesh))

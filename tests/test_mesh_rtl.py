@@ -235,14 +235,16 @@ def _tw(*args: str):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["gemm", "--m", "16", "--k", "16", "--n", "16"], "--rtl runs int8 GEMM"),
-    (["gemv", "--k", "20", "--n", "8", "--elem-bytes", "1"], "multiple of the flit's 4 int8"),
-    (["gemv", "--k", "64", "--n", "8", "--elem-bytes", "1", "--arch", "wse2"], "at most 64 tiles"),
+    (["gemm", "--m", "16", "--k", "16", "--n", "16", "--arch", "wse2"], "--rtl runs int8 GEMM"),
+    (["gemv", "--k", "20", "--n", "8"], "multiple of the flit's 4 int8"),
+    (["gemv", "--k", "20", "--n", "8", "--elem-bytes", "2"], "compute in tensor_engine.input_"),
+    (["gemv", "--k", "64", "--n", "8", "--arch", "{big}"], "at most 64 tiles"),
 ])
-def test_cli_rtl_user_errors(args, needle):
+def test_cli_rtl_user_errors(args, needle, tmp_path):
     """--rtl's bad input raises MeshMappingError (one of the CLI's user errors: `error: ...`,
     exit 2), before any Verilator build."""
     import typer
+    import yaml
     from typer.testing import CliRunner
 
     from tilewright.app.cli.main import _user_errors
@@ -250,6 +252,10 @@ def test_cli_rtl_user_errors(args, needle):
     app = typer.Typer()
     app.command("mesh")(mesh)
     app.command("noop")(lambda: None)
+    big = load_arch("mesh4x4").model_dump(mode="json", exclude_none=True)
+    big["mesh"].update(rows=9, cols=8)              # 72 int8 tiles: beyond the RTL mesh's 64
+    (tmp_path / "big.yaml").write_text(yaml.safe_dump(big))
+    args = [a.replace("{big}", str(tmp_path / "big.yaml")) for a in args]
     arch = [] if "--arch" in args else ["--arch", "mesh4x4"]
     res = CliRunner().invoke(app, ["mesh", *args, *arch, "--rtl"])
     assert isinstance(res.exception, MeshMappingError), res.output

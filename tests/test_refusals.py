@@ -55,6 +55,48 @@ def test_mesh_commands_still_take_the_mesh_archspec():
     assert proc.returncode == 0, proc.stderr
 
 
+# ---- 1b. mesh commands: the ArchSpec's single-core sections and another element size --------
+def _mesh4x4(**changes) -> dict:
+    data = {"name": "m4", "tensor_engine": {"rows": 1, "cols": 4, "dataflow": "os"},
+            "mesh": {"rows": 4, "cols": 4, "core_sram_kib": 16, "core_macs_per_cycle": 4}}
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        data.setdefault(section, {})[field] = value
+    return data
+
+
+@pytest.mark.parametrize("changes,needles", [
+    # a host core's memory/offchip/vector unit: no mesh command reads them, yet area and energy
+    # counted them (an 8x8 fp32 array and a 4x4x4 cube gave the same mesh cycles)
+    ({"memory__scratchpad_kib": 48}, ("memory: not read by a mesh design", "core_sram_kib")),
+    ({"offchip__bandwidth_gbps": 1200.0}, ("offchip: not read by a mesh design",)),
+    ({"vector_unit__lanes": 8}, ("vector_unit: not read by a mesh design",)),
+    # tensor_engine is each core's engine: its MACs per cycle are the mesh core's
+    ({"tensor_engine__rows": 8, "tensor_engine__cols": 8},
+     ("mesh.core_macs_per_cycle = 4", "does 64 MACs per cycle: they must be equal")),
+])
+def test_mesh_commands_refuse_archspec_sections_they_would_ignore(tmp_path, changes, needles):
+    path = _yaml(tmp_path, "m4", _mesh4x4(**changes))
+    _refused(tw("mesh", "gemv", "--arch", path, "--k", "64", "--n", "64"), path, *needles)
+
+
+def test_mesh_element_size_is_the_cores_format(tmp_path):
+    """--elem-bytes follows tensor_engine.input_format (which also sets the cores' area and MAC
+    energy); another value is refused, not run as a second design."""
+    import json
+    from tilewright.dataflow_sim.mesh import mesh_gemv
+    from tilewright.arch import load_arch
+    _refused(tw("mesh", "gemv", "--arch", "mesh4x4", "--k", "64", "--n", "64", "--elem-bytes",
+                "2"), "--elem-bytes 2", "int8 (1 byte per element)")
+    for arch, eb, k in (("mesh4x4", 1, 256), ("wse2", 2, 4096)):   # int8 and bf16 cores
+        proc = tw("mesh", "gemv", "--arch", arch, "--k", str(k), "--n", str(k), "--json")
+        assert proc.returncode == 0, proc.stderr
+        spec = load_arch(arch)
+        want = mesh_gemv(spec, k, k, elem_bytes=eb).cycles
+        assert json.loads(proc.stdout)["cycles"] == want
+        assert mesh_gemv(spec, k, k, elem_bytes=3 - eb).cycles != want
+
+
 # ---- 2. sim --rtl --top axi-accel: the AxiRam's latency is not the ArchSpec's ----------------
 def test_axi_accel_refuses_an_offchip_latency_the_axi_ram_does_not_have(tmp_path):
     slow = _yaml(tmp_path, "slow", {**WS4, "name": "slow-mem",

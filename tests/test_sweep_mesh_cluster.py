@@ -63,7 +63,12 @@ def test_mesh_size_axis_runs_the_mesh_model(tmp_path):
         assert row["energy_j"] == pytest.approx(
             sum(v for k, v in per[side][0].items() if k.endswith("_pj")) * 1e-12, rel=1e-9)
         assert row["area_mm2"] == pytest.approx(area_breakdown(arch, tech)["area_mm2"])
+        # the mesh alone: side^2 cores, no host core's array/scratchpad/vector unit/controller
+        assert row["area_mm2"] == pytest.approx(side * side * core_um2 / 1e6, rel=1e-12)
+        assert row["pes"] == side * side * 4 and row["sram_kib"] == side * side * 16
         lat[side] = row["latency_s"]
+    # the FPGA figures predict the single-core GEMM core, which a mesh design does not have
+    assert not [c for c in df.columns if c.startswith("fpga_") and df[c].notna().any()]
     assert lat[8] < lat[4]                     # 4x the cores for the same GEMV: faster
 
 
@@ -106,6 +111,9 @@ def test_cluster_and_plan_axes(tmp_path):
                                                     rel=1e-9)
         assert row["chips"] == 8
         assert row["energy_j"] == pytest.approx(ref.metrics["energy_j"], rel=1e-9)
+    # the cluster runs the preset's H100s: no metric of the ArchSpec nobody ran is produced
+    for metric in ("area_mm2", "pes", "sram_kib", "perf_per_mm2", "fpga_luts_ice40"):
+        assert metric not in df.columns or df[metric].isna().all(), metric
     # faster links never make the step slower
     for tp in (1, 2):
         t = ok[ok["p:plan.tp"] == tp].set_index("p:cluster.intra_node.link_gbps")["latency_s"]
@@ -274,3 +282,17 @@ def test_axis_into_a_preset_chip_name_is_a_load_error(tmp_path):
         sweep_from_dict(d, source="s.yaml", root=tmp_path)
     msg = str(ei.value)
     assert "\n" not in msg and "axes.cluster.chip.arch.clock_mhz" in msg and "preset" in msg
+
+
+@pytest.mark.parametrize("base,changes,needle", [
+    (TRAIN, {"objectives": ["tokens", "area"]},
+     "objectives: area_mm2 is not produced: no workload uses the ArchSpec"),
+    (TRAIN, {"constraints": ["perf_per_mm2 >= 1"]},
+     "constraints: perf_per_mm2 is not produced: no workload uses the ArchSpec"),
+    (MESH, {"workloads": [{"mesh_gemv": [256, 256]}], "constraints": ["fpga_luts_ice40 <= 5000"]},
+     "fpga_luts_ice40 is not produced: the base is a mesh design"),
+])
+def test_metrics_of_parts_no_workload_uses_are_refused_as_objectives(base, changes, needle):
+    with pytest.raises(SweepError) as exc:
+        _mk(base, **changes)
+    assert needle in str(exc.value) and "s.yaml" in str(exc.value)

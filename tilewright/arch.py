@@ -312,6 +312,33 @@ class ArchSpec(_Frozen):
     mesh: MeshSpec | None = Field(
         None, description="optional wafer-scale mesh of cores; each core's engine is tensor_engine")
 
+    @model_validator(mode="after")
+    def _mesh_design_is_one_design(self) -> "ArchSpec":
+        """A design with a ``mesh`` section is the mesh alone: ``tensor_engine`` is each core's
+        engine (its format and MACs per cycle; ``mesh.core_macs_per_cycle`` must equal it), each
+        core's SRAM is ``mesh.core_sram_kib`` and operands live on the wafer. The single-core
+        sections no mesh command reads are refused rather than ignored (area and energy would
+        otherwise count a core that nothing simulates)."""
+        if self.mesh is None:
+            return self
+        te = self.tensor_engine
+        if self.mesh.core_macs_per_cycle != te.macs_per_cycle:
+            raise ValueError(
+                f"mesh.core_macs_per_cycle = {self.mesh.core_macs_per_cycle} but tensor_engine "
+                f"(each mesh core's engine, {te.rows}x{te.cols}x{te.depth}) does "
+                f"{te.macs_per_cycle} MACs per cycle: they must be equal")
+        unused = [name for name, default in (("memory", MemorySpec()), ("offchip", OffChipSpec()))
+                  if getattr(self, name) != default]
+        if self.vector_unit is not None:
+            unused.append("vector_unit")
+        if unused:
+            raise ValueError(
+                f"{', '.join(unused)}: not read by a mesh design (each core's SRAM is "
+                f"mesh.core_sram_kib, operands stay on the wafer, no vector unit is modelled); "
+                f"remove {'it' if len(unused) == 1 else 'them'}, or remove mesh: for a "
+                f"single-core design")
+        return self
+
     # ---- derived figures -----------------------------------------------------------------
     @property
     def peak_macs_per_s(self) -> float:

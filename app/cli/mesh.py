@@ -9,13 +9,14 @@ bad algo/shape, defects) and :class:`tilewright.arch.ArchSpecError`; the CLI pri
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES
+from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES, mesh_elem_bytes
 from tilewright.arch import load_arch
 from tilewright.dataflow_sim.mesh import (GEMM_ALGOS, GEMV_ALGOS, MeshMappingError, mesh_gemm,
                                           mesh_gemv)
@@ -35,8 +36,10 @@ def mesh(
     n: int = typer.Option(..., "--n", min=1, max=MAX_DIM, help="columns of B"),
     algo: str = typer.Option("mesh", "--algo", help="gemm: mesh | summa | cannon; "
                              "gemv: mesh | allreduce"),
-    elem_bytes: int = typer.Option(2, "--elem-bytes", min=1, max=MAX_ELEM_BYTES,
-                                  help="bytes per element (2 = fp16, as WaferLLM)"),
+    elem_bytes: Optional[int] = typer.Option(
+        None, "--elem-bytes", min=1, max=MAX_ELEM_BYTES,
+        help="bytes per element; default and only accepted value: the mesh cores' "
+        "tensor_engine.input_format (wse2: bf16, 2 bytes as WaferLLM's fp16)"),
     broadcast_x: bool = typer.Option(True, "--broadcast-x/--x-preloaded",
                                      help="gemv: include the vector broadcast along rows"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
@@ -46,6 +49,7 @@ def mesh(
 ) -> None:
     """Predict cycles, time, link and core utilization of a GEMV/GEMM on a mesh of cores."""
     spec = load_arch(arch)
+    elem_bytes = mesh_elem_bytes(spec, elem_bytes)
     if op == "gemm":
         if algo not in GEMM_ALGOS:
             raise MeshMappingError(f"--algo {algo!r}: gemm accepts {', '.join(GEMM_ALGOS)}")
@@ -109,10 +113,12 @@ def _rtl_check(spec, op: str, algo: str, m: int, k: int, n: int, elem_bytes: int
     """Run the op on the RTL mesh with random int8 inputs; model vs RTL cycles, bit-exactness."""
 
     ok_algo = algo in (("mesh", "cannon", "summa") if op == "gemm" else ("mesh",))
-    if not ok_algo or elem_bytes != 1 or not broadcast_x:
-        raise MeshMappingError("--rtl runs int8 GEMM (--algo mesh | cannon | summa) and GEMV "
-                               "(--algo mesh) on the RTL mesh: use --elem-bytes 1 (and the "
-                               "default --broadcast-x)")
+    if not ok_algo or spec.tensor_engine.input_format != "int8" or not broadcast_x:
+        raise MeshMappingError(f"--rtl runs int8 GEMM (--algo mesh | cannon | summa) and GEMV "
+                               f"(--algo mesh) on the RTL mesh: use an ArchSpec whose "
+                               f"tensor_engine.input_format is int8 (e.g. mesh4x4; "
+                               f"{spec.name}: {spec.tensor_engine.input_format}) and the "
+                               f"default --broadcast-x")
     from tilewright.cosim.mesh_rtl import rtl_gemm, rtl_gemv  # noqa: PLC0415  (lazy: pulls in amaranth)
     err = Console(stderr=True)
     say = lambda msg: err.print(msg, markup=False, highlight=False)    # noqa: E731  (progress)

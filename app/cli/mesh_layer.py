@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES
+from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES, mesh_elem_bytes
 from tilewright.arch import load_arch
 from tilewright.compiler.mesh_partition import partition_layer, partition_moe_layer
 from tilewright.dataflow_sim.mesh import MeshMappingError, run_mesh_program
@@ -54,8 +54,10 @@ def mesh_layer(
                                        "decode: mesh | allreduce"),
     defects: str = typer.Option("skip", "--defects", help="skip (drop rows/columns with "
                                 "defects) | route (reroute messages around them)"),
-    elem_bytes: int = typer.Option(2, "--elem-bytes", min=1, max=MAX_ELEM_BYTES,
-                                   help="bytes per element"),
+    elem_bytes: Optional[int] = typer.Option(
+        None, "--elem-bytes", min=1, max=MAX_ELEM_BYTES,
+        help="bytes per element; default and only accepted value: the mesh cores' "
+        "tensor_engine.input_format"),
     save: Optional[Path] = typer.Option(None, "--save", help="also write the Program here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -63,6 +65,7 @@ def mesh_layer(
     from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
         MoEConfig, get_config)
     spec = load_arch(arch)
+    elem_bytes = mesh_elem_bytes(spec, elem_bytes)
     try:
         cfg = get_config(model)
     except ValueError as exc:

@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from tilewright.app.sweep.resource_model import fpga_metrics
-from tilewright.app.sweep.spec import SweepError
+from tilewright.app.sweep.spec import SweepError, produced_static_metrics, workload_uses_arch
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 from tilewright.compiler.lower_llm import ELEM_BYTES, lower_graph
@@ -198,18 +198,26 @@ def workload_report(arch: ArchSpec, w: dict[str, Any]):
                           arch)
 
 
-def static_metrics(arch: ArchSpec, tech: str) -> dict[str, float]:
+def static_metrics(arch: ArchSpec, tech: str, uses_arch: bool = True) -> dict[str, float]:
     """Metrics known from the ArchSpec alone: area_mm2, sram_kib, pes and the predicted FPGA
     resources of the GEMM core (``fpga_*_ice40``, ``fpga_*_ecp5``,
-    :func:`~tilewright.app.sweep.resource_model.fpga_metrics`)."""
-    te = arch.tensor_engine
-    sram = arch.memory.scratchpad_kib + arch.memory.accumulator_kib
-    pes = te.macs_per_cycle                 # rows * cols * depth (any engine kind)
-    if arch.mesh is not None:
-        sram += arch.mesh.cores * arch.mesh.core_sram_kib
-        pes += arch.mesh.cores * arch.mesh.core_macs_per_cycle
-    return {"area_mm2": area_mm2(arch, load_tech(tech)), "sram_kib": float(sram), "pes": float(pes),
-            **fpga_metrics(arch, "ice40"), **fpga_metrics(arch, "ecp5")}
+    :func:`~tilewright.app.sweep.resource_model.fpga_metrics`) — only those of the parts the
+    workloads use (:func:`~tilewright.app.sweep.spec.produced_static_metrics`): none when no
+    workload runs on the ArchSpec, the mesh alone for a mesh design (no FPGA figures)."""
+    have = produced_static_metrics(uses_arch, arch.mesh is not None)
+    if not have:
+        return {}
+    if arch.mesh is not None:               # the mesh alone (the ArchSpec refuses a host core)
+        sram = arch.mesh.cores * arch.mesh.core_sram_kib
+        pes = arch.mesh.cores * arch.mesh.core_macs_per_cycle
+    else:
+        sram = arch.memory.scratchpad_kib + arch.memory.accumulator_kib
+        pes = arch.tensor_engine.macs_per_cycle    # rows * cols * depth (any engine kind)
+    out = {"area_mm2": area_mm2(arch, load_tech(tech)), "sram_kib": float(sram),
+           "pes": float(pes)}
+    if "fpga_luts_ice40" in have:
+        out.update(**fpga_metrics(arch, "ice40"), **fpga_metrics(arch, "ecp5"))
+    return out
 
 
 def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], tech: str,
@@ -226,7 +234,7 @@ def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], t
         time.sleep(delay)
     try:
         arch = ArchSpec.model_validate(arch_json)
-        metrics = static_metrics(arch, tech)
+        metrics = static_metrics(arch, tech, any(workload_uses_arch(w) for w in workloads))
         out["metrics"] = metrics
         for c in static_limits or []:
             v = metrics[c["metric"]]
@@ -266,8 +274,9 @@ def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], t
             "tokens_per_j": tot["tokens"] / tot["llm_energy_j"] if tot["llm_energy_j"] else math.nan,
             "energy_j": tot["energy_j"], "power_w": power,
             "perf_per_w": tops / power if power and power > 0 else math.nan,
-            "perf_per_mm2": tops / metrics["area_mm2"],
-            "utilization": tot["macs"] / (tot["cycles"] * metrics["pes"]) if tot["cycles"] else 0.0,
+            **({"perf_per_mm2": tops / metrics["area_mm2"]} if "area_mm2" in metrics else {}),
+            "utilization": (tot["macs"] / (tot["cycles"] * metrics["pes"])
+                            if tot["cycles"] and "pes" in metrics else 0.0),
             "cycles": tot["cycles"], "dram_bytes": tot["dram_bytes"], "macs": tot["macs"],
             **extra})
         if len(workloads) == 1 and "utilization" in out["per_workload"][0]:

@@ -137,6 +137,23 @@ METRICS: dict[str, tuple[str, str]] = {
 STATIC_METRICS = ("area_mm2", "sram_kib", "pes", "fpga_luts_ice40", "fpga_ffs_ice40",
                   "fpga_dsps_ice40", "fpga_brams_ice40", "fpga_luts_ecp5", "fpga_ffs_ecp5",
                   "fpga_dsps_ecp5", "fpga_brams_ecp5", "fpga_fmax_mhz_ecp5")
+#: the static metrics of the GEMM core's FPGA resource model (a mesh design has no GEMM core)
+FPGA_METRICS = tuple(m for m in STATIC_METRICS if m.startswith("fpga_"))
+
+
+def workload_uses_arch(w: dict[str, Any]) -> bool:
+    """Whether a workload (as a mapping) runs on the sweep's ArchSpec: every kind but a
+    ``cluster`` workload, which runs the cluster file's chip unless it says ``chip: sweep``."""
+    return not w.get("cluster") or w.get("chip") == "sweep"
+
+
+def produced_static_metrics(uses_arch: bool, mesh: bool) -> tuple[str, ...]:
+    """The static metrics a point has: none when no workload uses the ArchSpec (they would
+    describe a design nothing ran), no FPGA figures for a mesh design; ``perf_per_mm2`` exists
+    exactly when ``area_mm2`` does."""
+    if not uses_arch:
+        return ()
+    return tuple(m for m in STATIC_METRICS if not (mesh and m in FPGA_METRICS))
 
 OBJECTIVE_ALIASES = {"latency": "latency_s", "throughput": "throughput_tops", "energy": "energy_j",
                      "area": "area_mm2", "power": "power_w", "perf/w": "perf_per_w",
@@ -751,13 +768,24 @@ def _check_one_design(spec: SweepSpec, source: str) -> None:
                              f"tensor_engine.input_format = {engine!r}: a point is one design; "
                              f"drop `format` (a workload runs in the design's format) or change "
                              f"the base")
-    uses_arch = any(w.kind != "cluster" or w.chip == "sweep" for w in spec.workloads)
+    uses_arch = any(workload_uses_arch(w.model_dump()) for w in spec.workloads)
     arch_axes = [p for a in spec.axes for p in a.paths
                  if not p.startswith(WORKLOAD_AXIS_PREFIXES)]
     if arch_axes and not uses_arch:
         raise SweepError(f"{source}: axes.{arch_axes[0]}: no workload uses the ArchSpec (cluster "
                          f"workloads run the cluster file's chip); add `chip: sweep` to a "
                          f"workload or sweep cluster./plan. fields")
+    have = produced_static_metrics(uses_arch, spec.base.mesh is not None)
+    asked = [("objectives", o.metric) for o in spec.objectives] + \
+        [("constraints", c.metric) for c in spec.constraints]
+    for where, metric in asked:
+        static = metric if metric != "perf_per_mm2" else "area_mm2"
+        if static in STATIC_METRICS and static not in have:
+            why = ("no workload uses the ArchSpec (cluster workloads run the cluster file's "
+                   "chip; add `chip: sweep`)" if not uses_arch else
+                   "the base is a mesh design: the FPGA figures predict the single-core GEMM "
+                   "core, which a mesh design does not have")
+            raise SweepError(f"{source}: {where}: {metric} is not produced: {why}")
 
 
 def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
