@@ -86,3 +86,37 @@ def test_cli_debug_shows_the_traceback(monkeypatch):
     main = _main_with(monkeypatch, ["--debug", "arch", "ws8x8"], RuntimeError("a bug"))
     with pytest.raises(RuntimeError, match="a bug"):
         main()
+
+
+def test_cli_report_appears_whole_or_not_at_all(tmp_path, monkeypatch):
+    """`sweep report -o DIR`: a report that fails half-way leaves the previous DIR as it was; one
+    that succeeds replaces it whole (before, the plots were written straight into DIR)."""
+    import typer
+    from typer.testing import CliRunner
+
+    import tilewright.app.sweep.report as report_mod
+    from tilewright.app.cli.sweep import report
+    app = typer.Typer()
+    app.command("report")(report)
+    app.command("noop")(lambda: None)
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "index.html").write_text("previous report")
+
+    def half_then_fail(db, where, sweep=None):
+        (where / "a_pareto.png").write_bytes(b"png")
+        raise RuntimeError("matplotlib failed")
+    monkeypatch.setattr(report_mod, "write_report", half_then_fail)
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "r.db"), "-o", str(out)])
+    assert isinstance(res.exception, RuntimeError)
+    assert sorted(p.name for p in out.iterdir()) == ["index.html"]
+    assert (out / "index.html").read_text() == "previous report"
+    assert [p.name for p in tmp_path.iterdir()] == ["rep"]     # no temporary left beside it
+
+    def whole(db, where, sweep=None):
+        (where / "index.html").write_text("new report")
+        return where / "index.html"
+    monkeypatch.setattr(report_mod, "write_report", whole)
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "r.db"), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "index.html").read_text() == "new report" and str(out / "index.html") in res.output

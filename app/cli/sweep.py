@@ -13,8 +13,10 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from tilewright.app.cli.output_folder import output_folder
 
 __all__ = ["sweep", "report"]
 
@@ -83,6 +85,8 @@ def report(
 ) -> None:
     """Write an HTML report with PNG Pareto fronts, a roofline view and energy breakdowns, and a
     per-op breakdown and per-op roofline of the best Pareto points of LLM workloads."""
-    from tilewright.app.sweep.report import write_report  # noqa: PLC0415  (lazy: pulls in pandas)
-    page = write_report(db, out, sweep_name)
+    from tilewright.app.sweep.report import \
+        write_report  # noqa: PLC0415  (lazy: pulls in pandas)
+    with output_folder(out) as work:      # the folder appears whole, or not at all
+        page = out / write_report(db, work, sweep_name).name
     console.print(f"wrote {page}")
