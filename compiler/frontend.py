@@ -55,11 +55,33 @@ def source_of(node: torch.fx.Node) -> tuple[str, str]:
     return f"{path}:{m['line']}", m["code"].strip()
 
 
+def module_of(node: torch.fx.Node) -> tuple[str, str]:
+    """(module path, class) of the innermost ``nn.Module`` that emitted ``node`` — e.g.
+    ``("layers.0.lstm", "nn.LSTM")``; ``("", "")`` for the top module or when torch recorded no
+    module stack. ``torch.nn.modules.<file>.<Class>`` is shortened to ``nn.<Class>``."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    if len(stack) < 2:                       # the exported model itself
+        return "", ""
+    path, cls = stack[-1][0], stack[-1][1]
+    cls = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+    if cls.startswith("torch.nn.modules."):
+        cls = "nn." + cls.rsplit(".", 1)[-1]
+    return str(path), cls
+
+
 def _unsupported(node: torch.fx.Node, why: str = "") -> UnsupportedOp:
     where, code = source_of(node)
     known = ", ".join(str(t) for t in HANDLERS)
+    path, cls = module_of(node)
+    # a built-in layer is named as the layer (an nn.LSTM's first op is the aten.zeros of its
+    # initial state: reporting only that op hid what the user has to change)
+    if cls.startswith("nn."):
+        owner = f"unsupported module {path} ({cls}): its op {node.target} {why}has no lowering"
+    else:
+        owner = (f"unsupported op {node.target} {why}"
+                 + (f"in module {path} ({cls})" if path else "")).rstrip()
     return UnsupportedOp(
-        f"unsupported op {node.target} {why}at {where or '<unknown source>'}"
+        f"{owner} at {where or '<unknown source>'}"
         f"{': ' + code if code else ''} (supported: {known})")
 
 

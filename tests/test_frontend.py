@@ -143,6 +143,26 @@ def test_unsupported_op_names_op_and_source_line(model, shape, op_name, marker) 
     assert f"test_frontend.py:{line_of(type(model).forward, marker)}" in msg, msg
 
 
+class LstmHead(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.rnn = torch.nn.Sequential(torch.nn.LSTM(8, 8, batch_first=True))
+
+    def forward(self, x):
+        return self.rnn(self.proj(x))[0]
+
+
+def test_an_unsupported_layer_is_named_by_its_module_path_and_class() -> None:
+    """An nn.LSTM was reported as ``aten.zeros.default`` (the zeros of its initial state): the
+    message now names the layer the user wrote (module path ``rnn.0``, class ``nn.LSTM``)."""
+    with pytest.raises(UnsupportedOp) as info:
+        import_model(LstmHead().eval(), torch.randn(1, 4, 8))
+    msg = str(info.value)
+    assert msg.startswith("unsupported module rnn.0 (nn.LSTM): its op aten."), msg
+    assert f"test_frontend.py:{line_of(LstmHead.forward, 'self.rnn')}" in msg, msg
+
+
 def test_compile_model_propagates_unsupported_op() -> None:
     from tilewright.arch import load_arch
     from tilewright.compiler import compile_model
