@@ -13,8 +13,9 @@ FuseSoC/edalize hand-off files, and a manifest with hashes, tool versions and qu
 * ``manifest.json``: the ArchSpec (content hash and YAML), every file's sha256, the tool
   versions and the results.
 
-All work happens in a staging folder next to the output; files move into place only when every
-step succeeded, the manifest last, so a failure never leaves a half-written manifest.
+The folder appears whole or not at all (:func:`tilewright.app.cli.output_folder.output_folder`):
+everything is written into a temporary folder beside it, which replaces it only when every step
+succeeded; a failure leaves an earlier output exactly as it was.
 
 Quality-of-results baselines (``tests/qor_baselines/<preset>_<target>.json``) are measured with
 ``python -m tilewright.app.eda.fpga --update-baseline`` and compared by :func:`compare_qor`.
@@ -26,7 +27,6 @@ import argparse
 import hashlib
 import importlib
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -35,6 +35,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from tilewright.app.cli.output_folder import output_folder
 from tilewright.app.eda.fpga_handoff import (choose_xc7_part, core_name, edam, file_list,
                                              fusesoc_core, vivado_tcl, xdc)
 from tilewright.app.eda.fpga_pnr import (PARTS, DoesNotFitPart, check_memory_fits, check_nextpnr,
@@ -182,26 +183,17 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _publish(work: Path, out: Path, manifest: dict[str, Any]) -> None:
-    """Move every file of ``work`` into ``out`` (an old manifest is removed first) and write the
-    manifest last, atomically."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "manifest.json").unlink(missing_ok=True)
-    for f in sorted(work.iterdir()):
-        if f.is_file():
-            os.replace(f, out / f.name)
-    write_atomic(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
-
-
 def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "gemm",
              pnr: bool = True, freq_mhz: float | None = None) -> dict[str, Any]:
     """Run the FPGA flow of ``arch`` for ``target`` (:data:`TARGETS`) into ``out_dir`` and
     return the manifest. ``pnr=False`` stops iCE40/ECP5 after synthesis and part choice;
-    ``freq_mhz`` (MHz) is the clock target (default ``arch.clock_mhz``).
+    ``freq_mhz`` (MHz) is the clock target (default ``arch.clock_mhz``). ``out_dir`` is
+    replaced whole when the flow succeeds and left untouched when it fails.
 
     Raises :class:`UnknownFpgaTarget`, :class:`~tilewright.app.eda.fpga_pnr.DoesNotFitPart`,
     :class:`~tilewright.app.eda.fpga_pnr.NextpnrMissing`, :class:`~tilewright.app.eda.synth.YosysMissing`,
-    :class:`FpgaError` and the tools' own errors (``SynthError``, ``PnrError``).
+    :class:`FpgaError`, :class:`~tilewright.app.cli.output_folder.OutputError` (``out_dir`` is a
+    file) and the tools' own errors (``SynthError``, ``PnrError``).
     """
     if target not in TARGETS:
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
@@ -217,11 +209,8 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
     check_yosys()
     if pnr and target != "xc7":
         check_nextpnr(target)
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     t0 = time.perf_counter()
-    try:
+    with output_folder(out_dir) as work:     # out_dir appears whole, or stays as it was
         vfile, top_module = _generate_top(arch, top, work)
         if target == "xc7":
             fpga = _xc7(work, vfile, top_module, freq)
@@ -245,9 +234,7 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
                       for f in sorted(work.iterdir()) if f.is_file()],
             "flow_seconds": round(time.perf_counter() - t0, 2),
         }
-        _publish(work, out, manifest)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        (work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
 
