@@ -46,7 +46,8 @@ from tilewright.errors import UserError
 from tilewright.rtl.emit import write_atomic
 
 __all__ = ["TARGETS", "TOPS", "TopGenerator", "FpgaError", "UnknownFpgaTarget",
-           "register_top", "run_fpga", "compare_qor", "qor_of", "QOR_KEYS", "TOLERANCE"]
+           "register_top", "run_fpga", "compare_qor", "check_clock", "qor_of", "QOR_KEYS",
+           "TOLERANCE"]
 
 #: the accepted ``--target`` values: open place-and-route families and the Vivado hand-off
 TARGETS = ("ice40", "ecp5", "xc7")
@@ -264,13 +265,52 @@ def compare_qor(measured: dict[str, float], baseline: dict[str, float],
     return bad
 
 
+
+def check_clock(fpga: dict[str, Any], baseline: dict[str, Any]) -> tuple[list[str], str]:
+    """Whether a run reached its own clock, against what its baseline records about it.
+
+    ``fpga`` is a manifest's ``fpga`` section (``fmax_mhz`` and ``target_mhz``, MHz; no
+    ``fmax_mhz`` for the xc7 estimate). A baseline that knowingly misses its clock records
+    ``"meets_clock": false`` and, in ``"meets_clock_reason"``, why. Returns (problems, verdict):
+    the problems fail a QoR check — a miss the baseline does not record, a recorded miss without
+    a reason, a recorded miss that now meets its clock (the record is stale), a record on a
+    run without Fmax — and the verdict is the one line a report prints either way.
+    """
+    fmax, target = fpga.get("fmax_mhz"), float(fpga["target_mhz"])
+    recorded = baseline.get("meets_clock", True)
+    reason = str(baseline.get("meets_clock_reason", "")).strip()
+    if recorded not in (True, False):
+        return [f"meets_clock {recorded!r}: accepted true or false"], "clock not checked"
+    if fmax is None:
+        verdict = f"no Fmax (estimate only): the {target:g} MHz clock is not checked"
+        return ([] if "meets_clock" not in baseline else
+                ["the baseline records meets_clock but this run measures no Fmax"]), verdict
+    fmax = float(fmax)
+    if fmax >= target:
+        verdict = f"meets its clock ({fmax:g} MHz >= {target:g} MHz)"
+        return ([] if recorded else [f"{verdict}, but the baseline records it as a known miss "
+                                     f"(meets_clock: false); remove the record"]), verdict
+    verdict = f"misses its clock ({fmax:g} MHz < {target:g} MHz)"
+    if recorded:
+        return [f"{verdict}; if this is known, record it in the baseline: "
+                f"\"meets_clock\": false, \"meets_clock_reason\": \"<why>\""], verdict
+    if not reason:
+        return [f"{verdict}: the baseline records meets_clock: false without a "
+                f"meets_clock_reason"], verdict
+    return [], f"{verdict}: known miss, recorded in the baseline: {reason}"
+
+
 #: the baseline presets (ArchSpec YAML in the baseline folder) and targets measured for each
 BASELINES = {"int8_2x2": ("ice40", "ecp5", "xc7"), "int8_4x4": ("ice40", "ecp5", "xc7")}
 
 
 def update_baselines(folder: Path, presets: list[str], targets: list[str] | None) -> list[Path]:
     """Re-run the flow for ``presets`` × (``targets`` or each preset's :data:`BASELINES`) and
-    write ``<folder>/<preset>_<target>.json``; return the written files."""
+    write ``<folder>/<preset>_<target>.json``; return the written files.
+
+    A recorded clock miss (``meets_clock: false`` and its ``meets_clock_reason``) is kept while
+    the new run still misses the clock and dropped once it meets it; a new miss is printed with
+    what to record (:func:`check_clock`), since only a person can say why."""
     written = []
     for preset in presets:
         arch = load_arch(folder / f"{preset}.yaml")
@@ -278,14 +318,19 @@ def update_baselines(folder: Path, presets: list[str], targets: list[str] | None
             with tempfile.TemporaryDirectory() as tmp:
                 m = run_fpga(arch, target, Path(tmp) / "out")
             path = folder / f"{preset}_{target}.json"
+            old = json.loads(path.read_text()) if path.is_file() else {}
+            record = {k: old[k] for k in ("meets_clock", "meets_clock_reason") if k in old}
+            if m["fpga"].get("fmax_mhz", 0.0) >= m["fpga"]["target_mhz"]:
+                record = {}
+            problems, verdict = check_clock(m["fpga"], record)
             write_atomic(path, json.dumps({
                 "preset": preset, "target": target, "part": m["fpga"]["part"],
-                "arch_hash": m["arch"]["hash"], **qor_of(m), "tools": m["tools"],
+                "arch_hash": m["arch"]["hash"], **qor_of(m), **record, "tools": m["tools"],
                 "measured": time.strftime("%Y-%m-%d", time.gmtime()),
-                "update_with": f"python -m tilewright.app.eda.fpga --update-baseline --preset {preset} "
-                               f"--target {target}"}, indent=1) + "\n")
+                "update_with": f"python -m tilewright.app.eda.fpga --update-baseline --preset "
+                               f"{preset} --target {target}"}, indent=1) + "\n")
             written.append(path)
-            print(f"{path}: {qor_of(m)}")
+            print(f"{path}: {qor_of(m)}; {'; '.join(problems) or verdict}")
     return written
 
 
