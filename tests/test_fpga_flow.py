@@ -88,7 +88,7 @@ def test_manifest_hashes_match_files(xc7_run):
     assert m["arch"]["hash"] == spec.content_hash()
     assert ArchSpec.from_yaml(m["arch"]["yaml"]) == spec
     assert m["tools"]["yosys"] == "0.70" or re.fullmatch(r"\d+\.\d+.*", m["tools"]["yosys"])
-    assert not list(out.parent.glob(".out.tmp-*"))       # the staging folder is gone
+    assert not list(out.parent.glob(".out.*"))       # the staging folder is gone
 
 
 def test_fusesoc_parses_the_core(xc7_run):
@@ -150,7 +150,7 @@ def test_preset_too_big_for_ice40_fails_fast_without_traceback(tmp_path):
         f"error: the buffers of ws8x8 (64 KiB scratchpad + 64 KiB accumulator) do not fit any "
         f"ice40 part: brams {need} > 32 on the largest, iCE40HX8K-CT256 (at least {need} block "
         f"RAMs of 4096 bits; ice40 has no LUT RAM)"]
-    assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.tmp-*"))
+    assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.*"))
 
 
 def _main(monkeypatch, capsys, *args: str) -> tuple[int, str]:
@@ -197,7 +197,70 @@ def test_design_too_big_is_one_line_error_and_leaves_no_manifest(tmp_path, monke
     assert err.startswith("error: tw_gemm_core does not fit any ice40 part: brams 40 > 32 on "
                           "the largest, iCE40HX8K-CT256")
     assert (out / "manifest.json").read_text() == "{}"    # untouched: nothing was published
-    assert not list(tmp_path.glob(".o.tmp-*"))
+    assert not list(tmp_path.glob(".o.*"))
+
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> content)."""
+    return {str(f.relative_to(folder)): f.read_bytes() for f in folder.rglob("*") if f.is_file()}
+
+
+XC7_COUNTS = {"luts": 500, "ffs": 400, "dsps": 4, "brams": 4}   # fits the xc7a35t
+
+
+def _fake_xc7_synth(vfile, top, target, *args, **kwargs):
+    """A stand-in for Yosys' xilinx estimate: :data:`XC7_COUNTS`."""
+    assert target == "xilinx"
+    return {"cells": 1, "yosys_version": "0.70", "wall_seconds": 0.0, "cells_by_type": {},
+            "flow": "synth_xilinx (stub)", **XC7_COUNTS}
+
+
+def test_fpga_output_is_whole_or_untouched(tmp_path, monkeypatch, capsys):
+    """`fpga -o DIR`: a flow that fails after writing the Verilog and the hand-off files leaves
+    an earlier DIR byte for byte as it was and no staging folder; a flow that succeeds replaces
+    DIR whole (an earlier run's stray file is gone). Yosys is stubbed (xc7 counts)."""
+    import tilewright.app.eda.fpga as fpga
+    from tilewright.app.eda.fpga import FpgaError
+    monkeypatch.setattr(fpga, "synthesize", _fake_xc7_synth)
+    out = tmp_path / "o"
+    (out / "sub").mkdir(parents=True)
+    for name, text in (("manifest.json", "{}"), ("stray.txt", "old"), ("sub/x.v", "old")):
+        (out / name).write_text(text)
+    before = _snapshot(out)
+    real_handoff, staged = fpga._handoff, []
+
+    def handoff_then_fail(work, *args):
+        real_handoff(work, *args)
+        staged.extend(sorted(f.name for f in work.iterdir()))
+        raise FpgaError("injected failure after the hand-off files were written")
+
+    monkeypatch.setattr(fpga, "_handoff", handoff_then_fail)
+    code, err = _main(monkeypatch, capsys, "fpga", "--arch", str(PRESET), "--target", "xc7",
+                      "-o", str(out))
+    assert (code, err) == (2, "error: injected failure after the hand-off files were written")
+    assert {"tw_gemm_core.v", "vivado.tcl", "int8_2x2_xc7.core"} <= set(staged)  # it did write
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]      # no staging folder left
+
+    monkeypatch.setattr(fpga, "_handoff", real_handoff)
+    from tilewright.app.cli import main as cli
+    monkeypatch.setattr(sys, "argv", ["tilewright", "fpga", "--arch", str(PRESET), "--target",
+                                      "xc7", "-o", str(out)])
+    cli.main()                                   # returns: the run succeeded
+    m = json.loads((out / "manifest.json").read_text())
+    assert {p.name for p in out.iterdir()} == {e["path"] for e in m["files"]} | {"manifest.json"}
+    assert "stray.txt" not in m["files"] and m["fpga"]["luts"] == XC7_COUNTS["luts"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_fpga_output_that_is_a_file_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "o"
+    out.write_text("keep")
+    code, err = _main(monkeypatch, capsys, "fpga", "--arch", str(PRESET), "--target", "xc7",
+                      "-o", str(out))
+    assert code == 2 and err.startswith(f"error: {out}: is a file; -o takes a folder")
+    assert out.read_text() == "keep"
 
 
 def test_part_choice_by_resource():

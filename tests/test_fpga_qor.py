@@ -1,10 +1,14 @@
 """Quality-of-results regression of `tilewright fpga` against tests/qor_baselines/*.json, on a real
 Yosys + nextpnr place-and-route.
 
-CI runs one place-and-route: the int8 2x2 preset on iCE40 (UP5K). ``TILEWRIGHT_QOR=all`` adds
-every other baseline (ECP5, xc7 estimate, the 4x4 preset; marked slow). A design that grows more
-than 10 % in LUTs/FFs/DSPs/BRAMs, or loses more than 10 % of its Fmax, fails until the baseline
-is re-measured on purpose with ``python -m tilewright.app.eda.fpga --update-baseline``.
+Every baseline runs: the fast ones (:data:`CI_CASES`) in every CI run, the slow ones marked
+``nightly`` — deselected by the ``-m "not nightly"`` of pytest's addopts (pyproject.toml) and
+run by ``.ci/nightly`` (``pytest -m nightly``); docs/fpga.md says what runs where and how long it
+takes. A design that grows more than 10 % in LUTs/FFs/DSPs/BRAMs, or loses more than 10 % of its
+Fmax, fails until the baseline is re-measured on purpose with
+``python -m tilewright.app.eda.fpga --update-baseline``. A design whose Fmax misses its own clock
+(the ArchSpec's ``clock_mhz``) fails unless its baseline records the miss and why
+(``meets_clock: false``, ``meets_clock_reason``; :func:`tilewright.app.eda.fpga.check_clock`).
 
 Besides the baseline, each run is checked against what is known independently of the flow: one
 multiplier block per PE, iCE40 block RAM at least the buffers' capacity, logic cells holding
@@ -15,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -24,17 +28,18 @@ import pytest
 from tests.test_cli import tw as cli
 
 from tilewright.arch import load_arch
-from tilewright.app.eda.fpga import compare_qor, qor_of
+from tilewright.app.eda.fpga import BASELINES, check_clock, compare_qor, qor_of
 
 BASE = Path(__file__).parent / "qor_baselines"
-CI_CASE = "int8_2x2_ice40"
+#: the baselines every CI run places and routes (seconds for the whole flow measured on the
+#: 2-core machine at load average ~1, docs/fpga.md); every other one is marked nightly
+CI_CASES = ("int8_2x2_ice40", "int8_2x2_ecp5", "int8_2x2_xc7", "int8_4x4_xc7")
+#: every committed baseline, by file name
+EVERY = sorted(p.stem for p in BASE.glob("*_*.json"))
 
 
 def _cases() -> list:
-    every = sorted(p.stem for p in BASE.glob("*_*.json"))
-    if os.environ.get("TILEWRIGHT_QOR", "") != "all":
-        return [CI_CASE]
-    return [c if c == CI_CASE else pytest.param(c, marks=pytest.mark.slow) for c in every]
+    return [c if c in CI_CASES else pytest.param(c, marks=pytest.mark.nightly) for c in EVERY]
 
 
 def tw(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -66,6 +71,82 @@ def test_qor_within_baseline(run):
     assert not bad, (f"{case}: quality of results regressed beyond 10 %: {'; '.join(bad)}. "
                      f"If this is intended, re-measure the baseline with: "
                      f"{baseline['update_with']} (and commit tests/qor_baselines/{case}.json)")
+
+
+
+def test_meets_its_own_clock(run):
+    """The flow aims at the ArchSpec's own clock and reaches it, or the baseline records the
+    miss and why (then the run warns, so the report says so)."""
+    case, baseline, _, m = run
+    spec = load_arch(BASE / f"{baseline['preset']}.yaml")
+    assert m["fpga"]["target_mhz"] == spec.clock_mhz
+    problems, verdict = check_clock(m["fpga"], baseline)
+    assert not problems, f"{case}: {'; '.join(problems)}"
+    if "known miss" in verdict:
+        warnings.warn(f"{case}: {verdict}", stacklevel=1)
+
+
+def test_every_baseline_runs_somewhere():
+    """Each preset x target of the update command has a baseline file, each file is one of
+    them, and every CI case names a file (a typo would move it to no job at all)."""
+    assert EVERY == sorted(f"{p}_{t}" for p, targets in BASELINES.items() for t in targets)
+    assert set(CI_CASES) <= set(EVERY)
+    nightly = [c for c in _cases() if not isinstance(c, str)]
+    assert {c.values[0] for c in nightly} == set(EVERY) - set(CI_CASES)
+    assert all(c.marks[0].name == "nightly" for c in nightly)
+
+
+@pytest.mark.parametrize("case", EVERY)
+def test_committed_baseline_records_its_clock(case):
+    """Without place-and-route: a committed Fmax below the preset's clock_mhz carries a
+    recorded, explained miss; one at or above it carries none."""
+    baseline = json.loads((BASE / f"{case}.json").read_text())
+    spec = load_arch(BASE / f"{baseline['preset']}.yaml")
+    fpga = {"target_mhz": spec.clock_mhz, **({"fmax_mhz": baseline["fmax_mhz"]}
+                                            if "fmax_mhz" in baseline else {})}
+    problems, _ = check_clock(fpga, baseline)
+    assert not problems, f"{case}: {'; '.join(problems)}"
+
+
+# check_clock against hand-made results: 23.91 MHz on a 50 MHz clock is a miss, 51.62 is not
+MISS, MEET, NO_FMAX = ({"fmax_mhz": 23.91, "target_mhz": 50.0},
+                       {"fmax_mhz": 51.62, "target_mhz": 50.0}, {"target_mhz": 50.0})
+KNOWN = {"meets_clock": False, "meets_clock_reason": "slow carry chains on the UP5K"}
+
+
+@pytest.mark.parametrize("baseline", [{}, {"meets_clock": True}], ids=["silent", "claims-met"])
+def test_a_miss_the_baseline_does_not_record_fails(baseline):
+    problems, verdict = check_clock(MISS, {"fmax_mhz": 23.91, **baseline})
+    assert verdict == "misses its clock (23.91 MHz < 50 MHz)"
+    assert len(problems) == 1 and problems[0].startswith(verdict)
+
+
+def test_a_recorded_miss_passes_and_says_why():
+    problems, verdict = check_clock(MISS, KNOWN)
+    assert problems == []
+    assert verdict == ("misses its clock (23.91 MHz < 50 MHz): known miss, recorded in the "
+                       "baseline: slow carry chains on the UP5K")
+
+
+@pytest.mark.parametrize("fpga,baseline,needle", [
+    (MISS, {"meets_clock": False}, "without a meets_clock_reason"),
+    (MISS, {**KNOWN, "meets_clock_reason": "  "}, "without a meets_clock_reason"),
+    (MEET, KNOWN, "meets its clock (51.62 MHz >= 50 MHz), but the baseline records"),
+    (NO_FMAX, KNOWN, "measures no Fmax"),
+    (MISS, {"meets_clock": "no"}, "accepted true or false"),
+], ids=["no-reason", "blank-reason", "stale-record", "record-without-fmax", "not-a-bool"])
+def test_a_wrong_clock_record_fails(fpga, baseline, needle):
+    problems, _ = check_clock(fpga, baseline)
+    assert len(problems) == 1 and needle in problems[0]
+
+
+def test_clock_met_exactly_or_not_measured_passes():
+    assert check_clock({"fmax_mhz": 50.0, "target_mhz": 50.0}, {}) == (
+        [], "meets its clock (50 MHz >= 50 MHz)")
+    assert check_clock(MEET, {"meets_clock": True}) == (
+        [], "meets its clock (51.62 MHz >= 50 MHz)")
+    assert check_clock(NO_FMAX, {}) == (
+        [], "no Fmax (estimate only): the 50 MHz clock is not checked")
 
 
 def test_resources_match_the_design(run):

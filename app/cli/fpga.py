@@ -1,6 +1,10 @@
 """``tilewright fpga``: Verilog, open place-and-route (iCE40/ECP5) or a Vivado script (xc7), and
 FuseSoC/edalize hand-off files for an ArchSpec (see :mod:`tilewright.app.eda.fpga`, docs/fpga.md).
 
+``-o DIR`` appears whole or not at all: the flow writes into a temporary folder beside DIR and
+renames it into place only when every step succeeded
+(:func:`tilewright.app.cli.output_folder.output_folder`); a failure leaves an earlier DIR as it was.
+
 Registered in :mod:`tilewright.app.cli.main`. User errors — :class:`tilewright.app.eda.fpga.UnknownFpgaTarget`,
 :class:`tilewright.app.eda.fpga_pnr.DoesNotFitPart`, :class:`tilewright.app.eda.fpga.FpgaError` and a missing
 tool — print one ``error: ...`` line and exit 2; a Yosys or nextpnr failure names its log and
@@ -32,7 +36,8 @@ def fpga(
     target: str = typer.Option(..., "--target", help="ice40 | ecp5 (Yosys + nextpnr) | xc7 "
                                "(Yosys estimate + Vivado script)"),
     out: Path = typer.Option(..., "-o", "--out", help="output folder (Verilog, netlist, reports, "
-                             ".core, EDAM, manifest.json)"),
+                             ".core, EDAM, manifest.json); replaced whole on success, left as "
+                             "it was on failure"),
     top: str = typer.Option("gemm", "--top", help="top to wrap: gemm (GEMM core) | axi "
                             "(GEMM core behind AXI4-Lite) | axi-accel (programmable accelerator: "
                             "AXI4-Lite control, AXI4 memory port)"),

@@ -13,8 +13,9 @@ FuseSoC/edalize hand-off files, and a manifest with hashes, tool versions and qu
 * ``manifest.json``: the ArchSpec (content hash and YAML), every file's sha256, the tool
   versions and the results.
 
-All work happens in a staging folder next to the output; files move into place only when every
-step succeeded, the manifest last, so a failure never leaves a half-written manifest.
+The folder appears whole or not at all (:func:`tilewright.app.cli.output_folder.output_folder`):
+everything is written into a temporary folder beside it, which replaces it only when every step
+succeeded; a failure leaves an earlier output exactly as it was.
 
 Quality-of-results baselines (``tests/qor_baselines/<preset>_<target>.json``) are measured with
 ``python -m tilewright.app.eda.fpga --update-baseline`` and compared by :func:`compare_qor`.
@@ -26,7 +27,6 @@ import argparse
 import hashlib
 import importlib
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -35,6 +35,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from tilewright.app.cli.output_folder import output_folder
 from tilewright.app.eda.fpga_handoff import (choose_xc7_part, core_name, edam, file_list,
                                              fusesoc_core, vivado_tcl, xdc)
 from tilewright.app.eda.fpga_pnr import (PARTS, DoesNotFitPart, check_memory_fits, check_nextpnr,
@@ -45,7 +46,8 @@ from tilewright.errors import UserError
 from tilewright.rtl.emit import write_atomic
 
 __all__ = ["TARGETS", "TOPS", "TopGenerator", "FpgaError", "UnknownFpgaTarget",
-           "register_top", "run_fpga", "compare_qor", "qor_of", "QOR_KEYS", "TOLERANCE"]
+           "register_top", "run_fpga", "compare_qor", "check_clock", "qor_of", "QOR_KEYS",
+           "TOLERANCE"]
 
 #: the accepted ``--target`` values: open place-and-route families and the Vivado hand-off
 TARGETS = ("ice40", "ecp5", "xc7")
@@ -182,26 +184,17 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _publish(work: Path, out: Path, manifest: dict[str, Any]) -> None:
-    """Move every file of ``work`` into ``out`` (an old manifest is removed first) and write the
-    manifest last, atomically."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "manifest.json").unlink(missing_ok=True)
-    for f in sorted(work.iterdir()):
-        if f.is_file():
-            os.replace(f, out / f.name)
-    write_atomic(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
-
-
 def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "gemm",
              pnr: bool = True, freq_mhz: float | None = None) -> dict[str, Any]:
     """Run the FPGA flow of ``arch`` for ``target`` (:data:`TARGETS`) into ``out_dir`` and
     return the manifest. ``pnr=False`` stops iCE40/ECP5 after synthesis and part choice;
-    ``freq_mhz`` (MHz) is the clock target (default ``arch.clock_mhz``).
+    ``freq_mhz`` (MHz) is the clock target (default ``arch.clock_mhz``). ``out_dir`` is
+    replaced whole when the flow succeeds and left untouched when it fails.
 
     Raises :class:`UnknownFpgaTarget`, :class:`~tilewright.app.eda.fpga_pnr.DoesNotFitPart`,
     :class:`~tilewright.app.eda.fpga_pnr.NextpnrMissing`, :class:`~tilewright.app.eda.synth.YosysMissing`,
-    :class:`FpgaError` and the tools' own errors (``SynthError``, ``PnrError``).
+    :class:`FpgaError`, :class:`~tilewright.app.cli.output_folder.OutputError` (``out_dir`` is a
+    file) and the tools' own errors (``SynthError``, ``PnrError``).
     """
     if target not in TARGETS:
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
@@ -217,11 +210,8 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
     check_yosys()
     if pnr and target != "xc7":
         check_nextpnr(target)
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     t0 = time.perf_counter()
-    try:
+    with output_folder(out_dir) as work:     # out_dir appears whole, or stays as it was
         vfile, top_module = _generate_top(arch, top, work)
         if target == "xc7":
             fpga = _xc7(work, vfile, top_module, freq)
@@ -245,9 +235,7 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
                       for f in sorted(work.iterdir()) if f.is_file()],
             "flow_seconds": round(time.perf_counter() - t0, 2),
         }
-        _publish(work, out, manifest)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        (work / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
 
@@ -277,13 +265,52 @@ def compare_qor(measured: dict[str, float], baseline: dict[str, float],
     return bad
 
 
+
+def check_clock(fpga: dict[str, Any], baseline: dict[str, Any]) -> tuple[list[str], str]:
+    """Whether a run reached its own clock, against what its baseline records about it.
+
+    ``fpga`` is a manifest's ``fpga`` section (``fmax_mhz`` and ``target_mhz``, MHz; no
+    ``fmax_mhz`` for the xc7 estimate). A baseline that knowingly misses its clock records
+    ``"meets_clock": false`` and, in ``"meets_clock_reason"``, why. Returns (problems, verdict):
+    the problems fail a QoR check — a miss the baseline does not record, a recorded miss without
+    a reason, a recorded miss that now meets its clock (the record is stale), a record on a
+    run without Fmax — and the verdict is the one line a report prints either way.
+    """
+    fmax, target = fpga.get("fmax_mhz"), float(fpga["target_mhz"])
+    recorded = baseline.get("meets_clock", True)
+    reason = str(baseline.get("meets_clock_reason", "")).strip()
+    if recorded not in (True, False):
+        return [f"meets_clock {recorded!r}: accepted true or false"], "clock not checked"
+    if fmax is None:
+        verdict = f"no Fmax (estimate only): the {target:g} MHz clock is not checked"
+        return ([] if "meets_clock" not in baseline else
+                ["the baseline records meets_clock but this run measures no Fmax"]), verdict
+    fmax = float(fmax)
+    if fmax >= target:
+        verdict = f"meets its clock ({fmax:g} MHz >= {target:g} MHz)"
+        return ([] if recorded else [f"{verdict}, but the baseline records it as a known miss "
+                                     f"(meets_clock: false); remove the record"]), verdict
+    verdict = f"misses its clock ({fmax:g} MHz < {target:g} MHz)"
+    if recorded:
+        return [f"{verdict}; if this is known, record it in the baseline: "
+                f"\"meets_clock\": false, \"meets_clock_reason\": \"<why>\""], verdict
+    if not reason:
+        return [f"{verdict}: the baseline records meets_clock: false without a "
+                f"meets_clock_reason"], verdict
+    return [], f"{verdict}: known miss, recorded in the baseline: {reason}"
+
+
 #: the baseline presets (ArchSpec YAML in the baseline folder) and targets measured for each
 BASELINES = {"int8_2x2": ("ice40", "ecp5", "xc7"), "int8_4x4": ("ice40", "ecp5", "xc7")}
 
 
 def update_baselines(folder: Path, presets: list[str], targets: list[str] | None) -> list[Path]:
     """Re-run the flow for ``presets`` × (``targets`` or each preset's :data:`BASELINES`) and
-    write ``<folder>/<preset>_<target>.json``; return the written files."""
+    write ``<folder>/<preset>_<target>.json``; return the written files.
+
+    A recorded clock miss (``meets_clock: false`` and its ``meets_clock_reason``) is kept while
+    the new run still misses the clock and dropped once it meets it; a new miss is printed with
+    what to record (:func:`check_clock`), since only a person can say why."""
     written = []
     for preset in presets:
         arch = load_arch(folder / f"{preset}.yaml")
@@ -291,14 +318,19 @@ def update_baselines(folder: Path, presets: list[str], targets: list[str] | None
             with tempfile.TemporaryDirectory() as tmp:
                 m = run_fpga(arch, target, Path(tmp) / "out")
             path = folder / f"{preset}_{target}.json"
+            old = json.loads(path.read_text()) if path.is_file() else {}
+            record = {k: old[k] for k in ("meets_clock", "meets_clock_reason") if k in old}
+            if m["fpga"].get("fmax_mhz", 0.0) >= m["fpga"]["target_mhz"]:
+                record = {}
+            problems, verdict = check_clock(m["fpga"], record)
             write_atomic(path, json.dumps({
                 "preset": preset, "target": target, "part": m["fpga"]["part"],
-                "arch_hash": m["arch"]["hash"], **qor_of(m), "tools": m["tools"],
+                "arch_hash": m["arch"]["hash"], **qor_of(m), **record, "tools": m["tools"],
                 "measured": time.strftime("%Y-%m-%d", time.gmtime()),
-                "update_with": f"python -m tilewright.app.eda.fpga --update-baseline --preset {preset} "
-                               f"--target {target}"}, indent=1) + "\n")
+                "update_with": f"python -m tilewright.app.eda.fpga --update-baseline --preset "
+                               f"{preset} --target {target}"}, indent=1) + "\n")
             written.append(path)
-            print(f"{path}: {qor_of(m)}")
+            print(f"{path}: {qor_of(m)}; {'; '.join(problems) or verdict}")
     return written
 
 
