@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.test_cli import tw
-from tilewright.app.cli.output_folder import OutputError, output_folder
+from tilewright.app.output_folder import OutputError, output_folder
 
 
 def test_output_folder_replaces_whole_on_success(tmp_path):

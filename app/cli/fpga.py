@@ -3,7 +3,7 @@ FuseSoC/edalize hand-off files for an ArchSpec (see :mod:`tilewright.app.eda.fpg
 
 ``-o DIR`` appears whole or not at all: the flow writes into a temporary folder beside DIR and
 renames it into place only when every step succeeded
-(:func:`tilewright.app.cli.output_folder.output_folder`); a failure leaves an earlier DIR as it was.
+(:func:`tilewright.app.output_folder.output_folder`); a failure leaves an earlier DIR as it was.
 
 Registered in :mod:`tilewright.app.cli.main`. User errors — :class:`tilewright.app.eda.fpga.UnknownFpgaTarget`,
 :class:`tilewright.app.eda.fpga_pnr.DoesNotFitPart`, :class:`tilewright.app.eda.fpga.FpgaError` and a missing

@@ -22,12 +22,13 @@ from tilewright.app.cli.compile import compile_cmd, models_cmd
 from tilewright.app.cli.fpga import fpga
 from tilewright.app.cli.mesh import mesh
 from tilewright.app.cli.mesh_layer import mesh_layer
-from tilewright.app.cli.output_folder import output_folder
-from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.app.cli.sim import sim
+from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.app.cli.sweep import report, sweep
-from tilewright.app.eda.synth import TARGETS, SynthError, YosysMissing, check_yosys, synthesize
+from tilewright.app.eda.synth import (TARGETS, SynthError, YosysMissing,
+                                      check_yosys, synthesize)
 from tilewright.app.flows.demo import run_demo
+from tilewright.app.output_folder import output_folder
 from tilewright.arch import PRESET_DIR, ArchSpec, load_arch
 from tilewright.cosim.verilator import lint_verilog
 from tilewright.errors import UserError
@@ -94,7 +95,8 @@ def rtl(
     """Generate an ArchSpec's Verilog and a JSON manifest: the systolic GEMM core, or the
     adder_tree / outer_product / cube engine (tensor_engine.kind; manifest 'kind' and 'top'), or
     with --top the programmable accelerator top (accel, axi-accel)."""
-    from tilewright.rtl.verilog import write_arch_rtl  # noqa: PLC0415  (lazy: pulls in amaranth)
+    from tilewright.rtl.verilog import \
+        write_arch_rtl  # noqa: PLC0415  (lazy: pulls in amaranth)
     for target in synth or []:   # fail before generating anything
         if target not in TARGETS:
             err_console.print(f"error: --synth {target!r}: unknown synthesis target; accepted: "
@@ -164,7 +166,8 @@ def _engine_synth_target(target: str, kind: str):
 
 def _rtl_synth(vfile: Path, top: str, targets: list[str], kind: str = "systolic") -> None:
     """Synthesize ``vfile`` for each target, print the counts and add them to the manifest."""
-    from tilewright.rtl.verilog import update_manifest  # noqa: PLC0415  (lazy: pulls in amaranth)
+    from tilewright.rtl.verilog import \
+        update_manifest  # noqa: PLC0415  (lazy: pulls in amaranth)
     for target in targets:
         with console.status(f"synthesizing for {target} with Yosys"):
             try:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from tilewright.app.cli.output_folder import output_folder
+from tilewright.app.output_folder import output_folder
 
 __all__ = ["sweep", "report"]
 

@@ -13,7 +13,7 @@ FuseSoC/edalize hand-off files, and a manifest with hashes, tool versions and qu
 * ``manifest.json``: the ArchSpec (content hash and YAML), every file's sha256, the tool
   versions and the results.
 
-The folder appears whole or not at all (:func:`tilewright.app.cli.output_folder.output_folder`):
+The folder appears whole or not at all (:func:`tilewright.app.output_folder.output_folder`):
 everything is written into a temporary folder beside it, which replaces it only when every step
 succeeded; a failure leaves an earlier output exactly as it was.
 
@@ -35,12 +35,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from tilewright.app.cli.output_folder import output_folder
-from tilewright.app.eda.fpga_handoff import (choose_xc7_part, core_name, edam, file_list,
-                                             fusesoc_core, vivado_tcl, xdc)
-from tilewright.app.eda.fpga_pnr import (PARTS, DoesNotFitPart, check_memory_fits, check_nextpnr,
+from tilewright.app.eda.fpga_handoff import (choose_xc7_part, core_name, edam,
+                                             file_list, fusesoc_core,
+                                             vivado_tcl, xdc)
+from tilewright.app.eda.fpga_pnr import (PARTS, DoesNotFitPart,
+                                         check_memory_fits, check_nextpnr,
                                          run_family)
 from tilewright.app.eda.synth import check_yosys, synthesize
+from tilewright.app.output_folder import output_folder
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.errors import UserError
 from tilewright.rtl.emit import write_atomic
@@ -193,7 +195,7 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
 
     Raises :class:`UnknownFpgaTarget`, :class:`~tilewright.app.eda.fpga_pnr.DoesNotFitPart`,
     :class:`~tilewright.app.eda.fpga_pnr.NextpnrMissing`, :class:`~tilewright.app.eda.synth.YosysMissing`,
-    :class:`FpgaError`, :class:`~tilewright.app.cli.output_folder.OutputError` (``out_dir`` is a
+    :class:`FpgaError`, :class:`~tilewright.app.output_folder.OutputError` (``out_dir`` is a
     file) and the tools' own errors (``SynthError``, ``PnrError``).
     """
     if target not in TARGETS:
