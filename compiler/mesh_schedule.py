@@ -33,7 +33,7 @@ __all__ = ["MeshScheduleError", "MessageBatch", "Grid", "healthy_grid", "bad_lin
            "bcast_col_flows", "allreduce_phase_specs", "gemv_phase_specs",
            "row_allreduce_specs", "transpose_flows", "routearound_grid", "route_around",
            "route_around_specs", "ktree_root", "kv_shift_specs", "GEMM_RECV_PANELS",
-           "gemm_memory_bytes", "gemm_panel"]
+           "gemm_memory_bytes", "gemm_panel", "gemv_memory_bytes", "gemv_chunk"]
 
 #: ``summa_relay`` is SUMMA as WaferLLM's baseline (He et al., OSDI 2025, sec. 5.1 (2) and
 #: sec. 7.2): every core of the row/column relays the block (see :func:`gemm_phase_specs`).
@@ -494,30 +494,69 @@ def bcast_row_flows(src_col: int, rows_phys, cols_phys, nbytes: int) -> FlowBatc
                           nbytes, 1)
 
 
-def allreduce_phase_specs(grid: Grid, nt: int, acc_bytes: int) -> list[PhaseSpec]:
-    """Ring all-reduce along every column on the interleaved ring (<= 2 hops per step)."""
+def allreduce_phase_specs(grid: Grid, nt: int, acc_bytes: int,
+                          chunk: int | None = None) -> list[PhaseSpec]:
+    """Ring all-reduce along every column on the interleaved ring (<= 2 hops per step). Each
+    step passes one ring chunk of ``ceil(Nt/pr)`` values; a receive buffer of ``chunk`` values
+    (:func:`gemv_chunk`) smaller than that splits every step into ``ceil(ring chunk / chunk)``
+    messages sent one after another."""
     pr = grid.pr
     if pr == 1:
         return []
     ring = interleaved_ring(pr)
-    chunk = -(-nt // pr)
+    rc = -(-nt // pr)
+    pieces = 1 if chunk is None or chunk >= rc else -(-rc // int(chunk))
+    piece = -(-rc // pieces)
     nxt = np.roll(ring, -1)          # ring position q sends to q+1
     nc = grid.pc
     f = FlowBatch.make(np.repeat(grid.rows[ring][None, :], nc, 0), grid.cols[:, None],
                        np.repeat(grid.rows[nxt][None, :], nc, 0), grid.cols[:, None],
-                       chunk * acc_bytes, 1)
-    return [PhaseSpec("ring reduce-scatter", f, 0, False, pr - 1),
-            PhaseSpec("ring all-gather", f, 0, False, pr - 1)]
+                       piece * acc_bytes, 1)
+    return [PhaseSpec("ring reduce-scatter", f, 0, False, (pr - 1) * pieces),
+            PhaseSpec("ring all-gather", f, 0, False, (pr - 1) * pieces)]
+
+
+def gemv_memory_bytes(kt: int, nt: int, chunk: int, *, elem_bytes: int, acc_bytes: int) -> int:
+    """Bytes per core of a GEMV with a receive buffer of ``chunk`` partial sums: W block
+    Kt x Nt and x segment Kt at ``elem_bytes``, partial y (Nt) and the receive buffer at
+    ``acc_bytes``."""
+    return (kt * nt + kt) * elem_bytes + (nt + chunk) * acc_bytes
+
+
+def gemv_chunk(kt: int, nt: int, *, sram_bytes: float, elem_bytes: int, acc_bytes: int,
+               limit: int | None = None) -> int:
+    """Partial sums per reduce message, chosen from the core's SRAM: the most (up to ``limit``,
+    default Nt) whose receive buffer fits beside the W block, x segment and partial y,
+    balanced so that equal messages cover the limit. Fewer per message means more messages,
+    each paying its latency (SRAM-limited: more SRAM, bigger messages, less time). Raises
+    :class:`MeshScheduleError` when even a 1-value buffer does not fit."""
+    limit = nt if limit is None else min(int(limit), nt)
+    one = gemv_memory_bytes(kt, nt, 1, elem_bytes=elem_bytes, acc_bytes=acc_bytes)
+    if one > sram_bytes:
+        raise MeshScheduleError(
+            f"gemv: needs {one / 1024:.2f} KiB per core even with a 1-value receive buffer "
+            f"(W block {kt}x{nt} + x segment {kt} at {elem_bytes} B, partial y {nt} + 1 at "
+            f"{acc_bytes} B) but core_sram_kib = {sram_bytes / 1024:g}")
+    c = int(min(limit, 1 + (sram_bytes - one) // acc_bytes))
+    return -(-limit // -(-limit // c))
 
 
 def gemv_phase_specs(algo: str, grid: Grid, kt: int, nt: int, *, elem_bytes: int,
                      acc_bytes: int, levels: int = 2, group: int | None = None,
-                     broadcast_x: bool = True) -> list[PhaseSpec]:
+                     broadcast_x: bool = True, chunk: int | None = None) -> list[PhaseSpec]:
     """Phases of a GEMV on ``grid`` (K on rows, N on columns, blocks Kt x Nt): x broadcast
     along rows, local GEMV (``Kt*Nt`` MACs per core), all-reduce of the Nt partial sums along
-    every column (``mesh``: K-tree + column broadcast; ``allreduce``: ring)."""
+    every column (``mesh``: K-tree + column broadcast; ``allreduce``: ring). ``chunk``
+    (:func:`gemv_chunk`, default Nt): partial sums per reduce message; the K-tree reduces
+    ``ceil(Nt/chunk)`` chunks one after another (each level's phase repeats), the ring splits
+    its steps (:func:`allreduce_phase_specs`). The y broadcast lands in the partial-y buffer
+    and is not split."""
     if algo not in GEMV_ALGOS:
         raise MeshScheduleError(f"GEMV algo {algo!r}: must be one of {', '.join(GEMV_ALGOS)}")
+    chunk = nt if chunk is None else int(chunk)
+    if not 1 <= chunk <= nt:
+        raise MeshScheduleError(f"GEMV receive chunk = {chunk}: must be 1..Nt = {nt}")
+    q = -(-nt // chunk)
     phases = []
     if broadcast_x and grid.pc > 1:
         phases.append(PhaseSpec("broadcast x along rows",
@@ -527,13 +566,13 @@ def gemv_phase_specs(algo: str, grid: Grid, kt: int, nt: int, *, elem_bytes: int
     if algo == "mesh":
         plan = ktree_plan(grid.pr, levels, group)
         if grid.pr > 1:
-            for lvl, f in enumerate(ktree_flows(plan, grid.rows, grid.cols, nt * acc_bytes)):
-                phases.append(PhaseSpec(f"k-tree reduce level {lvl + 1}", f))
+            for lvl, f in enumerate(ktree_flows(plan, grid.rows, grid.cols, chunk * acc_bytes)):
+                phases.append(PhaseSpec(f"k-tree reduce level {lvl + 1}", f, repeat=q))
             phases.append(PhaseSpec("broadcast y along columns",
                                     bcast_col_flows(ktree_root(plan), grid.rows, grid.cols,
                                                     nt * acc_bytes)))
     else:
-        phases += allreduce_phase_specs(grid, nt, acc_bytes)
+        phases += allreduce_phase_specs(grid, nt, acc_bytes, chunk)
     return phases
 
 

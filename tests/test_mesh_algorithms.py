@@ -190,6 +190,31 @@ def test_meshgemv_closed_form_single_column():
     assert rep.cycles == comp + lvl1 + lvl2 + bcast
 
 
+def test_sram_sets_the_gemv_reduce_chunk_and_time():
+    """A 9 x 1 column, W blocks 40 x 8 fp16: W 640 B + x 80 B + partial y 16 B = 736 B, plus
+    2 B per partial sum of receive buffer. 744 B holds 4 (two reduce messages per level),
+    twice that holds all 8 (one). K-tree (groups of 3) by hand, as in the closed form above."""
+    alpha, beta = 1.0, 2.0
+    cyc = {}
+    for sram_b, chunk in ((744, 4), (1488, 8)):
+        rep = mesh_gemv(_arch(9, 1, alpha, beta, sram=sram_b / 1024), 9 * 40, 8,
+                        levels=2, group=3)
+        assert rep.notes["reduce_chunk"] == chunk
+        q = 8 // chunk
+        w = math.ceil(chunk * 2 / 4)
+        comp = math.ceil(40 * 8 / 4)
+        lvl1 = alpha * 1 + beta * 1 + w
+        lvl2 = alpha * 3 + beta * 1 + w
+        bcast = alpha * 4 + beta * 1 + math.ceil(8 * 2 / 4)     # y is broadcast whole
+        assert rep.cycles == comp + q * (lvl1 + lvl2) + bcast
+        assert rep.memory_bytes.max() == 736 + 2 * chunk
+        cyc[sram_b] = rep.cycles
+    assert cyc[1488] < cyc[744]
+    with pytest.raises(MeshMappingError, match=r"even with a 1-value receive buffer.*"
+                                               r"core_sram_kib"):
+        mesh_gemv(_arch(9, 1, alpha, beta, sram=737 / 1024), 9 * 40, 8)
+
+
 def test_ring_allreduce_gemv_closed_form():
     arch = _arch(6, 2, 1.0, 1.0)
     rep = mesh_gemv(arch, 12, 24, algo="allreduce", broadcast_x=False)
