@@ -349,7 +349,7 @@ def gemm_memory_bytes(algo: str, mt: int, kt: int, nt: int, kb: int, *, elem_byt
 
 
 def gemm_panel(algo: str, mt: int, kt: int, nt: int, *, sram_bytes: float, elem_bytes: int,
-               acc_bytes: int) -> int:
+               acc_bytes: int, what: str = "") -> int:
     """The K-panel width (elements, 1..Kt) that ``algo`` moves per message, chosen from the
     core's SRAM: the widest that fits (``Kt``, one message per block, when the whole block
     fits), balanced so that ``ceil(Kt / kb)`` panels of equal width cover the block. A narrower
@@ -360,7 +360,7 @@ def gemm_panel(algo: str, mt: int, kt: int, nt: int, *, sram_bytes: float, elem_
     one = gemm_memory_bytes(algo, mt, kt, nt, 1, elem_bytes=elem_bytes, acc_bytes=acc_bytes)
     if one > sram_bytes:
         raise MeshScheduleError(
-            f"{algo} gemm: needs {one / 1024:.2f} KiB per core even with 1-wide K panels (A "
+            f"{algo} gemm{what}: needs {one / 1024:.2f} KiB per core even with 1-wide K panels (A "
             f"block {mt}x{kt} + B block {kt}x{nt} at {elem_bytes} B, C block {mt}x{nt} at "
             f"{acc_bytes} B, {GEMM_RECV_PANELS[algo]} x receive panels {mt}x1 + 1x{nt}) but "
             f"core_sram_kib = {sram_bytes / 1024:g}")
@@ -524,17 +524,18 @@ def gemv_memory_bytes(kt: int, nt: int, chunk: int, *, elem_bytes: int, acc_byte
 
 
 def gemv_chunk(kt: int, nt: int, *, sram_bytes: float, elem_bytes: int, acc_bytes: int,
-               limit: int | None = None) -> int:
+               limit: int | None = None, what: str = "") -> int:
     """Partial sums per reduce message, chosen from the core's SRAM: the most (up to ``limit``,
     default Nt) whose receive buffer fits beside the W block, x segment and partial y,
     balanced so that equal messages cover the limit. Fewer per message means more messages,
     each paying its latency (SRAM-limited: more SRAM, bigger messages, less time). Raises
-    :class:`MeshScheduleError` when even a 1-value buffer does not fit."""
+    :class:`MeshScheduleError` when even a 1-value buffer does not fit (``what``: the run's
+    shape and grid, for the message)."""
     limit = nt if limit is None else min(int(limit), nt)
     one = gemv_memory_bytes(kt, nt, 1, elem_bytes=elem_bytes, acc_bytes=acc_bytes)
     if one > sram_bytes:
         raise MeshScheduleError(
-            f"gemv: needs {one / 1024:.2f} KiB per core even with a 1-value receive buffer "
+            f"gemv{what}: needs {one / 1024:.2f} KiB per core even with a 1-value receive buffer "
             f"(W block {kt}x{nt} + x segment {kt} at {elem_bytes} B, partial y {nt} + 1 at "
             f"{acc_bytes} B) but core_sram_kib = {sram_bytes / 1024:g}")
     c = int(min(limit, 1 + (sram_bytes - one) // acc_bytes))

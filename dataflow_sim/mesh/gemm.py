@@ -149,7 +149,8 @@ def mesh_gemm(arch: ArchSpec, m: int, k: int, n: int, *, algo: str = "mesh",
     mt, kt, nt = -(-m // p), -(-k // p), -(-n // p)
     with as_mapping_error():
         kb = gemm_panel(algo, mt, kt, nt, sram_bytes=mesh.core_sram_kib * 1024,
-                        elem_bytes=elem_bytes, acc_bytes=acc_bytes)
+                        elem_bytes=elem_bytes, acc_bytes=acc_bytes,
+                        what=f" m={m} k={k} n={n} on a {p}x{p} grid")
         specs = gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=elem_bytes, align=align,
                                  kb=kb)
     per_core = gemm_memory_bytes(algo, mt, kt, nt, kb, elem_bytes=elem_bytes,

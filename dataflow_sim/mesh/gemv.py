@@ -154,7 +154,8 @@ def mesh_gemv(arch: ArchSpec, k: int, n: int, *, algo: str = "mesh", elem_bytes:
     limit = nt if algo == "mesh" else -(-nt // grid.pr)      # K-tree: Nt; ring: one chunk
     with as_mapping_error():
         chunk = gemv_chunk(kt, nt, sram_bytes=mesh.core_sram_kib * 1024,
-                           elem_bytes=elem_bytes, acc_bytes=acc_bytes, limit=limit)
+                           elem_bytes=elem_bytes, acc_bytes=acc_bytes, limit=limit,
+                           what=f" k={k} n={n} on a {grid.pr}x{grid.pc} grid")
         specs = gemv_phase_specs(algo, grid, kt, nt, elem_bytes=elem_bytes, acc_bytes=acc_bytes,
                                  levels=levels, group=group, broadcast_x=broadcast_x,
                                  chunk=chunk)
