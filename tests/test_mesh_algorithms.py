@@ -126,6 +126,36 @@ def test_summa_relay_closed_form_waferllm_baseline():
     assert mesh_gemm(arch, 24, 24, 24, algo="summa").cycles < rep.cycles
 
 
+def test_baseline_phases_by_hand_on_5x5():
+    """Steps, messages and hops of WaferLLM's two baselines on a 5 x 5 grid, counted by hand.
+
+    Cannon (sec. 5.1 (3)): alignment rotates row u by min(u, 5 - u) = 0, 1, 2, 2, 1 steps (the
+    shorter way), so it repeats 2 times; rows 1-4 and columns 1-4 move, 5 messages each, per
+    line 4 neighbour messages (1 hop) and the wrap-around (4 hops). Then 4 shift steps where all
+    25 A and 25 B blocks move (same hops), then the last multiply.
+    SUMMA relay (sec. 5.1 (2)): step k's row broadcast from column k reaches column 0 (k hops)
+    and column 4 (4 - k hops), relayed by every core passed (stages = hops); 5 broadcasts, the
+    first alone, 4 overlapped with the previous multiply, then the last multiply."""
+    arch = _arch(5, 5)
+    grid = healthy_grid(arch.mesh, square=True)
+    ph = gemm_phases("cannon", grid, 2, 2, 2, elem_bytes=2, link_bytes=4)
+    assert [(x.name, x.repeat, x.overlap) for x in ph] == [
+        ("align", 2, False), ("shift + gemm", 4, True), ("gemm", 1, False)]
+    per_line = [1, 1, 1, 1, 4]
+    assert len(ph[0].flows) == 2 * 4 * 5
+    assert sorted(ph[0].flows.hops.tolist()) == sorted(per_line * 8)
+    assert len(ph[1].flows) == 2 * 25
+    assert sorted(ph[1].flows.hops.tolist()) == sorted(per_line * 10)
+    assert (ph[1].flows.stages == 1).all() and len(ph[2].flows) == 0
+    ph = gemm_phases("summa_relay", grid, 2, 2, 2, elem_bytes=2, link_bytes=4)
+    assert [(x.repeat, x.overlap, x.macs) for x in ph] == \
+        [(1, False, 0)] + [(1, True, 8)] * 4 + [(1, False, 8)]
+    for kk in range(5):
+        hops = sorted(h for h in (kk, 4 - kk) if h) * 10          # 5 rows + 5 columns
+        assert sorted(ph[kk].flows.hops.tolist()) == sorted(hops)
+        assert (ph[kk].flows.stages == ph[kk].flows.hops).all()
+
+
 def test_summa_relay_computes_a_times_b():
     rng = np.random.default_rng(3)
     a = rng.integers(-50, 50, (13, 9))
