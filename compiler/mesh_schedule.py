@@ -344,6 +344,8 @@ def gemm_memory_bytes(algo: str, mt: int, kt: int, nt: int, kb: int, *, elem_byt
     """Bytes per core of ``algo`` with K panels ``kb`` wide: own A (Mt x Kt) and B (Kt x Nt)
     blocks at ``elem_bytes``, C (Mt x Nt) at ``acc_bytes``, plus ``GEMM_RECV_PANELS[algo]``
     receive panels of Mt x kb (A) and kb x Nt (B)."""
+    if algo not in GEMM_ALGOS:
+        raise MeshScheduleError(f"GEMM algo {algo!r}: must be one of {', '.join(GEMM_ALGOS)}")
     own = (mt * kt + kt * nt) * elem_bytes + mt * nt * acc_bytes
     return own + GEMM_RECV_PANELS[algo] * (mt + nt) * kb * elem_bytes
 
@@ -354,9 +356,8 @@ def gemm_panel(algo: str, mt: int, kt: int, nt: int, *, sram_bytes: float, elem_
     core's SRAM: the widest that fits (``Kt``, one message per block, when the whole block
     fits), balanced so that ``ceil(Kt / kb)`` panels of equal width cover the block. A narrower
     panel costs one more message latency per panel (SRAM-limited: more SRAM, wider panels,
-    fewer steps). Raises :class:`MeshScheduleError` when even a 1-wide panel does not fit."""
-    if algo not in GEMM_ALGOS:
-        raise MeshScheduleError(f"GEMM algo {algo!r}: must be one of {', '.join(GEMM_ALGOS)}")
+    fewer steps). Raises :class:`MeshScheduleError` when even a 1-wide panel does not fit
+    (``what``: the run's shape and grid, for the message) or ``algo`` is unknown."""
     one = gemm_memory_bytes(algo, mt, kt, nt, 1, elem_bytes=elem_bytes, acc_bytes=acc_bytes)
     if one > sram_bytes:
         raise MeshScheduleError(
