@@ -15,7 +15,8 @@ from __future__ import annotations
 from tilewright.arch import ArchSpec
 from tilewright.compiler.mesh_partition import MeshProgramBuilder
 from tilewright.compiler.mesh_schedule import (GEMM_ALGOS, GEMV_ALGOS, MeshScheduleError,
-                                               gemm_phase_specs, gemv_phase_specs)
+                                               gemm_memory_bytes, gemm_phase_specs,
+                                               gemv_memory_bytes, gemv_phase_specs)
 from tilewright.compiler.program import Program
 
 __all__ = ["gemm_program", "gemv_program"]
@@ -41,8 +42,7 @@ def gemm_program(arch: ArchSpec, m: int, k: int, n: int, *, algo: str = "mesh",
     grid = b.grid(square=True)
     p = grid.pr
     mt, kt, nt = -(-m // p), -(-k // p), -(-n // p)
-    nbuf = 3 if algo == "summa" else 2
-    mem = nbuf * (mt * kt + kt * nt) * elem_bytes + mt * nt * acc_bytes
+    mem = gemm_memory_bytes(algo, mt, kt, nt, kt, elem_bytes=elem_bytes, acc_bytes=acc_bytes)
     b.add("gemm", gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=elem_bytes, align=align),
           grid.mask(), memory_bytes_per_core=mem, useful_macs=m * k * n)
     return b.program({"mesh_op": {"op": "gemm", "algo": algo, "m": m, "k": k, "n": n, "p": p,
@@ -62,7 +62,8 @@ def gemv_program(arch: ArchSpec, k: int, n: int, *, algo: str = "mesh", elem_byt
     b = MeshProgramBuilder(f"gemv-{algo}-{k}x{n}", arch, defects)
     grid = b.grid()
     kt, nt = -(-k // grid.pr), -(-n // grid.pc)
-    mem = kt * nt * elem_bytes + kt * elem_bytes + 2 * nt * acc_bytes
+    recv = nt if algo == "mesh" else -(-nt // grid.pr)        # K-tree: Nt; ring: one chunk
+    mem = gemv_memory_bytes(kt, nt, recv, elem_bytes=elem_bytes, acc_bytes=acc_bytes)
     specs = gemv_phase_specs(algo, grid, kt, nt, elem_bytes=elem_bytes, acc_bytes=acc_bytes,
                              levels=levels, group=group)
     b.add("gemv", specs, grid.mask(), memory_bytes_per_core=mem, useful_macs=k * n)

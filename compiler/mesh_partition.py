@@ -21,8 +21,9 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.mesh_schedule import (FlowBatch, Grid, MeshScheduleError, PhaseSpec,
-                                               bcast_col_flows, gemm_phase_specs,
-                                               gemv_phase_specs, healthy_grid, kv_shift_specs,
+                                               bcast_col_flows, gemm_memory_bytes,
+                                               gemm_phase_specs, gemv_phase_specs, healthy_grid,
+                                               kv_shift_specs,
                                                route_around_specs, routearound_grid,
                                                row_allreduce_specs)
 from tilewright.compiler.program import MeshPhaseTask, Program, TensorInfo
@@ -252,11 +253,10 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
         p = grid.pr
         mask = grid.mask()
         red_grid = b.grid(pc=p)
-        nbuf = 3 if algo == "summa" else 2
 
         def gemm(name: str, m: int, k: int, n: int) -> None:
             mt, kt, nt = -(-m // p), -(-k // p), -(-n // p)
-            mem = nbuf * (mt * kt + kt * nt) * eb + mt * nt * eb
+            mem = gemm_memory_bytes(algo, mt, kt, nt, kt, elem_bytes=eb, acc_bytes=eb)
             b.add(name, gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=eb), mask,
                   memory_bytes_per_core=mem, useful_macs=m * k * n)
 
@@ -467,10 +467,9 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         pm = sub.pr
         mask = sub.mask()
         st, dt = -(-tokens // pm), -(-d // pm)
-        nbuf = 3 if algo == "summa" else 2
 
         def gemm_mem(mt, kt, nt):
-            return nbuf * (mt * kt + kt * nt) * eb + mt * nt * eb
+            return gemm_memory_bytes(algo, mt, kt, nt, kt, elem_bytes=eb, acc_bytes=eb)
 
         mt, kt, nt = -(-tokens // pm), dt, -(-n_exp // pm)
         b.add("router", gemm_phase_specs(algo, sub, mt, kt, nt, elem_bytes=eb), mask,

@@ -32,9 +32,12 @@ __all__ = ["MeshScheduleError", "MessageBatch", "Grid", "healthy_grid", "bad_lin
            "PhaseSpec", "move_flows", "gemm_phase_specs", "ktree_flows", "bcast_row_flows",
            "bcast_col_flows", "allreduce_phase_specs", "gemv_phase_specs",
            "row_allreduce_specs", "transpose_flows", "routearound_grid", "route_around",
-           "route_around_specs", "ktree_root", "kv_shift_specs"]
+           "route_around_specs", "ktree_root", "kv_shift_specs", "GEMM_RECV_PANELS",
+           "gemm_memory_bytes", "gemm_panel", "gemv_memory_bytes", "gemv_chunk"]
 
-GEMM_ALGOS = ("mesh", "cannon", "summa")
+#: ``summa_relay`` is SUMMA as WaferLLM's baseline (He et al., OSDI 2025, sec. 5.1 (2) and
+#: sec. 7.2): every core of the row/column relays the block (see :func:`gemm_phase_specs`).
+GEMM_ALGOS = ("mesh", "cannon", "summa", "summa_relay")
 GEMV_ALGOS = ("mesh", "allreduce")
 
 
@@ -275,7 +278,7 @@ def gemm_steps(algo: str, p: int, *, align: bool = True) -> list[Step]:
     idx = np.arange(p)
     one = np.ones(p, np.int64)
     steps: list[Step] = []
-    if algo == "summa":
+    if algo in ("summa", "summa_relay"):
         u, v = np.meshgrid(idx, idx, indexing="ij")
 
         def bcast(k: int) -> list[Move]:
@@ -330,20 +333,94 @@ def move_flows(mv: Move, grid: Grid, place: np.ndarray, nbytes: int) -> FlowBatc
     raise MeshScheduleError(f"unknown move kind {mv.kind!r}: shift, bcast_row or bcast_col")
 
 
+#: receive panels per core besides its own A, B and C blocks: a Cannon-style shift receives
+#: the next panel while computing on its own (one Mt x kb + kb x Nt panel pair, kept in a ring
+#: buffer of Kt + kb columns); SUMMA receives into two panel pairs (double-buffered broadcast)
+GEMM_RECV_PANELS = {"mesh": 1, "cannon": 1, "summa": 2, "summa_relay": 2}
+
+
+def gemm_memory_bytes(algo: str, mt: int, kt: int, nt: int, kb: int, *, elem_bytes: int,
+                      acc_bytes: int) -> int:
+    """Bytes per core of ``algo`` with K panels ``kb`` wide: own A (Mt x Kt) and B (Kt x Nt)
+    blocks at ``elem_bytes``, C (Mt x Nt) at ``acc_bytes``, plus ``GEMM_RECV_PANELS[algo]``
+    receive panels of Mt x kb (A) and kb x Nt (B)."""
+    if algo not in GEMM_ALGOS:
+        raise MeshScheduleError(f"GEMM algo {algo!r}: must be one of {', '.join(GEMM_ALGOS)}")
+    own = (mt * kt + kt * nt) * elem_bytes + mt * nt * acc_bytes
+    return own + GEMM_RECV_PANELS[algo] * (mt + nt) * kb * elem_bytes
+
+
+def gemm_panel(algo: str, mt: int, kt: int, nt: int, *, sram_bytes: float, elem_bytes: int,
+               acc_bytes: int, what: str = "") -> int:
+    """The K-panel width (elements, 1..Kt) that ``algo`` moves per message, chosen from the
+    core's SRAM: the widest that fits (``Kt``, one message per block, when the whole block
+    fits), balanced so that ``ceil(Kt / kb)`` panels of equal width cover the block. A narrower
+    panel costs one more message latency per panel (SRAM-limited: more SRAM, wider panels,
+    fewer steps). Raises :class:`MeshScheduleError` when even a 1-wide panel does not fit
+    (``what``: the run's shape and grid, for the message) or ``algo`` is unknown."""
+    one = gemm_memory_bytes(algo, mt, kt, nt, 1, elem_bytes=elem_bytes, acc_bytes=acc_bytes)
+    if one > sram_bytes:
+        raise MeshScheduleError(
+            f"{algo} gemm{what}: needs {one / 1024:.2f} KiB per core even with 1-wide K panels (A "
+            f"block {mt}x{kt} + B block {kt}x{nt} at {elem_bytes} B, C block {mt}x{nt} at "
+            f"{acc_bytes} B, {GEMM_RECV_PANELS[algo]} x receive panels {mt}x1 + 1x{nt}) but "
+            f"core_sram_kib = {sram_bytes / 1024:g}")
+    per = GEMM_RECV_PANELS[algo] * (mt + nt) * elem_bytes
+    kb = int(min(kt, 1 + (sram_bytes - one) // per))
+    nsub = -(-kt // kb)
+    return -(-kt // nsub)
+
+
 def gemm_phase_specs(algo: str, grid: Grid, mt: int, kt: int, nt: int, *, elem_bytes: int,
-                     align: bool = True) -> list[PhaseSpec]:
+                     align: bool = True, kb: int | None = None) -> list[PhaseSpec]:
     """Phases of ``algo`` on ``grid`` (square, P x P) for blocks Mt x Kt x Nt: per step, the
-    moves' messages (A block ``Mt*Kt*elem_bytes`` B, B block ``Kt*Nt*elem_bytes`` B) and
-    ``Mt*Kt*Nt`` MACs per core when the step multiplies."""
+    moves' messages (A panel ``Mt*kb*elem_bytes`` B, B panel ``kb*Nt*elem_bytes`` B) and
+    ``Mt*kb*Nt`` MACs per core when the step multiplies.
+
+    ``kb`` (default ``Kt``): K-panel width (:func:`gemm_panel`); every block moves as
+    ``q = ceil(Kt/kb)`` panels, each its own message overlapped with the previous panel's
+    multiply, so each step's phase repeats q times (SUMMA: the first panel of block 0 is
+    sent before any multiply, the last panel's multiply follows the last broadcast). With
+    ``kb = Kt`` the phases are the block schedule the RTL mesh runs.
+
+    ``summa_relay`` is SUMMA as WaferLLM describes its baseline (He et al., "WaferLLM", OSDI
+    2025, sec. 5.1 (2) and Figure 6 (2)): the router cannot hold a route per possible root
+    (R), so the broadcast goes "step-by-step via intermediate cores": every core between the
+    root and the end of the line receives the panel in its processor and forwards it, a
+    streaming relay (flits forwarded as they arrive, sec. 7.2's "pipeline broadcast"), so a
+    broadcast over d hops costs ``(alpha + beta) * d + W`` (``stages = hops``): the per-step
+    ``O[(alpha + beta) N]`` critical path of sec. 5.1. Cannon (sec. 5.1 (3)) passes the
+    wrap-around "directly from the head to the tail core": ``alpha * (P - 1) + beta + W``, as
+    ``cannon`` already does. ``summa`` keeps the hardware multicast (one routing stage)."""
     p = grid.pr
+    kb = kt if kb is None else int(kb)
+    if not 1 <= kb <= kt:
+        raise MeshScheduleError(f"K panel kb = {kb}: must be 1..Kt = {kt}")
+    q = -(-kt // kb)
     place = interleaved_ring(p) if algo == "mesh" else np.arange(p)
-    size = {"A": mt * kt * elem_bytes, "B": kt * nt * elem_bytes}
+    size = {"A": mt * kb * elem_bytes, "B": kb * nt * elem_bytes}
+    summa = algo in ("summa", "summa_relay")
     phases = []
     for st in gemm_steps(algo, p, align=align):
         flows = FlowBatch.concat([move_flows(mv, grid, place, size[mv.buf]) for mv in st.moves])
-        macs = mt * kt * nt if st.operands is not None else 0
-        group = "summa broadcast" if algo == "summa" and st.moves else None
-        phases.append(PhaseSpec(st.name, flows, macs, st.overlap, st.repeat, group))
+        if algo == "summa_relay" and len(flows):
+            flows = FlowBatch(flows.sr, flows.sc, flows.dr, flows.dc, flows.nbytes,
+                              np.maximum(flows.hops, 1), flows.times)
+        if q > 1 and len(flows):
+            flows = FlowBatch(flows.sr, flows.sc, flows.dr, flows.dc, flows.nbytes,
+                              flows.stages, np.where(flows.times < 0, -1, flows.times * q))
+        macs = mt * kb * nt if st.operands is not None else 0
+        group = "summa broadcast" if summa and st.moves else None
+        if summa and st.operands is None:          # bcast 0: first panel, then the other q-1
+            phases.append(PhaseSpec(st.name, flows, 0, False, 1, group))
+            if q > 1:
+                phases.append(PhaseSpec(f"{st.name} (panels 2..{q})", flows, mt * kb * nt,
+                                        True, q - 1, group))
+            continue
+        if summa and not st.moves:                 # the last panel's multiply
+            phases.append(PhaseSpec(st.name, flows, macs, False, 1, group))
+            continue
+        phases.append(PhaseSpec(st.name, flows, macs, st.overlap, st.repeat * q, group))
     return phases
 
 
@@ -418,30 +495,70 @@ def bcast_row_flows(src_col: int, rows_phys, cols_phys, nbytes: int) -> FlowBatc
                           nbytes, 1)
 
 
-def allreduce_phase_specs(grid: Grid, nt: int, acc_bytes: int) -> list[PhaseSpec]:
-    """Ring all-reduce along every column on the interleaved ring (<= 2 hops per step)."""
+def allreduce_phase_specs(grid: Grid, nt: int, acc_bytes: int,
+                          chunk: int | None = None) -> list[PhaseSpec]:
+    """Ring all-reduce along every column on the interleaved ring (<= 2 hops per step). Each
+    step passes one ring chunk of ``ceil(Nt/pr)`` values; a receive buffer of ``chunk`` values
+    (:func:`gemv_chunk`) smaller than that splits every step into ``ceil(ring chunk / chunk)``
+    messages sent one after another."""
     pr = grid.pr
     if pr == 1:
         return []
     ring = interleaved_ring(pr)
-    chunk = -(-nt // pr)
+    rc = -(-nt // pr)
+    pieces = 1 if chunk is None or chunk >= rc else -(-rc // int(chunk))
+    piece = -(-rc // pieces)
     nxt = np.roll(ring, -1)          # ring position q sends to q+1
     nc = grid.pc
     f = FlowBatch.make(np.repeat(grid.rows[ring][None, :], nc, 0), grid.cols[:, None],
                        np.repeat(grid.rows[nxt][None, :], nc, 0), grid.cols[:, None],
-                       chunk * acc_bytes, 1)
-    return [PhaseSpec("ring reduce-scatter", f, 0, False, pr - 1),
-            PhaseSpec("ring all-gather", f, 0, False, pr - 1)]
+                       piece * acc_bytes, 1)
+    return [PhaseSpec("ring reduce-scatter", f, 0, False, (pr - 1) * pieces),
+            PhaseSpec("ring all-gather", f, 0, False, (pr - 1) * pieces)]
+
+
+def gemv_memory_bytes(kt: int, nt: int, chunk: int, *, elem_bytes: int, acc_bytes: int) -> int:
+    """Bytes per core of a GEMV with a receive buffer of ``chunk`` partial sums: W block
+    Kt x Nt and x segment Kt at ``elem_bytes``, partial y (Nt) and the receive buffer at
+    ``acc_bytes``."""
+    return (kt * nt + kt) * elem_bytes + (nt + chunk) * acc_bytes
+
+
+def gemv_chunk(kt: int, nt: int, *, sram_bytes: float, elem_bytes: int, acc_bytes: int,
+               limit: int | None = None, what: str = "") -> int:
+    """Partial sums per reduce message, chosen from the core's SRAM: the most (up to ``limit``,
+    default Nt) whose receive buffer fits beside the W block, x segment and partial y,
+    balanced so that equal messages cover the limit. Fewer per message means more messages,
+    each paying its latency (SRAM-limited: more SRAM, bigger messages, less time). Raises
+    :class:`MeshScheduleError` when even a 1-value buffer does not fit (``what``: the run's
+    shape and grid, for the message)."""
+    limit = nt if limit is None else min(int(limit), nt)
+    one = gemv_memory_bytes(kt, nt, 1, elem_bytes=elem_bytes, acc_bytes=acc_bytes)
+    if one > sram_bytes:
+        raise MeshScheduleError(
+            f"gemv{what}: needs {one / 1024:.2f} KiB per core even with a 1-value receive buffer "
+            f"(W block {kt}x{nt} + x segment {kt} at {elem_bytes} B, partial y {nt} + 1 at "
+            f"{acc_bytes} B) but core_sram_kib = {sram_bytes / 1024:g}")
+    c = int(min(limit, 1 + (sram_bytes - one) // acc_bytes))
+    return -(-limit // -(-limit // c))
 
 
 def gemv_phase_specs(algo: str, grid: Grid, kt: int, nt: int, *, elem_bytes: int,
                      acc_bytes: int, levels: int = 2, group: int | None = None,
-                     broadcast_x: bool = True) -> list[PhaseSpec]:
+                     broadcast_x: bool = True, chunk: int | None = None) -> list[PhaseSpec]:
     """Phases of a GEMV on ``grid`` (K on rows, N on columns, blocks Kt x Nt): x broadcast
     along rows, local GEMV (``Kt*Nt`` MACs per core), all-reduce of the Nt partial sums along
-    every column (``mesh``: K-tree + column broadcast; ``allreduce``: ring)."""
+    every column (``mesh``: K-tree + column broadcast; ``allreduce``: ring). ``chunk``
+    (:func:`gemv_chunk`, default Nt): partial sums per reduce message; the K-tree reduces
+    ``ceil(Nt/chunk)`` chunks one after another (each level's phase repeats), the ring splits
+    its steps (:func:`allreduce_phase_specs`). The y broadcast lands in the partial-y buffer
+    and is not split."""
     if algo not in GEMV_ALGOS:
         raise MeshScheduleError(f"GEMV algo {algo!r}: must be one of {', '.join(GEMV_ALGOS)}")
+    chunk = nt if chunk is None else int(chunk)
+    if not 1 <= chunk <= nt:
+        raise MeshScheduleError(f"GEMV receive chunk = {chunk}: must be 1..Nt = {nt}")
+    q = -(-nt // chunk)
     phases = []
     if broadcast_x and grid.pc > 1:
         phases.append(PhaseSpec("broadcast x along rows",
@@ -451,13 +568,13 @@ def gemv_phase_specs(algo: str, grid: Grid, kt: int, nt: int, *, elem_bytes: int
     if algo == "mesh":
         plan = ktree_plan(grid.pr, levels, group)
         if grid.pr > 1:
-            for lvl, f in enumerate(ktree_flows(plan, grid.rows, grid.cols, nt * acc_bytes)):
-                phases.append(PhaseSpec(f"k-tree reduce level {lvl + 1}", f))
+            for lvl, f in enumerate(ktree_flows(plan, grid.rows, grid.cols, chunk * acc_bytes)):
+                phases.append(PhaseSpec(f"k-tree reduce level {lvl + 1}", f, repeat=q))
             phases.append(PhaseSpec("broadcast y along columns",
                                     bcast_col_flows(ktree_root(plan), grid.rows, grid.cols,
                                                     nt * acc_bytes)))
     else:
-        phases += allreduce_phase_specs(grid, nt, acc_bytes)
+        phases += allreduce_phase_specs(grid, nt, acc_bytes, chunk)
     return phases
 
 

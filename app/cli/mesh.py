@@ -34,8 +34,9 @@ def mesh(
     m: int = typer.Option(1, "--m", min=1, max=MAX_DIM, help="rows of A (gemv: must be 1)"),
     k: int = typer.Option(..., "--k", min=1, max=MAX_DIM, help="contraction dimension"),
     n: int = typer.Option(..., "--n", min=1, max=MAX_DIM, help="columns of B"),
-    algo: str = typer.Option("mesh", "--algo", help="gemm: mesh | summa | cannon; "
-                             "gemv: mesh | allreduce"),
+    algo: str = typer.Option("mesh", "--algo", help=f"gemm: {' | '.join(GEMM_ALGOS)} "
+                             "(summa_relay: WaferLLM's SUMMA baseline); gemv: "
+                             f"{' | '.join(GEMV_ALGOS)}"),
     elem_bytes: Optional[int] = typer.Option(
         None, "--elem-bytes", min=1, max=MAX_ELEM_BYTES,
         help="bytes per element; default and only accepted value: the mesh cores' "

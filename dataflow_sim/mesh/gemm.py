@@ -16,8 +16,23 @@
 * **SUMMA**: P steps; step k multicasts column-block k of A along each row and row-block k of B
   along each column (hardware multicast: one flow per direction, 1 routing stage), then
   ``C += A_k @ B_k``. Broadcasts are double-buffered: broadcast k+1 overlaps compute k.
+* **SUMMA as WaferLLM's baseline** (``summa_relay``; He et al., "WaferLLM", OSDI 2025,
+  sec. 5.1 (2), Figure 6 (2), sec. 7.2 "pipeline broadcast"): the same steps, but the broadcast
+  is relayed by every core along the line (a route per possible root does not fit the router,
+  so each intermediate core's processor forwards the block as it streams in): a broadcast over
+  d hops costs ``(alpha + beta) * d + W``, the per-step ``O[(alpha + beta) N]`` of sec. 5.1.
+  Cannon as WaferLLM describes it (sec. 5.1 (3), "head-to-tail transmission": the wrap-around
+  passes through the intermediate routers, ``alpha`` per hop and one ``beta``) is ``cannon``.
 
-All three double-buffer: the shift/broadcast of step k+1 overlaps the local GEMM of step k.
+All double-buffer: the shift/broadcast of step k+1 overlaps the local GEMM of step k.
+
+**SRAM sets the panel width.** A block moves as ``q = ceil(Kt / kb)`` K-panels (Mt x kb of A,
+kb x Nt of B), each one message overlapped with the previous panel's multiply. ``kb`` is the
+widest panel whose receive buffers fit in ``core_sram_kib`` beside the core's own A, B and C
+blocks (:func:`~tilewright.compiler.mesh_schedule.gemm_panel`; ``kb = Kt`` whenever the whole
+block fits, which is the block schedule the RTL mesh runs). Where SRAM limits the panel, each
+extra panel costs one more message latency, so more SRAM means wider panels and less time; if
+even a 1-wide panel does not fit the run is refused.
 The same step list drives the timing model (:func:`mesh_gemm`) and the functional execution
 (:func:`execute_gemm`), which moves every core's blocks exactly as the flows say. The step lists
 and their messages are pure schedules in :mod:`tilewright.compiler.mesh_schedule` (the compiler
@@ -29,7 +44,8 @@ from __future__ import annotations
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.mesh_schedule import (GEMM_ALGOS, Move, Step, gemm_phase_specs,
+from tilewright.compiler.mesh_schedule import (GEMM_ALGOS, GEMM_RECV_PANELS, Move, Step,
+                                               gemm_memory_bytes, gemm_panel, gemm_phase_specs,
                                                interleaved_ring)
 from tilewright.compiler.mesh_schedule import gemm_steps as _gemm_steps
 from tilewright.dataflow_sim.mesh.grid import Grid, as_mapping_error, defect_grid, reroute
@@ -65,7 +81,7 @@ def execute_gemm(a: np.ndarray, b: np.ndarray, p: int, algo: str = "mesh", *,
     acc = np.result_type(a.dtype, b.dtype, np.int64) if np.issubdtype(
         np.result_type(a, b), np.integer) else np.float64
     buf = {"A": _blocks(a.astype(acc), p, mt, kt), "B": _blocks(b.astype(acc), p, kt, nt)}
-    if not align and algo != "summa":      # the host loads A and B pre-skewed
+    if not align and algo not in ("summa", "summa_relay"):  # the host loads A, B pre-skewed
         for mv in gemm_steps(algo, p, align=True)[0].moves:
             buf[mv.buf] = _apply(buf[mv.buf], mv, p)
     c = np.zeros((p, p, mt, nt), dtype=acc)
@@ -96,25 +112,29 @@ def _apply(x: np.ndarray, mv: Move, p: int) -> np.ndarray:
 
 
 def gemm_phases(algo: str, grid: Grid, mt: int, kt: int, nt: int, *, elem_bytes: int,
-                link_bytes: int, align: bool = True) -> list[Phase]:
-    """Timing phases of ``algo`` on ``grid`` (square) for blocks Mt x Kt x Nt."""
+                link_bytes: int, align: bool = True, kb: int | None = None) -> list[Phase]:
+    """Timing phases of ``algo`` on ``grid`` (square) for blocks Mt x Kt x Nt moved in K
+    panels ``kb`` wide (default ``Kt``)."""
     with as_mapping_error():
-        specs = gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=elem_bytes, align=align)
+        specs = gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=elem_bytes, align=align,
+                                 kb=kb)
     return to_phases(specs, link_bytes)
 
 
 def mesh_gemm(arch: ArchSpec, m: int, k: int, n: int, *, algo: str = "mesh",
               elem_bytes: int = 2, acc_bytes: int | None = None, p: int | None = None,
               align: bool = True, defects: str = "skip") -> MeshReport:
-    """Predict ``[m, k] @ [k, n]`` on ``arch.mesh`` with ``algo`` (mesh | cannon | summa).
+    """Predict ``[m, k] @ [k, n]`` on ``arch.mesh`` with ``algo`` (mesh | cannon | summa |
+    summa_relay).
 
     ``p``: side of the square logical grid (default: the largest the healthy mesh holds);
     ``elem_bytes``: bytes per A/B element (WSE-2 and WaferLLM: fp16 = 2); ``acc_bytes``: per C
     element (default ``elem_bytes``); ``align=False``: the host loads Cannon/MeshGEMM operands
     pre-skewed (no alignment phase); ``defects``: ``skip`` drops every row and column with a
     defect, ``route`` drops only dead cores' columns and reroutes messages around defects
-    (:mod:`.grid`). Raises :class:`MeshMappingError` if a core's blocks exceed its SRAM or a
-    core needs more route ids than ``max_routes_per_core``.
+    (:mod:`.grid`). The K-panel width comes from ``core_sram_kib`` (module doc; reported as
+    ``notes["k_panel"]``). Raises :class:`MeshMappingError` if a core's blocks exceed its SRAM
+    even with 1-wide panels or a core needs more route ids than ``max_routes_per_core``.
     """
     if algo not in GEMM_ALGOS:
         raise MeshMappingError(f"GEMM algo {algo!r}: must be one of {', '.join(GEMM_ALGOS)}")
@@ -127,17 +147,22 @@ def mesh_gemm(arch: ArchSpec, m: int, k: int, n: int, *, algo: str = "mesh",
     p = grid.pr
     acc_bytes = elem_bytes if acc_bytes is None else acc_bytes
     mt, kt, nt = -(-m // p), -(-k // p), -(-n // p)
-    nbuf = 3 if algo == "summa" else 2       # own + double-buffered receive / double buffer
-    a_b, b_b, c_b = mt * kt * elem_bytes, kt * nt * elem_bytes, mt * nt * acc_bytes
-    per_core = nbuf * (a_b + b_b) + c_b
-    breakdown = (f"{nbuf} x A block {mt}x{kt} + {nbuf} x B block {kt}x{nt} at {elem_bytes} B, "
-                 f"C block {mt}x{nt} at {acc_bytes} B")
     with as_mapping_error():
-        specs = gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=elem_bytes, align=align)
+        kb = gemm_panel(algo, mt, kt, nt, sram_bytes=mesh.core_sram_kib * 1024,
+                        elem_bytes=elem_bytes, acc_bytes=acc_bytes,
+                        what=f" m={m} k={k} n={n} on a {p}x{p} grid")
+        specs = gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=elem_bytes, align=align,
+                                 kb=kb)
+    per_core = gemm_memory_bytes(algo, mt, kt, nt, kb, elem_bytes=elem_bytes,
+                                 acc_bytes=acc_bytes)
+    nrecv = GEMM_RECV_PANELS[algo]
+    breakdown = (f"A block {mt}x{kt} + B block {kt}x{nt} + {nrecv} x receive panels {mt}x{kb} + "
+                 f"{kb}x{nt} at {elem_bytes} B, C block {mt}x{nt} at {acc_bytes} B")
     specs, extra = reroute(specs, mesh, defects)
     phases = to_phases(specs, mesh.link_bytes_per_cycle)
     mask = grid.mask()
-    notes = {"grid": f"{p}x{p}", "block": [mt, kt, nt], "memory_breakdown": breakdown}
+    notes = {"grid": f"{p}x{p}", "block": [mt, kt, nt], "k_panel": kb,
+             "k_panels_per_block": -(-kt // kb), "memory_breakdown": breakdown}
     if defects == "route":
         notes["detour_extra_hops"] = extra
     return simulate(arch, phases, op="gemm", algo=algo, shape={"m": m, "k": k, "n": n},

@@ -20,7 +20,14 @@ W[i, j] (``Kt = ceil(K/pr)``, ``Nt = ceil(N/pc)``).
      steps of one ``ceil(Nt/pr)`` chunk each) on the interleaved ring, so every step is at most
      2 hops: ``~ 2 pr (2 alpha + beta + chunk flits)``.
 
-Afterwards every core of column j holds y block j. The same plan drives the timing
+Afterwards every core of column j holds y block j.
+
+**SRAM sets the reduce message size.** Beside its W block, x segment and partial y, a core
+keeps one receive buffer for the partial sums coming in. Its size — the partial sums per
+reduce message — is the most that fit in ``core_sram_kib``
+(:func:`~tilewright.compiler.mesh_schedule.gemv_chunk`; all Nt, or the ring's chunk, when they
+fit). Where SRAM limits it, the reduce is sent as more, smaller messages, each paying its
+latency; if even a 1-value buffer does not fit the run is refused. The same plan drives the timing
 (:func:`mesh_gemv`) and the functional execution (:func:`execute_gemv`); the plan and its
 messages are pure schedules in :mod:`tilewright.compiler.mesh_schedule`.
 """
@@ -30,8 +37,9 @@ from __future__ import annotations
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.mesh_schedule import (GEMV_ALGOS, allreduce_phase_specs,
-                                               gemv_phase_specs, interleaved_ring)
+from tilewright.compiler.mesh_schedule import (GEMV_ALGOS, allreduce_phase_specs, gemv_chunk,
+                                               gemv_memory_bytes, gemv_phase_specs,
+                                               interleaved_ring)
 from tilewright.compiler.mesh_schedule import ktree_plan as _ktree_plan
 from tilewright.dataflow_sim.mesh.grid import Grid, as_mapping_error, defect_grid, reroute
 from tilewright.dataflow_sim.mesh.model import MeshMappingError, MeshReport, Phase, simulate
@@ -129,7 +137,9 @@ def mesh_gemv(arch: ArchSpec, k: int, n: int, *, algo: str = "mesh", elem_bytes:
     Uses the whole healthy mesh (or a ``pr x pc`` grid). ``levels``/``group``: K-tree shape
     (WaferLLM: 2 levels, groups of ~sqrt(pr)); ``defects``: ``skip`` | ``route`` (see
     :func:`~tilewright.dataflow_sim.mesh.gemm.mesh_gemm`). Raises :class:`MeshMappingError`
-    when a core's W block, x segment and partial sums exceed its SRAM, or route ids run out.
+    when a core's W block, x segment and partial sums exceed its SRAM even with a 1-value
+    receive buffer, or route ids run out. The receive buffer (partial sums per reduce message,
+    ``notes["reduce_chunk"]``) is sized from ``core_sram_kib`` (module doc).
     """
     if algo not in GEMV_ALGOS:
         raise MeshMappingError(f"GEMV algo {algo!r}: must be one of {', '.join(GEMV_ALGOS)}")
@@ -141,16 +151,22 @@ def mesh_gemv(arch: ArchSpec, k: int, n: int, *, algo: str = "mesh", elem_bytes:
     grid = defect_grid(mesh, defects, pr=pr, pc=pc)
     acc_bytes = elem_bytes if acc_bytes is None else acc_bytes
     kt, nt = -(-k // grid.pr), -(-n // grid.pc)
-    per_core = kt * nt * elem_bytes + kt * elem_bytes + 2 * nt * acc_bytes
-    breakdown = (f"W block {kt}x{nt} + x segment {kt} at {elem_bytes} B, partial y and "
-                 f"receive buffer 2 x {nt} at {acc_bytes} B")
+    limit = nt if algo == "mesh" else -(-nt // grid.pr)      # K-tree: Nt; ring: one chunk
     with as_mapping_error():
+        chunk = gemv_chunk(kt, nt, sram_bytes=mesh.core_sram_kib * 1024,
+                           elem_bytes=elem_bytes, acc_bytes=acc_bytes, limit=limit,
+                           what=f" k={k} n={n} on a {grid.pr}x{grid.pc} grid")
         specs = gemv_phase_specs(algo, grid, kt, nt, elem_bytes=elem_bytes, acc_bytes=acc_bytes,
-                                 levels=levels, group=group, broadcast_x=broadcast_x)
+                                 levels=levels, group=group, broadcast_x=broadcast_x,
+                                 chunk=chunk)
+    per_core = gemv_memory_bytes(kt, nt, chunk, elem_bytes=elem_bytes, acc_bytes=acc_bytes)
+    breakdown = (f"W block {kt}x{nt} + x segment {kt} at {elem_bytes} B, partial y {nt} and "
+                 f"receive buffer {chunk} at {acc_bytes} B")
     specs, extra = reroute(specs, mesh, defects)
     phases = to_phases(specs, mesh.link_bytes_per_cycle)
     mask = grid.mask()
-    notes = {"grid": f"{grid.pr}x{grid.pc}", "block": [kt, nt], "memory_breakdown": breakdown}
+    notes = {"grid": f"{grid.pr}x{grid.pc}", "block": [kt, nt], "reduce_chunk": chunk,
+             "memory_breakdown": breakdown}
     if defects == "route":
         notes["detour_extra_hops"] = extra
     if algo == "mesh":
