@@ -20,8 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.mesh_moe import (check_routes, decode_combine_specs,
+                                          decode_dispatch_specs, rect_tiling)
 from tilewright.compiler.mesh_schedule import (FlowBatch, Grid, MeshScheduleError, PhaseSpec,
-                                               bcast_col_flows, gemm_phase_specs,
+                                               gemm_phase_specs,
                                                gemv_phase_specs, healthy_grid, kv_shift_specs,
                                                route_around_specs, routearound_grid,
                                                row_allreduce_specs)
@@ -336,20 +338,8 @@ def square_regions(grid: Grid, n: int) -> tuple[Grid, int, int, list[Grid]]:
 
 
 def rect_regions(grid: Grid, n: int) -> list[Grid]:
-    """Cut ``grid`` into a ``gy x gx`` tiling (``gy*gx >= n``) whose tiles hold the most cores
-    (ties: the squarer tile); the first ``n`` tiles, row-major."""
-    best = None
-    for gy in range(1, n + 1):
-        gx = -(-n // gy)
-        qr, qc = grid.pr // gy, grid.pc // gx
-        if qr < 1 or qc < 1:
-            continue
-        key = (qr * qc, -abs(qr - qc))
-        if best is None or key > best[0]:
-            best = (key, gy, gx, qr, qc)
-    if best is None:
-        raise MeshScheduleError(f"{n} expert regions do not fit the {grid.pr}x{grid.pc} grid")
-    _, gy, gx, qr, qc = best
+    """The first ``n`` tiles, row-major, of :func:`~tilewright.compiler.mesh_moe.rect_tiling`."""
+    gy, gx, qr, qc = rect_tiling(grid, n)
     return [grid.sub(a * qr, (a + 1) * qr, b * qc, (b + 1) * qc) for a in range(gy)
             for b in range(gx)][:n]
 
@@ -434,12 +424,15 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
 
     **decode** — a batch of tokens (``token_experts[t]`` = the experts token t is routed to;
     default one token, experts ``0..k-1``) on the whole healthy grid, cut into rectangular
-    regions. Router: GEMV + softmax/top-k. Dispatch: x is column-split on every row (the dense
-    decode layout); each region row gets its K segment from the cores of the *same* physical
-    row holding it (one message per overlapping column block, batching the region's tokens)
-    at the region's middle column. Experts: MeshGEMVs ``w1|w3`` and ``w2`` in every active
-    region at once. Combine: per column block j, region row ``j mod qr`` sends the block to the
-    grid's middle row, which adds the gated partials and multicasts y up and down the column.
+    regions (:func:`~tilewright.compiler.mesh_moe.rect_tiling`). Router: GEMV + softmax/top-k.
+    Dispatch: x is column-split on every row (the dense decode layout); per row of a band with
+    an active region, a gather chain collects the K segment that region row needs and row
+    multicasts hand it to every active region head (middle column) of the band. Experts:
+    MeshGEMVs ``w1|w3`` and ``w2`` in every active region at once. Combine: chain-reductions of
+    the gated outputs along band rows, then along columns, then row and column multicasts put
+    y on every core, column-split (:mod:`tilewright.compiler.mesh_moe`: a core's route ids stay
+    within a few, whatever the number of experts; a schedule needing more than
+    ``max_routes_per_core`` is refused, naming the limit it needs).
 
     Approximation (stated): a relay phase lists each chunk's first hop; its time is exact
     (every hop of a translation is the same uncontended one-hop pattern) but link-load totals
@@ -529,7 +522,6 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         widths = [ffn] * n_exp + ([f_sh] if f_sh else [])
         active = [(regions[e], load[e], widths[e]) for e in range(n_reg) if load[e] > 0]
         act_mask = np.any([r.mask() for r, _, _ in active], axis=0)
-        dt = -(-d // pc)
         kt, nt = -(-d // pr), -(-n_exp // pc)
         spec = gemv_phase_specs(algo, grid, kt, nt, elem_bytes=eb * bt, acc_bytes=eb * bt)
         for s in spec:
@@ -537,8 +529,11 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         b.add("router", spec, mask, memory_bytes_per_core=kt * nt * eb + (kt + 2 * nt) * eb * bt,
               useful_macs=bt * d * n_exp)
         _vector(b, "router softmax + top-k", bt * -(-n_exp // pc), 5, mask, 2, grid, bt * eb)
-        b.add("dispatch", [PhaseSpec("x segments to expert regions",
-                                     _decode_dispatch(grid, active, d, dt, eb))], mask)
+        tiling = rect_tiling(grid, n_reg)
+        act_ids = [e for e in range(n_reg) if load[e] > 0]
+        disp = decode_dispatch_specs(grid, tiling, act_ids, d, bt * eb)
+        check_routes(disp, arch.mesh, f"{name} decode dispatch")
+        b.add("dispatch", disp, mask)
 
         def experts(op: str, kdim, ndim_of) -> None:
             per, mem, useful = [], 0, 0
@@ -557,57 +552,10 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         _vector(b, "experts silu(w1) * w3",
                 max(n * -(-w // reg.pc) for reg, n, w in active), 5, act_mask, 0, grid, 0)
         experts("experts w2", lambda w: w, lambda w: d)
-        home = pr // 2
-        b.add("combine", [
-            PhaseSpec("expert outputs to the middle row",
-                      _decode_combine(grid, active, home, d, dt, eb)),
-            PhaseSpec("gated sum", vector_ops=2 * bt * dt * (k + (1 if f_sh else 0))),
-            PhaseSpec("broadcast y along columns",
-                      _bcast_col(grid, home, bt * dt * eb))], mask)
+        comb = decode_combine_specs(grid, tiling, act_ids, d, bt * eb)
+        check_routes(comb, arch.mesh, f"{name} decode combine")
+        ns = -(-d // tiling[3])
+        b.add("combine", [PhaseSpec("gate scale + add", vector_ops=2 * bt * ns)] + comb, mask)
         meta = {"grid": f"{pr}x{pc}", "regions": f"{regions[0].pr}x{regions[0].pc}",
                 "algo": algo, "token_experts": toks}
     return b.program({"model": name, "phase": phase, "layer": "moe", **meta})
-
-
-def _bcast_col(grid: Grid, root: int, nbytes: int) -> FlowBatch:
-    return bcast_col_flows(root, grid.rows, grid.cols, nbytes)
-
-
-def _segments(total: int, n: int) -> list[tuple[int, int]]:
-    """``n`` consecutive index ranges of ``ceil(total/n)`` covering 0..total-1 (last short)."""
-    w = -(-total // n)
-    return [(i * w, min((i + 1) * w, total)) for i in range(n)]
-
-
-def _decode_dispatch(grid: Grid, active, d: int, dt: int, eb: int) -> FlowBatch:
-    """Per active region, per region row u: the column blocks of the global grid overlapping
-    K segment u send their overlap (for the region's tokens) to the region's middle column,
-    along the region row's own physical row."""
-    parts = []
-    blocks = np.array(_segments(d, grid.pc) if dt else [], np.int64).reshape(-1, 2)
-    for reg, n, _ in active:
-        mid = reg.cols[reg.pc // 2]
-        for u, (lo, hi) in enumerate(_segments(d, reg.pr)):
-            ov = np.minimum(blocks[:, 1], hi) - np.maximum(blocks[:, 0], lo)
-            j = np.flatnonzero(ov > 0)
-            parts.append(FlowBatch.make(reg.rows[u], grid.cols[j], reg.rows[u], mid,
-                                        ov[j] * n * eb))
-    return FlowBatch.concat(parts)
-
-
-def _decode_combine(grid: Grid, active, home: int, d: int, dt: int, eb: int) -> FlowBatch:
-    """Per active region, per global column block j: region row ``j mod qr`` sends the
-    region's outputs of block j (from the region column holding them) to the grid's middle
-    row at column j."""
-    parts = []
-    blocks = _segments(d, grid.pc)
-    for reg, n, _ in active:
-        ns = -(-d // reg.pc)
-        j = np.array([i for i, (lo, hi) in enumerate(blocks) if hi > lo], np.int64)
-        lo = np.array([blocks[i][0] for i in j], np.int64)
-        width = np.array([blocks[i][1] - blocks[i][0] for i in j], np.int64)
-        v = np.minimum(lo // ns, reg.pc - 1)
-        u = j % reg.pr
-        parts.append(FlowBatch.make(reg.rows[u], reg.cols[v], grid.rows[home], grid.cols[j],
-                                    width * n * eb))
-    return FlowBatch.concat(parts)

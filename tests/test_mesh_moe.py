@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from tilewright.arch import ArchSpec, TensorEngineSpec
+from tilewright.compiler.mesh_moe import (decode_combine_specs, decode_dispatch_specs,
+                                          phase_routes, rect_tiling)
 from tilewright.compiler.mesh_partition import partition_moe_layer
-from tilewright.compiler.mesh_schedule import MeshScheduleError
+from tilewright.compiler.mesh_schedule import MeshScheduleError, healthy_grid
 from tilewright.dataflow_sim.mesh import run_mesh_program
 from tilewright.models.llm_configs import MoEConfig, get_config
 
@@ -71,14 +73,15 @@ def test_prefill_dispatch_relay_closed_form():
 
 def test_decode_single_dispatch_message_closed_form():
     """One token, top-1 to expert 1 on a 1 x 8 mesh: experts own columns 0-3 and 4-7; the
-    token's only feature sits on column 0 and travels to expert 1's middle column (6)."""
+    token's only feature sits on column 0 (the gather chain has nothing to collect) and is
+    multicast to expert 1's middle column (6)."""
     alpha, beta = 2.0, 3.0
     arch = _arch(1, 8, alpha=alpha, beta=beta)
     cfg = MoEConfig("one", d_model=1, n_layers=1, n_experts=2, top_k=1, d_expert_ffn=4)
     prog = partition_moe_layer(arch, cfg, "decode", token_experts=[[1]])
     run = run_mesh_program(prog, arch)
     disp = _op(run, "dispatch")
-    assert disp.phases[0].flows == 1
+    assert [p.flows for p in disp.phases] == [0, 1]
     assert disp.cycles == math.ceil(alpha * 6 + beta * 1 + math.ceil(2 / 4))
     assert run.useful_macs == _closed_macs(cfg, 1)
     # only expert 1's region computes
@@ -115,3 +118,69 @@ def test_moe_errors(monkeypatch):
         partition_moe_layer(arch, "tiny-llama", "decode")
     with pytest.raises(MeshScheduleError, match="257 expert regions need at least 17x17"):
         partition_moe_layer(arch, "deepseek-v3", "prefill", tokens=8)
+
+
+# ---- decode dispatch and combine within the route-id limit -----------------------------------
+
+def _small_decode():
+    """4 x 8 mesh, d = 16, 4 experts top-1: rect tiling 1 x 4 tiles of 4 x 2 cores (expert e on
+    columns 2e, 2e+1, head column 2e+1); x in blocks of 2 features per column."""
+    cfg = MoEConfig("small", d_model=16, n_layers=1, n_experts=4, top_k=1, d_expert_ffn=8)
+    return cfg
+
+
+def test_decode_route_counts_by_hand():
+    """Two tokens routed to experts 0 and 3. Dispatch: region row u needs features 4u..4u+3
+    (columns 2u, 2u+1): a chain 2u -> 2u+1, then multicasts from 2u+1 to heads 1 and 7.
+    Combine: segment v = features 8v..8v+7 on region column v; band chain on row v from
+    column v to column 6 + v; segment 1 then runs down column 7 from row 1 to row h_1 = 2;
+    row multicasts from column 6 + v over blocks 4v..4v+3 on row h_v (h_0 = 0, h_1 = 2); column
+    multicasts from row h_v."""
+    alpha, beta = 1.0, 2.0
+    arch = _arch(4, 8, alpha=alpha, beta=beta)
+    run = run_mesh_program(partition_moe_layer(arch, _small_decode(), "decode",
+                                               token_experts=[[0], [3]]), arch)
+    disp = _op(run, "dispatch")
+    expect = np.array([[1, 1, 1, 1, 1, 1, 1, 1],
+                       [0, 1, 1, 2, 1, 1, 1, 1],     # multicasts 3 -> 7 and 3 -> 1 share 3
+                       [0, 1, 1, 1, 1, 2, 1, 1],
+                       [0, 1, 1, 1, 1, 1, 1, 1]])
+    assert np.array_equal(disp.routes_per_core, expect)
+    # 4 features x 2 tokens x 2 B = 16 B = 4 flits: chain 1 hop, multicasts 6 hops at most
+    w = 16 // 4
+    assert disp.cycles == (alpha + beta + w) + (6 * alpha + beta + w)
+    comb = _op(run, "combine")
+    expect = np.array([[1, 1, 1, 1, 1, 1, 1, 1],
+                       [1, 1, 1, 1, 1, 1, 1, 1],
+                       [1, 1, 1, 1, 2, 2, 2, 2],     # column multicasts north and south of h_1
+                       [1, 1, 1, 1, 1, 1, 1, 1]])
+    assert np.array_equal(comb.routes_per_core, expect)
+
+
+def test_decode_refuses_naming_the_limit_it_needs():
+    arch = _arch(4, 8)
+    arch = arch.model_copy(update={"mesh": arch.mesh.model_copy(
+        update={"max_routes_per_core": 1})})
+    with pytest.raises(MeshScheduleError, match=r"small decode dispatch: core \(1, 3\) needs 2 "
+                                                 r"route ids .* max_routes_per_core >= 2"):
+        partition_moe_layer(arch, _small_decode(), "decode", token_experts=[[0], [3]])
+
+
+@pytest.mark.parametrize("rows,cols,model", [(750, 994, "deepseek-v3"), (60, 90, "tiny-moe"),
+                                             (37, 53, "mixtral-8x7b")])
+def test_decode_placement_within_route_limit(rows, cols, model):
+    """Every expert active (the worst case for crossings), tiles no wider than tall: dispatch
+    needs at most 2 route ids per core (a chain; two multicasts meeting at its end), combine at
+    most 4 (a column block overlapping two segments gets 2 multicasts north and 2 south) —
+    WSE-2 allows 24; DeepSeek-V3's direct sends needed 64."""
+    cfg = get_config(model)
+    mesh = _arch(rows, cols).mesh
+    grid = healthy_grid(mesh)
+    n_reg = cfg.n_experts + (1 if cfg.n_shared_experts else 0)
+    tiling = rect_tiling(grid, n_reg)
+    gy, gx, qr, qc = tiling
+    assert gy * gx >= n_reg and gy * qr <= rows and gx * qc <= cols
+    for make in (decode_dispatch_specs, decode_combine_specs):
+        specs = make(grid, tiling, list(range(n_reg)), cfg.d_model, 2)
+        routes = phase_routes(specs, mesh)
+        assert qc <= qr and 1 <= routes.max() <= (2 if make is decode_dispatch_specs else 4)
