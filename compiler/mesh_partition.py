@@ -229,6 +229,30 @@ def _vector(b: MeshProgramBuilder, name: str, elems: int, ops_per: int, mask: np
     b.add(name, specs, masks)
 
 
+def _emit_ops(b: MeshProgramBuilder, ops: list[DecoderOp], grid: Grid, red_grid: Grid,
+              algo: str, eb: int) -> None:
+    """Append ``ops`` (:func:`decoder_layer_ops`) to ``b``: a ``gemm`` as MeshGEMM ``algo`` on
+    the square ``grid``, a ``gemv`` as MeshGEMV ``algo`` on ``grid``, a ``vector`` op on its
+    cores with its row all-reduces on ``red_grid``; ``eb`` bytes per element."""
+    mask = grid.mask()
+    nbuf = 3 if algo == "summa" else 2
+    for op in ops:
+        if op.kind == "gemm":
+            p = grid.pr
+            mt, kt, nt = -(-op.m // p), -(-op.k // p), -(-op.n // p)
+            mem = nbuf * (mt * kt + kt * nt) * eb + mt * nt * eb
+            b.add(op.name, gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=eb), mask,
+                  memory_bytes_per_core=mem, useful_macs=op.m * op.k * op.n)
+        elif op.kind == "gemv":
+            kt, nt = -(-op.k // grid.pr), -(-op.n // grid.pc)
+            mem = kt * nt * eb + kt * eb + 2 * nt * eb
+            b.add(op.name, gemv_phase_specs(algo, grid, kt, nt, elem_bytes=eb, acc_bytes=eb),
+                  mask, memory_bytes_per_core=mem, useful_macs=op.k * op.n)
+        else:
+            _vector(b, op.name, op.elems, op.ops_per, mask, op.reductions, red_grid,
+                    op.red_values * eb)
+
+
 def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill", *,
                     tokens: int = 4096, context: int = 4096, algo: str | None = None,
                     elem_bytes: int = 2, defects: str = "skip") -> Program:
@@ -252,48 +276,17 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
         algo = algo or "mesh"
         grid = b.grid(square=True)
         p = grid.pr
-        mask = grid.mask()
         red_grid = b.grid(pc=p)
-        nbuf = 3 if algo == "summa" else 2
-
-        def gemm(name: str, m: int, k: int, n: int) -> None:
-            mt, kt, nt = -(-m // p), -(-k // p), -(-n // p)
-            mem = nbuf * (mt * kt + kt * nt) * eb + mt * nt * eb
-            b.add(name, gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=eb), mask,
-                  memory_bytes_per_core=mem, useful_macs=m * k * n)
-
-        def vec(name: str, elems: int, ops_per: int, reductions: int = 0,
-                red_values: int = 0) -> None:
-            _vector(b, name, elems, ops_per, mask, reductions, red_grid, red_values * eb)
-
-        for op in decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=p, pc=p):
-            if op.kind == "gemm":
-                gemm(op.name, op.m, op.k, op.n)
-            else:
-                vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
+        _emit_ops(b, decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=p, pc=p),
+                  grid, red_grid, algo, eb)
         meta = {"grid": f"{p}x{p}", "algo": algo}
     else:
         algo = algo or "mesh"
         grid = b.grid()
         pr, pc = grid.pr, grid.pc
-        mask = grid.mask()
-
-        def gemv(name: str, k: int, n: int) -> None:
-            kt, nt = -(-k // pr), -(-n // pc)
-            mem = kt * nt * eb + kt * eb + 2 * nt * eb
-            b.add(name, gemv_phase_specs(algo, grid, kt, nt, elem_bytes=eb, acc_bytes=eb), mask,
-                  memory_bytes_per_core=mem, useful_macs=k * n)
-
-        def vec(name: str, elems: int, ops_per: int, reductions: int = 0,
-                red_values: int = 0) -> None:
-            _vector(b, name, elems, ops_per, mask, reductions, grid, red_values * eb)
-
-        for op in decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=pr, pc=pc):
-            if op.kind == "gemv":
-                gemv(op.name, op.k, op.n)
-            else:
-                vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
-        b.add("kv-cache shift", kv_shift_specs(grid, -(-2 * kvd // pc) * eb), mask)
+        _emit_ops(b, decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=pr, pc=pc),
+                  grid, grid, algo, eb)
+        b.add("kv-cache shift", kv_shift_specs(grid, -(-2 * kvd // pc) * eb), grid.mask())
         meta = {"grid": f"{pr}x{pc}", "algo": algo}
     return b.program({"model": model, "phase": phase, "tokens": tokens if phase == "prefill"
                       else 1, "context": context, **meta})
