@@ -32,7 +32,8 @@ from tilewright.models.llm_shapes import LlamaConfig, MoEConfig, get_config
 
 __all__ = ["MeshProgramBuilder", "partition_layer", "layer_macs", "llama_config", "DecoderOp",
            "decoder_layer_ops",
-           "partition_moe_layer", "moe_layer_macs", "moe_config", "square_regions",
+           "partition_moe_layer", "moe_layer_macs", "moe_config", "moe_attention_config",
+           "attention_ops", "square_regions",
            "rect_regions", "DEFECT_POLICIES", "MAX_RELAY_MESSAGES"]
 
 #: ``skip``: drop every row/column with a defect; ``route``: drop only dead cores' columns and
@@ -304,15 +305,41 @@ def moe_config(model):
     return cfg
 
 
+def moe_attention_config(cfg: MoEConfig) -> LlamaConfig | None:
+    """The Llama-style attention of ``cfg``'s decoder as a :class:`LlamaConfig` (its FFN
+    fields unused), or None when ``cfg`` does not model its attention (``n_heads`` unset)."""
+    if cfg.n_heads is None:
+        return None
+    return LlamaConfig(cfg.name, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                       n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads or cfg.n_heads,
+                       d_ffn=cfg.d_expert_ffn, vocab_size=cfg.vocab_size or 0,
+                       rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
+                       max_seq_len=cfg.max_seq_len)
+
+
+def attention_ops(cfg: LlamaConfig, phase: str, **kw) -> list[DecoderOp]:
+    """The ops of :func:`decoder_layer_ops` before the FFN: norms, attention, residual."""
+    ops = decoder_layer_ops(cfg, phase, **kw)
+    return ops[:next(i for i, op in enumerate(ops) if op.name.startswith("w1"))]
+
+
 def moe_layer_macs(model, phase: str, *, tokens: int = 4096,
-                   token_experts: list[list[int]] | None = None) -> int:
-    """Closed-form MACs of one MoE layer: router ``T*d*E``, routed experts ``T*k*3*d*F``
-    (SwiGLU: w1, w3 and w2), shared experts ``T*3*d*(n_shared*F)``; ``T`` = ``tokens``
-    (prefill) or the decode batch (``len(token_experts)``, default 1)."""
+                   token_experts: list[list[int]] | None = None, context: int = 4096) -> int:
+    """Closed-form MACs of one MoE decoder layer: attention (when modeled) as
+    :func:`layer_macs` counts it, ``T*d*(d + 2*kvd) + T*d*d`` projections plus ``2*T*t*d``
+    over ``t`` keys, then router ``T*d*E``, routed experts ``T*k*3*d*F`` (SwiGLU: w1, w3 and
+    w2), shared experts ``T*3*d*(n_shared*F)``; ``T`` = ``tokens`` (prefill, ``t = T``) or the
+    decode batch (``len(token_experts)``, default 1; ``t`` = ``context``)."""
     cfg = moe_config(model)
     t = tokens if phase == "prefill" else len(token_experts or [[0]])
     d, e, k, f = cfg.d_model, cfg.n_experts, cfg.top_k, cfg.d_expert_ffn
-    return t * d * e + 3 * t * k * d * f + 3 * t * d * cfg.n_shared_experts * f
+    macs = t * d * e + 3 * t * k * d * f + 3 * t * d * cfg.n_shared_experts * f
+    att = moe_attention_config(cfg)
+    if att is not None:
+        keys = t if phase == "prefill" else context
+        kvd = att.n_kv_heads * att.head_dim
+        macs += t * d * (d + 2 * kvd) + 2 * t * keys * d + t * d * d
+    return macs
 
 
 def square_regions(grid: Grid, n: int) -> tuple[Grid, int, int, list[Grid]]:
@@ -396,11 +423,18 @@ def _uniform_counts(total: int, n: int) -> list[int]:
 
 def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "prefill", *,
                         tokens: int = 4096, expert_tokens: list[int] | None = None,
-                        token_experts: list[list[int]] | None = None, algo: str | None = None,
-                        elem_bytes: int = 2, defects: str = "skip") -> Program:
-    """One MoE layer (router, top-k routed SwiGLU experts, shared experts) of ``model`` on
-    ``arch.mesh`` as a Program of mesh tasks. Every expert (and the shared experts, as one
-    more) owns a disjoint region of the mesh and keeps its weights there.
+                        token_experts: list[list[int]] | None = None, context: int | None = None,
+                        algo: str | None = None, elem_bytes: int = 2,
+                        defects: str = "skip") -> Program:
+    """One MoE decoder layer of ``model`` on ``arch.mesh`` as a Program of mesh tasks: the
+    attention block and its norms exactly as :func:`partition_layer` emits them (attn_norm,
+    wq|wk|wv, rope, attention over the context, wo, residual + ffn_norm; decode: then the KV
+    cache's shift), then the MoE block (router, top-k routed SwiGLU experts, shared experts,
+    combine, residual). Every expert (and the shared experts, as one more) owns a disjoint
+    region of the mesh and keeps its weights there. A config without modeled attention
+    (``n_heads`` unset: DeepSeek-V3's MLA) gets the MoE block only, and says so in the
+    Program's meta (``attention``); ``context`` is then refused. ``context``: decode's cached
+    tokens per sequence (default 4096; prefill attends over its own ``tokens``).
 
     **prefill** — ``tokens`` tokens; X [T, d] sits on a ``gq x gq`` square grid (tokens on rows,
     features on columns) cut into ``g x g`` square tiles of side q, one per expert. Router:
@@ -439,7 +473,17 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
     f_sh = cfg.n_shared_experts * ffn
     eb = elem_bytes
     n_reg = n_exp + (1 if f_sh else 0)
-    b = MeshProgramBuilder(f"{name}-moe-{phase}", arch, defects)
+    att = moe_attention_config(cfg)
+    if context is not None and (phase == "prefill" or att is None):
+        raise MeshScheduleError(
+            f"context = {context}: sets decode's cached tokens for the attention block; "
+            + (f"{name}'s attention is not modeled (n_heads unset), only its MoE block"
+               if att is None else "prefill attends over its own tokens (use tokens)"))
+    context = 4096 if context is None else context
+    if context < 1:
+        raise MeshScheduleError(f"context = {context}: must be >= 1")
+    b = MeshProgramBuilder(f"{name}-{phase}-layer" if att else f"{name}-moe-{phase}", arch,
+                           defects)
     if phase == "prefill":
         algo = algo or "mesh"
         if tokens < 1:
@@ -458,6 +502,9 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         def gemm_mem(mt, kt, nt):
             return nbuf * (mt * kt + kt * nt) * eb + mt * nt * eb
 
+        if att is not None:
+            _emit_ops(b, attention_ops(att, phase, tokens=tokens, context=tokens, pr=pm, pc=pm),
+                      sub, sub, algo, eb)
         mt, kt, nt = -(-tokens // pm), dt, -(-n_exp // pm)
         b.add("router", gemm_phase_specs(algo, sub, mt, kt, nt, elem_bytes=eb), mask,
               memory_bytes_per_core=gemm_mem(mt, kt, nt), useful_macs=tokens * d * n_exp)
@@ -515,6 +562,15 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         widths = [ffn] * n_exp + ([f_sh] if f_sh else [])
         active = [(regions[e], load[e], widths[e]) for e in range(n_reg) if load[e] > 0]
         act_mask = np.any([r.mask() for r, _, _ in active], axis=0)
+        if att is not None:      # one sequence per batch token, one after another
+            first = len(b.tasks)
+            _emit_ops(b, attention_ops(att, phase, tokens=1, context=context, pr=pr, pc=pc),
+                      grid, grid, algo, eb)
+            kvd = att.n_kv_heads * att.head_dim
+            b.add("kv-cache shift", kv_shift_specs(grid, -(-2 * kvd // pc) * eb), mask)
+            b.tasks[first:] = [t.model_copy(update={"repeat": t.repeat * bt,
+                                                    "useful_macs": t.useful_macs * bt})
+                               for t in b.tasks[first:]]
         kt, nt = -(-d // pr), -(-n_exp // pc)
         spec = gemv_phase_specs(algo, grid, kt, nt, elem_bytes=eb * bt, acc_bytes=eb * bt)
         for s in spec:
@@ -549,6 +605,12 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         check_routes(comb, arch.mesh, f"{name} decode combine")
         ns = -(-d // tiling[3])
         b.add("combine", [PhaseSpec("gate scale + add", vector_ops=2 * bt * ns)] + comb, mask)
+        _vector(b, "residual", bt * -(-d // pc), 1, mask, 0, grid, 0)
         meta = {"grid": f"{pr}x{pc}", "regions": f"{regions[0].pr}x{regions[0].pc}",
                 "algo": algo, "token_experts": toks}
-    return b.program({"model": name, "phase": phase, "layer": "moe", **meta})
+        if att is not None:
+            meta["context"] = context
+    attention = (f"GQA, {att.n_heads} heads, {att.n_kv_heads} kv heads" if att else
+                 f"not modeled ({name}: n_heads unset, e.g. MLA): MoE block only")
+    return b.program({"model": name, "phase": phase, "layer": "decoder" if att else "moe",
+                      "attention": attention, **meta})

@@ -13,7 +13,7 @@ import pytest
 from tilewright.arch import ArchSpec, TensorEngineSpec
 from tilewright.compiler.mesh_moe import (decode_combine_specs, decode_dispatch_specs,
                                           phase_routes, rect_tiling)
-from tilewright.compiler.mesh_partition import partition_moe_layer
+from tilewright.compiler.mesh_partition import partition_layer, partition_moe_layer
 from tilewright.compiler.mesh_schedule import MeshScheduleError, healthy_grid
 from tilewright.dataflow_sim.mesh import run_mesh_program
 from tilewright.models.llm_configs import MoEConfig, get_config
@@ -27,10 +27,17 @@ def _arch(rows, cols, sram=65536.0, alpha=1.0, beta=1.0):
                               routing_stage_cycles=beta, max_routes_per_core=24))
 
 
-def _closed_macs(cfg, t):
-    """Router T*d*E + routed experts T*k*(3 d F) + shared experts T*(3 d F_shared)."""
+def _closed_macs(cfg, t, keys=None, attention=True):
+    """Router T*d*E + routed experts T*k*(3 d F) + shared experts T*(3 d F_shared); with
+    attention (``cfg.n_heads`` set): per token q d*d, k and v d*kvd each, scores q.K^T over
+    ``keys`` d*keys (all heads: head_dim x heads = d), p.V keys*d, wo d*d."""
     d, f = cfg.d_model, cfg.d_expert_ffn
-    return t * d * cfg.n_experts + t * cfg.top_k * 3 * d * f + t * 3 * d * cfg.n_shared_experts * f
+    moe = t * d * cfg.n_experts + t * cfg.top_k * 3 * d * f + t * 3 * d * cfg.n_shared_experts * f
+    if not attention or cfg.n_heads is None:
+        return moe
+    kvd = cfg.n_kv_heads * (d // cfg.n_heads)
+    keys = t if keys is None else keys
+    return moe + t * (d * d + 2 * d * kvd + d * keys + keys * d + d * d)
 
 
 def _op(run, name):
@@ -95,7 +102,7 @@ def test_decode_batch_macs_and_regions():
     toks = [[0, 1], [2, 3], [1, 2]]
     run = run_mesh_program(partition_moe_layer(arch, "mixtral-8x7b", "decode",
                                                token_experts=toks), arch)
-    assert run.useful_macs == _closed_macs(cfg, 3)
+    assert run.useful_macs == _closed_macs(cfg, 3, keys=4096)     # default context 4096
     busy = _op(run, "experts w1|w3").core_busy_cycles
     assert int((busy > 0).sum()) == 4 * 6 * 4          # experts 0-3 active, 6 x 4 regions
     assert np.count_nonzero(_op(run, "dispatch").routes_per_core) > 0
@@ -184,3 +191,54 @@ def test_decode_placement_within_route_limit(rows, cols, model):
         specs = make(grid, tiling, list(range(n_reg)), cfg.d_model, 2)
         routes = phase_routes(specs, mesh)
         assert qc <= qr and 1 <= routes.max() <= (2 if make is decode_dispatch_specs else 4)
+
+
+# ---- the whole MoE decoder layer -----------------------------------------------------------
+
+@pytest.mark.parametrize("phase,kw,t,keys", [("prefill", dict(tokens=48), 48, 48),
+                                             ("decode", dict(token_experts=[[0, 1], [2, 3]],
+                                                             context=40), 2, 40)])
+def test_whole_moe_layer_attention_then_moe(phase, kw, t, keys):
+    """tiny-moe (d 64, 4 heads, 2 kv heads, 4 experts top-2 of F 128, 1 shared): the layer
+    runs the dense decoder's attention ops first (same names as partition_layer's), then the
+    MoE block; its MACs are the closed form of both."""
+    arch = _arch(12, 12)
+    cfg = get_config("tiny-moe")
+    prog = partition_moe_layer(arch, "tiny-moe", phase, **kw)
+    run = run_mesh_program(prog, arch)
+    names = [n for n, _ in run.ops]
+    dense = [n for n, _ in run_mesh_program(partition_layer(arch, "tiny-llama", phase,
+                                                            tokens=48, context=40), arch).ops]
+    n_att = dense.index("w1" if phase == "prefill" else "w1|w3")
+    assert names[:n_att] == dense[:n_att]
+    then = ["kv-cache shift", "router"] if phase == "decode" else ["router"]
+    assert names[n_att:n_att + len(then)] == then
+    d, kvd = 64, 2 * 16
+    attention = t * (d * (d + 2 * kvd) + 2 * keys * d + d * d)
+    assert run.useful_macs == _closed_macs(cfg, t, keys) == \
+        _closed_macs(cfg, t, attention=False) + attention
+    assert prog.meta["layer"] == "decoder" and "4 heads, 2 kv heads" in prog.meta["attention"]
+
+
+def test_decode_attention_once_per_batch_token():
+    """Each decode token is its own sequence: the attention tasks repeat once per token."""
+    arch = _arch(12, 12)
+    one, two = (run_mesh_program(partition_moe_layer(arch, "tiny-moe", "decode",
+                                                     token_experts=toks, context=40), arch)
+                for toks in ([[0, 1]], [[0, 1], [0, 1]]))
+    for op in ("wq|wk|wv", "softmax over context", "kv-cache shift"):
+        assert _op(two, op).cycles == 2 * _op(one, op).cycles
+
+
+def test_moe_block_only_without_modeled_attention():
+    """DeepSeek-V3-like config (n_heads unset, MLA): the MoE block only, said in the meta; a
+    decode context is refused rather than ignored."""
+    arch = _arch(8, 8)
+    cfg = MoEConfig("mla", d_model=16, n_layers=1, n_experts=4, top_k=1, d_expert_ffn=8)
+    prog = partition_moe_layer(arch, cfg, "decode", token_experts=[[2]])
+    assert prog.meta["layer"] == "moe" and "not modeled" in prog.meta["attention"]
+    assert run_mesh_program(prog, arch).useful_macs == _closed_macs(cfg, 1)
+    with pytest.raises(MeshScheduleError, match="context = 64: .* attention is not modeled"):
+        partition_moe_layer(arch, cfg, "decode", token_experts=[[2]], context=64)
+    with pytest.raises(MeshScheduleError, match="prefill attends over its own tokens"):
+        partition_moe_layer(arch, "tiny-moe", "prefill", tokens=8, context=64)
