@@ -40,7 +40,8 @@ from tilewright.compiler.mesh_schedule import (FlowBatch, Grid, MeshScheduleErro
                                                route_counts)
 
 __all__ = ["rect_tiling", "segments", "decode_dispatch_specs", "decode_combine_specs",
-           "phase_routes", "check_routes"]
+           "phase_routes", "check_routes", "relay_stage_bytes", "relay_message_count",
+           "relay_specs"]
 
 
 def rect_tiling(grid: Grid, n: int) -> tuple[int, int, int, int]:
@@ -181,3 +182,76 @@ def check_routes(specs: list[PhaseSpec], mesh: MeshSpec, what: str) -> int:
             f"max_routes_per_core >= {need} (the mesh section sets "
             f"{mesh.max_routes_per_core})")
     return need
+
+
+# ---- prefill: two-stage relay all-to-all between square tiles ------------------------------
+
+def relay_stage_bytes(g: int, moves: dict[tuple[int, int], int], first: str
+                      ) -> list[tuple[str, np.ndarray]]:
+    """The two stages of a tile-to-tile all-to-all on a ``g x g`` tiling: ``[(axis, B)]`` with
+    ``B[t, u]`` = bytes every core of tile ``t`` (row-major) sends to tile position ``u`` along
+    ``axis`` in that stage (all chunks bound the same way, aggregated). ``moves[(s, e)]``:
+    bytes every core of tile s sends to the same-position core of tile e; ``first``: ``row``
+    (along rows to the destination tile column, then along columns) or ``col``."""
+    m = np.zeros((g, g, g, g), np.int64)                 # [a, b, a2, b2]
+    for (s, e), nb in moves.items():
+        if s != e:
+            m[s // g, s % g, e // g, e % g] += nb
+    if first == "row":
+        st1 = m.sum(axis=2)                              # at (a, b) for column b2
+        st2 = m.sum(axis=1)                              # at (a, b2) for row a2: [a, b2, a2]
+        return [("row", st1.reshape(g * g, g)), ("col", st2.reshape(g * g, g))]
+    st1 = m.sum(axis=3)                                  # at (a, b) for row a2
+    st2 = m.sum(axis=0).transpose(1, 0, 2)               # at (a2, b) for column b2: [a2, b, b2]
+    return [("col", st1.reshape(g * g, g)), ("row", st2.reshape(g * g, g))]
+
+
+def relay_message_count(g: int, q: int, stages: list[tuple[str, np.ndarray]]) -> int:
+    """First-hop messages :func:`relay_specs` lists for ``stages``: ``q*q`` per (tile,
+    direction, offset) with bytes to send."""
+    n = 0
+    for axis, nb in stages:
+        tiles = np.arange(g * g)
+        n += np.count_nonzero(nb) - np.count_nonzero(nb[tiles, _position(axis, tiles, g)])
+    return int(n) * q * q
+
+
+def _position(axis: str, tiles: np.ndarray, g: int) -> np.ndarray:
+    """Position of each tile along ``axis`` (its tile column for rows, tile row for columns);
+    bytes for its own position wait for the other stage."""
+    return tiles % g if axis == "row" else tiles // g
+
+
+def relay_specs(sub: Grid, g: int, q: int, stages: list[tuple[str, np.ndarray]],
+                name: str) -> list[PhaseSpec]:
+    """Store-and-forward relay of :func:`relay_stage_bytes` on the ``g x g`` tiles of side
+    ``q`` covering ``sub``. Per stage and tile offset ``o`` = 1..g-1: one phase in which every
+    core of a tile with bytes for the tile ``o`` ahead sends them one hop forward and every
+    core with bytes for the tile ``o`` behind sends them one hop back (opposite directed links:
+    no contention), repeated ``o*q`` times (each core forwards one chunk per hop: uncontended,
+    ``o * q * (alpha + beta + W)``). A core needs at most 4 route ids (2 out, 2 in)."""
+    idx = np.arange(q)
+    specs = []
+    for axis, nb in stages:
+        tiles = np.arange(g * g)
+        pos = _position(axis, tiles, g)
+        for off in range(1, g):
+            parts = []
+            for sign in (1, -1):
+                tgt = pos + sign * off
+                ok = (tgt >= 0) & (tgt < g)
+                t = tiles[ok]
+                b = nb[t, tgt[ok]]
+                t, b = t[b > 0], b[b > 0]
+                if t.size == 0:
+                    continue
+                ii = (t // g * q)[:, None, None] + idx[None, :, None]
+                jj = (t % g * q)[:, None, None] + idx[None, None, :]
+                ii, jj = np.broadcast_arrays(ii, jj)
+                ti, tj = (ii, jj + sign) if axis == "row" else (ii + sign, jj)
+                parts.append(FlowBatch.make(sub.rows[ii], sub.cols[jj], sub.rows[ti],
+                                            sub.cols[tj], b[:, None, None]))
+            if parts:
+                specs.append(PhaseSpec(f"{name} {axis} stage: tiles +-{off} away",
+                                       FlowBatch.concat(parts), repeat=off * q))
+    return specs

@@ -4,8 +4,9 @@
 :func:`tilewright.dataflow_sim.mesh.llm.plan_layer` describes it (placement, vector work, shift-
 based KV cache: see that module's docstring); every op becomes consecutive
 :class:`~tilewright.compiler.program.MeshPhaseTask` s with ``op`` = the op's name.
-:func:`partition_moe_layer` places a MoE layer's experts on disjoint regions of the mesh, with
-dispatch and combine as mesh messages.
+:func:`partition_moe_layer` emits a whole MoE decoder layer: the same attention and norm ops,
+then the experts on disjoint regions of the mesh, with dispatch and combine as mesh messages
+within ``max_routes_per_core`` (:mod:`tilewright.compiler.mesh_moe`).
 
 Message geometry is stored once per distinct flow set (int32 constants shared between tasks, so a
 WSE-2 prefill Program holds a few arrays, not one per GEMM); bytes per message are run-length
@@ -21,7 +22,8 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.mesh_moe import (check_routes, decode_combine_specs,
-                                          decode_dispatch_specs, rect_tiling)
+                                          decode_dispatch_specs, rect_tiling,
+                                          relay_message_count, relay_specs, relay_stage_bytes)
 from tilewright.compiler.mesh_schedule import (FlowBatch, Grid, MeshScheduleError, PhaseSpec,
                                                gemm_phase_specs,
                                                gemv_phase_specs, healthy_grid, kv_shift_specs,
@@ -41,7 +43,7 @@ __all__ = ["MeshProgramBuilder", "partition_layer", "layer_macs", "llama_config"
 DEFECT_POLICIES = ("skip", "route")
 
 #: largest number of first-hop messages a MoE prefill dispatch + combine may list (memory bound:
-#: ~60 B each while building; Mixtral on WSE-2 lists ~14 M)
+#: ~60 B each while building; Mixtral on WSE-2 lists 4.25 M, DeepSeek-V3's 257 regions 33.8 M)
 MAX_RELAY_MESSAGES = 20_000_000
 
 
@@ -293,7 +295,7 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
                       else 1, "context": context, **meta})
 
 
-# ---- MoE layers ------------------------------------------------------------------------------
+# ---- MoE layers (dispatch / combine schedules: compiler/mesh_moe.py) -------------------------
 
 def moe_config(model):
     """The :class:`~tilewright.models.llm_configs.MoEConfig` called ``model`` (or ``model``
@@ -375,47 +377,6 @@ def _merge(per_region: list[list[PhaseSpec]]) -> list[PhaseSpec]:
     return out
 
 
-def _relay_specs(sub: Grid, g: int, q: int, moves: dict[tuple[int, int], int],
-                 name: str, reverse: bool = False) -> list[PhaseSpec]:
-    """Tile-to-tile all-to-all by store-and-forward relay (see :func:`partition_moe_layer`).
-
-    ``moves[(src tile, dst tile)]`` = bytes every core of the source tile sends to the core at
-    the same position of the destination tile. Per tile offset (da, db): a phase of one-hop
-    messages along rows repeated ``|db|*q`` times, then along columns ``|da|*q`` times.
-    """
-    by_offset: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for (src, dst), nb in moves.items():
-        if nb > 0:
-            by_offset.setdefault((dst // g - src // g, dst % g - src % g), []).append((src, nb))
-    specs = []
-    idx = np.arange(q)
-    for (da, db), pairs in sorted(by_offset.items()):
-        src = np.array([p[0] for p in pairs], np.int64)
-        nb = np.array([p[1] for p in pairs], np.int64)[:, None, None]
-        tile_a, tile_b = src // g, src % g                  # where each chunk starts
-        legs = [("row", db), ("col", da)]
-        if reverse:
-            legs.reverse()
-        for axis, off in legs:
-            if off == 0:
-                continue
-            step = int(np.sign(off))
-            ii = np.broadcast_to((tile_a * q)[:, None, None] + idx[None, :, None],
-                                 (src.size, q, q))
-            jj = np.broadcast_to((tile_b * q)[:, None, None] + idx[None, None, :],
-                                 (src.size, q, q))
-            ti, tj = (ii, jj + step) if axis == "row" else (ii + step, jj)
-            specs.append(PhaseSpec(f"{name} tiles ({da:+d}, {db:+d}) along {axis}s",
-                                   FlowBatch.make(sub.rows[ii], sub.cols[jj], sub.rows[ti],
-                                                  sub.cols[tj], nb),
-                                   repeat=abs(off) * q))
-            if axis == "row":
-                tile_b = tile_b + db
-            else:
-                tile_a = tile_a + da
-    return specs
-
-
 def _uniform_counts(total: int, n: int) -> list[int]:
     base, extra = divmod(total, n)
     return [base + (i < extra) for i in range(n)]
@@ -441,12 +402,15 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
     MeshGEMM ``[T, d] x [d, E]`` + softmax/top-k (vector work, 2 row all-reduces). Dispatch:
     every core sends, to every expert tile, its tokens' rows routed to that expert (``ceil(n_e
     / gq)`` tokens x its feature block) at the same position of the tile (all tokens to the
-    shared tile); the all-to-all runs tile offset by tile offset as store-and-forward relays of
-    one-hop messages (each core forwards one chunk per hop; uncontended:
-    ``(|da| + |db|) * q * (alpha + beta + W)`` per offset). Experts: MeshGEMMs ``w1``, ``w3``
+    shared tile); the all-to-all is a two-stage store-and-forward relay of one-hop messages
+    (:func:`~tilewright.compiler.mesh_moe.relay_specs`): along rows to the destination tile
+    column (the chunks for that column aggregated), then along columns to the destination tile
+    row; per stage and tile offset o, the moves o tiles ahead and o tiles back run at once
+    (opposite links), ``o * q * (alpha + beta + W)`` uncontended; 4 route ids per core at
+    most. Attention and norms run on the same ``gq x gq`` grid. Experts: MeshGEMMs ``w1``, ``w3``
     ([n_e, d] x [d, F]), SwiGLU, ``w2`` on each tile at once (the feature blocks a tile core
-    receives are a fixed permutation of the contraction axis). Combine: the reverse relay,
-    then the gate-weighted sum. ``expert_tokens``: tokens per expert (default: uniform,
+    receives are a fixed permutation of the contraction axis). Combine: the reverse relay
+    (columns first), then the gate-weighted sum and residual. ``expert_tokens``: tokens per expert (default: uniform,
     ``T * k`` in all).
 
     **decode** — a batch of tokens (``token_experts[t]`` = the experts token t is routed to;
@@ -459,7 +423,8 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
     the gated outputs along band rows, then along columns, then row and column multicasts put
     y on every core, column-split (:mod:`tilewright.compiler.mesh_moe`: a core's route ids stay
     within a few, whatever the number of experts; a schedule needing more than
-    ``max_routes_per_core`` is refused, naming the limit it needs).
+    ``max_routes_per_core`` is refused, naming the limit it needs). Attention: once per batch
+    token (each its own sequence of ``context`` cached tokens), as the dense decode layer.
 
     Approximation (stated): a relay phase lists each chunk's first hop; its time is exact
     (every hop of a translation is the same uncontended one-hop pattern) but link-load totals
@@ -512,14 +477,19 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         rows = [(e, counts[e]) for e in range(n_exp)] + ([(n_exp, tokens)] if f_sh else [])
         moves = {(s, e): (-(-n // pm)) * dt * eb for s in range(g * g) for e, n in rows
                  if s != e}
-        legs = sum((s // g != e // g) + (s % g != e % g) for (s, e), nb in moves.items() if nb)
-        if 2 * legs * q * q > MAX_RELAY_MESSAGES:
+        stages = {"dispatch": relay_stage_bytes(g, moves, "row"),
+                  "combine": relay_stage_bytes(g, {(e, s): nb for (s, e), nb in moves.items()},
+                                               "col")}
+        listed = sum(relay_message_count(g, q, st) for st in stages.values())
+        if listed > MAX_RELAY_MESSAGES:
             raise MeshScheduleError(
-                f"{name} prefill: the tile-by-tile relay all-to-all of {n_reg} expert regions "
-                f"({g}x{g} tiles of {q}x{q} cores) lists {2 * legs * q * q:,} messages, more "
-                f"than MAX_RELAY_MESSAGES = {MAX_RELAY_MESSAGES:,}; use fewer experts or a "
-                "smaller mesh")
-        b.add("dispatch", _relay_specs(sub, g, q, moves, "dispatch"), mask)
+                f"{name} prefill: the two-stage relay all-to-all of {n_reg} expert regions "
+                f"({g}x{g} tiles of {q}x{q} cores) lists {listed:,} messages, more than "
+                f"MAX_RELAY_MESSAGES = {MAX_RELAY_MESSAGES:,} (a memory bound of this model); "
+                "use fewer experts or a smaller mesh")
+        disp = relay_specs(sub, g, q, stages["dispatch"], "dispatch")
+        check_routes(disp, arch.mesh, f"{name} prefill dispatch")
+        b.add("dispatch", disp, mask)
         widths = [(e, n, ffn) for e, n in rows[:n_exp]] + ([(n_exp, tokens, f_sh)] if f_sh
                                                            else [])
         active = [(regions[e], n, w) for e, n, w in widths if n > 0]
@@ -540,8 +510,7 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         _vector(b, "experts silu(w1) * w3", max(-(-n // q) * -(-w // q) for _, n, w in active),
                 5, act_mask, 0, sub, 0)
         experts("experts w2", lambda w: w, lambda w: d)
-        back = {(e, s): nb for (s, e), nb in moves.items()}
-        b.add("combine", _relay_specs(sub, g, q, back, "combine", reverse=True), mask)
+        b.add("combine", relay_specs(sub, g, q, stages["combine"], "combine"), mask)
         _vector(b, "gated sum + residual", st * dt, 2 * k + 1 + (1 if f_sh else 0), mask, 0,
                 sub, 0)
         meta = {"grid": f"{pm}x{pm}", "tiles": f"{g}x{g} of {q}x{q}", "algo": algo,

@@ -63,19 +63,24 @@ def test_prefill_macs_closed_form_and_disjoint_regions(model):
 
 
 def test_prefill_dispatch_relay_closed_form():
-    """Mixtral, 64 tokens, 12 x 12 grid in 3 x 3 tiles of 4: uniform routing sends every core's
-    2 tokens x 342 features (fp16) to each other expert tile, one hop per step."""
+    """Mixtral, 64 tokens, 12 x 12 grid in 3 x 3 tiles of 4 (experts on tiles 0-7, tile 8
+    none): uniform routing sends every core's 2 tokens x 342 features (fp16) = 1368 B to each
+    other expert tile. Two-stage relay: along rows to the destination tile column (a column
+    holds at most 3 expert tiles: 3 chunks aggregated), then along columns (3 source tiles of
+    a row: 3 chunks); offsets 1 and 2 tiles, 4 and 8 one-hop steps each; the combine mirrors
+    it (columns first). Every step: alpha + beta + ceil(3 x 1368 / 4) flits."""
     alpha, beta = 1.0, 2.0
     arch = _arch(12, 12, alpha=alpha, beta=beta)
     run = run_mesh_program(partition_moe_layer(arch, "mixtral-8x7b", "prefill", tokens=64), arch)
-    g, q, pm, experts = 3, 4, 12, 8
-    chunk = math.ceil(64 * 2 / experts / pm) * math.ceil(4096 / pm) * 2
-    step = alpha + beta + math.ceil(chunk / 4)
-    offsets = {(e // g - s // g, e % g - s % g) for s in range(g * g) for e in range(experts)
-               if s != e}
-    expect = sum((abs(da) + abs(db)) * q * step for da, db in offsets)
+    q = 4
+    chunk = math.ceil(64 * 2 / 8 / 12) * math.ceil(4096 / 12) * 2
+    assert chunk == 1368
+    step = alpha + beta + math.ceil(3 * chunk / 4)
+    expect = 2 * (1 * q + 2 * q) * step                  # 2 stages x offsets 1, 2
     assert _op(run, "dispatch").cycles == expect
     assert _op(run, "combine").cycles == expect
+    # a core sends one chunk each way and receives one from each side: 4 route ids at most
+    assert _op(run, "dispatch").routes_per_core.max() == 4
 
 
 def test_decode_single_dispatch_message_closed_form():
@@ -111,9 +116,11 @@ def test_decode_batch_macs_and_regions():
 def test_moe_errors(monkeypatch):
     import tilewright.compiler.mesh_partition as mp
     monkeypatch.setattr(mp, "MAX_RELAY_MESSAGES", 1000)
-    # 64 (source tile, expert tile) pairs, 96 row/column legs between them, 4 x 4 cores per
-    # tile, dispatch + combine: 2 x 96 x 16 = 3072 first-hop messages
-    with pytest.raises(MeshScheduleError, match=r"lists 3,072 messages, more than "
+    # 12 x 12 grid, 3 x 3 tiles of 4 x 4 cores, experts on tiles 0-7. (tile, direction, offset)
+    # triples with bytes: dispatch rows 9 tiles x 2 other columns = 18, columns 6 tiles of
+    # columns 0-1 x 2 + column 2 (expert tiles 2, 5 only): 1 + 1 + 2 = 16; combine columns 8
+    # expert tiles x 2 = 16, rows 9 x 2 = 18: 68 x 16 cores = 1088 first-hop messages
+    with pytest.raises(MeshScheduleError, match=r"lists 1,088 messages, more than "
                                                  r"MAX_RELAY_MESSAGES = 1,000"):
         partition_moe_layer(_arch(12, 12), "mixtral-8x7b", "prefill", tokens=64)
     arch = _arch(4, 4)
