@@ -382,6 +382,36 @@ def _uniform_counts(total: int, n: int) -> list[int]:
     return [base + (i < extra) for i in range(n)]
 
 
+def _expert_tiles(grid: Grid, rows: list[tuple[int, int, int]], d: int, eb: int, n_exp: int):
+    """Prefill placement: the fewest experts per tile ``c`` (1, 2, ...) whose tiles fit the
+    square ``grid`` and whose relay all-to-all lists at most :data:`MAX_RELAY_MESSAGES`
+    messages. ``rows``: ``(expert, tokens, ffn width)``, the shared experts (id ``n_exp``) last;
+    they get a tile of their own. Returns ``(c, groups of rows per tile, sub-grid, g, q, tile
+    regions, relay stages {dispatch, combine}, messages listed)``."""
+    routed, shared = rows[:n_exp], rows[n_exp:]
+    for c in range(1, n_exp + 1):
+        groups = [routed[i:i + c] for i in range(0, n_exp, c)] + [[r] for r in shared]
+        try:
+            sub, g, q, regions = square_regions(grid, len(groups))
+        except MeshScheduleError:
+            if c == n_exp:
+                raise
+            continue
+        pm = sub.pr
+        dt = -(-d // pm)
+        per_tile = [sum(-(-n // pm) for _, n, _ in grp) * dt * eb for grp in groups]
+        moves = {(s, t): nb for s in range(g * g) for t, nb in enumerate(per_tile) if s != t}
+        stages = {"dispatch": relay_stage_bytes(g, moves, "row"),
+                  "combine": relay_stage_bytes(g, {(t, s): nb for (s, t), nb in moves.items()},
+                                               "col")}
+        listed = sum(relay_message_count(g, q, st) for st in stages.values())
+        if listed <= MAX_RELAY_MESSAGES:
+            return c, groups, sub, g, q, regions, stages, listed
+    raise MeshScheduleError(      # c = n_exp: one or two tiles, so the relay lists few messages
+        f"MoE prefill relay lists {listed:,} messages even with every expert on one tile; "
+        f"MAX_RELAY_MESSAGES = {MAX_RELAY_MESSAGES:,}")
+
+
 def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "prefill", *,
                         tokens: int = 4096, expert_tokens: list[int] | None = None,
                         token_experts: list[list[int]] | None = None, context: int | None = None,
@@ -398,7 +428,11 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
     tokens per sequence (default 4096; prefill attends over its own ``tokens``).
 
     **prefill** — ``tokens`` tokens; X [T, d] sits on a ``gq x gq`` square grid (tokens on rows,
-    features on columns) cut into ``g x g`` square tiles of side q, one per expert. Router:
+    features on columns) cut into ``g x g`` square tiles of side q, one per group of ``c``
+    experts (the shared experts: a tile of their own; ``c`` = 1 unless the tiles would not fit
+    the grid or the relay would list more than :data:`MAX_RELAY_MESSAGES` messages: then the
+    fewest that do, e.g. 3 for DeepSeek-V3 on WSE-2; a tile runs its experts one after
+    another, round r = every tile's r-th expert with tokens). Router:
     MeshGEMM ``[T, d] x [d, E]`` + softmax/top-k (vector work, 2 row all-reduces). Dispatch:
     every core sends, to every expert tile, its tokens' rows routed to that expert (``ceil(n_e
     / gq)`` tokens x its feature block) at the same position of the tile (all tokens to the
@@ -458,7 +492,10 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         if len(counts) != n_exp or sum(counts) != tokens * k or min(counts) < 0:
             raise MeshScheduleError(f"expert_tokens: need {n_exp} counts >= 0 summing to "
                                     f"tokens x top_k = {tokens * k}; got {counts}")
-        sub, g, q, regions = square_regions(b.grid(square=True), n_reg)
+        rows = [(e, counts[e], ffn) for e in range(n_exp)] + ([(n_exp, tokens, f_sh)] if f_sh
+                                                               else [])
+        c, groups, sub, g, q, regions, stages, listed = _expert_tiles(
+            b.grid(square=True), rows, d, eb, n_exp)
         pm = sub.pr
         mask = sub.mask()
         st, dt = -(-tokens // pm), -(-d // pm)
@@ -474,47 +511,42 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         b.add("router", gemm_phase_specs(algo, sub, mt, kt, nt, elem_bytes=eb), mask,
               memory_bytes_per_core=gemm_mem(mt, kt, nt), useful_macs=tokens * d * n_exp)
         _vector(b, "router softmax + top-k", st * -(-n_exp // pm), 5, mask, 2, sub, st * eb)
-        rows = [(e, counts[e]) for e in range(n_exp)] + ([(n_exp, tokens)] if f_sh else [])
-        moves = {(s, e): (-(-n // pm)) * dt * eb for s in range(g * g) for e, n in rows
-                 if s != e}
-        stages = {"dispatch": relay_stage_bytes(g, moves, "row"),
-                  "combine": relay_stage_bytes(g, {(e, s): nb for (s, e), nb in moves.items()},
-                                               "col")}
-        listed = sum(relay_message_count(g, q, st) for st in stages.values())
-        if listed > MAX_RELAY_MESSAGES:
-            raise MeshScheduleError(
-                f"{name} prefill: the two-stage relay all-to-all of {n_reg} expert regions "
-                f"({g}x{g} tiles of {q}x{q} cores) lists {listed:,} messages, more than "
-                f"MAX_RELAY_MESSAGES = {MAX_RELAY_MESSAGES:,} (a memory bound of this model); "
-                "use fewer experts or a smaller mesh")
         disp = relay_specs(sub, g, q, stages["dispatch"], "dispatch")
         check_routes(disp, arch.mesh, f"{name} prefill dispatch")
         b.add("dispatch", disp, mask)
-        widths = [(e, n, ffn) for e, n in rows[:n_exp]] + ([(n_exp, tokens, f_sh)] if f_sh
-                                                           else [])
-        active = [(regions[e], n, w) for e, n, w in widths if n > 0]
-        act_mask = np.any([r.mask() for r, _, _ in active], axis=0)
+        tiles = [(regions[t], [(n, w) for _, n, w in grp if n > 0])
+                 for t, grp in enumerate(groups)]
+        tiles = [(reg, items) for reg, items in tiles if items]
+        act_mask = np.any([reg.mask() for reg, _ in tiles], axis=0)
+        rounds = max(len(items) for _, items in tiles)
 
         def experts(op: str, kdim, ndim_of) -> None:
-            per, mem, useful = [], 0, 0
-            for reg, n, w in active:
-                kk, nn = kdim(w), ndim_of(w)
-                m_t, k_t, n_t = -(-n // q), -(-kk // q), -(-nn // q)
-                per.append(gemm_phase_specs(algo, reg, m_t, k_t, n_t, elem_bytes=eb))
-                mem = max(mem, gemm_mem(m_t, k_t, n_t))
-                useful += n * kk * nn
-            b.add(op, _merge(per), act_mask, memory_bytes_per_core=mem, useful_macs=useful)
+            """Round r: every tile's r-th expert with tokens, all tiles at once."""
+            phases, mem, useful = [], 0, 0
+            for r in range(rounds):
+                per = []
+                for reg, items in tiles:
+                    if r < len(items):
+                        n, w = items[r]
+                        kk, nn = kdim(w), ndim_of(w)
+                        m_t, k_t, n_t = -(-n // q), -(-kk // q), -(-nn // q)
+                        per.append(gemm_phase_specs(algo, reg, m_t, k_t, n_t, elem_bytes=eb))
+                        mem = max(mem, gemm_mem(m_t, k_t, n_t))
+                        useful += n * kk * nn
+                phases += _merge(per)
+            b.add(op, phases, act_mask, memory_bytes_per_core=mem, useful_macs=useful)
 
         experts("experts w1", lambda w: d, lambda w: w)
         experts("experts w3", lambda w: d, lambda w: w)
-        _vector(b, "experts silu(w1) * w3", max(-(-n // q) * -(-w // q) for _, n, w in active),
+        _vector(b, "experts silu(w1) * w3",
+                max(sum(-(-n // q) * -(-w // q) for n, w in items) for _, items in tiles),
                 5, act_mask, 0, sub, 0)
         experts("experts w2", lambda w: w, lambda w: d)
         b.add("combine", relay_specs(sub, g, q, stages["combine"], "combine"), mask)
         _vector(b, "gated sum + residual", st * dt, 2 * k + 1 + (1 if f_sh else 0), mask, 0,
                 sub, 0)
-        meta = {"grid": f"{pm}x{pm}", "tiles": f"{g}x{g} of {q}x{q}", "algo": algo,
-                "expert_tokens": counts}
+        meta = {"grid": f"{pm}x{pm}", "tiles": f"{g}x{g} of {q}x{q}", "experts_per_tile": c,
+                "relay_messages": listed, "algo": algo, "expert_tokens": counts}
     else:
         algo = algo or "mesh"
         toks = token_experts if token_experts is not None else [list(range(k))]

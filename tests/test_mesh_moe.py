@@ -15,7 +15,7 @@ from tilewright.compiler.mesh_moe import (decode_combine_specs, decode_dispatch_
                                           phase_routes, rect_tiling)
 from tilewright.compiler.mesh_partition import partition_layer, partition_moe_layer
 from tilewright.compiler.mesh_schedule import MeshScheduleError, healthy_grid
-from tilewright.dataflow_sim.mesh import run_mesh_program
+from tilewright.dataflow_sim.mesh import MeshMappingError, run_mesh_program
 from tilewright.models.llm_configs import MoEConfig, get_config
 
 
@@ -113,16 +113,32 @@ def test_decode_batch_macs_and_regions():
     assert np.count_nonzero(_op(run, "dispatch").routes_per_core) > 0
 
 
-def test_moe_errors(monkeypatch):
+def test_prefill_groups_experts_when_the_relay_would_list_too_many(monkeypatch):
     import tilewright.compiler.mesh_partition as mp
+    arch = _arch(12, 12)
+    one = partition_moe_layer(arch, "mixtral-8x7b", "prefill", tokens=64)
+    assert one.meta["relay_messages"] == 1088 and one.meta["experts_per_tile"] == 1
     monkeypatch.setattr(mp, "MAX_RELAY_MESSAGES", 1000)
-    # 12 x 12 grid, 3 x 3 tiles of 4 x 4 cores, experts on tiles 0-7. (tile, direction, offset)
-    # triples with bytes: dispatch rows 9 tiles x 2 other columns = 18, columns 6 tiles of
-    # columns 0-1 x 2 + column 2 (expert tiles 2, 5 only): 1 + 1 + 2 = 16; combine columns 8
-    # expert tiles x 2 = 16, rows 9 x 2 = 18: 68 x 16 cores = 1088 first-hop messages
-    with pytest.raises(MeshScheduleError, match=r"lists 1,088 messages, more than "
-                                                 r"MAX_RELAY_MESSAGES = 1,000"):
-        partition_moe_layer(_arch(12, 12), "mixtral-8x7b", "prefill", tokens=64)
+    # one expert per tile: 12 x 12 grid, 3 x 3 tiles of 4 x 4 cores, experts on tiles 0-7.
+    # (tile, direction, offset) with bytes: dispatch rows 9 tiles x 2 other columns = 18,
+    # columns 6 tiles of columns 0-1 x 2 + column 2 (expert tiles 2, 5 only): 1 + 1 + 2 = 16;
+    # combine columns 8 expert tiles x 2 = 16, rows 9 x 2 = 18: 68 x 16 cores = 1088 > 1000.
+    # Two experts per tile: 2 x 2 tiles of 6 x 6, each tile sends once per stage and
+    # direction of the relay: 4 tiles x 4 x 36 cores = 576
+    prog = partition_moe_layer(arch, "mixtral-8x7b", "prefill", tokens=64)
+    assert prog.meta["experts_per_tile"] == 2 and prog.meta["tiles"] == "2x2 of 6x6"
+    assert prog.meta["relay_messages"] == 576
+    run = run_mesh_program(prog, arch)
+    assert run.useful_macs == _closed_macs(get_config("mixtral-8x7b"), 64)
+    # each tile runs its two experts one after the other: twice one expert's w1 phases
+    assert len([t for t in prog.tasks if t.op == "experts w1"]) == \
+        2 * len([t for t in one.tasks if t.op == "experts w1"])
+    monkeypatch.setattr(mp, "MAX_RELAY_MESSAGES", 10)
+    with pytest.raises(MeshScheduleError, match="even with every expert on one tile"):
+        partition_moe_layer(arch, "tiny-moe", "prefill", tokens=64)    # + shared: 2 tiles
+
+
+def test_moe_errors():
     arch = _arch(4, 4)
     with pytest.raises(MeshScheduleError, match="expert_tokens: need 8 counts"):
         partition_moe_layer(arch, "mixtral-8x7b", "prefill", tokens=8, expert_tokens=[1, 2])
@@ -130,8 +146,16 @@ def test_moe_errors(monkeypatch):
         partition_moe_layer(arch, "mixtral-8x7b", "decode", token_experts=[[9]])
     with pytest.raises(MeshScheduleError, match="LlamaConfig is not one"):
         partition_moe_layer(arch, "tiny-llama", "decode")
-    with pytest.raises(MeshScheduleError, match="257 expert regions need at least 17x17"):
-        partition_moe_layer(arch, "deepseek-v3", "prefill", tokens=8)
+    with pytest.raises(MeshScheduleError, match="2 expert regions need at least 2x2 cores"):
+        partition_moe_layer(_arch(1, 1), "tiny-moe", "prefill", tokens=8)
+    # DeepSeek-V3 on 4 x 4 cores: at most 16 one-core tiles, so 18 experts per tile
+    # (ceil(256 / 18) = 15 tiles + the shared one; 17 per tile would need 17 tiles), whose
+    # weights no 48 KiB core holds
+    wse_core = _arch(4, 4, sram=48.0)
+    prog = partition_moe_layer(wse_core, "deepseek-v3", "prefill", tokens=8)
+    assert prog.meta["experts_per_tile"] == 18 and prog.meta["tiles"] == "4x4 of 1x1"
+    with pytest.raises(MeshMappingError, match="KiB per core"):
+        run_mesh_program(prog, wse_core)
 
 
 # ---- decode dispatch and combine within the route-id limit -----------------------------------
