@@ -223,13 +223,14 @@ def _position(axis: str, tiles: np.ndarray, g: int) -> np.ndarray:
 
 
 def relay_specs(sub: Grid, g: int, q: int, stages: list[tuple[str, np.ndarray]],
-                name: str) -> list[PhaseSpec]:
+                name: str, split: bool = False) -> list[PhaseSpec]:
     """Store-and-forward relay of :func:`relay_stage_bytes` on the ``g x g`` tiles of side
     ``q`` covering ``sub``. Per stage and tile offset ``o`` = 1..g-1: one phase in which every
     core of a tile with bytes for the tile ``o`` ahead sends them one hop forward and every
     core with bytes for the tile ``o`` behind sends them one hop back (opposite directed links:
     no contention), repeated ``o*q`` times (each core forwards one chunk per hop: uncontended,
-    ``o * q * (alpha + beta + W)``). A core needs at most 4 route ids (2 out, 2 in)."""
+    ``o * q * (alpha + beta + W)``). A core needs at most 4 route ids (2 out, 2 in);
+    ``split``: forward and back in phases of their own, 2 route ids (1 out, 1 in)."""
     idx = np.arange(q)
     specs = []
     for axis, nb in stages:
@@ -249,9 +250,11 @@ def relay_specs(sub: Grid, g: int, q: int, stages: list[tuple[str, np.ndarray]],
                 jj = (t % g * q)[:, None, None] + idx[None, None, :]
                 ii, jj = np.broadcast_arrays(ii, jj)
                 ti, tj = (ii, jj + sign) if axis == "row" else (ii + sign, jj)
-                parts.append(FlowBatch.make(sub.rows[ii], sub.cols[jj], sub.rows[ti],
-                                            sub.cols[tj], b[:, None, None]))
-            if parts:
-                specs.append(PhaseSpec(f"{name} {axis} stage: tiles +-{off} away",
-                                       FlowBatch.concat(parts), repeat=off * q))
+                parts.append((f"{sign * off:+d}", FlowBatch.make(
+                    sub.rows[ii], sub.cols[jj], sub.rows[ti], sub.cols[tj], b[:, None, None])))
+            groups = [[p] for p in parts] if split else [parts] if parts else []
+            for grp in groups:
+                label = "/".join(lbl for lbl, _ in grp)
+                specs.append(PhaseSpec(f"{name} {axis} stage: tiles {label} away",
+                                       FlowBatch.concat([f for _, f in grp]), repeat=off * q))
     return specs

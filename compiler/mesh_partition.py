@@ -441,7 +441,7 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
     column (the chunks for that column aggregated), then along columns to the destination tile
     row; per stage and tile offset o, the moves o tiles ahead and o tiles back run at once
     (opposite links), ``o * q * (alpha + beta + W)`` uncontended; 4 route ids per core at
-    most. Attention and norms run on the same ``gq x gq`` grid. Experts: MeshGEMMs ``w1``,
+    most (under a limit of 2 or 3, one direction per phase: 2). Attention and norms run on the same ``gq x gq`` grid. Experts: MeshGEMMs ``w1``,
     ``w3`` ([n_e, d] x [d, F]), SwiGLU, ``w2`` on each tile at once (the feature blocks a tile
     core receives are a fixed permutation of the contraction axis). Combine: the reverse relay
     (columns first), then the gate-weighted sum and residual. ``expert_tokens``: tokens per
@@ -511,7 +511,8 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         b.add("router", gemm_phase_specs(algo, sub, mt, kt, nt, elem_bytes=eb), mask,
               memory_bytes_per_core=gemm_mem(mt, kt, nt), useful_macs=tokens * d * n_exp)
         _vector(b, "router softmax + top-k", st * -(-n_exp // pm), 5, mask, 2, sub, st * eb)
-        disp = relay_specs(sub, g, q, stages["dispatch"], "dispatch")
+        split = arch.mesh.max_routes_per_core < 4       # one direction per phase: 2 ids
+        disp = relay_specs(sub, g, q, stages["dispatch"], "dispatch", split)
         check_routes(disp, arch.mesh, f"{name} prefill dispatch")
         b.add("dispatch", disp, mask)
         tiles = [(regions[t], [(n, w) for _, n, w in grp if n > 0])
@@ -542,7 +543,7 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
                 max(sum(-(-n // q) * -(-w // q) for n, w in items) for _, items in tiles),
                 5, act_mask, 0, sub, 0)
         experts("experts w2", lambda w: w, lambda w: d)
-        b.add("combine", relay_specs(sub, g, q, stages["combine"], "combine"), mask)
+        b.add("combine", relay_specs(sub, g, q, stages["combine"], "combine", split), mask)
         _vector(b, "gated sum + residual", st * dt, 2 * k + 1 + (1 if f_sh else 0), mask, 0,
                 sub, 0)
         meta = {"grid": f"{pm}x{pm}", "tiles": f"{g}x{g} of {q}x{q}", "experts_per_tile": c,

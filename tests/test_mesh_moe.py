@@ -12,19 +12,21 @@ import pytest
 
 from tilewright.arch import ArchSpec, TensorEngineSpec
 from tilewright.compiler.mesh_moe import (decode_combine_specs, decode_dispatch_specs,
-                                          phase_routes, rect_tiling)
-from tilewright.compiler.mesh_partition import partition_layer, partition_moe_layer
+                                          phase_routes, rect_tiling, relay_specs,
+                                          relay_stage_bytes)
+from tilewright.compiler.mesh_partition import (MeshProgramBuilder, partition_layer,
+                                                partition_moe_layer)
 from tilewright.compiler.mesh_schedule import MeshScheduleError, healthy_grid
 from tilewright.dataflow_sim.mesh import MeshMappingError, run_mesh_program
 from tilewright.models.llm_configs import MoEConfig, get_config
 
 
-def _arch(rows, cols, sram=65536.0, alpha=1.0, beta=1.0):
+def _arch(rows, cols, sram=65536.0, alpha=1.0, beta=1.0, routes=24):
     return ArchSpec(name="t", clock_mhz=1000.0,
                     tensor_engine=TensorEngineSpec(rows=1, cols=4, dataflow="os"),
                     mesh=dict(rows=rows, cols=cols, core_sram_kib=sram, core_macs_per_cycle=4,
                               link_bytes_per_cycle=4, hop_latency_cycles=alpha,
-                              routing_stage_cycles=beta, max_routes_per_core=24))
+                              routing_stage_cycles=beta, max_routes_per_core=routes))
 
 
 def _closed_macs(cfg, t, keys=None, attention=True):
@@ -81,6 +83,30 @@ def test_prefill_dispatch_relay_closed_form():
     assert _op(run, "combine").cycles == expect
     # a core sends one chunk each way and receives one from each side: 4 route ids at most
     assert _op(run, "dispatch").routes_per_core.max() == 4
+
+
+def test_prefill_relay_split_for_a_tighter_route_limit():
+    """The dispatch relay of the test above with each direction in its own phase (what a
+    max_routes_per_core of 2 or 3 gets): a core sends one chunk and receives one, 2 route ids.
+    Forward and back now cost apart: rows +-1: 3 chunks each way; +2 (tile column 0 -> 2,
+    expert tiles 2 and 5): 2 chunks, -2: 3; columns: 3 chunks each way (offset 1: 4 steps,
+    offset 2: 8). Under a limit of 1 the layer is refused, naming the 2 it needs."""
+    alpha, beta = 1.0, 2.0
+    arch = _arch(12, 12, alpha=alpha, beta=beta, routes=2)
+    chunk, g, q = 1368, 3, 4
+    moves = {(s, e): chunk for s in range(9) for e in range(8) if s != e}
+    specs = relay_specs(healthy_grid(arch.mesh), g, q, relay_stage_bytes(g, moves, "row"),
+                        "dispatch", split=True)
+    b = MeshProgramBuilder("relay", arch)
+    b.add("dispatch", specs, healthy_grid(arch.mesh).mask())
+    disp = _op(run_mesh_program(b.program(), arch), "dispatch")
+    s3, s2 = (alpha + beta + math.ceil(n * chunk / 4) for n in (3, 2))
+    rows = 4 * s3 + 4 * s3 + 8 * s2 + 8 * s3
+    cols = 2 * (4 * s3) + 2 * (8 * s3)
+    assert disp.cycles == rows + cols and disp.routes_per_core.max() == 2
+    with pytest.raises(MeshScheduleError, match=r"mixtral-8x7b prefill dispatch: core .* needs "
+                                                 r"2 route ids .* max_routes_per_core >= 2"):
+        partition_moe_layer(_arch(12, 12, routes=1), "mixtral-8x7b", "prefill", tokens=64)
 
 
 def test_decode_single_dispatch_message_closed_form():
@@ -196,9 +222,7 @@ def test_decode_route_counts_by_hand():
 
 
 def test_decode_refuses_naming_the_limit_it_needs():
-    arch = _arch(4, 8)
-    arch = arch.model_copy(update={"mesh": arch.mesh.model_copy(
-        update={"max_routes_per_core": 1})})
+    arch = _arch(4, 8, routes=1)
     with pytest.raises(MeshScheduleError, match=r"small decode dispatch: core \(1, 3\) needs 2 "
                                                  r"route ids .* max_routes_per_core >= 2"):
         partition_moe_layer(arch, _small_decode(), "decode", token_experts=[[0], [3]])
