@@ -441,11 +441,12 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
     column (the chunks for that column aggregated), then along columns to the destination tile
     row; per stage and tile offset o, the moves o tiles ahead and o tiles back run at once
     (opposite links), ``o * q * (alpha + beta + W)`` uncontended; 4 route ids per core at
-    most (under a limit of 2 or 3, one direction per phase: 2). Attention and norms run on the same ``gq x gq`` grid. Experts: MeshGEMMs ``w1``,
-    ``w3`` ([n_e, d] x [d, F]), SwiGLU, ``w2`` on each tile at once (the feature blocks a tile
-    core receives are a fixed permutation of the contraction axis). Combine: the reverse relay
-    (columns first), then the gate-weighted sum and residual. ``expert_tokens``: tokens per
-    expert (default: uniform, ``T * k`` in all).
+    most (under a limit of 2 or 3, one direction per phase: 2). Attention and norms run on
+    the same ``gq x gq`` grid. Experts: MeshGEMMs ``w1``, ``w3`` ([n_e, d] x [d, F]),
+    SwiGLU, ``w2`` on each tile at once (the feature blocks a tile core receives are a fixed
+    permutation of the contraction axis). Combine: the reverse relay (columns first), then the
+    gate-weighted sum and residual. ``expert_tokens``: tokens per expert (default: uniform,
+    ``T * k`` in all).
 
     **decode** — a batch of tokens (``token_experts[t]`` = the experts token t is routed to;
     default one token, experts ``0..k-1``) on the whole healthy grid, cut into rectangular
