@@ -4,8 +4,9 @@
 :func:`tilewright.dataflow_sim.mesh.llm.plan_layer` describes it (placement, vector work, shift-
 based KV cache: see that module's docstring); every op becomes consecutive
 :class:`~tilewright.compiler.program.MeshPhaseTask` s with ``op`` = the op's name.
-:func:`partition_moe_layer` places a MoE layer's experts on disjoint regions of the mesh, with
-dispatch and combine as mesh messages.
+:func:`partition_moe_layer` emits a whole MoE decoder layer: the same attention and norm ops,
+then the experts on disjoint regions of the mesh, with dispatch and combine as mesh messages
+within ``max_routes_per_core`` (:mod:`tilewright.compiler.mesh_moe`).
 
 Message geometry is stored once per distinct flow set (int32 constants shared between tasks, so a
 WSE-2 prefill Program holds a few arrays, not one per GEMM); bytes per message are run-length
@@ -20,18 +21,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.mesh_schedule import (FlowBatch, Grid, MeshScheduleError, PhaseSpec,
-                                               bcast_col_flows, gemm_memory_bytes,
-                                               gemm_phase_specs, gemv_phase_specs, healthy_grid,
+from tilewright.compiler.mesh_moe import (check_routes, decode_combine_specs,
+                                          decode_dispatch_specs, rect_tiling,
+                                          relay_message_count, relay_specs,
+                                          relay_stage_bytes)
+from tilewright.compiler.mesh_schedule import (FlowBatch, Grid,
+                                               MeshScheduleError, PhaseSpec,
+                                               gemm_memory_bytes,
+                                               gemm_phase_specs,
+                                               gemv_phase_specs, healthy_grid,
                                                kv_shift_specs,
-                                               route_around_specs, routearound_grid,
+                                               route_around_specs,
+                                               routearound_grid,
                                                row_allreduce_specs)
 from tilewright.compiler.program import MeshPhaseTask, Program, TensorInfo
 from tilewright.models.llm_shapes import LlamaConfig, MoEConfig, get_config
 
 __all__ = ["MeshProgramBuilder", "partition_layer", "layer_macs", "llama_config", "DecoderOp",
            "decoder_layer_ops",
-           "partition_moe_layer", "moe_layer_macs", "moe_config", "square_regions",
+           "partition_moe_layer", "moe_layer_macs", "moe_config", "moe_attention_config",
+           "attention_ops", "square_regions",
            "rect_regions", "DEFECT_POLICIES", "MAX_RELAY_MESSAGES"]
 
 #: ``skip``: drop every row/column with a defect; ``route``: drop only dead cores' columns and
@@ -39,7 +48,7 @@ __all__ = ["MeshProgramBuilder", "partition_layer", "layer_macs", "llama_config"
 DEFECT_POLICIES = ("skip", "route")
 
 #: largest number of first-hop messages a MoE prefill dispatch + combine may list (memory bound:
-#: ~60 B each while building; Mixtral on WSE-2 lists ~14 M)
+#: ~60 B each while building; Mixtral on WSE-2 lists 4.25 M, DeepSeek-V3's 257 regions 33.8 M)
 MAX_RELAY_MESSAGES = 20_000_000
 
 
@@ -228,6 +237,29 @@ def _vector(b: MeshProgramBuilder, name: str, elems: int, ops_per: int, mask: np
     b.add(name, specs, masks)
 
 
+def _emit_ops(b: MeshProgramBuilder, ops: list[DecoderOp], grid: Grid, red_grid: Grid,
+              algo: str, eb: int) -> None:
+    """Append ``ops`` (:func:`decoder_layer_ops`) to ``b``: a ``gemm`` as MeshGEMM ``algo`` on
+    the square ``grid``, a ``gemv`` as MeshGEMV ``algo`` on ``grid``, a ``vector`` op on its
+    cores with its row all-reduces on ``red_grid``; ``eb`` bytes per element."""
+    mask = grid.mask()
+    for op in ops:
+        if op.kind == "gemm":
+            p = grid.pr
+            mt, kt, nt = -(-op.m // p), -(-op.k // p), -(-op.n // p)
+            mem = gemm_memory_bytes(algo, mt, kt, nt, kt, elem_bytes=eb, acc_bytes=eb)
+            b.add(op.name, gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=eb), mask,
+                  memory_bytes_per_core=mem, useful_macs=op.m * op.k * op.n)
+        elif op.kind == "gemv":
+            kt, nt = -(-op.k // grid.pr), -(-op.n // grid.pc)
+            mem = kt * nt * eb + kt * eb + 2 * nt * eb
+            b.add(op.name, gemv_phase_specs(algo, grid, kt, nt, elem_bytes=eb, acc_bytes=eb),
+                  mask, memory_bytes_per_core=mem, useful_macs=op.k * op.n)
+        else:
+            _vector(b, op.name, op.elems, op.ops_per, mask, op.reductions, red_grid,
+                    op.red_values * eb)
+
+
 def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill", *,
                     tokens: int = 4096, context: int = 4096, algo: str | None = None,
                     elem_bytes: int = 2, defects: str = "skip") -> Program:
@@ -251,53 +283,23 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
         algo = algo or "mesh"
         grid = b.grid(square=True)
         p = grid.pr
-        mask = grid.mask()
         red_grid = b.grid(pc=p)
-
-        def gemm(name: str, m: int, k: int, n: int) -> None:
-            mt, kt, nt = -(-m // p), -(-k // p), -(-n // p)
-            mem = gemm_memory_bytes(algo, mt, kt, nt, kt, elem_bytes=eb, acc_bytes=eb)
-            b.add(name, gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=eb), mask,
-                  memory_bytes_per_core=mem, useful_macs=m * k * n)
-
-        def vec(name: str, elems: int, ops_per: int, reductions: int = 0,
-                red_values: int = 0) -> None:
-            _vector(b, name, elems, ops_per, mask, reductions, red_grid, red_values * eb)
-
-        for op in decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=p, pc=p):
-            if op.kind == "gemm":
-                gemm(op.name, op.m, op.k, op.n)
-            else:
-                vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
+        _emit_ops(b, decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=p, pc=p),
+                  grid, red_grid, algo, eb)
         meta = {"grid": f"{p}x{p}", "algo": algo}
     else:
         algo = algo or "mesh"
         grid = b.grid()
         pr, pc = grid.pr, grid.pc
-        mask = grid.mask()
-
-        def gemv(name: str, k: int, n: int) -> None:
-            kt, nt = -(-k // pr), -(-n // pc)
-            mem = kt * nt * eb + kt * eb + 2 * nt * eb
-            b.add(name, gemv_phase_specs(algo, grid, kt, nt, elem_bytes=eb, acc_bytes=eb), mask,
-                  memory_bytes_per_core=mem, useful_macs=k * n)
-
-        def vec(name: str, elems: int, ops_per: int, reductions: int = 0,
-                red_values: int = 0) -> None:
-            _vector(b, name, elems, ops_per, mask, reductions, grid, red_values * eb)
-
-        for op in decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=pr, pc=pc):
-            if op.kind == "gemv":
-                gemv(op.name, op.k, op.n)
-            else:
-                vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
-        b.add("kv-cache shift", kv_shift_specs(grid, -(-2 * kvd // pc) * eb), mask)
+        _emit_ops(b, decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=pr, pc=pc),
+                  grid, grid, algo, eb)
+        b.add("kv-cache shift", kv_shift_specs(grid, -(-2 * kvd // pc) * eb), grid.mask())
         meta = {"grid": f"{pr}x{pc}", "algo": algo}
     return b.program({"model": model, "phase": phase, "tokens": tokens if phase == "prefill"
                       else 1, "context": context, **meta})
 
 
-# ---- MoE layers ------------------------------------------------------------------------------
+# ---- MoE layers (dispatch / combine schedules: compiler/mesh_moe.py) -------------------------
 
 def moe_config(model):
     """The :class:`~tilewright.models.llm_configs.MoEConfig` called ``model`` (or ``model``
@@ -309,15 +311,41 @@ def moe_config(model):
     return cfg
 
 
+def moe_attention_config(cfg: MoEConfig) -> LlamaConfig | None:
+    """The Llama-style attention of ``cfg``'s decoder as a :class:`LlamaConfig` (its FFN
+    fields unused), or None when ``cfg`` does not model its attention (``n_heads`` unset)."""
+    if cfg.n_heads is None:
+        return None
+    return LlamaConfig(cfg.name, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                       n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads or cfg.n_heads,
+                       d_ffn=cfg.d_expert_ffn, vocab_size=cfg.vocab_size or 0,
+                       rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
+                       max_seq_len=cfg.max_seq_len)
+
+
+def attention_ops(cfg: LlamaConfig, phase: str, **kw) -> list[DecoderOp]:
+    """The ops of :func:`decoder_layer_ops` before the FFN: norms, attention, residual."""
+    ops = decoder_layer_ops(cfg, phase, **kw)
+    return ops[:next(i for i, op in enumerate(ops) if op.name.startswith("w1"))]
+
+
 def moe_layer_macs(model, phase: str, *, tokens: int = 4096,
-                   token_experts: list[list[int]] | None = None) -> int:
-    """Closed-form MACs of one MoE layer: router ``T*d*E``, routed experts ``T*k*3*d*F``
-    (SwiGLU: w1, w3 and w2), shared experts ``T*3*d*(n_shared*F)``; ``T`` = ``tokens``
-    (prefill) or the decode batch (``len(token_experts)``, default 1)."""
+                   token_experts: list[list[int]] | None = None, context: int = 4096) -> int:
+    """Closed-form MACs of one MoE decoder layer: attention (when modeled) as
+    :func:`layer_macs` counts it, ``T*d*(d + 2*kvd) + T*d*d`` projections plus ``2*T*t*d``
+    over ``t`` keys, then router ``T*d*E``, routed experts ``T*k*3*d*F`` (SwiGLU: w1, w3 and
+    w2), shared experts ``T*3*d*(n_shared*F)``; ``T`` = ``tokens`` (prefill, ``t = T``) or the
+    decode batch (``len(token_experts)``, default 1; ``t`` = ``context``)."""
     cfg = moe_config(model)
     t = tokens if phase == "prefill" else len(token_experts or [[0]])
     d, e, k, f = cfg.d_model, cfg.n_experts, cfg.top_k, cfg.d_expert_ffn
-    return t * d * e + 3 * t * k * d * f + 3 * t * d * cfg.n_shared_experts * f
+    macs = t * d * e + 3 * t * k * d * f + 3 * t * d * cfg.n_shared_experts * f
+    att = moe_attention_config(cfg)
+    if att is not None:
+        keys = t if phase == "prefill" else context
+        kvd = att.n_kv_heads * att.head_dim
+        macs += t * d * (d + 2 * kvd) + 2 * t * keys * d + t * d * d
+    return macs
 
 
 def square_regions(grid: Grid, n: int) -> tuple[Grid, int, int, list[Grid]]:
@@ -336,20 +364,8 @@ def square_regions(grid: Grid, n: int) -> tuple[Grid, int, int, list[Grid]]:
 
 
 def rect_regions(grid: Grid, n: int) -> list[Grid]:
-    """Cut ``grid`` into a ``gy x gx`` tiling (``gy*gx >= n``) whose tiles hold the most cores
-    (ties: the squarer tile); the first ``n`` tiles, row-major."""
-    best = None
-    for gy in range(1, n + 1):
-        gx = -(-n // gy)
-        qr, qc = grid.pr // gy, grid.pc // gx
-        if qr < 1 or qc < 1:
-            continue
-        key = (qr * qc, -abs(qr - qc))
-        if best is None or key > best[0]:
-            best = (key, gy, gx, qr, qc)
-    if best is None:
-        raise MeshScheduleError(f"{n} expert regions do not fit the {grid.pr}x{grid.pc} grid")
-    _, gy, gx, qr, qc = best
+    """The first ``n`` tiles, row-major, of :func:`~tilewright.compiler.mesh_moe.rect_tiling`."""
+    gy, gx, qr, qc = rect_tiling(grid, n)
     return [grid.sub(a * qr, (a + 1) * qr, b * qc, (b + 1) * qc) for a in range(gy)
             for b in range(gx)][:n]
 
@@ -365,81 +381,89 @@ def _merge(per_region: list[list[PhaseSpec]]) -> list[PhaseSpec]:
     return out
 
 
-def _relay_specs(sub: Grid, g: int, q: int, moves: dict[tuple[int, int], int],
-                 name: str, reverse: bool = False) -> list[PhaseSpec]:
-    """Tile-to-tile all-to-all by store-and-forward relay (see :func:`partition_moe_layer`).
-
-    ``moves[(src tile, dst tile)]`` = bytes every core of the source tile sends to the core at
-    the same position of the destination tile. Per tile offset (da, db): a phase of one-hop
-    messages along rows repeated ``|db|*q`` times, then along columns ``|da|*q`` times.
-    """
-    by_offset: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for (src, dst), nb in moves.items():
-        if nb > 0:
-            by_offset.setdefault((dst // g - src // g, dst % g - src % g), []).append((src, nb))
-    specs = []
-    idx = np.arange(q)
-    for (da, db), pairs in sorted(by_offset.items()):
-        src = np.array([p[0] for p in pairs], np.int64)
-        nb = np.array([p[1] for p in pairs], np.int64)[:, None, None]
-        tile_a, tile_b = src // g, src % g                  # where each chunk starts
-        legs = [("row", db), ("col", da)]
-        if reverse:
-            legs.reverse()
-        for axis, off in legs:
-            if off == 0:
-                continue
-            step = int(np.sign(off))
-            ii = np.broadcast_to((tile_a * q)[:, None, None] + idx[None, :, None],
-                                 (src.size, q, q))
-            jj = np.broadcast_to((tile_b * q)[:, None, None] + idx[None, None, :],
-                                 (src.size, q, q))
-            ti, tj = (ii, jj + step) if axis == "row" else (ii + step, jj)
-            specs.append(PhaseSpec(f"{name} tiles ({da:+d}, {db:+d}) along {axis}s",
-                                   FlowBatch.make(sub.rows[ii], sub.cols[jj], sub.rows[ti],
-                                                  sub.cols[tj], nb),
-                                   repeat=abs(off) * q))
-            if axis == "row":
-                tile_b = tile_b + db
-            else:
-                tile_a = tile_a + da
-    return specs
-
-
 def _uniform_counts(total: int, n: int) -> list[int]:
     base, extra = divmod(total, n)
     return [base + (i < extra) for i in range(n)]
 
 
+def _expert_tiles(grid: Grid, rows: list[tuple[int, int, int]], d: int, eb: int, n_exp: int):
+    """Prefill placement: the fewest experts per tile ``c`` (1, 2, ...) whose tiles fit the
+    square ``grid`` and whose relay all-to-all lists at most :data:`MAX_RELAY_MESSAGES`
+    messages. ``rows``: ``(expert, tokens, ffn width)``, the shared experts (id ``n_exp``) last;
+    they get a tile of their own. Returns ``(c, groups of rows per tile, sub-grid, g, q, tile
+    regions, relay stages {dispatch, combine}, messages listed)``."""
+    routed, shared = rows[:n_exp], rows[n_exp:]
+    for c in range(1, n_exp + 1):
+        groups = [routed[i:i + c] for i in range(0, n_exp, c)] + [[r] for r in shared]
+        try:
+            sub, g, q, regions = square_regions(grid, len(groups))
+        except MeshScheduleError:
+            if c == n_exp:
+                raise
+            continue
+        pm = sub.pr
+        dt = -(-d // pm)
+        per_tile = [sum(-(-n // pm) for _, n, _ in grp) * dt * eb for grp in groups]
+        moves = {(s, t): nb for s in range(g * g) for t, nb in enumerate(per_tile) if s != t}
+        stages = {"dispatch": relay_stage_bytes(g, moves, "row"),
+                  "combine": relay_stage_bytes(g, {(t, s): nb for (s, t), nb in moves.items()},
+                                               "col")}
+        listed = sum(relay_message_count(g, q, st) for st in stages.values())
+        if listed <= MAX_RELAY_MESSAGES:
+            return c, groups, sub, g, q, regions, stages, listed
+    raise MeshScheduleError(      # c = n_exp: one or two tiles, so the relay lists few messages
+        f"MoE prefill relay lists {listed:,} messages even with every expert on one tile; "
+        f"MAX_RELAY_MESSAGES = {MAX_RELAY_MESSAGES:,}")
+
+
 def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "prefill", *,
                         tokens: int = 4096, expert_tokens: list[int] | None = None,
-                        token_experts: list[list[int]] | None = None, algo: str | None = None,
-                        elem_bytes: int = 2, defects: str = "skip") -> Program:
-    """One MoE layer (router, top-k routed SwiGLU experts, shared experts) of ``model`` on
-    ``arch.mesh`` as a Program of mesh tasks. Every expert (and the shared experts, as one
-    more) owns a disjoint region of the mesh and keeps its weights there.
+                        token_experts: list[list[int]] | None = None, context: int | None = None,
+                        algo: str | None = None, elem_bytes: int = 2,
+                        defects: str = "skip") -> Program:
+    """One MoE decoder layer of ``model`` on ``arch.mesh`` as a Program of mesh tasks: the
+    attention block and its norms exactly as :func:`partition_layer` emits them (attn_norm,
+    wq|wk|wv, rope, attention over the context, wo, residual + ffn_norm; decode: then the KV
+    cache's shift), then the MoE block (router, top-k routed SwiGLU experts, shared experts,
+    combine, residual). Every expert (and the shared experts, as one more) owns a disjoint
+    region of the mesh and keeps its weights there. A config without modeled attention
+    (``n_heads`` unset: DeepSeek-V3's MLA) gets the MoE block only, and says so in the
+    Program's meta (``attention``); ``context`` is then refused. ``context``: decode's cached
+    tokens per sequence (default 4096; prefill attends over its own ``tokens``).
 
     **prefill** — ``tokens`` tokens; X [T, d] sits on a ``gq x gq`` square grid (tokens on rows,
-    features on columns) cut into ``g x g`` square tiles of side q, one per expert. Router:
+    features on columns) cut into ``g x g`` square tiles of side q, one per group of ``c``
+    experts (the shared experts: a tile of their own; ``c`` = 1 unless the tiles would not fit
+    the grid or the relay would list more than :data:`MAX_RELAY_MESSAGES` messages: then the
+    fewest that do, e.g. 3 for DeepSeek-V3 on WSE-2; a tile runs its experts one after
+    another, round r = every tile's r-th expert with tokens). Router:
     MeshGEMM ``[T, d] x [d, E]`` + softmax/top-k (vector work, 2 row all-reduces). Dispatch:
     every core sends, to every expert tile, its tokens' rows routed to that expert (``ceil(n_e
     / gq)`` tokens x its feature block) at the same position of the tile (all tokens to the
-    shared tile); the all-to-all runs tile offset by tile offset as store-and-forward relays of
-    one-hop messages (each core forwards one chunk per hop; uncontended:
-    ``(|da| + |db|) * q * (alpha + beta + W)`` per offset). Experts: MeshGEMMs ``w1``, ``w3``
-    ([n_e, d] x [d, F]), SwiGLU, ``w2`` on each tile at once (the feature blocks a tile core
-    receives are a fixed permutation of the contraction axis). Combine: the reverse relay,
-    then the gate-weighted sum. ``expert_tokens``: tokens per expert (default: uniform,
+    shared tile); the all-to-all is a two-stage store-and-forward relay of one-hop messages
+    (:func:`~tilewright.compiler.mesh_moe.relay_specs`): along rows to the destination tile
+    column (the chunks for that column aggregated), then along columns to the destination tile
+    row; per stage and tile offset o, the moves o tiles ahead and o tiles back run at once
+    (opposite links), ``o * q * (alpha + beta + W)`` uncontended; 4 route ids per core at
+    most (under a limit of 2 or 3, one direction per phase: 2). Attention and norms run on
+    the same ``gq x gq`` grid. Experts: MeshGEMMs ``w1``, ``w3`` ([n_e, d] x [d, F]),
+    SwiGLU, ``w2`` on each tile at once (the feature blocks a tile core receives are a fixed
+    permutation of the contraction axis). Combine: the reverse relay (columns first), then the
+    gate-weighted sum and residual. ``expert_tokens``: tokens per expert (default: uniform,
     ``T * k`` in all).
 
     **decode** — a batch of tokens (``token_experts[t]`` = the experts token t is routed to;
     default one token, experts ``0..k-1``) on the whole healthy grid, cut into rectangular
-    regions. Router: GEMV + softmax/top-k. Dispatch: x is column-split on every row (the dense
-    decode layout); each region row gets its K segment from the cores of the *same* physical
-    row holding it (one message per overlapping column block, batching the region's tokens)
-    at the region's middle column. Experts: MeshGEMVs ``w1|w3`` and ``w2`` in every active
-    region at once. Combine: per column block j, region row ``j mod qr`` sends the block to the
-    grid's middle row, which adds the gated partials and multicasts y up and down the column.
+    regions (:func:`~tilewright.compiler.mesh_moe.rect_tiling`). Router: GEMV + softmax/top-k.
+    Dispatch: x is column-split on every row (the dense decode layout); per row of a band with
+    an active region, a gather chain collects the K segment that region row needs and row
+    multicasts hand it to every active region head (middle column) of the band. Experts:
+    MeshGEMVs ``w1|w3`` and ``w2`` in every active region at once. Combine: chain-reductions of
+    the gated outputs along band rows, then along columns, then row and column multicasts put
+    y on every core, column-split (:mod:`tilewright.compiler.mesh_moe`: a core's route ids stay
+    within a few, whatever the number of experts; a schedule needing more than
+    ``max_routes_per_core`` is refused, naming the limit it needs). Attention: once per batch
+    token (each its own sequence of ``context`` cached tokens), as the dense decode layer.
 
     Approximation (stated): a relay phase lists each chunk's first hop; its time is exact
     (every hop of a translation is the same uncontended one-hop pattern) but link-load totals
@@ -453,7 +477,17 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
     f_sh = cfg.n_shared_experts * ffn
     eb = elem_bytes
     n_reg = n_exp + (1 if f_sh else 0)
-    b = MeshProgramBuilder(f"{name}-moe-{phase}", arch, defects)
+    att = moe_attention_config(cfg)
+    if context is not None and (phase == "prefill" or att is None):
+        raise MeshScheduleError(
+            f"context = {context}: sets decode's cached tokens for the attention block; "
+            + (f"{name}'s attention is not modeled (n_heads unset), only its MoE block"
+               if att is None else "prefill attends over its own tokens (use tokens)"))
+    context = 4096 if context is None else context
+    if context < 1:
+        raise MeshScheduleError(f"context = {context}: must be >= 1")
+    b = MeshProgramBuilder(f"{name}-{phase}-layer" if att else f"{name}-moe-{phase}", arch,
+                           defects)
     if phase == "prefill":
         algo = algo or "mesh"
         if tokens < 1:
@@ -463,7 +497,10 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         if len(counts) != n_exp or sum(counts) != tokens * k or min(counts) < 0:
             raise MeshScheduleError(f"expert_tokens: need {n_exp} counts >= 0 summing to "
                                     f"tokens x top_k = {tokens * k}; got {counts}")
-        sub, g, q, regions = square_regions(b.grid(square=True), n_reg)
+        rows = [(e, counts[e], ffn) for e in range(n_exp)] + ([(n_exp, tokens, f_sh)] if f_sh
+                                                               else [])
+        c, groups, sub, g, q, regions, stages, listed = _expert_tiles(
+            b.grid(square=True), rows, d, eb, n_exp)
         pm = sub.pr
         mask = sub.mask()
         st, dt = -(-tokens // pm), -(-d // pm)
@@ -471,47 +508,50 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         def gemm_mem(mt, kt, nt):
             return gemm_memory_bytes(algo, mt, kt, nt, kt, elem_bytes=eb, acc_bytes=eb)
 
+        if att is not None:
+            _emit_ops(b, attention_ops(att, phase, tokens=tokens, context=tokens, pr=pm, pc=pm),
+                      sub, sub, algo, eb)
         mt, kt, nt = -(-tokens // pm), dt, -(-n_exp // pm)
         b.add("router", gemm_phase_specs(algo, sub, mt, kt, nt, elem_bytes=eb), mask,
               memory_bytes_per_core=gemm_mem(mt, kt, nt), useful_macs=tokens * d * n_exp)
         _vector(b, "router softmax + top-k", st * -(-n_exp // pm), 5, mask, 2, sub, st * eb)
-        rows = [(e, counts[e]) for e in range(n_exp)] + ([(n_exp, tokens)] if f_sh else [])
-        moves = {(s, e): (-(-n // pm)) * dt * eb for s in range(g * g) for e, n in rows
-                 if s != e}
-        legs = sum((s // g != e // g) + (s % g != e % g) for (s, e), nb in moves.items() if nb)
-        if 2 * legs * q * q > MAX_RELAY_MESSAGES:
-            raise MeshScheduleError(
-                f"{name} prefill: the tile-by-tile relay all-to-all of {n_reg} expert regions "
-                f"({g}x{g} tiles of {q}x{q} cores) lists {2 * legs * q * q:,} messages, more "
-                f"than MAX_RELAY_MESSAGES = {MAX_RELAY_MESSAGES:,}; use fewer experts or a "
-                "smaller mesh")
-        b.add("dispatch", _relay_specs(sub, g, q, moves, "dispatch"), mask)
-        widths = [(e, n, ffn) for e, n in rows[:n_exp]] + ([(n_exp, tokens, f_sh)] if f_sh
-                                                           else [])
-        active = [(regions[e], n, w) for e, n, w in widths if n > 0]
-        act_mask = np.any([r.mask() for r, _, _ in active], axis=0)
+        split = arch.mesh.max_routes_per_core < 4       # one direction per phase: 2 ids
+        disp = relay_specs(sub, g, q, stages["dispatch"], "dispatch", split)
+        check_routes(disp, arch.mesh, f"{name} prefill dispatch")
+        b.add("dispatch", disp, mask)
+        tiles = [(regions[t], [(n, w) for _, n, w in grp if n > 0])
+                 for t, grp in enumerate(groups)]
+        tiles = [(reg, items) for reg, items in tiles if items]
+        act_mask = np.any([reg.mask() for reg, _ in tiles], axis=0)
+        rounds = max(len(items) for _, items in tiles)
 
         def experts(op: str, kdim, ndim_of) -> None:
-            per, mem, useful = [], 0, 0
-            for reg, n, w in active:
-                kk, nn = kdim(w), ndim_of(w)
-                m_t, k_t, n_t = -(-n // q), -(-kk // q), -(-nn // q)
-                per.append(gemm_phase_specs(algo, reg, m_t, k_t, n_t, elem_bytes=eb))
-                mem = max(mem, gemm_mem(m_t, k_t, n_t))
-                useful += n * kk * nn
-            b.add(op, _merge(per), act_mask, memory_bytes_per_core=mem, useful_macs=useful)
+            """Round r: every tile's r-th expert with tokens, all tiles at once."""
+            phases, mem, useful = [], 0, 0
+            for r in range(rounds):
+                per = []
+                for reg, items in tiles:
+                    if r < len(items):
+                        n, w = items[r]
+                        kk, nn = kdim(w), ndim_of(w)
+                        m_t, k_t, n_t = -(-n // q), -(-kk // q), -(-nn // q)
+                        per.append(gemm_phase_specs(algo, reg, m_t, k_t, n_t, elem_bytes=eb))
+                        mem = max(mem, gemm_mem(m_t, k_t, n_t))
+                        useful += n * kk * nn
+                phases += _merge(per)
+            b.add(op, phases, act_mask, memory_bytes_per_core=mem, useful_macs=useful)
 
         experts("experts w1", lambda w: d, lambda w: w)
         experts("experts w3", lambda w: d, lambda w: w)
-        _vector(b, "experts silu(w1) * w3", max(-(-n // q) * -(-w // q) for _, n, w in active),
+        _vector(b, "experts silu(w1) * w3",
+                max(sum(-(-n // q) * -(-w // q) for n, w in items) for _, items in tiles),
                 5, act_mask, 0, sub, 0)
         experts("experts w2", lambda w: w, lambda w: d)
-        back = {(e, s): nb for (s, e), nb in moves.items()}
-        b.add("combine", _relay_specs(sub, g, q, back, "combine", reverse=True), mask)
+        b.add("combine", relay_specs(sub, g, q, stages["combine"], "combine", split), mask)
         _vector(b, "gated sum + residual", st * dt, 2 * k + 1 + (1 if f_sh else 0), mask, 0,
                 sub, 0)
-        meta = {"grid": f"{pm}x{pm}", "tiles": f"{g}x{g} of {q}x{q}", "algo": algo,
-                "expert_tokens": counts}
+        meta = {"grid": f"{pm}x{pm}", "tiles": f"{g}x{g} of {q}x{q}", "experts_per_tile": c,
+                "relay_messages": listed, "algo": algo, "expert_tokens": counts}
     else:
         algo = algo or "mesh"
         toks = token_experts if token_experts is not None else [list(range(k))]
@@ -528,7 +568,15 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         widths = [ffn] * n_exp + ([f_sh] if f_sh else [])
         active = [(regions[e], load[e], widths[e]) for e in range(n_reg) if load[e] > 0]
         act_mask = np.any([r.mask() for r, _, _ in active], axis=0)
-        dt = -(-d // pc)
+        if att is not None:      # one sequence per batch token, one after another
+            first = len(b.tasks)
+            _emit_ops(b, attention_ops(att, phase, tokens=1, context=context, pr=pr, pc=pc),
+                      grid, grid, algo, eb)
+            kvd = att.n_kv_heads * att.head_dim
+            b.add("kv-cache shift", kv_shift_specs(grid, -(-2 * kvd // pc) * eb), mask)
+            b.tasks[first:] = [t.model_copy(update={"repeat": t.repeat * bt,
+                                                    "useful_macs": t.useful_macs * bt})
+                               for t in b.tasks[first:]]
         kt, nt = -(-d // pr), -(-n_exp // pc)
         spec = gemv_phase_specs(algo, grid, kt, nt, elem_bytes=eb * bt, acc_bytes=eb * bt)
         for s in spec:
@@ -536,8 +584,11 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         b.add("router", spec, mask, memory_bytes_per_core=kt * nt * eb + (kt + 2 * nt) * eb * bt,
               useful_macs=bt * d * n_exp)
         _vector(b, "router softmax + top-k", bt * -(-n_exp // pc), 5, mask, 2, grid, bt * eb)
-        b.add("dispatch", [PhaseSpec("x segments to expert regions",
-                                     _decode_dispatch(grid, active, d, dt, eb))], mask)
+        tiling = rect_tiling(grid, n_reg)
+        act_ids = [e for e in range(n_reg) if load[e] > 0]
+        disp = decode_dispatch_specs(grid, tiling, act_ids, d, bt * eb)
+        check_routes(disp, arch.mesh, f"{name} decode dispatch")
+        b.add("dispatch", disp, mask)
 
         def experts(op: str, kdim, ndim_of) -> None:
             per, mem, useful = [], 0, 0
@@ -556,57 +607,16 @@ def partition_moe_layer(arch: ArchSpec, model="mixtral-8x7b", phase: str = "pref
         _vector(b, "experts silu(w1) * w3",
                 max(n * -(-w // reg.pc) for reg, n, w in active), 5, act_mask, 0, grid, 0)
         experts("experts w2", lambda w: w, lambda w: d)
-        home = pr // 2
-        b.add("combine", [
-            PhaseSpec("expert outputs to the middle row",
-                      _decode_combine(grid, active, home, d, dt, eb)),
-            PhaseSpec("gated sum", vector_ops=2 * bt * dt * (k + (1 if f_sh else 0))),
-            PhaseSpec("broadcast y along columns",
-                      _bcast_col(grid, home, bt * dt * eb))], mask)
+        comb = decode_combine_specs(grid, tiling, act_ids, d, bt * eb)
+        check_routes(comb, arch.mesh, f"{name} decode combine")
+        ns = -(-d // tiling[3])
+        b.add("combine", [PhaseSpec("gate scale + add", vector_ops=2 * bt * ns)] + comb, mask)
+        _vector(b, "residual", bt * -(-d // pc), 1, mask, 0, grid, 0)
         meta = {"grid": f"{pr}x{pc}", "regions": f"{regions[0].pr}x{regions[0].pc}",
                 "algo": algo, "token_experts": toks}
-    return b.program({"model": name, "phase": phase, "layer": "moe", **meta})
-
-
-def _bcast_col(grid: Grid, root: int, nbytes: int) -> FlowBatch:
-    return bcast_col_flows(root, grid.rows, grid.cols, nbytes)
-
-
-def _segments(total: int, n: int) -> list[tuple[int, int]]:
-    """``n`` consecutive index ranges of ``ceil(total/n)`` covering 0..total-1 (last short)."""
-    w = -(-total // n)
-    return [(i * w, min((i + 1) * w, total)) for i in range(n)]
-
-
-def _decode_dispatch(grid: Grid, active, d: int, dt: int, eb: int) -> FlowBatch:
-    """Per active region, per region row u: the column blocks of the global grid overlapping
-    K segment u send their overlap (for the region's tokens) to the region's middle column,
-    along the region row's own physical row."""
-    parts = []
-    blocks = np.array(_segments(d, grid.pc) if dt else [], np.int64).reshape(-1, 2)
-    for reg, n, _ in active:
-        mid = reg.cols[reg.pc // 2]
-        for u, (lo, hi) in enumerate(_segments(d, reg.pr)):
-            ov = np.minimum(blocks[:, 1], hi) - np.maximum(blocks[:, 0], lo)
-            j = np.flatnonzero(ov > 0)
-            parts.append(FlowBatch.make(reg.rows[u], grid.cols[j], reg.rows[u], mid,
-                                        ov[j] * n * eb))
-    return FlowBatch.concat(parts)
-
-
-def _decode_combine(grid: Grid, active, home: int, d: int, dt: int, eb: int) -> FlowBatch:
-    """Per active region, per global column block j: region row ``j mod qr`` sends the
-    region's outputs of block j (from the region column holding them) to the grid's middle
-    row at column j."""
-    parts = []
-    blocks = _segments(d, grid.pc)
-    for reg, n, _ in active:
-        ns = -(-d // reg.pc)
-        j = np.array([i for i, (lo, hi) in enumerate(blocks) if hi > lo], np.int64)
-        lo = np.array([blocks[i][0] for i in j], np.int64)
-        width = np.array([blocks[i][1] - blocks[i][0] for i in j], np.int64)
-        v = np.minimum(lo // ns, reg.pc - 1)
-        u = j % reg.pr
-        parts.append(FlowBatch.make(reg.rows[u], reg.cols[v], grid.rows[home], grid.cols[j],
-                                    width * n * eb))
-    return FlowBatch.concat(parts)
+        if att is not None:
+            meta["context"] = context
+    attention = (f"GQA, {att.n_heads} heads, {att.n_kv_heads} kv heads" if att else
+                 f"not modeled ({name}: n_heads unset, e.g. MLA): MoE block only")
+    return b.program({"model": name, "phase": phase, "layer": "decoder" if att else "moe",
+                      "attention": attention, **meta})

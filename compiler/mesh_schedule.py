@@ -33,7 +33,7 @@ __all__ = ["MeshScheduleError", "MessageBatch", "Grid", "healthy_grid", "bad_lin
            "bcast_col_flows", "allreduce_phase_specs", "gemv_phase_specs",
            "row_allreduce_specs", "transpose_flows", "routearound_grid", "route_around",
            "route_around_specs", "ktree_root", "kv_shift_specs", "GEMM_RECV_PANELS",
-           "gemm_memory_bytes", "gemm_panel", "gemv_memory_bytes", "gemv_chunk"]
+           "gemm_memory_bytes", "gemm_panel", "gemv_memory_bytes", "gemv_chunk", "route_counts"]
 
 #: ``summa_relay`` is SUMMA as WaferLLM's baseline (He et al., OSDI 2025, sec. 5.1 (2) and
 #: sec. 7.2): every core of the row/column relays the block (see :func:`gemm_phase_specs`).
@@ -191,6 +191,29 @@ class MessageBatch:
     @property
     def hops(self) -> np.ndarray:
         return np.abs(self.dc - self.sc) + np.abs(self.dr - self.sr)
+
+
+def route_counts(f: MessageBatch, rows: int, cols: int) -> np.ndarray:
+    """Per core of a ``rows x cols`` mesh: number of messages of ``f`` whose XY path touches it
+    (source, transit, destination): the route ids the core needs in that phase (the mesh model's
+    ``max_routes_per_core`` rule, :mod:`tilewright.dataflow_sim.mesh.model`)."""
+    lo = np.minimum(f.sc, f.dc)
+    hi = np.maximum(f.sc, f.dc) + 1
+    size = rows * (cols + 1)
+    cov = (np.bincount(f.sr * (cols + 1) + lo, minlength=size)
+           - np.bincount(f.sr * (cols + 1) + hi, minlength=size))
+    out = np.cumsum(cov.reshape(rows, cols + 1), axis=1, dtype=np.int32)[:, :-1]
+    # vertical leg: column dc, from the row after the turn core to the destination
+    v = f.dr != f.sr
+    if v.any():
+        vlo = np.where(f.dr > f.sr, f.sr + 1, f.dr)[v]
+        vhi = np.where(f.dr > f.sr, f.dr + 1, f.sr)[v]
+        vc = f.dc[v]
+        size = cols * (rows + 1)
+        covv = (np.bincount(vc * (rows + 1) + vlo, minlength=size)
+                - np.bincount(vc * (rows + 1) + vhi, minlength=size))
+        out += np.cumsum(covv.reshape(cols, rows + 1), axis=1, dtype=np.int32)[:, :-1].T
+    return out
 
 
 @dataclass(frozen=True)

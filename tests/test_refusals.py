@@ -170,6 +170,15 @@ def test_mesh_layer_refuses_experts_it_would_ignore(args, needle):
     _refused(tw("mesh-layer", *args, "--arch", "mesh4x4"), "--experts", needle)
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["deepseek-v3", "--phase", "decode"], "deepseek-v3's attention is not modeled"),
+    (["tiny-moe", "--phase", "prefill"], "prefill attends over its own tokens"),
+])
+def test_mesh_layer_refuses_a_context_it_would_ignore(args, needle):
+    _refused(tw("mesh-layer", *args, "--context", "64", "--arch", "mesh4x4"), "context = 64",
+             needle)
+
+
 # ---- 6. cluster files: fat-tree fields on another network, pools in training -------------------
 GPU2 = {"name": "two-nodes", "chip": {"kind": "gpu", "preset": "h100-sxm"}, "nodes": 2}
 

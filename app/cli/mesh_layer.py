@@ -46,8 +46,8 @@ def mesh_layer(
                              "section (wse2, mesh4x4)"),
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
     tokens: int = typer.Option(4096, "--tokens", min=1, max=MAX_DIM, help="prefill: prompt tokens"),
-    context: int = typer.Option(4096, "--context", min=1, max=MAX_DIM,
-                                help="decode (Llama): cached tokens"),
+    context: Optional[int] = typer.Option(None, "--context", min=1, max=MAX_DIM,
+                                          help="decode: cached tokens (default 4096)"),
     experts: Optional[str] = typer.Option(None, "--experts", help="decode (MoE): experts per "
                                           "token, e.g. '0,1;2,3' for two tokens"),
     algo: Optional[str] = typer.Option(None, "--algo", help="prefill: mesh | cannon | summa; "
@@ -81,10 +81,11 @@ def mesh_layer(
     with as_mapping_error():
         if isinstance(cfg, MoEConfig):
             prog = partition_moe_layer(spec, model, phase, tokens=tokens,
-                                       token_experts=_experts(experts), algo=algo,
+                                       token_experts=_experts(experts), context=context, algo=algo,
                                        elem_bytes=elem_bytes, defects=defects)
         else:
-            prog = partition_layer(spec, model, phase, tokens=tokens, context=context, algo=algo,
+            prog = partition_layer(spec, model, phase, tokens=tokens,
+                                   context=4096 if context is None else context, algo=algo,
                                    elem_bytes=elem_bytes, defects=defects)
     run = run_mesh_program(prog, spec)
     if save is not None:
@@ -99,6 +100,8 @@ def mesh_layer(
         return
     t = Table(title=f"{prog.name} on {spec.name} ({spec.mesh.rows}x{spec.mesh.cols}): "
                     f"{run.cycles} cycles, {run.us:.3f} us, {len(prog.tasks)} mesh tasks")
+    if "attention" in prog.meta:
+        t.caption = f"attention: {prog.meta['attention']}"
     for c in ("op", "cycles", "us", "useful_macs", "cores_used", "phases"):
         t.add_column(c, justify="left" if c == "op" else "right")
     for row in table.itertuples(index=False):

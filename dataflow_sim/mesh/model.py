@@ -56,6 +56,7 @@ import numpy as np
 from tilewright.arch import ArchSpec, MeshSpec
 from tilewright.compiler.errors import MeshMappingError  # re-exported (the compiler raises it)
 from tilewright.compiler.mesh_schedule import MessageBatch
+from tilewright.compiler.mesh_schedule import route_counts as _route_counts
 
 __all__ = ["MeshMappingError", "Flows", "Phase", "PhaseCost", "MeshReport", "simulate",
            "message_cycles", "DIRECTIONS"]
@@ -288,27 +289,6 @@ class _DenseLinks:
             load = np.rint(load).astype(np.int64)
             out[d] = load if d in ("E", "W") else load.T.copy()   # S/N stored as [row, col]
         return out
-
-
-def _route_counts(f: Flows, rows: int, cols: int) -> np.ndarray:
-    """Per core: number of flows whose XY path touches it (source, transit, destination)."""
-    lo = np.minimum(f.sc, f.dc)
-    hi = np.maximum(f.sc, f.dc) + 1
-    size = rows * (cols + 1)
-    cov = (np.bincount(f.sr * (cols + 1) + lo, minlength=size)
-           - np.bincount(f.sr * (cols + 1) + hi, minlength=size))
-    out = np.cumsum(cov.reshape(rows, cols + 1), axis=1, dtype=np.int32)[:, :-1]
-    # vertical leg: column dc, from the row after the turn core to the destination
-    v = f.dr != f.sr
-    if v.any():
-        vlo = np.where(f.dr > f.sr, f.sr + 1, f.dr)[v]
-        vhi = np.where(f.dr > f.sr, f.dr + 1, f.sr)[v]
-        vc = f.dc[v]
-        size = cols * (rows + 1)
-        covv = (np.bincount(vc * (rows + 1) + vlo, minlength=size)
-                - np.bincount(vc * (rows + 1) + vhi, minlength=size))
-        out += np.cumsum(covv.reshape(cols, rows + 1), axis=1, dtype=np.int32)[:, :-1].T
-    return out
 
 
 # ---- the run --------------------------------------------------------------------------------
