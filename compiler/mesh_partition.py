@@ -25,6 +25,7 @@ from tilewright.compiler.mesh_schedule import (FlowBatch, Grid, MeshScheduleErro
                                                gemv_phase_specs, healthy_grid, kv_shift_specs,
                                                route_around_specs, routearound_grid,
                                                row_allreduce_specs)
+from tilewright.compiler.mesh_repair import repair
 from tilewright.compiler.program import MeshPhaseTask, Program, TensorInfo
 from tilewright.models.llm_shapes import LlamaConfig, MoEConfig, get_config
 
@@ -124,6 +125,8 @@ class MeshProgramBuilder:
         meta = {**(meta or {}), "defects": self.defects}
         if self.defects == "route":
             meta["detour_extra_hops"] = self.detour_extra_hops
+        if self.arch.mesh.repairs_defects:
+            meta.update(repair(self.arch.mesh).summary())
         prog = Program(name=self.name, arch_hash=self.arch.content_hash(), tensors=self.tensors,
                        inputs=[], outputs=[], tasks=self.tasks, meta=meta,
                        constants=self.constants)

@@ -108,6 +108,9 @@ def healthy_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None,
                  pc: int | None = None) -> Grid:
     """The largest logical grid avoiding every defect by dropping rows/columns, optionally
     square or cut to ``pr x pc`` (the first kept rows/columns)."""
+    if mesh.repairs_defects:     # spares: the hardware hides defects (compiler/mesh_repair.py)
+        from tilewright.compiler.mesh_repair import repaired_grid  # noqa: PLC0415  (lazy: it imports this module)
+        return repaired_grid(mesh, square=square, pr=pr, pc=pc)
     bad_r, bad_c = bad_lines(mesh)
     rows = np.array([r for r in range(mesh.rows) if r not in bad_r], dtype=np.int64)
     cols = np.array([c for c in range(mesh.cols) if c not in bad_c], dtype=np.int64)
@@ -490,6 +493,12 @@ def routearound_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = N
     links drop nothing. Messages that would cross a dead core or link are rerouted by
     :func:`route_around`. Keeps ``rows x (cols - dead-core columns)`` cores where
     :func:`healthy_grid` keeps ``(rows - bad rows) x (cols - bad cols)``."""
+    if mesh.repairs_defects:
+        raise MeshScheduleError(
+            f"defects 'route': the {mesh.rows}x{mesh.cols} mesh has spare_rows = "
+            f"{mesh.spare_rows}, spare_cols = {mesh.spare_cols}, so its hardware repairs the "
+            "defects and programs see an intact logical grid; accepted: defects 'skip' (the "
+            "default), or route on a mesh without spares")
     bad_lines(mesh)                                       # validates the defect list
     dead_c = {int(c) for _, c in mesh.defective_cores}
     rows = np.arange(mesh.rows, dtype=np.int64)
@@ -624,7 +633,7 @@ def route_around(f: FlowBatch, mesh: MeshSpec) -> tuple[list[FlowBatch], int]:
     Returns the pieces as waves — wave 0 holds every untouched message and the first piece of
     each rerouted one, wave k the k-th pieces — and the number of extra hops (2 per detour).
     """
-    if not mesh.defective_cores and not mesh.defective_links:
+    if (not mesh.defective_cores and not mesh.defective_links) or mesh.repairs_defects:
         return [f], 0
     dead = _Defects(mesh)
     hit = _blocked(f, dead)
