@@ -104,7 +104,7 @@ class MeshProgramBuilder:
                 macs_per_core=int(s.macs), vector_ops_per_core=int(s.vector_ops),
                 overlap=s.overlap, repeat=int(s.repeat), route_group=s.route_group,
                 memory_bytes_per_core=int(memory_bytes_per_core), useful_macs=int(share),
-                deps=deps, source=source or op, **fields))
+                deps=deps, source=source or op, relay_wave=s.relay_wave, **fields))
 
     def _flow_fields(self, f: FlowBatch) -> dict:
         geo = np.stack([f.sr, f.sc, f.dr, f.dc, f.stages, f.times], axis=1).astype(np.int32)

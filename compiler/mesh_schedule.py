@@ -211,7 +211,8 @@ class PhaseSpec:
     """One bulk-synchronous step: messages plus per-core work (semantics of
     :class:`tilewright.dataflow_sim.mesh.model.Phase`). ``macs`` and ``vector_ops`` are per
     core (every core of the op's grid); ``repeat`` back-to-back runs; ``route_group`` marks
-    phases that are translations of one another."""
+    phases that are translations of one another; ``relay_wave``: the message-only next wave of
+    the previous phase's rerouted messages (see :func:`route_around_specs`)."""
 
     name: str
     flows: FlowBatch | None = None
@@ -220,6 +221,7 @@ class PhaseSpec:
     repeat: int = 1
     route_group: str | None = None
     vector_ops: int = 0
+    relay_wave: bool = False
 
 
 def transpose_flows(f: FlowBatch) -> FlowBatch:
@@ -659,8 +661,10 @@ def route_around(f: FlowBatch, mesh: MeshSpec) -> tuple[list[FlowBatch], int]:
 def route_around_specs(specs: list[PhaseSpec], mesh: MeshSpec) -> tuple[list[PhaseSpec], int]:
     """:func:`route_around` applied to every phase: a phase with rerouted messages keeps its
     compute and wave 0, and is followed (within each of its repeats, so the pair repeats
-    together) by one message-only phase per further wave. Under the model's phase rules this
-    costs store-and-forward relays exactly (each wave waits for the previous). Returns the
+    together) by one message-only ``relay_wave`` phase per further wave. The model chains the
+    waves (each waits for the previous: store-and-forward relays) on the communication side of
+    the phase, so in a double-buffered (``overlap``) phase the chain overlaps its compute, as
+    the relays forward while the step computes. Returns the
     specs and the extra hops summed over phases (one run of each)."""
     out, extra = [], 0
     for s in specs:
@@ -673,6 +677,6 @@ def route_around_specs(specs: list[PhaseSpec], mesh: MeshSpec) -> tuple[list[Pha
             out.append(s)
             continue
         out.append(PhaseSpec(s.name, waves[0], s.macs, s.overlap, s.repeat, None, s.vector_ops))
-        out += [PhaseSpec(f"{s.name} (detour wave {k})", w, 0, False, s.repeat)
-                for k, w in enumerate(waves[1:], 1)]
+        out += [PhaseSpec(f"{s.name} (detour wave {k})", w, 0, False, s.repeat,
+                          relay_wave=True) for k, w in enumerate(waves[1:], 1)]
     return out, extra

@@ -27,6 +27,12 @@ deliberately simple, so that an RTL mesh can be built to meet them cycle for cyc
   barrier). Its time is ``max(comm, compute)`` when it overlaps communication with compute
   (double-buffered steps), else ``comm + compute``; ``ceil`` to whole cycles. A phase with
   ``repeat = n`` costs n times its single-run time.
+* **Relay waves.** A phase followed by ``relay_wave`` phases (messages rerouted around defects:
+  each wave leaves when the previous has arrived, relay cores store and forward) is one step
+  whose communication is the chain ``comm_0 + comm_1 + ...``: it costs ``max(chain, compute)``
+  when it overlaps (relays forward while the step computes), else ``chain + compute``. Each
+  wave's reported cycles are what it adds to the step (0 when hidden under compute). The RTL
+  mesh does not run detours (it checks defect-free meshes).
 * **Spares.** On a mesh with spare rows/columns (``MeshSpec.repairs_defects``) the schedule runs
   on the intact logical grid the hardware repairs (:mod:`tilewright.compiler.mesh_repair`); flows
   and per-core arrays are in logical coordinates, and every message's latency gains
@@ -101,6 +107,8 @@ class Phase:
     ``route_group``: phases of one group are translations of one another (e.g. SUMMA's
     broadcast from root column k); route ids are counted on its first, middle and last member
     only (the per-core route map is exact for those, the limit check exact for all).
+    ``relay_wave``: a message-only phase that is the next store-and-forward wave of the previous
+    phase's rerouted messages (``route`` defect policy): see "Relay waves" in the module doc.
     """
 
     name: str
@@ -109,6 +117,7 @@ class Phase:
     overlap: bool = False
     repeat: int = 1
     route_group: str | None = None
+    relay_wave: bool = False
 
 
 @dataclass
@@ -347,6 +356,7 @@ def simulate(arch: ArchSpec, phases: list[Phase], *, op: str, algo: str, shape: 
     routes = np.zeros((rows, cols), np.int32)
     costs: list[PhaseCost] = []
     total = 0
+    step = None          # [comm chain, compute, overlap, time, repeat] of the current step
     groups: dict[str, list[int]] = {}
     for i, ph in enumerate(phases):
         if ph.route_group is not None:
@@ -379,7 +389,13 @@ def simulate(arch: ArchSpec, phases: list[Phase], *, op: str, algo: str, shape: 
             comp = int(cc.max())
             busy += cc * ph.repeat
         comm = math.ceil(lat + ser) if nflows else 0
-        one = max(comm, comp) if ph.overlap else comm + comp
+        if ph.relay_wave and step is not None and step[4] == ph.repeat and not comp:
+            step[0] += comm
+            new = max(step[0], step[1]) if step[2] else step[0] + step[1]
+            one, step[3] = new - step[3], new
+        else:
+            one = max(comm, comp) if ph.overlap else comm + comp
+            step = [comm, comp, ph.overlap, one, ph.repeat]
         costs.append(PhaseCost(ph.name, ph.repeat, nflows, lat, ser, comp, one, one * ph.repeat))
         total += one * ph.repeat
     busy = busy + scalar_busy * cores
