@@ -114,6 +114,10 @@ def healthy_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None,
     bad_r, bad_c = bad_lines(mesh)
     rows = np.array([r for r in range(mesh.rows) if r not in bad_r], dtype=np.int64)
     cols = np.array([c for c in range(mesh.cols) if c not in bad_c], dtype=np.int64)
+    if rows.size == 0 or cols.size == 0:
+        raise MeshScheduleError(f"no healthy rows/columns left on the {mesh.rows}x{mesh.cols} "
+                                f"mesh ({len(bad_r)} rows, {len(bad_c)} columns hold a defect); "
+                                "spare_rows/spare_cols let the hardware repair defects instead")
     if square:
         p = min(rows.size, cols.size)
         pr = p if pr is None else pr
@@ -124,9 +128,6 @@ def healthy_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None,
                 f"logical grid needs {want} {name} but the {mesh.rows}x{mesh.cols} mesh has "
                 f"{have} healthy {name} ({len(bad_r) if name == 'rows' else len(bad_c)} dropped "
                 f"for defects)")
-    if rows.size == 0 or cols.size == 0:
-        raise MeshScheduleError(f"no healthy rows/columns left on the {mesh.rows}x{mesh.cols} "
-                                "mesh")
     rows = rows[:pr] if pr is not None else rows
     cols = cols[:pc] if pc is not None else cols
     return Grid(rows, cols, mesh.rows, mesh.cols, tuple(sorted(bad_r)), tuple(sorted(bad_c)))

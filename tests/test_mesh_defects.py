@@ -351,3 +351,19 @@ def test_relay_chain_overlaps_a_double_buffered_step(macs):
         rep = simulate(arch, to_phases(routed, 4), op="step", algo="t", shape={}, cores=cores,
                        memory_bytes=np.zeros((3, 8)), useful_macs=0)
         assert rep.cycles == 3 * want, (overlap, rep.cycles, want)
+
+
+def test_skip_keeps_the_closed_form_share_without_spares():
+    """Without spares, ``skip`` keeps a row only if none of its C cores is dead: a fraction
+    (1 - p)^C of the R rows, and (1 - p)^R of the C columns (independent defects; the draw is
+    without replacement, close to it at these sizes). On the 750 x 994 fabric at p = 0.1 %:
+    277.6 rows (sd 13.2) and 469.1 columns (sd 15.7), ~17 % of the cores (the issue's figure).
+    At 1 % every line holds a defect: no grid, refused in one line pointing to the spares."""
+    p, rows, cols = 0.001, 750, 994
+    arch = _arch(rows, cols, defect_rate=p, defect_seed=3)
+    grid = healthy_grid(arch.mesh)
+    for kept, n, other in ((grid.pr, rows, cols), (grid.pc, cols, rows)):
+        q = (1 - p) ** other
+        assert abs(kept - n * q) < 5 * (n * q * (1 - q)) ** 0.5, (kept, n * q)
+    with pytest.raises(MeshMappingError, match="no healthy rows/columns left.*spare_rows"):
+        mesh_gemv(_arch(rows, cols, defect_rate=0.01), 4096, 4096)
