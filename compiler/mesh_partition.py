@@ -125,8 +125,8 @@ class MeshProgramBuilder:
         meta = {**(meta or {}), "defects": self.defects}
         if self.defects == "route":
             meta["detour_extra_hops"] = self.detour_extra_hops
-        if self.arch.mesh.repairs_defects:
-            meta.update(repair(self.arch.mesh).summary())
+        if self.arch.mesh.repairs_defects:      # the spares repair in hardware, not a policy
+            meta.update(repair(self.arch.mesh).summary(), defects="spares")
         prog = Program(name=self.name, arch_hash=self.arch.content_hash(), tensors=self.tensors,
                        inputs=[], outputs=[], tasks=self.tasks, meta=meta,
                        constants=self.constants)

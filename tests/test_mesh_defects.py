@@ -367,3 +367,23 @@ def test_skip_keeps_the_closed_form_share_without_spares():
         assert abs(kept - n * q) < 5 * (n * q * (1 - q)) ** 0.5, (kept, n * q)
     with pytest.raises(MeshMappingError, match="no healthy rows/columns left.*spare_rows"):
         mesh_gemv(_arch(rows, cols, defect_rate=0.01), 4096, 4096)
+
+
+def test_llama3_8b_prefill_places_at_ten_percent_dead_cores():
+    """The prefill layer on WSE-2 at 10 % dead cores: placed on the repaired 750 x W grid (W the
+    closed form of the sweep test; the square GEMM grid is min(750, W) on a side), the same
+    MACs as defect-free, more cycles (the remap's longer hops)."""
+    from tilewright.compiler.mesh_partition import partition_layer
+    from tilewright.dataflow_sim.mesh import run_mesh_program
+    bad, clean = _wse2_at(0.10), load_arch("wse2")
+    runs = {}
+    for name, arch in (("bad", bad), ("clean", clean)):
+        prog = partition_layer(arch, "llama3-8b", "prefill", tokens=4096)
+        runs[name] = (prog, run_mesh_program(prog, arch))
+    prog, run = runs["bad"]
+    per_row = np.bincount(np.array(bad.mesh.defective_cores)[:, 0], minlength=750)
+    width = min(994, 1133 - int(per_row.max()))
+    assert prog.meta["logical_grid"] == f"750x{width}" and prog.meta["defects"] == "spares"
+    assert prog.meta["grid"] == f"{min(750, width)}x{min(750, width)}"
+    assert run.useful_macs == runs["clean"][1].useful_macs
+    assert run.cycles > runs["clean"][1].cycles
