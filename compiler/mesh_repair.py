@@ -101,7 +101,7 @@ def dead_map(mesh: MeshSpec) -> np.ndarray:
     return dead
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def repair(mesh: MeshSpec) -> Repair:
     """The repaired logical grid of ``mesh`` (see module doc); needs spares."""
     if not mesh.repairs_defects:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
 from tilewright import configs as _configs
 from tilewright.errors import UserError
@@ -310,6 +310,7 @@ class MeshSpec(_Frozen):
         "cols) cores drawn uniformly without replacement (seed defect_seed), added to "
         "defective_cores; accepted: 0 <= defect_rate < 1")
     defect_seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the defect_rate draw")
+    _listed_cores: tuple = PrivateAttr(())     # defective_cores as given (before the draw)
 
     @model_validator(mode="after")
     def _spares_and_drawn_defects(self) -> "MeshSpec":
@@ -327,7 +328,7 @@ class MeshSpec(_Frozen):
                              "defect_rate = 0; accepted: set defect_rate in (0, 1) or drop "
                              "defect_seed")
         listed = tuple(tuple(c) for c in self.defective_cores)
-        object.__setattr__(self, "_listed_cores", listed)
+        self._listed_cores = listed
         if self.defect_rate > 0:
             drawn = _drawn_cores(self.rows, self.cols, self.defect_rate, self.defect_seed)
             merged = tuple(sorted(set(listed) | set(drawn)))
@@ -344,7 +345,7 @@ class MeshSpec(_Frozen):
                 if not getattr(self, field):
                     data.pop(field, None)
             if self.defect_rate > 0 and "defective_cores" in data:
-                listed = getattr(self, "_listed_cores", ())
+                listed = self._listed_cores
                 data["defective_cores"] = [list(c) for c in listed] \
                     if isinstance(data["defective_cores"], list) else listed
         return data
