@@ -304,6 +304,10 @@ def _check_arch(arch: ArchSpec) -> dict:
         raise MeshMappingError(f"{arch.name}: the RTL mesh is built for at most {MAX_RTL_TILES} "
                                f"tiles; mesh {arch.mesh.rows}x{arch.mesh.cols} has "
                                f"{arch.mesh.cores} (use a small preset such as mesh4x4)")
+    if arch.mesh is not None and arch.mesh.repairs_defects:   # never ignore the spares
+        raise MeshMappingError(f"{arch.name}: mesh spare_rows = {arch.mesh.spare_rows}, "
+                               f"spare_cols = {arch.mesh.spare_cols}: the RTL mesh has no spare "
+                               "remap; accepted: a mesh without spares for --rtl")
     try:
         p = mesh_params(arch)
     except ValueError as exc:       # a user error at this level: the mesh the ArchSpec asks for

@@ -34,6 +34,7 @@ from tilewright.compiler.mesh_schedule import (FlowBatch, Grid,
                                                route_around_specs,
                                                routearound_grid,
                                                row_allreduce_specs)
+from tilewright.compiler.mesh_repair import repair
 from tilewright.compiler.program import MeshPhaseTask, Program, TensorInfo
 from tilewright.models.llm_shapes import LlamaConfig, MoEConfig, get_config
 
@@ -113,7 +114,7 @@ class MeshProgramBuilder:
                 macs_per_core=int(s.macs), vector_ops_per_core=int(s.vector_ops),
                 overlap=s.overlap, repeat=int(s.repeat), route_group=s.route_group,
                 memory_bytes_per_core=int(memory_bytes_per_core), useful_macs=int(share),
-                deps=deps, source=source or op, **fields))
+                deps=deps, source=source or op, relay_wave=s.relay_wave, **fields))
 
     def _flow_fields(self, f: FlowBatch) -> dict:
         geo = np.stack([f.sr, f.sc, f.dr, f.dc, f.stages, f.times], axis=1).astype(np.int32)
@@ -134,6 +135,8 @@ class MeshProgramBuilder:
         meta = {**(meta or {}), "defects": self.defects}
         if self.defects == "route":
             meta["detour_extra_hops"] = self.detour_extra_hops
+        if self.arch.mesh.repairs_defects:      # the spares repair in hardware, not a policy
+            meta.update(repair(self.arch.mesh).summary(), defects="spares")
         prog = Program(name=self.name, arch_hash=self.arch.content_hash(), tensors=self.tensors,
                        inputs=[], outputs=[], tasks=self.tasks, meta=meta,
                        constants=self.constants)

@@ -111,9 +111,16 @@ def healthy_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None,
                  pc: int | None = None) -> Grid:
     """The largest logical grid avoiding every defect by dropping rows/columns, optionally
     square or cut to ``pr x pc`` (the first kept rows/columns)."""
+    if mesh.repairs_defects:     # spares: the hardware hides defects (compiler/mesh_repair.py)
+        from tilewright.compiler.mesh_repair import repaired_grid  # noqa: PLC0415  (lazy: it imports this module)
+        return repaired_grid(mesh, square=square, pr=pr, pc=pc)
     bad_r, bad_c = bad_lines(mesh)
     rows = np.array([r for r in range(mesh.rows) if r not in bad_r], dtype=np.int64)
     cols = np.array([c for c in range(mesh.cols) if c not in bad_c], dtype=np.int64)
+    if rows.size == 0 or cols.size == 0:
+        raise MeshScheduleError(f"no healthy rows/columns left on the {mesh.rows}x{mesh.cols} "
+                                f"mesh ({len(bad_r)} rows, {len(bad_c)} columns hold a defect); "
+                                "spare_rows/spare_cols let the hardware repair defects instead")
     if square:
         p = min(rows.size, cols.size)
         pr = p if pr is None else pr
@@ -124,9 +131,6 @@ def healthy_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None,
                 f"logical grid needs {want} {name} but the {mesh.rows}x{mesh.cols} mesh has "
                 f"{have} healthy {name} ({len(bad_r) if name == 'rows' else len(bad_c)} dropped "
                 f"for defects)")
-    if rows.size == 0 or cols.size == 0:
-        raise MeshScheduleError(f"no healthy rows/columns left on the {mesh.rows}x{mesh.cols} "
-                                "mesh")
     rows = rows[:pr] if pr is not None else rows
     cols = cols[:pc] if pc is not None else cols
     return Grid(rows, cols, mesh.rows, mesh.cols, tuple(sorted(bad_r)), tuple(sorted(bad_c)))
@@ -234,7 +238,8 @@ class PhaseSpec:
     """One bulk-synchronous step: messages plus per-core work (semantics of
     :class:`tilewright.dataflow_sim.mesh.model.Phase`). ``macs`` and ``vector_ops`` are per
     core (every core of the op's grid); ``repeat`` back-to-back runs; ``route_group`` marks
-    phases that are translations of one another."""
+    phases that are translations of one another; ``relay_wave``: the message-only next wave of
+    the previous phase's rerouted messages (see :func:`route_around_specs`)."""
 
     name: str
     flows: FlowBatch | None = None
@@ -243,6 +248,7 @@ class PhaseSpec:
     repeat: int = 1
     route_group: str | None = None
     vector_ops: int = 0
+    relay_wave: bool = False
 
 
 def transpose_flows(f: FlowBatch) -> FlowBatch:
@@ -630,6 +636,12 @@ def routearound_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = N
     links drop nothing. Messages that would cross a dead core or link are rerouted by
     :func:`route_around`. Keeps ``rows x (cols - dead-core columns)`` cores where
     :func:`healthy_grid` keeps ``(rows - bad rows) x (cols - bad cols)``."""
+    if mesh.repairs_defects:
+        raise MeshScheduleError(
+            f"defects 'route': the {mesh.rows}x{mesh.cols} mesh has spare_rows = "
+            f"{mesh.spare_rows}, spare_cols = {mesh.spare_cols}, so its hardware repairs the "
+            "defects and programs see an intact logical grid; accepted: defects 'skip' (the "
+            "default), or route on a mesh without spares")
     bad_lines(mesh)                                       # validates the defect list
     dead_c = {int(c) for _, c in mesh.defective_cores}
     rows = np.arange(mesh.rows, dtype=np.int64)
@@ -764,7 +776,7 @@ def route_around(f: FlowBatch, mesh: MeshSpec) -> tuple[list[FlowBatch], int]:
     Returns the pieces as waves — wave 0 holds every untouched message and the first piece of
     each rerouted one, wave k the k-th pieces — and the number of extra hops (2 per detour).
     """
-    if not mesh.defective_cores and not mesh.defective_links:
+    if (not mesh.defective_cores and not mesh.defective_links) or mesh.repairs_defects:
         return [f], 0
     dead = _Defects(mesh)
     hit = _blocked(f, dead)
@@ -790,8 +802,10 @@ def route_around(f: FlowBatch, mesh: MeshSpec) -> tuple[list[FlowBatch], int]:
 def route_around_specs(specs: list[PhaseSpec], mesh: MeshSpec) -> tuple[list[PhaseSpec], int]:
     """:func:`route_around` applied to every phase: a phase with rerouted messages keeps its
     compute and wave 0, and is followed (within each of its repeats, so the pair repeats
-    together) by one message-only phase per further wave. Under the model's phase rules this
-    costs store-and-forward relays exactly (each wave waits for the previous). Returns the
+    together) by one message-only ``relay_wave`` phase per further wave. The model chains the
+    waves (each waits for the previous: store-and-forward relays) on the communication side of
+    the phase, so in a double-buffered (``overlap``) phase the chain overlaps its compute, as
+    the relays forward while the step computes. Returns the
     specs and the extra hops summed over phases (one run of each)."""
     out, extra = [], 0
     for s in specs:
@@ -804,6 +818,6 @@ def route_around_specs(specs: list[PhaseSpec], mesh: MeshSpec) -> tuple[list[Pha
             out.append(s)
             continue
         out.append(PhaseSpec(s.name, waves[0], s.macs, s.overlap, s.repeat, None, s.vector_ops))
-        out += [PhaseSpec(f"{s.name} (detour wave {k})", w, 0, False, s.repeat)
-                for k, w in enumerate(waves[1:], 1)]
+        out += [PhaseSpec(f"{s.name} (detour wave {k})", w, 0, False, s.repeat,
+                          relay_wave=True) for k, w in enumerate(waves[1:], 1)]
     return out, extra

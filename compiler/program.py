@@ -411,6 +411,7 @@ class MeshPhaseTask(_Task):
     route_group: str | None = None
     memory_bytes_per_core: int = Field(0, ge=0)
     useful_macs: int = Field(0, ge=0)
+    relay_wave: bool = False     # next store-and-forward wave of the previous task's messages
 
     @field_validator("flow_counts")
     @classmethod

@@ -69,7 +69,7 @@ def test_missing_file_names_presets():
 
 def test_mesh_section_presets_and_errors():
     wse2 = load_arch("wse2")
-    assert wse2.mesh is not None and (wse2.mesh.rows, wse2.mesh.cols) == (750, 994)
+    assert wse2.mesh is not None and wse2.mesh.logical_shape == (750, 994)
     assert wse2.mesh.cores * wse2.mesh.core_sram_kib * 1024 > 36e9     # ~40 GB of SRAM
     assert load_arch("ws8x8").mesh is None
     with pytest.raises(ArchSpecError, match=r"mesh.rows = 0: must be an integer from 1 to 4096"):

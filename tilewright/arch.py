@@ -12,13 +12,15 @@ given and what is accepted, e.g.::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
 from tilewright import configs as _configs
 from tilewright.errors import UserError
@@ -294,9 +296,82 @@ class MeshSpec(_Frozen):
     defective_links: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = Field(
         (), description="dead links as ((row, col), (row, col)) of adjacent cores")
 
+    # ---- redundancy and random defects (one block; costed in dataflow_sim/mesh/grid.py) ----
+    spare_rows: int = Field(
+        0, ge=0, le=4095, description="physical rows held as spares: the logical grid has rows - "
+        "spare_rows rows; a row with more dead cores than spare_cols is replaced by a spare row "
+        "(count; with spare_cols > 0 the hardware repairs defects, see docs/mesh_defects.md)")
+    spare_cols: int = Field(
+        0, ge=0, le=4095, description="spare cores at the end of every physical row: each dead "
+        "core shifts the rest of its row one column onto a spare, so the logical grid has cols - "
+        "spare_cols columns (count; Cerebras-style redundancy, see docs/mesh_defects.md)")
+    defect_rate: float = Field(
+        0.0, ge=0, lt=1, description="fraction of physical cores dead: round(defect_rate * rows * "
+        "cols) cores drawn uniformly without replacement (seed defect_seed), added to "
+        "defective_cores; accepted: 0 <= defect_rate < 1")
+    defect_seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the defect_rate draw")
+    _listed_cores: tuple = PrivateAttr(())     # defective_cores as given (before the draw)
+
+    @model_validator(mode="after")
+    def _spares_and_drawn_defects(self) -> "MeshSpec":
+        """Spares leave at least one logical row/column; ``defect_rate`` cores are drawn and
+        merged into ``defective_cores`` (dumps keep only the listed ones, so reloading a dump
+        draws the same cores again)."""
+        for field, whole in (("spare_rows", "rows"), ("spare_cols", "cols")):
+            if getattr(self, field) >= getattr(self, whole):
+                raise ValueError(f"{field} = {getattr(self, field)}: must be smaller than "
+                                 f"{whole} = {getattr(self, whole)} (the logical grid keeps "
+                                 f"{whole} - {field} >= 1); accepted: 0 .. "
+                                 f"{getattr(self, whole) - 1}")
+        if self.defect_seed and not self.defect_rate:
+            raise ValueError(f"defect_seed = {self.defect_seed}: seeds the defect_rate draw but "
+                             "defect_rate = 0; accepted: set defect_rate in (0, 1) or drop "
+                             "defect_seed")
+        listed = tuple(tuple(c) for c in self.defective_cores)
+        self._listed_cores = listed
+        if self.defect_rate > 0:
+            drawn = _drawn_cores(self.rows, self.cols, self.defect_rate, self.defect_seed)
+            merged = tuple(sorted(set(listed) | set(drawn)))
+            object.__setattr__(self, "defective_cores", merged)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults_and_drawn(self, handler: Any) -> dict[str, Any]:
+        """Leave the redundancy/defect-rate fields out of dumps when 0 (so specs without them
+        keep their YAML and content hash) and the drawn cores out of ``defective_cores``."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for field in ("spare_rows", "spare_cols", "defect_rate", "defect_seed"):
+                if not getattr(self, field):
+                    data.pop(field, None)
+            if self.defect_rate > 0 and "defective_cores" in data:
+                listed = self._listed_cores
+                data["defective_cores"] = [list(c) for c in listed] \
+                    if isinstance(data["defective_cores"], list) else listed
+        return data
+
     @property
     def cores(self) -> int:
         return self.rows * self.cols
+
+    @property
+    def repairs_defects(self) -> bool:
+        """Whether the fabric has spares: defects are then hidden by the hardware remap (the
+        program sees an intact logical grid) instead of the skip/route policies."""
+        return self.spare_rows > 0 or self.spare_cols > 0
+
+    @property
+    def logical_shape(self) -> tuple[int, int]:
+        """(rows, cols) of the logical grid the spares protect (before any shortfall)."""
+        return self.rows - self.spare_rows, self.cols - self.spare_cols
+
+
+@functools.lru_cache(maxsize=16)
+def _drawn_cores(rows: int, cols: int, rate: float, seed: int) -> tuple[tuple[int, int], ...]:
+    """``round(rate * rows * cols)`` distinct (row, col) drawn uniformly (numpy PCG64 ``seed``)."""
+    n = round(rate * rows * cols)
+    idx = np.random.default_rng(seed).choice(rows * cols, size=n, replace=False)
+    return tuple((int(i) // cols, int(i) % cols) for i in np.sort(idx))
 
 
 class ArchSpec(_Frozen):

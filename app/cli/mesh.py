@@ -77,7 +77,8 @@ def mesh(
     t.add_column("value", justify="right")
     for key in ("cycles", "us", "compute_efficiency", "core_utilization_mean",
                 "link_utilization_max", "link_utilization_mean", "memory_bytes_max",
-                "routes_per_core_max", "cores_used"):
+                "routes_per_core_max", "cores_used", *(k for k in ("logical_grid", "dead_cores",
+                "cores_lost") if k in d)):        # spares: the repaired grid (mesh_repair)
         t.add_row(key, str(d[key]))
     console.print(t)
     pt = Table(title="phases (cycles = one run; total = x repeat)")

@@ -53,7 +53,8 @@ def mesh_layer(
     algo: Optional[str] = typer.Option(None, "--algo", help="prefill: mesh | cannon | summa; "
                                        "decode: mesh | allreduce"),
     defects: str = typer.Option("skip", "--defects", help="skip (drop rows/columns with "
-                                "defects) | route (reroute messages around them)"),
+                                "defects) | route (reroute messages around them); a mesh with "
+                                "spare_rows/spare_cols repairs defects in hardware (skip only)"),
     elem_bytes: Optional[int] = typer.Option(
         None, "--elem-bytes", min=1, max=MAX_ELEM_BYTES,
         help="bytes per element; default and only accepted value: the mesh cores' "

@@ -1,5 +1,14 @@
 """Logical grids on a physical mesh, and remapping around dead cores and links.
 
+Three ways to live with defects (measured trade-offs: docs/mesh_defects.md):
+
+* **Spares** (``MeshSpec.spare_rows`` / ``spare_cols`` > 0, e.g. the ``wse2`` preset): the
+  hardware switches spare cores in and presents an intact logical grid, as Cerebras' wafers do
+  (:mod:`tilewright.compiler.mesh_repair`, with the citations). Every schedule runs unchanged on
+  it; the model charges each message the extra hops of the remap. This is the only way that
+  scales to 1-10 % dead cores (``defect_rate``).
+* ``skip`` and ``route`` (meshes without spares): the software avoids the defects itself.
+
 An algorithm runs on a logical ``pr x pc`` grid; :class:`Grid` maps logical row ``i`` to physical
 row ``rows[i]`` and logical column ``j`` to physical column ``cols[j]``. Every schedule in this
 package sends messages along straight logical rows/columns, XY-routed; so a message between two
@@ -19,7 +28,14 @@ row/column next to it, passes the defect and steps back
 hops and its relay cores store and forward, so a rerouted message costs up to five messages sent
 one after another (extra message-only phases after the phase it belongs to). It wins when the
 cores it keeps outweigh that (compute-bound steps) and loses on communication-bound steps that
-cross a defect every time; the model re-checks that nothing touches a defect.
+cross a defect every time; the model re-checks that nothing touches a defect. Why ``route`` is
+slower than ``skip`` on a WSE-2 prefill at 0.01 % dead cores (1.63 M vs 0.95 M cycles) although
+it keeps 97 k more cores: the mesh routes dimension-order XY, so a detour (two turns) needs relay
+cores that store and forward; each piece is a new message (full serialization again) in a
+message-only phase after the step, which cannot overlap the step's compute. The GEMM steps of a
+750 x 750 prefill are short (tens of cycles), so 4-8 such waves per step cost more than the 21 %
+extra cores save. That is right for an XY-routed mesh (the RTL mesh); a fabric with per-route
+configurable routers would detour cut-through instead, which is what spares model.
 
 The grids themselves are pure schedules and live in the compiler
 (:mod:`tilewright.compiler.mesh_schedule`) so that it can emit mesh Programs; this module keeps
@@ -105,6 +121,8 @@ def without_defects(arch: ArchSpec) -> ArchSpec:
     data = arch.model_dump(mode="json", exclude_none=True)
     data["mesh"]["defective_cores"] = []
     data["mesh"]["defective_links"] = []
+    data["mesh"].pop("defect_rate", None)
+    data["mesh"].pop("defect_seed", None)
     return ArchSpec.from_dict(data, source=arch.name)
 
 

@@ -27,6 +27,16 @@ deliberately simple, so that an RTL mesh can be built to meet them cycle for cyc
   barrier). Its time is ``max(comm, compute)`` when it overlaps communication with compute
   (double-buffered steps), else ``comm + compute``; ``ceil`` to whole cycles. A phase with
   ``repeat = n`` costs n times its single-run time.
+* **Relay waves.** A phase followed by ``relay_wave`` phases (messages rerouted around defects:
+  each wave leaves when the previous has arrived, relay cores store and forward) is one step
+  whose communication is the chain ``comm_0 + comm_1 + ...``: it costs ``max(chain, compute)``
+  when it overlaps (relays forward while the step computes), else ``chain + compute``. Each
+  wave's reported cycles are what it adds to the step (0 when hidden under compute). The RTL
+  mesh does not run detours (it checks defect-free meshes).
+* **Spares.** On a mesh with spare rows/columns (``MeshSpec.repairs_defects``) the schedule runs
+  on the intact logical grid the hardware repairs (:mod:`tilewright.compiler.mesh_repair`); flows
+  and per-core arrays are in logical coordinates, and every message's latency gains
+  ``alpha x`` its extra physical hops (bypassed dead cores/rows, displaced columns).
 * **Routes.** A core's route count in a phase is the number of flows whose path touches it
   (source, transit or destination); route tables may be rewritten between phases, so the limit
   ``max_routes_per_core`` applies per phase.
@@ -55,6 +65,7 @@ import numpy as np
 
 from tilewright.arch import ArchSpec, MeshSpec
 from tilewright.compiler.errors import MeshMappingError  # re-exported (the compiler raises it)
+from tilewright.compiler.mesh_repair import repair
 from tilewright.compiler.mesh_schedule import MessageBatch
 from tilewright.compiler.mesh_schedule import route_counts as _route_counts
 
@@ -97,6 +108,8 @@ class Phase:
     ``route_group``: phases of one group are translations of one another (e.g. SUMMA's
     broadcast from root column k); route ids are counted on its first, middle and last member
     only (the per-core route map is exact for those, the limit check exact for all).
+    ``relay_wave``: a message-only phase that is the next store-and-forward wave of the previous
+    phase's rerouted messages (``route`` defect policy): see "Relay waves" in the module doc.
     """
 
     name: str
@@ -105,6 +118,7 @@ class Phase:
     overlap: bool = False
     repeat: int = 1
     route_group: str | None = None
+    relay_wave: bool = False
 
 
 @dataclass
@@ -314,6 +328,7 @@ def simulate(arch: ArchSpec, phases: list[Phase], *, op: str, algo: str, shape: 
             f"({r}, {c}); {notes.get('memory_breakdown', '') if notes else ''}) but "
             f"core_sram_kib = {mesh.core_sram_kib:g}")
     alpha, beta = mesh.hop_latency_cycles, mesh.routing_stage_cycles
+    fix = repair(mesh) if mesh.repairs_defects else None
     mpc = mesh.core_macs_per_cycle
     dense = _DenseLinks(rows, cols)
     busy = np.zeros((rows, cols), np.int64)
@@ -321,6 +336,7 @@ def simulate(arch: ArchSpec, phases: list[Phase], *, op: str, algo: str, shape: 
     routes = np.zeros((rows, cols), np.int32)
     costs: list[PhaseCost] = []
     total = 0
+    step = None          # [comm chain, compute, overlap, time, repeat] of the current step
     groups: dict[str, list[int]] = {}
     for i, ph in enumerate(phases):
         if ph.route_group is not None:
@@ -333,7 +349,11 @@ def simulate(arch: ArchSpec, phases: list[Phase], *, op: str, algo: str, shape: 
         f = ph.flows
         if f is not None and len(f):
             segs = _segments(f, rows, cols, ph.repeat)
-            lat = float((alpha * f.hops + beta * f.stages).max())
+            hops = f.hops
+            if fix is not None:
+                _check_logical(fix, f, algo)
+                hops = hops + fix.extra_hops(f.sr, f.sc, f.dr, f.dc)
+            lat = float((alpha * hops + beta * f.stages).max())
             ser = _max_link_load(segs, rows, cols)
             dense.add(segs)
             if i not in skip_routes:
@@ -349,7 +369,13 @@ def simulate(arch: ArchSpec, phases: list[Phase], *, op: str, algo: str, shape: 
             comp = int(cc.max())
             busy += cc * ph.repeat
         comm = math.ceil(lat + ser) if nflows else 0
-        one = max(comm, comp) if ph.overlap else comm + comp
+        if ph.relay_wave and step is not None and step[4] == ph.repeat and not comp:
+            step[0] += comm
+            new = max(step[0], step[1]) if step[2] else step[0] + step[1]
+            one, step[3] = new - step[3], new
+        else:
+            one = max(comm, comp) if ph.overlap else comm + comp
+            step = [comm, comp, ph.overlap, one, ph.repeat]
         costs.append(PhaseCost(ph.name, ph.repeat, nflows, lat, ser, comp, one, one * ph.repeat))
         total += one * ph.repeat
     busy = busy + scalar_busy * cores
@@ -360,7 +386,11 @@ def simulate(arch: ArchSpec, phases: list[Phase], *, op: str, algo: str, shape: 
             f"{algo} {op} {_shape_text(shape)}: core ({r}, {c}) needs {int(routes.max())} route "
             f"ids in one phase but max_routes_per_core = {limit}")
     links = dense.arrays()
-    _check_defects(mesh, links, routes, busy, algo)
+    if fix is None:
+        _check_defects(mesh, links, routes, busy, algo)
+    else:
+        _check_logical_cores(fix, routes, busy, algo)
+        notes = {**(notes or {}), **fix.summary()}
     return MeshReport(op=op, algo=algo, shape=shape, arch=arch.name, clock_mhz=arch.clock_mhz,
                       cycles=int(total), phases=costs, useful_macs=int(useful_macs),
                       cores_used=int(cores.sum()), link_load_flits=links, core_busy_cycles=busy,
@@ -369,6 +399,28 @@ def simulate(arch: ArchSpec, phases: list[Phase], *, op: str, algo: str, shape: 
 
 def _shape_text(shape: dict) -> str:
     return "x".join(f"{k}={v}" for k, v in shape.items())
+
+
+def _check_logical(fix, f: Flows, algo: str) -> None:
+    """On a repaired fabric every message must stay inside the logical grid."""
+    nr, nc = fix.shape
+    bad = (np.maximum(f.sr, f.dr) >= nr) | (np.maximum(f.sc, f.dc) >= nc)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise MeshMappingError(f"{algo}: message ({f.sr[i]}, {f.sc[i]}) -> ({f.dr[i]}, {f.dc[i]}) "
+                               f"leaves the {nr}x{nc} logical grid the spares repair")
+
+
+def _check_logical_cores(fix, routes, busy, algo: str) -> None:
+    """No core outside the repaired logical grid computes or routes (the schedule is in
+    logical coordinates; cores past the grid stand for spares and dead cores)."""
+    nr, nc = fix.shape
+    used = (routes > 0) | (busy > 0)
+    used[:nr, :nc] = False
+    if used.any():
+        r, c = np.unravel_index(int(np.argmax(used)), used.shape)
+        raise MeshMappingError(f"{algo}: schedule uses core ({r}, {c}) outside the {nr}x{nc} "
+                               "logical grid the spares repair")
 
 
 def _check_defects(mesh: MeshSpec, links, routes, busy, algo: str) -> None:

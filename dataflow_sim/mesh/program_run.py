@@ -32,7 +32,7 @@ def to_phases(specs: list[PhaseSpec], link_bytes: int) -> list[Phase]:
         flows = None if f is None else Flows(f.sr, f.sc, f.dr, f.dc, -(-f.nbytes // link_bytes),
                                              f.stages, f.times)
         out.append(Phase(s.name, flows, s.macs + s.vector_ops, s.overlap, s.repeat,
-                         s.route_group))
+                         s.route_group, s.relay_wave))
     return out
 
 
@@ -46,7 +46,7 @@ def task_phase(task: MeshPhaseTask, program: Program, link_bytes: int) -> Phase:
         flows = Flows(arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy(), arr[:, 3].copy(),
                       -(-nbytes // link_bytes), arr[:, 4].copy(), arr[:, 5].copy())
     return Phase(task.name, flows, task.macs_per_core + task.vector_ops_per_core, task.overlap,
-                 task.repeat, task.route_group)
+                 task.repeat, task.route_group, task.relay_wave)
 
 
 @dataclass
