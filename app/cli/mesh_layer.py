@@ -17,10 +17,15 @@ from rich.console import Console
 from rich.table import Table
 
 from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES
+from tilewright.app.cli.mesh import COLS_OPTION, HOP_OPTION, LINK_OPTION, ROWS_OPTION, with_mesh
 from tilewright.arch import load_arch
-from tilewright.compiler.mesh_partition import partition_layer, partition_moe_layer
-from tilewright.dataflow_sim.mesh import MeshMappingError, run_mesh_program
+from tilewright.compiler.mesh_partition import (partition_layer, partition_moe_layer,
+                                                rect_regions, square_regions)
+from tilewright.dataflow_sim.mesh import MeshMappingError, defect_grid, run_mesh_program
+from tilewright.dataflow_sim.mesh.capacity import (llama_capacity, moe_capacity,
+                                                   program_buffer_bytes, wafer_stages)
 from tilewright.dataflow_sim.mesh.grid import as_mapping_error
+from tilewright.dataflow_sim.mesh.llm import WaferPlan, choose_wafers, wafer_link_us
 
 __all__ = ["mesh_layer"]
 
@@ -39,6 +44,27 @@ def _experts(text: str | None) -> list[list[int]] | None:
             from None
 
 
+def _capacity_of(spec, cfg, prog, phase: str, *, tokens: int, context: int, batch: int,
+                 elem_bytes: int, defects: str, is_moe: bool):
+    """``wafers -> Capacity`` of the whole model placed as ``prog``'s partition places it."""
+    buf = program_buffer_bytes(prog)
+    if not is_moe:
+        pr, pc = (int(x) for x in prog.meta["grid"].split("x"))
+        return lambda w: llama_capacity(spec, cfg, phase, tokens=tokens, context=context, pr=pr,
+                                        pc=pc, elem_bytes=elem_bytes, buffer_bytes=buf, wafers=w)
+    n_reg = cfg.n_experts + (1 if cfg.n_shared_experts else 0)
+    with as_mapping_error():
+        if phase == "prefill":
+            grid, _, _, regions = square_regions(defect_grid(spec.mesh, defects, square=True),
+                                                 n_reg)
+        else:
+            grid = defect_grid(spec.mesh, defects)
+            regions = rect_regions(grid, n_reg)
+    return lambda w: moe_capacity(spec, cfg, phase, tokens=tokens, context=context, batch=batch,
+                                  grid=grid, regions=regions, elem_bytes=elem_bytes,
+                                  buffer_bytes=buf, wafers=w)
+
+
 def mesh_layer(
     model: str = typer.Argument(..., help="LLM config: a Llama (llama3-8b, tiny-llama) or MoE "
                                 "(mixtral-8x7b, tiny-moe) name"),
@@ -47,7 +73,8 @@ def mesh_layer(
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
     tokens: int = typer.Option(4096, "--tokens", min=1, max=MAX_DIM, help="prefill: prompt tokens"),
     context: int = typer.Option(4096, "--context", min=1, max=MAX_DIM,
-                                help="decode (Llama): cached tokens"),
+                                help="decode: cached tokens (Llama: attended to; MoE: held in "
+                                "the KV cache of every decode token)"),
     experts: Optional[str] = typer.Option(None, "--experts", help="decode (MoE): experts per "
                                           "token, e.g. '0,1;2,3' for two tokens"),
     algo: Optional[str] = typer.Option(None, "--algo", help="prefill: mesh | cannon | summa; "
@@ -56,13 +83,24 @@ def mesh_layer(
                                 "defects) | route (reroute messages around them)"),
     elem_bytes: int = typer.Option(2, "--elem-bytes", min=1, max=MAX_ELEM_BYTES,
                                    help="bytes per element"),
+    wafers: Optional[str] = typer.Option(None, "--wafers", help="N | auto: split the model's "
+                                         "layers over N wafers (auto: the fewest that hold it), "
+                                         "pipelined over the ArchSpec's inter-wafer link"),
+    rows: Optional[int] = ROWS_OPTION,
+    cols: Optional[int] = COLS_OPTION,
+    link_bytes: Optional[int] = LINK_OPTION,
+    hop_latency: Optional[float] = HOP_OPTION,
     save: Optional[Path] = typer.Option(None, "--save", help="also write the Program here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Partition one layer over the mesh (a Program of mesh tasks) and print per-op cycles."""
+    """Partition one layer over the mesh (a Program of mesh tasks), check that the whole model
+    fits the wafer's SRAM (or plan it over several wafers), and print per-op cycles."""
     from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
         MoEConfig, get_config)
-    spec = load_arch(arch)
+    spec = with_mesh(load_arch(arch), arch, rows=rows, cols=cols,
+                     link_bytes_per_cycle=link_bytes, hop_latency_cycles=hop_latency)
+    if spec.mesh is None:
+        raise MeshMappingError(f"{arch}: the ArchSpec has no mesh section")
     try:
         cfg = get_config(model)
     except ValueError as exc:
@@ -75,30 +113,54 @@ def mesh_layer(
         raise MeshMappingError(f"--experts {experts!r}: routes decode tokens; the prefill "
                                f"spreads --tokens evenly over the experts; accepted: --phase "
                                f"decode with --experts, or prefill without it")
+    is_moe = isinstance(cfg, MoEConfig)
+    token_experts = _experts(experts)
     with as_mapping_error():
-        if isinstance(cfg, MoEConfig):
+        if is_moe:
             prog = partition_moe_layer(spec, model, phase, tokens=tokens,
-                                       token_experts=_experts(experts), algo=algo,
+                                       token_experts=token_experts, algo=algo,
                                        elem_bytes=elem_bytes, defects=defects)
         else:
             prog = partition_layer(spec, model, phase, tokens=tokens, context=context, algo=algo,
                                    elem_bytes=elem_bytes, defects=defects)
+    batch = len(token_experts) if token_experts else 1
+    capacity_of = _capacity_of(spec, cfg, prog, phase, tokens=tokens, context=context,
+                               batch=batch, elem_bytes=elem_bytes, defects=defects,
+                               is_moe=is_moe)
+    n_wafers, cap = choose_wafers(capacity_of, cfg.n_layers, wafers)      # before any timing
+    crossing = (tokens if phase == "prefill" else batch) * cfg.d_model * elem_bytes
+    link_us = wafer_link_us(spec, crossing, n_wafers, asked=wafers)
     run = run_mesh_program(prog, spec)
     if save is not None:
         prog.save(save)
     table = run.table()
+    stages = wafer_stages(cfg.n_layers, n_wafers)
+    plan = WaferPlan(n_wafers, stages, [n * run.us for n in stages], crossing, link_us)
+    grid = prog.meta["grid"]
+    physical = f"{spec.mesh.rows}x{spec.mesh.cols}"
     if as_json:
         print(json.dumps({"program": prog.name, "arch": spec.name, "cycles": run.cycles,
                           "us": round(run.us, 6), "useful_macs": run.useful_macs,
                           "tasks": len(prog.tasks), **{k: v for k, v in prog.meta.items()
                                                        if k != "token_experts"},
-                          "ops": table.to_dict(orient="records")}))
+                          "physical_grid": physical, "capacity": cap.summary(),
+                          "model": plan.summary(), "ops": table.to_dict(orient="records")}))
         return
-    t = Table(title=f"{prog.name} on {spec.name} ({spec.mesh.rows}x{spec.mesh.cols}): "
-                    f"{run.cycles} cycles, {run.us:.3f} us, {len(prog.tasks)} mesh tasks")
+    t = Table(title=f"{prog.name} on {spec.name}: logical grid {grid} of the {physical} "
+                    f"physical mesh: {run.cycles} cycles, {run.us:.3f} us per layer, "
+                    f"{len(prog.tasks)} mesh tasks")
     for c in ("op", "cycles", "us", "useful_macs", "cores_used", "phases"):
         t.add_column(c, justify="left" if c == "op" else "right")
     for row in table.itertuples(index=False):
         t.add_row(row.op, str(row.cycles), f"{row.us:.3f}", str(row.useful_macs),
                   str(row.cores_used), str(row.phases))
     console.print(t)
+    console.print(f"SRAM per core: {cap.total:,} B of {cap.sram_bytes:,} (weights "
+                  f"{cap.weight_bytes:,}, KV cache {cap.kv_bytes:,}, buffers "
+                  f"{cap.buffer_bytes:,}) on the fullest wafer", markup=False, highlight=False)
+    if n_wafers > 1:
+        console.print(f"{n_wafers} wafers, layers {plan.layers}: stages "
+                      f"{', '.join(f'{u:.3f}' for u in plan.stage_us)} us, link "
+                      f"{plan.link_us:.3f} us per crossing ({crossing:,} B); {cfg.n_layers} "
+                      f"layers end to end {plan.latency_us:.3f} us, pipelined interval "
+                      f"{plan.interval_us:.3f} us", markup=False, highlight=False)

@@ -39,16 +39,19 @@ from functools import lru_cache
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.mesh_partition import decoder_layer_ops
+from tilewright.compiler.mesh_partition import decoder_layer_ops, prefill_gemm_specs
 from tilewright.compiler.mesh_schedule import kv_shift_specs, row_allreduce_specs
 from tilewright.dataflow_sim.mesh.gemm import mesh_gemm
 from tilewright.dataflow_sim.mesh.gemv import mesh_gemv
+from tilewright.dataflow_sim.mesh.capacity import (embedding_bytes, kv_bytes_per_core,
+                                                   llama_layer_weight_bytes)
 from tilewright.dataflow_sim.mesh.grid import defect_grid, healthy_grid, reroute
 from tilewright.dataflow_sim.mesh.model import MeshMappingError, message_cycles, simulate
 from tilewright.dataflow_sim.mesh.program_run import to_phases
 from tilewright.models.llm_shapes import LlamaConfig, get_config
 
-__all__ = ["LayerOp", "LayerPlan", "plan_layer", "kv_cache_capacity", "row_allreduce_cycles"]
+__all__ = ["LayerOp", "LayerPlan", "plan_layer", "kv_cache_capacity", "row_allreduce_cycles",
+           "WaferPlan", "wafer_link_us", "choose_wafers"]
 
 
 @dataclass
@@ -109,6 +112,22 @@ def _gemm(arch: ArchSpec, m: int, k: int, n: int, algo: str, elem_bytes: int,
 
 
 @lru_cache(maxsize=256)
+def _causal_gemm(arch: ArchSpec, m: int, k: int, n: int, algo: str, elem_bytes: int,
+                 defects: str = "skip") -> int:
+    """Cycles of a causal prefill attention product (the compiler's masked MeshGEMM phases,
+    :func:`~tilewright.compiler.mesh_partition.prefill_gemm_specs`), on the square grid."""
+    grid = defect_grid(arch.mesh, defects, square=True)
+    p = grid.pr
+    specs = prefill_gemm_specs(algo, grid, -(-m // p), -(-k // p), -(-n // p), elem_bytes,
+                               causal=True)
+    specs, _ = reroute(specs, arch.mesh, defects)
+    phases = to_phases(specs, arch.mesh.link_bytes_per_cycle)
+    mask = grid.mask()
+    return simulate(arch, phases, op="gemm", algo=algo, shape={"m": m, "k": k, "n": n},
+                    cores=mask, memory_bytes=np.zeros(mask.shape), useful_macs=0).cycles
+
+
+@lru_cache(maxsize=256)
 def _gemv(arch: ArchSpec, k: int, n: int, algo: str, elem_bytes: int,
           defects: str = "skip") -> int:
     return mesh_gemv(arch, k, n, algo=algo, elem_bytes=elem_bytes, defects=defects).cycles
@@ -148,9 +167,11 @@ def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill",
         algo = algo or "mesh"
         p = defect_grid(arch.mesh, defects, square=True).pr
 
-        def gemm(name, m, k, n):
-            ops.append(LayerOp(name, "gemm", f"{algo} [{m},{k}]x[{k},{n}]",
-                               _gemm(arch, m, k, n, algo, elem_bytes, defects)))
+        def gemm(name, m, k, n, causal):
+            cyc = _causal_gemm(arch, m, k, n, algo, elem_bytes, defects) if causal else \
+                _gemm(arch, m, k, n, algo, elem_bytes, defects)
+            ops.append(LayerOp(name, "gemm", f"{algo} [{m},{k}]x[{k},{n}]"
+                               + (" causal" if causal else ""), cyc))
 
         def vec(name, elems, ops_per, reductions=0, red_values=0):
             cyc = _vector_cycles(arch, elems, ops_per)
@@ -161,7 +182,7 @@ def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill",
 
         for op in decoder_layer_ops(cfg, phase, tokens=tokens, context=context, pr=p, pc=p):
             if op.kind == "gemm":
-                gemm(op.name, op.m, op.k, op.n)
+                gemm(op.name, op.m, op.k, op.n, op.causal)
             else:
                 vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
         plan.notes.update(grid=f"{p}x{p}", algo=algo)
@@ -186,7 +207,6 @@ def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill",
                 gemv(op.name, op.k, op.n)
             else:
                 vec(op.name, op.elems, op.ops_per, op.reductions, op.red_values)
-        kv_cache_capacity(arch, model, prompt=0, elem_bytes=elem_bytes)   # raises if no room
         nbytes = -(-2 * kvd // pc) * elem_bytes          # one token's K/V per core per layer
         specs, _ = reroute(kv_shift_specs(grid, nbytes), arch.mesh, defects)
         shift = simulate(arch, to_phases(specs, arch.mesh.link_bytes_per_cycle), op="kv-shift",
@@ -203,20 +223,18 @@ def kv_cache_capacity(arch: ArchSpec, model: str = "llama3-8b", *, prompt: int =
                       elem_bytes: int = 2, reserve_bytes: int = 4096) -> dict:
     """Maximum decode length with a shift-based vs a concatenating KV cache, given per-core SRAM.
 
-    Each core keeps its block of every layer's decode weights (K on rows, N on columns) plus
-    ``reserve_bytes`` of buffers; the rest holds KV. Tokens sit on rows; a token's
-    2 x kv_heads x head_dim features of every layer are spread over the columns.
+    Each core keeps its block of every layer's decode weights and of the embedding table and LM
+    head (:mod:`.capacity`) plus ``reserve_bytes`` of buffers; the rest holds KV. Tokens sit on
+    rows; a token's 2 x kv_heads x head_dim features of every layer are spread over the columns.
     """
     cfg = _llama(model)
     grid = healthy_grid(arch.mesh)
     pr, pc = grid.pr, grid.pc
-    d, kvd, ffn = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.d_ffn
-    shapes = [(d, d), (d, kvd), (d, kvd), (d, d), (d, ffn), (d, ffn), (ffn, d)]
-    w_layer = sum(-(-k // pr) * -(-n // pc) for k, n in shapes) * elem_bytes
-    weights = w_layer * cfg.n_layers
+    weights = llama_layer_weight_bytes(cfg, "decode", pr, pc, elem_bytes) * cfg.n_layers \
+        + sum(embedding_bytes(cfg, pr, pc, elem_bytes))
     sram = int(arch.mesh.core_sram_kib * 1024)
     free = sram - weights - reserve_bytes
-    per_tok_layer = -(-2 * kvd // pc) * elem_bytes
+    per_tok_layer = kv_bytes_per_core(cfg, 1, pr, pc, elem_bytes, 1)
     per_tok = per_tok_layer * cfg.n_layers
     if free < per_tok:
         raise MeshMappingError(
@@ -234,3 +252,76 @@ def kv_cache_capacity(arch: ArchSpec, model: str = "llama3-8b", *, prompt: int =
             "max_decode_concat": int(concat), "max_decode_shift": int(shift),
             "ratio": (shift / concat) if concat else math.inf,
             "shift_cycles_per_layer": message_cycles(arch.mesh, per_tok_layer, 1, 1)}
+
+
+# ---- several wafers: layers pipelined over wafers joined by a link --------------------------
+
+@dataclass
+class WaferPlan:
+    """The model's layers split over ``wafers`` wafers (contiguous runs, :func:`~.capacity.
+    wafer_stages`); one request crosses every stage in turn and the link between consecutive
+    wafers ``wafers - 1`` times. ``stage_us``: layers x one layer's time (+ the end-to-end
+    extras the caller adds to the first/last stage)."""
+
+    wafers: int
+    layers: list[int]
+    stage_us: list[float]
+    link_bytes: int
+    link_us: float
+
+    @property
+    def latency_us(self) -> float:
+        """One request end to end: every stage plus every link crossing."""
+        return sum(self.stage_us) + (self.wafers - 1) * self.link_us
+
+    @property
+    def interval_us(self) -> float:
+        """Pipelined: a new request can enter every slowest-stage (or link) time."""
+        return max(self.stage_us + ([self.link_us] if self.wafers > 1 else []))
+
+    def summary(self) -> dict:
+        return {"wafers": self.wafers, "layers_per_wafer": self.layers,
+                "stage_us": [round(u, 6) for u in self.stage_us],
+                "link_bytes": self.link_bytes, "link_us": round(self.link_us, 6),
+                "latency_us": round(self.latency_us, 6),
+                "pipelined_interval_us": round(self.interval_us, 6)}
+
+
+def wafer_link_us(arch: ArchSpec, nbytes: int, wafers: int, asked: str | None = None) -> float:
+    """Time of ``nbytes`` over the inter-wafer link (``mesh.wafer_link_latency_us +
+    nbytes / mesh.wafer_link_gbytes_per_s``); 0 on one wafer. A plan over several wafers with
+    no link in the ArchSpec is refused."""
+    if wafers == 1:
+        return 0.0
+    mesh = arch.mesh
+    if mesh.wafer_link_gbytes_per_s is None or mesh.wafer_link_latency_us is None:
+        raise MeshMappingError(
+            f"--wafers {asked or wafers}: a plan over {wafers} wafers, but {arch.name} has no "
+            "inter-wafer link; a plan over several "
+            "wafers needs mesh.wafer_link_gbytes_per_s and mesh.wafer_link_latency_us in the "
+            "ArchSpec")
+    return mesh.wafer_link_latency_us + nbytes / (mesh.wafer_link_gbytes_per_s * 1e3)
+
+
+def choose_wafers(capacity_of, n_layers: int, asked: str | int | None):
+    """(wafers, Capacity of the fullest wafer): ``asked`` wafers (refused when they do not
+    hold the model), or with ``"auto"`` the fewest that do. ``capacity_of(w)``: the
+    :class:`~.capacity.Capacity` of a plan over ``w`` wafers."""
+    if asked in (None, 1, "1"):
+        return 1, capacity_of(1).check(
+            "split the layers over several wafers with --wafers N|auto (needs an inter-wafer "
+            "link in the ArchSpec), a shorter --context/--tokens, or a larger mesh")
+    if asked == "auto":
+        for w in range(1, n_layers + 1):
+            cap = capacity_of(w)
+            if cap.fits:
+                return w, cap
+        capacity_of(n_layers).check("even one layer per wafer does not fit")
+    try:
+        w = int(asked)
+    except (TypeError, ValueError):
+        w = 0
+    if not 1 <= w <= n_layers:
+        raise MeshMappingError(f"--wafers {asked!r}: accepted: an integer from 1 to the model's "
+                               f"{n_layers} layers, or 'auto'")
+    return w, capacity_of(w).check("use more wafers (--wafers auto picks the fewest that fit)")
