@@ -114,9 +114,9 @@ def test_cli_mesh_layer_json_and_errors(tmp_path):
     app.command("noop")(lambda: None)
     yaml = (Path(__file__).parents[1] / "configs" / "mesh4x4.yaml").read_text()
     arch_file = tmp_path / "big.yaml"
-    arch_file.write_text(yaml.replace("core_sram_kib: 16", "core_sram_kib: 64"))
+    arch_file.write_text(yaml.replace("core_sram_kib: 16", "core_sram_kib: 256"))
     res = CliRunner().invoke(app, ["mesh-layer", "tiny-moe", "--arch", str(arch_file), "--phase",
-                                   "decode", "--experts", "0,1;2,3", "--json",
+                                   "decode", "--experts", "0,1;2,3", "--context", "16", "--json",
                                    "--save", str(tmp_path / "p")])
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
