@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -25,7 +26,9 @@ from tilewright.dataflow_sim.mesh import MeshMappingError, defect_grid, run_mesh
 from tilewright.dataflow_sim.mesh.capacity import (llama_capacity, moe_capacity,
                                                    program_buffer_bytes, wafer_stages)
 from tilewright.dataflow_sim.mesh.grid import as_mapping_error
-from tilewright.dataflow_sim.mesh.llm import WaferPlan, choose_wafers, wafer_link_us
+from tilewright.dataflow_sim.mesh.llm import (WaferPlan, choose_wafers, embedding_lookup,
+                                              final_norm_and_head, handover, wafer_link_us)
+from tilewright.dataflow_sim.mesh.program_run import link_busy_map, split_cycles
 
 __all__ = ["mesh_layer"]
 
@@ -90,6 +93,12 @@ def mesh_layer(
     cols: Optional[int] = COLS_OPTION,
     link_bytes: Optional[int] = LINK_OPTION,
     hop_latency: Optional[float] = HOP_OPTION,
+    whole: bool = typer.Option(False, "--all", help="the whole model end to end (Llama): "
+                               "embedding, every layer, final norm and LM head, and for decode "
+                               "the handover from the prefill layout (prompt = --context)"),
+    heatmap: Optional[Path] = typer.Option(None, "--heatmap", help="write a PNG map of link "
+                                           "busy cycles per core (the layer; with --all the "
+                                           "whole model)"),
     save: Optional[Path] = typer.Option(None, "--save", help="also write the Program here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -114,6 +123,14 @@ def mesh_layer(
                                f"spreads --tokens evenly over the experts; accepted: --phase "
                                f"decode with --experts, or prefill without it")
     is_moe = isinstance(cfg, MoEConfig)
+    if whole and is_moe:
+        raise MeshMappingError(f"--all: {model} is an MoE model; the end-to-end model covers "
+                               "Llama-style decoders (the MoE partition has no attention yet); "
+                               "accepted: --all with a Llama model, or an MoE layer without it")
+    if heatmap is not None and (heatmap.suffix.lower() != ".png" or
+                                not heatmap.resolve().parent.is_dir()):
+        raise MeshMappingError(f"--heatmap {heatmap}: accepted: a .png file in an existing "
+                               "folder")
     token_experts = _experts(experts)
     with as_mapping_error():
         if is_moe:
@@ -135,7 +152,18 @@ def mesh_layer(
         prog.save(save)
     table = run.table()
     stages = wafer_stages(cfg.n_layers, n_wafers)
-    plan = WaferPlan(n_wafers, stages, [n * run.us for n in stages], crossing, link_us)
+    extras = _extras(spec, cfg, phase, tokens=tokens, context=context, elem_bytes=elem_bytes,
+                     defects=defects, stages=stages) if whole else {}
+    stage_us = [n * run.us for n in stages]
+    if whole:
+        stage_us[0] += extras["embedding"].us
+        stage_us[-1] += extras["final norm (RMSNorm)"].us + extras["lm head"].us
+    plan = WaferPlan(n_wafers, stages, stage_us, crossing, link_us)
+    handover_us = max((r.us for k, r in extras.items() if k.startswith("handover")),
+                      default=0.0)
+    if heatmap is not None:
+        _heatmap(heatmap, run, cfg.n_layers, extras, f"{prog.name} on {spec.name}"
+                 + (" (whole model)" if whole else " (one layer)"))
     grid = prog.meta["grid"]
     physical = f"{spec.mesh.rows}x{spec.mesh.cols}"
     if as_json:
@@ -144,17 +172,40 @@ def mesh_layer(
                           "tasks": len(prog.tasks), **{k: v for k, v in prog.meta.items()
                                                        if k != "token_experts"},
                           "physical_grid": physical, "capacity": cap.summary(),
-                          "model": plan.summary(), "ops": table.to_dict(orient="records")}))
+                          "model": {**plan.summary(), **_e2e_json(extras, handover_us),
+                                    **({"end_to_end_us": round(plan.latency_us + handover_us,
+                                                               6)} if whole else {})},
+                          "ops": table.to_dict(orient="records")}))
         return
     t = Table(title=f"{prog.name} on {spec.name}: logical grid {grid} of the {physical} "
                     f"physical mesh: {run.cycles} cycles, {run.us:.3f} us per layer, "
                     f"{len(prog.tasks)} mesh tasks")
-    for c in ("op", "cycles", "us", "useful_macs", "cores_used", "phases"):
+    cols_ = ("op", "cycles", "us", "compute", "transfer", "reduction", "useful_macs",
+             "cores_used", "phases")
+    for c in cols_:
         t.add_column(c, justify="left" if c == "op" else "right")
     for row in table.itertuples(index=False):
-        t.add_row(row.op, str(row.cycles), f"{row.us:.3f}", str(row.useful_macs),
+        t.add_row(row.op, str(row.cycles), f"{row.us:.3f}", str(row.compute_cycles),
+                  str(row.transfer_cycles), str(row.reduction_cycles), str(row.useful_macs),
                   str(row.cores_used), str(row.phases))
+    tot = table[["cycles", "compute_cycles", "transfer_cycles", "reduction_cycles"]].sum()
+    t.add_row("layer", str(tot.cycles), f"{run.us:.3f}", str(tot.compute_cycles),
+              str(tot.transfer_cycles), str(tot.reduction_cycles), str(run.useful_macs), "",
+              "")
     console.print(t)
+    if whole:
+        e = Table(title=f"{cfg.n_layers} layers end to end ({phase}"
+                        + (", after the prefill" if phase == "decode" else "") + ")")
+        for c in ("part", "count", "us each", "us", "compute", "transfer", "reduction"):
+            e.add_column(c, justify="left" if c == "part" else "right")
+        for name, count, us, sp in _e2e_rows(run, table, cfg.n_layers, extras):
+            e.add_row(name, str(count), f"{us:.3f}", f"{us * count:.3f}",
+                      str(sp["compute_cycles"] * count), str(sp["transfer_cycles"] * count),
+                      str(sp["reduction_cycles"] * count))
+        console.print(e)
+        console.print(f"end to end: {plan.latency_us + handover_us:.3f} us"
+                      + (f" (handover {handover_us:.3f} us)" if handover_us else ""),
+                      markup=False, highlight=False)
     console.print(f"SRAM per core: {cap.total:,} B of {cap.sram_bytes:,} (weights "
                   f"{cap.weight_bytes:,}, KV cache {cap.kv_bytes:,}, buffers "
                   f"{cap.buffer_bytes:,}) on the fullest wafer", markup=False, highlight=False)
@@ -164,3 +215,63 @@ def mesh_layer(
                       f"{plan.link_us:.3f} us per crossing ({crossing:,} B); {cfg.n_layers} "
                       f"layers end to end {plan.latency_us:.3f} us, pipelined interval "
                       f"{plan.interval_us:.3f} us", markup=False, highlight=False)
+
+
+def _extras(spec, cfg, phase: str, *, tokens: int, context: int, elem_bytes: int, defects: str,
+            stages: list[int]) -> dict:
+    """The end-to-end parts besides the layers (MeshReports, by name); decode: one handover per
+    distinct wafer load (wafers re-lay out their own layers at once)."""
+    with as_mapping_error():
+        out = {"embedding": embedding_lookup(spec, cfg, phase, tokens=tokens,
+                                             elem_bytes=elem_bytes, defects=defects)}
+        out.update(final_norm_and_head(spec, cfg, phase, elem_bytes=elem_bytes,
+                                       defects=defects))
+        if phase == "decode":
+            n = len(stages)
+            seen = set()
+            for i, layers in enumerate(stages):
+                key = (layers, i == 0, i == n - 1)
+                if key not in seen:
+                    seen.add(key)
+                    out[f"handover (wafer {i + 1})" if n > 1 else "handover"] = handover(
+                        spec, cfg, tokens=context, layers=layers, elem_bytes=elem_bytes,
+                        defects=defects, embedding=key[1], head=key[2])
+    return out
+
+
+def _e2e_rows(run, table, n_layers: int, extras: dict):
+    """(part, count, us each, split of one) for the end-to-end table."""
+    layer = {k: int(table[k].sum()) for k in ("compute_cycles", "transfer_cycles",
+                                              "reduction_cycles")}
+    rows = [(k, 1, r.us, split_cycles(r)) for k, r in extras.items() if k == "embedding"]
+    rows.append(("decoder layer", n_layers, run.us, layer))
+    rows += [(k, 1, r.us, split_cycles(r)) for k, r in extras.items() if k != "embedding"]
+    return rows
+
+
+def _e2e_json(extras: dict, handover_us: float) -> dict:
+    if not extras:
+        return {}
+    return {"parts": {k: {"us": round(r.us, 6), "cycles": r.cycles, **split_cycles(r)}
+                      for k, r in extras.items()},
+            "handover_us": round(handover_us, 6)}
+
+
+def _heatmap(path: Path, run, n_layers: int, extras: dict, title: str) -> None:
+    """PNG of link busy cycles per core (east + south links, both directions) summed over the
+    layer's ops (x ``n_layers`` when ``extras`` are given, the whole model) and the extras."""
+    import matplotlib  # noqa: PLC0415  (lazy: matplotlib is heavy)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415  (lazy: matplotlib is heavy)
+    layer = sum(link_busy_map(r) for _, r in run.ops)
+    total = layer * (n_layers if extras else 1) + sum(link_busy_map(r) for r in extras.values())
+    fig, ax = plt.subplots(figsize=(8, 6))
+    from matplotlib.colors import LogNorm  # noqa: PLC0415  (lazy: matplotlib is heavy)
+    im = ax.imshow(np.maximum(total, 1), cmap="viridis", interpolation="nearest",
+                   aspect="auto", norm=LogNorm())
+    fig.colorbar(im, ax=ax, label="link busy cycles (flits), east + south links of each core")
+    ax.set_title(title)
+    ax.set_xlabel("core column")
+    ax.set_ylabel("core row")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -40,18 +40,20 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.mesh_partition import decoder_layer_ops, prefill_gemm_specs
-from tilewright.compiler.mesh_schedule import kv_shift_specs, row_allreduce_specs
+from tilewright.compiler.mesh_schedule import (FlowBatch, PhaseSpec, bcast_col_flows,
+                                               kv_shift_specs, row_allreduce_specs)
 from tilewright.dataflow_sim.mesh.gemm import mesh_gemm
 from tilewright.dataflow_sim.mesh.gemv import mesh_gemv
 from tilewright.dataflow_sim.mesh.capacity import (embedding_bytes, kv_bytes_per_core,
                                                    llama_layer_weight_bytes)
 from tilewright.dataflow_sim.mesh.grid import defect_grid, healthy_grid, reroute
-from tilewright.dataflow_sim.mesh.model import MeshMappingError, message_cycles, simulate
+from tilewright.dataflow_sim.mesh.model import (MeshMappingError, MeshReport, message_cycles,
+                                                simulate)
 from tilewright.dataflow_sim.mesh.program_run import to_phases
 from tilewright.models.llm_shapes import LlamaConfig, get_config
 
 __all__ = ["LayerOp", "LayerPlan", "plan_layer", "kv_cache_capacity", "row_allreduce_cycles",
-           "WaferPlan", "wafer_link_us", "choose_wafers"]
+           "WaferPlan", "wafer_link_us", "choose_wafers", "handover", "embedding_lookup", "final_norm_and_head"]
 
 
 @dataclass
@@ -325,3 +327,132 @@ def choose_wafers(capacity_of, n_layers: int, asked: str | int | None):
         raise MeshMappingError(f"--wafers {asked!r}: accepted: an integer from 1 to the model's "
                                f"{n_layers} layers, or 'auto'")
     return w, capacity_of(w).check("use more wafers (--wafers auto picks the fewest that fit)")
+
+
+# ---- the whole model end to end: embedding, layers, final norm, LM head, handover ------------
+
+def _overlaps(n: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Index ``0..n-1`` cut in blocks of ``ceil(n/a)`` and of ``ceil(n/b)``: (block in the
+    first cut, block in the second, length) of every non-empty piece where they overlap."""
+    wa, wb = -(-n // a), -(-n // b)
+    cuts = np.unique(np.r_[np.arange(0, n, wa), np.arange(0, n, wb), n])
+    lo, ln = cuts[:-1], np.diff(cuts)
+    return lo // wa, lo // wb, ln
+
+
+def _run(arch: ArchSpec, name: str, specs, grid, defects: str, useful_macs: int = 0,
+         same_as: tuple | None = None):
+    """Cost ``specs`` on ``grid``; ``same_as = ("rows" | "cols", physical indices)``: the
+    messages are one representative row (column) of a pattern every listed row (column)
+    repeats, recorded in ``notes["same_as"]`` for maps of the whole mesh."""
+    specs, _ = reroute(specs, arch.mesh, defects)
+    mask = grid.mask()
+    return simulate(arch, to_phases(specs, arch.mesh.link_bytes_per_cycle), op=name,
+                    algo="model", shape={}, cores=mask, memory_bytes=np.zeros(mask.shape),
+                    useful_macs=useful_macs,
+                    notes={"same_as": (same_as[0], [int(x) for x in same_as[1]])}
+                    if same_as else None)
+
+
+def handover(arch: ArchSpec, cfg: LlamaConfig, *, tokens: int, layers: int, elem_bytes: int,
+             defects: str = "skip", embedding: bool = True, head: bool = True) -> MeshReport:
+    """Decode after prefill: every weight matrix of ``layers`` layers (the weight ops of
+    :func:`decoder_layer_ops`), the prompt's KV cache (``[tokens, 2 kvd]`` per layer) and the
+    embedding table / LM head move from the prefill layout (square ``p x p`` grid, blocks of
+    ``ceil(n/p)`` columns) to the decode layout (whole ``pr x pc`` grid, ``ceil(n/pc)``), as
+    mesh messages.
+
+    Both grids must share their rows (the WSE-2 case: 750 of 750; otherwise refused): a block
+    keeps its row and moves east along it from logical column ``j`` to ``j' >= j``. The move is
+    a store-and-forward relay along each row (one hop per step, one route id per hop): at step
+    ``s`` the link east of column ``c`` carries every chunk that started at ``c - s + 1`` and
+    goes beyond ``c``. Rows are independent and all move the same pattern; the first block row
+    (the fullest) is costed.
+    """
+    src = defect_grid(arch.mesh, defects, square=True)
+    dst = defect_grid(arch.mesh, defects)
+    if src.pr != dst.pr or not np.array_equal(src.rows, dst.rows) or \
+            not np.array_equal(src.cols, dst.cols[:src.pc]):
+        raise MeshMappingError(
+            f"--all decode: the prefill grid {src.pr}x{src.pc} and the decode grid "
+            f"{dst.pr}x{dst.pc} use different rows; the prefill-to-decode handover is modelled "
+            "only when they share their rows (a mesh at least as wide as it is tall)")
+    eb = elem_bytes
+    kvd = cfg.n_kv_heads * cfg.head_dim
+    mats = [(o.k, o.n, layers) for o in decoder_layer_ops(cfg, "decode", tokens=1, context=1,
+                                                          pr=dst.pr, pc=dst.pc) if o.weight]
+    mats.append((tokens, 2 * kvd, layers))
+    if embedding:
+        mats.append((cfg.vocab_size, cfg.d_model, 1))
+    if head:
+        mats.append((cfg.d_model, cfg.vocab_size, 1))
+    moved = np.zeros((src.pc, dst.pc), np.int64)          # bytes from column j to column j'
+    for r, c, n in mats:
+        row0 = min(-(-r // dst.pr), r)                      # rows of the first block row
+        ci, cj, cl = _overlaps(c, src.pc, dst.pc)
+        np.add.at(moved, (ci, cj), row0 * cl * eb * n)
+    j, jd = np.nonzero(moved)
+    nb = moved[j, jd]
+    go = jd > j
+    j, jd, nb = j[go], jd[go], nb[go]
+    specs = []
+    for step in range(1, int((jd - j).max(initial=0)) + 1):
+        on = jd - j >= step
+        at = j[on] + step - 1                               # the boundary east of column at
+        load = np.bincount(at, weights=nb[on], minlength=dst.pc).astype(np.int64)
+        c = np.flatnonzero(load)
+        specs.append(PhaseSpec(f"re-layout relay step {step}", FlowBatch.make(
+            dst.rows[0], dst.cols[c], dst.rows[0], dst.cols[c + 1], load[c])))
+    return _run(arch, "handover", specs, dst, defects, same_as=("rows", dst.rows))
+
+
+def embedding_lookup(arch: ArchSpec, cfg: LlamaConfig, phase: str, *, tokens: int,
+                     elem_bytes: int, defects: str = "skip") -> MeshReport:
+    """Token embeddings from the table (``[vocab, d]``: vocabulary on the rows, d on the columns
+    of the phase's grid) to the activations' layout, as mesh messages along the columns.
+
+    decode: the token's table row multicasts its ``ceil(d/pc)`` values up and down every column
+    (the layer's input is replicated on every row); costed for a token on the grid's first row,
+    the farthest case. prefill: token ids are unknown, so every token's table row is taken at the
+    mean distance of two uniformly random rows of ``p``, ``h = round((p*p - 1) / (3p))`` rows
+    away (down for rows that can, else up); each row's ``ceil(tokens/p)`` segments of
+    ``ceil(d/p)`` values travel the ``h`` hops one hop at a time (store and forward, like the
+    MoE relay: one route id per hop). Every column moves the same pattern: the first column's
+    messages are costed.
+    """
+    eb = elem_bytes
+    if phase == "decode":
+        grid = defect_grid(arch.mesh, defects)
+        spec = PhaseSpec("embedding row multicast along columns",
+                         bcast_col_flows(0, grid.rows, grid.cols, -(-cfg.d_model // grid.pc) * eb))
+        return _run(arch, "embedding", [spec], grid, defects)
+    grid = defect_grid(arch.mesh, defects, square=True)
+    p = grid.pr
+    h = round((p * p - 1) / (3 * p))
+    if h == 0:
+        return _run(arch, "embedding", [], grid, defects)
+    i = np.arange(p)
+    down = i + h < p
+    nxt = np.where(down, i + 1, i - 1)
+    flows = FlowBatch.make(grid.rows[i], grid.cols[0], grid.rows[nxt], grid.cols[0],
+                           -(-tokens // p) * -(-cfg.d_model // p) * eb)
+    return _run(arch, "embedding", [PhaseSpec(f"embedding segments {h} hops along columns, "
+                                              "one hop per step (one column)", flows,
+                                              repeat=h)], grid, defects,
+                same_as=("cols", grid.cols))
+
+
+def final_norm_and_head(arch: ArchSpec, cfg: LlamaConfig, phase: str, *, elem_bytes: int,
+                        defects: str = "skip") -> list[tuple[str, MeshReport]]:
+    """The last token's final RMSNorm (``ceil(d/pc)`` values x 4 ops per core + a row
+    all-reduce of one value) and LM head (MeshGEMV ``[1, d] x [d, vocab]``) on the phase's grid
+    (prefill: the square grid; only the last token's logits are needed)."""
+    eb = elem_bytes
+    grid = defect_grid(arch.mesh, defects, square=phase == "prefill")
+    dt = -(-cfg.d_model // grid.pc)
+    specs = [PhaseSpec(f"{dt} elem/core x 4 ops", vector_ops=dt * 4)] + \
+        row_allreduce_specs(grid, eb)
+    norm = _run(arch, "final norm", specs, grid, defects)
+    head = mesh_gemv(arch, cfg.d_model, cfg.vocab_size, elem_bytes=eb, pr=grid.pr, pc=grid.pc,
+                     defects=defects)
+    return [("final norm (RMSNorm)", norm), ("lm head", head)]
