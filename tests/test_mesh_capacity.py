@@ -237,15 +237,98 @@ def test_title_names_logical_and_physical_grid_and_options_override(tmp_path):
     assert isinstance(res.exception, ArchSpecError) and "mesh.rows = 0" in str(res.exception)
 
 
-def test_link_bandwidth_and_hop_options_change_time_as_a_closed_form(tmp_path):
-    """A column broadcast-free GEMV time's serialization scales with 1/link bytes: doubling
-    --link-bytes cannot slow the op, and a huge --hop-latency adds at least alpha x hops."""
+def test_hop_latency_option_adds_alpha_per_hop_on_the_critical_path(tmp_path):
+    """PLMR: a message's latency is alpha x hops + beta x stages; raising alpha by 1000 adds
+    1000 x (hops on the critical path) -- at least 3 on a row of 4 (the x broadcast)."""
     arch = _mesh_yaml(tmp_path, core_sram_kib=4096)
     base = json.loads(_invoke("mesh", "gemv", "--arch", arch, "--k", "64", "--n", "64",
                               "--json").output)
     slow = json.loads(_invoke("mesh", "gemv", "--arch", arch, "--k", "64", "--n", "64",
                               "--hop-latency", "1001", "--json").output)
-    # mesh4x4 alpha = 1: every hop on the critical path costs 1000 cycles more; the K-tree
-    # reduction and the row broadcast cross at least 3 hops in a row of 4
     assert slow["cycles"] - base["cycles"] >= 3 * 1000
     assert (slow["cycles"] - base["cycles"]) % 1000 == 0
+
+
+def test_sweep_over_grid_and_link_bandwidth_follows_the_closed_form(tmp_path):
+    """A sweep over mesh.rows/mesh.cols and mesh.link_bytes_per_cycle (W) with a mesh GEMV:
+    every message's bytes are a multiple of W, so time = A + B / W, where B is the bytes on the
+    critical path: x's segment once (kt = 256/side int8 values), the partial sums once per
+    K-tree level (2 levels x nt) and y once (nt): B = 4 x 256 / side bytes."""
+    from tilewright.app.sweep import ResultsStore, run_sweep, sweep_from_dict
+    spec = sweep_from_dict({
+        "name": "w", "base": "mesh4x4", "tech": "45nm",
+        "axes": {"mesh.rows,mesh.cols": [4, 8], "mesh.link_bytes_per_cycle": [1, 2, 4]},
+        "workloads": [{"mesh_gemv": [256, 256]}], "objectives": ["latency"]},
+        source="s.yaml")
+    db = tmp_path / "w.db"
+    run_sweep(spec, db, workers=1)
+    with ResultsStore(db) as s:
+        df = s.frame("w")
+    assert (df["status"] == "ok").all() and len(df) == 6
+    clock_hz = 500e6                                       # mesh4x4's clock_mhz
+    for side in (4, 8):
+        rows = df[df["p:mesh.rows,mesh.cols"] == side].set_index("p:mesh.link_bytes_per_cycle")
+        cyc = {w: round(rows.loc[w, "latency_s"] * clock_hz) for w in (1, 2, 4)}
+        b = 4 * 256 // side
+        assert cyc[1] - cyc[2] == b // 2 and cyc[2] - cyc[4] == b // 4, cyc
+    # a larger grid: every B term shrinks with the side, so it is faster at every W
+    assert df.sort_values("p:mesh.rows,mesh.cols").groupby(
+        "p:mesh.link_bytes_per_cycle")["latency_s"].apply(lambda x: x.is_monotonic_decreasing).all()
+
+
+# ---- the whole model end to end ------------------------------------------------------------
+
+def _e2e(arch, *extra):
+    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--all", "--json", *extra)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def test_all_decode_parts_follow_closed_forms(tmp_path):
+    """mesh4x4-like (alpha = beta = 1, W = 4 B/cycle) cut to 2x3 cores: decode after prefill."""
+    arch = _mesh_yaml(tmp_path, core_sram_kib=4096)
+    out = _e2e(arch, "--phase", "decode", "--context", "16", "--rows", "2", "--cols", "3")
+    parts = out["model"]["parts"]
+    # embedding: row 0 multicasts ceil(64/3) = 22 fp16 values down its column: 1 hop, 1 stage,
+    # 44 B = 11 flits
+    assert parts["embedding"]["cycles"] == 1 * 1 + 1 * 1 + 11
+    # handover: prefill blocks (2x2 grid) -> decode blocks (2x3); a column block moves at most
+    # one hop east, so one relay step; link c -> c+1 carries, for every matrix, the first block
+    # row's elements whose prefill column is c and decode column c+1 (computed element by
+    # element here)
+    d, kvd, ffn, vocab, layers, ctx = 64, 32, 128, 256, 2, 16
+    mats = [(d, d + 2 * kvd, layers), (d, d, layers), (d, 2 * ffn, layers), (ffn, d, layers),
+            (ctx, 2 * kvd, layers), (vocab, d, 1), (d, vocab, 1)]
+    load = [0, 0]
+    for r, n, count in mats:
+        for x in range(n):
+            j, jd = x // c(n, 2), x // c(n, 3)
+            assert jd - j in (0, 1)
+            if jd == j + 1:
+                load[j] += c(r, 2) * 2 * count
+    assert parts["handover"]["cycles"] == 1 + 1 + c(max(load), 4)
+    m = out["model"]
+    total = sum(p["us"] for p in parts.values()) + layers * out["us"]
+    assert m["end_to_end_us"] == pytest.approx(total, abs=1e-5)
+    for op in out["ops"]:       # the split adds up, per op
+        assert op["compute_cycles"] + op["transfer_cycles"] + op["reduction_cycles"] == \
+            op["cycles"]
+
+
+def test_all_prefill_embedding_relay_and_heatmap(tmp_path):
+    arch = _mesh_yaml(tmp_path, core_sram_kib=4096)
+    png = tmp_path / "links.png"
+    out = _e2e(arch, "--tokens", "16", "--heatmap", str(png))
+    # 4x4: ids at the mean distance round((16 - 1) / 12) = 1 row; each row's 4 tokens x 16
+    # fp16 values = 128 B = 32 flits, one hop: alpha + beta + 32
+    assert out["model"]["parts"]["embedding"]["cycles"] == 1 + 1 + 32
+    assert "handover" not in out["model"]["parts"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_all_refusals(tmp_path):
+    res = _invoke("mesh-layer", "tiny-moe", "--arch", "mesh4x4", "--all")
+    assert isinstance(res.exception, MeshCapacityError.__mro__[1]) and "--all" in \
+        str(res.exception)
+    res = _invoke("mesh-layer", "tiny-llama", "--arch", "mesh4x4", "--heatmap", "x.jpg")
+    assert "--heatmap x.jpg" in str(res.exception)
