@@ -332,3 +332,25 @@ def test_all_refusals(tmp_path):
         str(res.exception)
     res = _invoke("mesh-layer", "tiny-llama", "--arch", "mesh4x4", "--heatmap", "x.jpg")
     assert "--heatmap x.jpg" in str(res.exception)
+
+
+def test_refusals_of_fields_the_phase_would_ignore():
+    res = _invoke("mesh-layer", "tiny-llama", "--arch", "mesh4x4", "--phase", "decode",
+                  "--tokens", "8")
+    assert "--tokens 8" in str(res.exception) and "decode" in str(res.exception)
+    res = _invoke("mesh-layer", "tiny-llama", "--arch", "mesh4x4", "--context", "8")
+    assert "--context 8" in str(res.exception) and "prefill" in str(res.exception)
+
+
+def test_capacity_uses_the_grid_left_by_defects(tmp_path):
+    """A dead core at (1, 1): the skip policy drops row 1 and column 1, a 3x3 grid holds the
+    model, and the bytes per core grow accordingly."""
+    arch = _mesh_yaml(tmp_path, core_sram_kib=12, defective_cores=[[1, 1]])
+    t = TINY
+    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+                  "64")
+    assert isinstance(res.exception, MeshCapacityError)
+    w = _decode_weights(t["d"], t["kvd"], t["ffn"], t["vocab"], t["layers"], 3, 3)
+    kv = _kv(64, t["kvd"], t["layers"], 3, 3)
+    msg = str(res.exception)
+    assert "3x3 grid" in msg and f"weights {w:,} + KV cache {kv:,}" in msg, msg

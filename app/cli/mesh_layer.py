@@ -74,10 +74,12 @@ def mesh_layer(
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset with a mesh "
                              "section (wse2, mesh4x4)"),
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
-    tokens: int = typer.Option(4096, "--tokens", min=1, max=MAX_DIM, help="prefill: prompt tokens"),
-    context: int = typer.Option(4096, "--context", min=1, max=MAX_DIM,
-                                help="decode: cached tokens (Llama: attended to; MoE: held in "
-                                "the KV cache of every decode token)"),
+    tokens: Optional[int] = typer.Option(None, "--tokens", min=1, max=MAX_DIM,
+                                         help="prefill: prompt tokens [default: 4096]"),
+    context: Optional[int] = typer.Option(None, "--context", min=1, max=MAX_DIM,
+                                          help="decode: cached tokens (Llama: attended to; "
+                                          "MoE: held in the KV cache of every decode token; "
+                                          "--all: the prompt handed over) [default: 4096]"),
     experts: Optional[str] = typer.Option(None, "--experts", help="decode (MoE): experts per "
                                           "token, e.g. '0,1;2,3' for two tokens"),
     algo: Optional[str] = typer.Option(None, "--algo", help="prefill: mesh | cannon | summa; "
@@ -122,6 +124,17 @@ def mesh_layer(
         raise MeshMappingError(f"--experts {experts!r}: routes decode tokens; the prefill "
                                f"spreads --tokens evenly over the experts; accepted: --phase "
                                f"decode with --experts, or prefill without it")
+    if phase == "decode" and tokens is not None:                     # never ignore --tokens
+        raise MeshMappingError(f"--tokens {tokens}: sets the prompt of a prefill; a decode step "
+                               "runs one token (MoE: one per --experts group) over --context "
+                               "cached tokens; accepted: --phase prefill --tokens N, or --phase "
+                               "decode --context N")
+    if phase == "prefill" and context is not None:
+        raise MeshMappingError(f"--context {context}: sets the cached tokens of a decode step; a "
+                               "prefill attends over its own --tokens; accepted: --phase decode "
+                               "--context N, or --phase prefill --tokens N")
+    tokens = 4096 if tokens is None else tokens
+    context = 4096 if context is None else context
     is_moe = isinstance(cfg, MoEConfig)
     if whole and is_moe:
         raise MeshMappingError(f"--all: {model} is an MoE model; the end-to-end model covers "
