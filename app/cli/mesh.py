@@ -74,6 +74,8 @@ def mesh(
     """Predict cycles, time, link and core utilization of a GEMV/GEMM on a mesh of cores."""
     spec = with_mesh(load_arch(arch), arch, rows=rows, cols=cols, link_bytes_per_cycle=link_bytes,
                      hop_latency_cycles=hop_latency)
+    if spec.mesh is None:
+        raise MeshMappingError(f"{spec.name}: the ArchSpec has no mesh section")
     if op == "gemm":
         if algo not in GEMM_ALGOS:
             raise MeshMappingError(f"--algo {algo!r}: gemm accepts {', '.join(GEMM_ALGOS)}")
