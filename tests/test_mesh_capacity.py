@@ -152,6 +152,21 @@ def test_tiny_decode_that_fits_runs_with_hand_computed_bytes(tmp_path):
     assert out["cycles"] > 0 and out["model"]["wafers"] == 1
 
 
+def test_llama3_8b_decode_fits_wse2_and_runs():
+    d, kvd, ffn, vocab, layers = 4096, 8 * 128, 14336, 128256, 32
+    pr, pc = 750, 994
+    res = _invoke("mesh-layer", "llama3-8b", "--arch", "wse2", "--phase", "decode", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    cap = out["capacity"]
+    assert cap["weight_bytes_per_core"] == _decode_weights(d, kvd, ffn, vocab, layers, pr, pc)
+    assert cap["kv_bytes_per_core"] == _kv(4096, kvd, layers, pr, pc)
+    assert cap["bytes_per_core"] <= 48 * 1024 and out["cycles"] > 0
+    # decode is a network problem: core compute is a few percent of the layer's cycles
+    compute = sum(o["compute_cycles"] for o in out["ops"])
+    assert compute < 0.05 * out["cycles"]
+
+
 # ---- several wafers --------------------------------------------------------------------------
 
 def test_wafers_auto_picks_the_fewest_that_fit_and_adds_the_link(tmp_path):
