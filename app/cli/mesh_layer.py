@@ -34,6 +34,10 @@ __all__ = ["mesh_layer"]
 
 console = Console()
 
+#: what an MoE layer's time covers (stage times = layers x this); capacity counts attention too
+MOE_TIMES = ("the MoE block only (router, dispatch, experts, combine); attention is not timed "
+             "(its weights and KV cache are counted in capacity)")
+
 
 def _experts(text: str | None) -> list[list[int]] | None:
     """``"0,1;2,3"`` -> ``[[0, 1], [2, 3]]`` (one group of expert ids per decode token)."""
@@ -185,6 +189,7 @@ def mesh_layer(
                           "tasks": len(prog.tasks), **{k: v for k, v in prog.meta.items()
                                                        if k != "token_experts"},
                           "physical_grid": physical, "capacity": cap.summary(),
+                          "layer_times": MOE_TIMES if is_moe else "the whole decoder layer",
                           "model": {**plan.summary(), **_e2e_json(extras, handover_us),
                                     **({"end_to_end_us": round(plan.latency_us + handover_us,
                                                                6)} if whole else {})},
@@ -223,6 +228,8 @@ def mesh_layer(
                   f"{cap.weight_bytes:,}, KV cache {cap.kv_bytes:,}, buffers "
                   f"{cap.buffer_bytes:,}) on the fullest wafer", markup=False, highlight=False)
     if n_wafers > 1:
+        if is_moe:
+            console.print(f"stage times: {MOE_TIMES}", markup=False, highlight=False)
         console.print(f"{n_wafers} wafers, layers {plan.layers}: stages "
                       f"{', '.join(f'{u:.3f}' for u in plan.stage_us)} us, link "
                       f"{plan.link_us:.3f} us per crossing ({crossing:,} B); {cfg.n_layers} "
