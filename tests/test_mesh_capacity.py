@@ -369,3 +369,22 @@ def test_capacity_uses_the_grid_left_by_defects(tmp_path):
     kv = _kv(64, t["kvd"], t["layers"], 3, 3)
     msg = str(res.exception)
     assert "3x3 grid" in msg and f"weights {w:,} + KV cache {kv:,}" in msg, msg
+
+
+def test_all_decode_also_checks_the_prefill_it_follows(tmp_path):
+    """--all decode hands over from a prefill of --context tokens on the square grid: on a 2x8
+    mesh the prefill holds everything on 2x2 cores (> 53 KB of weights), which 32 KiB cannot;
+    the decode on 2x8 (about 17 KB) fits."""
+    arch = _mesh_yaml(tmp_path, core_sram_kib=32)
+    t = TINY
+    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+                  "16", "--rows", "2", "--cols", "8", "--json")
+    assert res.exit_code == 0, res.output                 # decode alone fits on 2x8
+    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+                  "16", "--rows", "2", "--cols", "8", "--all")
+    assert isinstance(res.exception, MeshCapacityError), res.output
+    msg = str(res.exception)
+    # prefill weights on 2x2: wq|wk|wv [64, 128], wo [64, 64], w1, w3 [64, 128], w2 [128, 64]
+    layer = (32 * 64 + 32 * 32 + 2 * 32 * 64 + 64 * 32) * 2
+    w = layer * t["layers"] + (128 * 32 + 32 * 128) * 2
+    assert "prefill" in msg and "2x2 grid" in msg and f"weights {w:,}" in msg, msg

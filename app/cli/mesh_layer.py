@@ -161,6 +161,14 @@ def mesh_layer(
     capacity_of = _capacity_of(spec, cfg, prog, phase, tokens=tokens, context=context,
                                batch=batch, elem_bytes=elem_bytes, defects=defects,
                                is_moe=is_moe)
+    if whole and phase == "decode":          # the prefill it is handed over from must fit too
+        with as_mapping_error():
+            pre = partition_layer(spec, model, "prefill", tokens=context, algo=None,
+                                  elem_bytes=elem_bytes, defects=defects)
+        pre_of = _capacity_of(spec, cfg, pre, "prefill", tokens=context, context=context,
+                              batch=1, elem_bytes=elem_bytes, defects=defects, is_moe=False)
+        dec_of = capacity_of
+        capacity_of = lambda w: max(dec_of(w), pre_of(w), key=lambda c: c.total)  # noqa: E731
     n_wafers, cap = choose_wafers(capacity_of, cfg.n_layers, wafers)      # before any timing
     crossing = (tokens if phase == "prefill" else batch) * cfg.d_model * elem_bytes
     link_us = wafer_link_us(spec, crossing, n_wafers, asked=wafers)
