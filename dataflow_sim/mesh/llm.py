@@ -6,6 +6,9 @@ Placement (WaferLLM, OSDI 2025, section "wafer-scale LLM parallelism"):
   columns of the square healthy grid; every projection and both attention products are
   MeshGEMMs (:func:`~tilewright.dataflow_sim.mesh.gemm.mesh_gemm`). A MeshGEMM leaves C block
   (i, j) on core (i, j) — the layout the next GEMM's A needs — so no re-layout between GEMMs.
+  QK^T and PV are causal: each compute step does only the unmasked ``t(t+1)/2`` of a core's
+  ``t x t`` query-key pairs (tokens striped over the grid:
+  :func:`~tilewright.compiler.mesh_partition.causal_block_macs`).
 * **Decode** (one token) — every weight matrix is spread over the *whole* rectangular mesh
   (K on rows, N on columns) and each projection is a MeshGEMV (vector broadcast along rows,
   local GEMV, K-tree all-reduce along columns).
@@ -28,6 +31,11 @@ row broadcast of MeshGEMV. :func:`plan_layer` costs each op with :func:`mesh_gem
 :func:`mesh_gemv`; the same partitioning as a ``Program`` of ``mesh_phase`` tasks comes from
 :func:`tilewright.compiler.mesh_partition.partition_layer` and is costed by
 :func:`~tilewright.dataflow_sim.mesh.run_mesh_program` (the two agree cycle for cycle).
+
+Beyond one layer: :class:`WaferPlan` / :func:`choose_wafers` split the layers over wafers joined
+by the ArchSpec's inter-wafer link (capacity: :mod:`.capacity`); :func:`embedding_lookup`,
+:func:`final_norm_and_head` and :func:`handover` (prefill layout to decode layout) are the
+end-to-end parts ``mesh-layer --all`` adds, each costed as mesh messages (docs/mesh-capacity.md).
 """
 
 from __future__ import annotations
@@ -53,7 +61,8 @@ from tilewright.dataflow_sim.mesh.program_run import to_phases
 from tilewright.models.llm_shapes import LlamaConfig, get_config
 
 __all__ = ["LayerOp", "LayerPlan", "plan_layer", "kv_cache_capacity", "row_allreduce_cycles",
-           "WaferPlan", "wafer_link_us", "choose_wafers", "handover", "embedding_lookup", "final_norm_and_head"]
+           "WaferPlan", "wafer_link_us", "choose_wafers", "handover", "embedding_lookup",
+           "final_norm_and_head"]
 
 
 @dataclass
