@@ -272,7 +272,9 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
     summa) on the square healthy grid; decode: one new token attending to ``context`` cached
     tokens, every projection a MeshGEMV (``algo`` = mesh | allreduce) on the whole healthy
     grid, then the shift-based KV cache's one-hop shift. ``elem_bytes``: bytes per element of
-    weights and activations (fp16: 2).
+    weights and activations (fp16: 2). Each task declares its op's working set
+    (``memory_bytes_per_core``); whether the whole model fits the wafer is checked by the
+    caller (:mod:`tilewright.dataflow_sim.mesh.capacity`, before timing).
     """
     if phase not in ("prefill", "decode"):
         raise MeshScheduleError(f"phase {phase!r}: must be 'prefill' or 'decode'")

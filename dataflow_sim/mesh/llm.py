@@ -164,6 +164,8 @@ def plan_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "prefill",
     prefill: ``tokens`` prompt tokens at once (MeshGEMM, or ``algo`` = cannon | summa);
     decode: one new token attending to ``context`` cached tokens (MeshGEMV, or ``allreduce``).
     ``defects``: ``skip`` | ``route`` (:data:`~tilewright.dataflow_sim.mesh.grid.DEFECT_POLICIES`).
+    One layer's time only: whether the whole model fits the wafer is :mod:`.capacity`'s check
+    (the commands run it first).
     """
     if arch.mesh is None:
         raise MeshMappingError(f"{arch.name}: the ArchSpec has no mesh section")
