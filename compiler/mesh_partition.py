@@ -39,7 +39,7 @@ from tilewright.compiler.program import MeshPhaseTask, Program, TensorInfo
 from tilewright.models.llm_shapes import LlamaConfig, MoEConfig, get_config
 
 __all__ = ["MeshProgramBuilder", "partition_layer", "layer_macs", "llama_config", "DecoderOp",
-           "decoder_layer_ops",
+           "decoder_layer_ops", "causal_block_macs", "prefill_gemm_specs",
            "partition_moe_layer", "moe_layer_macs", "moe_config", "moe_attention_config",
            "attention_ops", "square_regions",
            "rect_regions", "DEFECT_POLICIES", "MAX_RELAY_MESSAGES"]
@@ -156,18 +156,23 @@ def llama_config(model: str):
 
 def layer_macs(model: str, phase: str, *, tokens: int = 4096, context: int = 4096) -> int:
     """Closed-form MACs of one decoder layer's GEMMs/GEMVs (heads concatenated, as mapped):
-    prefill over ``tokens`` tokens, decode of one token over ``context`` cached tokens."""
+    prefill over ``tokens`` tokens (causal: QK^T and PV each over the ``s(s+1)/2`` unmasked
+    query-key pairs), decode of one token over ``context`` cached tokens."""
     cfg = llama_config(model)
     d, kvd, ffn = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.d_ffn
-    s, t = (tokens, tokens) if phase == "prefill" else (1, context)
-    return s * d * (d + 2 * kvd) + 2 * s * t * d + s * d * d + 3 * s * d * ffn
+    s = tokens if phase == "prefill" else 1
+    pairs = tokens * (tokens + 1) // 2 if phase == "prefill" else context
+    return s * d * (d + 2 * kvd) + 2 * pairs * d + s * d * d + 3 * s * d * ffn
 
 
 @dataclass(frozen=True)
 class DecoderOp:
     """One op of a Llama decoder layer as the mesh runs it: ``kind`` ``gemm`` (``m x k x n``),
     ``gemv`` (``[1, k] x [k, n]``) or ``vector`` (``elems`` elements per core x ``ops_per``
-    ops each, then ``reductions`` row all-reduces of ``red_values`` values per core)."""
+    ops each, then ``reductions`` row all-reduces of ``red_values`` values per core).
+    ``weight``: the right operand ``[k, n]`` is a weight matrix the cores keep (K on rows, N on
+    columns); ``causal``: a prefill attention product under the causal mask
+    (:func:`causal_block_macs`)."""
 
     name: str
     kind: str
@@ -178,6 +183,20 @@ class DecoderOp:
     ops_per: int = 0
     reductions: int = 0
     red_values: int = 0
+    weight: bool = False
+    causal: bool = False
+
+
+def causal_block_macs(mt: int, kt: int, nt: int, t: int) -> int:
+    """MACs per core per step of a causal attention MeshGEMM block ``mt x kt x nt`` whose two
+    token axes have ``t`` tokens per core (QK^T: m and n; PV: m and k).
+
+    Tokens are striped over the grid (token ``a*p + i`` on row/column ``i``; Striped Attention,
+    Brandon et al. 2023): query ``a*p + i`` sees key ``b*p + j`` iff ``a > b`` or (``a == b`` and
+    ``i >= j``), so a block on or below the diagonal holds ``t(t+1)/2`` unmasked pairs of its
+    ``t*t`` and one above it ``t(t-1)/2`` — every core's work is balanced at most ``t(t+1)/2``.
+    Returns ``mt*kt*nt / t * (t+1) / 2`` (exact: ``t(t+1)`` is even)."""
+    return (mt * kt * nt // t) * (t + 1) // 2
 
 
 def decoder_layer_ops(cfg: LlamaConfig, phase: str, *, tokens: int, context: int, pr: int,
@@ -188,8 +207,12 @@ def decoder_layer_ops(cfg: LlamaConfig, phase: str, *, tokens: int, context: int
     plan (:func:`tilewright.dataflow_sim.mesh.llm.plan_layer`) follow; decode's KV-cache shift
     comes after these ops."""
     d, kvd, ffn = cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.d_ffn
-    gemm = lambda name, m, k, n: DecoderOp(name, "gemm", m=m, k=k, n=n)      # noqa: E731
+    wgemm = lambda name, m, k, n: DecoderOp(name, "gemm", m=m, k=k, n=n,      # noqa: E731
+                                            weight=True)
+    causal = lambda name, m, k, n: DecoderOp(name, "gemm", m=m, k=k, n=n,     # noqa: E731
+                                             causal=True)
     gemv = lambda name, k, n: DecoderOp(name, "gemv", k=k, n=n)               # noqa: E731
+    wgemv = lambda name, k, n: DecoderOp(name, "gemv", k=k, n=n, weight=True)  # noqa: E731
     vec = lambda name, elems, ops, red=0, vals=0: DecoderOp(                  # noqa: E731
         name, "vector", elems=elems, ops_per=ops, reductions=red, red_values=vals)
     if phase == "prefill":
@@ -197,33 +220,46 @@ def decoder_layer_ops(cfg: LlamaConfig, phase: str, *, tokens: int, context: int
         st, dt = -(-s // p), -(-d // p)
         return [
             vec("attn_norm (RMSNorm)", st * dt, 4, 1, st),
-            gemm("wq|wk|wv", s, d, d + 2 * kvd),
+            wgemm("wq|wk|wv", s, d, d + 2 * kvd),
             vec("rope(q, k)", st * -(-(d + kvd) // p), 4),
-            gemm("q @ k^T (heads along K)", s, d, s),
+            causal("q @ k^T (heads along K, causal)", s, d, s),
             vec("softmax", st * -(-s // p), 5, 2, st),
-            gemm("p @ v (heads along N)", s, s, d),
-            gemm("wo", s, d, d),
+            causal("p @ v (heads along N, causal)", s, s, d),
+            wgemm("wo", s, d, d),
             vec("residual + ffn_norm", st * dt, 5, 1, st),
-            gemm("w1", s, d, ffn),
-            gemm("w3", s, d, ffn),
+            wgemm("w1", s, d, ffn),
+            wgemm("w3", s, d, ffn),
             vec("silu(w1) * w3", st * -(-ffn // p), 5),
-            gemm("w2", s, ffn, d),
+            wgemm("w2", s, ffn, d),
             vec("residual", st * dt, 1)]
     t = context
     dt = -(-d // pc)
     return [
         vec("attn_norm (RMSNorm)", dt, 4, 1, 1),
-        gemv("wq|wk|wv", d, d + 2 * kvd),
+        wgemv("wq|wk|wv", d, d + 2 * kvd),
         vec("rope(q, k)", -(-(d + kvd) // pc), 4),
         gemv("q . K^T over context (heads along K)", d, t),
         vec("softmax over context", -(-t // pc), 5, 2, 1),
         gemv("p . V (heads along N)", t, d),
-        gemv("wo", d, d),
+        wgemv("wo", d, d),
         vec("residual + ffn_norm", dt, 5, 1, 1),
-        gemv("w1|w3", d, 2 * ffn),
+        wgemv("w1|w3", d, 2 * ffn),
         vec("silu(w1) * w3", -(-ffn // pc), 5),
-        gemv("w2", ffn, d),
+        wgemv("w2", ffn, d),
         vec("residual", dt, 1)]
+
+
+def prefill_gemm_specs(algo: str, grid: Grid, mt: int, kt: int, nt: int, elem_bytes: int,
+                       causal: bool = False) -> list[PhaseSpec]:
+    """A prefill GEMM's phases on the square ``grid``; ``causal``: an attention product whose
+    token axes (``mt`` tokens per core) are masked, each compute step doing
+    :func:`causal_block_macs` instead of ``mt*kt*nt`` MACs per core (messages unchanged)."""
+    specs = gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=elem_bytes)
+    if causal:
+        for s in specs:
+            if s.macs:
+                s.macs = causal_block_macs(mt, kt, nt, mt)
+    return specs
 
 
 def _vector(b: MeshProgramBuilder, name: str, elems: int, ops_per: int, mask: np.ndarray,
@@ -251,8 +287,10 @@ def _emit_ops(b: MeshProgramBuilder, ops: list[DecoderOp], grid: Grid, red_grid:
             p = grid.pr
             mt, kt, nt = -(-op.m // p), -(-op.k // p), -(-op.n // p)
             mem = gemm_memory_bytes(algo, mt, kt, nt, kt, elem_bytes=eb, acc_bytes=eb)
-            b.add(op.name, gemm_phase_specs(algo, grid, mt, kt, nt, elem_bytes=eb), mask,
-                  memory_bytes_per_core=mem, useful_macs=op.m * op.k * op.n)
+            macs = op.m * op.k * op.n     # causal: the unmasked s(s+1)/2 of s*s pairs (m = s)
+            b.add(op.name, prefill_gemm_specs(algo, grid, mt, kt, nt, eb, op.causal), mask,
+                  memory_bytes_per_core=mem,
+                  useful_macs=macs // op.m * (op.m + 1) // 2 if op.causal else macs)
         elif op.kind == "gemv":
             kt, nt = -(-op.k // grid.pr), -(-op.n // grid.pc)
             mem = kt * nt * eb + kt * eb + 2 * nt * eb
@@ -272,7 +310,9 @@ def partition_layer(arch: ArchSpec, model: str = "llama3-8b", phase: str = "pref
     summa) on the square healthy grid; decode: one new token attending to ``context`` cached
     tokens, every projection a MeshGEMV (``algo`` = mesh | allreduce) on the whole healthy
     grid, then the shift-based KV cache's one-hop shift. ``elem_bytes``: bytes per element of
-    weights and activations (fp16: 2).
+    weights and activations (fp16: 2). Each task declares its op's working set
+    (``memory_bytes_per_core``); whether the whole model fits the wafer is checked by the
+    caller (:mod:`tilewright.dataflow_sim.mesh.capacity`, before timing).
     """
     if phase not in ("prefill", "decode"):
         raise MeshScheduleError(f"phase {phase!r}: must be 'prefill' or 'decode'")

@@ -26,9 +26,11 @@ def _arch(rows, cols, sram=262144.0, alpha=1.0, beta=1.0, **mesh):
 
 
 def _macs(d, h, kv, ffn, s, t):
-    """Closed form: q/k/v projections, q.k^T, p.v, wo, w1, w3, w2 (head_dim = d / h)."""
+    """Closed form: q/k/v projections, q.k^T, p.v, wo, w1, w3, w2 (head_dim = d / h); prefill
+    (s = t tokens) is causal: query i attends to keys 0..i, sum = s(s+1)/2 pairs."""
     kvd = kv * d // h
-    return s * d * (d + 2 * kvd) + s * t * d + s * t * d + s * d * d + 3 * s * d * ffn
+    pairs = s * (s + 1) // 2 if s == t else s * t
+    return s * d * (d + 2 * kvd) + pairs * d + pairs * d + s * d * d + 3 * s * d * ffn
 
 
 @pytest.mark.parametrize("phase,kw,algo,defects", [
@@ -112,9 +114,9 @@ def test_cli_mesh_layer_json_and_errors(tmp_path):
     app.command("noop")(lambda: None)
     yaml = (Path(__file__).parents[1] / "configs" / "mesh4x4.yaml").read_text()
     arch_file = tmp_path / "big.yaml"
-    arch_file.write_text(yaml.replace("core_sram_kib: 16", "core_sram_kib: 64"))
+    arch_file.write_text(yaml.replace("core_sram_kib: 16", "core_sram_kib: 256"))
     res = CliRunner().invoke(app, ["mesh-layer", "tiny-moe", "--arch", str(arch_file), "--phase",
-                                   "decode", "--experts", "0,1;2,3", "--json",
+                                   "decode", "--experts", "0,1;2,3", "--context", "16", "--json",
                                    "--save", str(tmp_path / "p")])
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)

@@ -295,6 +295,13 @@ class MeshSpec(_Frozen):
         (), description="(row, col) of dead cores")
     defective_links: tuple[tuple[tuple[int, int], tuple[int, int]], ...] = Field(
         (), description="dead links as ((row, col), (row, col)) of adjacent cores")
+    # ---- inter-wafer link (multi-wafer plans, `mesh-layer --wafers`) ----
+    wafer_link_gbytes_per_s: float | None = Field(
+        None, gt=0, le=1e6, description="bandwidth of the link from one wafer to the next in "
+        "GB/s (1e9 bytes/s), one direction; absent: no link, a single-wafer system")
+    wafer_link_latency_us: float | None = Field(
+        None, ge=0, le=1e6, description="latency of the link from one wafer to the next in "
+        "microseconds (first byte out to first byte in)")
 
     # ---- redundancy and random defects (one block; costed in dataflow_sim/mesh/grid.py) ----
     spare_rows: int = Field(

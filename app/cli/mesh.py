@@ -17,11 +17,33 @@ from rich.console import Console
 from rich.table import Table
 
 from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES, mesh_elem_bytes
-from tilewright.arch import load_arch
-from tilewright.dataflow_sim.mesh import (GEMM_ALGOS, GEMV_ALGOS, MeshMappingError, mesh_gemm,
-                                          mesh_gemv)
+from tilewright.arch import ArchSpec, load_arch
+from tilewright.dataflow_sim.mesh import (GEMM_ALGOS, GEMV_ALGOS, MeshMappingError, defect_grid,
+                                          mesh_gemm, mesh_gemv)
+from tilewright.dataflow_sim.mesh.capacity import gemm_capacity, gemv_capacity
 
-__all__ = ["mesh"]
+__all__ = ["mesh", "with_mesh", "ROWS_OPTION", "COLS_OPTION", "LINK_OPTION", "HOP_OPTION"]
+
+ROWS_OPTION = typer.Option(None, "--rows", help="override the ArchSpec's mesh.rows (cores)")
+COLS_OPTION = typer.Option(None, "--cols", help="override the ArchSpec's mesh.cols (cores)")
+LINK_OPTION = typer.Option(None, "--link-bytes", help="override mesh.link_bytes_per_cycle "
+                           "(link bandwidth, bytes per cycle per direction)")
+HOP_OPTION = typer.Option(None, "--hop-latency", help="override mesh.hop_latency_cycles (alpha, "
+                          "cycles per hop)")
+
+
+def with_mesh(spec: ArchSpec, source: str, **fields) -> ArchSpec:
+    """``spec`` with the mesh fields the user set on the command line (``None``: keep); the copy
+    is validated like the YAML (an out-of-range value is one line naming ``mesh.<field>``)."""
+    changes = {k: v for k, v in fields.items() if v is not None}
+    if not changes:
+        return spec
+    if spec.mesh is None:
+        raise MeshMappingError(f"{source}: the ArchSpec has no mesh section to override "
+                               f"({', '.join('mesh.' + k for k in changes)})")
+    data = spec.model_dump(mode="json", exclude_none=True)
+    data["mesh"].update(changes)
+    return ArchSpec.from_dict(data, source=f"{source} with command-line overrides")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -47,23 +69,35 @@ def mesh(
     rtl: bool = typer.Option(False, "--rtl", help="also run the op on the Verilated RTL mesh "
                              "(int8 in, int32 out, random inputs) and print model vs RTL cycles"),
     seed: int = typer.Option(0, "--seed", help="--rtl: seed of the random int8 inputs"),
+    rows: Optional[int] = ROWS_OPTION,
+    cols: Optional[int] = COLS_OPTION,
+    link_bytes: Optional[int] = LINK_OPTION,
+    hop_latency: Optional[float] = HOP_OPTION,
 ) -> None:
     """Predict cycles, time, link and core utilization of a GEMV/GEMM on a mesh of cores."""
-    spec = load_arch(arch)
+    spec = with_mesh(load_arch(arch), arch, rows=rows, cols=cols, link_bytes_per_cycle=link_bytes,
+                     hop_latency_cycles=hop_latency)
+    if spec.mesh is None:
+        raise MeshMappingError(f"{spec.name}: the ArchSpec has no mesh section")
     elem_bytes = mesh_elem_bytes(spec, elem_bytes)
     if op == "gemm":
         if algo not in GEMM_ALGOS:
             raise MeshMappingError(f"--algo {algo!r}: gemm accepts {', '.join(GEMM_ALGOS)}")
+        p = defect_grid(spec.mesh, "skip", square=True).pr
+        cap = gemm_capacity(spec, m, k, n, p, algo, elem_bytes).check()
         rep = mesh_gemm(spec, m, k, n, algo=algo, elem_bytes=elem_bytes)
     elif op == "gemv":
         if algo not in GEMV_ALGOS:
             raise MeshMappingError(f"--algo {algo!r}: gemv accepts {', '.join(GEMV_ALGOS)}")
         if m != 1:
             raise MeshMappingError(f"--m {m}: gemv multiplies one row vector (m = 1); use gemm")
+        g = defect_grid(spec.mesh, "skip")
+        cap = gemv_capacity(spec, k, n, g.pr, g.pc, elem_bytes).check()
         rep = mesh_gemv(spec, k, n, algo=algo, elem_bytes=elem_bytes, broadcast_x=broadcast_x)
     else:
         raise MeshMappingError(f"op {op!r}: must be gemv or gemm")
     d = rep.summary()
+    d["capacity"] = cap.summary()
     if rtl:
         d["rtl"] = _rtl_check(spec, op, algo, m, k, n, elem_bytes, broadcast_x, seed)
     d["compute_efficiency"] = round(rep.compute_efficiency(spec.mesh.core_macs_per_cycle), 6)

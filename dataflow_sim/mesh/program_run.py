@@ -21,7 +21,8 @@ from tilewright.compiler.mesh_schedule import PhaseSpec
 from tilewright.compiler.program import MeshPhaseTask, Program
 from tilewright.dataflow_sim.mesh.model import Flows, MeshMappingError, MeshReport, Phase, simulate
 
-__all__ = ["to_phases", "run_mesh_program", "MeshProgramRun", "task_phase"]
+__all__ = ["to_phases", "run_mesh_program", "MeshProgramRun", "task_phase", "split_cycles",
+           "REDUCTION_PHASES", "link_busy_map"]
 
 
 def to_phases(specs: list[PhaseSpec], link_bytes: int) -> list[Phase]:
@@ -71,11 +72,53 @@ class MeshProgramRun:
         return sum(r.useful_macs for _, r in self.ops)
 
     def table(self):
-        """Per op: cycles, µs, useful MACs, cores used, phases (pandas DataFrame)."""
+        """Per op: cycles, µs, the cycles split into compute / NoC transfer / reduction
+        (:func:`split_cycles`), useful MACs, cores used, phases (pandas DataFrame)."""
         import pandas as pd  # noqa: PLC0415  (lazy: pandas is heavy)
-        return pd.DataFrame([{"op": name, "cycles": r.cycles, "us": r.us,
+        return pd.DataFrame([{"op": name, "cycles": r.cycles, "us": r.us, **split_cycles(r),
                               "useful_macs": r.useful_macs, "cores_used": r.cores_used,
                               "phases": len(r.phases)} for name, r in self.ops])
+
+
+#: words in a phase name that mark it as part of a reduction (K-tree reduce of a GEMV, the
+#: reduce and broadcast legs of a row all-reduce)
+REDUCTION_PHASES = ("reduce", "row broadcast")
+
+
+def split_cycles(rep: MeshReport) -> dict:
+    """A run's cycles split into ``compute`` (core work, the part not hidden under messages),
+    ``transfer`` (NoC messages, the part not hidden under compute) and ``reduction`` (every
+    phase of a reduction: :data:`REDUCTION_PHASES`); they add up to ``rep.cycles``."""
+    out = {"compute_cycles": 0, "transfer_cycles": 0, "reduction_cycles": 0}
+    for p in rep.phases:
+        if any(w in p.name for w in REDUCTION_PHASES):
+            out["reduction_cycles"] += p.total_cycles
+        else:
+            comp = min(p.compute_cycles, p.cycles) * p.repeat
+            out["compute_cycles"] += comp
+            out["transfer_cycles"] += p.total_cycles - comp
+    return out
+
+
+def link_busy_map(rep: MeshReport) -> np.ndarray:
+    """(rows, cols) flits (= busy cycles) on the links leaving each core east and south, both
+    directions of each link summed: where a run's link time goes. A run costed on one
+    representative row or column (``notes["same_as"]``) is copied to every row/column listed."""
+    f = rep.link_load_flits
+    r, c = rep.core_busy_cycles.shape
+    out = np.zeros((r, c))
+    if c > 1:
+        out[:, :-1] += f["E"] + f["W"]
+    if r > 1:
+        out[:-1, :] += f["S"] + f["N"]
+    same = rep.notes.get("same_as")
+    if same:
+        axis, idx = same
+        if axis == "rows":
+            out[idx, :] = out.max(axis=0)[None, :]
+        else:
+            out[:, idx] = out.max(axis=1)[:, None]
+    return out
 
 
 def run_mesh_program(program: Program, arch: ArchSpec) -> MeshProgramRun:
