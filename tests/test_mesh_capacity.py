@@ -127,6 +127,9 @@ def test_gemv_too_big_for_sram_is_refused_with_weights_and_buffers():
 def _mesh_yaml(tmp_path, name="m", **mesh):
     data = yaml.safe_load((REPO / "configs" / "mesh4x4.yaml").read_text())
     data["mesh"].update(mesh)
+    # bf16 cores: 2 bytes per element (the closed forms below use 2)
+    data["tensor_engine"].update(input_format="bf16", weight_format="bf16",
+                                 accumulator_format="fp32")
     data["name"] = name
     p = tmp_path / f"{name}.yaml"
     p.write_text(yaml.safe_dump(data))
@@ -149,7 +152,8 @@ def test_tiny_decode_that_fits_runs_with_hand_computed_bytes(tmp_path):
     assert cap["weight_bytes_per_core"] == w == (2304 * 2 + 2048) * 2
     assert cap["kv_bytes_per_core"] == _kv(64, t["kvd"], t["layers"], 4, 4) == 1024
     assert cap["buffer_bytes_per_core"] == _gemv_buf(64, 256, 4, 4) == 2336
-    assert out["cycles"] > 0 and out["model"]["wafers"] == 1
+    assert out["cycles"] > 0 and out["whole_model"]["wafers"] == 1
+    assert out["model"] == "tiny-llama"       # the Program's own meta, not shadowed by the plan
 
 
 def test_llama3_8b_decode_fits_wse2_and_runs():
@@ -183,7 +187,7 @@ def test_wafers_auto_picks_the_fewest_that_fit_and_adds_the_link(tmp_path):
                   "64", "--wafers", "auto", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    m = out["model"]
+    m = out["whole_model"]
     assert m["wafers"] == 2 and m["layers_per_wafer"] == [1, 1]
     assert out["capacity"]["bytes_per_core"] == two
     link = lat + 64 * 2 / (bw * 1e3)                     # one token's d fp16 values
@@ -303,7 +307,7 @@ def test_all_decode_parts_follow_closed_forms(tmp_path):
     """mesh4x4-like (alpha = beta = 1, W = 4 B/cycle) cut to 2x3 cores: decode after prefill."""
     arch = _mesh_yaml(tmp_path, core_sram_kib=4096)
     out = _e2e(arch, "--phase", "decode", "--context", "16", "--rows", "2", "--cols", "3")
-    parts = out["model"]["parts"]
+    parts = out["whole_model"]["parts"]
     # embedding: row 0 multicasts ceil(64/3) = 22 fp16 values down its column: 1 hop, 1 stage,
     # 44 B = 11 flits
     assert parts["embedding"]["cycles"] == 1 * 1 + 1 * 1 + 11
@@ -322,7 +326,7 @@ def test_all_decode_parts_follow_closed_forms(tmp_path):
             if jd == j + 1:
                 load[j] += c(r, 2) * 2 * count
     assert parts["handover"]["cycles"] == 1 + 1 + c(max(load), 4)
-    m = out["model"]
+    m = out["whole_model"]
     total = sum(p["us"] for p in parts.values()) + layers * out["us"]
     assert m["end_to_end_us"] == pytest.approx(total, abs=1e-5)
     for op in out["ops"]:       # the split adds up, per op
@@ -336,8 +340,8 @@ def test_all_prefill_embedding_relay_and_heatmap(tmp_path):
     out = _e2e(arch, "--tokens", "16", "--heatmap", str(png))
     # 4x4: ids at the mean distance round((16 - 1) / 12) = 1 row; each row's 4 tokens x 16
     # fp16 values = 128 B = 32 flits, one hop: alpha + beta + 32
-    assert out["model"]["parts"]["embedding"]["cycles"] == 1 + 1 + 32
-    assert "handover" not in out["model"]["parts"]
+    assert out["whole_model"]["parts"]["embedding"]["cycles"] == 1 + 1 + 32
+    assert "handover" not in out["whole_model"]["parts"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

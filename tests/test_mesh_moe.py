@@ -31,15 +31,16 @@ def _arch(rows, cols, sram=65536.0, alpha=1.0, beta=1.0, routes=24):
 
 def _closed_macs(cfg, t, keys=None, attention=True):
     """Router T*d*E + routed experts T*k*(3 d F) + shared experts T*(3 d F_shared); with
-    attention (``cfg.n_heads`` set): per token q d*d, k and v d*kvd each, scores q.K^T over
-    ``keys`` d*keys (all heads: head_dim x heads = d), p.V keys*d, wo d*d."""
+    attention (``cfg.n_heads`` set): per token q d*d, k and v d*kvd each, wo d*d, and the scores
+    q.K^T and p.V over ``keys`` cached keys, d*keys each (all heads: head_dim x heads = d) — in
+    prefill (``keys`` None) under the causal mask: token i sees i + 1 keys, d*T(T+1)/2 each."""
     d, f = cfg.d_model, cfg.d_expert_ffn
     moe = t * d * cfg.n_experts + t * cfg.top_k * 3 * d * f + t * 3 * d * cfg.n_shared_experts * f
     if not attention or cfg.n_heads is None:
         return moe
     kvd = cfg.n_kv_heads * (d // cfg.n_heads)
-    keys = t if keys is None else keys
-    return moe + t * (d * d + 2 * d * kvd + d * keys + keys * d + d * d)
+    scores = 2 * d * t * (t + 1) // 2 if keys is None else 2 * t * d * keys
+    return moe + t * (d * d + 2 * d * kvd + d * d) + scores
 
 
 def _op(run, name):
@@ -250,7 +251,7 @@ def test_decode_placement_within_route_limit(rows, cols, model):
 
 # ---- the whole MoE decoder layer -----------------------------------------------------------
 
-@pytest.mark.parametrize("phase,kw,t,keys", [("prefill", dict(tokens=48), 48, 48),
+@pytest.mark.parametrize("phase,kw,t,keys", [("prefill", dict(tokens=48), 48, None),
                                              ("decode", dict(token_experts=[[0, 1], [2, 3]],
                                                              context=40), 2, 40)])
 def test_whole_moe_layer_attention_then_moe(phase, kw, t, keys):
@@ -269,7 +270,9 @@ def test_whole_moe_layer_attention_then_moe(phase, kw, t, keys):
     then = ["kv-cache shift", "router"] if phase == "decode" else ["router"]
     assert names[n_att:n_att + len(then)] == then
     d, kvd = 64, 2 * 16
-    attention = t * (d * (d + 2 * kvd) + 2 * keys * d + d * d)
+    # prefill: causal, token i attends to i + 1 keys (sum t(t+1)/2); decode: all `keys`
+    scores = 2 * d * (t * (t + 1) // 2 if keys is None else t * keys)
+    attention = t * (d * (d + 2 * kvd) + d * d) + scores
     assert run.useful_macs == _closed_macs(cfg, t, keys) == \
         _closed_macs(cfg, t, attention=False) + attention
     assert prog.meta["layer"] == "decoder" and "4 heads, 2 kv heads" in prog.meta["attention"]

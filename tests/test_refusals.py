@@ -171,12 +171,15 @@ def test_mesh_layer_refuses_experts_it_would_ignore(args, needle):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["deepseek-v3", "--phase", "decode"], "deepseek-v3's attention is not modeled"),
-    (["tiny-moe", "--phase", "prefill"], "prefill attends over its own tokens"),
+    (["deepseek-v3", "--phase", "decode"], ("context = 64", "deepseek-v3's attention is not "
+                                             "modeled")),
+    (["tiny-moe", "--phase", "prefill"], ("--context 64", "a prefill attends over its own "
+                                          "--tokens")),
+    (["tiny-llama", "--phase", "prefill"], ("--context 64", "a prefill attends over its own "
+                                            "--tokens")),
 ])
 def test_mesh_layer_refuses_a_context_it_would_ignore(args, needle):
-    _refused(tw("mesh-layer", *args, "--context", "64", "--arch", "mesh4x4"), "context = 64",
-             needle)
+    _refused(tw("mesh-layer", *args, "--context", "64", "--arch", "mesh4x4"), *needle)
 
 
 # ---- 6. cluster files: fat-tree fields on another network, pools in training -------------------

@@ -204,7 +204,7 @@ def mesh_layer(
                                                        if k != "token_experts"},
                           "physical_grid": physical, "capacity": cap.summary(),
                           "layer_times": MOE_TIMES if is_moe else "the whole decoder layer",
-                          "model": {**plan.summary(), **_e2e_json(extras, handover_us),
+                          "whole_model": {**plan.summary(), **_e2e_json(extras, handover_us),
                                     **({"end_to_end_us": round(plan.latency_us + handover_us,
                                                                6)} if whole else {})},
                           "ops": table.to_dict(orient="records")}))
