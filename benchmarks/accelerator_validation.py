@@ -18,14 +18,18 @@ Calibration (which constant was fitted to which figure):
   area: what the model leaves out of a die (IO, PCIe, host interface, control, wiring, layout
   utilisation). The ``area x die factor`` column applies it to the other chips.
 
-TPU v4i is held out: none of its figures was used to set a constant.
+TPU v4i and TPU v4 are held out: none of their area or power figures set a constant (their
+published 1050 MHz clock is the 7 nm curve's nominal-supply point, configs/tech/7nm.yaml).
 
 Published figures (``PUBLISHED``): TPU v1 — Jouppi et al., "In-Datacenter Performance Analysis of
 a Tensor Processing Unit", ISCA 2017 (abstract, confirmed: 65,536 8-bit MACs, 92 TOPS; Table 2 as
 remembered, unconfirmed: die <= 331 mm², TDP 75 W, idle 28 W, busy 40 W); TPU v4i — Jouppi et al.,
 "Ten Lessons From Three Generations Shaped Google's TPUv4i", ISCA 2021 (Table 1 as remembered,
-unconfirmed: < 400 mm², 1050 MHz, 138 TFLOPS bf16, TDP 175 W). The chips' power figures are TDPs
-(the most a board is built for), compared with the model's power at the full MAC rate.
+unconfirmed: < 400 mm², 1050 MHz, 138 TFLOPS bf16, TDP 175 W); TPU v4 — Google Cloud TPU v4
+documentation (confirmed: 275 TFLOPS, measured min/mean/max power 90/170/192 W; no die area
+published there, so none is compared). Power: TPU v1 and v4i publish TDPs (the most a board is
+built for), TPU v4 its measured maximum; each is compared with the model's power at the full
+MAC rate.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ PUBLISHED = {
                "power_w": 75.0, "cite": "Jouppi et al., ISCA 2017, abstract and Table 2"},
     "tpu_v4i": {"tech": "7nm", "role": "held out", "area_mm2": 400.0, "tops": 138.0,
                 "power_w": 175.0, "cite": "Jouppi et al., ISCA 2021, Table 1"},
+    "tpu_v4": {"tech": "7nm", "role": "held out", "area_mm2": None, "tops": 275.0,
+               "power_w": 192.0, "cite": "cloud.google.com/tpu/docs/v4 (measured max power)"},
 }
 IDLE_W = {"tpu_v1": 28.0}
 """published idle die power (W) the 28 nm leakage density was fitted to"""
@@ -84,10 +90,10 @@ def rows() -> list[dict]:
         arch = load_chip(name)
         area = area_mm2(arch, load_tech(pub["tech"]))
         p = peak_power_w(arch, pub["tech"])
+        pa = pub["area_mm2"]
         r = {"chip": name, "tech": pub["tech"], "role": pub["role"], "cite": pub["cite"],
-             "area_mm2": area, "area_pub_mm2": pub["area_mm2"],
-             "area_err": area / pub["area_mm2"] - 1,
-             "area_die_mm2": area * k, "area_die_err": area * k / pub["area_mm2"] - 1,
+             "area_mm2": area, "area_pub_mm2": pa, "area_err": area / pa - 1 if pa else None,
+             "area_die_mm2": area * k, "area_die_err": area * k / pa - 1 if pa else None,
              "tops": peak_tops(arch), "tops_pub": pub["tops"],
              "tops_err": peak_tops(arch) / pub["tops"] - 1,
              "power_w": p["power_w"], "dynamic_w": p["dynamic_w"], "static_w": p["static_w"],
@@ -104,10 +110,14 @@ def table(rs: list[dict]) -> str:
             f"{'err':>6} | {'TOPS':>6} {'pub':>5} {'err':>6} | {'W':>6} {'pub':>5} {'err':>6} "
             f"({'dyn':>5} + {'static':>6} W at {'V':>5})")
     lines = [head, "-" * len(head)]
+    def pct(x: float | None) -> str:
+        return f"{x:+6.1%}" if x is not None else f"{'-':>6}"
+
     for r in rs:
+        pub = f"{r['area_pub_mm2']:5.0f}" if r["area_pub_mm2"] else f"{'-':>5}"
         lines.append(
-            f"{r['chip']:8} {r['role']:11} {r['area_mm2']:9.1f} {r['area_pub_mm2']:5.0f} "
-            f"{r['area_err']:+6.1%} {r['area_die_mm2']:6.0f} {r['area_die_err']:+6.1%} | "
+            f"{r['chip']:8} {r['role']:11} {r['area_mm2']:9.1f} {pub} "
+            f"{pct(r['area_err'])} {r['area_die_mm2']:6.0f} {pct(r['area_die_err'])} | "
             f"{r['tops']:6.1f} {r['tops_pub']:5.0f} {r['tops_err']:+6.1%} | "
             f"{r['power_w']:6.1f} {r['power_pub_w']:5.0f} {r['power_err']:+6.1%} "
             f"({r['dynamic_w']:5.1f} + {r['static_w']:6.1f} W at {r['voltage_v']:.3f})")

@@ -370,8 +370,8 @@ def operating_voltage(arch: ArchSpec, tech: TechSpec) -> float:
         raise TechError(f"clock_mhz = {f:g}: beyond the {tech.name} voltage-frequency curve, "
                         f"which reaches {f_top:.0f} MHz at its highest supply v_max = "
                         f"{vf.v_max} V (accepted: clock_mhz <= {f_top:.0f})")
-    lo, hi = vf.v_min, vf.v_max       # f(V) increases on [v_min, v_max]: bisect to 1e-9 V
-    while hi - lo > 1e-9:
+    lo, hi = vf.v_min, vf.v_max       # f(V) increases on [v_min, v_max]: bisect to 1e-12 V
+    while hi - lo > 1e-12:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if vf.f_mhz(mid) < f else (lo, mid)
     return hi

@@ -34,7 +34,7 @@ SB17_AREA_45_TO_7 = 0.059
 # benchmarks/energy_area_vs_yosys.py, 2026-11-30: transistors per PE of the generated int8 cores
 # (pooled ws+os slope) and of a lone 8x8 multiplier and 32-bit adder.
 YC_TRANSISTORS_PER_PE, YC_MULT8, YC_ADD32 = 7372, 2972, 1158
-# 500 MHz presets: below f(v_min) on both curves (45 nm: 538 MHz at 0.6 V; 7 nm: 953 MHz at
+# 500 MHz presets: below f(v_min) on both curves (45 nm: 538 MHz at 0.6 V; 7 nm: 667 MHz at
 # 0.55 V, by the alpha-power law, tests/test_power_validation.py), so they run at v_min and the
 # dynamic energies scale by (v_min / v_nom)^2.
 V45_500MHZ, S45_500MHZ = 0.6, (0.6 / 0.9) ** 2

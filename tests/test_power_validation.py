@@ -52,7 +52,7 @@ def test_alpha_power_curve_by_hand():
 
 
 @pytest.mark.parametrize("tech,clock", [("45nm", 700.0), ("45nm", 1200.0), ("7nm", 1050.0),
-                                        ("7nm", 2000.0), ("28nm", 700.0)])
+                                        ("7nm", 1400.0), ("28nm", 700.0)])
 def test_operating_voltage_is_the_lowest_supply_reaching_the_clock(tech, clock):
     t = load_tech(tech)
     v = operating_voltage(_with(load_arch("ws16x16"), clock_mhz=clock), t)
@@ -62,6 +62,10 @@ def test_operating_voltage_is_the_lowest_supply_reaching_the_clock(tech, clock):
 
 
 def test_slow_clock_runs_at_v_min_and_fast_clock_is_refused():
+    t7 = load_tech("7nm")       # f(1.05 V) = 1050 ((1.05 - 0.3) / 0.45)^1.3 * 0.75 / 1.05
+    assert t7.vf.f_mhz(1.05) == pytest.approx(1050 * (0.75 / 0.45) ** 1.3 * 0.75 / 1.05)
+    with pytest.raises(TechError, match=r"clock_mhz = 2000: beyond the 7nm"):
+        operating_voltage(_with(load_arch("ws16x16"), clock_mhz=2000.0), t7)
     t = load_tech("45nm")
     assert operating_voltage(_with(load_arch("ws16x16"), clock_mhz=200.0), t) == 0.6
     with pytest.raises(TechError) as exc:
@@ -87,7 +91,7 @@ def test_clock_beyond_the_curve_exits_2_with_one_line(tmp_path):
 
 def test_dynamic_energy_scales_with_v_squared():
     t = load_tech("7nm")
-    a = _with(load_arch("ws16x16"), clock_mhz=2000.0)
+    a = _with(load_arch("ws16x16"), clock_mhz=1400.0)
     v = operating_voltage(a, t)
     lo = energy_breakdown(load_arch("ws16x16"), t, macs=1e9, dram_bytes=1e6)   # 500 MHz: v_min
     hi = energy_breakdown(a, t, macs=1e9, dram_bytes=1e6)
@@ -96,24 +100,26 @@ def test_dynamic_energy_scales_with_v_squared():
     assert hi["dram_pj"] == lo["dram_pj"]
 
 
-def test_tokens_per_joule_follow_the_curve_500mhz_vs_2ghz():
-    """Same work and cycles at 500 MHz and 2 GHz (7 nm): tokens/J = tokens / (dynamic at the
-    table's supply x (V/v_nom)^2 + DRAM + static power x cycles / clock), by hand."""
-    t = load_tech("7nm")
+@pytest.mark.parametrize("tech,fast", [("7nm", 1400.0), ("45nm", 1200.0)])
+def test_tokens_per_joule_follow_the_curve(tech, fast):
+    """Same work and cycles at 500 MHz and near the curve's top (2 GHz is beyond both curves:
+    refused above): tokens/J = tokens / (dynamic at the table's supply x (V/v_nom)^2 + DRAM +
+    static power x cycles / clock), by hand."""
+    t = load_tech(tech)
     tokens, macs, dram, cycles = 1000, 5e11, 2e9, 1e9
     got = {}
-    for clock in (500.0, 2000.0):
+    for clock in (500.0, fast):
         a = _with(load_arch("ws16x16"), clock_mhz=clock)
-        v = 0.55 if clock <= t.vf.f_mhz(0.55) else operating_voltage(a, t)
+        v = t.vf.v_min if clock <= t.vf.f_mhz(t.vf.v_min) else operating_voltage(a, t)
         lat = cycles / (clock * 1e6)
         nominal = energy_breakdown(_with(a, clock_mhz=t.vf.f_nom_mhz), t, macs=macs,
                                    dram_bytes=dram)                  # at v_nom: unscaled terms
-        dyn = (nominal["mac_pj"] + nominal["sram_pj"]) * (v / 0.75) ** 2 + nominal["dram_pj"]
+        dyn = (nominal["mac_pj"] + nominal["sram_pj"]) * (v / t.vf.v_nom) ** 2 + nominal["dram_pj"]
         ref = tokens / ((dyn + static_power(a, t)["static_w"] * lat * 1e12) * 1e-12)
         e = energy_breakdown(a, t, macs=macs, dram_bytes=dram, latency_s=lat)
         got[clock] = tokens / e["energy_j"]
-        assert got[clock] == pytest.approx(ref, rel=1e-9)
-    assert got[500.0] != pytest.approx(got[2000.0], rel=0.01)
+        assert got[clock] == pytest.approx(ref, rel=1e-8)
+    assert got[500.0] != pytest.approx(got[fast], rel=0.01)
 
 
 # ---- leakage, PHY -------------------------------------------------------------------------------
@@ -201,10 +207,12 @@ def _bench():
 
 
 def test_peak_tops_closed_form():
-    """TPU v1: 65,536 MACs x 700 MHz x 2 = 91.75 TOPS; TPU v4i: 65,536 x 1050 MHz x 2."""
+    """TPU v1: 65,536 MACs x 700 MHz x 2 = 91.75 TOPS; TPU v4i: 65,536 x 1050 MHz x 2; TPU v4:
+    eight 128x128 MXUs x 1050 MHz x 2."""
     b = _bench()
     assert b.peak_tops(b.load_chip("tpu_v1")) == 2 * 65536 * 700e6 / 1e12
     assert b.peak_tops(b.load_chip("tpu_v4i")) == 2 * 65536 * 1050e6 / 1e12
+    assert b.peak_tops(b.load_chip("tpu_v4")) == 2 * 131072 * 1050e6 / 1e12   # 275.25
 
 
 def test_leakage_fit_reproduces_tpu_v1_idle_power():
@@ -213,25 +221,38 @@ def test_leakage_fit_reproduces_tpu_v1_idle_power():
     assert p["static_w"] == pytest.approx(b.IDLE_W["tpu_v1"], rel=2e-3)
 
 
+def _printed_errors(out: str, chip: str) -> list[float]:
+    line = next(ln for ln in out.splitlines() if ln.startswith(chip + " "))
+    return [float(x) / 100 for x in re.findall(r"([+-]\d+\.\d)%", line)]
+
+
 def test_printed_errors_are_the_models_and_held_out_bounds(capsys):
+    """The errors printed for the held-out chips are recomputed here from the model's functions
+    and the published figures (typed in this test): area (raw and x the TPU-v1 die factor),
+    power at the full MAC rate = MAC + SRAM dynamic + static over one second."""
     b = _bench()
     b.main([])
     out = capsys.readouterr().out
     v1 = b.load_chip("tpu_v1")
-    k = b.PUBLISHED["tpu_v1"]["area_mm2"] / area_breakdown(v1, load_tech("28nm"))["area_mm2"]
-    a = b.load_chip("tpu_v4i")
-    t = load_tech("7nm")
-    area = area_breakdown(a, t)["area_mm2"]
-    e = energy_breakdown(a, t, macs=65536 * 1050e6, latency_s=1.0)
-    power = (e["mac_pj"] + e["sram_pj"] + e["static_pj"]) * 1e-12
-    area_err, die_err, power_err = area / 400 - 1, area * k / 400 - 1, power / 175 - 1
-    line = next(ln for ln in out.splitlines() if ln.startswith("tpu_v4i"))
-    errs = [float(x) / 100 for x in re.findall(r"([+-]\d+\.\d)%", line)]
-    assert errs[0] == pytest.approx(area_err, abs=6e-4)
-    assert errs[1] == pytest.approx(die_err, abs=6e-4)
-    assert errs[3] == pytest.approx(power_err, abs=6e-4)
-    # the bounds reached (goal: 25 %): area with the TPU-v1 die factor within 27 %; raw model
-    # area and power far below the published die and TDP (see docs/power_validation.md)
-    assert abs(die_err) <= 0.27
-    assert -0.70 <= area_err <= -0.60 and -0.70 <= power_err <= -0.60
+    k = 331.0 / area_breakdown(v1, load_tech("28nm"))["area_mm2"]
     assert math.isclose(b.die_factor(), k)
+    t = load_tech("7nm")
+    want = {}
+    for chip, macs, area_pub, power_pub in (("tpu_v4i", 65536, 400.0, 175.0),
+                                            ("tpu_v4", 131072, None, 192.0)):
+        a = b.load_chip(chip)
+        area = area_breakdown(a, t)["area_mm2"]
+        e = energy_breakdown(a, t, macs=macs * 1050e6, latency_s=1.0)
+        power = (e["mac_pj"] + e["sram_pj"] + e["static_pj"]) * 1e-12
+        errs = _printed_errors(out, chip)
+        if area_pub:
+            assert errs[0] == pytest.approx(area / area_pub - 1, abs=6e-4)
+            assert errs[1] == pytest.approx(area * k / area_pub - 1, abs=6e-4)
+        assert errs[-1] == pytest.approx(power / power_pub - 1, abs=6e-4)
+        want[chip] = (area * k / area_pub - 1 if area_pub else None, power / power_pub - 1)
+    # the bounds reached (goal 25 %, docs/power_validation.md): TPU v4 power within 10 % of its
+    # measured maximum; TPU v4i area with the die factor within 27 %; TPU v4i power 40-50 % below
+    # its TDP (a design limit, not a measurement)
+    assert abs(want["tpu_v4"][1]) <= 0.10
+    assert abs(want["tpu_v4i"][0]) <= 0.27
+    assert -0.50 <= want["tpu_v4i"][1] <= -0.40
