@@ -22,8 +22,11 @@ TPU v4i and TPU v4 are held out: none of their area or power figures set a const
 published 1050 MHz clock is the 7 nm curve's nominal-supply point, configs/tech/7nm.yaml).
 
 Published figures (``PUBLISHED``): TPU v1 — Jouppi et al., "In-Datacenter Performance Analysis of
-a Tensor Processing Unit", ISCA 2017 (abstract, confirmed: 65,536 8-bit MACs, 92 TOPS; Table 2 as
-remembered, unconfirmed: die <= 331 mm², TDP 75 W, idle 28 W, busy 40 W); TPU v4i — Jouppi et al.,
+a Tensor Processing Unit", ISCA 2017 (confirmed: abstract at research.google/pubs — 65,536 8-bit
+MACs, 92 TOPS, 28 MiB; a reproduction of the paper's figures at maltsystem.ru/en/news/271-goo —
+28 nm, 700 MHz, 24 MiB unified buffer, 34 GB/s, 40 W drawn, 75 W TDP; the die floor plan at
+news.mynavi.jp/article/20170411-tpu/2 — unified buffer 29 %, matrix unit 24 %, accumulators 6 %
+of the die. As remembered, unconfirmed: die <= 331 mm², idle 28 W); TPU v4i — Jouppi et al.,
 "Ten Lessons From Three Generations Shaped Google's TPUv4i", ISCA 2021 (Table 1 as remembered,
 unconfirmed: < 400 mm², 1050 MHz, 138 TFLOPS bf16, TDP 175 W); TPU v4 — Google Cloud TPU v4
 documentation (confirmed: 275 TFLOPS, measured min/mean/max power 90/170/192 W; no die area
@@ -41,8 +44,8 @@ from pathlib import Path
 import yaml
 
 from tilewright.arch import ArchSpec
-from tilewright.dataflow_sim.energy_area import (area_mm2, energy_breakdown, load_tech,
-                                                 static_power)
+from tilewright.dataflow_sim.energy_area import (area_breakdown, area_mm2, energy_breakdown,
+                                                 load_tech, static_power)
 
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "configs" / "validation"
 
@@ -75,6 +78,17 @@ def peak_power_w(arch: ArchSpec, tech: str) -> dict[str, float]:
     dyn = (e["mac_pj"] + e["sram_pj"]) * 1e-12
     return {"dynamic_w": dyn, "static_w": e["static_pj"] * 1e-12,
             "power_w": dyn + e["static_pj"] * 1e-12, "voltage_v": e["voltage_v"]}
+
+
+FLOORPLAN_TPU_V1 = {"sram": 0.29 + 0.06, "pe_array": 0.24}
+"""shares of TPU v1's die: unified buffer + accumulators, and the matrix unit (floor plan)"""
+
+
+def floorplan_ratio() -> tuple[float, float]:
+    """TPU v1's SRAM / PE-array area: the model's and the published floor plan's."""
+    ab = area_breakdown(load_chip("tpu_v1"), load_tech("28nm"))
+    return (ab["sram_um2"] / ab["pe_array_um2"],
+            FLOORPLAN_TPU_V1["sram"] / FLOORPLAN_TPU_V1["pe_array"])
 
 
 def die_factor() -> float:
@@ -122,6 +136,9 @@ def table(rs: list[dict]) -> str:
             f"{r['power_w']:6.1f} {r['power_pub_w']:5.0f} {r['power_err']:+6.1%} "
             f"({r['dynamic_w']:5.1f} + {r['static_w']:6.1f} W at {r['voltage_v']:.3f})")
     lines.append(f"die factor (TPU v1 published / model area) = {die_factor():.3f}")
+    m, p = floorplan_ratio()
+    lines.append(f"TPU v1 SRAM / PE-array area: model {m:.3f}, floor plan {p:.3f} "
+                 f"(err {m / p - 1:+.1%})")
     return "\n".join(lines)
 
 

@@ -256,3 +256,18 @@ def test_printed_errors_are_the_models_and_held_out_bounds(capsys):
     assert abs(want["tpu_v4"][1]) <= 0.10
     assert abs(want["tpu_v4i"][0]) <= 0.27
     assert -0.50 <= want["tpu_v4i"][1] <= -0.40
+
+
+def test_printed_floorplan_ratio_is_the_models(capsys):
+    """TPU v1's floor plan (unified buffer 29 %, accumulators 6 %, matrix unit 24 % of the die):
+    the printed SRAM / PE-array ratio is the model's area_breakdown against (29 + 6) / 24."""
+    b = _bench()
+    b.main([])
+    out = capsys.readouterr().out
+    ab = area_breakdown(b.load_chip("tpu_v1"), load_tech("28nm"))
+    model, published = ab["sram_um2"] / ab["pe_array_um2"], (0.29 + 0.06) / 0.24
+    m = re.search(r"model (\d+\.\d+), floor plan (\d+\.\d+) \(err ([+-]\d+\.\d)%\)", out)
+    assert float(m.group(1)) == pytest.approx(model, abs=6e-4)
+    assert float(m.group(2)) == pytest.approx(published, abs=6e-4)
+    assert float(m.group(3)) / 100 == pytest.approx(model / published - 1, abs=6e-4)
+    assert abs(model / published - 1) <= 0.25
