@@ -70,8 +70,8 @@ operands stay on the wafer).
 
 **Static power** (W) while the chip is powered (``static_power``), at supply V::
 
-    leakage    = ((area - sram - phy) * logic_leak_mw_per_mm2 * 1e-3
-                  + sram_bits * sram_leak_pw_per_bit * 1e-12) * V / v_nom
+    leakage    = ((area - sram_kib * sram_um2_per_kib - phy) * logic_mw_per_mm2 * 1e-3
+                  + sram_bits * sram_pw_per_bit * 1e-12) * V / v_nom
     phy        = bandwidth_gbps * offchip_phy[interface].mw_per_gbps * 1e-3
     background = offchip.background_w (0 when unset)
 
@@ -391,7 +391,7 @@ def static_power(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
         sram_kib = m.cores * m.core_sram_kib
     else:
         sram_kib = arch.memory.scratchpad_kib + arch.memory.accumulator_kib
-    sram_mm2 = (ar["sram_um2"] if arch.mesh is None else sram_kib * tech.sram_um2_per_kib) / 1e6
+    sram_mm2 = sram_kib * tech.sram_um2_per_kib / 1e6   # the macros; extra-bank periphery: logic
     logic_mm2 = ar["area_mm2"] - sram_mm2 - ar["phy_um2"] / 1e6
     lk = tech.leakage
     v = operating_voltage(arch, tech)

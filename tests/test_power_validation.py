@@ -271,3 +271,14 @@ def test_printed_floorplan_ratio_is_the_models(capsys):
     assert float(m.group(2)) == pytest.approx(published, abs=6e-4)
     assert float(m.group(3)) / 100 == pytest.approx(model / published - 1, abs=6e-4)
     assert abs(model / published - 1) <= 0.25
+
+
+def test_extra_sram_banks_leak_as_logic():
+    """Each bank beyond the first adds an 8 KiB macro's periphery (45 nm: 8 * 8192 * 0.346 *
+    (1/0.6 - 1) um^2), which leaks at the logic density."""
+    t = load_tech("45nm")
+    a = load_arch("ws16x16")
+    banked = _with(a, memory={"scratchpad_banks": 4, "accumulator_banks": 2})   # 2*3 + 1 extra
+    periphery_mm2 = 7 * 8 * 8192 * 0.346 * (1 / 0.6 - 1) / 1e6
+    d = static_power(banked, t)["leakage_w"] - static_power(a, t)["leakage_w"]
+    assert d == pytest.approx(periphery_mm2 * 257.2e-3 * 0.6 / 0.9)
