@@ -1,6 +1,6 @@
 """Energy and area of a design point from per-component technology tables, scaled by ArchSpec.
 
-Technology tables live in ``configs/tech/<name>.yaml`` (presets ``45nm`` and ``7nm``); their
+Technology tables live in ``configs/tech/<name>.yaml`` (presets ``28nm``, ``45nm``, ``7nm``); their
 ``sources`` block lists the publications, and every number's comment says whether it was
 *confirmed* against a retrieved copy of its source, is *derived* (with the rule), is an
 *assumption*, or is *unconfirmed*. Units: pJ for energy, µm² for area (results also in mm²
@@ -54,8 +54,30 @@ same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
 SRAM energy per byte is the table's 64-bit read energy at the capacity of the *bank* an access
 reads, interpolated log-log between the listed capacities (extrapolated along the end segments),
 divided by 8: a scratchpad access reads a bank of ``scratchpad_kib / 2 / B_s`` KiB, an accumulator
-access one of ``accumulator_kib / B_a`` KiB, so smaller banks are cheaper per access. Static
-(leakage) power is not modelled.
+access one of ``accumulator_kib / B_a`` KiB, so smaller banks are cheaper per access.
+
+**Voltage and frequency** (table section ``vf``). The table's pJ figures hold at the nominal
+supply ``v_nom``. The clock a supply V reaches follows the alpha-power law (Sakurai & Newton,
+IEEE JSSC 25(2), 1990): ``f(V) = f_nom * ((V - v_t) / (v_nom - v_t))**alpha * v_nom / V`` MHz,
+for ``v_min <= V <= v_max``. A design runs at the lowest supply that reaches its ``clock_mhz``
+(``operating_voltage``: V = v_min for any clock <= f(v_min)); a clock above f(v_max) is refused
+(:class:`TechError`, one line). Dynamic energy (the ``mac``, ``sram``, ``vector`` and ``mesh``
+terms) scales by ``(V / v_nom)**2``; off-chip DRAM energy (the DRAM device's own supply) does not.
+
+**Area of the off-chip PHY**: ``phy = bandwidth_gbps * offchip_phy[interface].um2_per_gbps``
+(``offchip.interface``, default the table's ``default_offchip``; 0 for a mesh design, whose
+operands stay on the wafer).
+
+**Static power** (W) while the chip is powered (``static_power``), at supply V::
+
+    leakage    = ((area - sram_kib * sram_um2_per_kib - phy) * logic_mw_per_mm2 * 1e-3
+                  + sram_bits * sram_pw_per_bit * 1e-12) * V / v_nom
+    phy        = bandwidth_gbps * offchip_phy[interface].mw_per_gbps * 1e-3
+    background = offchip.background_w (0 when unset)
+
+(leakage current held at its nominal value, so leakage power is linear in V: an assumption that
+leaves out DIBL). A workload of ``latency_s`` seconds adds ``static_power * latency_s``
+(``energy_breakdown(..., latency_s=...)``, term ``static_pj``).
 """
 
 from __future__ import annotations
@@ -65,7 +87,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tilewright.arch import PRESET_DIR, ArchSpec
 from tilewright.compiler.layout import ab_buffer_bytes
@@ -75,7 +97,8 @@ from tilewright.validation import (find_user_file, load_user_yaml, validate_mapp
                                    validation_error_line)
 
 __all__ = ["TechSpec", "TechError", "load_tech", "TECH_DIR", "area_breakdown", "area_mm2",
-           "energy_breakdown", "sram_pj_per_byte", "sram_bank_kib", "operand_bytes"]
+           "energy_breakdown", "sram_pj_per_byte", "sram_bank_kib", "operand_bytes",
+           "operating_voltage", "dynamic_scale", "static_power", "offchip_phy"]
 
 TECH_DIR = PRESET_DIR / "tech"
 
@@ -114,8 +137,42 @@ class _Area(_Frozen):
     fixed: float = Field(..., ge=0, description="µm² per core independent of the parameters")
 
 
+class _VF(_Frozen):
+    """Alpha-power-law voltage-frequency curve (module doc)."""
+
+    v_nom: float = Field(..., gt=0, description="V: nominal supply, where the pJ figures hold")
+    f_nom_mhz: float = Field(..., gt=0, description="MHz reached at v_nom")
+    v_t: float = Field(..., ge=0, description="V: threshold voltage of the law")
+    alpha: float = Field(..., ge=1, le=2, description="velocity-saturation exponent")
+    v_min: float = Field(..., gt=0, description="V: lowest supply the design may run at")
+    v_max: float = Field(..., gt=0, description="V: highest supply the design may run at")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "_VF":
+        if not self.v_t < self.v_min <= self.v_nom <= self.v_max:
+            raise ValueError(f"vf: need v_t < v_min <= v_nom <= v_max, got v_t {self.v_t}, "
+                             f"v_min {self.v_min}, v_nom {self.v_nom}, v_max {self.v_max}")
+        return self
+
+    def f_mhz(self, v: float) -> float:
+        """MHz reached at supply ``v`` (V)."""
+        return (self.f_nom_mhz * ((v - self.v_t) / (self.v_nom - self.v_t)) ** self.alpha
+                * self.v_nom / v)
+
+
+class _Leakage(_Frozen):
+    logic_mw_per_mm2: float = Field(..., ge=0, description="mW per mm² of logic at v_nom")
+    sram_pw_per_bit: float = Field(..., ge=0, description="pW per SRAM bit at v_nom")
+
+
+class _Phy(_Frozen):
+    um2_per_gbps: float = Field(..., ge=0, description="µm² of PHY per GB/s of bandwidth")
+    mw_per_gbps: float = Field(..., ge=0, description="mW of PHY power per GB/s of bandwidth")
+
+
 class TechSpec(_Frozen):
-    """One technology node's energy (pJ) and area (µm²) table."""
+    """One technology node's energy (pJ), area (µm²), voltage-frequency, leakage and off-chip
+    PHY table."""
 
     name: str
     node_nm: float = Field(..., gt=0)
@@ -129,6 +186,18 @@ class TechSpec(_Frozen):
     hop_pj_per_byte_mm: float = Field(..., ge=0)
     router_pj_per_byte: float = Field(..., ge=0)
     area_um2: _Area
+    vf: _VF
+    leakage: _Leakage
+    offchip_phy: dict[str, _Phy] = Field(..., min_length=1,
+                                         description="PHY per memory interface (module doc)")
+    default_offchip: str = Field(..., description="interface of an ArchSpec that names none")
+
+    @model_validator(mode="after")
+    def _default_offchip_listed(self) -> "TechSpec":
+        if self.default_offchip not in self.offchip_phy:
+            raise ValueError(f"default_offchip = {self.default_offchip!r} is not a key of "
+                             f"offchip_phy {sorted(self.offchip_phy)}")
+        return self
 
     @property
     def sram_um2_per_kib(self) -> float:
@@ -155,7 +224,7 @@ class TechSpec(_Frozen):
 
 
 def load_tech(name_or_path: str | Path) -> TechSpec:
-    """A technology table by preset name (``45nm``, ``7nm``) or YAML path."""
+    """A technology table by preset name (``28nm``, ``45nm``, ``7nm``) or YAML path."""
     return _load_tech(str(name_or_path))
 
 
@@ -205,8 +274,8 @@ def _lanes(arch: ArchSpec) -> int:
 
 
 def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
-    """Area components in µm² (``pe_array``, ``sram``, ``vector``, ``fixed``, ``mesh``) and the
-    total in mm² (``area_mm2``); see the module doc for the formulas."""
+    """Area components in µm² (``pe_array``, ``sram``, ``vector``, ``fixed``, ``mesh``,
+    ``phy``) and the total in mm² (``area_mm2``); see the module doc for the formulas."""
     te, a, mem = arch.tensor_engine, tech.area_um2, arch.memory
     pe = tech.pe_um2(te.input_format)
     extra_banks = 2 * (mem.scratchpad_banks - 1) + (mem.accumulator_banks - 1)
@@ -217,6 +286,7 @@ def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
         "vector_um2": _lanes(arch) * a.vector_lane,
         "fixed_um2": a.fixed,
         "mesh_um2": 0.0,
+        "phy_um2": arch.offchip.bandwidth_gbps * offchip_phy(arch, tech).um2_per_gbps,
     }
     if arch.mesh is not None:       # the mesh alone: no single-core terms (module doc)
         m = arch.mesh
@@ -233,9 +303,12 @@ def area_mm2(arch: ArchSpec, tech: TechSpec) -> float:
 
 
 def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops: float = 0.0,
-                     dram_bytes: float = 0.0, byte_hops: float = 0.0) -> dict[str, float]:
-    """Energy components in pJ (``mac``, ``sram``, ``vector``, ``dram``, ``mesh``) and the total
-    in J (``energy_j``) of a workload with these totals (module doc)."""
+                     dram_bytes: float = 0.0, byte_hops: float = 0.0,
+                     latency_s: float | None = None) -> dict[str, float]:
+    """Energy components in pJ (``mac``, ``sram``, ``vector``, ``dram``, ``mesh``, and with
+    ``latency_s`` (s) the static power over that time, ``static``) and the total in J
+    (``energy_j``) of a workload with these totals, at the supply the clock needs (module doc);
+    ``voltage_v`` is that supply."""
     te = arch.tensor_engine
     e = operand_bytes(arch)
     sp_kib, acc_kib = sram_bank_kib(arch)
@@ -256,5 +329,76 @@ def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops:
                     + arch.mesh.core_sram_kib * tech.sram_um2_per_kib + tech.area_um2.fixed / 64)
         pitch_mm = math.sqrt(core_um2) / 1e3
         out["mesh_pj"] = byte_hops * (tech.hop_pj_per_byte_mm * pitch_mm + tech.router_pj_per_byte)
-    out["energy_j"] = sum(v for k, v in out.items() if k.endswith("_pj")) * 1e-12
+    return _at_operating_point(arch, tech, out, latency_s)
+
+
+def _at_operating_point(arch: ArchSpec, tech: TechSpec, out: dict[str, float],
+                        latency_s: float | None) -> dict[str, float]:
+    """Scale the on-chip dynamic terms to the operating supply, add static energy over
+    ``latency_s`` and the total (module doc)."""
+    v = operating_voltage(arch, tech)
+    s = dynamic_scale(tech, v)
+    for k in ("mac_pj", "sram_pj", "vector_pj", "mesh_pj"):
+        out[k] *= s
+    if latency_s is not None:
+        if not latency_s >= 0:
+            raise TechError(f"latency_s = {latency_s}: must be >= 0 seconds")
+        out["static_pj"] = static_power(arch, tech)["static_w"] * latency_s * 1e12
+    out["energy_j"] = sum(val for k, val in out.items() if k.endswith("_pj")) * 1e-12
+    out["voltage_v"] = v
     return out
+
+
+def offchip_phy(arch: ArchSpec, tech: TechSpec) -> _Phy:
+    """The PHY entry of the ArchSpec's off-chip interface (``offchip.interface``, default the
+    table's ``default_offchip``); an interface the table lacks is refused in one line."""
+    name = arch.offchip.interface or tech.default_offchip
+    if name not in tech.offchip_phy:
+        raise TechError(f"offchip.interface = {name!r}: tech {tech.name} has a PHY for "
+                        f"{sorted(tech.offchip_phy)}")
+    return tech.offchip_phy[name]
+
+
+def operating_voltage(arch: ArchSpec, tech: TechSpec) -> float:
+    """Lowest supply (V) on the table's V-f curve that reaches ``arch.clock_mhz`` (module doc);
+    a clock beyond the curve's top is refused with one line."""
+    vf, f = tech.vf, arch.clock_mhz
+    if f <= vf.f_mhz(vf.v_min):
+        return vf.v_min
+    f_top = vf.f_mhz(vf.v_max)
+    if f > f_top:
+        raise TechError(f"clock_mhz = {f:g}: beyond the {tech.name} voltage-frequency curve, "
+                        f"which reaches {f_top:.0f} MHz at its highest supply v_max = "
+                        f"{vf.v_max} V (accepted: clock_mhz <= {f_top:.0f})")
+    lo, hi = vf.v_min, vf.v_max       # f(V) increases on [v_min, v_max]: bisect to 1e-12 V
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if vf.f_mhz(mid) < f else (lo, mid)
+    return hi
+
+
+def dynamic_scale(tech: TechSpec, v: float) -> float:
+    """Factor on the table's dynamic energies at supply ``v`` (V): ``(v / v_nom)**2``."""
+    return (v / tech.vf.v_nom) ** 2
+
+
+def static_power(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
+    """Static power in W at the operating supply: ``leakage_w`` (logic and SRAM), ``phy_w``,
+    ``background_w`` and their sum ``static_w`` (module doc)."""
+    ar = area_breakdown(arch, tech)
+    if arch.mesh is not None:
+        m = arch.mesh
+        sram_kib = m.cores * m.core_sram_kib
+    else:
+        sram_kib = arch.memory.scratchpad_kib + arch.memory.accumulator_kib
+    sram_mm2 = sram_kib * tech.sram_um2_per_kib / 1e6   # the macros; extra-bank periphery: logic
+    logic_mm2 = ar["area_mm2"] - sram_mm2 - ar["phy_um2"] / 1e6
+    lk = tech.leakage
+    v = operating_voltage(arch, tech)
+    leak = (logic_mm2 * lk.logic_mw_per_mm2 * 1e-3
+            + sram_kib * 8192 * lk.sram_pw_per_bit * 1e-12) * v / tech.vf.v_nom
+    phy = (0.0 if arch.mesh is not None
+           else arch.offchip.bandwidth_gbps * offchip_phy(arch, tech).mw_per_gbps * 1e-3)
+    bg = arch.offchip.background_w or 0.0
+    return {"leakage_w": leak, "phy_w": phy, "background_w": bg, "static_w": leak + phy + bg,
+            "voltage_v": v}

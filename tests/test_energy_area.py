@@ -34,6 +34,11 @@ SB17_AREA_45_TO_7 = 0.059
 # benchmarks/energy_area_vs_yosys.py, 2026-11-30: transistors per PE of the generated int8 cores
 # (pooled ws+os slope) and of a lone 8x8 multiplier and 32-bit adder.
 YC_TRANSISTORS_PER_PE, YC_MULT8, YC_ADD32 = 7372, 2972, 1158
+# 500 MHz presets: below f(v_min) on both curves (45 nm: 538 MHz at 0.6 V; 7 nm: 667 MHz at
+# 0.55 V, by the alpha-power law, tests/test_power_validation.py), so they run at v_min and the
+# dynamic energies scale by (v_min / v_nom)^2.
+V45_500MHZ, S45_500MHZ = 0.6, (0.6 / 0.9) ** 2
+S7_500MHZ = (0.55 / 0.75) ** 2
 
 
 def _sram_points(t) -> dict[float, float]:
@@ -47,7 +52,7 @@ def test_tables_load_and_cover_every_format(tech):
     assert set(FORMATS) <= set(t.mac_pj) and set(FORMATS) <= set(t.area_um2.pe)
 
 
-@pytest.mark.parametrize("tech", ["45nm", "7nm"])
+@pytest.mark.parametrize("tech", ["28nm", "45nm", "7nm"])
 def test_every_cited_key_is_in_the_sources_block(tech):
     text = (TECH_DIR / f"{tech}.yaml").read_text()
     cited = set(re.findall(r"\[([A-Z][A-Z0-9]+)\]", text))
@@ -140,10 +145,12 @@ def test_area_closed_form_45nm_ws16x16():
     pe = 256 * (406.4 + 227.1) * 1.8
     sram = 256 * 8192 * 0.346 / 0.6
     vec = 16 * (7787.8 + 3805.8)
+    phy = 16.0 * 150000                 # 16 GB/s of the default DDR4 PHY, um^2 per GB/s
     assert got["pe_array_um2"] == pytest.approx(pe)
     assert got["sram_um2"] == pytest.approx(sram)
     assert got["vector_um2"] == pytest.approx(vec)
-    assert got["area_mm2"] == pytest.approx((pe + sram + vec + 500000) / 1e6)
+    assert got["phy_um2"] == pytest.approx(phy)
+    assert got["area_mm2"] == pytest.approx((pe + sram + vec + 500000 + phy) / 1e6)
 
 
 def test_energy_closed_form_ws_and_os():
@@ -153,16 +160,17 @@ def test_energy_closed_form_ws_and_os():
     e = energy_breakdown(ws, t, macs=macs, vector_ops=vops, dram_bytes=dram)
     sp = sram_pj_per_byte(t, 64)      # each scratchpad half: 64 KiB
     acc = sram_pj_per_byte(t, 128)
-    assert e["mac_pj"] == pytest.approx(macs * 0.3)
-    assert e["dram_pj"] == pytest.approx(dram * 243.75)
-    assert e["sram_pj"] == pytest.approx(macs * (1 / 16 * sp + 8 / 16 * acc) + dram * sp
-                                         + vops * 8 * sp)
+    assert e["voltage_v"] == V45_500MHZ
+    assert e["mac_pj"] == pytest.approx(macs * 0.3 * S45_500MHZ)
+    assert e["dram_pj"] == pytest.approx(dram * 243.75)          # DRAM's own supply: unscaled
+    assert e["sram_pj"] == pytest.approx((macs * (1 / 16 * sp + 8 / 16 * acc) + dram * sp
+                                          + vops * 8 * sp) * S45_500MHZ)
     assert e["energy_j"] == pytest.approx((e["mac_pj"] + e["sram_pj"] + e["vector_pj"]
                                            + e["dram_pj"]) * 1e-12)
     os_ = load_arch("os16x16")
     eo = energy_breakdown(os_, t, macs=macs)
     sp_o = sram_pj_per_byte(t, os_.memory.scratchpad_kib / 2)
-    assert eo["sram_pj"] == pytest.approx(macs * (1 / 16 + 1 / 16) * sp_o)
+    assert eo["sram_pj"] == pytest.approx(macs * (1 / 16 + 1 / 16) * sp_o * S45_500MHZ)
 
 
 def _banked(name: str, sp_banks: int, acc_banks: int) -> ArchSpec:
@@ -181,7 +189,8 @@ def test_banked_sram_energy_reads_one_bank():
     # the 32 KiB -> 1 MiB segment = log(100/20) / log(1024/32)
     sp = math.sqrt(10 * 20) / 8
     acc = 20 * 2 ** (math.log(5) / math.log(32)) / 8
-    assert e["sram_pj"] == pytest.approx(macs * (1 / 16 * sp + 8 / 16 * acc) + dram * sp)
+    assert e["sram_pj"] == pytest.approx((macs * (1 / 16 * sp + 8 / 16 * acc) + dram * sp)
+                                         * S45_500MHZ)
     one = energy_breakdown(load_arch("ws16x16"), t, macs=macs, dram_bytes=dram)
     assert e["sram_pj"] < one["sram_pj"] and e["mac_pj"] == one["mac_pj"]
 
@@ -219,13 +228,15 @@ def test_mesh_area_and_hop_energy():
     # an SRAM access reads one core's 16 KiB (the 7 nm table interpolated there)
     e_sram = energy_breakdown(m, t, macs=4096)["sram_pj"]
     te = m.tensor_engine                                    # 1x4 os: e/cols + e/rows bytes a MAC
-    assert e_sram == pytest.approx(4096 * (1 / te.cols + 1 / te.rows) * sram_pj_per_byte(t, 16))
+    assert e_sram == pytest.approx(4096 * (1 / te.cols + 1 / te.rows) * sram_pj_per_byte(t, 16)
+                                   * S7_500MHZ)
     e = energy_breakdown(m, t, macs=0, byte_hops=1000)
-    assert e["mesh_pj"] == pytest.approx(1000 * (0.606 * math.sqrt(core) / 1e3 + 0.94))
+    assert e["mesh_pj"] == pytest.approx(1000 * (0.606 * math.sqrt(core) / 1e3 + 0.94)
+                                         * S7_500MHZ)
     with pytest.raises(TechError, match="no mesh"):
         energy_breakdown(load_arch("ws16x16"), t, macs=0, byte_hops=1)
 
 
 def test_unknown_tech_one_line():
-    with pytest.raises(TechError, match="3nm: no such file .or tech preset; tech presets are: 45nm, 7nm."):
+    with pytest.raises(TechError, match="3nm: no such file .or tech preset; tech presets are: 28nm, 45nm, 7nm."):
         load_tech("3nm")

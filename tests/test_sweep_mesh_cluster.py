@@ -28,7 +28,8 @@ def _mk(base, **changes):
 
 
 def test_mesh_size_axis_runs_the_mesh_model(tmp_path):
-    from tilewright.dataflow_sim.energy_area import area_breakdown, load_tech
+    from tilewright.dataflow_sim.energy_area import (area_breakdown, dynamic_scale, load_tech,
+                                                     operating_voltage)
     from tilewright.dataflow_sim.mesh import mesh_gemv
     spec = _mk(MESH, workloads=[{"mesh_gemv": [256, 256]}])   # int8: the mesh cores' format
     db = tmp_path / "m.db"
@@ -59,6 +60,7 @@ def test_mesh_size_axis_runs_the_mesh_model(tmp_path):
                     + arch.mesh.core_sram_kib * tech.sram_um2_per_kib + tech.area_um2.fixed / 64)
         mesh_pj = byte_hops * (tech.hop_pj_per_byte_mm * math.sqrt(core_um2) / 1e3
                                + tech.router_pj_per_byte)
+        mesh_pj *= dynamic_scale(tech, operating_voltage(arch, tech))   # (V / v_nom)^2
         assert per[side][0]["mesh_pj"] == pytest.approx(mesh_pj, rel=1e-9)
         assert row["energy_j"] == pytest.approx(
             sum(v for k, v in per[side][0].items() if k.endswith("_pj")) * 1e-12, rel=1e-9)

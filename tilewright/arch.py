@@ -204,7 +204,7 @@ class MemorySpec(_Frozen):
     """On-chip memories of the GEMM core."""
 
     scratchpad_kib: int = Field(
-        64, ge=1, le=65536,
+        64, ge=1, le=262144,
         description="input scratchpad capacity in KiB (1 KiB = 1024 bytes), split equally between "
                     "the A buffer and the B buffer")
     accumulator_kib: int = Field(
@@ -267,6 +267,15 @@ class OffChipSpec(_Frozen):
         None, gt=0, le=1e6,
         description="capacity in GiB (2**30 B); None = not stated (optional: omitted "
         "from YAML and the content hash when unset)")
+    interface: str | None = Field(
+        None, min_length=1, max_length=32,
+        description="memory interface whose PHY the chip carries, a key of the technology "
+        "table's offchip_phy (e.g. ddr4, hbm2); None = the table's default_offchip. Sets the "
+        "PHY's area and power per GB/s of bandwidth_gbps (dataflow_sim/energy_area.py)")
+    background_w: float | None = Field(
+        None, ge=0, le=1e5,
+        description="board / DRAM background power in W (refresh, regulators) charged for every "
+        "second the chip is powered; None = not modelled (0)")
 
 
 class MeshSpec(_Frozen):

@@ -253,7 +253,7 @@ def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], t
             lat = c["latency_s"] if "latency_s" in c else c["cycles"] / (arch.clock_mhz * 1e6)
             e = {"energy_j": c["energy_j"]} if "energy_j" in c else energy_breakdown(
                 arch, tk, macs=c["macs"], vector_ops=c["vector_ops"], dram_bytes=c["dram_bytes"],
-                byte_hops=c.get("byte_hops", 0.0))
+                byte_hops=c.get("byte_hops", 0.0), latency_s=lat)
             out["per_workload"].append({**c, "latency_s": lat, **e})
             for key in ("chips", "cluster_area_mm2", "ttft_p99_s", "tpot_p99_s"):
                 if key in c:

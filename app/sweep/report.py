@@ -100,7 +100,7 @@ def _energy_plot(store: ResultsStore, front: pd.DataFrame, path: Path) -> None:
 
     # single-chip terms (pJ, energy_area) and cluster terms (J, dataflow_sim.cluster.energy)
     comps = {"mac_pj": 1e-12, "sram_pj": 1e-12, "vector_pj": 1e-12, "dram_pj": 1e-12,
-             "mesh_pj": 1e-12, "energy_compute_j": 1.0, "energy_idle_j": 1.0,
+             "mesh_pj": 1e-12, "static_pj": 1e-12, "energy_compute_j": 1.0, "energy_idle_j": 1.0,
              "energy_dram_j": 1.0, "energy_network_j": 1.0}
     rows = []
     for key in front["key"].head(12):

@@ -10,8 +10,11 @@ Terms (each in the run's metrics; ``energy_j`` is their sum):
   the board's ``tdp_w`` (:data:`~.cluster_spec.GPU_PRESETS`): a chip runs at its maximum board
   power while it computes.
 * ``energy_idle_j`` — **GPU**: (chips x window − chip-busy seconds) x ``idle_w`` (waiting for
-  inputs, for collectives, or for requests). **ArchSpec**: 0 — the technology tables model no
-  static (leakage) power.
+  inputs, for collectives, or for requests). **ArchSpec**: chips x window x the chip's static
+  power (:func:`~tilewright.dataflow_sim.energy_area.static_power`: leakage at the supply its
+  clock needs, off-chip PHY, board background) — static power burns busy or not, so it is
+  charged for the whole window here and never in ``energy_compute_j``. The dynamic terms are at
+  that supply too (``(V / v_nom)**2``, the table's voltage-frequency curve).
 * ``energy_dram_j`` — **ArchSpec**: off-chip bytes x the table's ``dram_pj_per_byte``. **GPU**: 0
   — HBM power is part of the board power already charged above.
 * ``energy_network_j`` = ``energy_intra_node_j`` + ``energy_inter_node_j``: the bytes each
@@ -44,7 +47,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from tilewright import configs as _configs
-from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech
+from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech, static_power
 from tilewright.validation import load_user_yaml, validate_mapping
 
 from .cluster_spec import GPU_PRESETS, ClusterSpec, ClusterSpecError
@@ -174,10 +177,13 @@ def cluster_energy(spec: ClusterSpec, chip: ChipModel, *, busy_chip_s: float, wi
                            "busy_chip_s": float(busy_chip_s)}
     if chip.arch is not None:
         tech = tech or DEFAULT_TECH
-        eb = energy_breakdown(chip.arch, load_tech(tech), macs=macs, vector_ops=vops,
-                              dram_bytes=dram)
+        tk = load_tech(tech)
+        eb = energy_breakdown(chip.arch, tk, macs=macs, vector_ops=vops, dram_bytes=dram)
+        static_w = static_power(chip.arch, tk)["static_w"]
         out.update(energy_compute_j=(eb["mac_pj"] + eb["sram_pj"] + eb["vector_pj"]) * 1e-12,
-                   energy_idle_j=0.0, energy_dram_j=eb["dram_pj"] * 1e-12, energy_tech=tech)
+                   energy_idle_j=spec.n_chips * window_s * static_w,
+                   energy_dram_j=eb["dram_pj"] * 1e-12, energy_tech=tech,
+                   static_w_per_chip=static_w, voltage_v=eb["voltage_v"])
     else:
         p = GPU_PRESETS[spec.chip.preset]   # type: ignore[union-attr]
         idle_s = max(spec.n_chips * window_s - busy_chip_s, 0.0)

@@ -1,0 +1,284 @@
+"""Power and area closed forms by hand (alpha-power V-f curve, leakage, off-chip PHY), the 28 nm
+table's derivation, tokens/J across the curve, the clock refusal, and the published-chip check of
+benchmarks/accelerator_validation.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tilewright.arch import ArchSpec, load_arch
+from tilewright.dataflow_sim.energy_area import (TechError, area_breakdown, energy_breakdown,
+                                                 load_tech, operating_voltage, static_power)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Stillmaker & Baas 2017 via hwcomponents techscaling.py: energy polynomial (a, b, c) of
+# E(V) = a V^2 + b V + c per node, and area factors from 45 nm.
+SB17_E = {45: (1.103, -0.362, 0.2767), 32: (0.9559, -0.7823, 0.471),
+          20: (0.373, -0.1582, 0.04104), 7: (0.1776, -0.09097, 0.02447)}
+SB17_AREA_FROM_45 = {32: 0.46, 20: 0.21, 7: 0.059}
+
+
+def _e(node: int, v: float) -> float:
+    a, b, c = SB17_E[node]
+    return a * v * v + b * v + c
+
+
+def _with(arch: ArchSpec, **top) -> ArchSpec:
+    data = arch.model_dump(mode="json", exclude_none=True)
+    for k, v in top.items():
+        if isinstance(v, dict):
+            data[k] = {**data.get(k, {}), **v}
+        else:
+            data[k] = v
+    return ArchSpec.from_dict(data)
+
+
+# ---- V-f curve ----------------------------------------------------------------------------------
+
+def test_alpha_power_curve_by_hand():
+    """45 nm: f(V) = 1000 MHz ((V - 0.35) / 0.55)^1.3 * 0.9 / V."""
+    vf = load_tech("45nm").vf
+    assert vf.f_mhz(0.9) == pytest.approx(1000.0)
+    assert vf.f_mhz(0.6) == pytest.approx(1000 * (0.25 / 0.55) ** 1.3 * 1.5)      # 538.4
+    assert vf.f_mhz(1.1) == pytest.approx(1000 * (0.75 / 0.55) ** 1.3 * 0.9 / 1.1)  # 1223.6
+
+
+@pytest.mark.parametrize("tech,clock", [("45nm", 700.0), ("45nm", 1200.0), ("7nm", 1050.0),
+                                        ("7nm", 1400.0), ("28nm", 700.0)])
+def test_operating_voltage_is_the_lowest_supply_reaching_the_clock(tech, clock):
+    t = load_tech(tech)
+    v = operating_voltage(_with(load_arch("ws16x16"), clock_mhz=clock), t)
+    assert t.vf.v_min < v <= t.vf.v_max
+    assert t.vf.f_mhz(v) == pytest.approx(clock, rel=1e-6)
+    assert t.vf.f_mhz(v - 1e-3) < clock                 # lower supply: clock not reached
+
+
+def test_slow_clock_runs_at_v_min_and_fast_clock_is_refused():
+    t7 = load_tech("7nm")       # f(1.05 V) = 1050 ((1.05 - 0.3) / 0.45)^1.3 * 0.75 / 1.05
+    assert t7.vf.f_mhz(1.05) == pytest.approx(1050 * (0.75 / 0.45) ** 1.3 * 0.75 / 1.05)
+    with pytest.raises(TechError, match=r"clock_mhz = 2000: beyond the 7nm"):
+        operating_voltage(_with(load_arch("ws16x16"), clock_mhz=2000.0), t7)
+    t = load_tech("45nm")
+    assert operating_voltage(_with(load_arch("ws16x16"), clock_mhz=200.0), t) == 0.6
+    with pytest.raises(TechError) as exc:
+        operating_voltage(_with(load_arch("ws16x16"), clock_mhz=2000.0), t)
+    msg = str(exc.value)
+    assert "\n" not in msg and "clock_mhz = 2000" in msg and "1224 MHz" in msg and "1.1 V" in msg
+
+
+def test_clock_beyond_the_curve_exits_2_with_one_line(tmp_path):
+    spec = tmp_path / "c.yaml"
+    spec.write_text("name: c\nchip:\n  kind: arch\n  arch: {name: t16, clock_mhz: 5000.0, "
+                    "tensor_engine: {rows: 16, cols: 16, dataflow: ws}, offchip: "
+                    "{bandwidth_gbps: 50.0, capacity_gib: 16}}\n")
+    exe = Path(sys.executable).parent / "tilewright"
+    res = subprocess.run([str(exe), "cluster", "--cluster", str(spec), "--model", "tiny-llama",
+                          "--mode", "train", "--seq-len", "16", "--micro-batches", "2",
+                          "--cost-source", "table", "--tech", "7nm"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1 and "clock_mhz = 5000" in err and "Traceback" not in err
+
+
+def test_dynamic_energy_scales_with_v_squared():
+    t = load_tech("7nm")
+    a = _with(load_arch("ws16x16"), clock_mhz=1400.0)
+    v = operating_voltage(a, t)
+    lo = energy_breakdown(load_arch("ws16x16"), t, macs=1e9, dram_bytes=1e6)   # 500 MHz: v_min
+    hi = energy_breakdown(a, t, macs=1e9, dram_bytes=1e6)
+    assert hi["mac_pj"] / lo["mac_pj"] == pytest.approx((v / 0.55) ** 2)
+    assert hi["sram_pj"] / lo["sram_pj"] == pytest.approx((v / 0.55) ** 2)
+    assert hi["dram_pj"] == lo["dram_pj"]
+
+
+@pytest.mark.parametrize("tech,fast", [("7nm", 1400.0), ("45nm", 1200.0)])
+def test_tokens_per_joule_follow_the_curve(tech, fast):
+    """Same work and cycles at 500 MHz and near the curve's top (2 GHz is beyond both curves:
+    refused above): tokens/J = tokens / (dynamic at the table's supply x (V/v_nom)^2 + DRAM +
+    static power x cycles / clock), by hand."""
+    t = load_tech(tech)
+    tokens, macs, dram, cycles = 1000, 5e11, 2e9, 1e9
+    got = {}
+    for clock in (500.0, fast):
+        a = _with(load_arch("ws16x16"), clock_mhz=clock)
+        v = t.vf.v_min if clock <= t.vf.f_mhz(t.vf.v_min) else operating_voltage(a, t)
+        lat = cycles / (clock * 1e6)
+        nominal = energy_breakdown(_with(a, clock_mhz=t.vf.f_nom_mhz), t, macs=macs,
+                                   dram_bytes=dram)                  # at v_nom: unscaled terms
+        dyn = (nominal["mac_pj"] + nominal["sram_pj"]) * (v / t.vf.v_nom) ** 2 + nominal["dram_pj"]
+        ref = tokens / ((dyn + static_power(a, t)["static_w"] * lat * 1e12) * 1e-12)
+        e = energy_breakdown(a, t, macs=macs, dram_bytes=dram, latency_s=lat)
+        got[clock] = tokens / e["energy_j"]
+        assert got[clock] == pytest.approx(ref, rel=1e-8)
+    assert got[500.0] != pytest.approx(got[fast], rel=0.01)
+
+
+# ---- leakage, PHY -------------------------------------------------------------------------------
+
+def test_static_power_by_hand_45nm_ws16x16():
+    t = load_tech("45nm")
+    a = load_arch("ws16x16")                       # 500 MHz: v_min 0.6 V; 16 GB/s DDR4 PHY
+    pe = 256 * (406.4 + 227.1) * 1.8
+    vec = 16 * (7787.8 + 3805.8)
+    logic_mm2 = (pe + vec + 500000) / 1e6          # area - SRAM - PHY
+    leak = (logic_mm2 * 257.2e-3 + 256 * 8192 * 148300e-12) * 0.6 / 0.9
+    phy = 16.0 * 5.0e-3
+    p = static_power(a, t)
+    assert p["leakage_w"] == pytest.approx(leak)
+    assert p["phy_w"] == pytest.approx(phy)
+    assert p["background_w"] == 0
+    assert static_power(_with(a, offchip={"background_w": 3.5}), t)["static_w"] == \
+        pytest.approx(leak + phy + 3.5)
+
+
+def test_static_energy_is_static_power_times_latency():
+    t = load_tech("7nm")
+    a = load_arch("ws16x16")
+    e = energy_breakdown(a, t, macs=1e6, latency_s=0.25)
+    assert e["static_pj"] == pytest.approx(static_power(a, t)["static_w"] * 0.25 * 1e12)
+    assert "static_pj" not in energy_breakdown(a, t, macs=1e6)
+
+
+def test_phy_area_and_power_grow_with_bandwidth():
+    """200 and 3,200 GB/s of HBM2 differ by 3,000 GB/s x the table's um^2 and mW per GB/s."""
+    t = load_tech("7nm")
+    a200 = _with(load_arch("ws16x16"), offchip={"bandwidth_gbps": 200.0, "interface": "hbm2"})
+    a3200 = _with(load_arch("ws16x16"), offchip={"bandwidth_gbps": 3200.0, "interface": "hbm2"})
+    d_area = area_breakdown(a3200, t)["area_mm2"] - area_breakdown(a200, t)["area_mm2"]
+    assert d_area == pytest.approx(3000 * 47000 / 1e6)               # 141 mm^2
+    assert static_power(a3200, t)["phy_w"] - static_power(a200, t)["phy_w"] == \
+        pytest.approx(3000 * 1.0e-3)
+    hbm3 = _with(a3200, offchip={"interface": "hbm3"})
+    assert area_breakdown(hbm3, t)["phy_um2"] == pytest.approx(3200 * 15000)
+    with pytest.raises(TechError, match=r"offchip.interface = 'gddr6': tech 7nm has a PHY for"):
+        area_breakdown(_with(a200, offchip={"interface": "gddr6"}), t)
+
+
+# ---- 28 nm table and the leakage derivation ----------------------------------------------------
+
+def test_28nm_table_is_45nm_scaled_by_stillmaker_baas():
+    t45, t28 = load_tech("45nm"), load_tech("28nm")
+    area = SB17_AREA_FROM_45[32] + (SB17_AREA_FROM_45[20] - SB17_AREA_FROM_45[32]) * 4 / 12
+    e28 = _e(32, 0.9) + (_e(20, 0.9) - _e(32, 0.9)) * 4 / 12
+    energy = e28 / _e(45, 0.9)
+    for fmt, pair in t45.mac_pj.items():
+        assert t28.mac_pj[fmt].mult == pytest.approx(pair.mult * energy, rel=1e-3)
+    for p45, p28 in zip(t45.sram_pj_per_64b, t28.sram_pj_per_64b):
+        assert p28.pj == pytest.approx(p45.pj * energy, rel=1e-3)
+    for fmt, pair in t45.area_um2.pe.items():
+        assert t28.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=1e-3)
+    assert t28.area_um2.sram_bitcell == pytest.approx(0.346 * area, rel=1e-3)
+
+
+def test_leakage_densities_follow_the_28nm_fit():
+    """45 and 7 nm densities = 28 nm x E_node(v_nom)/E28(0.9) / (area factor node / 28 nm); per
+    SRAM bit = density x one bit's macro area."""
+    e28 = _e(32, 0.9) + (_e(20, 0.9) - _e(32, 0.9)) * 4 / 12
+    a28 = SB17_AREA_FROM_45[32] + (SB17_AREA_FROM_45[20] - SB17_AREA_FROM_45[32]) * 4 / 12
+    l28 = load_tech("28nm").leakage.logic_mw_per_mm2
+    want = {"45nm": l28 * _e(45, 0.9) / e28 / (1 / a28),
+            "7nm": l28 * _e(7, 0.75) / e28 / (SB17_AREA_FROM_45[7] / a28)}
+    for name, dens in want.items():
+        assert load_tech(name).leakage.logic_mw_per_mm2 == pytest.approx(dens, rel=2e-3)
+    for name in ("28nm", "45nm", "7nm"):
+        t = load_tech(name)
+        bit_um2 = t.area_um2.sram_bitcell / t.area_um2.sram_array_efficiency
+        assert t.leakage.sram_pw_per_bit == pytest.approx(
+            t.leakage.logic_mw_per_mm2 * 1e3 * bit_um2, rel=2e-3)
+
+
+# ---- published chips ------------------------------------------------------------------------------
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "accelerator_validation", ROOT / "benchmarks" / "accelerator_validation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_peak_tops_closed_form():
+    """TPU v1: 65,536 MACs x 700 MHz x 2 = 91.75 TOPS; TPU v4i: 65,536 x 1050 MHz x 2; TPU v4:
+    eight 128x128 MXUs x 1050 MHz x 2."""
+    b = _bench()
+    assert b.peak_tops(b.load_chip("tpu_v1")) == 2 * 65536 * 700e6 / 1e12
+    assert b.peak_tops(b.load_chip("tpu_v4i")) == 2 * 65536 * 1050e6 / 1e12
+    assert b.peak_tops(b.load_chip("tpu_v4")) == 2 * 131072 * 1050e6 / 1e12   # 275.25
+
+
+def test_leakage_fit_reproduces_tpu_v1_idle_power():
+    b = _bench()
+    p = static_power(b.load_chip("tpu_v1"), load_tech("28nm"))
+    assert p["static_w"] == pytest.approx(b.IDLE_W["tpu_v1"], rel=2e-3)
+
+
+def _printed_errors(out: str, chip: str) -> list[float]:
+    line = next(ln for ln in out.splitlines() if ln.startswith(chip + " "))
+    return [float(x) / 100 for x in re.findall(r"([+-]\d+\.\d)%", line)]
+
+
+def test_printed_errors_are_the_models_and_held_out_bounds(capsys):
+    """The errors printed for the held-out chips are recomputed here from the model's functions
+    and the published figures (typed in this test): area (raw and x the TPU-v1 die factor),
+    power at the full MAC rate = MAC + SRAM dynamic + static over one second."""
+    b = _bench()
+    b.main([])
+    out = capsys.readouterr().out
+    v1 = b.load_chip("tpu_v1")
+    k = 331.0 / area_breakdown(v1, load_tech("28nm"))["area_mm2"]
+    assert math.isclose(b.die_factor(), k)
+    t = load_tech("7nm")
+    want = {}
+    for chip, macs, area_pub, power_pub in (("tpu_v4i", 65536, 400.0, 175.0),
+                                            ("tpu_v4", 131072, None, 192.0)):
+        a = b.load_chip(chip)
+        area = area_breakdown(a, t)["area_mm2"]
+        e = energy_breakdown(a, t, macs=macs * 1050e6, latency_s=1.0)
+        power = (e["mac_pj"] + e["sram_pj"] + e["static_pj"]) * 1e-12
+        errs = _printed_errors(out, chip)
+        if area_pub:
+            assert errs[0] == pytest.approx(area / area_pub - 1, abs=6e-4)
+            assert errs[1] == pytest.approx(area * k / area_pub - 1, abs=6e-4)
+        assert errs[-1] == pytest.approx(power / power_pub - 1, abs=6e-4)
+        want[chip] = (area * k / area_pub - 1 if area_pub else None, power / power_pub - 1)
+    # the bounds reached (goal 25 %, docs/power_validation.md): TPU v4 power within 10 % of its
+    # measured maximum; TPU v4i area with the die factor within 27 %; TPU v4i power 40-50 % below
+    # its TDP (a design limit, not a measurement)
+    assert abs(want["tpu_v4"][1]) <= 0.10
+    assert abs(want["tpu_v4i"][0]) <= 0.27
+    assert -0.50 <= want["tpu_v4i"][1] <= -0.40
+
+
+def test_printed_floorplan_ratio_is_the_models(capsys):
+    """TPU v1's floor plan (unified buffer 29 %, accumulators 6 %, matrix unit 24 % of the die):
+    the printed SRAM / PE-array ratio is the model's area_breakdown against (29 + 6) / 24."""
+    b = _bench()
+    b.main([])
+    out = capsys.readouterr().out
+    ab = area_breakdown(b.load_chip("tpu_v1"), load_tech("28nm"))
+    model, published = ab["sram_um2"] / ab["pe_array_um2"], (0.29 + 0.06) / 0.24
+    m = re.search(r"model (\d+\.\d+), floor plan (\d+\.\d+) \(err ([+-]\d+\.\d)%\)", out)
+    assert float(m.group(1)) == pytest.approx(model, abs=6e-4)
+    assert float(m.group(2)) == pytest.approx(published, abs=6e-4)
+    assert float(m.group(3)) / 100 == pytest.approx(model / published - 1, abs=6e-4)
+    assert abs(model / published - 1) <= 0.25
+
+
+def test_extra_sram_banks_leak_as_logic():
+    """Each bank beyond the first adds an 8 KiB macro's periphery (45 nm: 8 * 8192 * 0.346 *
+    (1/0.6 - 1) um^2), which leaks at the logic density."""
+    t = load_tech("45nm")
+    a = load_arch("ws16x16")
+    banked = _with(a, memory={"scratchpad_banks": 4, "accumulator_banks": 2})   # 2*3 + 1 extra
+    periphery_mm2 = 7 * 8 * 8192 * 0.346 * (1 / 0.6 - 1) / 1e6
+    d = static_power(banked, t)["leakage_w"] - static_power(a, t)["leakage_w"]
+    assert d == pytest.approx(periphery_mm2 * 257.2e-3 * 0.6 / 0.9)
