@@ -283,7 +283,7 @@ def test_serving_head_embedding_and_attention_come_from_the_compiler():
     assert cost.embed_seconds(16) == pytest.approx(
         _embedding_seconds(arch, cfg.vocab_size, cfg.d_model, 16, "int8"), rel=1e-12)
 
-    dec = compile_llm("tiny-llama", arch, seq=63, batch=1, phase="decode", fmt="int8",
+    dec = compile_llm("tiny-llama", arch, seq=64, batch=1, phase="decode", fmt="int8",
                       execute=False).report
     fused = dec.loc[dec.kind == "attention", "time_cycles"].sum() / hz
     a64 = cost.attention_seconds(np.array([1]), np.array([64]))
