@@ -39,8 +39,8 @@ drawn per-expert loads (:meth:`IterationCost.expert_seconds`, slowest EP rank). 
 counts are **bucketed**: the layer is compiled at powers of two (and at ``max_batch_tokens``) and
 the time of any other ``T`` is **interpolated linearly in tokens** between the two neighbouring
 buckets (exact at bucket points; the cycle model's tile padding makes time piecewise linear, so
-the error is the padding jitter between buckets). Those compiled rows include a one-key attention
-per token (tiny next to the projections). The real attention of each sequence (``q`` new tokens
+the error is the padding jitter between buckets). Their one-key attention task is left out (it
+is not the sequences' attention). The real attention of each sequence (``q`` new tokens
 over ``c`` keys) is compiled too (:func:`.compiled.compiled_attention`: the layer's score, causal
 mask, softmax and value ops fused into one attention task, plus the K/V reads it needs), at
 powers of two in ``q`` and ``c`` and interpolated bilinearly between them; the embedding lookup
@@ -252,20 +252,23 @@ class IterationCost:
 
     def _compiled(self, T: int) -> float:
         """Compiled layer time at T tokens without the routed experts' grouped GEMMs (those
-        follow each iteration's routing draw, :meth:`expert_seconds`)."""
+        follow each iteration's routing draw, :meth:`expert_seconds`) and without its attention
+        task (each sequence's attention is :meth:`attention_seconds`)."""
         return float(self._compiled_vec(T)[0])
 
     def _compiled_vec(self, T: int) -> np.ndarray:
         """(seconds, MACs, vector ops, off-chip bytes) of the compiled layer at T tokens without
-        the routed experts' grouped GEMMs."""
+        the routed experts' grouped GEMMs and the attention task (see :meth:`_compiled`)."""
         t = self._bucket.get(T)
         if t is None:
             rep = self._layer_report(T)
             if self._expert_rep is None and self.dm.moe:
                 self._expert_rep = rep
-            dense = rep.report[rep.report["kind"] != "grouped_gemm"]
+            # the one-key attention of the T one-token sequences is not the sequences' real
+            # attention, which :meth:`attention_seconds` adds: left out here
+            dense = rep.report[~rep.report["kind"].isin(("grouped_gemm", "attention"))]
             t = self._bucket[T] = np.concatenate(
-                ([rep.forward_seconds - rep.expert_gemm_seconds], _work(dense)))
+                ([float(dense["time_cycles"].sum()) / rep.hz], _work(dense)))
         return t
 
     def expert_seconds(self, loads: np.ndarray) -> float:
