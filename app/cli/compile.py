@@ -82,7 +82,11 @@ def compile_cmd(
                          granularity=granularity)
     df = result.report
     layer, full = result.totals(), result.totals(all_layers=True)
-    step = None if granularity != "channel" else llm_step_cost(   # the sweep's and cluster's path
+    why = ("the embedding and LM head are compiled with per-channel weight scales only; use "
+           "--granularity channel" if granularity != "channel" else
+           "the compiled layer of an MoE config is its MoE FFN alone (no attention)"
+           if LLM_CONFIGS[model].family == "moe" else None)
+    step = None if why else llm_step_cost(   # the sweep's and the cluster's cost path
         spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer)
     if as_json:
         print(json.dumps({"model": model, "arch": spec.name, "seq": seq, "batch": batch,
@@ -92,6 +96,7 @@ def compile_cmd(
                           "total_cycles": layer["total_cycles"], "layer": layer,
                           "all_layers": full,
                           "whole_model": None if step is None else step.as_dict(),
+                          **({"whole_model_not_computed": why} if why else {}),
                           "conventions": dict(df.attrs),
                           "ops": json.loads(df.to_json(orient="records"))}))
         return
@@ -112,8 +117,7 @@ def compile_cmd(
                   f"x {full['layers']} layers: {full['total_cycles']:,} cycles"
                   + (" (shape-only compile)" if result.shape_only else ""))
     if step is None:
-        console.print("whole model: not computed (the embedding and LM head are compiled with "
-                      "per-channel weight scales only; use --granularity channel)")
+        console.print(f"whole model: not computed ({why})")
     else:
         pt = step.per_token()
         console.print(f"whole model (x {step.layers} layers + embedding + LM head): "
