@@ -15,6 +15,26 @@ transpose          ``permute`` (1, 0)
 VECTOR_OPS names   one ``vector`` task, attrs unchanged
 =================  =======================================================================
 
+Decode as hardware runs it (:func:`_is_view`, :func:`_kv_append`, :func:`_gqa_fold`):
+
+* **Views are free.** ``reshape``/``expand``/``slice``/``select``, and a ``permute`` that only
+  moves size-1 axes, re-describe memory the next task reads: they get ``attrs["view"] = True``
+  and the Report charges them no bytes and no cycles (:data:`VIEW_KINDS`).
+* **KV append.** A ``concat`` whose first input is a graph input (the K or V cache, living in
+  DRAM) is the append of the new tokens: ``attrs["append"] = True``; it moves only the new
+  tokens (read them, write them into the cache's slots). When the attention reads that cache
+  through a quantized format, the cache is held in that format (quantized once, when each token
+  was appended): the attention operand's ``quantize`` task carries ``cached_elements`` = the
+  elements already stored, and is charged for the new tokens only. Cost convention: a static
+  per-tensor KV scale, as vLLM's fp8 KV cache (``k_scale``/``v_scale`` per layer); the functional
+  model re-quantizes the whole cache with one run-time scale, which equals it whenever the
+  stored scale covers the new token's amax. MX formats keep this only for K (blocks along the
+  head dim, one token per block row); V's blocks run along the tokens and are re-quantized.
+* **GQA.** An attention with one query row per head (decode, S = 1) whose K/V broadcast over
+  the query heads of a group (K batch axis of size 1 where q's is ``rep``) is run with the
+  group's ``rep`` query heads as the rows of one query block (free reshapes before and after),
+  so each KV head is read once per group, not once per query head.
+
 Every ``bgemm`` gets its mapping (tile sizes, loop order, dataflow) from
 :func:`~.gemm_mapper.map_gemm` (fewest cycles under the buffers, double buffered; K may be
 split — the K tiles accumulate into one accumulator tile, see the Program's ``bgemm``), recorded
@@ -51,6 +71,62 @@ __all__ = ["lower_graph", "ELEM_BYTES", "LoweringError", "map_gemm_cached", "map
 ELEM_BYTES: dict[str, int] = {name: f.bits // 8 for name, f in FORMATS.items()}
 
 _NOT_LOWERED = {"einsum", "addmm", "qlinear"}
+
+#: IR op kinds that only re-describe memory (no data moves): lowered as vector tasks with
+#: ``attrs["view"] = True``, which the Report costs at 0 bytes and 0 cycles
+VIEW_KINDS = ("reshape", "expand", "slice", "select")
+
+
+def _is_view(g: Graph, op: Op) -> bool:
+    """True if ``op`` is a view: a :data:`VIEW_KINDS` op, or a ``permute`` that keeps the order
+    of every axis longer than 1 (it only moves size-1 axes, so the bytes are in the same order)."""
+    if op.kind in VIEW_KINDS:
+        return True
+    if op.kind == "permute":
+        shape = g.tensors[op.inputs[0]].shape
+        moved = [a % len(shape) for a in op.attrs["axes"] if shape[a] != 1]
+        return moved == sorted(moved)
+    return False
+
+
+def _kv_append(g: Graph, op: Op) -> bool:
+    """True if ``op`` appends new tokens to a cache that is a graph input (a ``concat`` of two
+    tensors whose first is a graph input: the K or V cache in DRAM)."""
+    return op.kind == "concat" and len(op.inputs) == 2 and op.inputs[0] in g.inputs
+
+
+def _producers(g: Graph) -> dict[str, Op]:
+    return {o: op for op in g.ops for o in op.outputs}
+
+
+def _cached_elements(g: Graph, prod: dict[str, Op], x: str) -> int:
+    """Elements of ``x`` that are already stored in the cache: ``x`` reached (through views)
+    from a KV append whose cache holds ``c`` of the concat's ``n`` elements -> ``numel(x)·c/n``;
+    0 if ``x`` is not a cache."""
+    name = x
+    op = prod.get(name)
+    while op is not None and op.kind != "concat" and _is_view(g, op):
+        name = op.inputs[0]
+        op = prod.get(name)
+    if op is None or not _kv_append(g, op):
+        return 0
+    cached = int(np.prod(g.tensors[op.inputs[0]].shape, dtype=np.int64))
+    total = int(np.prod(g.tensors[op.outputs[0]].shape, dtype=np.int64))
+    return int(np.prod(g.tensors[x].shape, dtype=np.int64)) * cached // total
+
+
+def _gqa_fold(qshape: tuple[int, ...], kshape: tuple[int, ...], s_len: int, t_len: int,
+              offset: int | None) -> int | None:
+    """Group size ``rep`` if the attention can run a KV group's query heads as the rows of one
+    query block: one query row (S = 1) that sees every key, q's last batch axis (``qshape``,
+    ``kshape``: batch shapes) ``rep > 1`` where K's is 1 (K/V broadcast over the group).
+    Else None."""
+    if s_len != 1 or not qshape or len(kshape) != len(qshape):
+        return None
+    if offset is not None and offset < t_len - 1:
+        return None
+    rep = qshape[-1]
+    return rep if rep > 1 and kshape[-1] == 1 else None
 
 
 class LoweringError(UserError, ValueError):
@@ -127,6 +203,8 @@ class _Builder:
         self.tensors: dict[str, TensorInfo] = {}
         self.tasks: list[Any] = []
         self.made_by: dict[str, str] = {}
+        self._prod: dict[str, Op] | None = None
+        self._cached = 0
         self.quant = OperandQuantizer(fmt, granularity, self.new, self._quantize_task)
 
     def _quantize_task(self, x: str, codes: str, scale: str | None, gran: str, axis: int,
@@ -134,16 +212,28 @@ class _Builder:
         outs = (codes, scale) if scale else (codes,)
         self.add(QuantizeTask, outs, (x,), name=f"{codes}.quantize", x=x, out=codes,
                  scale_out=scale, format=self.quant.fmt.name, granularity=gran, axis=axis,
-                 source=source)
+                 source=source, cached_elements=self._cached)
 
-    def act(self, x: str, axis: int, source: str) -> tuple[str, str | None]:
-        """Operand ``x`` (run-time or constant tensor) quantized along ``axis``."""
+    @property
+    def producers(self) -> dict[str, Op]:
+        """IR op producing each tensor (built once)."""
+        if self._prod is None:
+            self._prod = _producers(self.graph)
+        return self._prod
+
+    def act(self, x: str, axis: int, source: str, cached: int = 0) -> tuple[str, str | None]:
+        """Operand ``x`` (run-time or constant tensor) quantized along ``axis``; ``cached``: its
+        elements already held in the format (a KV cache, quantized when appended)."""
         t = self.graph.tensors.get(x)
         if t is not None and t.data is not None and len(t.shape) == 2 and self.quant.active:
             return self.quant.weight(x, t.shape, t.data, axis)
         shape = self.tensors[x].shape if x in self.tensors else self.graph.tensors[x].shape
         self.info(x)
-        return self.quant.activation(x, shape, axis, source)
+        self._cached = cached
+        try:
+            return self.quant.activation(x, shape, axis, source)
+        finally:
+            self._cached = 0
 
     def weight(self, w: str, axis: int, stacked: bool = False) -> tuple[str, str | None]:
         t = self.graph.tensors[w]
@@ -224,15 +314,34 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
         out = op.outputs[0]
         s_len, d = shape[q][-2:]
         t_len = shape[k][-2]
+        offset = op.attrs.get("causal_offset")
+        rep = _gqa_fold(shape[q][:-2], shape[k][:-2], s_len, t_len, offset)
+        att_out = out
+        if rep is not None:         # the group's query heads as the rows of one query block
+            fq = (*shape[q][:-3], 1, rep, d)
+            q = b.new(f"{q}.gqa", fq, b.info(q).format)
+            b.add(VectorTask, (q,), (op.inputs[0],), name=f"{name}.gqa_q", op="reshape",
+                  inputs=(op.inputs[0],), out=q, attrs={"shape": list(fq), "view": True},
+                  source=src)
+            s_len, offset = rep, (None if offset is None else t_len - 1)
+            att_out = b.new(f"{out}.gqa", (*shape[out][:-3], 1, rep, shape[out][-1]), "fp32")
         bq, bk = plan_attention_blocks(arch, s_len, t_len, d, ELEM_BYTES[fmt])
         if fmt.startswith("mx") and bk < t_len and bk % 32:
             bk = min(t_len, 32)                 # whole 32-blocks of v along the key axis
-        (qc, qs), (kc, ks), (vc, vs) = b.act(q, -1, src), b.act(k, -1, src), b.act(v, -2, src)
-        b.add(AttentionTask, (out,), tuple(x for x in (qc, kc, vc, qs, ks, vs) if x), name=name,
-              q=qc, k=kc, v=vc, q_scale=qs, k_scale=ks, v_scale=vs, out=out,
-              batch=tuple(shape[out][:-2]), s=s_len, t=t_len, d=d, scale=op.attrs["scale"],
-              causal_offset=op.attrs.get("causal_offset"), block_q=bq, block_kv=bk, source=src,
-              **_arith(arch, fmt))
+        prod = b.producers
+        (qc, qs) = b.act(q, -1, src)
+        (kc, ks) = b.act(k, -1, src, cached=_cached_elements(g, prod, k))
+        (vc, vs) = b.act(v, -2, src, cached=(0 if fmt.startswith("mx")
+                                             else _cached_elements(g, prod, v)))
+        b.add(AttentionTask, (att_out,), tuple(x for x in (qc, kc, vc, qs, ks, vs) if x),
+              name=name, q=qc, k=kc, v=vc, q_scale=qs, k_scale=ks, v_scale=vs, out=att_out,
+              batch=tuple(b.info(att_out).shape[:-2]), s=s_len, t=t_len, d=d,
+              scale=op.attrs["scale"], causal_offset=offset, block_q=bq, block_kv=bk,
+              source=src, **_arith(arch, fmt))
+        if rep is not None:
+            b.add(VectorTask, (out,), (att_out,), name=f"{name}.gqa_out", op="reshape",
+                  inputs=(att_out,), out=out, attrs={"shape": list(shape[out]), "view": True},
+                  source=src)
         return
     if op.kind == "scan":
         a, bb, c, h0 = op.inputs
@@ -268,8 +377,13 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
               inputs=tuple(op.inputs), out=op.outputs[0], attrs={"axes": [1, 0]}, source=src)
         return
     if op.kind in VECTOR_OPS and op.kind not in ("requantize", "bias_add"):
+        attrs = dict(op.attrs)
+        if _is_view(g, op):
+            attrs["view"] = True
+        elif _kv_append(g, op):
+            attrs["append"] = True
         b.add(VectorTask, tuple(op.outputs), tuple(op.inputs), name=name, op=op.kind,
-              inputs=tuple(op.inputs), out=op.outputs[0], attrs=dict(op.attrs), source=src)
+              inputs=tuple(op.inputs), out=op.outputs[0], attrs=attrs, source=src)
         return
     raise LoweringError(f"op {op.kind} ({op.name}) at {src or '<unknown source>'} has no lowering "
                         f"to engine tasks" + (" (an einsum the MoE pass did not match)"

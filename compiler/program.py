@@ -382,6 +382,10 @@ class QuantizeTask(_Task):
     granularity: Literal["none", "tensor", "channel", "block"]
     axis: int
     """the operand's reduction axis (MX blocks run along it; channel scales are across it)"""
+    cached_elements: int = Field(0, ge=0)
+    """leading elements of ``x`` already held in ``format`` (a KV cache quantized when its tokens
+    were appended): costed as not re-quantized (only the rest is); the functional model
+    quantizes all of ``x`` (see :mod:`tilewright.compiler.lower_llm`, KV append)"""
 
 
 class MeshPhaseTask(_Task):

@@ -1,6 +1,7 @@
 """Per-op Report of a Program on an ArchSpec: cycles, MACs, bytes, intensity, roofline bound.
 
-Every task gets a cost; none is free (docs/design.md, "Principles"). Conventions:
+Every task that moves data or computes gets a cost (a view, which does neither, costs 0).
+Conventions:
 
 * **Mapped GEMMs** (``bgemm``, and each expert of ``grouped_gemm``) are costed by the analytical
   mapper (:func:`tilewright.compiler.gemm_mapper.cost_of` on the mapping recorded in the task — taken
@@ -23,12 +24,15 @@ Every task gets a cost; none is free (docs/design.md, "Principles"). Conventions
 * **Vector tasks** run on a vector unit of ``lanes`` elements per cycle: ``arch.vector_unit.lanes``
   or, an ASSUMPTION when the ArchSpec has no vector unit, ``tensor_engine.cols``. Cycles =
   ``passes * ceil(elements / lanes)`` with ``elements`` the larger of input and output element
-  counts and ``passes`` from :func:`vector_passes` (1 for simple arithmetic and data movement — a
-  view is charged as a copy, an upper bound; ``arch.vector_unit.transcendental_passes`` for
+  counts and ``passes`` from :func:`vector_passes` (1 for simple arithmetic and data movement;
+  a task the lowering marks ``attrs["view"]`` (reshape, expand, slice, select, a permute of size-1
+  axes) moves nothing and costs 0; a KV append (``concat`` with ``attrs["append"]``) reads and
+  writes only the new tokens; ``arch.vector_unit.transcendental_passes`` for
   exp/rsqrt/silu/sigmoid/softplus/pow, :data:`TRANSCENDENTAL_PASSES` when there is no vector unit;
   softmax that + 1; top-k k; argsort ceil(log2 n)); at least 1 cycle.
 * **quantize**: :data:`QUANTIZE_PASSES` vector passes over the input (|x| max, divide by the
-  scale, round and convert; bf16: 1 pass); bytes = fp32 input + codes + scales.
+  scale, round and convert; bf16: 1 pass); bytes = fp32 input + codes + scales; a KV cache's
+  ``cached_elements`` (stored in the format already) are not charged.
 * **attention**: per visited (query block, key block) pair: the QK^T and PV GEMMs plus
   ``ATTENTION_VECTOR_PASSES`` vector passes over the score block and one over the output block;
   edge blocks are costed as full blocks (an upper bound).
@@ -171,6 +175,16 @@ def _vector_cost(task: VectorTask, prog: Program, lanes: int, passes_of: dict[st
         passes = max(1, math.ceil(math.log2(max(out, 2))))
     else:
         passes = passes_of.get(task.op, 1)
+    if task.attrs.get("view"):
+        # a view re-describes memory the next task reads (compiler.lower_llm): nothing moves
+        return 0, 0, 0
+    if task.op == "concat" and task.attrs.get("append"):
+        # KV append: the cache (input 0) stays in place; only the new tokens are read and
+        # written into its slots
+        new = sum(_numel(prog, x) for x in task.inputs[1:])
+        return (max(1, -(-new // lanes)), new,
+                sum(_nbytes(prog, x) for x in task.inputs[1:]) + new * _itemsize(
+                    prog.tensors[task.out].format))
     if task.op == "take_rows" and task.attrs.get("lookup") == "embedding":
         # a table lookup moves only the rows it selects (and reads the ids), not the table;
         # the gathered rows are what it writes: bytes = n·D·elem + n·id bytes
@@ -259,11 +273,12 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
         row["buffer_bytes"] = task.buffer_bytes()
         row["mapping"] = f"chunks {task.chunk_l}x{task.chunk_d}"
     elif isinstance(task, QuantizeTask):
-        elems = _numel(prog, task.x)
+        total = _numel(prog, task.x)
+        elems = total - task.cached_elements      # a stored KV cache is not re-quantized
         passes = 1 if task.granularity == "none" else QUANTIZE_PASSES
         row["cycles"] = max(1, passes * -(-elems // lanes))
         row["vector_ops"] = passes * elems
-        row["bytes"] = _nbytes(prog, task.x) + _nbytes(prog, task.out) + (
+        row["bytes"] = (_nbytes(prog, task.x) + _nbytes(prog, task.out)) * elems // total + (
             _nbytes(prog, task.scale_out) if task.scale_out else 0)
     elif isinstance(task, VectorTask):
         row["cycles"], row["vector_ops"], row["bytes"] = _vector_cost(
@@ -304,7 +319,8 @@ def report_columns(program: Program, arch: ArchSpec) -> dict[str, np.ndarray]:
                              ).astype(object)
     cols["time_cycles"] = np.maximum(np.maximum(cols["cycles"], cols["mem_cycles"]),
                                      np.nan_to_num(cols["mapper_cycles"]).astype(np.int64))
-    cols["utilization"] = cols["macs"] / (cols["cycles"] * arch.tensor_engine.macs_per_cycle)
+    cols["utilization"] = cols["macs"] / (np.maximum(cols["cycles"], 1)   # views: 0 cycles
+                                          * arch.tensor_engine.macs_per_cycle)
     return cols
 
 

@@ -85,7 +85,9 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
     """One layer of config ``name`` in eval mode and example inputs for ``phase``.
 
     * llama — :class:`DecoderLayer`; prefill inputs ``(x [batch, seq, D],)``; decode inputs
-      ``(x [batch, 1, D], k_cache, v_cache [batch, Hkv, seq, hd])`` (``seq`` cached tokens).
+      ``(x [batch, 1, D], k_cache, v_cache [batch, Hkv, seq - 1, hd])``: ``seq`` is the context
+      (positions attended, as for prefill): ``seq - 1`` cached tokens and the new one at position
+      ``seq - 1`` (``seq = 1``: no cache). Both phases accept ``seq <= max_seq_len``.
     * moe — :class:`MoELayer`; inputs ``(x [batch, seq, D],)`` (decode: seq 1).
     * mamba — :class:`MambaLayer`; prefill ``(x [batch, seq, D],)``; decode
       ``(x [batch, 1, D], conv_state [batch, Di, d_conv], ssm_state [batch, Di, d_state])``.
@@ -101,12 +103,12 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
     if seq < 1 or batch < 1:
         raise ModelInputError(f"seq and batch must be >= 1, got seq={seq}, batch={batch}")
     context = getattr(cfg, "max_seq_len", None)
-    need = seq + (1 if phase == "decode" else 0)       # decode: seq cached + 1 new token
+    need = seq      # positions: prefill seq prompt tokens; decode seq - 1 cached + 1 new token
     if context is not None and need > context:          # before any tensor is allocated
         raise ModelInputError(
             f"{name}: --seq {seq} needs {need} positions "
-            f"({'cached + 1 new token' if phase == 'decode' else 'prompt tokens'}); the "
-            f"config's context is max_seq_len = {context}")
+            f"({'context: seq - 1 cached + 1 new token' if phase == 'decode' else 'prompt tokens'}"
+            f"); the config's context is max_seq_len = {context}")
     dev = _resolve_device(cfg, device)
     if dev.type != "meta":                                 # before any tensor is allocated
         _check_fits_in_memory(name, cfg, seq, batch)
@@ -130,7 +132,9 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
     if phase == "prefill":
         return module, (rand(batch, seq, d),)
     if isinstance(cfg, LlamaConfig):
-        kv = (batch, cfg.n_kv_heads, seq, cfg.head_dim)
+        if seq == 1:                                # context 1: the new token alone, no cache
+            return module, (rand(batch, 1, d),)
+        kv = (batch, cfg.n_kv_heads, seq - 1, cfg.head_dim)
         return module, (rand(batch, 1, d), rand(*kv), rand(*kv))
     if isinstance(cfg, MoEConfig):
         return module, (rand(batch, 1, d),)

@@ -64,8 +64,8 @@ def test_mesh_rtl_check_that_fails_exits_1(monkeypatch, rtl_result, code, as_jso
 
 @pytest.mark.parametrize("args,needle", [
     (["compile", "--model", "tiny-llama", "--arch", "ws8x8", "--phase", "decode", "--seq", "512"],
-     "tiny-llama: --seq 512 needs 513 positions (cached + 1 new token); the config's context is "
-     "max_seq_len = 256"),
+     "tiny-llama: --seq 512 needs 512 positions (context: seq - 1 cached + 1 new token); the "
+     "config's context is max_seq_len = 256"),
     (["sim", "--model", "tiny-llama", "--arch", "ws8x8", "--seq", "300"],
      "--seq 300 needs 300 positions (prompt tokens)"),
     (["demo", "--model", "tiny-llama"], "unknown model config 'tiny-llama'; known: mlp-small"),

@@ -44,7 +44,8 @@ class TooManyTokens(UserError, ValueError):
 def compile_cmd(
     model: str = typer.Option(..., "--model", help="model config name (see `tilewright models`)"),
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
-    seq: int = typer.Option(8, "--seq", min=1, help="tokens (prefill) or cached tokens (decode)"),
+    seq: int = typer.Option(8, "--seq", min=1, help="context: prompt tokens (prefill), or "
+                            "positions attended = cached + the new token (decode)"),
     batch: int = typer.Option(1, "--batch", min=1, max=MAX_DIM, help="sequences per batch"),
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
     fmt: str = typer.Option("fp32", "--format", help="GEMM operand format: fp32, bf16, int8, "
@@ -61,6 +62,8 @@ def compile_cmd(
     from tilewright.compiler.lower_llm import ELEM_BYTES  # noqa: PLC0415  (lazy: pulls in pandas)
     from tilewright.dataflow_sim.compile_flow import \
         compile_llm  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.dataflow_sim.token_cost import \
+        llm_step_cost  # noqa: PLC0415  (lazy: pulls in torch)
     from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
 
     if model not in LLM_CONFIGS:
@@ -79,13 +82,22 @@ def compile_cmd(
                          granularity=granularity)
     df = result.report
     layer, full = result.totals(), result.totals(all_layers=True)
+    why = ("the embedding and LM head are compiled with per-channel weight scales only; use "
+           "--granularity channel" if granularity != "channel" else
+           "the compiled layer of an MoE config is its MoE FFN alone (no attention)"
+           if LLM_CONFIGS[model].family == "moe" else None)
+    step = None if why else llm_step_cost(   # the sweep's and the cluster's cost path
+        spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer)
     if as_json:
         print(json.dumps({"model": model, "arch": spec.name, "seq": seq, "batch": batch,
                           "phase": phase, "format": fmt, "granularity": granularity,
                           "accumulator": result.program.meta.get("accumulator"),
                           "shape_only": result.shape_only,
                           "total_cycles": layer["total_cycles"], "layer": layer,
-                          "all_layers": full, "conventions": dict(df.attrs),
+                          "all_layers": full,
+                          "whole_model": None if step is None else step.as_dict(),
+                          **({"whole_model_not_computed": why} if why else {}),
+                          "conventions": dict(df.attrs),
                           "ops": json.loads(df.to_json(orient="records"))}))
         return
     shown = df.nlargest(limit, "time_cycles") if limit else df
@@ -104,6 +116,15 @@ def compile_cmd(
                   f"{spec.clock_mhz} MHz), {layer['macs']:,} MACs, {layer['bytes']:,} bytes; "
                   f"x {full['layers']} layers: {full['total_cycles']:,} cycles"
                   + (" (shape-only compile)" if result.shape_only else ""))
+    if step is None:
+        console.print(f"whole model: not computed ({why})")
+    else:
+        pt = step.per_token()
+        console.print(f"whole model (x {step.layers} layers + embedding + LM head): "
+                      f"{step.cycles:,} cycles ({step.seconds * 1e3:.3f} ms), "
+                      f"{step.dram_bytes:,} off-chip bytes, {step.energy_j:.4g} J ({step.tech}); "
+                      f"per token: {pt['bytes_per_token']:,.0f} bytes, "
+                      f"{pt['j_per_token']:.4g} J")
     console.print(f"conventions: cycle model {df.attrs['convention']}, vector lanes "
                   f"{df.attrs['vector_lanes']} ({df.attrs['vector_lanes_source']}), "
                   f"{df.attrs['bytes_per_cycle']:.2f} off-chip bytes/cycle")

@@ -1,10 +1,10 @@
 """Evaluate one design point: every workload's cycles, bytes and MACs, then energy and area.
 
 Runs in worker processes (local pool or Dask), so it takes and returns plain JSON-able data.
-LLM workloads are compiled to an IR graph once per process and workload (torch.export and the
-``llm`` pass flow do not depend on the ArchSpec) and lowered per ArchSpec
-(:func:`tilewright.compiler.lower_llm.lower_graph`: tiling by the mapper) and costed by
-:func:`tilewright.dataflow_sim.report.program_report`. Plain GEMMs are costed by the mapper's best
+LLM workloads are costed by :func:`tilewright.dataflow_sim.token_cost.llm_step_cost` — the one
+cost path ``compile`` and the cluster model use too: one layer compiled to an IR graph once per
+process and workload, lowered and costed per ArchSpec, times the layers; ``layers: all`` adds
+the embedding gather and the LM head. Plain GEMMs are costed by the mapper's best
 mapping (:func:`tilewright.compiler.gemm_mapper.map_gemm`).
 
 Mesh workloads (``mesh_gemv``/``mesh_gemm``) run :mod:`tilewright.dataflow_sim.mesh` on the
@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from functools import lru_cache
 from typing import Any
 
 from tilewright.app.sweep.resource_model import fpga_metrics
@@ -31,10 +30,10 @@ from tilewright.app.sweep.spec import SweepError, produced_static_metrics, workl
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 from tilewright.compiler.lower_llm import ELEM_BYTES, lower_graph
-from tilewright.compiler.passes import run_flow
 from tilewright.dataflow_sim.energy_area import area_mm2, energy_breakdown, load_tech
 from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv
-from tilewright.dataflow_sim.report import program_report, program_totals
+from tilewright.dataflow_sim.report import program_report
+from tilewright.dataflow_sim.token_cost import layer_graph, llm_step_cost
 
 __all__ = ["evaluate_point", "static_metrics", "workload_cost", "workload_report",
            "mesh_cost", "cluster_cost", "TEST_DELAY_ENV"]
@@ -43,16 +42,9 @@ TEST_DELAY_ENV = "TILEWRIGHT_SWEEP_TEST_DELAY_S"
 """testing hook: seconds each evaluation sleeps (used by the kill-and-resume test)"""
 
 
-@lru_cache(maxsize=8)
 def _graph(model: str, seq: int, batch: int, phase: str):
-    from tilewright.compiler.frontend import (  # noqa: PLC0415  (lazy: pulls in torch)
-        export_model, from_exported)
-    from tilewright.models.llm_configs import build_llm  # noqa: PLC0415  (lazy: pulls in torch)
-
-    module, example = build_llm(model, seq=seq, batch=batch, phase=phase)
-    graph = from_exported(export_model(module, example), name=model)
-    run_flow(graph, "llm")
-    return graph
+    """One layer's graph after the ``llm`` flow (cached per process: :func:`layer_graph`)."""
+    return layer_graph(model, seq, batch, phase)
 
 
 def workload_format(arch: ArchSpec, w: dict[str, Any]) -> str:
@@ -177,17 +169,13 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
         c = res.cost
         return {"cycles": float(c.cycles), "macs": float(c.macs), "vector_ops": 0.0,
                 "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
-    from tilewright.models.llm_configs import get_config  # noqa: PLC0415  (lazy: pulls in torch)
-
-    g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
-    prog = lower_graph(g, arch, fmt=workload_format(arch, w), name=w["model"])
-    tot = program_totals(prog, arch)      # = the per-op Report's sums, without the DataFrame
-    layers = get_config(w["model"]).n_layers if w.get("layers") == "all" else int(w.get("layers", 1))
-    tokens = int(w["batch"]) * (int(w["seq"]) if w["phase"] == "prefill" else 1)
-    return {"cycles": float(tot["total_cycles"]) * layers,
-            "macs": float(tot["macs"]) * layers,
-            "vector_ops": float(tot["vector_ops"]) * layers,
-            "dram_bytes": float(tot["bytes"]) * layers, "tokens": float(tokens)}
+    fmt = workload_format(arch, w)
+    layers = "all" if w.get("layers") == "all" else int(w.get("layers", 1))
+    step = llm_step_cost(arch, w["model"], phase=w["phase"], seq=int(w["seq"]),
+                         batch=int(w["batch"]), fmt=fmt, layers=layers, tech=tech)
+    return {"cycles": float(step.cycles), "macs": float(step.macs),
+            "vector_ops": float(step.vector_ops), "dram_bytes": float(step.dram_bytes),
+            "tokens": float(step.tokens)}
 
 
 def workload_report(arch: ArchSpec, w: dict[str, Any]):

@@ -471,9 +471,13 @@ def compiled_embedding(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, tokens: 
 
 
 class _AttentionCore:
-    """Causal grouped-query attention of ``q`` new tokens over ``c`` keys, exactly the score,
-    mask, softmax and value ops of :class:`~tilewright.models.transformer.GroupedQueryAttention`
-    (no projections, no rotary): the compiler fuses it into one ``attention`` task."""
+    """Causal grouped-query attention of ``q`` new tokens over ``c`` keys, exactly the KV append,
+    score, mask, softmax and value ops of
+    :class:`~tilewright.models.transformer.GroupedQueryAttention` (no projections, no rotary):
+    the compiler fuses them into one ``attention`` task. With a cache (``c > q``) the inputs are
+    ``(qg, k_cache, v_cache, k_new, v_new)`` and the new keys/values are appended to the cache
+    as in the layer (the compiler's KV append: only the new tokens move, the cache is stored in
+    the operand format); without one ``(qg, k, v)``."""
 
     @staticmethod
     def build(hd: int) -> Any:
@@ -481,7 +485,9 @@ class _AttentionCore:
 
 
         class AttentionCore(torch.nn.Module):
-            def forward(self, qg, k, v):
+            def forward(self, qg, k, v, k_new=None, v_new=None):
+                if k_new is not None:
+                    k, v = torch.cat((k, k_new), dim=2), torch.cat((v, v_new), dim=2)
                 s, t = qg.shape[-2], k.shape[-2] - qg.shape[-2]
                 scores = torch.matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * (1.0 / math.sqrt(hd))
                 scores = scores.masked_fill(causal_mask(s, t, qg.device), float("-inf"))
@@ -510,8 +516,14 @@ def compiled_attention(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, q_len: i
     _STATS["misses"] += 1
     g = dm.h // dm.kv
     qg = torch.empty(1, dm.kv, g, q_len, dm.hd, device="meta")
-    kv = torch.empty(1, dm.kv, ctx_len, dm.hd, device="meta")
-    rep = _CACHE[key] = _compile(_AttentionCore.build(dm.hd), (qg, kv, kv.clone()), arch, fmt,
+    if ctx_len > q_len:         # the cache and the new tokens' K/V, appended (as in the layer)
+        kv = torch.empty(1, dm.kv, ctx_len - q_len, dm.hd, device="meta")
+        new = torch.empty(1, dm.kv, q_len, dm.hd, device="meta")
+        example: tuple = (qg, kv, kv.clone(), new, new.clone())
+    else:
+        kv = torch.empty(1, dm.kv, ctx_len, dm.hd, device="meta")
+        example = (qg, kv, kv.clone())
+    rep = _CACHE[key] = _compile(_AttentionCore.build(dm.hd), example, arch, fmt,
                                  f"{cfg.name}.attention.tp{shard.tp}.q{q_len}c{ctx_len}")
     return rep
 

@@ -30,10 +30,11 @@ arrival to last finish).
 
 Work counts: training takes the MACs, vector ops and off-chip bytes of the same rows that set
 the time — the compiler's forward and backward Reports (``cost_source="compiler"``) or the op
-table (``"table"``: MACs = GEMM FLOPs / 2); recompute is counted again. Serving counts each
-iteration's work from the op table's per-token and per-sequence formulas
-(:func:`serve_iteration_work`) whatever the cost source (the compiled path interpolates times
-between buckets; its work is not interpolated).
+table (``"table"``: MACs = GEMM FLOPs / 2); recompute is counted again. Serving with the
+compiler cost source on a dense model without EP counts each iteration's work from the same
+compiled Reports (bucketed and interpolated alike) that time it — the cost path of
+:func:`tilewright.dataflow_sim.token_cost.llm_step_cost`; otherwise (table source, MoE, EP) from
+the op table's per-token and per-sequence formulas (:func:`serve_iteration_work`).
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ drawn per-expert loads (:meth:`IterationCost.expert_seconds`, slowest EP rank). 
 counts are **bucketed**: the layer is compiled at powers of two (and at ``max_batch_tokens``) and
 the time of any other ``T`` is **interpolated linearly in tokens** between the two neighbouring
 buckets (exact at bucket points; the cycle model's tile padding makes time piecewise linear, so
-the error is the padding jitter between buckets). Those compiled rows include a one-key attention
-per token (tiny next to the projections). The real attention of each sequence (``q`` new tokens
+the error is the padding jitter between buckets). Their one-key attention task is left out (it
+is not the sequences' attention). The real attention of each sequence (``q`` new tokens
 over ``c`` keys) is compiled too (:func:`.compiled.compiled_attention`: the layer's score, causal
 mask, softmax and value ops fused into one attention task, plus the K/V reads it needs), at
 powers of two in ``q`` and ``c`` and interpolated bilinearly between them; the embedding lookup
@@ -161,6 +161,12 @@ def load_request_trace(path: str | Path) -> pd.DataFrame:
 
 
 # ---- iteration cost --------------------------------------------------------------------------
+def _work(report: pd.DataFrame) -> np.ndarray:
+    """(MACs, vector ops, off-chip bytes) summed over a Report's rows."""
+    return np.array([float(report["macs"].sum()), float(report["vector_ops"].sum()),
+                     float(report["bytes"].sum())])
+
+
 def _pow2_neighbours(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lo, hi, weight of hi) for integers ``x ≥ 1``: the powers of two around ``x`` (lo = hi =
     x at a power of two) and ``(x − lo)/(hi − lo)``."""
@@ -246,13 +252,23 @@ class IterationCost:
 
     def _compiled(self, T: int) -> float:
         """Compiled layer time at T tokens without the routed experts' grouped GEMMs (those
-        follow each iteration's routing draw, :meth:`expert_seconds`)."""
+        follow each iteration's routing draw, :meth:`expert_seconds`) and without its attention
+        task (each sequence's attention is :meth:`attention_seconds`)."""
+        return float(self._compiled_vec(T)[0])
+
+    def _compiled_vec(self, T: int) -> np.ndarray:
+        """(seconds, MACs, vector ops, off-chip bytes) of the compiled layer at T tokens without
+        the routed experts' grouped GEMMs and the attention task (see :meth:`_compiled`)."""
         t = self._bucket.get(T)
         if t is None:
             rep = self._layer_report(T)
             if self._expert_rep is None and self.dm.moe:
                 self._expert_rep = rep
-            t = self._bucket[T] = rep.forward_seconds - rep.expert_gemm_seconds
+            # the one-key attention of the T one-token sequences is not the sequences' real
+            # attention, which :meth:`attention_seconds` adds: left out here
+            dense = rep.report[~rep.report["kind"].isin(("grouped_gemm", "attention"))]
+            t = self._bucket[T] = np.concatenate(
+                ([float(dense["time_cycles"].sum()) / rep.hz], _work(dense)))
         return t
 
     def expert_seconds(self, loads: np.ndarray) -> float:
@@ -284,24 +300,30 @@ class IterationCost:
         a, b = f(lo), f(hi)
         return a + (b - a) * (T - lo) / (hi - lo)
 
-    def _compiled_attention(self, q: int, c: int) -> float:
-        """Compiled seconds of one sequence's attention (``q`` new tokens over ``c`` keys) in one
-        layer (:func:`.compiled.compiled_attention`; ``q`` clamped to ``c``)."""
+    def _compiled_attention(self, q: int, c: int) -> np.ndarray:
+        """Compiled (seconds, MACs, vector ops, off-chip bytes) of one sequence's attention
+        (``q`` new tokens over ``c`` keys) in one layer (:func:`.compiled.compiled_attention`;
+        ``q`` clamped to ``c``)."""
         key = (min(q, c), c)
         t = self._attn.get(key)
         if t is None:
             assert self.chip.arch is not None
-            t = self._attn[key] = compiled_attention(
-                self.cfg, self.shard, self.chip.arch, q_len=key[0], ctx_len=c).forward_seconds
+            rep = compiled_attention(self.cfg, self.shard, self.chip.arch, q_len=key[0],
+                                     ctx_len=c)
+            t = self._attn[key] = np.concatenate(([rep.forward_seconds], _work(rep.report)))
         return t
 
     def _attention_compiled(self, q: np.ndarray, c: np.ndarray) -> float:
-        """Σ over sequences of the compiled attention, bilinear in (q, c) between the powers of
-        two around each (exact at powers of two; attention work grows like q·c, which
-        bilinear interpolation reproduces)."""
+        """Σ over sequences of the compiled attention's seconds (:meth:`_attention_vec`)."""
+        return float(self._attention_vec(q, c)[0])
+
+    def _attention_vec(self, q: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Σ over sequences of the compiled attention (seconds, MACs, vector ops, bytes),
+        bilinear in (q, c) between the powers of two around each (exact at powers of two;
+        attention work grows like q·c, which bilinear interpolation reproduces)."""
         ql, qh, wq = _pow2_neighbours(q)
         cl, ch, wc = _pow2_neighbours(c)
-        total = 0.0
+        total = np.zeros(4)
         for qb, cb, w in ((ql, cl, (1 - wq) * (1 - wc)), (qh, cl, wq * (1 - wc)),
                           (ql, ch, (1 - wq) * wc), (qh, ch, wq * wc)):
             keep = w > 0
@@ -309,7 +331,7 @@ class IterationCost:
                 continue
             pairs, inv = np.unique(np.stack([qb[keep], cb[keep]]), axis=1, return_inverse=True)
             vals = np.array([self._compiled_attention(int(a), int(b)) for a, b in pairs.T])
-            total += float(np.dot(w[keep], vals[inv.ravel()]))
+            total += w[keep] @ vals[inv.ravel()]
         return total
 
     def embed_seconds(self, T: int) -> float:
@@ -322,15 +344,34 @@ class IterationCost:
             if self.cost_source == "compiler":
                 assert self.chip.arch is not None
 
-                def f(n: int) -> float:
-                    return compiled_embedding(self.cfg, self.shard, self.chip.arch, tokens=n,
-                                              element_bytes=self.e).forward_seconds
-
-                t = self._interpolated(T, f)
+                t = float(self._embed_vec(T)[0])
             else:
                 t = self._embed_per_token * T
             self._emb[T] = t
         return t
+
+    def _embed_vec(self, T: int) -> np.ndarray:
+        """Compiled (seconds, MACs, vector ops, bytes) of the embedding lookup of ``T`` tokens,
+        bucketed like the layer."""
+        assert self.chip.arch is not None
+
+        def f(n: int) -> np.ndarray:
+            rep = compiled_embedding(self.cfg, self.shard, self.chip.arch, tokens=n,
+                                     element_bytes=self.e)
+            return np.concatenate(([rep.forward_seconds], _work(rep.report)))
+
+        return self._interpolated(T, f) if T > 0 else np.zeros(4)
+
+    def _head_vec(self, n: int) -> np.ndarray:
+        """Compiled (seconds, MACs, vector ops, bytes) of the LM head for ``n`` rows, bucketed
+        like the layer (cap ``max_seqs``)."""
+        assert self.chip.arch is not None
+
+        def f(rows: int) -> np.ndarray:
+            rep = compiled_head(self.cfg, self.shard, self.chip.arch, tokens=rows)
+            return np.concatenate(([rep.forward_seconds], _work(rep.report)))
+
+        return self._interpolated(n, f, max(self.plan.max_seqs, n)) if n > 0 else np.zeros(4)
 
     def comm_seconds(self, kind: str, nbytes: float) -> float:
         """One collective of the replica's TP (all_reduce) or EP (all_to_all) groups."""
@@ -405,7 +446,15 @@ class IterationCost:
         link bytes (TP all-reduces of every EP rank's tokens, EP all-to-alls) to the totals."""
         dm, e, tp, ep, L = self.dm, self.e, self.plan.tp, self.plan.ep, self.cfg.n_layers
         T = float(np.sum(q))
-        self.work += serve_iteration_work(dm, e, tp, ep, L, q, c, n_logits)
+        if self.cost_source == "compiler" and not dm.moe and ep == 1:
+            # the same compiled Reports that time the iteration (one cost path)
+            layer = self._interpolated(int(T), self._compiled_vec)[1:] if T else np.zeros(3)
+            if not dm.ssm and T:
+                layer = layer + self._attention_vec(q, c)[1:]
+            self.work += tp * (L * layer + self._embed_vec(int(T))[1:]
+                               + self._head_vec(n_logits)[1:])
+        else:
+            self.work += serve_iteration_work(dm, e, tp, ep, L, q, c, n_logits)
         if tp > 1:
             per_layer = (2 * T * dm.d * e if not dm.ssm
                          else T * (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
@@ -429,11 +478,7 @@ class IterationCost:
         if t is None and self.cost_source == "compiler":
             assert self.chip.arch is not None
 
-            def f(rows: int) -> float:
-                return compiled_head(self.cfg, self.shard, self.chip.arch,
-                                     tokens=rows).forward_seconds
-
-            t = self._head[n] = self._interpolated(n, f, max(self.plan.max_seqs, n))
+            t = self._head[n] = float(self._head_vec(n)[0])
         if t is None:
             dm, chip, e = self.dm, self.chip, self.e
             t = self._head[n] = float(
