@@ -146,9 +146,10 @@ def mesh_layer(
     context = 4096 if context is None else context
     is_moe = isinstance(cfg, MoEConfig)
     if whole and is_moe:
-        raise MeshMappingError(f"--all: {model} is an MoE model; the end-to-end model covers "
-                               "Llama-style decoders (the MoE partition has no attention yet); "
-                               "accepted: --all with a Llama model, or an MoE layer without it")
+        raise MeshMappingError(f"--all: {model} is an MoE model; the end-to-end model (embedding, "
+                               "layers, LM head and the prefill-to-decode handover) covers "
+                               "Llama-style decoders, not yet the MoE layers' expert regions; "
+                               "accepted: --all with a Llama model, or one MoE layer without it")
     if heatmap is not None and (heatmap.suffix.lower() != ".png" or
                                 not heatmap.resolve().parent.is_dir()):
         raise MeshMappingError(f"--heatmap {heatmap}: accepted: a .png file in an existing "
