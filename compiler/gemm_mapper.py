@@ -95,7 +95,8 @@ from tilewright.compiler.engine_timing import engine_gemm_beats, tensor_engine_g
 __all__ = ["GemmOp", "Mapping", "MappingCost", "MappingSpace", "MapperResult", "LOOP_ORDERS",
            "DATAFLOWS", "ENGINE_DATAFLOWS", "ACC_BYTES", "native_dataflow", "accepted_dataflows",
            "map_gemm", "best_index", "enumerate_mappings", "evaluate_mappings",
-           "cost_of", "buffer_words", "refetch_factors", "tile_candidates", "dram_rates",
+           "cost_of", "buffer_words", "refetch_factors", "working_sets", "tile_capacity",
+           "resident_tiles", "command_sram_reads", "sram_cycles", "command_cycles", "tile_candidates", "dram_rates",
            "mapper_arch_key", "map_gemms"]
 
 #: loop orders over tiles, outer -> inner (the batch loop is always outermost)
@@ -216,6 +217,14 @@ class MappingCost:
     ridge: float
     bound: str
     roofline_bound: str
+    compulsory_bytes: int
+    """DRAM bytes if every operand moved once: ``batch * (M*K*e + K*N*e + M*N*out_bytes)``"""
+    stream_cycles: int
+    """core cycles the engine streams operands (WS: folds*m, OS: folds*k, tile-MAC: beats)"""
+    fill_cycles: int
+    """core cycles that are not streaming: weight loading, fill and drain (core - stream)"""
+    sram_cycles: int
+    """cycles the scratchpad ports need to deliver the operands (0: no bank-width limit)"""
 
 
 # ---- helpers (vectorized) -------------------------------------------------------------------
@@ -229,7 +238,8 @@ def mapper_arch_key(arch: ArchSpec) -> tuple:
     Two ArchSpecs with equal keys get equal mappings and costs (memoization key)."""
     te = arch.tensor_engine
     return (te.rows, te.cols, te.dataflow, GemmLayout.depths(arch), dram_rates(arch), te.kind,
-            te.depth, arch.memory.scratchpad_bytes, arch.memory.accumulator_bytes)
+            te.depth, arch.memory.scratchpad_bytes, arch.memory.accumulator_bytes,
+            arch.memory.scratchpad_bytes_per_cycle)
 
 
 def native_dataflow(arch: ArchSpec) -> str:
@@ -277,31 +287,61 @@ def buffer_words(dataflow: str, rows: int, cols: int, m, k, n) -> tuple[np.ndarr
     raise ValueError(f"dataflow {dataflow!r}: must be one of {DATAFLOWS}")
 
 
-def _fits(arch: ArchSpec, dataflow: str, elem_bytes: int, slots: int, m, k, n) -> np.ndarray:
-    """Boolean array: the command fits ``slots`` copies in each buffer (see module docstring)."""
+def tile_capacity(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(P_A, P_B, P_C)``: how many ``m x k x n`` tiles of A, B and C (accumulator) fit in
+    their buffers at once (floor of capacity / one tile's footprint; the footprint of
+    :func:`buffer_words`, or of whole engine tiles on a tile-MAC engine)."""
     te = arch.tensor_engine
     if dataflow in ENGINE_DATAFLOWS:
         gm, gk, gn = te.tile_shape
         mp, kp, np_ = (_cdiv(np.asarray(x, np.int64), g) * g
                        for x, g in ((m, gm), (k, gk), (n, gn)))
         half, acc_b = ab_buffer_bytes(arch), arch.memory.accumulator_bytes
-        return ((mp * kp * elem_bytes * slots <= half) & (kp * np_ * elem_bytes * slots <= half)
-                & (mp * np_ * ACC_BYTES * slots <= acc_b))
+        return (half // (mp * kp * elem_bytes), half // (kp * np_ * elem_bytes),
+                acc_b // (mp * np_ * ACC_BYTES))
     da, db, dc = GemmLayout.depths(arch)
     a, b, acc = buffer_words(dataflow, te.rows, te.cols, m, k, n)
-    return (a * elem_bytes * slots <= da) & (b * elem_bytes * slots <= db) & (acc * slots <= dc)
+    return da // (a * elem_bytes), db // (b * elem_bytes), dc // acc
 
 
-def refetch_factors(order_idx, tm, tk, tn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(r_A, r_B, r_C)``: how many times each operand tile is fetched (C: visited) per batch
-    element, for loop orders ``LOOP_ORDERS[order_idx]`` and tile counts (module docstring)."""
+def _fits(arch: ArchSpec, dataflow: str, elem_bytes: int, slots: int, m, k, n) -> np.ndarray:
+    """Boolean array: the command fits ``slots`` copies in each buffer (see module docstring)."""
+    pa, pb, pc = tile_capacity(arch, dataflow, elem_bytes, m, k, n)
+    return (pa >= slots) & (pb >= slots) & (pc >= slots)
+
+
+def resident_tiles(arch: ArchSpec, dataflow: str, elem_bytes: int, slots: int, m, k, n
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(P_A, P_B, P_C)``: tiles of each operand its buffer keeps resident, ``tile_capacity -
+    (slots - 1)`` (with double buffering one slot stays free for the next tile's prefetch)."""
+    return tuple(p - (slots - 1) for p in tile_capacity(arch, dataflow, elem_bytes, m, k, n))
+
+
+def working_sets(order_idx, tm, tk, tn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(W_A, W_B, W_C)``: the tiles of each operand one iteration of its irrelevant loop
+    (A: n, B: m, C: k) visits — the product of the trips of the operand's own loops nested
+    inside that loop (1 when none is)."""
     pos = _LOOP_POS[order_idx]
     pm, pk, pn = pos[..., 0], pos[..., 1], pos[..., 2]
     tm, tk, tn = (np.asarray(x, np.int64) for x in (tm, tk, tn))
-    r_a = np.where(((tm > 1) & (pn < pm)) | ((tk > 1) & (pn < pk)), tn, 1)
-    r_b = np.where(((tk > 1) & (pm < pk)) | ((tn > 1) & (pm < pn)), tm, 1)
-    r_c = np.where(((tm > 1) & (pk < pm)) | ((tn > 1) & (pk < pn)), tk, 1)
-    return r_a, r_b, r_c
+    w_a = np.where(pm > pn, tm, 1) * np.where(pk > pn, tk, 1)
+    w_b = np.where(pk > pm, tk, 1) * np.where(pn > pm, tn, 1)
+    w_c = np.where(pm > pk, tm, 1) * np.where(pn > pk, tn, 1)
+    return w_a, w_b, w_c
+
+
+def refetch_factors(order_idx, tm, tk, tn, resident=(1, 1, 1)
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(r_A, r_B, r_C)``: how many times each operand tile is fetched (C: visited) per batch
+    element, for loop orders ``LOOP_ORDERS[order_idx]``, tile counts and the tiles each buffer
+    keeps resident ``(P_A, P_B, P_C)`` (:func:`resident_tiles`; default 1: a one-tile cache):
+    ``r_X = T_d`` (the trips of X's irrelevant loop d) when X's working set
+    (:func:`working_sets`) exceeds ``P_X``, else 1 (module docstring)."""
+    w_a, w_b, w_c = working_sets(order_idx, tm, tk, tn)
+    pa, pb, pc = (np.asarray(p, np.int64) for p in resident)
+    tm, tk, tn = (np.asarray(x, np.int64) for x in (tm, tk, tn))
+    return (np.where(w_a > pa, tn, 1), np.where(w_b > pb, tm, 1), np.where(w_c > pc, tk, 1))
 
 
 def tile_candidates(extent: int, granule: int, max_count: int) -> np.ndarray:
@@ -346,26 +386,68 @@ def _grid_sum(per_command, op: GemmOp, mt, kt, nt):
     return [(w * v).sum(axis=(0, 1, 2)) for v in per_command(*sizes)]
 
 
+def command_sram_reads(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(A bytes, B bytes, stream cycles)`` one ``m x k x n`` command reads from the A and B
+    scratchpad buffers, and the cycles the engine streams operands. WS: each of the KB*NB folds
+    streams m rows of R activations (A: folds*m*R*e) after loading R*C weights (B:
+    folds*R*C*e), streaming m cycles; OS: each of the MB*NB folds streams k columns of R and k
+    rows of C (A: folds*k*R*e, B: folds*k*C*e), k cycles; tile-MAC: a beat reads one A engine
+    tile (Tm*Tk) and one B tile (Tk*Tn), one beat per cycle."""
+    te = arch.tensor_engine
+    if dataflow in ENGINE_DATAFLOWS:
+        tm, tk, tn = te.tile_shape
+        beats = engine_gemm_beats(te.kind, te.engine_params, m, k, n)
+        return beats * tm * tk * elem_bytes, beats * tk * tn * elem_bytes, beats
+    R, C = te.rows, te.cols
+    folds = _cmd_cycles(arch, dataflow, m, k, n)[1]
+    if dataflow == "ws":
+        return folds * m * R * elem_bytes, folds * R * C * elem_bytes, folds * m
+    return folds * k * R * elem_bytes, folds * k * C * elem_bytes, folds * k
+
+
+def sram_cycles(arch: ArchSpec, a_bytes, b_bytes) -> np.ndarray:
+    """Cycles the scratchpad needs to deliver ``a_bytes`` from the A buffer and ``b_bytes`` from
+    the B buffer, each at ``memory.scratchpad_bytes_per_cycle`` (= banks * bank_width_bytes)
+    in parallel: ``ceil(max(a, b) / rate)``; 0 when the ArchSpec sets no bank width (the
+    RTL's ports deliver one layout word per cycle, exactly the engine's demand)."""
+    rate = arch.memory.scratchpad_bytes_per_cycle
+    a, b = np.asarray(a_bytes, np.int64), np.asarray(b_bytes, np.int64)
+    if rate is None:
+        return np.zeros(np.broadcast(a, b).shape, np.int64)
+    return _cdiv(np.maximum(a, b), rate)
+
+
+def command_cycles(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n) -> np.ndarray:
+    """Cycles of ``m x k x n`` commands: the engine's closed form or, when the scratchpad cannot
+    deliver the operands that fast, the SRAM cycles (:func:`sram_cycles`), whichever is larger.
+    The RTL presets set no bank width, so there it is the RTL-exact closed form."""
+    cyc = _cmd_cycles(arch, dataflow, m, k, n)[0]
+    a, b, _ = command_sram_reads(arch, dataflow, elem_bytes, m, k, n)
+    return np.maximum(cyc, sram_cycles(arch, a, b))
+
+
 def _command_costs(arch: ArchSpec, dataflow: str, elem_bytes: int):
-    """Per-command (cycles, scratchpad read bytes, accumulator bytes) for ``dataflow``:
-    WS folds = KB*NB read R*C weight and m*R activation lanes and read-modify-write m*C int32
-    lanes; OS folds = MB*NB read k*(R+C) lanes and drain R*C int32 lanes."""
+    """Per-command (cycles, scratchpad read bytes, accumulator bytes, stream cycles, fill
+    cycles, SRAM cycles) for ``dataflow``: scratchpad reads and stream cycles of
+    :func:`command_sram_reads`; WS read-modify-writes m*C int32 lanes per fold, OS drains R*C
+    int32 lanes per fold, a tile-MAC engine writes each output tile once. Cycles are
+    :func:`command_cycles`; fill = closed form - stream (weight loading, fill, drain)."""
     te = arch.tensor_engine
     R, C = te.rows, te.cols
 
     def costs(m, k, n):
         cyc, folds = _cmd_cycles(arch, dataflow, m, k, n)
-        if dataflow in ENGINE_DATAFLOWS:   # folds = output tiles; a beat reads an A and a B tile
-            tm, tk, tn = te.tile_shape
-            beats = engine_gemm_beats(te.kind, te.engine_params, m, k, n)
-            return cyc, beats * (tm * tk + tk * tn) * elem_bytes, folds * tm * tn * ACC_BYTES
-        if dataflow == "ws":
-            sp = folds * (R * C + m * R) * elem_bytes
+        a, b, stream = command_sram_reads(arch, dataflow, elem_bytes, m, k, n)
+        sram = sram_cycles(arch, a, b)
+        if dataflow in ENGINE_DATAFLOWS:   # folds = output tiles
+            tm, _, tn = te.tile_shape
+            acc = folds * tm * tn * ACC_BYTES
+        elif dataflow == "ws":
             acc = folds * m * C * ACC_BYTES * 2
         else:
-            sp = folds * k * (R + C) * elem_bytes
             acc = folds * R * C * ACC_BYTES
-        return cyc, sp, acc
+        return np.maximum(cyc, sram), a + b, acc, stream, cyc - stream, sram
     return costs
 
 
@@ -592,13 +674,14 @@ def _combo_columns(op: GemmOp, arch: ArchSpec, mt, kt, nt, dataflow: str
     tm, tk, tn = _cdiv(M, mt), _cdiv(K, kt), _cdiv(N, nt)
     bw, lat = dram_rates(arch)
     per_cmd = _command_costs(arch, dataflow, e)
-    core, sp_read, acc_array = _grid_sum(per_cmd, op, mt, kt, nt)
+    core, sp_read, acc_array, stream, fill, sram = _grid_sum(per_cmd, op, mt, kt, nt)
     em, ek, en = M - (tm - 1) * mt, K - (tk - 1) * kt, N - (tn - 1) * nt
     load_first = (mt * kt + kt * nt) * e / bw + 2 * lat
     write_last = em * en * ob / bw + lat
     c_last = per_cmd(em, ek, en)[0]
     return {"m_t": mt, "k_t": kt, "n_t": nt, "tm": tm, "tk": tk, "tn": tn, "core": core,
-            "sp_read": sp_read, "acc_array": acc_array, "load_first": load_first,
+            "sp_read": sp_read, "acc_array": acc_array, "stream": stream, "fill": fill,
+            "sram": sram, "load_first": load_first,
             "write_last": write_last, "c_last": c_last}
 
 
@@ -613,7 +696,8 @@ def _order_columns(op: GemmOp, arch: ArchSpec, cb: dict[str, np.ndarray], oi: np
     bw, lat = dram_rates(arch)
     core = cb["core"]
 
-    r_a, r_b, r_c = refetch_factors(oi, tm, tk, tn)
+    resident = resident_tiles(arch, dataflow, e, 2 if double_buffer else 1, mt, kt, nt)
+    r_a, r_b, r_c = refetch_factors(oi, tm, tk, tn, resident)
     a_bytes = B * r_a * M * K * e
     b_bytes = B * r_b * K * N * e
     c_read = B * (r_c - 1) * M * N * ACC_BYTES
@@ -653,6 +737,9 @@ def _order_columns(op: GemmOp, arch: ArchSpec, cb: dict[str, np.ndarray], oi: np
         "intensity": intensity, "ridge": np.full(n, ridge),
         "bound": np.where(core >= dma, "compute", "bandwidth"),
         "roofline_bound": np.where(intensity >= ridge, "compute", "bandwidth"),
+        "compulsory_bytes": np.full(n, B * (M * K * e + K * N * e + M * N * ob), np.int64),
+        "stream_cycles": B * cb["stream"], "fill_cycles": B * cb["fill"],
+        "sram_cycles": B * cb["sram"],
     }
 
 

@@ -37,10 +37,21 @@ Every task gets a cost; none is free (docs/design.md, "Principles"). Conventions
 * **bytes** are the off-chip bytes the task moves if every operand comes from and every result goes
   to off-chip memory (no reuse between tasks — an upper bound): inputs re-read once per tile of the
   other operand for GEMMs, K/V re-read once per query block for attention.
-* **roofline**: ``mem_cycles = bytes / (offchip.bandwidth_gbps * 1e9 / (clock_mhz * 1e6))``; a
-  task is ``compute``-bound if ``cycles >= mem_cycles`` else ``memory``-bound, and takes
-  ``max(cycles, mem_cycles)``. ``intensity`` = (2 * MACs + vector element operations) / bytes
-  (ops per byte). Totals add tasks' times (no overlap between tasks).
+  ``compulsory_bytes`` are the bytes of each operand moved once (mapped GEMMs:
+  ``batch * (M*K*e + K*N*e + M*N*4)``; attention: Q, K, V read and the output written once;
+  other tasks: ``bytes``), so ``bytes / compulsory_bytes`` is the re-fetch overhead.
+* **roofline**: ``mem_cycles = bytes / (offchip.bandwidth_gbps * 1e9 / (clock_mhz * 1e6))``;
+  a task takes ``max(cycles, mem_cycles)`` (a mapped GEMM its pipeline time, never less).
+  ``intensity`` = (2 * MACs + vector element operations) / bytes (ops per byte). Totals add
+  tasks' times (no overlap between tasks).
+* **bound**: the task's time split over the resources of :data:`RESOURCES`, one column each
+  (cycles): ``compute_cycles`` the engine streaming operands (WS folds*M, OS folds*K, tile-MAC
+  beats), ``fill_cycles`` the rest of the engine's closed form (weight loading into a WS array,
+  fill and drain), ``sram_cycles`` the scratchpad delivering the operands at
+  ``memory.bank_width_bytes * scratchpad_banks`` bytes per cycle per buffer (0 without a bank
+  width), ``dram_cycles`` the off-chip transfers (a mapped GEMM's DMA time, latency included;
+  else ``mem_cycles``), ``vector_cycles`` the vector unit. ``bound`` is the resource with the
+  most cycles, ``bound_share`` its cycles / ``time_cycles``.
 
 :func:`report_columns` computes every number once (numpy columns); :func:`program_report` frames
 them, :func:`report_totals` / :func:`program_totals` sum them (the latter without a DataFrame).
@@ -56,7 +67,9 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.gemm_mapper import GemmOp, Mapping, MappingCost, cost_of, mapper_arch_key
+from tilewright.compiler.gemm_mapper import (ACC_BYTES, GemmOp, Mapping, MappingCost,
+                                              command_sram_reads, cost_of, mapper_arch_key,
+                                              native_dataflow, sram_cycles)
 from tilewright.compiler.lower_llm import ELEM_BYTES, map_gemm_cached
 from tilewright.compiler.program import (FORMAT_DTYPES, AttentionTask, BgemmTask, GemmTask,
                                          GroupedGemmTask, Program, QuantizeTask, ScanTask,
@@ -66,7 +79,7 @@ from tilewright.dataflow_sim.cycle import tensor_engine_gemm_cycles
 __all__ = ["program_report", "program_totals", "report_columns", "report_totals", "task_cost",
            "vector_lanes", "vector_passes",
            "VECTOR_PASSES", "TRANSCENDENTAL_PASSES", "QUANTIZE_PASSES",
-           "ATTENTION_VECTOR_PASSES", "SCAN_PASSES", "COLUMNS"]
+           "ATTENTION_VECTOR_PASSES", "SCAN_PASSES", "COLUMNS", "RESOURCES", "engine_split"]
 
 TRANSCENDENTAL_PASSES = 4
 """passes of a transcendental function when the ArchSpec has no vector unit (fallback)"""
@@ -85,8 +98,12 @@ SCAN_PASSES = 4
 """per state element and step: a*h, +b, *c, accumulate"""
 
 COLUMNS = ["task", "kind", "op", "source", "format", "macs", "vector_ops", "cycles", "bytes",
-           "mem_cycles", "intensity", "bound", "time_cycles", "buffer_bytes", "utilization",
-           "scratchpad_bytes", "accumulator_bytes", "mapping"]
+           "compulsory_bytes", "mem_cycles", "intensity", "bound", "bound_share", "time_cycles",
+           "compute_cycles", "fill_cycles", "sram_cycles", "dram_cycles", "vector_cycles",
+           "buffer_bytes", "utilization", "scratchpad_bytes", "accumulator_bytes", "mapping"]
+#: the resources a task's time is split over (``<resource>_cycles`` columns), in the order
+#: :func:`report_columns` breaks ties in (the first of equal times labels the task)
+RESOURCES = ("compute", "fill", "sram", "dram", "vector")
 
 
 @lru_cache(maxsize=256)
@@ -108,8 +125,22 @@ def vector_lanes(arch: ArchSpec) -> int:
 
 
 def _gemm_cycles(arch: ArchSpec, m, k, n) -> np.ndarray:
+    """Cycles of M x K x N GEMMs on the engine: its closed form, or the scratchpad's cycles when
+    the bank width cannot feed it (:func:`engine_split`)."""
+    return engine_split(arch, m, k, n)[0]
 
-    return tensor_engine_gemm_cycles(arch.tensor_engine, m, k, n)[0]
+
+def engine_split(arch: ArchSpec, m, k, n, elem_bytes: int = 1
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(cycles, stream, fill, sram)`` of M x K x N GEMMs run as one command each: the
+    closed form of :func:`tensor_engine_gemm_cycles` split into streaming cycles and the rest
+    (weight loading, fill, drain; :func:`~tilewright.compiler.gemm_mapper.command_sram_reads`),
+    the scratchpad's cycles for the operands (0 without a bank width) and the command's cycles
+    ``max(closed form, sram)``."""
+    cyc = tensor_engine_gemm_cycles(arch.tensor_engine, m, k, n)[0]
+    a, b, stream = command_sram_reads(arch, native_dataflow(arch), elem_bytes, m, k, n)
+    sram = sram_cycles(arch, a, b)
+    return np.maximum(cyc, sram), stream, cyc - stream, sram
 
 
 def _splits(size: int, tile: int) -> list[tuple[int, int]]:
@@ -194,9 +225,11 @@ def _mapped(row: dict[str, Any], costs: list[MappingCost]) -> None:
     row["scratchpad_bytes"] = sum(c.scratchpad_bytes for c in costs)
     row["accumulator_bytes"] = sum(c.accumulator_bytes for c in costs)
     row["mapper_cycles"] = math.ceil(sum(c.cycles for c in costs))
-    core = sum(c.core_cycles for c in costs)
-    dma = sum(c.dma_cycles for c in costs)
-    row["mapper_bound"] = "compute" if core >= dma else "memory"
+    row["compulsory_bytes"] = sum(c.compulsory_bytes for c in costs)
+    row["compute_cycles"] = sum(c.stream_cycles for c in costs)
+    row["fill_cycles"] = sum(c.fill_cycles for c in costs)
+    row["sram_cycles"] = sum(c.sram_cycles for c in costs)
+    row["mapper_dram_cycles"] = math.ceil(sum(c.dma_cycles for c in costs))
 
 
 def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | None = None
@@ -211,7 +244,8 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
                            "macs": 0, "vector_ops": 0, "buffer_bytes": 0, "scratchpad_bytes": 0,
                            "accumulator_bytes": 0, "mapping": ""}
     if isinstance(task, GemmTask):
-        row["cycles"] = int(_gemm_cycles(arch, task.m, task.k, task.n))
+        cyc, stream, fill, sram = (int(x) for x in engine_split(arch, task.m, task.k, task.n))
+        row.update(cycles=cyc, compute_cycles=stream, fill_cycles=fill, sram_cycles=sram)
         row["macs"] = task.macs
         row["bytes"] = task.m * task.k + task.k * task.n + 4 * task.m * task.n
         row["format"] = "int8"
@@ -241,10 +275,17 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
         eb = ELEM_BYTES[task.format]
         bq, bk, d = min(task.block_q, task.s), min(task.block_kv, task.t), task.d
         pairs = task.visited_blocks() * task.batch_size
-        gemm = int(_gemm_cycles(arch, bq, d, bk) + _gemm_cycles(arch, bq, bk, d))
+        qk, pv = engine_split(arch, bq, d, bk), engine_split(arch, bq, bk, d)
+        gemm = int(qk[0] + pv[0])
         vec = ATTENTION_VECTOR_PASSES * -(-bq * bk // lanes) + -(-bq * d // lanes)
         final = task.batch_size * -(-task.s * d // lanes)
         row["cycles"] = pairs * (gemm + vec) + final
+        row["vector_cycles"] = pairs * vec + final
+        row["compute_cycles"], row["fill_cycles"], row["sram_cycles"] = (
+            pairs * int(x + y) for x, y in zip(qk[1:], pv[1:]))
+        # Q read, K and V read, the output written (int32), each once
+        row["compulsory_bytes"] = task.batch_size * (eb * task.s * d + 2 * eb * task.t * d
+                                                     + ACC_BYTES * task.s * d)
         row["macs"] = pairs * 2 * bq * bk * d
         row["vector_ops"] = pairs * (ATTENTION_VECTOR_PASSES * bq * bk + bq * d)
         row["bytes"] = task.batch_size * (eb * task.s * d + 4 * task.s * d) + pairs * 2 * eb * bk * d
@@ -270,12 +311,18 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
             task, prog, lanes, vector_passes(arch))
     else:  # pragma: no cover - every Task kind is handled above
         raise TypeError(f"task {task.name}: no cost model for {type(task).__name__}")
+    if isinstance(task, (VectorTask, ScanTask, QuantizeTask)):
+        row["vector_cycles"] = row["cycles"]
+    for c in ("compute_cycles", "fill_cycles", "sram_cycles", "vector_cycles"):
+        row.setdefault(c, 0)
+    row.setdefault("compulsory_bytes", row["bytes"])   # other tasks read each operand once
     return row
 
 
-_MAPPER_EXTRA = ["mapper_cycles", "mapper_bound"]
-_ROW_COLUMNS = [c for c in COLUMNS if c not in ("mem_cycles", "intensity", "bound", "time_cycles",
-                                                 "utilization")] + _MAPPER_EXTRA
+_MAPPER_EXTRA = ["mapper_cycles", "mapper_dram_cycles"]
+_ROW_COLUMNS = [c for c in COLUMNS if c not in ("mem_cycles", "intensity", "bound", "bound_share",
+                                                 "time_cycles", "utilization", "dram_cycles")
+                ] + _MAPPER_EXTRA
 
 
 def report_columns(program: Program, arch: ArchSpec) -> dict[str, np.ndarray]:
@@ -288,9 +335,9 @@ def report_columns(program: Program, arch: ArchSpec) -> dict[str, np.ndarray]:
     cols: dict[str, np.ndarray] = {}
     for c in _ROW_COLUMNS:
         vals = [r.get(c) for r in rows]
-        if c == "mapper_cycles":
+        if c in _MAPPER_EXTRA:
             cols[c] = np.array([np.nan if v is None else v for v in vals], np.float64)
-        elif c in ("task", "kind", "op", "source", "format", "mapping", "mapper_bound"):
+        elif c in ("task", "kind", "op", "source", "format", "mapping"):
             cols[c] = np.array(vals, object)
         else:
             cols[c] = np.array(vals, np.int64) if vals else np.zeros(0, np.int64)
@@ -299,11 +346,16 @@ def report_columns(program: Program, arch: ArchSpec) -> dict[str, np.ndarray]:
     ops = 2 * cols["macs"] + cols["vector_ops"]
     cols["intensity"] = ops / np.maximum(cols["bytes"], 1)
     mapped = ~np.isnan(cols["mapper_cycles"])
-    cols["bound"] = np.where(mapped, cols["mapper_bound"],
-                             np.where(cols["cycles"] >= cols["mem_cycles"], "compute", "memory")
-                             ).astype(object)
+    cols["dram_cycles"] = np.where(mapped, np.nan_to_num(cols["mapper_dram_cycles"]),
+                                   cols["mem_cycles"]).astype(np.int64)
     cols["time_cycles"] = np.maximum(np.maximum(cols["cycles"], cols["mem_cycles"]),
                                      np.nan_to_num(cols["mapper_cycles"]).astype(np.int64))
+    times = np.stack([cols[f"{r}_cycles"] for r in RESOURCES]) if len(mapped) else \
+        np.zeros((len(RESOURCES), 0), np.int64)
+    top = np.argmax(times, axis=0)
+    cols["bound"] = np.array(RESOURCES, object)[top]
+    cols["bound_share"] = (np.take_along_axis(times, top[None], 0)[0]
+                           / np.maximum(cols["time_cycles"], 1))
     cols["utilization"] = cols["macs"] / (cols["cycles"] * arch.tensor_engine.macs_per_cycle)
     return cols
 

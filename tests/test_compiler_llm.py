@@ -123,7 +123,7 @@ def test_report_costs_every_op(compiled, arch):
         df = res.report
         assert len(df) == len(res.program.tasks)
         assert (df["cycles"] > 0).all() and (df["bytes"] > 0).all()
-        assert set(df["bound"]) <= {"compute", "memory"}
+        assert set(df["bound"]) <= {"compute", "fill", "sram", "dram", "vector"}
         roof = np.maximum(df["cycles"], df["mem_cycles"])
         mapped = df["kind"].isin(["bgemm", "grouped_gemm"])
         assert (df["time_cycles"][~mapped] == roof[~mapped]).all()
