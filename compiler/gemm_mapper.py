@@ -710,9 +710,13 @@ def _order_columns(op: GemmOp, arch: ArchSpec, cb: dict[str, np.ndarray], oi: np
 
     load_first, write_last, c_last = cb["load_first"], cb["write_last"], cb["c_last"]
     if double_buffer:
+        w_a, w_b, w_c = working_sets(oi, tm, tk, tn)
+        # a resident operand (working set > 1 tile kept) moves in one pass of its loop d
+        conc = (np.where((w_a > 1) & (r_a == 1), tn, 1), np.where((w_b > 1) & (r_b == 1), tm, 1),
+                np.where((w_c > 1) & (r_c == 1), tk, 1))
         pipe = _burst_cycles(op, oi, (tm, tk, tn), core, (a_bytes, b_bytes, c_read + c_write),
                              (B * tm * tk * r_a, B * tk * tn * r_b, B * (2 * c_visits - tm * tn)),
-                             bw, lat)
+                             bw, lat, conc)
         cycles = np.maximum(np.maximum(load_first + core, dma - write_last + c_last)
                             + write_last, pipe)
     else:
@@ -744,13 +748,17 @@ def _order_columns(op: GemmOp, arch: ArchSpec, cb: dict[str, np.ndarray], oi: np
 
 
 def _burst_cycles(op: GemmOp, order_idx, trips, core, op_bytes, op_transfers, bw: float,
-                  lat: float) -> np.ndarray:
+                  lat: float, conc=(1, 1, 1)) -> np.ndarray:
     """Pipeline time with bursty DMA: ``runs * ((T3-1)*max(c, d_in) + max(c, d_in + d_out))``.
 
     A run is one pass of the innermost loop with more than one tile (T3 tiles; T3 = 1 if there
     is none). Operands indexed by that loop change every tile (``d_in`` = their DMA cycles per
     tile); the others change once per run (``d_out`` = their DMA cycles per run); ``c`` = core
-    cycles per tile. Averages over the op's exact totals (edge tiles are not separated)."""
+    cycles per tile. Averages over the op's exact totals (edge tiles are not separated).
+    ``conc`` (per operand A, B, C): a resident operand's traffic falls in one of ``T_d``
+    iterations of its irrelevant loop d (``T_d``; 1 = spread evenly): the runs are split into
+    the groups where each such operand is in that pass (its traffic times ``T_d``) or not (none),
+    weighted ``1/T_d`` and ``1 - 1/T_d`` (loops of different operands taken as independent)."""
     pos = _LOOP_POS[order_idx]
     trips = np.stack(trips, axis=-1)
     eff = np.where(trips > 1, pos, -1)                 # loops with more than one tile
@@ -761,15 +769,31 @@ def _burst_cycles(op: GemmOp, order_idx, trips, core, op_bytes, op_transfers, bw
     runs = tiles / t3
     # operand dims: A (m, k), B (k, n), C (m, n)
     member = np.array([[1, 1, 0], [0, 1, 1], [1, 0, 1]], bool)   # [operand, dim]
-    d_in = np.zeros(len(tiles))
-    d_out = np.zeros(len(tiles))
+    per_in, per_out = [], []
     for j in range(3):
         d = op_bytes[j] / bw + op_transfers[j] * lat
         every = member[j][inner] & has_inner
-        d_in += np.where(every, d, 0.0)
-        d_out += np.where(every, 0.0, d)
-    c, di, do = core / tiles, d_in / tiles, d_out / runs
-    return runs * ((t3 - 1) * np.maximum(c, di) + np.maximum(c, di + do))
+        per_in.append(np.where(every, d, 0.0) / tiles)
+        per_out.append(np.where(every, 0.0, d) / runs)
+    conc = [np.broadcast_to(np.asarray(x, np.float64), tiles.shape) for x in conc]
+    c = core / tiles
+    out = np.zeros(len(tiles))
+    for group in range(8):                             # bit j: operand j in its loaded pass
+        weight = np.ones(len(tiles))
+        di = np.zeros(len(tiles))
+        do = np.zeros(len(tiles))
+        for j in range(3):
+            bursty = conc[j] > 1
+            if group >> j & 1:
+                weight = weight * np.where(bursty, 1 / conc[j], 0.0)
+                scale = np.where(bursty, conc[j], 0.0)
+            else:
+                weight = weight * np.where(bursty, 1 - 1 / conc[j], 1.0)
+                scale = np.where(bursty, 0.0, 1.0)
+            di += scale * per_in[j]
+            do += scale * per_out[j]
+        out += weight * runs * ((t3 - 1) * np.maximum(c, di) + np.maximum(c, di + do))
+    return out
 
 
 # ---- choosing ------------------------------------------------------------------------------
