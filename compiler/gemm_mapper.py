@@ -13,13 +13,19 @@ and accumulator words must fit the buffer depths of :meth:`GemmLayout.depths`; a
 bytes takes ``e`` int8 lanes' worth of A/B storage; with double buffering every buffer holds two
 tiles (``2 * words <= depth``).
 
-Data reuse: each operand buffer keeps the one tile being computed on (the second slot only
-prefetches), so an operand tile is fetched from DRAM whenever its index changes between
-consecutive tiles. Over the loop nest (tile counts ``Tm, Tk, Tn``) that gives the re-fetch factors
-
-* ``r_A = Tn`` if the n loop is outside a loop of A (m or k) with more than one tile, else 1;
-* ``r_B = Tm`` if the m loop is outside a loop of B (k or n) with more than one tile, else 1;
-* ``r_C = Tk`` if the k loop is outside a loop of C (m or n) with more than one tile, else 1;
+Data reuse: an operand buffer of capacity ``P_cap`` tiles (:func:`tile_capacity`) keeps
+``P = P_cap - (slots - 1)`` tiles resident (:func:`resident_tiles`; with double buffering one slot
+stays free for the prefetch). Each operand has one irrelevant loop d (A: n, B: m, C: k); one
+iteration of d visits ``W`` tiles of the operand (:func:`working_sets`: the product of the trips
+of its own loops nested inside d). If ``W <= P`` the whole working set stays resident and every
+tile is fetched once; otherwise the buffer thrashes (tiles are visited cyclically, so an LRU
+cache of P < W tiles hits only on consecutive reuse) and the operand is re-fetched at every
+iteration of d. Over the loop nest (tile counts ``Tm, Tk, Tn``) that gives the re-fetch factors
+``r_A = Tn if W_A > P_A``, ``r_B = Tm if W_B > P_B``, ``r_C = Tk if W_C > P_C``, else 1
+(with ``P = 1`` this is the one-tile cache: ``r_A = Tn`` iff the n loop is outside a loop of A
+with more than one tile, and so on). A resident C keeps its partial sums in the accumulator
+(written once, final). ``tests/test_mapper.py`` checks the bytes against a literal LRU walk.
+``compulsory_bytes`` = ``batch * (M*K*e + K*N*e + M*N*out_bytes)``: each operand moved once.
 
 DRAM bytes (per batch element): A ``r_A*M*K*e``, B ``r_B*K*N*e``; C is written ``r_C`` times
 (``r_C - 1`` int32 partial sums, then the result in ``out_bytes``) and partial sums are read back
@@ -32,7 +38,13 @@ Cost model (cycles at ``arch.clock_mhz``; ``bw`` = bytes/cycle = ``bandwidth_gbp
 ``lat`` = ``latency_ns*clock_mhz/1e3`` cycles):
 
 * core cycles ``T_core`` = sum over tile commands of the RTL-exact closed form of
-  :func:`~tilewright.compiler.core_timing.gemm_cycles_array` (exact: full and edge tiles counted);
+  :func:`~tilewright.compiler.core_timing.gemm_cycles_array` (exact: full and edge tiles counted)
+  or, when ``memory.bank_width_bytes`` is set and the scratchpad cannot deliver the operands
+  that fast, the command's SRAM cycles (:func:`command_cycles`: A and B buffers each deliver
+  ``scratchpad_banks * bank_width_bytes`` bytes per cycle; the RTL presets set no bank width,
+  the RTL's ports feeding one word per cycle, so there the closed form stands). The closed form
+  is split into ``stream_cycles`` (WS folds*m, OS folds*k, tile-MAC beats) and ``fill_cycles``
+  (the rest: weight loading into a WS array, fill, drain);
 * DMA cycles ``T_dma`` = DRAM bytes / ``bw`` + transfers * ``lat`` (one DMA engine, serial);
 * double buffered: ``T = max(max(L_0 + T_core, T_dma - W_last + c_last) + W_last, T_burst)``,
   where ``L_0`` is the first tile's load (A and B), ``c_last`` the last tile's command cycles and
@@ -43,17 +55,20 @@ Cost model (cycles at ``arch.clock_mhz``; ``bw`` = bytes/cycle = ``bandwidth_gbp
   loop that has more than one tile, ``T_burst = runs * ((T3-1)*max(c, d_in) + max(c, d_in +
   d_out))`` where ``c`` = core cycles per tile, ``d_in`` = DMA cycles per tile of the operands
   that loop indexes (they change every tile) and ``d_out`` = DMA cycles per run of the others
-  (averages over the op's exact totals; see ``_burst_cycles``);
+  (averages over the op's exact totals; a resident operand's traffic is put in one of the
+  ``T_d`` passes of its loop d; see ``_burst_cycles``);
 * single buffered: ``T = T_core + T_dma`` (nothing overlaps).
 
 It is checked against the tile-by-tile pipeline of :mod:`tilewright.dataflow_sim.tiled` (same
 traffic and command cycles, exact timing of every transfer and command). On 70 GEMMs from
 llama3-8b/70b, mixtral-8x7b, deepseek-v3 and mamba-130m/2.8b (prefill 2048 tokens, decode 1-64,
 routed expert token counts) x 4 ArchSpecs (ws16x16, os16x16, ws32x32 and a bandwidth-starved
-os32x32-lp), the best mapping's cycles are within 3.8 % of the tiled cycle model (mean 0.14 %;
-compute-bound ops within 0.41 %), 538 random feasible mappings within 6.0 % (mean 0.11 %); the
-analytical model errs low (it overestimates by at most 0.15 %) — measured by
-benchmarks/mapper_vs_cycle_model.py.
+os32x32-lp), the best mapping's cycles are within 7.7 % of the tiled cycle model (mean 0.16 %;
+ws16x16, os16x16 and ws32x32 within 0.41 %), 807 random feasible mappings within 18.9 % (mean
+0.24 %; the one-tile-cache model before residency erred as much on the same mappings: the
+averaged burst model is weakest where DMA and core time are close); the analytical model
+mostly errs low (it overestimates by at most 2.7 % on the best mappings) — measured by
+``python benchmarks/mapper_vs_cycle_model.py --samples 3 --quiet``.
 
 Tile-MAC engines (``tensor_engine.kind`` adder_tree / outer_product / cube, (Tm, Tk, Tn) =
 (rows, depth, cols)): the mapping's ``dataflow`` is the kind's name; tile sizes step by Tm, Tk, Tn
@@ -72,9 +87,10 @@ cycles (first load + core + last write-back; DRAM bytes of a single pass) exceed
 of a small probe by more than the tie tolerance: same choice and cost, a fraction of the work.
 
 Reported per mapping (:class:`MappingCost`): cycles, MACs, utilization, bytes per memory level
-(DRAM, scratchpad, accumulator), arithmetic intensity (2*MACs per DRAM byte) and whether the mapped
-op is compute- or bandwidth-bound (``T_core >= T_dma``) next to the ideal roofline's verdict
-(intensity vs. ridge point ``2 * tensor_engine.macs_per_cycle / bw``).
+(DRAM, scratchpad, accumulator), compulsory DRAM bytes, arithmetic intensity (2*MACs per DRAM
+byte), the core's stream/fill/SRAM cycles and whether the mapped op is compute- or
+bandwidth-bound (``T_core >= T_dma``) next to the ideal roofline's verdict (intensity vs. ridge
+point ``2 * tensor_engine.macs_per_cycle / bw``).
 """
 
 from __future__ import annotations
