@@ -385,6 +385,7 @@ def _totals(cols: Any, clock_mhz: float, layers: int) -> dict[str, Any]:
             "mem_cycles": int(np.sum(cols["mem_cycles"])) * layers,
             "macs": int(np.sum(cols["macs"])) * layers,
             "bytes": int(np.sum(cols["bytes"])) * layers,
+            "compulsory_bytes": int(np.sum(cols["compulsory_bytes"])) * layers,
             "vector_ops": int(np.sum(cols["vector_ops"])) * layers,
             "time_us": total / clock_mhz, "layers": layers, "tasks": int(n),
             "max_buffer_bytes": int(np.max(cols["buffer_bytes"])) if n else 0}
