@@ -19,7 +19,8 @@ Every task gets a cost; none is free (docs/design.md, "Principles"). Conventions
 * **Other GEMMs** (``gemm``, the two GEMMs of every attention block) take their cycles from
   :func:`tilewright.dataflow_sim.cycle.tensor_engine_gemm_cycles` (the ``tilewright``
   convention; the systolic closed form or, for ``tensor_engine.kind`` adder_tree /
-  outer_product / cube, :mod:`tilewright.compiler.engine_timing`).
+  outer_product / cube, :mod:`tilewright.compiler.engine_timing`), or the scratchpad's cycles
+  when ``memory.bank_width_bytes`` cannot feed the engine (:func:`engine_split`).
 * **Vector tasks** run on a vector unit of ``lanes`` elements per cycle: ``arch.vector_unit.lanes``
   or, an ASSUMPTION when the ArchSpec has no vector unit, ``tensor_engine.cols``. Cycles =
   ``passes * ceil(elements / lanes)`` with ``elements`` the larger of input and output element
@@ -275,7 +276,7 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
         eb = ELEM_BYTES[task.format]
         bq, bk, d = min(task.block_q, task.s), min(task.block_kv, task.t), task.d
         pairs = task.visited_blocks() * task.batch_size
-        qk, pv = engine_split(arch, bq, d, bk), engine_split(arch, bq, bk, d)
+        qk, pv = engine_split(arch, bq, d, bk, eb), engine_split(arch, bq, bk, d, eb)
         gemm = int(qk[0] + pv[0])
         vec = ATTENTION_VECTOR_PASSES * -(-bq * bk // lanes) + -(-bq * d // lanes)
         final = task.batch_size * -(-task.s * d // lanes)
