@@ -63,11 +63,11 @@ It is checked against the tile-by-tile pipeline of :mod:`tilewright.dataflow_sim
 traffic and command cycles, exact timing of every transfer and command). On 70 GEMMs from
 llama3-8b/70b, mixtral-8x7b, deepseek-v3 and mamba-130m/2.8b (prefill 2048 tokens, decode 1-64,
 routed expert token counts) x 4 ArchSpecs (ws16x16, os16x16, ws32x32 and a bandwidth-starved
-os32x32-lp), the best mapping's cycles are within 7.7 % of the tiled cycle model (mean 0.16 %;
-ws16x16, os16x16 and ws32x32 within 0.41 %), 807 random feasible mappings within 18.9 % (mean
-0.24 %; the one-tile-cache model before residency erred as much on the same mappings: the
-averaged burst model is weakest where DMA and core time are close); the analytical model
-mostly errs low (it overestimates by at most 2.7 % on the best mappings) — measured by
+os32x32-lp), the best mapping's cycles are within 7.7 % of the tiled cycle model (mean 0.09 %;
+ws16x16, os16x16 and ws32x32 within 0.001 %), 810 random feasible mappings within 10.4 % (mean
+0.17 %; the averaged burst model is weakest where DMA and core time are close, as it was
+before residency); the analytical model mostly errs low (it overestimates by at most 2.7 % on
+the best mappings, 0.33 % on the random ones) — measured by
 ``python benchmarks/mapper_vs_cycle_model.py --samples 3 --quiet``.
 
 Tile-MAC engines (``tensor_engine.kind`` adder_tree / outer_product / cube, (Tm, Tk, Tn) =
@@ -81,7 +81,8 @@ engine_gemm_cycles`; each beat reads an A and a B engine tile from the scratchpa
 (``tensor_engine.macs_per_cycle`` = rows·cols·depth).
 
 Search: every candidate tiling (even splits per dimension, at most ``max_candidates`` each, that
-fit the buffers) in every loop order. ``map_gemm(prune=True)`` and :func:`map_gemms` (several ops
+fit the buffers; and each candidate ``(m_t, n_t)`` with the largest K tile that fits beside it)
+in every loop order. ``map_gemm(prune=True)`` and :func:`map_gemms` (several ops
 in one vectorized pass, the lowering's path) skip, exactly, the tilings whose lower bound on
 cycles (first load + core + last write-back; DRAM bytes of a single pass) exceeds the best cycles
 of a small probe by more than the tie tolerance: same choice and cost, a fraction of the work.
@@ -547,14 +548,15 @@ def enumerate_mappings(op: GemmOp, arch: ArchSpec, *, dataflows: Sequence[str] |
 
 def _tile_combos(op: GemmOp, arch: ArchSpec, dataflow: str, slots: int, split_k: bool,
                  max_candidates: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Tile sizes ``(m_t, k_t, n_t)`` (arrays, m-major order) of every candidate tiling of one
-    dataflow that fits the buffers; None if none fits."""
+    """Tile sizes ``(m_t, k_t, n_t)`` (arrays: the candidate grid m-major, then every
+    ``(m_t, n_t)`` with the largest K tile that fits beside it when the grid lacks it) of one
+    dataflow that fit the buffers; None if none fits."""
     te = arch.tensor_engine
     gm, gk, gn = te.tile_shape if dataflow in ENGINE_DATAFLOWS else _granules(dataflow, te.rows,
                                                                                te.cols)
     mins = [min(g, e) for g, e in ((gm, op.m), (gk, op.k), (gn, op.n))]
     fit = lambda m, k, n: _fits(arch, dataflow, op.elem_bytes, slots, m, k, n)  # noqa: E731
-    cands = []
+    cands, every = [], []
     for i, (ext, g) in enumerate(((op.m, gm), (op.k, gk), (op.n, gn))):
         if i == 1 and not split_k:
             t = np.array([op.k], np.int64)
@@ -563,15 +565,61 @@ def _tile_combos(op: GemmOp, arch: ArchSpec, dataflow: str, slots: int, split_k:
             probe = [np.full_like(t, v) for v in mins]
             probe[i] = t
             t = t[fit(*probe)]
-            t = tile_candidates_subsample(t, max_candidates)
-        cands.append(t)
+        every.append(t)
+        cands.append(tile_candidates_subsample(t, max_candidates) if len(t) > 1 else t)
     cm, ck, cn = cands                  # every combination, m-major (= meshgrid "ij", raveled)
     mt = np.repeat(cm, len(ck) * len(cn))
     kt = np.tile(np.repeat(ck, len(cn)), len(cm))
     nt = np.tile(cn, len(cm) * len(ck))
     ok = fit(mt, kt, nt) if len(mt) else np.zeros(0, bool)
     mt, kt, nt = mt[ok], kt[ok], nt[ok]
+    if len(cm) and len(cn) and len(every[1]):
+        # output tiles the subsample may skip: each M tile with the largest N tile that fits
+        # beside it and vice versa (near-square accumulator tiles, the fewest re-reads); then
+        # every output tile with the largest K tile that fits (fewer fills and partial sums)
+        kmin = every[1][-1]
+        fm, fn = every[0], every[2]
+        nf = _largest_fitting(fn, lambda n: fit(fm, kmin, n))      # per M size (all of them)
+        mf = _largest_fitting(fm, lambda m: fit(m, kmin, fn))      # per N size
+        # the largest M tile for each distinct N fill, and vice versa (the pairs no other
+        # pair contains), plus the subsampled sizes' own fills
+        _, i_n = np.unique(nf, return_index=True)
+        _, i_m = np.unique(mf, return_index=True)
+        pm = np.concatenate([np.repeat(cm, len(cn)), fm[i_n], mf[i_m]])
+        pn = np.concatenate([np.tile(cn, len(cm)), nf[i_n], fn[i_m]])
+        new_pair = np.arange(len(pm)) >= len(cm) * len(cn)
+        new_pair &= (pm > 0) & (pn > 0) & ~(np.isin(pm, cm) & np.isin(pn, cn))
+        if np.any(new_pair):
+            em, en = np.unique(np.stack([pm[new_pair], pn[new_pair]], 1), axis=0).T
+            gm_, gk_, gn_ = (np.repeat(em, len(ck)), np.tile(ck, len(em)),
+                             np.repeat(en, len(ck)))
+            ok = fit(gm_, gk_, gn_)
+            mt, kt, nt = (np.concatenate([x, y[ok]]) for x, y in ((mt, gm_), (kt, gk_),
+                                                                   (nt, gn_)))
+            pm = np.concatenate([pm[:len(cm) * len(cn)], em])
+            pn = np.concatenate([pn[:len(cm) * len(cn)], en])
+        else:
+            pm, pn = pm[:len(cm) * len(cn)], pn[:len(cm) * len(cn)]
+        if split_k:
+            kf = _largest_fitting(every[1], lambda k: fit(pm, k, pn))
+            new = (kf > 0) & ~np.isin(kf, ck)
+            mt, kt, nt = (np.concatenate([x, y[new]]) for x, y in ((mt, pm), (kt, kf), (nt, pn)))
     return (mt, kt, nt) if len(mt) else None
+
+
+def _largest_fitting(sizes: np.ndarray, fits) -> np.ndarray:
+    """Per row of ``fits``' other arguments, the largest of the descending ``sizes`` for which
+    ``fits(size_array)`` holds (0 if none): a vectorized binary search (fitting is monotone)."""
+    probe = fits(np.full(1, sizes[-1]))
+    lo = np.zeros(len(np.atleast_1d(probe)), np.int64)     # first index that may fit
+    hi = np.full(len(lo), len(sizes), np.int64)            # sizes[hi:] all fit
+    while np.any(lo < hi):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        ok = fits(sizes[np.minimum(mid, len(sizes) - 1)])
+        hi = np.where(active & ok, mid, hi)
+        lo = np.where(active & ~ok, mid + 1, lo)
+    return np.where(hi < len(sizes), sizes[np.minimum(hi, len(sizes) - 1)], 0)
 
 
 def _repeat_rows(base: dict[str, np.ndarray], times: int) -> dict[str, np.ndarray]:
