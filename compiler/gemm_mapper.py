@@ -113,7 +113,8 @@ __all__ = ["GemmOp", "Mapping", "MappingCost", "MappingSpace", "MapperResult", "
            "DATAFLOWS", "ENGINE_DATAFLOWS", "ACC_BYTES", "native_dataflow", "accepted_dataflows",
            "map_gemm", "best_index", "enumerate_mappings", "evaluate_mappings",
            "cost_of", "buffer_words", "refetch_factors", "working_sets", "tile_capacity",
-           "resident_tiles", "command_sram_reads", "sram_cycles", "command_cycles", "tile_candidates", "dram_rates",
+           "resident_tiles", "command_sram_reads", "sram_cycles", "command_cycles",
+           "tile_candidates", "dram_rates",
            "mapper_arch_key", "map_gemms"]
 
 #: loop orders over tiles, outer -> inner (the batch loop is always outermost)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import subprocess
 import sys
 
@@ -175,7 +176,7 @@ def _square_mapping(op: GemmOp, a: ArchSpec) -> Mapping:
         return (2 * lay.a_words * tm * tk * e <= half and 2 * lay.b_words * tk * tn * e <= half
                 and 2 * lay.acc_words * tm * tn * 4 <= a.memory.accumulator_bytes)
 
-    step = gm * gn // __import__("math").gcd(gm, gn)
+    step = math.lcm(gm, gn)
     s = step * max(1, min(op.m, op.n) // step)
     while s > step and not fits(min(s, op.m), gk, min(s, op.n)):
         s -= step

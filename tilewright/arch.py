@@ -221,8 +221,9 @@ class MemorySpec(_Frozen):
         None, ge=1, le=65536,
         description="bytes one scratchpad bank delivers per cycle (its read port width). Each "
                     "scratchpad buffer (A, B) then delivers scratchpad_banks * bank_width_bytes "
-                    "bytes per cycle, which limits the tensor engine's operand rate; omitted: one "
-                    "layout word per buffer per cycle, what the RTL's ports deliver (never a limit)")
+                    "bytes per cycle, which limits the tensor engine's operand rate; omitted: "
+                    "one layout word per buffer per cycle, what the RTL's ports deliver (never a "
+                    "limit)")
 
     @model_validator(mode="after")
     def _banks_are_powers_of_two(self) -> "MemorySpec":
