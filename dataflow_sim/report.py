@@ -36,8 +36,10 @@ Every task gets a cost; none is free (docs/design.md, "Principles"). Conventions
 * **scan**: ``SCAN_PASSES`` vector passes over ``Bt * L * Di * N`` state elements (state
   multiply-add, then the C contraction's multiply-add).
 * **bytes** are the off-chip bytes the task moves if every operand comes from and every result goes
-  to off-chip memory (no reuse between tasks — an upper bound): inputs re-read once per tile of the
-  other operand for GEMMs, K/V re-read once per query block for attention.
+  to off-chip memory (no reuse between tasks — an upper bound): for mapped GEMMs the mapper's
+  traffic (an operand re-read per iteration of its irrelevant loop unless its working set stays
+  resident in its buffer; :mod:`tilewright.compiler.gemm_mapper`), K/V re-read once per query
+  block for attention.
   ``compulsory_bytes`` are the bytes of each operand moved once (mapped GEMMs:
   ``batch * (M*K*e + K*N*e + M*N*4)``; attention: Q, K, V read and the output written once;
   other tasks: ``bytes``), so ``bytes / compulsory_bytes`` is the re-fetch overhead.
