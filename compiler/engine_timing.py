@@ -42,7 +42,8 @@ from tilewright.compiler.core_timing import CONVENTIONS, gemm_cycles_array
 
 __all__ = ["ENGINE_PARAMS", "engine_tile_shape", "engine_latency_cycles", "engine_gemm_beats",
            "engine_gemm_cycles", "engine_peak_macs_per_cycle", "engine_utilization",
-           "engine_output_tiles", "tensor_engine_gemm_cycles", "tile_core_busy_cycles"]
+           "engine_output_tiles", "tensor_engine_gemm_cycles", "tile_core_busy_cycles",
+           "sram_bytes_per_mac"]
 
 #: kind -> its parameter names, in order
 ENGINE_PARAMS: dict[str, tuple[str, ...]] = {
@@ -141,3 +142,32 @@ def tile_core_busy_cycles(te: "TensorEngineSpec", m, k, n) -> np.ndarray:
     ``ceil(M/Tm)·ceil(N/Tn)·ceil(K/Tk) + latency + 1`` = :func:`engine_gemm_cycles` + 1.
     Arrays ok."""
     return engine_gemm_cycles(te.kind, te.engine_params, m, k, n) + 1
+
+
+def sram_bytes_per_mac(te: "TensorEngineSpec", elem_bytes: float) -> tuple[float, float]:
+    """``(operand, partial_sum)``: scratchpad bytes the engine reads per MAC for its A and B
+    operands, and accumulator bytes per MAC for partial sums, from each kind's reuse (edge
+    tiles ignored; ``e`` = ``elem_bytes``):
+
+    * systolic ``ws`` (R x C): an activation enters a row and is used by the C PEs of that row
+      -> ``e/C``; each output's partial sum is read and written (4 + 4 bytes) once per row fold
+      of R MACs -> ``8/R``. (Weights are read once per fold and used by every streamed row:
+      ``e/M`` per MAC, left out — it depends on M.)
+    * systolic ``os`` (R x C): A enters a row and is used by C PEs, B a column used by R PEs ->
+      ``e/C + e/R``; sums stay in the PEs (each output drained once, counted as an output) -> 0.
+    * ``outer_product`` (Tm x Tn): a beat reads Tm A and Tn B elements for Tm*Tn MACs ->
+      ``e/Tn + e/Tm``; the Tm x Tn sums accumulate in the engine -> 0.
+    * ``cube`` (Tm x Tk x Tn): a beat reads a Tm x Tk A tile and a Tk x Tn B tile for
+      Tm*Tk*Tn MACs -> ``e/Tn + e/Tm``; sums accumulate in the engine -> 0.
+    * ``adder_tree`` (n): a beat reads n A and n B elements for n MACs -> ``2e``; the sum
+      accumulates in the output register -> 0.
+    """
+    e = float(elem_bytes)
+    if te.kind == "systolic":
+        if te.dataflow == "ws":
+            return e / te.cols, 8.0 / te.rows
+        return e / te.cols + e / te.rows, 0.0
+    tm, tk, tn = te.tile_shape
+    if te.kind == "adder_tree":
+        return 2.0 * e, 0.0
+    return e / tn + e / tm, 0.0

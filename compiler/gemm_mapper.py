@@ -13,13 +13,19 @@ and accumulator words must fit the buffer depths of :meth:`GemmLayout.depths`; a
 bytes takes ``e`` int8 lanes' worth of A/B storage; with double buffering every buffer holds two
 tiles (``2 * words <= depth``).
 
-Data reuse: each operand buffer keeps the one tile being computed on (the second slot only
-prefetches), so an operand tile is fetched from DRAM whenever its index changes between
-consecutive tiles. Over the loop nest (tile counts ``Tm, Tk, Tn``) that gives the re-fetch factors
-
-* ``r_A = Tn`` if the n loop is outside a loop of A (m or k) with more than one tile, else 1;
-* ``r_B = Tm`` if the m loop is outside a loop of B (k or n) with more than one tile, else 1;
-* ``r_C = Tk`` if the k loop is outside a loop of C (m or n) with more than one tile, else 1;
+Data reuse: an operand buffer of capacity ``P_cap`` tiles (:func:`tile_capacity`) keeps
+``P = P_cap - (slots - 1)`` tiles resident (:func:`resident_tiles`; with double buffering one slot
+stays free for the prefetch). Each operand has one irrelevant loop d (A: n, B: m, C: k); one
+iteration of d visits ``W`` tiles of the operand (:func:`working_sets`: the product of the trips
+of its own loops nested inside d). If ``W <= P`` the whole working set stays resident and every
+tile is fetched once; otherwise the buffer thrashes (tiles are visited cyclically, so an LRU
+cache of P < W tiles hits only on consecutive reuse) and the operand is re-fetched at every
+iteration of d. Over the loop nest (tile counts ``Tm, Tk, Tn``) that gives the re-fetch factors
+``r_A = Tn if W_A > P_A``, ``r_B = Tm if W_B > P_B``, ``r_C = Tk if W_C > P_C``, else 1
+(with ``P = 1`` this is the one-tile cache: ``r_A = Tn`` iff the n loop is outside a loop of A
+with more than one tile, and so on). A resident C keeps its partial sums in the accumulator
+(written once, final). ``tests/test_mapper.py`` checks the bytes against a literal LRU walk.
+``compulsory_bytes`` = ``batch * (M*K*e + K*N*e + M*N*out_bytes)``: each operand moved once.
 
 DRAM bytes (per batch element): A ``r_A*M*K*e``, B ``r_B*K*N*e``; C is written ``r_C`` times
 (``r_C - 1`` int32 partial sums, then the result in ``out_bytes``) and partial sums are read back
@@ -32,7 +38,13 @@ Cost model (cycles at ``arch.clock_mhz``; ``bw`` = bytes/cycle = ``bandwidth_gbp
 ``lat`` = ``latency_ns*clock_mhz/1e3`` cycles):
 
 * core cycles ``T_core`` = sum over tile commands of the RTL-exact closed form of
-  :func:`~tilewright.compiler.core_timing.gemm_cycles_array` (exact: full and edge tiles counted);
+  :func:`~tilewright.compiler.core_timing.gemm_cycles_array` (exact: full and edge tiles counted)
+  or, when ``memory.bank_width_bytes`` is set and the scratchpad cannot deliver the operands
+  that fast, the command's SRAM cycles (:func:`command_cycles`: A and B buffers each deliver
+  ``scratchpad_banks * bank_width_bytes`` bytes per cycle; the RTL presets set no bank width,
+  the RTL's ports feeding one word per cycle, so there the closed form stands). The closed form
+  is split into ``stream_cycles`` (WS folds*m, OS folds*k, tile-MAC beats) and ``fill_cycles``
+  (the rest: weight loading into a WS array, fill, drain);
 * DMA cycles ``T_dma`` = DRAM bytes / ``bw`` + transfers * ``lat`` (one DMA engine, serial);
 * double buffered: ``T = max(max(L_0 + T_core, T_dma - W_last + c_last) + W_last, T_burst)``,
   where ``L_0`` is the first tile's load (A and B), ``c_last`` the last tile's command cycles and
@@ -43,17 +55,20 @@ Cost model (cycles at ``arch.clock_mhz``; ``bw`` = bytes/cycle = ``bandwidth_gbp
   loop that has more than one tile, ``T_burst = runs * ((T3-1)*max(c, d_in) + max(c, d_in +
   d_out))`` where ``c`` = core cycles per tile, ``d_in`` = DMA cycles per tile of the operands
   that loop indexes (they change every tile) and ``d_out`` = DMA cycles per run of the others
-  (averages over the op's exact totals; see ``_burst_cycles``);
+  (averages over the op's exact totals; a resident operand's traffic is put in one of the
+  ``T_d`` passes of its loop d; see ``_burst_cycles``);
 * single buffered: ``T = T_core + T_dma`` (nothing overlaps).
 
 It is checked against the tile-by-tile pipeline of :mod:`tilewright.dataflow_sim.tiled` (same
 traffic and command cycles, exact timing of every transfer and command). On 70 GEMMs from
 llama3-8b/70b, mixtral-8x7b, deepseek-v3 and mamba-130m/2.8b (prefill 2048 tokens, decode 1-64,
 routed expert token counts) x 4 ArchSpecs (ws16x16, os16x16, ws32x32 and a bandwidth-starved
-os32x32-lp), the best mapping's cycles are within 3.8 % of the tiled cycle model (mean 0.14 %;
-compute-bound ops within 0.41 %), 538 random feasible mappings within 6.0 % (mean 0.11 %); the
-analytical model errs low (it overestimates by at most 0.15 %) — measured by
-benchmarks/mapper_vs_cycle_model.py.
+os32x32-lp), the best mapping's cycles are within 7.7 % of the tiled cycle model (mean 0.09 %;
+ws16x16, os16x16 and ws32x32 within 0.001 %), 810 random feasible mappings within 10.4 % (mean
+0.17 %; the averaged burst model is weakest where DMA and core time are close, as it was
+before residency); the analytical model mostly errs low (it overestimates by at most 2.7 % on
+the best mappings, 0.33 % on the random ones) — measured by
+``python benchmarks/mapper_vs_cycle_model.py --samples 3 --quiet``.
 
 Tile-MAC engines (``tensor_engine.kind`` adder_tree / outer_product / cube, (Tm, Tk, Tn) =
 (rows, depth, cols)): the mapping's ``dataflow`` is the kind's name; tile sizes step by Tm, Tk, Tn
@@ -66,15 +81,17 @@ engine_gemm_cycles`; each beat reads an A and a B engine tile from the scratchpa
 (``tensor_engine.macs_per_cycle`` = rows·cols·depth).
 
 Search: every candidate tiling (even splits per dimension, at most ``max_candidates`` each, that
-fit the buffers) in every loop order. ``map_gemm(prune=True)`` and :func:`map_gemms` (several ops
+fit the buffers; and each candidate ``(m_t, n_t)`` with the largest K tile that fits beside it)
+in every loop order. ``map_gemm(prune=True)`` and :func:`map_gemms` (several ops
 in one vectorized pass, the lowering's path) skip, exactly, the tilings whose lower bound on
 cycles (first load + core + last write-back; DRAM bytes of a single pass) exceeds the best cycles
 of a small probe by more than the tie tolerance: same choice and cost, a fraction of the work.
 
 Reported per mapping (:class:`MappingCost`): cycles, MACs, utilization, bytes per memory level
-(DRAM, scratchpad, accumulator), arithmetic intensity (2*MACs per DRAM byte) and whether the mapped
-op is compute- or bandwidth-bound (``T_core >= T_dma``) next to the ideal roofline's verdict
-(intensity vs. ridge point ``2 * tensor_engine.macs_per_cycle / bw``).
+(DRAM, scratchpad, accumulator), compulsory DRAM bytes, arithmetic intensity (2*MACs per DRAM
+byte), the core's stream/fill/SRAM cycles and whether the mapped op is compute- or
+bandwidth-bound (``T_core >= T_dma``) next to the ideal roofline's verdict (intensity vs. ridge
+point ``2 * tensor_engine.macs_per_cycle / bw``).
 """
 
 from __future__ import annotations
@@ -95,7 +112,9 @@ from tilewright.compiler.engine_timing import engine_gemm_beats, tensor_engine_g
 __all__ = ["GemmOp", "Mapping", "MappingCost", "MappingSpace", "MapperResult", "LOOP_ORDERS",
            "DATAFLOWS", "ENGINE_DATAFLOWS", "ACC_BYTES", "native_dataflow", "accepted_dataflows",
            "map_gemm", "best_index", "enumerate_mappings", "evaluate_mappings",
-           "cost_of", "buffer_words", "refetch_factors", "tile_candidates", "dram_rates",
+           "cost_of", "buffer_words", "refetch_factors", "working_sets", "tile_capacity",
+           "resident_tiles", "command_sram_reads", "sram_cycles", "command_cycles",
+           "tile_candidates", "dram_rates",
            "mapper_arch_key", "map_gemms"]
 
 #: loop orders over tiles, outer -> inner (the batch loop is always outermost)
@@ -216,6 +235,14 @@ class MappingCost:
     ridge: float
     bound: str
     roofline_bound: str
+    compulsory_bytes: int
+    """DRAM bytes if every operand moved once: ``batch * (M*K*e + K*N*e + M*N*out_bytes)``"""
+    stream_cycles: int
+    """core cycles the engine streams operands (WS: folds*m, OS: folds*k, tile-MAC: beats)"""
+    fill_cycles: int
+    """core cycles that are not streaming: weight loading, fill and drain (core - stream)"""
+    sram_cycles: int
+    """cycles the scratchpad ports need to deliver the operands (0: no bank-width limit)"""
 
 
 # ---- helpers (vectorized) -------------------------------------------------------------------
@@ -229,7 +256,8 @@ def mapper_arch_key(arch: ArchSpec) -> tuple:
     Two ArchSpecs with equal keys get equal mappings and costs (memoization key)."""
     te = arch.tensor_engine
     return (te.rows, te.cols, te.dataflow, GemmLayout.depths(arch), dram_rates(arch), te.kind,
-            te.depth, arch.memory.scratchpad_bytes, arch.memory.accumulator_bytes)
+            te.depth, arch.memory.scratchpad_bytes, arch.memory.accumulator_bytes,
+            arch.memory.scratchpad_bytes_per_cycle)
 
 
 def native_dataflow(arch: ArchSpec) -> str:
@@ -277,31 +305,61 @@ def buffer_words(dataflow: str, rows: int, cols: int, m, k, n) -> tuple[np.ndarr
     raise ValueError(f"dataflow {dataflow!r}: must be one of {DATAFLOWS}")
 
 
-def _fits(arch: ArchSpec, dataflow: str, elem_bytes: int, slots: int, m, k, n) -> np.ndarray:
-    """Boolean array: the command fits ``slots`` copies in each buffer (see module docstring)."""
+def tile_capacity(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(P_A, P_B, P_C)``: how many ``m x k x n`` tiles of A, B and C (accumulator) fit in
+    their buffers at once (floor of capacity / one tile's footprint; the footprint of
+    :func:`buffer_words`, or of whole engine tiles on a tile-MAC engine)."""
     te = arch.tensor_engine
     if dataflow in ENGINE_DATAFLOWS:
         gm, gk, gn = te.tile_shape
         mp, kp, np_ = (_cdiv(np.asarray(x, np.int64), g) * g
                        for x, g in ((m, gm), (k, gk), (n, gn)))
         half, acc_b = ab_buffer_bytes(arch), arch.memory.accumulator_bytes
-        return ((mp * kp * elem_bytes * slots <= half) & (kp * np_ * elem_bytes * slots <= half)
-                & (mp * np_ * ACC_BYTES * slots <= acc_b))
+        return (half // (mp * kp * elem_bytes), half // (kp * np_ * elem_bytes),
+                acc_b // (mp * np_ * ACC_BYTES))
     da, db, dc = GemmLayout.depths(arch)
     a, b, acc = buffer_words(dataflow, te.rows, te.cols, m, k, n)
-    return (a * elem_bytes * slots <= da) & (b * elem_bytes * slots <= db) & (acc * slots <= dc)
+    return da // (a * elem_bytes), db // (b * elem_bytes), dc // acc
 
 
-def refetch_factors(order_idx, tm, tk, tn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(r_A, r_B, r_C)``: how many times each operand tile is fetched (C: visited) per batch
-    element, for loop orders ``LOOP_ORDERS[order_idx]`` and tile counts (module docstring)."""
+def _fits(arch: ArchSpec, dataflow: str, elem_bytes: int, slots: int, m, k, n) -> np.ndarray:
+    """Boolean array: the command fits ``slots`` copies in each buffer (see module docstring)."""
+    pa, pb, pc = tile_capacity(arch, dataflow, elem_bytes, m, k, n)
+    return (pa >= slots) & (pb >= slots) & (pc >= slots)
+
+
+def resident_tiles(arch: ArchSpec, dataflow: str, elem_bytes: int, slots: int, m, k, n
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(P_A, P_B, P_C)``: tiles of each operand its buffer keeps resident, ``tile_capacity -
+    (slots - 1)`` (with double buffering one slot stays free for the next tile's prefetch)."""
+    return tuple(p - (slots - 1) for p in tile_capacity(arch, dataflow, elem_bytes, m, k, n))
+
+
+def working_sets(order_idx, tm, tk, tn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(W_A, W_B, W_C)``: the tiles of each operand one iteration of its irrelevant loop
+    (A: n, B: m, C: k) visits — the product of the trips of the operand's own loops nested
+    inside that loop (1 when none is)."""
     pos = _LOOP_POS[order_idx]
     pm, pk, pn = pos[..., 0], pos[..., 1], pos[..., 2]
     tm, tk, tn = (np.asarray(x, np.int64) for x in (tm, tk, tn))
-    r_a = np.where(((tm > 1) & (pn < pm)) | ((tk > 1) & (pn < pk)), tn, 1)
-    r_b = np.where(((tk > 1) & (pm < pk)) | ((tn > 1) & (pm < pn)), tm, 1)
-    r_c = np.where(((tm > 1) & (pk < pm)) | ((tn > 1) & (pk < pn)), tk, 1)
-    return r_a, r_b, r_c
+    w_a = np.where(pm > pn, tm, 1) * np.where(pk > pn, tk, 1)
+    w_b = np.where(pk > pm, tk, 1) * np.where(pn > pm, tn, 1)
+    w_c = np.where(pm > pk, tm, 1) * np.where(pn > pk, tn, 1)
+    return w_a, w_b, w_c
+
+
+def refetch_factors(order_idx, tm, tk, tn, resident=(1, 1, 1)
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(r_A, r_B, r_C)``: how many times each operand tile is fetched (C: visited) per batch
+    element, for loop orders ``LOOP_ORDERS[order_idx]``, tile counts and the tiles each buffer
+    keeps resident ``(P_A, P_B, P_C)`` (:func:`resident_tiles`; default 1: a one-tile cache):
+    ``r_X = T_d`` (the trips of X's irrelevant loop d) when X's working set
+    (:func:`working_sets`) exceeds ``P_X``, else 1 (module docstring)."""
+    w_a, w_b, w_c = working_sets(order_idx, tm, tk, tn)
+    pa, pb, pc = (np.asarray(p, np.int64) for p in resident)
+    tm, tk, tn = (np.asarray(x, np.int64) for x in (tm, tk, tn))
+    return (np.where(w_a > pa, tn, 1), np.where(w_b > pb, tm, 1), np.where(w_c > pc, tk, 1))
 
 
 def tile_candidates(extent: int, granule: int, max_count: int) -> np.ndarray:
@@ -346,26 +404,68 @@ def _grid_sum(per_command, op: GemmOp, mt, kt, nt):
     return [(w * v).sum(axis=(0, 1, 2)) for v in per_command(*sizes)]
 
 
+def command_sram_reads(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(A bytes, B bytes, stream cycles)`` one ``m x k x n`` command reads from the A and B
+    scratchpad buffers, and the cycles the engine streams operands. WS: each of the KB*NB folds
+    streams m rows of R activations (A: folds*m*R*e) after loading R*C weights (B:
+    folds*R*C*e), streaming m cycles; OS: each of the MB*NB folds streams k columns of R and k
+    rows of C (A: folds*k*R*e, B: folds*k*C*e), k cycles; tile-MAC: a beat reads one A engine
+    tile (Tm*Tk) and one B tile (Tk*Tn), one beat per cycle."""
+    te = arch.tensor_engine
+    if dataflow in ENGINE_DATAFLOWS:
+        tm, tk, tn = te.tile_shape
+        beats = engine_gemm_beats(te.kind, te.engine_params, m, k, n)
+        return beats * tm * tk * elem_bytes, beats * tk * tn * elem_bytes, beats
+    R, C = te.rows, te.cols
+    folds = _cmd_cycles(arch, dataflow, m, k, n)[1]
+    if dataflow == "ws":
+        return folds * m * R * elem_bytes, folds * R * C * elem_bytes, folds * m
+    return folds * k * R * elem_bytes, folds * k * C * elem_bytes, folds * k
+
+
+def sram_cycles(arch: ArchSpec, a_bytes, b_bytes) -> np.ndarray:
+    """Cycles the scratchpad needs to deliver ``a_bytes`` from the A buffer and ``b_bytes`` from
+    the B buffer, each at ``memory.scratchpad_bytes_per_cycle`` (= banks * bank_width_bytes)
+    in parallel: ``ceil(max(a, b) / rate)``; 0 when the ArchSpec sets no bank width (the
+    RTL's ports deliver one layout word per cycle, exactly the engine's demand)."""
+    rate = arch.memory.scratchpad_bytes_per_cycle
+    a, b = np.asarray(a_bytes, np.int64), np.asarray(b_bytes, np.int64)
+    if rate is None:
+        return np.zeros(np.broadcast(a, b).shape, np.int64)
+    return _cdiv(np.maximum(a, b), rate)
+
+
+def command_cycles(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n) -> np.ndarray:
+    """Cycles of ``m x k x n`` commands: the engine's closed form or, when the scratchpad cannot
+    deliver the operands that fast, the SRAM cycles (:func:`sram_cycles`), whichever is larger.
+    The RTL presets set no bank width, so there it is the RTL-exact closed form."""
+    cyc = _cmd_cycles(arch, dataflow, m, k, n)[0]
+    a, b, _ = command_sram_reads(arch, dataflow, elem_bytes, m, k, n)
+    return np.maximum(cyc, sram_cycles(arch, a, b))
+
+
 def _command_costs(arch: ArchSpec, dataflow: str, elem_bytes: int):
-    """Per-command (cycles, scratchpad read bytes, accumulator bytes) for ``dataflow``:
-    WS folds = KB*NB read R*C weight and m*R activation lanes and read-modify-write m*C int32
-    lanes; OS folds = MB*NB read k*(R+C) lanes and drain R*C int32 lanes."""
+    """Per-command (cycles, scratchpad read bytes, accumulator bytes, stream cycles, fill
+    cycles, SRAM cycles) for ``dataflow``: scratchpad reads and stream cycles of
+    :func:`command_sram_reads`; WS read-modify-writes m*C int32 lanes per fold, OS drains R*C
+    int32 lanes per fold, a tile-MAC engine writes each output tile once. Cycles are
+    :func:`command_cycles`; fill = closed form - stream (weight loading, fill, drain)."""
     te = arch.tensor_engine
     R, C = te.rows, te.cols
 
     def costs(m, k, n):
         cyc, folds = _cmd_cycles(arch, dataflow, m, k, n)
-        if dataflow in ENGINE_DATAFLOWS:   # folds = output tiles; a beat reads an A and a B tile
-            tm, tk, tn = te.tile_shape
-            beats = engine_gemm_beats(te.kind, te.engine_params, m, k, n)
-            return cyc, beats * (tm * tk + tk * tn) * elem_bytes, folds * tm * tn * ACC_BYTES
-        if dataflow == "ws":
-            sp = folds * (R * C + m * R) * elem_bytes
+        a, b, stream = command_sram_reads(arch, dataflow, elem_bytes, m, k, n)
+        sram = sram_cycles(arch, a, b)
+        if dataflow in ENGINE_DATAFLOWS:   # folds = output tiles
+            tm, _, tn = te.tile_shape
+            acc = folds * tm * tn * ACC_BYTES
+        elif dataflow == "ws":
             acc = folds * m * C * ACC_BYTES * 2
         else:
-            sp = folds * k * (R + C) * elem_bytes
             acc = folds * R * C * ACC_BYTES
-        return cyc, sp, acc
+        return np.maximum(cyc, sram), a + b, acc, stream, cyc - stream, sram
     return costs
 
 
@@ -449,14 +549,15 @@ def enumerate_mappings(op: GemmOp, arch: ArchSpec, *, dataflows: Sequence[str] |
 
 def _tile_combos(op: GemmOp, arch: ArchSpec, dataflow: str, slots: int, split_k: bool,
                  max_candidates: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Tile sizes ``(m_t, k_t, n_t)`` (arrays, m-major order) of every candidate tiling of one
-    dataflow that fits the buffers; None if none fits."""
+    """Tile sizes ``(m_t, k_t, n_t)`` (arrays: the candidate grid m-major, then every
+    ``(m_t, n_t)`` with the largest K tile that fits beside it when the grid lacks it) of one
+    dataflow that fit the buffers; None if none fits."""
     te = arch.tensor_engine
     gm, gk, gn = te.tile_shape if dataflow in ENGINE_DATAFLOWS else _granules(dataflow, te.rows,
                                                                                te.cols)
     mins = [min(g, e) for g, e in ((gm, op.m), (gk, op.k), (gn, op.n))]
     fit = lambda m, k, n: _fits(arch, dataflow, op.elem_bytes, slots, m, k, n)  # noqa: E731
-    cands = []
+    cands, every = [], []
     for i, (ext, g) in enumerate(((op.m, gm), (op.k, gk), (op.n, gn))):
         if i == 1 and not split_k:
             t = np.array([op.k], np.int64)
@@ -465,15 +566,61 @@ def _tile_combos(op: GemmOp, arch: ArchSpec, dataflow: str, slots: int, split_k:
             probe = [np.full_like(t, v) for v in mins]
             probe[i] = t
             t = t[fit(*probe)]
-            t = tile_candidates_subsample(t, max_candidates)
-        cands.append(t)
+        every.append(t)
+        cands.append(tile_candidates_subsample(t, max_candidates) if len(t) > 1 else t)
     cm, ck, cn = cands                  # every combination, m-major (= meshgrid "ij", raveled)
     mt = np.repeat(cm, len(ck) * len(cn))
     kt = np.tile(np.repeat(ck, len(cn)), len(cm))
     nt = np.tile(cn, len(cm) * len(ck))
     ok = fit(mt, kt, nt) if len(mt) else np.zeros(0, bool)
     mt, kt, nt = mt[ok], kt[ok], nt[ok]
+    if len(cm) and len(cn) and len(every[1]):
+        # output tiles the subsample may skip: each M tile with the largest N tile that fits
+        # beside it and vice versa (near-square accumulator tiles, the fewest re-reads); then
+        # every output tile with the largest K tile that fits (fewer fills and partial sums)
+        kmin = every[1][-1]
+        fm, fn = every[0], every[2]
+        nf = _largest_fitting(fn, lambda n: fit(fm, kmin, n))      # per M size (all of them)
+        mf = _largest_fitting(fm, lambda m: fit(m, kmin, fn))      # per N size
+        # the largest M tile for each distinct N fill, and vice versa (the pairs no other
+        # pair contains), plus the subsampled sizes' own fills
+        _, i_n = np.unique(nf, return_index=True)
+        _, i_m = np.unique(mf, return_index=True)
+        pm = np.concatenate([np.repeat(cm, len(cn)), fm[i_n], mf[i_m]])
+        pn = np.concatenate([np.tile(cn, len(cm)), nf[i_n], fn[i_m]])
+        new_pair = np.arange(len(pm)) >= len(cm) * len(cn)
+        new_pair &= (pm > 0) & (pn > 0) & ~(np.isin(pm, cm) & np.isin(pn, cn))
+        if np.any(new_pair):
+            em, en = np.unique(np.stack([pm[new_pair], pn[new_pair]], 1), axis=0).T
+            gm_, gk_, gn_ = (np.repeat(em, len(ck)), np.tile(ck, len(em)),
+                             np.repeat(en, len(ck)))
+            ok = fit(gm_, gk_, gn_)
+            mt, kt, nt = (np.concatenate([x, y[ok]]) for x, y in ((mt, gm_), (kt, gk_),
+                                                                   (nt, gn_)))
+            pm = np.concatenate([pm[:len(cm) * len(cn)], em])
+            pn = np.concatenate([pn[:len(cm) * len(cn)], en])
+        else:
+            pm, pn = pm[:len(cm) * len(cn)], pn[:len(cm) * len(cn)]
+        if split_k:
+            kf = _largest_fitting(every[1], lambda k: fit(pm, k, pn))
+            new = (kf > 0) & ~np.isin(kf, ck)
+            mt, kt, nt = (np.concatenate([x, y[new]]) for x, y in ((mt, pm), (kt, kf), (nt, pn)))
     return (mt, kt, nt) if len(mt) else None
+
+
+def _largest_fitting(sizes: np.ndarray, fits) -> np.ndarray:
+    """Per row of ``fits``' other arguments, the largest of the descending ``sizes`` for which
+    ``fits(size_array)`` holds (0 if none): a vectorized binary search (fitting is monotone)."""
+    probe = fits(np.full(1, sizes[-1]))
+    lo = np.zeros(len(np.atleast_1d(probe)), np.int64)     # first index that may fit
+    hi = np.full(len(lo), len(sizes), np.int64)            # sizes[hi:] all fit
+    while np.any(lo < hi):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        ok = fits(sizes[np.minimum(mid, len(sizes) - 1)])
+        hi = np.where(active & ok, mid, hi)
+        lo = np.where(active & ~ok, mid + 1, lo)
+    return np.where(hi < len(sizes), sizes[np.minimum(hi, len(sizes) - 1)], 0)
 
 
 def _repeat_rows(base: dict[str, np.ndarray], times: int) -> dict[str, np.ndarray]:
@@ -592,13 +739,14 @@ def _combo_columns(op: GemmOp, arch: ArchSpec, mt, kt, nt, dataflow: str
     tm, tk, tn = _cdiv(M, mt), _cdiv(K, kt), _cdiv(N, nt)
     bw, lat = dram_rates(arch)
     per_cmd = _command_costs(arch, dataflow, e)
-    core, sp_read, acc_array = _grid_sum(per_cmd, op, mt, kt, nt)
+    core, sp_read, acc_array, stream, fill, sram = _grid_sum(per_cmd, op, mt, kt, nt)
     em, ek, en = M - (tm - 1) * mt, K - (tk - 1) * kt, N - (tn - 1) * nt
     load_first = (mt * kt + kt * nt) * e / bw + 2 * lat
     write_last = em * en * ob / bw + lat
     c_last = per_cmd(em, ek, en)[0]
     return {"m_t": mt, "k_t": kt, "n_t": nt, "tm": tm, "tk": tk, "tn": tn, "core": core,
-            "sp_read": sp_read, "acc_array": acc_array, "load_first": load_first,
+            "sp_read": sp_read, "acc_array": acc_array, "stream": stream, "fill": fill,
+            "sram": sram, "load_first": load_first,
             "write_last": write_last, "c_last": c_last}
 
 
@@ -613,7 +761,8 @@ def _order_columns(op: GemmOp, arch: ArchSpec, cb: dict[str, np.ndarray], oi: np
     bw, lat = dram_rates(arch)
     core = cb["core"]
 
-    r_a, r_b, r_c = refetch_factors(oi, tm, tk, tn)
+    resident = resident_tiles(arch, dataflow, e, 2 if double_buffer else 1, mt, kt, nt)
+    r_a, r_b, r_c = refetch_factors(oi, tm, tk, tn, resident)
     a_bytes = B * r_a * M * K * e
     b_bytes = B * r_b * K * N * e
     c_read = B * (r_c - 1) * M * N * ACC_BYTES
@@ -626,9 +775,13 @@ def _order_columns(op: GemmOp, arch: ArchSpec, cb: dict[str, np.ndarray], oi: np
 
     load_first, write_last, c_last = cb["load_first"], cb["write_last"], cb["c_last"]
     if double_buffer:
+        w_a, w_b, w_c = working_sets(oi, tm, tk, tn)
+        # a resident operand (working set > 1 tile kept) moves in one pass of its loop d
+        conc = (np.where((w_a > 1) & (r_a == 1), tn, 1), np.where((w_b > 1) & (r_b == 1), tm, 1),
+                np.where((w_c > 1) & (r_c == 1), tk, 1))
         pipe = _burst_cycles(op, oi, (tm, tk, tn), core, (a_bytes, b_bytes, c_read + c_write),
                              (B * tm * tk * r_a, B * tk * tn * r_b, B * (2 * c_visits - tm * tn)),
-                             bw, lat)
+                             bw, lat, conc)
         cycles = np.maximum(np.maximum(load_first + core, dma - write_last + c_last)
                             + write_last, pipe)
     else:
@@ -653,17 +806,24 @@ def _order_columns(op: GemmOp, arch: ArchSpec, cb: dict[str, np.ndarray], oi: np
         "intensity": intensity, "ridge": np.full(n, ridge),
         "bound": np.where(core >= dma, "compute", "bandwidth"),
         "roofline_bound": np.where(intensity >= ridge, "compute", "bandwidth"),
+        "compulsory_bytes": np.full(n, B * (M * K * e + K * N * e + M * N * ob), np.int64),
+        "stream_cycles": B * cb["stream"], "fill_cycles": B * cb["fill"],
+        "sram_cycles": B * cb["sram"],
     }
 
 
 def _burst_cycles(op: GemmOp, order_idx, trips, core, op_bytes, op_transfers, bw: float,
-                  lat: float) -> np.ndarray:
+                  lat: float, conc=(1, 1, 1)) -> np.ndarray:
     """Pipeline time with bursty DMA: ``runs * ((T3-1)*max(c, d_in) + max(c, d_in + d_out))``.
 
     A run is one pass of the innermost loop with more than one tile (T3 tiles; T3 = 1 if there
     is none). Operands indexed by that loop change every tile (``d_in`` = their DMA cycles per
     tile); the others change once per run (``d_out`` = their DMA cycles per run); ``c`` = core
-    cycles per tile. Averages over the op's exact totals (edge tiles are not separated)."""
+    cycles per tile. Averages over the op's exact totals (edge tiles are not separated).
+    ``conc`` (per operand A, B, C): a resident operand's traffic falls in one of ``T_d``
+    iterations of its irrelevant loop d (``T_d``; 1 = spread evenly): the runs are split into
+    the groups where each such operand is in that pass (its traffic times ``T_d``) or not (none),
+    weighted ``1/T_d`` and ``1 - 1/T_d`` (loops of different operands taken as independent)."""
     pos = _LOOP_POS[order_idx]
     trips = np.stack(trips, axis=-1)
     eff = np.where(trips > 1, pos, -1)                 # loops with more than one tile
@@ -674,15 +834,31 @@ def _burst_cycles(op: GemmOp, order_idx, trips, core, op_bytes, op_transfers, bw
     runs = tiles / t3
     # operand dims: A (m, k), B (k, n), C (m, n)
     member = np.array([[1, 1, 0], [0, 1, 1], [1, 0, 1]], bool)   # [operand, dim]
-    d_in = np.zeros(len(tiles))
-    d_out = np.zeros(len(tiles))
+    per_in, per_out = [], []
     for j in range(3):
         d = op_bytes[j] / bw + op_transfers[j] * lat
         every = member[j][inner] & has_inner
-        d_in += np.where(every, d, 0.0)
-        d_out += np.where(every, 0.0, d)
-    c, di, do = core / tiles, d_in / tiles, d_out / runs
-    return runs * ((t3 - 1) * np.maximum(c, di) + np.maximum(c, di + do))
+        per_in.append(np.where(every, d, 0.0) / tiles)
+        per_out.append(np.where(every, 0.0, d) / runs)
+    conc = [np.broadcast_to(np.asarray(x, np.float64), tiles.shape) for x in conc]
+    c = core / tiles
+    out = np.zeros(len(tiles))
+    for group in range(8):                             # bit j: operand j in its loaded pass
+        weight = np.ones(len(tiles))
+        di = np.zeros(len(tiles))
+        do = np.zeros(len(tiles))
+        for j in range(3):
+            bursty = conc[j] > 1
+            if group >> j & 1:
+                weight = weight * np.where(bursty, 1 / conc[j], 0.0)
+                scale = np.where(bursty, conc[j], 0.0)
+            else:
+                weight = weight * np.where(bursty, 1 - 1 / conc[j], 1.0)
+                scale = np.where(bursty, 0.0, 1.0)
+            di += scale * per_in[j]
+            do += scale * per_out[j]
+        out += weight * runs * ((t3 - 1) * np.maximum(c, di) + np.maximum(c, di + do))
+    return out
 
 
 # ---- choosing ------------------------------------------------------------------------------

@@ -37,13 +37,10 @@ bytes (a Report's ``macs``, ``vector_ops`` and ``bytes`` columns) and optional m
 same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
 
 * MAC: ``macs * (mult + add)[format]``;
-* scratchpad reads (closed forms of a systolic array, edge tiles ignored): WS streams A once per
-  column fold — ``e * macs / C`` bytes — and read-modify-writes a 4-byte partial sum once per
-  output per row fold — ``8 * macs / R`` bytes of accumulator traffic; OS streams A
-  (``e * macs / C``) and B (``e * macs / R``) and writes each output once (counted with the
-  off-chip bytes); a tile-MAC engine (``tensor_engine.kind`` adder_tree / outer_product / cube,
-  Tm x Tk x Tn = rows x depth x cols) reads an A and a B tile per beat — ``e * macs / Tn`` and
-  ``e * macs / Tm`` bytes — and writes each output once, as OS does (same formula);
+* scratchpad and accumulator reads: ``macs`` times the operand and partial-sum bytes per MAC
+  of the engine's kind, :func:`~tilewright.compiler.engine_timing.sram_bytes_per_mac` (WS
+  ``e/C`` and ``8/R``; OS ``e/C + e/R``; outer product and cube ``e/Tn + e/Tm``; adder tree
+  ``2e``; outputs written once, counted with the off-chip bytes);
 * SRAM fill/drain: every off-chip byte is also written to or read from the scratchpad once;
 * vector: ``vector_ops * vector_op_pj`` plus 8 scratchpad bytes per element operation (one fp32
   read, one fp32 write);
@@ -90,6 +87,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tilewright.arch import PRESET_DIR, ArchSpec
+from tilewright.compiler.engine_timing import sram_bytes_per_mac
 from tilewright.compiler.layout import ab_buffer_bytes
 from tilewright.errors import UserError
 from tilewright.formats import FORMATS
@@ -314,11 +312,8 @@ def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops:
     sp_kib, acc_kib = sram_bank_kib(arch)
     sp = sram_pj_per_byte(tech, sp_kib)
     acc = sram_pj_per_byte(tech, acc_kib)
-    if te.systolic and te.dataflow == "ws":
-        sram = macs * (e / te.cols * sp + 8.0 / te.rows * acc)
-    else:
-        sram = macs * (e / te.cols + e / te.rows) * sp   # OS, and tile-MAC kinds (module doc)
-    sram += dram_bytes * sp + vector_ops * 8.0 * sp
+    operand_b, psum_b = sram_bytes_per_mac(te, e)      # per engine kind (its docstring)
+    sram = macs * (operand_b * sp + psum_b * acc) + dram_bytes * sp + vector_ops * 8.0 * sp
     out = {"mac_pj": macs * tech.mac_pj_of(te.input_format), "sram_pj": sram,
            "vector_pj": vector_ops * tech.vector_op_pj,
            "dram_pj": dram_bytes * tech.dram_pj_per_byte, "mesh_pj": 0.0}

@@ -20,7 +20,8 @@ Conventions:
 * **Other GEMMs** (``gemm``, the two GEMMs of every attention block) take their cycles from
   :func:`tilewright.dataflow_sim.cycle.tensor_engine_gemm_cycles` (the ``tilewright``
   convention; the systolic closed form or, for ``tensor_engine.kind`` adder_tree /
-  outer_product / cube, :mod:`tilewright.compiler.engine_timing`).
+  outer_product / cube, :mod:`tilewright.compiler.engine_timing`), or the scratchpad's cycles
+  when ``memory.bank_width_bytes`` cannot feed the engine (:func:`engine_split`).
 * **Vector tasks** run on a vector unit of ``lanes`` elements per cycle: ``arch.vector_unit.lanes``
   or, an ASSUMPTION when the ArchSpec has no vector unit, ``tensor_engine.cols``. Cycles =
   ``passes * ceil(elements / lanes)`` with ``elements`` the larger of input and output element
@@ -39,12 +40,25 @@ Conventions:
 * **scan**: ``SCAN_PASSES`` vector passes over ``Bt * L * Di * N`` state elements (state
   multiply-add, then the C contraction's multiply-add).
 * **bytes** are the off-chip bytes the task moves if every operand comes from and every result goes
-  to off-chip memory (no reuse between tasks — an upper bound): inputs re-read once per tile of the
-  other operand for GEMMs, K/V re-read once per query block for attention.
-* **roofline**: ``mem_cycles = bytes / (offchip.bandwidth_gbps * 1e9 / (clock_mhz * 1e6))``; a
-  task is ``compute``-bound if ``cycles >= mem_cycles`` else ``memory``-bound, and takes
-  ``max(cycles, mem_cycles)``. ``intensity`` = (2 * MACs + vector element operations) / bytes
-  (ops per byte). Totals add tasks' times (no overlap between tasks).
+  to off-chip memory (no reuse between tasks — an upper bound): for mapped GEMMs the mapper's
+  traffic (an operand re-read per iteration of its irrelevant loop unless its working set stays
+  resident in its buffer; :mod:`tilewright.compiler.gemm_mapper`), K/V re-read once per query
+  block for attention.
+  ``compulsory_bytes`` are the bytes of each operand moved once (mapped GEMMs:
+  ``batch * (M*K*e + K*N*e + M*N*4)``; attention: Q, K, V read and the output written once;
+  other tasks: ``bytes``), so ``bytes / compulsory_bytes`` is the re-fetch overhead.
+* **roofline**: ``mem_cycles = bytes / (offchip.bandwidth_gbps * 1e9 / (clock_mhz * 1e6))``;
+  a task takes ``max(cycles, mem_cycles)`` (a mapped GEMM its pipeline time, never less).
+  ``intensity`` = (2 * MACs + vector element operations) / bytes (ops per byte). Totals add
+  tasks' times (no overlap between tasks).
+* **bound**: the task's time split over the resources of :data:`RESOURCES`, one column each
+  (cycles): ``compute_cycles`` the engine streaming operands (WS folds*M, OS folds*K, tile-MAC
+  beats), ``fill_cycles`` the rest of the engine's closed form (weight loading into a WS array,
+  fill and drain), ``sram_cycles`` the scratchpad delivering the operands at
+  ``memory.bank_width_bytes * scratchpad_banks`` bytes per cycle per buffer (0 without a bank
+  width), ``dram_cycles`` the off-chip transfers (a mapped GEMM's DMA time, latency included;
+  else ``mem_cycles``), ``vector_cycles`` the vector unit. ``bound`` is the resource with the
+  most cycles, ``bound_share`` its cycles / ``time_cycles``.
 
 :func:`report_columns` computes every number once (numpy columns); :func:`program_report` frames
 them, :func:`report_totals` / :func:`program_totals` sum them (the latter without a DataFrame).
@@ -60,7 +74,9 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.gemm_mapper import GemmOp, Mapping, MappingCost, cost_of, mapper_arch_key
+from tilewright.compiler.gemm_mapper import (ACC_BYTES, GemmOp, Mapping, MappingCost,
+                                              command_sram_reads, cost_of, mapper_arch_key,
+                                              native_dataflow, sram_cycles)
 from tilewright.compiler.lower_llm import ELEM_BYTES, map_gemm_cached
 from tilewright.compiler.program import (FORMAT_DTYPES, AttentionTask, BgemmTask, GemmTask,
                                          GroupedGemmTask, Program, QuantizeTask, ScanTask,
@@ -70,7 +86,7 @@ from tilewright.dataflow_sim.cycle import tensor_engine_gemm_cycles
 __all__ = ["program_report", "program_totals", "report_columns", "report_totals", "task_cost",
            "vector_lanes", "vector_passes",
            "VECTOR_PASSES", "TRANSCENDENTAL_PASSES", "QUANTIZE_PASSES",
-           "ATTENTION_VECTOR_PASSES", "SCAN_PASSES", "COLUMNS"]
+           "ATTENTION_VECTOR_PASSES", "SCAN_PASSES", "COLUMNS", "RESOURCES", "engine_split"]
 
 TRANSCENDENTAL_PASSES = 4
 """passes of a transcendental function when the ArchSpec has no vector unit (fallback)"""
@@ -89,8 +105,12 @@ SCAN_PASSES = 4
 """per state element and step: a*h, +b, *c, accumulate"""
 
 COLUMNS = ["task", "kind", "op", "source", "format", "macs", "vector_ops", "cycles", "bytes",
-           "mem_cycles", "intensity", "bound", "time_cycles", "buffer_bytes", "utilization",
-           "scratchpad_bytes", "accumulator_bytes", "mapping"]
+           "compulsory_bytes", "mem_cycles", "intensity", "bound", "bound_share", "time_cycles",
+           "compute_cycles", "fill_cycles", "sram_cycles", "dram_cycles", "vector_cycles",
+           "buffer_bytes", "utilization", "scratchpad_bytes", "accumulator_bytes", "mapping"]
+#: the resources a task's time is split over (``<resource>_cycles`` columns), in the order
+#: :func:`report_columns` breaks ties in (the first of equal times labels the task)
+RESOURCES = ("compute", "fill", "sram", "dram", "vector")
 
 
 @lru_cache(maxsize=256)
@@ -112,8 +132,22 @@ def vector_lanes(arch: ArchSpec) -> int:
 
 
 def _gemm_cycles(arch: ArchSpec, m, k, n) -> np.ndarray:
+    """Cycles of M x K x N GEMMs on the engine: its closed form, or the scratchpad's cycles when
+    the bank width cannot feed it (:func:`engine_split`)."""
+    return engine_split(arch, m, k, n)[0]
 
-    return tensor_engine_gemm_cycles(arch.tensor_engine, m, k, n)[0]
+
+def engine_split(arch: ArchSpec, m, k, n, elem_bytes: int = 1
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(cycles, stream, fill, sram)`` of M x K x N GEMMs run as one command each: the
+    closed form of :func:`tensor_engine_gemm_cycles` split into streaming cycles and the rest
+    (weight loading, fill, drain; :func:`~tilewright.compiler.gemm_mapper.command_sram_reads`),
+    the scratchpad's cycles for the operands (0 without a bank width) and the command's cycles
+    ``max(closed form, sram)``."""
+    cyc = tensor_engine_gemm_cycles(arch.tensor_engine, m, k, n)[0]
+    a, b, stream = command_sram_reads(arch, native_dataflow(arch), elem_bytes, m, k, n)
+    sram = sram_cycles(arch, a, b)
+    return np.maximum(cyc, sram), stream, cyc - stream, sram
 
 
 def _splits(size: int, tile: int) -> list[tuple[int, int]]:
@@ -208,9 +242,11 @@ def _mapped(row: dict[str, Any], costs: list[MappingCost]) -> None:
     row["scratchpad_bytes"] = sum(c.scratchpad_bytes for c in costs)
     row["accumulator_bytes"] = sum(c.accumulator_bytes for c in costs)
     row["mapper_cycles"] = math.ceil(sum(c.cycles for c in costs))
-    core = sum(c.core_cycles for c in costs)
-    dma = sum(c.dma_cycles for c in costs)
-    row["mapper_bound"] = "compute" if core >= dma else "memory"
+    row["compulsory_bytes"] = sum(c.compulsory_bytes for c in costs)
+    row["compute_cycles"] = sum(c.stream_cycles for c in costs)
+    row["fill_cycles"] = sum(c.fill_cycles for c in costs)
+    row["sram_cycles"] = sum(c.sram_cycles for c in costs)
+    row["mapper_dram_cycles"] = math.ceil(sum(c.dma_cycles for c in costs))
 
 
 def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | None = None
@@ -225,7 +261,8 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
                            "macs": 0, "vector_ops": 0, "buffer_bytes": 0, "scratchpad_bytes": 0,
                            "accumulator_bytes": 0, "mapping": ""}
     if isinstance(task, GemmTask):
-        row["cycles"] = int(_gemm_cycles(arch, task.m, task.k, task.n))
+        cyc, stream, fill, sram = (int(x) for x in engine_split(arch, task.m, task.k, task.n))
+        row.update(cycles=cyc, compute_cycles=stream, fill_cycles=fill, sram_cycles=sram)
         row["macs"] = task.macs
         row["bytes"] = task.m * task.k + task.k * task.n + 4 * task.m * task.n
         row["format"] = "int8"
@@ -255,10 +292,17 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
         eb = ELEM_BYTES[task.format]
         bq, bk, d = min(task.block_q, task.s), min(task.block_kv, task.t), task.d
         pairs = task.visited_blocks() * task.batch_size
-        gemm = int(_gemm_cycles(arch, bq, d, bk) + _gemm_cycles(arch, bq, bk, d))
+        qk, pv = engine_split(arch, bq, d, bk, eb), engine_split(arch, bq, bk, d, eb)
+        gemm = int(qk[0] + pv[0])
         vec = ATTENTION_VECTOR_PASSES * -(-bq * bk // lanes) + -(-bq * d // lanes)
         final = task.batch_size * -(-task.s * d // lanes)
         row["cycles"] = pairs * (gemm + vec) + final
+        row["vector_cycles"] = pairs * vec + final
+        row["compute_cycles"], row["fill_cycles"], row["sram_cycles"] = (
+            pairs * int(x + y) for x, y in zip(qk[1:], pv[1:]))
+        # Q read, K and V read, the output written (int32), each once
+        row["compulsory_bytes"] = task.batch_size * (eb * task.s * d + 2 * eb * task.t * d
+                                                     + ACC_BYTES * task.s * d)
         row["macs"] = pairs * 2 * bq * bk * d
         row["vector_ops"] = pairs * (ATTENTION_VECTOR_PASSES * bq * bk + bq * d)
         row["bytes"] = task.batch_size * (eb * task.s * d + 4 * task.s * d) + pairs * 2 * eb * bk * d
@@ -285,12 +329,18 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
             task, prog, lanes, vector_passes(arch))
     else:  # pragma: no cover - every Task kind is handled above
         raise TypeError(f"task {task.name}: no cost model for {type(task).__name__}")
+    if isinstance(task, (VectorTask, ScanTask, QuantizeTask)):
+        row["vector_cycles"] = row["cycles"]
+    for c in ("compute_cycles", "fill_cycles", "sram_cycles", "vector_cycles"):
+        row.setdefault(c, 0)
+    row.setdefault("compulsory_bytes", row["bytes"])   # other tasks read each operand once
     return row
 
 
-_MAPPER_EXTRA = ["mapper_cycles", "mapper_bound"]
-_ROW_COLUMNS = [c for c in COLUMNS if c not in ("mem_cycles", "intensity", "bound", "time_cycles",
-                                                 "utilization")] + _MAPPER_EXTRA
+_MAPPER_EXTRA = ["mapper_cycles", "mapper_dram_cycles"]
+_ROW_COLUMNS = [c for c in COLUMNS if c not in ("mem_cycles", "intensity", "bound", "bound_share",
+                                                 "time_cycles", "utilization", "dram_cycles")
+                ] + _MAPPER_EXTRA
 
 
 def report_columns(program: Program, arch: ArchSpec) -> dict[str, np.ndarray]:
@@ -303,9 +353,9 @@ def report_columns(program: Program, arch: ArchSpec) -> dict[str, np.ndarray]:
     cols: dict[str, np.ndarray] = {}
     for c in _ROW_COLUMNS:
         vals = [r.get(c) for r in rows]
-        if c == "mapper_cycles":
+        if c in _MAPPER_EXTRA:
             cols[c] = np.array([np.nan if v is None else v for v in vals], np.float64)
-        elif c in ("task", "kind", "op", "source", "format", "mapping", "mapper_bound"):
+        elif c in ("task", "kind", "op", "source", "format", "mapping"):
             cols[c] = np.array(vals, object)
         else:
             cols[c] = np.array(vals, np.int64) if vals else np.zeros(0, np.int64)
@@ -314,11 +364,17 @@ def report_columns(program: Program, arch: ArchSpec) -> dict[str, np.ndarray]:
     ops = 2 * cols["macs"] + cols["vector_ops"]
     cols["intensity"] = ops / np.maximum(cols["bytes"], 1)
     mapped = ~np.isnan(cols["mapper_cycles"])
-    cols["bound"] = np.where(mapped, cols["mapper_bound"],
-                             np.where(cols["cycles"] >= cols["mem_cycles"], "compute", "memory")
-                             ).astype(object)
+    cols["dram_cycles"] = np.where(mapped, np.nan_to_num(cols["mapper_dram_cycles"]),
+                                   cols["mem_cycles"]).astype(np.int64)
     cols["time_cycles"] = np.maximum(np.maximum(cols["cycles"], cols["mem_cycles"]),
                                      np.nan_to_num(cols["mapper_cycles"]).astype(np.int64))
+    times = np.stack([cols[f"{r}_cycles"] for r in RESOURCES]) if len(mapped) else \
+        np.zeros((len(RESOURCES), 0), np.int64)
+    top = np.argmax(times, axis=0)
+    # a view (0 cycles on every resource) is bound by nothing
+    cols["bound"] = np.where(times.max(axis=0) > 0, np.array(RESOURCES, object)[top], "free")
+    cols["bound_share"] = (np.take_along_axis(times, top[None], 0)[0]
+                           / np.maximum(cols["time_cycles"], 1))
     cols["utilization"] = cols["macs"] / (np.maximum(cols["cycles"], 1)   # views: 0 cycles
                                           * arch.tensor_engine.macs_per_cycle)
     return cols
@@ -349,6 +405,7 @@ def _totals(cols: Any, clock_mhz: float, layers: int) -> dict[str, Any]:
             "mem_cycles": int(np.sum(cols["mem_cycles"])) * layers,
             "macs": int(np.sum(cols["macs"])) * layers,
             "bytes": int(np.sum(cols["bytes"])) * layers,
+            "compulsory_bytes": int(np.sum(cols["compulsory_bytes"])) * layers,
             "vector_ops": int(np.sum(cols["vector_ops"])) * layers,
             "time_us": total / clock_mhz, "layers": layers, "tasks": int(n),
             "max_buffer_bytes": int(np.max(cols["buffer_bytes"])) if n else 0}

@@ -6,11 +6,15 @@ order (batch outermost, then the mapping's loop order) with, per tile ``i``:
 
 * ``c[i]`` — cycles of its GEMM command, the RTL-exact closed form of
   :func:`~tilewright.compiler.core_timing.gemm_cycles_array` for the tile's actual (edge) sizes;
-* ``ld[i]`` — its load job: the operand tiles whose index changed since tile ``i-1`` (A
+* ``ld[i]`` — its load job: the operand tiles it needs that are not in their buffer (A
   ``m*k*e`` bytes, B ``k*n*e`` bytes, and the int32 partial sums of C when this C tile was
-  visited before), ``bytes / bw + transfers * lat`` cycles;
+  visited before), ``bytes / bw + transfers * lat`` cycles. An operand whose working set
+  (:func:`~tilewright.compiler.gemm_mapper.working_sets`) fits the tiles its buffer keeps
+  resident (:func:`~tilewright.compiler.gemm_mapper.resident_tiles`) is loaded at the first use
+  of each tile only; otherwise a tile is loaded whenever its index changed since tile ``i-1``;
 * ``wb[i]`` — its write-back job when the next tile works on another C tile (or it is the last):
-  ``m*n`` elements of ``out_bytes`` (final, after the last k tile) or of 4 bytes (partial sums).
+  ``m*n`` elements of ``out_bytes`` (final, after the last k tile) or of 4 bytes (partial sums);
+  a resident C (partial sums kept in the accumulator) is written once, final.
 
 ``bw`` = bytes/cycle and ``lat`` = cycles per transfer come from
 :func:`~tilewright.compiler.gemm_mapper.dram_rates`; DMA durations are real-valued cycles (not rounded).
@@ -41,9 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.gemm_mapper import ACC_BYTES, GemmOp, Mapping, dram_rates
-from tilewright.compiler.core_timing import gemm_cycles_array
-from tilewright.compiler.engine_timing import tensor_engine_gemm_cycles
+from tilewright.compiler.gemm_mapper import (ACC_BYTES, LOOP_ORDERS, GemmOp, Mapping,
+                                              command_cycles, dram_rates, resident_tiles,
+                                              working_sets)
 
 __all__ = ["TileSchedule", "TiledResult", "tile_schedule", "simulate_tiled", "pipeline_ends",
            "maxplus_scan"]
@@ -122,9 +126,15 @@ def _changed(*keys: np.ndarray) -> np.ndarray:
     return out
 
 
+def _first(*keys: np.ndarray) -> np.ndarray:
+    """True at the first occurrence of each key tuple."""
+    out = np.zeros(len(keys[0]), bool)
+    out[np.unique(np.stack(keys, axis=1), axis=0, return_index=True)[1]] = True
+    return out
+
+
 def tile_schedule(op: GemmOp, arch: ArchSpec, mapping: Mapping) -> TileSchedule:
     """The tiles of ``op`` under ``mapping`` in execution order (module docstring)."""
-    te = arch.tensor_engine
     tm, tk, tn = mapping.tile_counts(op)
     counts = {"m": tm, "k": tk, "n": tn}
     order = mapping.order
@@ -135,17 +145,23 @@ def tile_schedule(op: GemmOp, arch: ArchSpec, mapping: Mapping) -> TileSchedule:
     m = np.minimum(mapping.m_t, op.m - im * mapping.m_t)
     k = np.minimum(mapping.k_t, op.k - ik * mapping.k_t)
     n = np.minimum(mapping.n_t, op.n - inn * mapping.n_t)
-    if mapping.dataflow in ("ws", "os"):
-        compute, _ = gemm_cycles_array(m, k, n, te.rows, te.cols, mapping.dataflow)
-    else:                       # a tile-MAC engine kind (the mapping names it)
-        compute, _ = tensor_engine_gemm_cycles(te, m, k, n)
-
     e = op.elem_bytes
-    new_a, new_b, new_c = _changed(b, im, ik), _changed(b, ik, inn), _changed(b, im, inn)
-    read_c = new_c & (ik > 0)
+    compute = command_cycles(arch, mapping.dataflow, e, m, k, n)
+    slots = 2 if mapping.double_buffer else 1
+    res = resident_tiles(arch, mapping.dataflow, e, slots, mapping.m_t, mapping.k_t, mapping.n_t)
+    ws = working_sets(LOOP_ORDERS.index(order), tm, tk, tn)
+    keep = [int(w) <= int(p) for w, p in zip(ws, res)]
+    new_a = _first(b, im, ik) if keep[0] else _changed(b, im, ik)
+    new_b = _first(b, ik, inn) if keep[1] else _changed(b, ik, inn)
+    new_c = _changed(b, im, inn)
     last_c = np.ones(len(b), bool)
     last_c[:-1] = new_c[1:]
     final = ik == tk - 1
+    if keep[2]:                 # partial sums stay in the accumulator: no read, one final write
+        read_c = np.zeros(len(b), bool)
+        last_c &= final
+    else:
+        read_c = new_c & (ik > 0)
     return TileSchedule(
         m=m, k=k, n=n, compute=compute,
         a_bytes=np.where(new_a, m * k * e, 0), b_bytes=np.where(new_b, k * n * e, 0),

@@ -130,7 +130,8 @@ def test_report_costs_every_op(compiled, arch):
         view = np.array([getattr(t, "attrs", {}).get("view", False) for t in res.program.tasks])
         assert (df["cycles"][view] == 0).all() and (df["bytes"][view] == 0).all()
         assert (df["cycles"][~view] > 0).all() and (df["bytes"][~view] > 0).all()
-        assert set(df["bound"]) <= {"compute", "memory"}
+        assert set(df["bound"]) <= {"compute", "fill", "sram", "dram", "vector", "free"}
+        assert (df["bound"][view] == "free").all() and (df["bound"][~view] != "free").all()
         roof = np.maximum(df["cycles"], df["mem_cycles"])
         mapped = df["kind"].isin(["bgemm", "grouped_gemm"])
         assert (df["time_cycles"][~mapped] == roof[~mapped]).all()

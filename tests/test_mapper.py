@@ -58,38 +58,69 @@ def test_split_k_false_keeps_k_whole():
 
 
 # ---- traffic: analytical == literal loop == tiled schedule ----------------------------------
-def literal_traffic(op: GemmOp, mp: Mapping) -> dict[str, int]:
-    """Walk the tiles in loop order with a one-tile cache per operand; count bytes/transfers."""
+def literal_traffic(op: GemmOp, mp: Mapping, cap: tuple[int, int, int] = (1, 1, 1)
+                    ) -> dict[str, int]:
+    """Walk the tiles in loop order with a least-recently-used cache of ``cap`` tiles per
+    operand (A, B, accumulator); count bytes/transfers. A C tile evicted before its last k tile
+    is written as int32 partial sums and read back at its next visit; a complete C tile is
+    written (``out_bytes``) when the walk leaves it."""
     tm, tk, tn = mp.tile_counts(op)
     trips = {"m": tm, "k": tk, "n": tn}
-    last = {"a": None, "b": None, "c": None}
+    cache = {"a": [], "b": [], "c": []}
     visited: set = set()
+    done: set = set()
     out = dict(a=0, b=0, c_read=0, c_write=0, transfers=0)
     tiles = [(b, dict(zip(mp.order, t))) for b in range(op.batch)
              for t in itertools.product(*(range(trips[d]) for d in mp.order))]
     size = {"m": lambda i: min(mp.m_t, op.m - i * mp.m_t),
             "k": lambda i: min(mp.k_t, op.k - i * mp.k_t),
             "n": lambda i: min(mp.n_t, op.n - i * mp.n_t)}
+
+    def use(which: str, key, limit: int) -> tuple[bool, list]:
+        """LRU access: (hit, evicted keys)."""
+        lru = cache[which]
+        hit = key in lru
+        if hit:
+            lru.remove(key)
+        lru.append(key)
+        evicted = []
+        while len(lru) > limit:
+            evicted.append(lru.pop(0))
+        return hit, evicted
+
     for j, (b, ix) in enumerate(tiles):
         m, k, n = size["m"](ix["m"]), size["k"](ix["k"]), size["n"](ix["n"])
-        if last["a"] != (b, ix["m"], ix["k"]):
+        if not use("a", (b, ix["m"], ix["k"]), cap[0])[0]:
             out["a"] += m * k * op.elem_bytes
             out["transfers"] += 1
-        if last["b"] != (b, ix["k"], ix["n"]):
+        if not use("b", (b, ix["k"], ix["n"]), cap[1])[0]:
             out["b"] += k * n * op.elem_bytes
             out["transfers"] += 1
         ckey = (b, ix["m"], ix["n"])
-        if last["c"] != ckey and ckey in visited:
+        hit, evicted = use("c", ckey, cap[2])
+        for key in evicted:                   # partial sums spilled to DRAM
+            if key not in done:
+                out["c_write"] += size["m"](key[1]) * size["n"](key[2]) * ACC_BYTES
+                out["transfers"] += 1
+        if not hit and ckey in visited:
             out["c_read"] += m * n * ACC_BYTES
             out["transfers"] += 1
         visited.add(ckey)
-        last.update(a=(b, ix["m"], ix["k"]), b=(b, ix["k"], ix["n"]), c=ckey)
         nxt = tiles[j + 1] if j + 1 < len(tiles) else None
-        if nxt is None or (nxt[0], nxt[1]["m"], nxt[1]["n"]) != ckey:
-            final = ix["k"] == tk - 1
-            out["c_write"] += m * n * (op.out_bytes if final else ACC_BYTES)
+        leaving = nxt is None or (nxt[0], nxt[1]["m"], nxt[1]["n"]) != ckey
+        if leaving and ix["k"] == tk - 1:     # complete: written once, final
+            out["c_write"] += m * n * op.out_bytes
             out["transfers"] += 1
+            done.add(ckey)                    # its slot keeps it until reused
     return out
+
+
+def lru_capacity(a: ArchSpec, mp: Mapping, e: int) -> tuple[int, int, int]:
+    """Tiles each buffer keeps besides the prefetch slot: depth // words - 1 (GemmLayout)."""
+    lay = GemmLayout(a.tensor_engine.rows, a.tensor_engine.cols, mp.dataflow, mp.m_t, mp.k_t,
+                     mp.n_t)
+    da, db, dc = GemmLayout.depths(a)
+    return (da // (lay.a_words * e) - 1, db // (lay.b_words * e) - 1, dc // lay.acc_words - 1)
 
 
 @pytest.mark.parametrize("order", LOOP_ORDERS)
@@ -98,13 +129,15 @@ def literal_traffic(op: GemmOp, mp: Mapping) -> dict[str, int]:
     ((8, 8, 8, 2, 2, 1), (8, 4, 4)),       # batch 2, 2-byte elements, int8 output, Tm = 1
     ((5, 9, 3, 1, 1, 4), (5, 9, 3)),       # one tile
     ((9, 4, 17, 1, 1, 4), (3, 4, 8)),      # Tk = 1
+    ((40, 48, 56, 1, 1, 4), (8, 8, 8)),    # operands resident in some orders, not in others
 ])
-def test_dram_bytes_equal_a_literal_loop(order, shape, tile):
+@pytest.mark.parametrize("kib,acc_kib", [(16, 16), (1, 1)])
+def test_dram_bytes_equal_a_literal_loop(order, shape, tile, kib, acc_kib):
     m, k, n, batch, e, ob = shape
     op = GemmOp("t", m, k, n, batch=batch, elem_bytes=e, out_bytes=ob)
     mp = Mapping(*tile, order=order, dataflow="ws")
-    a = arch("ws", 4, 4, kib=16, acc_kib=16)
-    want = literal_traffic(op, mp)
+    a = arch("ws", 4, 4, kib=kib, acc_kib=acc_kib)
+    want = literal_traffic(op, mp, lru_capacity(a, mp, e))
     cost = cost_of(op, a, mp)
     got = dict(a=cost.dram_a_bytes, b=cost.dram_b_bytes, c_read=cost.dram_c_read_bytes,
                c_write=cost.dram_c_write_bytes, transfers=cost.transfers)
@@ -188,10 +221,12 @@ def test_bandwidth_bound_tends_to_bytes_over_bandwidth(dataflow, order):
     t = simulate_tiled(op, a, mp)
     bw, _ = dram_rates(a)
     ideal = t.dram_bytes / bw
-    assert ideal <= t.cycles <= ideal * 1.001
+    # resident operands leave tiles with nothing to load; the DMA engine waits for the command
+    # that frees a slot, so at most every command's cycles add to bytes / bandwidth
+    assert ideal <= t.cycles <= ideal + t.core_cycles
     c = cost_of(op, a, mp)
     assert c.bound == "bandwidth" and c.roofline_bound == "bandwidth"
-    assert c.cycles == pytest.approx(t.cycles, rel=1e-3)
+    assert c.cycles == pytest.approx(t.cycles, rel=1e-2)
 
 
 # ---- optimality ------------------------------------------------------------------------------

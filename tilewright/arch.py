@@ -219,6 +219,13 @@ class MemorySpec(_Frozen):
     accumulator_banks: int = Field(
         1, description="equal banks the accumulator SRAM is split into (count, a power of two from "
                         "1 to 64); in the RTL interleaved on the low address bits")
+    bank_width_bytes: int | None = Field(
+        None, ge=1, le=65536,
+        description="bytes one scratchpad bank delivers per cycle (its read port width). Each "
+                    "scratchpad buffer (A, B) then delivers scratchpad_banks * bank_width_bytes "
+                    "bytes per cycle, which limits the tensor engine's operand rate; omitted: "
+                    "one layout word per buffer per cycle, what the RTL's ports deliver (never a "
+                    "limit)")
 
     @model_validator(mode="after")
     def _banks_are_powers_of_two(self) -> "MemorySpec":
@@ -237,6 +244,8 @@ class MemorySpec(_Frozen):
         for field in _BANK_FIELDS:
             if data.get(field) == 1:
                 del data[field]
+        if data.get("bank_width_bytes", 0) is None:
+            del data["bank_width_bytes"]
         return data
 
     @property
@@ -246,6 +255,14 @@ class MemorySpec(_Frozen):
     @property
     def accumulator_bytes(self) -> int:
         return self.accumulator_kib * 1024
+
+    @property
+    def scratchpad_bytes_per_cycle(self) -> int | None:
+        """Bytes per cycle each scratchpad buffer (A, B) delivers: ``scratchpad_banks *
+        bank_width_bytes``; None when ``bank_width_bytes`` is omitted (no limit)."""
+        if self.bank_width_bytes is None:
+            return None
+        return self.scratchpad_banks * self.bank_width_bytes
 
 
 class VectorUnitSpec(_Frozen):

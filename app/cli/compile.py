@@ -103,17 +103,19 @@ def compile_cmd(
     shown = df.nlargest(limit, "time_cycles") if limit else df
     table = Table(title=f"{model} ({phase}, seq {seq}, batch {batch}, {fmt}) on {spec.name}: "
                         f"one layer", show_lines=False)
-    for col in ("task", "kind", "op", "macs", "cycles", "bytes", "intensity", "bound",
-                "time_cycles", "buffer_bytes", "mapping"):
+    for col in ("task", "kind", "op", "macs", "cycles", "bytes", "compulsory_bytes",
+                "intensity", "bound", "time_cycles", "buffer_bytes", "mapping"):
         table.add_column(col, justify="left" if col in ("task", "kind", "op", "bound", "mapping")
                          else "right")
     for r in shown.itertuples():
         table.add_row(r.task, r.kind, r.op, f"{r.macs:,}", f"{r.cycles:,}", f"{r.bytes:,}",
-                      f"{r.intensity:.2f}", r.bound, f"{r.time_cycles:,}", f"{r.buffer_bytes:,}",
-                      r.mapping)
+                      f"{r.compulsory_bytes:,}", f"{r.intensity:.2f}",
+                      f"{r.bound} {r.bound_share:.0%}", f"{r.time_cycles:,}",
+                      f"{r.buffer_bytes:,}", r.mapping)
     console.print(table)
     console.print(f"one layer: {layer['total_cycles']:,} cycles ({layer['time_us']:.1f} us at "
-                  f"{spec.clock_mhz} MHz), {layer['macs']:,} MACs, {layer['bytes']:,} bytes; "
+                  f"{spec.clock_mhz} MHz), {layer['macs']:,} MACs, {layer['bytes']:,} bytes "
+                  f"({layer['compulsory_bytes']:,} compulsory); "
                   f"x {full['layers']} layers: {full['total_cycles']:,} cycles"
                   + (" (shape-only compile)" if result.shape_only else ""))
     if step is None:
