@@ -224,7 +224,9 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
         out = op.outputs[0]
         s_len, d = shape[q][-2:]
         t_len = shape[k][-2]
-        bq, bk = plan_attention_blocks(arch, s_len, t_len, d, ELEM_BYTES[fmt])
+        bq, bk = plan_attention_blocks(arch, s_len, t_len, d, ELEM_BYTES[fmt],
+                                       causal_offset=op.attrs.get("causal_offset"),
+                                       batch=int(np.prod(shape[out][:-2], dtype=np.int64)))
         if fmt.startswith("mx") and bk < t_len and bk % 32:
             bk = min(t_len, 32)                 # whole 32-blocks of v along the key axis
         (qc, qs), (kc, ks), (vc, vs) = b.act(q, -1, src), b.act(k, -1, src), b.act(v, -2, src)
