@@ -17,7 +17,7 @@ import pandas as pd
 from tilewright.app.sweep import pareto_frame
 from tilewright.app.sweep.evaluate import workload_report
 from tilewright.app.sweep.pareto import pareto_mask
-from tilewright.app.sweep.spec import METRICS, SweepError
+from tilewright.app.sweep.spec import SweepError, metric_info
 from tilewright.app.sweep.store import ResultsStore
 from tilewright.arch import ArchSpec
 
@@ -51,13 +51,13 @@ def _front_plot(df: pd.DataFrame, x: str, y: str, path: Path, title: str) -> int
     ax.scatter(feas[x], feas[y], s=12, c="tab:blue", label="feasible")
     n = 0
     if len(feas):
-        m = pareto_mask(feas[[x, y]].to_numpy(float), [METRICS[x][0], METRICS[y][0]])
+        m = pareto_mask(feas[[x, y]].to_numpy(float), [metric_info(x)[0], metric_info(y)[0]])
         front = feas[m].sort_values(x)
         n = len(front)
         ax.plot(front[x], front[y], "o-", c="tab:red", ms=5, label=f"Pareto front ({n})")
     # long metric descriptions wrap instead of running off the figure
-    ax.set_xlabel(textwrap.fill(f"{x} ({METRICS[x][1]})", 70), fontsize=8)
-    ax.set_ylabel(textwrap.fill(f"{y} ({METRICS[y][1]})", 45), fontsize=8)
+    ax.set_xlabel(textwrap.fill(f"{x} ({metric_info(x)[1]})", 70), fontsize=8)
+    ax.set_ylabel(textwrap.fill(f"{y} ({metric_info(y)[1]})", 45), fontsize=8)
     for axis, name in (("x", x), ("y", y)):
         vals = ok[name].to_numpy(float)
         vals = vals[np.isfinite(vals) & (vals > 0)]
