@@ -161,3 +161,16 @@ def test_parameter_columns_stay_readable_in_csv_and_parquet(tmp_path):
     back = pd.read_parquet(pq)
     assert back["p:memory.accumulator_kib"].dtype.kind == "i"
     assert sorted(back["p:tensor_engine.rows"]) == [8, 8, 16, 16]
+
+
+def test_report_plots_a_per_workload_front(tmp_path):
+    """The report's Pareto plot of per-workload objectives: the axis is the workload's column,
+    the file name has no ':' (not a URL scheme in the page, a legal name everywhere)."""
+    from tilewright.app.sweep.report import write_report
+    spec = _spec(objectives=[{"metric": "latency_s", "workload": "small"}, "pj_per_mac"])
+    run_sweep(spec, tmp_path / "r.db", workers=1)
+    page = write_report(tmp_path / "r.db", tmp_path / "rep")
+    names = [p.name for p in (tmp_path / "rep").iterdir()]
+    assert "a_pareto_small_latency_s_pj_per_mac.png" in names
+    assert not any(":" in n for n in names)
+    assert "a_pareto_small_latency_s_pj_per_mac.png" in page.read_text()

@@ -31,6 +31,11 @@ _DEFAULT_PAIRS = [("latency_s", "energy_j"), ("latency_s", "area_mm2"),
                   ("perf_per_mm2", "perf_per_w"), ("tokens_per_s", "tokens_per_j")]
 
 
+def _safe(text: str) -> str:
+    """``text`` as a file-name part: letters and digits kept, anything else ``_``."""
+    return "".join(c if c.isalnum() else "_" for c in text)
+
+
 def _objectives(store: ResultsStore, sweep: str) -> list[tuple[str, str]]:
     row = store.conn.execute("SELECT spec FROM runs WHERE sweep=? ORDER BY run_id DESC LIMIT 1",
                              (sweep,)).fetchone()
@@ -281,11 +286,11 @@ def write_report(db: str | Path, out: str | Path, sweep: str | None = None) -> P
                 pairs.append((objs[0][0], objs[1][0]))
             pairs += [p for p in _DEFAULT_PAIRS if p not in pairs]
             ok = df[df["status"] == "ok"]
-            safe = "".join(c if c.isalnum() else "_" for c in name)
+            safe = _safe(name)
             for x, y in pairs:
                 if x not in ok or y not in ok or ok[x].isna().all() or ok[y].isna().all():
                     continue                  # e.g. tokens_per_j of a sweep without LLM workloads
-                png = outp / f"{safe}_pareto_{x}_{y}.png"
+                png = outp / f"{safe}_pareto_{_safe(x)}_{_safe(y)}.png"   # no ':' of w:metric
                 n = _front_plot(df, x, y, png, f"{name}: {y} vs {x}")
                 parts.append(f"<h3>Pareto front: {y} vs {x} ({n} points)</h3>"
                              f"<img src='{png.name}'>")
