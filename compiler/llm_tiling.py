@@ -11,23 +11,30 @@ for fp32/int32 partial sums, 4 bytes each):
   ``tile_m * tile_k * elem_bytes <= A buffer`` and ``tile_m * tile_n * 4 <= accumulator``;
   ``tile_n`` is N or a multiple of the array's cols, ``tile_k`` is K or a multiple of its rows.
   K is only split when one ``K x cols`` weight panel does not fit.
-* :func:`plan_attention_blocks` — FlashAttention block sizes: the largest power of two
-  ``<= ATTENTION_BLOCK_MAX`` with the cascade's buffer (:meth:`AttentionTask.buffer_bytes`) within
-  the scratchpad. Independent of the sequence length by construction.
+* :func:`plan_attention_blocks` — FlashAttention block sizes chosen for utilization: among the
+  power-of-two ``(block_q, block_kv)`` ``<= ATTENTION_BLOCK_MAX`` whose cascade buffer
+  (:meth:`AttentionTask.buffer_bytes`) fits the scratchpad, the one with the least time —
+  ``max(cycles, DRAM bytes / bytes per cycle)`` of
+  :func:`tilewright.compiler.attention_timing.attention_cost` (ties: the smaller buffer, then
+  the larger query block). The buffer is bounded by the scratchpad whatever the sequence length.
 * :func:`plan_scan_chunks` — channel and time chunks of the selective scan whose buffer
   (:meth:`ScanTask.buffer_bytes`) fits the scratchpad.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from tilewright.arch import ArchSpec
+from tilewright.compiler.attention_timing import attention_cost
 from tilewright.compiler.layout import DoesNotFit, ab_buffer_bytes
 
 __all__ = ["plan_gemm_tiles", "plan_attention_blocks", "plan_scan_chunks", "attention_buffer_bytes",
            "scan_buffer_bytes", "ATTENTION_BLOCK_MAX", "SCAN_CHUNK_L_MAX"]
 
-ATTENTION_BLOCK_MAX = 128
-"""largest query/key block of the attention cascade (elements), as in FlashAttention-2"""
+ATTENTION_BLOCK_MAX = 512
+"""largest query/key block the planner tries (elements): the search bound, not a preference —
+large arrays need blocks well above FlashAttention-2's 64-128 to amortise their fill"""
 SCAN_CHUNK_L_MAX = 64
 """largest time chunk of the selective scan (steps)"""
 
@@ -62,17 +69,41 @@ def attention_buffer_bytes(block_q: int, block_kv: int, d: int, elem_bytes: int 
                                                                 + 2 * block_q)
 
 
-def plan_attention_blocks(arch: ArchSpec, s: int, t: int, d: int, elem_bytes: int = 4
-                          ) -> tuple[int, int]:
-    """``(block_q, block_kv)`` of the cascade for S queries, T keys, head dim d."""
-    block = ATTENTION_BLOCK_MAX
-    while block > 1 and attention_buffer_bytes(block, block, d, elem_bytes) \
-            > arch.memory.scratchpad_bytes:
-        block //= 2
-    if attention_buffer_bytes(1, 1, d, elem_bytes) > arch.memory.scratchpad_bytes:
+def plan_attention_blocks(arch: ArchSpec, s: int, t: int, d: int, elem_bytes: int = 4, *,
+                          causal_offset: int | None = None, batch: int = 1) -> tuple[int, int]:
+    """``(block_q, block_kv)`` of the cascade for ``batch`` heads of S queries, T keys, head dim
+    d (module doc); raises :class:`DoesNotFit` if not even 1-row blocks fit the scratchpad."""
+    return _plan_attention_blocks(arch, s, t, d, elem_bytes, causal_offset, batch)
+
+
+def _pow2_upto(n: int) -> list[int]:
+    """Powers of two ``<= min(n, ATTENTION_BLOCK_MAX)``, plus n itself when n is smaller (a whole
+    axis in one block)."""
+    out = [1 << i for i in range(ATTENTION_BLOCK_MAX.bit_length()) if 1 << i <= n]
+    return out + [n] * (n < ATTENTION_BLOCK_MAX and n not in out)
+
+
+@lru_cache(maxsize=1024)
+def _plan_attention_blocks(arch: ArchSpec, s: int, t: int, d: int, elem_bytes: int,
+                           causal_offset: int | None, batch: int) -> tuple[int, int]:
+    cap = arch.memory.scratchpad_bytes
+    if attention_buffer_bytes(1, 1, d, elem_bytes) > cap:
         raise DoesNotFit(f"attention with head dim {d} does not fit {arch.name}'s scratchpad "
                          f"even with 1-row blocks")
-    return min(block, s), min(block, t)
+    bytes_per_cycle = arch.offchip.bandwidth_gbps * 1e9 / (arch.clock_mhz * 1e6)
+    best: tuple[float, int, int] | None = None
+    choice = (1, 1)
+    for bq in _pow2_upto(s):
+        for bk in _pow2_upto(t):
+            buf = attention_buffer_bytes(bq, bk, d, elem_bytes)
+            if buf > cap:
+                continue
+            c = attention_cost(arch, s=s, t=t, d=d, block_q=bq, block_kv=bk,
+                               causal_offset=causal_offset, batch=batch, elem_bytes=elem_bytes)
+            key = (max(c.cycles, c.bytes / bytes_per_cycle), buf, -bq)
+            if best is None or key < best:
+                best, choice = key, (bq, bk)
+    return choice
 
 
 def scan_buffer_bytes(chunk_l: int, chunk_d: int, n: int) -> int:

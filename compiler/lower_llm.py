@@ -325,7 +325,10 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
                   source=src)
             s_len, offset = rep, (None if offset is None else t_len - 1)
             att_out = b.new(f"{out}.gqa", (*shape[out][:-3], 1, rep, shape[out][-1]), "fp32")
-        bq, bk = plan_attention_blocks(arch, s_len, t_len, d, ELEM_BYTES[fmt])
+        bq, bk = plan_attention_blocks(arch, s_len, t_len, d, ELEM_BYTES[fmt],
+                                       causal_offset=offset,
+                                       batch=int(np.prod(b.info(att_out).shape[:-2],
+                                                         dtype=np.int64)))
         if fmt.startswith("mx") and bk < t_len and bk % 32:
             bk = min(t_len, 32)                 # whole 32-blocks of v along the key axis
         prod = b.producers

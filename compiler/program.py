@@ -97,6 +97,7 @@ from typing import Annotated, Any, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tilewright.compiler.attention_timing import visited_pairs
 from tilewright.formats import FORMATS as _NUMBER_FORMATS
 
 __all__ = ["TensorInfo", "GemmTask", "VectorTask", "BgemmTask", "GroupedGemmTask",
@@ -326,15 +327,9 @@ class AttentionTask(_Task):
 
     def visited_blocks(self) -> int:
         """(query block, key block) pairs the cascade computes: all, minus the key blocks that
-        lie entirely in the masked future of their query block."""
-        bq, bk = self.block_q, self.block_kv
-        nq, nk = -(-self.s // bq), -(-self.t // bk)
-        if self.causal_offset is None:
-            return nq * nk
-        qi = np.arange(nq)
-        last_q = np.minimum((qi + 1) * bq, self.s) - 1           # last query row of each block
-        last_key = np.clip(last_q + self.causal_offset, -1, self.t - 1)
-        return int(np.sum(last_key // bk + 1))
+        lie entirely in the masked future of their query block
+        (:func:`~tilewright.compiler.attention_timing.visited_pairs`)."""
+        return visited_pairs(self.s, self.t, self.block_q, self.block_kv, self.causal_offset)
 
     def buffer_bytes(self, elem_bytes: int = 4) -> int:
         """On-chip bytes the cascade holds at once: the q block, one k and one v block

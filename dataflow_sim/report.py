@@ -34,9 +34,16 @@ Conventions:
 * **quantize**: :data:`QUANTIZE_PASSES` vector passes over the input (|x| max, divide by the
   scale, round and convert; bf16: 1 pass); bytes = fp32 input + codes + scales; a KV cache's
   ``cached_elements`` (stored in the format already) are not charged.
-* **attention**: per visited (query block, key block) pair: the QK^T and PV GEMMs plus
-  ``ATTENTION_VECTOR_PASSES`` vector passes over the score block and one over the output block;
-  edge blocks are costed as full blocks (an upper bound).
+* **attention**: :func:`tilewright.compiler.attention_timing.attention_cost`, as FuseMax runs it
+  (Nayak et al., MICRO 2024): per visited (query block, key block) pair the array's QK^T and PV
+  GEMMs and the vector unit's ``ATTENTION_VECTOR_PASSES`` passes over the score block (plus one
+  over the output block) overlap — pipelined across pairs, each pair costs the larger of the two
+  stages, plus the shorter stage once (fill/drain) and the final normalisation; edge blocks are
+  costed as full blocks (an upper bound). Block sizes are the planner's, chosen for the least
+  time (:func:`tilewright.compiler.llm_tiling.plan_attention_blocks`). The RTL never runs the
+  cascade as one kernel (``tilewright sim --rtl`` runs its block GEMMs, each checked against
+  the GEMM closed form), so there is no serial schedule to check against. Its rows also carry each
+  resource's busy cycles (array streaming, weight fill, SRAM, vector) for ``bound``.
 * **scan**: ``SCAN_PASSES`` vector passes over ``Bt * L * Di * N`` state elements (state
   multiply-add, then the C contraction's multiply-add).
 * **bytes** are the off-chip bytes the task moves if every operand comes from and every result goes
@@ -74,6 +81,8 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.attention_timing import (ATTENTION_VECTOR_PASSES, attention_cost,
+                                                  vector_lanes)
 from tilewright.compiler.gemm_mapper import (ACC_BYTES, GemmOp, Mapping, MappingCost,
                                               command_sram_reads, cost_of, mapper_arch_key,
                                               native_dataflow, sram_cycles)
@@ -98,9 +107,6 @@ VECTOR_PASSES: dict[str, int] = {
 """vector passes per element for ops that are not one pass, without a vector unit (module doc)"""
 QUANTIZE_PASSES = 3
 """vector passes of a scaled ``quantize`` (amax, divide, round/convert); unscaled (bf16): 1"""
-ATTENTION_VECTOR_PASSES = 6
-"""vector passes over each score block of the cascade: scale and mask, row max, subtract, exp,
-row sum, rescale of the running sum (1 pass each; the exp is not charged the transcendental 4)"""
 SCAN_PASSES = 4
 """per state element and step: a*h, +b, *c, accumulate"""
 
@@ -121,14 +127,6 @@ def vector_passes(arch: ArchSpec) -> dict[str, int]:
         return VECTOR_PASSES
     tp = arch.vector_unit.transcendental_passes
     return {**{op: tp for op in _TRANSCENDENTAL}, "softmax": tp + 1}
-
-
-def vector_lanes(arch: ArchSpec) -> int:
-    """Vector lanes (elements per cycle): ``arch.vector_unit.lanes``, or — an ASSUMPTION when the
-    ArchSpec has no vector unit — the tensor engine's column count."""
-    if arch.vector_unit is not None:
-        return arch.vector_unit.lanes
-    return arch.tensor_engine.cols
 
 
 def _gemm_cycles(arch: ArchSpec, m, k, n) -> np.ndarray:
@@ -290,24 +288,24 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
         row["mapping"] = f"per expert ({len(costs)} active)"
     elif isinstance(task, AttentionTask):
         eb = ELEM_BYTES[task.format]
+        c = attention_cost(arch, s=task.s, t=task.t, d=task.d, block_q=task.block_q,
+                           block_kv=task.block_kv, causal_offset=task.causal_offset,
+                           batch=task.batch_size, elem_bytes=eb)
+        row["cycles"], row["macs"], row["vector_ops"], row["bytes"] = (
+            c.cycles, c.macs, c.vector_ops, c.bytes)
+        # each resource's busy cycles (they overlap in ``cycles``; ``bound`` is the busiest)
         bq, bk, d = min(task.block_q, task.s), min(task.block_kv, task.t), task.d
         pairs = task.visited_blocks() * task.batch_size
         qk, pv = engine_split(arch, bq, d, bk, eb), engine_split(arch, bq, bk, d, eb)
-        gemm = int(qk[0] + pv[0])
         vec = ATTENTION_VECTOR_PASSES * -(-bq * bk // lanes) + -(-bq * d // lanes)
-        final = task.batch_size * -(-task.s * d // lanes)
-        row["cycles"] = pairs * (gemm + vec) + final
-        row["vector_cycles"] = pairs * vec + final
+        row["vector_cycles"] = pairs * vec + task.batch_size * -(-task.s * d // lanes)
         row["compute_cycles"], row["fill_cycles"], row["sram_cycles"] = (
             pairs * int(x + y) for x, y in zip(qk[1:], pv[1:]))
         # Q read, K and V read, the output written (int32), each once
         row["compulsory_bytes"] = task.batch_size * (eb * task.s * d + 2 * eb * task.t * d
                                                      + ACC_BYTES * task.s * d)
-        row["macs"] = pairs * 2 * bq * bk * d
-        row["vector_ops"] = pairs * (ATTENTION_VECTOR_PASSES * bq * bk + bq * d)
-        row["bytes"] = task.batch_size * (eb * task.s * d + 4 * task.s * d) + pairs * 2 * eb * bk * d
         row["buffer_bytes"] = task.buffer_bytes(eb)
-        row["mapping"] = f"blocks {bq}x{bk}"
+        row["mapping"] = f"blocks {min(task.block_q, task.s)}x{min(task.block_kv, task.t)}"
     elif isinstance(task, ScanTask):
         elems = task.batch * task.length * task.channels * task.state
         row["cycles"] = max(1, SCAN_PASSES * -(-elems // lanes))

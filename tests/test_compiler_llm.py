@@ -153,9 +153,11 @@ def test_llama_macs_closed_form():
     gemm = sum(t.macs for t in res.program.tasks if isinstance(t, BgemmTask))
     assert gemm == proj
     (att,) = [t for t in res.program.tasks if isinstance(t, AttentionTask)]
-    nb = seq // att.block_q
-    assert att.block_q == att.block_kv and seq % att.block_q == 0
-    pairs = nb * (nb + 1) // 2                                      # causal: lower triangle
+    bq, bk = att.block_q, att.block_kv
+    assert seq % bq == 0 and seq % bk == 0
+    # causal: key block j is visited by query block i iff its first key j*bk <= the block's last
+    # query row (i+1)*bq - 1 — counted one pair at a time
+    pairs = sum(j * bk <= (i + 1) * bq - 1 for i in range(seq // bq) for j in range(seq // bk))
     row = res.report.set_index("task").loc[att.name]
     assert row["macs"] == h * pairs * 2 * att.block_q * att.block_kv * hd
     assert res.shape_only

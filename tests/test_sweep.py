@@ -201,6 +201,24 @@ def test_dask_executor(tmp_path):
     assert np.allclose(a.loc[b.index, "latency_s"], b["latency_s"])
 
 
+def _wait_lock_free(db: Path, timeout_s: float = 10.0) -> None:
+    """Wait until no process holds the writer lock of ``db``: the killed sweep's forked pool
+    workers share its lock and may still be exiting when the sweep process itself is reaped."""
+    import fcntl
+    import time
+    deadline = time.time() + timeout_s
+    with open(db.with_name(db.name + ".lock"), "a+") as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+                return
+            except BlockingIOError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
 def test_kill9_then_resume_loses_nothing_and_reevaluates_nothing(tmp_path):
     spec = {**GEMM_SWEEP, "axes": {"tensor_engine.rows": [8, 16, 24, 32, 40, 48],
                                    "tensor_engine.cols": [8, 16, 32, 64],
@@ -217,6 +235,7 @@ def test_kill9_then_resume_loses_nothing_and_reevaluates_nothing(tmp_path):
     assert proc.poll() is None, "the sweep finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)                    # the sweep and its pool workers
     proc.wait()
+    _wait_lock_free(db)
     with ResultsStore(db) as s:
         before = s.frame("t")
     assert 8 <= len(before) < 48

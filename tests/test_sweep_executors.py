@@ -99,6 +99,6 @@ def test_parquet_and_csv_exports_read_back_equal(tmp_path):
     from tilewright.dataflow_sim.energy_area import area_mm2, load_tech
     arch = _spec().arch_for({"tensor_engine.rows,tensor_engine.cols": 8,
                              "tensor_engine.dataflow": "ws"})
-    row = back[(back["p:tensor_engine.rows,tensor_engine.cols"] == 8)
+    row = back[(back["p:tensor_engine.rows"] == 8)
                & (back["p:tensor_engine.dataflow"] == "ws")]
     assert row["area_mm2"].iloc[0] == pytest.approx(area_mm2(arch, load_tech("45nm")))

@@ -35,7 +35,7 @@ def test_mesh_size_axis_runs_the_mesh_model(tmp_path):
     db = tmp_path / "m.db"
     run_sweep(spec, db, workers=1)
     with ResultsStore(db) as s:
-        df = s.frame("m").set_index("p:mesh.rows,mesh.cols")
+        df = s.frame("m").set_index("p:mesh.rows")
         per = {int(json.loads(r["params"])["mesh.rows,mesh.cols"]): json.loads(r["per_workload"])
                for _, r in s.raw("m").iterrows() if r["per_workload"]}
     # 2x2 cores: a 128x128 int8 block (16 KiB) + buffers exceeds 16 KiB of SRAM -> stored error
@@ -146,7 +146,7 @@ def test_cluster_nodes_axis_and_chip_from_sweep(tmp_path):
     tech = load_tech("45nm")
     for _, row in df.iterrows():
         nodes = int(row["p:cluster.nodes"])
-        side = int(row["p:tensor_engine.rows,tensor_engine.cols"])
+        side = int(row["p:tensor_engine.rows"])
         arch = spec.arch_for({"tensor_engine.rows,tensor_engine.cols": side})
         c = {**cl, "nodes": nodes,
              "chip": {"kind": "arch", "arch": arch.model_dump(mode="json", exclude_none=True),
@@ -158,7 +158,7 @@ def test_cluster_nodes_axis_and_chip_from_sweep(tmp_path):
         assert row["latency_s"] == pytest.approx(ref.step_seconds, rel=1e-9)
         assert row["cluster_area_mm2"] == pytest.approx(2 * nodes * area_mm2(arch, tech))
     # the design point is the chip: a bigger array gives a shorter step
-    t = df.set_index(["p:cluster.nodes", "p:tensor_engine.rows,tensor_engine.cols"])["latency_s"]
+    t = df.set_index(["p:cluster.nodes", "p:tensor_engine.rows"])["latency_s"]
     assert t[(1, 16)] < t[(1, 8)]
 
 

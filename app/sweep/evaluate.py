@@ -15,7 +15,10 @@ serving run (:func:`cluster_cost`), whose energy is the cluster energy model's
 Metrics (see :data:`tilewright.app.sweep.spec.METRICS`) aggregate the workloads as a weighted sum of
 time and energy; ``throughput_tops`` = 2·MACs / latency; ``perf_per_w`` = TOPS / W;
 ``perf_per_mm2`` = TOPS / mm²; ``tokens_per_j`` = LLM tokens / energy of the LLM workloads (for a
-cluster workload: tokens trained per step or generated in the run / its joules).
+cluster workload: tokens trained per step or generated in the run / its joules), ``j_per_token``
+its inverse; ``pj_per_mac`` = energy / MACs · 1e12. Each workload's own (unweighted) figures are
+reported too, as ``<tag>:<metric>`` (:data:`~tilewright.app.sweep.spec.PER_WORKLOAD_METRICS`,
+:func:`per_workload_metrics`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import time
 from typing import Any
 
 from tilewright.app.sweep.resource_model import fpga_metrics
-from tilewright.app.sweep.spec import SweepError, produced_static_metrics, workload_uses_arch
+from tilewright.app.sweep.spec import (PER_WORKLOAD_METRICS, SweepError, produced_static_metrics,
+                                       workload_tag, workload_uses_arch)
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 from tilewright.compiler.lower_llm import ELEM_BYTES, lower_graph
@@ -36,7 +40,7 @@ from tilewright.dataflow_sim.report import program_report
 from tilewright.dataflow_sim.token_cost import layer_graph, llm_step_cost
 
 __all__ = ["evaluate_point", "static_metrics", "workload_cost", "workload_report",
-           "mesh_cost", "cluster_cost", "TEST_DELAY_ENV"]
+           "mesh_cost", "cluster_cost", "per_workload_metrics", "TEST_DELAY_ENV"]
 
 TEST_DELAY_ENV = "TILEWRIGHT_SWEEP_TEST_DELAY_S"
 """testing hook: seconds each evaluation sleeps (used by the kill-and-resume test)"""
@@ -208,6 +212,28 @@ def static_metrics(arch: ArchSpec, tech: str, uses_arch: bool = True) -> dict[st
     return out
 
 
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else math.nan
+
+
+def per_workload_metrics(row: dict[str, float], pes: float | None) -> dict[str, float]:
+    """:data:`~tilewright.app.sweep.spec.PER_WORKLOAD_METRICS` of one workload's cost row
+    (``latency_s``, ``energy_j``, ``cycles``, ``macs``, ``dram_bytes``, ``tokens``): tokens/s,
+    tokens/J and J/token (NaN for a workload without tokens), pJ/MAC = J / MACs · 1e12 (NaN
+    without MACs), utilization = MACs / (cycles · PEs) (a cluster run's own, else NaN without
+    PEs or cycles)."""
+    tokens = row["tokens"] or math.nan
+    e, macs = row["energy_j"], row["macs"]
+    util = row["utilization"] if "utilization" in row else \
+        _ratio(macs, row["cycles"] * pes) if pes and not math.isnan(row["cycles"]) else math.nan
+    out = {"latency_s": row["latency_s"], "energy_j": e, "cycles": row["cycles"], "macs": macs,
+           "dram_bytes": row["dram_bytes"], "tokens_per_s": _ratio(tokens, row["latency_s"]),
+           "tokens_per_j": _ratio(tokens, e), "j_per_token": _ratio(e, tokens),
+           "pj_per_mac": _ratio(e * 1e12, macs), "utilization": util}
+    assert tuple(out) == PER_WORKLOAD_METRICS
+    return out
+
+
 def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], tech: str,
                    static_limits: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Evaluate one ArchSpec (as JSON) on the workloads. Returns ``{"status": "ok"|"skipped"|
@@ -260,6 +286,8 @@ def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], t
             "latency_s": lat, "throughput_tops": tops,
             "tokens_per_s": tot["tokens"] / tot["llm_latency_s"] if tot["llm_latency_s"] else math.nan,
             "tokens_per_j": tot["tokens"] / tot["llm_energy_j"] if tot["llm_energy_j"] else math.nan,
+            "j_per_token": _ratio(tot["llm_energy_j"], tot["tokens"]),
+            "pj_per_mac": _ratio(tot["energy_j"] * 1e12, tot["macs"]),
             "energy_j": tot["energy_j"], "power_w": power,
             "perf_per_w": tops / power if power and power > 0 else math.nan,
             **({"perf_per_mm2": tops / metrics["area_mm2"]} if "area_mm2" in metrics else {}),
@@ -269,6 +297,10 @@ def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], t
             **extra})
         if len(workloads) == 1 and "utilization" in out["per_workload"][0]:
             metrics["utilization"] = out["per_workload"][0]["utilization"]   # cluster
+        for i, (w, row) in enumerate(zip(workloads, out["per_workload"])):
+            tag = workload_tag(w, i)
+            metrics.update({f"{tag}:{k}": v
+                            for k, v in per_workload_metrics(row, metrics.get("pes")).items()})
     except Exception as exc:  # noqa: BLE001 - a failing point is stored with its error, not fatal
         out["status"] = "error"
         out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

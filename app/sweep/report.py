@@ -17,7 +17,7 @@ import pandas as pd
 from tilewright.app.sweep import pareto_frame
 from tilewright.app.sweep.evaluate import workload_report
 from tilewright.app.sweep.pareto import pareto_mask
-from tilewright.app.sweep.spec import METRICS, SweepError
+from tilewright.app.sweep.spec import SweepError, metric_info
 from tilewright.app.sweep.store import ResultsStore
 from tilewright.arch import ArchSpec
 
@@ -29,6 +29,11 @@ ROOFLINE_COLUMNS = ("task", "op", "macs", "bytes", "time_cycles", "intensity_ops
 
 _DEFAULT_PAIRS = [("latency_s", "energy_j"), ("latency_s", "area_mm2"),
                   ("perf_per_mm2", "perf_per_w"), ("tokens_per_s", "tokens_per_j")]
+
+
+def _safe(text: str) -> str:
+    """``text`` as a file-name part: letters and digits kept, anything else ``_``."""
+    return "".join(c if c.isalnum() else "_" for c in text)
 
 
 def _objectives(store: ResultsStore, sweep: str) -> list[tuple[str, str]]:
@@ -51,13 +56,13 @@ def _front_plot(df: pd.DataFrame, x: str, y: str, path: Path, title: str) -> int
     ax.scatter(feas[x], feas[y], s=12, c="tab:blue", label="feasible")
     n = 0
     if len(feas):
-        m = pareto_mask(feas[[x, y]].to_numpy(float), [METRICS[x][0], METRICS[y][0]])
+        m = pareto_mask(feas[[x, y]].to_numpy(float), [metric_info(x)[0], metric_info(y)[0]])
         front = feas[m].sort_values(x)
         n = len(front)
         ax.plot(front[x], front[y], "o-", c="tab:red", ms=5, label=f"Pareto front ({n})")
     # long metric descriptions wrap instead of running off the figure
-    ax.set_xlabel(textwrap.fill(f"{x} ({METRICS[x][1]})", 70), fontsize=8)
-    ax.set_ylabel(textwrap.fill(f"{y} ({METRICS[y][1]})", 45), fontsize=8)
+    ax.set_xlabel(textwrap.fill(f"{x} ({metric_info(x)[1]})", 70), fontsize=8)
+    ax.set_ylabel(textwrap.fill(f"{y} ({metric_info(y)[1]})", 45), fontsize=8)
     for axis, name in (("x", x), ("y", y)):
         vals = ok[name].to_numpy(float)
         vals = vals[np.isfinite(vals) & (vals > 0)]
@@ -281,11 +286,11 @@ def write_report(db: str | Path, out: str | Path, sweep: str | None = None) -> P
                 pairs.append((objs[0][0], objs[1][0]))
             pairs += [p for p in _DEFAULT_PAIRS if p not in pairs]
             ok = df[df["status"] == "ok"]
-            safe = "".join(c if c.isalnum() else "_" for c in name)
+            safe = _safe(name)
             for x, y in pairs:
                 if x not in ok or y not in ok or ok[x].isna().all() or ok[y].isna().all():
                     continue                  # e.g. tokens_per_j of a sweep without LLM workloads
-                png = outp / f"{safe}_pareto_{x}_{y}.png"
+                png = outp / f"{safe}_pareto_{_safe(x)}_{_safe(y)}.png"   # no ':' of w:metric
                 n = _front_plot(df, x, y, png, f"{name}: {y} vs {x}")
                 parts.append(f"<h3>Pareto front: {y} vs {x} ({n} points)</h3>"
                              f"<img src='{png.name}'>")

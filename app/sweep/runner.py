@@ -583,10 +583,15 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
         run_id = store.start_run(spec.name, spec.model_dump_json(), resume, executor, definition)
         t0 = time.perf_counter()
         if executor == "local":
-            # build the LLM graphs once here: forked workers inherit them (no per-worker rebuild)
+            # build the LLM graphs once here: forked workers inherit them (no per-worker rebuild).
+            # A workload whose graph cannot be built fails in each point's evaluation instead,
+            # stored with its one-line error while the sweep goes on (evaluate_point)
             for w in spec.workloads:
                 if w.kind == "llm":
-                    _graph(w.model, w.seq, w.batch, w.phase)
+                    try:
+                        _graph(w.model, w.seq, w.batch, w.phase)
+                    except Exception:  # noqa: BLE001 - recorded per point by evaluate_point
+                        pass
         ex = _Local(workers, _local_batch(len(points), workers)) if executor == "local" \
             else _Dask(workers, dask_address) \
             if executor == "dask" else _Ray(workers, ray_address)

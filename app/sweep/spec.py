@@ -21,6 +21,7 @@ A sweep file (YAML)::
          plan: {tp: 2, dp: 4, micro_batches: 4, seq_len: 1024}}
     objectives: [latency, energy]  # or {metric: area_mm2, direction: minimize}
     constraints: ["area_mm2 <= 4", {metric: sram_kib, max: 512}]
+    # per workload: {metric: latency_s, workload: decode} or "decode:latency_s <= 0.02"
     search: {method: grid}         # grid | random | tpe | nsga2 (trials, seed, population)
 
 A comma-joined axis whose value is a list with one entry per path sets the paths pairwise (grid
@@ -57,6 +58,13 @@ with ``chip: sweep`` runs the design point's ArchSpec as the cluster's chip. A t
 ``dp: auto`` fills the cluster: dp = chips / (tp·pp·sp). A plan the cluster cannot run (TP not
 dividing the heads, not fitting in memory...) is stored as that point's error.
 
+Per-workload metrics: every point also reports :data:`PER_WORKLOAD_METRICS` of each workload on
+its own (unweighted), named ``<tag>:<metric>`` with the workload's tag its ``name`` or, without
+one, ``w<index>`` (``decode:latency_s``, ``w0:j_per_token``): they are columns of the results
+frame and exports, and objectives and constraints take them — ``{metric: latency_s, workload:
+decode}`` (the workload's name or index) or the joined name. Workload names are unique and have
+no ``:``.
+
 Every error is a :class:`SweepError` with one line naming the file, the field, the value and what
 is accepted.
 """
@@ -84,7 +92,7 @@ from tilewright.validation import load_user_yaml
 
 __all__ = ["SweepSpec", "SweepError", "Axis", "Workload", "Objective", "Constraint", "SearchSpec",
            "load_sweep", "axis_assignments", "METRICS", "OBJECTIVE_ALIASES", "set_path", "apply_point",
-           "WORKLOAD_AXIS_PREFIXES"]
+           "WORKLOAD_AXIS_PREFIXES", "PER_WORKLOAD_METRICS", "metric_info", "workload_tag"]
 
 #: axis path prefixes that address cluster workloads instead of the ArchSpec
 WORKLOAD_AXIS_PREFIXES = ("cluster.", "plan.")
@@ -107,6 +115,10 @@ METRICS: dict[str, tuple[str, str]] = {
     "energy_j": ("minimize", "joules for all workloads"),
     "tokens_per_j": ("maximize", "LLM tokens / joules of the LLM workloads (cluster: tokens "
                      "trained per step or generated / the run's joules)"),
+    "j_per_token": ("minimize", "joules per LLM token: joules of the LLM workloads / their "
+                    "tokens (1 / tokens_per_j)"),
+    "pj_per_mac": ("minimize", "picojoules per multiply-accumulate: energy_j / macs * 1e12 (all "
+                   "energy, DRAM and idle included)"),
     "power_w": ("minimize", "energy / latency, watts"),
     "area_mm2": ("minimize", "chip area, mm^2"),
     "perf_per_w": ("maximize", "TOPS/W"),
@@ -162,12 +174,47 @@ OBJECTIVE_ALIASES = {"latency": "latency_s", "throughput": "throughput_tops", "e
                      "tokens/j": "tokens_per_j"}
 
 
-def _metric(name: str) -> str:
-    key = OBJECTIVE_ALIASES.get(str(name).lower(), str(name))
+#: metrics reported per workload as ``<tag>:<metric>`` (module doc): the workload's own figures,
+#: not multiplied by its ``weight``
+PER_WORKLOAD_METRICS = ("latency_s", "energy_j", "cycles", "macs", "dram_bytes", "tokens_per_s",
+                        "tokens_per_j", "j_per_token", "pj_per_mac", "utilization")
+
+
+def workload_tag(w: dict[str, Any], index: int) -> str:
+    """A workload's tag in per-workload metric names: its ``name``, else ``w<index>``."""
+    return w.get("name") or f"w{index}"
+
+
+def metric_info(name: str) -> tuple[str, str]:
+    """(direction, description) of a metric, per-workload ``<tag>:<metric>`` names included."""
+    tag, sep, base = name.rpartition(":")
+    if sep:
+        direction, text = METRICS[base]
+        return direction, f"{text}; workload {tag}"
+    return METRICS[name]
+
+
+def _metric(name: str, tags: tuple[str, ...] = (), workload: Any = None) -> str:
+    """The metric ``name`` (or alias) resolved; ``workload`` (a tag or an index into ``tags``)
+    or a ``<tag>:`` prefix makes it a per-workload metric."""
+    text = str(name)
+    if workload is None and ":" in text:
+        workload, _, text = text.rpartition(":")
+    key = OBJECTIVE_ALIASES.get(text.lower(), text)
     if key not in METRICS:
         raise ValueError(f"= {name!r}: must be a metric ({', '.join(METRICS)}) or an alias "
                          f"({', '.join(OBJECTIVE_ALIASES)})")
-    return key
+    if workload is None:
+        return key
+    if isinstance(workload, int) and not isinstance(workload, bool) and 0 <= workload < len(tags):
+        workload = tags[workload]
+    if workload not in tags:
+        raise ValueError(f"= {name!r}: workload {workload!r} is not a workload of this sweep "
+                         f"(names or tags: {', '.join(tags)}; or an index 0-{len(tags) - 1})")
+    if key not in PER_WORKLOAD_METRICS:
+        raise ValueError(f"= {name!r}: {key} is not reported per workload (accepted: "
+                         f"{', '.join(PER_WORKLOAD_METRICS)})")
+    return f"{workload}:{key}"
 
 
 class _Model(BaseModel):
@@ -473,7 +520,7 @@ def apply_point(base: ArchSpec, point: dict[str, Any], source: str = "sweep") ->
 
 
 # ---- parsing -------------------------------------------------------------------------------
-_CONSTRAINT_RE = re.compile(r"^\s*([\w/²]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
+_CONSTRAINT_RE = re.compile(r"^\s*([\w/².:-]+?)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 
 
 def _parse_axis(name: Any, spec: Any, base: ArchSpec,
@@ -577,30 +624,34 @@ def _check_workload_path(path: str, modes: frozenset[str] | None) -> None:
         raise ValueError(f"{path}: is a section; name one of its fields ({', '.join(names)})")
 
 
-def _parse_objective(o: Any) -> Objective:
+def _parse_objective(o: Any, tags: tuple[str, ...] = ()) -> Objective:
     if isinstance(o, str):
-        m = _metric(o)
-        return Objective(metric=m, direction=METRICS[m][0])
+        m = _metric(o, tags)
+        return Objective(metric=m, direction=metric_info(m)[0])
     if isinstance(o, dict) and "metric" in o:
-        m = _metric(o["metric"])
-        return Objective(metric=m, direction=o.get("direction", METRICS[m][0]))
+        extra = set(o) - {"metric", "direction", "workload"}
+        if extra:
+            raise ValueError(f"= {o!r}: accepted keys are metric, direction and workload")
+        m = _metric(o["metric"], tags, o.get("workload"))
+        return Objective(metric=m, direction=o.get("direction", metric_info(m)[0]))
     raise ValueError(f"= {o!r}: must be a metric name or {{metric: NAME, direction: "
-                     f"minimize|maximize}}")
+                     f"minimize|maximize, workload: NAME|INDEX}}")
 
 
-def _parse_constraint(c: Any) -> Constraint:
+def _parse_constraint(c: Any, tags: tuple[str, ...] = ()) -> Constraint:
     if isinstance(c, str):
         m = _CONSTRAINT_RE.match(c)
         if not m:
             raise ValueError(f"= {c!r}: must look like 'area_mm2 <= 4' (<=, >=, <, >)")
-        metric, op, val = _metric(m.group(1)), m.group(2), float(m.group(3))
+        metric, op, val = _metric(m.group(1), tags), m.group(2), float(m.group(3))
         return Constraint(metric=metric, **({"max": val} if "<" in op else {"min": val}))
     if isinstance(c, dict) and "metric" in c:
-        extra = set(c) - {"metric", "min", "max"}
+        extra = set(c) - {"metric", "min", "max", "workload"}
         if extra or ("min" not in c and "max" not in c):
-            raise ValueError(f"= {c!r}: accepted keys are metric and min and/or max")
-        return Constraint(metric=_metric(c["metric"]), min=c.get("min"), max=c.get("max"))
-    raise ValueError(f"= {c!r}: must be 'metric <= value' or {{metric, min, max}}")
+            raise ValueError(f"= {c!r}: accepted keys are metric, workload and min and/or max")
+        return Constraint(metric=_metric(c["metric"], tags, c.get("workload")), min=c.get("min"),
+                          max=c.get("max"))
+    raise ValueError(f"= {c!r}: must be 'metric <= value' or {{metric, min, max, workload}}")
 
 
 _TOP = ("name", "base", "tech", "axes", "workloads", "objectives", "constraints", "search")
@@ -669,6 +720,11 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
                 if e["type"] == "extra_forbidden" else e["msg"].lower()
             raise SweepError(f"{source}: workloads[{i}].{loc} = {shown}: {acc}") from None
         workloads[-1] = _resolve_cluster(workloads[-1], f"{source}: workloads[{i}]", root)
+    tags = tuple(workload_tag({"name": w.name}, i) for i, w in enumerate(workloads))
+    for i, t in enumerate(tags):
+        if ":" in t or tags.index(t) != i:
+            raise SweepError(f"{source}: workloads[{i}].name = {t!r}: must be unique among the "
+                             f"workloads (unnamed ones are w<index>) and contain no ':'")
     # axes (after the workloads: cluster./plan. axes are checked against them)
     modes = frozenset(w.mode or "train" for w in workloads if w.kind == "cluster") or None
     axes_in = data["axes"]
@@ -687,14 +743,14 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
     if not isinstance(objs_in, list) or not objs_in:
         raise SweepError(f"{source}: objectives = {objs_in!r}: must be a non-empty list")
     try:
-        objectives = tuple(_parse_objective(o) for o in objs_in)
+        objectives = tuple(_parse_objective(o, tags) for o in objs_in)
     except (ValueError, ValidationError) as exc:
         raise _err(source, "objectives ", str(exc).splitlines()[0]) from None
     cons_in = data.get("constraints") or []
     if not isinstance(cons_in, list):
         raise SweepError(f"{source}: constraints = {cons_in!r}: must be a list")
     try:
-        constraints = tuple(_parse_constraint(c) for c in cons_in)
+        constraints = tuple(_parse_constraint(c, tags) for c in cons_in)
     except (ValueError, ValidationError) as exc:
         raise _err(source, "constraints ", str(exc).splitlines()[0]) from None
     # search

@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from tilewright.app.sweep.spec import SweepError
+from tilewright.app.sweep.spec import SweepError, axis_assignments
 
 __all__ = ["ResultsStore", "check_export_path"]
 
@@ -81,6 +81,18 @@ def _clean(x: Any) -> Any:
     if isinstance(x, list):
         return [_clean(v) for v in x]
     return x
+
+
+def _param_columns(params: dict[str, Any]) -> dict[str, Any]:
+    """``p:<path>`` -> value of a point's axis values: a comma-joined axis (``tensor_engine.rows,
+    tensor_engine.cols``) becomes one column per path with that path's value (zipped lists
+    split), so CSV headers hold no commas and Parquet columns hold scalars; a value that is
+    still a list or mapping is stored as its JSON text."""
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        for path, v in axis_assignments(name, value):
+            out[f"p:{path}"] = json.dumps(v) if isinstance(v, (list, tuple, dict)) else v
+    return out
 
 
 def check_export_path(path: str | Path) -> Path:
@@ -237,12 +249,13 @@ class ResultsStore:
         return pd.read_sql_query(q, self.conn, params=(sweep,) if sweep else None)
 
     def frame(self, sweep: str | None = None) -> pd.DataFrame:
-        """One row per point: identity columns, ``p:<axis>`` parameter columns and one column
-        per metric."""
+        """One row per point: identity columns, ``p:<path>`` parameter columns (one per path:
+        a comma-joined axis gives each of its paths a column; :func:`_param_columns`) and one
+        column per metric (per-workload metrics as ``<tag>:<metric>``)."""
         df = self.raw(sweep)
         if df.empty:
             return df
-        params = pd.DataFrame([json.loads(p) for p in df["params"]]).add_prefix("p:")
+        params = pd.DataFrame([_param_columns(json.loads(p)) for p in df["params"]])
         metrics = pd.DataFrame([json.loads(m) if m else {} for m in df["metrics"]])
         metrics = metrics.apply(pd.to_numeric, errors="coerce")   # null (NaN) -> float column
         base = df[["id", "key", "sweep", "run_id", "trial", "arch_hash", "tech", "status", "error",
