@@ -43,8 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# mesh_schedule imports this module at its top (healthy grids of a mesh with spares): the names
+# are looked up on the module at call time, so the two may import each other
+import tilewright.compiler.mesh_schedule as schedule
 from tilewright.arch import MeshSpec
-from tilewright.compiler.mesh_schedule import Grid, MeshScheduleError, bad_lines
 
 __all__ = ["Repair", "repair", "repaired_grid", "dead_map"]
 
@@ -90,7 +92,7 @@ class Repair:
 def dead_map(mesh: MeshSpec) -> np.ndarray:
     """Bool (rows, cols): cores the repair switches out (dead, or at the far end of a dead
     link). Validates the defect list (:func:`~.mesh_schedule.bad_lines`)."""
-    bad_lines(mesh)
+    schedule.bad_lines(mesh)
     dead = np.zeros((mesh.rows, mesh.cols), bool)
     if mesh.defective_cores:
         rc = np.asarray(mesh.defective_cores, np.int64).reshape(-1, 2)
@@ -105,7 +107,7 @@ def dead_map(mesh: MeshSpec) -> np.ndarray:
 def repair(mesh: MeshSpec) -> Repair:
     """The repaired logical grid of ``mesh`` (see module doc); needs spares."""
     if not mesh.repairs_defects:
-        raise MeshScheduleError("mesh has no spare_rows/spare_cols: the hardware repairs nothing "
+        raise schedule.MeshScheduleError("mesh has no spare_rows/spare_cols: the hardware repairs nothing "
                                 "(defects go to the skip/route policies)")
     dead = dead_map(mesh)
     healthy = (~dead).sum(axis=1)
@@ -113,7 +115,7 @@ def repair(mesh: MeshSpec) -> Repair:
     keep = np.sort(np.argsort(-healthy, kind="stable")[:lr])
     width = int(min(lc, healthy[keep].min()))
     if width < 1:
-        raise MeshScheduleError(f"no healthy cores left in some of the {lr} best rows of the "
+        raise schedule.MeshScheduleError(f"no healthy cores left in some of the {lr} best rows of the "
                                 f"{mesh.rows}x{mesh.cols} mesh: the spares cannot repair it")
     cols = _place_rows(dead[keep], width)
     disp = cols - (np.arange(width, dtype=np.int64) * mesh.cols) // width
@@ -148,7 +150,7 @@ def _place_rows(dead: np.ndarray, width: int) -> np.ndarray:
 
 
 def repaired_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None,
-                  pc: int | None = None) -> Grid:
+                  pc: int | None = None) -> schedule.Grid:
     """The logical grid in logical coordinates (rows/cols ``0 .. n-1``) on a repaired fabric,
     optionally square or cut to ``pr x pc``; the model maps it to physical cores."""
     nr, nc = repair(mesh).shape
@@ -158,7 +160,7 @@ def repaired_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None
         pc = p if pc is None else pc
     for name, want, have in (("rows", pr, nr), ("cols", pc, nc)):
         if want is not None and not 1 <= want <= have:
-            raise MeshScheduleError(f"logical grid needs {want} {name} but the spares of the "
+            raise schedule.MeshScheduleError(f"logical grid needs {want} {name} but the spares of the "
                                     f"{mesh.rows}x{mesh.cols} mesh repair a {nr}x{nc} grid")
-    return Grid(np.arange(nr if pr is None else pr, dtype=np.int64),
+    return schedule.Grid(np.arange(nr if pr is None else pr, dtype=np.int64),
                 np.arange(nc if pc is None else pc, dtype=np.int64), mesh.rows, mesh.cols)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+import tilewright.compiler.mesh_repair as mesh_repair  # it imports this module too (its doc)
 from tilewright.arch import MeshSpec
 from tilewright.errors import UserError
 
@@ -112,8 +113,7 @@ def healthy_grid(mesh: MeshSpec, *, square: bool = False, pr: int | None = None,
     """The largest logical grid avoiding every defect by dropping rows/columns, optionally
     square or cut to ``pr x pc`` (the first kept rows/columns)."""
     if mesh.repairs_defects:     # spares: the hardware hides defects (compiler/mesh_repair.py)
-        from tilewright.compiler.mesh_repair import repaired_grid  # noqa: PLC0415  (lazy: it imports this module)
-        return repaired_grid(mesh, square=square, pr=pr, pc=pc)
+        return mesh_repair.repaired_grid(mesh, square=square, pr=pr, pc=pc)
     bad_r, bad_c = bad_lines(mesh)
     rows = np.array([r for r in range(mesh.rows) if r not in bad_r], dtype=np.int64)
     cols = np.array([c for c in range(mesh.cols) if c not in bad_c], dtype=np.int64)
