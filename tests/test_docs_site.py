@@ -15,8 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import importlib
+
 import pytest
+import typer.main
 import yaml
+from pydantic import BaseModel
+
+from tilewright import arch
+from tilewright.app.cli.main import app
+from tilewright.arch import ArchSpec
+from tilewright.compiler import codegen, entry, mesh_isa
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -58,8 +67,6 @@ def nav_uris() -> list[str]:
 
 def model_fields(model, seen=None) -> set[tuple[str, str]]:
     """(model name, field name) of a pydantic model and of every model nested in its fields."""
-    from pydantic import BaseModel
-
     seen = set() if seen is None else seen
     out = set()
     if model in seen:
@@ -87,8 +94,6 @@ def test_every_docs_page_is_in_the_nav():
 
 
 def test_archspec_reference_lists_every_field(site):
-    from tilewright.arch import ArchSpec
-
     text = page_text(site, "reference/schemas/archspec.md")
     fields = model_fields(ArchSpec)
     assert len(fields) > 20          # the walk reached the nested sections
@@ -106,10 +111,6 @@ def test_archspec_reference_lists_every_field(site):
     ("reference/schemas/serve-plan.md", "tilewright.dataflow_sim.cluster.plan:ServePlan"),
 ])
 def test_yaml_reference_lists_every_field(site, uri, model_path):
-    import importlib
-
-    from tilewright.arch import ArchSpec
-
     module, _, name = model_path.partition(":")
     model = getattr(importlib.import_module(module), name)
     text = page_text(site, uri)
@@ -120,10 +121,6 @@ def test_yaml_reference_lists_every_field(site, uri, model_path):
 
 
 def test_cli_reference_lists_every_command_and_option(site):
-    import typer.main
-
-    from tilewright.app.cli.main import app
-
     text = page_text(site, "reference/cli.md")
     root = typer.main.get_command(app)
     commands = root.commands
@@ -139,8 +136,6 @@ def test_cli_reference_lists_every_command_and_option(site):
 
 
 def test_isa_reference_lists_every_instruction_and_field(site):
-    from tilewright.compiler import codegen, mesh_isa
-
     text = page_text(site, "reference/isa.md")
     for op, (code, fields) in codegen.ISA.items():
         row = re.search(rf"<code>{op}</code></td>\s*<td>{code}</td>", text)
@@ -157,8 +152,6 @@ def test_isa_reference_lists_every_instruction_and_field(site):
 def test_isa_mesh_widths_follow_the_address_bits(site):
     """The page's symbolic widths (``a``, ``a + 1``, constants) evaluated at a few address widths
     give the field widths ``instr_fields`` returns."""
-    from tilewright.compiler import mesh_isa
-
     text = page_text(site, "reference/isa.md")
     section = text.split('id="mesh-phase-instruction"', 1)[1]
     rows = dict(re.findall(r"<td><code>(\w+)</code></td>\s*<td>([^<]+)</td>", section))
@@ -168,9 +161,6 @@ def test_isa_mesh_widths_follow_the_address_bits(site):
 
 
 def test_api_reference_renders_the_docstrings(site):
-    from tilewright import arch
-    from tilewright.compiler import entry
-
     text = page_text(site, "reference/api/ground.md")
     assert arch.ArchSpec.__doc__.split()[0] in text and 'id="tilewright.arch.ArchSpec"' in text
     text = page_text(site, "reference/api/compiler.md")

@@ -25,6 +25,7 @@ Registered in ``mkdocs.yml`` under ``hooks:``; ``exclude_docs`` keeps this folde
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import tempfile
 import tomllib
@@ -32,7 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import mkdocs.plugins
+import typer.main
 from mkdocs.structure.files import File, Files
+
+from tilewright.app.cli.main import app
+from tilewright.compiler import codegen, mesh_isa
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -42,7 +47,8 @@ SCHEMAS: dict[str, tuple[str, str, str]] = {
     "archspec": ("ArchSpec", "tilewright.arch:ArchSpec",
                  "An accelerator design: `configs/*.yaml`, `--arch FILE`."),
     "cluster": ("Cluster", "tilewright.dataflow_sim.cluster.cluster_spec:ClusterSpec",
-                "A multi-chip system: `configs/clusters/*.yaml`, `tilewright cluster --cluster FILE`."),
+                "A multi-chip system: `configs/clusters/*.yaml`, "
+                "`tilewright cluster --cluster FILE`."),
     "train-plan": ("Training plan", "tilewright.dataflow_sim.cluster.plan:TrainPlan",
                    "The parallelism of a training run: `tilewright cluster --mode train` options "
                    "and a sweep workload's `plan:`."),
@@ -98,8 +104,6 @@ def on_shutdown() -> None:
 
 
 def _load(path: str) -> Any:
-    import importlib
-
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -160,6 +164,8 @@ def _default(name: str, prop: dict, required: set[str]) -> str:
     if name in required:
         return "**required**"
     if "default" in prop:
+        if isinstance(prop["default"], dict) and "$ref" in json.dumps(prop):
+            return "each field's default"          # a nested section: its own table says
         return f"`{json.dumps(prop['default'])}`"
     return ""
 
@@ -184,8 +190,9 @@ def schema_page(title: str, model_path: str, what: str, archspec_defs: set[str])
     own = set(defs) - shared             # ArchSpec's sections are linked, not repeated
     doc = " ".join((model.__doc__ or "").split())
     lines = [f"# {title} (`{model.__name__}`)", "", what, "",
-             f"Generated at build time from `{model_path.replace(':', '.')}.model_json_schema()`. "
-             "Unknown fields are refused.", "", doc, "", f"## {model.__name__}", "",
+             f"Generated at build time from `{model_path.replace(':', '.')}.model_json_schema()`."
+             + (" Unknown fields are refused." if model.model_config.get("extra") == "forbid"
+                else ""), "", doc, "", f"## {model.__name__}", "",
              *model_table(schema, own, archspec_defs)]
     for name in sorted(own):
         sub = defs[name]
@@ -196,8 +203,6 @@ def schema_page(title: str, model_path: str, what: str, archspec_defs: set[str])
 
 def isa_page() -> str:
     """The ISA reference: the accelerator's instruction table and the mesh phase instruction."""
-    from tilewright.compiler import codegen, mesh_isa
-
     lines = ["# ISA", "",
              "Generated at build time from `tilewright.compiler.codegen.ISA` (the one table the "
              "assembler, disassembler, RTL decoder and cycle model read) and "
@@ -208,7 +213,8 @@ def isa_page() -> str:
              f"[{codegen.OPCODE_BITS - 1}:0], fields follow from bit {codegen.OPCODE_BITS} upward; "
              "every other bit must be zero. Instruction memory: "
              f"{codegen.IMEM_WORDS} words.", "",
-             "| op | opcode | field | bits | width | accepted values |", "|---|---|---|---|---|---|"]
+             "| op | opcode | field | bits | width | accepted values |",
+             "|---|---|---|---|---|---|"]
     for op, (code, fields) in codegen.ISA.items():
         if not fields:
             lines.append(f"| `{op}` | {code} | — | | | |")
@@ -254,10 +260,6 @@ def cli_commands() -> list[tuple[str, Any, Any]]:
     """(full name, command, context) of the root and every command of the Typer app, groups
     walked. Duck-typed (``list_commands``, ``context_class``): typer ships its own copy of click
     in newer releases."""
-    import typer.main
-
-    from tilewright.app.cli.main import app
-
     root = typer.main.get_command(app)
     root_ctx = root.context_class(root, info_name="tilewright")
     out: list[tuple[str, Any, Any]] = [("", root, root_ctx)]
