@@ -14,7 +14,8 @@ fact's one home:
 * the Python API pages (``::: tilewright.x``) need mkdocstrings to find the modules: the
   repository maps one folder per layer into ``tilewright.`` (``package-dir`` in pyproject.toml),
   which griffe's static finder does not follow, so :func:`on_config` stages a tree of symbolic
-  links laid out as the import names say and puts it first on the handler's ``paths``;
+  links laid out as the import names say and puts it first on the handler's ``paths``, and
+  registers the griffe extension of ``rst_docstrings.py`` (reST docstrings read as Markdown);
 * ``notebooks/<nb>.ipynb`` — the committed, executed notebooks (rendered by mkdocs-jupyter), and
   ``notebooks/figures/<nb>-<i>.png`` — every PNG figure in their outputs, for the capability
   pages to show.
@@ -41,6 +42,7 @@ from tilewright.compiler import codegen, mesh_isa
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
+RST_EXTENSION = str(Path(__file__).with_name("rst_docstrings.py"))
 
 #: page name -> (title, import path of the pydantic model, what the YAML file is)
 SCHEMAS: dict[str, tuple[str, str, str]] = {
@@ -93,6 +95,9 @@ def on_config(config: Any) -> Any:
     paths = python.setdefault("paths", [])
     if _STAGED.name not in paths:
         paths.insert(0, _STAGED.name)
+    extensions = python.setdefault("options", {}).setdefault("extensions", [])
+    if RST_EXTENSION not in extensions:        # reST docstrings read as Markdown
+        extensions.append(RST_EXTENSION)
     return config
 
 
