@@ -9,14 +9,13 @@ command added without reaching the site fails the test.
 from __future__ import annotations
 
 import html
+import importlib
+import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
-
-import importlib
-import importlib.util
 
 import pytest
 import typer.main
