@@ -73,8 +73,10 @@ def stage_package(dest: Path) -> Path:
     dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     pkg = dest / "tilewright"
     pkg.mkdir(parents=True)
+    layers = {name.split(".")[1] for name in dirs if name.count(".") == 1}
     for item in (ROOT / dirs["tilewright"]).iterdir():
-        (pkg / item.name).symlink_to(item)
+        if item.name not in layers:         # a stray folder named like a layer is not the layer
+            (pkg / item.name).symlink_to(item)
     for name, folder in dirs.items():
         parts = name.split(".")
         if len(parts) == 2:                 # tilewright.<layer> -> <folder>/
