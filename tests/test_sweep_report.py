@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -115,3 +116,122 @@ def test_report_of_mesh_and_cluster_sweeps(tmp_path, kind):
         # the cluster energy model: perf/W front (tokens/s vs tokens/J) and the energy breakdown
         assert "c_pareto_tokens_per_s_tokens_per_j.png" in pngs and "c_energy.png" in pngs
         assert "tokens_per_s_chips" in " ".join(pngs)
+
+
+# --- the interactive page ---------------------------------------------------------------------
+
+GEMM = {
+    "name": "g",
+    "base": "ws8x8",
+    "tech": "45nm",
+    "axes": {"tensor_engine.rows,tensor_engine.cols": [4, 8, 16],
+             "offchip.bandwidth_gbps": [4.0, 32.0]},
+    "workloads": [{"gemm": [64, 256, 256], "format": "int8"}],
+    "objectives": ["latency", "area"],
+}
+
+
+def gemm_report(tmp_path):
+    """Run the small GEMM sweep and write its report; returns (db, report folder)."""
+    from tilewright.app.sweep.report import write_report
+    spec = sweep_from_dict(json.loads(json.dumps(GEMM)), source="g.yaml")
+    db = tmp_path / "g.db"
+    run_sweep(spec, db, workers=1)
+    write_report(db, tmp_path / "rep")
+    return db, tmp_path / "rep"
+
+
+def _array(v):
+    """A trace's x/y as numpy: plain lists, or plotly's base64 typed arrays (``bdata``)."""
+    import base64
+    if isinstance(v, dict) and "bdata" in v:
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"]).astype(float)
+    return np.asarray(v, dtype=float)
+
+
+def plotly_figures(page: str) -> list[tuple[list, dict]]:
+    """(data, layout) of every ``Plotly.newPlot`` call of a page written by plotly's to_html."""
+    dec = json.JSONDecoder()
+    out = []
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"[^"]+",\s*', page):
+        data, end = dec.raw_decode(page, m.end())
+        layout, _ = dec.raw_decode(page[end:].lstrip().lstrip(",").lstrip())
+        out.append((data, layout))
+    return out
+
+
+def brute_front(points: np.ndarray) -> set[int]:
+    """Indices of the non-dominated rows of ``points`` (all objectives minimized), O(n^2)."""
+    keep = set()
+    for i, p in enumerate(points):
+        if not any((q <= p).all() and (q < p).any() for j, q in enumerate(points) if j != i):
+            keep.add(i)
+    return keep
+
+
+def test_interactive_page_front_roofs_breakdowns_units(tmp_path):
+    """interactive.html: self-contained; the front trace is the brute-force Pareto front; every
+    point's roof is 2*rows*cols*clock and its bandwidth; stacked bars add up to the totals;
+    axis titles spell the unit, ticks never use SI prefixes."""
+    from tilewright.app.sweep.report import FRONT_COLOUR
+    from tilewright.arch import load_arch
+    db, rep = gemm_report(tmp_path)
+    index = (rep / "index.html").read_text()
+    assert "href='interactive.html'" in index
+    page = (rep / "interactive.html").read_text()
+    assert "<script src" not in page and "<link" not in page      # nothing fetched
+    assert len(page) > 3_000_000                                  # plotly.js inlined (~4.6 MB)
+    figs = plotly_figures(page)
+    with ResultsStore(db) as s:
+        df = s.frame("g").sort_values("id").reset_index(drop=True)
+    assert len(df) == 6 and (df["status"] == "ok").all()
+    titles = [lay["title"]["text"] for _, lay in figs]
+    # Pareto front latency vs area: the same ids as a brute-force dominance check
+    data, lay = figs[titles.index("g: Pareto front, area_mm2 vs latency_s")]
+    feas = df[df["feasible"]].reset_index(drop=True)
+    want = {int(feas.loc[i, "id"]) for i in brute_front(feas[["latency_s", "area_mm2"]]
+                                                        .to_numpy(float))}
+    front = [t for t in data if t["name"].startswith("Pareto front")]
+    assert len(front) == 1 and front[0]["marker"]["color"] == FRONT_COLOUR
+    assert set(int(i) for i in _array(front[0]["customdata"])) == want
+    assert front[0]["name"] == f"Pareto front ({len(want)})"
+    assert lay["xaxis"]["title"]["text"].startswith("latency_s: seconds")
+    assert "mm^2" in lay["yaxis"]["title"]["text"]
+    assert lay["xaxis"]["exponentformat"] == lay["yaxis"]["exponentformat"] == "e"
+    # hover text names every design parameter of the point
+    for cd, text in zip(_array(front[0]["customdata"]), front[0]["hovertext"]):
+        row = df[df["id"] == int(cd)].iloc[0]
+        assert f"tensor_engine.rows = {row['p:tensor_engine.rows']}" in text
+        assert f"offchip.bandwidth_gbps = {row['p:offchip.bandwidth_gbps']}" in text
+    # roofline: one roof per (array, bandwidth), from the preset and the axes by hand
+    clock = load_arch(Path(__file__).parents[1] / "configs" / "ws8x8.yaml").clock_mhz * 1e6
+    data, lay = next(f for f, t in zip(figs, titles) if t.startswith("roofline"))
+    roofs = {t["name"]: t for t in data if t["name"].startswith("roof ")}
+    assert len(roofs) == 6
+    for n in (4, 8, 16):
+        for bw in (4.0, 32.0):
+            peak = 2 * n * n * clock / 1e12                       # TOPS
+            t = roofs[f"roof {peak:.4g} TOPS, {bw:.4g} GB/s"]
+            x, y = _array(t["x"]), _array(t["y"])
+            np.testing.assert_allclose(y, np.minimum(peak, bw * 1e9 * x / 1e12), rtol=1e-12)
+    pts = next(t for t in data if t["name"] == "design points")
+    np.testing.assert_allclose(sorted(_array(pts["x"])),
+                               sorted(2 * df["macs"] / df["dram_bytes"]), rtol=1e-12)
+    assert "TOPS" in lay["yaxis"]["title"]["text"] and "op/B" in lay["xaxis"]["title"]["text"]
+    # stacked bars: the parts of each Pareto point add up to its total
+    for title, total, scale in (("energy breakdown of the Pareto points", "energy_j", 1.0),
+                                ("area breakdown of the Pareto points", "area_mm2", 1.0)):
+        data, lay = figs[titles.index(title)]
+        ids = [int(x.lstrip("#")) for x in data[0]["x"]]
+        stack = np.sum([_array(t["y"]) for t in data], axis=0)
+        np.testing.assert_allclose(stack, df.set_index("id").loc[ids, total] * scale, rtol=1e-9)
+    assert "mm^2" in figs[titles.index("area breakdown of the Pareto points")][1]["yaxis"][
+        "title"]["text"]
+    # the click data: every point's parameters as stored
+    blob = re.search(r"const TW_POINTS = (.*?);\n", page).group(1)
+    pts = json.loads(blob.replace("<\\/", "</"))["g"]
+    assert sorted(int(k) for k in pts) == sorted(df["id"])
+    for _, row in df.iterrows():
+        p = pts[str(int(row["id"]))]
+        assert p["params"]["tensor_engine.cols"] == row["p:tensor_engine.cols"]
+        assert p["workloads"][0]["macs"] == 64 * 256 * 256
