@@ -68,6 +68,9 @@ def test_report_per_op_roofline(tmp_path):
         assert got == best
         tables = _tables(page)
         assert len(tables) == len(best)
+        inter = (tmp_path / "rep" / "interactive.html").read_text()
+        clicks = json.loads(re.search(r"const TW_POINTS = (.*?);\n", inter).group(1)
+                            .replace("<\\/", "</"))["llm"]
         for pid, tab in zip(re.findall(r"Per-op roofline of the best point for \w+ \(#(\d+)\)",
                                        page), tables):
             r = s.get(keys[int(pid)])
@@ -90,6 +93,16 @@ def test_report_per_op_roofline(tmp_path):
                     * (1 + 1e-5)).all()          # nothing beats the roofline
             assert f"compute roof {peak_gops:.6g} GOP/s" in page
             assert f"bandwidth roof {arch.offchip.bandwidth_gbps:.6g} GB/s" in page
+            # the interactive page's click data: the same point's time per op, summed by hand
+            per_op: dict[str, float] = {}
+            for op, cyc in zip(rep["op"], rep["time_cycles"]):
+                per_op[str(op)] = per_op.get(str(op), 0.0) + float(cyc) / arch.clock_mhz
+            got = clicks[pid]["per_op"][0]["us_per_layer"]
+            assert len(got) == min(12, len(per_op))
+            assert sorted(got.values(), reverse=True) == list(got.values())
+            for op, us in got.items():
+                assert us == pytest.approx(per_op[op], rel=1e-9)
+            assert min(got.values()) >= sorted(per_op.values())[-len(got)] * (1 - 1e-9)
 
 
 @pytest.mark.parametrize("kind", ["mesh", "cluster"])
@@ -112,6 +125,8 @@ def test_report_of_mesh_and_cluster_sweeps(tmp_path, kind):
     page = write_report(tmp_path / "s.db", tmp_path / "rep").read_text()
     pngs = re.findall(r"<img src='([^']+)'>", page)
     assert pngs and all((tmp_path / "rep" / p).stat().st_size > 5000 for p in pngs)
+    inter = (tmp_path / "rep" / "interactive.html").read_text()
+    assert len(plotly_figures(inter)) >= len([p for p in pngs if "pareto" in p])
     if kind == "cluster":
         # the cluster energy model: perf/W front (tokens/s vs tokens/J) and the energy breakdown
         assert "c_pareto_tokens_per_s_tokens_per_j.png" in pngs and "c_energy.png" in pngs

@@ -506,7 +506,8 @@ def _breakdown_figures(store: ResultsStore, front: pd.DataFrame):
                 name = c
                 for s in strip:
                     name = name.removesuffix(s)
-                fig.add_trace(go.Bar(x=labels, y=v, name=name))
+                fig.add_trace(go.Bar(x=labels, y=v, name=name,
+                                     customdata=pts["id"].astype(int)))
         if fig.data:
             fig.update_layout(barmode="stack", title=title, height=420,
                               xaxis_title="Pareto point (id)",
@@ -537,7 +538,7 @@ function twShow(sweep, id) {
     + "</th></tr>" + twRows(Object.fromEntries(Object.entries(w).filter(e => e[0] !== "workload")))
     + "</table>"; });
   p.per_op.forEach(o => { h += "<table><tr><th colspan=2>" + o.workload
-    + ": time by op (us per layer)</th></tr>" + twRows(o.us_per_layer) + "</table>"; });
+    + ": time by op (\u00b5s per layer)</th></tr>" + twRows(o.us_per_layer) + "</table>"; });
   box.innerHTML = "<button onclick='this.parentNode.style.display=\\"none\\"'>close</button>" + h;
   box.style.display = "block";
 }
