@@ -84,7 +84,8 @@ def report(
     sweep_name: Optional[str] = typer.Option(None, "--sweep", help="only this sweep of the db"),
 ) -> None:
     """Write an HTML report with PNG Pareto fronts, a roofline view and energy breakdowns, and a
-    per-op breakdown and per-op roofline of the best Pareto points of LLM workloads."""
+    per-op breakdown and per-op roofline of the best Pareto points of LLM workloads; and
+    interactive.html, one self-contained page (Plotly, opens offline) to hover and click."""
     from tilewright.app.sweep.report import \
         write_report  # noqa: PLC0415  (lazy: pulls in pandas)
     with output_folder(out) as work:      # the folder appears whole, or not at all
