@@ -72,9 +72,11 @@ def _front_plot(df: pd.DataFrame, x: str, y: str, path: Path, title: str) -> int
         vals = vals[np.isfinite(vals) & (vals > 0)]
         if len(vals) and vals.max() / vals.min() > 50:
             getattr(ax, f"set_{axis}scale")("log")
-        else:                   # 100 k, 1.5 M ... instead of six-digit ticks running together
-            from matplotlib.ticker import EngFormatter  # noqa: PLC0415  (lazy: matplotlib is heavy)
-            getattr(ax, f"{axis}axis").set_major_formatter(EngFormatter())
+        else:   # 4 significant digits: 1.5e+06 instead of six-digit ticks running together,
+            # and 0.086 as itself (an SI prefix, "86 m", read as metres on an mm^2 axis)
+            from matplotlib.ticker import FuncFormatter  # noqa: PLC0415  (lazy: matplotlib is heavy)
+            getattr(ax, f"{axis}axis").set_major_formatter(
+                FuncFormatter(lambda v, _: f"{v:.4g}"))
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
