@@ -33,7 +33,9 @@ def _run(page: Path, *mode: str, tmp: Path) -> subprocess.CompletedProcess:
     cmd = [_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu",
            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
            "--window-size=1200,900", f"--user-data-dir={tmp / 'profile'}",
-           "--no-first-run", "--no-default-browser-check", *mode, page.as_uri()]
+           "--no-first-run", "--no-default-browser-check",
+           "--host-resolver-rules=MAP * ~NOTFOUND",   # no network: a fetch would log an error
+           *mode, page.as_uri()]
     env = {**os.environ, "HOME": str(tmp)}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
@@ -53,11 +55,18 @@ def report(tmp_path_factory):
 
 
 def test_console_errors_are_detected(tmp_path):
-    """The check below can fail: a page with a script error shows in the log we grep."""
+    """The check below can fail: a page with a script error, or one that loads a script from
+    the network, shows in the log we grep."""
     bad = tmp_path / "bad.html"
     bad.write_text("<html><body><script>noSuchFunction();</script></body></html>")
     out = _run(bad, "--dump-dom", tmp=tmp_path)
     assert any("noSuchFunction" in ln for ln in _console_errors(out.stderr)), out.stderr[-2000:]
+    net = tmp_path / "net.html"
+    net.write_text("<html><body><script src='https://cdn.example/plotly.min.js'></script>"
+                   "<script>Plotly.newPlot('x', []);</script></body></html>")
+    out = _run(net, "--dump-dom", tmp=tmp_path)
+    assert any("Plotly is not defined" in ln for ln in _console_errors(out.stderr)), \
+        out.stderr[-2000:]
 
 
 def test_page_loads_and_a_click_shows_the_point(report, tmp_path):
