@@ -27,7 +27,6 @@ from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.app.cli.sweep import report, sweep
 from tilewright.app.eda.synth import (TARGETS, SynthError, YosysMissing,
                                       check_yosys, synthesize)
-from tilewright.app.flows.demo import run_demo
 from tilewright.app.output_folder import output_folder
 from tilewright.arch import PRESET_DIR, ArchSpec, load_arch
 from tilewright.cosim.verilator import lint_verilog
@@ -74,6 +73,7 @@ def demo(
                                       "fast (C++ Verilator harness)"),
 ) -> None:
     """Run the whole path: compile -> Verilog -> Verilator -> compare with torch and the cycle model."""
+    from tilewright.app.flows.demo import run_demo  # noqa: PLC0415  (lazy: the functional model)
     spec = refuse_mesh(load_arch(arch), "demo", arch) if arch else None
     ok = run_demo(model=model, arch=spec, seed=seed, console=console, driver=driver.value)
     raise typer.Exit(0 if ok else 1)
