@@ -117,6 +117,9 @@ class _FormatDtypes(Mapping):
             return self._PLAIN[name]
         return _NUMBER_FORMATS[name].dtype
 
+    def __contains__(self, name: object) -> bool:      # a name check resolves no dtype
+        return name in self._PLAIN or name in _NUMBER_FORMATS
+
     def __iter__(self):
         return iter(dict.fromkeys([*_NUMBER_FORMATS, *self._PLAIN]))
 

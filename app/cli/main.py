@@ -31,6 +31,7 @@ from tilewright.app.output_folder import output_folder
 from tilewright.arch import PRESET_DIR, ArchSpec, load_arch
 from tilewright.cosim.verilator import lint_verilog
 from tilewright.errors import UserError
+from tilewright.extras import missing_extra
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tilewright: design, compile for, generate and co-simulate AI accelerators.")
@@ -266,6 +267,7 @@ def main() -> None:
             sys.exit(exc.exit_code)
         if _DEBUG["on"]:
             raise
+        exc = missing_extra(exc) or exc      # a package of an uninstalled extra: name the extra
         if isinstance(exc, _user_errors()):
             text = (f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError)
                     and exc.filename and exc.strerror else str(exc))

@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape as rich_escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
@@ -69,7 +70,7 @@ def sweep(
         bad = df[df["status"].isin(["invalid", "error"])]
         if len(bad):
             console.print(f"[yellow]{len(bad)} points could not be evaluated; first: "
-                          f"{bad['error'].iloc[0]}")
+                          f"{rich_escape(str(bad['error'].iloc[0]))}")
         objs = [(o.metric, o.direction) for o in spec.objectives]
         front = pareto_frame(df, objs)
         console.print(f"{int(df['feasible'].sum())} feasible; Pareto front "
