@@ -14,8 +14,6 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.markup import escape as rich_escape
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
 
 from tilewright.app.output_folder import output_folder
 
@@ -52,6 +50,9 @@ def sweep(
     if export is not None:      # refused before the sweep runs and writes its database
         check_export_path(export)
     dbp = db or Path(f"{Path(file).stem}.db")
+    from rich.progress import (  # noqa: PLC0415  (lazy: progress bars only while sweeping)
+        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+        TimeRemainingColumn)
     with Progress(TextColumn(f"[bold]{spec.name}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console,
                   transient=False) as prog:
