@@ -115,3 +115,27 @@ def test_cli_names_the_missing_extra_in_one_line(tmp_path, blocked, argv, line):
     err = [x for x in p.stderr.splitlines() if x.startswith("error:")]
     assert p.returncode == 2, p.stderr
     assert len(err) == 1 and line in err[0] and "Traceback" not in p.stderr, p.stderr
+
+
+def test_core_sweeps_leave_out_fpga_figures_without_the_predictor(monkeypatch):
+    """Without scipy/scikit-learn (the ``fpga`` extra) a sweep produces every static metric but
+    the predicted FPGA resources, instead of failing every point."""
+    from tilewright.app.sweep.spec import FPGA_METRICS, STATIC_METRICS, produced_static_metrics
+    assert set(FPGA_METRICS) <= set(produced_static_metrics(True, False))
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    have = produced_static_metrics(True, False)
+    assert set(have) == set(STATIC_METRICS) - set(FPGA_METRICS)
+
+
+def test_sweep_asking_for_an_fpga_figure_names_the_extra(tmp_path):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("name: s\nbase: ws8x8\naxes:\n  tensor_engine.rows,tensor_engine.cols: [8]\n"
+                     "workloads:\n  - {gemm: [64, 64, 64], format: int8}\n"
+                     "objectives: [latency, area]\n"
+                     "constraints: [\"fpga_luts_ice40 <= 5000\"]\n")
+    p = subprocess.run([sys.executable, "-c", _CLI.format(
+        blocked=["sklearn"], argv=["sweep", str(sweep), "--db", str(tmp_path / "s.db")])],
+        capture_output=True, text=True, cwd=REPO, timeout=600)
+    err = [x for x in p.stderr.splitlines() if x.startswith("error:")]
+    assert p.returncode == 2 and len(err) == 1, p.stderr
+    assert "fpga_luts_ice40" in err[0] and "pip install 'tilewright[fpga]'" in err[0]

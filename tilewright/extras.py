@@ -13,11 +13,14 @@ prints it as one line and exits with status 2).
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from types import ModuleType
 
 from tilewright.errors import ToolMissing
 
-__all__ = ["ExtraMissing", "OPTIONAL_MODULES", "require", "install_hint", "missing_extra"]
+__all__ = ["ExtraMissing", "OPTIONAL_MODULES", "require", "installed", "install_hint",
+           "missing_extra"]
 
 #: top-level module -> (pip package, extra) for every package that only an extra installs
 #: (pyproject.toml ``[project.optional-dependencies]`` declares the extras; tests/test_extras.py
@@ -66,6 +69,14 @@ def missing_extra(exc: BaseException) -> ExtraMissing | None:
         if top in OPTIONAL_MODULES:
             return _missing(top)
     return None
+
+
+def installed(module: str) -> bool:
+    """Whether top-level package ``module`` can be imported (without importing it)."""
+    top = module.split(".")[0]
+    if top in sys.modules:
+        return sys.modules[top] is not None
+    return importlib.util.find_spec(top) is not None
 
 
 def require(module: str) -> ModuleType:

@@ -57,7 +57,7 @@ import pandas as pd
 from tilewright.app.sweep.resource_data import DATA_DIR
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout
-from tilewright.extras import require
+from tilewright.extras import installed, require
 
 __all__ = ["METRICS", "CANDIDATES", "CHOSEN", "ResourceModelError", "data_path", "load_data",
            "design_features", "feature_arrays", "bram_estimate", "BRAM_MODES", "fit_models",
@@ -225,6 +225,22 @@ class Candidate:
 
     name: str
     fit: Callable[[pd.DataFrame, np.ndarray], Callable[[pd.DataFrame], np.ndarray]]
+
+
+#: optional packages the fitters need (the ``fpga`` extra): SciPy's NNLS, scikit-learn's boosting
+PREDICTOR_MODULES = ("scipy", "sklearn")
+
+
+def predictor_installed() -> bool:
+    """Whether :data:`PREDICTOR_MODULES` are installed (else sweeps produce no ``fpga_*``)."""
+    return all(installed(m) for m in PREDICTOR_MODULES)
+
+
+def require_predictor() -> None:
+    """Raise :class:`~tilewright.extras.ExtraMissing` naming the extra unless the predictor's
+    packages are installed."""
+    for m in PREDICTOR_MODULES:
+        require(m)
 
 
 def _fit_linear(cols: tuple[str, ...]) -> Callable:
