@@ -51,7 +51,8 @@ def test_extra_missing_is_a_user_error_and_an_import_error():
 
 def test_require_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(ExtraMissing, match=r"^ray is not installed: pip install 'tilewright\[ray\]'$"):
+    ray_line = r"^ray is not installed: pip install 'tilewright\[ray\]'$"
+    with pytest.raises(ExtraMissing, match=ray_line):
         require("ray")
     monkeypatch.setitem(sys.modules, "sklearn", None)
     with pytest.raises(ExtraMissing, match=r"^scikit-learn is not installed: .*tilewright\[fpga\]"):
