@@ -42,11 +42,16 @@ def _python() -> Path | None:
                                ).returncode == 0 else None
 
 
-def main() -> None:
-    arch = ArchSpec(name="tpu-like-32x32", clock_mhz=1000.0,
+def tpu_like_arch() -> ArchSpec:
+    """The ArchSpec comparable to ZigZag's bundled ``tpu_like`` accelerator (module docstring)."""
+    return ArchSpec(name="tpu-like-32x32", clock_mhz=1000.0,
                     tensor_engine=TensorEngineSpec(rows=32, cols=32, dataflow="ws"),
                     memory=MemorySpec(scratchpad_kib=2048, accumulator_kib=256),
                     offchip=OffChipSpec(bandwidth_gbps=8.0, latency_ns=0.0))
+
+
+def main() -> None:
+    arch = tpu_like_arch()
     py = _python()
     if py is None:
         print("ZigZag venv not found: skipping ZigZag. Set it up with\n  python3 -m venv "

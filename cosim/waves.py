@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tilewright.extras import require
+
 __all__ = ["sample_vcd", "vcd_signals"]
 
 
 def vcd_signals(path: str | Path) -> list[str]:
     """Every signal name in the VCD (scope-qualified, e.g. ``tw_gemm_core.busy``)."""
-    from vcdvcd import VCDVCD  # noqa: PLC0415  (lazy: only to read a waveform)
+    VCDVCD = require("vcdvcd").VCDVCD
 
     return list(VCDVCD(str(path), only_sigs=True).signals)
 
@@ -43,7 +45,7 @@ def _value(v: str) -> int:
 def sample_vcd(path: str | Path, signals: list[str], *, clock: str = "clk") -> pd.DataFrame:
     """One row per rising clock edge (``cycle`` 0, 1, ...; ``time`` in the VCD's units), one column
     per signal (unsigned ints) holding its value just before that edge."""
-    from vcdvcd import VCDVCD  # noqa: PLC0415  (lazy: only to read a waveform)
+    VCDVCD = require("vcdvcd").VCDVCD
 
     names = vcd_signals(path)
     full = {s: _resolve(names, s) for s in [clock, *signals]}

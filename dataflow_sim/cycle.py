@@ -15,14 +15,18 @@ every GEMM they run.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.core_timing import CONVENTIONS, gemm_cycles_array
 from tilewright.compiler.engine_timing import tensor_engine_gemm_cycles
-from tilewright.compiler.program import GemmTask, Program
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tilewright.compiler.program import GemmTask, Program
 
 __all__ = ["GemmCycles", "gemm_cycles", "gemm_cycles_array", "gemm_report", "CONVENTIONS",
            "tensor_engine_gemm_cycles"]
@@ -71,6 +75,7 @@ def gemm_cycles(arch: ArchSpec, m: int, k: int, n: int,
 def gemm_report(program: Program, arch: ArchSpec, convention: str = "tilewright"
                    ) -> pd.DataFrame:
     """Per-GEMM-task Report rows (op, m, k, n, macs, folds, cycles, utilization, time_us)."""
+    import pandas as pd  # noqa: PLC0415  (lazy: pandas costs ~0.4 s of CPU; `cycles` needs none)
     te = arch.tensor_engine
     gemms: list[GemmTask] = program.gemms()
     m = np.array([g.m for g in gemms], np.int64)

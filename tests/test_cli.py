@@ -81,9 +81,9 @@ def test_failed_demo_exits_nonzero(monkeypatch):
     rather than raises, the code when standalone_mode is off)."""
     import sys
 
-    import tilewright.app.cli.main as cli_main
+    import tilewright.app.flows.demo as demo_flow  # the demo command imports run_demo lazily
     from tilewright.app.cli.main import main
-    monkeypatch.setattr(cli_main, "run_demo", lambda **kw: False)
+    monkeypatch.setattr(demo_flow, "run_demo", lambda **kw: False)
     monkeypatch.setattr(sys, "argv", ["tilewright", "demo"])
     with pytest.raises(SystemExit) as exc:
         main()

@@ -1,5 +1,6 @@
 """Number formats: a registry of the element formats accelerator architects compare, with
-bit-exact numpy quantization (ml_dtypes element types). Imports numpy and ml_dtypes only.
+bit-exact numpy quantization (ml_dtypes element types). Imports numpy only; ml_dtypes is imported
+the first time a float format's dtype or limits are read (it costs ~0.5 s of CPU at start-up).
 
 Every format stores *element codes* in a numpy dtype plus, for scaled formats, scales:
 
@@ -39,9 +40,9 @@ Rounding, exactly (all arithmetic in IEEE fp32, round-to-nearest-even = RNE):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
-import ml_dtypes
 import numpy as np
 
 __all__ = ["NumberFormat", "QTensor", "FORMATS", "ACCUMULATORS", "get_format", "round_to_element",
@@ -63,28 +64,72 @@ ACCUMULATORS: dict[str, Any] = {"fp32": np.float32, "int32": np.int32}
 class NumberFormat:
     """One operand (element) format.
 
-    ``max_finite`` is the largest finite element *value* (after the implicit element scale
-    ``2**element_exp``: MXINT8 code 127 means 127/64). ``mantissa_bits``/``emin`` describe float
-    elements (explicit fraction bits; exponent of the smallest normal) and are None for integers;
-    ``emax`` is the exponent of the largest normal element (OCP ``emax_elem``; 0 for integers).
-    ``scaling`` says where scales live: none, fp32 per tensor/channel, or E8M0 per ``block_size``
-    elements of the reduction axis. ``rounding`` states the rounding and overflow rule.
+    ``element`` names the numpy or ``ml_dtypes`` scalar type holding the element codes
+    (``"float32"``, ``"bfloat16"``, ``"float8_e4m3fn"``, ``"int8"``); ``dtype`` resolves it. For a
+    float format ``bits``, ``max_finite``, ``emax``, ``mantissa_bits`` and ``emin`` come from
+    ``ml_dtypes.finfo`` of that type, computed on first use (so listing formats or checking a name
+    does not import ml_dtypes). ``max_finite`` is the largest finite element *value* (after the
+    implicit element scale ``2**element_exp``: MXINT8 code 127 means 127/64).
+    ``mantissa_bits``/``emin`` describe float elements (explicit fraction bits; exponent of the
+    smallest normal) and are None for integers; ``emax`` is the exponent of the largest normal
+    element (OCP ``emax_elem``; 0 for integers). ``scaling`` says where scales live: none, fp32 per
+    tensor/channel, or E8M0 per ``block_size`` elements of the reduction axis. ``rounding`` states
+    the rounding and overflow rule.
     """
 
     name: str
     kind: Literal["float", "int"]
-    bits: int
-    dtype: Any
-    max_finite: float
-    emax: int
-    mantissa_bits: int | None
-    emin: int | None
+    element: str
     element_exp: int
     scaling: Scaling
-    block_size: int | None
     overflow: Overflow
     default_acc: Literal["fp32", "int32"]
     rounding: str
+
+    @cached_property
+    def dtype(self) -> Any:
+        """The scalar type of the element codes (numpy, or ml_dtypes for bf16 and fp8)."""
+        if hasattr(np, self.element):
+            return getattr(np, self.element)
+        import ml_dtypes  # noqa: PLC0415  (lazy: ~0.5 s of CPU; only bf16/fp8 codes need it)
+        return getattr(ml_dtypes, self.element)
+
+    @cached_property
+    def _finfo(self) -> Any:
+        import ml_dtypes  # noqa: PLC0415  (lazy: ~0.5 s of CPU; only float limits need it)
+        return ml_dtypes.finfo(self.dtype)
+
+    @property
+    def bits(self) -> int:
+        """Bits of one element code."""
+        return np.dtype(self.dtype).itemsize * 8
+
+    @property
+    def block_size(self) -> int | None:
+        """Elements sharing one E8M0 scale (MX formats), None otherwise."""
+        return MX_BLOCK if self.scaling == "e8m0" else None
+
+    @property
+    def max_finite(self) -> float:
+        """Largest finite element value (ml_dtypes.finfo max; 127 * 2**element_exp for ints)."""
+        if self.kind == "int":
+            return 127 * 2.0 ** self.element_exp
+        return float(self._finfo.max)
+
+    @property
+    def emax(self) -> int:
+        """Exponent of the largest normal element (OCP emax_elem; 0 for integers)."""
+        return 0 if self.kind == "int" else int(np.floor(np.log2(self.max_finite)))
+
+    @property
+    def mantissa_bits(self) -> int | None:
+        """Explicit fraction bits of a float element; None for integers."""
+        return None if self.kind == "int" else int(self._finfo.nmant)
+
+    @property
+    def emin(self) -> int | None:
+        """Exponent of the smallest normal float element; None for integers."""
+        return None if self.kind == "int" else int(np.log2(float(self._finfo.smallest_normal)))
 
     @property
     def granularities(self) -> tuple[str, ...]:
@@ -99,26 +144,18 @@ class NumberFormat:
         return int(round(self.max_finite * 2.0 ** -self.element_exp))
 
 
-def _float(name: str, dtype: Any, scaling: Scaling, overflow: Overflow, rounding: str
+def _float(name: str, element: str, scaling: Scaling, overflow: Overflow, rounding: str
            ) -> NumberFormat:
-    """A float element format; max, emax, emin and fraction bits come from ml_dtypes.finfo."""
-    fi = ml_dtypes.finfo(dtype)
-    return NumberFormat(
-        name=name, kind="float", bits=fi.bits, dtype=dtype, max_finite=float(fi.max),
-        emax=int(np.floor(np.log2(float(fi.max)))), mantissa_bits=int(fi.nmant),
-        emin=int(np.log2(float(fi.smallest_normal))), element_exp=0, scaling=scaling,
-        block_size=MX_BLOCK if scaling == "e8m0" else None, overflow=overflow,
-        default_acc="fp32", rounding=rounding)
+    """A float element format held in scalar type ``element`` (numpy or ml_dtypes name)."""
+    return NumberFormat(name=name, kind="float", element=element, element_exp=0, scaling=scaling,
+                        overflow=overflow, default_acc="fp32", rounding=rounding)
 
 
 def _int(name: str, element_exp: int, scaling: Scaling, rounding: str) -> NumberFormat:
     """A symmetric 8-bit integer format whose code 1 is worth 2**element_exp."""
-    mx = scaling == "e8m0"
-    return NumberFormat(
-        name=name, kind="int", bits=8, dtype=np.int8, max_finite=127 * 2.0 ** element_exp, emax=0,
-        mantissa_bits=None, emin=None, element_exp=element_exp, scaling=scaling,
-        block_size=MX_BLOCK if mx else None, overflow="saturate",
-        default_acc="fp32" if mx else "int32", rounding=rounding)
+    return NumberFormat(name=name, kind="int", element="int8", element_exp=element_exp,
+                        scaling=scaling, overflow="saturate",
+                        default_acc="fp32" if scaling == "e8m0" else "int32", rounding=rounding)
 
 
 _SAT_FP = "x/s in fp32 (RNE), then saturating RNE (|v| > max -> +-max; never inf/NaN)"
@@ -126,14 +163,14 @@ _MX = "OCP MX v1.0: X = floor(log2 amax_block) - emax_elem; element = saturating
 
 #: format name -> NumberFormat (operand formats; accumulators are in ACCUMULATORS)
 FORMATS: dict[str, NumberFormat] = {f.name: f for f in [
-    _float("fp32", np.float32, "none", "ieee", "identity on fp32 input (IEEE binary32)"),
-    _float("bf16", ml_dtypes.bfloat16, "none", "ieee", "RNE; overflow -> +-inf; NaN kept (IEEE)"),
+    _float("fp32", "float32", "none", "ieee", "identity on fp32 input (IEEE binary32)"),
+    _float("bf16", "bfloat16", "none", "ieee", "RNE; overflow -> +-inf; NaN kept (IEEE)"),
     _int("int8", 0, "fp32", "symmetric: code = clip(rint(x/s), -127, 127), rint = RNE, s fp32"),
-    _float("fp8-e4m3", ml_dtypes.float8_e4m3fn, "fp32", "saturate", _SAT_FP),
-    _float("fp8-e5m2", ml_dtypes.float8_e5m2, "fp32", "saturate", _SAT_FP),
+    _float("fp8-e4m3", "float8_e4m3fn", "fp32", "saturate", _SAT_FP),
+    _float("fp8-e5m2", "float8_e5m2", "fp32", "saturate", _SAT_FP),
     _int("mxint8", -6, "e8m0", _MX + "; code = clip(rint(64 x / 2**X), -127, 127)"),
-    _float("mxfp8", ml_dtypes.float8_e4m3fn, "e8m0", "saturate", _MX + " (E4M3 elements)"),
-    _float("mxfp8-e5m2", ml_dtypes.float8_e5m2, "e8m0", "saturate", _MX + " (E5M2 elements)"),
+    _float("mxfp8", "float8_e4m3fn", "e8m0", "saturate", _MX + " (E4M3 elements)"),
+    _float("mxfp8-e5m2", "float8_e5m2", "e8m0", "saturate", _MX + " (E5M2 elements)"),
 ]}
 
 

@@ -134,7 +134,7 @@ def compile_cmd(
 
 def models_cmd() -> None:
     """List the model configs with their shapes."""
-    from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_shapes import (  # noqa: PLC0415  (lazy: models layer on demand)
         LLM_CONFIGS, param_count)
 
     table = Table(title="model configs (one layer is compiled; see `tilewright compile`)")

@@ -20,8 +20,6 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tilewright.app.eda.fpga import TARGETS, UnknownFpgaTarget, run_fpga
-from tilewright.app.eda.fpga_pnr import PnrError
 from tilewright.app.eda.synth import SynthError
 from tilewright.arch import load_arch
 
@@ -47,6 +45,10 @@ def fpga(
                                          "the ArchSpec's clock_mhz)"),
 ) -> None:
     """Synthesize, place and route (iCE40/ECP5) or script Vivado (xc7) for an ArchSpec."""
+    from tilewright.app.eda.fpga import (  # noqa: PLC0415  (lazy: the FPGA flow only to run)
+        TARGETS, UnknownFpgaTarget, run_fpga)
+    from tilewright.app.eda.fpga_pnr import (  # noqa: PLC0415  (lazy: the FPGA flow only to run)
+        PnrError)
     if target not in TARGETS:          # fail before generating anything
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
     spec = load_arch(arch)

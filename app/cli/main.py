@@ -27,11 +27,11 @@ from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.app.cli.sweep import report, sweep
 from tilewright.app.eda.synth import (TARGETS, SynthError, YosysMissing,
                                       check_yosys, synthesize)
-from tilewright.app.flows.demo import run_demo
 from tilewright.app.output_folder import output_folder
 from tilewright.arch import PRESET_DIR, ArchSpec, load_arch
 from tilewright.cosim.verilator import lint_verilog
 from tilewright.errors import UserError
+from tilewright.extras import missing_extra
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tilewright: design, compile for, generate and co-simulate AI accelerators.")
@@ -74,6 +74,7 @@ def demo(
                                       "fast (C++ Verilator harness)"),
 ) -> None:
     """Run the whole path: compile -> Verilog -> Verilator -> compare with torch and the cycle model."""
+    from tilewright.app.flows.demo import run_demo  # noqa: PLC0415  (lazy: the functional model)
     spec = refuse_mesh(load_arch(arch), "demo", arch) if arch else None
     ok = run_demo(model=model, arch=spec, seed=seed, console=console, driver=driver.value)
     raise typer.Exit(0 if ok else 1)
@@ -266,6 +267,7 @@ def main() -> None:
             sys.exit(exc.exit_code)
         if _DEBUG["on"]:
             raise
+        exc = missing_extra(exc) or exc      # a package of an uninstalled extra: name the extra
         if isinstance(exc, _user_errors()):
             text = (f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError)
                     and exc.filename and exc.strerror else str(exc))

@@ -18,9 +18,8 @@ from rich.table import Table
 
 from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES, mesh_elem_bytes
 from tilewright.arch import ArchSpec, load_arch
-from tilewright.dataflow_sim.mesh import (GEMM_ALGOS, GEMV_ALGOS, MeshMappingError, defect_grid,
-                                          mesh_gemm, mesh_gemv)
-from tilewright.dataflow_sim.mesh.capacity import gemm_capacity, gemv_capacity
+from tilewright.compiler.errors import MeshMappingError
+from tilewright.compiler.mesh_schedule import GEMM_ALGOS, GEMV_ALGOS
 
 __all__ = ["mesh", "with_mesh", "ROWS_OPTION", "COLS_OPTION", "LINK_OPTION", "HOP_OPTION"]
 
@@ -80,6 +79,10 @@ def mesh(
     if spec.mesh is None:
         raise MeshMappingError(f"{spec.name}: the ArchSpec has no mesh section")
     elem_bytes = mesh_elem_bytes(spec, elem_bytes)
+    from tilewright.dataflow_sim.mesh import (  # noqa: PLC0415  (lazy: mesh model)
+        defect_grid, mesh_gemm, mesh_gemv)
+    from tilewright.dataflow_sim.mesh.capacity import (  # noqa: PLC0415  (lazy: only to run)
+        gemm_capacity, gemv_capacity)
     if op == "gemm":
         if algo not in GEMM_ALGOS:
             raise MeshMappingError(f"--algo {algo!r}: gemm accepts {', '.join(GEMM_ALGOS)}")
@@ -155,7 +158,8 @@ def _rtl_check(spec, op: str, algo: str, m: int, k: int, n: int, elem_bytes: int
                                f"tensor_engine.input_format is int8 (e.g. mesh4x4; "
                                f"{spec.name}: {spec.tensor_engine.input_format}) and the "
                                f"default --broadcast-x")
-    from tilewright.cosim.mesh_rtl import rtl_gemm, rtl_gemv  # noqa: PLC0415  (lazy: pulls in amaranth)
+    from tilewright.cosim.mesh_rtl import (  # noqa: PLC0415  (lazy: pulls in amaranth)
+        rtl_gemm, rtl_gemv)
     err = Console(stderr=True)
     say = lambda msg: err.print(msg, markup=False, highlight=False)    # noqa: E731  (progress)
     rng = np.random.default_rng(seed)

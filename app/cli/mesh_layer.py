@@ -20,15 +20,7 @@ from rich.table import Table
 from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES, mesh_elem_bytes
 from tilewright.app.cli.mesh import COLS_OPTION, HOP_OPTION, LINK_OPTION, ROWS_OPTION, with_mesh
 from tilewright.arch import load_arch
-from tilewright.compiler.mesh_partition import (partition_layer, partition_moe_layer,
-                                                rect_regions, square_regions)
-from tilewright.dataflow_sim.mesh import MeshMappingError, defect_grid, run_mesh_program
-from tilewright.dataflow_sim.mesh.capacity import (llama_capacity, moe_capacity,
-                                                   program_buffer_bytes, wafer_stages)
-from tilewright.dataflow_sim.mesh.grid import as_mapping_error
-from tilewright.dataflow_sim.mesh.llm import (WaferPlan, choose_wafers, embedding_lookup,
-                                              final_norm_and_head, handover, wafer_link_us)
-from tilewright.dataflow_sim.mesh.program_run import link_busy_map, split_cycles
+from tilewright.compiler.errors import MeshMappingError
 
 __all__ = ["mesh_layer"]
 
@@ -54,6 +46,13 @@ def _experts(text: str | None) -> list[list[int]] | None:
 def _capacity_of(spec, cfg, prog, phase: str, *, tokens: int, context: int, batch: int,
                  elem_bytes: int, defects: str, is_moe: bool):
     """``wafers -> Capacity`` of the whole model placed as ``prog``'s partition places it."""
+    from tilewright.compiler.mesh_partition import (  # noqa: PLC0415  (lazy: mesh model)
+        rect_regions, square_regions)
+    from tilewright.dataflow_sim.mesh import defect_grid  # noqa: PLC0415  (lazy: mesh model)
+    from tilewright.dataflow_sim.mesh.capacity import (  # noqa: PLC0415  (lazy: mesh model)
+        llama_capacity, moe_capacity, program_buffer_bytes)
+    from tilewright.dataflow_sim.mesh.grid import (  # noqa: PLC0415  (lazy: mesh model)
+        as_mapping_error)
     buf = program_buffer_bytes(prog)
     if not is_moe:
         pr, pc = (int(x) for x in prog.meta["grid"].split("x"))
@@ -115,6 +114,15 @@ def mesh_layer(
     fits the wafer's SRAM (or plan it over several wafers), and print per-op cycles."""
     from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
         MoEConfig, get_config)
+    from tilewright.compiler.mesh_partition import (  # noqa: PLC0415  (lazy: mesh model)
+        partition_layer, partition_moe_layer)
+    from tilewright.dataflow_sim.mesh import run_mesh_program  # noqa: PLC0415  (lazy: mesh model)
+    from tilewright.dataflow_sim.mesh.capacity import (  # noqa: PLC0415  (lazy: mesh model)
+        wafer_stages)
+    from tilewright.dataflow_sim.mesh.grid import (  # noqa: PLC0415  (lazy: mesh model)
+        as_mapping_error)
+    from tilewright.dataflow_sim.mesh.llm import (  # noqa: PLC0415  (lazy: mesh model)
+        WaferPlan, choose_wafers, wafer_link_us)
     spec = with_mesh(load_arch(arch), arch, rows=rows, cols=cols,
                      link_bytes_per_cycle=link_bytes, hop_latency_cycles=hop_latency)
     if spec.mesh is None:
@@ -258,6 +266,10 @@ def _extras(spec, cfg, phase: str, *, tokens: int, context: int, elem_bytes: int
             stages: list[int]) -> dict:
     """The end-to-end parts besides the layers (MeshReports, by name); decode: one handover per
     distinct wafer load (wafers re-lay out their own layers at once)."""
+    from tilewright.dataflow_sim.mesh.grid import (  # noqa: PLC0415  (lazy: mesh model)
+        as_mapping_error)
+    from tilewright.dataflow_sim.mesh.llm import (  # noqa: PLC0415  (lazy: mesh model)
+        embedding_lookup, final_norm_and_head, handover)
     with as_mapping_error():
         out = {"embedding": embedding_lookup(spec, cfg, phase, tokens=tokens,
                                              elem_bytes=elem_bytes, defects=defects)}
@@ -278,6 +290,8 @@ def _extras(spec, cfg, phase: str, *, tokens: int, context: int, elem_bytes: int
 
 def _e2e_rows(run, table, n_layers: int, extras: dict):
     """(part, count, us each, split of one) for the end-to-end table."""
+    from tilewright.dataflow_sim.mesh.program_run import (  # noqa: PLC0415  (lazy: mesh model)
+        split_cycles)
     layer = {k: int(table[k].sum()) for k in ("compute_cycles", "transfer_cycles",
                                               "reduction_cycles")}
     rows = [(k, 1, r.us, split_cycles(r)) for k, r in extras.items() if k == "embedding"]
@@ -287,6 +301,8 @@ def _e2e_rows(run, table, n_layers: int, extras: dict):
 
 
 def _e2e_json(extras: dict, handover_us: float) -> dict:
+    from tilewright.dataflow_sim.mesh.program_run import (  # noqa: PLC0415  (lazy: mesh model)
+        split_cycles)
     if not extras:
         return {}
     return {"parts": {k: {"us": round(r.us, 6), "cycles": r.cycles, **split_cycles(r)}
@@ -297,6 +313,8 @@ def _e2e_json(extras: dict, handover_us: float) -> dict:
 def _heatmap(path: Path, run, n_layers: int, extras: dict, title: str) -> None:
     """PNG of link busy cycles per core (east + south links, both directions) summed over the
     layer's ops (x ``n_layers`` when ``extras`` are given, the whole model) and the extras."""
+    from tilewright.dataflow_sim.mesh.program_run import (  # noqa: PLC0415  (lazy: mesh model)
+        link_busy_map)
     import matplotlib  # noqa: PLC0415  (lazy: matplotlib is heavy)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415  (lazy: matplotlib is heavy)

@@ -13,8 +13,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.markup import escape as rich_escape
 
 from tilewright.app.output_folder import output_folder
 
@@ -51,6 +50,9 @@ def sweep(
     if export is not None:      # refused before the sweep runs and writes its database
         check_export_path(export)
     dbp = db or Path(f"{Path(file).stem}.db")
+    from rich.progress import (  # noqa: PLC0415  (lazy: progress bars only while sweeping)
+        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+        TimeRemainingColumn)
     with Progress(TextColumn(f"[bold]{spec.name}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=console,
                   transient=False) as prog:
@@ -69,7 +71,7 @@ def sweep(
         bad = df[df["status"].isin(["invalid", "error"])]
         if len(bad):
             console.print(f"[yellow]{len(bad)} points could not be evaluated; first: "
-                          f"{bad['error'].iloc[0]}")
+                          f"{rich_escape(str(bad['error'].iloc[0]))}")
         objs = [(o.metric, o.direction) for o in spec.objectives]
         front = pareto_frame(df, objs)
         console.print(f"{int(df['feasible'].sum())} feasible; Pareto front "

@@ -32,6 +32,7 @@ from typing import Any
 
 from tilewright.app.eda.synth import SynthTarget, synthesize
 from tilewright.errors import ToolMissing, UserError
+from tilewright.extras import install_hint
 
 __all__ = ["FAMILIES", "FLOWS", "PARTS", "HARNESS_TOP", "Part", "PnrError", "DoesNotFitPart",
            "NextpnrMissing", "check_nextpnr", "check_memory_fits", "top_ports", "harness_verilog",
@@ -119,7 +120,7 @@ def check_nextpnr(family: str) -> None:
     if importlib.util.find_spec(module) is None:
         raise NextpnrMissing(f"place-and-route for {family} needs the 'yowasp-nextpnr-{family}' "
                              f"Python package, which is not installed; install it with: "
-                             f"pip install yowasp-nextpnr-{family}")
+                             f"{install_hint(module)} (or: pip install yowasp-nextpnr-{family})")
 
 
 _PORT = re.compile(r"^\s*(input|output|inout)\s+(?:\[(\d+):(\d+)\]\s*)?\\?(\S+?)\s*;", re.M)

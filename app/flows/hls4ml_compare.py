@@ -39,6 +39,7 @@ import pandas as pd
 from tilewright.arch import ArchSpec
 from tilewright.compiler import compile_model
 from tilewright.compiler.layout import DoesNotFit
+from tilewright.extras import require
 from tilewright.dataflow_sim.compile_flow import compile_module
 from tilewright.dataflow_sim.cycle import gemm_report
 from tilewright.dataflow_sim.functional import run_program
@@ -191,11 +192,8 @@ def run_hls4ml(module: Any, example_input: Any, *, out_dir: str | Path,
     out_dir = Path(out_dir)
     inputs = _inputs(example_input)
     cfg_text = f"{precision}, reuse {reuse_factor}, {backend}, io_parallel"
-    try:
-        import hls4ml  # noqa: PLC0415  (lazy: optional comparison)
-    except ImportError as exc:  # a missing tool is an error, never an "unsupported" row
-        raise ImportError(f"the hls4ml route needs hls4ml: pip install 'hls4ml==1.3.0' "
-                          f"(and g++ on PATH); {exc}") from exc
+    # a missing tool is an error (ExtraMissing, an ImportError), never an "unsupported" row
+    hls4ml = require("hls4ml")
     t0 = time.perf_counter()
     stages: dict[str, float] = {}
     chatter = io.StringIO()  # hls4ml prints its topology while converting

@@ -57,6 +57,7 @@ import pandas as pd
 from tilewright.app.sweep.resource_data import DATA_DIR
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout
+from tilewright.extras import installed, require
 
 __all__ = ["METRICS", "CANDIDATES", "CHOSEN", "ResourceModelError", "data_path", "load_data",
            "design_features", "feature_arrays", "bram_estimate", "BRAM_MODES", "fit_models",
@@ -226,10 +227,25 @@ class Candidate:
     fit: Callable[[pd.DataFrame, np.ndarray], Callable[[pd.DataFrame], np.ndarray]]
 
 
+#: optional packages the fitters need (the ``fpga`` extra): SciPy's NNLS, scikit-learn's boosting
+PREDICTOR_MODULES = ("scipy", "sklearn")
+
+
+def predictor_installed() -> bool:
+    """Whether :data:`PREDICTOR_MODULES` are installed (else sweeps produce no ``fpga_*``)."""
+    return all(installed(m) for m in PREDICTOR_MODULES)
+
+
+def require_predictor() -> None:
+    """Raise :class:`~tilewright.extras.ExtraMissing` naming the extra unless the predictor's
+    packages are installed."""
+    for m in PREDICTOR_MODULES:
+        require(m)
+
+
 def _fit_linear(cols: tuple[str, ...]) -> Callable:
     def fit(x: pd.DataFrame, y: np.ndarray) -> Callable:
-        from scipy.optimize import \
-            nnls  # noqa: PLC0415  (lazy: scipy is heavy; lazy: scipy is heavy)
+        nnls = require("scipy.optimize").nnls
         a = _mat(x, cols)
         w = 1.0 / np.maximum(y, 1.0)                      # rows scaled by 1/y: relative error
         coef, _ = nnls(a * w[:, None], y * w)
@@ -245,8 +261,7 @@ def _fit_loglinear(x: pd.DataFrame, y: np.ndarray) -> Callable:
 
 
 def _fit_boosting(x: pd.DataFrame, y: np.ndarray) -> Callable:
-    from sklearn.ensemble import \
-        GradientBoostingRegressor  # noqa: PLC0415  (lazy: scikit-learn is heavy)
+    GradientBoostingRegressor = require("sklearn.ensemble").GradientBoostingRegressor
     gb = GradientBoostingRegressor(n_estimators=300, max_depth=2, learning_rate=0.05,
                                    subsample=1.0, random_state=0)
     gb.fit(_mat(x, _RAW_COLS), np.log(np.maximum(y, 1.0)))
@@ -401,8 +416,7 @@ def holdout_predictions(data: pd.DataFrame | None = None, target: str = "ice40",
     designs of all other shapes and predict that shape's designs. Long format: one row per
     (design, metric, model) with ``measured``, ``predicted`` and ``ape`` (absolute percentage
     error, %)."""
-    from sklearn.model_selection import \
-        LeaveOneGroupOut  # noqa: PLC0415  (lazy: scikit-learn is heavy)
+    LeaveOneGroupOut = require("sklearn.model_selection").LeaveOneGroupOut
     data = load_data(target) if data is None else data.reset_index(drop=True)
     x = feature_arrays(data, target)
     groups = data["rows"].astype(str) + "x" + data["cols"].astype(str)

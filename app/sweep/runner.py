@@ -32,6 +32,7 @@ from tilewright.app.sweep.evaluate import _graph, evaluate_point
 from tilewright.app.sweep.spec import WORKLOAD_AXIS_PREFIXES, SweepError, SweepSpec
 from tilewright.app.sweep.store import ResultsStore
 from tilewright.arch import ArchSpecError
+from tilewright.extras import require
 
 __all__ = ["run_sweep", "SweepResult", "random_points", "EXECUTORS"]
 
@@ -210,10 +211,8 @@ def _local_batch(points: int, workers: int) -> int:
 
 class _Dask:
     def __init__(self, workers: int, address: str | None) -> None:
-        try:
-            from distributed import Client, LocalCluster  # noqa: PLC0415  (lazy: optional executor)
-        except ImportError:
-            raise SweepError("--executor dask needs `pip install 'dask[distributed]'`") from None
+        dist = require("distributed")
+        Client, LocalCluster = dist.Client, dist.LocalCluster
         self.cluster = None
         if address:
             self.client = Client(address)
@@ -258,10 +257,7 @@ class _Ray:
     process already initialised) or on a local Ray started here with ``workers`` CPUs."""
 
     def __init__(self, workers: int, address: str | None) -> None:
-        try:
-            import ray  # noqa: PLC0415  (lazy: optional executor)
-        except ImportError:
-            raise SweepError("--executor ray needs `pip install ray`") from None
+        ray = require("ray")
         self.started = False
         self.reaper: subprocess.Popen | None = None
         if not ray.is_initialized():

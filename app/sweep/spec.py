@@ -87,6 +87,7 @@ from tilewright.arch import ArchSpec, ArchSpecError, MeshSpec, VectorUnitSpec, l
 from tilewright.dataflow_sim.energy_area import TechError, load_tech
 from tilewright.dataflow_sim.mesh import GEMM_ALGOS, GEMV_ALGOS
 from tilewright.errors import UserError
+from tilewright.extras import ExtraMissing
 from tilewright.formats import FORMATS
 from tilewright.validation import load_user_yaml
 
@@ -162,10 +163,14 @@ def workload_uses_arch(w: dict[str, Any]) -> bool:
 def produced_static_metrics(uses_arch: bool, mesh: bool) -> tuple[str, ...]:
     """The static metrics a point has: none when no workload uses the ArchSpec (they would
     describe a design nothing ran), no FPGA figures for a mesh design; ``perf_per_mm2`` exists
-    exactly when ``area_mm2`` does."""
+    exactly when ``area_mm2`` does; no FPGA figures either without the predictor's packages (the
+    ``fpga`` extra)."""
+    from tilewright.app.sweep.resource_model import (  # noqa: PLC0415  (lazy: pandas, data)
+        predictor_installed)
     if not uses_arch:
         return ()
-    return tuple(m for m in STATIC_METRICS if not (mesh and m in FPGA_METRICS))
+    fpga = not mesh and predictor_installed()
+    return tuple(m for m in STATIC_METRICS if fpga or m not in FPGA_METRICS)
 
 OBJECTIVE_ALIASES = {"latency": "latency_s", "throughput": "throughput_tops", "energy": "energy_j",
                      "area": "area_mm2", "power": "power_w", "perf/w": "perf_per_w",
@@ -837,6 +842,14 @@ def _check_one_design(spec: SweepSpec, source: str) -> None:
     for where, metric in asked:
         static = metric if metric != "perf_per_mm2" else "area_mm2"
         if static in STATIC_METRICS and static not in have:
+            if uses_arch and spec.base.mesh is None:          # the predictor is not installed
+                from tilewright.app.sweep.resource_model import (  # noqa: PLC0415  (lazy: pandas)
+                    require_predictor)
+                try:
+                    require_predictor()
+                except ExtraMissing as exc:
+                    raise ExtraMissing(f"{source}: {where}: {metric} is predicted by the FPGA "
+                                       f"resource model: {exc}") from None
             why = ("no workload uses the ArchSpec (cluster workloads run the cluster file's "
                    "chip; add `chip: sweep`)" if not uses_arch else
                    "the base is a mesh design: the FPGA figures predict the single-core GEMM "

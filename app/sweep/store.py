@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from tilewright.app.sweep.spec import SweepError, axis_assignments
+from tilewright.extras import ExtraMissing, require
 
 __all__ = ["ResultsStore", "check_export_path"]
 
@@ -105,10 +106,9 @@ def check_export_path(path: str | Path) -> Path:
         raise SweepError(f"{p}: is a folder; --export takes a .csv or .parquet file path")
     if p.suffix == ".parquet":
         try:
-            import pyarrow  # noqa: F401, PLC0415  (lazy: optional Parquet export)
-        except ImportError:
-            raise SweepError(f"{p}: Parquet export needs pyarrow (`pip install pyarrow`); "
-                             f"use a .csv path") from None
+            require("pyarrow")
+        except ExtraMissing as exc:
+            raise SweepError(f"{p}: Parquet export: {exc}; or use a .csv path") from None
     return p
 
 
