@@ -108,14 +108,15 @@ def test_llama3_8b_million_token_context_is_refused():
     assert kv > 48 * 1024 * 5                               # the cache alone: > 5x SRAM
 
 
-def test_gemv_too_big_for_sram_is_refused_with_weights_and_buffers():
-    # mesh4x4: 16 KiB per core; W [256, 256] fp16 on 4x4 -> 64x64 blocks of 8 KiB + buffers
+def test_gemv_too_big_for_sram_is_refused_with_weights_and_buffers(tmp_path):
+    # mesh4x4 with bf16 cores: 16 KiB per core; W [256, 256] on 4x4 -> 64x64 blocks of 8 KiB
     kt = nt = 64
-    res = _invoke("mesh", "gemv", "--arch", "mesh4x4", "--k", "512", "--n", "256")
+    arch = _mesh_yaml(tmp_path)
+    res = _invoke("mesh", "gemv", "--arch", arch, "--k", "512", "--n", "256")
     assert isinstance(res.exception, MeshCapacityError)
     w, buf = 128 * nt * 2, 128 * 2 + 2 * nt * 2
     assert f"weights {w:,} + KV cache 0 + buffers {buf:,}" in str(res.exception)
-    res = _invoke("mesh", "gemv", "--arch", "mesh4x4", "--k", "256", "--n", "256", "--json")
+    res = _invoke("mesh", "gemv", "--arch", arch, "--k", "256", "--n", "256", "--json")
     assert res.exit_code == 0, res.output
     cap = json.loads(res.output)["capacity"]
     assert cap["weight_bytes_per_core"] == kt * nt * 2
@@ -286,12 +287,12 @@ def test_sweep_over_grid_and_link_bandwidth_follows_the_closed_form(tmp_path):
     assert (df["status"] == "ok").all() and len(df) == 6
     clock_hz = 500e6                                       # mesh4x4's clock_mhz
     for side in (4, 8):
-        rows = df[df["p:mesh.rows,mesh.cols"] == side].set_index("p:mesh.link_bytes_per_cycle")
+        rows = df[df["p:mesh.rows"] == side].set_index("p:mesh.link_bytes_per_cycle")
         cyc = {w: round(rows.loc[w, "latency_s"] * clock_hz) for w in (1, 2, 4)}
         b = 4 * 256 // side
         assert cyc[1] - cyc[2] == b // 2 and cyc[2] - cyc[4] == b // 4, cyc
     # a larger grid: every B term shrinks with the side, so it is faster at every W
-    assert df.sort_values("p:mesh.rows,mesh.cols").groupby(
+    assert df.sort_values("p:mesh.rows").groupby(
         "p:mesh.link_bytes_per_cycle")["latency_s"].apply(lambda x: x.is_monotonic_decreasing).all()
 
 

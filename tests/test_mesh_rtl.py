@@ -71,7 +71,10 @@ def test_mesh_params_reject_what_the_rtl_does_not_build():
     base = _arch().model_dump(mode="json")
     bad = {"core_macs_per_cycle": 8, "hop_latency_cycles": 1.5, "routing_stage_cycles": 0.0}
     for key, val in bad.items():
-        arch = ArchSpec.from_dict({**base, "mesh": {**base["mesh"], key: val}})
+        engine = {**base["tensor_engine"], **({"cols": val} if key == "core_macs_per_cycle"
+                                               else {})}   # a 1x8 core engine: 8 MACs/cycle
+        arch = ArchSpec.from_dict({**base, "tensor_engine": engine,
+                                   "mesh": {**base["mesh"], key: val}})
         with pytest.raises(ValueError, match=key):
             mesh_params(arch)
     assert mesh_params(_arch())["sram_words"] == 4096
