@@ -109,7 +109,8 @@ def cluster(
     ep: int = typer.Option(1, min=1, help="expert-parallel degree"),
     micro_batches: int = typer.Option(8, min=1, help="train: micro-batches per step"),
     micro_batch_size: int = typer.Option(1, min=1, help="train: sequences per micro-batch"),
-    seq_len: int = typer.Option(4096, min=1, help="train: tokens per sequence"),
+    seq_len: int = typer.Option(4096, "--seq", min=1, help="train: tokens per sequence "
+                                "(--seq-len is deprecated)"),
     schedule: str = typer.Option("1f1b", help="train: 1f1b | interleaved"),
     virtual_stages: int = typer.Option(1, min=1, help="train: chunks per device (interleaved)"),
     recompute: bool = typer.Option(False, help="train: full activation recomputation"),

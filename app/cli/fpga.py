@@ -20,6 +20,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from tilewright.app.cli import top_option_value
 from tilewright.app.eda.synth import SynthError
 from tilewright.arch import load_arch
 
@@ -36,9 +37,10 @@ def fpga(
     out: Path = typer.Option(..., "-o", "--out", help="output folder (Verilog, netlist, reports, "
                              ".core, EDAM, manifest.json); replaced whole on success, left as "
                              "it was on failure"),
-    top: str = typer.Option("gemm", "--top", help="top to wrap: gemm (GEMM core) | axi "
+    top: str = typer.Option("core", "--top", help="top to wrap: core (GEMM core) | axi-core "
                             "(GEMM core behind AXI4-Lite) | axi-accel (programmable accelerator: "
-                            "AXI4-Lite control, AXI4 memory port)"),
+                            "AXI4-Lite control, AXI4 memory port); gemm and axi are deprecated",
+                            callback=top_option_value({"core": "gemm", "axi-core": "axi"})),
     pnr: bool = typer.Option(True, "--pnr/--no-pnr", help="ice40/ecp5: run nextpnr (else stop "
                              "after synthesis and part choice)"),
     freq: Optional[float] = typer.Option(None, "--freq", help="clock target in MHz (default: "

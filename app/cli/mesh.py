@@ -52,9 +52,9 @@ def mesh(
     op: str = typer.Argument(..., help="gemv | gemm"),
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset with a mesh "
                              "section (wse2, mesh4x4)"),
-    m: int = typer.Option(1, "--m", min=1, max=MAX_DIM, help="rows of A (gemv: must be 1)"),
-    k: int = typer.Option(..., "--k", min=1, max=MAX_DIM, help="contraction dimension"),
-    n: int = typer.Option(..., "--n", min=1, max=MAX_DIM, help="columns of B"),
+    m: int = typer.Option(1, "--m", "-m", min=1, max=MAX_DIM, help="rows of A (gemv: must be 1)"),
+    k: int = typer.Option(..., "--k", "-k", min=1, max=MAX_DIM, help="contraction dimension"),
+    n: int = typer.Option(..., "--n", "-n", min=1, max=MAX_DIM, help="columns of B"),
     algo: str = typer.Option("mesh", "--algo", help=f"gemm: {' | '.join(GEMM_ALGOS)} "
                              "(summa_relay: WaferLLM's SUMMA baseline); gemv: "
                              f"{' | '.join(GEMV_ALGOS)}"),

@@ -72,13 +72,15 @@ def _capacity_of(spec, cfg, prog, phase: str, *, tokens: int, context: int, batc
 
 
 def mesh_layer(
-    model: str = typer.Argument(..., help="LLM config: a Llama (llama3-8b, tiny-llama) or MoE "
-                                "(mixtral-8x7b, tiny-moe) name"),
+    model: str = typer.Option(..., "--model", help="LLM config: a Llama (llama3-8b, tiny-llama) "
+                              "or MoE (mixtral-8x7b, tiny-moe) name (a positional MODEL is "
+                              "deprecated)"),
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset with a mesh "
                              "section (wse2, mesh4x4)"),
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
-    tokens: Optional[int] = typer.Option(None, "--tokens", min=1, max=MAX_DIM,
-                                         help="prefill: prompt tokens [default: 4096]"),
+    tokens: Optional[int] = typer.Option(None, "--seq", min=1, max=MAX_DIM,
+                                         help="prefill: prompt tokens [default: 4096] "
+                                         "(--tokens is deprecated)"),
     context: Optional[int] = typer.Option(None, "--context", min=1, max=MAX_DIM,
                                           help="decode: cached tokens (Llama: attended to; "
                                           "MoE: held in the KV cache of every decode token; "
@@ -138,17 +140,17 @@ def mesh_layer(
                                f"layer (e.g. tiny-moe, mixtral-8x7b)")
     if experts is not None and phase == "prefill":
         raise MeshMappingError(f"--experts {experts!r}: routes decode tokens; the prefill "
-                               f"spreads --tokens evenly over the experts; accepted: --phase "
+                               f"spreads --seq evenly over the experts; accepted: --phase "
                                f"decode with --experts, or prefill without it")
     if phase == "decode" and tokens is not None:                     # never ignore --tokens
-        raise MeshMappingError(f"--tokens {tokens}: sets the prompt of a prefill; a decode step "
+        raise MeshMappingError(f"--seq {tokens}: sets the prompt of a prefill; a decode step "
                                "runs one token (MoE: one per --experts group) over --context "
-                               "cached tokens; accepted: --phase prefill --tokens N, or --phase "
+                               "cached tokens; accepted: --phase prefill --seq N, or --phase "
                                "decode --context N")
     if phase == "prefill" and context is not None:
         raise MeshMappingError(f"--context {context}: sets the cached tokens of a decode step; a "
-                               "prefill attends over its own --tokens; accepted: --phase decode "
-                               "--context N, or --phase prefill --tokens N")
+                               "prefill attends over its own --seq; accepted: --phase decode "
+                               "--context N, or --phase prefill --seq N")
     moe_context = context    # as given: the MoE partition refuses it where attention is not modelled
     tokens = 4096 if tokens is None else tokens
     context = 4096 if context is None else context
