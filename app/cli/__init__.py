@@ -111,3 +111,14 @@ def top_option_value(internal: dict[str, str]):
     name ``internal`` gives it in a command's own registry (other values pass through to the
     command's own refusal)."""
     return lambda value: internal.get(value, value)
+
+
+def print_json(obj) -> None:
+    """``--json``: print ``obj`` as one JSON object on one line of stdout (paths and other
+    non-JSON values as their text)."""
+    import json  # noqa: PLC0415  (lazy: only on this path)
+    print(json.dumps(obj, default=str))
+
+
+#: the help of every ``--json`` option
+JSON_HELP = "print one JSON object"

@@ -10,6 +10,7 @@ Registered in :mod:`tilewright.app.cli.main` (``app.command("compile")(compile_c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Optional
 
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tilewright.app.cli.single_core import refuse_mesh
-from tilewright.app.cli import MAX_DIM
+from tilewright.app.cli import JSON_HELP, MAX_DIM, print_json
 from tilewright.arch import load_arch
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.errors import UserError
@@ -132,10 +133,17 @@ def compile_cmd(
                   f"{df.attrs['bytes_per_cycle']:.2f} off-chip bytes/cycle")
 
 
-def models_cmd() -> None:
+def models_cmd(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """List the model configs with their shapes."""
     from tilewright.models.llm_shapes import (  # noqa: PLC0415  (lazy: models layer on demand)
         LLM_CONFIGS, param_count)
+    if as_json:
+        print_json({"models": {name: {"family": cfg.family, "layers": cfg.n_layers,
+                                      "params": param_count(name)["total"],
+                                      "config": dataclasses.asdict(cfg)
+                                      if dataclasses.is_dataclass(cfg) else None}
+                               for name, cfg in LLM_CONFIGS.items()}})
+        return
 
     table = Table(title="model configs (one layer is compiled; see `tilewright compile`)")
     for col in ("name", "family", "shapes", "layers", "params"):

@@ -20,7 +20,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tilewright.app.cli import top_option_value
+from tilewright.app.cli import JSON_HELP, print_json, top_option_value
 from tilewright.app.eda.synth import SynthError
 from tilewright.arch import load_arch
 
@@ -45,6 +45,8 @@ def fpga(
                              "after synthesis and part choice)"),
     freq: Optional[float] = typer.Option(None, "--freq", help="clock target in MHz (default: "
                                          "the ArchSpec's clock_mhz)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " (the manifest and its "
+                                 "folder)"),
 ) -> None:
     """Synthesize, place and route (iCE40/ECP5) or script Vivado (xc7) for an ArchSpec."""
     from tilewright.app.eda.fpga import (  # noqa: PLC0415  (lazy: the FPGA flow only to run)
@@ -60,6 +62,9 @@ def fpga(
     except (SynthError, PnrError) as exc:
         err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(1)
+    if as_json:
+        print_json({"out": str(out), "manifest": m})
+        return
     f = m["fpga"]
     head = (f"{target} {f['part']}{' (Yosys estimate)' if f.get('estimate') else ''}: "
             f"{f.get('luts', f['synthesis'].get('luts'))} LUTs, "

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from tilewright import __version__
-from tilewright.app.cli import MAX_DIM, _command_class
+from tilewright.app.cli import JSON_HELP, MAX_DIM, _command_class, print_json
 from tilewright.app.cli.cluster import cluster
 from tilewright.app.cli.compile import compile_cmd, models_cmd
 from tilewright.app.cli.fpga import fpga
@@ -85,10 +85,20 @@ def demo(
     seed: int = typer.Option(0, help="seed of the model weights and inputs"),
     driver: DemoDriver = typer.Option("cocotb", help="RTL driver: cocotb (Python bench) or "
                                       "fast (C++ Verilator harness)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " (the run's progress goes "
+                                 "to stderr)"),
 ) -> None:
     """Run the whole path: compile -> Verilog -> Verilator -> compare with torch and the cycle model."""
     from tilewright.app.flows.demo import run_demo  # noqa: PLC0415  (lazy: the functional model)
     spec = refuse_mesh(load_arch(arch), "demo", arch) if arch else None
+    if as_json:
+        from tilewright.app.flows.demo import \
+            demo_result  # noqa: PLC0415  (lazy: the functional model)
+        res = demo_result(model, spec, seed, err_console, driver.value)
+        print_json({"model": model, "ok": res.ok,
+                    "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in res.checks],
+                    "stage_seconds": res.stage_seconds, "gemms": res.gemm_rows})
+        raise typer.Exit(0 if res.ok else 1)
     ok = run_demo(model=model, arch=spec, seed=seed, console=console, driver=driver.value)
     raise typer.Exit(0 if ok else 1)
 
@@ -112,6 +122,8 @@ def rtl(
                             "engine; accel: the programmable accelerator (controller, DMA, "
                             "double-buffered core, vector engine with a vector_unit); axi-accel: "
                             "the same behind AXI4-Lite control and an AXI4 memory port"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " (the manifest and its "
+                                 "folder)"),
 ) -> None:
     """Generate an ArchSpec's Verilog and a JSON manifest: the systolic GEMM core, or the
     adder_tree / outer_product / cube engine (tensor_engine.kind; manifest 'kind' and 'top'), or
@@ -162,7 +174,12 @@ def rtl(
                                   "written")
                 sys.exit(1)
         if synth:
-            _rtl_synth(work / f["path"], top, list(dict.fromkeys(synth)), synth_kind)
+            _rtl_synth(work / f["path"], top, list(dict.fromkeys(synth)), synth_kind,
+                       err_console if as_json else console)
+    if as_json:
+        print_json({"out": str(out),
+                    "manifest": json.loads((out / "manifest.json").read_text())})
+        return
     console.print(f"{manifest.get('kind', top)}: wrote {out / f['path']} ({f['bytes']} bytes, "
                   f"sha256 {f['sha256'][:12]}) and {out / 'manifest.json'} in "
                   f"{manifest['generation_seconds']} s")
@@ -185,8 +202,10 @@ def _engine_synth_target(target: str, kind: str):
                                lut_cells=tgt.lut_cells + ("$lut",), estimate=True)
 
 
-def _rtl_synth(vfile: Path, top: str, targets: list[str], kind: str = "systolic") -> None:
-    """Synthesize ``vfile`` for each target, print the counts and add them to the manifest."""
+def _rtl_synth(vfile: Path, top: str, targets: list[str], kind: str = "systolic",
+               say: Console = console) -> None:
+    """Synthesize ``vfile`` for each target, print the counts on ``say`` and add them to the
+    manifest."""
     from tilewright.rtl.verilog import \
         update_manifest  # noqa: PLC0415  (lazy: pulls in amaranth)
     for target in targets:
@@ -199,7 +218,7 @@ def _rtl_synth(vfile: Path, top: str, targets: list[str], kind: str = "systolic"
                 sys.exit(1)
         update_manifest(vfile.parent, "synthesis", {target: s})
         extra = f", {s['transistors']} transistors (CMOS proxy)" if "transistors" in s else ""
-        console.print(f"{target}{' (estimate)' if s['estimate'] else ''}: {s['cells']} cells, "
+        say.print(f"{target}{' (estimate)' if s['estimate'] else ''}: {s['cells']} cells, "
                       f"{s['luts']} LUTs, {s['ffs']} FFs, {s['dsps']} DSPs, {s['brams']} BRAMs"
                       f"{extra}; Yosys {s['yosys_version']} in {s['wall_seconds']} s",
                       markup=False, highlight=False)
@@ -209,6 +228,8 @@ def _rtl_synth(vfile: Path, top: str, targets: list[str], kind: str = "systolic"
 def arch_cmd(
     path: Optional[str] = typer.Argument(None, help="ArchSpec YAML file or preset to validate and show"),
     schema: bool = typer.Option(False, help="print the ArchSpec JSON schema (every field, with units)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " (the ArchSpec, or the "
+                                 "presets)"),
 ) -> None:
     """Validate and show an ArchSpec, or print its schema."""
     if schema and path is not None:
@@ -216,6 +237,10 @@ def arch_cmd(
                                  "a PATH or --schema, not both", param_hint="--schema")
     if schema:
         console.print_json(json.dumps(ArchSpec.model_json_schema()))
+        return
+    if path is None and as_json:
+        print_json({"presets": {p.stem: load_arch(p).model_dump(mode="json", exclude_none=True)
+                                for p in sorted(PRESET_DIR.glob("*.yaml"))}})
         return
     if path is None:
         for p in sorted(PRESET_DIR.glob("*.yaml")):
@@ -225,6 +250,10 @@ def arch_cmd(
                           f"->{te.accumulator_format} @ {a.clock_mhz} MHz")
         return
     spec = load_arch(path)
+    if as_json:
+        print_json({"path": path, "valid": True, "hash": spec.content_hash(),
+                    "arch": spec.model_dump(mode="json", exclude_none=True)})
+        return
     console.print(f"# {path}: valid ArchSpec, hash {spec.content_hash()}")
     console.print(spec.to_yaml(), end="")
 

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tilewright.app.cli import JSON_HELP, print_json
 from tilewright.app.cli.compile import UnknownModel
 from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.arch import load_arch
@@ -47,6 +48,7 @@ def sim(
     trace: Optional[Path] = typer.Option(None, "--trace", help="with --rtl (cocotb; --top core "
                                          "or accel): write a VCD waveform of every signal of "
                                          "the top to DIR/dump.vcd (~16 MB per 1,000 cycles)"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Simulate one layer of a tiny model in int8: functional model vs torch, and with --rtl its
     GEMMs on the RTL (bit-exact, cycles vs the cycle model)."""
@@ -83,6 +85,14 @@ def sim(
         res = simulate_model(model, spec, rtl=rtl, driver="fast" if fast else "cocotb",
                              seq=seq, seed=seed, trace_dir=trace, top=top, log=st.update,
                              vector=vector)
+    if as_json:
+        print_json({"model": res.model, "arch": res.arch, "ok": res.ok, "rtl": res.rtl,
+                    "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in res.checks],
+                    "gemms": res.gemm_rows, "vector_ops": res.vector_rows,
+                    "seconds": res.seconds, "trace": res.trace})
+        if not res.ok:
+            raise typer.Exit(1)
+        return
     if res.gemm_rows:
         rows = res.gemm_rows
         where = {"accel": "the accelerator top, DMA included",

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape as rich_escape
 
+from tilewright.app.cli import JSON_HELP, print_json
 from tilewright.app.output_folder import output_folder
 
 __all__ = ["sweep", "report"]
@@ -38,6 +39,7 @@ def sweep(
                                               "(default: start a local Ray)"),
     export: Optional[Path] = typer.Option(None, "--export", help="also write the results to "
                                           "this .csv or .parquet file"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " (progress goes to stderr)"),
 ) -> None:
     """Evaluate a sweep's design points, committing each to SQLite as it finishes."""
 
@@ -54,7 +56,8 @@ def sweep(
         BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
         TimeRemainingColumn)
     with Progress(TextColumn(f"[bold]{spec.name}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                  TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True) if as_json else console,
                   transient=False) as prog:
         task = prog.add_task("points", total=None)
 
@@ -63,27 +66,37 @@ def sweep(
 
         res = run_sweep(spec, dbp, resume=resume, executor=executor, workers=workers,
                         dask_address=scheduler, ray_address=ray_address, progress=cb)
-    console.print(f"{res.evaluated} points evaluated, {res.reused} already stored, "
+    say = Console(stderr=True) if as_json else console
+    say.print(f"{res.evaluated} points evaluated, {res.reused} already stored, "
                   f"{res.invalid} invalid, in {res.seconds:.1f} s "
                   f"({res.points_per_s:.1f} points/s) -> {dbp}")
     with ResultsStore(dbp) as store:
         df = store.frame(spec.name)
         bad = df[df["status"].isin(["invalid", "error"])]
         if len(bad):
-            console.print(f"[yellow]{len(bad)} points could not be evaluated; first: "
+            say.print(f"[yellow]{len(bad)} points could not be evaluated; first: "
                           f"{rich_escape(str(bad['error'].iloc[0]))}")
         objs = [(o.metric, o.direction) for o in spec.objectives]
         front = pareto_frame(df, objs)
-        console.print(f"{int(df['feasible'].sum())} feasible; Pareto front "
+        say.print(f"{int(df['feasible'].sum())} feasible; Pareto front "
                       f"({', '.join(m for m, _ in objs)}): {len(front)} points")
-        if export is not None:
-            console.print(f"exported {store.export(export, spec.name)}")
+        exported = store.export(export, spec.name) if export is not None else None
+        if exported is not None:
+            say.print(f"exported {exported}")
+        if as_json:
+            print_json({"sweep": spec.name, "db": str(dbp), "evaluated": res.evaluated,
+                        "reused": res.reused, "invalid": res.invalid, "seconds": res.seconds,
+                        "points_per_s": res.points_per_s,
+                        "feasible": int(df["feasible"].sum()), "pareto_points": len(front),
+                        "objectives": [m for m, _ in objs],
+                        "exported": None if exported is None else str(exported)})
 
 
 def report(
     db: Path = typer.Argument(..., help="SQLite results database written by `tilewright sweep`"),
     out: Path = typer.Option(Path("sweep_report"), "-o", "--out", help="output folder"),
     sweep_name: Optional[str] = typer.Option(None, "--sweep", help="only this sweep of the db"),
+    as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " (the pages written)"),
 ) -> None:
     """Write an HTML report with PNG Pareto fronts, a roofline view and energy breakdowns, and a
     per-op breakdown and per-op roofline of the best Pareto points of LLM workloads; and
@@ -92,4 +105,9 @@ def report(
         write_report  # noqa: PLC0415  (lazy: pulls in pandas)
     with output_folder(out) as work:      # the folder appears whole, or not at all
         page = out / write_report(db, work, sweep_name).name
+    if as_json:
+        print_json({"out": str(out), "report": str(page),
+                    "files": sorted(str(p.relative_to(out)) for p in out.rglob("*")
+                                    if p.is_file())})
+        return
     console.print(f"wrote {page}")
