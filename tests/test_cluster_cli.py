@@ -27,7 +27,7 @@ def run(*args: str):
 
 def test_train_json(tmp_path):
     res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--mode", "train",
-              "--tp", "8", "--seq-len", "1024", "--micro-batches", "2", "--json",
+              "--tp", "8", "--seq", "1024", "--micro-batches", "2", "--json",
               "--trace", str(tmp_path / "t.json"))
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
@@ -59,7 +59,7 @@ def test_mamba_serve_and_train_json():
     assert d["finished"] == 20 and d["kv_tokens_per_replica"] == 0
     assert d["state_slots_per_replica"] > 0 and d["state_bytes_per_seq_chip"] > 0
     res = run("--cluster", "h100-8x-nvlink", "--model", "mamba-2.8b", "--mode", "train",
-              "--tp", "4", "--dp", "2", "--seq-len", "1024", "--micro-batches", "2", "--json")
+              "--tp", "4", "--dp", "2", "--seq", "1024", "--micro-batches", "2", "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["step_s"] > 0
 
@@ -85,12 +85,12 @@ def test_cost_source_option(tmp_path):
     out = {}
     for src in ("compiler", "table"):
         res = run("--cluster", str(path), "--model", "tiny-llama", "--mode", "train",
-                  "--seq-len", "16", "--micro-batches", "2", "--json", "--cost-source", src)
+                  "--seq", "16", "--micro-batches", "2", "--json", "--cost-source", src)
         assert res.exit_code == 0, res.output
         out[src] = json.loads(res.output)
         assert out[src]["cost_source"] == src
     res = run("--cluster", str(path), "--model", "tiny-llama", "--cost-source", "magic",
-              "--seq-len", "16")
+              "--seq", "16")
     assert isinstance(res.exception, ClusterSpecError) and "must be one of" in str(res.exception)
     res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--cost-source", "compiler",
               "--tp", "8")
@@ -104,7 +104,7 @@ def test_db_appends_each_run_to_the_results_store(tmp_path):
     outs = []
     for bucket in ("25", "0"):
         res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--tp", "4", "--dp", "2",
-                  "--seq-len", "512", "--micro-batches", "2", "--grad-bucket-mb", bucket,
+                  "--seq", "512", "--micro-batches", "2", "--grad-bucket-mb", bucket,
                   "--json", "--db", str(db))
         assert res.exit_code == 0, res.output
         outs.append(json.loads(res.output))

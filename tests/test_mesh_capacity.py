@@ -69,7 +69,7 @@ def test_llama3_70b_decode_on_wse2_is_refused_with_the_numbers():
     kv = _kv(4096, kvd, layers, pr, pc)
     buf = max(_gemv_buf(d, d + 2 * kvd, pr, pc), _gemv_buf(d, 2 * ffn, pr, pc),
               _gemv_buf(ffn, d, pr, pc), _gemv_buf(d, 4096, pr, pc), _gemv_buf(4096, d, pr, pc))
-    proc = tw("mesh-layer", "llama3-70b", "--arch", "configs/wse2.yaml", "--phase", "decode")
+    proc = tw("mesh-layer", "--model", "llama3-70b", "--arch", "configs/wse2.yaml", "--phase", "decode")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
@@ -90,7 +90,7 @@ def test_mixtral_8x7b_decode_is_refused_with_the_numbers():
              + 2 * c(d, qr) * c(ffn, qc) + c(ffn, qr) * c(d, qc))      # one expert's w1, w3, w2
     w = (layer * layers + c(vocab, pr) * c(d, pc) + c(d, pr) * c(vocab, pc)) * 2
     kv = _kv(4096, kvd, layers, pr, pc)
-    res = _invoke("mesh-layer", "mixtral-8x7b", "--arch", "wse2", "--phase", "decode")
+    res = _invoke("mesh-layer", "--model", "mixtral-8x7b", "--arch", "wse2", "--phase", "decode")
     assert isinstance(res.exception, MeshCapacityError), res.output
     msg = str(res.exception)
     assert f"weights {w:,} + KV cache {kv:,}" in msg and "49,152 B" in msg, msg
@@ -101,7 +101,7 @@ def test_llama3_8b_million_token_context_is_refused():
     pr, pc = 750, 994
     kv = _kv(1_000_000, kvd, layers, pr, pc)
     w = _decode_weights(d, kvd, ffn, vocab, layers, pr, pc)
-    res = _invoke("mesh-layer", "llama3-8b", "--arch", "wse2", "--phase", "decode", "--context",
+    res = _invoke("mesh-layer", "--model", "llama3-8b", "--arch", "wse2", "--phase", "decode", "--context",
                   "1000000")
     assert isinstance(res.exception, MeshCapacityError), res.output
     assert f"weights {w:,} + KV cache {kv:,}" in str(res.exception)
@@ -144,7 +144,7 @@ TINY = dict(d=64, kvd=32, ffn=128, vocab=256, layers=2)
 def test_tiny_decode_that_fits_runs_with_hand_computed_bytes(tmp_path):
     arch = _mesh_yaml(tmp_path, core_sram_kib=64)
     t = TINY
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
                   "64", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
@@ -160,7 +160,7 @@ def test_tiny_decode_that_fits_runs_with_hand_computed_bytes(tmp_path):
 def test_llama3_8b_decode_fits_wse2_and_runs():
     d, kvd, ffn, vocab, layers = 4096, 8 * 128, 14336, 128256, 32
     pr, pc = 750, 994
-    res = _invoke("mesh-layer", "llama3-8b", "--arch", "wse2", "--phase", "decode", "--json")
+    res = _invoke("mesh-layer", "--model", "llama3-8b", "--arch", "wse2", "--phase", "decode", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     cap = out["capacity"]
@@ -184,7 +184,7 @@ def test_wafers_auto_picks_the_fewest_that_fit_and_adds_the_link(tmp_path):
     bw, lat = 2.0, 0.5                                      # GB/s, us
     arch = _mesh_yaml(tmp_path, core_sram_kib=12, wafer_link_gbytes_per_s=bw,
                       wafer_link_latency_us=lat)
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
                   "64", "--wafers", "auto", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
@@ -196,14 +196,14 @@ def test_wafers_auto_picks_the_fewest_that_fit_and_adds_the_link(tmp_path):
     assert m["stage_us"] == pytest.approx([out["us"], out["us"]], abs=1e-6)
     assert m["latency_us"] == pytest.approx(2 * out["us"] + link, abs=1e-5)
     # one wafer asked: refused with the numbers; several wafers without a link: refused
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
                   "64")
     assert isinstance(res.exception, MeshCapacityError) and f"{one:,} B" in str(res.exception)
     nolink = _mesh_yaml(tmp_path, "nolink", core_sram_kib=12)
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", nolink, "--phase", "decode",
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", nolink, "--phase", "decode",
                   "--context", "64", "--wafers", "2")
     assert "no inter-wafer link" in str(res.exception)
-    proc = tw("mesh-layer", "tiny-llama", "--arch", nolink, "--phase", "decode", "--context",
+    proc = tw("mesh-layer", "--model", "tiny-llama", "--arch", nolink, "--phase", "decode", "--context",
               "64", "--wafers", "auto")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "mesh.wafer_link_gbytes_per_s" in proc.stderr
@@ -246,10 +246,10 @@ def test_causal_prefill_attention_costs_the_unmasked_half(tmp_path):
 def test_title_names_logical_and_physical_grid_and_options_override(tmp_path):
     arch = _mesh_yaml(tmp_path, core_sram_kib=4096)
     res = CliRunner(env={"COLUMNS": "200"}).invoke(
-        _app(), ["mesh-layer", "tiny-llama", "--arch", arch, "--tokens", "16", "--cols", "6"])
+        _app(), ["mesh-layer", "--model", "tiny-llama", "--arch", arch, "--seq", "16", "--cols", "6"])
     assert res.exit_code == 0, res.output
     assert "logical grid 4x4 of the 4x6 physical mesh" in res.output
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
                   "16", "--rows", "2", "--cols", "8", "--json")
     out = json.loads(res.output)
     assert out["grid"] == "2x8" and out["physical_grid"] == "2x8"
@@ -299,7 +299,7 @@ def test_sweep_over_grid_and_link_bandwidth_follows_the_closed_form(tmp_path):
 # ---- the whole model end to end ------------------------------------------------------------
 
 def _e2e(arch, *extra):
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--all", "--json", *extra)
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", arch, "--all", "--json", *extra)
     assert res.exit_code == 0, res.output
     return json.loads(res.output)
 
@@ -338,7 +338,7 @@ def test_all_decode_parts_follow_closed_forms(tmp_path):
 def test_all_prefill_embedding_relay_and_heatmap(tmp_path):
     arch = _mesh_yaml(tmp_path, core_sram_kib=4096)
     png = tmp_path / "links.png"
-    out = _e2e(arch, "--tokens", "16", "--heatmap", str(png))
+    out = _e2e(arch, "--seq", "16", "--heatmap", str(png))
     # 4x4: ids at the mean distance round((16 - 1) / 12) = 1 row; each row's 4 tokens x 16
     # fp16 values = 128 B = 32 flits, one hop: alpha + beta + 32
     assert out["whole_model"]["parts"]["embedding"]["cycles"] == 1 + 1 + 32
@@ -347,18 +347,18 @@ def test_all_prefill_embedding_relay_and_heatmap(tmp_path):
 
 
 def test_all_refusals(tmp_path):
-    res = _invoke("mesh-layer", "tiny-moe", "--arch", "mesh4x4", "--all")
+    res = _invoke("mesh-layer", "--model", "tiny-moe", "--arch", "mesh4x4", "--all")
     assert isinstance(res.exception, MeshCapacityError.__mro__[1]) and "--all" in \
         str(res.exception)
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", "mesh4x4", "--heatmap", "x.jpg")
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", "mesh4x4", "--heatmap", "x.jpg")
     assert "--heatmap x.jpg" in str(res.exception)
 
 
 def test_refusals_of_fields_the_phase_would_ignore():
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", "mesh4x4", "--phase", "decode",
-                  "--tokens", "8")
-    assert "--tokens 8" in str(res.exception) and "decode" in str(res.exception)
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", "mesh4x4", "--context", "8")
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", "mesh4x4", "--phase", "decode",
+                  "--seq", "8")
+    assert "--seq 8" in str(res.exception) and "decode" in str(res.exception)
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", "mesh4x4", "--context", "8")
     assert "--context 8" in str(res.exception) and "prefill" in str(res.exception)
 
 
@@ -367,7 +367,7 @@ def test_capacity_uses_the_grid_left_by_defects(tmp_path):
     model, and the bytes per core grow accordingly."""
     arch = _mesh_yaml(tmp_path, core_sram_kib=12, defective_cores=[[1, 1]])
     t = TINY
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
                   "64")
     assert isinstance(res.exception, MeshCapacityError)
     w = _decode_weights(t["d"], t["kvd"], t["ffn"], t["vocab"], t["layers"], 3, 3)
@@ -382,10 +382,10 @@ def test_all_decode_also_checks_the_prefill_it_follows(tmp_path):
     the decode on 2x8 (about 17 KB) fits."""
     arch = _mesh_yaml(tmp_path, core_sram_kib=32)
     t = TINY
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
                   "16", "--rows", "2", "--cols", "8", "--json")
     assert res.exit_code == 0, res.output                 # decode alone fits on 2x8
-    res = _invoke("mesh-layer", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
+    res = _invoke("mesh-layer", "--model", "tiny-llama", "--arch", arch, "--phase", "decode", "--context",
                   "16", "--rows", "2", "--cols", "8", "--all")
     assert isinstance(res.exception, MeshCapacityError), res.output
     msg = str(res.exception)

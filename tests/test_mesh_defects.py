@@ -302,7 +302,7 @@ def test_bad_spares_and_defect_rate_refused_in_one_line(tmp_path, field, value, 
     path.write_text(yaml.safe_dump(data))
     commands = [["mesh", "gemv", "--k", "64", "--n", "64"]]
     if field == "spare_rows":              # the layer command loads the ArchSpec the same way
-        commands.append(["mesh-layer", "tiny-llama"])
+        commands.append(["mesh-layer", "--model", "tiny-llama"])
     for args in commands:
         proc = tw(*args, "--arch", str(path))
         assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
@@ -323,7 +323,7 @@ def test_llama3_8b_decode_places_at_ten_percent_dead_cores(tmp_path):
     path.write_text(arch.to_yaml())
     out = {}
     for name, spec in (("clean", "wse2"), ("bad", str(path))):
-        proc = tw("mesh-layer", "llama3-8b", "--arch", spec, "--phase", "decode", "--json")
+        proc = tw("mesh-layer", "--model", "llama3-8b", "--arch", spec, "--phase", "decode", "--json")
         assert proc.returncode == 0, proc.stderr
         out[name] = json.loads(proc.stdout)
     assert out["bad"]["logical_grid"] == out["bad"]["grid"] == f"750x{width}"

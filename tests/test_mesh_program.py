@@ -115,16 +115,16 @@ def test_cli_mesh_layer_json_and_errors(tmp_path):
     yaml = (Path(__file__).parents[1] / "configs" / "mesh4x4.yaml").read_text()
     arch_file = tmp_path / "big.yaml"
     arch_file.write_text(yaml.replace("core_sram_kib: 16", "core_sram_kib: 256"))
-    res = CliRunner().invoke(app, ["mesh-layer", "tiny-moe", "--arch", str(arch_file), "--phase",
+    res = CliRunner().invoke(app, ["mesh-layer", "--model", "tiny-moe", "--arch", str(arch_file), "--phase",
                                    "decode", "--experts", "0,1;2,3", "--context", "16", "--json",
                                    "--save", str(tmp_path / "p")])
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert d["cycles"] == sum(o["cycles"] for o in d["ops"]) > 0
     assert Program.load(tmp_path / "p").name == d["program"]
-    res = CliRunner().invoke(app, ["mesh-layer", "tiny-moe", "--arch", "mesh4x4", "--phase",
+    res = CliRunner().invoke(app, ["mesh-layer", "--model", "tiny-moe", "--arch", "mesh4x4", "--phase",
                                    "decode", "--experts", "0;x"])
     assert isinstance(res.exception, MeshMappingError) and "--experts '0;x'" in str(res.exception)
-    res = CliRunner().invoke(app, ["mesh-layer", "tiny-llama", "--arch", "mesh4x4",
+    res = CliRunner().invoke(app, ["mesh-layer", "--model", "tiny-llama", "--arch", "mesh4x4",
                                    "--defects", "spare"])
     assert isinstance(res.exception, MeshMappingError) and "defects 'spare'" in str(res.exception)

@@ -81,7 +81,7 @@ def test_clock_beyond_the_curve_exits_2_with_one_line(tmp_path):
                     "{bandwidth_gbps: 50.0, capacity_gib: 16}}\n")
     exe = Path(sys.executable).parent / "tilewright"
     res = subprocess.run([str(exe), "cluster", "--cluster", str(spec), "--model", "tiny-llama",
-                          "--mode", "train", "--seq-len", "16", "--micro-batches", "2",
+                          "--mode", "train", "--seq", "16", "--micro-batches", "2",
                           "--cost-source", "table", "--tech", "7nm"],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 2, res.stderr

@@ -167,19 +167,19 @@ def test_transcendental_passes_check_keeps_the_default(tmp_path):
     (["tiny-moe", "--experts", "0,1"], "routes decode tokens"),
 ])
 def test_mesh_layer_refuses_experts_it_would_ignore(args, needle):
-    _refused(tw("mesh-layer", *args, "--arch", "mesh4x4"), "--experts", needle)
+    _refused(tw("mesh-layer", "--model", *args, "--arch", "mesh4x4"), "--experts", needle)
 
 
 @pytest.mark.parametrize("args,needle", [
     (["deepseek-v3", "--phase", "decode"], ("context = 64", "deepseek-v3's attention is not "
                                              "modeled")),
     (["tiny-moe", "--phase", "prefill"], ("--context 64", "a prefill attends over its own "
-                                          "--tokens")),
+                                          "--seq")),
     (["tiny-llama", "--phase", "prefill"], ("--context 64", "a prefill attends over its own "
-                                            "--tokens")),
+                                            "--seq")),
 ])
 def test_mesh_layer_refuses_a_context_it_would_ignore(args, needle):
-    _refused(tw("mesh-layer", *args, "--context", "64", "--arch", "mesh4x4"), *needle)
+    _refused(tw("mesh-layer", "--model", *args, "--context", "64", "--arch", "mesh4x4"), *needle)
 
 
 # ---- 6. cluster files: fat-tree fields on another network, pools in training -------------------
@@ -207,4 +207,4 @@ def test_fat_tree_defaults_on_a_switch_are_accepted():
 
 def test_training_refuses_serving_pools():
     _refused(tw("cluster", "--cluster", "pd-h100-64", "--model", "tiny-llama", "--mode",
-                "train", "--seq-len", "128"), "pools.prefill_chips = 16", "--mode serve")
+                "train", "--seq", "128"), "pools.prefill_chips = 16", "--mode serve")
