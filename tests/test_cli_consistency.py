@@ -1,0 +1,215 @@
+"""One CLI: the same flag for the same thing in every command (issue 21, item 4).
+
+The reference is the table below, written by hand from docs/design.md "CLI conventions" — not
+read from the code: each concept's canonical spelling, and the other spellings it had (allowed
+only as a declared deprecated alias, which the command rewrites with one warning line).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import version
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tilewright.app.cli import (DEPRECATED_FLAGS, DEPRECATED_POSITIONAL, DEPRECATED_VALUES,
+                                canonical_args)
+from tilewright.app.cli.main import app
+
+#: concept -> (canonical long flag, its accepted short aliases, spellings it must never take)
+CONCEPTS = {
+    "GEMM rows of A": ("--m", {"-m"}, set()),
+    "GEMM contraction": ("--k", {"-k"}, set()),
+    "GEMM columns of B": ("--n", {"-n"}, set()),
+    "sequence length (prefill prompt / training sequence)":
+        ("--seq", set(), {"--seq-len", "--tokens", "--seq-length", "--sequence-length"}),
+    "model config": ("--model", set(), {"--model-name"}),
+    "ArchSpec": ("--arch", set(), {"--arch-file", "--spec"}),
+    "top to generate": ("--top", set(), {"--top-level"}),
+    "FPGA target family": ("--target", set(), {"--fpga", "--part-family"}),
+    "output folder": ("--out", {"-o"}, {"--output", "--out-dir"}),
+    "JSON output": ("--json", set(), {"--as-json", "--json-out"}),
+}
+#: the canonical names of the tops (rtl, sim, fpga) and of the Xilinx 7-series target family
+TOP_NAMES = {"core", "axi-core", "accel", "axi-accel"}
+#: the old spellings that still work for one release, as docs/design.md lists them
+OLD_SPELLINGS = {
+    ("cluster", "--seq-len"): "--seq",
+    ("mesh-layer", "--tokens"): "--seq",
+}
+OLD_VALUES = {
+    ("fpga", "--top", "gemm"): "core",
+    ("fpga", "--top", "axi"): "axi-core",
+    ("rtl", "--synth", "xilinx"): "xc7",
+}
+
+
+def _commands() -> dict[str, object]:
+    return typer.main.get_command(app).commands
+
+
+def _flags(cmd) -> dict[str, object]:
+    """Every option spelling of ``cmd`` -> its click parameter."""
+    return {o: p for p in cmd.params if p.param_type_name == "option"
+            for o in (*p.opts, *p.secondary_opts)}
+
+
+def test_every_command_is_listed():
+    assert set(_commands()) == {"arch", "cycles", "compile", "sim", "rtl", "fpga", "mesh",
+                                "mesh-layer", "cluster", "sweep", "report", "models", "demo"}
+
+
+@pytest.mark.parametrize("concept", sorted(CONCEPTS))
+def test_each_concept_is_spelled_one_way(concept):
+    canon, shorts, never = CONCEPTS[concept]
+    for name, cmd in _commands().items():
+        flags = _flags(cmd)
+        assert not never & set(flags), f"{name}: {never & set(flags)} (use {canon})"
+        if canon in flags:       # its short aliases, where present, name the same parameter
+            for s in shorts & set(flags):
+                assert flags[s] is flags[canon], f"{name}: {s} is not an alias of {canon}"
+        for s in shorts & set(flags):
+            assert canon in flags, f"{name}: short {s} without its long form {canon}"
+
+
+def test_gemm_dims_long_and_short_everywhere():
+    """cycles and mesh both take --m/--k/--n and -m/-k/-n (each rejected the other's before)."""
+    for name in ("cycles", "mesh"):
+        flags = _flags(_commands()[name])
+        for d in "mkn":
+            assert flags[f"--{d}"] is flags[f"-{d}"], name
+
+
+def test_model_is_an_option_everywhere():
+    for name, cmd in _commands().items():
+        args = [p.name for p in cmd.params if p.param_type_name == "argument"]
+        assert "model" not in args, f"{name}: MODEL is positional; use --model"
+    assert DEPRECATED_POSITIONAL == {"mesh-layer": "--model"}
+
+
+def test_old_spellings_are_declared_not_declared_as_flags():
+    assert {(c, o): n for c, m in DEPRECATED_FLAGS.items() for o, n in m.items()} == OLD_SPELLINGS
+    assert {(c, o, v): n for (c, o), m in DEPRECATED_VALUES.items()
+            for v, n in m.items()} == OLD_VALUES
+    for (name, old), new in OLD_SPELLINGS.items():
+        flags = _flags(_commands()[name])
+        assert old not in flags and new in flags, name
+
+
+def test_tops_use_one_set_of_names():
+    """sim's tops are canonical names; every top the FPGA flow registers is reached from a
+    canonical name through `fpga --top` (gemm/axi are the flow's own, internal names)."""
+    from tilewright.app.eda.fpga import TOPS as FPGA_TOPS
+    from tilewright.app.flows.sim_rtl import TOPS as SIM_TOPS
+    assert set(SIM_TOPS) <= TOP_NAMES
+    param = _flags(_commands()["fpga"])["--top"]
+    reached = {param.callback(None, param, t) for t in TOP_NAMES}   # click's (ctx, param, value)
+    assert set(FPGA_TOPS) <= reached
+    assert _flags(_commands()["fpga"])["--top"].default == "core"
+
+
+def test_fpga_target_names_are_accepted_by_rtl_synth():
+    """The family names of `fpga --target` (ice40, ecp5, xc7) are what `rtl --synth` takes."""
+    from tilewright.app.cli.main import _synth_targets
+    from tilewright.app.eda.fpga import TARGETS as FPGA
+    from tilewright.app.eda.synth import TARGETS as YOSYS
+    assert set(FPGA) == {"ice40", "ecp5", "xc7"}
+    for t in FPGA:
+        assert _synth_targets([t])[0] in YOSYS, t
+
+
+@pytest.mark.parametrize("name", ["arch", "cycles", "compile", "sim", "rtl", "fpga", "mesh",
+                                  "mesh-layer", "cluster", "sweep", "report", "models", "demo"])
+def test_every_result_command_has_json(name):
+    p = _flags(_commands()[name])["--json"]
+    assert p.is_flag
+
+
+def test_version():
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0
+    assert res.stdout.strip() == f"tilewright {version('tilewright')}"
+
+
+# ---- the deprecation rule: old spelling works, one warning line, same result ----------------
+
+def _run(*argv):
+    res = CliRunner().invoke(app, list(argv))
+    assert res.exit_code == 0, res.output
+    return res.stdout, [ln for ln in res.stderr.splitlines() if ln.strip()]
+
+
+def test_cycles_short_and_long_same_result():
+    a, ea = _run("cycles", "--arch", "ws16x16", "-m", "64", "-k", "32", "-n", "48", "--json")
+    b, eb = _run("cycles", "--arch", "ws16x16", "--m", "64", "--k", "32", "--n", "48", "--json")
+    assert a == b and ea == eb == []
+    d = json.loads(a)
+    # a weight-stationary 16x16 array folds K/16 x N/16 weight tiles: 2 x 3 = 6 (by hand)
+    assert (d["m"], d["k"], d["n"], d["folds"]) == (64, 32, 48, 6)
+
+
+def test_mesh_layer_tokens_and_positional_model_deprecated():
+    new, e_new = _run("mesh-layer", "--model", "tiny-llama", "--arch", "mesh4x4", "--seq", "8",
+                      "--json")
+    old, e_old = _run("mesh-layer", "tiny-llama", "--arch", "mesh4x4", "--tokens", "8", "--json")
+    assert e_new == []
+    assert e_old == ["warning: the positional MODEL is deprecated; use --model MODEL",
+                     "warning: --tokens is deprecated; use --seq"]
+    assert json.loads(old) == json.loads(new)
+
+
+def test_cluster_seq_len_deprecated():
+    args = ["cluster", "--cluster", "h100-8x-nvlink", "--model", "tiny-llama", "--mode", "train",
+            "--tp", "4", "--dp", "2", "--micro-batches", "2", "--json"]
+    new, e_new = _run(*args, "--seq", "16")
+    old, e_old = _run(*args, "--seq-len", "16")
+    longer, _ = _run(*args, "--seq", "64")
+    assert e_new == [] and e_old == ["warning: --seq-len is deprecated; use --seq"]
+    a, b, c = json.loads(new), json.loads(old), json.loads(longer)
+    for d in (a, b, c):
+        d.pop("wall_s", None), d.pop("events_per_s", None)      # host timings
+    assert a == b
+    assert a["step_s"] < c["step_s"]       # the flag is not ignored: 4x the tokens take longer
+
+
+@pytest.mark.parametrize("old,new", [("gemm", "core"), ("axi", "axi-core")])
+def test_fpga_old_top_names(monkeypatch, tmp_path, old, new):
+    """`fpga --top gemm|axi` reach the flow as the same top as `core|axi-core` (the flow itself
+    is stopped: no synthesis here), with one warning line."""
+    import tilewright.app.eda.fpga as flow
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(spec, target, out, *, top, pnr, freq_mhz):
+        seen.append(top)
+        raise Stop
+
+    monkeypatch.setattr(flow, "run_fpga", fake)
+    for word in (old, new):
+        res = CliRunner().invoke(app, ["fpga", "--arch", "ws16x16", "--target", "ice40", "-o",
+                                       str(tmp_path / "o"), "--top", word])
+        assert isinstance(res.exception, Stop)
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert lines == ([f"warning: --top {old} is deprecated; use --top {new}"]
+                         if word == old else [])
+    assert seen[0] == seen[1]
+
+
+def test_rtl_synth_xilinx_means_xc7(capsys):
+    """`rtl --synth xilinx` is rewritten to xc7 with one warning; both reach the same flow."""
+    from tilewright.app.cli.main import _synth_targets
+    out = canonical_args("rtl", ["--arch", "a", "--synth", "xilinx", "--synth=xilinx"],
+                         {"--arch", "--synth"})
+    assert out == ["--arch", "a", "--synth", "xc7", "--synth=xc7"]
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: --synth xilinx is deprecated; use --synth xc7"] * 2
+    assert _synth_targets(["xc7"]) == _synth_targets(["xilinx"])
+
+
+def test_rewrite_leaves_values_and_after_double_dash_alone():
+    out = canonical_args("mesh-layer", ["--arch", "--tokens", "--", "--tokens"], {"--arch"})
+    assert out == ["--arch", "--tokens", "--", "--tokens"]
