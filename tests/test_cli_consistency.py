@@ -213,3 +213,27 @@ def test_rtl_synth_xilinx_means_xc7(capsys):
 def test_rewrite_leaves_values_and_after_double_dash_alone():
     out = canonical_args("mesh-layer", ["--arch", "--tokens", "--", "--tokens"], {"--arch"})
     assert out == ["--arch", "--tokens", "--", "--tokens"]
+
+
+# ---- the --json outputs added for issue 21: one JSON object, checked against the sources ----
+
+def test_arch_json_matches_the_yaml():
+    import yaml
+    from pathlib import Path
+    raw = yaml.safe_load((Path(__file__).parents[1] / "configs" / "ws16x16.yaml").read_text())
+    out, err = _run("arch", "ws16x16", "--json")
+    d = json.loads(out)
+    assert err == [] and d["valid"] is True
+    assert d["arch"]["tensor_engine"]["rows"] == raw["tensor_engine"]["rows"] == 16
+    assert d["arch"]["clock_mhz"] == raw["clock_mhz"]
+    presets, _ = _run("arch", "--json")
+    names = {p.stem for p in (Path(__file__).parents[1] / "configs").glob("*.yaml")}
+    assert set(json.loads(presets)["presets"]) == names
+
+
+def test_models_json():
+    out, err = _run("models", "--json")
+    d = json.loads(out)["models"]
+    # Llama 3 8B: 32 layers, d_model 4096 (Meta, "The Llama 3 Herd of Models", 2024, Table 3)
+    assert d["llama3-8b"]["layers"] == 32 and d["llama3-8b"]["config"]["d_model"] == 4096
+    assert d["llama3-8b"]["family"] == "llama" and err == []
