@@ -171,7 +171,8 @@ def cluster(
                               routing=routing)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
-        raise ClusterSpecError(f"--{str(err['loc'][0]).replace('_', '-')} = {err.get('input')!r}: "
+        flag = {"seq_len": "seq"}.get(str(err["loc"][0]), str(err["loc"][0]))   # its CLI name
+        raise ClusterSpecError(f"--{flag.replace('_', '-')} = {err.get('input')!r}: "
                                f"{err['msg'].lower()}") from None
     if mode == "train":
         res = simulate_training(spec, model, plan, trace=trace is not None,
