@@ -237,3 +237,21 @@ def test_models_json():
     # Llama 3 8B: 32 layers, d_model 4096 (Meta, "The Llama 3 Herd of Models", 2024, Table 3)
     assert d["llama3-8b"]["layers"] == 32 and d["llama3-8b"]["config"]["d_model"] == 4096
     assert d["llama3-8b"]["family"] == "llama" and err == []
+
+
+def test_sweep_and_report_json(tmp_path, monkeypatch):
+    """A 2-point grid sweep: --json counts 2 evaluated points (the grid's size by hand) and names
+    the database; report --json lists the pages it wrote, which exist."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(
+        "name: two\nbase: ws16x16\ntech: 7nm\naxes:\n  tensor_engine.dataflow: [ws, os]\n"
+        "workloads:\n  - {gemm: [64, 64, 64], format: int8}\nobjectives: [latency, area]\n"
+        "search: {method: grid}\n")
+    out, _ = _run("sweep", str(tmp_path / "s.yaml"), "--db", "s.db", "--workers", "1", "--json")
+    d = json.loads(out)
+    assert (d["sweep"], d["evaluated"], d["reused"], d["db"]) == ("two", 2, 0, "s.db")
+    assert 1 <= d["pareto_points"] <= 2 and d["objectives"] == ["latency_s", "area_mm2"]
+    out, _ = _run("report", "s.db", "-o", "rep", "--json")
+    r = json.loads(out)
+    assert (tmp_path / r["report"]).is_file() and r["files"]
+    assert all((tmp_path / "rep" / f).is_file() for f in r["files"])
