@@ -255,3 +255,30 @@ def test_sweep_and_report_json(tmp_path, monkeypatch):
     r = json.loads(out)
     assert (tmp_path / r["report"]).is_file() and r["files"]
     assert all((tmp_path / "rep" / f).is_file() for f in r["files"])
+
+
+def test_rtl_json_manifest_matches_the_file(tmp_path):
+    """rtl --json prints the manifest it wrote; its sha256 is the Verilog file's (hashlib)."""
+    import hashlib
+    out, err = _run("rtl", "--arch", "ws8x8", "-o", str(tmp_path / "v"), "--json")
+    d = json.loads(out)
+    f = d["manifest"]["files"][0]
+    data = (tmp_path / "v" / f["path"]).read_bytes()
+    assert f["sha256"] == hashlib.sha256(data).hexdigest() and f["bytes"] == len(data)
+    assert json.loads((tmp_path / "v" / "manifest.json").read_text()) == d["manifest"]
+
+
+def test_fpga_json_prints_the_flow_manifest(monkeypatch, tmp_path):
+    import tilewright.app.eda.fpga as flow
+    manifest = {"fpga": {"part": "x"}, "handoff": {}, "flow_seconds": 0.5}
+    monkeypatch.setattr(flow, "run_fpga", lambda *a, **k: manifest)
+    out, _ = _run("fpga", "--arch", "ws8x8", "--target", "ice40", "-o", str(tmp_path / "o"),
+                  "--json")
+    assert json.loads(out) == {"out": str(tmp_path / "o"), "manifest": manifest}
+
+
+def test_sim_json():
+    out, _ = _run("sim", "--model", "tiny-llama", "--arch", "ws8x8", "--json")
+    d = json.loads(out)
+    assert d["ok"] is True and d["rtl"] is False and d["model"] == "tiny-llama"
+    assert d["checks"] and all(c["ok"] for c in d["checks"])
