@@ -106,13 +106,6 @@ def _command_class():
     return CanonicalCommand
 
 
-def top_option_value(internal: dict[str, str]):
-    """A ``--top`` callback: the canonical top name (core | axi-core | accel | axi-accel) -> the
-    name ``internal`` gives it in a command's own registry (other values pass through to the
-    command's own refusal)."""
-    return lambda value: internal.get(value, value)
-
-
 def print_json(obj) -> None:
     """``--json``: print ``obj`` as one JSON object on one line of stdout (paths and other
     non-JSON values as their text)."""

@@ -20,7 +20,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from tilewright.app.cli import JSON_HELP, print_json, top_option_value
+from tilewright.app.cli import JSON_HELP, print_json
 from tilewright.app.eda.synth import SynthError
 from tilewright.arch import load_arch
 
@@ -28,6 +28,21 @@ __all__ = ["fpga"]
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+#: the canonical ``--top`` names (docs/design.md "CLI conventions") -> the FPGA flow's own
+#: top registry (:data:`tilewright.app.eda.fpga.TOPS`)
+FLOW_TOPS = {"core": "gemm", "axi-core": "axi", "axi-accel": "axi-accel"}
+
+
+def _flow_top(value: str) -> str:
+    """``--top``: a canonical top name -> the flow's; another name is refused, naming the
+    canonical ones."""
+    from tilewright.app.eda.fpga import \
+        UnknownFpgaTarget  # noqa: PLC0415  (lazy: the FPGA flow only to run)
+    if value not in FLOW_TOPS:
+        raise UnknownFpgaTarget(f"--top {value!r} is unknown; accepted: {', '.join(FLOW_TOPS)}")
+    return FLOW_TOPS[value]
 
 
 def fpga(
@@ -40,7 +55,7 @@ def fpga(
     top: str = typer.Option("core", "--top", help="top to wrap: core (GEMM core) | axi-core "
                             "(GEMM core behind AXI4-Lite) | axi-accel (programmable accelerator: "
                             "AXI4-Lite control, AXI4 memory port); gemm and axi are deprecated",
-                            callback=top_option_value({"core": "gemm", "axi-core": "axi"})),
+                            callback=_flow_top),
     pnr: bool = typer.Option(True, "--pnr/--no-pnr", help="ice40/ecp5: run nextpnr (else stop "
                              "after synthesis and part choice)"),
     freq: Optional[float] = typer.Option(None, "--freq", help="clock target in MHz (default: "
