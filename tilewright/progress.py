@@ -56,10 +56,18 @@ def progress(what: str) -> Iterator[None]:
     ``-q``); log it at INFO and its wall time (seconds) at DEBUG."""
     LOGGER.info("%s ...", what)
     t0 = time.perf_counter()
+    status = None
     if _show_spinner():
         from rich.console import Console  # noqa: PLC0415  (lazy: rich only when drawing)
-        with Console(stderr=True).status(what):
-            yield
-    else:
+        from rich.errors import LiveError  # noqa: PLC0415  (lazy: rich only when drawing)
+        status = Console(stderr=True).status(what)
+        try:
+            status.start()
+        except LiveError:       # a caller's own live display is on screen: leave it the screen
+            status = None
+    try:
         yield
+    finally:
+        if status is not None:
+            status.stop()
     LOGGER.debug("%s: %.3f s", what, time.perf_counter() - t0)
