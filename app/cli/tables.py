@@ -76,10 +76,15 @@ def print_table(title: str | None, columns: Sequence[Column | str],
         return
     from rich.console import Console  # noqa: PLC0415  (lazy: rich only on a terminal)
     from rich.table import Table  # noqa: PLC0415  (lazy: rich only on a terminal)
+    console = console or Console()
     table = Table(title=title)
+    # a minimum width keeps numbers whole where it fits (3 = a cell's padding and border);
+    # a table too wide for it folds every cell instead of running off the screen
+    fits = len(cols) * (MIN_NUMERIC_WIDTH + 3) + 1 <= console.width
     for c in cols:
         table.add_column(c.name, justify="right" if c.numeric else "left", no_wrap=False,
-                         overflow="fold", min_width=MIN_NUMERIC_WIDTH if c.numeric else None)
+                         overflow="fold",
+                         min_width=MIN_NUMERIC_WIDTH if c.numeric and fits else None)
     for r in rows:
         table.add_row(*(fmt_value(v, c.float_fmt) for c, v in zip(cols, r)))
-    (console or Console()).print(table)
+    console.print(table)
