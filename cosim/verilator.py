@@ -25,6 +25,7 @@ from typing import Any
 
 from tilewright.errors import ToolMissing
 from tilewright.extras import install_hint, require
+from tilewright.progress import LOGGER, progress
 
 __all__ = ["Build", "cached_build", "ToolMissing", "run_cocotb_bench", "verilator_bin_dir",
            "verilator_env", "cache_root", "lint_verilog", "lint"]
@@ -108,7 +109,10 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
     :class:`ToolMissing` without g++/make and RuntimeError (with the log tail) when the build
     fails.
     """
-    say = log or (lambda _msg: None)
+    def say(msg: str) -> None:
+        LOGGER.info("%s", msg)
+        if log is not None:
+            log(msg)
     if shutil.which("g++") is None or shutil.which("make") is None:
         raise ToolMissing("Verilator needs g++ and make on PATH")
     root = cache_root() / "verilator"
@@ -126,7 +130,7 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
         generate(tmp / "rtl")
         t1 = time.perf_counter()
         say(f"building {what} with Verilator + g++ (a minute or so on 2 cores)")
-        with verilator_env():
+        with verilator_env(), progress(f"building {what} with Verilator + g++"):
             if opt:
                 os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
             if build_step is not None:

@@ -8,6 +8,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from tilewright.models.demo_shapes import MLP_SHAPES
 from tilewright.models.llm_shapes import ModelInputError
 
 from tilewright.models.mlp import MLP
@@ -27,11 +28,8 @@ class ModelConfig:
 
 
 CONFIGS: dict[str, ModelConfig] = {
-    "mlp-tiny": ModelConfig(MLP, {"sizes": [32, 64, 64, 16]}, (4, 32),
-                            "3-layer MLP 32->64->64->16, batch 4"),
-    "mlp-small": ModelConfig(MLP, {"sizes": [64, 128, 128, 10]}, (8, 64),
-                             "3-layer MLP 64->128->128->10, batch 8"),
-}
+    name: ModelConfig(MLP, {"sizes": list(sizes)}, shape, text)
+    for name, (sizes, shape, text) in MLP_SHAPES.items()}
 
 
 def build(name: str, seed: int = 0) -> tuple[nn.Module, torch.Tensor]:

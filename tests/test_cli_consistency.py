@@ -236,6 +236,9 @@ def test_models_json():
     # Llama 3 8B: 32 layers, d_model 4096 (Meta, "The Llama 3 Herd of Models", 2024, Table 3)
     assert d["llama3-8b"]["layers"] == 32 and d["llama3-8b"]["config"]["d_model"] == 4096
     assert d["llama3-8b"]["family"] == "llama" and err == []
+    # the demo's MLPs too: mlp-tiny's Linear layers hold i*o weights + o biases each
+    sizes = d["mlp-tiny"]["config"]["sizes"]
+    assert d["mlp-tiny"]["params"] == sum(i * o + o for i, o in zip(sizes, sizes[1:]))
 
 
 def test_sweep_and_report_json(tmp_path, monkeypatch):

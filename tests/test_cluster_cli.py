@@ -66,7 +66,7 @@ def test_mamba_serve_and_train_json():
 
 @pytest.mark.parametrize("args,exc,needle", [
     (["--mode", "fly"], ClusterSpecError, "--mode = 'fly'"),
-    (["--tp", "3"], PlanError, "tp=3 does not divide n_heads = 32"),
+    (["--tp", "3", "--dp", "1"], PlanError, "tp=3 does not divide n_heads = 32"),
     (["--mode", "serve", "--prompt-tokens", "9-3"], ClusterSpecError, "--prompt-tokens = '9-3'"),
     (["--schedule", "gpipe"], ClusterSpecError, "--schedule = 'gpipe'"),
 ])

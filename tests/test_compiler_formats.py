@@ -19,7 +19,7 @@ from tilewright.compiler.gemm_mapper import GemmOp, Mapping, cost_of, map_gemm
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.compiler.program import BgemmTask, QuantizeTask, VectorTask
 
-from tests.test_cli import tw
+from tests.test_cli import REPO, tw
 
 
 @pytest.fixture(scope="module")
@@ -95,15 +95,26 @@ def test_transcendental_passes_from_vector_unit():
             assert df.loc[t.name, "cycles"] == passes * -(-n // lanes), t.name
 
 
-def test_cli_format_json_changes_with_format():
+def test_cli_format_json_changes_with_format(tmp_path):
+    """The format comes from the ArchSpec: the same 16x16 WS array described for fp32 and for
+    int8 (the ws16x16 preset) compiles with that format and its accumulator."""
+    fp32 = tmp_path / "ws16x16_fp32.yaml"
+    preset = (REPO / "configs" / "ws16x16.yaml").read_text()   # int8 by the field default
+    assert "format" not in preset
+    fp32.write_text(preset.replace("name: ws16x16", "name: ws16x16-fp32").replace(
+        "  dataflow: ws\n", "  dataflow: ws\n  input_format: fp32\n  weight_format: fp32\n"
+        "  accumulator_format: fp32\n"))
     out = {}
-    for fmt in ("fp32", "int8"):
-        proc = tw("compile", "--model", "llama3-8b", "--arch", "ws16x16", "--seq", "256",
-                  "--format", fmt, "--json")
+    for fmt, arch in (("fp32", str(fp32)), ("int8", "ws16x16")):
+        proc = tw("compile", "--model", "llama3-8b", "--arch", arch, "--seq", "256", "--json")
         assert proc.returncode == 0, proc.stderr
         out[fmt] = json.loads(proc.stdout)
-    assert out["int8"]["format"] == "int8" and out["int8"]["accumulator"] == "int32"
+        assert out[fmt]["format"] == fmt
+    assert out["int8"]["accumulator"] == "int32"
     assert out["fp32"]["layer"]["bytes"] > out["int8"]["layer"]["bytes"]
     assert out["fp32"]["total_cycles"] > out["int8"]["total_cycles"] > 0
-    proc = tw("compile", "--model", "tiny-llama", "--arch", "ws16x16", "--format", "mxfp8")
+    mx = tmp_path / "mx16.yaml"
+    mx.write_text("tensor_engine: {rows: 16, cols: 16, dataflow: ws, input_format: mxfp8, "
+                  "weight_format: mxfp8, accumulator_format: fp32}\n")
+    proc = tw("compile", "--model", "tiny-llama", "--arch", str(mx))
     assert proc.returncode == 2 and "multiple of 32" in proc.stderr

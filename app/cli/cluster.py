@@ -17,9 +17,10 @@ from typing import Optional
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from tilewright import __version__
+from tilewright.app.cli.tables import print_table
+from tilewright.progress import LOGGER, progress
 
 __all__ = ["cluster"]
 
@@ -101,8 +102,10 @@ def cluster(
     cluster: str = typer.Option(..., "--cluster", help="cluster YAML file or preset "
                                 "(h100-8x-nvlink, h100-64x-ib, pd-h100-64, torus-1024)"),
     model: str = typer.Option(..., "--model", help="LLM config name, e.g. llama3-70b"),
-    mode: str = typer.Option("train", "--mode", help="train | serve"),
-    dp: int = typer.Option(1, min=1, help="train: data-parallel degree"),
+    mode: Optional[str] = typer.Option(None, "--mode", help="train | serve (default: serve on a "
+                                       "cluster with prefill/decode pools, else train)"),
+    dp: str = typer.Option("auto", help="train: data-parallel degree, a whole number ≥ 1 or "
+                           "auto = chips / (tp·pp·sp)"),
     tp: int = typer.Option(1, min=1, help="tensor-parallel degree"),
     pp: int = typer.Option(1, min=1, help="pipeline stages (serve: per replica)"),
     sp: int = typer.Option(1, min=1, help="train: sequence (context) parallel degree"),
@@ -152,14 +155,26 @@ def cluster(
     from pydantic import ValidationError  # noqa: PLC0415  (lazy: pydantic only on this path)
 
     from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415  (lazy: pulls in simpy, torch)
-        ClusterSpecError, ServePlan, TrainPlan, load_cluster, load_request_trace,
+        ClusterSpecError, ServePlan, TrainPlan, auto_dp, load_cluster, load_request_trace,
         poisson_requests, simulate_serving, simulate_training)
-    if mode not in ("train", "serve"):
+    if mode not in (None, "train", "serve"):
         raise ClusterSpecError(f"--mode = {mode!r}: must be one of 'train', 'serve'")
     spec = load_cluster(cluster)
+    if mode is None:          # a cluster with P/D pools is a serving cluster
+        mode = "serve" if spec.pools is not None else "train"
+        LOGGER.info("cluster: --mode %s (%s)", mode, "the cluster has prefill/decode pools"
+                    if spec.pools is not None else "no prefill/decode pools")
     try:
         if mode == "train":
-            plan = TrainPlan(dp=dp, tp=tp, pp=pp, sp=sp, ep=ep, micro_batches=micro_batches,
+            if dp == "auto":
+                dp_n = auto_dp(spec, tp, pp, sp)
+                LOGGER.info("cluster: --dp auto = %d chips / (tp·pp·sp = %d) = %d",
+                            spec.n_chips, tp * pp * sp, dp_n)
+            elif dp.isascii() and dp.isdigit() and int(dp) >= 1:
+                dp_n = int(dp)
+            else:
+                raise ClusterSpecError(f"--dp = {dp!r}: must be a whole number ≥ 1 or auto")
+            plan = TrainPlan(dp=dp_n, tp=tp, pp=pp, sp=sp, ep=ep, micro_batches=micro_batches,
                              micro_batch_size=micro_batch_size, seq_len=seq_len,
                              schedule=schedule, virtual_stages=virtual_stages,
                              recompute=recompute, grad_bucket_mb=grad_bucket_mb or None,
@@ -175,8 +190,9 @@ def cluster(
         raise ClusterSpecError(f"--{flag.replace('_', '-')} = {err.get('input')!r}: "
                                f"{err['msg'].lower()}") from None
     if mode == "train":
-        res = simulate_training(spec, model, plan, trace=trace is not None,
-                                cost_source=cost_source, tech=tech)
+        with progress(f"simulating a training step of {model} on {spec.name}"):
+            res = simulate_training(spec, model, plan, trace=trace is not None,
+                                    cost_source=cost_source, tech=tech)
         metrics, tr = res.metrics, res.trace
     else:
         if request_trace is not None:
@@ -200,8 +216,10 @@ def cluster(
             if not expert_trace.exists():
                 raise ClusterSpecError(f"--expert-trace {expert_trace}: no such file")
             ids = _expert_ids(expert_trace)
-        sres = simulate_serving(spec, model, splan, reqs, seed=seed, trace=trace is not None,
-                                expert_trace=ids, cost_source=cost_source, tech=tech)
+        with progress(f"simulating {len(reqs)} requests of {model} on {spec.name}"):
+            sres = simulate_serving(spec, model, splan, reqs, seed=seed,
+                                    trace=trace is not None, expert_trace=ids,
+                                    cost_source=cost_source, tech=tech)
         metrics, tr = sres.metrics, sres.trace
     if trace is not None and tr is not None:
         tr.save(trace)
@@ -212,9 +230,5 @@ def cluster(
     if as_json:
         print(json.dumps(clean))
         return
-    table = Table(title=f"{metrics['mode']}: {metrics['model']} on {metrics['cluster']}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in clean.items():
-        table.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
-    console.print(table)
+    print_table(f"{metrics['mode']}: {metrics['model']} on {metrics['cluster']}",
+                ["metric", "value"], [[k, v] for k, v in clean.items()], console)

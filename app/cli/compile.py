@@ -16,15 +16,16 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.app.cli import JSON_HELP, MAX_DIM, print_json
+from tilewright.app.cli.tables import Column, fmt_value, print_table
 from tilewright.arch import load_arch
-from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.errors import UserError
+from tilewright.progress import LOGGER, progress
 
-__all__ = ["compile_cmd", "models_cmd", "UnknownModel", "UnknownFormat", "TooManyTokens"]
+__all__ = ["compile_cmd", "models_cmd", "UnknownModel", "UnknownFormat", "FormatMismatch",
+           "TooManyTokens"]
 
 console = Console()
 
@@ -35,6 +36,28 @@ class UnknownModel(UserError, ValueError):
 
 class UnknownFormat(UserError, ValueError):
     """``--format`` names no number format the compiler knows; the message lists them."""
+
+
+class FormatMismatch(UserError, ValueError):
+    """``--format`` differs from the ArchSpec's ``tensor_engine`` formats: compiling for it would
+    answer for another array (the one built for that format), so it is refused."""
+
+
+def arch_format(spec, fmt: str | None, where: str) -> str:
+    """The GEMM operand format of a compile on ``spec``: its ``tensor_engine.input_format``
+    (which must equal ``weight_format``: a compile takes one operand format). An explicit
+    ``fmt`` that differs is refused (:class:`FormatMismatch`), never run on a rebuilt array."""
+    te = spec.tensor_engine
+    own = te.input_format
+    if te.weight_format != own:
+        raise FormatMismatch(f"{where}: tensor_engine.input_format {own} and weight_format "
+                             f"{te.weight_format} differ; compile takes one operand format "
+                             f"(set both to the same format)")
+    if fmt is not None and fmt != own:
+        raise FormatMismatch(f"--format {fmt}: {spec.name} computes in tensor_engine."
+                             f"input_format {own}; omit --format or give an ArchSpec built for "
+                             f"{fmt} (tensor_engine.input_format/weight_format: {fmt})")
+    return own
 
 
 class TooManyTokens(UserError, ValueError):
@@ -49,10 +72,10 @@ def compile_cmd(
                             "positions attended = cached + the new token (decode)"),
     batch: int = typer.Option(1, "--batch", min=1, max=MAX_DIM, help="sequences per batch"),
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
-    fmt: str = typer.Option("fp32", "--format", help="GEMM operand format: fp32, bf16, int8, "
-                                                     "fp8-e4m3, fp8-e5m2, mxint8, mxfp8 (the "
-                                                     "array is built for it; MX needs rows % 32 "
-                                                     "== 0)"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="GEMM operand format: fp32, bf16, "
+                                      "int8, fp8-e4m3, fp8-e5m2, mxint8, mxfp8; default and only "
+                                      "accepted value: the ArchSpec's "
+                                      "tensor_engine.input_format"),
     granularity: str = typer.Option("channel", "--granularity",
                                     help="int8/fp8 weight scales: channel | tensor"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
@@ -69,7 +92,7 @@ def compile_cmd(
 
     if model not in LLM_CONFIGS:
         raise UnknownModel(f"unknown model {model!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
-    if fmt not in ELEM_BYTES:
+    if fmt is not None and fmt not in ELEM_BYTES:
         raise UnknownFormat(f"unknown format {fmt!r}; known: {', '.join(ELEM_BYTES)}")
     if phase not in ("prefill", "decode"):
         raise typer.BadParameter("must be prefill or decode", param_hint="--phase")
@@ -78,20 +101,29 @@ def compile_cmd(
     if batch * seq > MAX_DIM:
         raise TooManyTokens(f"--batch {batch} x --seq {seq} = {batch * seq:,} tokens; at most "
                             f"{MAX_DIM:,}")
-    spec = arch_for_format(refuse_mesh(load_arch(arch), "compile", arch), fmt)
-    result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
-                         granularity=granularity)
+    spec = refuse_mesh(load_arch(arch), "compile", arch)
+    fmt_source = "--format" if fmt is not None else "the ArchSpec's tensor_engine.input_format"
+    fmt = arch_format(spec, fmt, arch)
+    LOGGER.info("compile: format %s (%s)", fmt, fmt_source)
+    with progress(f"compiling one layer of {model} for {spec.name}"):
+        result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
+                             granularity=granularity)
     df = result.report
     layer, full = result.totals(), result.totals(all_layers=True)
     why = ("the embedding and LM head are compiled with per-channel weight scales only; use "
            "--granularity channel" if granularity != "channel" else
            "the compiled layer of an MoE config is its MoE FFN alone (no attention)"
            if LLM_CONFIGS[model].family == "moe" else None)
-    step = None if why else llm_step_cost(   # the sweep's and the cluster's cost path
-        spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer)
+    if why:
+        step = None
+    else:
+        with progress(f"costing the whole model ({model})"):
+            step = llm_step_cost(   # the sweep's and the cluster's cost path
+                spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer)
     if as_json:
         print(json.dumps({"model": model, "arch": spec.name, "seq": seq, "batch": batch,
-                          "phase": phase, "format": fmt, "granularity": granularity,
+                          "phase": phase, "format": fmt, "format_source": fmt_source,
+                          "granularity": granularity,
                           "accumulator": result.program.meta.get("accumulator"),
                           "shape_only": result.shape_only,
                           "total_cycles": layer["total_cycles"], "layer": layer,
@@ -102,18 +134,15 @@ def compile_cmd(
                           "ops": json.loads(df.to_json(orient="records"))}))
         return
     shown = df.nlargest(limit, "time_cycles") if limit else df
-    table = Table(title=f"{model} ({phase}, seq {seq}, batch {batch}, {fmt}) on {spec.name}: "
-                        f"one layer", show_lines=False)
-    for col in ("task", "kind", "op", "macs", "cycles", "bytes", "compulsory_bytes",
-                "intensity", "bound", "time_cycles", "buffer_bytes", "mapping"):
-        table.add_column(col, justify="left" if col in ("task", "kind", "op", "bound", "mapping")
-                         else "right")
-    for r in shown.itertuples():
-        table.add_row(r.task, r.kind, r.op, f"{r.macs:,}", f"{r.cycles:,}", f"{r.bytes:,}",
-                      f"{r.compulsory_bytes:,}", f"{r.intensity:.2f}",
-                      f"{r.bound} {r.bound_share:.0%}", f"{r.time_cycles:,}",
-                      f"{r.buffer_bytes:,}", r.mapping)
-    console.print(table)
+    cols = [Column(c, numeric=c not in ("task", "kind", "op", "bound", "mapping"),
+                   float_fmt="{:.2f}" if c == "intensity" else None)
+            for c in ("task", "kind", "op", "macs", "cycles", "bytes", "compulsory_bytes",
+                      "intensity", "bound", "time_cycles", "buffer_bytes", "mapping")]
+    print_table(f"{model} ({phase}, seq {seq}, batch {batch}, {fmt} from {fmt_source}) on "
+                f"{spec.name}: one layer", cols,
+                [[r.task, r.kind, r.op, r.macs, r.cycles, r.bytes, r.compulsory_bytes,
+                  r.intensity, f"{r.bound} {r.bound_share:.0%}", r.time_cycles, r.buffer_bytes,
+                  r.mapping] for r in shown.itertuples()], console)
     console.print(f"one layer: {layer['total_cycles']:,} cycles ({layer['time_us']:.1f} us at "
                   f"{spec.clock_mhz} MHz), {layer['macs']:,} MACs, {layer['bytes']:,} bytes "
                   f"({layer['compulsory_bytes']:,} compulsory); "
@@ -134,20 +163,25 @@ def compile_cmd(
 
 
 def models_cmd(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
-    """List the model configs with their shapes."""
+    """List every model config: the LLM configs (``compile``, ``cluster``, sweeps) and the
+    demo's MLPs (``demo --model``), with their shapes and parameter counts."""
+    from tilewright.models.demo_shapes import \
+        MLP_SHAPES  # noqa: PLC0415  (lazy: models layer on demand)
     from tilewright.models.llm_shapes import (  # noqa: PLC0415  (lazy: models layer on demand)
         LLM_CONFIGS, param_count)
     if as_json:
-        print_json({"models": {name: {"family": cfg.family, "layers": cfg.n_layers,
-                                      "params": param_count(name)["total"],
-                                      "config": dataclasses.asdict(cfg)
-                                      if dataclasses.is_dataclass(cfg) else None}
-                               for name, cfg in LLM_CONFIGS.items()}})
+        llms = {name: {"family": cfg.family, "layers": cfg.n_layers,
+                       "params": param_count(name)["total"],
+                       "config": dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else None}
+                for name, cfg in LLM_CONFIGS.items()}
+        mlps = {name: {"family": "mlp", "layers": len(sizes) - 1,    # Linear(i, o): i*o + o
+                       "params": sum(i * o + o for i, o in zip(sizes, sizes[1:])),
+                       "config": {"sizes": list(sizes), "input_shape": list(shape)}}
+                for name, (sizes, shape, _text) in MLP_SHAPES.items()}
+        print_json({"models": {**llms, **mlps}})
         return
 
-    table = Table(title="model configs (one layer is compiled; see `tilewright compile`)")
-    for col in ("name", "family", "shapes", "layers", "params"):
-        table.add_column(col)
+    rows = []
     for name, cfg in LLM_CONFIGS.items():
         if cfg.family == "llama":
             shapes = (f"d_model {cfg.d_model}, heads {cfg.n_heads}/{cfg.n_kv_heads} kv, "
@@ -159,8 +193,13 @@ def models_cmd(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) ->
         else:
             shapes = (f"d_model {cfg.d_model}, d_inner {cfg.d_inner}, d_state {cfg.d_state}, "
                       f"d_conv {cfg.d_conv}, dt_rank {cfg.rank}")
-        total = param_count(name)["total"]
-        params = "-" if not total else (f"{total / 1e9:.2f} B" if total >= 1e8
-                                        else f"{total / 1e6:.3f} M")
-        table.add_row(name, cfg.family, shapes, str(cfg.n_layers), params)
-    console.print(table)
+        rows.append([name, cfg.family, "compile, cluster, sweep", shapes, cfg.n_layers,
+                     param_count(name)["total"] or None])
+    for name, (sizes, shape, text) in MLP_SHAPES.items():
+        # a Linear(i, o) holds i*o weights and o biases
+        params = sum(i * o + o for i, o in zip(sizes, sizes[1:]))
+        rows.append([name, "mlp", "demo", f"{text}; input {'x'.join(map(str, shape))}",
+                     len(sizes) - 1, params])
+    print_table("model configs", ["name", "family", "used by", "shapes",
+                                  Column("layers", numeric=True),
+                                  Column("params", numeric=True)], rows, console)

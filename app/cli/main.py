@@ -33,6 +33,8 @@ from tilewright.arch import PRESET_DIR, ArchSpec, load_arch
 from tilewright.cosim.verilator import lint_verilog
 from tilewright.errors import UserError
 from tilewright.extras import missing_extra
+from tilewright.app.cli.tables import Column, print_table
+from tilewright.progress import configure_logging
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="tilewright: design, compile for, generate and co-simulate AI accelerators.")
@@ -59,9 +61,14 @@ def _options(debug: bool = typer.Option(False, "--debug", help="on an error, sho
              version: bool = typer.Option(False, "--version", is_eager=True,
                                           callback=_print_version,
                                           help="print the tilewright version and exit"),
+             verbose: int = typer.Option(0, "-v", "--verbose", count=True,
+                                         help="log the steps (INFO); twice: with timings (DEBUG)"),
+             quiet: bool = typer.Option(False, "-q", "--quiet", help="warnings only: no progress "
+                                        "spinner, no INFO/DEBUG log lines"),
              ) -> None:
     """tilewright: design, compile for, generate and co-simulate AI accelerators."""
     _DEBUG["on"] = debug
+    configure_logging(verbose=verbose, quiet=quiet)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -243,11 +250,11 @@ def arch_cmd(
                                 for p in sorted(PRESET_DIR.glob("*.yaml"))}})
         return
     if path is None:
-        for p in sorted(PRESET_DIR.glob("*.yaml")):
-            a = load_arch(p)
-            te = a.tensor_engine
-            console.print(f"{p.stem:10s} {te.rows}x{te.cols} {te.dataflow} {te.input_format}"
-                          f"->{te.accumulator_format} @ {a.clock_mhz} MHz")
+        print_table("ArchSpec presets (`tilewright arch NAME` shows one)",
+                    ["preset", "kind", "engine rows x cols x depth", "dataflow", "formats",
+                     "clock MHz", "mesh"],
+                    [_preset_row(p.stem, load_arch(p))
+                     for p in sorted(PRESET_DIR.glob("*.yaml"))], console)
         return
     spec = load_arch(path)
     if as_json:
@@ -256,6 +263,23 @@ def arch_cmd(
         return
     console.print(f"# {path}: valid ArchSpec, hash {spec.content_hash()}")
     console.print(spec.to_yaml(), end="")
+
+
+def _preset_row(name: str, a: ArchSpec) -> list:
+    """One row of the ``arch`` listing: the engine's kind and real shape (rows x cols x depth;
+    MACs/cycle is their product), the dataflow where it applies (systolic only), the formats,
+    the clock and, for a mesh, its core grid (physical, and logical when spare columns are
+    held back)."""
+    te = a.tensor_engine
+    mesh = "-"
+    if a.mesh is not None:
+        m = a.mesh
+        lr, lc = m.logical_shape
+        mesh = f"{m.rows}x{m.cols} cores" + (f" ({lr}x{lc} logical)"
+                                             if (lr, lc) != (m.rows, m.cols) else "")
+    return [name, te.kind, f"{te.rows}x{te.cols}x{te.depth}",
+            te.dataflow if te.kind == "systolic" else "-",
+            f"{te.input_format}->{te.accumulator_format}", a.clock_mhz, mesh]
 
 
 @app.command(cls=_command)
@@ -279,7 +303,10 @@ def cycles(
     if as_json:
         print(json.dumps(d))
     else:
-        console.print(d)
+        print_table(f"{m} x {k} x {n} GEMM on {spec.name} (cycle model, {convention} "
+                    f"convention)", ["quantity", Column("value", numeric=True)],
+                    [["folds", g.folds], ["cycles", g.cycles],
+                     ["utilization", d["utilization"]]], console)
 
 
 def _register_subcommands() -> None:

@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
+from tilewright.app.cli.tables import Column, print_table
 
 from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES, mesh_elem_bytes
 from tilewright.arch import ArchSpec, load_arch
@@ -108,31 +108,26 @@ def mesh(
         print(json.dumps(d))
         _exit_unless_rtl_agrees(d)
         return
-    t = Table(title=f"{op} [{m},{k}]x[{k},{n}] on {spec.name} "
-                    f"({spec.mesh.rows}x{spec.mesh.cols}), algo {algo}, grid {d['grid']}")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    for key in ("cycles", "us", "compute_efficiency", "core_utilization_mean",
-                "link_utilization_max", "link_utilization_mean", "memory_bytes_max",
-                "routes_per_core_max", "cores_used", *(k for k in ("logical_grid", "dead_cores",
-                "cores_lost") if k in d)):        # spares: the repaired grid (mesh_repair)
-        t.add_row(key, str(d[key]))
-    console.print(t)
-    pt = Table(title="phases (cycles = one run; total = x repeat)")
-    for c in ("phase", "repeat", "latency", "serialization", "compute", "cycles", "total"):
-        pt.add_column(c, justify="right")
-    for p in rep.phases:
-        pt.add_row(p.name, str(p.repeat), f"{p.latency_cycles:g}", str(p.serialization_cycles),
-                   str(p.compute_cycles), str(p.cycles), str(p.total_cycles))
-    console.print(pt)
+    print_table(f"{op} [{m},{k}]x[{k},{n}] on {spec.name} ({spec.mesh.rows}x{spec.mesh.cols}), "
+                f"algo {algo}, grid {d['grid']}", ["metric", Column("value", numeric=True)],
+                [[key, d[key]] for key in (
+                    "cycles", "us", "compute_efficiency", "core_utilization_mean",
+                    "link_utilization_max", "link_utilization_mean", "memory_bytes_max",
+                    "routes_per_core_max", "cores_used",
+                    *(k for k in ("logical_grid", "dead_cores", "cores_lost") if k in d))],
+                console)          # spares: the repaired grid (mesh_repair)
+    print_table("phases (cycles = one run; total = x repeat)",
+                ["phase", *(Column(c, numeric=True) for c in (
+                    "repeat", "latency", "serialization", "compute", "cycles", "total"))],
+                [[p.name, p.repeat, p.latency_cycles, p.serialization_cycles, p.compute_cycles,
+                  p.cycles, p.total_cycles] for p in rep.phases], console)
     if rtl:
         r = d["rtl"]
-        rt = Table(title="RTL mesh (Verilator) vs mesh model, int8 in / int32 accumulate")
-        for c in ("model cycles", "RTL cycles", "cycle-exact", "outputs == numpy"):
-            rt.add_column(c, justify="right")
-        rt.add_row(str(r["model_cycles"]), str(r["rtl_cycles"]),
-                   str(r["model_cycles"] == r["rtl_cycles"]), str(r["bit_exact"]))
-        console.print(rt)
+        print_table("RTL mesh (Verilator) vs mesh model, int8 in / int32 accumulate",
+                    [Column(c, numeric=True) for c in ("model cycles", "RTL cycles",
+                                                       "cycle-exact", "outputs == numpy")],
+                    [[r["model_cycles"], r["rtl_cycles"], r["model_cycles"] == r["rtl_cycles"],
+                      r["bit_exact"]]], console)
     _exit_unless_rtl_agrees(d)
 
 

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
+from tilewright.app.cli.tables import Column, print_table
 
 from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES, mesh_elem_bytes
 from tilewright.app.cli.mesh import COLS_OPTION, HOP_OPTION, LINK_OPTION, ROWS_OPTION, with_mesh
@@ -220,34 +220,29 @@ def mesh_layer(
                                                                6)} if whole else {})},
                           "ops": table.to_dict(orient="records")}))
         return
-    t = Table(title=f"{prog.name} on {spec.name}: logical grid {grid} of the {physical} "
-                    f"physical mesh: {run.cycles} cycles, {run.us:.3f} us per layer, "
-                    f"{len(prog.tasks)} mesh tasks")
-    cols_ = ("op", "cycles", "us", "compute", "transfer", "reduction", "useful_macs",
-             "cores_used", "phases")
-    if "attention" in prog.meta:
-        t.caption = f"attention: {prog.meta['attention']}"
-    for c in cols_:
-        t.add_column(c, justify="left" if c == "op" else "right")
-    for row in table.itertuples(index=False):
-        t.add_row(row.op, str(row.cycles), f"{row.us:.3f}", str(row.compute_cycles),
-                  str(row.transfer_cycles), str(row.reduction_cycles), str(row.useful_macs),
-                  str(row.cores_used), str(row.phases))
+    title = (f"{prog.name} on {spec.name}: logical grid {grid} of the {physical} physical "
+             f"mesh: {run.cycles} cycles, {run.us:.3f} us per layer, {len(prog.tasks)} mesh tasks"
+             + (f" (attention: {prog.meta['attention']})" if "attention" in prog.meta else ""))
+    us = "{:.3f}"
     tot = table[["cycles", "compute_cycles", "transfer_cycles", "reduction_cycles"]].sum()
-    t.add_row("layer", str(tot.cycles), f"{run.us:.3f}", str(tot.compute_cycles),
-              str(tot.transfer_cycles), str(tot.reduction_cycles), str(run.useful_macs), "",
-              "")
-    console.print(t)
+    print_table(title, ["op", *(Column(c, numeric=True, float_fmt=us if c == "us" else None)
+                               for c in ("cycles", "us", "compute", "transfer", "reduction",
+                                         "useful_macs", "cores_used", "phases"))],
+                [*([row.op, row.cycles, float(row.us), row.compute_cycles, row.transfer_cycles,
+                    row.reduction_cycles, row.useful_macs, row.cores_used, row.phases]
+                   for row in table.itertuples(index=False)),
+                 ["layer", tot.cycles, float(run.us), tot.compute_cycles, tot.transfer_cycles,
+                  tot.reduction_cycles, run.useful_macs, "", ""]], console)
     if whole:
-        e = Table(title=f"{cfg.n_layers} layers end to end ({phase}"
-                        + (", after the prefill" if phase == "decode" else "") + ")")
-        for c in ("part", "count", "us each", "us", "compute", "transfer", "reduction"):
-            e.add_column(c, justify="left" if c == "part" else "right")
-        for name, count, us, sp in _e2e_rows(run, table, cfg.n_layers, extras):
-            e.add_row(name, str(count), f"{us:.3f}", f"{us * count:.3f}",
-                      str(sp["compute_cycles"] * count), str(sp["transfer_cycles"] * count),
-                      str(sp["reduction_cycles"] * count))
-        console.print(e)
+        print_table(f"{cfg.n_layers} layers end to end ({phase}"
+                    + (", after the prefill" if phase == "decode" else "") + ")",
+                    ["part", *(Column(c, numeric=True, float_fmt=us if "us" in c else None)
+                               for c in ("count", "us each", "us", "compute", "transfer",
+                                         "reduction"))],
+                    [[name, count, float(u), float(u * count), sp["compute_cycles"] * count,
+                      sp["transfer_cycles"] * count, sp["reduction_cycles"] * count]
+                     for name, count, u, sp in _e2e_rows(run, table, cfg.n_layers, extras)],
+                    console)
         console.print(f"end to end: {plan.latency_us + handover_us:.3f} us"
                       + (f" (handover {handover_us:.3f} us)" if handover_us else ""),
                       markup=False, highlight=False)

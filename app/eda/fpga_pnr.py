@@ -33,6 +33,7 @@ from typing import Any
 from tilewright.app.eda.synth import SynthTarget, synthesize
 from tilewright.errors import ToolMissing, UserError
 from tilewright.extras import install_hint
+from tilewright.progress import progress
 
 __all__ = ["FAMILIES", "FLOWS", "PARTS", "HARNESS_TOP", "Part", "PnrError", "DoesNotFitPart",
            "NextpnrMissing", "check_nextpnr", "check_memory_fits", "top_ports", "harness_verilog",
@@ -258,7 +259,9 @@ def place_and_route(netlist: Path, part: Part, freq_mhz: float,
            *args]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout_s)
+        with progress(f"place and route with nextpnr-{part.family} on {part.name}"):
+            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True,
+                                  timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise PnrError(f"nextpnr-{part.family} on {part.name} ran over {timeout_s:.0f} s") \
             from exc

@@ -124,12 +124,9 @@ def cluster_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) -> 
     if (w.get("mode") or "train") == "train":
         if plan.get("dp") == "auto":
             from tilewright.dataflow_sim.cluster import \
-                PlanError  # noqa: PLC0415  (lazy: pulls in simpy, torch)
-            per = int(plan.get("tp", 1)) * int(plan.get("pp", 1)) * int(plan.get("sp", 1))
-            if spec.n_chips % per:
-                raise PlanError(f"plan dp=auto: tp·pp·sp = {per} does not divide the "
-                                f"{spec.n_chips} chips of cluster {spec.name}")
-            plan["dp"] = spec.n_chips // per
+                auto_dp  # noqa: PLC0415  (lazy: pulls in simpy, torch)
+            plan["dp"] = auto_dp(spec, int(plan.get("tp", 1)), int(plan.get("pp", 1)),
+                                 int(plan.get("sp", 1)))
         res = simulate_training(spec, w["model"], TrainPlan(**plan),
                                 cost_source=w.get("cost_source"), tech=tech)
         m = res.metrics

@@ -268,9 +268,31 @@ class ResultsStore:
     def export(self, path: str | Path, sweep: str | None = None) -> Path:
         """Write :meth:`frame` to ``path``: ``.csv`` or ``.parquet`` (needs pyarrow)."""
         p = check_export_path(path)
-        df = self.frame(sweep)
+        df = counts_as_integers(self.frame(sweep))
         if p.suffix == ".parquet":
             df.to_parquet(p, index=False)
         else:
             df.to_csv(p, index=False)
         return p
+
+
+#: metric names (the part after a workload tag ``<tag>:``) that are counts: exported as whole
+#: numbers (a cycle count averaged or summed in floats reads "1234.0" or "1234.4999" otherwise)
+COUNT_METRICS = ("cycles", "chips", "macs", "tokens", "layers", "requests", "finished")
+
+
+def _is_count(column: str) -> bool:
+    name = column.split(":")[-1]
+    return name in COUNT_METRICS or name.endswith("_cycles")
+
+
+def counts_as_integers(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its count columns (:data:`COUNT_METRICS`, ``*_cycles``) rounded to the
+    nearest whole number and typed as nullable integers (a missing value stays empty); a
+    column holding an infinity is left as it is."""
+    out = df.copy()
+    for col in out.columns:
+        if (_is_count(str(col)) and pd.api.types.is_float_dtype(out[col])
+                and not out[col].abs().eq(math.inf).any()):      # inf has no integer
+            out[col] = out[col].round().astype("Int64")
+    return out

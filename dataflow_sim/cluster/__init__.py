@@ -42,7 +42,7 @@ from .compiled import (COST_SOURCES, compiled_attention, compiled_embedding, com
 from .collectives import CollectiveTimer, all_gather, all_reduce, all_to_all, reduce_scatter, send
 from .costs import ChipModel, chip_model
 from .network import Network
-from .plan import ServePlan, TrainPlan
+from .plan import ServePlan, TrainPlan, auto_dp
 from .serving import (IterationCost, ServeResult, load_request_trace, poisson_requests,
                       simulate_serving)
 from .topology import Topology
@@ -51,7 +51,7 @@ from .training import TrainResult, schedule_order, simulate_training
 
 __all__ = ["ClusterSpec", "ClusterSpecError", "PlanError", "load_cluster", "CLUSTER_PRESET_DIR",
            "GPU_PRESETS", "Topology", "Network", "CollectiveTimer", "all_reduce", "reduce_scatter",
-           "all_gather", "all_to_all", "send", "ChipModel", "chip_model", "TrainPlan", "ServePlan",
+           "all_gather", "all_to_all", "send", "ChipModel", "chip_model", "TrainPlan", "ServePlan", "auto_dp",
            "simulate_training", "TrainResult", "schedule_order", "simulate_serving", "ServeResult",
            "IterationCost", "poisson_requests", "load_request_trace", "Trace", "COST_SOURCES",
            "compiled_layer", "compiled_head", "compiled_embedding", "compiled_attention"]

@@ -33,7 +33,7 @@ from .cluster_spec import ClusterSpec, ClusterSpecError, PlanError
 from .costs import ChipModel
 from .workload import Shard, dims_of
 
-__all__ = ["TrainPlan", "ServePlan", "validate_train", "train_memory", "validate_serve",
+__all__ = ["TrainPlan", "ServePlan", "auto_dp", "validate_train", "train_memory", "validate_serve",
            "serve_memory", "layer_params", "mamba_state_bytes", "mamba_activation_elems", "GIB"]
 
 GIB = 2**30
@@ -146,6 +146,16 @@ def layer_params(cfg: LLMConfig, shard: Shard) -> tuple[float, float]:
     if not dm.moe:
         return attn + 3 * dm.d * dm.f, 0.0
     return attn + dm.d * dm.n_experts + 3 * dm.d * dm.f_shared, 3.0 * dm.d * dm.f_exp * dm.experts
+
+
+def auto_dp(spec: ClusterSpec, tp: int = 1, pp: int = 1, sp: int = 1) -> int:
+    """``dp: auto`` of a training plan: the data-parallel degree that uses every chip,
+    ``n_chips / (tp·pp·sp)``. Raises PlanError when tp·pp·sp does not divide the chips."""
+    per = tp * pp * sp
+    if spec.n_chips % per:
+        raise PlanError(f"plan dp=auto: tp·pp·sp = {tp}·{pp}·{sp} = {per} does not divide the "
+                        f"{spec.n_chips} chips of cluster {spec.name}")
+    return spec.n_chips // per
 
 
 def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -> LLMConfig:
