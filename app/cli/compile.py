@@ -19,7 +19,7 @@ from rich.console import Console
 
 from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.app.cli import JSON_HELP, MAX_DIM, print_json
-from tilewright.app.cli.tables import Column, fmt_value, print_table
+from tilewright.app.cli.tables import Column, print_table
 from tilewright.arch import load_arch
 from tilewright.errors import UserError
 from tilewright.progress import LOGGER, progress
