@@ -54,7 +54,9 @@ def test_require_names_the_extra(monkeypatch):
     ray_line = r"^ray is not installed: pip install 'tilewright\[ray\]'$"
     with pytest.raises(ExtraMissing, match=ray_line):
         require("ray")
+    # an earlier test may have imported sklearn.ensemble itself: hide both entries
     monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.ensemble", None)
     with pytest.raises(ExtraMissing, match=r"^scikit-learn is not installed: .*tilewright\[fpga\]"):
         require("sklearn.ensemble")
 
@@ -123,7 +125,9 @@ def test_core_sweeps_leave_out_fpga_figures_without_the_predictor(monkeypatch):
     the predicted FPGA resources, instead of failing every point."""
     from tilewright.app.sweep.spec import FPGA_METRICS, STATIC_METRICS, produced_static_metrics
     assert set(FPGA_METRICS) <= set(produced_static_metrics(True, False))
+    # an earlier test may have imported sklearn.ensemble itself: hide both entries
     monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.ensemble", None)
     have = produced_static_metrics(True, False)
     assert set(have) == set(STATIC_METRICS) - set(FPGA_METRICS)
 
