@@ -87,6 +87,16 @@ def test_compile_takes_the_archspec_format_and_refuses_another(tmp_path):
     proc = tw("compile", "--model", "tiny-llama", "--arch", str(fp32), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["format"] == "fp32"
+    # a bf16 design compiles its layer; the whole-model line says why it is not computed (the
+    # bf16 embedding table does not export) instead of failing the command
+    bf16 = tmp_path / "bf16.yaml"
+    bf16.write_text(fp32.read_text().replace("input_format: fp32\n  weight_format: fp32",
+                                             "input_format: bf16\n  weight_format: bf16"))
+    proc = tw("compile", "--model", "tiny-llama", "--arch", str(bf16), "--json")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["format"] == "bf16" and d["whole_model"] is None
+    assert "bf16" in d["whole_model_not_computed"] and d["layer"]["total_cycles"] > 0
     proc = tw("compile", "--model", "tiny-llama", "--arch", "ws8x8", "--format", "fp32")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
