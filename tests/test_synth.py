@@ -108,7 +108,7 @@ def test_unknown_target_cli_one_line(tmp_path):
     assert proc.returncode == 2
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: --synth 'virtex2'"), proc.stderr
-    assert "accepted: ice40, ecp5, xilinx, generic" in lines[0]
+    assert "accepted: ice40, ecp5, xc7, generic" in lines[0]
     assert not (tmp_path / "out").exists()
 
 
