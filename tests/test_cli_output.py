@@ -238,3 +238,43 @@ def test_quiet_silences_the_spinner(monkeypatch):
         finally:
             pg.set_quiet(False)
         assert ("working" in fake.getvalue()) == drawn, quiet
+
+
+def test_a_step_inside_a_step_shows_on_the_outer_spinner(monkeypatch):
+    """A P&R or Verilator step inside a command's own step is drawn (``outer › inner``) on the
+    one spinner instead of being hidden by it; the outer text comes back when it ends."""
+    from tilewright import progress as pg
+    seen: list[str] = []
+
+    class _Status:                         # records what the spinner would draw
+        def __init__(self, text):
+            seen.append(text)
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+        def update(self, text):
+            seen.append(text)
+
+    class _Console:
+        def __init__(self, **_kw):
+            pass
+
+        def status(self, text):
+            return _Status(text)
+
+    monkeypatch.setattr("sys.stderr", _Tty())
+    monkeypatch.setattr("rich.console.Console", _Console)
+    with pg.progress("FPGA flow"):
+        with pg.progress("synthesis with Yosys (ice40)"):
+            pass
+        with pg.progress("place and route"):
+            with pg.progress("deeper"):
+                pass
+    assert seen == ["FPGA flow", "FPGA flow › synthesis with Yosys (ice40)", "FPGA flow",
+                    "FPGA flow › place and route", "FPGA flow › place and route › deeper",
+                    "FPGA flow › place and route", "FPGA flow"]
+    assert pg._STATE["status"] is None and pg._STATE["texts"] == []

@@ -61,3 +61,27 @@ def test_demo_fails_when_an_rtl_record_is_missing(monkeypatch):
     result = demo_result(console=Console(file=open("/dev/null", "w")))
     failed = [name for name, ok, _ in result.checks if not ok]
     assert not result.ok and failed == ["RTL cycles == cycle model (every GEMM)"]
+
+
+@pytest.mark.verilator
+@pytest.mark.slow
+def test_demo_json_is_one_document_with_every_check():
+    """`demo --json`: stdout is one JSON document (progress went to stderr), every check passed,
+    and there is one GEMM per nn.Linear of the model that torch builds for the same name."""
+    import json
+
+    from torch import nn
+
+    from tilewright.models.configs import build
+
+    proc = tw("demo", "--json", timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["ok"] is True and doc["model"] == "mlp-tiny"
+    names = [c["check"] for c in doc["checks"]]
+    assert "RTL cycles == cycle model (every GEMM)" in names
+    assert all(c["ok"] for c in doc["checks"]), doc["checks"]
+    module, _ = build("mlp-tiny")
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    assert len(doc["gemms"]) == len(linears)
+    assert set(doc["stage_seconds"]) and all(v >= 0 for v in doc["stage_seconds"].values())

@@ -22,7 +22,7 @@ __all__ = ["LOGGER", "progress", "set_quiet", "configure_logging"]
 LOGGER = logging.getLogger("tilewright")
 
 #: set by ``-q``: no spinner, WARNING-level logging only
-_STATE = {"quiet": False}
+_STATE: dict = {"quiet": False, "status": None, "texts": []}
 
 
 def set_quiet(quiet: bool) -> None:
@@ -53,16 +53,23 @@ def _show_spinner() -> bool:
 @contextmanager
 def progress(what: str) -> Iterator[None]:
     """Show ``what`` with a spinner on stderr while the block runs (terminal only, not with
-    ``-q``); log it at INFO and its wall time (seconds) at DEBUG."""
+    ``-q``); log it at INFO and its wall time (seconds) at DEBUG. A step inside another step
+    shows as ``outer › inner`` on the outer step's spinner, and the outer text comes back when
+    it ends."""
     LOGGER.info("%s ...", what)
     t0 = time.perf_counter()
     status = None
-    if _show_spinner():
+    outer = _STATE.get("status")
+    if outer is not None:
+        _STATE["texts"].append(what)
+        outer.update(" › ".join(_STATE["texts"]))
+    elif _show_spinner():
         from rich.console import Console  # noqa: PLC0415  (lazy: rich only when drawing)
         from rich.errors import LiveError  # noqa: PLC0415  (lazy: rich only when drawing)
         status = Console(stderr=True).status(what)
         try:
             status.start()
+            _STATE["status"], _STATE["texts"] = status, [what]
         except LiveError:       # a caller's own live display is on screen: leave it the screen
             status = None
     try:
@@ -70,4 +77,8 @@ def progress(what: str) -> Iterator[None]:
     finally:
         if status is not None:
             status.stop()
+            _STATE["status"], _STATE["texts"] = None, []
+        elif outer is not None:
+            _STATE["texts"].pop()
+            outer.update(" › ".join(_STATE["texts"]))
     LOGGER.debug("%s: %.3f s", what, time.perf_counter() - t0)

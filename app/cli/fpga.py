@@ -23,6 +23,7 @@ from rich.console import Console
 from tilewright.app.cli import JSON_HELP, print_json
 from tilewright.app.eda.synth import SynthError
 from tilewright.arch import load_arch
+from tilewright.progress import progress
 
 __all__ = ["fpga"]
 
@@ -72,7 +73,7 @@ def fpga(
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
     spec = load_arch(arch)
     try:
-        with console.status(f"FPGA flow for {spec.name} on {target}"):
+        with progress(f"FPGA flow for {spec.name} on {target}"):
             m = run_fpga(spec, target, out, top=top, pnr=pnr, freq_mhz=freq)
     except (SynthError, PnrError) as exc:
         err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)

@@ -12,11 +12,11 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from tilewright.app.cli import JSON_HELP, print_json
 from tilewright.app.cli.compile import UnknownModel
 from tilewright.app.cli.single_core import refuse_mesh
+from tilewright.app.cli.tables import Column, print_table
 from tilewright.arch import load_arch
 
 __all__ = ["sim"]
@@ -98,37 +98,31 @@ def sim(
         where = {"accel": "the accelerator top, DMA included",
                  "axi-accel": "the accelerator behind AXI, DMA over AXI4 included"}.get(
                      top, "the GEMM core; cycles `busy` is high")
-        t = Table(title=f"{model} {spec.tensor_engine.input_format} GEMMs on the RTL "
-                        f"({spec.name}: {where})")
-        for c in ("GEMM", "M x K x N", "RTL cycles", "model cycles", "utilization"):
-            t.add_column(c, justify="right")
-        for r in rows if gemms else []:
-            t.add_row(r["op"], f"{r['m']}x{r['k']}x{r['n']}", f"{r['rtl']:,}",
-                      f"{r['model']:,}", f"{r['util']:.1%}")
         macs = sum(r["m"] * r["k"] * r["n"] for r in rows)
-        te = spec.tensor_engine
         total_m = sum(r["model"] for r in rows)
-        t.add_row(f"{len(rows)} GEMMs", f"{macs:,} MACs", f"{sum(r['rtl'] for r in rows):,}",
-                  f"{total_m:,}", f"{macs / (total_m * te.macs_per_cycle):.1%}")
-        console.print(t)
+        body = [(r["op"], f"{r['m']}x{r['k']}x{r['n']}", r["rtl"], r["model"], r["util"])
+                for r in (rows if gemms else [])]
+        body.append((f"{len(rows)} GEMMs", f"{macs:,} MACs", sum(r["rtl"] for r in rows),
+                     total_m, macs / (total_m * spec.tensor_engine.macs_per_cycle)))
+        print_table(f"{model} {spec.tensor_engine.input_format} GEMMs on the RTL "
+                    f"({spec.name}: {where})",
+                    [Column("GEMM"), Column("M x K x N"), Column("RTL cycles", True),
+                     Column("model cycles", True), Column("utilization", True, "{:.1%}")],
+                    body, console=console)
     if res.vector_rows and "rtl" in res.vector_rows[0]:
         vrows = res.vector_rows
-        t = Table(title=f"{model} vector and scan ops on the accelerator's vector engine "
-                        f"({spec.name}, {spec.vector_unit.lanes} lanes; DMA included)")
-        for c in ("task", "kernel", "shape", "RTL cycles", "model cycles"):
-            t.add_column(c, justify="right")
-        for r in vrows if gemms else []:
-            t.add_row(r["op"], r["kernel"], "x".join(map(str, r["shape"])), f"{r['rtl']:,}",
-                      f"{r['model']:,}")
-        t.add_row(f"{len(vrows)} kernels", ", ".join(sorted({r["kernel"] for r in vrows})), "",
-                  f"{sum(r['rtl'] for r in vrows):,}", f"{sum(r['model'] for r in vrows):,}")
-        console.print(t)
-    ct = Table(title="cross-checks")
-    for c in ("check", "result", "detail"):
-        ct.add_column(c)
-    for name, ok, detail in res.checks:
-        ct.add_row(name, "[green]PASS[/]" if ok else "[red]FAIL[/]", detail)
-    console.print(ct)
+        body = [(r["op"], r["kernel"], "x".join(map(str, r["shape"])), r["rtl"], r["model"])
+                for r in (vrows if gemms else [])]
+        body.append((f"{len(vrows)} kernels", ", ".join(sorted({r["kernel"] for r in vrows})),
+                     "", sum(r["rtl"] for r in vrows), sum(r["model"] for r in vrows)))
+        print_table(f"{model} vector and scan ops on the accelerator's vector engine "
+                    f"({spec.name}, {spec.vector_unit.lanes} lanes; DMA included)",
+                    [Column("task"), Column("kernel"), Column("shape"),
+                     Column("RTL cycles", True), Column("model cycles", True)],
+                    body, console=console)
+    print_table("cross-checks", ["check", "result", "detail"],
+                [(name, "PASS" if ok else "FAIL", detail) for name, ok, detail in res.checks],
+                console=console)
     console.print("  ".join(f"{k} {v:.2f} s" for k, v in res.seconds.items()))
     if res.trace is not None:
         console.print(f"waveform: {res.trace} ({res.trace.stat().st_size / 1e6:.1f} MB)")

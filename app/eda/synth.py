@@ -36,6 +36,7 @@ from typing import Any
 
 from tilewright.errors import ToolMissing
 from tilewright.extras import install_hint
+from tilewright.progress import progress
 
 __all__ = ["TARGETS", "SynthTarget", "SynthError", "UnknownTarget", "YosysMissing",
            "check_target", "check_yosys", "parse_stat", "synthesize"]
@@ -190,7 +191,9 @@ def synthesize(verilog: str | Path, top: str, target: str | SynthTarget,
            "-q", "-l", f"{stem}.log", "-p", script]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout_s)
+        with progress(f"synthesis with Yosys ({tgt.name})"):
+            proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True,
+                                  timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise SynthError(f"Yosys {tgt.name} flow on {vfile} ran over {timeout_s:.0f} s") from exc
     wall = time.perf_counter() - t0
