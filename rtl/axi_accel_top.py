@@ -48,10 +48,12 @@ from amaranth.lib.wiring import In, Out
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.codegen import IMEM_WORDS, WORD_BITS, beat_bytes
 from tilewright.rtl.accel_top import ACCEL_GENERATOR_VERSION, AccelTop
-from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Register,
+from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Field, Register,
                                      decode_registers, describe_registers, manifest_ports,
-                                     register_offset, strobe_merge, verilog_ports, version_word)
+                                     register_named, register_offset, strobe_merge,
+                                     verilog_ports, version_word)
 from tilewright.rtl.controller import PC_BITS
+from tilewright.rtl.regmap import systemrdl, write_register_map
 from tilewright.rtl.dma import ADDR_BITS
 from tilewright.rtl.emit import write_verilog
 
@@ -67,8 +69,6 @@ AXI_ACCEL_VERSION = 1
 IMEM_BASE = 1 << (IMEM_WORDS * WORD_BITS // 8 - 1).bit_length()
 #: AXI4-Lite address bits: registers below IMEM_BASE, the window above
 ADDR_WIDTH = (IMEM_BASE - 1).bit_length() + 1
-#: STATUS bit positions
-STATUS_BITS = {"BUSY": 0, "DONE": 1, "ERROR": 2, "BUS_ERROR": 3}
 #: AXI4 limits: beats per INCR burst, bytes a burst may not cross
 MAX_BURST_BEATS = 256
 PAGE_BYTES = 4096
@@ -80,20 +80,41 @@ AXPROT, AXCACHE = 0b010, 0b0011
 REGISTERS: tuple[Register, ...] = (
     Register("ID", 0x00, "ro", "low 32 bits of the ArchSpec content hash"),
     Register("VERSION", 0x04, "ro", "[31:24] AXI accelerator top version, [23:16].[15:8].[7:0] "
-             "accelerator generator version"),
-    Register("CTRL", 0x08, "wo", "write bit 0 = 1: START at ENTRY (SLVERR while BUSY); reads 0"),
+             "accelerator generator version", (
+                 Field("PATCH", 0, 8, "ro", "accelerator generator version, patch"),
+                 Field("MINOR", 8, 8, "ro", "accelerator generator version, minor"),
+                 Field("MAJOR", 16, 8, "ro", "accelerator generator version, major"),
+                 Field("TOP", 24, 8, "ro", "AXI accelerator top version"))),
+    Register("CTRL", 0x08, "wo", "write bit 0 = 1: START at ENTRY (SLVERR while BUSY); reads 0",
+             (Field("START", 0, 1, "wo", "1: start the Program at ENTRY (SLVERR while BUSY)"),)),
     Register("STATUS", 0x0C, "rw1c", "bit 0 BUSY (ro); bit 1 DONE (W1C); bit 2 ERROR (ro: "
              "unknown opcode); bit 3 BUS_ERROR (W1C: an R/B response was not OKAY); START "
-             "clears bits 1-3"),
-    Register("ENTRY", 0x10, "rw", f"instruction index START begins at ({PC_BITS} bits)"),
+             "clears bits 1-3", (
+                 Field("BUSY", 0, 1, "ro", "the controller is running a Program"),
+                 Field("DONE", 1, 1, "w1c", "a Program reached END; START clears it"),
+                 Field("ERROR", 2, 1, "ro", "an unknown opcode stopped the Program; START "
+                       "clears it"),
+                 Field("BUS_ERROR", 3, 1, "w1c", "an AXI4 R/B response was not OKAY; START "
+                       "clears it"))),
+    Register("ENTRY", 0x10, "rw", f"instruction index START begins at ({PC_BITS} bits)",
+             (Field("INDEX", 0, PC_BITS, "rw", "instruction index START begins at"),)),
     Register("PC", 0x14, "ro", "the controller's program counter"),
     Register("CYCLES", 0x18, "ro", "cycles the controller was busy in the last run"),
     Register("RETIRED", 0x1C, "ro", "instructions issued in the last run (END included)"),
-    Register("IRQ_EN", 0x20, "rw", "bit 0: irq = STATUS.DONE when set (reset 0)"),
+    Register("IRQ_EN", 0x20, "rw", "bit 0: irq = STATUS.DONE when set (reset 0)",
+             (Field("DONE", 0, 1, "rw", "drive irq with STATUS.DONE"),)),
     Register("CONFIG", 0x24, "ro", "[7:0] rows R, [15:8] cols C, [16] dataflow (0 ws, 1 os), "
-             "[31:24] AXI data bytes W"),
+             "[31:24] AXI data bytes W", (
+                 Field("ROWS", 0, 8, "ro", "tensor-engine rows R"),
+                 Field("COLS", 8, 8, "ro", "tensor-engine columns C"),
+                 Field("DATAFLOW", 16, 1, "ro", "0 weight stationary, 1 output stationary"),
+                 Field("DATA_BYTES", 24, 8, "ro", "W: bytes per AXI4 beat of the memory port"))),
     Register("IMEM_WORDS", 0x28, "ro", "instruction memory depth (64-bit words)"),
 )
+#: STATUS bit positions (from the STATUS register's fields)
+STATUS_BITS = {f.name: f.lsb for f in register_named(REGISTERS, "STATUS").field_list()}
+
+
 
 
 def axi_data_bytes(arch: ArchSpec) -> int:
@@ -149,8 +170,9 @@ class AxiAccelMap:
         """Each identification register's value (what a CPU reads after reset)."""
         return {"ID": self.arch_id,
                 "VERSION": version_word(AXI_ACCEL_VERSION, ACCEL_GENERATOR_VERSION),
-                "CONFIG": (self.rows | (self.cols << 8) | ((self.dataflow == "os") << 16)
-                           | (self.data_bytes << 24)),
+                "CONFIG": register_named(REGISTERS, "CONFIG").pack(
+                    ROWS=self.rows, COLS=self.cols, DATAFLOW=int(self.dataflow == "os"),
+                    DATA_BYTES=self.data_bytes),
                 "IMEM_WORDS": IMEM_WORDS}
 
     def describe(self) -> dict[str, Any]:
@@ -412,14 +434,29 @@ def generate_axi_accel_verilog(arch: ArchSpec) -> tuple[str, AxiAccelTop]:
     return text, top
 
 
+def register_map_rdl(arch: ArchSpec) -> str:
+    """SystemRDL of the control port for ``arch``: :data:`REGISTERS` (identification registers
+    with their values for ``arch`` as reset values) and the instruction-memory window (two
+    32-bit halves per 64-bit instruction word, low half first)."""
+    return systemrdl(AXI_ACCEL_TOP_NAME, REGISTERS,
+                     doc=f"tilewright programmable accelerator, AXI4-Lite control port "
+                         f"({arch.name})",
+                     window=("IMEM", IMEM_BASE, 2 * IMEM_WORDS, 32),
+                     reset=AxiAccelMap.for_arch(arch).reset_values())
+
+
 def write_axi_accel_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
-    """Write ``tw_axi_accel_top.v`` and ``manifest.json`` (ports, address map) to ``out_dir``;
-    return the manifest."""
+    """Write ``tw_axi_accel_top.v``, the register map (:func:`register_map_rdl` as SystemRDL, C
+    header, HTML and IP-XACT: :func:`tilewright.rtl.regmap.write_register_map`) and
+    ``manifest.json`` (ports, address map, register-map files) to ``out_dir``; return the
+    manifest."""
 
     t0 = time.perf_counter()
     text, top = generate_axi_accel_verilog(arch)
     ports = manifest_ports(top)
+    regmap = write_register_map(out_dir, AXI_ACCEL_TOP_NAME, register_map_rdl(arch))
     return write_verilog(out_dir, AXI_ACCEL_TOP_NAME, text, {
+        "register_map": regmap,
         "top": AXI_ACCEL_TOP_NAME,
         "generator": "tilewright.rtl.axi_accel_top.AxiAccelTop",
         "generator_version": f"{AXI_ACCEL_VERSION}/{ACCEL_GENERATOR_VERSION}",

@@ -209,13 +209,65 @@ def manifest_ports(component: wiring.Component) -> list[dict]:
 
 # ---- register files behind the register bus (used by the AXI tops) ---------------------------
 @dataclass(frozen=True)
+class Field:
+    """A bit field of a :class:`Register`: ``width`` bits from bit ``lsb``; ``access`` as the
+    software sees it: "ro", "rw", "wo" (reads 0) or "w1c" (read; writing 1 clears it)."""
+
+    name: str
+    lsb: int
+    width: int
+    access: str
+    doc: str
+
+    @property
+    def mask(self) -> int:
+        """The field's bits in the 32-bit register."""
+        return ((1 << self.width) - 1) << self.lsb
+
+
+@dataclass(frozen=True)
 class Register:
-    """One 32-bit register of a register file on the register bus."""
+    """One 32-bit register of a register file on the register bus, with its bit ``fields``
+    (none given: one field ``value`` covering the register with the register's access)."""
 
     name: str
     offset: int          #: byte offset
     access: str          #: "ro", "rw", "wo" (reads 0) or "rw1c" (see ``doc``)
     doc: str
+    fields: tuple[Field, ...] = ()
+
+    def field_list(self) -> tuple[Field, ...]:
+        """The register's fields, lowest bit first (the default one when none are given)."""
+        if self.fields:
+            return tuple(sorted(self.fields, key=lambda f: f.lsb))
+        return (Field("value", 0, 32, self.access, self.doc),)
+
+    def field(self, name: str) -> Field:
+        """Field ``name``; ValueError naming the accepted ones."""
+        for f in self.field_list():
+            if f.name == name:
+                return f
+        raise ValueError(f"{self.name}.{name}: accepted: "
+                         f"{', '.join(f.name for f in self.field_list())}")
+
+    def pack(self, **values: int) -> int:
+        """The register value holding ``values`` (field name -> value) in their fields;
+        ValueError when a value does not fit its field."""
+        word = 0
+        for name, v in values.items():
+            f = self.field(name)
+            if not 0 <= int(v) < (1 << f.width):
+                raise ValueError(f"{self.name}.{name} = {v}: must fit {f.width} bits")
+            word |= int(v) << f.lsb
+        return word
+
+
+def register_named(registers: Sequence[Register], name: str) -> Register:
+    """Register ``name``; ValueError naming the accepted names otherwise."""
+    for r in registers:
+        if r.name == name:
+            return r
+    raise ValueError(f"register {name!r}: accepted: {', '.join(r.name for r in registers)}")
 
 
 def register_offset(registers: Sequence[Register], name: str) -> int:

@@ -38,6 +38,14 @@ CI_CASES = ("int8_2x2_ice40", "int8_2x2_ecp5", "int8_2x2_xc7", "int8_4x4_xc7")
 EVERY = sorted(p.stem for p in BASE.glob("*_*.json"))
 
 
+#: the families whose runs also pack a bitstream, with the unpacker of the same package and the
+#: word every such bitstream carries (Lattice: iCE40 sync pattern 0x7EAA997E, "iCE40
+#: Programming and Configuration" TN1248; ECP5 preamble 0xFFFFBDB3, "ECP5 and ECP5-5G sysCONFIG
+#: Usage Guide" TN1260)
+PACKED = {"ice40": ("iceunpack", "icepack", bytes.fromhex("7EAA997E")),
+          "ecp5": ("ecpunpack", "ecppack", bytes.fromhex("FFFFBDB3"))}
+
+
 def _cases() -> list:
     return [c if c in CI_CASES else pytest.param(c, marks=pytest.mark.nightly) for c in EVERY]
 
@@ -52,8 +60,9 @@ def run(request, tmp_path_factory):
     case = request.param
     baseline = json.loads((BASE / f"{case}.json").read_text())
     d = tmp_path_factory.mktemp(case)
+    pack = ["--bitstream"] if baseline["target"] in PACKED else []
     proc = tw("fpga", "--arch", str(BASE / f"{baseline['preset']}.yaml"), "--target",
-              baseline["target"], "-o", "out", cwd=d)
+              baseline["target"], "-o", "out", *pack, cwd=d)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     out = d / "out"
     return case, baseline, out, json.loads((out / "manifest.json").read_text())
@@ -208,3 +217,32 @@ def test_manifest_hashes_and_fusesoc_core(run, tmp_path):
     flow.configure()
     makefile = (tmp_path / "Makefile").read_text()
     assert " ".join(opts["nextpnr"]["nextpnr_options"]) in makefile
+
+
+def _yowasp(family: str, tool: str, *args: str, cwd: Path) -> None:
+    module = f"yowasp_nextpnr_{family}"
+    proc = subprocess.run(["python", "-c", f"import sys, {module} as m; "
+                           f"sys.exit(m.run_{tool}(sys.argv[1:]))", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+def test_bitstream_unpacks_and_packs_back(run):
+    """`--bitstream`: the file is a bitstream of the chosen part — it carries the family's sync
+    word, unpacks with the family's own unpacker (icestorm/Trellis) to a configuration of the
+    same device, and that configuration packs back to the identical file."""
+    case, baseline, out, m = run
+    family = baseline["target"]
+    if family not in PACKED:
+        assert "bitstream" not in m["fpga"]
+        return
+    unpack, pack, sync = PACKED[family]
+    bs = m["fpga"]["bitstream"]
+    data = (out / bs["path"]).read_bytes()
+    assert len(data) == bs["bytes"] and sync in data[:4096], case
+    _yowasp(family, unpack, bs["path"], "unpacked.txt", cwd=out)
+    text = (out / "unpacked.txt").read_text()
+    device = {"ice40": ".device 5k", "ecp5": ".device LFE5U-25F"}[family]
+    assert device in text.splitlines()[:5], (case, text[:200])
+    _yowasp(family, pack, "unpacked.txt", "again" + Path(bs["path"]).suffix, cwd=out)
+    assert (out / ("again" + Path(bs["path"]).suffix)).read_bytes() == data, case

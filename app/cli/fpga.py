@@ -60,7 +60,13 @@ def fpga(
     pnr: bool = typer.Option(True, "--pnr/--no-pnr", help="ice40/ecp5: run nextpnr (else stop "
                              "after synthesis and part choice)"),
     freq: Optional[float] = typer.Option(None, "--freq", help="clock target in MHz (default: "
-                                         "the ArchSpec's clock_mhz)"),
+                                         "the ArchSpec's clock_mhz; with --board, the board's "
+                                         "oscillator)"),
+    board: Optional[str] = typer.Option(None, "--board", help="icebreaker (ice40) | ulx3s | "
+                                        "orangecrab (ecp5): the board's part, pins (from "
+                                        "amaranth-boards) and oscillator"),
+    bitstream: bool = typer.Option(False, "--bitstream", help="ice40/ecp5: also pack the "
+                                   "bitstream (<top>.bin with icepack, <top>.bit with ecppack)"),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " (the manifest and its "
                                  "folder)"),
 ) -> None:
@@ -74,7 +80,8 @@ def fpga(
     spec = load_arch(arch)
     try:
         with progress(f"FPGA flow for {spec.name} on {target}"):
-            m = run_fpga(spec, target, out, top=top, pnr=pnr, freq_mhz=freq)
+            m = run_fpga(spec, target, out, top=top, pnr=pnr, freq_mhz=freq, board=board,
+                         bitstream=bitstream)
     except (SynthError, PnrError) as exc:
         err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(1)
@@ -91,6 +98,15 @@ def fpga(
         head += (f", Fmax {f['fmax_mhz']:g} MHz (target {f['target_mhz']:g} MHz, "
                  f"{'met' if f['timing_met'] else 'not met'})")
     console.print(head, markup=False, highlight=False)
+    if "board" in f:
+        b = f["board"]
+        console.print(f"board {b['name']}: pins {', '.join(f'{k} {v}' for k, v in b['pins'].items())}"
+                      f" ({b['constraints']}), clock {b['clock_mhz']:g} MHz from the board's "
+                      f"oscillator", markup=False, highlight=False)
+    if "bitstream" in f:
+        console.print(f"bitstream: {out}/{f['bitstream']['path']} ({f['bitstream']['bytes']:,} "
+                      f"bytes, {f['bitstream']['packer']}; pins {f['bitstream']['pins']})",
+                      markup=False, highlight=False)
     if target == "xc7":
         console.print(f"Vivado: cd {out} && vivado -mode batch -source vivado.tcl "
                       f"(clock period {f['clock_period_ns']} ns)", markup=False, highlight=False)

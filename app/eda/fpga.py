@@ -187,7 +187,8 @@ def _sha256(path: Path) -> str:
 
 
 def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "gemm",
-             pnr: bool = True, freq_mhz: float | None = None) -> dict[str, Any]:
+             pnr: bool = True, freq_mhz: float | None = None, board: str | None = None,
+             bitstream: bool = False) -> dict[str, Any]:
     """Run the FPGA flow of ``arch`` for ``target`` (:data:`TARGETS`) into ``out_dir`` and
     return the manifest. ``pnr=False`` stops iCE40/ECP5 after synthesis and part choice;
     ``freq_mhz`` (MHz) is the clock target (default ``arch.clock_mhz``). ``out_dir`` is
@@ -197,18 +198,42 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
     :class:`~tilewright.app.eda.fpga_pnr.NextpnrMissing`, :class:`~tilewright.app.eda.synth.YosysMissing`,
     :class:`FpgaError`, :class:`~tilewright.app.output_folder.OutputError` (``out_dir`` is a
     file) and the tools' own errors (``SynthError``, ``PnrError``).
+
+    ``board`` (:data:`~tilewright.app.eda.boards.BOARDS`): the board's part, pins and
+    oscillator (the clock target; no PLL is generated, so another ``freq_mhz`` is refused);
+    ``bitstream``: also pack ``<top>.bin`` (iCE40) or ``<top>.bit`` (ECP5) — not for xc7
+    (Vivado writes that bitstream) and not without place-and-route.
     """
     if target not in TARGETS:
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
     if top not in TOPS:
         raise UnknownFpgaTarget(f"--top {top!r} is unknown; accepted: {', '.join(TOPS)}")
+    if bitstream and target == "xc7":
+        raise UnknownFpgaTarget("--bitstream: xc7 bitstreams are written by Vivado from the "
+                                "vivado.tcl this flow writes; --bitstream packs ice40 (.bin) and "
+                                "ecp5 (.bit) only")
+    if bitstream and not pnr:
+        raise UnknownFpgaTarget("--bitstream needs place-and-route; drop --no-pnr")
+    pins = None
+    if board is not None:
+        from tilewright.app.eda.boards import board_pins, get_board  # noqa: PLC0415
+        if target == "xc7":
+            raise UnknownFpgaTarget("--board: the boards are ice40 and ecp5 boards; xc7 has "
+                                    "no board here")
+        pins = board_pins(get_board(board, target))
+        if freq_mhz is not None and abs(freq_mhz - pins.clock_mhz) > 1e-9:
+            raise UnknownFpgaTarget(f"--freq {freq_mhz:g}: on --board {board} the design runs "
+                                    f"from the board's {pins.clock_mhz:g} MHz oscillator (no PLL "
+                                    f"is generated); omit --freq or give {pins.clock_mhz:g}")
+        freq_mhz = pins.clock_mhz
     freq = float(freq_mhz if freq_mhz is not None else arch.clock_mhz)
     if not freq > 0:
         raise UnknownFpgaTarget(f"--freq {freq_mhz}: must be a frequency above 0 MHz")
     mem = arch.memory
     check_memory_fits((mem.scratchpad_bytes + mem.accumulator_bytes) * 8, target,
                       f"the buffers of {arch.name} ({mem.scratchpad_kib} KiB scratchpad + "
-                      f"{mem.accumulator_kib} KiB accumulator)")
+                      f"{mem.accumulator_kib} KiB accumulator)",
+                      board=None if pins is None else (pins.board.name, pins.board.part))
     check_yosys()
     if pnr and target != "xc7":
         check_nextpnr(target)
@@ -218,7 +243,8 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
         if target == "xc7":
             fpga = _xc7(work, vfile, top_module, freq)
         else:
-            fpga = run_family(work, vfile, top_module, target, freq, pnr=pnr)
+            fpga = run_family(work, vfile, top_module, target, freq, pnr=pnr, board=pins,
+                              bitstream=bitstream)
             fpga.setdefault("target_mhz", freq)
         design = arch.name if top == "gemm" else f"{arch.name}_{top}"
         handoff = _handoff(work, arch, target, vfile, top_module, fpga, design)
