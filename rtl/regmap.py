@@ -18,9 +18,11 @@ The ``rtl`` extra installs the three exporters and the compiler.
 from __future__ import annotations
 
 import re
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Sequence
 
+from tilewright.extras import require
 from tilewright.rtl.axi_lite import Register
 
 __all__ = ["systemrdl", "write_register_map", "SW_ACCESS"]
@@ -73,7 +75,6 @@ def systemrdl(name: str, registers: Sequence[Register], *, doc: str,
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
     try:
         return version("tilewright")
     except PackageNotFoundError:
@@ -85,7 +86,6 @@ def write_register_map(out_dir: str | Path, name: str, rdl: str) -> dict[str, st
     ``<name>.h``, ``<name>.xml`` and ``<name>_html/`` into ``out_dir``; return those paths
     (relative to ``out_dir``) by kind. A SystemRDL error raises ValueError with the compiler's
     message."""
-    from tilewright.extras import require  # noqa: PLC0415  (the fpga extra, on demand)
     systemrdl_mod = require("systemrdl")
     cheader = require("peakrdl_cheader.exporter")
     html = require("peakrdl_html")

@@ -183,7 +183,7 @@ def test_fpga_old_top_names(monkeypatch, tmp_path, old, new):
     class Stop(Exception):
         pass
 
-    def fake(spec, target, out, *, top, pnr, freq_mhz):
+    def fake(spec, target, out, *, top, pnr, freq_mhz, board, bitstream):
         seen.append(top)
         raise Stop
 

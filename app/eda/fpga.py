@@ -35,6 +35,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from tilewright.app.eda.boards import board_pins, get_board
 from tilewright.app.eda.fpga_handoff import (choose_xc7_part, core_name, edam,
                                              file_list, fusesoc_core,
                                              vivado_tcl, xdc)
@@ -216,7 +217,6 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
         raise UnknownFpgaTarget("--bitstream needs place-and-route; drop --no-pnr")
     pins = None
     if board is not None:
-        from tilewright.app.eda.boards import board_pins, get_board  # noqa: PLC0415
         if target == "xc7":
             raise UnknownFpgaTarget("--board: the boards are ice40 and ecp5 boards; xc7 has "
                                     "no board here")

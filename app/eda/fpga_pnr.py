@@ -30,6 +30,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from tilewright.app.eda.boards import constraints
 from tilewright.app.eda.synth import SynthTarget, synthesize
 from tilewright.errors import ToolMissing, UserError
 from tilewright.extras import install_hint
@@ -410,7 +411,6 @@ def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
                            "synthesis": synth}
     pins = None
     if board is not None:
-        from tilewright.app.eda.boards import constraints  # noqa: PLC0415  (board runs only)
         pins, pin_text = constraints(board)
         (work / pins).write_text(pin_text)
         out["board"] = {"name": board.board.name, "description": board.board.description,
