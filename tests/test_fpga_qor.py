@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import warnings
 from pathlib import Path
@@ -189,6 +190,15 @@ def test_fmax_is_the_critical_path(run):
     period_ns = max(sum(seg["delay"] for seg in p["path"]) for p in paths)
     assert fmax == pytest.approx(1000 / period_ns, abs=0.01)
     assert m["fpga"]["fmax_mhz"] == fmax
+    # the path by name: its registers are signals of the generated Verilog (under the harness's
+    # instance `core`), its delay the period, split into logic and routing
+    cp = m["fpga"]["pnr"]["critical_path"]
+    assert cp["delay_ns"] == pytest.approx(period_ns, abs=1e-3)
+    assert cp["logic_ns"] + cp["routing_ns"] <= cp["delay_ns"] + 1e-6 and cp["logic_levels"] >= 1
+    verilog = (out / m["verilog"]["path"]).read_text()
+    for end in (cp["from"], cp["to"]):
+        assert end.startswith("core."), cp
+        assert re.search(rf"\b{re.escape(end.removeprefix('core.'))}\b", verilog), (end, cp)
 
 
 def test_manifest_hashes_and_fusesoc_core(run, tmp_path):

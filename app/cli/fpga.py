@@ -98,6 +98,11 @@ def fpga(
         head += (f", Fmax {f['fmax_mhz']:g} MHz (target {f['target_mhz']:g} MHz, "
                  f"{'met' if f['timing_met'] else 'not met'})")
     console.print(head, markup=False, highlight=False)
+    cp = f.get("pnr", {}).get("critical_path")
+    if cp:
+        console.print(f"critical path: {cp['from']} -> {cp['to']}, {cp['delay_ns']:g} ns "
+                      f"({cp['logic_levels']} logic levels: {cp['logic_ns']:g} ns logic, "
+                      f"{cp['routing_ns']:g} ns routing)", markup=False, highlight=False)
     if "board" in f:
         b = f["board"]
         console.print(f"board {b['name']}: pins {', '.join(f'{k} {v}' for k, v in b['pins'].items())}"

@@ -38,7 +38,8 @@ from tilewright.progress import progress
 
 __all__ = ["FAMILIES", "FLOWS", "PARTS", "HARNESS_TOP", "Part", "PnrError", "DoesNotFitPart",
            "NextpnrMissing", "check_nextpnr", "check_memory_fits", "top_ports", "harness_verilog",
-           "need_of", "choose_part", "parse_report", "place_and_route", "run_family"]
+           "need_of", "choose_part", "parse_report", "critical_path", "signal_of",
+           "place_and_route", "run_family"]
 
 #: the module name of the pin harness
 HARNESS_TOP = "tw_fpga_harness"
@@ -263,7 +264,42 @@ def parse_report(report: dict[str, Any], family: str) -> dict[str, Any]:
         raise PnrError("nextpnr report has no clock: no timed path between registers")
     out["fmax_mhz"] = min(fmax.values())
     out["fmax_by_clock"] = fmax
+    slowest = min(fmax, key=fmax.get)
+    out["critical_path"] = critical_path(report, slowest)
     return out
+
+
+#: Yosys/nextpnr suffixes appended to an RTL signal's name when it becomes cells
+_CELL_SUFFIX = re.compile(r"(_SB_|_TRELLIS_|_DFF|_LUT4|_CCU2C|_MULT|_DP16KD|_LC$|\$).*")
+
+
+def signal_of(cell: str) -> str:
+    """The RTL signal a placed cell was made from: the cell name up to the first suffix Yosys
+    or nextpnr added (``core.n_base_SB_DFFESR_Q_17_D_SB_LUT4_O_LC`` -> ``core.n_base``);
+    ``$nextpnr_...`` cells (made by the placer) have none and stay as they are."""
+    if cell.startswith("$"):
+        return cell
+    return _CELL_SUFFIX.sub("", cell) or cell
+
+
+def critical_path(report: dict[str, Any], clock: str) -> dict[str, Any] | None:
+    """The worst register-to-register path of ``clock`` in nextpnr's report, by name: the
+    start and end registers as RTL signals (:func:`signal_of`), its delay (ns), the logic and
+    routing shares of that delay and the number of logic levels; None when the report has no
+    path on that clock."""
+    edge = f"posedge {clock}"
+    paths = [p for p in report.get("critical_paths", [])
+             if p.get("from") == edge and p.get("to") == edge and p.get("path")]
+    if not paths:
+        return None
+    path = max(paths, key=lambda p: sum(seg["delay"] for seg in p["path"]))["path"]
+    total = sum(seg["delay"] for seg in path)
+    logic = sum(seg["delay"] for seg in path if seg["type"] == "logic")
+    routing = sum(seg["delay"] for seg in path if seg["type"] == "routing")
+    return {"from": signal_of(path[0]["from"]["cell"]), "to": signal_of(path[-1]["to"]["cell"]),
+            "delay_ns": round(total, 3), "logic_ns": round(logic, 3),
+            "routing_ns": round(routing, 3),
+            "logic_levels": sum(seg["type"] == "logic" for seg in path)}
 
 
 def place_and_route(netlist: Path, part: Part, freq_mhz: float,
