@@ -198,7 +198,7 @@ def test_fmax_is_the_critical_path(run):
     verilog = (out / m["verilog"]["path"]).read_text()
     for end in (cp["from"], cp["to"]):
         assert end.startswith("core."), cp
-        assert re.search(rf"\b{re.escape(end.removeprefix('core.'))}\b", verilog), (end, cp)
+        assert re.search(rf"\b{re.escape(end.rsplit('.', 1)[-1])}\b", verilog), (end, cp)
 
 
 def test_manifest_hashes_and_fusesoc_core(run, tmp_path):

@@ -275,11 +275,13 @@ _CELL_SUFFIX = re.compile(r"(_SB_|_TRELLIS_|_DFF|_LUT4|_CCU2C|_MULT|_DP16KD|_LC$
 
 def signal_of(cell: str) -> str:
     """The RTL signal a placed cell was made from: the cell name up to the first suffix Yosys
-    or nextpnr added (``core.n_base_SB_DFFESR_Q_17_D_SB_LUT4_O_LC`` -> ``core.n_base``);
+    or nextpnr added (``core.n_base_SB_DFFESR_Q_17_D_SB_LUT4_O_LC`` -> ``core.n_base``, a
+    block RAM's ``core.mem_a.0.0`` -> ``core.mem_a``); hierarchy stays (``core.array.p_0_0``);
     ``$nextpnr_...`` cells (made by the placer) have none and stay as they are."""
     if cell.startswith("$"):
         return cell
-    return _CELL_SUFFIX.sub("", cell) or cell
+    name = _CELL_SUFFIX.sub("", cell) or cell
+    return re.sub(r"(\.\d+)+$", "", name) or name   # a memory's bank split: mem_a.0.0
 
 
 def critical_path(report: dict[str, Any], clock: str) -> dict[str, Any] | None:
