@@ -200,3 +200,51 @@ def test_from_hf_refuses(change, needle):
         deepseek_config_from_hf({**V3_HF, **change})
     with pytest.raises(ModelInputError, match="kv_lora_rank"):
         deepseek_config_from_hf({k: v for k, v in V3_HF.items() if k != "kv_lora_rank"})
+
+
+# ---- cluster model: latent KV cache and MLA attention cost --------------------------------------
+def test_cluster_kv_cache_is_the_latent_one():
+    """(kv_lora_rank + qk_rope_head_dim) x element bytes x layers = 576 x 2 B x 61 for V3 bf16,
+    on every TP rank (the latent is shared by all heads, not split by TP)."""
+    from tilewright.dataflow_sim.cluster import chip_model, load_cluster
+    from tilewright.dataflow_sim.cluster.plan import ServePlan, serve_memory
+
+    chip = chip_model(load_cluster("h100-64x-ib"))
+    assert chip.element_bytes == 2
+    for tp in (1, 8):
+        mem = serve_memory(ServePlan(tp=tp, ep=64 // tp), chip, "deepseek-v3")
+        assert mem["kv_bytes_per_token"] == 576 * 2 * 61
+
+
+def test_cluster_mla_op_table_matches_closed_forms():
+    """Token-linear MACs of one MoE layer = its active parameters minus the norm weights (the
+    absorbed W_UK/W_UV cost what the naive W_kvb costs when qk_nope = v_head dims); attention
+    per head and key = (r + dr) + r MACs (absorbed form)."""
+    from tilewright.dataflow_sim.cluster.workload import Shard, layer_ops
+
+    cfg, p = get_config("deepseek-v3"), param_count("deepseek-v3")
+    expert = 3 * 7168 * 2048
+    active_layer = p["layer"] - (256 - 8) * expert
+    norms = 2 * 7168 + 1536 + 512
+    T = 32                                              # 32 x top-8 = one token per expert
+    ops = layer_ops(cfg, Shard(), batch=T, q_len=1, ctx_len=1000, element_bytes=2)
+    gemm = ops[ops.kind == "gemm"].set_index("name")
+    token_macs = gemm.drop(["attn_scores", "attn_values"])["flops"].sum() / 2
+    assert token_macs == T * (active_layer - norms)
+    attn_macs = gemm.loc[["attn_scores", "attn_values"], "flops"].sum() / 2
+    assert attn_macs == T * 128 * 1000 * (512 + 64 + 512)
+    assert ops.set_index("name").loc["kv_write", "bytes"] == T * 576 * 2
+
+
+def test_cluster_serves_deepseek_v3_and_refuses_training():
+    from tilewright.dataflow_sim.cluster import load_cluster, poisson_requests, simulate_serving
+    from tilewright.dataflow_sim.cluster.cluster_spec import ClusterSpecError
+    from tilewright.dataflow_sim.cluster.plan import ServePlan, TrainPlan
+    from tilewright.dataflow_sim.cluster.training import simulate_training
+
+    spec = load_cluster("h100-64x-ib")
+    res = simulate_serving(spec, "deepseek-v3", ServePlan(tp=8, ep=8),
+                           poisson_requests(20, 5.0, (64, 512), (4, 32), seed=1))
+    assert res.metrics["finished"] == 20
+    with pytest.raises(ClusterSpecError, match="MLA attention is not modelled in training"):
+        simulate_training(spec, "deepseek-v3", TrainPlan(tp=8, ep=8))
