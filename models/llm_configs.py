@@ -39,11 +39,11 @@ def _moe_layer(cfg: MoEConfig) -> MoELayer:
                     n_group=cfg.n_group, topk_group=cfg.topk_group)
 
 
-def _layer(cfg: LLMConfig) -> nn.Module:
+def _layer(cfg: LLMConfig, dense: bool = False) -> nn.Module:
     """One layer: DecoderLayer (llama), DeepSeekDecoderLayer (DeepSeek: MLA + MoE FFN, the kind
     of all but the first ``n_dense_layers`` layers), MoELayer (other moe), MambaLayer (mamba)."""
     if isinstance(cfg, DeepSeekConfig):
-        return DeepSeekDecoderLayer(cfg, dense=False)
+        return DeepSeekDecoderLayer(cfg, dense=dense)
     if isinstance(cfg, LlamaConfig):
         return DecoderLayer(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ffn,
                             rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
@@ -84,8 +84,8 @@ def _check_fits_in_memory(name: str, cfg: LLMConfig, seq: int, batch: int) -> No
 
 
 def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
-              phase: Phase = "prefill", device: torch.device | str | None = None
-              ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+              phase: Phase = "prefill", device: torch.device | str | None = None,
+              dense: bool = False) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """One layer of config ``name`` in eval mode and example inputs for ``phase``.
 
     * llama — :class:`DecoderLayer`; prefill inputs ``(x [batch, seq, D],)``; decode inputs
@@ -103,9 +103,13 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
     ``device`` None means CPU for tiny configs, ``meta`` (no storage) for real-shape ones; pass
     ``device="cpu"`` to materialize a big one. Weights come from ``seed``
     (:func:`seeded_init_`), example inputs from N(0, 1) with a generator seeded by ``seed + 1``.
-    The module gets ``config_name = name``.
+    The module gets ``config_name = name``. ``dense`` (DeepSeek configs only): one of the first
+    ``n_dense_layers`` layers (dense SwiGLU FFN) instead of an MoE one.
     """
     cfg = get_config(name)
+    if dense and not (isinstance(cfg, DeepSeekConfig) and cfg.n_dense_layers):
+        raise ModelInputError(f"{name}: has no dense-FFN layers (dense=True is for DeepSeek "
+                              "configs with n_dense_layers > 0)")
     if phase not in ("prefill", "decode"):
         raise ModelInputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
     if seq < 1 or batch < 1:
@@ -126,7 +130,7 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
             f"{name}: --batch {batch} x --seq {seq}: inputs of up to {elems:,} elements; a model "
             f"run with real tensors takes at most {MAX_INPUT_ELEMENTS:,} (lower --batch)")
     with torch.device(dev):
-        module = _layer(cfg)
+        module = _layer(cfg, dense)
     seeded_init_(module, seed).eval()
     module.config_name = name
     gen = torch.Generator().manual_seed(seed + 1)

@@ -248,3 +248,19 @@ def test_cluster_serves_deepseek_v3_and_refuses_training():
     assert res.metrics["finished"] == 20
     with pytest.raises(ClusterSpecError, match="MLA attention is not modelled in training"):
         simulate_training(spec, "deepseek-v3", TrainPlan(tp=8, ep=8))
+
+
+def test_whole_model_step_cost_counts_dense_and_moe_layers():
+    """compile's whole-model line for DeepSeek: n_moe_layers x the MoE decoder layer +
+    n_dense_layers x the dense-FFN layer + embedding + LM head (each compiled)."""
+    from tilewright.dataflow_sim.token_cost import layer_totals, llm_step_cost
+
+    arch = load_arch("ws16x16")
+    step = llm_step_cost(arch, "tiny-deepseek", phase="decode", seq=8, batch=2, fmt="fp32")
+    p = step.parts
+    moe = layer_totals(arch, "tiny-deepseek", seq=8, batch=2, phase="decode", fmt="fp32")
+    assert p["layer"]["macs"] == moe["macs"] and p["dense_layer"]["macs"] != moe["macs"]
+    assert step.macs == 2 * p["layer"]["macs"] + p["dense_layer"]["macs"] \
+        + p["embedding"]["macs"] + p["lm_head"]["macs"]
+    with pytest.raises(ModelInputError, match="dense"):
+        build_llm("tiny-llama", dense=True)
