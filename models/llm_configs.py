@@ -161,8 +161,9 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
 
 def build_lm(name: str, *, seed: int = 0, device: torch.device | str | None = None) -> CausalLM:
     """The full model (embedding, all layers, final norm, LM head) for ``name``; ``meta`` device
-    by default for real-shape configs (DeepSeek: :func:`~tilewright.models.deepseek.build_deepseek_lm`,
-    dense FFN in the first ``n_dense_layers``). An MoE config without attention raises
+    by default for real-shape configs (DeepSeek:
+    :func:`~tilewright.models.deepseek.build_deepseek_lm`, dense FFN in the first
+    ``n_dense_layers``). An MoE config without attention raises
     ValueError. Only the tiny configs are practical to materialize."""
     cfg = get_config(name)
     if isinstance(cfg, DeepSeekConfig):
