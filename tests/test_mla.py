@@ -264,3 +264,29 @@ def test_whole_model_step_cost_counts_dense_and_moe_layers():
         + p["embedding"]["macs"] + p["lm_head"]["macs"]
     with pytest.raises(ModelInputError, match="dense"):
         build_llm("tiny-llama", dense=True)
+
+
+def test_compiler_cost_source_serves_tiny_deepseek():
+    """On ArchSpec chips the serving cost comes from the compiled MLA layer and the compiled
+    absorbed attention (one latent KV head: r + dr key, r value features for all heads). The
+    fused attention task costs its values at the key width (it has one head dim): its MACs lie
+    between the absorbed closed form H·c·(2r + dr) and H·c·2(r + dr)."""
+    import pandas as pd
+
+    from tilewright.dataflow_sim.cluster import ClusterSpec, simulate_serving
+    from tilewright.dataflow_sim.cluster.compiled import compiled_attention
+    from tilewright.dataflow_sim.cluster.plan import ServePlan
+    from tilewright.dataflow_sim.cluster.workload import Shard
+
+    arch = {"name": "t16", "clock_mhz": 800.0,
+            "tensor_engine": {"rows": 16, "cols": 16, "dataflow": "ws"},
+            "offchip": {"bandwidth_gbps": 50.0, "capacity_gib": 1}}
+    spec = ClusterSpec.from_dict({"name": "one", "chip": {"kind": "arch", "arch": arch},
+                                  "chips_per_node": 1})
+    reqs = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [8], "output_tokens": [2]})
+    res = simulate_serving(spec, "tiny-deepseek", ServePlan(), reqs, cost_source="compiler")
+    assert res.metrics["finished"] == 1 and res.metrics["cost_source"] == "compiler"
+    cfg, c = get_config("tiny-deepseek"), 64
+    rep = compiled_attention(cfg, Shard(), load_arch("ws16x16"), q_len=1, ctx_len=c)
+    macs = rep.report.loc[rep.report.kind == "attention", "macs"].sum()
+    assert 4 * c * (16 + 8 + 16) <= macs <= 4 * c * 2 * (16 + 8)
