@@ -214,6 +214,10 @@ def test_cluster_kv_cache_is_the_latent_one():
     for tp in (1, 8):
         mem = serve_memory(ServePlan(tp=tp, ep=64 // tp), chip, "deepseek-v3")
         assert mem["kv_bytes_per_token"] == 576 * 2 * 61
+    big = chip.model_copy(update={"hbm_bytes": 10**15}) if hasattr(chip, "model_copy") \
+        else dataclasses.replace(chip, hbm_bytes=10**15)
+    whole = serve_memory(ServePlan(), big, "deepseek-v3")      # one chip: every weight
+    assert whole["weight_bytes"] == 2 * (param_count("deepseek-v3")["total"] - 7168)  # no final norm
 
 
 def test_cluster_mla_op_table_matches_closed_forms():
@@ -290,3 +294,16 @@ def test_compiler_cost_source_serves_tiny_deepseek():
     rep = compiled_attention(cfg, Shard(), load_arch("ws16x16"), q_len=1, ctx_len=c)
     macs = rep.report.loc[rep.report.kind == "attention", "macs"].sum()
     assert 4 * c * (16 + 8 + 16) <= macs <= 4 * c * 2 * (16 + 8)
+
+
+def test_compiled_v3_decode_layer_macs_closed_form():
+    """One DeepSeek-V3 MoE layer decoding 1 token over a 64-token latent cache (shape-only
+    compile): MACs = q_a + q_b + kv_a + W_UK and W_UV absorptions + o_proj + absorbed attention
+    (128 heads x 65 keys x (512 + 64 + 512)) + router + 8 routed + 1 shared expert."""
+    res = compile_llm("deepseek-v3", load_arch("ws16x16"), seq=65, phase="decode")
+    assert res.shape_only
+    d, h = 7168, 128
+    mla = d * 1536 + 1536 * h * 192 + d * 576 + 2 * h * 128 * 512 + h * 128 * d
+    attention = h * 65 * (512 + 64 + 512)              # 64 cached + the new token
+    moe = d * 256 + 9 * 3 * d * 2048
+    assert res.totals()["macs"] == mla + attention + moe
