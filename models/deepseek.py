@@ -116,6 +116,9 @@ def deepseek_config_from_hf(hf: dict[str, Any], *, name: str = "deepseek-v3-hf",
                               "accepted: greedy, noaux_tc")
     if hf.get("tie_word_embeddings", False):
         raise ModelInputError(f"{name}: config.json tie_word_embeddings true; accepted: false")
+    for key, want in (("attention_bias", False), ("hidden_act", "silu"), ("moe_layer_freq", 1)):
+        if hf.get(key, want) != want:
+            raise ModelInputError(f"{name}: config.json {key} {hf[key]!r}; accepted: {want!r}")
     rs = hf.get("rope_scaling")
     yarn = None
     if rs:
@@ -123,6 +126,11 @@ def deepseek_config_from_hf(hf: dict[str, Any], *, name: str = "deepseek-v3-hf",
         if kind != "yarn":
             raise ModelInputError(f"{name}: config.json rope_scaling type {kind!r}; accepted: "
                                   "yarn (or no rope_scaling)")
+        if float(rs.get("mscale", 1)) != float(rs.get("mscale_all_dim", 0)):   # HF defaults
+            raise ModelInputError(
+                f"{name}: config.json rope_scaling mscale {rs.get('mscale', 1)} != "
+                f"mscale_all_dim {rs.get('mscale_all_dim', 0)} (a cos/sin magnitude scaling, "
+                "not modeled); accepted: equal values")
         yarn = YarnScaling(float(rs["factor"]), int(rs["original_max_position_embeddings"]),
                            float(rs.get("beta_fast", 32)), float(rs.get("beta_slow", 1)),
                            float(rs.get("mscale", 1)), float(rs.get("mscale_all_dim", 0)))

@@ -194,6 +194,9 @@ def test_from_hf_equals_builtin():
     ({"scoring_func": "sqrtsoftplus"}, "scoring_func"),
     ({"topk_method": "group_limited_greedy"}, "group_limited_greedy"),
     ({"tie_word_embeddings": True}, "tie_word_embeddings"),
+    ({"attention_bias": True}, "attention_bias"),
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"rope_scaling": {**V3_HF["rope_scaling"], "mscale": 0.707}}, "mscale_all_dim"),
 ])
 def test_from_hf_refuses(change, needle):
     with pytest.raises(ModelInputError, match=needle):
