@@ -10,12 +10,15 @@ one new token each, ``seq - 1`` cached, :func:`tilewright.models.llm_configs.bui
   (:func:`layer_report`: torch.export -> ``llm`` flow, cached per process; lowered and costed
   per ArchSpec by :func:`~tilewright.compiler.lower_llm.lower_graph` and
   :func:`~tilewright.dataflow_sim.report.program_report`);
-* with ``layers="all"`` (Llama-style and Mamba configs, whose compiled layer is the whole
-  decoder layer; an MoE config's is its MoE FFN alone, so it is refused) also the **embedding** (a gather of the step's ``tokens`` rows of the
+* with ``layers="all"`` (Llama-style, DeepSeek and Mamba configs, whose compiled layer is the
+  whole decoder layer; another MoE config's is its MoE FFN alone, so it is refused) also the
+  **embedding** (a gather of the step's ``tokens`` rows of the
   ``vocab x d_model`` table, :func:`~tilewright.dataflow_sim.cluster.compiled.compiled_embedding`)
   and the **LM head** (final RMSNorm, the ``d_model x vocab`` GEMM and the softmax over the
   vocabulary for the last position of each sequence — ``batch`` rows, what generation samples
-  from; :func:`~tilewright.dataflow_sim.cluster.compiled.compiled_head`).
+  from; :func:`~tilewright.dataflow_sim.cluster.compiled.compiled_head`). A DeepSeek config's
+  layers are ``n_moe_layers`` x its compiled MoE decoder layer plus ``n_dense_layers`` x its
+  compiled dense-FFN layer (``parts["dense_layer"]``).
 
 Totals add the parts' Report columns (tasks run one after another, as in the Report); seconds
 = cycles / clock; energy = :func:`~tilewright.dataflow_sim.energy_area.energy_breakdown` of the
@@ -49,14 +52,16 @@ _SUMMED = ("total_cycles", "macs", "vector_ops", "bytes")
 
 
 @lru_cache(maxsize=8)
-def layer_graph(model: str, seq: int, batch: int, phase: str) -> Graph:
+def layer_graph(model: str, seq: int, batch: int, phase: str, dense: bool = False) -> Graph:
     """One layer of ``model`` exported (shapes only for real-size configs) through the ``llm``
-    passes; independent of the ArchSpec, so cached per process."""
+    passes; independent of the ArchSpec, so cached per process. ``dense``: a DeepSeek config's
+    dense-FFN layer (:func:`~tilewright.models.llm_configs.build_llm`)."""
     from tilewright.compiler.frontend import (  # noqa: PLC0415  (lazy: pulls in torch)
         export_model, from_exported)
     from tilewright.models.llm_configs import build_llm  # noqa: PLC0415  (lazy: pulls in torch)
 
-    module, example = build_llm(model, seq=seq, batch=batch, phase=phase)  # type: ignore[arg-type]
+    module, example = build_llm(model, seq=seq, batch=batch, phase=phase,  # type: ignore[arg-type]
+                                dense=dense)
     graph = from_exported(export_model(module, example), name=model)
     run_flow(graph, "llm")
     return graph
@@ -70,10 +75,10 @@ def layer_report(arch: ArchSpec, model: str, *, seq: int, batch: int, phase: str
 
 
 def layer_totals(arch: ArchSpec, model: str, *, seq: int, batch: int, phase: str,
-                 fmt: str) -> dict[str, Any]:
+                 fmt: str, dense: bool = False) -> dict[str, Any]:
     """:func:`layer_report`'s totals (:func:`~tilewright.dataflow_sim.report.report_totals`)
-    without building the DataFrame (the sweep's fast path)."""
-    g = layer_graph(model, seq, batch, phase)
+    without building the DataFrame (the sweep's fast path); ``dense`` as in :func:`layer_graph`."""
+    g = layer_graph(model, seq, batch, phase, dense)
     return program_totals(lower_graph(g, arch, fmt=fmt, name=model), arch_for_format(arch, fmt))
 
 
@@ -136,11 +141,11 @@ def llm_step_cost(arch: ArchSpec, model: str, *, phase: str, seq: int, batch: in
         compiled_embedding, compiled_head)
     from tilewright.dataflow_sim.cluster.workload import Shard  # noqa: PLC0415  (lazy: torch)
     from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
-        LlamaConfig, MambaConfig, ModelInputError, get_config)
+        DeepSeekConfig, LlamaConfig, MambaConfig, ModelInputError, get_config)
 
     cfg = get_config(model)
     whole = layers == "all"
-    if whole and not isinstance(cfg, (LlamaConfig, MambaConfig)):
+    if whole and not isinstance(cfg, (LlamaConfig, MambaConfig, DeepSeekConfig)):
         raise ModelInputError(
             f"{model}: the whole-model cost (layers: all) covers Llama-style and Mamba configs; "
             f"for an MoE config the compiled layer is its MoE FFN alone (no attention) — give "
@@ -158,6 +163,11 @@ def llm_step_cost(arch: ArchSpec, model: str, *, phase: str, seq: int, batch: in
         parts["embedding"] = report_totals(emb.report)
         parts["lm_head"] = report_totals(head.report)
     tot = {k: parts["layer"][k] * n_layers for k in _SUMMED}
+    if whole and isinstance(cfg, DeepSeekConfig) and cfg.n_dense_layers:
+        parts["dense_layer"] = dict(layer_totals(arch, model, seq=seq, batch=batch, phase=phase,
+                                                 fmt=fmt, dense=True))
+        tot = {k: parts["layer"][k] * cfg.n_moe_layers
+               + parts["dense_layer"][k] * cfg.n_dense_layers for k in _SUMMED}
     for name in ("embedding", "lm_head"):
         if name in parts:
             for k in _SUMMED:

@@ -18,9 +18,10 @@ import os
 import torch
 from torch import nn
 
-from tilewright.models.llm_shapes import (LLM_CONFIGS, LLMConfig, LlamaConfig, MambaConfig,
-                                         ModelInputError, MoEConfig, Phase, _swiglu, get_config,
-                                         param_count)
+from tilewright.models.deepseek import DeepSeekDecoderLayer, build_deepseek_lm
+from tilewright.models.llm_shapes import (LLM_CONFIGS, DeepSeekConfig, LLMConfig, LlamaConfig,
+                                         MambaConfig, ModelInputError, MoEConfig, Phase, _swiglu,
+                                         get_config, param_count)
 from tilewright.models.moe import MoELayer
 from tilewright.models.ssm import MambaLayer
 from tilewright.models.transformer import CausalLM, DecoderLayer, seeded_init_
@@ -38,8 +39,11 @@ def _moe_layer(cfg: MoEConfig) -> MoELayer:
                     n_group=cfg.n_group, topk_group=cfg.topk_group)
 
 
-def _layer(cfg: LLMConfig) -> nn.Module:
-    """One layer: DecoderLayer (llama), MoELayer (moe), MambaLayer (mamba)."""
+def _layer(cfg: LLMConfig, dense: bool = False) -> nn.Module:
+    """One layer: DecoderLayer (llama), DeepSeekDecoderLayer (DeepSeek: MLA + MoE FFN, the kind
+    of all but the first ``n_dense_layers`` layers), MoELayer (other moe), MambaLayer (mamba)."""
+    if isinstance(cfg, DeepSeekConfig):
+        return DeepSeekDecoderLayer(cfg, dense=dense)
     if isinstance(cfg, LlamaConfig):
         return DecoderLayer(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ffn,
                             rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
@@ -80,24 +84,32 @@ def _check_fits_in_memory(name: str, cfg: LLMConfig, seq: int, batch: int) -> No
 
 
 def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
-              phase: Phase = "prefill", device: torch.device | str | None = None
-              ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+              phase: Phase = "prefill", device: torch.device | str | None = None,
+              dense: bool = False) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """One layer of config ``name`` in eval mode and example inputs for ``phase``.
 
     * llama — :class:`DecoderLayer`; prefill inputs ``(x [batch, seq, D],)``; decode inputs
       ``(x [batch, 1, D], k_cache, v_cache [batch, Hkv, seq - 1, hd])``: ``seq`` is the context
       (positions attended, as for prefill): ``seq - 1`` cached tokens and the new one at position
       ``seq - 1`` (``seq = 1``: no cache). Both phases accept ``seq <= max_seq_len``.
-    * moe — :class:`MoELayer`; inputs ``(x [batch, seq, D],)`` (decode: seq 1).
+    * deepseek (MLA) — :class:`~tilewright.models.deepseek.DeepSeekDecoderLayer` (MLA + MoE
+      FFN); prefill ``(x [batch, seq, D],)`` (naive MLA); decode ``(x [batch, 1, D],
+      c_kv [batch, seq - 1, kv_lora_rank], k_pe [batch, seq - 1, qk_rope_head_dim])`` (absorbed
+      MLA over the latent cache; ``seq = 1``: ``(x,)`` alone, naive).
+    * other moe — :class:`MoELayer`; inputs ``(x [batch, seq, D],)`` (decode: seq 1).
     * mamba — :class:`MambaLayer`; prefill ``(x [batch, seq, D],)``; decode
       ``(x [batch, 1, D], conv_state [batch, Di, d_conv], ssm_state [batch, Di, d_state])``.
 
     ``device`` None means CPU for tiny configs, ``meta`` (no storage) for real-shape ones; pass
     ``device="cpu"`` to materialize a big one. Weights come from ``seed``
     (:func:`seeded_init_`), example inputs from N(0, 1) with a generator seeded by ``seed + 1``.
-    The module gets ``config_name = name``.
+    The module gets ``config_name = name``. ``dense`` (DeepSeek configs only): one of the first
+    ``n_dense_layers`` layers (dense SwiGLU FFN) instead of an MoE one.
     """
     cfg = get_config(name)
+    if dense and not (isinstance(cfg, DeepSeekConfig) and cfg.n_dense_layers):
+        raise ModelInputError(f"{name}: has no dense-FFN layers (dense=True is for DeepSeek "
+                              "configs with n_dense_layers > 0)")
     if phase not in ("prefill", "decode"):
         raise ModelInputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
     if seq < 1 or batch < 1:
@@ -118,7 +130,7 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
             f"{name}: --batch {batch} x --seq {seq}: inputs of up to {elems:,} elements; a model "
             f"run with real tensors takes at most {MAX_INPUT_ELEMENTS:,} (lower --batch)")
     with torch.device(dev):
-        module = _layer(cfg)
+        module = _layer(cfg, dense)
     seeded_init_(module, seed).eval()
     module.config_name = name
     gen = torch.Generator().manual_seed(seed + 1)
@@ -136,6 +148,11 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
             return module, (rand(batch, 1, d),)
         kv = (batch, cfg.n_kv_heads, seq - 1, cfg.head_dim)
         return module, (rand(batch, 1, d), rand(*kv), rand(*kv))
+    if isinstance(cfg, DeepSeekConfig):
+        if seq == 1:
+            return module, (rand(batch, 1, d),)
+        return module, (rand(batch, 1, d), rand(batch, seq - 1, cfg.kv_lora_rank),
+                        rand(batch, seq - 1, cfg.qk_rope_head_dim))
     if isinstance(cfg, MoEConfig):
         return module, (rand(batch, 1, d),)
     return module, (rand(batch, 1, d), rand(batch, cfg.d_inner, cfg.d_conv),
@@ -144,9 +161,13 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
 
 def build_lm(name: str, *, seed: int = 0, device: torch.device | str | None = None) -> CausalLM:
     """The full model (embedding, all layers, final norm, LM head) for ``name``; ``meta`` device
-    by default for real-shape configs. DeepSeek-V3 raises ValueError (its MLA attention is not
-    modeled). Only the tiny configs are practical to materialize."""
+    by default for real-shape configs (DeepSeek:
+    :func:`~tilewright.models.deepseek.build_deepseek_lm`, dense FFN in the first
+    ``n_dense_layers``). An MoE config without attention raises
+    ValueError. Only the tiny configs are practical to materialize."""
     cfg = get_config(name)
+    if isinstance(cfg, DeepSeekConfig):
+        return build_deepseek_lm(cfg, seed=seed, device=device)
     if isinstance(cfg, MoEConfig) and cfg.n_heads is None:
         raise ValueError(f"{name}: the attention of this model is not modeled "
                          "(DeepSeek-V3 uses MLA); "
@@ -180,6 +201,12 @@ def describe(name: str) -> dict:
     if isinstance(cfg, LlamaConfig):
         out["derived"] = {"head_dim": cfg.head_dim, "kv_groups": cfg.n_heads // cfg.n_kv_heads,
                           "kv_cache_per_token_per_layer": 2 * cfg.n_kv_heads * cfg.head_dim}
+    elif isinstance(cfg, DeepSeekConfig):
+        out["derived"] = {"n_moe_layers": cfg.n_moe_layers,
+                          "d_shared_ffn": cfg.n_shared_experts * cfg.d_expert_ffn,
+                          "expert_params": _swiglu(cfg.d_model, cfg.d_expert_ffn),
+                          "qk_head_dim": cfg.qk_nope_head_dim + cfg.qk_rope_head_dim,
+                          "kv_cache_per_token_per_layer": cfg.kv_cache_elems_per_token}
     elif isinstance(cfg, MoEConfig):
         out["derived"] = {"n_moe_layers": cfg.n_moe_layers,
                           "d_shared_ffn": cfg.n_shared_experts * cfg.d_expert_ffn,

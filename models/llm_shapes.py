@@ -18,7 +18,7 @@ from typing import Literal, Union
 from tilewright.errors import UserError
 
 __all__ = ["ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
-           "param_count", "Phase"]
+           "param_count", "Phase", "YarnScaling", "DeepSeekConfig"]
 
 Phase = Literal["prefill", "decode"]
 
@@ -57,7 +57,7 @@ class LlamaConfig:
 class MoEConfig:
     """MoE layer (see :class:`~tilewright.models.moe.MoELayer`) and, when ``n_heads`` is set, the
     Llama-style attention of the full decoder it sits in (Mixtral). ``n_heads=None`` means the
-    model's attention is not modeled here (DeepSeek-V3 uses MLA), so no full-model count."""
+    attention is not Llama-style: none modeled, or MLA (:class:`DeepSeekConfig`)."""
 
     name: str
     d_model: int
@@ -87,6 +87,44 @@ class MoEConfig:
     @property
     def n_moe_layers(self) -> int:
         return self.n_layers - self.n_dense_layers
+
+
+@dataclass(frozen=True)
+class YarnScaling:
+    """HF ``rope_scaling`` of type ``yarn`` (DeepSeek-V3: factor 40, original 4096 positions,
+    beta_fast 32, beta_slow 1, mscale = mscale_all_dim = 1); used by
+    :mod:`tilewright.models.mla`."""
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 1.0
+
+
+@dataclass(frozen=True)
+class DeepSeekConfig(MoEConfig):
+    """DeepSeek-V2/V3 decoder: Multi-head Latent Attention (:mod:`tilewright.models.mla`) with
+    ``n_attn_heads`` heads, then a dense SwiGLU FFN (``d_dense_ffn``) in the first
+    ``n_dense_layers`` layers and the MoE FFN in the rest. ``n_heads`` stays None (the attention
+    is not Llama-style). ``n_mtp_layers``: multi-token-prediction modules shipped beside the
+    main model (not part of it; counted apart by :func:`param_count`)."""
+
+    n_attn_heads: int = 0
+    q_lora_rank: int = 0
+    """0: queries not compressed (DeepSeek-V2-Lite)"""
+    kv_lora_rank: int = 512
+    qk_nope_head_dim: int = 128
+    qk_rope_head_dim: int = 64
+    v_head_dim: int = 128
+    yarn: YarnScaling | None = None
+    n_mtp_layers: int = 0
+
+    @property
+    def kv_cache_elems_per_token(self) -> int:
+        """Latent-cache elements per token per layer: ``kv_lora_rank + qk_rope_head_dim``."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
 
 
 @dataclass(frozen=True)
@@ -140,11 +178,20 @@ LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
               d_expert_ffn=14336, n_heads=32, n_kv_heads=8, vocab_size=32000,
               rope_theta=1e6, max_seq_len=32768,
               source=_HF + "mistralai/Mixtral-8x7B-v0.1/blob/main/config.json"),
-    MoEConfig("deepseek-v3", d_model=7168, n_layers=61, n_experts=256, top_k=8,
-              d_expert_ffn=2048, n_shared_experts=1, router_score="sigmoid",
-              norm_topk_prob=True, routed_scaling_factor=2.5, n_group=8, topk_group=4,
-              n_dense_layers=3, d_dense_ffn=18432, vocab_size=129280, norm_eps=1e-6,
-              source=_HF + "deepseek-ai/DeepSeek-V3/blob/main/config.json"),
+    DeepSeekConfig("deepseek-v3", d_model=7168, n_layers=61, n_experts=256, top_k=8,
+                   d_expert_ffn=2048, n_shared_experts=1, router_score="sigmoid",
+                   norm_topk_prob=True, routed_scaling_factor=2.5, n_group=8, topk_group=4,
+                   n_dense_layers=3, d_dense_ffn=18432, vocab_size=129280, norm_eps=1e-6,
+                   max_seq_len=163840, n_attn_heads=128, q_lora_rank=1536, kv_lora_rank=512,
+                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                   yarn=YarnScaling(40.0, 4096, 32.0, 1.0, 1.0, 1.0), n_mtp_layers=1,
+                   source=_HF + "deepseek-ai/DeepSeek-V3/blob/main/config.json"),
+    DeepSeekConfig("tiny-deepseek", d_model=64, n_layers=3, n_experts=8, top_k=2,
+                   d_expert_ffn=32, n_shared_experts=1, router_score="sigmoid",
+                   routed_scaling_factor=2.5, n_group=4, topk_group=2, n_dense_layers=1,
+                   d_dense_ffn=128, vocab_size=256, norm_eps=1e-6, max_seq_len=256,
+                   n_attn_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
+                   qk_rope_head_dim=8, v_head_dim=16, yarn=YarnScaling(4.0, 64), tiny=True),
     MoEConfig("tiny-moe", d_model=64, n_layers=2, n_experts=4, top_k=2, d_expert_ffn=128,
               n_shared_experts=1, n_heads=4, n_kv_heads=2, vocab_size=256, max_seq_len=256,
               tiny=True),
@@ -190,6 +237,8 @@ def param_count(name: str) -> dict[str, int | None]:
         emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
         total = cfg.n_layers * layer + emb + d
         return {"layer": layer, "total": total, "active": total}
+    if isinstance(cfg, DeepSeekConfig):
+        return _deepseek_params(cfg)
     if isinstance(cfg, MoEConfig):
         expert = _swiglu(d, cfg.d_expert_ffn)
         moe = d * cfg.n_experts + cfg.n_experts * expert \
@@ -207,3 +256,34 @@ def param_count(name: str) -> dict[str, int | None]:
              + di * n + di + di * d + d)
     total = cfg.n_layers * layer + cfg.padded_vocab * d * (1 if cfg.tie_embeddings else 2) + d
     return {"layer": layer, "total": total, "active": total}
+
+
+def _mla(cfg: DeepSeekConfig) -> int:
+    """MLA parameters of one layer (:class:`~tilewright.models.mla.MLAttention`)."""
+    d, h, r = cfg.d_model, cfg.n_attn_heads, cfg.kv_lora_rank
+    qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    q = (d * cfg.q_lora_rank + cfg.q_lora_rank + cfg.q_lora_rank * h * qk) if cfg.q_lora_rank \
+        else d * h * qk
+    return (q + d * (r + cfg.qk_rope_head_dim) + r + r * h * (cfg.qk_nope_head_dim + cfg.v_head_dim)
+            + h * cfg.v_head_dim * d)
+
+
+def _deepseek_params(cfg: DeepSeekConfig) -> dict[str, int | None]:
+    """:func:`param_count` of a DeepSeek-V2/V3 config; ``layer`` is one MoE decoder layer (MLA +
+    MoE + 2 norms), ``active`` counts the top-k routed experts only (embedding table and LM head
+    included), ``active_no_embedding`` the same without the embedding table (a row lookup),
+    ``mtp`` one multi-token-prediction module each (a MoE decoder layer, the ``eh_proj``
+    [2D -> D] and 3 norms; it shares the main model's embedding and head) x ``n_mtp_layers``,
+    not in ``total``."""
+    d = cfg.d_model
+    expert = _swiglu(d, cfg.d_expert_ffn)
+    moe = d * cfg.n_experts + cfg.n_experts * expert \
+        + _swiglu(d, cfg.n_shared_experts * cfg.d_expert_ffn)
+    attn = _mla(cfg) + 2 * d
+    layer, dense = attn + moe, attn + _swiglu(d, cfg.d_dense_ffn)
+    emb = cfg.vocab_size * d
+    total = cfg.n_moe_layers * layer + cfg.n_dense_layers * dense + 2 * emb + d
+    active = total - cfg.n_moe_layers * (cfg.n_experts - cfg.top_k) * expert
+    mtp = cfg.n_mtp_layers * (layer + 2 * d * d + 3 * d)
+    return {"layer": layer, "dense_layer": dense, "total": total, "active": active,
+            "active_no_embedding": active - emb, "mtp": mtp}

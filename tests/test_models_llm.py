@@ -74,13 +74,17 @@ def test_unknown_name_lists_known():
 def test_describe_deepseek_v3_shapes():
     info = describe("deepseek-v3")
     shapes = info["layer_param_shapes"]
-    assert shapes["w_gate"] == (256, 2048, 7168)
-    assert shapes["w_down"] == (256, 7168, 2048)
-    assert shapes["router.weight"] == (256, 7168)
-    assert shapes["shared.w1.weight"] == (2048, 7168)
+    assert shapes["ffn.w_gate"] == (256, 2048, 7168)
+    assert shapes["ffn.w_down"] == (256, 7168, 2048)
+    assert shapes["ffn.router.weight"] == (256, 7168)
+    assert shapes["ffn.shared.w1.weight"] == (2048, 7168)
+    # MLA (HF config.json: q_lora_rank 1536, kv_lora_rank 512, 128 heads of 128 + 64, v 128)
+    assert shapes["attn.wq_b.weight"] == (128 * 192, 1536)
+    assert shapes["attn.wkv_a.weight"] == (512 + 64, 7168)
+    assert shapes["attn.wkv_b.weight"] == (128 * 256, 512)
     assert info["config"]["top_k"] == 8 and info["config"]["router_score"] == "sigmoid"
     assert info["derived"]["n_moe_layers"] == 58
-    assert info["params"]["total"] is None
+    assert info["derived"]["kv_cache_per_token_per_layer"] == 576
     llama = describe("llama3-8b")
     assert llama["derived"]["head_dim"] == 128 and llama["derived"]["kv_groups"] == 4
     mamba = describe("mamba-130m")

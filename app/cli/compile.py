@@ -113,7 +113,8 @@ def compile_cmd(
     why = ("the embedding and LM head are compiled with per-channel weight scales only; use "
            "--granularity channel" if granularity != "channel" else
            "the compiled layer of an MoE config is its MoE FFN alone (no attention)"
-           if LLM_CONFIGS[model].family == "moe" else
+           if LLM_CONFIGS[model].family == "moe"
+           and getattr(LLM_CONFIGS[model], "n_attn_heads", 0) == 0 else
            # the frontend has no bf16 constant, so the bf16 embedding table does not export
            "the embedding table of a bf16 design does not compile yet (no bf16 constants in "
            "the frontend)" if fmt == "bf16" else None)
@@ -155,7 +156,9 @@ def compile_cmd(
         console.print(f"whole model: not computed ({why})")
     else:
         pt = step.per_token()
-        console.print(f"whole model (x {step.layers} layers + embedding + LM head): "
+        dense = (f" ({LLM_CONFIGS[model].n_dense_layers} of them dense-FFN layers, compiled "
+                 f"too)" if "dense_layer" in step.parts else "")
+        console.print(f"whole model (x {step.layers} layers{dense} + embedding + LM head): "
                       f"{step.cycles:,} cycles ({step.seconds * 1e3:.3f} ms), "
                       f"{step.dram_bytes:,} off-chip bytes, {step.energy_j:.4g} J ({step.tech}); "
                       f"per token: {pt['bytes_per_token']:,.0f} bytes, "

@@ -65,7 +65,9 @@ from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.compiler.program import BgemmTask, GemmTask
 from tilewright.dataflow_sim.compile_flow import compile_module
 from tilewright.dataflow_sim.report import program_report
-from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MambaConfig, MoEConfig
+from tilewright.models.llm_configs import (DeepSeekConfig, LlamaConfig, LLMConfig, MambaConfig,
+                                           MoEConfig)
+from tilewright.models.mla import MLAttention
 from tilewright.models.moe import MoELayer
 from tilewright.models.ssm import MambaLayer
 from tilewright.models.transformer import DecoderLayer, GroupedQueryAttention, RMSNorm, causal_mask
@@ -245,7 +247,25 @@ def _arch_hash(arch: ArchSpec) -> str:
     return hashlib.sha256(arch.model_dump_json().encode()).hexdigest()[:16]
 
 
+def _mla_module(cfg: DeepSeekConfig, dm: Dims, max_seq_len: int) -> Any:
+    """A DeepSeek decoder layer on one chip: MLA with the chip's ``h / tp`` heads (latent
+    projections whole) and the MoE FFN of :func:`_module`'s shard widths."""
+    n_shared = dm.f_shared // dm.f_exp if dm.f_exp else 0
+    ffn = MoELayer(dm.d, dm.n_experts, cfg.top_k, dm.f_exp, n_shared_experts=n_shared,
+                   router_score=cfg.router_score, norm_topk_prob=cfg.norm_topk_prob,
+                   routed_scaling_factor=cfg.routed_scaling_factor)
+    layer = DecoderLayer(dm.d, 1, 1, dm.f_exp, rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
+                         max_seq_len=1, ffn=ffn)
+    layer.attn = MLAttention(
+        dm.d, dm.h, q_lora_rank=dm.q_rank, kv_lora_rank=dm.kv_rank, qk_nope_head_dim=dm.dn,
+        qk_rope_head_dim=dm.dr, v_head_dim=dm.dv, rope_theta=cfg.rope_theta,
+        max_seq_len=max_seq_len, norm_eps=cfg.norm_eps, yarn=cfg.yarn)
+    return layer
+
+
 def _module(cfg: LLMConfig, dm: Dims, max_seq_len: int) -> Any:
+    if dm.mla:
+        return _mla_module(cfg, dm, max_seq_len)  # type: ignore[arg-type]
 
     ffn = None
     if isinstance(cfg, MoEConfig):
@@ -282,6 +302,8 @@ def _compile(module: Any, example: tuple, arch: ArchSpec, fmt: str, name: str,
 
 def _check_cfg(cfg: LLMConfig) -> None:
     if isinstance(cfg, MambaConfig):
+        return
+    if isinstance(cfg, DeepSeekConfig):
         return
     if not isinstance(cfg, (LlamaConfig, MoEConfig)) or getattr(cfg, "n_heads", None) is None:
         dims_of(cfg, Shard())    # raises the table path's clear error
@@ -386,7 +408,10 @@ def compiled_layer(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, batch: int, 
         module = _module(cfg, dm, max(ctx_len, getattr(cfg, "max_seq_len", ctx_len)))
     x = torch.empty(batch, q_len, dm.d, device="meta")
     example: tuple = (x,)
-    if ctx_len > q_len:
+    if ctx_len > q_len and dm.mla:      # latent cache: c_kv [B, T, r], k_pe [B, T, dr]
+        example = (x, torch.empty(batch, ctx_len - q_len, dm.kv_rank, device="meta"),
+                   torch.empty(batch, ctx_len - q_len, dm.dr, device="meta"))
+    elif ctx_len > q_len:
         kv = torch.empty(batch, dm.kv, ctx_len - q_len, dm.hd, device="meta")
         example = (x, kv, kv.clone())
     name = f"{cfg.name}.tp{shard.tp}sp{shard.sp}ep{shard.ep}.b{batch}q{q_len}c{ctx_len}"
@@ -508,7 +533,8 @@ def compiled_attention(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, q_len: i
         raise ValueError(f"ctx_len ({ctx_len}) < q_len ({q_len})")
     fmt = fmt or arch.tensor_engine.input_format
     dm = dims_of(cfg, shard)
-    key = ("attention", dm.h, dm.kv, dm.hd, q_len, ctx_len, fmt, _arch_hash(arch))
+    hv = dm.hd_v or dm.hd       # value width (MLA: the latent's r features of its r + dr)
+    key = ("attention", dm.h, dm.kv, dm.hd, hv, q_len, ctx_len, fmt, _arch_hash(arch))
     hit = _CACHE.get(key)
     if hit is not None:
         _STATS["hits"] += 1
@@ -519,10 +545,12 @@ def compiled_attention(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, q_len: i
     if ctx_len > q_len:         # the cache and the new tokens' K/V, appended (as in the layer)
         kv = torch.empty(1, dm.kv, ctx_len - q_len, dm.hd, device="meta")
         new = torch.empty(1, dm.kv, q_len, dm.hd, device="meta")
-        example: tuple = (qg, kv, kv.clone(), new, new.clone())
+        v = torch.empty(1, dm.kv, ctx_len - q_len, hv, device="meta")
+        v_new = torch.empty(1, dm.kv, q_len, hv, device="meta")
+        example: tuple = (qg, kv, v, new, v_new)
     else:
         kv = torch.empty(1, dm.kv, ctx_len, dm.hd, device="meta")
-        example = (qg, kv, kv.clone())
+        example = (qg, kv, torch.empty(1, dm.kv, ctx_len, hv, device="meta"))
     rep = _CACHE[key] = _compile(_AttentionCore.build(dm.hd), example, arch, fmt,
                                  f"{cfg.name}.attention.tp{shard.tp}.q{q_len}c{ctx_len}")
     return rep

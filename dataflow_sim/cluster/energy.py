@@ -153,9 +153,10 @@ def serve_iteration_work(dm: Dims, e: int, tp: int, ep: int, n_layers: int, q: n
     for _, f, b in token_vectors(dm, e):
         w += (0.0, T * f, T * b)
     if not dm.ssm:
-        qc, qh, ch = float(q @ c), float(q.sum()) * dm.hd, float(c.sum()) * dm.hd
-        w += (2.0 * dm.g * dm.kv * dm.hd * qc, 5.0 * dm.h * qc,
-              e * (2 * dm.g * dm.kv * qh + 2 * dm.kv * ch + 2 * dm.h * qc) + 2 * dm.h * qc * e)
+        hk = dm.hd + (dm.hd_v or dm.hd)         # key + value widths (MLA: r + dr and r)
+        qc, qh, ch = float(q @ c), float(q.sum()) * hk, float(c.sum()) * hk
+        w += (dm.g * dm.kv * hk * qc, 5.0 * dm.h * qc,
+              e * (dm.g * dm.kv * qh + dm.kv * ch + 2 * dm.h * qc) + 2 * dm.h * qc * e)
     if dm.moe:
         rows = T * dm.top_k
         w += (3.0 * rows * dm.d * dm.f_exp, 5.0 * rows * dm.f_exp,

@@ -27,14 +27,15 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MambaConfig, MoEConfig, get_config
+from tilewright.models.llm_configs import (DeepSeekConfig, LlamaConfig, LLMConfig, MambaConfig,
+                                           MoEConfig, get_config)
 
 from .cluster_spec import ClusterSpec, ClusterSpecError, PlanError
 from .costs import ChipModel
 from .workload import Shard, dims_of
 
 __all__ = ["TrainPlan", "ServePlan", "auto_dp", "validate_train", "train_memory", "validate_serve",
-           "serve_memory", "layer_params", "mamba_state_bytes", "mamba_activation_elems", "GIB"]
+           "serve_memory", "kv_bytes_per_token", "layer_params", "mamba_state_bytes", "mamba_activation_elems", "GIB"]
 
 GIB = 2**30
 
@@ -99,17 +100,21 @@ class ServePlan(BaseModel):
         return f"tp={self.tp} ep={self.ep}" + (f" pp={self.pp}" if self.pp > 1 else "")
 
 
-def _cfg(model: str | LLMConfig) -> LLMConfig:
+def _cfg(model: str | LLMConfig, *, mla: bool = True) -> LLMConfig:
+    """The config of ``model``; ``mla=False`` (training) refuses DeepSeek MLA models too."""
     try:
         cfg = get_config(model) if isinstance(model, str) else model
     except ValueError as exc:
         raise ClusterSpecError(f"model: {exc}") from None
     if not (isinstance(cfg, (LlamaConfig, MambaConfig))
-            or (isinstance(cfg, MoEConfig) and cfg.n_heads)):
+            or (isinstance(cfg, MoEConfig) and cfg.n_heads)
+            or (mla and isinstance(cfg, DeepSeekConfig))):
         what = "an MoE model with MLA attention" if cfg.family == "moe" else f"a {cfg.family} model"
-        raise PlanError(f"model {cfg.name}: {what} is not modelled; the cluster model covers "
-                        "Llama-style (llama3-*), Mixtral-style (mixtral-8x7b) and Mamba "
-                        "(mamba-*) decoders")
+        ds = isinstance(cfg, DeepSeekConfig)
+        raise PlanError(f"model {cfg.name}: {what} is not modelled{' in training' if ds else ''}"
+                        "; the cluster model covers Llama-style (llama3-*), Mixtral-style "
+                        "(mixtral-8x7b) and Mamba (mamba-*) decoders"
+                        f"{' (and serves DeepSeek MLA models)' if ds else ''}")
     return cfg
 
 
@@ -120,6 +125,17 @@ def _check_shard(cfg: LLMConfig, tp: int, ep: int, where: str) -> None:
                             f"{cfg.name} (Mamba TP splits the scan channels)")
         if ep > 1:
             raise PlanError(f"{where}: ep={ep} but {cfg.name} has no experts (use ep=1)")
+        return
+    if isinstance(cfg, DeepSeekConfig):
+        if cfg.n_attn_heads % tp:
+            raise PlanError(f"{where}: tp={tp} does not divide the {cfg.n_attn_heads} MLA heads "
+                            f"of {cfg.name}")
+        if cfg.d_expert_ffn % tp or cfg.d_dense_ffn % tp:
+            raise PlanError(f"{where}: tp={tp} does not divide the FFN widths "
+                            f"{cfg.d_expert_ffn}/{cfg.d_dense_ffn} of {cfg.name}")
+        if cfg.n_experts % ep:
+            raise PlanError(f"{where}: ep={ep} does not divide n_experts = {cfg.n_experts} of "
+                            f"{cfg.name}")
         return
     if cfg.n_heads % tp:
         raise PlanError(f"{where}: tp={tp} does not divide n_heads = {cfg.n_heads} of {cfg.name}")
@@ -143,6 +159,11 @@ def layer_params(cfg: LLMConfig, shard: Shard) -> tuple[float, float]:
         return (2 * dm.d * di + di * (dm.d_conv + 1) + di * (r + 2 * n) + (r + 1) * di
                 + di * n + di + di * dm.d + dm.d), 0.0
     attn = dm.d * (dm.h + 2 * dm.kv) * dm.hd + dm.h * dm.hd * dm.d + 2 * dm.d
+    if dm.mla:      # q_a, q_norm, kv_a, kv_norm replicated; q_b, kv_b, o split by heads
+        q = (dm.d * dm.q_rank + dm.q_rank + dm.q_rank * dm.h * (dm.dn + dm.dr)) if dm.q_rank \
+            else dm.d * dm.h * (dm.dn + dm.dr)
+        attn = (q + dm.d * (dm.kv_rank + dm.dr) + dm.kv_rank
+                + dm.kv_rank * dm.h * (dm.dn + dm.dv) + dm.h * dm.dv * dm.d + 2 * dm.d)
     if not dm.moe:
         return attn + 3 * dm.d * dm.f, 0.0
     return attn + dm.d * dm.n_experts + 3 * dm.d * dm.f_shared, 3.0 * dm.d * dm.f_exp * dm.experts
@@ -166,7 +187,7 @@ def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -
                                f"pools split a serving run into prefill and decode chips; a "
                                f"training step does not take them; accepted: --mode serve, or "
                                f"a cluster file without pools")
-    cfg = _cfg(model)
+    cfg = _cfg(model, mla=False)
     where = f"plan {plan.label()}"
     _check_shard(cfg, plan.tp, plan.ep, where)
     if plan.pp > cfg.n_layers:
@@ -289,6 +310,16 @@ def validate_serve(plan: ServePlan, spec: ClusterSpec, model: str | LLMConfig,
     return cfg
 
 
+def kv_bytes_per_token(cfg: LLMConfig, tp: int, layers: int, element_bytes: int) -> float:
+    """KV-cache bytes one token takes on one chip holding ``layers`` layers: K and V of the
+    chip's KV heads (``2 · kv · hd``), or for DeepSeek MLA the latent cache ``kv_lora_rank +
+    qk_rope_head_dim`` (576 for V3), the same on every TP rank."""
+    if isinstance(cfg, DeepSeekConfig):
+        return float(cfg.kv_cache_elems_per_token * element_bytes * layers)
+    dm = dims_of(cfg, Shard(tp=tp))
+    return float(2 * dm.kv * dm.hd * element_bytes * layers)
+
+
 def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> dict[str, float]:
     """Per chip (the fullest pipeline stage: n_layers/pp layers plus the embedding and the LM
     head when pp = 1, one of them when pp > 1): weight bytes, KV bytes per token, KV capacity in
@@ -304,8 +335,11 @@ def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> di
     tied = getattr(cfg, "tie_embeddings", False)
     vocab_mats = 1 if plan.pp > 1 or tied else 2
     weights = (layers * (dense + expert) + vocab_mats * dm.vocab * cfg.d_model) * e
+    if isinstance(cfg, DeepSeekConfig) and plan.pp == 1:   # the dense-FFN layers hold less
+        weights -= cfg.n_dense_layers * (3 * dm.d * (dm.f_shared + dm.f_exp * dm.experts)
+                                         + dm.d * dm.n_experts - 3 * dm.d * dm.f) * e
     usable = chip.hbm_bytes * plan.memory_fraction
-    kv_per_token = 2 * dm.kv * dm.hd * e * layers
+    kv_per_token = kv_bytes_per_token(cfg, plan.tp, layers, e)
     if weights < usable and isinstance(cfg, MambaConfig):
         state = mamba_state_bytes(cfg, plan.tp, layers, e)
         return {"weight_bytes": weights, "kv_bytes_per_token": 0.0, "state_bytes_per_seq": state,

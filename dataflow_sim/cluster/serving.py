@@ -392,11 +392,11 @@ class IterationCost:
             return 0.0
         if self.cost_source == "compiler":
             return self._attention_compiled(q, c)
-        if chip.arch is None:   # roofline: both GEMMs have equal FLOPs and bytes
+        if chip.arch is None and not dm.hd_v:   # roofline: both GEMMs have equal FLOPs, bytes
             s = 2 * chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum()
         else:
             s = chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum() \
-                + chip.gemm_seconds(dm.g * q, c, dm.hd, dm.kv, positive=True).sum()
+                + chip.gemm_seconds(dm.g * q, c, dm.hd_v or dm.hd, dm.kv, positive=True).sum()
         qc = float(np.dot(q, c))
         return float(s) + chip.vector_seconds(5 * dm.h * qc, 2 * dm.h * qc * self.e)
 

@@ -17,6 +17,18 @@ replicated); ``out_proj`` row-parallel (all-reduce of the ``D``-wide output). Tw
 all-reduces per layer, of ``T·(R + 2N)`` and ``T·D`` elements. A Mamba layer has no attention:
 its cost per token does not depend on the context length.
 
+DeepSeek MLA (:mod:`tilewright.models.mla`) is costed in the absorbed form for prefill and
+decode (the default ``attn_impl = "absorb"`` of DeepSeek's ``inference/model.py``): per token the
+latent projections ``q_a``/``kv_a`` (replicated over TP ranks) and ``q_b``, the query absorption
+``W_UK`` (``dn -> r`` per head), the output absorption ``W_UV`` (``r -> dv`` per head) and
+``o_proj`` (heads split by TP; each absorption written as one GEMM of the same MACs and weight
+bytes); attention as one shared latent "KV head" of ``r + dr`` key and ``r`` value features
+attended by all local query heads; the KV cache holds ``r + dr`` elements per token per layer on
+every TP rank (the latent is not split by heads). A long prefill costs more attention MACs in this
+form than in the naive one (``(r + dr) + r`` vs ``dn + dr + dv`` per head and key), which
+servers such as vLLM use for prefill; the dense FFN of the first ``n_dense_layers`` layers is
+costed as the MoE FFN (the same active MACs per token for DeepSeek-V3: 9 x 2048 = 18432).
+
 Op costing conventions (stated so they can be checked):
 
 * Attention is unfused: scores ``Q·Kᵀ`` and ``P·V`` are GEMMs per KV head (the ``g = H/Hkv``
@@ -38,7 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tilewright.models.llm_configs import LlamaConfig, LLMConfig, MambaConfig, MoEConfig, get_config
+from tilewright.models.llm_configs import (DeepSeekConfig, LlamaConfig, LLMConfig, MambaConfig,
+                                           MoEConfig, get_config)
 
 __all__ = ["Shard", "Dims", "dims_of", "layer_ops", "embedding_ops", "head_ops", "backward_ops",
            "token_gemms", "token_vectors", "COLUMNS", "BACKWARD_COLLECTIVE"]
@@ -80,6 +93,13 @@ class Dims:
     n_state: int = 0      # Mamba state size N per channel
     dt_rank: int = 0      # Mamba dt rank R (x_proj gives R + 2N columns, replicated)
     d_conv: int = 0       # Mamba depthwise conv kernel (taps)
+    mla: bool = False     # DeepSeek MLA attention, costed in the absorbed form (module doc)
+    hd_v: int = 0         # attention value width when it differs from hd (MLA: kv_lora_rank)
+    q_rank: int = 0       # MLA q_lora_rank (0: no query compression)
+    kv_rank: int = 0      # MLA kv_lora_rank r
+    dn: int = 0           # MLA qk_nope_head_dim
+    dr: int = 0           # MLA qk_rope_head_dim (the shared rotary key)
+    dv: int = 0           # MLA v_head_dim
 
 
 def dims_of(cfg: LLMConfig | str, shard: Shard) -> Dims:
@@ -90,6 +110,17 @@ def dims_of(cfg: LLMConfig | str, shard: Shard) -> Dims:
         return Dims(cfg.d_model, cfg.n_heads // shard.tp, max(1, cfg.n_kv_heads // shard.tp), hd,
                     cfg.n_heads // cfg.n_kv_heads, cfg.d_ffn // shard.tp,
                     math.ceil(cfg.vocab_size / shard.tp), moe=False)
+    if isinstance(cfg, DeepSeekConfig):
+        # absorbed MLA: every local query head attends to the one latent "KV head" of
+        # r + dr features (keys) and r features (values); latent projections replicated
+        h = cfg.n_attn_heads // shard.tp
+        return Dims(cfg.d_model, h, 1, cfg.kv_lora_rank + cfg.qk_rope_head_dim, h,
+                    cfg.d_dense_ffn // shard.tp, math.ceil(cfg.vocab_size / shard.tp), moe=True,
+                    experts=cfg.n_experts // shard.ep, n_experts=cfg.n_experts, top_k=cfg.top_k,
+                    f_exp=cfg.d_expert_ffn // shard.tp,
+                    f_shared=cfg.n_shared_experts * cfg.d_expert_ffn // shard.tp, mla=True,
+                    hd_v=cfg.kv_lora_rank, q_rank=cfg.q_lora_rank, kv_rank=cfg.kv_lora_rank,
+                    dn=cfg.qk_nope_head_dim, dr=cfg.qk_rope_head_dim, dv=cfg.v_head_dim)
     if isinstance(cfg, MoEConfig) and cfg.n_heads is not None:
         hd = cfg.d_model // cfg.n_heads
         return Dims(cfg.d_model, cfg.n_heads // shard.tp, max(1, cfg.n_kv_heads // shard.tp), hd,
@@ -129,7 +160,13 @@ def token_gemms(dm: Dims) -> list[tuple[str, int, int]]:
     if dm.ssm:
         return [("in_proj", dm.d, 2 * dm.di), ("x_proj", dm.di, dm.dt_rank + 2 * dm.n_state),
                 ("dt_proj", dm.dt_rank, dm.di), ("out_proj", dm.di, dm.d)]
-    out = [("qkv_proj", dm.d, (dm.h + 2 * dm.kv) * dm.hd), ("o_proj", dm.h * dm.hd, dm.d)]
+    if dm.mla:      # per-head absorptions written as one GEMM of equal MACs and weight bytes
+        q = ([("q_a_proj", dm.d, dm.q_rank), ("q_b_proj", dm.q_rank, dm.h * (dm.dn + dm.dr))]
+             if dm.q_rank else [("q_proj", dm.d, dm.h * (dm.dn + dm.dr))])
+        out = q + [("kv_a_proj", dm.d, dm.kv_rank + dm.dr), ("q_absorb", dm.dn, dm.h * dm.kv_rank),
+                   ("v_absorb", dm.kv_rank, dm.h * dm.dv), ("o_proj", dm.h * dm.dv, dm.d)]
+    else:
+        out = [("qkv_proj", dm.d, (dm.h + 2 * dm.kv) * dm.hd), ("o_proj", dm.h * dm.hd, dm.d)]
     if not dm.moe:
         out += [("ffn_gate_up", dm.d, 2 * dm.f), ("ffn_down", dm.f, dm.d)]
     else:
@@ -149,9 +186,15 @@ def token_vectors(dm: Dims, e: int) -> list[tuple[str, float, float]]:
                 # discretize exp(delta·A), delta·B·x, then the scan's a·h + b, ·c, accumulate
                 ("scan", 3 * di * n + 4 * di * n, (3 * di + 2 * n) * e),
                 ("gate", 7 * di, 3 * di * e), ("residual", d, 3 * d * e)]
+    kv_elems = 2 * dm.kv * dm.hd
+    if dm.mla:      # rotary on the query heads' dr features and the shared key; latent norms
+        qk, kv_elems = (dm.h + 1) * dm.dr, dm.kv_rank + dm.dr
     out = [("attn_norm", 4 * d, 2 * d * e), ("rope", 3 * qk, 2 * qk * e),
-           ("kv_write", 0, 2 * dm.kv * dm.hd * e), ("attn_residual", d, 3 * d * e),
+           ("kv_write", 0, kv_elems * e), ("attn_residual", d, 3 * d * e),
            ("ffn_norm", 4 * d, 2 * d * e), ("ffn_residual", d, 3 * d * e)]
+    if dm.mla:
+        lat = dm.q_rank + dm.kv_rank
+        out.append(("latent_norms", 4 * lat, 2 * lat * e))
     if not dm.moe:
         out.append(("swiglu_act", 5 * dm.f, 3 * dm.f * e))
     else:
@@ -182,7 +225,7 @@ def layer_ops(cfg: LLMConfig | str, shard: Shard, *, batch: int, q_len: int, ctx
     M = dm.g * q_len
     rows += [_gemm("attn_scores", M, dm.hd, ctx_len, e, batch * dm.kv),
              _vec("softmax", 5 * batch * dm.h * q_len * ctx_len, 2 * batch * dm.h * q_len * ctx_len * e),
-             _gemm("attn_values", M, ctx_len, dm.hd, e, batch * dm.kv)]
+             _gemm("attn_values", M, ctx_len, dm.hd_v or dm.hd, e, batch * dm.kv)]
     if shard.tp > 1:
         rows.append(_comm("attn_all_reduce", "all_reduce", "tp", T * dm.d * e))
     if dm.moe:
