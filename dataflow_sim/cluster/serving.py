@@ -63,7 +63,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -77,16 +77,17 @@ from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
 from .costs import ChipModel, chip_model
-from .energy import add_traffic, cluster_energy, serve_iteration_work
+from .energy import add_traffic, cluster_energy, power_capped_chip, serve_iteration_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
+from .serve_slo import SLO, best_split, pd_splits, slo_metrics, with_prefill_chips
 from .topology import Topology
 from .training import resolve_cost_source
 from .trace import Trace
 from .workload import Shard, dims_of, token_gemms, token_vectors
 
-__all__ = ["simulate_serving", "ServeResult", "IterationCost", "poisson_requests",
-           "load_request_trace"]
+__all__ = ["simulate_serving", "search_pd_split", "ServeResult", "IterationCost",
+           "poisson_requests", "load_request_trace", "timeline_summary"]
 
 
 # ---- workloads -------------------------------------------------------------------------------
@@ -663,6 +664,7 @@ class _Replica:
                              for r, n in batch), np.int64, len(batch))
             last = np.fromiter((r.done + n >= r.todo for r, n in batch), bool, len(batch))
             t0 = env.now
+            sim.record(self, t0, len(batch), int(q.sum()))
             if sim.plan.pp == 1:
                 dt = self.cost.seconds(q, c, int(last.sum()))
                 self.busy_chip_s += dt * len(self.chips)
@@ -714,6 +716,20 @@ class _Sim:
         self.front: list[_Replica] = []
         self.decode: list[_Replica] = []
         self.kv_transfers = 0
+        self.timeline: list[tuple[float, int, str, int, int, float]] = []
+
+    def record(self, rep: "_Replica", t: float, seqs: int, tokens: int) -> None:
+        """One timeline point at an iteration's start: the batch (sequences, new tokens) and the
+        replica's KV occupancy (allocated blocks / all blocks; Mamba: state slots)."""
+        kv = 1.0 - rep.free_blocks / rep.total_blocks if rep.total_blocks else 0.0
+        self.timeline.append((t, rep.idx, rep.role, seqs, tokens, kv))
+        if self.trace is not None:
+            pid = f"{rep.role}{rep.idx}"
+            self.trace.events += [
+                {"name": "batch", "ph": "C", "ts": t * 1e6, "pid": pid,
+                 "args": {"seqs": seqs, "tokens": tokens}},
+                {"name": "kv occupancy", "ph": "C", "ts": t * 1e6, "pid": pid,
+                 "args": {"fraction": kv}}]
 
     def finish(self, r: _Req) -> None:
         r.finish = self.env.now
@@ -751,6 +767,8 @@ class ServeResult:
     replicas: pd.DataFrame        # per replica: role, chips, iterations, busy_s, utilization
     trace: Trace | None = None
     events: int = 0
+    timeline: pd.DataFrame | None = None   # per iteration: t_s, replica, role, seqs, tokens, kv
+
 
     def report(self) -> pd.DataFrame:
         """One Report row of the run's metrics; ``attrs['convention']`` states the timing rules."""
@@ -764,6 +782,25 @@ CONVENTION = ("cluster/serve: seconds of simulated time; TTFT = first token (end
               "e2e = finish - arrival; percentiles over finished requests (numpy linear)")
 
 
+def timeline_summary(timeline: pd.DataFrame, bins: int = 50) -> list[dict[str, Any]]:
+    """The per-iteration timeline folded into ``bins`` equal time bins per pool role: each row
+    ``t_s`` (bin start, s), ``role``, ``iterations`` started in the bin, mean and max batch
+    ``seqs``, mean new ``tokens`` per iteration, mean and max ``kv_occupancy`` (fraction of the
+    replica's KV blocks allocated at an iteration's start). Empty bins are left out."""
+    if timeline is None or timeline.empty:
+        return []
+    end = float(timeline.t_s.max())
+    width = end / bins if end > 0 else 1.0
+    b = np.minimum((timeline.t_s.to_numpy() / width).astype(np.int64), bins - 1)
+    g = timeline.assign(bin=b).groupby(["role", "bin"], sort=True)
+    out = g.agg(iterations=("seqs", "size"), seqs_mean=("seqs", "mean"),
+                seqs_max=("seqs", "max"), tokens_mean=("tokens", "mean"),
+                kv_occupancy_mean=("kv", "mean"), kv_occupancy_max=("kv", "max")).reset_index()
+    out.insert(0, "t_s", out.pop("bin") * width)
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in out.to_dict("records")]
+
+
 def _pct(x: pd.Series, q: float) -> float:
     x = x.dropna()
     return float(np.percentile(x, q)) if len(x) else math.nan
@@ -772,11 +809,21 @@ def _pct(x: pd.Series, q: float) -> float:
 def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                      requests: pd.DataFrame, *, seed: int = 0, trace: bool = False,
                      expert_trace: Optional[np.ndarray] = None,
-                     cost_source: str | None = None, tech: str | None = None) -> ServeResult:
+                     cost_source: str | None = None, tech: str | None = None,
+                     slo: SLO | None = None, power_caps: Mapping[str, float] | None = None,
+                     prefill_chips: int | None = None) -> ServeResult:
     """Serve ``requests`` (columns ``arrival_s, prompt_tokens, output_tokens``) on ``spec``;
     ``cost_source`` as in the module docstring; ``tech``: technology table for an ArchSpec
-    chip's energy (:mod:`.energy`; default 7nm)."""
+    chip's energy (:mod:`.energy`; default 7nm). ``slo``: add SLO attainment and goodput to the
+    metrics (:mod:`.serve_slo`). ``power_caps``: board power cap (W) per pool role
+    (``prefill``, ``decode``, or ``both`` for colocated replicas; :func:`.energy.capped_clock_ratio`).
+    ``prefill_chips``: the P/D split to use instead of the cluster's ``pools`` (disaggregated)."""
     wall0 = time.perf_counter()
+    if prefill_chips is not None:
+        if plan.disaggregated is False:
+            raise ClusterSpecError("serve plan: a prefill/decode split (--pd) was given for a "
+                                   "colocated run (--colocated)")
+        spec = with_prefill_chips(spec, prefill_chips)
     chip = chip_model(spec)
     disagg = plan.disaggregated if plan.disaggregated is not None else spec.pools is not None
     if disagg and spec.pools is None:
@@ -792,10 +839,20 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     slots = mem.get("state_slots")
     sim = _Sim(spec, cfg, plan, chip, mem["kv_tokens"] * plan.ep, mem["kv_bytes_per_token"],
                trace, slots, mem.get("state_bytes_per_seq", 0.0))
+    roles = ("prefill", "decode") if disagg else ("both",)
+    chips_of = {r: chip for r in roles}
+    clock = {}
+    for role, cap in (power_caps or {}).items():
+        if role not in roles:
+            raise ClusterSpecError(f"power cap for the {role!r} pool: this run's pools are "
+                                   f"{', '.join(roles)} ({'disaggregated' if disagg else 'colocated'})")
+        flag = "--decode-power-cap" if role in ("decode", "both") else "--prefill-power-cap"
+        chips_of[role], clock[role] = power_capped_chip(spec, chip, cap,
+                                                        f"{flag} (the {role} pool's power cap)")
     for i, start in enumerate(range(0, spec.n_chips, size)):
         chips = list(range(start, start + size))
         role = "both" if not disagg else ("prefill" if start < n_pre else "decode")
-        cost = IterationCost(cfg, plan, chip, sim.timer, chips[:plan.tp * plan.ep],
+        cost = IterationCost(cfg, plan, chips_of[role], sim.timer, chips[:plan.tp * plan.ep],
                              expert_trace, seed + 1 + i, cost_source)
         rep = _Replica(sim, i, chips, role, cost)
         (sim.decode if role == "decode" else sim.front).append(rep)
@@ -841,17 +898,55 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         for q in (50, 90, 99):
             metrics[f"{name[:-2]}_p{q}_s"] = _pct(done[name], q)
+    if disagg:
+        metrics.update(prefill_chips=n_pre, decode_chips=spec.n_chips - n_pre)
+    for role, cap in (power_caps or {}).items():
+        metrics[f"power_cap_{role}_w"] = float(cap)
+        metrics[f"clock_ratio_{role}"] = clock[role]
+    if slo is not None:
+        metrics.update(slo_metrics(df, slo, span))
     carried = dict(sim.net.link_bytes)
     for r in reps:
         for link, b in r.cost.comm_link_bytes.items():
             carried[link] = carried.get(link, 0.0) + b
+    capped = tuple((sum(r.busy_chip_s for r in reps if r.role == role), float(cap))
+                   for role, cap in (power_caps or {}).items())
     energy = cluster_energy(spec, chip, busy_chip_s=sum(r.busy_chip_s for r in reps),
                             window_s=span if math.isfinite(span) else sim.env.now,
                             work=sum((r.cost.work for r in reps), np.zeros(3)),
-                            link_bytes=carried, topology=sim.topology, tech=tech)
+                            link_bytes=carried, topology=sim.topology, tech=tech,
+                            capped_busy=capped)
     metrics.update(energy, tokens_per_j=float(done.output_tokens.sum()) / energy["energy_j"]
                    if energy["energy_j"] > 0 else math.nan)
     events = events_scheduled(sim.env) + sim.timer.events
     wall = time.perf_counter() - wall0
     metrics.update(events=events, wall_s=wall, events_per_s=events / wall)
-    return ServeResult(df, metrics, rep_df, sim.trace, events)
+    timeline = pd.DataFrame(sim.timeline, columns=["t_s", "replica", "role", "seqs", "tokens",
+                                                   "kv"])
+    return ServeResult(df, metrics, rep_df, sim.trace, events, timeline)
+
+
+def search_pd_split(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
+                    requests: pd.DataFrame, slo: SLO, **kw: Any
+                    ) -> tuple[ServeResult, list[dict[str, Any]]]:
+    """``--pd auto``: simulate every prefill/decode split of ``spec``'s chips that whole replicas
+    of ``tp·ep·pp`` chips tile (:func:`.serve_slo.pd_splits`) on the same requests and return the
+    run of the split with the highest goodput (:func:`.serve_slo.best_split`) and one row per
+    split tried (prefill/decode chips, goodput, attainment, throughput, p90 TTFT and TPOT)."""
+    if plan.disaggregated is False:
+        raise ClusterSpecError("--pd auto: searches prefill/decode splits, but the run is "
+                               "colocated (--colocated)")
+    size = plan.tp * plan.ep * plan.pp
+    rows, runs = [], {}
+    for p in pd_splits(spec.n_chips, size):
+        res = simulate_serving(spec, model, plan, requests, slo=slo, prefill_chips=p, **kw)
+        m = res.metrics
+        rows.append({"prefill_chips": p, "decode_chips": spec.n_chips - p,
+                     "goodput_requests_per_s": m["goodput_requests_per_s"],
+                     "slo_attainment": m["slo_attainment"],
+                     "throughput_requests_per_s": m["throughput_requests_per_s"],
+                     "ttft_p90_s": m["ttft_p90_s"], "tpot_p90_s": m["tpot_p90_s"]})
+        runs[p] = res
+    best = runs[best_split(rows)["prefill_chips"]]
+    best.metrics["pd_auto_splits_tried"] = len(rows)
+    return best, rows
