@@ -726,9 +726,9 @@ class _Sim:
         if self.trace is not None:
             pid = f"{rep.role}{rep.idx}"
             self.trace.events += [
-                {"name": "batch", "ph": "C", "ts": t * 1e6, "pid": pid,
+                {"name": "batch", "cat": "timeline", "ph": "C", "ts": t * 1e6, "pid": pid,
                  "args": {"seqs": seqs, "tokens": tokens}},
-                {"name": "kv occupancy", "ph": "C", "ts": t * 1e6, "pid": pid,
+                {"name": "kv occupancy", "cat": "timeline", "ph": "C", "ts": t * 1e6, "pid": pid,
                  "args": {"fraction": kv}}]
 
     def finish(self, r: _Req) -> None:
