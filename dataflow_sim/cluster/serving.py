@@ -69,7 +69,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from tilewright.models.llm_configs import LLMConfig
+from tilewright.models.llm_configs import LlamaConfig, LLMConfig, get_config
 from tilewright.validation import read_user_text
 
 from .cluster_spec import ClusterSpec, ClusterSpecError
@@ -84,6 +84,7 @@ from .serve_slo import SLO, best_split, pd_splits, slo_metrics, with_prefill_chi
 from .topology import Topology
 from .training import resolve_cost_source
 from .trace import Trace
+from .moe_serving import ExpertRouter, SlotMap, a2a_bytes, eplb_placement, standin_attention
 from .workload import Shard, dims_of, token_gemms, token_vectors
 
 __all__ = ["simulate_serving", "search_pd_split", "ServeResult", "IterationCost",
@@ -222,16 +223,21 @@ class IterationCost:
         self.comm_link_bytes: dict[int, float] = {}   # bytes per link of the collectives
         self._rates: dict[str, dict[int, float]] = {}
         self._rng = np.random.default_rng(seed)
-        self._trace = routing_trace
-        self._trace_pos = 0
+        self._twin: IterationCost | None = None
+        self.n_dense = 0
         if dm.moe:
-            E = dm.n_experts
-            if plan.routing == "zipf":
-                ranks = self._rng.permutation(E) + 1
-                p = 1.0 / ranks.astype(float) ** plan.zipf_s
-                self._popularity = p / p.sum()
-            else:
-                self._popularity = np.full(E, 1.0 / E)
+            # the leading n_dense_layers are dense (DeepSeek first_k_dense_replace): timed by a
+            # Llama-style twin of the config with the dense FFN width
+            self.n_dense = min(getattr(cfg, "n_dense_layers", 0), cfg.n_layers)
+            if self.n_dense:
+                self._twin = IterationCost(dense_twin(cfg), plan, chip, timer, replica_chips,
+                                           None, seed, cost_source)
+            n_moe = cfg.n_layers - self.n_dense
+            self.router = ExpertRouter(dm.n_experts, dm.top_k, n_moe, plan.routing, plan.zipf_s,
+                                       self._rng, routing_trace)
+            self.slots = SlotMap([eplb_placement(pi, plan.ep, plan.redundant_experts)
+                                  for pi in self.router.pi])
+            self._node_ranks = timer.topology.spec.chips_per_node // plan.tp
 
     def _dense_seconds(self, T: int) -> float:
         """One layer's token-linear part (GEMMs + non-GEMM ops) for T tokens."""
@@ -272,20 +278,43 @@ class IterationCost:
                 ([float(dense["time_cycles"].sum()) / rep.hz], _work(dense)))
         return t
 
-    def expert_seconds(self, loads: np.ndarray) -> float:
-        """Seconds of one MoE layer's routed experts: the slowest EP rank, its local experts
-        receiving ``loads`` (per expert, rank-major) rows. Compiler: the compiled layer's grouped
-        GEMMs re-costed at those counts; table: per-expert GEMMs + activation by roofline."""
-        dm, chip, e, ep = self.dm, self.chip, self.e, self.plan.ep
-        per_rank = np.asarray(loads).reshape(ep, -1)
+    def expert_seconds(self, loads: np.ndarray) -> np.ndarray:
+        """Seconds of the routed experts of each MoE layer, ``(L,)``: the slowest EP rank, its
+        slots receiving ``loads`` rows (``(L, ep, slots)``, :meth:`.moe_serving.SlotMap.rank_loads`).
+        Compiler: the compiled layer's grouped GEMMs re-costed at those counts; table: per-expert
+        GEMMs + activation by roofline."""
+        dm, chip, e = self.dm, self.chip, self.e
+        loads = np.asarray(loads)
         if self.cost_source == "compiler":
             if self._expert_rep is None:
                 self._expert_rep = self._layer_report(1)
-            return max(self._expert_rep.expert_seconds(r) for r in per_rank)
+            return np.array([max(self._expert_rep.expert_seconds(r) for r in layer)
+                             for layer in loads])
         t = (chip.gemm_seconds(loads, dm.d, 2 * dm.f_exp) + chip.gemm_seconds(loads, dm.f_exp, dm.d)
              + np.where(loads > 0, chip.vector_seconds(np.maximum(5 * dm.f_exp * loads, 1),
                                                        3 * dm.f_exp * e * loads), 0.0))
-        return float(t.reshape(ep, -1).sum(axis=1).max())
+        return t.sum(axis=-1).max(axis=-1)
+
+    def a2a_seconds(self, tokens: int) -> float:
+        """Dispatch + combine seconds of one MoE layer for the busiest EP rank's ``tokens``
+        (:func:`.moe_serving.a2a_bytes`): ``flat`` on the network's all-to-all (dispatch at
+        ``dispatch_bytes``, combine at the chip's element size); ``deepep`` by its closed form on
+        one NIC and the NVLink fabric."""
+        dm, plan, e = self.dm, self.plan, self.e
+        if plan.ep <= 1 or tokens <= 0:
+            return 0.0
+        total = 0.0
+        for b in (plan.dispatch_bytes or e, e):
+            if plan.a2a == "flat":
+                total += self.comm_seconds("all_to_all", tokens * dm.top_k * dm.d * b)
+                continue
+            inter, intra = a2a_bytes(tokens, dm.d, b, dm.n_experts, dm.top_k, plan.ep,
+                                     self._node_ranks, "deepep")
+            spec = self.timer.topology.spec
+            t = max(inter / (spec.inter_node.link_gbps * 1e9),
+                    intra / (spec.intra_node.link_gbps * 1e9))
+            total += t + (spec.inter_node.latency_us if inter else spec.intra_node.latency_us) * 1e-6
+        return total
 
     def _interpolated(self, T: int, f: Any = None, cap: int | None = None) -> float:
         """Compiled time ``f(T)`` (default: the layer's) at T tokens: exact at powers of two and
@@ -401,46 +430,59 @@ class IterationCost:
         qc = float(np.dot(q, c))
         return float(s) + chip.vector_seconds(5 * dm.h * qc, 2 * dm.h * qc * self.e)
 
-    def expert_loads(self, slots: int) -> np.ndarray:
-        """Tokens per expert for ``slots`` = tokens·top_k routed slots."""
-        E = self.dm.n_experts
-        if self._trace is not None:
-            idx = (self._trace_pos + np.arange(slots)) % len(self._trace)
-            self._trace_pos = int((self._trace_pos + slots) % len(self._trace))
-            return np.bincount(self._trace[idx], minlength=E)[:E]
-        return self._rng.multinomial(slots, self._popularity)
+    def expert_loads(self, tokens: int) -> np.ndarray:
+        """Tokens per expert slot of each MoE layer, ``(L, ep, slots)``, for ``tokens`` tokens
+        (a fresh distinct top-k draw per layer, :class:`.moe_serving.ExpertRouter`)."""
+        return self.slots.rank_loads(self.router.loads(tokens))
 
-    def seconds(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> float:
+    def seconds(self, q: np.ndarray, c: np.ndarray, n_logits: int,
+                ranks: np.ndarray | None = None) -> float:
         """Seconds of the iteration (see class docstring)."""
-        return sum(self.parts(q, c, n_logits))
+        return sum(self.parts(q, c, n_logits, ranks))
 
-    def parts(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> tuple[float, float, float]:
+    def parts(self, q: np.ndarray, c: np.ndarray, n_logits: int,
+              ranks: np.ndarray | None = None) -> tuple[float, float, float]:
         """(all layers, embedding, LM head) seconds of the iteration; a pipeline stage runs
-        ``n_layers/pp`` of the layers, the first stage the embedding, the last the head."""
+        ``n_layers/pp`` of the layers, the first stage the embedding, the last the head.
+        ``ranks``: the EP (attention data-parallel) rank of each sequence (default round-robin);
+        the slowest rank sets each phase. MoE: ``n_dense_layers`` dense layers, the rest MoE
+        layers with their own routing draw, all-to-all and (``overlap_a2a``) two-micro-batch
+        overlap of communication and compute: ``max(C, M) + min(C, M)/2`` per layer."""
         cfg, dm, ep, e = self.cfg, self.dm, self.plan.ep, self.e
         T_total = int(q.sum())
         if ep == 1:
-            T = T_total
-            layer = self._dense_seconds(T) + self.attention_seconds(q, c)
+            groups = [(q, c)]
+        elif ranks is None:
+            groups = [(q[r::ep], c[r::ep]) for r in range(ep)]
         else:
-            parts = [(q[r::ep], c[r::ep]) for r in range(ep)]
-            T = max(int(pq.sum()) for pq, _ in parts)
-            layer = max(self._dense_seconds(int(pq.sum())) + self.attention_seconds(pq, pc)
-                        for pq, pc in parts if len(pq)) if T else 0.0
+            groups = [(q[ranks == r], c[ranks == r]) for r in range(ep)]
+        groups = [(pq, pc) for pq, pc in groups if len(pq)]
+        T = max((int(pq.sum()) for pq, _ in groups), default=0)
+        attn = [self.attention_seconds(pq, pc) for pq, pc in groups]
+        layer = max((self._dense_seconds(int(pq.sum())) + a
+                     for (pq, _), a in zip(groups, attn)), default=0.0)
+        tp_comm = 0.0
         if self.plan.tp > 1:
-            layer += 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
+            tp_comm = 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
                 self.comm_seconds("all_reduce", T * dm.d * e)
                 + self.comm_seconds("all_reduce", T * (dm.dt_rank + 2 * dm.n_state) * e))
-        moe = 0.0
-        if dm.moe:
-            # one routing draw per iteration, applied to every MoE layer
-            n_moe = cfg.n_layers
-            if ep > 1:
-                layer += 2 * self.comm_seconds("all_to_all", T * dm.top_k * dm.d * e)
-            moe = n_moe * self.expert_seconds(self.expert_loads(T_total * dm.top_k))
         self._account(q, c, n_logits)
-        return (cfg.n_layers * layer + moe, self.embed_seconds(T_total),
-                self.head_seconds(n_logits))
+        tail = (self.embed_seconds(T_total), self.head_seconds(n_logits))
+        if not dm.moe:
+            return (cfg.n_layers * (layer + tp_comm), *tail)
+        dense = 0.0
+        if self.n_dense:
+            assert self._twin is not None
+            dense = self.n_dense * (max((self._twin._dense_seconds(int(pq.sum())) + a
+                                         for (pq, _), a in zip(groups, attn)), default=0.0)
+                                    + tp_comm)
+        compute = layer + tp_comm + self.expert_seconds(self.expert_loads(T_total))
+        comm = self.a2a_seconds(T)
+        if self.plan.overlap_a2a:
+            per = np.maximum(compute, comm) + np.minimum(compute, comm) / 2
+        else:
+            per = compute + comm
+        return (dense + float(per.sum()), *tail)
 
     def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> None:
         """Add one iteration's work (:func:`.energy.serve_iteration_work`) and its collectives'
@@ -461,7 +503,8 @@ class IterationCost:
                          else T * (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
             self._carry("all_reduce", self._tp_group, L * per_layer)
         if dm.moe and ep > 1:
-            self._carry("all_to_all", self._ep_group, L * 2 * (T / ep) * dm.top_k * dm.d * e)
+            self._carry("all_to_all", self._ep_group,
+                        (L - self.n_dense) * 2 * (T / ep) * dm.top_k * dm.d * e)
 
     def _carry(self, kind: str, groups: list[list[int]], nbytes: float) -> None:
         rates = self._rates.get(kind)
@@ -489,6 +532,16 @@ class IterationCost:
         return t
 
 
+def dense_twin(cfg: LLMConfig) -> LlamaConfig:
+    """A Llama-style config with an MoE config's attention and its dense FFN
+    (``d_dense_ffn``): the cost of its ``n_dense_layers`` leading dense layers."""
+    return LlamaConfig(f"{cfg.name}-dense-layers", d_model=cfg.d_model, n_layers=cfg.n_layers,
+                       n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads,
+                       d_ffn=cfg.d_dense_ffn, vocab_size=cfg.vocab_size or 1,
+                       rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
+                       max_seq_len=cfg.max_seq_len)
+
+
 def serve_cost_source(chip: ChipModel, moe: bool, cost_source: str | None) -> str:
     """``None`` -> ``"compiler"`` for ArchSpec chips, ``"table"`` for GPU presets (``moe`` is
     accepted for compatibility: MoE serving is compiled too)."""
@@ -514,6 +567,7 @@ class _Req:
     active: bool = False
     preemptions: int = 0
     decode_replica: int = -1
+    rank: int = 0                 # EP (attention data-parallel) rank holding its KV
 
     @property
     def decoding(self) -> bool:
@@ -560,9 +614,14 @@ class _Replica:
         r.blocks = need
 
     def _schedule(self) -> list[tuple[_Req, int]]:
-        """This iteration's batch: (request, new tokens)."""
+        """This iteration's batch: (request, new tokens). With ``ep > 1`` every EP rank is an
+        attention data-parallel rank with its own token budget ``max_batch_tokens // ep`` (as
+        SGLang's DP attention divides ``chunked_prefill_size`` by the DP size,
+        sglang/srt/server_args.py); a request is pinned at admission to the rank with the most
+        budget left, and a long prompt is chunked to its rank's budget."""
         plan = self.sim.plan
-        budget = plan.max_batch_tokens
+        ep = plan.ep
+        budgets = [max(1, plan.max_batch_tokens // ep)] * ep
         decode: list[_Req] = []
         for r in list(self.running):          # decode steps first; preempt when KV runs out
             if not r.active or not r.decoding:
@@ -574,16 +633,20 @@ class _Replica:
                 self._grow(r, need)
                 decode.append(r)
         batch = [(r, 1) for r in decode if r.active]
-        budget -= len(batch)
+        for r, _ in batch:
+            budgets[r.rank] -= 1
         for r in self.running:                # continue chunked prefills
+            budget = budgets[r.rank]
             if not r.decoding and budget > 0:
                 rest = r.todo - r.done
                 if not plan.chunked_prefill and rest > budget and batch:
                     continue
                 q = min(rest, budget) if plan.chunked_prefill else rest
                 batch.append((r, q))
-                budget -= q
-        while self.waiting and budget > 0 and len(self.running) < plan.max_seqs:
+                budgets[r.rank] -= q
+        while self.waiting and max(budgets) > 0 and len(self.running) < plan.max_seqs:
+            rank = budgets.index(max(budgets))
+            budget = budgets[rank]
             r = self.waiting[0]               # admit first-come first-served
             need = self._blocks(r.prompt + r.generated if r.decoding else r.todo)
             if need > self.total_blocks:
@@ -599,12 +662,13 @@ class _Replica:
             self.waiting.popleft()
             self._grow(r, need)
             r.active = True
+            r.rank = rank
             self.running.append(r)
             batch.append((r, q))
-            budget -= q
+            budgets[rank] -= q
         return batch
 
-    def _pipeline(self, q: np.ndarray, c: np.ndarray, last: np.ndarray):
+    def _pipeline(self, q: np.ndarray, c: np.ndarray, last: np.ndarray, ranks: np.ndarray):
         """One iteration through ``pp`` stages: the batch's sequences split into
         ``M = min(pp, len)`` contiguous micro-batches; stage ``s`` runs micro-batch ``j`` once it
         has arrived (``n_layers/pp`` layers, + embedding on stage 0, + LM head on the last), then
@@ -616,7 +680,7 @@ class _Replica:
         groups = np.array_split(np.arange(len(q)), min(pp, len(q)))
         times = []
         for g in groups:
-            layers, emb, head = self.cost.parts(q[g], c[g], int(last[g].sum()))
+            layers, emb, head = self.cost.parts(q[g], c[g], int(last[g].sum()), ranks[g])
             times.append([layers / pp + (emb if s == 0 else 0.0) + (head if s == pp - 1 else 0.0)
                           for s in range(pp)])
         stage_chips = [self.chips[s * width:(s + 1) * width] for s in range(pp)]
@@ -663,14 +727,15 @@ class _Replica:
             c = np.fromiter((r.prompt + r.generated if r.done >= r.todo else r.done + n
                              for r, n in batch), np.int64, len(batch))
             last = np.fromiter((r.done + n >= r.todo for r, n in batch), bool, len(batch))
+            ranks = np.fromiter((r.rank for r, _ in batch), np.int64, len(batch))
             t0 = env.now
             sim.record(self, t0, len(batch), int(q.sum()))
             if sim.plan.pp == 1:
-                dt = self.cost.seconds(q, c, int(last.sum()))
+                dt = self.cost.seconds(q, c, int(last.sum()), ranks)
                 self.busy_chip_s += dt * len(self.chips)
                 yield env.timeout(dt)
             else:
-                yield env.process(self._pipeline(q, c, last))
+                yield env.process(self._pipeline(q, c, last, ranks))
                 dt = env.now - t0
             self.busy += dt
             self.iterations += 1
@@ -833,6 +898,12 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
         raise ClusterSpecError("serve plan: routing 'trace' needs an expert-id trace")
     n_pre = spec.pools.prefill_chips if disagg else spec.n_chips
     pools = [n_pre, spec.n_chips - n_pre] if disagg else [spec.n_chips]
+    if isinstance(model, str):
+        try:
+            model = get_config(model)
+        except ValueError as exc:
+            raise ClusterSpecError(f"model: {exc}") from None
+    model, standin = standin_attention(model)
     cfg = validate_serve(plan, spec, model, pools)
     mem = serve_memory(plan, chip, cfg)
     size = plan.tp * plan.ep * plan.pp
@@ -884,7 +955,7 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     rep_df["utilization"] = rep_df.busy_s / sim.env.now if sim.env.now else 0.0
     done = df.dropna(subset=["finish_s"])
     metrics: dict[str, Any] = {
-        "mode": "serve", "model": cfg.name, "cluster": spec.name, "chips": spec.n_chips,
+        "mode": "serve", "model": cfg.name, **({"attention": standin} if standin else {}), "cluster": spec.name, "chips": spec.n_chips,
         "plan": plan.label(), "disaggregated": bool(disagg), "replicas": len(reps),
         "cost_source": reps[0].cost.cost_source if reps else "table",
         "requests": len(reqs), "finished": len(sim.finished), "rejected": len(sim.rejected),
