@@ -232,11 +232,11 @@ class IterationCost:
             if self.n_dense:
                 self._twin = IterationCost(dense_twin(cfg), plan, chip, timer, replica_chips,
                                            None, seed, cost_source)
-            n_moe = cfg.n_layers - self.n_dense
+            n_moe = self.n_moe = cfg.n_layers - self.n_dense
             self.router = ExpertRouter(dm.n_experts, dm.top_k, n_moe, plan.routing, plan.zipf_s,
                                        self._rng, routing_trace)
             self.slots = SlotMap([eplb_placement(pi, plan.ep, plan.redundant_experts)
-                                  for pi in self.router.pi])
+                                  for pi in self.router.pi]) if n_moe else None
             self._node_ranks = timer.topology.spec.chips_per_node // plan.tp
 
     def _dense_seconds(self, T: int) -> float:
@@ -433,6 +433,8 @@ class IterationCost:
     def expert_loads(self, tokens: int) -> np.ndarray:
         """Tokens per expert slot of each MoE layer, ``(L, ep, slots)``, for ``tokens`` tokens
         (a fresh distinct top-k draw per layer, :class:`.moe_serving.ExpertRouter`)."""
+        if self.slots is None:                  # every layer dense
+            return np.zeros((0, self.plan.ep, 0), dtype=np.int64)
         return self.slots.rank_loads(self.router.loads(tokens))
 
     def seconds(self, q: np.ndarray, c: np.ndarray, n_logits: int,
@@ -476,6 +478,8 @@ class IterationCost:
             dense = self.n_dense * (max((self._twin._dense_seconds(int(pq.sum())) + a
                                          for (pq, _), a in zip(groups, attn)), default=0.0)
                                     + tp_comm)
+        if not self.n_moe:
+            return (dense, *tail)
         compute = layer + tp_comm + self.expert_seconds(self.expert_loads(T_total))
         comm = self.a2a_seconds(T)
         if self.plan.overlap_a2a:
