@@ -149,6 +149,21 @@ def cluster(
         None, "--decode-power-cap", help="serve, GPU: board power cap (W) of the decode pool "
         "(colocated runs: of every replica)"),
     routing: str = typer.Option("uniform", help="serve, MoE: uniform | zipf | trace"),
+    zipf_s: float = typer.Option(1.2, "--zipf-s", help="serve, MoE: Zipf exponent of expert "
+                                 "popularity (--routing zipf)"),
+    a2a: str = typer.Option("flat", "--a2a", help="serve, MoE: flat (one copy per routed "
+                            "expert) | deepep (per-node dedup over RDMA + NVLink)"),
+    dispatch_bytes: Optional[int] = typer.Option(
+        None, "--dispatch-bytes", help="serve, MoE: bytes per dispatched element (1 = FP8)"),
+    weight_bytes: Optional[int] = typer.Option(
+        None, "--weight-bytes", help="serve: bytes per weight in HBM (1 = an FP8 checkpoint)"),
+    kv_bytes: Optional[int] = typer.Option(
+        None, "--kv-bytes", help="serve: bytes per KV-cache element"),
+    redundant_experts: int = typer.Option(
+        0, "--redundant-experts", help="serve, MoE: extra expert replicas (EPLB placement)"),
+    overlap_a2a: bool = typer.Option(
+        False, "--overlap-a2a", help="serve, MoE: overlap all-to-all with compute (two "
+        "micro-batches)"),
     expert_trace: Optional[Path] = typer.Option(None, help="serve, MoE: file of expert ids"),
     seed: int = typer.Option(0, help="seed of arrivals and routing"),
     cost_source: Optional[str] = typer.Option(
@@ -197,7 +212,10 @@ def cluster(
             splan = ServePlan(tp=tp, ep=ep, pp=pp, max_batch_tokens=max_batch_tokens,
                               max_seqs=max_seqs,
                               chunked_prefill=chunked_prefill, disaggregated=disaggregated,
-                              routing=routing)
+                              routing=routing, zipf_s=zipf_s, a2a=a2a,
+                              dispatch_bytes=dispatch_bytes, weight_bytes=weight_bytes,
+                              kv_bytes=kv_bytes, redundant_experts=redundant_experts,
+                              overlap_a2a=overlap_a2a)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         flag = {"seq_len": "seq"}.get(str(err["loc"][0]), str(err["loc"][0]))   # its CLI name
@@ -205,7 +223,12 @@ def cluster(
                                f"{err['msg'].lower()}") from None
     serve_flags = {"--slo-ttft": slo_ttft, "--slo-tpot": slo_tpot, "--pd": pd,
                    "--prefill-power-cap": prefill_power_cap,
-                   "--decode-power-cap": decode_power_cap}
+                   "--decode-power-cap": decode_power_cap,
+                   "--a2a": None if a2a == "flat" else a2a, "--dispatch-bytes": dispatch_bytes,
+                   "--weight-bytes": weight_bytes, "--kv-bytes": kv_bytes,
+                   "--redundant-experts": redundant_experts or None,
+                   "--overlap-a2a": overlap_a2a or None,
+                   "--zipf-s": None if zipf_s == 1.2 else zipf_s}
     splits = None
     if mode == "train":
         given = [k for k, v in serve_flags.items() if v is not None]
