@@ -49,17 +49,14 @@ def h800_cluster(nodes: int) -> ClusterSpec:
                        "planes": 8, "nodes_per_leaf": 2, "spines": 2}})
 
 
-def _plan(p: dict, batch_tokens: int, seqs: int) -> ServePlan:
+def _plan(p: dict) -> ServePlan:
+    # the table cost path does not read max_batch_tokens/max_seqs: the batch is given per call
     return ServePlan(ep=p["ep"], a2a="deepep", dispatch_bytes=1, weight_bytes=1,
                      redundant_experts=p["redundant_experts"], overlap_a2a=True,
-                     max_batch_tokens=batch_tokens, max_seqs=seqs)
+                     max_batch_tokens=2**20, max_seqs=2**20)
 
 
-def _iteration(cfg, plan: ServePlan, spec: ClusterSpec, q: np.ndarray, c: np.ndarray,
-               ranks: np.ndarray) -> float:
-    chip = chip_model(spec)
-    cost = IterationCost(cfg, plan, chip, CollectiveTimer(Topology(spec)),
-                         list(range(plan.ep)), cost_source="table", seed=0)
+def _iteration(cost: IterationCost, q: np.ndarray, c: np.ndarray, ranks: np.ndarray) -> float:
     return float(np.mean([cost.seconds(q, c, len(q), ranks) for _ in range(DRAWS)]))
 
 
@@ -72,20 +69,20 @@ def predict(p: dict) -> dict:
     """Predicted tokens/s per node of one point (module docstring)."""
     cfg, label = standin_attention(get_config(p["model"]))
     spec, ep = h800_cluster(p["nodes"]), p["ep"]
+    plan = _plan(p)
+    cost = IterationCost(cfg, plan, chip_model(spec), CollectiveTimer(Topology(spec)),
+                         list(range(ep)), cost_source="table", seed=0)
     if p["phase"] == "prefill":
         per = p["tokens_per_gpu"] // p["prompt"]
-        n = per * ep
-        q = np.full(n, p["prompt"])
-        plan = _plan(p, p["tokens_per_gpu"] * ep, n)
-        t = _iteration(cfg, plan, spec, q, q.copy(), np.repeat(np.arange(ep), per))
+        q = np.full(per * ep, p["prompt"])
+        t = _iteration(cost, q, q.copy(), np.repeat(np.arange(ep), per))
         out = {"predicted": 8 * p["tokens_per_gpu"] / t, "iteration_s": t,
                "kv_fits": _kv_fits(cfg, plan, spec, p["tokens_per_gpu"])}
     else:
         def at(b: int) -> float:
             n = b * ep
-            plan = _plan(p, n, n)
-            return _iteration(cfg, plan, spec, np.ones(n, np.int64),
-                              np.full(n, p["context"]), np.repeat(np.arange(ep), b))
+            return _iteration(cost, np.ones(n, np.int64), np.full(n, p["context"]),
+                              np.repeat(np.arange(ep), b))
         if p["phase"] == "decode":
             b = p["seqs_per_gpu"]
         else:
@@ -94,7 +91,7 @@ def predict(p: dict) -> dict:
             b = fit[-1] if fit else sizes[0]
         t = at(b)
         out = {"predicted": 8 * b / t, "iteration_s": t, "seqs_per_gpu": b,
-               "kv_fits": _kv_fits(cfg, _plan(p, b * ep, b * ep), spec, b * p["context"])}
+               "kv_fits": _kv_fits(cfg, plan, spec, b * p["context"])}
     out["attention"] = label
     return out
 
@@ -124,7 +121,7 @@ def main() -> None:
         e = [abs(r["error"]) for r in rows if r["set"] == s]
         if e:
             print(f"{s}: median |error| {np.median(e):.1%}, max {max(e):.1%} ({len(e)} points)")
-    print("attention: " + str(predict(points[0])["attention"]))
+    print("attention: " + str(standin_attention(get_config(points[0]["model"]))[1]))
 
 
 if __name__ == "__main__":
