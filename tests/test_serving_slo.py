@@ -178,3 +178,12 @@ def test_parse_pd():
     assert parse_pd("16:48", 64) == 16 and parse_pd("auto", 64) is None
     with pytest.raises(ClusterSpecError, match="decode pool empty"):
         parse_pd("64:0", 64)
+
+
+def test_serving_flags_in_train_mode_are_refused_not_ignored():
+    res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--mode", "train",
+              "--tp", "8", "--slo-ttft", "1", "--slo-tpot", "0.1")
+    assert isinstance(res.exception, ClusterSpecError) and "--slo-ttft" in str(res.exception)
+    res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--mode", "train",
+              "--tp", "8", "--a2a", "deepep")
+    assert isinstance(res.exception, ClusterSpecError) and "--a2a" in str(res.exception)

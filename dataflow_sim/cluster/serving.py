@@ -507,8 +507,12 @@ class IterationCost:
                          else T * (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
             self._carry("all_reduce", self._tp_group, L * per_layer)
         if dm.moe and ep > 1:
-            self._carry("all_to_all", self._ep_group,
-                        (L - self.n_dense) * 2 * (T / ep) * dm.top_k * dm.d * e)
+            # per rank and MoE layer: dispatch (at dispatch_bytes) + combine, as an all-to-all
+            # send buffer S whose (1 - 1/ep)·S leaves the rank (the volumes of a2a_seconds)
+            sent = sum(sum(a2a_bytes(T / ep, dm.d, b, dm.n_experts, dm.top_k, ep,
+                                     self._node_ranks, self.plan.a2a))
+                       for b in (self.plan.dispatch_bytes or e, e))
+            self._carry("all_to_all", self._ep_group, (L - self.n_dense) * sent / (1 - 1 / ep))
 
     def _carry(self, kind: str, groups: list[list[int]], nbytes: float) -> None:
         rates = self._rates.get(kind)
