@@ -72,7 +72,7 @@ def _prefill_heavy() -> pd.DataFrame:
 def test_pd_auto_picks_a_split_that_beats_a_fixed_one():
     spec, reqs = arch_spec(4, pools=1), _prefill_heavy()
     slo = SLO(ttft_s=3 * prefill(240), tpot_s=1.0)
-    best, rows = search_pd_split(spec, SMALL, ServePlan(), reqs, slo, cost_source="table")
+    best, rows = search_pd_split(spec, SMALL, ServePlan(), reqs, slo=slo, cost_source="table")
     assert [r["prefill_chips"] for r in rows] == [1, 2, 3]
     fixed = simulate_serving(spec, SMALL, ServePlan(), reqs, slo=slo, cost_source="table")
     g = best.metrics["goodput_requests_per_s"]
@@ -132,6 +132,18 @@ def test_timeline_records_batch_and_kv_occupancy():
     summary = timeline_summary(tl, bins=4)
     assert sum(r["iterations"] for r in summary) == O
     json.dumps(summary)
+
+
+def test_cli_pd_auto_reports_every_split_tried():
+    res = run("--cluster", "h100-8x-nvlink", "--model", "llama3-8b", "--tp", "2", "--mode",
+              "serve", "--requests", "12", "--rate", "50", "--prompt-tokens", "256",
+              "--output-tokens", "4", "--slo-ttft", "1", "--slo-tpot", "0.1", "--pd", "auto",
+              "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert [r["prefill_chips"] for r in d["pd_search"]] == [2, 4, 6]
+    best = max(r["goodput_requests_per_s"] for r in d["pd_search"])
+    assert d["goodput_requests_per_s"] == best and d["pd_auto_splits_tried"] == 3
 
 
 def test_cli_reports_goodput_and_timeline_in_json():

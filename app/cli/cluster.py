@@ -287,7 +287,8 @@ def cluster(
         if pd == "auto":
             with progress(f"--pd auto: simulating {len(reqs)} requests of {model} on each "
                           f"prefill/decode split of {spec.name}"):
-                sres, splits = search_pd_split(spec, model, splan, reqs, slo, **kw)
+                sres, splits = search_pd_split(spec, model, splan, reqs,
+                                               **kw)
         else:
             with progress(f"simulating {len(reqs)} requests of {model} on {spec.name}"):
                 sres = simulate_serving(spec, model, splan, reqs, prefill_chips=prefill_chips,

@@ -1006,7 +1006,7 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
 
 
 def search_pd_split(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
-                    requests: pd.DataFrame, slo: SLO, **kw: Any
+                    requests: pd.DataFrame, *, slo: SLO, **kw: Any
                     ) -> tuple[ServeResult, list[dict[str, Any]]]:
     """``--pd auto``: simulate every prefill/decode split of ``spec``'s chips that whole replicas
     of ``tp·ep·pp`` chips tile (:func:`.serve_slo.pd_splits`) on the same requests and return the
