@@ -237,7 +237,8 @@ class IterationCost:
                                        self._rng, routing_trace)
             self.slots = SlotMap([eplb_placement(pi, plan.ep, plan.redundant_experts)
                                   for pi in self.router.pi]) if n_moe else None
-            self._node_ranks = timer.topology.spec.chips_per_node // plan.tp
+            # EP ranks per node (an EP rank is tp chips)
+            self._node_ranks = max(1, timer.topology.spec.chips_per_node // plan.tp)
 
     def _dense_seconds(self, T: int) -> float:
         """One layer's token-linear part (GEMMs + non-GEMM ops) for T tokens."""
