@@ -129,7 +129,7 @@ def test_many_requests_on_the_pd_preset_give_consistent_metrics(tmp_path):
         assert m[f"{k}_p50_s"] <= m[f"{k}_p90_s"] <= m[f"{k}_p99_s"]
     assert m["throughput_tokens_per_s"] == pytest.approx(
         reqs.output_tokens.sum() / m["makespan_s"], rel=1e-9)
-    assert {e["cat"] for e in res.trace.events} == {"compute", "comm"}
+    assert {e["cat"] for e in res.trace.events} == {"compute", "comm", "timeline"}
 
 
 def test_poisson_workload_and_trace_files(tmp_path):

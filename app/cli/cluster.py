@@ -135,7 +135,35 @@ def cluster(
     chunked_prefill: bool = typer.Option(True, help="serve: chunked prefill"),
     disaggregated: Optional[bool] = typer.Option(
         None, "--disaggregated/--colocated", help="serve: P/D pools (default: the cluster's)"),
+    slo_ttft: Optional[float] = typer.Option(
+        None, "--slo-ttft", help="serve: time-to-first-token SLO, seconds (with --slo-tpot: "
+        "reports SLO attainment and goodput, requests/s meeting both)"),
+    slo_tpot: Optional[float] = typer.Option(
+        None, "--slo-tpot", help="serve: time-per-output-token SLO, seconds"),
+    pd: Optional[str] = typer.Option(
+        None, "--pd", help="serve: prefill/decode split, P:D chips, or auto = the split with "
+        "the highest goodput (needs --slo-ttft/--slo-tpot; one simulation per split)"),
+    prefill_power_cap: Optional[float] = typer.Option(
+        None, "--prefill-power-cap", help="serve, GPU: board power cap (W) of the prefill pool"),
+    decode_power_cap: Optional[float] = typer.Option(
+        None, "--decode-power-cap", help="serve, GPU: board power cap (W) of the decode pool "
+        "(colocated runs: of every replica)"),
     routing: str = typer.Option("uniform", help="serve, MoE: uniform | zipf | trace"),
+    zipf_s: float = typer.Option(1.2, "--zipf-s", help="serve, MoE: Zipf exponent of expert "
+                                 "popularity (--routing zipf)"),
+    a2a: str = typer.Option("flat", "--a2a", help="serve, MoE: flat (one copy per routed "
+                            "expert) | deepep (per-node dedup over RDMA + NVLink)"),
+    dispatch_bytes: Optional[int] = typer.Option(
+        None, "--dispatch-bytes", help="serve, MoE: bytes per dispatched element (1 = FP8)"),
+    weight_bytes: Optional[int] = typer.Option(
+        None, "--weight-bytes", help="serve: bytes per weight in HBM (1 = an FP8 checkpoint)"),
+    kv_bytes: Optional[int] = typer.Option(
+        None, "--kv-bytes", help="serve: bytes per KV-cache element"),
+    redundant_experts: int = typer.Option(
+        0, "--redundant-experts", help="serve, MoE: extra expert replicas (EPLB placement)"),
+    overlap_a2a: bool = typer.Option(
+        False, "--overlap-a2a", help="serve, MoE: overlap all-to-all with compute (two "
+        "micro-batches)"),
     expert_trace: Optional[Path] = typer.Option(None, help="serve, MoE: file of expert ids"),
     seed: int = typer.Option(0, help="seed of arrivals and routing"),
     cost_source: Optional[str] = typer.Option(
@@ -155,8 +183,9 @@ def cluster(
     from pydantic import ValidationError  # noqa: PLC0415  (lazy: pydantic only on this path)
 
     from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415  (lazy: pulls in simpy, torch)
-        ClusterSpecError, ServePlan, TrainPlan, auto_dp, load_cluster, load_request_trace,
-        poisson_requests, simulate_serving, simulate_training)
+        SLO, ClusterSpecError, ServePlan, TrainPlan, auto_dp, load_cluster, load_request_trace,
+        parse_pd, poisson_requests, search_pd_split, simulate_serving, simulate_training,
+        timeline_summary)
     if mode not in (None, "train", "serve"):
         raise ClusterSpecError(f"--mode = {mode!r}: must be one of 'train', 'serve'")
     spec = load_cluster(cluster)
@@ -183,13 +212,28 @@ def cluster(
             splan = ServePlan(tp=tp, ep=ep, pp=pp, max_batch_tokens=max_batch_tokens,
                               max_seqs=max_seqs,
                               chunked_prefill=chunked_prefill, disaggregated=disaggregated,
-                              routing=routing)
+                              routing=routing, zipf_s=zipf_s, a2a=a2a,
+                              dispatch_bytes=dispatch_bytes, weight_bytes=weight_bytes,
+                              kv_bytes=kv_bytes, redundant_experts=redundant_experts,
+                              overlap_a2a=overlap_a2a)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         flag = {"seq_len": "seq"}.get(str(err["loc"][0]), str(err["loc"][0]))   # its CLI name
         raise ClusterSpecError(f"--{flag.replace('_', '-')} = {err.get('input')!r}: "
                                f"{err['msg'].lower()}") from None
+    serve_flags = {"--slo-ttft": slo_ttft, "--slo-tpot": slo_tpot, "--pd": pd,
+                   "--prefill-power-cap": prefill_power_cap,
+                   "--decode-power-cap": decode_power_cap,
+                   "--a2a": None if a2a == "flat" else a2a, "--dispatch-bytes": dispatch_bytes,
+                   "--weight-bytes": weight_bytes, "--kv-bytes": kv_bytes,
+                   "--redundant-experts": redundant_experts or None,
+                   "--overlap-a2a": overlap_a2a or None,
+                   "--zipf-s": None if zipf_s == 1.2 else zipf_s}
+    splits = None
     if mode == "train":
+        given = [k for k, v in serve_flags.items() if v is not None]
+        if given:
+            raise ClusterSpecError(f"{given[0]}: a serving option, but --mode is train")
         with progress(f"simulating a training step of {model} on {spec.name}"):
             res = simulate_training(spec, model, plan, trace=trace is not None,
                                     cost_source=cost_source, tech=tech)
@@ -211,15 +255,44 @@ def cluster(
                            ol if isinstance(ol, int) else ol[1],
                            "--prompt-tokens, --output-tokens (the longest request)")
             reqs = poisson_requests(requests, rate, pl, ol, seed=seed)
+        slo = None
+        if (slo_ttft is None) != (slo_tpot is None):
+            raise ClusterSpecError("--slo-ttft and --slo-tpot: give both (goodput counts requests "
+                                   "meeting both SLOs) or neither")
+        if slo_ttft is not None and slo_tpot is not None:
+            slo = SLO(slo_ttft, slo_tpot)
+        prefill_chips = parse_pd(pd, spec.n_chips) if pd is not None else None
+        if pd == "auto" and slo is None:
+            raise ClusterSpecError("--pd auto: chooses the split with the highest goodput, which "
+                                   "needs --slo-ttft and --slo-tpot")
+        disagg = (disaggregated if disaggregated is not None
+                  else spec.pools is not None or pd is not None)
+        caps = {}
+        if prefill_power_cap is not None:
+            if not disagg:
+                raise ClusterSpecError("--prefill-power-cap: this run is colocated (no prefill "
+                                       "pool); use --decode-power-cap for every replica, or --pd")
+            caps["prefill"] = prefill_power_cap
+        if decode_power_cap is not None:
+            caps["decode" if disagg else "both"] = decode_power_cap
+        if pd is not None and disaggregated is None:
+            splan = splan.model_copy(update={"disaggregated": True})
         ids = None
         if expert_trace is not None:
             if not expert_trace.exists():
                 raise ClusterSpecError(f"--expert-trace {expert_trace}: no such file")
             ids = _expert_ids(expert_trace)
-        with progress(f"simulating {len(reqs)} requests of {model} on {spec.name}"):
-            sres = simulate_serving(spec, model, splan, reqs, seed=seed,
-                                    trace=trace is not None, expert_trace=ids,
-                                    cost_source=cost_source, tech=tech)
+        kw = dict(seed=seed, trace=trace is not None, expert_trace=ids,
+                  cost_source=cost_source, tech=tech, slo=slo, power_caps=caps or None)
+        if pd == "auto":
+            with progress(f"--pd auto: simulating {len(reqs)} requests of {model} on each "
+                          f"prefill/decode split of {spec.name}"):
+                sres, splits = search_pd_split(spec, model, splan, reqs,
+                                               **kw)
+        else:
+            with progress(f"simulating {len(reqs)} requests of {model} on {spec.name}"):
+                sres = simulate_serving(spec, model, splan, reqs, prefill_chips=prefill_chips,
+                                        **kw)
         metrics, tr = sres.metrics, sres.trace
     if trace is not None and tr is not None:
         tr.save(trace)
@@ -228,7 +301,16 @@ def cluster(
     if db is not None:
         _store(db, spec, plan if mode == "train" else splan, clean)
     if as_json:
+        if mode == "serve":
+            clean["timeline"] = timeline_summary(sres.timeline)
+            if splits is not None:
+                clean["pd_search"] = [{k: (None if isinstance(v, float) and math.isnan(v) else v)
+                                       for k, v in r.items()} for r in splits]
         print(json.dumps(clean))
         return
     print_table(f"{metrics['mode']}: {metrics['model']} on {metrics['cluster']}",
                 ["metric", "value"], [[k, v] for k, v in clean.items()], console)
+    if mode == "serve" and splits:
+        cols = list(splits[0])
+        print_table("--pd auto: prefill/decode splits tried (highest goodput chosen)", cols,
+                    [[r[c] for c in cols] for r in splits], console)

@@ -43,8 +43,9 @@ from .collectives import CollectiveTimer, all_gather, all_reduce, all_to_all, re
 from .costs import ChipModel, chip_model
 from .network import Network
 from .plan import ServePlan, TrainPlan, auto_dp
+from .serve_slo import SLO, parse_pd
 from .serving import (IterationCost, ServeResult, load_request_trace, poisson_requests,
-                      simulate_serving)
+                      search_pd_split, simulate_serving, timeline_summary)
 from .topology import Topology
 from .trace import Trace
 from .training import TrainResult, schedule_order, simulate_training
@@ -54,4 +55,5 @@ __all__ = ["ClusterSpec", "ClusterSpecError", "PlanError", "load_cluster", "CLUS
            "all_gather", "all_to_all", "send", "ChipModel", "chip_model", "TrainPlan", "ServePlan", "auto_dp",
            "simulate_training", "TrainResult", "schedule_order", "simulate_serving", "ServeResult",
            "IterationCost", "poisson_requests", "load_request_trace", "Trace", "COST_SOURCES",
-           "compiled_layer", "compiled_head", "compiled_embedding", "compiled_attention"]
+           "compiled_layer", "compiled_head", "compiled_embedding", "compiled_attention",
+           "SLO", "parse_pd", "search_pd_split", "timeline_summary"]

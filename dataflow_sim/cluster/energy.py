@@ -39,6 +39,7 @@ the op table's per-token and per-sequence formulas (:func:`serve_iteration_work`
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -58,7 +59,8 @@ from .workload import Dims, token_gemms, token_vectors
 
 __all__ = ["NetworkEnergy", "load_network_energy", "NETWORK_ENERGY_FILE", "DEFAULT_TECH",
            "WORK_FIELDS", "ops_work", "report_work", "serve_iteration_work", "link_class",
-           "network_energy", "cluster_energy", "add_traffic"]
+           "network_energy", "cluster_energy", "add_traffic", "POWER_CAP_EXPONENT",
+           "capped_clock_ratio", "power_capped_chip"]
 
 NETWORK_ENERGY_FILE = Path(_configs.__file__).parent / "energy" / "network.yaml"
 DEFAULT_TECH = "7nm"
@@ -172,8 +174,11 @@ def serve_iteration_work(dm: Dims, e: int, tp: int, ep: int, n_layers: int, q: n
 
 def cluster_energy(spec: ClusterSpec, chip: ChipModel, *, busy_chip_s: float, window_s: float,
                    work: np.ndarray, link_bytes: Mapping[int, float], topology: Topology,
-                   tech: str | None = None) -> dict[str, Any]:
-    """The energy terms of a run (module docstring): joules and the inputs they rest on."""
+                   tech: str | None = None,
+                   capped_busy: tuple[tuple[float, float], ...] = ()) -> dict[str, Any]:
+    """The energy terms of a run (module docstring): joules and the inputs they rest on.
+    ``capped_busy``: (chip-seconds, board W) pairs of power-capped pools — GPU chip-seconds
+    among ``busy_chip_s`` that draw the cap instead of the TDP (:func:`capped_clock_ratio`)."""
     macs, vops, dram = (float(x) for x in work)
     out: dict[str, Any] = {"macs": macs, "vector_ops": vops, "dram_bytes": dram,
                            "busy_chip_s": float(busy_chip_s)}
@@ -189,7 +194,9 @@ def cluster_energy(spec: ClusterSpec, chip: ChipModel, *, busy_chip_s: float, wi
     else:
         p = GPU_PRESETS[spec.chip.preset]   # type: ignore[union-attr]
         idle_s = max(spec.n_chips * window_s - busy_chip_s, 0.0)
-        out.update(energy_compute_j=busy_chip_s * p.tdp_w, energy_idle_j=idle_s * p.idle_w,
+        capped_s = sum(s for s, _ in capped_busy)
+        compute_j = (busy_chip_s - capped_s) * p.tdp_w + sum(s * w for s, w in capped_busy)
+        out.update(energy_compute_j=compute_j, energy_idle_j=idle_s * p.idle_w,
                    energy_dram_j=0.0, energy_tech="gpu board power")
     out.update(network_energy(topology, link_bytes))
     out["energy_network_j"] = out["energy_intra_node_j"] + out["energy_inter_node_j"]
@@ -197,3 +204,46 @@ def cluster_energy(spec: ClusterSpec, chip: ChipModel, *, busy_chip_s: float, wi
                        + out["energy_network_j"])
     out["avg_power_w"] = out["energy_j"] / window_s if window_s > 0 else float("nan")
     return out
+
+
+# ---- power caps (GPU presets) ------------------------------------------------------------------
+#: exponent of the board-power model under a cap: P(f) = idle + (tdp − idle)·(f/f_max)**3.
+#: Dynamic CMOS power is C·V²·f and under DVFS V scales about linearly with f, so the dynamic part
+#: goes as f³ (the textbook DVFS relation, e.g. Hennessy & Patterson, "Computer Architecture",
+#: 6th ed., §1.5). Not fitted to a measured H100 cap curve: marked as a stated model.
+POWER_CAP_EXPONENT = 3.0
+
+
+def capped_clock_ratio(tdp_w: float, idle_w: float, cap_w: float,
+                       what: str = "power cap") -> float:
+    """SM clock under a board power cap, as a fraction of the uncapped clock (dimensionless):
+    ``((cap − idle)/(tdp − idle)) ** (1/3)`` (:data:`POWER_CAP_EXPONENT`), 1 at the TDP.
+
+    Stated model: the cap lowers the SM (graphics) clock until the board draws ``cap_w`` at full
+    load; tensor and vector throughput scale with that clock; the HBM runs on its own clock, so
+    memory bandwidth is unchanged — a memory-bound decode step barely slows under a cap, a
+    compute-bound prefill slows by the ratio (the asymmetry Splitwise, Patel et al., ISCA 2024,
+    §III "power", exploits for decode machines). Raises :class:`ClusterSpecError` for a cap ≤ 0,
+    above the TDP, or at or below the idle power (no clock left for work)."""
+    if not (0 < cap_w <= tdp_w):
+        raise ClusterSpecError(f"{what} = {cap_w} W: must be > 0 W and at most the board's "
+                               f"TDP = {tdp_w:g} W")
+    if cap_w <= idle_w:
+        raise ClusterSpecError(f"{what} = {cap_w} W: must be above the board's idle power "
+                               f"{idle_w:g} W (GPU_PRESETS idle_w), or no clock is left for work")
+    return ((cap_w - idle_w) / (tdp_w - idle_w)) ** (1.0 / POWER_CAP_EXPONENT)
+
+
+def power_capped_chip(spec: ClusterSpec, chip: ChipModel, cap_w: float,
+                      what: str = "power cap") -> tuple[ChipModel, float]:
+    """(the chip with tensor and vector throughput scaled by :func:`capped_clock_ratio`, the
+    ratio). GPU presets only: an ArchSpec chip's clock and power come from its ArchSpec and tech
+    table, so a cap on it is refused rather than ignored."""
+    preset = getattr(spec.chip, "preset", None)
+    if chip.arch is not None or preset is None:
+        raise ClusterSpecError(f"{what}: cluster {spec.name} has an ArchSpec chip; power caps "
+                               "are modelled for GPU presets only (set the ArchSpec's clock)")
+    p = GPU_PRESETS[preset]
+    r = capped_clock_ratio(p.tdp_w, p.idle_w, cap_w, what)
+    return dataclasses.replace(chip, peak_gemm_flops_per_s=chip.peak_gemm_flops_per_s * r,
+                               vector_flops_per_s=chip.vector_flops_per_s * r), r

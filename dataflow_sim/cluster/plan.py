@@ -95,6 +95,22 @@ class ServePlan(BaseModel):
         None, description="prefill/decode pools; None: use the cluster's `pools` if it has one")
     routing: Literal["uniform", "zipf", "trace"] = "uniform"
     zipf_s: float = Field(1.2, gt=0, description="Zipf exponent of expert popularity")
+    # MoE at scale (.moe_serving)
+    a2a: Literal["flat", "deepep"] = Field(
+        "flat", description="MoE dispatch/combine: flat = one copy per routed expert on the "
+        "network's all-to-all; deepep = per-node dedup over RDMA + NVLink (closed form)")
+    dispatch_bytes: Optional[int] = Field(
+        None, ge=1, le=4, description="bytes per element of the MoE dispatch (1 = FP8, as "
+        "DeepSeek-V3); None = the chip's element size; combine stays at the chip's")
+    weight_bytes: Optional[int] = Field(
+        None, ge=1, le=4, description="bytes per weight in HBM (1 = an FP8 checkpoint); None = "
+        "the chip's element size")
+    kv_bytes: Optional[int] = Field(
+        None, ge=1, le=4, description="bytes per KV-cache element; None = the chip's")
+    redundant_experts: int = Field(0, ge=0, description="extra expert replicas per replica "
+                                   "(EPLB: hot experts duplicated, slots balanced over EP ranks)")
+    overlap_a2a: bool = Field(False, description="overlap MoE all-to-all with compute (two "
+                              "micro-batches, DeepSeek's dual-batch overlap)")
 
     def label(self) -> str:
         return f"tp={self.tp} ep={self.ep}" + (f" pp={self.pp}" if self.pp > 1 else "")
@@ -302,6 +318,18 @@ def validate_serve(plan: ServePlan, spec: ClusterSpec, model: str | LLMConfig,
     if cfg.n_layers % plan.pp:
         raise PlanError(f"{where}: pp={plan.pp} does not divide n_layers = {cfg.n_layers} of "
                         f"{cfg.name}")
+    moe = isinstance(cfg, MoEConfig)
+    moe_opts = {"a2a": plan.a2a != "flat", "dispatch_bytes": plan.dispatch_bytes is not None,
+                "redundant_experts": plan.redundant_experts > 0,
+                "overlap_a2a": plan.overlap_a2a}
+    if not moe and any(moe_opts.values()):
+        raise PlanError(f"{where}: {[k for k, v in moe_opts.items() if v][0]} is an MoE option; "
+                        f"{cfg.name} has no experts")
+    if moe and plan.redundant_experts and (plan.ep == 1
+                                           or (cfg.n_experts + plan.redundant_experts) % plan.ep):
+        raise PlanError(f"{where}: redundant_experts = {plan.redundant_experts}: n_experts + "
+                        f"redundant = {cfg.n_experts + plan.redundant_experts} must split evenly "
+                        f"over ep = {plan.ep} > 1 ranks")
     size = plan.tp * plan.ep * plan.pp
     for n in pool_chips:
         if n % size:
@@ -331,15 +359,20 @@ def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> di
     dense, expert = layer_params(cfg, shard)
     dm = dims_of(cfg, shard)
     e = chip.element_bytes
+    we, ke = plan.weight_bytes or e, plan.kv_bytes or e
     layers = cfg.n_layers // plan.pp
     tied = getattr(cfg, "tie_embeddings", False)
     vocab_mats = 1 if plan.pp > 1 or tied else 2
-    weights = (layers * (dense + expert) + vocab_mats * dm.vocab * cfg.d_model) * e
-    if isinstance(cfg, DeepSeekConfig) and plan.pp == 1:   # the dense-FFN layers hold less
-        weights -= cfg.n_dense_layers * (3 * dm.d * (dm.f_shared + dm.f_exp * dm.experts)
-                                         + dm.d * dm.n_experts - 3 * dm.d * dm.f) * e
+    # MoE: the leading n_dense_layers have a dense FFN (on the first stage; the fullest stage
+    # when pp > 1 is a later, all-MoE one); redundant experts add slots per EP rank
+    n_dense = getattr(cfg, "n_dense_layers", 0) if plan.pp == 1 else 0
+    if dm.moe and plan.redundant_experts:
+        expert *= (cfg.n_experts + plan.redundant_experts) / cfg.n_experts
+    dense_ffn = (3 * dm.d * dm.f - dm.d * dm.n_experts - 3 * dm.d * dm.f_shared) if dm.moe else 0
+    weights = ((layers * (dense + expert) + n_dense * (dense_ffn - expert)
+                + vocab_mats * dm.vocab * cfg.d_model) * we)
     usable = chip.hbm_bytes * plan.memory_fraction
-    kv_per_token = kv_bytes_per_token(cfg, plan.tp, layers, e)
+    kv_per_token = kv_bytes_per_token(cfg, plan.tp, layers, ke)   # MLA: the latent cache
     if weights < usable and isinstance(cfg, MambaConfig):
         state = mamba_state_bytes(cfg, plan.tp, layers, e)
         return {"weight_bytes": weights, "kv_bytes_per_token": 0.0, "state_bytes_per_seq": state,

@@ -63,13 +63,14 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 import simpy
 
-from tilewright.models.llm_configs import LLMConfig
+from tilewright.models.llm_configs import LlamaConfig, LLMConfig, get_config
+from tilewright.models.llm_shapes import DeepSeekConfig
 from tilewright.validation import read_user_text
 
 from .cluster_spec import ClusterSpec, ClusterSpecError
@@ -77,16 +78,18 @@ from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
 from .costs import ChipModel, chip_model
-from .energy import add_traffic, cluster_energy, serve_iteration_work
+from .energy import add_traffic, cluster_energy, power_capped_chip, serve_iteration_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
+from .serve_slo import SLO, best_split, pd_splits, slo_metrics, with_prefill_chips
 from .topology import Topology
 from .training import resolve_cost_source
 from .trace import Trace
+from .moe_serving import ExpertRouter, SlotMap, a2a_bytes, eplb_placement, standin_attention
 from .workload import Shard, dims_of, token_gemms, token_vectors
 
-__all__ = ["simulate_serving", "ServeResult", "IterationCost", "poisson_requests",
-           "load_request_trace"]
+__all__ = ["simulate_serving", "search_pd_split", "ServeResult", "IterationCost",
+           "poisson_requests", "load_request_trace", "timeline_summary"]
 
 
 # ---- workloads -------------------------------------------------------------------------------
@@ -221,16 +224,25 @@ class IterationCost:
         self.comm_link_bytes: dict[int, float] = {}   # bytes per link of the collectives
         self._rates: dict[str, dict[int, float]] = {}
         self._rng = np.random.default_rng(seed)
-        self._trace = routing_trace
-        self._trace_pos = 0
+        self._twin: IterationCost | None = None
+        self.n_dense = 0
         if dm.moe:
-            E = dm.n_experts
-            if plan.routing == "zipf":
-                ranks = self._rng.permutation(E) + 1
-                p = 1.0 / ranks.astype(float) ** plan.zipf_s
-                self._popularity = p / p.sum()
-            else:
-                self._popularity = np.full(E, 1.0 / E)
+            # the leading n_dense_layers are dense (first_k_dense_replace): timed by a
+            # Llama-style twin of the config with the dense FFN width. DeepSeek-V3's MLA has no
+            # Llama twin: its 3 dense layers are timed as MoE layers (the same active MACs per
+            # token, 18432 = 9 x 2048; its weights memory counts them dense, plan.serve_memory)
+            self.n_dense = 0 if isinstance(cfg, DeepSeekConfig) else \
+                min(getattr(cfg, "n_dense_layers", 0), cfg.n_layers)
+            if self.n_dense:
+                self._twin = IterationCost(dense_twin(cfg), plan, chip, timer, replica_chips,
+                                           None, seed, cost_source)
+            n_moe = self.n_moe = cfg.n_layers - self.n_dense
+            self.router = ExpertRouter(dm.n_experts, dm.top_k, n_moe, plan.routing, plan.zipf_s,
+                                       self._rng, routing_trace)
+            self.slots = SlotMap([eplb_placement(pi, plan.ep, plan.redundant_experts)
+                                  for pi in self.router.pi]) if n_moe else None
+            # EP ranks per node (an EP rank is tp chips)
+            self._node_ranks = max(1, timer.topology.spec.chips_per_node // plan.tp)
 
     def _dense_seconds(self, T: int) -> float:
         """One layer's token-linear part (GEMMs + non-GEMM ops) for T tokens."""
@@ -271,20 +283,43 @@ class IterationCost:
                 ([float(dense["time_cycles"].sum()) / rep.hz], _work(dense)))
         return t
 
-    def expert_seconds(self, loads: np.ndarray) -> float:
-        """Seconds of one MoE layer's routed experts: the slowest EP rank, its local experts
-        receiving ``loads`` (per expert, rank-major) rows. Compiler: the compiled layer's grouped
-        GEMMs re-costed at those counts; table: per-expert GEMMs + activation by roofline."""
-        dm, chip, e, ep = self.dm, self.chip, self.e, self.plan.ep
-        per_rank = np.asarray(loads).reshape(ep, -1)
+    def expert_seconds(self, loads: np.ndarray) -> np.ndarray:
+        """Seconds of the routed experts of each MoE layer, ``(L,)``: the slowest EP rank, its
+        slots receiving ``loads`` rows (``(L, ep, slots)``, :meth:`.moe_serving.SlotMap.rank_loads`).
+        Compiler: the compiled layer's grouped GEMMs re-costed at those counts; table: per-expert
+        GEMMs + activation by roofline."""
+        dm, chip, e = self.dm, self.chip, self.e
+        loads = np.asarray(loads)
         if self.cost_source == "compiler":
             if self._expert_rep is None:
                 self._expert_rep = self._layer_report(1)
-            return max(self._expert_rep.expert_seconds(r) for r in per_rank)
+            return np.array([max(self._expert_rep.expert_seconds(r) for r in layer)
+                             for layer in loads])
         t = (chip.gemm_seconds(loads, dm.d, 2 * dm.f_exp) + chip.gemm_seconds(loads, dm.f_exp, dm.d)
              + np.where(loads > 0, chip.vector_seconds(np.maximum(5 * dm.f_exp * loads, 1),
                                                        3 * dm.f_exp * e * loads), 0.0))
-        return float(t.reshape(ep, -1).sum(axis=1).max())
+        return t.sum(axis=-1).max(axis=-1)
+
+    def a2a_seconds(self, tokens: int) -> float:
+        """Dispatch + combine seconds of one MoE layer for the busiest EP rank's ``tokens``
+        (:func:`.moe_serving.a2a_bytes`): ``flat`` on the network's all-to-all (dispatch at
+        ``dispatch_bytes``, combine at the chip's element size); ``deepep`` by its closed form on
+        one NIC and the NVLink fabric."""
+        dm, plan, e = self.dm, self.plan, self.e
+        if plan.ep <= 1 or tokens <= 0:
+            return 0.0
+        total = 0.0
+        for b in (plan.dispatch_bytes or e, e):
+            if plan.a2a == "flat":
+                total += self.comm_seconds("all_to_all", tokens * dm.top_k * dm.d * b)
+                continue
+            inter, intra = a2a_bytes(tokens, dm.d, b, dm.n_experts, dm.top_k, plan.ep,
+                                     self._node_ranks, "deepep")
+            spec = self.timer.topology.spec
+            t = max(inter / (spec.inter_node.link_gbps * 1e9),
+                    intra / (spec.intra_node.link_gbps * 1e9))
+            total += t + (spec.inter_node.latency_us if inter else spec.intra_node.latency_us) * 1e-6
+        return total
 
     def _interpolated(self, T: int, f: Any = None, cap: int | None = None) -> float:
         """Compiled time ``f(T)`` (default: the layer's) at T tokens: exact at powers of two and
@@ -400,46 +435,63 @@ class IterationCost:
         qc = float(np.dot(q, c))
         return float(s) + chip.vector_seconds(5 * dm.h * qc, 2 * dm.h * qc * self.e)
 
-    def expert_loads(self, slots: int) -> np.ndarray:
-        """Tokens per expert for ``slots`` = tokens·top_k routed slots."""
-        E = self.dm.n_experts
-        if self._trace is not None:
-            idx = (self._trace_pos + np.arange(slots)) % len(self._trace)
-            self._trace_pos = int((self._trace_pos + slots) % len(self._trace))
-            return np.bincount(self._trace[idx], minlength=E)[:E]
-        return self._rng.multinomial(slots, self._popularity)
+    def expert_loads(self, tokens: int) -> np.ndarray:
+        """Tokens per expert slot of each MoE layer, ``(L, ep, slots)``, for ``tokens`` tokens
+        (a fresh distinct top-k draw per layer, :class:`.moe_serving.ExpertRouter`)."""
+        if self.slots is None:                  # every layer dense
+            return np.zeros((0, self.plan.ep, 0), dtype=np.int64)
+        return self.slots.rank_loads(self.router.loads(tokens))
 
-    def seconds(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> float:
+    def seconds(self, q: np.ndarray, c: np.ndarray, n_logits: int,
+                ranks: np.ndarray | None = None) -> float:
         """Seconds of the iteration (see class docstring)."""
-        return sum(self.parts(q, c, n_logits))
+        return sum(self.parts(q, c, n_logits, ranks))
 
-    def parts(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> tuple[float, float, float]:
+    def parts(self, q: np.ndarray, c: np.ndarray, n_logits: int,
+              ranks: np.ndarray | None = None) -> tuple[float, float, float]:
         """(all layers, embedding, LM head) seconds of the iteration; a pipeline stage runs
-        ``n_layers/pp`` of the layers, the first stage the embedding, the last the head."""
+        ``n_layers/pp`` of the layers, the first stage the embedding, the last the head.
+        ``ranks``: the EP (attention data-parallel) rank of each sequence (default round-robin);
+        the slowest rank sets each phase. MoE: ``n_dense_layers`` dense layers, the rest MoE
+        layers with their own routing draw, all-to-all and (``overlap_a2a``) two-micro-batch
+        overlap of communication and compute: ``max(C, M) + min(C, M)/2`` per layer."""
         cfg, dm, ep, e = self.cfg, self.dm, self.plan.ep, self.e
         T_total = int(q.sum())
         if ep == 1:
-            T = T_total
-            layer = self._dense_seconds(T) + self.attention_seconds(q, c)
+            groups = [(q, c)]
+        elif ranks is None:
+            groups = [(q[r::ep], c[r::ep]) for r in range(ep)]
         else:
-            parts = [(q[r::ep], c[r::ep]) for r in range(ep)]
-            T = max(int(pq.sum()) for pq, _ in parts)
-            layer = max(self._dense_seconds(int(pq.sum())) + self.attention_seconds(pq, pc)
-                        for pq, pc in parts if len(pq)) if T else 0.0
+            groups = [(q[ranks == r], c[ranks == r]) for r in range(ep)]
+        groups = [(pq, pc) for pq, pc in groups if len(pq)]
+        T = max((int(pq.sum()) for pq, _ in groups), default=0)
+        attn = [self.attention_seconds(pq, pc) for pq, pc in groups]
+        layer = max((self._dense_seconds(int(pq.sum())) + a
+                     for (pq, _), a in zip(groups, attn)), default=0.0)
+        tp_comm = 0.0
         if self.plan.tp > 1:
-            layer += 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
+            tp_comm = 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
                 self.comm_seconds("all_reduce", T * dm.d * e)
                 + self.comm_seconds("all_reduce", T * (dm.dt_rank + 2 * dm.n_state) * e))
-        moe = 0.0
-        if dm.moe:
-            # one routing draw per iteration, applied to every MoE layer
-            n_moe = cfg.n_layers
-            if ep > 1:
-                layer += 2 * self.comm_seconds("all_to_all", T * dm.top_k * dm.d * e)
-            moe = n_moe * self.expert_seconds(self.expert_loads(T_total * dm.top_k))
         self._account(q, c, n_logits)
-        return (cfg.n_layers * layer + moe, self.embed_seconds(T_total),
-                self.head_seconds(n_logits))
+        tail = (self.embed_seconds(T_total), self.head_seconds(n_logits))
+        if not dm.moe:
+            return (cfg.n_layers * (layer + tp_comm), *tail)
+        dense = 0.0
+        if self.n_dense:
+            assert self._twin is not None
+            dense = self.n_dense * (max((self._twin._dense_seconds(int(pq.sum())) + a
+                                         for (pq, _), a in zip(groups, attn)), default=0.0)
+                                    + tp_comm)
+        if not self.n_moe:
+            return (dense, *tail)
+        compute = layer + tp_comm + self.expert_seconds(self.expert_loads(T_total))
+        comm = self.a2a_seconds(T)
+        if self.plan.overlap_a2a:
+            per = np.maximum(compute, comm) + np.minimum(compute, comm) / 2
+        else:
+            per = compute + comm
+        return (dense + float(per.sum()), *tail)
 
     def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> None:
         """Add one iteration's work (:func:`.energy.serve_iteration_work`) and its collectives'
@@ -460,7 +512,12 @@ class IterationCost:
                          else T * (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
             self._carry("all_reduce", self._tp_group, L * per_layer)
         if dm.moe and ep > 1:
-            self._carry("all_to_all", self._ep_group, L * 2 * (T / ep) * dm.top_k * dm.d * e)
+            # per rank and MoE layer: dispatch (at dispatch_bytes) + combine, as an all-to-all
+            # send buffer S whose (1 - 1/ep)·S leaves the rank (the volumes of a2a_seconds)
+            sent = sum(sum(a2a_bytes(T / ep, dm.d, b, dm.n_experts, dm.top_k, ep,
+                                     self._node_ranks, self.plan.a2a))
+                       for b in (self.plan.dispatch_bytes or e, e))
+            self._carry("all_to_all", self._ep_group, (L - self.n_dense) * sent / (1 - 1 / ep))
 
     def _carry(self, kind: str, groups: list[list[int]], nbytes: float) -> None:
         rates = self._rates.get(kind)
@@ -488,6 +545,16 @@ class IterationCost:
         return t
 
 
+def dense_twin(cfg: LLMConfig) -> LlamaConfig:
+    """A Llama-style config with an MoE config's attention and its dense FFN
+    (``d_dense_ffn``): the cost of its ``n_dense_layers`` leading dense layers."""
+    return LlamaConfig(f"{cfg.name}-dense-layers", d_model=cfg.d_model, n_layers=cfg.n_layers,
+                       n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads,
+                       d_ffn=cfg.d_dense_ffn, vocab_size=cfg.vocab_size or 1,
+                       rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
+                       max_seq_len=cfg.max_seq_len)
+
+
 def serve_cost_source(chip: ChipModel, moe: bool, cost_source: str | None) -> str:
     """``None`` -> ``"compiler"`` for ArchSpec chips, ``"table"`` for GPU presets (``moe`` is
     accepted for compatibility: MoE serving is compiled too)."""
@@ -513,6 +580,7 @@ class _Req:
     active: bool = False
     preemptions: int = 0
     decode_replica: int = -1
+    rank: int = 0                 # EP (attention data-parallel) rank holding its KV
 
     @property
     def decoding(self) -> bool:
@@ -559,9 +627,14 @@ class _Replica:
         r.blocks = need
 
     def _schedule(self) -> list[tuple[_Req, int]]:
-        """This iteration's batch: (request, new tokens)."""
+        """This iteration's batch: (request, new tokens). With ``ep > 1`` every EP rank is an
+        attention data-parallel rank with its own token budget ``max_batch_tokens // ep`` (as
+        SGLang's DP attention divides ``chunked_prefill_size`` by the DP size,
+        sglang/srt/server_args.py); a request is pinned at admission to the rank with the most
+        budget left, and a long prompt is chunked to its rank's budget."""
         plan = self.sim.plan
-        budget = plan.max_batch_tokens
+        ep = plan.ep
+        budgets = [max(1, plan.max_batch_tokens // ep)] * ep
         decode: list[_Req] = []
         for r in list(self.running):          # decode steps first; preempt when KV runs out
             if not r.active or not r.decoding:
@@ -573,16 +646,20 @@ class _Replica:
                 self._grow(r, need)
                 decode.append(r)
         batch = [(r, 1) for r in decode if r.active]
-        budget -= len(batch)
+        for r, _ in batch:
+            budgets[r.rank] -= 1
         for r in self.running:                # continue chunked prefills
+            budget = budgets[r.rank]
             if not r.decoding and budget > 0:
                 rest = r.todo - r.done
                 if not plan.chunked_prefill and rest > budget and batch:
                     continue
                 q = min(rest, budget) if plan.chunked_prefill else rest
                 batch.append((r, q))
-                budget -= q
-        while self.waiting and budget > 0 and len(self.running) < plan.max_seqs:
+                budgets[r.rank] -= q
+        while self.waiting and max(budgets) > 0 and len(self.running) < plan.max_seqs:
+            rank = budgets.index(max(budgets))
+            budget = budgets[rank]
             r = self.waiting[0]               # admit first-come first-served
             need = self._blocks(r.prompt + r.generated if r.decoding else r.todo)
             if need > self.total_blocks:
@@ -598,12 +675,13 @@ class _Replica:
             self.waiting.popleft()
             self._grow(r, need)
             r.active = True
+            r.rank = rank
             self.running.append(r)
             batch.append((r, q))
-            budget -= q
+            budgets[rank] -= q
         return batch
 
-    def _pipeline(self, q: np.ndarray, c: np.ndarray, last: np.ndarray):
+    def _pipeline(self, q: np.ndarray, c: np.ndarray, last: np.ndarray, ranks: np.ndarray):
         """One iteration through ``pp`` stages: the batch's sequences split into
         ``M = min(pp, len)`` contiguous micro-batches; stage ``s`` runs micro-batch ``j`` once it
         has arrived (``n_layers/pp`` layers, + embedding on stage 0, + LM head on the last), then
@@ -615,7 +693,7 @@ class _Replica:
         groups = np.array_split(np.arange(len(q)), min(pp, len(q)))
         times = []
         for g in groups:
-            layers, emb, head = self.cost.parts(q[g], c[g], int(last[g].sum()))
+            layers, emb, head = self.cost.parts(q[g], c[g], int(last[g].sum()), ranks[g])
             times.append([layers / pp + (emb if s == 0 else 0.0) + (head if s == pp - 1 else 0.0)
                           for s in range(pp)])
         stage_chips = [self.chips[s * width:(s + 1) * width] for s in range(pp)]
@@ -662,13 +740,15 @@ class _Replica:
             c = np.fromiter((r.prompt + r.generated if r.done >= r.todo else r.done + n
                              for r, n in batch), np.int64, len(batch))
             last = np.fromiter((r.done + n >= r.todo for r, n in batch), bool, len(batch))
+            ranks = np.fromiter((r.rank for r, _ in batch), np.int64, len(batch))
             t0 = env.now
+            sim.record(self, t0, len(batch), int(q.sum()))
             if sim.plan.pp == 1:
-                dt = self.cost.seconds(q, c, int(last.sum()))
+                dt = self.cost.seconds(q, c, int(last.sum()), ranks)
                 self.busy_chip_s += dt * len(self.chips)
                 yield env.timeout(dt)
             else:
-                yield env.process(self._pipeline(q, c, last))
+                yield env.process(self._pipeline(q, c, last, ranks))
                 dt = env.now - t0
             self.busy += dt
             self.iterations += 1
@@ -714,6 +794,20 @@ class _Sim:
         self.front: list[_Replica] = []
         self.decode: list[_Replica] = []
         self.kv_transfers = 0
+        self.timeline: list[tuple[float, int, str, int, int, float]] = []
+
+    def record(self, rep: "_Replica", t: float, seqs: int, tokens: int) -> None:
+        """One timeline point at an iteration's start: the batch (sequences, new tokens) and the
+        replica's KV occupancy (allocated blocks / all blocks; Mamba: state slots)."""
+        kv = 1.0 - rep.free_blocks / rep.total_blocks if rep.total_blocks else 0.0
+        self.timeline.append((t, rep.idx, rep.role, seqs, tokens, kv))
+        if self.trace is not None:
+            pid = f"{rep.role}{rep.idx}"
+            self.trace.events += [
+                {"name": "batch", "cat": "timeline", "ph": "C", "ts": t * 1e6, "pid": pid,
+                 "args": {"seqs": seqs, "tokens": tokens}},
+                {"name": "kv occupancy", "cat": "timeline", "ph": "C", "ts": t * 1e6, "pid": pid,
+                 "args": {"fraction": kv}}]
 
     def finish(self, r: _Req) -> None:
         r.finish = self.env.now
@@ -751,6 +845,8 @@ class ServeResult:
     replicas: pd.DataFrame        # per replica: role, chips, iterations, busy_s, utilization
     trace: Trace | None = None
     events: int = 0
+    timeline: pd.DataFrame | None = None   # per iteration: t_s, replica, role, seqs, tokens, kv
+
 
     def report(self) -> pd.DataFrame:
         """One Report row of the run's metrics; ``attrs['convention']`` states the timing rules."""
@@ -764,6 +860,25 @@ CONVENTION = ("cluster/serve: seconds of simulated time; TTFT = first token (end
               "e2e = finish - arrival; percentiles over finished requests (numpy linear)")
 
 
+def timeline_summary(timeline: pd.DataFrame, bins: int = 50) -> list[dict[str, Any]]:
+    """The per-iteration timeline folded into ``bins`` equal time bins per pool role: each row
+    ``t_s`` (bin start, s), ``role``, ``iterations`` started in the bin, mean and max batch
+    ``seqs``, mean new ``tokens`` per iteration, mean and max ``kv_occupancy`` (fraction of the
+    replica's KV blocks allocated at an iteration's start). Empty bins are left out."""
+    if timeline is None or timeline.empty:
+        return []
+    end = float(timeline.t_s.max())
+    width = end / bins if end > 0 else 1.0
+    b = np.minimum((timeline.t_s.to_numpy() / width).astype(np.int64), bins - 1)
+    g = timeline.assign(bin=b).groupby(["role", "bin"], sort=True)
+    out = g.agg(iterations=("seqs", "size"), seqs_mean=("seqs", "mean"),
+                seqs_max=("seqs", "max"), tokens_mean=("tokens", "mean"),
+                kv_occupancy_mean=("kv", "mean"), kv_occupancy_max=("kv", "max")).reset_index()
+    out.insert(0, "t_s", out.pop("bin") * width)
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in out.to_dict("records")]
+
+
 def _pct(x: pd.Series, q: float) -> float:
     x = x.dropna()
     return float(np.percentile(x, q)) if len(x) else math.nan
@@ -772,11 +887,21 @@ def _pct(x: pd.Series, q: float) -> float:
 def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                      requests: pd.DataFrame, *, seed: int = 0, trace: bool = False,
                      expert_trace: Optional[np.ndarray] = None,
-                     cost_source: str | None = None, tech: str | None = None) -> ServeResult:
+                     cost_source: str | None = None, tech: str | None = None,
+                     slo: SLO | None = None, power_caps: Mapping[str, float] | None = None,
+                     prefill_chips: int | None = None) -> ServeResult:
     """Serve ``requests`` (columns ``arrival_s, prompt_tokens, output_tokens``) on ``spec``;
     ``cost_source`` as in the module docstring; ``tech``: technology table for an ArchSpec
-    chip's energy (:mod:`.energy`; default 7nm)."""
+    chip's energy (:mod:`.energy`; default 7nm). ``slo``: add SLO attainment and goodput to the
+    metrics (:mod:`.serve_slo`). ``power_caps``: board power cap (W) per pool role
+    (``prefill``, ``decode``, or ``both`` for colocated replicas; :func:`.energy.capped_clock_ratio`).
+    ``prefill_chips``: the P/D split to use instead of the cluster's ``pools`` (disaggregated)."""
     wall0 = time.perf_counter()
+    if prefill_chips is not None:
+        if plan.disaggregated is False:
+            raise ClusterSpecError("serve plan: a prefill/decode split (--pd) was given for a "
+                                   "colocated run (--colocated)")
+        spec = with_prefill_chips(spec, prefill_chips)
     chip = chip_model(spec)
     disagg = plan.disaggregated if plan.disaggregated is not None else spec.pools is not None
     if disagg and spec.pools is None:
@@ -786,16 +911,32 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
         raise ClusterSpecError("serve plan: routing 'trace' needs an expert-id trace")
     n_pre = spec.pools.prefill_chips if disagg else spec.n_chips
     pools = [n_pre, spec.n_chips - n_pre] if disagg else [spec.n_chips]
+    if isinstance(model, str):
+        try:
+            model = get_config(model)
+        except ValueError as exc:
+            raise ClusterSpecError(f"model: {exc}") from None
+    model, standin = standin_attention(model)
     cfg = validate_serve(plan, spec, model, pools)
     mem = serve_memory(plan, chip, cfg)
     size = plan.tp * plan.ep * plan.pp
     slots = mem.get("state_slots")
     sim = _Sim(spec, cfg, plan, chip, mem["kv_tokens"] * plan.ep, mem["kv_bytes_per_token"],
                trace, slots, mem.get("state_bytes_per_seq", 0.0))
+    roles = ("prefill", "decode") if disagg else ("both",)
+    chips_of = {r: chip for r in roles}
+    clock = {}
+    for role, cap in (power_caps or {}).items():
+        if role not in roles:
+            raise ClusterSpecError(f"power cap for the {role!r} pool: this run's pools are "
+                                   f"{', '.join(roles)} ({'disaggregated' if disagg else 'colocated'})")
+        flag = "--decode-power-cap" if role in ("decode", "both") else "--prefill-power-cap"
+        chips_of[role], clock[role] = power_capped_chip(spec, chip, cap,
+                                                        f"{flag} (the {role} pool's power cap)")
     for i, start in enumerate(range(0, spec.n_chips, size)):
         chips = list(range(start, start + size))
         role = "both" if not disagg else ("prefill" if start < n_pre else "decode")
-        cost = IterationCost(cfg, plan, chip, sim.timer, chips[:plan.tp * plan.ep],
+        cost = IterationCost(cfg, plan, chips_of[role], sim.timer, chips[:plan.tp * plan.ep],
                              expert_trace, seed + 1 + i, cost_source)
         rep = _Replica(sim, i, chips, role, cost)
         (sim.decode if role == "decode" else sim.front).append(rep)
@@ -827,7 +968,7 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     rep_df["utilization"] = rep_df.busy_s / sim.env.now if sim.env.now else 0.0
     done = df.dropna(subset=["finish_s"])
     metrics: dict[str, Any] = {
-        "mode": "serve", "model": cfg.name, "cluster": spec.name, "chips": spec.n_chips,
+        "mode": "serve", "model": cfg.name, **({"attention": standin} if standin else {}), "cluster": spec.name, "chips": spec.n_chips,
         "plan": plan.label(), "disaggregated": bool(disagg), "replicas": len(reps),
         "cost_source": reps[0].cost.cost_source if reps else "table",
         "requests": len(reqs), "finished": len(sim.finished), "rejected": len(sim.rejected),
@@ -841,17 +982,55 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         for q in (50, 90, 99):
             metrics[f"{name[:-2]}_p{q}_s"] = _pct(done[name], q)
+    if disagg:
+        metrics.update(prefill_chips=n_pre, decode_chips=spec.n_chips - n_pre)
+    for role, cap in (power_caps or {}).items():
+        metrics[f"power_cap_{role}_w"] = float(cap)
+        metrics[f"clock_ratio_{role}"] = clock[role]
+    if slo is not None:
+        metrics.update(slo_metrics(df, slo, span))
     carried = dict(sim.net.link_bytes)
     for r in reps:
         for link, b in r.cost.comm_link_bytes.items():
             carried[link] = carried.get(link, 0.0) + b
+    capped = tuple((sum(r.busy_chip_s for r in reps if r.role == role), float(cap))
+                   for role, cap in (power_caps or {}).items())
     energy = cluster_energy(spec, chip, busy_chip_s=sum(r.busy_chip_s for r in reps),
                             window_s=span if math.isfinite(span) else sim.env.now,
                             work=sum((r.cost.work for r in reps), np.zeros(3)),
-                            link_bytes=carried, topology=sim.topology, tech=tech)
+                            link_bytes=carried, topology=sim.topology, tech=tech,
+                            capped_busy=capped)
     metrics.update(energy, tokens_per_j=float(done.output_tokens.sum()) / energy["energy_j"]
                    if energy["energy_j"] > 0 else math.nan)
     events = events_scheduled(sim.env) + sim.timer.events
     wall = time.perf_counter() - wall0
     metrics.update(events=events, wall_s=wall, events_per_s=events / wall)
-    return ServeResult(df, metrics, rep_df, sim.trace, events)
+    timeline = pd.DataFrame(sim.timeline, columns=["t_s", "replica", "role", "seqs", "tokens",
+                                                   "kv"])
+    return ServeResult(df, metrics, rep_df, sim.trace, events, timeline)
+
+
+def search_pd_split(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
+                    requests: pd.DataFrame, *, slo: SLO, **kw: Any
+                    ) -> tuple[ServeResult, list[dict[str, Any]]]:
+    """``--pd auto``: simulate every prefill/decode split of ``spec``'s chips that whole replicas
+    of ``tp·ep·pp`` chips tile (:func:`.serve_slo.pd_splits`) on the same requests and return the
+    run of the split with the highest goodput (:func:`.serve_slo.best_split`) and one row per
+    split tried (prefill/decode chips, goodput, attainment, throughput, p90 TTFT and TPOT)."""
+    if plan.disaggregated is False:
+        raise ClusterSpecError("--pd auto: searches prefill/decode splits, but the run is "
+                               "colocated (--colocated)")
+    size = plan.tp * plan.ep * plan.pp
+    rows, runs = [], {}
+    for p in pd_splits(spec.n_chips, size):
+        res = simulate_serving(spec, model, plan, requests, slo=slo, prefill_chips=p, **kw)
+        m = res.metrics
+        rows.append({"prefill_chips": p, "decode_chips": spec.n_chips - p,
+                     "goodput_requests_per_s": m["goodput_requests_per_s"],
+                     "slo_attainment": m["slo_attainment"],
+                     "throughput_requests_per_s": m["throughput_requests_per_s"],
+                     "ttft_p90_s": m["ttft_p90_s"], "tpot_p90_s": m["tpot_p90_s"]})
+        runs[p] = res
+    best = runs[best_split(rows)["prefill_chips"]]
+    best.metrics["pd_auto_splits_tried"] = len(rows)
+    return best, rows

@@ -1,0 +1,128 @@
+"""Predicted versus published MoE serving throughput (``configs/validation/serving_points.yaml``).
+
+Each point is one steady-state iteration of a DeepSeek-V3 deployment timed by the cluster
+model's :class:`~tilewright.dataflow_sim.cluster.IterationCost` (GPU roofline, ``table`` cost
+source) with what the source says the system does: TP1, attention data-parallel over the EP
+ranks, EPLB redundant experts, DeepEP dispatch/combine with per-node dedup and FP8 dispatch, FP8
+weights, two-micro-batch overlap of all-to-all with compute. Attention is the labelled STAND-IN
+(GQA; MLA is not modelled here) and GEMMs run at the preset's BF16 peak (FP8 GEMMs are not
+modelled), so this table measures how far the model is, not a fit. The routing is balanced
+(uniform), as in DeepSeek's profiles.
+
+* ``decode``: ``seqs_per_gpu`` one-token sequences per GPU at ``context`` keys; tokens/s per node
+  = 8 · seqs_per_gpu / iteration seconds.
+* ``prefill``: ``tokens_per_gpu / prompt`` whole prompts per GPU; tokens/s per node =
+  8 · tokens_per_gpu / iteration seconds.
+* ``decode_slo``: the largest batch per GPU (powers of two and midpoints) whose iteration fits
+  the ITL; tokens/s per node at that batch.
+
+Run: ``python benchmarks/serving_validation.py [--json]`` (prints predicted vs published, the
+error and whether the stand-in's KV cache would fit; median/max |error| per set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from tilewright.dataflow_sim.cluster import (ClusterSpec, CollectiveTimer, IterationCost,
+                                             ServePlan, Topology, chip_model)
+from tilewright.dataflow_sim.cluster.moe_serving import standin_attention
+from tilewright.dataflow_sim.cluster.plan import serve_memory
+from tilewright.models.llm_configs import get_config
+
+POINTS = Path(__file__).resolve().parent.parent / "configs" / "validation" / "serving_points.yaml"
+DRAWS = 5          # routing draws averaged per iteration
+
+
+def h800_cluster(nodes: int) -> ClusterSpec:
+    """H800 nodes (serving_points.yaml header: NVLink 160 GB/s, one 50 GB/s NIC per GPU)."""
+    return ClusterSpec.from_dict({
+        "name": f"h800x{8 * nodes}", "chip": {"kind": "gpu", "preset": "h100-sxm"},
+        "nodes": nodes, "chips_per_node": 8,
+        "intra_node": {"topology": "switch", "link_gbps": 160.0, "latency_us": 0.5},
+        "inter_node": {"topology": "fat_tree", "link_gbps": 50.0, "latency_us": 1.0,
+                       "planes": 8, "nodes_per_leaf": 2, "spines": 2}})
+
+
+def _plan(p: dict) -> ServePlan:
+    # the table cost path does not read max_batch_tokens/max_seqs: the batch is given per call
+    return ServePlan(ep=p["ep"], a2a="deepep", dispatch_bytes=1, weight_bytes=1,
+                     redundant_experts=p["redundant_experts"], overlap_a2a=True,
+                     max_batch_tokens=2**20, max_seqs=2**20)
+
+
+def _iteration(cost: IterationCost, q: np.ndarray, c: np.ndarray, ranks: np.ndarray) -> float:
+    return float(np.mean([cost.seconds(q, c, len(q), ranks) for _ in range(DRAWS)]))
+
+
+def _kv_fits(cfg, plan: ServePlan, spec: ClusterSpec, tokens_per_gpu: int) -> bool:
+    mem = serve_memory(plan, chip_model(spec), cfg)
+    return mem["kv_tokens"] >= tokens_per_gpu
+
+
+def predict(p: dict) -> dict:
+    """Predicted tokens/s per node of one point (module docstring)."""
+    cfg, label = standin_attention(get_config(p["model"]))
+    spec, ep = h800_cluster(p["nodes"]), p["ep"]
+    plan = _plan(p)
+    cost = IterationCost(cfg, plan, chip_model(spec), CollectiveTimer(Topology(spec)),
+                         list(range(ep)), cost_source="table", seed=0)
+    if p["phase"] == "prefill":
+        per = p["tokens_per_gpu"] // p["prompt"]
+        q = np.full(per * ep, p["prompt"])
+        t = _iteration(cost, q, q.copy(), np.repeat(np.arange(ep), per))
+        out = {"predicted": 8 * p["tokens_per_gpu"] / t, "iteration_s": t,
+               "kv_fits": _kv_fits(cfg, plan, spec, p["tokens_per_gpu"])}
+    else:
+        def at(b: int) -> float:
+            n = b * ep
+            return _iteration(cost, np.ones(n, np.int64), np.full(n, p["context"]),
+                              np.repeat(np.arange(ep), b))
+        if p["phase"] == "decode":
+            b = p["seqs_per_gpu"]
+        else:
+            sizes = sorted({int(x) for k in range(2, 10) for x in (2**k, 1.5 * 2**k)})
+            fit = [s for s in sizes if at(s) <= p["itl_s"]]
+            b = fit[-1] if fit else sizes[0]
+        t = at(b)
+        out = {"predicted": 8 * b / t, "iteration_s": t, "seqs_per_gpu": b,
+               "kv_fits": _kv_fits(cfg, plan, spec, b * p["context"])}
+    out["attention"] = label
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    points = yaml.safe_load(POINTS.read_text())["points"]
+    rows = []
+    for p in points:
+        r = predict(p)
+        pub = p["published_tokens_per_s_per_node"]
+        rows.append({"point": p["name"], "set": p["set"], "published": pub,
+                     "predicted": round(r["predicted"]), "error": r["predicted"] / pub - 1,
+                     "iteration_ms": r["iteration_s"] * 1e3,
+                     "seqs_per_gpu": r.get("seqs_per_gpu"), "stand-in KV fits": r["kv_fits"]})
+    if args.json:
+        print(json.dumps(rows))
+        return
+    cols = list(rows[0])
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(f"{r[c]:+.1%}" if c == "error" else
+                         f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+    for s in ("calibration", "held_out"):
+        e = [abs(r["error"]) for r in rows if r["set"] == s]
+        if e:
+            print(f"{s}: median |error| {np.median(e):.1%}, max {max(e):.1%} ({len(e)} points)")
+    print("attention: " + str(standin_attention(get_config(points[0]["model"]))[1]))
+
+
+if __name__ == "__main__":
+    main()
