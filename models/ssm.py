@@ -130,7 +130,11 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D:
 
 class MambaBlock(nn.Module):
     """The Mamba mixer (no norm, no residual — see :class:`MambaLayer`). Bias only on the conv and
-    ``dt_proj`` as in the reference implementation."""
+    ``dt_proj`` as in the reference implementation. ``unrolled_scan = True`` (on an instance)
+    runs the scan as the explicit time loop instead of the one-op :func:`ssm_scan` (for checking
+    and for the before/after of ``benchmarks/compile_speed.py``)."""
+
+    unrolled_scan: bool = False
 
     def __init__(self, d_model: int, *, d_state: int = 16, expand: int = 2, d_conv: int = 4,
                  dt_rank: int | None = None, dt_min: float = 1e-3, dt_max: float = 1e-1) -> None:
@@ -193,7 +197,8 @@ class MambaBlock(nn.Module):
             xc = xc + w[:, j:j + 1] * xpad[:, :, j:j + length]
         xc = F.silu(xc.transpose(1, 2))                                # [B, L, Di]
         delta, b_mat, c_mat = self._ssm_params(xc)
-        y, h = selective_scan(xc, delta, -torch.exp(self.A_log), b_mat, c_mat, self.D, ssm_state)
+        y, h = selective_scan(xc, delta, -torch.exp(self.A_log), b_mat, c_mat, self.D, ssm_state,
+                              unrolled=self.unrolled_scan)
         out = self.out_proj(y * F.silu(z))
         return out, xpad[:, :, length - 1:], h
 
