@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from tilewright.models.transformer import RMSNorm
 
-__all__ = ["selective_scan", "ssm_scan", "scan_loop", "MambaBlock", "MambaLayer"]
+__all__ = ["selective_scan", "ssm_scan", "scan_loop", "ssd_scan", "MambaBlock", "MambaLayer"]
 
 
 def scan_loop(a: Tensor, b: Tensor, c: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
@@ -56,9 +56,9 @@ def ssm_scan(a: Tensor, b: Tensor, c: Tensor, h0: Tensor) -> tuple[Tensor, Tenso
     Shapes as in :func:`scan_loop`. The operands are general enough for both scans in use:
 
     * Mamba (v1): ``a = exp(delta ⊗ A)``, ``b = (delta * u) ⊗ B`` (see :func:`selective_scan`);
-    * Mamba-2 SSD (scalar decay per head, ``ngroups = 1``): with heads ``H`` of ``P`` channels,
-      ``Di = H * P``, ``a = exp(dt * A_head)`` broadcast over P and N, ``b = (dt * x) ⊗ B``,
-      ``c = C``; with ``ngroups = G > 1`` one call per group (its heads' channels, its B and C).
+    * Mamba-2 SSD (scalar decay per head): with heads ``H`` of ``P`` channels, ``Di = H * P``,
+      ``a = exp(dt * A_head)`` broadcast over P and N, ``b = (dt * x) ⊗ B``, ``c = C``; with
+      ``ngroups = G > 1`` one call per group (:func:`ssd_scan` does both).
 
     The ``D * u`` skip term is not part of the op. Eager kernel: a loop that writes into
     preallocated outputs; gradients by the reverse recurrence (:func:`_ssm_scan_backward`).
@@ -126,6 +126,44 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D:
     h = h0 if h0 is not None else u.new_zeros(bt, di, A.shape[1])
     y, h = (scan_loop if unrolled else ssm_scan)(d_a, d_bu, C, h)
     return y + u * D, h
+
+
+def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, h0: Tensor | None = None
+             ) -> tuple[Tensor, Tensor]:
+    """Mamba-2's SSD recurrence (scalar decay per head) through :func:`ssm_scan`, one op per
+    group, so ``torch.export`` records ``ngroups`` scan nodes instead of an unrolled loop.
+
+    ``x``: [Bt, L, H, P] (H heads of P channels); ``dt``: [Bt, L, H] (after softplus and bias);
+    ``A``: [H] (negative); ``B``, ``C``: [Bt, L, G, N] with G dividing H (head ``h`` reads group
+    ``h // (H / G)``); ``h0``: [Bt, H, P, N] or None (zeros). Per head, time ``t``::
+
+        h[t] = exp(dt[t] A) * h[t-1] + dt[t] * x[t] ⊗ B[t]       # [P, N]
+        y[t] = h[t] @ C[t]                                          # [P]
+
+    Returns ``(y [Bt, L, H, P], h_last [Bt, H, P, N])``; the ``D * x`` skip term and the gating
+    are the layer's. The decay is expanded to [Bt, L, H/G * P, N] (the scan op's ``a`` operand).
+    """
+    bt, length, heads, p = x.shape
+    groups, n = B.shape[2], B.shape[3]
+    if heads % groups:
+        raise ValueError(f"ssd_scan: {heads} heads do not split into {groups} groups")
+    hg = heads // groups
+    if h0 is None:
+        h0 = x.new_zeros(bt, heads, p, n)
+    decay = torch.exp(dt * A)                                          # [Bt, L, H]
+    dtx = dt[..., None] * x                                            # [Bt, L, H, P]
+    ys, hs = [], []
+    for g in range(groups):
+        heads_g = slice(g * hg, (g + 1) * hg)
+        a = decay[:, :, heads_g, None, None].expand(bt, length, hg, p, n) \
+            .reshape(bt, length, hg * p, n)
+        b = (dtx[:, :, heads_g, :, None] * B[:, :, g, None, None, :]).reshape(bt, length, hg * p, n)
+        y, h = ssm_scan(a, b, C[:, :, g], h0[:, heads_g].reshape(bt, hg * p, n))
+        ys.append(y.reshape(bt, length, hg, p))
+        hs.append(h.reshape(bt, hg, p, n))
+    if groups == 1:
+        return ys[0], hs[0]
+    return torch.cat(ys, dim=2), torch.cat(hs, dim=1)
 
 
 class MambaBlock(nn.Module):
