@@ -190,9 +190,11 @@ class _OpList(list):
             g._add(op)
 
     def remove(self, op: Op) -> None:
-        list.remove(self, op)
-        if (g := self._graph()) is not None:
-            g._drop(op)
+        """Remove ``op`` itself (by identity: two ops can compare equal)."""
+        at = next((i for i, o in enumerate(self) if o is op), None)
+        if at is None:
+            raise ValueError(f"op {op.name} is not in the graph")
+        self.pop(at)
 
     def pop(self, index=-1) -> Op:
         op = list.pop(self, index)
