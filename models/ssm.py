@@ -63,7 +63,7 @@ def ssm_scan(a: Tensor, b: Tensor, c: Tensor, h0: Tensor) -> tuple[Tensor, Tenso
     The ``D * u`` skip term is not part of the op. Eager kernel: a loop that writes into
     preallocated outputs; gradients by the reverse recurrence (:func:`_ssm_scan_backward`).
     """
-    bt, length, di, n = a.shape
+    bt, length, di, _ = a.shape
     y = a.new_empty(bt, length, di)
     h = h0.clone()
     for t in range(length):
@@ -90,10 +90,11 @@ def _ssm_scan_setup(ctx, inputs, output) -> None:
 
 def _ssm_scan_backward(ctx, grad_y: Tensor | None, grad_h: Tensor | None):
     """Reverse recurrence: ``g[t] = grad_y[t] ⊗ c[t] + a[t+1] * g[t+1]`` (``g[L-1]`` adds the
-    h_last gradient); ``da[t] = g[t] * h[t-1]``, ``db[t] = g[t]``, ``dc[t] = sum_Di grad_y[t] h[t]``,
-    ``dh0 = a[0] * g[0]``. The forward states are recomputed (one extra loop)."""
+    h_last gradient); ``da[t] = g[t] * h[t-1]``, ``db[t] = g[t]``,
+    ``dc[t] = sum_Di grad_y[t] h[t]``, ``dh0 = a[0] * g[0]``. The forward states are recomputed
+    (one extra loop)."""
     a, b, c, h0 = ctx.saved_tensors
-    bt, length, di, n = a.shape
+    length = a.shape[1]
     hs = [h0]
     for t in range(length):
         hs.append(a[:, t] * hs[-1] + b[:, t])

@@ -225,7 +225,8 @@ def test_check_refuses_a_stale_index():
 # ---- Mamba-2 SSD through the same op -----------------------------------------------------------
 def _ssd_numpy(x, dt, a_head, b_mat, c_mat, h0):
     """Mamba-2's recurrence per head, element by element (float64)."""
-    x, dt, a_head, b_mat, c_mat, h0 = (t.double().numpy() for t in (x, dt, a_head, b_mat, c_mat, h0))
+    x, dt, a_head, b_mat, c_mat, h0 = (t.double().numpy()
+                                       for t in (x, dt, a_head, b_mat, c_mat, h0))
     bt, length, heads, p = x.shape
     groups, n = b_mat.shape[2:]
     h, y = h0.copy(), np.zeros(x.shape)
