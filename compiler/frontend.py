@@ -26,6 +26,7 @@ from torch.export.graph_signature import InputKind
 from tilewright.compiler.errors import UnsupportedOp
 from tilewright.compiler.ir import Graph, Op, Tensor
 from tilewright.compiler.program import FORMAT_DTYPES
+from tilewright.models.ssm import ssm_scan  # registers torch.ops.tilewright.ssm_scan
 
 __all__ = ["UnsupportedOp", "export_model", "from_exported", "import_model", "calibrate",
            "HANDLERS", "source_of"]
@@ -274,6 +275,18 @@ def _embedding(node: torch.fx.Node, ctx: _Ctx) -> list[Op]:
             Op("reshape", [rows], [node.name], {"shape": list(out.shape)})]
 
 
+def _ssm_scan(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    """``tilewright.ssm_scan(a, b, c, h0) -> (y, h_last)`` (one node for the whole selective scan,
+    :func:`tilewright.models.ssm.ssm_scan`) -> the IR's ``scan`` op, outputs ``<node>_0`` (y) and
+    ``<node>_1`` (h_last), read through ``getitem``."""
+    outs = []
+    for i, v in enumerate(node.meta["val"]):
+        name = f"{node.name}_{i}"
+        ctx.graph.add_tensor(Tensor(name, tuple(v.shape), _FORMATS[v.dtype]))
+        outs.append(name)
+    return Op("scan", [ctx.name(a) for a in node.args[:4]], outs, name=f"{node.name}.scan")
+
+
 def _masked_fill(node: torch.fx.Node, ctx: _Ctx) -> Op:
     return Op("masked_fill", [ctx.name(node.args[0]), ctx.name(node.args[1])], [node.name],
               {"value": float(node.args[2])})
@@ -391,12 +404,13 @@ HANDLERS: dict[Any, Callable[[torch.fx.Node, _Ctx], Op | list[Op]]] = {
     _aten.cat.default: _cat,
     _aten.stack.default: _cat,
     _aten.pad.default: _pad,
+    ssm_scan._opoverload: _ssm_scan,
 }
 
 #: fx targets that produce nothing the compiler needs (runtime checks), skipped
 _SKIP = {_aten._assert_tensor_metadata.default}
 #: targets whose result is a tuple/list read through ``getitem``
-_MULTI = {_aten.topk.default, _aten.chunk.default}
+_MULTI = {_aten.topk.default, _aten.chunk.default, ssm_scan._opoverload}
 
 
 # ---- conversion --------------------------------------------------------------------------------

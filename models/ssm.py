@@ -28,12 +28,95 @@ from torch.nn import functional as F
 
 from tilewright.models.transformer import RMSNorm
 
-__all__ = ["selective_scan", "MambaBlock", "MambaLayer"]
+__all__ = ["selective_scan", "ssm_scan", "scan_loop", "ssd_scan", "MambaBlock", "MambaLayer"]
+
+
+def scan_loop(a: Tensor, b: Tensor, c: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
+    """The linear recurrence as an explicit time loop (the unrolled reference form).
+
+    ``a``, ``b``: [Bt, L, Di, N] decay and input terms; ``c``: [Bt, L, N]; ``h0``: [Bt, Di, N].
+    ``h[t] = a[:, t] * h[t-1] + b[:, t]`` (h[-1] = h0), ``y[:, t] = sum_n h[t][..., n] c[:, t, n]``.
+    Returns ``(y [Bt, L, Di], h[L-1] [Bt, Di, N])``. Under ``torch.export`` this loop unrolls into
+    about six ops per time step (what the ``lower_scan`` pass folds back into one ``scan``).
+    """
+    h = h0
+    ys = []
+    for t in range(a.shape[1]):
+        h = a[:, t] * h + b[:, t]
+        ys.append((h * c[:, t, None, :]).sum(-1))                     # [Bt, Di]
+    return torch.stack(ys, dim=1), h
+
+
+@torch.library.custom_op("tilewright::ssm_scan", mutates_args=())
+def ssm_scan(a: Tensor, b: Tensor, c: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
+    """The same recurrence as :func:`scan_loop`, as ONE torch op (``torch.ops.tilewright.ssm_scan``)
+    so ``torch.export`` records a single node instead of unrolling ``L`` steps; the compiler's
+    frontend maps it to the IR's ``scan`` op (inputs a, b, c, h0; outputs y, h_last).
+
+    Shapes as in :func:`scan_loop`. The operands are general enough for both scans in use:
+
+    * Mamba (v1): ``a = exp(delta ⊗ A)``, ``b = (delta * u) ⊗ B`` (see :func:`selective_scan`);
+    * Mamba-2 SSD (scalar decay per head): with heads ``H`` of ``P`` channels, ``Di = H * P``,
+      ``a = exp(dt * A_head)`` broadcast over P and N, ``b = (dt * x) ⊗ B``, ``c = C``; with
+      ``ngroups = G > 1`` one call per group (:func:`ssd_scan` does both).
+
+    The ``D * u`` skip term is not part of the op. Eager kernel: a loop that writes into
+    preallocated outputs; gradients by the reverse recurrence (:func:`_ssm_scan_backward`).
+    """
+    bt, length, di, _ = a.shape
+    y = a.new_empty(bt, length, di)
+    h = h0.clone()
+    for t in range(length):
+        h = a[:, t] * h + b[:, t]
+        y[:, t] = (h * c[:, t, None, :]).sum(-1)
+    return y, h
+
+
+@ssm_scan.register_fake
+def _ssm_scan_fake(a: Tensor, b: Tensor, c: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
+    bt, length, di, n = a.shape
+    torch._check(b.shape == a.shape, lambda: f"ssm_scan: b {tuple(b.shape)} != a {tuple(a.shape)}")
+    torch._check(c.shape == (bt, length, n), lambda: f"ssm_scan: c {tuple(c.shape)}, want "
+                 f"{(bt, length, n)}")
+    torch._check(h0.shape == (bt, di, n), lambda: f"ssm_scan: h0 {tuple(h0.shape)}, want "
+                 f"{(bt, di, n)}")
+    return a.new_empty(bt, length, di), h0.new_empty(bt, di, n)
+
+
+def _ssm_scan_setup(ctx, inputs, output) -> None:
+    a, b, c, h0 = inputs
+    ctx.save_for_backward(a, b, c, h0)
+
+
+def _ssm_scan_backward(ctx, grad_y: Tensor | None, grad_h: Tensor | None):
+    """Reverse recurrence: ``g[t] = grad_y[t] ⊗ c[t] + a[t+1] * g[t+1]`` (``g[L-1]`` adds the
+    h_last gradient); ``da[t] = g[t] * h[t-1]``, ``db[t] = g[t]``,
+    ``dc[t] = sum_Di grad_y[t] h[t]``, ``dh0 = a[0] * g[0]``. The forward states are recomputed
+    (one extra loop)."""
+    a, b, c, h0 = ctx.saved_tensors
+    length = a.shape[1]
+    hs = [h0]
+    for t in range(length):
+        hs.append(a[:, t] * hs[-1] + b[:, t])
+    gy = torch.zeros_like(a[..., 0]) if grad_y is None else grad_y
+    g = torch.zeros_like(h0) if grad_h is None else grad_h.clone()
+    da, db, dc = torch.empty_like(a), torch.empty_like(b), torch.empty_like(c)
+    for t in reversed(range(length)):
+        g = g + gy[:, t, :, None] * c[:, t, None, :]
+        da[:, t] = g * hs[t]
+        db[:, t] = g
+        dc[:, t] = (gy[:, t, :, None] * hs[t + 1]).sum(1)
+        g = a[:, t] * g
+    return da, db, dc, g
+
+
+ssm_scan.register_autograd(_ssm_scan_backward, setup_context=_ssm_scan_setup)
 
 
 def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tensor,
-                   h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Sequential selective scan, one loop iteration per time step.
+                   h0: Tensor | None = None, *, unrolled: bool = False) -> tuple[Tensor, Tensor]:
+    """Mamba's selective scan: the discretized operands, then the recurrence as one
+    :func:`ssm_scan` op (``unrolled=True``: as the explicit loop :func:`scan_loop`, for checking).
 
     ``u``, ``delta``: [Bt, L, Di]; ``A``: [Di, N]; ``B``, ``C``: [Bt, L, N]; ``D``: [Di];
     ``h0``: [Bt, Di, N] or None (zeros). Returns ``(y [Bt, L, Di], h_last [Bt, Di, N])``.
@@ -42,17 +125,55 @@ def selective_scan(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor, D:
     d_a = torch.exp(delta[..., None] * A)                              # [Bt, L, Di, N]
     d_bu = (delta * u)[..., None] * B[:, :, None, :]                   # [Bt, L, Di, N]
     h = h0 if h0 is not None else u.new_zeros(bt, di, A.shape[1])
-    ys = []
-    for t in range(length):
-        h = d_a[:, t] * h + d_bu[:, t]
-        ys.append((h * C[:, t, None, :]).sum(-1))                     # [Bt, Di]
-    y = torch.stack(ys, dim=1)
+    y, h = (scan_loop if unrolled else ssm_scan)(d_a, d_bu, C, h)
     return y + u * D, h
+
+
+def ssd_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, h0: Tensor | None = None
+             ) -> tuple[Tensor, Tensor]:
+    """Mamba-2's SSD recurrence (scalar decay per head) through :func:`ssm_scan`, one op per
+    group, so ``torch.export`` records ``ngroups`` scan nodes instead of an unrolled loop.
+
+    ``x``: [Bt, L, H, P] (H heads of P channels); ``dt``: [Bt, L, H] (after softplus and bias);
+    ``A``: [H] (negative); ``B``, ``C``: [Bt, L, G, N] with G dividing H (head ``h`` reads group
+    ``h // (H / G)``); ``h0``: [Bt, H, P, N] or None (zeros). Per head, time ``t``::
+
+        h[t] = exp(dt[t] A) * h[t-1] + dt[t] * x[t] ⊗ B[t]       # [P, N]
+        y[t] = h[t] @ C[t]                                          # [P]
+
+    Returns ``(y [Bt, L, H, P], h_last [Bt, H, P, N])``; the ``D * x`` skip term and the gating
+    are the layer's. The decay is expanded to [Bt, L, H/G * P, N] (the scan op's ``a`` operand).
+    """
+    bt, length, heads, p = x.shape
+    groups, n = B.shape[2], B.shape[3]
+    if heads % groups:
+        raise ValueError(f"ssd_scan: {heads} heads do not split into {groups} groups")
+    hg = heads // groups
+    if h0 is None:
+        h0 = x.new_zeros(bt, heads, p, n)
+    decay = torch.exp(dt * A)                                          # [Bt, L, H]
+    dtx = dt[..., None] * x                                            # [Bt, L, H, P]
+    ys, hs = [], []
+    for g in range(groups):
+        heads_g = slice(g * hg, (g + 1) * hg)
+        a = decay[:, :, heads_g, None, None].expand(bt, length, hg, p, n) \
+            .reshape(bt, length, hg * p, n)
+        b = (dtx[:, :, heads_g, :, None] * B[:, :, g, None, None, :]).reshape(bt, length, hg * p, n)
+        y, h = ssm_scan(a, b, C[:, :, g], h0[:, heads_g].reshape(bt, hg * p, n))
+        ys.append(y.reshape(bt, length, hg, p))
+        hs.append(h.reshape(bt, hg, p, n))
+    if groups == 1:
+        return ys[0], hs[0]
+    return torch.cat(ys, dim=2), torch.cat(hs, dim=1)
 
 
 class MambaBlock(nn.Module):
     """The Mamba mixer (no norm, no residual — see :class:`MambaLayer`). Bias only on the conv and
-    ``dt_proj`` as in the reference implementation."""
+    ``dt_proj`` as in the reference implementation. ``unrolled_scan = True`` (on an instance)
+    runs the scan as the explicit time loop instead of the one-op :func:`ssm_scan` (for checking
+    and for the before/after of ``benchmarks/compile_speed.py``)."""
+
+    unrolled_scan: bool = False
 
     def __init__(self, d_model: int, *, d_state: int = 16, expand: int = 2, d_conv: int = 4,
                  dt_rank: int | None = None, dt_min: float = 1e-3, dt_max: float = 1e-1) -> None:
@@ -115,7 +236,8 @@ class MambaBlock(nn.Module):
             xc = xc + w[:, j:j + 1] * xpad[:, :, j:j + length]
         xc = F.silu(xc.transpose(1, 2))                                # [B, L, Di]
         delta, b_mat, c_mat = self._ssm_params(xc)
-        y, h = selective_scan(xc, delta, -torch.exp(self.A_log), b_mat, c_mat, self.D, ssm_state)
+        y, h = selective_scan(xc, delta, -torch.exp(self.A_log), b_mat, c_mat, self.D, ssm_state,
+                              unrolled=self.unrolled_scan)
         out = self.out_proj(y * F.silu(z))
         return out, xpad[:, :, length - 1:], h
 

@@ -1,6 +1,9 @@
 """``lower_scan``: the unrolled selective-scan loop -> one ``scan`` op (chunked by the lowering).
 
-``torch.export`` unrolls the model's time loop (``models/ssm.py``) into, for t = 0 .. L-1::
+The built-in Mamba layers capture their scan as one op (``tilewright::ssm_scan``, which the
+frontend maps straight to ``scan``); this pass is for a model that writes the time loop out (as
+:func:`tilewright.models.ssm.scan_loop` does), which ``torch.export`` unrolls into, for
+t = 0 .. L-1::
 
     h_t = add(mul(select(A, 1, t), h_{t-1}), select(B, 1, t))      # operands in either order
     y_t = reduce_sum(mul(h_t, reshape(select(C, 1, t))), last axis)
