@@ -16,7 +16,9 @@ Data file (default ``configs/validation/cluster_points.yaml``), a mapping with:
   ``held_out``), ``kind`` (``train`` | ``collective`` | ``serve``), ``source`` (URL or paper,
   table, row), ``confirmed`` (false: the figure was not checked against its primary source),
   ``metric``, ``published`` (the number, in the metric's unit) and optional ``note``.
-  Keys starting with ``_`` at the top level are YAML anchors only.
+  ``skip: <reason>`` keeps a point in the table but does not run it (printed as not
+  evaluated; a skipped held-out point counts as missed). Keys starting with ``_`` at the top
+  level are YAML anchors only.
 
   - ``train``: ``cluster``, ``model``, ``plan`` (:class:`~.plan.TrainPlan` fields), optional
     ``simulate`` (plan fields overridden for simulator cost only, e.g. fewer data-parallel
@@ -138,6 +140,8 @@ def evaluate(data: dict, only: set[str] | None = None, which: str | None = None
         base_id = p.get("component_of", p["id"])
         base = next(q for q in data["points"] if q["id"] == base_id)
         t0 = time.perf_counter()
+        if base.get("skip"):
+            runs[base_id] = RuntimeError(f"not evaluated: {base['skip']}")
         if base_id not in runs:
             try:
                 runs[base_id] = run_point(data, base)
@@ -171,7 +175,7 @@ def fit_gemm_efficiency(data: dict, preset: str, grid: list[float]) -> list[tupl
     """(gemm_efficiency, median |error| over the calibration train rows of ``preset``) for each
     value of ``grid`` — the calibration the constant in GPU_PRESETS was chosen from."""
     cal = [p for p in data["points"] if p["set"] == "calibration" and p["kind"] == "train"
-           and "component_of" not in p
+           and "component_of" not in p and not p.get("skip")
            and _cluster(data, p["cluster"]).chip.preset == preset]
     original = GPU_PRESETS[preset]
     out = []
@@ -192,11 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", choices=("calibration", "held_out"))
     ap.add_argument("--fit", action="store_true", help="print the GEMM-efficiency grid fit on "
                     "the calibration rows of each GPU preset")
+    ap.add_argument("--preset", nargs="*", help="--fit: only these presets")
+    ap.add_argument("--grid", nargs="*", type=float, help="--fit: efficiencies to try "
+                    "(default 0.50, 0.55, ..., 1.00)")
     a = ap.parse_args(argv)
     data = load(a.data)
     if a.fit:
-        for preset in GPU_PRESETS:
-            grid = [round(0.5 + 0.05 * i, 2) for i in range(11)]
+        for preset in a.preset or GPU_PRESETS:
+            grid = a.grid or [round(0.5 + 0.05 * i, 2) for i in range(11)]
             res = fit_gemm_efficiency(data, preset, grid)
             if res:
                 best = min(res, key=lambda x: x[1])

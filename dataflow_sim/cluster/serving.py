@@ -76,7 +76,7 @@ from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
-from .costs import ChipModel, chip_model
+from .costs import ChipModel, causal_pairs, chip_model
 from .energy import add_traffic, cluster_energy, serve_iteration_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
@@ -392,6 +392,11 @@ class IterationCost:
             return 0.0
         if self.cost_source == "compiler":
             return self._attention_compiled(q, c)
+        if chip.fused_attention:    # GPU preset: one FlashAttention (varlen) kernel, causal
+            pairs = float(causal_pairs(q, c).sum())
+            return float(chip.attention_seconds(
+                4.0 * dm.hd * dm.h * pairs,
+                self.e * dm.hd * (2 * dm.h * float(q.sum()) + 2 * dm.kv * float(c.sum()))))
         if chip.arch is None:   # roofline: both GEMMs have equal FLOPs and bytes
             s = 2 * chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum()
         else:
@@ -438,7 +443,10 @@ class IterationCost:
                 layer += 2 * self.comm_seconds("all_to_all", T * dm.top_k * dm.d * e)
             moe = n_moe * self.expert_seconds(self.expert_loads(T_total * dm.top_k))
         self._account(q, c, n_logits)
-        return (cfg.n_layers * layer + moe, self.embed_seconds(T_total),
+        # the fixed per-iteration cost (scheduler, sampling; GPU presets) rides on the first
+        # stage's part, once per iteration
+        return (cfg.n_layers * layer + moe,
+                self.embed_seconds(T_total) + self.chip.iteration_overhead_s,
                 self.head_seconds(n_logits))
 
     def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> None:
