@@ -109,6 +109,28 @@ def test_llama3_8b_dp8_fits_on_8_h100_without_recompute():
     assert mem["total_bytes"] < mem["capacity_bytes"]
 
 
+def test_partial_full_recompute_memory_and_cost():
+    """recompute_layers = k of L: k layers keep their input (s·b·h·e), L − k keep the
+    no-recompute activations (sbh·34 with fused attention), plus one layer's working set;
+    backward runs k/L of the forward again."""
+    spec = load_cluster("h100-8x-nvlink")
+    chip = chip_model(spec)
+    s, h = 1024, 4096
+    none = activation_bytes_per_layer(s, 1, h, 32, 1, s, element_bytes=2, fused_attention=True)
+    plan = TrainPlan(dp=8, seq_len=s, micro_batches=2, recompute="full", recompute_layers=8)
+    acts = train_memory(plan, spec, chip, "llama3-8b")[0]["activation_bytes"]
+    assert acts == pytest.approx(1 * (8 * s * h * 2 + 24 * none) + none)
+    full = simulate_training(spec, "llama3-8b", plan.model_copy(update={"recompute_layers": None}))
+    part = simulate_training(spec, "llama3-8b", plan)
+    nonec = simulate_training(spec, "llama3-8b", plan.model_copy(
+        update={"recompute": "none", "recompute_layers": None}))
+    extra_full = full.metrics["compute_s"] - nonec.metrics["compute_s"]
+    extra_part = part.metrics["compute_s"] - nonec.metrics["compute_s"]
+    assert extra_part == pytest.approx(extra_full * 8 / 32, rel=1e-6)
+    with pytest.raises(PlanError, match="recompute_layers"):
+        simulate_training(spec, "llama3-8b", TrainPlan(dp=8, seq_len=s, recompute_layers=4))
+
+
 def test_mfu_parameter_count_matches_the_published_model_size():
     """6·N counts every matmul parameter but the input embedding: Llama-3-8B has 8.03 B
     parameters (model card), of which the 128,256 x 4,096 embedding is not a matmul."""

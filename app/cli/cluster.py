@@ -133,6 +133,9 @@ def cluster(
     virtual_stages: int = typer.Option(1, min=1, help="train: chunks per device (interleaved)"),
     recompute: str = typer.Option("none", help="train: activation recomputation: none | "
                                   "selective (the attention core) | full (each layer)"),
+    recompute_layers: Optional[int] = typer.Option(
+        None, min=1, help="train, with --recompute full: layers per model chunk recomputed "
+        "(Megatron --recompute-num-layers); default all"),
     grad_bucket_mb: float = typer.Option(
         25.0, help="train: DP gradient all-reduce bucket in MiB, overlapped with the backward "
         "(PyTorch DDP's default 25); 0 = one all-reduce after the backward"),
@@ -216,7 +219,8 @@ def cluster(
                              schedule=schedule, virtual_stages=virtual_stages,
                              recompute=recompute, grad_bucket_mb=grad_bucket_mb or None,
                              inlayer_comm=inlayer_comm, seq_parallel=seq_parallel,
-                             zero=3 if fsdp else zero, global_batch=global_batch)
+                             zero=3 if fsdp else zero, global_batch=global_batch,
+                             recompute_layers=recompute_layers)
         else:
             splan = ServePlan(tp=tp, ep=ep, pp=pp, max_batch_tokens=max_batch_tokens,
                               max_seqs=max_seqs,

@@ -28,7 +28,8 @@ the last), N = the data-parallel ranks sharing them (dp·cp; dp·cp/ep for exper
   ``s·b·h/t·(34 + 5·a·s_ctx/h)``; selective recompute drops the ``5·a·s_ctx/h`` term (and so
   does fused FlashAttention-style attention, which never stores the scores); full
   recompute keeps only each layer's input ``2·s·b·h`` (``/t`` with sequence parallelism) plus
-  one layer's full activations as the working set. Mamba layers keep
+  one layer's full activations as the working set; with ``recompute_layers = k`` only k layers
+  of each chunk are recomputed, the others keep the no-recompute activations. Mamba layers keep
   ``s·b·(2·D + 6·d_inner/t + R + 2N)·e`` (:func:`mamba_activation_elems`; scan states
   recomputed).
 * in-flight micro-batches on pipeline rank r: ``min(m, p − r)`` for 1F1B; for the interleaved
@@ -75,6 +76,11 @@ class TrainPlan(BaseModel):
     recompute: Literal["none", "selective", "full"] = Field(
         "none", description="activation recomputation in backward: none, selective (the "
         "attention core, Korthikanti et al. 2022) or full (each layer); true = full, false = none")
+    recompute_layers: Optional[int] = Field(
+        None, ge=1, description="with recompute full: layers of each model chunk (a pipeline "
+        "stage when not interleaved) that are recomputed, the others keep their activations "
+        "(Megatron --recompute-num-layers, block method; torchtitan's selective layer AC is "
+        "every other layer); None: all")
     zero: Literal[0, 1, 2, 3] = Field(
         1, description="ZeRO stage over the data-parallel ranks: 0 none, 1 optimizer state, "
         "2 + gradients, 3 + parameters (= FSDP FULL_SHARD)")
@@ -242,6 +248,15 @@ def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -
     if plan.seq_parallel and plan.tp == 1:
         raise PlanError(f"{where}: seq_parallel splits activations over the TP ranks and needs "
                         "tp > 1 (got tp=1); accepted: tp ≥ 2 or no seq_parallel")
+    if plan.recompute_layers is not None:
+        chunk = cfg.n_layers // (plan.pp * plan.virtual_stages) if cfg.n_layers % (
+            plan.pp * plan.virtual_stages) == 0 else None
+        if plan.recompute != "full":
+            raise PlanError(f"{where}: recompute_layers = {plan.recompute_layers} needs "
+                            f"recompute = full (got {plan.recompute})")
+        if chunk is not None and plan.recompute_layers > chunk:
+            raise PlanError(f"{where}: recompute_layers = {plan.recompute_layers} > the "
+                            f"{chunk} layers of a model chunk")
     if plan.recompute == "selective" and isinstance(cfg, MambaConfig):
         raise PlanError(f"{where}: recompute = selective recomputes the attention core; the "
                         f"Mamba model {cfg.name} has none (accepted: none, full)")
@@ -367,7 +382,11 @@ def train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
         if plan.recompute == "full" or isinstance(cfg, MambaConfig):
             per = s_l * b * D * e * (1 / t if plan.seq_parallel else 1) \
                 if plan.recompute == "full" else full
-            acts = chunks * L_chunk * per + (full if plan.recompute == "full" else 0.0)
+            n_rc = L_chunk if plan.recompute_layers is None else plan.recompute_layers
+            if plan.recompute != "full":
+                n_rc = L_chunk
+            acts = chunks * (n_rc * per + (L_chunk - n_rc) * full) \
+                + (full if plan.recompute == "full" else 0.0)
         else:
             acts = chunks * L_chunk * stored
         out.append({"rank": r, "params": p_dense + p_exp, "states_bytes": states + gathered,

@@ -176,9 +176,11 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
     fc, fm = sums(table[table.phase == "forward"])
     bc, bm = sums(table[table.phase == "backward"])
     layer_parts = _parts(table)
-    if plan.recompute == "full":
-        bc, bm, bw = bc + fc, bm + fm, bw + fw
-        layer_parts = _add(layer_parts, _parts(table[table.phase == "forward"]))
+    frac = recompute_fraction(plan, cfg)
+    if plan.recompute == "full":       # the recomputed layers' forward again in backward
+        bc, bm, bw = bc + frac * fc, bm + frac * fm, bw + frac * fw
+        layer_parts = _add(layer_parts, {k: frac * x for k, x in
+                                         _parts(table[table.phase == "forward"]).items()})
     elif plan.recompute == "selective" and not chip.fused_attention:
         # the attention core's forward again in backward (fused attention already recomputes
         # its scores inside its backward kernel: nothing to add)
@@ -284,16 +286,31 @@ def model_flops_per_token(cfg: LLMConfig, seq_len: int) -> tuple[float, str]:
                             f"s = {seq_len}")
 
 
-def _per_layer_comm(table: pd.DataFrame, fwd: bool, recompute: bool
+def recompute_fraction(plan: TrainPlan, cfg: LLMConfig) -> float:
+    """Share of the layers whose forward runs again in backward: 1 for full recompute of every
+    layer, ``recompute_layers / layers per chunk`` for a partial one, else 0 (selective
+    recompute is costed per op in :func:`stage_costs`)."""
+    if plan.recompute != "full":
+        return 0.0
+    if plan.recompute_layers is None:
+        return 1.0
+    return plan.recompute_layers / (cfg.n_layers // (plan.pp * plan.virtual_stages))
+
+
+def _per_layer_comm(table: pd.DataFrame, fwd: bool, recompute: float
                     ) -> dict[tuple[str, str], tuple[float, int]]:
-    """(collective, group) -> (bytes per layer, collectives per layer) of one direction."""
+    """(collective, group) -> (bytes per layer, collectives per layer) of one direction; the
+    backward carries ``recompute`` (a share of the layers) times the forward's collectives
+    again, their count rounded."""
     comm = table[table.kind == "comm"]
-    phases = ["forward"] if fwd else (["backward", "forward"] if recompute else ["backward"])
+    phases = [("forward", 1.0)] if fwd else [("backward", 1.0), ("forward", float(recompute))]
     out: dict[tuple[str, str], tuple[float, int]] = {}
-    for ph in phases:
+    for ph, w in phases:
+        if w <= 0:
+            continue
         for r in comm[comm.phase == ph].itertuples():
             nb, cnt = out.get((r.collective, r.group), (0.0, 0))
-            out[(r.collective, r.group)] = (nb + r.comm_bytes, cnt + 1)
+            out[(r.collective, r.group)] = (nb + w * r.comm_bytes, cnt + max(1, round(w)))
     return out
 
 
@@ -375,7 +392,7 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     stats = defaultdict(float)              # (d, r, key) -> seconds
     n_chunk = cfg.n_layers // V
     on_net = plan.inlayer_comm == "network"
-    per_layer = {f: _per_layer_comm(table, f, plan.recompute == "full") for f in (True, False)}
+    per_layer = {f: _per_layer_comm(table, f, recompute_fraction(plan, cfg)) for f in (True, False)}
     algo = {"all_reduce": plan.allreduce_algo, "all_to_all": plan.alltoall_algo}
     intercepts: dict[tuple, float] = {}
 
@@ -576,7 +593,8 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
                                      "+ exposed_comm_s + bubble_s + idle_s = step_s (means "
                                      "over pipeline ranks; each rank's parts sum to step_s)"},
         "overlapped_comm_s": grad_overlapped + fsdp_hidden,
-        "zero": plan.zero, "recompute": plan.recompute, "seq_parallel": plan.seq_parallel,
+        "zero": plan.zero, "recompute": plan.recompute,
+        "recompute_layers": plan.recompute_layers, "seq_parallel": plan.seq_parallel,
         "memory_peak_gib": max(x["total_bytes"] for x in mem) / 2**30,
         "memory_capacity_gib": chip.hbm_bytes / 2**30,
         "network_messages": net.messages, "collective_phase_runs": timer.runs,
