@@ -96,7 +96,7 @@ GPU_PRESETS: dict[str, GpuPreset] = {
                                hbm_bytes_per_s=2.039e12, hbm_gib=80e9 / 2**30,
                                tdp_w=400.0, idle_w=0.2 * 400.0,
                                source="NVIDIA A100 datasheet, 80GB SXM", sms=108,
-                               cta_tile=(128, 128), gemm_efficiency=0.65,
+                               cta_tile=(128, 128), gemm_efficiency=0.60,
                                attention_efficiency=0.65, hbm_efficiency=0.88,
                                kernel_launch_s=4e-6, iteration_overhead_s=2.0e-3),
 }
