@@ -219,6 +219,14 @@ def test_micro_batches_for_global_batch():
     assert micro_batches_for(64, 8, 2) == 4
     with pytest.raises(PlanError, match="multiple of"):
         micro_batches_for(12, 8, 1)
+    # a plan (or a sweep point) with the global batch and no micro_batches derives them
+    assert TrainPlan(dp=4, global_batch=64, micro_batch_size=2).micro_batches == 8
+    assert TrainPlan(dp=8, global_batch=64, micro_batch_size=2).micro_batches == 4
+    with pytest.raises(ValueError, match="not a multiple"):
+        TrainPlan(dp=8, global_batch=12)
+    with pytest.raises(PlanError, match="global_batch = 64"):      # contradicting counts
+        simulate_training(load_cluster("h100-8x-nvlink"), "llama3-8b",
+                          TrainPlan(dp=8, global_batch=64, micro_batches=2, seq_len=256))
 
 
 def test_validation_data_file_is_well_formed():

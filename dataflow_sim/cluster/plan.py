@@ -90,8 +90,9 @@ class TrainPlan(BaseModel):
         False, description="Megatron sequence parallelism over the TP ranks (needs tp > 1): "
         "activations and norms split by tp, TP all-reduces become reduce-scatter + all-gather")
     global_batch: Optional[int] = Field(
-        None, ge=1, description="sequences per step; when set it must equal "
-        "dp·micro_batches·micro_batch_size (see micro_batches_for)")
+        None, ge=1, description="sequences per step held fixed: without micro_batches, "
+        "micro_batches = global_batch / (dp·micro_batch_size) (sweeps over dp keep the batch); "
+        "with it, dp·micro_batches·micro_batch_size must equal it")
     optimizer_bytes_per_param: float = Field(12.0, ge=0, description="bytes/param of optimizer state")
     embedding_and_head: bool = Field(True, description="cost the embedding and LM head")
     allreduce_algo: Literal["ring", "tree"] = "ring"
@@ -108,6 +109,25 @@ class TrainPlan(BaseModel):
     @classmethod
     def _recompute_bool(cls, v: Any) -> Any:
         return {True: "full", False: "none"}.get(v, v) if isinstance(v, bool) else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _micro_batches_from_global(cls, data: Any) -> Any:
+        """``global_batch`` without ``micro_batches`` (a plan or a sweep point that holds the
+        global batch fixed while dp changes): micro_batches = global_batch / (dp·b)."""
+        if isinstance(data, dict) and data.get("global_batch") is not None \
+                and data.get("micro_batches") is None:
+            try:
+                gb, dp = int(data["global_batch"]), int(data.get("dp", 1))
+                b = int(data.get("micro_batch_size", 1))
+            except (TypeError, ValueError):
+                return data         # the field validators name the bad value
+            if gb >= 1 and dp >= 1 and b >= 1:
+                if gb % (dp * b):
+                    raise ValueError(f"global_batch = {gb} is not a multiple of dp·"
+                                     f"micro_batch_size = {dp}·{b} = {dp * b}")
+                data = {**data, "micro_batches": gb // (dp * b)}
+        return data
 
     @model_validator(mode="before")
     @classmethod
