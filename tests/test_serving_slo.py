@@ -95,11 +95,15 @@ def test_power_cap_clock_model_and_its_effect_on_prefill_and_decode():
 
     def it(c):
         return IterationCost(cfg, ServePlan(), c, timer, [0], cost_source="table")
-    one_tok = (np.array([1]), np.array([512]), 1)               # decode: memory-bound roofline
-    assert it(capped).seconds(*one_tok) == pytest.approx(it(chip).seconds(*one_tok), rel=1e-12)
-    # a compute-bound GEMM slows by exactly the clock ratio
-    assert capped.gemm_seconds(4096, 4096, 14336)[()] == pytest.approx(
-        chip.gemm_seconds(4096, 4096, 14336)[()] / r, rel=1e-12)
+    one_tok = (np.array([1]), np.array([512]), 1)               # decode: memory-bound
+    # (a one-row GEMM still runs whole 128-row tensor-core tiles, costs.py: at half the clock
+    # those tiles come close to the HBM time, so decode may slow a little, never by 1/r)
+    decode_slow = it(capped).seconds(*one_tok) / it(chip).seconds(*one_tok)
+    assert 1.0 <= decode_slow < 1.05
+    # a compute-bound GEMM slows by exactly the clock ratio (its launch, on the host, does not)
+    launch = chip.launch_s
+    assert capped.gemm_seconds(4096, 4096, 14336)[()] - launch == pytest.approx(
+        (chip.gemm_seconds(4096, 4096, 14336)[()] - launch) / r, rel=1e-12)
     big = (np.array([4096]), np.array([4096]), 1)   # prefill: GEMMs compute-bound, norms are not
     slow = it(capped).seconds(*big) / it(chip).seconds(*big)
     assert 1.2 < slow <= 1 / r + 1e-9

@@ -108,15 +108,34 @@ def cluster(
                            "auto = chips / (tp·pp·sp)"),
     tp: int = typer.Option(1, min=1, help="tensor-parallel degree"),
     pp: int = typer.Option(1, min=1, help="pipeline stages (serve: per replica)"),
-    sp: int = typer.Option(1, min=1, help="train: sequence (context) parallel degree"),
+    cp: Optional[int] = typer.Option(None, "--cp", min=1, help="train: context-parallel degree "
+                                     "(the sequence split over ranks, K/V all-gathered)"),
+    sp: Optional[int] = typer.Option(None, "--sp", min=1, help="train: DEPRECATED name of --cp "
+                                     "(context parallelism; Megatron sequence parallelism is "
+                                     "--seq-parallel)"),
+    seq_parallel: bool = typer.Option(False, "--seq-parallel/--no-seq-parallel",
+                                      help="train: Megatron sequence parallelism over the TP "
+                                      "ranks (needs --tp ≥ 2)"),
+    zero: int = typer.Option(1, "--zero", min=0, max=3, help="train: ZeRO stage over the "
+                             "data-parallel ranks (0 none, 1 optimizer, 2 + gradients, "
+                             "3 + parameters = FSDP)"),
+    fsdp: bool = typer.Option(False, "--fsdp", help="train: FSDP full sharding (= --zero 3)"),
+    global_batch: Optional[int] = typer.Option(
+        None, "--global-batch", min=1, help="train: sequences per step held fixed; "
+        "micro-batches = global batch / (dp · micro-batch size)"),
     ep: int = typer.Option(1, min=1, help="expert-parallel degree"),
-    micro_batches: int = typer.Option(8, min=1, help="train: micro-batches per step"),
+    micro_batches: Optional[int] = typer.Option(None, min=1, help="train: micro-batches per "
+                                                "step (default 8, or from --global-batch)"),
     micro_batch_size: int = typer.Option(1, min=1, help="train: sequences per micro-batch"),
     seq_len: int = typer.Option(4096, "--seq", min=1, help="train: tokens per sequence "
                                 "(--seq-len is deprecated)"),
     schedule: str = typer.Option("1f1b", help="train: 1f1b | interleaved"),
     virtual_stages: int = typer.Option(1, min=1, help="train: chunks per device (interleaved)"),
-    recompute: bool = typer.Option(False, help="train: full activation recomputation"),
+    recompute: str = typer.Option("none", help="train: activation recomputation: none | "
+                                  "selective (the attention core) | full (each layer)"),
+    recompute_layers: Optional[int] = typer.Option(
+        None, min=1, help="train, with --recompute full: layers per model chunk recomputed "
+        "(Megatron --recompute-num-layers); default all"),
     grad_bucket_mb: float = typer.Option(
         25.0, help="train: DP gradient all-reduce bucket in MiB, overlapped with the backward "
         "(PyTorch DDP's default 25); 0 = one all-reduce after the backward"),
@@ -186,6 +205,8 @@ def cluster(
         SLO, ClusterSpecError, ServePlan, TrainPlan, auto_dp, load_cluster, load_request_trace,
         parse_pd, poisson_requests, search_pd_split, simulate_serving, simulate_training,
         timeline_summary)
+    from tilewright.dataflow_sim.cluster.plan import \
+        micro_batches_for  # noqa: PLC0415  (lazy: pulls in pydantic models)
     if mode not in (None, "train", "serve"):
         raise ClusterSpecError(f"--mode = {mode!r}: must be one of 'train', 'serve'")
     spec = load_cluster(cluster)
@@ -195,6 +216,16 @@ def cluster(
                     if spec.pools is not None else "no prefill/decode pools")
     try:
         if mode == "train":
+            if sp is not None:
+                LOGGER.warning("cluster: --sp is deprecated; it means context parallelism, now "
+                               "--cp (Megatron sequence parallelism is --seq-parallel)")
+                if cp is not None and cp != sp:
+                    raise ClusterSpecError(f"--sp = {sp} contradicts --cp = {cp}: --sp is the "
+                                           "deprecated name of --cp; give only --cp")
+            sp = cp if cp is not None else (sp if sp is not None else 1)
+            if fsdp and zero not in (1, 3):
+                raise ClusterSpecError(f"--fsdp contradicts --zero = {zero}: FSDP full "
+                                       "sharding is ZeRO stage 3; give one of them")
             if dp == "auto":
                 dp_n = auto_dp(spec, tp, pp, sp)
                 LOGGER.info("cluster: --dp auto = %d chips / (tp·pp·sp = %d) = %d",
@@ -203,11 +234,22 @@ def cluster(
                 dp_n = int(dp)
             else:
                 raise ClusterSpecError(f"--dp = {dp!r}: must be a whole number ≥ 1 or auto")
-            plan = TrainPlan(dp=dp_n, tp=tp, pp=pp, sp=sp, ep=ep, micro_batches=micro_batches,
+            if global_batch is not None:
+                m_n = micro_batches_for(global_batch, dp_n, micro_batch_size)
+                if micro_batches is not None and micro_batches != m_n:
+                    raise ClusterSpecError(
+                        f"--micro-batches = {micro_batches} contradicts --global-batch = "
+                        f"{global_batch}: dp·micro-batch size = {dp_n}·{micro_batch_size} "
+                        f"gives {m_n} micro-batches; give one of them")
+            else:
+                m_n = micro_batches if micro_batches is not None else 8
+            plan = TrainPlan(dp=dp_n, tp=tp, pp=pp, sp=sp, ep=ep, micro_batches=m_n,
                              micro_batch_size=micro_batch_size, seq_len=seq_len,
                              schedule=schedule, virtual_stages=virtual_stages,
                              recompute=recompute, grad_bucket_mb=grad_bucket_mb or None,
-                             inlayer_comm=inlayer_comm)
+                             inlayer_comm=inlayer_comm, seq_parallel=seq_parallel,
+                             zero=3 if fsdp else zero, global_batch=global_batch,
+                             recompute_layers=recompute_layers)
         else:
             splan = ServePlan(tp=tp, ep=ep, pp=pp, max_batch_tokens=max_batch_tokens,
                               max_seqs=max_seqs,
@@ -309,8 +351,19 @@ def cluster(
         print(json.dumps(clean))
         return
     print_table(f"{metrics['mode']}: {metrics['model']} on {metrics['cluster']}",
-                ["metric", "value"], [[k, v] for k, v in clean.items()], console)
+                ["metric", "value"], [[k, v] for k, v in _flat(clean).items()], console)
     if mode == "serve" and splits:
         cols = list(splits[0])
         print_table("--pd auto: prefill/decode splits tried (highest goodput chosen)", cols,
                     [[r[c] for c in cols] for r in splits], console)
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    """Nested metric dicts (``components``) as dotted rows for the table view."""
+    out: dict = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

@@ -59,6 +59,15 @@ class GpuPreset(BaseModel):
     tdp_w: float = 0.0      # W, maximum thermal design power of the board (GPU + HBM)
     idle_w: float = 0.0     # W, the board powered and idle (an assumption, see GPU_PRESETS)
     source: str = ""
+    # achieved-efficiency model (:mod:`.costs`; the constants table with each one's provenance
+    # is in that module's docstring)
+    sms: int = 0                        # streaming multiprocessors (GEMM wave quantization)
+    cta_tile: tuple[int, int] = (128, 128)   # GEMM output tile (rows, cols) of one CTA
+    gemm_efficiency: float = 1.0        # in-training achieved fraction of tensor_flops (fitted)
+    attention_efficiency: float = 1.0   # fused (FlashAttention) achieved fraction of tensor_flops
+    hbm_efficiency: float = 1.0         # achievable fraction of hbm_bytes_per_s
+    kernel_launch_s: float = 0.0        # s, fixed cost of one kernel (launch + tail)
+    iteration_overhead_s: float = 0.0   # s, serving: scheduler + sampling per iteration
 
 
 # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): BF16 989 TFLOP/s dense (1,979 with
@@ -80,11 +89,16 @@ class GpuPreset(BaseModel):
 GPU_PRESETS: dict[str, GpuPreset] = {
     "h100-sxm": GpuPreset(tensor_flops=989e12, vector_flops=67e12, hbm_bytes_per_s=3.35e12,
                           hbm_gib=80e9 / 2**30, tdp_w=700.0, idle_w=0.2 * 700.0,
-                          source="NVIDIA H100 datasheet, SXM5"),
+                          source="NVIDIA H100 datasheet, SXM5", sms=132, cta_tile=(128, 256),
+                          gemm_efficiency=0.90, attention_efficiency=0.50, hbm_efficiency=0.90,
+                          kernel_launch_s=4e-6, iteration_overhead_s=2.0e-3),
     "a100-sxm-80gb": GpuPreset(tensor_flops=312e12, vector_flops=19.5e12,
                                hbm_bytes_per_s=2.039e12, hbm_gib=80e9 / 2**30,
                                tdp_w=400.0, idle_w=0.2 * 400.0,
-                               source="NVIDIA A100 datasheet, 80GB SXM"),
+                               source="NVIDIA A100 datasheet, 80GB SXM", sms=108,
+                               cta_tile=(128, 128), gemm_efficiency=0.60,
+                               attention_efficiency=0.65, hbm_efficiency=0.88,
+                               kernel_launch_s=4e-6, iteration_overhead_s=2.0e-3),
 }
 
 

@@ -7,25 +7,44 @@ and DeepSpeed-MoE.
 Mamba models: TP must divide ``d_inner``; SP and EP are refused. Serving memory holds a
 recurrent state per sequence (:func:`mamba_state_bytes`) instead of a KV cache.
 
-Training memory per chip (bytes), ``e`` = the chip's element size:
+Training memory per chip (bytes), ``e`` = the chip's element size, Ψ = this chip's parameters
+(this stage's layers, experts sharded by EP, all by TP; embedding on the first stage, LM head on
+the last), N = the data-parallel ranks sharing them (dp·cp; dp·cp/ep for experts), K =
+``optimizer_bytes_per_param`` (12: fp32 master + Adam m, v — ZeRO paper, Rajbhandari et al.
+2020, §3.1), :func:`zero_state_bytes`:
 
-* parameters P (this stage's layers, experts sharded by EP, all by TP; embedding on the first
-  stage, LM head on the last) × (``e`` weights + ``e`` gradients) + P × ``optimizer_bytes_per_param``
-  (12: fp32 master + Adam m, v — ZeRO paper) divided by the data-parallel degree with ``zero1``.
-* activations per layer per in-flight micro-batch, Korthikanti et al. 2022 ("Reducing activation
-  recomputation", Table 2, tensor-parallel row), scaled from 16-bit to ``e`` bytes:
-  ``s·b·D·(10 + 24/t + 5·a·s_kv/(D·t))·e/2`` with s the local sequence; full recomputation keeps
-  only each layer's input ``s·b·D·e`` plus one layer's full activations. Mamba layers keep
-  ``s·b·(2·D + 6·d_inner/t + R + 2N)·e`` (:func:`mamba_activation_elems`; scan states recomputed).
+* ZeRO-0 (plain DDP): ``Ψ·e + Ψ·e + K·Ψ``; ZeRO-1: ``2Ψ·e + K·Ψ/N``; ZeRO-2:
+  ``Ψ·e + (Ψ·e + K·Ψ)/N``; ZeRO-3 = FSDP FULL_SHARD: ``(2Ψ·e + K·Ψ)/N`` plus the gathered
+  working set (the current and the prefetched layer's full weights, ``2·layer·e``).
+  Gradient traffic: ZeRO-0/1 all-reduce the gradients; ZeRO-2 reduce-scatters them and
+  all-gathers the updated parameters (the same ring volume); ZeRO-3 also all-gathers each
+  layer's parameters before its forward and its backward (prefetched: only what exceeds the
+  layer's compute is exposed).
+* activations per layer per in-flight micro-batch, Korthikanti et al. 2022 ("Reducing
+  Activation Recomputation in Large Transformer Models", arXiv:2205.05198, Table 2), written
+  for 16-bit elements and scaled by ``e/2`` (:func:`activation_bytes_per_layer`); s the local
+  sequence (seq/cp), b the micro-batch, h = D, a heads, t = tp, s_ctx the full sequence:
+  no recompute ``s·b·h·(10 + 24/t + 5·a·s_ctx/(h·t))``; with Megatron sequence parallelism
+  ``s·b·h/t·(34 + 5·a·s_ctx/h)``; selective recompute drops the ``5·a·s_ctx/h`` term (and so
+  does fused FlashAttention-style attention, which never stores the scores); full
+  recompute keeps only each layer's input ``2·s·b·h`` (``/t`` with sequence parallelism) plus
+  one layer's full activations as the working set; with ``recompute_layers = k`` only k layers
+  of each chunk are recomputed, the others keep the no-recompute activations. Mamba layers keep
+  ``s·b·(2·D + 6·d_inner/t + R + 2N)·e`` (:func:`mamba_activation_elems`; scan states
+  recomputed).
 * in-flight micro-batches on pipeline rank r: ``min(m, p − r)`` for 1F1B; for the interleaved
   schedule the warm-up depth + 1 in chunks: ``min(m·v, 2(p − r − 1) + (v − 1)·p + 1)``.
+
+Naming: ``sp`` is context parallelism (the sequence split over ranks, K/V all-gathered; ``cp``
+in Megatron and torchtitan); ``seq_parallel`` is Megatron's sequence parallelism (norms and
+dropouts split over the TP ranks, TP all-reduces become reduce-scatter + all-gather).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tilewright.models.llm_configs import (DeepSeekConfig, LlamaConfig, LLMConfig, MambaConfig,
                                            MoEConfig, get_config)
@@ -35,7 +54,9 @@ from .costs import ChipModel
 from .workload import Shard, dims_of
 
 __all__ = ["TrainPlan", "ServePlan", "auto_dp", "validate_train", "train_memory", "validate_serve",
-           "serve_memory", "kv_bytes_per_token", "layer_params", "mamba_state_bytes", "mamba_activation_elems", "GIB"]
+           "serve_memory", "kv_bytes_per_token", "layer_params", "mamba_state_bytes",
+           "mamba_activation_elems", "GIB", "zero_state_bytes", "activation_bytes_per_layer",
+           "micro_batches_for"]
 
 GIB = 2**30
 
@@ -54,8 +75,26 @@ class TrainPlan(BaseModel):
     seq_len: int = Field(4096, ge=1, description="tokens per sequence (s)")
     schedule: Literal["1f1b", "interleaved"] = "1f1b"
     virtual_stages: int = Field(1, ge=1, description="model chunks per device (interleaved: v ≥ 2)")
-    recompute: bool = Field(False, description="full activation recomputation in backward")
-    zero1: bool = Field(True, description="shard optimizer state over data-parallel ranks")
+    recompute: Literal["none", "selective", "full"] = Field(
+        "none", description="activation recomputation in backward: none, selective (the "
+        "attention core, Korthikanti et al. 2022) or full (each layer); true = full, false = none")
+    recompute_layers: Optional[int] = Field(
+        None, ge=1, description="with recompute full: layers of each model chunk (a pipeline "
+        "stage when not interleaved) that are recomputed, the others keep their activations "
+        "(Megatron --recompute-num-layers, block method; torchtitan's selective layer AC is "
+        "every other layer); None: all")
+    zero: Literal[0, 1, 2, 3] = Field(
+        1, description="ZeRO stage over the data-parallel ranks: 0 none, 1 optimizer state, "
+        "2 + gradients, 3 + parameters (= FSDP FULL_SHARD)")
+    zero1: Optional[bool] = Field(
+        None, description="DEPRECATED: true = zero 1, false = zero 0; use zero")
+    seq_parallel: bool = Field(
+        False, description="Megatron sequence parallelism over the TP ranks (needs tp > 1): "
+        "activations and norms split by tp, TP all-reduces become reduce-scatter + all-gather")
+    global_batch: Optional[int] = Field(
+        None, ge=1, description="sequences per step held fixed: without micro_batches, "
+        "micro_batches = global_batch / (dp·micro_batch_size) (sweeps over dp keep the batch); "
+        "with it, dp·micro_batches·micro_batch_size must equal it")
     optimizer_bytes_per_param: float = Field(12.0, ge=0, description="bytes/param of optimizer state")
     embedding_and_head: bool = Field(True, description="cost the embedding and LM head")
     allreduce_algo: Literal["ring", "tree"] = "ring"
@@ -68,13 +107,49 @@ class TrainPlan(BaseModel):
         "network", description="TP/SP/EP collectives on the shared network with pipeline and "
         "gradient traffic ('network'), or as separately simulated phases ('phase')")
 
+    @field_validator("recompute", mode="before")
+    @classmethod
+    def _recompute_bool(cls, v: Any) -> Any:
+        return {True: "full", False: "none"}.get(v, v) if isinstance(v, bool) else v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _micro_batches_from_global(cls, data: Any) -> Any:
+        """``global_batch`` without ``micro_batches`` (a plan or a sweep point that holds the
+        global batch fixed while dp changes): micro_batches = global_batch / (dp·b)."""
+        if isinstance(data, dict) and data.get("global_batch") is not None \
+                and data.get("micro_batches") is None:
+            try:
+                gb, dp = int(data["global_batch"]), int(data.get("dp", 1))
+                b = int(data.get("micro_batch_size", 1))
+            except (TypeError, ValueError):
+                return data         # the field validators name the bad value
+            if gb >= 1 and dp >= 1 and b >= 1:
+                if gb % (dp * b):
+                    raise ValueError(f"global_batch = {gb} is not a multiple of dp·"
+                                     f"micro_batch_size = {dp}·{b} = {dp * b}")
+                data = {**data, "micro_batches": gb // (dp * b)}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _zero1_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("zero1") is not None:
+            old = 1 if data["zero1"] else 0
+            if "zero" in data and data["zero"] != old:
+                raise ValueError(f"zero1 = {data['zero1']} contradicts zero = {data['zero']}; "
+                                 "drop the deprecated zero1")
+            data = {**data, "zero": old, "zero1": None}
+        return data
+
     @property
     def shard(self) -> Shard:
         return Shard(tp=self.tp, sp=self.sp, ep=self.ep)
 
     def label(self) -> str:
         return (f"dp={self.dp} tp={self.tp} pp={self.pp} sp={self.sp} ep={self.ep} "
-                f"m={self.micro_batches}")
+                f"m={self.micro_batches}" + (" seq-parallel" if self.seq_parallel else "")
+                + (f" zero={self.zero}" if self.zero != 1 else ""))
 
 
 class ServePlan(BaseModel):
@@ -228,11 +303,80 @@ def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -
         raise PlanError(f"{where}: sp={plan.sp} does not divide seq_len = {plan.seq_len}")
     if (plan.dp * plan.sp) % plan.ep:
         raise PlanError(f"{where}: ep={plan.ep} must divide dp·sp = {plan.dp * plan.sp}")
+    if plan.seq_parallel and plan.tp == 1:
+        raise PlanError(f"{where}: seq_parallel splits activations over the TP ranks and needs "
+                        "tp > 1 (got tp=1); accepted: tp ≥ 2 or no seq_parallel")
+    if plan.recompute_layers is not None:
+        chunk = cfg.n_layers // (plan.pp * plan.virtual_stages) if cfg.n_layers % (
+            plan.pp * plan.virtual_stages) == 0 else None
+        if plan.recompute != "full":
+            raise PlanError(f"{where}: recompute_layers = {plan.recompute_layers} needs "
+                            f"recompute = full (got {plan.recompute})")
+        if chunk is not None and plan.recompute_layers > chunk:
+            raise PlanError(f"{where}: recompute_layers = {plan.recompute_layers} > the "
+                            f"{chunk} layers of a model chunk")
+    if plan.recompute == "selective" and isinstance(cfg, MambaConfig):
+        raise PlanError(f"{where}: recompute = selective recomputes the attention core; the "
+                        f"Mamba model {cfg.name} has none (accepted: none, full)")
+    if plan.seq_parallel and isinstance(cfg, MambaConfig):
+        raise PlanError(f"{where}: seq_parallel is modelled for attention decoders only, not "
+                        f"the Mamba model {cfg.name}")
+    if plan.global_batch is not None:
+        got = plan.dp * plan.micro_batches * plan.micro_batch_size
+        if got != plan.global_batch:
+            raise PlanError(f"{where}: global_batch = {plan.global_batch} sequences but "
+                            f"dp·micro_batches·micro_batch_size = {plan.dp}·"
+                            f"{plan.micro_batches}·{plan.micro_batch_size} = {got}")
     used = plan.dp * plan.tp * plan.pp * plan.sp
     if used != spec.n_chips:
         raise PlanError(f"{where}: dp·tp·pp·sp = {plan.dp}·{plan.tp}·{plan.pp}·{plan.sp} = {used} "
                         f"chips but cluster {spec.name} has {spec.n_chips}")
     return cfg
+
+
+def micro_batches_for(global_batch: int, dp: int, micro_batch_size: int) -> int:
+    """Micro-batches per replica that hold the global batch fixed:
+    ``global_batch / (dp·micro_batch_size)``; PlanError when that is not a whole number ≥ 1."""
+    per = dp * micro_batch_size
+    if global_batch < per or global_batch % per:
+        raise PlanError(f"global_batch = {global_batch}: must be a multiple of dp·"
+                        f"micro_batch_size = {dp}·{micro_batch_size} = {per} (sequences per "
+                        "step split evenly over the replicas' micro-batches)")
+    return global_batch // per
+
+
+def zero_state_bytes(params: float, element_bytes: float, optimizer_bytes_per_param: float,
+                     ranks: int, stage: int) -> float:
+    """Bytes per chip of weights + gradients + optimizer state for ``params`` parameters shared
+    by ``ranks`` data-parallel ranks under ZeRO ``stage`` (0–3; 3 = FSDP FULL_SHARD), without
+    ZeRO-3's gathered working set (module docstring; Rajbhandari et al. 2020, Figure 1)."""
+    w = g = params * element_bytes
+    opt = params * optimizer_bytes_per_param
+    if stage == 0:
+        return w + g + opt
+    if stage == 1:
+        return w + g + opt / ranks
+    if stage == 2:
+        return w + (g + opt) / ranks
+    if stage == 3:
+        return (w + g + opt) / ranks
+    raise ValueError(f"ZeRO stage {stage}: accepted 0, 1, 2, 3")
+
+
+def activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: int, s_ctx: int, *,
+                               element_bytes: float = 2, seq_parallel: bool = False,
+                               recompute: str = "none", fused_attention: bool = False) -> float:
+    """Activation bytes one transformer layer keeps for backward, per micro-batch
+    (Korthikanti et al. 2022, Table 2; module docstring): ``s`` local tokens per sequence,
+    ``b`` sequences, hidden ``h``, ``a`` heads, TP degree ``t``, attention context ``s_ctx``.
+    ``recompute="full"`` gives only the stored layer input."""
+    scale = element_bytes / 2
+    if recompute == "full":
+        return 2.0 * s * b * h / (t if seq_parallel else 1) * scale
+    attn = 0.0 if (recompute == "selective" or fused_attention) else 5.0 * a * s_ctx / h
+    if seq_parallel:
+        return s * b * h / t * (34 + attn) * scale
+    return s * b * h * (10 + 24 / t + attn / t) * scale
 
 
 def mamba_activation_elems(cfg: MambaConfig, tp: int) -> float:
@@ -269,25 +413,42 @@ def train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
     vocab = dims_of(cfg, plan.shard).vocab * cfg.d_model
     tied = int(plan.pp == 1 and getattr(cfg, "tie_embeddings", False))   # one shared matrix
     s_l, b, D, t = plan.seq_len // plan.sp, plan.micro_batch_size, cfg.d_model, plan.tp
+    fused = chip.fused_attention
     if isinstance(cfg, MambaConfig):
         full = s_l * b * mamba_activation_elems(cfg, t) * e
+        stored = s_l * b * D * e
     else:
-        full = s_l * b * D * (10 + 24 / t + 5 * cfg.n_heads * plan.seq_len / (D * t)) * e / 2
+        full = activation_bytes_per_layer(s_l, b, D, cfg.n_heads, t, plan.seq_len,
+                                          element_bytes=e, seq_parallel=plan.seq_parallel,
+                                          recompute="none", fused_attention=fused)
+        kept = activation_bytes_per_layer(s_l, b, D, cfg.n_heads, t, plan.seq_len,
+                                          element_bytes=e, seq_parallel=plan.seq_parallel,
+                                          recompute=plan.recompute, fused_attention=fused)
+        stored = kept
     out = []
+    n_ranks = plan.dp * plan.sp
     for r in range(plan.pp):
         p_dense = L_rank * dense
         if plan.embedding_and_head:
             p_dense += vocab * ((r == 0) + (r == plan.pp - 1) - tied)
         p_exp = L_rank * expert
-        opt_div_dense = plan.dp * plan.sp if plan.zero1 else 1
-        opt_div_exp = max(1, plan.dp * plan.sp // plan.ep) if plan.zero1 else 1
-        states = (p_dense + p_exp) * 2 * e + plan.optimizer_bytes_per_param * (
-            p_dense / opt_div_dense + p_exp / opt_div_exp)
+        k = plan.optimizer_bytes_per_param
+        states = (zero_state_bytes(p_dense, e, k, n_ranks, plan.zero)
+                  + zero_state_bytes(p_exp, e, k, max(1, n_ranks // plan.ep), plan.zero))
+        gathered = 2.0 * (dense + expert) * e if plan.zero == 3 else 0.0
         chunks = in_flight(plan, r)
-        acts = chunks * L_chunk * (s_l * b * D * e if plan.recompute else full)
-        acts += full if plan.recompute else 0.0
-        out.append({"rank": r, "params": p_dense + p_exp, "states_bytes": states,
-                    "activation_bytes": acts, "total_bytes": states + acts,
+        if plan.recompute == "full" or isinstance(cfg, MambaConfig):
+            per = s_l * b * D * e * (1 / t if plan.seq_parallel else 1) \
+                if plan.recompute == "full" else full
+            n_rc = L_chunk if plan.recompute_layers is None else plan.recompute_layers
+            if plan.recompute != "full":
+                n_rc = L_chunk
+            acts = chunks * (n_rc * per + (L_chunk - n_rc) * full) \
+                + (full if plan.recompute == "full" else 0.0)
+        else:
+            acts = chunks * L_chunk * stored
+        out.append({"rank": r, "params": p_dense + p_exp, "states_bytes": states + gathered,
+                    "activation_bytes": acts, "total_bytes": states + gathered + acts,
                     "capacity_bytes": chip.hbm_bytes})
     return out
 
@@ -304,7 +465,8 @@ def check_train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
             f"{worst['total_bytes'] / GIB:.1f} GiB per chip (weights+grads+optimizer "
             f"{worst['states_bytes'] / GIB:.1f} GiB, activations "
             f"{worst['activation_bytes'] / GIB:.1f} GiB) but {chip.name} has "
-            f"{chip.hbm_bytes / GIB:.1f} GiB{'' if plan.recompute else '; try recompute'}")
+            f"{chip.hbm_bytes / GIB:.1f} GiB"
+            f"{'' if plan.recompute == 'full' else '; try recompute, zero 3 or seq_parallel'}")
     return mem
 
 

@@ -77,7 +77,7 @@ from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
-from .costs import ChipModel, chip_model
+from .costs import ChipModel, causal_pairs, chip_model
 from .energy import add_traffic, cluster_energy, power_capped_chip, serve_iteration_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
@@ -427,6 +427,13 @@ class IterationCost:
             return 0.0
         if self.cost_source == "compiler":
             return self._attention_compiled(q, c)
+        if chip.fused_attention:    # GPU preset: one FlashAttention (varlen) kernel, causal
+            pairs = float(causal_pairs(q, c).sum())
+            hv = dm.hd_v or dm.hd               # MLA: values r wide, keys r + dr
+            kv_read = dm.kv * float(c.sum()) * (dm.hd if dm.hd_v else 2 * dm.hd)  # latent: once
+            return float(chip.attention_seconds(
+                2.0 * (dm.hd + hv) * dm.h * pairs,
+                self.e * (dm.h * float(q.sum()) * (dm.hd + hv) + kv_read)))
         if chip.arch is None and not dm.hd_v:   # roofline: both GEMMs have equal FLOPs, bytes
             s = 2 * chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum()
         else:
@@ -474,7 +481,10 @@ class IterationCost:
                 self.comm_seconds("all_reduce", T * dm.d * e)
                 + self.comm_seconds("all_reduce", T * (dm.dt_rank + 2 * dm.n_state) * e))
         self._account(q, c, n_logits)
-        tail = (self.embed_seconds(T_total), self.head_seconds(n_logits))
+        # the fixed per-iteration cost (scheduler, sampling; GPU presets) rides on the first
+        # stage's part, once per iteration
+        tail = (self.embed_seconds(T_total) + self.chip.iteration_overhead_s,
+                self.head_seconds(n_logits))
         if not dm.moe:
             return (cfg.n_layers * (layer + tp_comm), *tail)
         dense = 0.0

@@ -47,7 +47,7 @@ import simpy
 from tilewright.models.llm_configs import LLMConfig
 
 from .cluster_spec import ClusterSpec, ClusterSpecError
-from .collectives import COLLECTIVES, CollectiveTimer, all_reduce
+from .collectives import COLLECTIVES, CollectiveTimer, all_gather, all_reduce, reduce_scatter
 from .compiled import COST_SOURCES, cache_info, compiled_embedding, compiled_head, compiled_layer
 from .costs import ChipModel, chip_model
 from .energy import add_traffic, cluster_energy, ops_work, report_work
@@ -55,10 +55,10 @@ from .network import Network, events_scheduled
 from .plan import TrainPlan, check_train_memory, layer_params, validate_train
 from .topology import Topology
 from .trace import Trace
-from .workload import backward_ops, embedding_ops, head_ops, layer_ops
+from .workload import Shard, backward_ops, dims_of, embedding_ops, head_ops, layer_ops
 
 __all__ = ["simulate_training", "TrainResult", "schedule_order", "stage_costs", "CONVENTION",
-           "resolve_cost_source"]
+           "resolve_cost_source", "COMPONENTS", "model_flops_per_token", "component_of"]
 
 CONVENTION = ("cluster/train: seconds of simulated time; step = last gradient all-reduce end; "
               "per rank compute + exposed_comm (in-layer collectives + its gradient all-reduce) "
@@ -119,6 +119,8 @@ class _StageCost:
     b_comp: float
     b_comm: float
     gemm_flops: float = 0.0   # forward+backward GEMM FLOPs of one micro-batch (no recompute)
+    # seconds of one micro-batch's forward + backward compute by component (COMPONENTS)
+    parts: dict[str, float] = field(default_factory=dict)
     # (MACs, vector ops, off-chip bytes) one micro-batch executes, recompute included
     work: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
@@ -145,7 +147,8 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
     s_l = plan.seq_len // plan.sp
     tokens = plan.micro_batch_size * s_l
     fwd = layer_ops(cfg, plan.shard, batch=plan.micro_batch_size, q_len=s_l, ctx_len=plan.seq_len,
-                    element_bytes=e)
+                    element_bytes=e, fused_attention=chip.fused_attention,
+                    balanced_context=plan.sp > 1, seq_parallel=plan.seq_parallel)
     table = pd.concat([fwd.assign(phase="forward"), backward_ops(fwd).assign(phase="backward")],
                       ignore_index=True)
     table["seconds"] = chip.op_seconds(table)
@@ -167,22 +170,38 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
         c = df["kind"] == "comm"
         return float(df.loc[~c, "seconds"].sum()), float(df.loc[c, "seconds"].sum())
 
+    table["component"] = component_of(table)
+    table["overhead_s"] = np.where(table["kind"] == "comm", 0.0,
+                                   chip.launch_s if cost_source == "table" else 0.0)
     fc, fm = sums(table[table.phase == "forward"])
     bc, bm = sums(table[table.phase == "backward"])
-    if plan.recompute:
-        bc, bm, bw = bc + fc, bm + fm, bw + fw
+    layer_parts = _parts(table)
+    frac = recompute_fraction(plan, cfg)
+    if plan.recompute == "full":       # the recomputed layers' forward again in backward
+        bc, bm, bw = bc + frac * fc, bm + frac * fm, bw + frac * fw
+        layer_parts = _add(layer_parts, {k: frac * x for k, x in
+                                         _parts(table[table.phase == "forward"]).items()})
+    elif plan.recompute == "selective" and not chip.fused_attention:
+        # the attention core's forward again in backward (fused attention already recomputes
+        # its scores inside its backward kernel: nothing to add)
+        core = table[(table.phase == "forward") & (table.component == "attention")]
+        bc += float(core["seconds"].sum())
+        layer_parts = _add(layer_parts, _parts(core))
     gflops = float(table.loc[table.kind == "gemm", "flops"].sum())
     n_chunk = cfg.n_layers // (plan.pp * plan.virtual_stages)
     V = plan.pp * plan.virtual_stages
     out = {}
     for vs in range(V):
         sc = _StageCost(n_chunk * fc, n_chunk * fm, n_chunk * bc, n_chunk * bm, n_chunk * gflops,
-                        n_chunk * (fw + bw))
+                        work=n_chunk * (fw + bw),
+                        parts={k: n_chunk * v for k, v in layer_parts.items()})
         if plan.embedding_and_head and vs == 0 and cost_source == "compiler":
             assert chip.arch is not None
             er = compiled_embedding(cfg, plan.shard, chip.arch, tokens=tokens, element_bytes=e)
             sc.f_comp += er.forward_seconds
             sc.b_comp += er.backward_seconds
+            sc.parts = _add(sc.parts, {"other_compute_s": er.forward_seconds
+                                       + er.backward_seconds})
             sc.work = sc.work + report_work(er.report) + report_work(er.backward)
         elif plan.embedding_and_head and vs == 0:
             emb = embedding_ops(cfg, plan.shard, tokens, e)
@@ -190,12 +209,14 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
             sc.f_comp += t
             eb = backward_ops(emb)
             sc.b_comp += float(chip.op_seconds(eb).sum())
+            sc.parts = _add(sc.parts, _ops_parts(pd.concat([emb, eb]), chip))
             sc.work = sc.work + ops_work(emb) + ops_work(eb)
         if plan.embedding_and_head and vs == V - 1 and cost_source == "compiler":
             assert chip.arch is not None
             hr = compiled_head(cfg, plan.shard, chip.arch, tokens=tokens)
             sc.f_comp += hr.forward_seconds
             sc.b_comp += hr.backward_seconds
+            sc.parts = _add(sc.parts, {"gemm_s": hr.forward_seconds + hr.backward_seconds})
             sc.gemm_flops += 2.0 * (hr.gemm_macs + hr.backward_gemm_macs)
             sc.work = sc.work + report_work(hr.report) + report_work(hr.backward)
         elif plan.embedding_and_head and vs == V - 1:
@@ -203,6 +224,7 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
             sc.f_comp += float(chip.op_seconds(head).sum())
             hb = backward_ops(head)
             sc.b_comp += float(chip.op_seconds(hb).sum())
+            sc.parts = _add(sc.parts, _ops_parts(pd.concat([head, hb]), chip))
             sc.gemm_flops += float(head.loc[head.kind == "gemm", "flops"].sum()
                                    + hb.loc[hb.kind == "gemm", "flops"].sum())
             sc.work = sc.work + ops_work(head) + ops_work(hb)
@@ -210,16 +232,85 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
     return out, table
 
 
-def _per_layer_comm(table: pd.DataFrame, fwd: bool, recompute: bool
+#: compute components of a training step (seconds); with exposed_comm_s, bubble_s and idle_s
+#: they sum to step_s
+COMPONENTS = ("gemm_s", "attention_s", "other_compute_s", "overhead_s")
+
+
+def component_of(table: pd.DataFrame) -> np.ndarray:
+    """Each op row's component: ``comm``; ``attention`` (the fused kernel, or the unfused
+    scores/softmax/values ops, or a compiled task so named); ``gemm``; ``other`` (norms,
+    activations, residuals, rotary, routing, embedding, loss)."""
+    name = table["name"].astype(str).str.lower()
+    attn = (table["kind"] == "attention") | name.str.contains(
+        r"attn_scores|attn_values|softmax|attention|scores", regex=True) & ~name.str.contains(
+        "logits")
+    return np.select([table["kind"] == "comm", attn, table["kind"] == "gemm"],
+                     ["comm", "attention", "gemm"], "other")
+
+
+def _parts(table: pd.DataFrame) -> dict[str, float]:
+    """Seconds by compute component of the non-comm rows of a costed op table (launch costs in
+    ``overhead_s``)."""
+    t = table[table["component"] != "comm"]
+    net = t["seconds"] - t["overhead_s"]
+    out = {f"{k if k != 'other' else 'other_compute'}_s": float(net[t["component"] == k].sum())
+           for k in ("gemm", "attention", "other")}
+    out["overhead_s"] = float(t["overhead_s"].sum())
+    return out
+
+
+def _ops_parts(ops: pd.DataFrame, chip: ChipModel) -> dict[str, float]:
+    ops = ops.assign(seconds=chip.op_seconds(ops))
+    ops["component"] = component_of(ops)
+    ops["overhead_s"] = np.where(ops["kind"] == "comm", 0.0, chip.launch_s)
+    return _parts(ops)
+
+
+def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in COMPONENTS}
+
+
+def model_flops_per_token(cfg: LLMConfig, seq_len: int) -> tuple[float, str]:
+    """(FLOPs per token, the formula) of MFU: ``6·N + 12·L·H·hd·s`` — N the parameters of the
+    matmuls (every layer's weights, routed experts at top_k/n_experts, and the LM head; not the
+    input embedding), the attention term over the full (non-causal) s×s scores, as PaLM
+    (Chowdhery et al. 2022, App. B) and torchtitan count it. Mamba: no attention term."""
+    dense, expert = layer_params(cfg, Shard())
+    dm = dims_of(cfg, Shard())
+    active = dense + (expert * dm.top_k / dm.n_experts if dm.moe else 0.0)
+    n = cfg.n_layers * active + dm.vocab * cfg.d_model
+    attn = 0.0 if dm.ssm else 12.0 * cfg.n_layers * dm.h * dm.hd * seq_len
+    return 6.0 * n + attn, ("MFU = tokens · (6·N + 12·L·H·hd·s) with N = " f"{n:.4g} matmul "
+                            "parameters (no input embedding), L layers, H heads, hd head dim, "
+                            f"s = {seq_len}")
+
+
+def recompute_fraction(plan: TrainPlan, cfg: LLMConfig) -> float:
+    """Share of the layers whose forward runs again in backward: 1 for full recompute of every
+    layer, ``recompute_layers / layers per chunk`` for a partial one, else 0 (selective
+    recompute is costed per op in :func:`stage_costs`)."""
+    if plan.recompute != "full":
+        return 0.0
+    if plan.recompute_layers is None:
+        return 1.0
+    return plan.recompute_layers / (cfg.n_layers // (plan.pp * plan.virtual_stages))
+
+
+def _per_layer_comm(table: pd.DataFrame, fwd: bool, recompute: float
                     ) -> dict[tuple[str, str], tuple[float, int]]:
-    """(collective, group) -> (bytes per layer, collectives per layer) of one direction."""
+    """(collective, group) -> (bytes per layer, collectives per layer) of one direction; the
+    backward carries ``recompute`` (a share of the layers) times the forward's collectives
+    again, their count rounded."""
     comm = table[table.kind == "comm"]
-    phases = ["forward"] if fwd else (["backward", "forward"] if recompute else ["backward"])
+    phases = [("forward", 1.0)] if fwd else [("backward", 1.0), ("forward", float(recompute))]
     out: dict[tuple[str, str], tuple[float, int]] = {}
-    for ph in phases:
+    for ph, w in phases:
+        if w <= 0:
+            continue
         for r in comm[comm.phase == ph].itertuples():
             nb, cnt = out.get((r.collective, r.group), (0.0, 0))
-            out[(r.collective, r.group)] = (nb + r.comm_bytes, cnt + 1)
+            out[(r.collective, r.group)] = (nb + w * r.comm_bytes, cnt + max(1, round(w)))
     return out
 
 
@@ -276,6 +367,21 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     groups["ep"] = [[chip_id(t, *ds[j], p) for j in range(blk, blk + ep)]
                     for t in range(tp) for p in range(pp) for blk in range(0, dp * sp, ep)]
     costs, table = stage_costs(plan, cfg, chip, timer, groups, cost_source)
+    n_layer = cfg.n_layers // (pp * v)      # layers per chunk
+    # ZeRO-3 / FSDP: each layer's parameters are all-gathered over the data-parallel ranks
+    # before its forward and again before its backward, prefetched during the previous
+    # layer's compute: only the excess over that compute is exposed (per layer, per task)
+    fsdp_exposed = {True: 0.0, False: 0.0}
+    fsdp_gather_s = 0.0
+    if plan.zero == 3 and dp * sp > 1:
+        dense_p, expert_p = layer_params(cfg, plan.shard)
+        dgroups = [[chip_id(t, s, d, 0) for d in range(dp) for s in range(sp)] for t in range(tp)]
+        fsdp_gather_s = timer.seconds("all_gather", dgroups,
+                                      (dense_p + expert_p) * chip.element_bytes)
+        per_layer_fwd = costs[0].f_comp / n_layer if n_layer else 0.0
+        per_layer_bwd = costs[0].b_comp / n_layer if n_layer else 0.0
+        fsdp_exposed = {True: max(0.0, fsdp_gather_s - per_layer_fwd),
+                        False: max(0.0, fsdp_gather_s - per_layer_bwd)}
 
     env = simpy.Environment()
     net = Network(env, topo)
@@ -286,7 +392,7 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     stats = defaultdict(float)              # (d, r, key) -> seconds
     n_chunk = cfg.n_layers // V
     on_net = plan.inlayer_comm == "network"
-    per_layer = {f: _per_layer_comm(table, f, plan.recompute) for f in (True, False)}
+    per_layer = {f: _per_layer_comm(table, f, recompute_fraction(plan, cfg)) for f in (True, False)}
     algo = {"all_reduce": plan.allreduce_algo, "all_to_all": plan.alltoall_algo}
     intercepts: dict[tuple, float] = {}
 
@@ -378,6 +484,8 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
             for _ in range(pieces):
                 yield env.timeout(comp / pieces)
                 t0 = env.now
+                if fsdp_exposed[fwd] > 0:       # ZeRO-3 parameter all-gather not hidden
+                    yield env.timeout(fsdp_exposed[fwd] * n_chunk / pieces)
                 if on_net:
                     yield env.process(inlayer(d, r, fwd, n_chunk // pieces))
                 elif comm > 0:
@@ -413,7 +521,12 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
             else:
                 gs = [[chip_id(t, *ds[j], r) for j in range(q, dp * sp, ep)]
                       for t in range(tp) for q in range(ep)]
-            yield env.all_of([all_reduce(net, g, nbytes, plan.allreduce_algo) for g in gs])
+            if plan.zero <= 1:      # DDP / ZeRO-1: all-reduce of the gradients
+                yield env.all_of([all_reduce(net, g, nbytes, plan.allreduce_algo) for g in gs])
+            else:                   # ZeRO-2/3: reduce-scatter the gradients ...
+                yield env.all_of([reduce_scatter(net, g, nbytes) for g in gs])
+                if plan.zero == 2:  # ... and all-gather the updated parameter shards
+                    yield env.all_of([all_gather(net, g, nbytes) for g in gs])
             stats[("sync", r, "busy")] += env.now - start
             if tr is not None:
                 tr.span(f"grad all-reduce {kind} b{k}", "comm", start, env.now - start,
@@ -438,13 +551,24 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
         # the last bucket is ready when the slowest replica ends its backward
         s0 = max(stats[(d, r, "bwd_end")] for d in range(dp))
         s1 = max(stats[("sync", r, "end")], s0)
-        rows.append({"rank": r, "compute_s": comp, "exposed_comm_s": comm + (s1 - s0),
+        parts = {k: m * sum(costs[c * pp + r].parts.get(k, 0.0) for c in range(v))
+                 for k in COMPONENTS}
+        rows.append({"rank": r, "compute_s": comp, **parts, "exposed_comm_s": comm + (s1 - s0),
                      "inlayer_comm_s": comm, "grad_sync_s": stats[("sync", r, "busy")],
                      "grad_sync_exposed_s": s1 - s0,
                      "bubble_s": _bubble(bwd_end, comp, comm),
                      "idle_s": step - s1 + (s0 - bwd_end), "step_s": step})
     breakdown = pd.DataFrame(rows)
     tokens = dp * m * plan.micro_batch_size * plan.seq_len
+    flops_per_token, mfu_formula = model_flops_per_token(cfg, plan.seq_len)
+    mean = {k: float(breakdown[k].mean()) for k in (*COMPONENTS, "exposed_comm_s", "bubble_s",
+                                                     "idle_s")}
+    # communication the step ran but hid under compute: gradient buckets that finished before
+    # the backward did, and ZeRO-3 parameter all-gathers prefetched under a layer's compute
+    grad_overlapped = float((breakdown.grad_sync_s - breakdown.grad_sync_exposed_s).mean())
+    fsdp_hidden = m * cfg.n_layers / pp * (2 * fsdp_gather_s - fsdp_exposed[True]
+                                           - fsdp_exposed[False]) if fsdp_gather_s else 0.0
+    worst = max(mem, key=lambda x: x["total_bytes"])
     gemm_flops = m * sum(costs[vs].gemm_flops for vs in range(V)) * tp * sp * dp
     metrics = {
         "mode": "train", "model": cfg.name, "cluster": spec.name, "chips": spec.n_chips,
@@ -456,6 +580,21 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
         "bubble_s": float(breakdown.bubble_s.mean()), "idle_s": float(breakdown.idle_s.mean()),
         "bubble_fraction_rank0": float(breakdown.bubble_s.iloc[0] / step),
         "gemm_utilization": gemm_flops / (step * spec.n_chips * chip.peak_gemm_flops_per_s),
+        "mfu": tokens * flops_per_token / (step * spec.n_chips * chip.peak_gemm_flops_per_s),
+        "mfu_formula": mfu_formula + " / (step_s · chips · peak_gemm_flops_per_s)",
+        "model_flops_per_token": flops_per_token,
+        "components": {**mean, "sum_s": sum(mean.values()), "step_s": step,
+                       "overlapped_comm_s": grad_overlapped + fsdp_hidden,
+                       "memory_per_chip_gib": {
+                           "states": worst["states_bytes"] / 2**30,
+                           "activations": worst["activation_bytes"] / 2**30,
+                           "total": worst["total_bytes"] / 2**30},
+                       "convention": "gemm_s + attention_s + other_compute_s + overhead_s "
+                                     "+ exposed_comm_s + bubble_s + idle_s = step_s (means "
+                                     "over pipeline ranks; each rank's parts sum to step_s)"},
+        "overlapped_comm_s": grad_overlapped + fsdp_hidden,
+        "zero": plan.zero, "recompute": plan.recompute,
+        "recompute_layers": plan.recompute_layers, "seq_parallel": plan.seq_parallel,
         "memory_peak_gib": max(x["total_bytes"] for x in mem) / 2**30,
         "memory_capacity_gib": chip.hbm_bytes / 2**30,
         "network_messages": net.messages, "collective_phase_runs": timer.runs,

@@ -31,9 +31,16 @@ costed as the MoE FFN (the same active MACs per token for DeepSeek-V3: 9 x 2048 
 
 Op costing conventions (stated so they can be checked):
 
-* Attention is unfused: scores ``Q·Kᵀ`` and ``P·V`` are GEMMs per KV head (the ``g = H/Hkv``
-  query heads of a group stacked into M), the softmax reads and writes the ``q×c`` score matrix.
-  A causal mask is applied, not skipped: the full ``q×c`` rectangle is computed.
+* Attention, unfused (``fused_attention=False``, ArchSpec chips): scores ``Q·Kᵀ`` and ``P·V``
+  are GEMMs per KV head (the ``g = H/Hkv`` query heads of a group stacked into M), the softmax
+  reads and writes the ``q×c`` score matrix. A causal mask is applied, not skipped: the full
+  ``q×c`` rectangle is computed.
+* Attention, fused (``fused_attention=True``, GPU presets: FlashAttention-style): one
+  ``attention`` op (m = q, k = head dim, n = c, count = batch·heads) of ``4·hd·pairs·batch·H``
+  FLOPs with the causal ``pairs`` (:func:`.costs.causal_pairs`; with context parallelism the
+  load-balanced share ``q·(c + 1)/2``) and HBM bytes of Q, O (``q·H·hd``) and K, V
+  (``c·Hkv·hd``) only. Its backward: 2.5× the FLOPs (:data:`.costs.FA_BACKWARD_FLOPS`), 2× the
+  bytes.
 * Non-GEMM ops carry FLOPs (elementwise ops counted per output element: RMSNorm 4/elem, rotary
   3, SiLU·mul 5, softmax 5, residual add 1, weighted combine 2·top_k) and bytes (every input read
   and output written once).
@@ -52,6 +59,8 @@ import pandas as pd
 
 from tilewright.models.llm_configs import (DeepSeekConfig, LlamaConfig, LLMConfig, MambaConfig,
                                            MoEConfig, get_config)
+
+from .costs import FA_BACKWARD_FLOPS, causal_pairs
 
 __all__ = ["Shard", "Dims", "dims_of", "layer_ops", "embedding_ops", "head_ops", "backward_ops",
            "token_gemms", "token_vectors", "COLUMNS", "BACKWARD_COLLECTIVE"]
@@ -155,6 +164,19 @@ def _comm(name: str, collective: str, group: str, nbytes: float) -> dict:
             "bytes": 0.0, "collective": collective, "group": group, "comm_bytes": float(nbytes)}
 
 
+#: token-wise ops Megatron sequence parallelism splits over the TP ranks
+_SEQ_SPLIT = {"attn_norm", "ffn_norm", "attn_residual", "ffn_residual"}
+
+
+def _tp_reduce(block: str, nbytes: float, seq_parallel: bool) -> list[dict]:
+    """The TP collective(s) closing ``block``: one all-reduce, or with sequence parallelism an
+    all-gather (entering the block) and a reduce-scatter (leaving it) of the same buffer."""
+    if not seq_parallel:
+        return [_comm(f"{block}_all_reduce", "all_reduce", "tp", nbytes)]
+    return [_comm(f"{block}_all_gather", "all_gather", "tp", nbytes),
+            _comm(f"{block}_reduce_scatter", "reduce_scatter", "tp", nbytes)]
+
+
 def token_gemms(dm: Dims) -> list[tuple[str, int, int]]:
     """(name, K, N) of the GEMMs whose M is the number of tokens (dense part of a layer)."""
     if dm.ssm:
@@ -206,14 +228,24 @@ def token_vectors(dm: Dims, e: int) -> list[tuple[str, float, float]]:
 
 
 def layer_ops(cfg: LLMConfig | str, shard: Shard, *, batch: int, q_len: int, ctx_len: int,
-              element_bytes: int, expert_tokens: np.ndarray | None = None) -> pd.DataFrame:
+              element_bytes: int, expert_tokens: np.ndarray | None = None,
+              fused_attention: bool = False, balanced_context: bool = False,
+              seq_parallel: bool = False) -> pd.DataFrame:
     """Forward ops of one layer on one chip for ``batch`` sequences of ``q_len`` new local tokens
     each, attending to ``ctx_len`` keys (after the SP all-gather). ``expert_tokens``: tokens each
-    local expert receives (default: perfectly balanced routing)."""
+    local expert receives (default: perfectly balanced routing). ``fused_attention``: one
+    FlashAttention-style op with the causal half (module docstring); ``balanced_context``: the
+    q local queries are a load-balanced share of a causal sequence of ``ctx_len`` (context
+    parallelism) rather than its last q positions. ``seq_parallel`` (Megatron sequence
+    parallelism, tp > 1): the norms and residual adds run on T/tp tokens, and each TP
+    all-reduce becomes an all-gather before and a reduce-scatter after its block (the same
+    ring volume)."""
     dm, e = dims_of(cfg, shard), element_bytes
     T = batch * q_len
     rows = [_gemm(n, T, k, nn, e) for n, k, nn in token_gemms(dm)]
-    rows += [_vec(n, f * T, b * T) for n, f, b in token_vectors(dm, e)]
+    split = shard.tp if seq_parallel else 1
+    rows += [_vec(n, f * T / (split if n in _SEQ_SPLIT else 1),
+                  b * T / (split if n in _SEQ_SPLIT else 1)) for n, f, b in token_vectors(dm, e)]
     if dm.ssm:      # no attention: the recurrence costs the same per token at any context
         if shard.tp > 1:
             rows += [_comm("x_proj_all_reduce", "all_reduce", "tp",
@@ -223,11 +255,22 @@ def layer_ops(cfg: LLMConfig | str, shard: Shard, *, batch: int, q_len: int, ctx
     if shard.sp > 1:
         rows.append(_comm("kv_all_gather", "all_gather", "sp", shard.sp * T * 2 * dm.kv * dm.hd * e))
     M = dm.g * q_len
-    rows += [_gemm("attn_scores", M, dm.hd, ctx_len, e, batch * dm.kv),
-             _vec("softmax", 5 * batch * dm.h * q_len * ctx_len, 2 * batch * dm.h * q_len * ctx_len * e),
-             _gemm("attn_values", M, ctx_len, dm.hd_v or dm.hd, e, batch * dm.kv)]
+    if fused_attention:
+        pairs = q_len * (ctx_len + 1) / 2 if balanced_context else float(
+            causal_pairs(q_len, ctx_len))
+        hv = dm.hd_v or dm.hd                       # MLA: values r wide, keys r + dr
+        kv_read = ctx_len * dm.kv * (dm.hd if dm.hd_v else 2 * dm.hd)   # latent: read once
+        rows.append({"name": "attention", "kind": "attention", "m": q_len, "k": dm.hd,
+                     "n": ctx_len, "count": batch * dm.h,
+                     "flops": 2.0 * (dm.hd + hv) * pairs * batch * dm.h,
+                     "bytes": float(e * batch * (q_len * dm.h * (dm.hd + hv) + kv_read))})
+    else:
+        rows += [_gemm("attn_scores", M, dm.hd, ctx_len, e, batch * dm.kv),
+                 _vec("softmax", 5 * batch * dm.h * q_len * ctx_len,
+                      2 * batch * dm.h * q_len * ctx_len * e),
+                 _gemm("attn_values", M, ctx_len, dm.hd_v or dm.hd, e, batch * dm.kv)]
     if shard.tp > 1:
-        rows.append(_comm("attn_all_reduce", "all_reduce", "tp", T * dm.d * e))
+        rows += _tp_reduce("attn", T * dm.d * e, seq_parallel)
     if dm.moe:
         if expert_tokens is None:   # balanced: the ep ranks' tokens spread over all experts
             per = math.ceil(T * shard.ep * dm.top_k / dm.n_experts)
@@ -243,7 +286,7 @@ def layer_ops(cfg: LLMConfig | str, shard: Shard, *, batch: int, q_len: int, ctx
         if shard.ep > 1:
             rows.append(_comm("moe_combine", "all_to_all", "ep", T * dm.top_k * dm.d * e))
     if shard.tp > 1:
-        rows.append(_comm("ffn_all_reduce", "all_reduce", "tp", T * dm.d * e))
+        rows += _tp_reduce("ffn", T * dm.d * e, seq_parallel)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -275,6 +318,9 @@ def backward_ops(fwd: pd.DataFrame) -> pd.DataFrame:
             rows[-2]["bytes"] = rows[-1]["bytes"] = e * c * (m * k + k * n + m * n)
         elif r["kind"] == "vector":
             rows.append({**r, "name": r["name"] + ".bwd", "flops": 2 * r["flops"],
+                         "bytes": 2 * r["bytes"]})
+        elif r["kind"] == "attention":
+            rows.append({**r, "name": r["name"] + ".bwd", "flops": FA_BACKWARD_FLOPS * r["flops"],
                          "bytes": 2 * r["bytes"]})
         else:
             rows.append({**r, "name": r["name"] + ".bwd",

@@ -1,0 +1,242 @@
+"""Validation table: the cluster model's predictions against published measurements.
+
+Run: ``python benchmarks/validation.py`` (all points; ``--only ID`` for some, ``--set held_out``
+for one set, ``--fit`` to redo the calibration grid of the GPU GEMM efficiency). Prints one row
+per point — predicted, published, error — then the held-out median and max |error| against the
+goal (median ≤ 10 %, max ≤ 25 %), whether met or not.
+
+Data file (default ``configs/validation/cluster_points.yaml``), a mapping with:
+
+* ``clusters``: name -> a cluster mapping (:class:`~tilewright.dataflow_sim.cluster.ClusterSpec`
+  fields); a point's ``cluster`` is one of these names or a preset name (``h100-8x-nvlink``).
+* ``models``: name -> ``{kind: llama, <LlamaConfig fields>}``; a point's ``model`` is one of
+  these or a built-in config name (``llama3-8b``).
+* ``points``: a list; every point has
+  ``id`` (unique), ``set`` (``calibration`` — the only points any constant may be fitted on — or
+  ``held_out``), ``kind`` (``train`` | ``collective`` | ``serve``), ``source`` (URL or paper,
+  table, row), ``confirmed`` (false: the figure was not checked against its primary source),
+  ``metric``, ``published`` (the number, in the metric's unit) and optional ``note``.
+  ``skip: <reason>`` keeps a point in the table but does not run it (printed as not
+  evaluated; a skipped held-out point counts as missed). Keys starting with ``_`` at the top
+  level are YAML anchors only.
+
+  - ``train``: ``cluster``, ``model``, ``plan`` (:class:`~.plan.TrainPlan` fields), optional
+    ``simulate`` (plan fields overridden for simulator cost only, e.g. fewer data-parallel
+    replicas; printed beside the row). Metrics: ``tokens_per_s_per_chip``, ``mfu``,
+    ``model_tflops_per_chip`` (MFU × peak, TFLOP/s), ``step_s``, ``memory_gib`` (per chip).
+  - a component row (any kind): ``component_of: <id>`` and a ``metric`` read from that point's
+    run — a published breakdown (MFU, memory, communication share) checked within 20 %.
+  - ``collective``: ``cluster``, ``collective`` (all_reduce | all_gather | reduce_scatter |
+    all_to_all), ``ranks`` (chips 0..ranks-1), ``bytes`` (per-rank buffer, as nccl-tests'
+    size), optional ``algo``. Metrics: ``busbw_gbps`` (nccl-tests bus bandwidth: all-reduce
+    ``S/t · 2(n−1)/n``, all-gather / reduce-scatter ``S/t · (n−1)/n``), ``seconds``.
+  - ``serve``: ``cluster``, ``model``, ``plan`` (:class:`~.plan.ServePlan` fields),
+    ``requests`` (``{n, rate, prompt_tokens, output_tokens, seed}``; rate ``inf`` = all at 0 s).
+    Metrics: any key of the serving metrics (``e2e_mean_s``, ``tpot_mean_s``, ...).
+
+Error = predicted / published − 1. A point whose run fails prints the error instead of a number
+and counts as missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tilewright.dataflow_sim.cluster import (ClusterSpec, ServePlan, TrainPlan, load_cluster,
+                                             simulate_serving, simulate_training)
+from tilewright.dataflow_sim.cluster.cluster_spec import GPU_PRESETS
+from tilewright.dataflow_sim.cluster.collectives import CollectiveTimer
+from tilewright.dataflow_sim.cluster.topology import Topology
+from tilewright.models.llm_configs import get_config
+from tilewright.models.llm_shapes import LlamaConfig
+
+DATA = Path(__file__).resolve().parents[1] / "configs" / "validation" / "cluster_points.yaml"
+GOAL_MEDIAN, GOAL_MAX, COMPONENT_TOL = 0.10, 0.25, 0.20
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+
+
+def load(path: Path = DATA) -> dict[str, Any]:
+    """The data file, checked: unique ids, known sets and kinds, components naming a point."""
+    data = yaml.safe_load(path.read_text())
+    ids = [p["id"] for p in data["points"]]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise ValueError(f"{path}: duplicate point ids {sorted(dup)}")
+    for p in data["points"]:
+        for key in ("id", "set", "kind", "source", "metric", "published"):
+            if key not in p:
+                raise ValueError(f"{path}: point {p.get('id')}: missing {key}")
+        if p["set"] not in ("calibration", "held_out"):
+            raise ValueError(f"{path}: point {p['id']}: set = {p['set']!r}: calibration|held_out")
+        if p["kind"] not in ("train", "collective", "serve"):
+            raise ValueError(f"{path}: point {p['id']}: kind = {p['kind']!r}")
+        if "component_of" in p and p["component_of"] not in ids:
+            raise ValueError(f"{path}: point {p['id']}: component_of names no point")
+    return data
+
+
+def _cluster(data: dict, name: str) -> ClusterSpec:
+    spec = (data.get("clusters") or {}).get(name)
+    return ClusterSpec.from_dict(spec, source=name) if spec is not None else load_cluster(name)
+
+
+def _model(data: dict, name: str):
+    m = (data.get("models") or {}).get(name)
+    if m is None:
+        return get_config(name)
+    m = dict(m)
+    if m.pop("kind") != "llama":
+        raise ValueError(f"model {name}: only kind llama is defined inline")
+    return LlamaConfig(**m)
+
+
+def run_point(data: dict, p: dict) -> dict[str, float]:
+    """The metrics of one (non-component) point's run."""
+    spec = _cluster(data, p["cluster"])
+    if p["kind"] == "collective":
+        n, nbytes = int(p["ranks"]), float(p["bytes"])
+        t = CollectiveTimer(Topology(spec)).seconds(p["collective"], [list(range(n))], nbytes,
+                                                    p.get("algo"))
+        return {"seconds": t, "busbw_gbps": nbytes / t * BUS_FACTOR[p["collective"]](n) / 1e9}
+    cfg = _model(data, p["model"])
+    if p["kind"] == "train":
+        plan = TrainPlan(**{**p["plan"], **(p.get("simulate") or {})})
+        if plan.dp * plan.tp * plan.pp * plan.sp != spec.n_chips:     # the slice simulated
+            per_node = spec.chips_per_node
+            chips = plan.dp * plan.tp * plan.pp * plan.sp
+            spec = spec.model_copy(update={"nodes": max(1, chips // per_node),
+                                           "chips_per_node": min(per_node, chips)})
+        m = simulate_training(spec, cfg, plan).metrics
+        chip_peak = GPU_PRESETS[spec.chip.preset].tensor_flops
+        return {"tokens_per_s_per_chip": m["tokens_per_s"] / m["chips"], "mfu": m["mfu"],
+                "model_tflops_per_chip": m["mfu"] * chip_peak / 1e12, "step_s": m["step_s"],
+                "memory_gib": m["memory_peak_gib"]}
+    from tilewright.dataflow_sim.cluster import poisson_requests  # noqa: PLC0415
+    r = p["requests"]
+    reqs = poisson_requests(int(r["n"]), float(r.get("rate", 1e9)), int(r["prompt_tokens"]),
+                            int(r["output_tokens"]), seed=int(r.get("seed", 0)))
+    return simulate_serving(spec, cfg, ServePlan(**p.get("plan", {})), reqs).metrics
+
+
+def evaluate(data: dict, only: set[str] | None = None, which: str | None = None
+             ) -> list[dict[str, Any]]:
+    """Rows: id, set, metric, published, predicted, error (predicted/published − 1), source,
+    note — runs each point once; component rows read their parent's run."""
+    runs: dict[str, Any] = {}
+    rows = []
+    for p in data["points"]:
+        if (only and p["id"] not in only and p.get("component_of") not in only) or (
+                which and p["set"] != which):
+            continue
+        base_id = p.get("component_of", p["id"])
+        base = next(q for q in data["points"] if q["id"] == base_id)
+        t0 = time.perf_counter()
+        if base.get("skip"):
+            runs[base_id] = RuntimeError(f"not evaluated: {base['skip']}")
+        if base_id not in runs:
+            try:
+                runs[base_id] = run_point(data, base)
+            except Exception as exc:  # noqa: BLE001  (a failed point is reported, not fatal)
+                runs[base_id] = exc
+        res = runs[base_id]
+        pred = res.get(p["metric"]) if isinstance(res, dict) else None
+        err = pred / p["published"] - 1 if isinstance(pred, (int, float)) else math.nan
+        rows.append({"id": p["id"], "set": p["set"], "component": "component_of" in p,
+                     "metric": p["metric"], "published": p["published"], "predicted": pred,
+                     "error": err, "failed": None if isinstance(res, dict) else str(res),
+                     "simulate": base.get("simulate"), "confirmed": p.get("confirmed", False),
+                     "source": p["source"], "wall_s": time.perf_counter() - t0})
+    return rows
+
+
+def summary(rows: list[dict]) -> dict[str, float]:
+    """Held-out totals: median and max |error| over held-out non-component rows (a failed row
+    counts as an infinite error), the worst held-out component error, and the counts."""
+    held = [abs(r["error"]) if not math.isnan(r["error"]) else math.inf
+            for r in rows if r["set"] == "held_out" and not r["component"]]
+    comp = [abs(r["error"]) if not math.isnan(r["error"]) else math.inf
+            for r in rows if r["component"]]
+    return {"held_out_points": len(held),
+            "held_out_median": statistics.median(held) if held else math.nan,
+            "held_out_max": max(held) if held else math.nan,
+            "component_points": len(comp), "component_max": max(comp) if comp else math.nan}
+
+
+def fit_gemm_efficiency(data: dict, preset: str, grid: list[float]) -> list[tuple[float, float]]:
+    """(gemm_efficiency, median |error| over the calibration train rows of ``preset``) for each
+    value of ``grid`` — the calibration the constant in GPU_PRESETS was chosen from."""
+    cal = [p for p in data["points"] if p["set"] == "calibration" and p["kind"] == "train"
+           and "component_of" not in p and not p.get("skip")
+           and _cluster(data, p["cluster"]).chip.preset == preset]
+    original = GPU_PRESETS[preset]
+    out = []
+    try:
+        for g in grid:
+            GPU_PRESETS[preset] = original.model_copy(update={"gemm_efficiency": g})
+            errs = [abs(run_point(data, p)[p["metric"]] / p["published"] - 1) for p in cal]
+            out.append((g, statistics.median(errs)))
+    finally:
+        GPU_PRESETS[preset] = original
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--only", nargs="*", help="point ids")
+    ap.add_argument("--set", choices=("calibration", "held_out"))
+    ap.add_argument("--fit", action="store_true", help="print the GEMM-efficiency grid fit on "
+                    "the calibration rows of each GPU preset")
+    ap.add_argument("--preset", nargs="*", help="--fit: only these presets")
+    ap.add_argument("--grid", nargs="*", type=float, help="--fit: efficiencies to try "
+                    "(default 0.50, 0.55, ..., 1.00)")
+    a = ap.parse_args(argv)
+    data = load(a.data)
+    if a.fit:
+        for preset in a.preset or GPU_PRESETS:
+            grid = a.grid or [round(0.5 + 0.05 * i, 2) for i in range(11)]
+            res = fit_gemm_efficiency(data, preset, grid)
+            if res:
+                best = min(res, key=lambda x: x[1])
+                print(f"{preset}: " + "  ".join(f"{g:.2f}:{e:.1%}" for g, e in res)
+                      + f"  -> best {best[0]:.2f}")
+        return 0
+    rows = evaluate(data, set(a.only) if a.only else None, a.set)
+    head = f"{'point':34s} {'set':11s} {'metric':22s} {'published':>10s} {'predicted':>10s} " \
+           f"{'error':>8s}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        pred = "FAILED" if r["failed"] else f"{r['predicted']:.4g}"
+        name = ("  ↳ " if r["component"] else "") + r["id"]
+        print(f"{name:34s} {r['set']:11s} {r['metric']:22s} {r['published']:>10.4g} "
+              f"{pred:>10s} {r['error']:>+8.1%}"
+              + (f"  [simulated with {r['simulate']}]" if r["simulate"] else "")
+              + ("" if r["confirmed"] else "  [unconfirmed figure]")
+              + (f"  {r['failed']}" if r["failed"] else ""))
+    s = summary(rows)
+    print()
+    print(f"held-out points: {s['held_out_points']}; median |error| {s['held_out_median']:.1%} "
+          f"(goal ≤ {GOAL_MEDIAN:.0%}: {'met' if s['held_out_median'] <= GOAL_MEDIAN else 'MISSED'})"
+          f", max |error| {s['held_out_max']:.1%} (goal ≤ {GOAL_MAX:.0%}: "
+          f"{'met' if s['held_out_max'] <= GOAL_MAX else 'MISSED'})")
+    print(f"component points: {s['component_points']}; max |error| {s['component_max']:.1%} "
+          f"(goal ≤ {COMPONENT_TOL:.0%}: "
+          f"{'met' if s['component_max'] <= COMPONENT_TOL else 'MISSED'})")
+    print("sources:")
+    for src in dict.fromkeys(r["source"] for r in rows):
+        print(f"  {src}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
