@@ -299,3 +299,17 @@ def test_network_level_choice_and_bad_values():
         simulate_training(spec, "tiny-llama", explicit, network="flow")
     with pytest.raises(ClusterSpecError, match="network = 'fluid': must be one of"):
         simulate_training(spec, "tiny-llama", TrainPlan(dp=spec.n_chips), network="fluid")
+
+
+def test_multi_node_ring_runs_one_channel_per_rail():
+    """16 GPUs in 2 nodes (8 rails of 50 GB/s, 1 µs per hop, one leaf): NCCL-like channels give
+    8 rings of S/8, ring c leaving each node from chip c, so every NIC carries one flow. Hand
+    computed: K = 30 steps of c = S/(8·16) = 0.5 MB; slowest step = NIC: 0.5e6/50e9 = 10 µs +
+    2 hops·1 µs; T = 30·12 µs = 360 µs at both levels. (One ring on rail 7 would take 8× the
+    NIC time.)"""
+    from tilewright.dataflow_sim.cluster.collectives import FlowTimer, ring_channels
+    topo = _nodes(2, 8, 8, "fat_tree", nodes_per_leaf=2, spines=1)
+    chans = ring_channels(topo, list(range(16)))
+    assert len(chans) == 8 and chans[0][7:9] == [0, 9]      # ring 0 crosses on chip 0's rail
+    for timer in (CollectiveTimer(topo), FlowTimer(topo)):
+        assert timer.seconds("all_reduce", [range(16)], S) == pytest.approx(360e-6, rel=1e-9)

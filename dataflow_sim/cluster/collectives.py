@@ -31,6 +31,10 @@ all_to_all            ``direct`` (all messages at once)   contention decides
 send                  point to point                      S/B + α
 ====================  ==================================  ==========================================
 
+Rings run on NCCL-like channels (:func:`ring_channels`): a group with ``m > 1`` chips in each
+of several nodes runs ``m`` rings of ``S/m`` at once, each crossing between nodes on a different
+rail, so ``c = S/(m·n)`` per ring and the node's NICs share the inter-node traffic.
+
 .. [r] ``ring(K, c) = α + max(K·c/B, (K + C − 1)·c/(C·B) + (K − 1)·α)`` — the longest path of
    the max-plus recursion "piece j of step k leaves once piece j of step k−1 has arrived and the
    link has sent piece j−1": the link never idles (bandwidth bound) or the first piece's latency
@@ -55,7 +59,7 @@ from .topology import Topology
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send",
            "COLLECTIVES", "ALGORITHMS", "CollectiveTimer", "FlowTimer", "ring_seconds",
-           "tree_seconds", "tree_depth", "bus_bandwidth", "BUS_FACTOR"]
+           "tree_seconds", "tree_depth", "bus_bandwidth", "BUS_FACTOR", "ring_channels"]
 
 ALGORITHMS = {"all_reduce": ("ring", "tree"), "reduce_scatter": ("ring",),
               "all_gather": ("ring",), "all_to_all": ("pairwise", "direct"), "send": ("p2p",)}
@@ -99,7 +103,35 @@ def bus_bandwidth(kind: str, n: int, nbytes: float, seconds: float) -> tuple[flo
     return alg, alg * BUS_FACTOR[kind](n)
 
 
+def ring_channels(topology: Topology, group: Sequence[int]) -> list[list[int]]:
+    """NCCL's rings (channels) over ``group``: one ring when the group sits in one node or has
+    one chip per node; else, with ``m`` chips of the group in every node, ``m`` rings that
+    each cross from node to node on a different chip's rail (ring c leaves a node from its
+    c-th chip), each carrying 1/m of the buffer — so all the node's NICs work, as NCCL's
+    channels do. Uneven groups get one ring."""
+    cpn = topology.spec.chips_per_node
+    by_node: dict[int, list[int]] = {}
+    for x in group:
+        by_node.setdefault(x // cpn, []).append(x)
+    sizes = {len(v) for v in by_node.values()}
+    if len(by_node) == 1 or len(sizes) != 1 or sizes == {1}:
+        return [list(group)]
+    m = sizes.pop()
+    return [[x for local in by_node.values() for x in local[(c + 1) % m:] + local[:(c + 1) % m]]
+            for c in range(m)]
+
+
 # ---- event level -------------------------------------------------------------------------------
+def _rings(net: Network, group: Sequence[int], nbytes: float, steps: int, pieces: int = 1):
+    """The ring algorithm on every channel of ``group`` (:func:`ring_channels`) at once."""
+    chans = ring_channels(net.topology, group)
+    n = len(group)
+    if len(chans) == 1:
+        return _ring(net, group, nbytes / n, steps, pieces)
+    return net.env.all_of([_ring(net, g, nbytes / (len(chans) * n), steps, pieces)
+                           for g in chans])
+
+
 def _ring(net: Network, group: Sequence[int], chunk: float, steps: int, pieces: int = 1):
     env, n = net.env, len(group)
     if pieces > 1:
@@ -162,7 +194,7 @@ def all_reduce(net: Network, group: Sequence[int], nbytes: float, algo: str = "r
     if n == 1:
         return _done(net.env)
     if algo == "ring":
-        return _ring(net, group, nbytes / n, 2 * (n - 1), chunks)
+        return _rings(net, group, nbytes, 2 * (n - 1), chunks)
     orders = [list(group), list(group)[::-1]][:trees]
     env = net.env
     return env.all_of([env.process(_tree(net, g, nbytes / trees, chunks)) for g in orders])
@@ -209,14 +241,14 @@ def reduce_scatter(net: Network, group: Sequence[int], nbytes: float, algo: str 
                    chunks: int = 1):
     """Ring reduce-scatter of an ``nbytes`` buffer per rank (each rank keeps nbytes/n)."""
     n = len(group)
-    return _done(net.env) if n == 1 else _ring(net, group, nbytes / n, n - 1, chunks)
+    return _done(net.env) if n == 1 else _rings(net, group, nbytes, n - 1, chunks)
 
 
 def all_gather(net: Network, group: Sequence[int], nbytes: float, algo: str = "ring",
                chunks: int = 1):
     """Ring all-gather into an ``nbytes`` buffer per rank (each rank contributes nbytes/n)."""
     n = len(group)
-    return _done(net.env) if n == 1 else _ring(net, group, nbytes / n, n - 1, chunks)
+    return _done(net.env) if n == 1 else _rings(net, group, nbytes, n - 1, chunks)
 
 
 def all_to_all(net: Network, group: Sequence[int], nbytes: float, algo: str = "pairwise",
@@ -310,9 +342,9 @@ class FlowTimer:
                 fl = [FlowLoad(topo, every + [(b, a) for a, b in every])]
         elif kind == "send":
             fl = [FlowLoad(topo, [(g[0], g[1]) for g in groups])]
-        else:   # rings
-            fl = [FlowLoad(topo, [(g[i], g[(i + 1) % len(g)]) for g in groups
-                                  for i in range(len(g))])]
+        else:   # rings: every channel of every group at once
+            fl = [FlowLoad(topo, [(c[i], c[(i + 1) % len(c)]) for g in groups
+                                  for c in ring_channels(topo, g) for i in range(len(c))])]
         self._loads[key] = fl
         self.runs += 1
         return fl
@@ -336,8 +368,8 @@ class FlowTimer:
                 return sum(f.seconds(s) for f in fl)
             return (2 * d + C - 1) * s * fl[0].beta + 2 * d * fl[0].alpha
         steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-        f = fl[0]
-        return ring_seconds(steps, nbytes / n, 1.0 / f.beta, f.alpha, C)
+        f, m = fl[0], len(ring_channels(self.topology, groups[0]))
+        return ring_seconds(steps, nbytes / (m * n), 1.0 / f.beta, f.alpha, C)
 
     def traffic(self, kind: str, groups: Sequence[Sequence[int]], algo: str | None = None,
                 probe_bytes: float = 2**20) -> dict[int, float]:
@@ -349,10 +381,12 @@ class FlowTimer:
             return {}
         fl = self._phase(kind, algo, groups)
         n = max(len(g) for g in groups)
+        m = len(ring_channels(self.topology, groups[0])) if algo == "ring" else 1
         per_flow = {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
                     "all_gather": (n - 1) / n, "all_to_all": 1 / n, "send": 1.0}[kind]
         if kind == "all_reduce" and algo == "tree":
             per_flow = 1.0 / self.trees
+        per_flow /= m
         out: dict[int, float] = {}
         for f in fl:
             for link, load in f.load.items():
