@@ -313,3 +313,19 @@ def test_multi_node_ring_runs_one_channel_per_rail():
     assert len(chans) == 8 and chans[0][7:9] == [0, 9]      # ring 0 crosses on chip 0's rail
     for timer in (CollectiveTimer(topo), FlowTimer(topo)):
         assert timer.seconds("all_reduce", [range(16)], S) == pytest.approx(360e-6, rel=1e-9)
+
+
+def test_predict_collective_at_line_rate_gives_the_bottleneck_link():
+    """With both efficiencies 1, a large ring all-reduce's busbw is the bottleneck rate:
+    the NVLink line rate in one node, the node's summed NIC rate (8 × 25 GB/s) across nodes
+    (nccl-tests' busbw definition, doc/PERFORMANCE.md). The published rows and their errors
+    are printed by benchmarks/collectives_validation.py."""
+    from tilewright.dataflow_sim.cluster.nccl_calibration import load_points, predict_collective
+    rows = {r["id"]: r for r in load_points()}
+    assert {r["set"] for r in rows.values()} == {"calibration", "held_out"}
+    assert all(r["source"].startswith("https://") for r in rows.values())
+    one = dict(nvlink_efficiency=1.0, network_efficiency=1.0)
+    assert predict_collective(rows["h100-nvlink-8-allreduce-ring"], **one) == \
+        pytest.approx(450, rel=1e-3)
+    assert predict_collective(rows["dgx-a100-8x200g-allreduce"], **one) == \
+        pytest.approx(200, rel=1e-3)
