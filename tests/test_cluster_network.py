@@ -318,7 +318,8 @@ def test_multi_node_ring_runs_one_channel_per_rail():
 def test_predict_collective_at_line_rate_gives_the_bottleneck_link():
     """With both efficiencies 1, a large ring all-reduce's busbw is the bottleneck rate:
     the NVLink line rate in one node, the node's summed NIC rate (8 × 25 GB/s) across nodes
-    (nccl-tests' busbw definition, doc/PERFORMANCE.md). The published rows and their errors
+    (nccl-tests' busbw definition, doc/PERFORMANCE.md) — within 0.5 %, the latency part of
+    2(n−1) steps at 8 GiB. The published rows and their errors
     are printed by benchmarks/collectives_validation.py."""
     from tilewright.dataflow_sim.cluster.nccl_calibration import load_points, predict_collective
     rows = {r["id"]: r for r in load_points()}
@@ -326,6 +327,6 @@ def test_predict_collective_at_line_rate_gives_the_bottleneck_link():
     assert all(r["source"].startswith("https://") for r in rows.values())
     one = dict(nvlink_efficiency=1.0, network_efficiency=1.0)
     assert predict_collective(rows["h100-nvlink-8-allreduce-ring"], **one) == \
-        pytest.approx(450, rel=1e-3)
+        pytest.approx(450, rel=5e-3)
     assert predict_collective(rows["dgx-a100-8x200g-allreduce"], **one) == \
-        pytest.approx(200, rel=1e-3)
+        pytest.approx(200, rel=5e-3)
