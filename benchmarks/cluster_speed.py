@@ -71,7 +71,7 @@ def scale_rows(event_baseline: bool) -> list[tuple]:
         rows.append((f"train llama3-8b, 1,024 H100 (128 nodes, 8 rails), network: "
                      f"{res.metrics['network_level']}", plan.label(),
                      f"step {res.step_seconds:.3f} s", wall, cpu, res.events,
-                     TARGET_CPU_S["train-1k"]))
+                     TARGET_CPU_S["train-1k"] if level == "auto" else None))
     cfg = dataclasses.replace(get_config("llama3-405b"), n_layers=128,
                               name="llama3-405b (128-layer stand-in)")
     plan = TrainPlan(dp=128, tp=8, sp=1, pp=16, micro_batches=16, seq_len=8192, recompute=True)
