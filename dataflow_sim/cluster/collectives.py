@@ -305,9 +305,10 @@ class FlowTimer:
     """Seconds of a *phase* (the same collective run at once by every group in ``groups``) at
     flow level: the algorithm's closed form (module table) with ``B = 1/β`` and ``α`` of the
     :class:`~.network.FlowLoad` of the flows that run at the same time in one step (ring: every
-    rank to its successor, in all groups; tree: all child↔parent edges of all trees when
-    pipelined, one tree level and direction at a time when C = 1; pairwise all-to-all: each round's flows). No SimPy;
-    memoized on (collective, algorithm, groups). Same interface as :class:`CollectiveTimer`."""
+    rank to its successor on every channel, in all groups; tree: all child↔parent edges of all
+    trees when pipelined, one tree level and direction at a time when C = 1; pairwise
+    all-to-all: each round's flows). No SimPy; memoized on (collective, algorithm, groups).
+    Same interface as :class:`CollectiveTimer`."""
 
     def __init__(self, topology: Topology, chunks: int = 1, trees: int = 1) -> None:
         self.topology = topology
