@@ -6,8 +6,21 @@ torus-1024 (compiled per-chip costs, 16-token chunks with carried state) and the
 10,000-request workload served by mamba-2.8b on h100-64x-ib (recurrent state slots instead of
 a KV cache; ``--skip-mamba`` leaves them out).
 
+Issue 15's scale targets (CPU-s, one core): a 1,024-GPU llama3-8b training step (TP 8 × DP 128)
+≤ 5; a 16,384-GPU Llama-3-405B step with the Llama 3 paper's 4D parallelism (TP 8, CP 1, PP 16,
+DP 128, 8,192-token sequences, 16M tokens per step: "The Llama 3 Herd of Models",
+arXiv:2407.21783, Table 4) ≤ 60; 10,000 serving requests on 64 GPUs ≤ 3. The GPUs are H100s in
+8-GPU nodes on a rail-optimized fabric (:func:`h100_rail_cluster`), simulated at the network
+level ``network="auto"`` picks (flow above 64 chips; ``--event-baseline`` also times the
+1,024-GPU step at event level, ~1-2 CPU-minutes). Llama-3-405B has 126 layers, which PP 16 does
+not divide (the paper drops one layer from the first and the last stage; our pipeline needs
+equal stages), so the 16K row runs a 128-layer stand-in, labelled as such; the row measures
+simulation cost, not the model's accuracy. Full recompute is on (the activation model does not
+fit 405B in 80 GB without it).
+
 Usage:  python benchmarks/cluster_speed.py [--requests 10000] [--rate 30] [--skip-pd]
         [--cost-source compiler|table|both] [--inlayer-comm network|phase|both] [--skip-mamba]
+        [--skip-scale] [--event-baseline] [--only-scale]
 
 Events are SimPy events scheduled (the main simulation plus the memoized collective-phase
 simulations), counted from SimPy's event-id counter. The anchor is Vidur's published rate of
@@ -19,15 +32,55 @@ Prints a table; asserts nothing about timings.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from rich.console import Console
 from rich.table import Table
 
-from tilewright.dataflow_sim.cluster import (ServePlan, TrainPlan, load_cluster, poisson_requests,
-                                             simulate_serving, simulate_training)
+from tilewright.dataflow_sim.cluster import (ClusterSpec, ServePlan, TrainPlan, load_cluster,
+                                             poisson_requests, simulate_serving,
+                                             simulate_training)
+from tilewright.models.llm_shapes import get_config
 
 VIDUR_EVENTS_PER_CPU_S = 34_000
+TARGET_CPU_S = {"train-1k": 5.0, "train-16k": 60.0, "serve-64": 3.0}   # issue 15, item 3
+
+
+def h100_rail_cluster(nodes: int) -> ClusterSpec:
+    """``nodes`` DGX-H100-like nodes: NVSwitch inside (450 GB/s per GPU per direction, H100
+    datasheet), 8 rails of 400 Gb/s = 50 GB/s per NIC per direction (DGX H100 user guide), each
+    rail a two-level non-blocking fat tree of 32-node leaves (32 spines). Latencies as in the
+    h100-64x-ib preset (assumptions: 0.5 µs NVLink, 1 µs per network hop)."""
+    return ClusterSpec.from_dict({
+        "name": f"h100-{nodes * 8}-rail", "chip": {"kind": "gpu", "preset": "h100-sxm"},
+        "nodes": nodes, "chips_per_node": 8,
+        "intra_node": {"topology": "switch", "link_gbps": 450.0, "latency_us": 0.5},
+        "inter_node": {"topology": "fat_tree", "link_gbps": 50.0, "latency_us": 1.0,
+                       "planes": 8, "nodes_per_leaf": min(nodes, 32), "spines": 32}})
+
+
+def scale_rows(event_baseline: bool) -> list[tuple]:
+    """The issue-15 training targets: (run, plan, simulated, wall, cpu, events, target)."""
+    rows = []
+    plan = TrainPlan(dp=128, tp=8, micro_batches=8, seq_len=4096)
+    levels = ["auto", "event"] if event_baseline else ["auto"]
+    for level in levels:
+        res, wall, cpu = timed(lambda: simulate_training(h100_rail_cluster(128), "llama3-8b",
+                                                         plan, network=level))
+        rows.append((f"train llama3-8b, 1,024 H100 (128 nodes, 8 rails), network: "
+                     f"{res.metrics['network_level']}", plan.label(),
+                     f"step {res.step_seconds:.3f} s", wall, cpu, res.events,
+                     TARGET_CPU_S["train-1k"] if level == "auto" else None))
+    cfg = dataclasses.replace(get_config("llama3-405b"), n_layers=128,
+                              name="llama3-405b (128-layer stand-in)")
+    plan = TrainPlan(dp=128, tp=8, sp=1, pp=16, micro_batches=16, seq_len=8192, recompute=True)
+    res, wall, cpu = timed(lambda: simulate_training(h100_rail_cluster(2048), cfg, plan))
+    rows.append((f"train {cfg.name}, 16,384 H100 (2,048 nodes), Llama 3 Table 4 4D, network: "
+                 f"{res.metrics['network_level']}", plan.label() + " cp=1, recompute",
+                 f"step {res.step_seconds:.2f} s", wall, cpu, res.events,
+                 TARGET_CPU_S["train-16k"]))
+    return rows
 
 
 def timed(fn):
@@ -47,12 +100,23 @@ def main() -> None:
     ap.add_argument("--inlayer-comm", default="network", choices=["network", "phase", "both"],
                     help="torus-1024 step: TP collectives on the shared network (default) or "
                          "timed apart as phases")
+    ap.add_argument("--skip-scale", action="store_true",
+                    help="skip the issue-15 1,024- and 16,384-GPU training rows")
+    ap.add_argument("--only-scale", action="store_true",
+                    help="only the issue-15 rows (the two training steps and the llama3-70b "
+                         "serving run on 64 GPUs)")
+    ap.add_argument("--event-baseline", action="store_true",
+                    help="also time the 1,024-GPU step at event level (slow)")
     args = ap.parse_args()
     rows = []
+    if not args.skip_scale:
+        rows += scale_rows(args.event_baseline)
+    if args.only_scale:
+        args.skip_pd = args.skip_mamba = True
 
     sources = ["compiler", "table"] if args.cost_source == "both" else [args.cost_source]
     modes = ["network", "phase"] if args.inlayer_comm == "both" else [args.inlayer_comm]
-    for src in sources:    # wall time includes the (cached) compile of the sharded layer
+    for src in ([] if args.only_scale else sources):  # wall time includes the layer compile
         for mode in modes:
             plan = TrainPlan(dp=16, tp=8, pp=8, micro_batches=16, seq_len=4096,
                              inlayer_comm=mode)
@@ -60,14 +124,15 @@ def main() -> None:
                                                              "llama3-70b", plan, cost_source=src))
             rows.append((f"train llama3-70b, torus-1024 (1,024 chips), {src} costs, "
                          f"in-layer comm: {mode}", plan.label(),
-                         f"step {res.step_seconds:.2f} s", wall, cpu, res.events))
+                         f"step {res.step_seconds:.2f} s", wall, cpu, res.events, None))
 
     if not args.skip_mamba:
         mplan = TrainPlan(dp=16, tp=8, pp=8, micro_batches=16, seq_len=4096)
         res, wall, cpu = timed(lambda: simulate_training(load_cluster("torus-1024"),
                                                          "mamba-2.8b", mplan))
         rows.append(("train mamba-2.8b, torus-1024 (1,024 chips), compiler costs",
-                     mplan.label(), f"step {res.step_seconds:.2f} s", wall, cpu, res.events))
+                     mplan.label(), f"step {res.step_seconds:.2f} s", wall, cpu, res.events,
+                     None))
 
     reqs = poisson_requests(args.requests, args.rate, (128, 2048), (16, 512), seed=0)
     runs = [("h100-64x-ib", None)] + ([] if args.skip_pd else [("pd-h100-64", True)])
@@ -79,7 +144,7 @@ def main() -> None:
         rows.append((f"serve llama3-70b, {preset} (64 GPUs)",
                      f"{args.requests} req @ {args.rate}/s, tp=8" + (", P/D" if disagg else ""),
                      f"{m['makespan_s']:.0f} s, p99 TTFT {m['ttft_p99_s'] * 1e3:.0f} ms",
-                     wall, cpu, out.events))
+                     wall, cpu, out.events, None if disagg else TARGET_CPU_S["serve-64"]))
 
     if not args.skip_mamba:
         splan = ServePlan(tp=8)
@@ -89,14 +154,15 @@ def main() -> None:
         rows.append(("serve mamba-2.8b, h100-64x-ib (64 GPUs)",
                      f"{args.requests} req @ {args.rate}/s, tp=8",
                      f"{m['makespan_s']:.0f} s, p99 TTFT {m['ttft_p99_s'] * 1e3:.0f} ms",
-                     wall, cpu, out.events))
+                     wall, cpu, out.events, None))
 
     table = Table(title="cluster model speed (SimPy)")
-    for col in ("run", "plan", "simulated", "wall s", "CPU s", "events", "events/CPU-s",
-                "Vidur events/CPU-s"):
+    for col in ("run", "plan", "simulated", "wall s", "CPU s", "target CPU s", "events",
+                "events/CPU-s", "Vidur events/CPU-s"):
         table.add_column(col, justify="left" if col in ("run", "plan", "simulated") else "right")
-    for name, label, sim, wall, cpu, ev in rows:
-        table.add_row(name, label, sim, f"{wall:.1f}", f"{cpu:.1f}", f"{ev:,}",
+    for name, label, sim, wall, cpu, ev, target in rows:
+        goal = "" if target is None else f"≤ {target:g} ({'met' if cpu <= target else 'MISSED'})"
+        table.add_row(name, label, sim, f"{wall:.1f}", f"{cpu:.1f}", goal, f"{ev:,}",
                       f"{ev / cpu:,.0f}", f"~{VIDUR_EVENTS_PER_CPU_S:,}")
     Console(width=200).print(table)
 

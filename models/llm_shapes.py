@@ -172,6 +172,11 @@ LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
     LlamaConfig("llama3-70b", d_model=8192, n_layers=80, n_heads=64, n_kv_heads=8, d_ffn=28672,
                 vocab_size=128256, rope_theta=500000.0,
                 source=_HF + "meta-llama/Meta-Llama-3-70B/blob/main/config.json"),
+    # the Llama 3 Herd of Models (arXiv:2407.21783) Table 3: 126 layers, d 16,384, FFN 53,248,
+    # 128 heads, 8 KV heads; vocab and context from the released config
+    LlamaConfig("llama3-405b", d_model=16384, n_layers=126, n_heads=128, n_kv_heads=8,
+                d_ffn=53248, vocab_size=128256, rope_theta=500000.0, max_seq_len=131072,
+                source=_HF + "meta-llama/Llama-3.1-405B/blob/main/config.json"),
     LlamaConfig("tiny-llama", d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ffn=128,
                 vocab_size=256, rope_theta=10000.0, max_seq_len=256, tiny=True),
     MoEConfig("mixtral-8x7b", d_model=4096, n_layers=32, n_experts=8, top_k=2,

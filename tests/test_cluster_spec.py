@@ -84,11 +84,12 @@ def test_fat_tree_and_planes():
                                       "planes": 4, "link_gbps": 10, "uplink_gbps": 5}))
     assert [len(p) for p, _ in topo.route(0, 1)] == [2]          # same node: up + down
     same_leaf = topo.route(0, 2)                                   # node 0 -> node 1
-    assert len(same_leaf) == 4 and all(len(p) == 2 and f == 0.25 for p, f in same_leaf)
+    # rail-aware: chip 0 of a node owns planes 0 and 2 of the 4 (chip 1 owns 1 and 3)
+    assert len(same_leaf) == 2 and all(len(p) == 2 and f == 0.5 for p, f in same_leaf)
     far = topo.route(0, 15)                                        # node 0 -> node 7
     assert all(len(p) == 4 for p, _ in far)
-    # striped over 4 planes, each limited by its 5 GB/s leaf-spine link
-    assert topo.uncontended_seconds(0, 15, 4e9) == pytest.approx(1e9 / 5e9)
+    # striped over chip 0's 2 planes, each limited by its 5 GB/s leaf-spine link
+    assert topo.uncontended_seconds(0, 15, 4e9) == pytest.approx(2e9 / 5e9)
 
 
 def test_ring_goes_the_short_way():

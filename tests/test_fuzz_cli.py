@@ -69,7 +69,8 @@ KNOWN = {"ws8x8", "ws16x16", "os16x16", "ws8x8v", "mesh4x4", "cube2x4x2v", "wse2
          "fp32", "bf16", "int8", "channel", "tensor", "1f1b", "interleaved", "network", "phase",
          "uniform", "zipf", "trace", "compiler", "table", "cocotb", "fast", "tilewright",
          "scalesim", "mlp-tiny", "mlp-small", "tiny-llama", "tiny-moe", "tiny-mamba",
-         "tiny-moe-sigmoid", "llama3-8b", "llama3-70b", "mixtral-8x7b", "deepseek-v3",
+         "tiny-moe-sigmoid", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b",
+         "deepseek-v3",
          "mamba-130m", "mamba-2.8b"}
 unknown_name = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True).filter(
     lambda s: s not in KNOWN and not (REPO / s).exists())

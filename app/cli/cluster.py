@@ -139,9 +139,13 @@ def cluster(
     grad_bucket_mb: float = typer.Option(
         25.0, help="train: DP gradient all-reduce bucket in MiB, overlapped with the backward "
         "(PyTorch DDP's default 25); 0 = one all-reduce after the backward"),
-    inlayer_comm: str = typer.Option(
-        "network", help="train: network (TP/SP/EP collectives share the links with pipeline and "
-        "gradient traffic) | phase (timed apart)"),
+    inlayer_comm: Optional[str] = typer.Option(
+        None, help="train: network (TP/SP/EP collectives share the links with pipeline and "
+        "gradient traffic) | phase (timed apart); default: network at event level, phase at "
+        "flow level"),
+    network: str = typer.Option(
+        "auto", help="train: event (every message on the links) | flow (collectives at flow "
+        "level, cost linear in chips) | auto (flow above 64 chips)"),
     requests: int = typer.Option(1000, min=1, max=MAX_REQUESTS,
                                  help="serve: Poisson requests to generate"),
     rate: float = typer.Option(10.0, help="serve: arrival rate, requests/s"),
@@ -247,9 +251,10 @@ def cluster(
                              micro_batch_size=micro_batch_size, seq_len=seq_len,
                              schedule=schedule, virtual_stages=virtual_stages,
                              recompute=recompute, grad_bucket_mb=grad_bucket_mb or None,
-                             inlayer_comm=inlayer_comm, seq_parallel=seq_parallel,
+                             seq_parallel=seq_parallel,
                              zero=3 if fsdp else zero, global_batch=global_batch,
-                             recompute_layers=recompute_layers)
+                             recompute_layers=recompute_layers,
+                             **({"inlayer_comm": inlayer_comm} if inlayer_comm else {}))
         else:
             splan = ServePlan(tp=tp, ep=ep, pp=pp, max_batch_tokens=max_batch_tokens,
                               max_seqs=max_seqs,
@@ -278,7 +283,7 @@ def cluster(
             raise ClusterSpecError(f"{given[0]}: a serving option, but --mode is train")
         with progress(f"simulating a training step of {model} on {spec.name}"):
             res = simulate_training(spec, model, plan, trace=trace is not None,
-                                    cost_source=cost_source, tech=tech)
+                                    cost_source=cost_source, tech=tech, network=network)
         metrics, tr = res.metrics, res.trace
     else:
         if request_trace is not None:

@@ -4,7 +4,8 @@ A cluster is ``nodes`` nodes of ``chips_per_node`` identical chips. A chip is ei
 :class:`~tilewright.arch.ArchSpec` design point (GEMM time from the cycle model) or a GPU-like
 roofline preset from public datasheets (:data:`GPU_PRESETS`). Chips in a node talk over the
 ``intra_node`` fabric; nodes talk over the ``inter_node`` network, replicated ``planes`` times
-(multi-plane / multi-rail: a message between nodes is striped evenly over all planes).
+(multi-plane / multi-rail: chip i of a node sends on its own rail's planes; routing in
+:mod:`.topology`).
 
 Units: bandwidths in GB/s (1e9 bytes/s) *per direction per link*, latencies in µs, capacities in
 GiB (2**30 bytes). Invalid input raises :class:`ClusterSpecError`, one line naming the field, the
@@ -146,7 +147,8 @@ class IntraNode(_Frozen):
 
 
 class InterNode(_Frozen):
-    """The network between nodes; ``planes`` identical copies, messages striped across them."""
+    """The network between nodes; ``planes`` identical copies (rails), chip i of a node on rail
+    i (routing: :mod:`.topology`)."""
 
     topology: Literal["none", "switch", "fat_tree", "ring", "torus", "fully_connected"] = Field(
         "none", description="'switch': each node's NIC link to one non-blocking switch; "

@@ -137,3 +137,44 @@ class _Link:
             self.queue.popleft().succeed()
         else:
             self.busy = False
+
+
+class FlowLoad:
+    """The flow level: a set of point-to-point flows that run *at the same time*, each carrying
+    the same ``c`` bytes, on the links of ``topology`` (no SimPy).
+
+    Every link drains the bytes of all flows through it at its bandwidth, so link ``l`` needs
+    ``load_l · c / B_l`` seconds, where ``load_l`` is the summed fraction of a flow's bytes it
+    carries (a flow striped over 4 planes puts 1/4 on each). A flow ends when the slowest link of
+    its route has drained, plus its path latency: ``t_e(c) = c · β_e + α_e`` with
+    ``β_e = max over its links of load_l / B_l`` (s/byte) and ``α_e`` its slowest stripe's summed
+    latency (s). Alone on the network this is :meth:`Topology.uncontended_seconds`; when flows
+    share a link each is slowed by the number sharing it (fair sharing of the bottleneck, an
+    upper bound on the finish time of the last flow through it)."""
+
+    def __init__(self, topology: Topology, flows: list[tuple[int, int]]) -> None:
+        self.topology = topology
+        load: dict[int, float] = {}
+        routes = []
+        for a, b in flows:
+            if a == b:
+                continue
+            r = topology.route(a, b)
+            routes.append(r)
+            for path, frac in r:
+                for link in path:
+                    load[link] = load.get(link, 0.0) + frac
+        self.load = load                   # link id -> summed byte fraction (flows through it)
+        bw, lat = topology.bandwidth, topology.latency
+        beta, alpha = 0.0, 0.0
+        for r in routes:
+            for path, _ in r:
+                beta = max(beta, max(load[x] / bw[x] for x in path))
+                alpha = max(alpha, float(sum(lat[x] for x in path)))
+        self.beta = float(beta)           # s per byte of c on the slowest flow
+        self.alpha = alpha                # s, the slowest path's latency
+        self.flows = len(routes)
+
+    def seconds(self, nbytes: float) -> float:
+        """Makespan of the flows (``nbytes`` each), bounded as ``nbytes·β + α``."""
+        return nbytes * self.beta + self.alpha if self.flows else 0.0

@@ -12,9 +12,15 @@ Routing rules:
 * inter-node ``switch``: source node NIC up-link → destination node NIC down-link.
 * inter-node ``fat_tree``: NIC up → (if the leaves differ) leaf→spine → spine→leaf → NIC down;
   the spine is ``(src_node + dst_node) % spines`` (deterministic ECMP).
-* Between nodes a message is striped evenly over the ``planes`` copies of the network. The hop
-  from a chip to its node's NIC (PCIe) is not modelled; with a direct node network
-  (ring/torus/fully_connected) the node's chips reach the node's router at no cost.
+* Rail-aware between nodes (a rail-optimized fabric: GPU i of every node on rail i): chip ``c``
+  of a node owns the network planes ``p`` with ``p % chips_per_node == c`` when there are at
+  least as many planes as chips (one NIC each, or several), else it shares plane
+  ``c % planes`` with the node's other chips on that rail. A message between nodes is striped
+  evenly over the *source chip's* planes only, so a lone chip sends at its own NIC's bandwidth
+  (not the node's summed bandwidth). The hop from a chip to its NIC (PCIe) and, when source
+  and destination sit on different rails, the destination node's forwarding hop to the
+  destination chip are not modelled; with a direct node network (ring/torus/fully_connected)
+  the node's chips reach the node's router at no cost.
 """
 
 from __future__ import annotations
@@ -151,7 +157,8 @@ class Topology:
             r = ((path, 1.0),)
         else:
             inter, stripes = s.inter_node, []
-            for p in range(inter.planes):
+            planes = self.planes_of(src)
+            for p in planes:
                 if inter.topology in ("switch", "fat_tree"):
                     path = [L[("nic_up", p, u)]]
                     lu, lv = u // inter.nodes_per_leaf, v // inter.nodes_per_leaf
@@ -162,10 +169,18 @@ class Topology:
                 else:
                     path = [L[("node", p, x, y)]
                             for x, y in self._walk(inter.topology, u, v, inter.dims, s.nodes)]
-                stripes.append((tuple(path), 1.0 / inter.planes))
+                stripes.append((tuple(path), 1.0 / len(planes)))
             r = tuple(stripes)
         self._routes[key] = r
         return r
+
+    def planes_of(self, chip: int) -> tuple[int, ...]:
+        """The inter-node planes (rails, NICs) chip ``chip`` sends on (see the module docstring)."""
+        cpn, planes = self.spec.chips_per_node, self.spec.inter_node.planes
+        c = chip % cpn
+        if planes >= cpn:
+            return tuple(range(c, planes, cpn))
+        return (c % planes,)
 
     def uncontended_seconds(self, src: int, dst: int, nbytes: float) -> float:
         """Closed form of one message alone on the network: the slowest stripe's

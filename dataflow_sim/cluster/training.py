@@ -30,6 +30,17 @@ times (:mod:`.compiled`: the backward GEMMs dX = dY·Wᵀ and dW = Xᵀ·dY are 
 non-GEMM backward = 2 × forward); ``"table"`` costs the op table of :mod:`.workload` per op
 with :mod:`.costs` (cycle model for ArchSpec GEMMs, roofline otherwise). GPU presets are not
 ArchSpecs and always use the table + roofline.
+
+Network level (``network``): ``"event"`` is the above — every message of every collective and
+pipeline transfer on the shared SimPy links. ``"flow"`` costs each collective and each pipeline
+transfer at flow level (:class:`~.collectives.FlowTimer`: the NCCL-like algorithm's closed form
+on the link loads of all groups running it at once) and waits that long: contention *within* a
+phase (all TP groups, all DP rings of a stage, all ranks of a transfer) is modelled, contention
+*between* phases (a pipeline transfer against a gradient bucket) is not; in-layer collectives
+are timed blocks (``inlayer_comm="phase"``). The simulation then costs a few events per task
+instead of ~n² messages per all-reduce, so it grows about linearly in chips. ``"auto"`` (the
+default): flow above :data:`AUTO_FLOW_CHIPS` chips, unless the plan sets
+``inlayer_comm="network"`` explicitly; the level used is ``metrics["network_level"]``.
 """
 
 from __future__ import annotations
@@ -46,8 +57,9 @@ import simpy
 
 from tilewright.models.llm_configs import LLMConfig
 
-from .cluster_spec import ClusterSpec, ClusterSpecError
-from .collectives import COLLECTIVES, CollectiveTimer, all_gather, all_reduce, reduce_scatter
+from .cluster_spec import ClusterSpec, ClusterSpecError, PlanError
+from .collectives import (COLLECTIVES, CollectiveTimer, FlowTimer, all_gather, all_reduce,
+                          reduce_scatter)
 from .compiled import COST_SOURCES, cache_info, compiled_embedding, compiled_head, compiled_layer
 from .costs import ChipModel, chip_model
 from .energy import add_traffic, cluster_energy, ops_work, report_work
@@ -58,7 +70,12 @@ from .trace import Trace
 from .workload import Shard, backward_ops, dims_of, embedding_ops, head_ops, layer_ops
 
 __all__ = ["simulate_training", "TrainResult", "schedule_order", "stage_costs", "CONVENTION",
-           "resolve_cost_source", "COMPONENTS", "model_flops_per_token", "component_of"]
+           "resolve_cost_source", "COMPONENTS", "model_flops_per_token", "component_of",
+           "NETWORK_LEVELS", "AUTO_FLOW_CHIPS"]
+
+NETWORK_LEVELS = ("auto", "event", "flow")
+AUTO_FLOW_CHIPS = 64
+"""``network="auto"`` simulates clusters of more chips than this at flow level."""
 
 CONVENTION = ("cluster/train: seconds of simulated time; step = last gradient all-reduce end; "
               "per rank compute + exposed_comm (in-layer collectives + its gradient all-reduce) "
@@ -335,21 +352,38 @@ def _bubble(bwd_end: float, compute: float, comm: float) -> float:
     return b if b > 1e-12 * abs(bwd_end) else 0.0
 
 
+def _network_level(network: str, plan: TrainPlan, spec: ClusterSpec) -> str:
+    """The level ``network`` asks for ("event" | "flow"); PlanError for an unknown level or a
+    flow-level run of a plan that explicitly puts in-layer collectives on the shared network."""
+    if network not in NETWORK_LEVELS:
+        raise ClusterSpecError(f"network = {network!r}: must be one of {', '.join(NETWORK_LEVELS)}")
+    explicit_net = "inlayer_comm" in plan.model_fields_set and plan.inlayer_comm == "network"
+    if network == "flow" and explicit_net:
+        raise PlanError("plan inlayer_comm='network' needs network='event' (at flow level the "
+                        "in-layer collectives are timed phases: inlayer_comm='phase')")
+    if network == "auto":
+        return "flow" if spec.n_chips > AUTO_FLOW_CHIPS and not explicit_net else "event"
+    return network
+
+
 def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan, *,
                       trace: bool = False, cost_source: str | None = None,
-                      tech: str | None = None) -> TrainResult:
+                      tech: str | None = None, network: str = "auto") -> TrainResult:
     """Simulate one training step; raises :class:`~.cluster_spec.PlanError` for plans that do
     not divide or do not fit in memory. ``cost_source``: ``"compiler"`` | ``"table"`` | None
     (compiler for ArchSpec chips, table/roofline for GPU presets); see the module docstring.
-    ``tech``: technology table for an ArchSpec chip's energy (:mod:`.energy`; default 7nm)."""
+    ``tech``: technology table for an ArchSpec chip's energy (:mod:`.energy`; default 7nm).
+    ``network``: ``"auto"`` | ``"event"`` | ``"flow"`` (module docstring)."""
     wall0 = time.perf_counter()
     cfg = validate_train(plan, spec, model)
     chip = chip_model(spec)
     cost_source = resolve_cost_source(chip, cost_source)
     compiles0 = cache_info()["misses"]
     mem = check_train_memory(plan, spec, chip, cfg)
+    level = _network_level(network, plan, spec)
+    flow = level == "flow"
     topo = Topology(spec)
-    timer = CollectiveTimer(topo)
+    timer = FlowTimer(topo) if flow else CollectiveTimer(topo)
     tp, sp, dp, pp, ep = plan.tp, plan.sp, plan.dp, plan.pp, plan.ep
     v, m = plan.virtual_stages, plan.micro_batches
     V = pp * v
@@ -391,7 +425,7 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     ready = defaultdict(env.event)          # (d, is_fwd, vs, mb) -> inputs have arrived
     stats = defaultdict(float)              # (d, r, key) -> seconds
     n_chunk = cfg.n_layers // V
-    on_net = plan.inlayer_comm == "network"
+    on_net = plan.inlayer_comm == "network" and not flow
     per_layer = {f: _per_layer_comm(table, f, recompute_fraction(plan, cfg)) for f in (True, False)}
     algo = {"all_reduce": plan.allreduce_algo, "all_to_all": plan.alltoall_algo}
     intercepts: dict[tuple, float] = {}
@@ -461,13 +495,21 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     closes = {(r, kind): {idx: k for k, (idx, _) in enumerate(buckets[(r, kind)])}
               for r in range(pp) for kind in ("dense", "expert")}
 
+    carried_flow: dict[int, float] = {}     # flow level: bytes per link of transfers, buckets
+
     def transfer(d: int, r_src: int, r_dst: int, key: tuple) -> None:
         if r_src == r_dst:
             ready[key].succeed()
             return
         pairs = [(chip_id(t, s, d, r_src), chip_id(t, s, d, r_dst))
                  for t in range(tp) for s in range(sp)]
-        net.send_many(pairs, act_bytes).callbacks.append(lambda _ev: ready[key].succeed())
+        if flow:            # the tp·sp sends of one transfer at once, at flow level
+            t_s = timer.seconds("send", pairs, act_bytes)
+            add_traffic(carried_flow, timer.traffic("send", pairs), act_bytes)
+            ev = env.timeout(t_s)
+        else:
+            ev = net.send_many(pairs, act_bytes)
+        ev.callbacks.append(lambda _ev: ready[key].succeed())
 
     def device(d: int, r: int):
         unit = 0
@@ -521,12 +563,18 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
             else:
                 gs = [[chip_id(t, *ds[j], r) for j in range(q, dp * sp, ep)]
                       for t in range(tp) for q in range(ep)]
-            if plan.zero <= 1:      # DDP / ZeRO-1: all-reduce of the gradients
-                yield env.all_of([all_reduce(net, g, nbytes, plan.allreduce_algo) for g in gs])
-            else:                   # ZeRO-2/3: reduce-scatter the gradients ...
-                yield env.all_of([reduce_scatter(net, g, nbytes) for g in gs])
-                if plan.zero == 2:  # ... and all-gather the updated parameter shards
-                    yield env.all_of([all_gather(net, g, nbytes) for g in gs])
+            # DDP / ZeRO-1: all-reduce of the gradients; ZeRO-2/3: reduce-scatter them, and
+            # ZeRO-2 all-gathers the updated parameter shards
+            steps = [("all_reduce", plan.allreduce_algo)] if plan.zero <= 1 else \
+                [("reduce_scatter", "ring")] + ([("all_gather", "ring")] if plan.zero == 2 else [])
+            for kind_c, algo_c in steps:
+                if flow:
+                    yield env.timeout(timer.seconds(kind_c, gs, nbytes, algo_c))
+                    add_traffic(carried_flow, timer.traffic(kind_c, gs, algo_c), nbytes)
+                else:
+                    fn = {"all_reduce": all_reduce, "reduce_scatter": reduce_scatter,
+                          "all_gather": all_gather}[kind_c]
+                    yield env.all_of([fn(net, g, nbytes, algo_c) for g in gs])
             stats[("sync", r, "busy")] += env.now - start
             if tr is not None:
                 tr.span(f"grad all-reduce {kind} b{k}", "comm", start, env.now - start,
@@ -597,10 +645,15 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
         "recompute_layers": plan.recompute_layers, "seq_parallel": plan.seq_parallel,
         "memory_peak_gib": max(x["total_bytes"] for x in mem) / 2**30,
         "memory_capacity_gib": chip.hbm_bytes / 2**30,
+        "network_level": level,
         "network_messages": net.messages, "collective_phase_runs": timer.runs,
-        "busiest_link_utilization": max(net.busy_seconds.values(), default=0.0) / step,
     }
     carried = dict(net.link_bytes)
+    for link, b in carried_flow.items():
+        carried[link] = carried.get(link, 0.0) + b
+    link_busy = (net.busy_seconds if not flow
+                 else {k: b / topo.bandwidth[k] for k, b in carried.items()})
+    metrics["busiest_link_utilization"] = max(link_busy.values(), default=0.0) / step
     if not on_net:      # in-layer collectives ran in the timer's phase simulations: each phase
         per_dev = m * cfg.n_layers / pp     # is one layer on every device; a device runs these
         for fwd in (True, False):
