@@ -26,7 +26,7 @@ from tilewright.models.ssm import MambaLayer
 from tilewright.models.transformer import CausalLM, DecoderLayer, seeded_init_
 
 __all__ = ["ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
-           "build_llm", "build_lm", "describe", "param_count"]
+           "build_llm", "build_lm", "describe", "param_count", "has_attention", "count_params"]
 
 
 # ---- module construction ------------------------------------------------------------------------
@@ -35,17 +35,34 @@ def _moe_layer(cfg: MoEConfig) -> MoELayer:
                     n_shared_experts=cfg.n_shared_experts, router_score=cfg.router_score,
                     norm_topk_prob=cfg.norm_topk_prob,
                     routed_scaling_factor=cfg.routed_scaling_factor,
-                    n_group=cfg.n_group, topk_group=cfg.topk_group)
+                    n_group=cfg.n_group, topk_group=cfg.topk_group,
+                    d_shared_ffn=cfg.d_shared_ffn, shared_expert_gate=cfg.shared_expert_gate)
+
+
+def _decoder(cfg: LlamaConfig | MoEConfig, ffn: nn.Module | None = None) -> DecoderLayer:
+    """The attention decoder layer of ``cfg`` (SwiGLU FFN, or ``ffn``) with every attention
+    field the config sets (head_dim, biases, q/k norm, rope scaling)."""
+    return DecoderLayer(cfg.d_model, cfg.n_heads, cfg.n_kv_heads,
+                        cfg.d_ffn if isinstance(cfg, LlamaConfig) else cfg.d_expert_ffn,
+                        rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
+                        max_seq_len=cfg.max_seq_len, ffn=ffn, mlp_bias=cfg.mlp_bias,
+                        head_dim=cfg.head_dim, qkv_bias=cfg.qkv_bias, o_bias=cfg.o_bias,
+                        qk_norm=cfg.qk_norm, rope_scaling=cfg.rope_scaling)
+
+
+def has_attention(cfg: LLMConfig) -> bool:
+    """True when a layer of ``cfg`` as built here has its attention (Llama; MoE with
+    ``n_heads``): its decode inputs carry a KV cache."""
+    return isinstance(cfg, LlamaConfig) or (isinstance(cfg, MoEConfig) and cfg.n_heads is not None)
 
 
 def _layer(cfg: LLMConfig) -> nn.Module:
-    """One layer: DecoderLayer (llama), MoELayer (moe), MambaLayer (mamba)."""
+    """One layer: DecoderLayer (llama; MoE with attention: its FFN is the MoE layer), MoELayer
+    (MoE whose attention is not modeled: DeepSeek-V3's MLA), MambaLayer (mamba)."""
     if isinstance(cfg, LlamaConfig):
-        return DecoderLayer(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_ffn,
-                            rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
-                            max_seq_len=cfg.max_seq_len)
+        return _decoder(cfg)
     if isinstance(cfg, MoEConfig):
-        return _moe_layer(cfg)
+        return _decoder(cfg, _moe_layer(cfg)) if cfg.n_heads is not None else _moe_layer(cfg)
     return MambaLayer(cfg.d_model, norm_eps=cfg.norm_eps, d_state=cfg.d_state,
                       expand=cfg.expand, d_conv=cfg.d_conv, dt_rank=cfg.dt_rank)
 
@@ -88,7 +105,10 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
       ``(x [batch, 1, D], k_cache, v_cache [batch, Hkv, seq - 1, hd])``: ``seq`` is the context
       (positions attended, as for prefill): ``seq - 1`` cached tokens and the new one at position
       ``seq - 1`` (``seq = 1``: no cache). Both phases accept ``seq <= max_seq_len``.
-    * moe — :class:`MoELayer`; inputs ``(x [batch, seq, D],)`` (decode: seq 1).
+    * moe with attention (Mixtral, Qwen2-MoE) — :class:`DecoderLayer` whose FFN is the
+      :class:`MoELayer`; inputs as llama.
+    * moe without attention (DeepSeek-V3, whose MLA is not modeled here) — :class:`MoELayer`;
+      inputs ``(x [batch, seq, D],)`` (decode: seq 1).
     * mamba — :class:`MambaLayer`; prefill ``(x [batch, seq, D],)``; decode
       ``(x [batch, 1, D], conv_state [batch, Di, d_conv], ssm_state [batch, Di, d_state])``.
 
@@ -104,11 +124,17 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
         raise ModelInputError(f"seq and batch must be >= 1, got seq={seq}, batch={batch}")
     context = getattr(cfg, "max_seq_len", None)
     need = seq      # positions: prefill seq prompt tokens; decode seq - 1 cached + 1 new token
+    what = 'context: seq - 1 cached + 1 new token' if phase == 'decode' else 'prompt tokens'
     if context is not None and need > context:          # before any tensor is allocated
         raise ModelInputError(
-            f"{name}: --seq {seq} needs {need} positions "
-            f"({'context: seq - 1 cached + 1 new token' if phase == 'decode' else 'prompt tokens'}"
-            f"); the config's context is max_seq_len = {context}")
+            f"{name}: --seq {seq} needs {need} positions ({what}); the config's context is "
+            f"max_seq_len = {context}")
+    window = getattr(cfg, "sliding_window", None)
+    if window is not None and need > window:     # full causal attention = the window within it
+        raise ModelInputError(
+            f"{name}: --seq {seq} needs {need} positions ({what}); the config's sliding_window "
+            f"is {window} and attention beyond a window is not modeled (accepted: --seq <= "
+            f"{window})")
     dev = _resolve_device(cfg, device)
     if dev.type != "meta":                                 # before any tensor is allocated
         _check_fits_in_memory(name, cfg, seq, batch)
@@ -131,7 +157,7 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
     d = cfg.d_model
     if phase == "prefill":
         return module, (rand(batch, seq, d),)
-    if isinstance(cfg, LlamaConfig):
+    if has_attention(cfg):
         if seq == 1:                                # context 1: the new token alone, no cache
             return module, (rand(batch, 1, d),)
         kv = (batch, cfg.n_kv_heads, seq - 1, cfg.head_dim)
@@ -152,23 +178,31 @@ def build_lm(name: str, *, seed: int = 0, device: torch.device | str | None = No
                          "(DeepSeek-V3 uses MLA); "
                          "only its MoE layer is available from build_llm")
     dev = _resolve_device(cfg, device)
-    if isinstance(cfg, MoEConfig):
-        def make() -> nn.Module:
-            return DecoderLayer(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_expert_ffn,
-                                rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps,
-                                max_seq_len=cfg.max_seq_len, ffn=_moe_layer(cfg))
-        vocab, tie = cfg.vocab_size, False
-    else:
-        def make() -> nn.Module:
-            return _layer(cfg)
-        vocab = cfg.padded_vocab if isinstance(cfg, MambaConfig) else cfg.vocab_size
-        tie = cfg.tie_embeddings
+    def make() -> nn.Module:
+        return _layer(cfg)
+    vocab = cfg.padded_vocab if isinstance(cfg, MambaConfig) else cfg.vocab_size
+    tie = cfg.tie_embeddings
     with torch.device(dev):
         lm = CausalLM(vocab, cfg.d_model, cfg.n_layers, make, norm_eps=cfg.norm_eps,
                       tie_embeddings=tie)
     seeded_init_(lm, seed).eval()
     lm.config_name = name
     return lm
+
+
+def count_params(name: str) -> dict[str, int]:
+    """``total`` and ``active`` parameters of the whole model counted on its meta-device build
+    (:func:`build_lm`; a tied LM head is counted once): ``active`` leaves out, per MoE layer, the
+    ``n_experts - top_k`` routed experts a token does not use. DeepSeek-V3 raises as
+    :func:`build_lm`."""
+    lm = build_lm(name, device="meta")
+    total = sum(p.numel() for p in lm.parameters())
+    inactive = 0
+    for m in lm.modules():
+        if isinstance(m, MoELayer):
+            per_expert = (m.w_gate.numel() + m.w_up.numel() + m.w_down.numel()) // m.n_experts
+            inactive += (m.n_experts - m.top_k) * per_expert
+    return {"total": int(total), "active": int(total - inactive)}
 
 
 def describe(name: str) -> dict:
@@ -182,7 +216,7 @@ def describe(name: str) -> dict:
                           "kv_cache_per_token_per_layer": 2 * cfg.n_kv_heads * cfg.head_dim}
     elif isinstance(cfg, MoEConfig):
         out["derived"] = {"n_moe_layers": cfg.n_moe_layers,
-                          "d_shared_ffn": cfg.n_shared_experts * cfg.d_expert_ffn,
+                          "d_shared_ffn": cfg.shared_width,
                           "expert_params": _swiglu(cfg.d_model, cfg.d_expert_ffn)}
     else:
         out["derived"] = {"d_inner": cfg.d_inner, "dt_rank": cfg.rank,

@@ -46,11 +46,24 @@ class LlamaConfig:
     tie_embeddings: bool = False
     tiny: bool = False
     source: str = ""
+    d_head: int | None = None
+    """HF ``head_dim``; None = d_model // n_heads"""
+    qkv_bias: bool = False
+    """bias on the q/k/v projections (HF ``attention_bias``; Qwen2 always)"""
+    o_bias: bool = False
+    """bias on the output projection (HF Llama ``attention_bias``)"""
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    """RMSNorm over head_dim on q and k before rotary (Qwen3)"""
+    rope_scaling: dict | None = None
+    """HF ``rope_scaling`` (``rope_type`` llama3 or linear); None = plain rotary"""
+    sliding_window: int | None = None
+    """attention window (tokens); a layer refuses contexts beyond it (exact within it)"""
     family: str = dataclasses.field(default="llama", init=False)
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
 
 
 @dataclass(frozen=True)
@@ -82,11 +95,41 @@ class MoEConfig:
     max_seq_len: int = 8192
     tiny: bool = False
     source: str = ""
+    d_shared_ffn: int | None = None
+    """width of the shared expert; None = n_shared_experts * d_expert_ffn (DeepSeek)"""
+    shared_expert_gate: bool = False
+    """the shared expert's output is scaled by sigmoid(Linear(d_model, 1) x) (Qwen2-MoE)"""
+    tie_embeddings: bool = False
+    d_head: int | None = None
+    """HF ``head_dim``; None = d_model // n_heads"""
+    qkv_bias: bool = False
+    """bias on the q/k/v projections (HF ``attention_bias``; Qwen2 always)"""
+    o_bias: bool = False
+    """bias on the output projection (HF Llama ``attention_bias``)"""
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    """RMSNorm over head_dim on q and k before rotary (Qwen3)"""
+    rope_scaling: dict | None = None
+    """HF ``rope_scaling`` (``rope_type`` llama3 or linear); None = plain rotary"""
+    sliding_window: int | None = None
+    """attention window (tokens); a layer refuses contexts beyond it (exact within it)"""
     family: str = dataclasses.field(default="moe", init=False)
 
     @property
     def n_moe_layers(self) -> int:
         return self.n_layers - self.n_dense_layers
+
+    @property
+    def head_dim(self) -> int:
+        if self.n_heads is None:
+            raise ValueError(f"{self.name}: the attention of this model is not modeled")
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def shared_width(self) -> int:
+        """features of the shared expert(s) (0: none)"""
+        return self.d_shared_ffn if self.d_shared_ffn is not None \
+            else self.n_shared_experts * self.d_expert_ffn
 
 
 @dataclass(frozen=True)
@@ -175,6 +218,15 @@ def _attention(d: int, h: int, hkv: int, hd: int) -> int:
     return 2 * d * h * hd + 2 * d * hkv * hd
 
 
+def _attention_cfg(cfg: "LlamaConfig | MoEConfig") -> int:
+    """Attention parameters of one layer of ``cfg`` with its biases and q/k norms."""
+    h, hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    n = _attention(cfg.d_model, h, hkv, hd)
+    n += (h + 2 * hkv) * hd if cfg.qkv_bias else 0
+    n += cfg.d_model if cfg.o_bias else 0
+    return n + (2 * hd if cfg.qk_norm else 0)
+
+
 def param_count(name: str) -> dict[str, int | None]:
     """Parameter counts computed from the config by formula (independent of the modules):
 
@@ -185,23 +237,22 @@ def param_count(name: str) -> dict[str, int | None]:
     cfg = get_config(name)
     d = cfg.d_model
     if isinstance(cfg, LlamaConfig):
-        layer = _attention(d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) \
-            + _swiglu(d, cfg.d_ffn) + 2 * d
+        mlp = _swiglu(d, cfg.d_ffn) + ((2 * cfg.d_ffn + d) if cfg.mlp_bias else 0)
+        layer = _attention_cfg(cfg) + mlp + 2 * d
         emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
         total = cfg.n_layers * layer + emb + d
         return {"layer": layer, "total": total, "active": total}
     if isinstance(cfg, MoEConfig):
         expert = _swiglu(d, cfg.d_expert_ffn)
-        moe = d * cfg.n_experts + cfg.n_experts * expert \
-            + _swiglu(d, cfg.n_shared_experts * cfg.d_expert_ffn)
+        moe = d * cfg.n_experts + cfg.n_experts * expert + _swiglu(d, cfg.shared_width) \
+            + (d if cfg.shared_width and cfg.shared_expert_gate else 0)
         if cfg.n_heads is None:
             return {"layer": moe, "total": None, "active": None}
-        hd = d // cfg.n_heads
-        layer_total = _attention(d, cfg.n_heads, cfg.n_kv_heads, hd) + moe + 2 * d
-        emb = 2 * cfg.vocab_size * d
-        total = cfg.n_layers * layer_total + emb + d
+        layer = _attention_cfg(cfg) + moe + 2 * d
+        emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+        total = cfg.n_layers * layer + emb + d
         active = total - cfg.n_layers * (cfg.n_experts - cfg.top_k) * expert
-        return {"layer": moe, "total": total, "active": active}
+        return {"layer": layer, "total": total, "active": active}
     di, n, r = cfg.d_inner, cfg.d_state, cfg.rank
     layer = (d * 2 * di + di * cfg.d_conv + di + di * (r + 2 * n) + r * di + di
              + di * n + di + di * d + d)
