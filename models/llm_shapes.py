@@ -17,7 +17,7 @@ from typing import Literal, Union
 
 from tilewright.errors import UserError
 
-__all__ = ["ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
+__all__ = ["builtin_names", "ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
            "param_count", "Phase"]
 
 Phase = Literal["prefill", "decode"]
@@ -203,10 +203,26 @@ LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
 
 
 def get_config(name: str) -> LLMConfig:
-    """The config called ``name``; :class:`ModelInputError` listing the known names otherwise."""
+    """The config called ``name`` — a built-in name, or a Hugging Face ``config.json`` / a folder
+    holding one (:func:`tilewright.models.hf_config.load_hf_config`, read once per process and
+    kept in :data:`LLM_CONFIGS` under that text); :class:`ModelInputError` listing the known
+    names otherwise."""
     if name not in LLM_CONFIGS:
-        raise ModelInputError(f"unknown LLM config {name!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
+        from tilewright.models.hf_config import (  # noqa: PLC0415  (circular: hf_config uses
+            load_hf_config, looks_like_config)      # the dataclasses defined here)
+        if looks_like_config(name):
+            LLM_CONFIGS[name] = load_hf_config(name)
+            return LLM_CONFIGS[name]
+        raise ModelInputError(f"unknown LLM config {name!r}; known: "
+                              f"{', '.join(builtin_names())}"
+                              f" (or a Hugging Face config.json, or a folder holding one)")
     return LLM_CONFIGS[name]
+
+
+def builtin_names() -> list[str]:
+    """The built-in config names, sorted (not the files read into :data:`LLM_CONFIGS`)."""
+    return sorted(n for n, c in LLM_CONFIGS.items()
+                  if not c.source or c.source.startswith("http"))
 
 
 # ---- analytic shapes and counts -----------------------------------------------------------------

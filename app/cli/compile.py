@@ -66,7 +66,9 @@ class TooManyTokens(UserError, ValueError):
 
 
 def compile_cmd(
-    model: str = typer.Option(..., "--model", help="model config name (see `tilewright models`)"),
+    model: str = typer.Option(..., "--model", help="a built-in name (see `tilewright models`), "
+                              "a Hugging Face config.json or a folder holding one, "
+                              "path/file.py:factory, or a .onnx file"),
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
     seq: int = typer.Option(8, "--seq", min=1, help="context: prompt tokens (prefill), or "
                             "positions attended = cached + the new token (decode)"),
@@ -88,10 +90,15 @@ def compile_cmd(
         compile_llm  # noqa: PLC0415  (lazy: pulls in pandas)
     from tilewright.dataflow_sim.token_cost import \
         llm_step_cost  # noqa: PLC0415  (lazy: pulls in torch)
-    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
+        has_attention, param_count)
+    from tilewright.models.resolve import resolve_model  # noqa: PLC0415  (lazy: models layer)
 
-    if model not in LLM_CONFIGS:
-        raise UnknownModel(f"unknown model {model!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
+    resolved = resolve_model(model)
+    if resolved.kind == "mlp":
+        raise UnknownModel(f"--model {model}: a demo MLP; compile takes an LLM config, a "
+                           f"config.json, file.py:factory or .onnx (run the MLP with "
+                           f"`tilewright demo --model {model}`)")
     if fmt is not None and fmt not in ELEM_BYTES:
         raise UnknownFormat(f"unknown format {fmt!r}; known: {', '.join(ELEM_BYTES)}")
     if phase not in ("prefill", "decode"):
@@ -105,15 +112,26 @@ def compile_cmd(
     fmt_source = "--format" if fmt is not None else "the ArchSpec's tensor_engine.input_format"
     fmt = arch_format(spec, fmt, arch)
     LOGGER.info("compile: format %s (%s)", fmt, fmt_source)
-    with progress(f"compiling one layer of {model} for {spec.name}"):
-        result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
-                             granularity=granularity)
+    cfg = resolved.config
+    if resolved.kind == "user":
+        from tilewright.dataflow_sim.compile_flow import \
+            compile_module  # noqa: PLC0415  (lazy: pulls in pandas)
+        with progress(f"compiling {model} for {spec.name}"):
+            result = compile_module(resolved.module, resolved.example_inputs, spec, fmt=fmt,
+                                    granularity=granularity, name=model)
+    else:
+        with progress(f"compiling one layer of {model} for {spec.name}"):
+            result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
+                                 granularity=granularity)
     df = result.report
     layer, full = result.totals(), result.totals(all_layers=True)
-    why = ("the embedding and LM head are compiled with per-channel weight scales only; use "
+    params = param_count(model) if cfg is not None else {"total": None, "active": None}
+    why = ("a user module is compiled as given (one Program); whole-model figures cover LLM "
+           "configs" if cfg is None else
+           "the embedding and LM head are compiled with per-channel weight scales only; use "
            "--granularity channel" if granularity != "channel" else
-           "the compiled layer of an MoE config is its MoE FFN alone (no attention)"
-           if LLM_CONFIGS[model].family == "moe" else
+           "the compiled layer of this MoE config is its MoE FFN alone (its attention, MLA, is "
+           "not modeled)" if cfg.family == "moe" and not has_attention(cfg) else
            # the frontend has no bf16 constant, so the bf16 embedding table does not export
            "the embedding table of a bf16 design does not compile yet (no bf16 constants in "
            "the frontend)" if fmt == "bf16" else None)
@@ -129,6 +147,7 @@ def compile_cmd(
                           "granularity": granularity,
                           "accumulator": result.program.meta.get("accumulator"),
                           "shape_only": result.shape_only,
+                          "params_total": params["total"], "params_active": params["active"],
                           "total_cycles": layer["total_cycles"], "layer": layer,
                           "all_layers": full,
                           "whole_model": None if step is None else step.as_dict(),
@@ -151,6 +170,9 @@ def compile_cmd(
                   f"({layer['compulsory_bytes']:,} compulsory); "
                   f"x {full['layers']} layers: {full['total_cycles']:,} cycles"
                   + (" (shape-only compile)" if result.shape_only else ""))
+    if params["total"] is not None:
+        console.print(f"parameters: {params['total']:,} total, {params['active']:,} active "
+                      f"per token")
     if step is None:
         console.print(f"whole model: not computed ({why})")
     else:
