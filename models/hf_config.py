@@ -78,8 +78,9 @@ class Fields:
 
     def only(self, key: str, accepted: tuple, default: Any, why: str) -> Any:
         """Field ``key`` whose value must be one of ``accepted`` (else refused, ``why``)."""
-        value = self.get(key, object, default)
-        if value not in accepted:
+        self.read.add(key)
+        value = default if self.data.get(key) is None else self.data[key]
+        if not any(value == a and type(value) is type(a) for a in accepted):
             raise HFConfigError(f"{self.path}: field {key!r} = {value!r} is not supported "
                                 f"({why}; accepted: {', '.join(map(repr, accepted))})")
         return value

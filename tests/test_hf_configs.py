@@ -1,0 +1,254 @@
+"""Hugging Face config.json inputs (issue 14 items 1 and 4): one small config per architecture
+compiled through the CLI; the shipped full-size configs' parameter counts against the published
+totals (model cards); bad configs refused in one line with exit 2; the resolver's forms; whole
+models (MoE layers with their attention, 128K context with a constant attention buffer).
+
+References: published parameter counts (model cards, cited per row); closed forms written here
+(rotary scaling limits, the fused attention's MACs); torch's own module parameter counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.test_cli import tw
+from tilewright.app.cli.main import main
+from tilewright.models.llm_configs import build_llm, count_params, get_config, param_count
+from tilewright.models.resolve import model_form, resolve_model
+
+REPO = Path(__file__).resolve().parents[1]
+ARCH = str(REPO / "configs" / "ws16x16.yaml")
+MODELS = REPO / "configs" / "models"
+
+_ATTN = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 256,
+         "rope_theta": 10000.0, "hidden_act": "silu", "rms_norm_eps": 1e-5}
+SMALL = {
+    "LlamaForCausalLM": {**_ATTN, "intermediate_size": 128, "attention_bias": True,
+                         "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                          "original_max_position_embeddings": 64}},
+    "MistralForCausalLM": {**_ATTN, "intermediate_size": 128, "sliding_window": 32},
+    "Qwen2ForCausalLM": {**_ATTN, "intermediate_size": 128, "use_sliding_window": False,
+                         "sliding_window": 256, "tie_word_embeddings": True},
+    "Qwen3ForCausalLM": {**_ATTN, "intermediate_size": 128, "head_dim": 32},
+    "MixtralForCausalLM": {**_ATTN, "intermediate_size": 96, "num_local_experts": 4,
+                           "num_experts_per_tok": 2},
+    "Qwen2MoeForCausalLM": {**_ATTN, "intermediate_size": 128, "moe_intermediate_size": 32,
+                            "shared_expert_intermediate_size": 64, "num_experts": 6,
+                            "num_experts_per_tok": 2, "norm_topk_prob": False},
+    "MambaForCausalLM": {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 256,
+                         "state_size": 8, "expand": 2, "conv_kernel": 4, "time_step_rank": 4,
+                         "use_bias": False, "use_conv_bias": True, "hidden_act": "silu"},
+}
+
+
+def _write(tmp_path: Path, arch: str, fields: dict, name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps({"architectures": [arch], **fields}))
+    return str(path)
+
+
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the real entry point (its error path included) in this process."""
+    old = sys.argv
+    sys.argv = ["tilewright", *args]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        sys.argv = old
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _hand_count(arch: str, f: dict) -> tuple[int, int]:
+    """(total, active) parameters of a small config counted here from the HF field meanings."""
+    d, layers, v = f["hidden_size"], f["num_hidden_layers"], f["vocab_size"]
+    if arch == "MambaForCausalLM":
+        di, n, r, k = f["expand"] * d, f["state_size"], f["time_step_rank"], f["conv_kernel"]
+        layer = (d * 2 * di + di * k + di + di * (r + 2 * n) + r * di + di + di * n + di
+                 + di * d + d)
+        total = layers * layer + v * d + d
+        return total, total
+    h, kv = f["num_attention_heads"], f["num_key_value_heads"]
+    hd = f.get("head_dim", d // h)
+    attn = d * h * hd * 2 + d * kv * hd * 2
+    if arch in ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM"):
+        attn += (h + 2 * kv) * hd
+    if f.get("attention_bias"):
+        attn += (h + 2 * kv) * hd + d
+    if arch == "Qwen3ForCausalLM":
+        attn += 2 * hd
+    active_ffn = ffn = 3 * d * f["intermediate_size"]
+    if arch == "MixtralForCausalLM":
+        e, k, fe = f["num_local_experts"], f["num_experts_per_tok"], f["intermediate_size"]
+        ffn, active_ffn = d * e + e * 3 * d * fe, d * e + k * 3 * d * fe
+    if arch == "Qwen2MoeForCausalLM":
+        e, k, fe = f["num_experts"], f["num_experts_per_tok"], f["moe_intermediate_size"]
+        shared = 3 * d * f["shared_expert_intermediate_size"] + d
+        ffn, active_ffn = d * e + e * 3 * d * fe + shared, d * e + k * 3 * d * fe + shared
+    emb = v * d * (1 if f.get("tie_word_embeddings") else 2)
+    total = layers * (attn + ffn + 2 * d) + emb + d
+    return total, layers * (attn + active_ffn + 2 * d) + emb + d
+
+
+@pytest.mark.parametrize("arch", sorted(SMALL))
+def test_small_config_compiles_through_the_cli(tmp_path, capsys, arch):
+    path = _write(tmp_path, arch, SMALL[arch])
+    phase = "decode" if arch != "MambaForCausalLM" else "prefill"
+    code, out, err = _cli(capsys, "compile", "--model", path, "--arch", ARCH, "--seq", "16",
+                          "--phase", phase, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    total, active = _hand_count(arch, SMALL[arch])
+    assert (d["params_total"], d["params_active"]) == (total, active)
+    assert count_params(path) == {"total": total, "active": active}   # torch's own modules
+    assert d["whole_model"] is not None and d["whole_model"]["layers"] == 2
+    parts = d["whole_model"]["parts"]
+    assert {"layer", "embedding", "lm_head"} <= set(parts)
+
+
+# published totals (and active, MoE) of the shipped configs, with the model card they come from
+PUBLISHED = [
+    ("Llama-3-8B", 8.03e9, None, 0.005),       # huggingface.co/meta-llama/Meta-Llama-3-8B: 8.03B
+    ("Llama-3.1-8B", 8.03e9, None, 0.005),     # huggingface.co/meta-llama/Llama-3.1-8B: 8.03B
+    ("Mistral-7B-v0.1", 7.24e9, None, 0.005),  # huggingface.co/mistralai/Mistral-7B-v0.1: 7.24B
+    ("Qwen2.5-7B", 7.61e9, None, 0.005),       # huggingface.co/Qwen/Qwen2.5-7B: 7.61B
+    ("Qwen3-8B", 8.2e9, None, 0.005),          # huggingface.co/Qwen/Qwen3-8B: 8.2B
+    ("Mixtral-8x7B-v0.1", 46.7e9, 12.9e9, 0.005),  # mistral.ai/news/mixtral-of-experts
+    ("Qwen1.5-MoE-A2.7B", 14.3e9, 2.7e9, 0.005),   # qwenlm.github.io/blog/qwen-moe: 14.3B / 2.7B
+    # the model name's rounded "2.8b" (no more precise published total found): 1.2 % off, so
+    # this row checks 1.5 % and the README of configs/models says so
+    ("Mamba-2.8B", 2.8e9, None, 0.015),
+]
+
+
+@pytest.mark.parametrize("name,total,active,tol", PUBLISHED, ids=[p[0] for p in PUBLISHED])
+def test_shipped_config_params_match_published(name, total, active, tol):
+    path = str(MODELS / f"{name}.json")
+    got = count_params(path)
+    assert abs(got["total"] - total) / total < tol, got
+    if active is not None:
+        assert abs(got["active"] - active) / active < tol, got
+    assert param_count(path)["total"] == got["total"]      # formula == the modules
+
+
+@pytest.mark.parametrize("fields,needle", [
+    ({"architectures": ["GPT2LMHeadModel"], "n_embd": 8},
+     "architecture 'GPT2LMHeadModel' is not supported; supported: LlamaForCausalLM"),
+    ({"architectures": ["LlamaForCausalLM"], **{k: v for k, v in _ATTN.items()
+                                                if k != "num_hidden_layers"},
+      "intermediate_size": 128}, "LlamaForCausalLM needs field 'num_hidden_layers'"),
+    ({"architectures": ["LlamaForCausalLM"], **_ATTN, "intermediate_size": "128"},
+     "field 'intermediate_size' = '128' must be int"),
+    ({"architectures": ["LlamaForCausalLM"], **_ATTN, "intermediate_size": 128,
+      "hidden_act": "gelu"}, "field 'hidden_act' = 'gelu' is not supported"),
+    ({"architectures": ["LlamaForCausalLM"], **_ATTN, "intermediate_size": 128,
+      "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn' is not supported"),
+    ({"architectures": ["LlamaForCausalLM"], **_ATTN, "intermediate_size": 128,
+      "layer_types": ["full"]}, "field(s) 'layer_types' not supported for LlamaForCausalLM"),
+    ({"architectures": ["Qwen2ForCausalLM"], **_ATTN, "intermediate_size": 128,
+      "use_sliding_window": True}, "field 'use_sliding_window' = true is not supported"),
+])
+def test_bad_config_one_line_exit_2(tmp_path, capsys, fields, needle):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields))
+    code, out, err = _cli(capsys, "compile", "--model", str(path), "--arch", ARCH)
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"error: {path}") and needle in lines[0], lines[0]
+    assert "Traceback" not in err + out
+
+
+def test_unknown_architecture_in_a_folder_real_process(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["FooForCausalLM"]}))
+    proc = tw("compile", "--model", str(tmp_path), "--arch", ARCH)
+    lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr
+    assert "'FooForCausalLM' is not supported; supported: LlamaForCausalLM" in lines[0]
+
+
+def test_sliding_window_refused_beyond_it(tmp_path, capsys):
+    path = _write(tmp_path, "MistralForCausalLM", SMALL["MistralForCausalLM"])
+    code, _, err = _cli(capsys, "compile", "--model", path, "--arch", ARCH, "--seq", "33")
+    assert code == 2 and "sliding_window is 32" in err and "--seq <= 32" in err
+
+
+def test_llama3_rope_scaling_limits():
+    """High frequencies (wavelength < original / high_freq_factor) unchanged, low ones
+    (wavelength > original / low_freq_factor) divided by factor (Llama 3.1 closed form)."""
+    from tilewright.models.transformer import scaled_inv_freq
+    sc = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+    inv = 500000.0 ** (-torch.arange(0, 128, 2, dtype=torch.float64) / 128)
+    got = scaled_inv_freq(inv, sc)
+    wl = 2 * math.pi / inv
+    hi, lo = wl < 8192 / 4, wl > 8192 / 1
+    assert hi.any() and lo.any()
+    assert torch.equal(got[hi], inv[hi]) and torch.allclose(got[lo], inv[lo] / 8)
+    mid = ~hi & ~lo
+    assert ((got[mid] <= inv[mid]) & (got[mid] >= inv[mid] / 8)).all()
+
+
+def test_resolver_forms(tmp_path, monkeypatch):
+    assert model_form("llama3-8b") == "builtin"
+    assert model_form("nets/my.py:make") == "factory"
+    assert model_form("net.onnx") == "onnx"
+    assert model_form(str(tmp_path)) == "hf-config" and model_form("x/config.json") == "hf-config"
+    seen = []
+
+    class Fake:                      # stands in for tilewright.models.user_module
+        @staticmethod
+        def load_user_model(text):
+            seen.append(text)
+            return torch.nn.Identity(), (torch.zeros(1),)
+
+    monkeypatch.setitem(sys.modules, "tilewright.models.user_module", Fake)
+    for text in ("nets/my.py:make", "net.onnx"):
+        r = resolve_model(text)
+        assert r.kind == "user" and isinstance(r.module, torch.nn.Identity)
+    assert seen == ["nets/my.py:make", "net.onnx"]
+    with pytest.raises(ValueError, match="Hugging Face config.json"):
+        resolve_model("no-such-model")
+
+
+def test_moe_layer_has_its_attention_and_decode_depends_on_seq():
+    """Mixtral's layer is attention + MoE (its parameters: the whole layer), and decode cost
+    grows with the context (the KV cache it reads), which it did not when the layer was the
+    MoE FFN alone."""
+    layer, ex = build_llm("mixtral-8x7b", phase="decode", seq=64)
+    assert hasattr(layer, "attn") and len(ex) == 3 and ex[1].shape[2] == 63
+    assert sum(p.numel() for p in layer.parameters()) == param_count("mixtral-8x7b")["layer"]
+    from tilewright.arch import load_arch
+    from tilewright.dataflow_sim.token_cost import layer_totals
+    spec = load_arch(ARCH)
+    short, long = (layer_totals(spec, "tiny-moe", seq=s, batch=1, phase="decode", fmt="int8")
+                   for s in (8, 128))
+    assert long["macs"] > short["macs"]
+
+
+def test_long_context_attention_buffer_is_constant():
+    """Llama-3.1-8B (128K context via llama3 rope scaling): one decode layer at 4K and at 128K
+    context — the fused attention's MACs grow with the context (2 * H * hd * T), its on-chip
+    buffer does not."""
+    from tilewright.arch import load_arch
+    from tilewright.dataflow_sim.token_cost import layer_report
+    path = str(MODELS / "Llama-3.1-8B.json")
+    cfg = get_config(path)
+    assert cfg.max_seq_len == 131072
+    spec = load_arch(ARCH)
+    rows = {}
+    for t in (4096, 131072):
+        df = layer_report(spec, path, seq=t, batch=1, phase="decode", fmt="int8")
+        rows[t] = df[df["kind"] == "attention"].iloc[0]
+        assert rows[t]["macs"] == 2 * cfg.n_heads * cfg.head_dim * t
+    assert rows[4096]["buffer_bytes"] == rows[131072]["buffer_bytes"]
