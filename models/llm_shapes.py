@@ -208,8 +208,9 @@ def get_config(name: str) -> LLMConfig:
     kept in :data:`LLM_CONFIGS` under that text); :class:`ModelInputError` listing the known
     names otherwise."""
     if name not in LLM_CONFIGS:
-        from tilewright.models.hf_config import (  # noqa: PLC0415  (circular: hf_config uses
-            load_hf_config, looks_like_config)      # the dataclasses defined here)
+        # hf_config imports the dataclasses defined here, so it is imported on first use
+        from tilewright.models.hf_config import (  # noqa: PLC0415  (lazy: circular import)
+            load_hf_config, looks_like_config)
         if looks_like_config(name):
             LLM_CONFIGS[name] = load_hf_config(name)
             return LLM_CONFIGS[name]
