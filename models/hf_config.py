@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tilewright.models.llm_shapes import (LlamaConfig, LLMConfig, MambaConfig, ModelInputError,
-                                         MoEConfig)
+from tilewright.models.llm_shapes import (LlamaConfig, LLMConfig, Mamba2Config, MambaConfig,
+                                         ModelInputError, MoEConfig)
 
 __all__ = ["HFConfigError", "ARCHITECTURES", "NO_EFFECT", "Fields", "load_hf_config",
            "config_path", "looks_like_config"]
@@ -218,6 +218,31 @@ def _mamba(f: Fields, name: str, arch: str) -> MambaConfig:
                        tie_embeddings=f.get("tie_word_embeddings", bool, True), source=f.path)
 
 
+def _mamba2(f: Fields, name: str, arch: str) -> Mamba2Config:
+    f.only("hidden_act", ("silu",), "silu", "the Mamba-2 mixer gates with SiLU")
+    f.only("rms_norm", (True,), True, "the gated norm is an RMSNorm")
+    f.only("norm_before_gate", (False,), False, "the norm follows the SiLU gate, as HF Mamba2")
+    f.read.update(("chunk_size", "time_step_limit", "time_step_rank"))  # SSD kernel chunking,
+    # dt clamp at training and an unused rank: the unrolled scan computes the same recurrence
+    d, expand = f.need("hidden_size"), f.get("expand", int, 2)
+    heads, hd = f.need("num_heads"), f.get("head_dim", int, 64)
+    if heads * hd != expand * d:
+        raise HFConfigError(f"{f.path}: field 'num_heads' x 'head_dim' ({heads} x {hd}) must "
+                            f"equal 'expand' x 'hidden_size' ({expand} x {d})")
+    groups = f.get("n_groups", int, 1)
+    if heads % groups:
+        raise HFConfigError(f"{f.path}: field 'num_heads' ({heads}) must be a multiple of "
+                            f"'n_groups' ({groups})")
+    f.read.add("pad_vocab_size_multiple")   # HF stores the padded vocab_size
+    return Mamba2Config(name, d_model=d, n_layers=f.need("num_hidden_layers"),
+                        vocab_size=f.need("vocab_size"), d_state=f.get("state_size", int, 128),
+                        expand=expand, d_conv=f.get("conv_kernel", int, 4), head_dim=hd,
+                        n_groups=groups, norm_eps=f.get("layer_norm_epsilon", float, 1e-5),
+                        proj_bias=f.get("use_bias", bool, False),
+                        conv_bias=f.get("use_conv_bias", bool, True),
+                        tie_embeddings=f.get("tie_word_embeddings", bool, True), source=f.path)
+
+
 Builder = Callable[[Fields, str, str], LLMConfig]
 
 #: architecture name (``architectures[0]`` of config.json) -> builder; adding an architecture is
@@ -230,6 +255,7 @@ ARCHITECTURES: dict[str, Builder] = {
     "MixtralForCausalLM": _mixtral,
     "Qwen2MoeForCausalLM": _qwen2_moe,
     "MambaForCausalLM": _mamba,
+    "Mamba2ForCausalLM": _mamba2,
 }
 
 

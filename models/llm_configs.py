@@ -18,11 +18,12 @@ import os
 import torch
 from torch import nn
 
-from tilewright.models.llm_shapes import (LLM_CONFIGS, LLMConfig, LlamaConfig, MambaConfig,
-                                         ModelInputError, MoEConfig, Phase, _swiglu, get_config,
-                                         param_count)
+from tilewright.models.llm_shapes import (LLM_CONFIGS, LLMConfig, LlamaConfig, Mamba2Config,
+                                         MambaConfig, ModelInputError, MoEConfig, Phase, _swiglu,
+                                         get_config, param_count)
 from tilewright.models.moe import MoELayer
 from tilewright.models.ssm import MambaLayer
+from tilewright.models.ssm2 import Mamba2Layer
 from tilewright.models.transformer import CausalLM, DecoderLayer, seeded_init_
 
 __all__ = ["ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
@@ -63,6 +64,10 @@ def _layer(cfg: LLMConfig) -> nn.Module:
         return _decoder(cfg)
     if isinstance(cfg, MoEConfig):
         return _decoder(cfg, _moe_layer(cfg)) if cfg.n_heads is not None else _moe_layer(cfg)
+    if isinstance(cfg, Mamba2Config):
+        return Mamba2Layer(cfg.d_model, norm_eps=cfg.norm_eps, d_state=cfg.d_state,
+                           expand=cfg.expand, d_conv=cfg.d_conv, head_dim=cfg.head_dim,
+                           n_groups=cfg.n_groups, bias=cfg.proj_bias, conv_bias=cfg.conv_bias)
     return MambaLayer(cfg.d_model, norm_eps=cfg.norm_eps, d_state=cfg.d_state,
                       expand=cfg.expand, d_conv=cfg.d_conv, dt_rank=cfg.dt_rank)
 
@@ -111,6 +116,8 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
       inputs ``(x [batch, seq, D],)`` (decode: seq 1).
     * mamba — :class:`MambaLayer`; prefill ``(x [batch, seq, D],)``; decode
       ``(x [batch, 1, D], conv_state [batch, Di, d_conv], ssm_state [batch, Di, d_state])``.
+    * mamba2 — :class:`~tilewright.models.ssm2.Mamba2Layer`; as mamba with conv_state
+      ``[batch, Di + 2 G N, d_conv]``.
 
     ``device`` None means CPU for tiny configs, ``meta`` (no storage) for real-shape ones; pass
     ``device="cpu"`` to materialize a big one. Weights come from ``seed``
@@ -164,6 +171,9 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
         return module, (rand(batch, 1, d), rand(*kv), rand(*kv))
     if isinstance(cfg, MoEConfig):
         return module, (rand(batch, 1, d),)
+    if isinstance(cfg, Mamba2Config):
+        return module, (rand(batch, 1, d), rand(batch, cfg.conv_dim, cfg.d_conv),
+                        rand(batch, cfg.d_inner, cfg.d_state))
     return module, (rand(batch, 1, d), rand(batch, cfg.d_inner, cfg.d_conv),
                     rand(batch, cfg.d_inner, cfg.d_state))
 
@@ -180,7 +190,7 @@ def build_lm(name: str, *, seed: int = 0, device: torch.device | str | None = No
     dev = _resolve_device(cfg, device)
     def make() -> nn.Module:
         return _layer(cfg)
-    vocab = cfg.padded_vocab if isinstance(cfg, MambaConfig) else cfg.vocab_size
+    vocab = cfg.padded_vocab if isinstance(cfg, (MambaConfig, Mamba2Config)) else cfg.vocab_size
     tie = cfg.tie_embeddings
     with torch.device(dev):
         lm = CausalLM(vocab, cfg.d_model, cfg.n_layers, make, norm_eps=cfg.norm_eps,

@@ -17,7 +17,7 @@ from typing import Literal, Union
 
 from tilewright.errors import UserError
 
-__all__ = ["builtin_names", "ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
+__all__ = ["builtin_names", "ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "Mamba2Config", "LLMConfig", "LLM_CONFIGS", "get_config",
            "param_count", "Phase"]
 
 Phase = Literal["prefill", "decode"]
@@ -167,7 +167,46 @@ class MambaConfig:
         return -(-self.vocab_size // m) * m
 
 
-LLMConfig = Union[LlamaConfig, MoEConfig, MambaConfig]
+@dataclass(frozen=True)
+class Mamba2Config:
+    """Mamba-2 (SSD) LM: ``n_layers`` residual Mamba-2 layers
+    (:class:`~tilewright.models.ssm2.Mamba2Block`); ``vocab_size`` as stored (HF pads it)."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    vocab_size: int
+    d_state: int = 128
+    expand: int = 2
+    d_conv: int = 4
+    head_dim: int = 64
+    n_groups: int = 1
+    norm_eps: float = 1e-5
+    proj_bias: bool = False
+    conv_bias: bool = True
+    tie_embeddings: bool = True
+    tiny: bool = False
+    source: str = ""
+    family: str = dataclasses.field(default="mamba2", init=False)
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+    @property
+    def n_heads(self) -> int:
+        return self.d_inner // self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
+    @property
+    def padded_vocab(self) -> int:
+        return self.vocab_size
+
+
+LLMConfig = Union[LlamaConfig, MoEConfig, MambaConfig, Mamba2Config]
 
 _HF = "https://huggingface.co/"
 LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
@@ -270,6 +309,13 @@ def param_count(name: str) -> dict[str, int | None]:
         total = cfg.n_layers * layer + emb + d
         active = total - cfg.n_layers * (cfg.n_experts - cfg.top_k) * expert
         return {"layer": layer, "total": total, "active": active}
+    if isinstance(cfg, Mamba2Config):
+        di, h, c, k = cfg.d_inner, cfg.n_heads, cfg.conv_dim, cfg.d_conv
+        b = 1 if cfg.proj_bias else 0
+        layer = ((d + b) * (di + c + h) + c * k + (c if cfg.conv_bias else 0) + 3 * h + di
+                 + (di + b) * d + d)
+        total = cfg.n_layers * layer + cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2) + d
+        return {"layer": layer, "total": total, "active": total}
     di, n, r = cfg.d_inner, cfg.d_state, cfg.rank
     layer = (d * 2 * di + di * cfg.d_conv + di + di * (r + 2 * n) + r * di + di
              + di * n + di + di * d + d)
