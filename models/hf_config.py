@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tilewright.models.llm_shapes import (LlamaConfig, LLMConfig, Mamba2Config, MambaConfig,
-                                         ModelInputError, MoEConfig)
+from tilewright.models.llm_shapes import (HybridConfig, LlamaConfig, LLMConfig, Mamba2Config,
+                                         MambaConfig, ModelInputError, MoEConfig)
 
 __all__ = ["HFConfigError", "ARCHITECTURES", "NO_EFFECT", "Fields", "load_hf_config",
            "config_path", "looks_like_config"]
@@ -243,6 +243,48 @@ def _mamba2(f: Fields, name: str, arch: str) -> Mamba2Config:
                         tie_embeddings=f.get("tie_word_embeddings", bool, True), source=f.path)
 
 
+def _jamba(f: Fields, name: str, arch: str) -> HybridConfig:
+    f.only("hidden_act", ("silu",), "silu", "the FFN is SwiGLU")
+    f.only("mamba_proj_bias", (False,), False, "in_proj/out_proj without bias")
+    f.only("mamba_conv_bias", (True,), True, "the depthwise conv has a bias")
+    f.only("sliding_window", (None,), None, "Jamba's attention is full")
+    f.read.update(("num_logits_to_keep", "calc_logits_for_entire_prompt",
+                   "use_mamba_kernels"))      # which logits are returned; kernel choice
+    d, h = f.need("hidden_size"), f.need("num_attention_heads")
+    layers = f.need("num_hidden_layers")
+    if d % h:
+        raise HFConfigError(f"{f.path}: field 'hidden_size' ({d}) must be a multiple of "
+                            f"'num_attention_heads' ({h})")
+    rank = f.get("mamba_dt_rank", (int, str), "auto")
+    if rank == "auto":
+        rank = math.ceil(d / 16)
+    elif isinstance(rank, str):
+        raise HFConfigError(f"{f.path}: field 'mamba_dt_rank' = {rank!r} must be an int or "
+                            f"'auto'")
+    periods = {}
+    for key in ("attn_layer_period", "attn_layer_offset", "expert_layer_period",
+                "expert_layer_offset"):
+        periods[key] = f.need(key)
+    for kind in ("attn", "expert"):
+        if not 0 <= periods[f"{kind}_layer_offset"] < periods[f"{kind}_layer_period"]:
+            raise HFConfigError(f"{f.path}: field '{kind}_layer_offset' must be in 0 .. "
+                                f"'{kind}_layer_period' - 1")
+    return HybridConfig(name, d_model=d, n_layers=layers, n_heads=h,
+                        n_kv_heads=f.get("num_key_value_heads", int, h),
+                        d_ffn=f.need("intermediate_size"), vocab_size=f.need("vocab_size"),
+                        n_experts=f.need("num_experts"), top_k=f.need("num_experts_per_tok"),
+                        attn_period=periods["attn_layer_period"],
+                        attn_offset=periods["attn_layer_offset"],
+                        expert_period=periods["expert_layer_period"],
+                        expert_offset=periods["expert_layer_offset"],
+                        d_state=f.get("mamba_d_state", int, 16),
+                        d_conv=f.get("mamba_d_conv", int, 4),
+                        expand=f.get("mamba_expand", int, 2), dt_rank=rank,
+                        norm_eps=f.get("rms_norm_eps", float, 1e-6),
+                        max_seq_len=f.need("max_position_embeddings"),
+                        tie_embeddings=f.get("tie_word_embeddings", bool, False), source=f.path)
+
+
 Builder = Callable[[Fields, str, str], LLMConfig]
 
 #: architecture name (``architectures[0]`` of config.json) -> builder; adding an architecture is
@@ -256,6 +298,7 @@ ARCHITECTURES: dict[str, Builder] = {
     "Qwen2MoeForCausalLM": _qwen2_moe,
     "MambaForCausalLM": _mamba,
     "Mamba2ForCausalLM": _mamba2,
+    "JambaForCausalLM": _jamba,
 }
 
 

@@ -18,9 +18,10 @@ import os
 import torch
 from torch import nn
 
-from tilewright.models.llm_shapes import (LLM_CONFIGS, LLMConfig, LlamaConfig, Mamba2Config,
-                                         MambaConfig, ModelInputError, MoEConfig, Phase, _swiglu,
-                                         get_config, param_count)
+from tilewright.models.hybrid import HybridLayer
+from tilewright.models.llm_shapes import (LLM_CONFIGS, HybridConfig, LLMConfig, LlamaConfig,
+                                         Mamba2Config, MambaConfig, ModelInputError, MoEConfig,
+                                         Phase, _swiglu, get_config, layer_kinds, param_count)
 from tilewright.models.moe import MoELayer
 from tilewright.models.ssm import MambaLayer
 from tilewright.models.ssm2 import Mamba2Layer
@@ -57,9 +58,19 @@ def has_attention(cfg: LLMConfig) -> bool:
     return isinstance(cfg, LlamaConfig) or (isinstance(cfg, MoEConfig) and cfg.n_heads is not None)
 
 
-def _layer(cfg: LLMConfig) -> nn.Module:
+def _hybrid_layer(cfg: HybridConfig, kind: str) -> HybridLayer:
+    mixer, ffn = kind.split("-")
+    return HybridLayer(cfg.d_model, mixer, ffn, n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads,
+                       d_ffn=cfg.d_ffn, n_experts=cfg.n_experts, top_k=cfg.top_k,
+                       max_seq_len=cfg.max_seq_len, d_state=cfg.d_state, d_conv=cfg.d_conv,
+                       expand=cfg.expand, dt_rank=cfg.dt_rank, norm_eps=cfg.norm_eps)
+
+
+def _layer(cfg: LLMConfig, kind: str | None = None) -> nn.Module:
     """One layer: DecoderLayer (llama; MoE with attention: its FFN is the MoE layer), MoELayer
     (MoE whose attention is not modeled: DeepSeek-V3's MLA), MambaLayer (mamba)."""
+    if isinstance(cfg, HybridConfig):
+        return _hybrid_layer(cfg, kind or cfg.kind(0))
     if isinstance(cfg, LlamaConfig):
         return _decoder(cfg)
     if isinstance(cfg, MoEConfig):
@@ -102,8 +113,8 @@ def _check_fits_in_memory(name: str, cfg: LLMConfig, seq: int, batch: int) -> No
 
 
 def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
-              phase: Phase = "prefill", device: torch.device | str | None = None
-              ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+              phase: Phase = "prefill", device: torch.device | str | None = None,
+              kind: str | None = None) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """One layer of config ``name`` in eval mode and example inputs for ``phase``.
 
     * llama — :class:`DecoderLayer`; prefill inputs ``(x [batch, seq, D],)``; decode inputs
@@ -118,6 +129,10 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
       ``(x [batch, 1, D], conv_state [batch, Di, d_conv], ssm_state [batch, Di, d_state])``.
     * mamba2 — :class:`~tilewright.models.ssm2.Mamba2Layer`; as mamba with conv_state
       ``[batch, Di + 2 G N, d_conv]``.
+    * hybrid (Jamba) — the :class:`~tilewright.models.hybrid.HybridLayer` of ``kind`` (one of
+      :func:`~tilewright.models.llm_shapes.layer_kinds`; default layer 0's); decode inputs of
+      an attention kind as llama, of a Mamba kind as mamba. Other configs refuse ``kind``
+      other than None or ``"layer"``.
 
     ``device`` None means CPU for tiny configs, ``meta`` (no storage) for real-shape ones; pass
     ``device="cpu"`` to materialize a big one. Weights come from ``seed``
@@ -125,6 +140,12 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
     The module gets ``config_name = name``.
     """
     cfg = get_config(name)
+    kinds = layer_kinds(cfg)
+    if kind not in (None, *kinds):
+        raise ModelInputError(f"{name}: layer kind {kind!r}; this config has "
+                              f"{', '.join(kinds)}")
+    if kind == "layer":
+        kind = None
     if phase not in ("prefill", "decode"):
         raise ModelInputError(f"phase must be 'prefill' or 'decode', got {phase!r}")
     if seq < 1 or batch < 1:
@@ -151,7 +172,7 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
             f"{name}: --batch {batch} x --seq {seq}: inputs of up to {elems:,} elements; a model "
             f"run with real tensors takes at most {MAX_INPUT_ELEMENTS:,} (lower --batch)")
     with torch.device(dev):
-        module = _layer(cfg)
+        module = _layer(cfg, kind)
     seeded_init_(module, seed).eval()
     module.config_name = name
     gen = torch.Generator().manual_seed(seed + 1)
@@ -164,7 +185,10 @@ def build_llm(name: str, *, seed: int = 0, seq: int = 8, batch: int = 1,
     d = cfg.d_model
     if phase == "prefill":
         return module, (rand(batch, seq, d),)
-    if has_attention(cfg):
+    if isinstance(cfg, HybridConfig) and module.kind.startswith("mamba"):
+        return module, (rand(batch, 1, d), rand(batch, cfg.d_inner, cfg.d_conv),
+                        rand(batch, cfg.d_inner, cfg.d_state))
+    if has_attention(cfg) or isinstance(cfg, HybridConfig):
         if seq == 1:                                # context 1: the new token alone, no cache
             return module, (rand(batch, 1, d),)
         kv = (batch, cfg.n_kv_heads, seq - 1, cfg.head_dim)
@@ -188,8 +212,11 @@ def build_lm(name: str, *, seed: int = 0, device: torch.device | str | None = No
                          "(DeepSeek-V3 uses MLA); "
                          "only its MoE layer is available from build_llm")
     dev = _resolve_device(cfg, device)
+    index = iter(range(cfg.n_layers))
+
     def make() -> nn.Module:
-        return _layer(cfg)
+        i = next(index)
+        return _layer(cfg, cfg.kind(i) if isinstance(cfg, HybridConfig) else None)
     vocab = cfg.padded_vocab if isinstance(cfg, (MambaConfig, Mamba2Config)) else cfg.vocab_size
     tie = cfg.tie_embeddings
     with torch.device(dev):
@@ -228,9 +255,11 @@ def describe(name: str) -> dict:
         out["derived"] = {"n_moe_layers": cfg.n_moe_layers,
                           "d_shared_ffn": cfg.shared_width,
                           "expert_params": _swiglu(cfg.d_model, cfg.d_expert_ffn)}
-    else:
+    elif isinstance(cfg, MambaConfig):
         out["derived"] = {"d_inner": cfg.d_inner, "dt_rank": cfg.rank,
                           "padded_vocab": cfg.padded_vocab}
+    else:
+        out["derived"] = {"layer_kinds": layer_kinds(cfg)}
     out["layer_param_shapes"] = {k: tuple(p.shape) for k, p in module.named_parameters()}
     out["params"] = param_count(name)
     return out

@@ -17,7 +17,8 @@ from typing import Literal, Union
 
 from tilewright.errors import UserError
 
-__all__ = ["builtin_names", "ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "Mamba2Config", "LLMConfig", "LLM_CONFIGS", "get_config",
+__all__ = ["builtin_names", "ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "Mamba2Config", "HybridConfig",
+           "layer_kinds", "LLMConfig", "LLM_CONFIGS", "get_config",
            "param_count", "Phase"]
 
 Phase = Literal["prefill", "decode"]
@@ -206,7 +207,62 @@ class Mamba2Config:
         return self.vocab_size
 
 
-LLMConfig = Union[LlamaConfig, MoEConfig, MambaConfig, Mamba2Config]
+@dataclass(frozen=True)
+class HybridConfig:
+    """Jamba-style hybrid: layer ``i`` has attention when ``i % attn_period == attn_offset``
+    (else a Mamba mixer with dt/B/C norms) and an MoE FFN when ``i % expert_period ==
+    expert_offset`` (else a SwiGLU of ``d_ffn``); see :mod:`tilewright.models.hybrid`."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_ffn: int
+    vocab_size: int
+    n_experts: int
+    top_k: int
+    attn_period: int
+    attn_offset: int
+    expert_period: int
+    expert_offset: int
+    d_state: int = 16
+    d_conv: int = 4
+    expand: int = 2
+    dt_rank: int = 256
+    norm_eps: float = 1e-6
+    max_seq_len: int = 262144
+    tie_embeddings: bool = False
+    tiny: bool = False
+    source: str = ""
+    family: str = dataclasses.field(default="hybrid", init=False)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+    def kind(self, i: int) -> str:
+        """``"attn-mlp"``, ``"attn-moe"``, ``"mamba-mlp"`` or ``"mamba-moe"`` for layer ``i``."""
+        mixer = "attn" if i % self.attn_period == self.attn_offset else "mamba"
+        return f"{mixer}-{'moe' if i % self.expert_period == self.expert_offset else 'mlp'}"
+
+
+LLMConfig = Union[LlamaConfig, MoEConfig, MambaConfig, Mamba2Config, HybridConfig]
+
+
+def layer_kinds(cfg: LLMConfig) -> dict[str, int]:
+    """Distinct layer kinds of ``cfg`` and how many layers of each, in order of first use:
+    ``{"layer": n_layers}`` for configs whose layers are all alike, the hybrid's kinds else."""
+    if not isinstance(cfg, HybridConfig):
+        return {"layer": cfg.n_layers}
+    out: dict[str, int] = {}
+    for i in range(cfg.n_layers):
+        out[cfg.kind(i)] = out.get(cfg.kind(i), 0) + 1
+    return out
 
 _HF = "https://huggingface.co/"
 LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
@@ -309,6 +365,21 @@ def param_count(name: str) -> dict[str, int | None]:
         total = cfg.n_layers * layer + emb + d
         active = total - cfg.n_layers * (cfg.n_experts - cfg.top_k) * expert
         return {"layer": layer, "total": total, "active": active}
+    if isinstance(cfg, HybridConfig):
+        di, n, r, h, hkv, hd = (cfg.d_inner, cfg.d_state, cfg.dt_rank, cfg.n_heads,
+                                cfg.n_kv_heads, cfg.head_dim)
+        mixers = {"attn": _attention(d, h, hkv, hd),
+                  "mamba": (d * 2 * di + di * cfg.d_conv + di + di * (r + 2 * n) + r * di + di
+                            + di * n + di + di * d + r + 2 * n)}
+        expert = _swiglu(d, cfg.d_ffn)
+        ffns = {"mlp": expert, "moe": d * cfg.n_experts + cfg.n_experts * expert}
+        kinds = layer_kinds(cfg)
+        per = {k: mixers[k.split("-")[0]] + ffns[k.split("-")[1]] + 2 * d for k in kinds}
+        emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+        total = sum(per[k] * c for k, c in kinds.items()) + emb + d
+        n_moe = sum(c for k, c in kinds.items() if k.endswith("moe"))
+        return {"layer": per[next(iter(kinds))], "total": total,
+                "active": total - n_moe * (cfg.n_experts - cfg.top_k) * expert}
     if isinstance(cfg, Mamba2Config):
         di, h, c, k = cfg.d_inner, cfg.n_heads, cfg.conv_dim, cfg.d_conv
         b = 1 if cfg.proj_bias else 0

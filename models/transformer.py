@@ -129,14 +129,14 @@ class GroupedQueryAttention(nn.Module):
     Query head ``h`` uses kv head ``h // (n_heads // n_kv_heads)`` (same as ``repeat_interleave``
     of the kv heads). Projections have no bias unless ``qkv_bias`` / ``o_bias``; ``qk_norm``
     applies an RMSNorm over ``head_dim`` (one weight shared by the heads) to q and k before the
-    rotary embedding (Qwen3); ``rope_scaling`` as :func:`rope_tables`. ``max_seq_len`` bounds
-    past + new tokens.
+    rotary embedding (Qwen3); ``rope_scaling`` as :func:`rope_tables`; ``rope=False`` leaves
+    positions out (Jamba). ``max_seq_len`` bounds past + new tokens.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, *, rope_theta: float,
                  max_seq_len: int, head_dim: int | None = None, qkv_bias: bool = False,
                  o_bias: bool = False, qk_norm: bool = False, norm_eps: float = 1e-5,
-                 rope_scaling: dict | None = None) -> None:
+                 rope_scaling: dict | None = None, rope: bool = True) -> None:
         super().__init__()
         if n_heads < 1 or n_kv_heads < 1 or n_heads % n_kv_heads:
             raise ValueError(f"n_heads ({n_heads}) must be a positive multiple of n_kv_heads "
@@ -153,9 +153,11 @@ class GroupedQueryAttention(nn.Module):
         self.wo = nn.Linear(n_heads * head_dim, d_model, bias=o_bias)
         self.q_norm = RMSNorm(head_dim, eps=norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(head_dim, eps=norm_eps) if qk_norm else None
-        cos, sin = rope_tables(head_dim, max_seq_len, rope_theta, rope_scaling)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.rope = rope
+        if rope:
+            cos, sin = rope_tables(head_dim, max_seq_len, rope_theta, rope_scaling)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x: Tensor, past_k: Tensor | None = None,
                 past_v: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -175,8 +177,9 @@ class GroupedQueryAttention(nn.Module):
         v = self.wv(x).view(b, s, hkv, hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = self.rope_cos[t:t + s], self.rope_sin[t:t + s]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.rope:
+            cos, sin = self.rope_cos[t:t + s], self.rope_sin[t:t + s]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = k.transpose(1, 2), v.transpose(1, 2)                    # [B, Hkv, S, hd]
         if past_k is not None:
             k = torch.cat((past_k, k), dim=2)                           # [B, Hkv, T+S, hd]
