@@ -86,8 +86,8 @@ def compile_cmd(
 ) -> None:
     """Compile one layer of a model config for an ArchSpec; print the per-op table and totals."""
     from tilewright.compiler.lower_llm import ELEM_BYTES  # noqa: PLC0415  (lazy: pulls in pandas)
-    from tilewright.dataflow_sim.compile_flow import \
-        compile_llm  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.dataflow_sim.compile_flow import (  # noqa: PLC0415  (lazy: pulls in pandas)
+        compile_llm, kinds_step_cost, needs_kinds_cost)
     from tilewright.dataflow_sim.token_cost import \
         llm_step_cost  # noqa: PLC0415  (lazy: pulls in torch)
     from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
@@ -137,10 +137,13 @@ def compile_cmd(
            "the frontend)" if fmt == "bf16" else None)
     if why:
         step = None
+    elif needs_kinds_cost(model):    # several layer kinds (Jamba), or Mamba-2
+        with progress(f"costing the whole model ({model}), each layer kind once"):
+            step = kinds_step_cost(spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt)
     else:
         with progress(f"costing the whole model ({model})"):
             step = llm_step_cost(   # the sweep's and the cluster's cost path
-                spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer)
+                spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer).as_dict()
     if as_json:
         print(json.dumps({"model": model, "arch": spec.name, "seq": seq, "batch": batch,
                           "phase": phase, "format": fmt, "format_source": fmt_source,
@@ -150,7 +153,7 @@ def compile_cmd(
                           "params_total": params["total"], "params_active": params["active"],
                           "total_cycles": layer["total_cycles"], "layer": layer,
                           "all_layers": full,
-                          "whole_model": None if step is None else step.as_dict(),
+                          "whole_model": step,
                           **({"whole_model_not_computed": why} if why else {}),
                           "conventions": dict(df.attrs),
                           "ops": json.loads(df.to_json(orient="records"))}))
@@ -161,7 +164,10 @@ def compile_cmd(
             for c in ("task", "kind", "op", "macs", "cycles", "bytes", "compulsory_bytes",
                       "intensity", "bound", "time_cycles", "buffer_bytes", "mapping")]
     print_table(f"{model} ({phase}, seq {seq}, batch {batch}, {fmt} from {fmt_source}) on "
-                f"{spec.name}: one layer", cols,
+                f"{spec.name}: one layer"
+                + (f" of kind {_first_kind(cfg)} "
+                   f"({result.layers} of {cfg.n_layers} layers)" if _first_kind(cfg) else ""),
+                cols,
                 [[r.task, r.kind, r.op, r.macs, r.cycles, r.bytes, r.compulsory_bytes,
                   r.intensity, f"{r.bound} {r.bound_share:.0%}", r.time_cycles, r.buffer_bytes,
                   r.mapping] for r in shown.itertuples()], console)
@@ -176,15 +182,28 @@ def compile_cmd(
     if step is None:
         console.print(f"whole model: not computed ({why})")
     else:
-        pt = step.per_token()
-        console.print(f"whole model (x {step.layers} layers + embedding + LM head): "
-                      f"{step.cycles:,} cycles ({step.seconds * 1e3:.3f} ms), "
-                      f"{step.dram_bytes:,} off-chip bytes, {step.energy_j:.4g} J ({step.tech}); "
-                      f"per token: {pt['bytes_per_token']:,.0f} bytes, "
-                      f"{pt['j_per_token']:.4g} J")
+        kinds = step["parts"].get("layer_kinds")
+        if kinds:
+            console.print("layer kinds: " + "; ".join(
+                f"{k} x {v['count']}: {v['total_cycles']:,} cycles each"
+                for k, v in kinds.items()))
+        console.print(f"whole model (x {step['layers']} layers + embedding + LM head): "
+                      f"{step['cycles']:,} cycles ({step['seconds'] * 1e3:.3f} ms), "
+                      f"{step['dram_bytes']:,} off-chip bytes, {step['energy_j']:.4g} J "
+                      f"({step['tech']}); per token: {step['bytes_per_token']:,.0f} bytes, "
+                      f"{step['j_per_token']:.4g} J")
     console.print(f"conventions: cycle model {df.attrs['convention']}, vector lanes "
                   f"{df.attrs['vector_lanes']} ({df.attrs['vector_lanes_source']}), "
                   f"{df.attrs['bytes_per_cycle']:.2f} off-chip bytes/cycle")
+
+
+def _first_kind(cfg) -> str | None:
+    """Layer 0's kind when ``cfg`` has several layer kinds (the one ``compile`` tabulates)."""
+    from tilewright.models.llm_shapes import layer_kinds  # noqa: PLC0415  (lazy: models layer)
+    if cfg is None:
+        return None
+    kinds = layer_kinds(cfg)
+    return next(iter(kinds)) if len(kinds) > 1 else None
 
 
 def models_cmd(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
