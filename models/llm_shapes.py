@@ -18,7 +18,7 @@ from typing import Literal, Union
 from tilewright.errors import UserError
 
 __all__ = ["builtin_names", "ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "Mamba2Config", "HybridConfig",
-           "layer_kinds", "LLMConfig", "LLM_CONFIGS", "get_config",
+           "layer_kinds", "unmodeled_fields", "LLMConfig", "LLM_CONFIGS", "get_config",
            "param_count", "Phase"]
 
 Phase = Literal["prefill", "decode"]
@@ -252,6 +252,27 @@ class HybridConfig:
 
 
 LLMConfig = Union[LlamaConfig, MoEConfig, MambaConfig, Mamba2Config, HybridConfig]
+
+
+def unmodeled_fields(cfg: LLMConfig, *, head_dim: bool = False) -> list[str]:
+    """The fields ``cfg`` sets that the cluster and mesh models do not model (they build their
+    own plain Llama / MoE / Mamba layers): biases, q/k norm, a sliding window, the shared
+    expert's gate or a width that is not whole experts, and with ``head_dim`` an explicit
+    head_dim other than d_model / n_heads; Mamba-2 and hybrid configs as a whole. Empty for the
+    built-in configs. Callers refuse a non-empty list by name."""
+    if isinstance(cfg, (Mamba2Config, HybridConfig)):
+        return [f"architecture family {cfg.family}"]
+    out = []
+    for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "sliding_window",
+                 "shared_expert_gate"):
+        if getattr(cfg, name, None):
+            out.append(f"{name} = {getattr(cfg, name)}")
+    if isinstance(cfg, MoEConfig) and cfg.d_shared_ffn and cfg.d_shared_ffn % cfg.d_expert_ffn:
+        out.append(f"d_shared_ffn = {cfg.d_shared_ffn} (not whole experts)")
+    if head_dim and getattr(cfg, "d_head", None) and getattr(cfg, "n_heads", None) \
+            and cfg.d_head * cfg.n_heads != cfg.d_model:
+        out.append(f"head_dim = {cfg.d_head} (not d_model / n_heads)")
+    return out
 
 
 def layer_kinds(cfg: LLMConfig) -> dict[str, int]:

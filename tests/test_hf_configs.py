@@ -341,3 +341,19 @@ def test_mamba2_block_matches_naive_per_head_loop():
         got, _, _ = block(u)
     want = _naive_mamba2(block, u)
     assert (got.double() - want).abs().max() / want.abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("command", [
+    ["cluster", "--cluster", str(REPO / "configs" / "clusters" / "CLUSTER"), "--model", "MODEL"],
+    ["mesh-layer", "--model", "MODEL", "--arch", "mesh4x4"],
+])
+def test_cluster_and_mesh_refuse_fields_they_do_not_model(tmp_path, capsys, command):
+    """A Qwen2 config's q/k/v bias is modeled by compile, not by the cluster or mesh models:
+    they refuse it by name rather than costing a layer without it."""
+    path = _write(tmp_path, "Qwen2ForCausalLM", SMALL["Qwen2ForCausalLM"])
+    cluster = sorted((REPO / "configs" / "clusters").glob("*.yaml"))[0].name
+    args = [path if a == "MODEL" else a.replace("CLUSTER", cluster) for a in command]
+    code, out, err = _cli(capsys, *args)
+    lines = [x for x in err.strip().splitlines() if x.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert "does not model qkv_bias = True" in lines[0]

@@ -158,8 +158,15 @@ def cluster(
     from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415  (lazy: pulls in simpy, torch)
         ClusterSpecError, ServePlan, TrainPlan, auto_dp, load_cluster, load_request_trace,
         poisson_requests, simulate_serving, simulate_training)
+    from tilewright.models.llm_shapes import (  # noqa: PLC0415  (lazy: models layer)
+        get_config, unmodeled_fields)
     if mode not in (None, "train", "serve"):
         raise ClusterSpecError(f"--mode = {mode!r}: must be one of 'train', 'serve'")
+    left = unmodeled_fields(get_config(model))     # never ignore a field the config sets
+    if left:
+        raise ClusterSpecError(f"--model {model}: the cluster model does not model "
+                               f"{', '.join(left)} (accepted: configs without them; "
+                               f"`tilewright compile` models them)")
     spec = load_cluster(cluster)
     if mode is None:          # a cluster with P/D pools is a serving cluster
         mode = "serve" if spec.pools is not None else "train"

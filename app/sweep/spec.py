@@ -868,6 +868,8 @@ def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
     from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415  (lazy: pulls in simpy, torch)
         ClusterSpecError, ServePlan, TrainPlan, load_cluster)
     from tilewright.models.llm_configs import get_config  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_shapes import \
+        unmodeled_fields  # noqa: PLC0415  (lazy: models layer)
     path = w.cluster
     if root is not None and (root / str(path)).exists():
         path = str((root / str(path)).resolve())
@@ -876,9 +878,12 @@ def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
     except ClusterSpecError as exc:
         raise SweepError(f"{where}.cluster = {w.cluster!r}: {exc}") from None
     try:                                 # a built-in name or a Hugging Face config.json
-        get_config(w.model)
+        left = unmodeled_fields(get_config(w.model))
     except ValueError as exc:
         raise SweepError(f"{where}.model = {w.model!r}: {exc}") from None
+    if left:                             # never ignore a field the config sets
+        raise SweepError(f"{where}.model = {w.model!r}: the cluster model does not model "
+                         f"{', '.join(left)}")
     plan_cls = ServePlan if w.mode == "serve" else TrainPlan
     plan = dict(w.plan or {})
     if plan_cls is TrainPlan and plan.get("dp") == "auto":
