@@ -143,8 +143,11 @@ def llm_step_cost(arch: ArchSpec, model: str, *, phase: str, seq: int, batch: in
     if whole and not (isinstance(cfg, MambaConfig) or has_attention(cfg)):
         raise ModelInputError(
             f"{model}: the whole-model cost (layers: all) covers configs whose layer has its "
-            f"attention (Llama-style, Mixtral/Qwen2-MoE-style) and Mamba; this config's compiled "
-            f"layer is its MoE FFN alone (MLA not modeled) — give layers as a number")
+            f"attention (Llama-style, Mixtral/Qwen2-MoE-style) and Mamba; "
+            + ("this config's compiled layer is its MoE FFN alone (MLA not modeled) — give "
+               "layers as a number" if cfg.family == "moe" else
+               f"a {cfg.family} config's whole model is costed by `tilewright compile` "
+               f"(each layer kind once)"))
     fmt = fmt or arch.tensor_engine.input_format
     if layer is None:
         layer = layer_totals(arch, model, seq=seq, batch=batch, phase=phase, fmt=fmt)
