@@ -18,7 +18,7 @@ from typing import Literal, Union
 from tilewright.errors import UserError
 
 __all__ = ["builtin_names", "ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "Mamba2Config", "HybridConfig",
-           "layer_kinds", "unmodeled_fields", "LLMConfig", "LLM_CONFIGS", "get_config",
+           "layer_kinds", "unmodeled_fields", "FILE_CONFIGS", "LLMConfig", "LLM_CONFIGS", "get_config",
            "param_count", "Phase"]
 
 Phase = Literal["prefill", "decode"]
@@ -321,25 +321,30 @@ LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
 def get_config(name: str) -> LLMConfig:
     """The config called ``name`` — a built-in name, or a Hugging Face ``config.json`` / a folder
     holding one (:func:`tilewright.models.hf_config.load_hf_config`, read once per process and
-    kept in :data:`LLM_CONFIGS` under that text); :class:`ModelInputError` listing the known
-    names otherwise."""
+    kept under that text in :data:`FILE_CONFIGS`, not among the built-ins);
+    :class:`ModelInputError` listing the known names otherwise."""
+    if name in FILE_CONFIGS:
+        return FILE_CONFIGS[name]
     if name not in LLM_CONFIGS:
         # hf_config imports the dataclasses defined here, so it is imported on first use
         from tilewright.models.hf_config import (  # noqa: PLC0415  (lazy: circular import)
             load_hf_config, looks_like_config)
         if looks_like_config(name):
-            LLM_CONFIGS[name] = load_hf_config(name)
-            return LLM_CONFIGS[name]
+            FILE_CONFIGS[name] = load_hf_config(name)
+            return FILE_CONFIGS[name]
         raise ModelInputError(f"unknown LLM config {name!r}; known: "
                               f"{', '.join(builtin_names())}"
                               f" (or a Hugging Face config.json, or a folder holding one)")
     return LLM_CONFIGS[name]
 
 
+#: configs read from config.json files this process, by the text that named them
+FILE_CONFIGS: dict[str, "LLMConfig"] = {}
+
+
 def builtin_names() -> list[str]:
-    """The built-in config names, sorted (not the files read into :data:`LLM_CONFIGS`)."""
-    return sorted(n for n, c in LLM_CONFIGS.items()
-                  if not c.source or c.source.startswith("http"))
+    """The built-in config names, sorted."""
+    return sorted(LLM_CONFIGS)
 
 
 # ---- analytic shapes and counts -----------------------------------------------------------------
