@@ -1,12 +1,14 @@
 """Compile a named LLM config (one layer) end to end: the compiler's entry
 (:func:`tilewright.compiler.entry.compile_traced`, ``flow="llm"``: torch.export -> IR -> ``llm``
-passes -> Program) -> (functional run for the example counts) -> per-op Report.
+passes -> Program) -> (functional run for the example counts) -> per-op Report; and
+:func:`kinds_step_cost`, the whole model of a config with several layer kinds (Jamba) or one the
+shared step cost does not cover (Mamba-2): every distinct layer kind compiled once.
 
 Tiny configs are built on CPU with seeded weights and can be executed; real-shape configs are
 built on the ``meta`` device (no storage) and compiled from shapes only — their Program lists the
 weights in ``meta["unknown_constants"]`` and cannot be executed, but it can be costed. Whole-model
 figures multiply the one-layer report by the config's ``n_layers`` (all layers of these configs
-have the same shapes; for MoE configs the layer is the MoE FFN layer that ``build_llm`` returns).
+have the same shapes; DeepSeek-V3's layer is its MoE FFN alone, its MLA not being modeled).
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ from tilewright.compiler.ir import Graph
 from tilewright.compiler.program import GroupedGemmTask, Program
 from tilewright.dataflow_sim.functional import run_program
 from tilewright.dataflow_sim.report import program_report, report_totals
+from tilewright.compiler.lower_llm import ELEM_BYTES
+from tilewright.compiler.operand_formats import arch_for_format
+from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech
 from tilewright.models.llm_configs import build_llm, get_config
+from tilewright.models.llm_shapes import Mamba2Config, MambaConfig, layer_kinds
 
-__all__ = ["CompiledLLM", "compile_llm", "compile_module"]
+__all__ = ["CompiledLLM", "compile_llm", "compile_module", "kinds_step_cost", "needs_kinds_cost"]
 
 
 @dataclass
@@ -92,15 +98,72 @@ def compile_module(module: Any, example_inputs: tuple, arch: ArchSpec, *, fmt: s
 
 def compile_llm(name: str, arch: ArchSpec, *, seq: int = 8, batch: int = 1,
                 phase: str = "prefill", fmt: str = "fp32", granularity: str = "channel",
-                seed: int = 0, execute: bool | None = None) -> CompiledLLM:
+                seed: int = 0, execute: bool | None = None,
+                kind: str | None = None) -> CompiledLLM:
     """Compile one layer of config ``name`` (see :func:`tilewright.models.llm_configs.build_llm`)
     for ``arch`` built for number format ``fmt`` (GEMM operands; int8/fp8 weights scaled per
     output ``channel`` or per ``tensor``: ``granularity``). Tiny configs are executed on the
     functional model with the example inputs so the report uses the real expert counts; real
-    configs compile from shapes only."""
+    configs compile from shapes only. ``kind``: which layer kind of a hybrid config
+    (:func:`~tilewright.models.llm_shapes.layer_kinds`; default layer 0's); ``layers`` is then
+    the number of layers of that kind."""
     cfg = get_config(name)
-    module, example = build_llm(name, seed=seed, seq=seq, batch=batch, phase=phase)  # type: ignore[arg-type]
+    module, example = build_llm(name, seed=seed, seq=seq, batch=batch, phase=phase,  # type: ignore[arg-type]
+                                kind=kind)
     out = compile_module(module, example, arch, fmt=fmt, granularity=granularity, name=name,
                          execute=execute)
-    out.layers = cfg.n_layers
+    kinds = layer_kinds(cfg)
+    out.layers = kinds.get(kind or "", kinds.get(getattr(module, "kind", "layer"), cfg.n_layers))
     return out
+
+
+def needs_kinds_cost(name: str) -> bool:
+    """True for configs whose whole model :func:`kinds_step_cost` costs (several layer kinds,
+    or Mamba-2) rather than :func:`tilewright.dataflow_sim.token_cost.llm_step_cost`."""
+    cfg = get_config(name)
+    return len(layer_kinds(cfg)) > 1 or isinstance(cfg, Mamba2Config)
+
+
+def kinds_step_cost(arch: ArchSpec, name: str, *, phase: str, seq: int, batch: int, fmt: str,
+                    tech: str | None = None) -> dict[str, Any]:
+    """One inference step of the whole model ``name``: each distinct layer kind compiled once
+    (shape-only) and counted as many times as the config has layers of it, plus the embedding
+    gather of the step's tokens and the LM head (final norm, GEMM, softmax) of the last position
+    of each sequence — the same parts and conventions as
+    :func:`~tilewright.dataflow_sim.token_cost.llm_step_cost`, whose embedding and head Reports
+    it reuses. Returns the step's totals (cycles, MACs, vector ops, off-chip bytes, seconds,
+    energy on ``tech``) and ``parts`` (``layer_kinds``: kind -> count and one layer's totals)."""
+    from tilewright.dataflow_sim.cluster.compiled import (  # noqa: PLC0415  (lazy: pulls in torch)
+        compiled_embedding, compiled_head)
+    from tilewright.dataflow_sim.cluster.workload import Shard  # noqa: PLC0415  (lazy: torch)
+    from tilewright.dataflow_sim.token_cost import DEFAULT_TECH  # noqa: PLC0415  (lazy: torch)
+
+    cfg = get_config(name)
+    kinds: dict[str, dict[str, Any]] = {}
+    for kind, count in layer_kinds(cfg).items():
+        one = compile_llm(name, arch, seq=seq, batch=batch, phase=phase, fmt=fmt,
+                          execute=False, kind=None if kind == "layer" else kind)
+        kinds[kind] = {"count": count, **one.totals()}
+    tokens = batch * (seq if phase == "prefill" else 1)
+    # the embedding and head Reports depend on d_model, the vocabulary and the norm's eps only
+    proxy = MambaConfig(cfg.name, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                        vocab_size=getattr(cfg, "padded_vocab", cfg.vocab_size),
+                        pad_vocab_size_multiple=1, norm_eps=cfg.norm_eps)
+    emb = report_totals(compiled_embedding(proxy, Shard(), arch, tokens=tokens,
+                                           element_bytes=ELEM_BYTES[fmt], fmt=fmt).report)
+    head = report_totals(compiled_head(proxy, Shard(), arch, tokens=batch, fmt=fmt).report)
+    summed = ("total_cycles", "macs", "vector_ops", "bytes")
+    tot = {k: sum(v[k] * v["count"] for v in kinds.values()) + emb[k] + head[k] for k in summed}
+    tech = tech or DEFAULT_TECH
+    energy = energy_breakdown(arch_for_format(arch, fmt), load_tech(tech), macs=tot["macs"],
+                              vector_ops=tot["vector_ops"], dram_bytes=tot["bytes"])
+    seconds = tot["total_cycles"] / (arch.clock_mhz * 1e6)
+    return {"model": name, "phase": phase, "seq": seq, "batch": batch, "format": fmt,
+            "layers": cfg.n_layers, "whole_model": True, "tokens": tokens,
+            "cycles": int(tot["total_cycles"]), "seconds": seconds, "macs": int(tot["macs"]),
+            "vector_ops": int(tot["vector_ops"]), "dram_bytes": int(tot["bytes"]), "tech": tech,
+            "energy_j": float(energy["energy_j"]),
+            "seconds_per_token": seconds / tokens,
+            "j_per_token": float(energy["energy_j"]) / tokens,
+            "bytes_per_token": tot["bytes"] / tokens, "macs_per_token": tot["macs"] / tokens,
+            "parts": {"layer_kinds": kinds, "embedding": emb, "lm_head": head}}

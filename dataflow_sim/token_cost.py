@@ -10,9 +10,9 @@ one new token each, ``seq - 1`` cached, :func:`tilewright.models.llm_configs.bui
   (:func:`layer_report`: torch.export -> ``llm`` flow, cached per process; lowered and costed
   per ArchSpec by :func:`~tilewright.compiler.lower_llm.lower_graph` and
   :func:`~tilewright.dataflow_sim.report.program_report`);
-* with ``layers="all"`` (Llama-style, DeepSeek and Mamba configs, whose compiled layer is the
-  whole decoder layer; another MoE config's is its MoE FFN alone, so it is refused) also the
-  **embedding** (a gather of the step's ``tokens`` rows of the
+* with ``layers="all"`` (configs whose compiled layer is the whole decoder layer: Llama-style,
+  MoE with attention, DeepSeek (MLA), Mamba; an MoE config whose attention is not modeled is
+  refused) also the **embedding** (a gather of the step's ``tokens`` rows of the
   ``vocab x d_model`` table, :func:`~tilewright.dataflow_sim.cluster.compiled.compiled_embedding`)
   and the **LM head** (final RMSNorm, the ``d_model x vocab`` GEMM and the softmax over the
   vocabulary for the last position of each sequence — ``batch`` rows, what generation samples
@@ -141,15 +141,19 @@ def llm_step_cost(arch: ArchSpec, model: str, *, phase: str, seq: int, batch: in
         compiled_embedding, compiled_head)
     from tilewright.dataflow_sim.cluster.workload import Shard  # noqa: PLC0415  (lazy: torch)
     from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
-        DeepSeekConfig, LlamaConfig, MambaConfig, ModelInputError, get_config)
+        DeepSeekConfig, MambaConfig, ModelInputError, get_config, has_attention)
 
     cfg = get_config(model)
     whole = layers == "all"
-    if whole and not isinstance(cfg, (LlamaConfig, MambaConfig, DeepSeekConfig)):
+    if whole and not (isinstance(cfg, (MambaConfig, DeepSeekConfig)) or has_attention(cfg)):
         raise ModelInputError(
-            f"{model}: the whole-model cost (layers: all) covers Llama-style and Mamba configs; "
-            f"for an MoE config the compiled layer is its MoE FFN alone (no attention) — give "
-            f"layers as a number")
+            f"{model}: the whole-model cost (layers: all) covers configs whose layer has its "
+            f"attention (Llama-style, Mixtral/Qwen2-MoE-style) and Mamba; "
+            + ("this config's compiled layer is its MoE FFN alone (its attention is not "
+               "modeled) — give "
+               "layers as a number" if cfg.family == "moe" else
+               f"a {cfg.family} config's whole model is costed by `tilewright compile` "
+               f"(each layer kind once)"))
     fmt = fmt or arch.tensor_engine.input_format
     if layer is None:
         layer = layer_totals(arch, model, seq=seq, batch=batch, phase=phase, fmt=fmt)

@@ -17,8 +17,10 @@ from typing import Literal, Union
 
 from tilewright.errors import UserError
 
-__all__ = ["ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig", "LLMConfig", "LLM_CONFIGS", "get_config",
-           "param_count", "Phase", "YarnScaling", "DeepSeekConfig"]
+__all__ = ["builtin_names", "ModelInputError", "LlamaConfig", "MoEConfig", "MambaConfig",
+           "Mamba2Config", "HybridConfig", "layer_kinds", "unmodeled_fields", "FILE_CONFIGS",
+           "LLMConfig", "LLM_CONFIGS", "get_config", "param_count", "Phase", "YarnScaling",
+           "DeepSeekConfig"]
 
 Phase = Literal["prefill", "decode"]
 
@@ -46,11 +48,24 @@ class LlamaConfig:
     tie_embeddings: bool = False
     tiny: bool = False
     source: str = ""
+    d_head: int | None = None
+    """HF ``head_dim``; None = d_model // n_heads"""
+    qkv_bias: bool = False
+    """bias on the q/k/v projections (HF ``attention_bias``; Qwen2 always)"""
+    o_bias: bool = False
+    """bias on the output projection (HF Llama ``attention_bias``)"""
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    """RMSNorm over head_dim on q and k before rotary (Qwen3)"""
+    rope_scaling: dict | None = None
+    """HF ``rope_scaling`` (``rope_type`` llama3 or linear); None = plain rotary"""
+    sliding_window: int | None = None
+    """attention window (tokens); a layer refuses contexts beyond it (exact within it)"""
     family: str = dataclasses.field(default="llama", init=False)
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
 
 
 @dataclass(frozen=True)
@@ -82,11 +97,41 @@ class MoEConfig:
     max_seq_len: int = 8192
     tiny: bool = False
     source: str = ""
+    d_shared_ffn: int | None = None
+    """width of the shared expert; None = n_shared_experts * d_expert_ffn (DeepSeek)"""
+    shared_expert_gate: bool = False
+    """the shared expert's output is scaled by sigmoid(Linear(d_model, 1) x) (Qwen2-MoE)"""
+    tie_embeddings: bool = False
+    d_head: int | None = None
+    """HF ``head_dim``; None = d_model // n_heads"""
+    qkv_bias: bool = False
+    """bias on the q/k/v projections (HF ``attention_bias``; Qwen2 always)"""
+    o_bias: bool = False
+    """bias on the output projection (HF Llama ``attention_bias``)"""
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    """RMSNorm over head_dim on q and k before rotary (Qwen3)"""
+    rope_scaling: dict | None = None
+    """HF ``rope_scaling`` (``rope_type`` llama3 or linear); None = plain rotary"""
+    sliding_window: int | None = None
+    """attention window (tokens); a layer refuses contexts beyond it (exact within it)"""
     family: str = dataclasses.field(default="moe", init=False)
 
     @property
     def n_moe_layers(self) -> int:
         return self.n_layers - self.n_dense_layers
+
+    @property
+    def head_dim(self) -> int:
+        if self.n_heads is None:
+            raise ValueError(f"{self.name}: the attention of this model is not modeled")
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def shared_width(self) -> int:
+        """features of the shared expert(s) (0: none)"""
+        return self.d_shared_ffn if self.d_shared_ffn is not None \
+            else self.n_shared_experts * self.d_expert_ffn
 
 
 @dataclass(frozen=True)
@@ -162,7 +207,122 @@ class MambaConfig:
         return -(-self.vocab_size // m) * m
 
 
-LLMConfig = Union[LlamaConfig, MoEConfig, MambaConfig]
+@dataclass(frozen=True)
+class Mamba2Config:
+    """Mamba-2 (SSD) LM: ``n_layers`` residual Mamba-2 layers
+    (:class:`~tilewright.models.ssm2.Mamba2Block`); ``vocab_size`` as stored (HF pads it)."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    vocab_size: int
+    d_state: int = 128
+    expand: int = 2
+    d_conv: int = 4
+    head_dim: int = 64
+    n_groups: int = 1
+    norm_eps: float = 1e-5
+    proj_bias: bool = False
+    conv_bias: bool = True
+    tie_embeddings: bool = True
+    tiny: bool = False
+    source: str = ""
+    family: str = dataclasses.field(default="mamba2", init=False)
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+    @property
+    def n_heads(self) -> int:
+        return self.d_inner // self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
+    @property
+    def padded_vocab(self) -> int:
+        return self.vocab_size
+
+
+@dataclass(frozen=True)
+class HybridConfig:
+    """Jamba-style hybrid: layer ``i`` has attention when ``i % attn_period == attn_offset``
+    (else a Mamba mixer with dt/B/C norms) and an MoE FFN when ``i % expert_period ==
+    expert_offset`` (else a SwiGLU of ``d_ffn``); see :mod:`tilewright.models.hybrid`."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_ffn: int
+    vocab_size: int
+    n_experts: int
+    top_k: int
+    attn_period: int
+    attn_offset: int
+    expert_period: int
+    expert_offset: int
+    d_state: int = 16
+    d_conv: int = 4
+    expand: int = 2
+    dt_rank: int = 256
+    norm_eps: float = 1e-6
+    max_seq_len: int = 262144
+    tie_embeddings: bool = False
+    tiny: bool = False
+    source: str = ""
+    family: str = dataclasses.field(default="hybrid", init=False)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.d_model
+
+    def kind(self, i: int) -> str:
+        """``"attn-mlp"``, ``"attn-moe"``, ``"mamba-mlp"`` or ``"mamba-moe"`` for layer ``i``."""
+        mixer = "attn" if i % self.attn_period == self.attn_offset else "mamba"
+        return f"{mixer}-{'moe' if i % self.expert_period == self.expert_offset else 'mlp'}"
+
+
+LLMConfig = Union[LlamaConfig, MoEConfig, MambaConfig, Mamba2Config, HybridConfig]
+
+
+def unmodeled_fields(cfg: LLMConfig, *, head_dim: bool = False) -> list[str]:
+    """The fields ``cfg`` sets that the cluster and mesh models do not model (they build their
+    own plain Llama / MoE / Mamba layers): biases, q/k norm, a sliding window, the shared
+    expert's gate or a width that is not whole experts, and with ``head_dim`` an explicit
+    head_dim other than d_model / n_heads; Mamba-2 and hybrid configs as a whole. Empty for the
+    built-in configs. Callers refuse a non-empty list by name."""
+    if isinstance(cfg, (Mamba2Config, HybridConfig)):
+        return [f"architecture family {cfg.family}"]
+    out = []
+    for name in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "sliding_window",
+                 "shared_expert_gate"):
+        if getattr(cfg, name, None):
+            out.append(f"{name} = {getattr(cfg, name)}")
+    if isinstance(cfg, MoEConfig) and cfg.d_shared_ffn and cfg.d_shared_ffn % cfg.d_expert_ffn:
+        out.append(f"d_shared_ffn = {cfg.d_shared_ffn} (not whole experts)")
+    if head_dim and getattr(cfg, "d_head", None) and getattr(cfg, "n_heads", None) \
+            and cfg.d_head * cfg.n_heads != cfg.d_model:
+        out.append(f"head_dim = {cfg.d_head} (not d_model / n_heads)")
+    return out
+
+
+def layer_kinds(cfg: LLMConfig) -> dict[str, int]:
+    """Distinct layer kinds of ``cfg`` and how many layers of each, in order of first use:
+    ``{"layer": n_layers}`` for configs whose layers are all alike, the hybrid's kinds else."""
+    if not isinstance(cfg, HybridConfig):
+        return {"layer": cfg.n_layers}
+    out: dict[str, int] = {}
+    for i in range(cfg.n_layers):
+        out[cfg.kind(i)] = out.get(cfg.kind(i), 0) + 1
+    return out
 
 _HF = "https://huggingface.co/"
 LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
@@ -212,10 +372,32 @@ LLM_CONFIGS: dict[str, LLMConfig] = {c.name: c for c in (
 
 
 def get_config(name: str) -> LLMConfig:
-    """The config called ``name``; :class:`ModelInputError` listing the known names otherwise."""
+    """The config called ``name`` — a built-in name, or a Hugging Face ``config.json`` / a folder
+    holding one (:func:`tilewright.models.hf_config.load_hf_config`, read once per process and
+    kept under that text in :data:`FILE_CONFIGS`, not among the built-ins);
+    :class:`ModelInputError` listing the known names otherwise."""
+    if name in FILE_CONFIGS:
+        return FILE_CONFIGS[name]
     if name not in LLM_CONFIGS:
-        raise ModelInputError(f"unknown LLM config {name!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
+        # hf_config imports the dataclasses defined here, so it is imported on first use
+        from tilewright.models.hf_config import (  # noqa: PLC0415  (lazy: circular import)
+            load_hf_config, looks_like_config)
+        if looks_like_config(name):
+            FILE_CONFIGS[name] = load_hf_config(name)
+            return FILE_CONFIGS[name]
+        raise ModelInputError(f"unknown LLM config {name!r}; known: "
+                              f"{', '.join(builtin_names())}"
+                              f" (or a Hugging Face config.json, or a folder holding one)")
     return LLM_CONFIGS[name]
+
+
+#: configs read from config.json files this process, by the text that named them
+FILE_CONFIGS: dict[str, "LLMConfig"] = {}
+
+
+def builtin_names() -> list[str]:
+    """The built-in config names, sorted."""
+    return sorted(LLM_CONFIGS)
 
 
 # ---- analytic shapes and counts -----------------------------------------------------------------
@@ -225,6 +407,15 @@ def _swiglu(d: int, f: int) -> int:
 
 def _attention(d: int, h: int, hkv: int, hd: int) -> int:
     return 2 * d * h * hd + 2 * d * hkv * hd
+
+
+def _attention_cfg(cfg: "LlamaConfig | MoEConfig") -> int:
+    """Attention parameters of one layer of ``cfg`` with its biases and q/k norms."""
+    h, hkv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    n = _attention(cfg.d_model, h, hkv, hd)
+    n += (h + 2 * hkv) * hd if cfg.qkv_bias else 0
+    n += cfg.d_model if cfg.o_bias else 0
+    return n + (2 * hd if cfg.qk_norm else 0)
 
 
 def param_count(name: str) -> dict[str, int | None]:
@@ -237,8 +428,8 @@ def param_count(name: str) -> dict[str, int | None]:
     cfg = get_config(name)
     d = cfg.d_model
     if isinstance(cfg, LlamaConfig):
-        layer = _attention(d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) \
-            + _swiglu(d, cfg.d_ffn) + 2 * d
+        mlp = _swiglu(d, cfg.d_ffn) + ((2 * cfg.d_ffn + d) if cfg.mlp_bias else 0)
+        layer = _attention_cfg(cfg) + mlp + 2 * d
         emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
         total = cfg.n_layers * layer + emb + d
         return {"layer": layer, "total": total, "active": total}
@@ -246,16 +437,37 @@ def param_count(name: str) -> dict[str, int | None]:
         return _deepseek_params(cfg)
     if isinstance(cfg, MoEConfig):
         expert = _swiglu(d, cfg.d_expert_ffn)
-        moe = d * cfg.n_experts + cfg.n_experts * expert \
-            + _swiglu(d, cfg.n_shared_experts * cfg.d_expert_ffn)
+        moe = d * cfg.n_experts + cfg.n_experts * expert + _swiglu(d, cfg.shared_width) \
+            + (d if cfg.shared_width and cfg.shared_expert_gate else 0)
         if cfg.n_heads is None:
             return {"layer": moe, "total": None, "active": None}
-        hd = d // cfg.n_heads
-        layer_total = _attention(d, cfg.n_heads, cfg.n_kv_heads, hd) + moe + 2 * d
-        emb = 2 * cfg.vocab_size * d
-        total = cfg.n_layers * layer_total + emb + d
+        layer = _attention_cfg(cfg) + moe + 2 * d
+        emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+        total = cfg.n_layers * layer + emb + d
         active = total - cfg.n_layers * (cfg.n_experts - cfg.top_k) * expert
-        return {"layer": moe, "total": total, "active": active}
+        return {"layer": layer, "total": total, "active": active}
+    if isinstance(cfg, HybridConfig):
+        di, n, r, h, hkv, hd = (cfg.d_inner, cfg.d_state, cfg.dt_rank, cfg.n_heads,
+                                cfg.n_kv_heads, cfg.head_dim)
+        mixers = {"attn": _attention(d, h, hkv, hd),
+                  "mamba": (d * 2 * di + di * cfg.d_conv + di + di * (r + 2 * n) + r * di + di
+                            + di * n + di + di * d + r + 2 * n)}
+        expert = _swiglu(d, cfg.d_ffn)
+        ffns = {"mlp": expert, "moe": d * cfg.n_experts + cfg.n_experts * expert}
+        kinds = layer_kinds(cfg)
+        per = {k: mixers[k.split("-")[0]] + ffns[k.split("-")[1]] + 2 * d for k in kinds}
+        emb = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+        total = sum(per[k] * c for k, c in kinds.items()) + emb + d
+        n_moe = sum(c for k, c in kinds.items() if k.endswith("moe"))
+        return {"layer": per[next(iter(kinds))], "total": total,
+                "active": total - n_moe * (cfg.n_experts - cfg.top_k) * expert}
+    if isinstance(cfg, Mamba2Config):
+        di, h, c, k = cfg.d_inner, cfg.n_heads, cfg.conv_dim, cfg.d_conv
+        b = 1 if cfg.proj_bias else 0
+        layer = ((d + b) * (di + c + h) + c * k + (c if cfg.conv_bias else 0) + 3 * h + di
+                 + (di + b) * d + d)
+        total = cfg.n_layers * layer + cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2) + d
+        return {"layer": layer, "total": total, "active": total}
     di, n, r = cfg.d_inner, cfg.d_state, cfg.rank
     layer = (d * 2 * di + di * cfg.d_conv + di + di * (r + 2 * n) + r * di + di
              + di * n + di + di * d + d)

@@ -36,14 +36,17 @@ class MoELayer(nn.Module):
 
     Expert weights are stacked: ``w_gate``/``w_up`` [E, F, D], ``w_down`` [E, D, F] (expert ``e``
     computes ``w_down[e] @ (silu(w_gate[e] @ x) * (w_up[e] @ x))``). The shared experts are one
-    :class:`SwiGLU` of width ``n_shared_experts * d_ffn`` (as DeepSeek implements them).
+    :class:`SwiGLU` of width ``n_shared_experts * d_ffn`` (as DeepSeek implements them), or
+    ``d_shared_ffn`` when given; ``shared_expert_gate`` scales the shared output by
+    ``sigmoid(Linear(d_model, 1) x)`` per token (Qwen2-MoE).
     """
 
     def __init__(self, d_model: int, n_experts: int, top_k: int, d_ffn: int, *,
                  n_shared_experts: int = 0,
                  router_score: Literal["softmax", "sigmoid"] = "softmax",
                  norm_topk_prob: bool = True, routed_scaling_factor: float = 1.0,
-                 n_group: int = 1, topk_group: int = 1) -> None:
+                 n_group: int = 1, topk_group: int = 1, d_shared_ffn: int | None = None,
+                 shared_expert_gate: bool = False) -> None:
         super().__init__()
         if d_model < 1 or d_ffn < 1 or n_experts < 1:
             raise ValueError(f"MoE widths must be >= 1: d_model={d_model}, d_ffn={d_ffn}, "
@@ -72,7 +75,10 @@ class MoELayer(nn.Module):
             self.register_buffer("score_bias", torch.zeros(n_experts))
         else:
             self.score_bias = None
-        self.shared = SwiGLU(d_model, n_shared_experts * d_ffn) if n_shared_experts else None
+        shared = n_shared_experts * d_ffn if d_shared_ffn is None else d_shared_ffn
+        self.shared = SwiGLU(d_model, shared) if shared else None
+        self.shared_gate = (nn.Linear(d_model, 1, bias=False)
+                            if shared and shared_expert_gate else None)
 
     def _init_extra(self, gen: torch.Generator) -> None:
         """Experts: uniform ±1/sqrt(fan_in) like ``nn.Linear``."""
@@ -125,5 +131,8 @@ class MoELayer(nn.Module):
         ye = torch.matmul(hidden, self.w_down.transpose(1, 2))         # [E, C, D]
         y = torch.einsum("tec,ecd->td", combine, ye)
         if self.shared is not None:
-            y = y + self.shared(xf)
+            s_out = self.shared(xf)
+            if self.shared_gate is not None:
+                s_out = torch.sigmoid(self.shared_gate(xf)) * s_out
+            y = y + s_out
         return y.reshape(b, s, d), counts

@@ -41,31 +41,62 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """Gated feed-forward ``w2(silu(w1 x) * w3 x)``, no bias (Llama naming: w1 gate, w3 up,
-    w2 down).
+    """Gated feed-forward ``w2(silu(w1 x) * w3 x)``, no bias unless ``bias`` (Llama naming: w1
+    gate, w3 up, w2 down).
 
     ``d_model`` -> ``d_ffn`` -> ``d_model`` features.
     """
 
-    def __init__(self, d_model: int, d_ffn: int) -> None:
+    def __init__(self, d_model: int, d_ffn: int, *, bias: bool = False) -> None:
         super().__init__()
         if d_model < 1 or d_ffn < 1:
             raise ValueError(f"SwiGLU widths must be >= 1, got d_model={d_model}, d_ffn={d_ffn}")
-        self.w1 = nn.Linear(d_model, d_ffn, bias=False)
-        self.w3 = nn.Linear(d_model, d_ffn, bias=False)
-        self.w2 = nn.Linear(d_ffn, d_model, bias=False)
+        self.w1 = nn.Linear(d_model, d_ffn, bias=bias)
+        self.w3 = nn.Linear(d_model, d_ffn, bias=bias)
+        self.w2 = nn.Linear(d_ffn, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """``x``: [..., D] -> [..., D]."""
         return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[Tensor, Tensor]:
+#: the ``rope_scaling`` kinds :func:`scaled_inv_freq` implements (HF ``rope_type``)
+ROPE_SCALINGS = ("linear", "llama3")
+
+
+def scaled_inv_freq(inv_freq: Tensor, scaling: dict | None) -> Tensor:
+    """Rotary frequencies (radians per position) after HF ``rope_scaling``: ``linear`` divides
+    every frequency by ``factor``; ``llama3`` (Llama 3.1) divides the low frequencies (wavelength
+    above ``original_max_position_embeddings / low_freq_factor``) by ``factor``, keeps the high
+    ones (wavelength below ``.../high_freq_factor``) and blends linearly in between
+    (https://github.com/meta-llama/llama-models, ``apply_scaling``)."""
+    if scaling is None:
+        return inv_freq
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = float(scaling["factor"])
+    if kind == "linear":
+        return inv_freq / factor
+    if kind != "llama3":
+        raise ValueError(f"rope_scaling type {kind!r}: accepted {', '.join(ROPE_SCALINGS)}")
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    old = float(scaling["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old / high) & (wavelen <= old / low)
+    return torch.where(medium, blended, scaled)
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float,
+                scaling: dict | None = None) -> tuple[Tensor, Tensor]:
     """``(cos, sin)``, each float32 [max_seq_len, head_dim // 2]: entry ``[p, i]`` is the cos/sin of
-    angle ``p * theta ** (-2 i / head_dim)`` radians (computed in float64, then rounded)."""
+    angle ``p * f_i`` radians, ``f_i = theta ** (-2 i / head_dim)`` after ``scaling``
+    (:func:`scaled_inv_freq`); computed in float64, then rounded."""
     if head_dim % 2:
         raise ValueError(f"rotary embedding needs an even head_dim, got {head_dim}")
-    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    inv_freq = scaled_inv_freq(
+        theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim), scaling)
     angle = torch.arange(max_seq_len, dtype=torch.float64)[:, None] * inv_freq[None, :]
     return torch.cos(angle).float(), torch.sin(angle).float()
 
@@ -96,11 +127,16 @@ class GroupedQueryAttention(nn.Module):
     ``n_heads // n_kv_heads`` query heads (MHA when equal), rotary embeddings on q and k.
 
     Query head ``h`` uses kv head ``h // (n_heads // n_kv_heads)`` (same as ``repeat_interleave``
-    of the kv heads). Projections have no bias. ``max_seq_len`` bounds past + new tokens.
+    of the kv heads). Projections have no bias unless ``qkv_bias`` / ``o_bias``; ``qk_norm``
+    applies an RMSNorm over ``head_dim`` (one weight shared by the heads) to q and k before the
+    rotary embedding (Qwen3); ``rope_scaling`` as :func:`rope_tables`; ``rope=False`` leaves
+    positions out (Jamba). ``max_seq_len`` bounds past + new tokens.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, *, rope_theta: float,
-                 max_seq_len: int, head_dim: int | None = None) -> None:
+                 max_seq_len: int, head_dim: int | None = None, qkv_bias: bool = False,
+                 o_bias: bool = False, qk_norm: bool = False, norm_eps: float = 1e-5,
+                 rope_scaling: dict | None = None, rope: bool = True) -> None:
         super().__init__()
         if n_heads < 1 or n_kv_heads < 1 or n_heads % n_kv_heads:
             raise ValueError(f"n_heads ({n_heads}) must be a positive multiple of n_kv_heads "
@@ -111,13 +147,17 @@ class GroupedQueryAttention(nn.Module):
             head_dim = d_model // n_heads
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
         self.max_seq_len = max_seq_len
-        self.wq = nn.Linear(d_model, n_heads * head_dim, bias=False)
-        self.wk = nn.Linear(d_model, n_kv_heads * head_dim, bias=False)
-        self.wv = nn.Linear(d_model, n_kv_heads * head_dim, bias=False)
-        self.wo = nn.Linear(n_heads * head_dim, d_model, bias=False)
-        cos, sin = rope_tables(head_dim, max_seq_len, rope_theta)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.wq = nn.Linear(d_model, n_heads * head_dim, bias=qkv_bias)
+        self.wk = nn.Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
+        self.wv = nn.Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
+        self.wo = nn.Linear(n_heads * head_dim, d_model, bias=o_bias)
+        self.q_norm = RMSNorm(head_dim, eps=norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(head_dim, eps=norm_eps) if qk_norm else None
+        self.rope = rope
+        if rope:
+            cos, sin = rope_tables(head_dim, max_seq_len, rope_theta, rope_scaling)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x: Tensor, past_k: Tensor | None = None,
                 past_v: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -135,8 +175,11 @@ class GroupedQueryAttention(nn.Module):
         q = self.wq(x).view(b, s, h, hd)
         k = self.wk(x).view(b, s, hkv, hd)
         v = self.wv(x).view(b, s, hkv, hd)
-        cos, sin = self.rope_cos[t:t + s], self.rope_sin[t:t + s]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope:
+            cos, sin = self.rope_cos[t:t + s], self.rope_sin[t:t + s]
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         k, v = k.transpose(1, 2), v.transpose(1, 2)                    # [B, Hkv, S, hd]
         if past_k is not None:
             k = torch.cat((past_k, k), dim=2)                           # [B, Hkv, T+S, hd]
@@ -155,7 +198,9 @@ class DecoderLayer(nn.Module):
     """Pre-norm decoder layer ``h = x + attn(norm(x)); y = h + ffn(norm(h))``.
 
     ``ffn`` defaults to :class:`SwiGLU` (``d_ffn`` wide); pass another module (e.g. a MoE layer)
-    to replace it — if it returns a tuple, its first element is the output.
+    to replace it — if it returns a tuple, its first element is the output. ``attn_kwargs``
+    (``head_dim``, ``qkv_bias``, ``o_bias``, ``qk_norm``, ``rope_scaling``) go to
+    :class:`GroupedQueryAttention`; ``mlp_bias`` to the default :class:`SwiGLU`.
 
     Prefill: ``layer(x)``; decode: ``layer(x_new, k_cache, v_cache)``; both return
     ``(y [B, S, D], k_cache [B, Hkv, T+S, hd], v_cache [B, Hkv, T+S, hd])``.
@@ -163,24 +208,28 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, d_ffn: int, *,
                  rope_theta: float, norm_eps: float = 1e-5, max_seq_len: int = 8192,
-                 ffn: nn.Module | None = None) -> None:
+                 ffn: nn.Module | None = None, mlp_bias: bool = False,
+                 **attn_kwargs) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(d_model, eps=norm_eps)
         self.attn = GroupedQueryAttention(d_model, n_heads, n_kv_heads, rope_theta=rope_theta,
-                                          max_seq_len=max_seq_len)
+                                          max_seq_len=max_seq_len, norm_eps=norm_eps,
+                                          **attn_kwargs)
         self.ffn_norm = RMSNorm(d_model, eps=norm_eps)
-        self.ffn = ffn if ffn is not None else SwiGLU(d_model, d_ffn)
+        self.ffn = ffn if ffn is not None else SwiGLU(d_model, d_ffn, bias=mlp_bias)
 
     def forward(self, x: Tensor, k_cache: Tensor | None = None,
                 v_cache: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``x``: [B, S, D]; caches [B, Hkv, T, hd] or None (prefill)
-        -> ``(y, k_cache, v_cache)``."""
+        -> ``(y, k_cache, v_cache)`` followed by the FFN's extra outputs when it returns a tuple
+        (an MoE layer's expert ``counts``)."""
         a, k, v = self.attn(self.attn_norm(x), k_cache, v_cache)
         h = x + a
         f = self.ffn(self.ffn_norm(h))
+        extra: tuple = ()
         if isinstance(f, tuple):
-            f = f[0]
-        return h + f, k, v
+            f, extra = f[0], tuple(f[1:])
+        return (h + f, k, v, *extra)
 
 
 class CausalLM(nn.Module):

@@ -207,6 +207,7 @@ def _naive_moe(m: MoELayer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 @pytest.mark.parametrize("name", ["tiny-moe", "tiny-moe-sigmoid"])
 def test_moe_matches_naive_loop(name):
     m, _ = build_llm(name)
+    m = getattr(m, "ffn", m)            # tiny-moe's layer is a decoder layer with an MoE FFN
     if m.score_bias is not None:  # exercise the selection-only bias
         gen = torch.Generator().manual_seed(9)
         m.score_bias.copy_(0.3 * torch.randn(m.n_experts, generator=gen))
@@ -221,6 +222,7 @@ def test_moe_matches_naive_loop(name):
 
 def test_moe_shared_expert_is_added():
     m, (x,) = build_llm("tiny-moe", seq=6, batch=2)
+    m = m.ffn                           # the decoder layer's MoE FFN
     with torch.no_grad():
         y, _ = m(x)
         shared = m.shared(x)

@@ -73,8 +73,8 @@ def _check_context(model: str, prompt: int, output: int, where: str) -> None:
     — the simulation would serve them (a 1e14-token output ran for ever)."""
     from tilewright.dataflow_sim.cluster import \
         ClusterSpecError  # noqa: PLC0415  (lazy: pulls in pandas, simpy, torch)
-    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
-    context = getattr(LLM_CONFIGS.get(model), "max_seq_len", None)
+    from tilewright.models.llm_configs import get_config  # noqa: PLC0415  (lazy: pulls in torch)
+    context = getattr(get_config(model), "max_seq_len", None)
     if context is not None and prompt + output > context:
         raise ClusterSpecError(f"{where}: prompt + output = {prompt} + {output} = "
                                f"{prompt + output} tokens; {model}'s context is max_seq_len = "
@@ -101,7 +101,8 @@ def _store(db: Path, spec, plan, metrics: dict) -> None:
 def cluster(
     cluster: str = typer.Option(..., "--cluster", help="cluster YAML file or preset "
                                 "(h100-8x-nvlink, h100-64x-ib, pd-h100-64, torus-1024)"),
-    model: str = typer.Option(..., "--model", help="LLM config name, e.g. llama3-70b"),
+    model: str = typer.Option(..., "--model", help="LLM config name, e.g. llama3-70b, or a "
+                              "Hugging Face config.json (or a folder holding one)"),
     mode: Optional[str] = typer.Option(None, "--mode", help="train | serve (default: serve on a "
                                        "cluster with prefill/decode pools, else train)"),
     dp: str = typer.Option("auto", help="train: data-parallel degree, a whole number ≥ 1 or "
@@ -211,8 +212,15 @@ def cluster(
         timeline_summary)
     from tilewright.dataflow_sim.cluster.plan import \
         micro_batches_for  # noqa: PLC0415  (lazy: pulls in pydantic models)
+    from tilewright.models.llm_shapes import (  # noqa: PLC0415  (lazy: models layer)
+        get_config, unmodeled_fields)
     if mode not in (None, "train", "serve"):
         raise ClusterSpecError(f"--mode = {mode!r}: must be one of 'train', 'serve'")
+    left = unmodeled_fields(get_config(model))     # never ignore a field the config sets
+    if left:
+        raise ClusterSpecError(f"--model {model}: the cluster model does not model "
+                               f"{', '.join(left)} (accepted: configs without them; "
+                               f"`tilewright compile` models them)")
     spec = load_cluster(cluster)
     if mode is None:          # a cluster with P/D pools is a serving cluster
         mode = "serve" if spec.pools is not None else "train"

@@ -66,7 +66,9 @@ class TooManyTokens(UserError, ValueError):
 
 
 def compile_cmd(
-    model: str = typer.Option(..., "--model", help="model config name (see `tilewright models`)"),
+    model: str = typer.Option(..., "--model", help="a built-in name (see `tilewright models`), "
+                              "a Hugging Face config.json or a folder holding one, "
+                              "path/file.py:factory, or a .onnx file"),
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
     seq: int = typer.Option(8, "--seq", min=1, help="context: prompt tokens (prefill), or "
                             "positions attended = cached + the new token (decode)"),
@@ -84,14 +86,19 @@ def compile_cmd(
 ) -> None:
     """Compile one layer of a model config for an ArchSpec; print the per-op table and totals."""
     from tilewright.compiler.lower_llm import ELEM_BYTES  # noqa: PLC0415  (lazy: pulls in pandas)
-    from tilewright.dataflow_sim.compile_flow import \
-        compile_llm  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.dataflow_sim.compile_flow import (  # noqa: PLC0415  (lazy: pulls in pandas)
+        compile_llm, kinds_step_cost, needs_kinds_cost)
     from tilewright.dataflow_sim.token_cost import \
         llm_step_cost  # noqa: PLC0415  (lazy: pulls in torch)
-    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_configs import (  # noqa: PLC0415  (lazy: pulls in torch)
+        DeepSeekConfig, has_attention, param_count)
+    from tilewright.models.resolve import resolve_model  # noqa: PLC0415  (lazy: models layer)
 
-    if model not in LLM_CONFIGS:
-        raise UnknownModel(f"unknown model {model!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
+    resolved = resolve_model(model)
+    if resolved.kind == "mlp":
+        raise UnknownModel(f"--model {model}: a demo MLP; compile takes an LLM config, a "
+                           f"config.json, file.py:factory or .onnx (run the MLP with "
+                           f"`tilewright demo --model {model}`)")
     if fmt is not None and fmt not in ELEM_BYTES:
         raise UnknownFormat(f"unknown format {fmt!r}; known: {', '.join(ELEM_BYTES)}")
     if phase not in ("prefill", "decode"):
@@ -105,34 +112,49 @@ def compile_cmd(
     fmt_source = "--format" if fmt is not None else "the ArchSpec's tensor_engine.input_format"
     fmt = arch_format(spec, fmt, arch)
     LOGGER.info("compile: format %s (%s)", fmt, fmt_source)
-    with progress(f"compiling one layer of {model} for {spec.name}"):
-        result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
-                             granularity=granularity)
+    cfg = resolved.config
+    if resolved.kind == "user":
+        from tilewright.dataflow_sim.compile_flow import \
+            compile_module  # noqa: PLC0415  (lazy: pulls in pandas)
+        with progress(f"compiling {model} for {spec.name}"):
+            result = compile_module(resolved.module, resolved.example_inputs, spec, fmt=fmt,
+                                    granularity=granularity, name=model)
+    else:
+        with progress(f"compiling one layer of {model} for {spec.name}"):
+            result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
+                                 granularity=granularity)
     df = result.report
     layer, full = result.totals(), result.totals(all_layers=True)
-    why = ("the embedding and LM head are compiled with per-channel weight scales only; use "
+    params = param_count(model) if cfg is not None else {"total": None, "active": None}
+    why = ("a user module is compiled as given (one Program); whole-model figures cover LLM "
+           "configs" if cfg is None else
+           "the embedding and LM head are compiled with per-channel weight scales only; use "
            "--granularity channel" if granularity != "channel" else
-           "the compiled layer of an MoE config is its MoE FFN alone (no attention)"
-           if LLM_CONFIGS[model].family == "moe"
-           and getattr(LLM_CONFIGS[model], "n_attn_heads", 0) == 0 else
+           "the compiled layer of this MoE config is its MoE FFN alone (its attention is not "
+           "modeled)" if cfg.family == "moe" and not has_attention(cfg)
+           and not isinstance(cfg, DeepSeekConfig) else
            # the frontend has no bf16 constant, so the bf16 embedding table does not export
            "the embedding table of a bf16 design does not compile yet (no bf16 constants in "
            "the frontend)" if fmt == "bf16" else None)
     if why:
         step = None
+    elif needs_kinds_cost(model):    # several layer kinds (Jamba), or Mamba-2
+        with progress(f"costing the whole model ({model}), each layer kind once"):
+            step = kinds_step_cost(spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt)
     else:
         with progress(f"costing the whole model ({model})"):
             step = llm_step_cost(   # the sweep's and the cluster's cost path
-                spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer)
+                spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer).as_dict()
     if as_json:
         print(json.dumps({"model": model, "arch": spec.name, "seq": seq, "batch": batch,
                           "phase": phase, "format": fmt, "format_source": fmt_source,
                           "granularity": granularity,
                           "accumulator": result.program.meta.get("accumulator"),
                           "shape_only": result.shape_only,
+                          "params_total": params["total"], "params_active": params["active"],
                           "total_cycles": layer["total_cycles"], "layer": layer,
                           "all_layers": full,
-                          "whole_model": None if step is None else step.as_dict(),
+                          "whole_model": step,
                           **({"whole_model_not_computed": why} if why else {}),
                           "conventions": dict(df.attrs),
                           "ops": json.loads(df.to_json(orient="records"))}))
@@ -143,7 +165,10 @@ def compile_cmd(
             for c in ("task", "kind", "op", "macs", "cycles", "bytes", "compulsory_bytes",
                       "intensity", "bound", "time_cycles", "buffer_bytes", "mapping")]
     print_table(f"{model} ({phase}, seq {seq}, batch {batch}, {fmt} from {fmt_source}) on "
-                f"{spec.name}: one layer", cols,
+                f"{spec.name}: one layer"
+                + (f" of kind {_first_kind(cfg)} "
+                   f"({result.layers} of {cfg.n_layers} layers)" if _first_kind(cfg) else ""),
+                cols,
                 [[r.task, r.kind, r.op, r.macs, r.cycles, r.bytes, r.compulsory_bytes,
                   r.intensity, f"{r.bound} {r.bound_share:.0%}", r.time_cycles, r.buffer_bytes,
                   r.mapping] for r in shown.itertuples()], console)
@@ -152,20 +177,36 @@ def compile_cmd(
                   f"({layer['compulsory_bytes']:,} compulsory); "
                   f"x {full['layers']} layers: {full['total_cycles']:,} cycles"
                   + (" (shape-only compile)" if result.shape_only else ""))
+    if params["total"] is not None:
+        console.print(f"parameters: {params['total']:,} total, {params['active']:,} active "
+                      f"per token")
     if step is None:
         console.print(f"whole model: not computed ({why})")
     else:
-        pt = step.per_token()
-        dense = (f" ({LLM_CONFIGS[model].n_dense_layers} of them dense-FFN layers, compiled "
-                 f"too)" if "dense_layer" in step.parts else "")
-        console.print(f"whole model (x {step.layers} layers{dense} + embedding + LM head): "
-                      f"{step.cycles:,} cycles ({step.seconds * 1e3:.3f} ms), "
-                      f"{step.dram_bytes:,} off-chip bytes, {step.energy_j:.4g} J ({step.tech}); "
-                      f"per token: {pt['bytes_per_token']:,.0f} bytes, "
-                      f"{pt['j_per_token']:.4g} J")
+        kinds = step["parts"].get("layer_kinds")
+        if kinds:
+            console.print("layer kinds: " + "; ".join(
+                f"{k} x {v['count']}: {v['total_cycles']:,} cycles each"
+                for k, v in kinds.items()))
+        dense = (f" ({cfg.n_dense_layers} of them dense-FFN layers, compiled too)"
+                 if "dense_layer" in step["parts"] else "")
+        console.print(f"whole model (x {step['layers']} layers{dense} + embedding + LM head): "
+                      f"{step['cycles']:,} cycles ({step['seconds'] * 1e3:.3f} ms), "
+                      f"{step['dram_bytes']:,} off-chip bytes, {step['energy_j']:.4g} J "
+                      f"({step['tech']}); per token: {step['bytes_per_token']:,.0f} bytes, "
+                      f"{step['j_per_token']:.4g} J")
     console.print(f"conventions: cycle model {df.attrs['convention']}, vector lanes "
                   f"{df.attrs['vector_lanes']} ({df.attrs['vector_lanes_source']}), "
                   f"{df.attrs['bytes_per_cycle']:.2f} off-chip bytes/cycle")
+
+
+def _first_kind(cfg) -> str | None:
+    """Layer 0's kind when ``cfg`` has several layer kinds (the one ``compile`` tabulates)."""
+    from tilewright.models.llm_shapes import layer_kinds  # noqa: PLC0415  (lazy: models layer)
+    if cfg is None:
+        return None
+    kinds = layer_kinds(cfg)
+    return next(iter(kinds)) if len(kinds) > 1 else None
 
 
 def models_cmd(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:

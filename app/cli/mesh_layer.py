@@ -134,6 +134,13 @@ def mesh_layer(
         cfg = get_config(model)
     except ValueError as exc:
         raise MeshMappingError(str(exc)) from None
+    from tilewright.models.llm_shapes import \
+        unmodeled_fields  # noqa: PLC0415  (lazy: models layer)
+    left = unmodeled_fields(cfg, head_dim=True)   # never ignore a field the config sets
+    if left:
+        raise MeshMappingError(f"--model {model}: the mesh partition does not model "
+                               f"{', '.join(left)} (accepted: configs without them; "
+                               f"`tilewright compile` models them)")
     if experts is not None and not isinstance(cfg, MoEConfig):     # never ignore --experts
         raise MeshMappingError(f"--experts {experts!r}: {model} is not an MoE model (family "
                                f"{cfg.family}); --experts routes the decode tokens of an MoE "

@@ -53,11 +53,17 @@ def sim(
     """Simulate one layer of a tiny model in int8: functional model vs torch, and with --rtl its
     GEMMs on the RTL (bit-exact, cycles vs the cycle model)."""
     from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.resolve import model_form  # noqa: PLC0415  (lazy: models layer)
 
     tiny = sorted(n for n, c in LLM_CONFIGS.items() if c.tiny)
     if model not in tiny:
+        form = model_form(model)
+        what = {"hf-config": "a config.json is built without weights (meta device)",
+                "factory": "a user module is compiled, not simulated, here",
+                "onnx": "an ONNX model is compiled, not simulated, here"}.get(form)
         raise UnknownModel(f"--model {model!r}: tilewright sim runs the tiny configs with real "
-                           f"weights; known: {', '.join(tiny)}")
+                           f"weights ({what + '; use tilewright compile' if what else 'known'}"
+                           f"{'' if what else ': ' + ', '.join(tiny)})")
     if fast and not rtl:
         raise typer.BadParameter("--fast selects the RTL driver; add --rtl", param_hint="--fast")
     from tilewright.app.flows.sim_rtl import (  # noqa: PLC0415  (lazy: pulls in amaranth)

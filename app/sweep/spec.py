@@ -335,9 +335,11 @@ class Workload(_Model):
             raise ValueError(f"format = {self.format!r}: must be one of {sorted(FORMATS)}")
         if self.model is not None:
             from tilewright.models.llm_configs import \
-                LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
-            if self.model not in LLM_CONFIGS:
-                raise ValueError(f"model = {self.model!r}: must be one of {sorted(LLM_CONFIGS)}")
+                get_config  # noqa: PLC0415  (lazy: pulls in torch)
+            try:                         # a built-in name or a Hugging Face config.json
+                get_config(self.model)
+            except ValueError as exc:
+                raise ValueError(f"model = {self.model!r}: {exc}") from None
         return self
 
     @property
@@ -865,7 +867,9 @@ def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
 
     from tilewright.dataflow_sim.cluster import (  # noqa: PLC0415  (lazy: pulls in simpy, torch)
         ClusterSpecError, ServePlan, TrainPlan, load_cluster)
-    from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_configs import get_config  # noqa: PLC0415  (lazy: pulls in torch)
+    from tilewright.models.llm_shapes import \
+        unmodeled_fields  # noqa: PLC0415  (lazy: models layer)
     path = w.cluster
     if root is not None and (root / str(path)).exists():
         path = str((root / str(path)).resolve())
@@ -873,8 +877,13 @@ def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
         cl = load_cluster(path)
     except ClusterSpecError as exc:
         raise SweepError(f"{where}.cluster = {w.cluster!r}: {exc}") from None
-    if w.model not in LLM_CONFIGS:
-        raise SweepError(f"{where}.model = {w.model!r}: must be one of {sorted(LLM_CONFIGS)}")
+    try:                                 # a built-in name or a Hugging Face config.json
+        left = unmodeled_fields(get_config(w.model))
+    except ValueError as exc:
+        raise SweepError(f"{where}.model = {w.model!r}: {exc}") from None
+    if left:                             # never ignore a field the config sets
+        raise SweepError(f"{where}.model = {w.model!r}: the cluster model does not model "
+                         f"{', '.join(left)}")
     plan_cls = ServePlan if w.mode == "serve" else TrainPlan
     plan = dict(w.plan or {})
     if plan_cls is TrainPlan and plan.get("dp") == "auto":

@@ -115,7 +115,7 @@ def dims_of(cfg: LLMConfig | str, shard: Shard) -> Dims:
     """Per-chip widths; the caller has validated divisibility (see :mod:`.plan`)."""
     cfg = get_config(cfg) if isinstance(cfg, str) else cfg
     if isinstance(cfg, LlamaConfig):
-        hd = cfg.d_model // cfg.n_heads
+        hd = cfg.head_dim
         return Dims(cfg.d_model, cfg.n_heads // shard.tp, max(1, cfg.n_kv_heads // shard.tp), hd,
                     cfg.n_heads // cfg.n_kv_heads, cfg.d_ffn // shard.tp,
                     math.ceil(cfg.vocab_size / shard.tp), moe=False)
@@ -131,13 +131,13 @@ def dims_of(cfg: LLMConfig | str, shard: Shard) -> Dims:
                     hd_v=cfg.kv_lora_rank, q_rank=cfg.q_lora_rank, kv_rank=cfg.kv_lora_rank,
                     dn=cfg.qk_nope_head_dim, dr=cfg.qk_rope_head_dim, dv=cfg.v_head_dim)
     if isinstance(cfg, MoEConfig) and cfg.n_heads is not None:
-        hd = cfg.d_model // cfg.n_heads
+        hd = cfg.head_dim
         return Dims(cfg.d_model, cfg.n_heads // shard.tp, max(1, cfg.n_kv_heads // shard.tp), hd,
                     cfg.n_heads // cfg.n_kv_heads, cfg.d_dense_ffn // shard.tp,
                     math.ceil(cfg.vocab_size / shard.tp), moe=True,
                     experts=cfg.n_experts // shard.ep, n_experts=cfg.n_experts, top_k=cfg.top_k,
                     f_exp=cfg.d_expert_ffn // shard.tp,
-                    f_shared=cfg.n_shared_experts * cfg.d_expert_ffn // shard.tp)
+                    f_shared=cfg.shared_width // shard.tp)
     if isinstance(cfg, MambaConfig):
         # TP rule (module docstring): d_inner channels split; x_proj rows split (partial sums
         # all-reduced), its R + 2N outputs and dt_proj's input replicated

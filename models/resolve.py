@@ -1,0 +1,82 @@
+"""One resolver for every place a model is named (``compile``, ``sim``, ``cluster``,
+``mesh-layer``, sweep workloads): ``resolve_model(text) -> ResolvedModel``.
+
+Forms of ``text``, tried in this order:
+
+* ``path/file.py:factory`` or ``*.onnx`` — the user's own module, loaded by
+  :func:`tilewright.models.user_module.load_user_model` (``kind="user"``, ``module`` and
+  ``example_inputs`` set);
+* a Hugging Face ``config.json`` or a folder holding one — read by
+  :func:`tilewright.models.hf_config.load_hf_config` (``kind="llm"``, ``config`` set; the
+  config is registered under ``text``, so :func:`~tilewright.models.llm_shapes.get_config`
+  and every name-keyed path take ``text`` as a model name);
+* a built-in LLM config name (``kind="llm"``) or a demo MLP name (``kind="mlp"``).
+
+Anything else is a :class:`~tilewright.models.llm_shapes.ModelInputError` listing the forms.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tilewright.models.demo_shapes import MLP_SHAPES
+from tilewright.models.hf_config import looks_like_config
+from tilewright.models.llm_shapes import (LLM_CONFIGS, LLMConfig, ModelInputError, builtin_names,
+                                         get_config)
+
+__all__ = ["ResolvedModel", "resolve_model", "model_form", "FORMS"]
+
+FORMS = ("a built-in name (see `tilewright models`), a Hugging Face config.json or a folder "
+         "holding one, path/file.py:factory, or a .onnx file")
+
+_FACTORY = re.compile(r"^(?P<file>.+\.py):(?P<factory>[A-Za-z_][A-Za-z0-9_]*)$")
+
+Form = Literal["builtin", "hf-config", "factory", "onnx", "mlp"]
+
+
+def model_form(text: str) -> Form:
+    """Which form ``text`` is written in (no file is read): ``factory`` (``file.py:name``),
+    ``onnx``, ``hf-config`` (a ``.json`` or a folder), ``mlp`` (a demo MLP name) or ``builtin``
+    (anything else: checked by :func:`resolve_model`)."""
+    if _FACTORY.match(text):
+        return "factory"
+    if text.endswith(".onnx"):
+        return "onnx"
+    if text in LLM_CONFIGS:
+        return "builtin"
+    if looks_like_config(text):
+        return "hf-config"
+    if text in MLP_SHAPES:
+        return "mlp"
+    return "builtin"
+
+
+@dataclass
+class ResolvedModel:
+    """What :func:`resolve_model` found. ``name`` is the text to pass on as a model name."""
+
+    name: str
+    form: Form
+    kind: Literal["llm", "mlp", "user"]
+    config: LLMConfig | None = None
+    module: Any = None
+    example_inputs: tuple = ()
+
+
+def resolve_model(text: str) -> ResolvedModel:
+    """Resolve ``text`` (module doc); raises ModelInputError naming the accepted forms."""
+    form = model_form(text)
+    if form in ("factory", "onnx"):
+        # lazy: the user-module loader pulls in torch (and onnx for .onnx files)
+        from tilewright.models.user_module import \
+            load_user_model  # noqa: PLC0415  (lazy: torch / onnx on demand)
+        module, inputs = load_user_model(text)
+        return ResolvedModel(text, form, "user", module=module, example_inputs=tuple(inputs))
+    if form == "mlp":
+        return ResolvedModel(text, form, "mlp")
+    if form == "builtin" and text not in LLM_CONFIGS:
+        raise ModelInputError(f"unknown model {text!r}: give {FORMS}; built-in: "
+                              f"{', '.join(builtin_names())}")
+    return ResolvedModel(text, form, "llm", config=get_config(text))
