@@ -90,7 +90,15 @@ def compile_cmd(
         llm_step_cost  # noqa: PLC0415  (lazy: pulls in torch)
     from tilewright.models.llm_configs import LLM_CONFIGS  # noqa: PLC0415  (lazy: pulls in torch)
 
-    if model not in LLM_CONFIGS:
+    from tilewright.models.user_module import \
+        is_user_model  # noqa: PLC0415  (lazy: pulls in torch)
+    # a user model (path/file.py:factory or *.onnx) is compiled whole: MINIMAL branch, the
+    # lead merges it with the model resolver (branch hf)
+    user = is_user_model(model)
+    if user and (seq, batch, phase) != (8, 1, "prefill"):
+        raise UnknownModel(f"--model {model}: --seq/--batch/--phase apply to named configs; a "
+                           f"user model runs on the example inputs its factory/file gives")
+    if not user and model not in LLM_CONFIGS:
         raise UnknownModel(f"unknown model {model!r}; known: {', '.join(sorted(LLM_CONFIGS))}")
     if fmt is not None and fmt not in ELEM_BYTES:
         raise UnknownFormat(f"unknown format {fmt!r}; known: {', '.join(ELEM_BYTES)}")
@@ -106,11 +114,20 @@ def compile_cmd(
     fmt = arch_format(spec, fmt, arch)
     LOGGER.info("compile: format %s (%s)", fmt, fmt_source)
     with progress(f"compiling one layer of {model} for {spec.name}"):
-        result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
-                             granularity=granularity)
+        if user:
+            from tilewright.dataflow_sim.compile_flow import \
+                compile_module  # noqa: PLC0415  (lazy: pulls in pandas)
+            from tilewright.models.user_module import \
+                load_user_model  # noqa: PLC0415  (lazy: pulls in torch)
+            module, example = load_user_model(model)
+            result = compile_module(module, example, spec, fmt=fmt, granularity=granularity)
+        else:
+            result = compile_llm(model, spec, seq=seq, batch=batch, phase=phase, fmt=fmt,
+                                 granularity=granularity)
     df = result.report
     layer, full = result.totals(), result.totals(all_layers=True)
-    why = ("the embedding and LM head are compiled with per-channel weight scales only; use "
+    why = ("a user model is compiled whole (no per-layer config to scale)" if user else
+           "the embedding and LM head are compiled with per-channel weight scales only; use "
            "--granularity channel" if granularity != "channel" else
            "the compiled layer of an MoE config is its MoE FFN alone (no attention)"
            if LLM_CONFIGS[model].family == "moe" else
@@ -142,7 +159,7 @@ def compile_cmd(
             for c in ("task", "kind", "op", "macs", "cycles", "bytes", "compulsory_bytes",
                       "intensity", "bound", "time_cycles", "buffer_bytes", "mapping")]
     print_table(f"{model} ({phase}, seq {seq}, batch {batch}, {fmt} from {fmt_source}) on "
-                f"{spec.name}: one layer", cols,
+                f"{spec.name}: {'whole model' if user else 'one layer'}", cols,
                 [[r.task, r.kind, r.op, r.macs, r.cycles, r.bytes, r.compulsory_bytes,
                   r.intensity, f"{r.bound} {r.bound_share:.0%}", r.time_cycles, r.buffer_bytes,
                   r.mapping] for r in shown.itertuples()], console)
