@@ -158,7 +158,8 @@ def compile_cmd(
                    float_fmt="{:.2f}" if c == "intensity" else None)
             for c in ("task", "kind", "op", "macs", "cycles", "bytes", "compulsory_bytes",
                       "intensity", "bound", "time_cycles", "buffer_bytes", "mapping")]
-    print_table(f"{model} ({phase}, seq {seq}, batch {batch}, {fmt} from {fmt_source}) on "
+    print_table(f"{model} ({'its example inputs' if user else f'{phase}, seq {seq}, batch {batch}'}, "
+                f"{fmt} from {fmt_source}) on "
                 f"{spec.name}: {'whole model' if user else 'one layer'}", cols,
                 [[r.task, r.kind, r.op, r.macs, r.cycles, r.bytes, r.compulsory_bytes,
                   r.intensity, f"{r.bound} {r.bound_share:.0%}", r.time_cycles, r.buffer_bytes,
