@@ -607,6 +607,10 @@ _MULTI = {_aten.topk.default, _aten.chunk.default, _aten.var_mean.correction}
 
 
 # ---- conversion --------------------------------------------------------------------------------
+#: core ATen ops decomposed with torch._decomp's table (the export table keeps them whole)
+_FROM_DECOMP_TABLE = {_aten.native_layer_norm.default}
+
+
 def _unhandled(ep: ExportedProgram) -> set:
     return {n.target for n in ep.graph.nodes if n.op == "call_function"
             and n.target not in HANDLERS and n.target not in _SKIP
@@ -631,12 +635,14 @@ def decompose_unhandled(ep: ExportedProgram, *, max_rounds: int = 8) -> Exported
         for op in list(table.keys()):
             if op not in todo:
                 del table[op]
-        for op in todo:
-            if op not in table and op in decomposition_table:
-                table[op] = decomposition_table[op]
+        for op in todo & _FROM_DECOMP_TABLE:
+            table[op] = decomposition_table[op]
         if not list(table.keys()):
             break
-        ep = ep.run_decompositions(table)
+        new = ep.run_decompositions(table)
+        if any(not str(t).startswith("aten.") for t in _unhandled(new)):
+            break       # down to prims: keep the ATen op the user's module called for the error
+        ep = new
     return ep
 
 
