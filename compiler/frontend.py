@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from torch._decomp import decomposition_table
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
@@ -608,7 +609,8 @@ _MULTI = {_aten.topk.default, _aten.chunk.default, _aten.var_mean.correction}
 
 # ---- conversion --------------------------------------------------------------------------------
 #: core ATen ops decomposed with torch._decomp's table (the export table keeps them whole)
-_FROM_DECOMP_TABLE = {_aten.native_layer_norm.default}
+_FROM_DECOMP_TABLE = {_aten.native_layer_norm.default, _aten.gelu.default,
+                      _aten.native_group_norm.default}
 
 
 def _unhandled(ep: ExportedProgram) -> set:
@@ -626,7 +628,6 @@ def decompose_unhandled(ep: ExportedProgram, *, max_rounds: int = 8) -> Exported
     ``dropout``/``contiguous`` become clones, and ops the frontend handles (``linear``,
     ``softmax``, ``conv2d``, ``scaled_dot_product_attention`` ...) stay whole. Stops when no
     unhandled op has a decomposition (the frontend then names it and its module)."""
-    from torch._decomp import decomposition_table  # noqa: PLC0415  (torch-internal table)
     for _ in range(max_rounds):
         todo = _unhandled(ep)
         if not todo:

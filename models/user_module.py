@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from tilewright.errors import UserError
+from tilewright.extras import require
 
 __all__ = ["ModelInputError", "load_user_model", "is_user_model"]
 
@@ -112,12 +113,11 @@ def _import_onnx2torch() -> Any:
     is imported with a stand-in ``torchvision`` whose ``ops`` raise :class:`ModelInputError` when
     called — only models with those two ops need the real one. The stand-in is removed from
     ``sys.modules`` right after."""
-    from tilewright.extras import require  # noqa: PLC0415  (optional dependency)
     require("onnx")
     if "onnx2torch" in sys.modules:
         return sys.modules["onnx2torch"]
     try:
-        import torchvision  # noqa: F401, PLC0415
+        import torchvision  # noqa: F401, PLC0415  (lazy: optional, only probed)
         return require("onnx2torch")
     except (ImportError, RuntimeError):
         pass
@@ -143,12 +143,13 @@ def _from_onnx(path: Path) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     if not path.is_file():
         raise ModelInputError(f"{path}: no such file (--model path/model.onnx)")
     onnx2torch = _import_onnx2torch()
-    import onnx  # noqa: PLC0415  (optional dependency, checked above)
+    import onnx  # noqa: PLC0415  (lazy: optional extra [onnx], checked above)
     try:
         model = onnx.load(str(path))
     except Exception as exc:  # noqa: BLE001
         raise ModelInputError(f"{path}: not a readable ONNX file ({_one_line(exc)})") from None
-    from onnx2torch.node_converters.registry import get_converter  # noqa: PLC0415
+    from onnx2torch.node_converters.registry import \
+        get_converter  # noqa: PLC0415  (lazy: optional extra [onnx])
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     for node in model.graph.node:
         try:
