@@ -6,6 +6,13 @@ aten op and the model source line it came from. ``torch.export.export`` keeps ``
 ``aten.permute(W, [1, 0])`` + ``aten.addmm`` / ``aten.mm``, which is accepted too and folded back
 into ``linear`` by the ``canonicalize_linear`` pass.
 
+Ops without a handler are first reduced by torch's own decomposition tables
+(:func:`decompose_unhandled`, run by :func:`export_model`): LayerNorm, GELU, dropout ... become
+handled primitives; convolutions and pooling are lowered whole (im2col + one GEMM, window
+reductions: :mod:`~.lower_conv`), ``scaled_dot_product_attention`` becomes one ``attention`` op,
+eval batch norm a folded ``mul`` + ``add``. Every op is named by its module path
+(:func:`name_by_module`, from ``nn_module_stack``): ``layers.0.self_attn.q_proj``.
+
 Calibration (:func:`calibrate`) runs the exported float graph on a batch and records in every
 activation tensor's ``meta["absmax"]`` the largest |value| seen (float units).
 """
