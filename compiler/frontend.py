@@ -620,6 +620,12 @@ _FROM_DECOMP_TABLE = {_aten.native_layer_norm.default, _aten.gelu.default,
                       _aten.native_group_norm.default}
 
 
+#: unhandled ops the decompositions themselves produce (layer_norm -> native_layer_norm ->
+#: var_mean.dim), decomposed in the same run
+_FOLLOW_UPS = {_aten.native_layer_norm.default, _aten.var_mean.dim,
+               _aten.native_group_norm.default}
+
+
 def _unhandled(ep: ExportedProgram) -> set:
     return {n.target for n in ep.graph.nodes if n.op == "call_function"
             and n.target not in HANDLERS and n.target not in _SKIP
@@ -639,6 +645,7 @@ def decompose_unhandled(ep: ExportedProgram, *, max_rounds: int = 8) -> Exported
         todo = _unhandled(ep)
         if not todo:
             break
+        todo |= _FOLLOW_UPS       # what the first decompositions produce: one retrace, not three
         table = torch.export.default_decompositions()
         for op in list(table.keys()):
             if op not in todo:
