@@ -164,12 +164,15 @@ def compile_cmd(
                 [[r.task, r.kind, r.op, r.macs, r.cycles, r.bytes, r.compulsory_bytes,
                   r.intensity, f"{r.bound} {r.bound_share:.0%}", r.time_cycles, r.buffer_bytes,
                   r.mapping] for r in shown.itertuples()], console)
-    console.print(f"one layer: {layer['total_cycles']:,} cycles ({layer['time_us']:.1f} us at "
+    console.print(f"{'whole model' if user else 'one layer'}: {layer['total_cycles']:,} cycles "
+                  f"({layer['time_us']:.1f} us at "
                   f"{spec.clock_mhz} MHz), {layer['macs']:,} MACs, {layer['bytes']:,} bytes "
-                  f"({layer['compulsory_bytes']:,} compulsory); "
-                  f"x {full['layers']} layers: {full['total_cycles']:,} cycles"
+                  f"({layer['compulsory_bytes']:,} compulsory)"
+                  + ("" if user else f"; x {full['layers']} layers: {full['total_cycles']:,} cycles")
                   + (" (shape-only compile)" if result.shape_only else ""))
-    if step is None:
+    if user:
+        pass                                # the line above is the whole model
+    elif step is None:
         console.print(f"whole model: not computed ({why})")
     else:
         pt = step.per_token()
