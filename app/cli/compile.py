@@ -141,8 +141,9 @@ def compile_cmd(
             step = llm_step_cost(   # the sweep's and the cluster's cost path
                 spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer)
     if as_json:
-        print(json.dumps({"model": model, "arch": spec.name, "seq": seq, "batch": batch,
-                          "phase": phase, "format": fmt, "format_source": fmt_source,
+        shape = (dict.fromkeys(("seq", "batch", "phase")) if user    # its example inputs
+                 else {"seq": seq, "batch": batch, "phase": phase})
+        print(json.dumps({"model": model, "arch": spec.name, **shape, "format": fmt, "format_source": fmt_source,
                           "granularity": granularity,
                           "accumulator": result.program.meta.get("accumulator"),
                           "shape_only": result.shape_only,
