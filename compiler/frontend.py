@@ -6,6 +6,13 @@ aten op and the model source line it came from. ``torch.export.export`` keeps ``
 ``aten.permute(W, [1, 0])`` + ``aten.addmm`` / ``aten.mm``, which is accepted too and folded back
 into ``linear`` by the ``canonicalize_linear`` pass.
 
+Ops without a handler are first reduced by torch's own decomposition tables
+(:func:`decompose_unhandled`, run by :func:`export_model`): LayerNorm, GELU, dropout ... become
+handled primitives; convolutions and pooling are lowered whole (im2col + one GEMM, window
+reductions: :mod:`~.lower_conv`), ``scaled_dot_product_attention`` becomes one ``attention`` op,
+eval batch norm a folded ``mul`` + ``add``. Every op is named by its module path
+(:func:`name_by_module`, from ``nn_module_stack``): ``layers.0.self_attn.q_proj``.
+
 Calibration (:func:`calibrate`) runs the exported float graph on a batch and records in every
 activation tensor's ``meta["absmax"]`` the largest |value| seen (float units).
 """
@@ -20,16 +27,18 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from torch._decomp import decomposition_table
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from tilewright.compiler.errors import UnsupportedOp
 from tilewright.compiler.ir import Graph, Op, Tensor
+from tilewright.compiler.lower_conv import conv_ops, out_size, pool_ops
 from tilewright.compiler.program import FORMAT_DTYPES
 from tilewright.models.ssm import ssm_scan  # registers torch.ops.tilewright.ssm_scan
 
 __all__ = ["UnsupportedOp", "export_model", "from_exported", "import_model", "calibrate",
-           "HANDLERS", "source_of"]
+           "HANDLERS", "source_of", "module_of", "decompose_unhandled", "name_by_module"]
 
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
@@ -154,7 +163,8 @@ def _einsum(node: torch.fx.Node, ctx: _Ctx) -> Op:
 
 _UNARY_ATEN = {_aten.exp.default: "exp", _aten.neg.default: "neg", _aten.rsqrt.default: "rsqrt",
                _aten.silu.default: "silu", _aten.sigmoid.default: "sigmoid",
-               _aten.bitwise_not.default: "logical_not"}
+               _aten.bitwise_not.default: "logical_not", _aten.erf.default: "erf",
+               _aten.tanh.default: "tanh"}
 
 
 def _unary(node: torch.fx.Node, ctx: _Ctx) -> Op:
@@ -172,7 +182,8 @@ def _softplus(node: torch.fx.Node, ctx: _Ctx) -> Op:
 
 _BINARY_ATEN = {_aten.add.Tensor: "add", _aten.sub.Tensor: "sub", _aten.mul.Tensor: "mul",
                 _aten.div.Tensor: "div", _aten.eq.Tensor: "eq", _aten.gt.Tensor: "gt",
-                _aten.eq.Scalar: "eq", _aten.gt.Scalar: "gt"}
+                _aten.eq.Scalar: "eq", _aten.gt.Scalar: "gt", _aten.add.Scalar: "add",
+                _aten.sub.Scalar: "sub", _aten.mul.Scalar: "mul", _aten.div.Scalar: "div"}
 
 
 def _binary(node: torch.fx.Node, ctx: _Ctx) -> Op:
@@ -361,6 +372,189 @@ def _pad(node: torch.fx.Node, ctx: _Ctx) -> Op:
     return Op("pad", [ctx.name(x)], [node.name], {"pads": pads, "value": float(value or 0.0)})
 
 
+
+def _identity(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    """``clone``/``contiguous``/``dropout`` (eval): the same values, a free view."""
+    if node.target == _aten.dropout.default and _arg(node, 2, "train", False):
+        raise _unsupported(node, "with train=True ")
+    return Op("reshape", [ctx.name(node.args[0])], [node.name],
+              {"shape": list(node.meta["val"].shape)})
+
+
+def _amax(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    x = node.args[0]
+    nd = x.meta["val"].dim()
+    dims = _arg(node, 1, "dim", []) or list(range(nd))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return Op("reduce_max", [ctx.name(x)], [node.name],
+              {"axes": [d % nd for d in dims], "keepdim": bool(_arg(node, 2, "keepdim", False))})
+
+
+def _var_mean(node: torch.fx.Node, ctx: _Ctx) -> list[Op]:
+    """``var_mean(x, dims, correction, keepdim)`` (LayerNorm's decomposition) -> (var, mean):
+    ``m = mean(x)``, ``var = sum((x - m)**2) / (n - correction)``; ``var`` alone for
+    ``aten.var.correction``."""
+    x = node.args[0]
+    xs = tuple(x.meta["val"].shape)
+    nd = len(xs)
+    dims = _arg(node, 1, "dim", None)
+    dims = list(range(nd)) if dims is None else ([dims] if isinstance(dims, int) else list(dims))
+    axes = [d % nd for d in dims]
+    corr = node.kwargs.get("correction", 1)
+    corr = 1 if corr is None else corr
+    keep = bool(node.kwargs.get("keepdim", False))
+    n = int(np.prod([xs[a] for a in axes], dtype=np.int64))
+    kshape = tuple(1 if i in axes else d for i, d in enumerate(xs))
+    vals = node.meta["val"]
+    multi = isinstance(vals, (tuple, list))
+    var_out = f"{node.name}_0" if multi else node.name
+    fmt = _FORMATS[(vals[0] if multi else vals).dtype]
+    names = {t: f"{node.name}.{t}" for t in ("mean_k", "diff", "sq", "ss")}
+    for t, shp in (("mean_k", kshape), ("diff", xs), ("sq", xs),
+                   ("ss", kshape if keep else tuple(vals[0].shape if multi else vals.shape))):
+        ctx.graph.add_tensor(Tensor(names[t], shp, fmt))
+    if multi:
+        for i, v in enumerate(vals):
+            ctx.graph.add_tensor(Tensor(f"{node.name}_{i}", tuple(v.shape), _FORMATS[v.dtype]))
+    src = ctx.name(x)
+    ops = [Op("reduce_mean", [src], [names["mean_k"]], {"axes": axes, "keepdim": True}),
+           Op("sub", [src, names["mean_k"]], [names["diff"]], {"format": fmt}),
+           Op("mul", [names["diff"], names["diff"]], [names["sq"]], {"format": fmt}),
+           Op("reduce_sum", [names["sq"]], [names["ss"]], {"axes": axes, "keepdim": keep}),
+           Op("div", [names["ss"]], [var_out], {"format": fmt, "scalar": float(n - corr)})]
+    if multi:
+        ops.append(Op("reshape", [names["mean_k"]], [f"{node.name}_1"],
+                      {"shape": list(vals[1].shape)}))
+    return ops
+
+
+def _sdpa(node: torch.fx.Node, ctx: _Ctx) -> Op:
+    """``scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal, scale)``
+    -> one ``attention`` op (the streaming cascade): ``scale`` default ``1/sqrt(E)``; torch's
+    ``is_causal`` masks key j > query i (``causal_offset = 0``)."""
+    q, k, v = node.args[:3]
+    if _arg(node, 3, "attn_mask", None) is not None:
+        raise _unsupported(node, "with an attn_mask (only is_causal) ")
+    if _arg(node, 4, "dropout_p", 0.0):
+        raise _unsupported(node, "with dropout_p != 0 ")
+    if _arg(node, 7, "enable_gqa", False):
+        raise _unsupported(node, "with enable_gqa=True ")
+    scale = _arg(node, 6, "scale", None)
+    scale = 1.0 / float(np.sqrt(q.meta["val"].shape[-1])) if scale is None else float(scale)
+    return Op("attention", [ctx.name(q), ctx.name(k), ctx.name(v)], [node.name],
+              {"scale": scale, "causal_offset": 0 if _arg(node, 5, "is_causal", False) else None})
+
+
+def _ints(v: Any, n: int) -> list[int]:
+    v = [v] if isinstance(v, int) else list(v)
+    return [int(x) for x in (v * n if len(v) == 1 else v)]
+
+
+def _new_const(ctx: _Ctx) -> Callable[[str, tuple[int, ...], Any], str]:
+    def make(name: str, shape: tuple[int, ...], data: Any) -> str:
+        t = Tensor(name, shape, "fp32")
+        if data is None:
+            t.meta["param"] = True
+        else:
+            t.data = np.ascontiguousarray(np.asarray(data, np.float32))
+        ctx.graph.add_tensor(t)
+        return name
+    return make
+
+
+def _conv(node: torch.fx.Node, ctx: _Ctx) -> list[Op]:
+    """``conv1d``/``conv2d``/``convolution`` with a constant weight -> im2col + ``linear``
+    (:func:`~.lower_conv.conv_ops`)."""
+    x, w = node.args[:2]
+    bias = _arg(node, 2, "bias", None)
+    n = x.meta["val"].dim() - 2
+    if node.target == _aten.convolution.default:
+        stride, padding, dilation, transposed, _outpad, groups = node.args[3:9]
+        if transposed:
+            raise _unsupported(node, "transposed ")
+    else:
+        stride, padding, dilation, groups = (_arg(node, 3, "stride", 1), _arg(node, 4, "padding", 0),
+                                             _arg(node, 5, "dilation", 1), _arg(node, 6, "groups", 1))
+    if isinstance(padding, str):
+        raise _unsupported(node, f"with padding={padding!r} (give the padding in elements) ")
+    if not ctx.graph.tensors[ctx.name(w)].is_const:
+        raise _unsupported(node, "with a run-time weight ")
+    return conv_ops(ctx.graph, node.name, ctx.name(x), ctx.name(w),
+                    None if bias is None else ctx.name(bias), node.name,
+                    stride=_ints(stride, n), padding=_ints(padding, n),
+                    dilation=_ints(dilation, n), groups=int(groups), new_const=_new_const(ctx))
+
+
+def _pool(node: torch.fx.Node, ctx: _Ctx) -> list[Op]:
+    """max/avg pooling (``ceil_mode`` only where it does not change the output;
+    average pooling with ``count_include_pad=True`` and no ``divisor_override``)."""
+    x = node.args[0]
+    xs = tuple(x.meta["val"].shape)
+    n = len(xs) - 2
+    kernel = _ints(node.args[1], n)
+    stride = _ints(_arg(node, 2, "stride", None) or kernel, n)
+    padding = _ints(_arg(node, 3, "padding", 0), n)
+    is_max = node.target in (_aten.max_pool2d.default, _aten.max_pool1d.default)
+    dilation = _ints(_arg(node, 4, "dilation", 1), n) if is_max else [1] * n
+    if not is_max:
+        if not _arg(node, 5, "count_include_pad", True) and any(padding):
+            raise _unsupported(node, "with count_include_pad=False and padding ")
+        if _arg(node, 6, "divisor_override", None) is not None:
+            raise _unsupported(node, "with divisor_override ")
+    want = [out_size(s, k, st, p, d) for s, k, st, p, d in
+            zip(xs[2:], kernel, stride, padding, dilation)]
+    if want != list(node.meta["val"].shape[2:]):
+        raise _unsupported(node, "with ceil_mode adding a partial window ")
+    return pool_ops(ctx.graph, node.name, ctx.name(x), node.name, kind="max" if is_max else "avg",
+                    kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+
+
+def _adaptive_avg(node: torch.fx.Node, ctx: _Ctx) -> Op | list[Op]:
+    """``adaptive_avg_pool{1,2}d``: a mean over the spatial axes (output 1), or an average
+    pooling with kernel = stride = in / out when the sizes divide."""
+    x = node.args[0]
+    xs = tuple(x.meta["val"].shape)
+    outs = list(node.meta["val"].shape[2:])
+    if all(o == 1 for o in outs):
+        return Op("reduce_mean", [ctx.name(x)], [node.name],
+                  {"axes": list(range(2, len(xs))), "keepdim": True})
+    if any(s % o for s, o in zip(xs[2:], outs)):
+        raise _unsupported(node, f"from {list(xs[2:])} to {outs} (sizes must divide) ")
+    k = [s // o for s, o in zip(xs[2:], outs)]
+    return pool_ops(ctx.graph, node.name, ctx.name(x), node.name, kind="avg", kernel=k, stride=k,
+                    padding=[0] * len(k), dilation=[1] * len(k))
+
+
+def _batch_norm(node: torch.fx.Node, ctx: _Ctx) -> list[Op]:
+    """``batch_norm`` in eval (running statistics): ``x * s + t`` with ``s = w / sqrt(var + eps)``
+    and ``t = b - mean * s`` folded at compile time, shaped ``[C, 1, ...]``."""
+    x, w, b, mean, var = node.args[:5]
+    if _arg(node, 5, "training", False):
+        raise _unsupported(node, "in training mode (call model.eval()) ")
+    eps = float(_arg(node, 7, "eps", 1e-5))
+    xs = tuple(x.meta["val"].shape)
+    c = xs[1]
+    shape = (c, *([1] * (len(xs) - 2)))
+    t = {k: (None if a is None else ctx.graph.tensors[ctx.name(a)]) for k, a in
+         (("w", w), ("b", b), ("mean", mean), ("var", var))}
+    if t["mean"] is None or t["var"] is None:
+        raise _unsupported(node, "without running statistics ")
+    known = all(v is None or v.data is not None for v in t.values())
+    scale = shift = None
+    if known:
+        wv = np.ones(c, np.float32) if t["w"] is None else t["w"].data
+        bv = np.zeros(c, np.float32) if t["b"] is None else t["b"].data
+        sv = (wv.astype(np.float64) / np.sqrt(t["var"].data.astype(np.float64) + eps))
+        scale = sv.astype(np.float32).reshape(shape)
+        shift = (bv - t["mean"].data.astype(np.float64) * sv).astype(np.float32).reshape(shape)
+    make = _new_const(ctx)
+    s_name, t_name = make(f"{node.name}.scale", shape, scale), make(f"{node.name}.shift", shape, shift)
+    mid = f"{node.name}.scaled"
+    ctx.graph.add_tensor(Tensor(mid, xs, _fmt(node)))
+    return [Op("mul", [ctx.name(x), s_name], [mid], {"format": _fmt(node)}),
+            Op("add", [mid, t_name], [node.name], {"format": _fmt(node)})]
+
+
 #: aten op -> handler(node, ctx) -> IR Op(s). Anything else raises UnsupportedOp.
 HANDLERS: dict[Any, Callable[[torch.fx.Node, _Ctx], Op | list[Op]]] = {
     _aten.linear.default: _linear,
@@ -405,20 +599,118 @@ HANDLERS: dict[Any, Callable[[torch.fx.Node, _Ctx], Op | list[Op]]] = {
     _aten.stack.default: _cat,
     _aten.pad.default: _pad,
     ssm_scan._opoverload: _ssm_scan,
+    # reached through torch's decomposition tables (see decompose_unhandled) or lowered whole
+    _aten.erf.default: _unary,
+    _aten.tanh.default: _unary,
+    _aten.bmm.default: _mm,
+    _aten.clone.default: _identity,
+    _aten.contiguous.default: _identity,
+    _aten.dropout.default: _identity,
+    _aten.amax.default: _amax,
+    _aten.var_mean.correction: _var_mean,
+    _aten.var.correction: _var_mean,
+    _aten.scaled_dot_product_attention.default: _sdpa,
+    _aten.conv1d.default: _conv,
+    _aten.conv2d.default: _conv,
+    _aten.convolution.default: _conv,
+    _aten.max_pool1d.default: _pool,
+    _aten.max_pool2d.default: _pool,
+    _aten.avg_pool1d.default: _pool,
+    _aten.avg_pool2d.default: _pool,
+    _aten.adaptive_avg_pool1d.default: _adaptive_avg,
+    _aten.adaptive_avg_pool2d.default: _adaptive_avg,
+    _aten.batch_norm.default: _batch_norm,
 }
 
 #: fx targets that produce nothing the compiler needs (runtime checks), skipped
 _SKIP = {_aten._assert_tensor_metadata.default}
 #: targets whose result is a tuple/list read through ``getitem``
-_MULTI = {_aten.topk.default, _aten.chunk.default, ssm_scan._opoverload}
+_MULTI = {_aten.topk.default, _aten.chunk.default, _aten.var_mean.correction,
+          ssm_scan._opoverload}
 
 
 # ---- conversion --------------------------------------------------------------------------------
+#: core ATen ops decomposed with torch._decomp's table (the export table keeps them whole)
+_FROM_DECOMP_TABLE = {_aten.native_layer_norm.default, _aten.gelu.default,
+                      _aten.native_group_norm.default}
+
+
+#: unhandled ops the decompositions themselves produce (layer_norm -> native_layer_norm ->
+#: var_mean.dim), decomposed in the same run
+_FOLLOW_UPS = {_aten.native_layer_norm.default, _aten.var_mean.dim,
+               _aten.native_group_norm.default}
+
+
+def _unhandled(ep: ExportedProgram) -> set:
+    return {n.target for n in ep.graph.nodes if n.op == "call_function"
+            and n.target not in HANDLERS and n.target not in _SKIP
+            and n.target is not operator.getitem}
+
+
+def decompose_unhandled(ep: ExportedProgram, *, max_rounds: int = 8) -> ExportedProgram:
+    """Op coverage by decomposition: while ``ep`` holds ops without a handler, run
+    ``ExportedProgram.run_decompositions`` with a table holding only those ops' entries — torch's
+    export table (:func:`torch.export.default_decompositions`: core ATen and composite ops) or,
+    failing that, :data:`torch._decomp.decomposition_table` — so ``layer_norm`` becomes
+    ``var_mean``/``rsqrt``/``mul``/``add``, ``gelu`` becomes ``erf`` (or ``tanh``) arithmetic,
+    ``dropout``/``contiguous`` become clones, and ops the frontend handles (``linear``,
+    ``softmax``, ``conv2d``, ``scaled_dot_product_attention`` ...) stay whole. Stops when no
+    unhandled op has a decomposition (the frontend then names it and its module)."""
+    for _ in range(max_rounds):
+        todo = _unhandled(ep)
+        if not todo:
+            break
+        todo |= _FOLLOW_UPS       # what the first decompositions produce: one retrace, not three
+        table = torch.export.default_decompositions()
+        for op in list(table.keys()):
+            if op not in todo:
+                del table[op]
+        for op in todo & _FROM_DECOMP_TABLE:
+            table[op] = decomposition_table[op]
+        if not list(table.keys()):
+            break
+        new = ep.run_decompositions(table)
+        if any(not str(t).startswith("aten.") for t in _unhandled(new)):
+            break       # down to prims: keep the ATen op the user's module called for the error
+        ep = new
+    return ep
+
+
 def export_model(model: torch.nn.Module, example_input: Any) -> ExportedProgram:
-    """``torch.export.export(model, inputs)`` with the model in eval mode; ``example_input`` is
+    """``torch.export.export(model, inputs)`` with the model in eval mode, then
+    :func:`decompose_unhandled` (a no-op when every op has a handler); ``example_input`` is
     one tensor or a tuple of the model's positional inputs."""
     args = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)
-    return torch.export.export(model.eval(), args)
+    return decompose_unhandled(torch.export.export(model.eval(), args))
+
+
+def name_by_module(owned: list[tuple[Op, str]]) -> None:
+    """Name each op by the module that emitted it (``owned``: (op, module path) in graph order):
+    the path itself when the module emitted one op (``layers.0.self_attn.q_proj``), else
+    ``<path>.<kind>`` with ``_1``, ``_2`` ... for a module's later ops of the same kind
+    (``blk.0.mul_1``); ops of the top module keep their torch name. Names stay unique (a clash
+    gets a ``_<n>`` suffix)."""
+    per_path: dict[str, int] = {}
+    for _, path in owned:
+        per_path[path] = per_path.get(path, 0) + 1
+    used: set[str] = set()
+    seen: dict[str, int] = {}
+    for op, path in owned:
+        if not path:
+            name = op.name
+        elif per_path[path] == 1:
+            name = path
+        else:
+            base = f"{path}.{op.kind}"
+            k = seen.get(base, 0)
+            seen[base] = k + 1
+            name = base if k == 0 else f"{base}_{k}"
+        cand, k = name, 0
+        while cand in used:
+            k += 1
+            cand = f"{name}_{k}"
+        used.add(cand)
+        op.name = cand
 
 
 def _tensor_of(node: torch.fx.Node) -> Tensor:
@@ -443,6 +735,7 @@ def from_exported(ep: ExportedProgram, *, name: str = "graph") -> Graph:
         elif spec.kind != InputKind.USER_INPUT:
             raise UnsupportedOp(f"unsupported export input {spec.arg.name} of kind {spec.kind}")
     ctx = _Ctx(graph)
+    owned: list[tuple[Op, str]] = []
     for node in ep.graph.nodes:
         if node.op == "placeholder":
             t = _tensor_of(node)
@@ -476,9 +769,11 @@ def from_exported(ep: ExportedProgram, *, name: str = "graph") -> Graph:
             except (TypeError, ValueError, KeyError, IndexError) as exc:
                 raise _unsupported(node, f"({type(exc).__name__}: {exc}) ") from None
             where = source_of(node)[0]
+            path = module_of(node)[0]
             for op in (made if isinstance(made, list) else [made]):
                 op.source = where
                 graph.add_op(op)
+                owned.append((op, path))
         elif node.op == "output":
             outs = node.args[0]
             for o in (outs if isinstance(outs, (tuple, list)) else [outs]):
@@ -487,6 +782,7 @@ def from_exported(ep: ExportedProgram, *, name: str = "graph") -> Graph:
                 graph.outputs.append(ctx.name(o))
         else:
             raise _unsupported(node, f"(fx node kind {node.op}) ")
+    name_by_module(owned)
     graph.check()
     return graph
 

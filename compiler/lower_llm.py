@@ -210,7 +210,9 @@ class _Builder:
     def _quantize_task(self, x: str, codes: str, scale: str | None, gran: str, axis: int,
                        source: str) -> None:
         outs = (codes, scale) if scale else (codes,)
-        self.add(QuantizeTask, outs, (x,), name=f"{codes}.quantize", x=x, out=codes,
+        prod = self.producers.get(x)        # named after the module that made x (op names)
+        name = f"{prod.name}{codes[len(x):]}" if prod is not None and codes.startswith(x) else codes
+        self.add(QuantizeTask, outs, (x,), name=f"{name}.quantize", x=x, out=codes,
                  scale_out=scale, format=self.quant.fmt.name, granularity=gran, axis=axis,
                  source=source, cached_elements=self._cached)
 

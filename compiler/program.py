@@ -131,7 +131,8 @@ class _FormatDtypes(Mapping):
 #: element format name -> numpy dtype used to hold it exactly
 FORMAT_DTYPES: Mapping[str, Any] = _FormatDtypes()
 
-UNARY_OPS = ("exp", "neg", "rsqrt", "silu", "sigmoid", "softplus", "relu", "logical_not")
+UNARY_OPS = ("exp", "neg", "rsqrt", "silu", "sigmoid", "softplus", "relu", "logical_not", "erf",
+             "tanh")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "eq", "gt")
 
 #: vector op name -> one-line semantics (inputs in order; attrs named)
@@ -153,7 +154,8 @@ VECTOR_OPS: dict[str, str] = {
        for f, d in (("exp", "e**x"), ("neg", "-x"), ("rsqrt", "1 / sqrt(x)"),
                     ("silu", "x * sigmoid(x)"), ("sigmoid", "1 / (1 + exp(-x))"),
                     ("softplus", "log1p(exp(x)), or x where x > 20 (torch's beta=1, threshold=20)"),
-                    ("relu", "max(x, 0)"), ("logical_not", "not x (bool)"))},
+                    ("relu", "max(x, 0)"), ("logical_not", "not x (bool)"),
+                    ("erf", "the error function erf(x)"), ("tanh", "tanh(x)"))},
     "pow": "inputs (x) -> x ** attrs.exponent (a Python scalar); fp32",
     **{f: (f"inputs (a, b) broadcast like numpy, or (a,) with attrs.scalar (attrs.scalar_first: "
            f"scalar is the left operand) -> {d}; result in attrs.format")

@@ -17,6 +17,7 @@ arithmetic, or results from the RTL's vector engine).
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Iterator
@@ -38,6 +39,7 @@ __all__ = ["gemm_int8", "int8_matmul", "int8_matmul_fn", "vector_unit_ops", "Vec
            "attention_formats", "quantize_p"]
 
 _F32 = np.float32
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
 
 
 #: a vector-task hook: (task, its input arrays) -> the task's output, or None to leave the task to
@@ -340,6 +342,10 @@ def _unary(op: str, x: np.ndarray) -> np.ndarray:
             return np.where(x > _F32(20), x, np.log1p(np.exp(np.minimum(x, _F32(20)))))
         if op == "relu":
             return np.maximum(x, _F32(0))
+        if op == "tanh":
+            return np.tanh(x)
+        if op == "erf":     # numpy has no erf: math.erf in float64, rounded once to fp32
+            return _ERF(x.astype(np.float64)).astype(_F32)
     raise AssertionError(op)  # pragma: no cover
 
 

@@ -99,7 +99,7 @@ __all__ = ["program_report", "program_totals", "report_columns", "report_totals"
 
 TRANSCENDENTAL_PASSES = 4
 """passes of a transcendental function when the ArchSpec has no vector unit (fallback)"""
-_TRANSCENDENTAL = ("exp", "rsqrt", "silu", "sigmoid", "softplus", "pow")
+_TRANSCENDENTAL = ("exp", "rsqrt", "silu", "sigmoid", "softplus", "pow", "erf", "tanh")
 VECTOR_PASSES: dict[str, int] = {
     **{op: TRANSCENDENTAL_PASSES for op in _TRANSCENDENTAL},
     "softmax": TRANSCENDENTAL_PASSES + 1,

@@ -48,6 +48,8 @@ OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
     "dask": ("dask[distributed]", "dask"),
     "hls4ml": ("hls4ml", "hls4ml"),
     "pyarrow": ("pyarrow", "parquet"),
+    "onnx": ("onnx", "onnx"),
+    "onnx2torch": ("onnx2torch", "onnx"),
 }
 
 

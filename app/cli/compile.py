@@ -99,6 +99,10 @@ def compile_cmd(
         raise UnknownModel(f"--model {model}: a demo MLP; compile takes an LLM config, a "
                            f"config.json, file.py:factory or .onnx (run the MLP with "
                            f"`tilewright demo --model {model}`)")
+    user = resolved.kind == "user"       # path/file.py:factory or *.onnx: compiled whole
+    if user and (seq, batch, phase) != (8, 1, "prefill"):
+        raise UnknownModel(f"--model {model}: --seq/--batch/--phase apply to named configs; a "
+                           f"user model runs on the example inputs its factory/file gives")
     if fmt is not None and fmt not in ELEM_BYTES:
         raise UnknownFormat(f"unknown format {fmt!r}; known: {', '.join(ELEM_BYTES)}")
     if phase not in ("prefill", "decode"):
@@ -126,8 +130,7 @@ def compile_cmd(
     df = result.report
     layer, full = result.totals(), result.totals(all_layers=True)
     params = param_count(model) if cfg is not None else {"total": None, "active": None}
-    why = ("a user module is compiled as given (one Program); whole-model figures cover LLM "
-           "configs" if cfg is None else
+    why = ("a user model is compiled whole (no per-layer config to scale)" if user else
            "the embedding and LM head are compiled with per-channel weight scales only; use "
            "--granularity channel" if granularity != "channel" else
            "the compiled layer of this MoE config is its MoE FFN alone (its attention is not "
@@ -146,8 +149,9 @@ def compile_cmd(
             step = llm_step_cost(   # the sweep's and the cluster's cost path
                 spec, model, phase=phase, seq=seq, batch=batch, fmt=fmt, layer=layer).as_dict()
     if as_json:
-        print(json.dumps({"model": model, "arch": spec.name, "seq": seq, "batch": batch,
-                          "phase": phase, "format": fmt, "format_source": fmt_source,
+        shape = (dict.fromkeys(("seq", "batch", "phase")) if user    # its example inputs
+                 else {"seq": seq, "batch": batch, "phase": phase})
+        print(json.dumps({"model": model, "arch": spec.name, **shape, "format": fmt, "format_source": fmt_source,
                           "granularity": granularity,
                           "accumulator": result.program.meta.get("accumulator"),
                           "shape_only": result.shape_only,
@@ -164,23 +168,27 @@ def compile_cmd(
                    float_fmt="{:.2f}" if c == "intensity" else None)
             for c in ("task", "kind", "op", "macs", "cycles", "bytes", "compulsory_bytes",
                       "intensity", "bound", "time_cycles", "buffer_bytes", "mapping")]
-    print_table(f"{model} ({phase}, seq {seq}, batch {batch}, {fmt} from {fmt_source}) on "
-                f"{spec.name}: one layer"
-                + (f" of kind {_first_kind(cfg)} "
-                   f"({result.layers} of {cfg.n_layers} layers)" if _first_kind(cfg) else ""),
+    print_table(f"{model} ({'its example inputs' if user else f'{phase}, seq {seq}, batch {batch}'}, "
+                f"{fmt} from {fmt_source}) on {spec.name}: "
+                + ("whole model" if user else "one layer"
+                   + (f" of kind {_first_kind(cfg)} ({result.layers} of {cfg.n_layers} layers)"
+                      if _first_kind(cfg) else "")),
                 cols,
                 [[r.task, r.kind, r.op, r.macs, r.cycles, r.bytes, r.compulsory_bytes,
                   r.intensity, f"{r.bound} {r.bound_share:.0%}", r.time_cycles, r.buffer_bytes,
                   r.mapping] for r in shown.itertuples()], console)
-    console.print(f"one layer: {layer['total_cycles']:,} cycles ({layer['time_us']:.1f} us at "
+    console.print(f"{'whole model' if user else 'one layer'}: {layer['total_cycles']:,} cycles "
+                  f"({layer['time_us']:.1f} us at "
                   f"{spec.clock_mhz} MHz), {layer['macs']:,} MACs, {layer['bytes']:,} bytes "
-                  f"({layer['compulsory_bytes']:,} compulsory); "
-                  f"x {full['layers']} layers: {full['total_cycles']:,} cycles"
+                  f"({layer['compulsory_bytes']:,} compulsory)"
+                  + ("" if user else f"; x {full['layers']} layers: {full['total_cycles']:,} cycles")
                   + (" (shape-only compile)" if result.shape_only else ""))
     if params["total"] is not None:
         console.print(f"parameters: {params['total']:,} total, {params['active']:,} active "
                       f"per token")
-    if step is None:
+    if user:
+        pass                                # the line above is the whole model
+    elif step is None:
         console.print(f"whole model: not computed ({why})")
     else:
         kinds = step["parts"].get("layer_kinds")
