@@ -119,7 +119,7 @@ import pandas as pd
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import MAX_GEMM_DIM, GemmLayout, ab_buffer_bytes
 from tilewright.compiler.core_timing import DATAFLOWS as CORE_DATAFLOWS
-from tilewright.compiler.core_timing import engine_folds, gemm_cycles_array
+from tilewright.compiler.core_timing import engine_split, gemm_cycles_array
 from tilewright.compiler.engine_timing import (engine_gemm_beats, engine_output_tiles,
                                                tensor_engine_gemm_cycles)
 
@@ -434,7 +434,8 @@ def command_sram_reads(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
     folds*R*C*e), streaming m cycles; OS: each of the MB*NB folds streams k columns of R and k
     rows of C (A: folds*k*R*e, B: folds*k*C*e), k cycles; IS: each of the KB*ceil(m/C) folds
     loads R*C inputs (A: folds*R*C*e) and streams n columns of R weights (B: folds*n*R*e), n
-    cycles; tile-MAC: a beat reads one A engine tile (Tm*Tk) and one B tile (Tk*Tn), one beat
+    cycles (with several engines, S engines holding copies of a stationary tile load it S
+    times: :func:`~tilewright.compiler.core_timing.engine_split`); tile-MAC: a beat reads one A engine tile (Tm*Tk) and one B tile (Tk*Tn), one beat
     per cycle. Bytes are the whole command's (all ``tensor_engine.count`` engines read the one
     scratchpad); stream cycles are the busiest engine's."""
     te = arch.tensor_engine
@@ -445,12 +446,13 @@ def command_sram_reads(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
                    * _cdiv(np.asarray(k, np.int64), tk))
         return beats * tm * tk * elem_bytes, beats * tk * tn * elem_bytes, busiest
     R, C = te.rows, te.cols
-    folds, fe = engine_folds(m, k, n, R, C, dataflow, te.count)
-    if dataflow == "ws":
-        return folds * m * R * elem_bytes, folds * R * C * elem_bytes, fe * m
+    folds, fe, se, S = engine_split(m, k, n, R, C, dataflow, te.count)
+    stream = fe * se
+    if dataflow == "ws":       # each of the S engines sharing a weight tile loads it
+        return folds * m * R * elem_bytes, folds * R * C * S * elem_bytes, stream
     if dataflow == "is":
-        return folds * R * C * elem_bytes, folds * n * R * elem_bytes, fe * n
-    return folds * k * R * elem_bytes, folds * k * C * elem_bytes, fe * k
+        return folds * R * C * S * elem_bytes, folds * n * R * elem_bytes, stream
+    return folds * k * R * elem_bytes, folds * k * C * elem_bytes, stream
 
 
 def sram_cycles(arch: ArchSpec, a_bytes, b_bytes) -> np.ndarray:
