@@ -25,13 +25,15 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
+from tilewright.formats import FORMATS
 from tilewright.compiler.engine_timing import tensor_engine_gemm_cycles
 
 from .cluster_spec import GPU_PRESETS, ArchChip, ClusterSpec
 
 __all__ = ["ChipModel", "chip_model", "ZeroCostOp"]
 
-_FORMAT_BYTES = {"int8": 1, "int32": 4}
+#: bytes per element of each format, from the formats registry
+_FORMAT_BYTES = {name: max(1, f.bits // 8) for name, f in FORMATS.items()}
 
 
 class ZeroCostOp(ValueError):
