@@ -268,8 +268,8 @@ def arch_cmd(
 
 
 def _preset_row(name: str, a: ArchSpec) -> list:
-    """One row of the ``arch`` listing: the engine's kind and real shape (rows x cols x depth;
-    MACs/cycle is their product), the dataflow where it applies (systolic only), the formats,
+    """One row of the ``arch`` listing: the engine's kind and real shape (rows x cols x depth,
+    preceded by the engine count when several; MACs/cycle is their product), the dataflow where it applies (systolic only), the formats,
     the clock and, for a mesh, its core grid (physical, and logical when spare columns are
     held back)."""
     te = a.tensor_engine
@@ -279,7 +279,8 @@ def _preset_row(name: str, a: ArchSpec) -> list:
         lr, lc = m.logical_shape
         mesh = f"{m.rows}x{m.cols} cores" + (f" ({lr}x{lc} logical)"
                                              if (lr, lc) != (m.rows, m.cols) else "")
-    return [name, te.kind, f"{te.rows}x{te.cols}x{te.depth}",
+    engines = f"{te.count} x " if te.count > 1 else ""      # tensor_engine.count
+    return [name, te.kind, f"{engines}{te.rows}x{te.cols}x{te.depth}",
             te.dataflow if te.kind == "systolic" else "-",
             f"{te.input_format}->{te.accumulator_format}", a.clock_mhz, mesh]
 
