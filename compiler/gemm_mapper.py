@@ -15,10 +15,11 @@ streamed B ``ceil(k_t/R)*R x n_t`` each in half the scratchpad, the int32
 are WS's with A and B, M and N exchanged.
 
 Several engines (``tensor_engine.count`` = E, sharing the scratchpad, accumulator and DMA): a tile
-command's output blocks are dealt out to the engines and the command takes the busiest engine's
-cycles (:mod:`tilewright.compiler.core_timing`); ``stream_cycles`` are the busiest engine's too.
-Scratchpad and DRAM traffic are the whole command's, through the shared ports and DMA engine
-(so with a bank width set, E engines are bounded by the one scratchpad's bytes per cycle).
+command is split over the engines without partial sums crossing them and takes the busiest
+engine's cycles (:func:`~tilewright.compiler.core_timing.engine_split`); ``stream_cycles`` are
+the busiest engine's too. Scratchpad and DRAM traffic are the whole command's, through the shared
+ports and DMA engine (so with a bank width set, E engines are bounded by the one scratchpad's
+bytes per cycle).
 
 Capacity (the rules of :mod:`tilewright.compiler.layout`; see :func:`buffer_words`): a tile's A, B
 and accumulator words must fit the buffer depths of :meth:`GemmLayout.depths`; an element of ``e``
@@ -435,9 +436,10 @@ def command_sram_reads(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
     rows of C (A: folds*k*R*e, B: folds*k*C*e), k cycles; IS: each of the KB*ceil(m/C) folds
     loads R*C inputs (A: folds*R*C*e) and streams n columns of R weights (B: folds*n*R*e), n
     cycles (with several engines, S engines holding copies of a stationary tile load it S
-    times: :func:`~tilewright.compiler.core_timing.engine_split`); tile-MAC: a beat reads one A engine tile (Tm*Tk) and one B tile (Tk*Tn), one beat
-    per cycle. Bytes are the whole command's (all ``tensor_engine.count`` engines read the one
-    scratchpad); stream cycles are the busiest engine's."""
+    times: :func:`~tilewright.compiler.core_timing.engine_split`); tile-MAC: a beat reads one A
+    engine tile (Tm*Tk) and one B tile (Tk*Tn), one beat per cycle. Bytes are the whole
+    command's (all ``tensor_engine.count`` engines read the one scratchpad); stream cycles are
+    the busiest engine's."""
     te = arch.tensor_engine
     if dataflow in ENGINE_DATAFLOWS:
         tm, tk, tn = te.tile_shape
