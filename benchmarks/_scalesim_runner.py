@@ -9,6 +9,7 @@ cycles and stall cycles, and the wall seconds of ``run_scale`` alone.
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -82,6 +83,7 @@ def main() -> None:
     head = [h.strip() for h in lines[0].split(",")]
     vals = [v.strip() for v in lines[1].split(",")]
     row = dict(zip(head, vals))
+    shutil.rmtree(d, ignore_errors=True)     # the config, topology and SCALE-Sim's reports
     print(json.dumps({"total_cycles": int(float(row["Total Cycles"])),
                       "stall_cycles": int(float(row["Stall Cycles"])), "wall_s": wall,
                       "report": row}))

@@ -2,8 +2,8 @@
 
 Usage:  python benchmarks/cycle_model_vs_scalesim.py
 
-For a set of GEMMs on 8x8 and 16x16 arrays, prints cycles and utilization under both conventions
-and their ratio. The differences are by construction (see tilewright.compiler.core_timing):
+For a set of GEMMs on 8x8, 16x16, 128x128 and 512x512 arrays and the three dataflows (WS, OS, IS),
+prints cycles and utilization under both conventions and their ratio. The differences are by construction (see tilewright.compiler.core_timing):
 
 * WS: tilewright's RTL double-buffers the weights, so a fold's weight load hides under the previous
   fold's activation stream: R + (F-1)·max(M, 2R+C-2) + M + R + C + 1 cycles. SCALE-Sim does not
@@ -12,6 +12,9 @@ and their ratio. The differences are by construction (see tilewright.compiler.co
 * OS: tilewright's RTL double-buffers the outputs: a tile drains while the next accumulates,
   K + (F-1)·max(K, 2R+C) + 2R + C cycles; SCALE-Sim pays F·(K + R + C - 2) - 1 (it does not
   charge the drain, and does not overlap folds).
+* IS: no RTL; tilewright's convention is the WS core on the transposed problem (M and N exchanged):
+  R + (F-1)·max(N, 2R+C-2) + N + R + C + 1 with F = ceil(K/R)·ceil(M/C); SCALE-Sim pays
+  F·(N + 2R + C - 2) - 1 (tests/test_scalesim_dataflows.py checks that against SCALE-Sim itself).
 Exact agreement of tilewright's convention with the RTL is asserted by the test suite
 (tests/test_gemm_core_rtl.py); this script only tabulates the difference.
 """
@@ -33,8 +36,8 @@ def main() -> None:
     for c in ("array", "dataflow", "M x K x N", "folds", "tilewright", "scalesim",
               "tw / ss", "util tw", "util ss"):
         table.add_column(c, justify="right")
-    for rows in (8, 16):
-        for df in ("ws", "os"):
+    for rows in (8, 16, 128, 512):
+        for df in ("ws", "os", "is"):
             arch = default_arch().with_engine(rows=rows, cols=rows, dataflow=df)
             for m, k, n in GEMMS:
                 tw = gemm_cycles(arch, m, k, n, "tilewright")

@@ -27,51 +27,103 @@ R = rows, C = cols, SRAM read latency L = 1:
   tile: 2R + C cycles (L + R + C - 1 until captured everywhere, R drain cycles).
   Total = K + (F - 1)·P + 2R + C.
 
-``scalesim`` — SCALE-Sim 3.0.0's reported compute cycles, F·P - 1 (see docs/design.md, "SCALE-Sim's convention"):
-OS P = K + R + C - 2, WS P = M + 2R + C - 2, IS P = N + 2R + C - 2, for comparison with
-published SCALE-Sim figures.
+* IS (input-stationary; no RTL: the analytical levels only): the A tile is held in the PEs
+  (K on the R rows, M on the C columns) and B's N columns stream through — the WS core run on
+  the transposed problem C^T = B^T A^T. Its cycles are WS's with M and N exchanged:
+  F = ceil(K/R)·ceil(M/C), P = max(N, 2R + C - 2), total = R + (F - 1)·P + N + R + C + 1.
 
+``scalesim`` — SCALE-Sim 3.0.0's reported compute cycles, F·P - 1 (see docs/design.md, "SCALE-Sim's convention"):
+OS P = K + R + C - 2, WS P = M + 2R + C - 2, IS P = N + 2R + C - 2 (IS folds ceil(K/R)·ceil(M/C):
+``scalesim/compute/systolic_compute_is.py`` holds the K x M input tile, Sr = K rows by Sc = M
+columns, and streams T = N filter columns), for comparison with published SCALE-Sim figures
+(``tests/test_scalesim_dataflows.py`` runs SCALE-Sim itself when it is installed).
+
+Several engines (``tensor_engine.count`` = E, identical, sharing the memories): the output is
+split so that no partial sums cross engines. OS deals its ceil(M/R)·ceil(N/C) output tiles out to
+the E engines: the busiest runs F_E = ceil(F/E) folds. WS and IS arrange the engines as G groups
+of S (G·S = E, S a divisor of E): the groups share out the array-column blocks (WS the ceil(N/C)
+blocks of N, IS the ceil(M/C) blocks of M) and the S engines of a group each hold the same
+stationary tile and stream a 1/S share of the streamed dimension (WS M, IS N). The busiest
+engine runs F_E = ceil(K/R)·ceil(blocks/G) folds of ceil(stream/S) rows, and the split with
+the fewest cycles is taken (on a tie the smallest S: fewer copies of the stationary tiles, which
+each of the S engines of a group loads). The GEMM takes the busiest engine's cycles: the closed
+forms above with F_E folds (and the streamed dimension ceil(stream/S)). ``folds`` reported stays
+F, the whole GEMM's. Under ``scalesim`` the same split gives F_E·P - 1 (SCALE-Sim itself models
+one array; E = 1 is its figure).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["gemm_cycles_array", "CONVENTIONS"]
+__all__ = ["gemm_cycles_array", "engine_split", "CONVENTIONS", "DATAFLOWS"]
 
 CONVENTIONS = ("tilewright", "scalesim")
+#: the systolic dataflows the closed forms cover
+DATAFLOWS = ("ws", "os", "is")
 
 
 def _ceil_div(a, b):
     return -(-a // b)
 
 
+def _stream_dim(dataflow: str, m, k, n):
+    return {"ws": m, "is": n, "os": k}[dataflow]
+
+
+def _single_cycles(folds, stream, R: int, C: int, dataflow: str, convention: str):
+    """Closed form of one engine running ``folds`` folds streaming ``stream`` rows/columns."""
+    if convention == "scalesim":
+        fill = {"ws": 2 * R + C - 2, "is": 2 * R + C - 2, "os": R + C - 2}[dataflow]
+        return folds * (stream + fill) - 1
+    if dataflow == "os":
+        return stream + (folds - 1) * np.maximum(stream, 2 * R + C) + 2 * R + C
+    return R + (folds - 1) * np.maximum(stream, 2 * R + C - 2) + stream + R + C + 1
+
+
+def engine_split(m, k, n, rows: int, cols: int, dataflow: str, count: int = 1,
+                 convention: str = "tilewright"
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(F, F_E, stream_E, S)`` of an M x K x N GEMM on ``count`` engines: the whole GEMM's
+    folds, the busiest engine's folds and streamed rows/columns, and the engines per group
+    sharing a stationary tile (1 for OS; module docstring); numpy-vectorized."""
+    m, k, n = (np.asarray(x, dtype=np.int64) for x in (m, k, n))
+    R, C, E = rows, cols, count
+    if dataflow not in DATAFLOWS:
+        raise ValueError(f"dataflow {dataflow!r}: accepted are {DATAFLOWS}")
+    stream = _stream_dim(dataflow, m, k, n)
+    if dataflow == "os":
+        folds = _ceil_div(m, R) * _ceil_div(n, C)
+        fe = _ceil_div(folds, E)
+        return folds, fe, stream + 0 * fe, np.ones_like(fe)
+    kb, blocks = _ceil_div(k, R), _ceil_div(n if dataflow == "ws" else m, C)
+    folds = kb * blocks
+    shape = np.broadcast(m, k, n).shape
+    best = None
+    for S in (s for s in range(1, E + 1) if E % s == 0):
+        fe = np.broadcast_to(kb * _ceil_div(blocks, E // S), shape)
+        se = np.broadcast_to(_ceil_div(stream, S), shape)
+        cyc = _single_cycles(fe, se, R, C, dataflow, convention)
+        if best is None:
+            best = [cyc, fe, se, np.full(shape, S, np.int64)]
+            continue
+        better = cyc < best[0]
+        for i, v in enumerate((cyc, fe, se, S)):
+            best[i] = np.where(better, v, best[i])
+    return np.broadcast_to(folds, shape), best[1], best[2], best[3]
+
+
 def gemm_cycles_array(m, k, n, rows: int, cols: int, dataflow: str,
-                      convention: str = "tilewright") -> tuple[np.ndarray, np.ndarray]:
-    """Vectorized (cycles, folds) for arrays of M, K, N (any broadcastable int arrays)."""
+                      convention: str = "tilewright", count: int = 1
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized (cycles, folds) for arrays of M, K, N (any broadcastable int arrays) on
+    ``count`` identical ``rows x cols`` arrays; ``folds`` are the whole GEMM's, ``cycles`` the
+    busiest engine's (module docstring)."""
     m, k, n = (np.asarray(x, dtype=np.int64) for x in (m, k, n))
     R, C = rows, cols
     if convention not in CONVENTIONS:
         raise ValueError(f"convention {convention!r}: must be one of {CONVENTIONS}")
-    if dataflow == "ws" and convention == "tilewright":
-        folds = _ceil_div(k, R) * _ceil_div(n, C)
-        period = np.maximum(m, 2 * R + C - 2)
-        return R + (folds - 1) * period + m + R + C + 1, folds
-    if dataflow == "ws":
-        folds = _ceil_div(k, R) * _ceil_div(n, C)
-        per = m + 2 * R + C - 2
-    elif dataflow == "os" and convention == "tilewright":
-        folds = _ceil_div(m, R) * _ceil_div(n, C)
-        period = np.maximum(k, 2 * R + C)
-        return k + (folds - 1) * period + 2 * R + C, folds
-    elif dataflow == "os":
-        folds = _ceil_div(m, R) * _ceil_div(n, C)
-        per = k + R + C - 2
-    elif dataflow == "is" and convention == "scalesim":
-        folds = _ceil_div(k, R) * _ceil_div(m, C)
-        per = n + 2 * R + C - 2
-    else:
-        raise ValueError(f"dataflow {dataflow!r} under convention {convention!r}: "
-                         f"accepted are 'ws', 'os' (and 'is' for 'scalesim')")
-    cycles = folds * per - (1 if convention == "scalesim" else 0)
-    return cycles, folds
+    if not isinstance(count, (int, np.integer)) or count < 1:
+        raise ValueError(f"count = {count!r}: must be an integer >= 1")
+    folds, fe, se, _ = engine_split(m, k, n, R, C, dataflow, count, convention)
+    return _single_cycles(fe, se, R, C, dataflow, convention), folds

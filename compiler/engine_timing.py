@@ -28,7 +28,10 @@ In an ArchSpec the tile-MAC kinds are ``tensor_engine.kind`` with (Tm, Tk, Tn) =
 cols) (:class:`tilewright.arch.TensorEngineSpec`); :func:`tensor_engine_gemm_cycles` is the one
 entry point every cost model uses for any kind: the systolic closed forms of
 :mod:`tilewright.compiler.core_timing` or the tile-MAC form above. A tile-MAC engine's "folds" are
-its output tiles, ceil(M/Tm)·ceil(N/Tn) (one accumulation each).
+its output tiles, ceil(M/Tm)·ceil(N/Tn) (one accumulation each). With ``tensor_engine.count`` =
+E identical engines the output tiles are dealt out to them: the busiest engine runs
+ceil(tiles/E) of them, ceil(tiles/E)·ceil(K/Tk) beats, and the GEMM takes
+ceil(tiles/E)·ceil(K/Tk) + latency cycles.
 """
 
 from __future__ import annotations
@@ -121,9 +124,10 @@ def tensor_engine_gemm_cycles(te: "TensorEngineSpec", m, k, n, convention: str =
 
     ``systolic``: :func:`~tilewright.compiler.core_timing.gemm_cycles_array` (both conventions).
     Tile-MAC kinds: :func:`engine_gemm_cycles` and :func:`engine_output_tiles` (convention
-    ``tilewright`` only: SCALE-Sim models systolic arrays)."""
+    ``tilewright`` only: SCALE-Sim models systolic arrays). ``te.count`` engines share the GEMM
+    (cycles of the busiest; folds of the whole GEMM; module docstring)."""
     if te.kind == "systolic":
-        return gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow, convention)
+        return gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow, convention, te.count)
     if convention not in CONVENTIONS:
         raise ValueError(f"convention {convention!r}: must be one of {CONVENTIONS}")
     if convention != "tilewright":
@@ -132,7 +136,12 @@ def tensor_engine_gemm_cycles(te: "TensorEngineSpec", m, k, n, convention: str =
                          f"'tilewright'")
     m, k, n = (np.asarray(x, dtype=np.int64) for x in (m, k, n))
     params = te.engine_params
-    return engine_gemm_cycles(te.kind, params, m, k, n), engine_output_tiles(te.kind, params, m, n)
+    tiles = engine_output_tiles(te.kind, params, m, n)
+    if te.count == 1:
+        return engine_gemm_cycles(te.kind, params, m, k, n), tiles
+    engine_gemm_cycles(te.kind, params, m, k, n)            # validates m, k, n
+    beats = _ceil_div(tiles, te.count) * _ceil_div(k, te.tile_shape[1])
+    return beats + engine_latency_cycles(te.kind, params), tiles
 
 
 def tile_core_busy_cycles(te: "TensorEngineSpec", m, k, n) -> np.ndarray:
@@ -153,6 +162,8 @@ def sram_bytes_per_mac(te: "TensorEngineSpec", elem_bytes: float) -> tuple[float
       -> ``e/C``; each output's partial sum is read and written (4 + 4 bytes) once per row fold
       of R MACs -> ``8/R``. (Weights are read once per fold and used by every streamed row:
       ``e/M`` per MAC, left out — it depends on M.)
+    * systolic ``is`` (R x C; WS with A and B exchanged): a B element enters a row and is used by
+      the C PEs of that row -> ``e/C``; partial sums ``8/R`` as WS.
     * systolic ``os`` (R x C): A enters a row and is used by C PEs, B a column used by R PEs ->
       ``e/C + e/R``; sums stay in the PEs (each output drained once, counted as an output) -> 0.
     * ``outer_product`` (Tm x Tn): a beat reads Tm A and Tn B elements for Tm*Tn MACs ->
@@ -164,7 +175,7 @@ def sram_bytes_per_mac(te: "TensorEngineSpec", elem_bytes: float) -> tuple[float
     """
     e = float(elem_bytes)
     if te.kind == "systolic":
-        if te.dataflow == "ws":
+        if te.dataflow in ("ws", "is"):
             return e / te.cols, 8.0 / te.rows
         return e / te.cols + e / te.rows, 0.0
     tm, tk, tn = te.tile_shape

@@ -5,8 +5,21 @@ An op is ``batch`` independent GEMMs ``C[M, N] = A[M, K] @ B[K, N]`` (:class:`Ge
 smaller), visits the tiles in a loop ``order`` (outer -> inner, a permutation of ``"mkn"``; the
 batch loop is outermost) and runs each tile as one GEMM command on the core
 (:mod:`tilewright.dataflow_sim.cycle`). Tile sizes along the dimensions the array folds are
-multiples of the array size (WS: K by rows, N by cols; OS: M by rows, N by cols) or the whole
-extent; the streamed dimension (WS: M, OS: K) takes any size.
+multiples of the array size (WS: K by rows, N by cols; OS: M by rows, N by cols; IS: K by rows,
+M by cols) or the whole extent; the streamed dimension (WS: M, OS: K, IS: N) takes any size.
+
+Input-stationary (``is``, WS on the transposed problem; no RTL layout): capacity counts elements
+padded to whole array tiles — the stationary A tile ``ceil(k_t/R)*R x ceil(m_t/C)*C`` and the
+streamed B ``ceil(k_t/R)*R x n_t`` each in half the scratchpad, the int32
+``ceil(m_t/C)*C x n_t`` partial sums in the accumulator; scratchpad reads and accumulator traffic
+are WS's with A and B, M and N exchanged.
+
+Several engines (``tensor_engine.count`` = E, sharing the scratchpad, accumulator and DMA): a tile
+command is split over the engines without partial sums crossing them and takes the busiest
+engine's cycles (:func:`~tilewright.compiler.core_timing.engine_split`); ``stream_cycles`` are
+the busiest engine's too. Scratchpad and DRAM traffic are the whole command's, through the shared
+ports and DMA engine (so with a bank width set, E engines are bounded by the one scratchpad's
+bytes per cycle).
 
 Capacity (the rules of :mod:`tilewright.compiler.layout`; see :func:`buffer_words`): a tile's A, B
 and accumulator words must fit the buffer depths of :meth:`GemmLayout.depths`; an element of ``e``
@@ -106,8 +119,10 @@ import pandas as pd
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import MAX_GEMM_DIM, GemmLayout, ab_buffer_bytes
-from tilewright.compiler.core_timing import gemm_cycles_array
-from tilewright.compiler.engine_timing import engine_gemm_beats, tensor_engine_gemm_cycles
+from tilewright.compiler.core_timing import DATAFLOWS as CORE_DATAFLOWS
+from tilewright.compiler.core_timing import engine_split, gemm_cycles_array
+from tilewright.compiler.engine_timing import (engine_gemm_beats, engine_output_tiles,
+                                               tensor_engine_gemm_cycles)
 
 __all__ = ["GemmOp", "Mapping", "MappingCost", "MappingSpace", "MapperResult", "LOOP_ORDERS",
            "DATAFLOWS", "ENGINE_DATAFLOWS", "ACC_BYTES", "native_dataflow", "accepted_dataflows",
@@ -120,7 +135,7 @@ __all__ = ["GemmOp", "Mapping", "MappingCost", "MappingSpace", "MapperResult", "
 #: loop orders over tiles, outer -> inner (the batch loop is always outermost)
 LOOP_ORDERS: tuple[str, ...] = ("mkn", "mnk", "kmn", "knm", "nmk", "nkm")
 #: dataflows the cost model knows for a systolic array
-DATAFLOWS: tuple[str, ...] = ("ws", "os")
+DATAFLOWS: tuple[str, ...] = CORE_DATAFLOWS
 #: a tile-MAC engine's mapping "dataflow" is its kind
 ENGINE_DATAFLOWS: tuple[str, ...] = ("adder_tree", "outer_product", "cube")
 _ALL_DATAFLOWS = DATAFLOWS + ENGINE_DATAFLOWS
@@ -257,7 +272,7 @@ def mapper_arch_key(arch: ArchSpec) -> tuple:
     te = arch.tensor_engine
     return (te.rows, te.cols, te.dataflow, GemmLayout.depths(arch), dram_rates(arch), te.kind,
             te.depth, arch.memory.scratchpad_bytes, arch.memory.accumulator_bytes,
-            arch.memory.scratchpad_bytes_per_cycle)
+            arch.memory.scratchpad_bytes_per_cycle, te.count)
 
 
 def native_dataflow(arch: ArchSpec) -> str:
@@ -268,8 +283,8 @@ def native_dataflow(arch: ArchSpec) -> str:
 
 
 def accepted_dataflows(arch: ArchSpec) -> tuple[str, ...]:
-    """Dataflows a mapping on ``arch`` may use: ws/os on a systolic array (the other one is a
-    what-if), only its own kind on a tile-MAC engine."""
+    """Dataflows a mapping on ``arch`` may use: ws/os/is on a systolic array (the other ones
+    are what-ifs), only its own kind on a tile-MAC engine."""
     return DATAFLOWS if arch.tensor_engine.systolic else (arch.tensor_engine.kind,)
 
 
@@ -277,7 +292,7 @@ def _cmd_cycles(arch: ArchSpec, dataflow: str, m, k, n) -> tuple[np.ndarray, np.
     """(cycles, folds) of tile commands ``m x k x n`` run with ``dataflow`` on ``arch``."""
     te = arch.tensor_engine
     if dataflow in DATAFLOWS:
-        return gemm_cycles_array(m, k, n, te.rows, te.cols, dataflow)
+        return gemm_cycles_array(m, k, n, te.rows, te.cols, dataflow, count=te.count)
     return tensor_engine_gemm_cycles(te, m, k, n)
 
 
@@ -302,15 +317,23 @@ def buffer_words(dataflow: str, rows: int, cols: int, m, k, n) -> tuple[np.ndarr
     if dataflow == "os":
         mb = _cdiv(m, R)
         return mb * k, nb * k, nb * mb * R
-    raise ValueError(f"dataflow {dataflow!r}: must be one of {DATAFLOWS}")
+    raise ValueError(f"dataflow {dataflow!r}: buffer_words covers the RTL layouts ws, os")
 
 
 def tile_capacity(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(P_A, P_B, P_C)``: how many ``m x k x n`` tiles of A, B and C (accumulator) fit in
     their buffers at once (floor of capacity / one tile's footprint; the footprint of
-    :func:`buffer_words`, or of whole engine tiles on a tile-MAC engine)."""
+    :func:`buffer_words`, or of whole engine tiles on a tile-MAC engine or for ``is``)."""
     te = arch.tensor_engine
+    if dataflow == "is":
+        R, C = te.rows, te.cols
+        kp = _cdiv(np.asarray(k, np.int64), R) * R
+        mp = _cdiv(np.asarray(m, np.int64), C) * C
+        n = np.asarray(n, np.int64)
+        half, acc_b = ab_buffer_bytes(arch), arch.memory.accumulator_bytes
+        return (half // (kp * mp * elem_bytes), half // (kp * n * elem_bytes),
+                acc_b // (mp * n * ACC_BYTES))
     if dataflow in ENGINE_DATAFLOWS:
         gm, gk, gn = te.tile_shape
         mp, kp, np_ = (_cdiv(np.asarray(x, np.int64), g) * g
@@ -385,7 +408,7 @@ def _even_splits(extent: int, g: int) -> np.ndarray:
 
 def _granules(dataflow: str, rows: int, cols: int) -> tuple[int, int, int]:
     """Tile-size granules (m, k, n): the folded dimensions step by the array size."""
-    return (1, rows, cols) if dataflow == "ws" else (rows, 1, cols)
+    return {"ws": (1, rows, cols), "is": (cols, rows, 1)}.get(dataflow, (rows, 1, cols))
 
 
 def _grid_sum(per_command, op: GemmOp, mt, kt, nt):
@@ -410,18 +433,28 @@ def command_sram_reads(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
     scratchpad buffers, and the cycles the engine streams operands. WS: each of the KB*NB folds
     streams m rows of R activations (A: folds*m*R*e) after loading R*C weights (B:
     folds*R*C*e), streaming m cycles; OS: each of the MB*NB folds streams k columns of R and k
-    rows of C (A: folds*k*R*e, B: folds*k*C*e), k cycles; tile-MAC: a beat reads one A engine
-    tile (Tm*Tk) and one B tile (Tk*Tn), one beat per cycle."""
+    rows of C (A: folds*k*R*e, B: folds*k*C*e), k cycles; IS: each of the KB*ceil(m/C) folds
+    loads R*C inputs (A: folds*R*C*e) and streams n columns of R weights (B: folds*n*R*e), n
+    cycles (with several engines, S engines holding copies of a stationary tile load it S
+    times: :func:`~tilewright.compiler.core_timing.engine_split`); tile-MAC: a beat reads one A
+    engine tile (Tm*Tk) and one B tile (Tk*Tn), one beat per cycle. Bytes are the whole
+    command's (all ``tensor_engine.count`` engines read the one scratchpad); stream cycles are
+    the busiest engine's."""
     te = arch.tensor_engine
     if dataflow in ENGINE_DATAFLOWS:
         tm, tk, tn = te.tile_shape
         beats = engine_gemm_beats(te.kind, te.engine_params, m, k, n)
-        return beats * tm * tk * elem_bytes, beats * tk * tn * elem_bytes, beats
+        busiest = (_cdiv(engine_output_tiles(te.kind, te.engine_params, m, n), te.count)
+                   * _cdiv(np.asarray(k, np.int64), tk))
+        return beats * tm * tk * elem_bytes, beats * tk * tn * elem_bytes, busiest
     R, C = te.rows, te.cols
-    folds = _cmd_cycles(arch, dataflow, m, k, n)[1]
-    if dataflow == "ws":
-        return folds * m * R * elem_bytes, folds * R * C * elem_bytes, folds * m
-    return folds * k * R * elem_bytes, folds * k * C * elem_bytes, folds * k
+    folds, fe, se, S = engine_split(m, k, n, R, C, dataflow, te.count)
+    stream = fe * se
+    if dataflow == "ws":       # each of the S engines sharing a weight tile loads it
+        return folds * m * R * elem_bytes, folds * R * C * S * elem_bytes, stream
+    if dataflow == "is":
+        return folds * R * C * S * elem_bytes, folds * n * R * elem_bytes, stream
+    return folds * k * R * elem_bytes, folds * k * C * elem_bytes, stream
 
 
 def sram_cycles(arch: ArchSpec, a_bytes, b_bytes) -> np.ndarray:
@@ -463,6 +496,8 @@ def _command_costs(arch: ArchSpec, dataflow: str, elem_bytes: int):
             acc = folds * tm * tn * ACC_BYTES
         elif dataflow == "ws":
             acc = folds * m * C * ACC_BYTES * 2
+        elif dataflow == "is":
+            acc = folds * n * C * ACC_BYTES * 2
         else:
             acc = folds * R * C * ACC_BYTES
         return np.maximum(cyc, sram), a + b, acc, stream, cyc - stream, sram

@@ -47,6 +47,7 @@ class GemmCycles:
     cols: int
     depth: int = 1          #: reduction elements per PE and cycle (tile-MAC kinds; 1: systolic)
     kind: str = "systolic"  #: ``tensor_engine.kind``
+    count: int = 1          #: identical engines sharing the GEMM (``tensor_engine.count``)
 
     @property
     def macs(self) -> int:
@@ -54,22 +55,24 @@ class GemmCycles:
 
     @property
     def macs_per_cycle(self) -> int:
-        """Peak MAC/cycle of the engine: rows · cols · depth."""
-        return self.rows * self.cols * self.depth
+        """Peak MAC/cycle of all engines: count · rows · cols · depth."""
+        return self.count * self.rows * self.cols * self.depth
 
     @property
     def utilization(self) -> float:
-        """Useful MACs / (cycles · rows · cols · depth), in [0, 1]."""
+        """Useful MACs / (cycles · count · rows · cols · depth), in [0, 1]."""
         return self.macs / (self.cycles * self.macs_per_cycle)
 
 
 def gemm_cycles(arch: ArchSpec, m: int, k: int, n: int,
                 convention: str = "tilewright") -> GemmCycles:
-    """Predicted cycles of one M x K x N GEMM on ``arch``'s tensor engine (any kind; ``folds``
-    of a tile-MAC kind = its output tiles)."""
+    """Predicted cycles of one M x K x N GEMM on ``arch``'s tensor engines (any kind, any
+    ``count``: cycles of the busiest engine; ``folds`` of the whole GEMM, of a tile-MAC kind =
+    its output tiles)."""
     te = arch.tensor_engine
     c, f = tensor_engine_gemm_cycles(te, m, k, n, convention)
-    return GemmCycles(m, k, n, int(f), int(c), convention, te.rows, te.cols, te.depth, te.kind)
+    return GemmCycles(m, k, n, int(f), int(c), convention, te.rows, te.cols, te.depth, te.kind,
+                      te.count)
 
 
 def gemm_report(program: Program, arch: ArchSpec, convention: str = "tilewright"

@@ -8,9 +8,10 @@ and J).
 
 **Area** (µm²) of one core::
 
-    pe_array = rows * cols * depth * (mult_um2 + add_um2)[format] * pe_overhead
-               (= tensor_engine.macs_per_cycle multipliers, each with one adder: a systolic
-               PE's adder, or one node of a tile-MAC engine's adder tree plus its accumulator)
+    pe_array = count * rows * cols * depth * (mult_um2 + add_um2)[format] * pe_overhead
+               (= tensor_engine.macs_per_cycle multipliers over all ``tensor_engine.count``
+               engines, each with one adder: a systolic PE's adder, or one node of a tile-MAC
+               engine's adder tree plus its accumulator; the engines share the SRAM below)
     sram     = (scratchpad_kib + accumulator_kib) * 8192 * sram_bitcell / sram_array_efficiency
                + extra_banks * bank_periphery
     vector   = lanes * vector_lane                (lanes = vector_unit.lanes, else cols)
@@ -38,8 +39,8 @@ same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
 
 * MAC: ``macs * (mult + add)[format]``;
 * scratchpad and accumulator reads: ``macs`` times the operand and partial-sum bytes per MAC
-  of the engine's kind, :func:`~tilewright.compiler.engine_timing.sram_bytes_per_mac` (WS
-  ``e/C`` and ``8/R``; OS ``e/C + e/R``; outer product and cube ``e/Tn + e/Tm``; adder tree
+  of the engine's kind, :func:`~tilewright.compiler.engine_timing.sram_bytes_per_mac` (WS and
+  IS ``e/C`` and ``8/R``; OS ``e/C + e/R``; outer product and cube ``e/Tn + e/Tm``; adder tree
   ``2e``; outputs written once, counted with the off-chip bytes);
 * SRAM fill/drain: every off-chip byte is also written to or read from the scratchpad once;
 * vector: ``vector_ops * vector_op_pj`` plus 8 scratchpad bytes per element operation (one fp32

@@ -39,7 +39,7 @@ from amaranth import Module, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from tilewright.arch import MAX_ARRAY_DIM
+from tilewright.arch import RTL_MAX_ARRAY_DIM as MAX_ARRAY_DIM  # the RTL generators' own limit
 from tilewright.formats import bits_of
 
 __all__ = ["TileMacEngine", "CubeEngine", "latency_cycles", "tree_levels", "ELEMENT_BITS",

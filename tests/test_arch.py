@@ -38,11 +38,11 @@ def test_defaults_and_derived_units():
 
 
 @pytest.mark.parametrize("text,field,accepted", [
-    ("tensor_engine: {rows: 0, cols: 4, dataflow: ws}", "tensor_engine.rows = 0", "from 1 to 64"),
-    ("tensor_engine: {rows: 4, cols: 65, dataflow: ws}", "tensor_engine.cols = 65", "from 1 to 64"),
+    ("tensor_engine: {rows: 0, cols: 4, dataflow: ws}", "tensor_engine.rows = 0", "from 1 to 512"),
+    ("tensor_engine: {rows: 4, cols: 513, dataflow: ws}", "tensor_engine.cols = 513", "from 1 to 512"),
     ("tensor_engine: {rows: four, cols: 4, dataflow: ws}", "tensor_engine.rows = 'four'", "integer"),
     ("tensor_engine: {rows: 4, cols: 4, dataflow: diag}", "tensor_engine.dataflow = 'diag'",
-     "'ws' or 'os'"),
+     "'ws', 'os' or 'is'"),
     ("tensor_engine: {rows: 4, cols: 4, dataflow: ws, input_format: fp4}",
      "tensor_engine.input_format = 'fp4'", "'int8'"),
     ("tensor_engine: {rows: 4, cols: 4, dataflow: ws}\ncolour: red", "colour = (unknown key)",

@@ -25,7 +25,7 @@ def tw(*args: str, cwd: Path | None = None, timeout: int = 900,
 
 
 @pytest.mark.parametrize("yaml_text,needle", [
-    ("tensor_engine: {rows: 0, cols: 4, dataflow: ws}", "tensor_engine.rows = 0: must be an integer from 1 to 64"),
+    ("tensor_engine: {rows: 0, cols: 4, dataflow: ws}", "tensor_engine.rows = 0: must be an integer from 1 to 512"),
     ("tensor_engine: {rows: 4, cols: 4, dataflow: zz}", "tensor_engine.dataflow = 'zz'"),
     ("tensor_engine: {rows: 4, cols: 4, dataflow: ws}\nbogus: 1", "bogus = (unknown key)"),
     ("tensor_engine: {rows: x, cols: 4, dataflow: ws}", "tensor_engine.rows = 'x'"),

@@ -33,7 +33,7 @@ def test_presets_load_and_have_the_promised_shapes():
     (GPU + "chips_per_node: 4", "intra_node.topology = 'none': chips_per_node = 4 needs a fabric"),
     (GPU + "nodes: 3", "inter_node.topology = 'none': nodes = 3 needs a network"),
     ("chip: {kind: arch, arch: {tensor_engine: {rows: 0, cols: 4, dataflow: ws}}, hbm_gib: 1}",
-     "tensor_engine.rows = 0: must be an integer from 1 to 64"),
+     "tensor_engine.rows = 0: must be an integer from 1 to 512"),
     ("chip: {kind: arch, arch: ws8x8}", "chip.arch.offchip.capacity_gib = (missing): a cluster "
      "chip needs its off-chip capacity in GiB"),
     (GPU + "chips_per_node: 2\nintra_node: {topology: switch}\npools: {prefill_chips: 2}",

@@ -71,8 +71,8 @@ def test_vectorized_equals_scalar_and_utilization_bounded():
 def test_bad_dataflow_or_convention_is_named():
     with pytest.raises(ValueError, match="convention 'gpu'"):
         gemm_cycles_array(1, 1, 1, 4, 4, "ws", "gpu")
-    with pytest.raises(ValueError, match="dataflow 'is'"):
-        gemm_cycles_array(1, 1, 1, 4, 4, "is")
+    with pytest.raises(ValueError, match="dataflow 'xs'"):
+        gemm_cycles_array(1, 1, 1, 4, 4, "xs")
 
 
 def test_gemm_report_rows():

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilewright.arch import MAX_ARRAY_DIM, ArchSpec, ArchSpecError, load_arch
+from tilewright.arch import MAX_ARRAY_DIM, RTL_MAX_ARRAY_DIM, ArchSpec, ArchSpecError, load_arch
 from tilewright.compiler import codegen, layout, mesh_isa
 from tilewright.compiler.layout import MAX_GEMM_DIM, DoesNotFit, GemmLayout, ab_buffer_bytes
 from tilewright.compiler.mesh_schedule import FlowBatch, MessageBatch
@@ -90,12 +90,12 @@ def test_bit_widths_come_from_the_formats_registry() -> None:
 def test_array_and_gemm_limits_are_distinct() -> None:
     from tilewright.rtl.cube import check_dim
 
-    assert (MAX_ARRAY_DIM, MAX_GEMM_DIM) == (64, 65535)
+    assert (MAX_ARRAY_DIM, RTL_MAX_ARRAY_DIM, MAX_GEMM_DIM) == (512, 64, 65535)
     spec = {"name": "t", "tensor_engine": {"rows": MAX_ARRAY_DIM + 1, "cols": 4}}
     with pytest.raises(ArchSpecError, match=f"from 1 to {MAX_ARRAY_DIM}"):
         ArchSpec.from_dict(spec)
-    with pytest.raises(ValueError, match=f"from 1 to {MAX_ARRAY_DIM}"):
-        check_dim("rows", MAX_ARRAY_DIM + 1)
+    with pytest.raises(ValueError, match=f"from 1 to {RTL_MAX_ARRAY_DIM}"):
+        check_dim("rows", RTL_MAX_ARRAY_DIM + 1)
     arch = load_arch("ws8x8")
     with pytest.raises(DoesNotFit, match=f"from 1 to {MAX_GEMM_DIM}"):
         GemmLayout.for_arch(arch, MAX_GEMM_DIM + 1, 8, 8).check_fits(arch)

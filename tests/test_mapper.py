@@ -294,4 +294,4 @@ def test_bad_op_and_bad_mapping():
     with pytest.raises(ValueError, match="order"):
         cost_of(GemmOp("x", 8, 8, 8), a, Mapping(4, 4, 4, "mmk", "ws"))
     with pytest.raises(ValueError, match="dataflows"):
-        map_gemm(GemmOp("x", 8, 8, 8), a, dataflows=["is"])
+        map_gemm(GemmOp("x", 8, 8, 8), a, dataflows=["xs"])

@@ -199,7 +199,11 @@ def test_llama_prefill_traffic_is_no_worse_than_a_hand_tiling(path):
         hand = _square_mapping(op, a)
         h = cost_of(op, a, hand)
         tm, tn = -(-m // hand.m_t), -(-n // hand.n_t)
-        assert h.dram_bytes == m * k * tn + k * n * tm + 4 * m * n, hand   # closed form
+        refetched = m * k * tn + k * n * tm + 4 * m * n    # closed form, one-tile cache
+        if a.memory.scratchpad_kib <= 1024:
+            assert h.dram_bytes == refetched, hand
+        else:   # MiB-sized buffers (the TPU presets) keep a working set resident: fewer bytes
+            assert m * k + k * n + 4 * m * n <= h.dram_bytes <= refetched, hand
         c = map_gemm(op, a, prune=True).cost
         bound = h.dram_bytes / h.compulsory_bytes
         assert (c.dram_bytes / c.compulsory_bytes <= bound

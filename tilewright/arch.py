@@ -7,7 +7,7 @@ to YAML. Every field carries its unit in its name or description.
 Invalid input raises :class:`ArchSpecError` whose message is one line naming the field, the value
 given and what is accepted, e.g.::
 
-    configs/bad.yaml: tensor_engine.rows = 0: must be an integer from 1 to 64
+    configs/bad.yaml: tensor_engine.rows = 0: must be an integer from 1 to 512
 """
 
 from __future__ import annotations
@@ -30,12 +30,21 @@ from tilewright.validation import find_user_file, parse_yaml, read_user_text, va
 __all__ = ["ArchSpec", "ArchSpecError", "ENGINE_KINDS", "TensorEngineSpec", "MemorySpec",
            "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
-           "load_arch", "default_arch", "PRESET_DIR", "MAX_ARRAY_DIM"]
+           "load_arch", "default_arch", "PRESET_DIR", "MAX_ARRAY_DIM", "RTL_MAX_ARRAY_DIM",
+           "MAX_ENGINE_COUNT", "SYSTOLIC_DATAFLOWS"]
 
 PRESET_DIR = Path(_configs.__file__).parent  # the repository's configs/ folder, packaged
-#: largest tensor-engine dimension (rows, cols or depth: PEs / elements per PE column, count);
+#: largest tensor-engine dimension (rows, cols or depth: PEs / elements per PE column, count) the
+#: analytical levels accept (cycle model, mapper, Report, energy/area, sweeps, cluster chips);
 #: not the largest GEMM (see tilewright.compiler.layout.MAX_GEMM_DIM)
-MAX_ARRAY_DIM = 64
+MAX_ARRAY_DIM = 512
+#: largest dimension the RTL generators build (rtl/systolic.py, rtl/cube.py): `tilewright rtl`,
+#: `sim --rtl` and `fpga` refuse larger engines (app/cli/rtl_limits.py)
+RTL_MAX_ARRAY_DIM = 64
+#: most identical tensor engines per chip (``tensor_engine.count``)
+MAX_ENGINE_COUNT = 256
+#: the systolic dataflows (SCALE-Sim's three): weight-, output- and input-stationary
+SYSTOLIC_DATAFLOWS = ("ws", "os", "is")
 
 
 class ArchSpecError(UserError, ValueError):
@@ -59,7 +68,7 @@ class TensorEngineSpec(_Frozen):
     =================  ==================  ===============  =================================
     kind               rows                cols             depth
     =================  ==================  ===============  =================================
-    ``systolic``       K (ws) / M (os)     N                1 (must be 1)
+    ``systolic``       K (ws, is) / M (os)  N (ws, os) / M (is)  1 (must be 1)
     ``adder_tree``     1 (must be 1)       1 (must be 1)    K elements reduced per cycle
     ``outer_product``  M                   N                1 (must be 1)
     ``cube``           M                   N                K
@@ -71,23 +80,36 @@ class TensorEngineSpec(_Frozen):
     ``cols`` default to 1 for them. ``dataflow`` describes a systolic array only: it is required
     for ``systolic`` and, for the other kinds, ignored and not stored (so a sweep can change
     ``kind`` from a systolic base without also clearing it).
+
+    ``count`` identical engines share the chip's memories (scratchpad, accumulator, off-chip
+    bandwidth): a GEMM's independent output tiles are split over them
+    (:mod:`tilewright.compiler.core_timing`), and :attr:`macs_per_cycle` is the chip's peak,
+    ``count * rows * cols * depth``. The analytical levels accept dimensions up to
+    :data:`MAX_ARRAY_DIM`; the RTL generators build up to :data:`RTL_MAX_ARRAY_DIM`, one engine,
+    dataflows ``ws``/``os`` only.
     """
 
     kind: Literal["systolic", "adder_tree", "outer_product", "cube"] = Field(
-        "systolic", description="engine family: 'systolic' (2-D array, ws/os), 'adder_tree' "
+        "systolic", description="engine family: 'systolic' (2-D array, ws/os/is), 'adder_tree' "
         "(multiplier-adder tree, 1 x depth x 1), 'outer_product' (rows x 1 x cols), 'cube' "
         "(rows x depth x cols MACs per cycle)")
-    rows: int = Field(..., ge=1, le=MAX_ARRAY_DIM, description="PE rows (count). systolic WS: reduction dim "
-                      "K; systolic OS, outer_product, cube: M; adder_tree: 1")
-    cols: int = Field(..., ge=1, le=MAX_ARRAY_DIM, description="PE columns (count); N for every kind "
-                      "(adder_tree: 1)")
+    rows: int = Field(..., ge=1, le=MAX_ARRAY_DIM, description="PE rows (count). systolic WS and "
+                      "IS: reduction dim K; systolic OS, outer_product, cube: M; adder_tree: 1")
+    cols: int = Field(..., ge=1, le=MAX_ARRAY_DIM, description="PE columns (count); N for every "
+                      "kind but systolic IS (M) and adder_tree (1)")
     depth: int = Field(1, ge=1, le=MAX_ARRAY_DIM, description="reduction (K) elements per PE column and "
                        "cycle (count): adder_tree and cube; 1 for systolic and outer_product "
                        "(omitted from YAML and the content hash when 1)")
-    dataflow: Literal["ws", "os"] | None = Field(
+    count: int = Field(1, ge=1, le=MAX_ENGINE_COUNT, description="identical tensor engines per "
+                       "chip (count), sharing the scratchpad, accumulator and off-chip "
+                       "bandwidth; a GEMM's output tiles are split over them (omitted from YAML "
+                       "and the content hash when 1)")
+    dataflow: Literal["ws", "os", "is"] | None = Field(
         None, description="systolic only (required there): 'ws' weight-stationary (B tile held "
                           "in PEs, A rows streamed), 'os' output-stationary (C tile accumulates "
-                          "in PEs, K streamed); ignored and not stored for other kinds")
+                          "in PEs, K streamed), 'is' input-stationary (A tile held in PEs, B "
+                          "columns streamed: SCALE-Sim's IS); ignored and not stored for other "
+                          "kinds")
     input_format: str = Field(
         "int8", description="activation (A) element format: a name in tilewright.formats.FORMATS")
     weight_format: str = Field(
@@ -112,7 +134,7 @@ class TensorEngineSpec(_Frozen):
         if self.kind == "systolic":
             if self.dataflow is None:
                 raise ValueError("dataflow = (missing): required for kind 'systolic'; accepted: "
-                                 "'ws' or 'os'")
+                                 "'ws', 'os' or 'is'")
             if self.depth != 1:
                 raise ValueError(f"depth = {self.depth}: must be 1 for kind 'systolic' (its "
                                  f"reduction dimension is rows for ws); depth > 1 is for kinds "
@@ -150,11 +172,12 @@ class TensorEngineSpec(_Frozen):
 
     @model_serializer(mode="wrap")
     def _omit_unit_depth(self, handler: Any) -> dict[str, Any]:
-        """Leave ``depth`` out of dumps when 1, so specs without it keep their YAML and
-        :meth:`ArchSpec.content_hash`."""
+        """Leave ``depth`` and ``count`` out of dumps when 1, so specs without them keep their
+        YAML and :meth:`ArchSpec.content_hash`."""
         data = handler(self)
-        if data.get("depth") == 1:
-            del data["depth"]
+        for field in ("depth", "count"):
+            if data.get(field) == 1:
+                del data[field]
         return data
 
     @property
@@ -185,16 +208,25 @@ class TensorEngineSpec(_Frozen):
         return {"tm": tm, "tk": tk, "tn": tn}
 
     @property
-    def macs_per_cycle(self) -> int:
-        """Peak multiply-accumulates per clock cycle (MAC/cycle): rows · cols · depth."""
+    def engine_macs_per_cycle(self) -> int:
+        """Peak multiply-accumulates per clock cycle of ONE engine (MAC/cycle): rows · cols ·
+        depth."""
         return self.rows * self.cols * self.depth
 
+    @property
+    def macs_per_cycle(self) -> int:
+        """Peak multiply-accumulates per clock cycle of all ``count`` engines (MAC/cycle):
+        count · rows · cols · depth."""
+        return self.count * self.engine_macs_per_cycle
+
     def describe(self) -> str:
-        """Short text, e.g. ``8x8 ws`` or ``cube 4x4x4 (MxKxN)``."""
+        """Short text, e.g. ``8x8 ws``, ``cube 4x4x4 (MxKxN)`` or ``8 x 128x128 ws``."""
         if self.systolic:
-            return f"{self.rows}x{self.cols} {self.dataflow}"
-        tm, tk, tn = self.tile_shape
-        return f"{self.kind} {tm}x{tk}x{tn} (MxKxN)"
+            text = f"{self.rows}x{self.cols} {self.dataflow}"
+        else:
+            tm, tk, tn = self.tile_shape
+            text = f"{self.kind} {tm}x{tk}x{tn} (MxKxN)"
+        return f"{self.count} x {text}" if self.count > 1 else text
 
 
 _BANK_FIELDS = ("scratchpad_banks", "accumulator_banks")

@@ -24,6 +24,7 @@ from tilewright.app.cli import JSON_HELP, print_json
 from tilewright.app.eda.synth import SynthError
 from tilewright.arch import load_arch
 from tilewright.progress import progress
+from tilewright.rtl.limits import refuse_beyond_rtl
 
 __all__ = ["fpga"]
 
@@ -77,7 +78,7 @@ def fpga(
         PnrError)
     if target not in TARGETS:          # fail before generating anything
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
-    spec = load_arch(arch)
+    spec = refuse_beyond_rtl(load_arch(arch), "fpga", arch)
     try:
         with progress(f"FPGA flow for {spec.name} on {target}"):
             m = run_fpga(spec, target, out, top=top, pnr=pnr, freq_mhz=freq, board=board,

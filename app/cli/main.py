@@ -24,7 +24,8 @@ from tilewright.app.cli.fpga import fpga
 from tilewright.app.cli.mesh import mesh
 from tilewright.app.cli.mesh_layer import mesh_layer
 from tilewright.app.cli.sim import sim
-from tilewright.app.cli.single_core import refuse_mesh
+from tilewright.app.cli.single_core import refuse_mesh, with_dataflow
+from tilewright.rtl.limits import refuse_beyond_rtl
 from tilewright.app.cli.sweep import report, sweep
 from tilewright.app.eda.synth import (TARGETS, SynthError, YosysMissing,
                                       check_yosys, synthesize)
@@ -97,7 +98,8 @@ def demo(
 ) -> None:
     """Run the whole path: compile -> Verilog -> Verilator -> compare with torch and the cycle model."""
     from tilewright.app.flows.demo import run_demo  # noqa: PLC0415  (lazy: the functional model)
-    spec = refuse_mesh(load_arch(arch), "demo", arch) if arch else None
+    spec = (refuse_beyond_rtl(refuse_mesh(load_arch(arch), "demo", arch), "demo", arch)
+            if arch else None)
     if as_json:
         from tilewright.app.flows.demo import \
             demo_result  # noqa: PLC0415  (lazy: the functional model)
@@ -154,7 +156,7 @@ def rtl(
         err_console.print(f"error: --top {top!r}: accepted: core, accel, axi-accel",
                           markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
-    spec = refuse_mesh(load_arch(arch), "rtl", arch)
+    spec = refuse_beyond_rtl(refuse_mesh(load_arch(arch), "rtl", arch), "rtl", arch)
     if top in ("accel", "axi-accel"):     # their vector engine takes one pass per op
         from tilewright.cosim.program_jobs import \
             check_transcendental_passes  # noqa: PLC0415  (lazy: pulls in amaranth)
@@ -266,8 +268,8 @@ def arch_cmd(
 
 
 def _preset_row(name: str, a: ArchSpec) -> list:
-    """One row of the ``arch`` listing: the engine's kind and real shape (rows x cols x depth;
-    MACs/cycle is their product), the dataflow where it applies (systolic only), the formats,
+    """One row of the ``arch`` listing: the engine's kind and real shape (rows x cols x depth,
+    preceded by the engine count when several; MACs/cycle is their product), the dataflow where it applies (systolic only), the formats,
     the clock and, for a mesh, its core grid (physical, and logical when spare columns are
     held back)."""
     te = a.tensor_engine
@@ -277,7 +279,8 @@ def _preset_row(name: str, a: ArchSpec) -> list:
         lr, lc = m.logical_shape
         mesh = f"{m.rows}x{m.cols} cores" + (f" ({lr}x{lc} logical)"
                                              if (lr, lc) != (m.rows, m.cols) else "")
-    return [name, te.kind, f"{te.rows}x{te.cols}x{te.depth}",
+    engines = f"{te.count} x " if te.count > 1 else ""      # tensor_engine.count
+    return [name, te.kind, f"{engines}{te.rows}x{te.cols}x{te.depth}",
             te.dataflow if te.kind == "systolic" else "-",
             f"{te.input_format}->{te.accumulator_format}", a.clock_mhz, mesh]
 
@@ -289,22 +292,27 @@ def cycles(
     k: int = typer.Option(..., "--k", "-k", min=1, max=MAX_DIM, help="contraction dimension"),
     n: int = typer.Option(..., "--n", "-n", min=1, max=MAX_DIM, help="columns of B"),
     convention: str = typer.Option("tilewright", help="tilewright (this RTL) or scalesim"),
+    dataflow: Optional[str] = typer.Option(
+        None, "--dataflow", help="ws | os | is: run the ArchSpec's systolic array(s) with this "
+        "dataflow (default: the ArchSpec's tensor_engine.dataflow)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Predict the cycles of one M x K x N GEMM with the cycle model."""
+    """Predict the cycles of one M x K x N GEMM with the cycle model (all
+    tensor_engine.count engines)."""
     from tilewright.dataflow_sim.cycle import (  # noqa: PLC0415  (lazy: pulls in pandas)
         CONVENTIONS, gemm_cycles)
     if convention not in CONVENTIONS:
         raise typer.BadParameter(f"must be one of {', '.join(CONVENTIONS)}", param_hint="--convention")
-    spec = refuse_mesh(load_arch(arch), "cycles", arch)
+    spec = with_dataflow(refuse_mesh(load_arch(arch), "cycles", arch), dataflow, arch)
     g = gemm_cycles(spec, m, k, n, convention)
-    d = {"m": m, "k": k, "n": n, "folds": g.folds, "cycles": g.cycles,
+    te = spec.tensor_engine
+    d = {"m": m, "k": k, "n": n, "engine": te.describe(), "folds": g.folds, "cycles": g.cycles,
          "utilization": round(g.utilization, 6), "convention": convention}
     if as_json:
         print(json.dumps(d))
     else:
-        print_table(f"{m} x {k} x {n} GEMM on {spec.name} (cycle model, {convention} "
-                    f"convention)", ["quantity", Column("value", numeric=True)],
+        print_table(f"{m} x {k} x {n} GEMM on {spec.name}, {te.describe()} (cycle model, "
+                    f"{convention} convention)", ["quantity", Column("value", numeric=True)],
                     [["folds", g.folds], ["cycles", g.cycles],
                      ["utilization", d["utilization"]]], console)
 

@@ -17,6 +17,7 @@ from tilewright.app.cli import JSON_HELP, print_json
 from tilewright.app.cli.compile import UnknownModel
 from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.app.cli.tables import Column, print_table
+from tilewright.rtl.limits import refuse_beyond_rtl
 from tilewright.arch import load_arch
 
 __all__ = ["sim"]
@@ -84,6 +85,8 @@ def sim(
                                  "engine: needs --top accel (cocotb or --fast), no --trace",
                                  param_hint="--vector")
     spec = refuse_mesh(load_arch(arch), "sim", arch)
+    if rtl:
+        refuse_beyond_rtl(spec, "sim --rtl", arch)
     if vector and spec.vector_unit is None:
         raise typer.BadParameter(f"{spec.name} has no vector_unit section (the vector engine is "
                                  "generated from it)", param_hint="--vector")

@@ -57,6 +57,7 @@ import pandas as pd
 from tilewright.app.sweep.resource_data import DATA_DIR
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import GemmLayout
+from tilewright.rtl.limits import rtl_limits_exceeded
 from tilewright.extras import installed, require
 
 __all__ = ["METRICS", "CANDIDATES", "CHOSEN", "ResourceModelError", "data_path", "load_data",
@@ -354,6 +355,9 @@ def _params(arch: ArchSpec) -> dict[str, Any]:
     if te.kind != "systolic":
         raise ResourceModelError(f"{arch.name}: tensor_engine.kind = {te.kind!r}: the resource "
                                  f"predictor covers the systolic GEMM core; accepted: 'systolic'")
+    if beyond := rtl_limits_exceeded(arch):     # 'is', count > 1, dimensions > the RTL's
+        raise ResourceModelError(f"{arch.name}: {'; '.join(beyond)}: no GEMM-core RTL to "
+                                 f"predict")
     if te.input_format != "int8":
         raise ResourceModelError(f"{arch.name}: tensor_engine.input_format = "
                                  f"{te.input_format!r}: the resource predictor (and the GEMM-core "

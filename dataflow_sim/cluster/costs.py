@@ -84,6 +84,7 @@ import numpy as np
 import pandas as pd
 
 from tilewright.arch import ArchSpec
+from tilewright.formats import FORMATS
 from tilewright.compiler.engine_timing import tensor_engine_gemm_cycles
 
 from .cluster_spec import GPU_PRESETS, ArchChip, ClusterSpec, GpuPreset
@@ -125,7 +126,8 @@ def causal_pairs(q, c) -> np.ndarray:
     q, c = np.asarray(q, np.float64), np.asarray(c, np.float64)
     return q * (c - q) + q * (q + 1) / 2
 
-_FORMAT_BYTES = {"int8": 1, "int32": 4}
+#: bytes per element of each format, from the formats registry
+_FORMAT_BYTES = {name: max(1, f.bits // 8) for name, f in FORMATS.items()}
 
 
 class ZeroCostOp(ValueError):

@@ -1,0 +1,51 @@
+"""What the RTL generators build, checked before any RTL flow starts (``tilewright rtl``,
+``sim --rtl``, ``demo``, ``fpga``).
+
+The analytical levels (cycle model, mapper, Report, energy/area, sweeps, cluster chips) accept
+tensor engines up to :data:`tilewright.arch.MAX_ARRAY_DIM` per dimension, the three systolic
+dataflows ``ws``/``os``/``is`` and ``tensor_engine.count`` engines per chip. The generators
+(:mod:`tilewright.rtl.systolic`, :mod:`tilewright.rtl.cube`, the tops built on them) build one
+engine of at most :data:`tilewright.arch.RTL_MAX_ARRAY_DIM` per dimension, systolic dataflows
+``ws`` and ``os`` only. :func:`refuse_beyond_rtl` turns the difference into one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tilewright.arch import RTL_MAX_ARRAY_DIM, ArchSpec, ArchSpecError
+
+__all__ = ["RTL_DATAFLOWS", "rtl_limits_exceeded", "refuse_beyond_rtl"]
+
+#: systolic dataflows the RTL GEMM core implements
+RTL_DATAFLOWS = ("ws", "os")
+
+_ANALYTICAL = ("the analytical levels accept this design (`tilewright cycles`, `compile`, "
+               "`sweep`, `cluster`)")
+
+
+def rtl_limits_exceeded(spec: ArchSpec) -> list[str]:
+    """The tensor-engine fields beyond what the RTL generators build, one phrase each (empty
+    when the design can be generated)."""
+    te = spec.tensor_engine
+    out = [f"tensor_engine.{f} = {getattr(te, f)}" for f in ("rows", "cols", "depth")
+           if getattr(te, f) > RTL_MAX_ARRAY_DIM]
+    if out:
+        out[-1] += f" (the RTL generators build up to {RTL_MAX_ARRAY_DIM} per dimension)"
+    if te.systolic and te.dataflow not in RTL_DATAFLOWS:
+        out.append(f"tensor_engine.dataflow = {te.dataflow!r} (the RTL core implements "
+                   f"{' and '.join(repr(d) for d in RTL_DATAFLOWS)})")
+    if te.count > 1:
+        out.append(f"tensor_engine.count = {te.count} (the RTL generators build one engine)")
+    return out
+
+
+def refuse_beyond_rtl(spec: ArchSpec, command: str, source: str | Path | None = None
+                      ) -> ArchSpec:
+    """``spec`` unchanged when the RTL generators can build it; else :class:`ArchSpecError`
+    (one line: the fields, the RTL's limit, and that the analytical levels accept it)."""
+    bad = rtl_limits_exceeded(spec)
+    if bad:
+        raise ArchSpecError(f"{source or spec.name}: {'; '.join(bad)}: beyond what `tilewright "
+                            f"{command}` can generate; {_ANALYTICAL}")
+    return spec
