@@ -43,7 +43,7 @@ __all__ = ["UnsupportedOp", "export_model", "from_exported", "import_model", "ca
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>\S+)\n(?P<code>[^\n]*)')
 _FORMATS = {torch.float32: "fp32", torch.int8: "int8", torch.int32: "int32", torch.int64: "int64",
-            torch.bool: "bool"}
+            torch.bool: "bool", torch.bfloat16: "bf16"}
 _aten = torch.ops.aten
 
 
@@ -743,6 +743,9 @@ def from_exported(ep: ExportedProgram, *, name: str = "graph") -> Graph:
                 value = lifted[node.name]
                 if value.is_meta:
                     t.meta["param"] = True           # shape-only compile: values unknown
+                elif value.dtype == torch.bfloat16:      # numpy has no bf16: exact via fp32
+                    t.data = value.detach().cpu().float().numpy().astype(
+                        FORMAT_DTYPES["bf16"])
                 else:
                     t.data = value.detach().cpu().numpy().copy()
                 t.meta["torch_name"] = next(s.target for s in ep.graph_signature.input_specs

@@ -48,7 +48,7 @@ import numpy as np
 __all__ = ["Tensor", "Op", "Graph", "FORMATS"]
 
 #: element formats the IR knows
-FORMATS = ("fp32", "int8", "int32", "int64", "bool")
+FORMATS = ("fp32", "bf16", "int8", "int32", "int64", "bool")
 
 
 @dataclass

@@ -7,6 +7,8 @@ LM head's d_model x vocab MACs, the roofline max(bytes / bandwidth, MACs / peak)
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -192,3 +194,37 @@ def test_context_up_to_max_seq_len_is_accepted_and_one_more_is_refused(phase):
         assert inputs[0].shape[1] == n
     with pytest.raises(ModelInputError, match=f"needs {n + 1} positions.*max_seq_len = {n}"):
         build_llm("tiny-llama", seq=n + 1, batch=1, phase=phase, device="meta")
+
+
+def test_bf16_design_costs_the_whole_model_with_a_bf16_embedding_table(tmp_path):
+    """A bf16 ArchSpec: the embedding table exports as bf16 (2 bytes per element), the whole
+    model is computed, and a gather from a real bf16 table returns torch's rows exactly."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import torch
+
+    from tilewright.arch import ArchSpec, load_arch
+    from tilewright.dataflow_sim.compile_flow import compile_module
+
+    base = load_arch("configs/ws16x16.yaml").model_dump(mode="json", exclude_none=True)
+    base["tensor_engine"].update(input_format="bf16", weight_format="bf16",
+                                 accumulator_format="fp32")
+    base["name"] = "ws16x16-bf16"
+    arch = ArchSpec.from_dict(base)
+    (tmp_path / "bf16.yaml").write_text(arch.to_yaml())
+    proc = subprocess.run([sys.executable, "-m", "tilewright.app.cli.main", "compile", "--model",
+                           "llama3-8b", "--arch", str(tmp_path / "bf16.yaml"), "--phase",
+                           "decode", "--seq", "64", "--json"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["format"] == "bf16" and "whole_model_not_computed" not in doc
+    # one token's row of the 4096-wide bf16 table and its int64 id
+    assert doc["whole_model"]["parts"]["embedding"]["bytes"] == 4096 * 2 + 8
+    emb = torch.nn.Embedding(50, 16).to(torch.bfloat16)
+    ids = torch.tensor([3, 0, 49, 3])
+    out = compile_module(emb, (ids,), arch, fmt="bf16")
+    (got,) = out.outputs.values()
+    assert np.array_equal(np.asarray(got, dtype=np.float32), emb(ids).detach().float().numpy())

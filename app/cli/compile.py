@@ -135,10 +135,7 @@ def compile_cmd(
            "--granularity channel" if granularity != "channel" else
            "the compiled layer of this MoE config is its MoE FFN alone (its attention is not "
            "modeled)" if cfg.family == "moe" and not has_attention(cfg)
-           and not isinstance(cfg, DeepSeekConfig) else
-           # the frontend has no bf16 constant, so the bf16 embedding table does not export
-           "the embedding table of a bf16 design does not compile yet (no bf16 constants in "
-           "the frontend)" if fmt == "bf16" else None)
+           and not isinstance(cfg, DeepSeekConfig) else None)
     if why:
         step = None
     elif needs_kinds_cost(model):    # several layer kinds (Jamba), or Mamba-2
