@@ -310,3 +310,45 @@ def test_compiled_v3_decode_layer_macs_closed_form():
     attention = h * 65 * (512 + 64 + 512)              # 64 cached + the new token
     moe = d * 256 + 9 * 3 * d * 2048
     assert res.totals()["macs"] == mla + attention + moe
+
+
+def test_deepseek_v3_config_json_compiles_through_the_cli(tmp_path):
+    """A small DeepseekV3ForCausalLM config.json: the registry builds it (MLA + dense + MoE
+    layers), the CLI compiles it with the whole model, and its parameter count is the hand count
+    of the HF fields; an unread field is refused by name, exit 2."""
+    import json
+    import subprocess
+    import sys
+
+    f = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64,
+         "num_hidden_layers": 3, "n_routed_experts": 8, "num_experts_per_tok": 2,
+         "moe_intermediate_size": 32, "intermediate_size": 96, "vocab_size": 128,
+         "num_attention_heads": 4, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+         "qk_rope_head_dim": 8, "v_head_dim": 8, "q_lora_rank": 24, "n_shared_experts": 1,
+         "first_k_dense_replace": 1, "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+         "n_group": 2, "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+         "max_position_embeddings": 256, "ep_size": 1, "num_key_value_heads": 4}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(f))
+    run = [sys.executable, "-m", "tilewright.app.cli.main", "compile", "--model", str(path),
+           "--arch", "configs/ws16x16.yaml", "--phase", "decode", "--seq", "16", "--json"]
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    d, h, qr, r, dn, dr, dv = 64, 4, 24, 16, 8, 8, 8
+    attn = (d * qr + qr + qr * h * (dn + dr) + d * (r + dr) + r + r * h * (dn + dv)
+            + h * dv * d + 2 * d)                         # + the layer's two RMSNorms
+    e, k, fe, shared = 8, 2, 32, 1
+    router = d * e                 # gate weight (the noaux_tc correction bias is a buffer in HF)
+    moe_all = router + (e + shared) * 3 * d * fe
+    moe_act = router + (k + shared) * 3 * d * fe
+    dense = 3 * d * 96
+    base = 3 * attn + dense + 2 * 128 * d + d             # embedding, head, final norm
+    assert doc["params_total"] == base + 2 * moe_all
+    assert doc["params_active"] == base + 2 * moe_act
+    assert doc["whole_model"] is not None and "whole_model_not_computed" not in doc
+    f["weird_field"] = 1
+    path.write_text(json.dumps(f))
+    bad = subprocess.run(run, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
+    assert bad.returncode == 2 and len(lines) == 1 and "'weird_field'" in lines[0]
