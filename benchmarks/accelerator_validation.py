@@ -7,32 +7,53 @@ For each chip: the model's area (``area_mm2``: PE array, SRAM, vector unit, fixe
 peak TOPS (``2 * MACs per cycle * clock``) and power at peak (one second at the full MAC rate with
 no DRAM traffic — the dynamic ``mac`` + ``sram`` terms of ``energy_breakdown`` at the supply the
 clock needs — plus ``static_power``), each against the published figure with the error
-``predicted / published - 1``.
+``predicted / published - 1``. The TPUs' matrix units are described as they are: weight-stationary
+systolic arrays (TPU v1 one 256x256; TPU v4i four, TPU v4 eight 128x128), so the SRAM energy
+follows their reuse.
 
-Calibration (which constant was fitted to which figure):
+What each published figure IS. Every die area is an upper bound (TPU v1 "<= half the Haswell
+die", TPU v4i "< 400 mm2", TPU v4 "< 600 mm2"). TPU v1 and v4i publish TDPs — the most the part
+is built for, an upper bound on busy power; TPU v1 also its measured idle (28 W) and busy power
+(40 W per die running CNN0 at 100 % load, which runs at 86 of the 92 TOPS): the model's power at
+86 TOPS is the like-for-like check. TPU v4 publishes measured min/mean/max power (90/170/192 W):
+the model's full-rate power is compared with the maximum and the mean. TPU v4i publishes no
+measured power: its error against the TDP is a bound, not a miss of a measurement.
+
+Calibration (which constant was fitted to which figure; TPU v1 only):
 
 * ``leakage.logic_mw_per_mm2`` of configs/tech/28nm.yaml (and through it, by Stillmaker & Baas,
   the 45 nm and 7 nm densities and every table's per-bit SRAM figure) was fitted to TPU v1's idle
-  die power: its static power equals ``IDLE_W`` below.
-* ``DIE_FACTOR`` (this file only; not in the tables) = TPU v1's published die area / the model's
-  area: what the model leaves out of a die (IO, PCIe, host interface, control, wiring, layout
-  utilisation). The ``area x die factor`` column applies it to the other chips.
+  power: its static power equals ``IDLE_W`` below.
+* ``die_factor()`` (this file only; not in the tables) = TPU v1's die area / the model's area: what
+  the model leaves out of a die. The ``x die`` column applies it to the other chips.
+* Class factors (this file only): TPU v1's floor plan by class (data buffers 37 %, compute 30 %,
+  I/O 10 %, control 2 %, 21 % unshaded) over the model's SRAM, PE + vector, PHY and fixed area.
+  The ``class`` column scales the other chips' SRAM and compute by the buffer and compute
+  factors and takes the rest of the die (I/O, control, unshaded: 33 %) as the same share as on
+  TPU v1 — an assumption; the I/O factor (DDR3 + PCIe pads over a per-GB/s DDR PHY) is not carried
+  to HBM PHYs.
 
 TPU v4i and TPU v4 are held out: none of their area or power figures set a constant (their
 published 1050 MHz clock is the 7 nm curve's nominal-supply point, configs/tech/7nm.yaml).
 
-Published figures (``PUBLISHED``): TPU v1 — Jouppi et al., "In-Datacenter Performance Analysis of
-a Tensor Processing Unit", ISCA 2017 (confirmed: abstract at research.google/pubs — 65,536 8-bit
-MACs, 92 TOPS, 28 MiB; a reproduction of the paper's figures at maltsystem.ru/en/news/271-goo —
-28 nm, 700 MHz, 24 MiB unified buffer, 34 GB/s, 40 W drawn, 75 W TDP; the die floor plan at
-news.mynavi.jp/article/20170411-tpu/2 — unified buffer 29 %, matrix unit 24 %, accumulators 6 %
-of the die. As remembered, unconfirmed: die <= 331 mm², idle 28 W); TPU v4i — Jouppi et al.,
-"Ten Lessons From Three Generations Shaped Google's TPUv4i", ISCA 2021 (Table 1 as remembered,
-unconfirmed: < 400 mm², 1050 MHz, 138 TFLOPS bf16, TDP 175 W); TPU v4 — Google Cloud TPU v4
-documentation (confirmed: 275 TFLOPS, measured min/mean/max power 90/170/192 W; no die area
-published there, so none is compared). Power: TPU v1 and v4i publish TDPs (the most a board is
-built for), TPU v4 its measured maximum; each is compared with the model's power at the full
-MAC rate.
+Sources and status of each published figure:
+
+* TPU v1 — Jouppi et al., "In-Datacenter Performance Analysis of a Tensor Processing Unit", ISCA
+  2017, arXiv:1704.04760. Confirmed in a retrieved text copy of the arXiv paper: Table 2 (28 nm,
+  700 MHz, TDP 75 W, measured idle 28 W / busy 40 W, 92 TOPS, 34 GB/s, 28 MiB; die "NA*": "The TPU
+  die is <= half the Haswell die size", Haswell 662 mm2, so <= 331 mm2), section 2 (256x256 MACs,
+  4 MiB accumulators in 256 RAMs, 24 MiB unified buffer), Figure 2 caption (data buffers 37 %,
+  compute 30 %, I/O 10 %, control 2 % of the die), Table 3 (CNN0 86 TOPS), section 6 (40 W per die
+  incremental at 100 % CNN0 load). Floor plan blocks (unified buffer 29 %, matrix unit 24 %,
+  accumulators 6 %): news.mynavi.jp/article/20170411-tpu/2, which reproduces the paper's figure.
+* TPU v4i — Jouppi et al., "Ten Lessons From Three Generations Shaped Google's TPUv4i", ISCA 2021.
+  No copy of the paper retrieved; its Table 1 is quoted by two public summaries found by text
+  search (a paper note: 138 TFLOPS, 1050 MHz, 175 W chip TDP, < 400 mm2, 7 nm, 144 MB on-chip
+  SRAM, 614 GB/s, four 128x128 MXUs, 128 MiB CMEM, two ICI links; a second note: TDP 450 W (TPUv3)
+  -> 175 W, 123 -> 138 TFLOPS, 32 -> 144 MB of SRAM). Confirmed at second hand only.
+* TPU v4 — Google Cloud TPU v4 documentation, confirmed: 275 TFLOPS, HBM2 1200 GB/s, measured
+  min/mean/max power 90/170/192 W. Die < 600 mm2, 128 MiB CMEM, 16 MiB VMEM per TensorCore: the
+  ISCA 2023 paper's Table 4 as public code comments transcribe it (second hand).
 """
 
 from __future__ import annotations
