@@ -109,14 +109,18 @@ def peak_tops(arch: ArchSpec) -> float:
 
 def peak_power_w(arch: ArchSpec, tech: str, macs_per_s: float | None = None) -> dict[str, float]:
     """Dynamic power at ``macs_per_s`` (default the full MAC rate; no DRAM traffic) and static
-    power, in W, with the dynamic ``mac`` and ``sram`` terms apart."""
+    power, in W, with the dynamic ``mac`` and ``sram`` terms apart; ``with_dram_w`` adds the
+    off-chip bandwidth streamed in full (DRAM device energy plus the scratchpad fill of every
+    byte), the most the model can burn: the like-for-like figure for a TDP."""
     t = load_tech(tech)
     rate = arch.peak_macs_per_s if macs_per_s is None else macs_per_s
     e = energy_breakdown(arch, t, macs=rate, latency_s=1.0)
     dyn = (e["mac_pj"] + e["sram_pj"]) * 1e-12
+    full = energy_breakdown(arch, t, macs=rate, dram_bytes=arch.offchip.bandwidth_gbps * 1e9,
+                            latency_s=1.0)
     return {"mac_w": e["mac_pj"] * 1e-12, "sram_w": e["sram_pj"] * 1e-12, "dynamic_w": dyn,
             "static_w": e["static_pj"] * 1e-12, "power_w": dyn + e["static_pj"] * 1e-12,
-            "voltage_v": e["voltage_v"]}
+            "with_dram_w": full["energy_j"], "voltage_v": e["voltage_v"]}
 
 
 FLOORPLAN_TPU_V1 = {"sram": 0.29 + 0.06, "pe_array": 0.24}
@@ -207,6 +211,8 @@ def rows() -> list[dict]:
              "tops_err": peak_tops(arch) / pub["tops"] - 1,
              "power_w": p["power_w"], "mac_w": p["mac_w"], "sram_w": p["sram_w"],
              "dynamic_w": p["dynamic_w"], "static_w": p["static_w"],
+             "with_dram_w": p["with_dram_w"],
+             "with_dram_err": p["with_dram_w"] / pub["power_w"] - 1,
              "voltage_v": p["voltage_v"], "power_pub_w": pub["power_w"],
              "power_kind": pub["power_kind"], "power_err": p["power_w"] / pub["power_w"] - 1}
         if name in IDLE_W:
@@ -228,7 +234,8 @@ def _pct(x: float | None) -> str:
 def table(rs: list[dict]) -> str:
     head = (f"{'chip':8} {'role':11} {'area mm2':>8} {'<pub':>5} {'err':>6} {'x die':>5} "
             f"{'err':>6} {'class':>5} {'err':>6} | {'TOPS':>5} {'pub':>4} {'err':>6} | "
-            f"{'W':>5} {'pub':>4} {'kind':12} {'err':>6} ({'MAC':>5} + {'SRAM':>5} + "
+            f"{'W':>5} {'pub':>4} {'kind':12} {'err':>6} {'+DRAM':>5} {'err':>6} "
+            f"({'MAC':>5} + {'SRAM':>5} + "
             f"{'static':>5} W at {'V':>5})")
     lines = [head, "-" * len(head)]
     for r in rs:
@@ -238,7 +245,8 @@ def table(rs: list[dict]) -> str:
             f"{r['area_class_mm2']:5.0f} {_pct(r['area_class_err'])} | "
             f"{r['tops']:5.1f} {r['tops_pub']:4.0f} {r['tops_err']:+6.1%} | "
             f"{r['power_w']:5.1f} {r['power_pub_w']:4.0f} {r['power_kind']:12} "
-            f"{r['power_err']:+6.1%} ({r['mac_w']:5.1f} + {r['sram_w']:5.1f} + "
+            f"{r['power_err']:+6.1%} {r['with_dram_w']:5.1f} {r['with_dram_err']:+6.1%} "
+            f"({r['mac_w']:5.1f} + {r['sram_w']:5.1f} + "
             f"{r['static_w']:5.1f} W at {r['voltage_v']:.3f})")
     for r in rs:
         if "busy_w" in r:
