@@ -254,7 +254,7 @@ def table(rs: list[dict]) -> str:
                          f"busy {r['busy_pub_w']:.0f} W ({r['busy_err']:+.1%}); static "
                          f"{r['static_w']:.1f} W vs measured idle {r['idle_pub_w']:.0f} W "
                          f"(fitted)")
-        if "mean_w" in r or "mean_pub_w" in r:
+        if "mean_pub_w" in r:
             lines.append(f"{r['chip']}: power at the full MAC rate {r['power_w']:.1f} W vs "
                          f"measured mean {r['mean_pub_w']:.0f} W ({r['mean_err']:+.1%})")
     a = v1_accumulator_sensitivity()
