@@ -97,6 +97,7 @@ BUSY_V1 = {"power_w": 40.0, "tops": 86.0}
 left out; section 6 and Figure 10) at 86 TOPS (Table 3): a measured busy power at a known MAC
 rate, the like-for-like figure for the model's power at that rate"""
 
+
 def load_chip(name: str) -> ArchSpec:
     return ArchSpec.from_dict(yaml.safe_load((VALIDATION_DIR / f"{name}.yaml").read_text()),
                               source=str(VALIDATION_DIR / f"{name}.yaml"))
