@@ -7,32 +7,53 @@ For each chip: the model's area (``area_mm2``: PE array, SRAM, vector unit, fixe
 peak TOPS (``2 * MACs per cycle * clock``) and power at peak (one second at the full MAC rate with
 no DRAM traffic — the dynamic ``mac`` + ``sram`` terms of ``energy_breakdown`` at the supply the
 clock needs — plus ``static_power``), each against the published figure with the error
-``predicted / published - 1``.
+``predicted / published - 1``. The TPUs' matrix units are described as they are: weight-stationary
+systolic arrays (TPU v1 one 256x256; TPU v4i four, TPU v4 eight 128x128), so the SRAM energy
+follows their reuse.
 
-Calibration (which constant was fitted to which figure):
+What each published figure IS. Every die area is an upper bound (TPU v1 "<= half the Haswell
+die", TPU v4i "< 400 mm2", TPU v4 "< 600 mm2"). TPU v1 and v4i publish TDPs — the most the part
+is built for, an upper bound on busy power; TPU v1 also its measured idle (28 W) and busy power
+(40 W per die running CNN0 at 100 % load, which runs at 86 of the 92 TOPS): the model's power at
+86 TOPS is the like-for-like check. TPU v4 publishes measured min/mean/max power (90/170/192 W):
+the model's full-rate power is compared with the maximum and the mean. TPU v4i publishes no
+measured power: its error against the TDP is a bound, not a miss of a measurement.
+
+Calibration (which constant was fitted to which figure; TPU v1 only):
 
 * ``leakage.logic_mw_per_mm2`` of configs/tech/28nm.yaml (and through it, by Stillmaker & Baas,
   the 45 nm and 7 nm densities and every table's per-bit SRAM figure) was fitted to TPU v1's idle
-  die power: its static power equals ``IDLE_W`` below.
-* ``DIE_FACTOR`` (this file only; not in the tables) = TPU v1's published die area / the model's
-  area: what the model leaves out of a die (IO, PCIe, host interface, control, wiring, layout
-  utilisation). The ``area x die factor`` column applies it to the other chips.
+  power: its static power equals ``IDLE_W`` below.
+* ``die_factor()`` (this file only; not in the tables) = TPU v1's die area / the model's area: what
+  the model leaves out of a die. The ``x die`` column applies it to the other chips.
+* Class factors (this file only): TPU v1's floor plan by class (data buffers 37 %, compute 30 %,
+  I/O 10 %, control 2 %, 21 % unshaded) over the model's SRAM, PE + vector, PHY and fixed area.
+  The ``class`` column scales the other chips' SRAM and compute by the buffer and compute
+  factors and takes the rest of the die (I/O, control, unshaded: 33 %) as the same share as on
+  TPU v1 — an assumption; the I/O factor (DDR3 + PCIe pads over a per-GB/s DDR PHY) is not carried
+  to HBM PHYs.
 
 TPU v4i and TPU v4 are held out: none of their area or power figures set a constant (their
 published 1050 MHz clock is the 7 nm curve's nominal-supply point, configs/tech/7nm.yaml).
 
-Published figures (``PUBLISHED``): TPU v1 — Jouppi et al., "In-Datacenter Performance Analysis of
-a Tensor Processing Unit", ISCA 2017 (confirmed: abstract at research.google/pubs — 65,536 8-bit
-MACs, 92 TOPS, 28 MiB; a reproduction of the paper's figures at maltsystem.ru/en/news/271-goo —
-28 nm, 700 MHz, 24 MiB unified buffer, 34 GB/s, 40 W drawn, 75 W TDP; the die floor plan at
-news.mynavi.jp/article/20170411-tpu/2 — unified buffer 29 %, matrix unit 24 %, accumulators 6 %
-of the die. As remembered, unconfirmed: die <= 331 mm², idle 28 W); TPU v4i — Jouppi et al.,
-"Ten Lessons From Three Generations Shaped Google's TPUv4i", ISCA 2021 (Table 1 as remembered,
-unconfirmed: < 400 mm², 1050 MHz, 138 TFLOPS bf16, TDP 175 W); TPU v4 — Google Cloud TPU v4
-documentation (confirmed: 275 TFLOPS, measured min/mean/max power 90/170/192 W; no die area
-published there, so none is compared). Power: TPU v1 and v4i publish TDPs (the most a board is
-built for), TPU v4 its measured maximum; each is compared with the model's power at the full
-MAC rate.
+Sources and status of each published figure:
+
+* TPU v1 — Jouppi et al., "In-Datacenter Performance Analysis of a Tensor Processing Unit", ISCA
+  2017, arXiv:1704.04760. Confirmed in a retrieved text copy of the arXiv paper: Table 2 (28 nm,
+  700 MHz, TDP 75 W, measured idle 28 W / busy 40 W, 92 TOPS, 34 GB/s, 28 MiB; die "NA*": "The TPU
+  die is <= half the Haswell die size", Haswell 662 mm2, so <= 331 mm2), section 2 (256x256 MACs,
+  4 MiB accumulators in 256 RAMs, 24 MiB unified buffer), Figure 2 caption (data buffers 37 %,
+  compute 30 %, I/O 10 %, control 2 % of the die), Table 3 (CNN0 86 TOPS), section 6 (40 W per die
+  incremental at 100 % CNN0 load). Floor plan blocks (unified buffer 29 %, matrix unit 24 %,
+  accumulators 6 %): news.mynavi.jp/article/20170411-tpu/2, which reproduces the paper's figure.
+* TPU v4i — Jouppi et al., "Ten Lessons From Three Generations Shaped Google's TPUv4i", ISCA 2021.
+  No copy of the paper retrieved; its Table 1 is quoted by two public summaries found by text
+  search (a paper note: 138 TFLOPS, 1050 MHz, 175 W chip TDP, < 400 mm2, 7 nm, 144 MB on-chip
+  SRAM, 614 GB/s, four 128x128 MXUs, 128 MiB CMEM, two ICI links; a second note: TDP 450 W (TPUv3)
+  -> 175 W, 123 -> 138 TFLOPS, 32 -> 144 MB of SRAM). Confirmed at second hand only.
+* TPU v4 — Google Cloud TPU v4 documentation, confirmed: 275 TFLOPS, HBM2 1200 GB/s, measured
+  min/mean/max power 90/170/192 W. Die < 600 mm2, 128 MiB CMEM, 16 MiB VMEM per TensorCore: the
+  ISCA 2023 paper's Table 4 as public code comments transcribe it (second hand).
 """
 
 from __future__ import annotations
@@ -44,21 +65,37 @@ from pathlib import Path
 import yaml
 
 from tilewright.arch import ArchSpec
-from tilewright.dataflow_sim.energy_area import (area_breakdown, area_mm2, energy_breakdown,
-                                                 load_tech, static_power)
+from tilewright.compiler.engine_timing import sram_bytes_per_mac
+from tilewright.dataflow_sim.energy_area import (area_breakdown, area_mm2, dynamic_scale,
+                                                 energy_breakdown, load_tech, operand_bytes,
+                                                 operating_voltage, sram_pj_per_byte)
 
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "configs" / "validation"
 
 PUBLISHED = {
     "tpu_v1": {"tech": "28nm", "role": "calibration", "area_mm2": 331.0, "tops": 92.0,
-               "power_w": 75.0, "cite": "Jouppi et al., ISCA 2017, abstract and Table 2"},
+               "power_w": 75.0, "power_kind": "TDP",
+               "cite": "Jouppi et al., ISCA 2017 (arXiv:1704.04760), Table 2"},
     "tpu_v4i": {"tech": "7nm", "role": "held out", "area_mm2": 400.0, "tops": 138.0,
-                "power_w": 175.0, "cite": "Jouppi et al., ISCA 2021, Table 1"},
-    "tpu_v4": {"tech": "7nm", "role": "held out", "area_mm2": None, "tops": 275.0,
-               "power_w": 192.0, "cite": "cloud.google.com/tpu/docs/v4 (measured max power)"},
+                "power_w": 175.0, "power_kind": "TDP",
+                "cite": "Jouppi et al., ISCA 2021, Table 1"},
+    "tpu_v4": {"tech": "7nm", "role": "held out", "area_mm2": 600.0, "tops": 275.0,
+               "power_w": 192.0, "power_kind": "measured max",
+               "cite": "cloud.google.com/tpu/docs/v4; Jouppi et al., ISCA 2023, Table 4"},
 }
+"""Published figures (module doc for each source and its status). Every area is an upper bound
+(TPU v1 "<= half the Haswell die" of 662 mm2, TPU v4i "< 400", TPU v4 "< 600"); ``power_w`` is
+the figure of ``power_kind``: a TDP is an upper bound on busy power, TPU v4's is its measured
+maximum."""
 IDLE_W = {"tpu_v1": 28.0}
-"""published idle die power (W) the 28 nm leakage density was fitted to"""
+"""published idle power per die (W), Table 2 of the TPU v1 paper; the 28 nm leakage density was
+fitted to it"""
+MEAN_W = {"tpu_v4": 170.0}
+"""published measured mean power (W): cloud.google.com/tpu/docs/v4"""
+BUSY_V1 = {"power_w": 40.0, "tops": 86.0}
+"""TPU v1 running CNN0 at 100 % load: 40 W per die incremental (server power over 4 TPUs, host
+left out; section 6 and Figure 10) at 86 TOPS (Table 3): a measured busy power at a known MAC
+rate, the like-for-like figure for the model's power at that rate"""
 
 
 def load_chip(name: str) -> ArchSpec:
@@ -71,17 +108,53 @@ def peak_tops(arch: ArchSpec) -> float:
     return 2 * arch.tensor_engine.macs_per_cycle * arch.clock_mhz * 1e6 / 1e12
 
 
-def peak_power_w(arch: ArchSpec, tech: str) -> dict[str, float]:
-    """Dynamic power at the full MAC rate (no DRAM traffic) and static power, in W."""
+def peak_power_w(arch: ArchSpec, tech: str, macs_per_s: float | None = None) -> dict[str, float]:
+    """Dynamic power at ``macs_per_s`` (default the full MAC rate; no DRAM traffic) and static
+    power, in W, with the dynamic ``mac`` and ``sram`` terms apart; ``with_dram_w`` adds the
+    off-chip bandwidth streamed in full (DRAM device energy plus the scratchpad fill of every
+    byte), the most the model can burn: the like-for-like figure for a TDP."""
     t = load_tech(tech)
-    e = energy_breakdown(arch, t, macs=arch.peak_macs_per_s, latency_s=1.0)
+    rate = arch.peak_macs_per_s if macs_per_s is None else macs_per_s
+    e = energy_breakdown(arch, t, macs=rate, latency_s=1.0)
     dyn = (e["mac_pj"] + e["sram_pj"]) * 1e-12
-    return {"dynamic_w": dyn, "static_w": e["static_pj"] * 1e-12,
-            "power_w": dyn + e["static_pj"] * 1e-12, "voltage_v": e["voltage_v"]}
+    full = energy_breakdown(arch, t, macs=rate, dram_bytes=arch.offchip.bandwidth_gbps * 1e9,
+                            latency_s=1.0)
+    return {"mac_w": e["mac_pj"] * 1e-12, "sram_w": e["sram_pj"] * 1e-12, "dynamic_w": dyn,
+            "static_w": e["static_pj"] * 1e-12, "power_w": dyn + e["static_pj"] * 1e-12,
+            "with_dram_w": full["energy_j"], "voltage_v": e["voltage_v"]}
 
 
 FLOORPLAN_TPU_V1 = {"sram": 0.29 + 0.06, "pe_array": 0.24}
 """shares of TPU v1's die: unified buffer + accumulators, and the matrix unit (floor plan)"""
+
+DIE_CLASSES_TPU_V1 = {"buffers": 0.37, "compute": 0.30, "io": 0.10, "control": 0.02}
+"""TPU v1's die by class (Figure 2 caption of the paper: data buffers 37 %, compute 30 %, I/O
+10 %, control 2 %; the remaining 21 % is not shaded). The model's blocks: buffers = ``sram``,
+compute = ``pe_array`` + ``vector``, I/O = ``phy``, control = ``fixed``."""
+
+
+def model_classes(arch: ArchSpec, tech: str) -> dict[str, float]:
+    """The model's area (mm2) in the classes of :data:`DIE_CLASSES_TPU_V1`."""
+    ab = area_breakdown(arch, load_tech(tech))
+    return {"buffers": ab["sram_um2"] / 1e6,
+            "compute": (ab["pe_array_um2"] + ab["vector_um2"]) / 1e6,
+            "io": ab["phy_um2"] / 1e6, "control": ab["fixed_um2"] / 1e6}
+
+
+def class_factors() -> dict[str, float]:
+    """Published / modelled area of each class on the calibration chip (TPU v1, die 331 mm2)."""
+    m = model_classes(load_chip("tpu_v1"), "28nm")
+    a = PUBLISHED["tpu_v1"]["area_mm2"]
+    return {c: share * a / m[c] for c, share in DIE_CLASSES_TPU_V1.items()}
+
+
+def class_area_mm2(arch: ArchSpec, tech: str) -> float:
+    """Die area (mm2) from the model's SRAM and compute blocks, each x its TPU v1 class factor,
+    over the share of TPU v1's die those two classes hold (67 %): the rest of a die (I/O,
+    control, unshaded) is taken as the same share as on TPU v1 (an assumption)."""
+    k, m = class_factors(), model_classes(arch, tech)
+    core = DIE_CLASSES_TPU_V1["buffers"] + DIE_CLASSES_TPU_V1["compute"]
+    return (k["buffers"] * m["buffers"] + k["compute"] * m["compute"]) / core
 
 
 def floorplan_ratio() -> tuple[float, float]:
@@ -96,46 +169,105 @@ def die_factor() -> float:
     return PUBLISHED["tpu_v1"]["area_mm2"] / area_mm2(load_chip("tpu_v1"), load_tech("28nm"))
 
 
+ACC_RAMS_TPU_V1 = 256
+"""TPU v1's accumulators are 256 accumulator RAMs (section 2 and Figure 4 of the paper), 4 MiB
+in all; ``memory.accumulator_banks`` stops at 64, so tpu_v1.yaml keeps one bank (module doc)."""
+
+
+def v1_accumulator_sensitivity() -> dict[str, float]:
+    """TPU v1 at CNN0's 86 TOPS: the accumulator's share of the SRAM power (W) as modelled (one
+    4 MiB bank per access) and with each access reading one of 256 RAMs of 16 KiB, and the busy
+    power that follows (W) — a diagnostic, not used for any other figure."""
+    arch, t = load_chip("tpu_v1"), load_tech("28nm")
+    macs = BUSY_V1["tops"] * 1e12 / 2
+    _, psum_b = sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))
+    s = dynamic_scale(t, operating_voltage(arch, t))
+    acc_kib = arch.memory.accumulator_kib
+    one = macs * psum_b * sram_pj_per_byte(t, acc_kib / arch.memory.accumulator_banks) * s * 1e-12
+    rams = macs * psum_b * sram_pj_per_byte(t, acc_kib / ACC_RAMS_TPU_V1) * s * 1e-12
+    busy = peak_power_w(arch, "28nm", macs_per_s=macs)["power_w"]
+    return {"acc_w": one, "acc_rams_w": rams, "busy_w": busy, "busy_rams_w": busy - one + rams}
+
+
+def _err(x: float, pub: float | None) -> float | None:
+    return x / pub - 1 if pub else None
+
+
 def rows() -> list[dict]:
-    """One row per chip: predicted, published and error of area, peak TOPS and power."""
+    """One row per chip: predicted, published and error of area (raw, x the TPU v1 die factor,
+    and by class factors), peak TOPS and power."""
     k = die_factor()
     out = []
     for name, pub in PUBLISHED.items():
         arch = load_chip(name)
         area = area_mm2(arch, load_tech(pub["tech"]))
+        ca = class_area_mm2(arch, pub["tech"])
         p = peak_power_w(arch, pub["tech"])
         pa = pub["area_mm2"]
         r = {"chip": name, "tech": pub["tech"], "role": pub["role"], "cite": pub["cite"],
-             "area_mm2": area, "area_pub_mm2": pa, "area_err": area / pa - 1 if pa else None,
-             "area_die_mm2": area * k, "area_die_err": area * k / pa - 1 if pa else None,
+             "area_mm2": area, "area_pub_mm2": pa, "area_err": _err(area, pa),
+             "area_die_mm2": area * k, "area_die_err": _err(area * k, pa),
+             "area_class_mm2": ca, "area_class_err": _err(ca, pa),
              "tops": peak_tops(arch), "tops_pub": pub["tops"],
              "tops_err": peak_tops(arch) / pub["tops"] - 1,
-             "power_w": p["power_w"], "dynamic_w": p["dynamic_w"], "static_w": p["static_w"],
+             "power_w": p["power_w"], "mac_w": p["mac_w"], "sram_w": p["sram_w"],
+             "dynamic_w": p["dynamic_w"], "static_w": p["static_w"],
+             "with_dram_w": p["with_dram_w"],
+             "with_dram_err": p["with_dram_w"] / pub["power_w"] - 1,
              "voltage_v": p["voltage_v"], "power_pub_w": pub["power_w"],
-             "power_err": p["power_w"] / pub["power_w"] - 1}
+             "power_kind": pub["power_kind"], "power_err": p["power_w"] / pub["power_w"] - 1}
         if name in IDLE_W:
             r["idle_pub_w"], r["idle_err"] = IDLE_W[name], p["static_w"] / IDLE_W[name] - 1
+        if name in MEAN_W:
+            r["mean_pub_w"], r["mean_err"] = MEAN_W[name], p["power_w"] / MEAN_W[name] - 1
+        if name == "tpu_v1":
+            b = peak_power_w(arch, pub["tech"], macs_per_s=BUSY_V1["tops"] * 1e12 / 2)
+            r["busy_w"], r["busy_pub_w"] = b["power_w"], BUSY_V1["power_w"]
+            r["busy_err"] = b["power_w"] / BUSY_V1["power_w"] - 1
         out.append(r)
     return out
 
 
-def table(rs: list[dict]) -> str:
-    head = (f"{'chip':8} {'role':11} {'area mm2':>9} {'pub':>5} {'err':>6} {'x die':>6} "
-            f"{'err':>6} | {'TOPS':>6} {'pub':>5} {'err':>6} | {'W':>6} {'pub':>5} {'err':>6} "
-            f"({'dyn':>5} + {'static':>6} W at {'V':>5})")
-    lines = [head, "-" * len(head)]
-    def pct(x: float | None) -> str:
-        return f"{x:+6.1%}" if x is not None else f"{'-':>6}"
+def _pct(x: float | None) -> str:
+    return f"{x:+6.1%}" if x is not None else f"{'-':>6}"
 
+
+def table(rs: list[dict]) -> str:
+    head = (f"{'chip':8} {'role':11} {'area mm2':>8} {'<pub':>5} {'err':>6} {'x die':>5} "
+            f"{'err':>6} {'class':>5} {'err':>6} | {'TOPS':>5} {'pub':>4} {'err':>6} | "
+            f"{'W':>5} {'pub':>4} {'kind':12} {'err':>6} {'+DRAM':>5} {'err':>6} "
+            f"({'MAC':>5} + {'SRAM':>5} + "
+            f"{'static':>5} W at {'V':>5})")
+    lines = [head, "-" * len(head)]
     for r in rs:
-        pub = f"{r['area_pub_mm2']:5.0f}" if r["area_pub_mm2"] else f"{'-':>5}"
         lines.append(
-            f"{r['chip']:8} {r['role']:11} {r['area_mm2']:9.1f} {pub} "
-            f"{pct(r['area_err'])} {r['area_die_mm2']:6.0f} {pct(r['area_die_err'])} | "
-            f"{r['tops']:6.1f} {r['tops_pub']:5.0f} {r['tops_err']:+6.1%} | "
-            f"{r['power_w']:6.1f} {r['power_pub_w']:5.0f} {r['power_err']:+6.1%} "
-            f"({r['dynamic_w']:5.1f} + {r['static_w']:6.1f} W at {r['voltage_v']:.3f})")
+            f"{r['chip']:8} {r['role']:11} {r['area_mm2']:8.1f} {r['area_pub_mm2']:5.0f} "
+            f"{_pct(r['area_err'])} {r['area_die_mm2']:5.0f} {_pct(r['area_die_err'])} "
+            f"{r['area_class_mm2']:5.0f} {_pct(r['area_class_err'])} | "
+            f"{r['tops']:5.1f} {r['tops_pub']:4.0f} {r['tops_err']:+6.1%} | "
+            f"{r['power_w']:5.1f} {r['power_pub_w']:4.0f} {r['power_kind']:12} "
+            f"{r['power_err']:+6.1%} {r['with_dram_w']:5.1f} {r['with_dram_err']:+6.1%} "
+            f"({r['mac_w']:5.1f} + {r['sram_w']:5.1f} + "
+            f"{r['static_w']:5.1f} W at {r['voltage_v']:.3f})")
+    for r in rs:
+        if "busy_w" in r:
+            lines.append(f"{r['chip']}: power at CNN0's 86 TOPS {r['busy_w']:.1f} W vs measured "
+                         f"busy {r['busy_pub_w']:.0f} W ({r['busy_err']:+.1%}); static "
+                         f"{r['static_w']:.1f} W vs measured idle {r['idle_pub_w']:.0f} W "
+                         f"(fitted)")
+        if "mean_pub_w" in r:
+            lines.append(f"{r['chip']}: power at the full MAC rate {r['power_w']:.1f} W vs "
+                         f"measured mean {r['mean_pub_w']:.0f} W ({r['mean_err']:+.1%})")
+    a = v1_accumulator_sensitivity()
+    lines.append(f"tpu_v1: accumulator reads {a['acc_w']:.1f} W of that (one 4 MiB bank); as the "
+                 f"paper's {ACC_RAMS_TPU_V1} RAMs of 16 KiB {a['acc_rams_w']:.1f} W -> busy "
+                 f"{a['busy_rams_w']:.1f} W ({a['busy_rams_w'] / BUSY_V1['power_w'] - 1:+.1%}; "
+                 f"not expressible: accumulator_banks <= 64)")
     lines.append(f"die factor (TPU v1 published / model area) = {die_factor():.3f}")
+    k, m = class_factors(), model_classes(load_chip("tpu_v1"), "28nm")
+    lines.append("TPU v1 area by class, model mm2 / floor plan mm2 (factor): " + ", ".join(
+        f"{c} {m[c]:.1f} / {DIE_CLASSES_TPU_V1[c] * PUBLISHED['tpu_v1']['area_mm2']:.1f} "
+        f"({k[c]:.2f})" for c in DIE_CLASSES_TPU_V1) + "; unshaded 21 % not modelled")
     m, p = floorplan_ratio()
     lines.append(f"TPU v1 SRAM / PE-array area: model {m:.3f}, floor plan {p:.3f} "
                  f"(err {m / p - 1:+.1%})")

@@ -208,7 +208,7 @@ def test_presets_match_their_published_figures():
 
 
 def test_presets_agree_with_the_validation_configs():
-    """The presets restate configs/validation/tpu_v*.yaml (cube stand-ins of the same MACs):
+    """The presets restate configs/validation/tpu_v*.yaml (the same arrays and MACs):
     clock, peak MACs, memories, off-chip and vector figures must not contradict them."""
     from tilewright.arch import PRESET_DIR
     for preset, val in (("tpu-v1-like", "tpu_v1"), ("tpu-v4-like", "tpu_v4")):
@@ -232,7 +232,7 @@ def test_acceptance_cycles_command_on_the_tpu_v4_like_preset(tw):
     assert d["cycles"] == 128 + 31 * 2048 + 2048 + 128 + 128 + 1
     assert d["utilization"] == pytest.approx(512 * 4096 * 4096 / (d["cycles"] * 8 * 128 * 128),
                                              abs=1e-6)
-    code, out, err = tw("cycles", "--arch", "configs/validation/tpu_v4.yaml", "-m", "8", "-k",
+    code, out, err = tw("cycles", "--arch", "configs/cube2x4x2v.yaml", "-m", "8", "-k",
                         "8", "-n", "8", "--dataflow", "is")
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "kind 'systolic' only" in err
