@@ -78,7 +78,7 @@ from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
 from .costs import ChipModel, causal_pairs, chip_model
-from .energy import add_traffic, cluster_energy, power_capped_chip, serve_iteration_work
+from .energy import add_traffic, cluster_energy, power_capped_chip, serve_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
 from .serve_slo import SLO, best_split, pd_splits, slo_metrics, with_prefill_chips
@@ -220,8 +220,12 @@ class IterationCost:
         self._lines: dict[str, tuple[float, float] | None] = {}
         self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
         self._comm: dict[tuple[str, int], float] = {}
-        self.work = np.zeros(3)          # (MACs, vector ops, off-chip bytes) run so far
-        self.comm_link_bytes: dict[int, float] = {}   # bytes per link of the collectives
+        self._work = np.zeros(3)          # (MACs, vector ops, off-chip bytes) run so far
+        self._link_bytes: dict[int, float] = {}   # bytes per link of the collectives
+        # sums over the iterations not yet folded into _work / _link_bytes (serve_work's
+        # arguments; the TP all-reduce bytes are linear in tokens): iterations, tokens, Σq·c,
+        # Σc, logits, iterations with logits, tokens all-reduced
+        self._pending = [0, 0, 0, 0, 0, 0, 0]
         self._rates: dict[str, dict[int, float]] = {}
         self._rng = np.random.default_rng(seed)
         self._twin: IterationCost | None = None
@@ -503,24 +507,58 @@ class IterationCost:
             per = compute + comm
         return (dense + float(per.sum()), *tail)
 
-    def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> None:
-        """Add one iteration's work (:func:`.energy.serve_iteration_work`) and its collectives'
-        link bytes (TP all-reduces of every EP rank's tokens, EP all-to-alls) to the totals."""
+    @property
+    def work(self) -> np.ndarray:
+        """(MACs, vector ops, off-chip bytes) of the iterations run so far, all chips."""
+        self._flush()
+        return self._work
+
+    @property
+    def comm_link_bytes(self) -> dict[int, float]:
+        """Bytes carried per link by the collectives of the iterations run so far."""
+        self._flush()
+        return self._link_bytes
+
+    def _flush(self) -> None:
+        """Fold the pending iteration sums into the totals (:func:`.energy.serve_work`; the TP
+        all-reduces' bytes, ``n_layers`` × per layer, linear in tokens)."""
+        it, T, qc, ctx, n, n_it, T_ar = self._pending
+        if not (it or T_ar):
+            return
         dm, e, tp, ep, L = self.dm, self.e, self.plan.tp, self.plan.ep, self.cfg.n_layers
-        T = float(np.sum(q))
+        if it:
+            self._work = self._work + serve_work(dm, e, tp, ep, L, iterations=it, tokens=T,
+                                                 qc=qc, ctx=ctx, logits=n,
+                                                 logit_iterations=n_it)
+        if T_ar:
+            per_token = (2 * dm.d * e if not dm.ssm
+                         else (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
+            self._carry("all_reduce", self._tp_group, L * per_token * T_ar)
+        self._pending = [0, 0, 0, 0, 0, 0, 0]
+
+    def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> None:
+        """Add one iteration's work (:func:`.energy.serve_work`, through the pending sums) and
+        its collectives' link bytes (TP all-reduces of every EP rank's tokens, EP all-to-alls)
+        to the totals."""
+        dm, e, tp, ep, L = self.dm, self.e, self.plan.tp, self.plan.ep, self.cfg.n_layers
+        T = int(q.sum())
+        pend = self._pending
         if self.cost_source == "compiler" and not dm.moe and ep == 1:
             # the same compiled Reports that time the iteration (one cost path)
             layer = self._interpolated(int(T), self._compiled_vec)[1:] if T else np.zeros(3)
             if not dm.ssm and T:
                 layer = layer + self._attention_vec(q, c)[1:]
-            self.work += tp * (L * layer + self._embed_vec(int(T))[1:]
-                               + self._head_vec(n_logits)[1:])
+            self._work = self._work + tp * (L * layer + self._embed_vec(int(T))[1:]
+                                            + self._head_vec(n_logits)[1:])
         else:
-            self.work += serve_iteration_work(dm, e, tp, ep, L, q, c, n_logits)
+            pend[0] += 1
+            pend[1] += T
+            pend[2] += int(q @ c)
+            pend[3] += int(c.sum())
+            pend[4] += n_logits
+            pend[5] += 1 if n_logits else 0
         if tp > 1:
-            per_layer = (2 * T * dm.d * e if not dm.ssm
-                         else T * (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
-            self._carry("all_reduce", self._tp_group, L * per_layer)
+            pend[6] += T
         if dm.moe and ep > 1:
             # per rank and MoE layer: dispatch (at dispatch_bytes) + combine, as an all-to-all
             # send buffer S whose (1 - 1/ep)·S leaves the rank (the volumes of a2a_seconds)
@@ -533,7 +571,7 @@ class IterationCost:
         rates = self._rates.get(kind)
         if rates is None:
             rates = self._rates[kind] = self.timer.traffic(kind, groups)
-        add_traffic(self.comm_link_bytes, rates, nbytes)
+        add_traffic(self._link_bytes, rates, nbytes)
 
     def head_seconds(self, n: int) -> float:
         """Final norm, LM head GEMM and logits softmax for ``n`` rows (memoized): compiled
