@@ -77,7 +77,7 @@ from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
-from .costs import ChipModel, causal_pairs, chip_model
+from .costs import ChipModel, chip_model
 from .energy import add_traffic, cluster_energy, power_capped_chip, serve_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
@@ -432,7 +432,9 @@ class IterationCost:
         if self.cost_source == "compiler":
             return self._attention_compiled(q, c)
         if chip.fused_attention:    # GPU preset: one FlashAttention (varlen) kernel, causal
-            pairs = float(causal_pairs(q, c).sum())
+            # Σ .costs.causal_pairs(q, c) = Σ q·(2c − q + 1)/2, in integers (q·(2c − q + 1) is even):
+            # exact, as the float sum is below 2**53
+            pairs = float(int(q @ (2 * c - q + 1)) // 2)
             hv = dm.hd_v or dm.hd               # MLA: values r wide, keys r + dr
             kv_read = dm.kv * float(c.sum()) * (dm.hd if dm.hd_v else 2 * dm.hd)  # latent: once
             return float(chip.attention_seconds(
@@ -468,17 +470,21 @@ class IterationCost:
         overlap of communication and compute: ``max(C, M) + min(C, M)/2`` per layer."""
         cfg, dm, ep, e = self.cfg, self.dm, self.plan.ep, self.e
         T_total = int(q.sum())
-        if ep == 1:
-            groups = [(q, c)]
-        elif ranks is None:
-            groups = [(q[r::ep], c[r::ep]) for r in range(ep)]
+        if ep == 1:                           # one rank: no split (the common case, fast)
+            groups = [(q, c)] if len(q) else []
+            T = T_total
+            attn = [self.attention_seconds(q, c)] if groups else []
+            layer = self._dense_seconds(T) + attn[0] if groups else 0.0
         else:
-            groups = [(q[ranks == r], c[ranks == r]) for r in range(ep)]
-        groups = [(pq, pc) for pq, pc in groups if len(pq)]
-        T = max((int(pq.sum()) for pq, _ in groups), default=0)
-        attn = [self.attention_seconds(pq, pc) for pq, pc in groups]
-        layer = max((self._dense_seconds(int(pq.sum())) + a
-                     for (pq, _), a in zip(groups, attn)), default=0.0)
+            if ranks is None:
+                groups = [(q[r::ep], c[r::ep]) for r in range(ep)]
+            else:
+                groups = [(q[ranks == r], c[ranks == r]) for r in range(ep)]
+            groups = [(pq, pc) for pq, pc in groups if len(pq)]
+            T = max((int(pq.sum()) for pq, _ in groups), default=0)
+            attn = [self.attention_seconds(pq, pc) for pq, pc in groups]
+            layer = max((self._dense_seconds(int(pq.sum())) + a
+                         for (pq, _), a in zip(groups, attn)), default=0.0)
         tp_comm = 0.0
         if self.plan.tp > 1:
             tp_comm = 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
@@ -684,10 +690,16 @@ class _Replica:
         ep = plan.ep
         budgets = [max(1, plan.max_batch_tokens // ep)] * ep
         decode: list[_Req] = []
+        bt, slots = plan.kv_block_tokens, self.sim.state_slots
         for r in list(self.running):          # decode steps first; preempt when KV runs out
-            if not r.active or not r.decoding:
+            if not r.active or r.done < r.todo:
                 continue
-            need = self._blocks(r.prompt + r.generated)
+            # self._blocks(r.prompt + r.generated), inlined: this loop runs per sequence and
+            # iteration
+            need = 1 if slots is not None else -(-(r.prompt + r.generated) // bt)
+            if need == r.blocks:              # no new block this step
+                decode.append(r)
+                continue
             while need > r.blocks + self.free_blocks and r.active:
                 self._preempt(self.running[-1])
             if r.active:
@@ -784,25 +796,35 @@ class _Replica:
                 yield self.wake
                 self.wake = None
                 continue
-            q = np.fromiter((n for _, n in batch), np.int64, len(batch))
-            c = np.fromiter((r.prompt + r.generated if r.done >= r.todo else r.done + n
-                             for r, n in batch), np.int64, len(batch))
-            last = np.fromiter((r.done + n >= r.todo for r, n in batch), bool, len(batch))
-            ranks = np.fromiter((r.rank for r, _ in batch), np.int64, len(batch))
+            # per sequence: new tokens, keys attended (new ones included), whether it samples
+            # a token (its prefill completes, or a decode step); one pass over the batch
+            qs, cs, lasts = [], [], []
+            for r, n in batch:
+                qs.append(n)
+                if r.done >= r.todo:
+                    cs.append(r.prompt + r.generated)
+                    lasts.append(True)
+                else:
+                    cs.append(r.done + n)
+                    lasts.append(r.done + n >= r.todo)
+            q, c = np.array(qs, np.int64), np.array(cs, np.int64)
+            n_logits = sum(lasts)
+            ranks = (np.array([r.rank for r, _ in batch], np.int64) if sim.plan.ep > 1
+                     or sim.plan.pp > 1 else None)
             t0 = env.now
-            sim.record(self, t0, len(batch), int(q.sum()))
+            sim.record(self, t0, len(batch), sum(qs))
             if sim.plan.pp == 1:
-                dt = self.cost.seconds(q, c, int(last.sum()), ranks)
+                dt = self.cost.seconds(q, c, n_logits, ranks)
                 self.busy_chip_s += dt * len(self.chips)
                 yield env.timeout(dt)
             else:
-                yield env.process(self._pipeline(q, c, last, ranks))
+                yield env.process(self._pipeline(q, c, np.array(lasts), ranks))
                 dt = env.now - t0
             self.busy += dt
             self.iterations += 1
             if sim.trace is not None:
                 sim.trace.span("iteration", "compute", t0, dt, f"{self.role}{self.idx}", "replica",
-                               tokens=int(q.sum()), seqs=len(batch))
+                               tokens=sum(qs), seqs=len(batch))
             for r, n in batch:
                 if not r.active:
                     continue
