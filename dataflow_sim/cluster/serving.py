@@ -798,15 +798,15 @@ class _Replica:
                 continue
             # per sequence: new tokens, keys attended (new ones included), whether it samples
             # a token (its prefill completes, or a decode step); one pass over the batch
-            qs, cs, lasts = [], [], []
+            qs, cs, lasts = [n for _, n in batch], [], []
+            add_c, add_last = cs.append, lasts.append
             for r, n in batch:
-                qs.append(n)
                 if r.done >= r.todo:
-                    cs.append(r.prompt + r.generated)
-                    lasts.append(True)
+                    add_c(r.prompt + r.generated)
+                    add_last(True)
                 else:
-                    cs.append(r.done + n)
-                    lasts.append(r.done + n >= r.todo)
+                    add_c(r.done + n)
+                    add_last(r.done + n >= r.todo)
             q, c = np.array(qs, np.int64), np.array(cs, np.int64)
             n_logits = sum(lasts)
             ranks = (np.array([r.rank for r, _ in batch], np.int64) if sim.plan.ep > 1
@@ -825,12 +825,13 @@ class _Replica:
             if sim.trace is not None:
                 sim.trace.span("iteration", "compute", t0, dt, f"{self.role}{self.idx}", "replica",
                                tokens=sum(qs), seqs=len(batch))
-            for r, n in batch:
+            prefill_pool = self.role == "prefill"
+            for r, n in batch:                # (r.decoding inlined: per sequence and iteration)
                 if not r.active:
                     continue
-                if not r.decoding:
+                if r.done < r.todo:
                     r.done += n
-                    if not r.decoding:
+                    if r.done < r.todo:
                         continue
                     if math.isnan(r.first_token):
                         r.first_token = env.now
@@ -838,7 +839,7 @@ class _Replica:
                 if r.generated >= r.output:
                     self._drop(r)
                     sim.finish(r)
-                elif self.role == "prefill":
+                elif prefill_pool:
                     self.running.remove(r)
                     r.active = False
                     env.process(sim.hand_off(r, self))
