@@ -52,11 +52,13 @@ def test_fused_attention_counts_causal_pairs_by_hand():
     dm, chip, e = cost.dm, cost.chip, cost.e
     assert chip.fused_attention
     # q=3 new queries at the end of 5 keys: rows see 3, 4, 5 keys (12 pairs); a decode step
-    # over 10 keys: 10 pairs; a 4-token prompt from scratch: 1+2+3+4 = 10 pairs
-    q, c = np.array([3, 1, 4]), np.array([5, 10, 4])
-    pairs = 12 + 10 + 10
+    # over 10 keys: 10 pairs; a 4-token prompt from scratch: 1+2+3+4 = 10 pairs; a 2,048-token
+    # chunk after 2,048 cached keys: 2048·2048 + 2048·2049/2 pairs (makes the kernel FLOP-bound)
+    q, c = np.array([3, 1, 4, 2048]), np.array([5, 10, 4, 4096])
+    pairs = 12 + 10 + 10 + 2048 * 2048 + 2048 * 2049 // 2
     hv = dm.hd_v or dm.hd
-    want = float(chip.attention_seconds(
-        2.0 * (dm.hd + hv) * dm.h * pairs,
-        e * (dm.h * 8 * (dm.hd + hv) + dm.kv * 19 * 2 * dm.hd)))
-    assert cost.attention_seconds(q, c) == want
+    flops = 2.0 * (dm.hd + hv) * dm.h * pairs
+    nbytes = e * (dm.h * 2056 * (dm.hd + hv) + dm.kv * 4115 * 2 * dm.hd)
+    assert flops / (chip.peak_gemm_flops_per_s * chip.gpu.attention_efficiency) \
+        > nbytes / chip.hbm_achievable          # so the pair count decides the time
+    assert cost.attention_seconds(q, c) == float(chip.attention_seconds(flops, nbytes))
