@@ -422,7 +422,16 @@ class IterationCost:
             return line[0] + line[1] * nbytes if nbytes > 0 else 0.0
         return self.timer.seconds(kind, groups, nbytes)
 
-    def attention_seconds(self, q: np.ndarray, c: np.ndarray) -> float:
+    @staticmethod
+    def _batch_sums(q: np.ndarray, c: np.ndarray) -> tuple[int, int, int, int]:
+        """(Σq, Σc, Σq·c, Σ causal pairs) of a batch, in integers. The causal pairs of ``q``
+        queries at the end of ``c`` keys, :func:`.costs.causal_pairs`, are ``q·c − q(q − 1)/2``,
+        so their sum is ``Σq·c − (Σq² − Σq)/2`` (exact: each ``q(q − 1)`` is even)."""
+        T, qc = int(q.sum()), int(q @ c)
+        return T, int(c.sum()), qc, qc - (int(q @ q) - T) // 2
+
+    def attention_seconds(self, q: np.ndarray, c: np.ndarray,
+                          sums: tuple[int, int, int, int] | None = None) -> float:
         """Scores and values GEMMs per sequence and KV head, and the batch's softmax (table), or
         the compiled fused attention per sequence (compiler, :meth:`_attention_compiled`); 0 for
         a Mamba model (no attention: its per-token cost is all in the token-linear part)."""
@@ -432,14 +441,12 @@ class IterationCost:
         if self.cost_source == "compiler":
             return self._attention_compiled(q, c)
         if chip.fused_attention:    # GPU preset: one FlashAttention (varlen) kernel, causal
-            # Σ .costs.causal_pairs(q, c) = Σ q·(2c − q + 1)/2, in integers (q·(2c − q + 1) is even):
-            # exact, as the float sum is below 2**53
-            pairs = float(int(q @ (2 * c - q + 1)) // 2)
+            T, C, _, pairs = sums or self._batch_sums(q, c)     # (:meth:`_batch_sums`)
             hv = dm.hd_v or dm.hd               # MLA: values r wide, keys r + dr
-            kv_read = dm.kv * float(c.sum()) * (dm.hd if dm.hd_v else 2 * dm.hd)  # latent: once
+            kv_read = dm.kv * float(C) * (dm.hd if dm.hd_v else 2 * dm.hd)  # latent: once
             return float(chip.attention_seconds(
-                2.0 * (dm.hd + hv) * dm.h * pairs,
-                self.e * (dm.h * float(q.sum()) * (dm.hd + hv) + kv_read)))
+                2.0 * (dm.hd + hv) * dm.h * float(pairs),
+                self.e * (dm.h * float(T) * (dm.hd + hv) + kv_read)))
         if chip.arch is None and not dm.hd_v:   # roofline: both GEMMs have equal FLOPs, bytes
             s = 2 * chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum()
         else:
@@ -469,11 +476,12 @@ class IterationCost:
         layers with their own routing draw, all-to-all and (``overlap_a2a``) two-micro-batch
         overlap of communication and compute: ``max(C, M) + min(C, M)/2`` per layer."""
         cfg, dm, ep, e = self.cfg, self.dm, self.plan.ep, self.e
-        T_total = int(q.sum())
+        sums = self._batch_sums(q, c)         # computed once for the whole batch
+        T_total = sums[0]
         if ep == 1:                           # one rank: no split (the common case, fast)
             groups = [(q, c)] if len(q) else []
             T = T_total
-            attn = [self.attention_seconds(q, c)] if groups else []
+            attn = [self.attention_seconds(q, c, sums)] if groups else []
             layer = self._dense_seconds(T) + attn[0] if groups else 0.0
         else:
             if ranks is None:
@@ -490,7 +498,7 @@ class IterationCost:
             tp_comm = 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
                 self.comm_seconds("all_reduce", T * dm.d * e)
                 + self.comm_seconds("all_reduce", T * (dm.dt_rank + 2 * dm.n_state) * e))
-        self._account(q, c, n_logits)
+        self._account(q, c, n_logits, sums)
         # the fixed per-iteration cost (scheduler, sampling; GPU presets) rides on the first
         # stage's part, once per iteration
         tail = (self.embed_seconds(T_total) + self.chip.iteration_overhead_s,
@@ -542,12 +550,13 @@ class IterationCost:
             self._carry("all_reduce", self._tp_group, L * per_token * T_ar)
         self._pending = [0, 0, 0, 0, 0, 0, 0]
 
-    def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> None:
+    def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int,
+                 sums: tuple[int, int, int, int] | None = None) -> None:
         """Add one iteration's work (:func:`.energy.serve_work`, through the pending sums) and
         its collectives' link bytes (TP all-reduces of every EP rank's tokens, EP all-to-alls)
         to the totals."""
         dm, e, tp, ep, L = self.dm, self.e, self.plan.tp, self.plan.ep, self.cfg.n_layers
-        T = int(q.sum())
+        T, C, QC, _ = sums or self._batch_sums(q, c)
         pend = self._pending
         if self.cost_source == "compiler" and not dm.moe and ep == 1:
             # the same compiled Reports that time the iteration (one cost path)
@@ -559,8 +568,8 @@ class IterationCost:
         else:
             pend[0] += 1
             pend[1] += T
-            pend[2] += int(q @ c)
-            pend[3] += int(c.sum())
+            pend[2] += QC
+            pend[3] += C
             pend[4] += n_logits
             pend[5] += 1 if n_logits else 0
         if tp > 1:
