@@ -699,9 +699,13 @@ class _Replica:
         ep = plan.ep
         budgets = [max(1, plan.max_batch_tokens // ep)] * ep
         decode: list[_Req] = []
+        prefilling: list[_Req] = []           # running, mid-prefill (in running order)
         bt, slots = plan.kv_block_tokens, self.sim.state_slots
         for r in list(self.running):          # decode steps first; preempt when KV runs out
-            if not r.active or r.done < r.todo:
+            if not r.active:
+                continue
+            if r.done < r.todo:
+                prefilling.append(r)
                 continue
             # self._blocks(r.prompt + r.generated), inlined: this loop runs per sequence and
             # iteration
@@ -715,11 +719,14 @@ class _Replica:
                 self._grow(r, need)
                 decode.append(r)
         batch = [(r, 1) for r in decode if r.active]
-        for r, _ in batch:
-            budgets[r.rank] -= 1
-        for r in self.running:                # continue chunked prefills
+        if ep == 1:
+            budgets[0] -= len(batch)
+        else:
+            for r, _ in batch:
+                budgets[r.rank] -= 1
+        for r in prefilling:                  # continue chunked prefills
             budget = budgets[r.rank]
-            if not r.decoding and budget > 0:
+            if r.active and budget > 0:       # (a preemption above may have dropped it)
                 rest = r.todo - r.done
                 if not plan.chunked_prefill and rest > budget and batch:
                     continue
