@@ -248,6 +248,18 @@ def fit_gemm_efficiency(data: dict, preset: str, grid: list[float]) -> list[tupl
     return out
 
 
+def _max_text(rows: list[dict], kind: str | None = None) -> str:
+    """The held-out max |error| as printed: a point that was not evaluated (or failed) makes it
+    unbounded, said in words beside the max over the evaluated ones."""
+    held = [r for r in rows if r["set"] == "held_out" and not r["component"]
+            and (kind is None or r["kind"] == kind)]
+    errs = [abs(r["error"]) for r in held if not math.isnan(r["error"])]
+    missing = len(held) - len(errs)
+    text = f"{max(errs):.1%}" if errs else "n/a"
+    return text + (f" over the evaluated, {missing} not evaluated (counted as missed)"
+                   if missing else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
@@ -298,10 +310,10 @@ def main(argv: list[str] | None = None) -> int:
         k = summary([r for r in rows if r["kind"] == kind])
         if k["held_out_points"]:
             print(f"held-out {kind} points: {k['held_out_points']}; median |error| "
-                  f"{k['held_out_median']:.1%}, max |error| {k['held_out_max']:.1%}")
+                  f"{k['held_out_median']:.1%}, max |error| {_max_text(rows, kind)}")
     print(f"held-out points, all kinds: {s['held_out_points']}; median |error| {s['held_out_median']:.1%} "
           f"(goal ≤ {GOAL_MEDIAN:.0%}: {'met' if s['held_out_median'] <= GOAL_MEDIAN else 'MISSED'})"
-          f", max |error| {s['held_out_max']:.1%} (goal ≤ {GOAL_MAX:.0%}: "
+          f", max |error| {_max_text(rows)} (goal ≤ {GOAL_MAX:.0%}: "
           f"{'met' if s['held_out_max'] <= GOAL_MAX else 'MISSED'})")
     if s["component_points"]:
         print(f"component points: {s['component_points']}; max |error| "
