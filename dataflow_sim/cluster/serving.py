@@ -814,15 +814,10 @@ class _Replica:
                 continue
             # per sequence: new tokens, keys attended (new ones included), whether it samples
             # a token (its prefill completes, or a decode step); one pass over the batch
-            qs, cs, lasts = [n for _, n in batch], [], []
-            add_c, add_last = cs.append, lasts.append
-            for r, n in batch:
-                if r.done >= r.todo:
-                    add_c(r.prompt + r.generated)
-                    add_last(True)
-                else:
-                    add_c(r.done + n)
-                    add_last(r.done + n >= r.todo)
+            # (a decoding request has done ≥ todo, so done + n ≥ todo marks it too)
+            qs = [n for _, n in batch]
+            cs = [r.prompt + r.generated if r.done >= r.todo else r.done + n for r, n in batch]
+            lasts = [r.done + n >= r.todo for r, n in batch]
             q, c = np.array(qs, np.int64), np.array(cs, np.int64)
             n_logits = sum(lasts)
             ranks = (np.array([r.rank for r, _ in batch], np.int64) if sim.plan.ep > 1
