@@ -311,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         if k["held_out_points"]:
             print(f"held-out {kind} points: {k['held_out_points']}; median |error| "
                   f"{k['held_out_median']:.1%}, max |error| {_max_text(rows, kind)}")
-    print(f"held-out points, all kinds: {s['held_out_points']}; median |error| {s['held_out_median']:.1%} "
-          f"(goal ≤ {GOAL_MEDIAN:.0%}: {'met' if s['held_out_median'] <= GOAL_MEDIAN else 'MISSED'})"
+    print(f"held-out points, all kinds: {s['held_out_points']}; median |error| "
+          f"{s['held_out_median']:.1%} (goal ≤ {GOAL_MEDIAN:.0%}: {'met' if s['held_out_median'] <= GOAL_MEDIAN else 'MISSED'})"
           f", max |error| {_max_text(rows)} (goal ≤ {GOAL_MAX:.0%}: "
           f"{'met' if s['held_out_max'] <= GOAL_MAX else 'MISSED'})")
     if s["component_points"]:

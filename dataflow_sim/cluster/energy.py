@@ -158,11 +158,11 @@ def serve_work(dm: Dims, e: int, tp: int, ep: int, n_layers: int, *, iterations:
                tokens: float, qc: float, ctx: float, logits: float,
                logit_iterations: float) -> np.ndarray:
     """(MACs, vector ops, off-chip bytes) of ``iterations`` serving iterations together
-    (:func:`serve_iteration_work` of each, summed): the work is affine in each iteration's new
-    tokens ``T = Σq``, ``Σ q·c``, ``Σ c`` and LM-head rows, with a per-iteration constant (weights
-    read once per iteration; the LM head's once per iteration that has logits), so the run's total
-    needs only those sums over iterations (``tokens``, ``qc``, ``ctx``, ``logits``) and the counts
-    ``iterations`` and ``logit_iterations``."""
+    (:func:`serve_iteration_work` of each, summed): the work is affine in each iteration's
+    new tokens ``T = Σq``, ``Σ q·c``, ``Σ c`` and LM-head rows, with a per-iteration constant
+    (weights read once per iteration; the LM head's once per iteration that has logits), so the
+    run's total needs only those sums over iterations (``tokens``, ``qc``, ``ctx``, ``logits``)
+    and the counts ``iterations`` and ``logit_iterations``."""
     T = tokens
     w = np.zeros(3)
     for _, k, n in token_gemms(dm):

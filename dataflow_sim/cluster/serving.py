@@ -425,8 +425,9 @@ class IterationCost:
     @staticmethod
     def _batch_sums(q: np.ndarray, c: np.ndarray) -> tuple[int, int, int, int]:
         """(Σq, Σc, Σq·c, Σ causal pairs) of a batch, in integers. The causal pairs of ``q``
-        queries at the end of ``c`` keys, :func:`.costs.causal_pairs`, are ``q·c − q(q − 1)/2``,
-        so their sum is ``Σq·c − (Σq² − Σq)/2`` (exact: each ``q(q − 1)`` is even)."""
+        queries at the end of ``c`` keys (:func:`.costs.causal_pairs`) are
+        ``q·c − q(q − 1)/2``, so their sum is ``Σq·c − (Σq² − Σq)/2`` (exact: each
+        ``q(q − 1)`` is even)."""
         T, qc = int(q.sum()), int(q @ c)
         return T, int(c.sum()), qc, qc - (int(q @ q) - T) // 2
 
