@@ -30,7 +30,7 @@ Prints a table (with each issue-15 row's CPU-s as a multiple of its target); ass
 about timings.
 
 Serving history (issue 15; ``--only-scale``, one core shared with other jobs, so ±20 %): the
-10,000-request llama3-70b run on h100-64x-ib took 18.3 CPU-s before the per-iteration accounting
+10,000-request llama3-70b run on h100-64x-ib took 17.0-18.3 CPU-s before the per-iteration accounting
 was folded into running sums and the batch handled in one pass (commit "serving: fold
 per-iteration work ..."), 5.6-7.5 CPU-s after, with identical serving metrics (all 50 scalar
 metrics of both the h100-64x-ib and pd-h100-64 runs bit-equal at seed 0). The rest is Python
