@@ -1,9 +1,18 @@
 """Validation table: the cluster model's predictions against published measurements.
 
 Run: ``python benchmarks/validation.py`` (all points; ``--only ID`` for some, ``--set held_out``
-for one set, ``--fit`` to redo the calibration grid of the GPU GEMM efficiency). Prints one row
-per point — predicted, published, error — then the held-out median and max |error| against the
-goal (median ≤ 10 %, max ≤ 25 %), whether met or not.
+for one set, ``--kind serve`` for one kind, ``--fit`` to redo the calibration grid of the GPU GEMM
+efficiency). Prints one row per point — set, predicted, published, error, source — then the
+held-out median and max |error| over every kind against the goal (median ≤ 10 %, max ≤ 25 %),
+whether met or not, and the same per kind.
+
+One table joins three data files: this script's own points (below), the nccl-tests bus-bandwidth
+rows of ``configs/validation/collective_points.yaml`` (predicted by
+:func:`~tilewright.dataflow_sim.cluster.nccl_calibration.predict_collective`, the flow-level ring
+whose two efficiencies were fitted on that file's calibration rows) and the DeepSeek-V3 MoE
+serving rows of ``configs/validation/serving_points.yaml`` (predicted by
+``benchmarks/serving_validation.py``'s ``predict``, one steady-state iteration). Each keeps its own
+file, fields and predictor; nothing is refitted here.
 
 Data file (default ``configs/validation/cluster_points.yaml``), a mapping with:
 
@@ -54,6 +63,8 @@ from tilewright.dataflow_sim.cluster import (ClusterSpec, ServePlan, TrainPlan, 
                                              simulate_serving, simulate_training)
 from tilewright.dataflow_sim.cluster.cluster_spec import GPU_PRESETS
 from tilewright.dataflow_sim.cluster.collectives import CollectiveTimer
+from tilewright.dataflow_sim.cluster.nccl_calibration import load_points as load_nccl_points
+from tilewright.dataflow_sim.cluster.nccl_calibration import predict_collective
 from tilewright.dataflow_sim.cluster.topology import Topology
 from tilewright.models.llm_configs import get_config
 from tilewright.models.llm_shapes import LlamaConfig
@@ -127,15 +138,15 @@ def run_point(data: dict, p: dict) -> dict[str, float]:
     return simulate_serving(spec, cfg, ServePlan(**p.get("plan", {})), reqs).metrics
 
 
-def evaluate(data: dict, only: set[str] | None = None, which: str | None = None
-             ) -> list[dict[str, Any]]:
+def evaluate(data: dict, only: set[str] | None = None, which: str | None = None,
+             kinds: set[str] | None = None) -> list[dict[str, Any]]:
     """Rows: id, set, metric, published, predicted, error (predicted/published − 1), source,
     note — runs each point once; component rows read their parent's run."""
     runs: dict[str, Any] = {}
     rows = []
     for p in data["points"]:
         if (only and p["id"] not in only and p.get("component_of") not in only) or (
-                which and p["set"] != which):
+                which and p["set"] != which) or (kinds and p["kind"] not in kinds):
             continue
         base_id = p.get("component_of", p["id"])
         base = next(q for q in data["points"] if q["id"] == base_id)
@@ -150,12 +161,60 @@ def evaluate(data: dict, only: set[str] | None = None, which: str | None = None
         res = runs[base_id]
         pred = res.get(p["metric"]) if isinstance(res, dict) else None
         err = pred / p["published"] - 1 if isinstance(pred, (int, float)) else math.nan
-        rows.append({"id": p["id"], "set": p["set"], "component": "component_of" in p,
+        rows.append({"id": p["id"], "set": p["set"], "kind": p["kind"],
+                     "component": "component_of" in p,
                      "metric": p["metric"], "published": p["published"], "predicted": pred,
                      "error": err, "failed": None if isinstance(res, dict) else str(res),
                      "simulate": base.get("simulate"), "confirmed": p.get("confirmed", False),
                      "source": p["source"], "wall_s": time.perf_counter() - t0})
     return rows
+
+
+def _row(p: dict, kind: str, metric: str, published: float, run, source: str, note=None
+         ) -> dict[str, Any]:
+    """A table row for a point of the collective or serving files: ``run()`` gives the
+    prediction (a failure is reported in the row, not raised)."""
+    t0 = time.perf_counter()
+    try:
+        pred, failed = float(run()), None
+    except Exception as exc:  # noqa: BLE001  (a failed point is reported, not fatal)
+        pred, failed = None, str(exc)
+    return {"id": p.get("id") or p["name"], "set": p["set"], "kind": kind, "component": False,
+            "metric": metric, "published": float(published), "predicted": pred,
+            "error": pred / published - 1 if pred is not None else math.nan, "failed": failed,
+            "simulate": None, "confirmed": p.get("confirmed", True), "source": " ".join(
+                source.split()), "note": note, "wall_s": time.perf_counter() - t0}
+
+
+def evaluate_collectives(which: str | None = None, only: set[str] | None = None,
+                         path: Path | None = None) -> list[dict[str, Any]]:
+    """Rows of the nccl-tests file (``collective_points.yaml``): busbw predicted by
+    :func:`predict_collective` at its fitted efficiencies, GB/s."""
+    rows = load_nccl_points(path) if path else load_nccl_points()
+    return [_row(r, "collective", "busbw_gbps", r["measured_busbw_gbps"],
+                 lambda r=r: predict_collective(r), r["source"])
+            for r in rows if (not which or r["set"] == which) and (not only or r["id"] in only)]
+
+
+def _serving_validation():
+    """``benchmarks/serving_validation.py`` (a script beside this one, not a package)."""
+    import importlib.util  # noqa: PLC0415
+    spec = importlib.util.spec_from_file_location(
+        "serving_validation", Path(__file__).resolve().parent / "serving_validation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def evaluate_serving(which: str | None = None, only: set[str] | None = None
+                     ) -> list[dict[str, Any]]:
+    """Rows of the MoE serving file (``serving_points.yaml``): output (decode) or input
+    (prefill) tokens/s per 8-GPU node, predicted by ``serving_validation.predict``."""
+    sv = _serving_validation()
+    points = yaml.safe_load(sv.POINTS.read_text())["points"]
+    return [_row(p, "serve", "tokens_per_s_per_node", p["published_tokens_per_s_per_node"],
+                 lambda p=p: sv.predict(p)["predicted"], p["source"])
+            for p in points if (not which or p["set"] == which) and (not only or p["name"] in only)]
 
 
 def summary(rows: list[dict]) -> dict[str, float]:
@@ -189,11 +248,25 @@ def fit_gemm_efficiency(data: dict, preset: str, grid: list[float]) -> list[tupl
     return out
 
 
+def _max_text(rows: list[dict], kind: str | None = None) -> str:
+    """The held-out max |error| as printed: a point that was not evaluated (or failed) makes it
+    unbounded, said in words beside the max over the evaluated ones."""
+    held = [r for r in rows if r["set"] == "held_out" and not r["component"]
+            and (kind is None or r["kind"] == kind)]
+    errs = [abs(r["error"]) for r in held if not math.isnan(r["error"])]
+    missing = len(held) - len(errs)
+    text = f"{max(errs):.1%}" if errs else "n/a"
+    return text + (f" over the evaluated, {missing} not evaluated (counted as missed)"
+                   if missing else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--only", nargs="*", help="point ids")
     ap.add_argument("--set", choices=("calibration", "held_out"))
+    ap.add_argument("--kind", nargs="*", choices=("train", "collective", "serve"),
+                    help="only rows of these kinds (default: all)")
     ap.add_argument("--fit", action="store_true", help="print the GEMM-efficiency grid fit on "
                     "the calibration rows of each GPU preset")
     ap.add_argument("--preset", nargs="*", help="--fit: only these presets")
@@ -210,31 +283,45 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{preset}: " + "  ".join(f"{g:.2f}:{e:.1%}" for g, e in res)
                       + f"  -> best {best[0]:.2f}")
         return 0
-    rows = evaluate(data, set(a.only) if a.only else None, a.set)
-    head = f"{'point':34s} {'set':11s} {'metric':22s} {'published':>10s} {'predicted':>10s} " \
-           f"{'error':>8s}"
+    only = set(a.only) if a.only else None
+    kinds = set(a.kind or ("train", "collective", "serve"))
+    rows = evaluate(data, only, a.set, kinds)
+    if "collective" in kinds:
+        rows += evaluate_collectives(a.set, only)
+    if "serve" in kinds:
+        rows += evaluate_serving(a.set, only)
+    sources = list(dict.fromkeys(r["source"] for r in rows))
+    head = f"{'point':50s} {'kind':10s} {'set':11s} {'metric':22s} {'published':>10s} " \
+           f"{'predicted':>10s} {'error':>8s} src"
     print(head)
     print("-" * len(head))
     for r in rows:
         pred = "FAILED" if r["failed"] else f"{r['predicted']:.4g}"
         name = ("  ↳ " if r["component"] else "") + r["id"]
-        print(f"{name:34s} {r['set']:11s} {r['metric']:22s} {r['published']:>10.4g} "
-              f"{pred:>10s} {r['error']:>+8.1%}"
+        print(f"{name:50s} {r['kind']:10s} {r['set']:11s} {r['metric']:22s} "
+              f"{r['published']:>10.4g} {pred:>10s} {r['error']:>+8.1%} "
+              f"[{sources.index(r['source']) + 1}]"
               + (f"  [simulated with {r['simulate']}]" if r["simulate"] else "")
               + ("" if r["confirmed"] else "  [unconfirmed figure]")
               + (f"  {r['failed']}" if r["failed"] else ""))
     s = summary(rows)
     print()
-    print(f"held-out points: {s['held_out_points']}; median |error| {s['held_out_median']:.1%} "
-          f"(goal ≤ {GOAL_MEDIAN:.0%}: {'met' if s['held_out_median'] <= GOAL_MEDIAN else 'MISSED'})"
-          f", max |error| {s['held_out_max']:.1%} (goal ≤ {GOAL_MAX:.0%}: "
+    for kind in ("train", "collective", "serve"):
+        k = summary([r for r in rows if r["kind"] == kind])
+        if k["held_out_points"]:
+            print(f"held-out {kind} points: {k['held_out_points']}; median |error| "
+                  f"{k['held_out_median']:.1%}, max |error| {_max_text(rows, kind)}")
+    print(f"held-out points, all kinds: {s['held_out_points']}; median |error| "
+          f"{s['held_out_median']:.1%} (goal ≤ {GOAL_MEDIAN:.0%}: {'met' if s['held_out_median'] <= GOAL_MEDIAN else 'MISSED'})"
+          f", max |error| {_max_text(rows)} (goal ≤ {GOAL_MAX:.0%}: "
           f"{'met' if s['held_out_max'] <= GOAL_MAX else 'MISSED'})")
-    print(f"component points: {s['component_points']}; max |error| {s['component_max']:.1%} "
-          f"(goal ≤ {COMPONENT_TOL:.0%}: "
-          f"{'met' if s['component_max'] <= COMPONENT_TOL else 'MISSED'})")
+    if s["component_points"]:
+        print(f"component points: {s['component_points']}; max |error| "
+              f"{s['component_max']:.1%} (goal ≤ {COMPONENT_TOL:.0%}: "
+              f"{'met' if s['component_max'] <= COMPONENT_TOL else 'MISSED'})")
     print("sources:")
-    for src in dict.fromkeys(r["source"] for r in rows):
-        print(f"  {src}")
+    for i, src in enumerate(sources, 1):
+        print(f"  [{i}] {src}")
     return 0
 
 

@@ -58,7 +58,8 @@ from .topology import Topology
 from .workload import Dims, token_gemms, token_vectors
 
 __all__ = ["NetworkEnergy", "load_network_energy", "NETWORK_ENERGY_FILE", "DEFAULT_TECH",
-           "WORK_FIELDS", "ops_work", "report_work", "serve_iteration_work", "link_class",
+           "WORK_FIELDS", "ops_work", "report_work", "serve_iteration_work", "serve_work",
+           "link_class",
            "network_energy", "cluster_energy", "add_traffic", "POWER_CAP_EXPONENT",
            "capped_clock_ratio", "power_capped_chip"]
 
@@ -146,29 +147,45 @@ def serve_iteration_work(dm: Dims, e: int, tp: int, ep: int, n_layers: int, q: n
     (scores and values GEMMs, ``q·c`` per query head each, and the softmax), the routed
     experts' ``T·top_k`` rows (every expert's weights read once); the embedding gather and the LM
     head's ``n_logits`` rows once per TP rank. Bytes follow the op table (inputs read, outputs
-    written once)."""
+    written once). The batch enters only through the sums :func:`serve_work` takes."""
     q, c = np.asarray(q, np.float64), np.asarray(c, np.float64)
-    T = float(q.sum())
+    return serve_work(dm, e, tp, ep, n_layers, iterations=1, tokens=float(q.sum()),
+                      qc=float(q @ c), ctx=float(c.sum()), logits=float(n_logits),
+                      logit_iterations=1 if n_logits else 0)
+
+
+def serve_work(dm: Dims, e: int, tp: int, ep: int, n_layers: int, *, iterations: float,
+               tokens: float, qc: float, ctx: float, logits: float,
+               logit_iterations: float) -> np.ndarray:
+    """(MACs, vector ops, off-chip bytes) of ``iterations`` serving iterations together
+    (:func:`serve_iteration_work` of each, summed): the work is affine in each iteration's
+    new tokens ``T = Σq``, ``Σ q·c``, ``Σ c`` and LM-head rows, with a per-iteration constant
+    (weights read once per iteration; the LM head's once per iteration that has logits), so the
+    run's total needs only those sums over iterations (``tokens``, ``qc``, ``ctx``, ``logits``)
+    and the counts ``iterations`` and ``logit_iterations``."""
+    T = tokens
     w = np.zeros(3)
     for _, k, n in token_gemms(dm):
-        w += (T * k * n, 0.0, e * (T * k + ep * k * n + T * n))
+        w += (T * k * n, 0.0, e * (T * k + iterations * ep * k * n + T * n))
     for _, f, b in token_vectors(dm, e):
         w += (0.0, T * f, T * b)
     if not dm.ssm:
         hk = dm.hd + (dm.hd_v or dm.hd)         # key + value widths (MLA: r + dr and r)
-        qc, qh, ch = float(q @ c), float(q.sum()) * hk, float(c.sum()) * hk
+        qh, ch = T * hk, ctx * hk
         w += (dm.g * dm.kv * hk * qc, 5.0 * dm.h * qc,
               e * (dm.g * dm.kv * qh + dm.kv * ch + 2 * dm.h * qc) + 2 * dm.h * qc * e)
     if dm.moe:
         rows = T * dm.top_k
         w += (3.0 * rows * dm.d * dm.f_exp, 5.0 * rows * dm.f_exp,
-              e * (rows * (2 * dm.d + 6 * dm.f_exp) + dm.n_experts * 3 * dm.d * dm.f_exp))
+              e * (rows * (2 * dm.d + 6 * dm.f_exp)
+                   + iterations * dm.n_experts * 3 * dm.d * dm.f_exp))
     w *= n_layers
     w += (0.0, T * dm.d, 2 * T * dm.d * e + 4 * T)                       # embedding gather
-    if n_logits:
-        n = float(n_logits)
+    if logit_iterations:
+        n = logits
         w += (n * dm.d * dm.vocab, 4 * n * dm.d + 5 * n * dm.vocab,
-              e * (2 * n * dm.d + n * dm.d + dm.d * dm.vocab + n * dm.vocab + 2 * n * dm.vocab))
+              e * (2 * n * dm.d + n * dm.d + logit_iterations * dm.d * dm.vocab + n * dm.vocab
+                   + 2 * n * dm.vocab))
     return w * tp
 
 

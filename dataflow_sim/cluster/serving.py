@@ -77,8 +77,8 @@ from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
-from .costs import ChipModel, causal_pairs, chip_model
-from .energy import add_traffic, cluster_energy, power_capped_chip, serve_iteration_work
+from .costs import ChipModel, chip_model
+from .energy import add_traffic, cluster_energy, power_capped_chip, serve_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
 from .serve_slo import SLO, best_split, pd_splits, slo_metrics, with_prefill_chips
@@ -220,8 +220,12 @@ class IterationCost:
         self._lines: dict[str, tuple[float, float] | None] = {}
         self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
         self._comm: dict[tuple[str, int], float] = {}
-        self.work = np.zeros(3)          # (MACs, vector ops, off-chip bytes) run so far
-        self.comm_link_bytes: dict[int, float] = {}   # bytes per link of the collectives
+        self._work = np.zeros(3)          # (MACs, vector ops, off-chip bytes) run so far
+        self._link_bytes: dict[int, float] = {}   # bytes per link of the collectives
+        # sums over the iterations not yet folded into _work / _link_bytes (serve_work's
+        # arguments; the TP all-reduce bytes are linear in tokens): iterations, tokens, Σq·c,
+        # Σc, logits, iterations with logits, tokens all-reduced
+        self._pending = [0, 0, 0, 0, 0, 0, 0]
         self._rates: dict[str, dict[int, float]] = {}
         self._rng = np.random.default_rng(seed)
         self._twin: IterationCost | None = None
@@ -418,7 +422,17 @@ class IterationCost:
             return line[0] + line[1] * nbytes if nbytes > 0 else 0.0
         return self.timer.seconds(kind, groups, nbytes)
 
-    def attention_seconds(self, q: np.ndarray, c: np.ndarray) -> float:
+    @staticmethod
+    def _batch_sums(q: np.ndarray, c: np.ndarray) -> tuple[int, int, int, int]:
+        """(Σq, Σc, Σq·c, Σ causal pairs) of a batch, in integers. The causal pairs of ``q``
+        queries at the end of ``c`` keys (:func:`.costs.causal_pairs`) are
+        ``q·c − q(q − 1)/2``, so their sum is ``Σq·c − (Σq² − Σq)/2`` (exact: each
+        ``q(q − 1)`` is even)."""
+        T, qc = int(q.sum()), int(q @ c)
+        return T, int(c.sum()), qc, qc - (int(q @ q) - T) // 2
+
+    def attention_seconds(self, q: np.ndarray, c: np.ndarray,
+                          sums: tuple[int, int, int, int] | None = None) -> float:
         """Scores and values GEMMs per sequence and KV head, and the batch's softmax (table), or
         the compiled fused attention per sequence (compiler, :meth:`_attention_compiled`); 0 for
         a Mamba model (no attention: its per-token cost is all in the token-linear part)."""
@@ -428,12 +442,12 @@ class IterationCost:
         if self.cost_source == "compiler":
             return self._attention_compiled(q, c)
         if chip.fused_attention:    # GPU preset: one FlashAttention (varlen) kernel, causal
-            pairs = float(causal_pairs(q, c).sum())
+            T, C, _, pairs = sums or self._batch_sums(q, c)     # (:meth:`_batch_sums`)
             hv = dm.hd_v or dm.hd               # MLA: values r wide, keys r + dr
-            kv_read = dm.kv * float(c.sum()) * (dm.hd if dm.hd_v else 2 * dm.hd)  # latent: once
+            kv_read = dm.kv * float(C) * (dm.hd if dm.hd_v else 2 * dm.hd)  # latent: once
             return float(chip.attention_seconds(
-                2.0 * (dm.hd + hv) * dm.h * pairs,
-                self.e * (dm.h * float(q.sum()) * (dm.hd + hv) + kv_read)))
+                2.0 * (dm.hd + hv) * dm.h * float(pairs),
+                self.e * (dm.h * float(T) * (dm.hd + hv) + kv_read)))
         if chip.arch is None and not dm.hd_v:   # roofline: both GEMMs have equal FLOPs, bytes
             s = 2 * chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum()
         else:
@@ -463,24 +477,29 @@ class IterationCost:
         layers with their own routing draw, all-to-all and (``overlap_a2a``) two-micro-batch
         overlap of communication and compute: ``max(C, M) + min(C, M)/2`` per layer."""
         cfg, dm, ep, e = self.cfg, self.dm, self.plan.ep, self.e
-        T_total = int(q.sum())
-        if ep == 1:
-            groups = [(q, c)]
-        elif ranks is None:
-            groups = [(q[r::ep], c[r::ep]) for r in range(ep)]
+        sums = self._batch_sums(q, c)         # computed once for the whole batch
+        T_total = sums[0]
+        if ep == 1:                           # one rank: no split (the common case, fast)
+            groups = [(q, c)] if len(q) else []
+            T = T_total
+            attn = [self.attention_seconds(q, c, sums)] if groups else []
+            layer = self._dense_seconds(T) + attn[0] if groups else 0.0
         else:
-            groups = [(q[ranks == r], c[ranks == r]) for r in range(ep)]
-        groups = [(pq, pc) for pq, pc in groups if len(pq)]
-        T = max((int(pq.sum()) for pq, _ in groups), default=0)
-        attn = [self.attention_seconds(pq, pc) for pq, pc in groups]
-        layer = max((self._dense_seconds(int(pq.sum())) + a
-                     for (pq, _), a in zip(groups, attn)), default=0.0)
+            if ranks is None:
+                groups = [(q[r::ep], c[r::ep]) for r in range(ep)]
+            else:
+                groups = [(q[ranks == r], c[ranks == r]) for r in range(ep)]
+            groups = [(pq, pc) for pq, pc in groups if len(pq)]
+            T = max((int(pq.sum()) for pq, _ in groups), default=0)
+            attn = [self.attention_seconds(pq, pc) for pq, pc in groups]
+            layer = max((self._dense_seconds(int(pq.sum())) + a
+                         for (pq, _), a in zip(groups, attn)), default=0.0)
         tp_comm = 0.0
         if self.plan.tp > 1:
             tp_comm = 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
                 self.comm_seconds("all_reduce", T * dm.d * e)
                 + self.comm_seconds("all_reduce", T * (dm.dt_rank + 2 * dm.n_state) * e))
-        self._account(q, c, n_logits)
+        self._account(q, c, n_logits, sums)
         # the fixed per-iteration cost (scheduler, sampling; GPU presets) rides on the first
         # stage's part, once per iteration
         tail = (self.embed_seconds(T_total) + self.chip.iteration_overhead_s,
@@ -503,24 +522,59 @@ class IterationCost:
             per = compute + comm
         return (dense + float(per.sum()), *tail)
 
-    def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int) -> None:
-        """Add one iteration's work (:func:`.energy.serve_iteration_work`) and its collectives'
-        link bytes (TP all-reduces of every EP rank's tokens, EP all-to-alls) to the totals."""
+    @property
+    def work(self) -> np.ndarray:
+        """(MACs, vector ops, off-chip bytes) of the iterations run so far, all chips."""
+        self._flush()
+        return self._work
+
+    @property
+    def comm_link_bytes(self) -> dict[int, float]:
+        """Bytes carried per link by the collectives of the iterations run so far."""
+        self._flush()
+        return self._link_bytes
+
+    def _flush(self) -> None:
+        """Fold the pending iteration sums into the totals (:func:`.energy.serve_work`; the TP
+        all-reduces' bytes, ``n_layers`` × per layer, linear in tokens)."""
+        it, T, qc, ctx, n, n_it, T_ar = self._pending
+        if not (it or T_ar):
+            return
         dm, e, tp, ep, L = self.dm, self.e, self.plan.tp, self.plan.ep, self.cfg.n_layers
-        T = float(np.sum(q))
+        if it:
+            self._work = self._work + serve_work(dm, e, tp, ep, L, iterations=it, tokens=T,
+                                                 qc=qc, ctx=ctx, logits=n,
+                                                 logit_iterations=n_it)
+        if T_ar:
+            per_token = (2 * dm.d * e if not dm.ssm
+                         else (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
+            self._carry("all_reduce", self._tp_group, L * per_token * T_ar)
+        self._pending = [0, 0, 0, 0, 0, 0, 0]
+
+    def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int,
+                 sums: tuple[int, int, int, int] | None = None) -> None:
+        """Add one iteration's work (:func:`.energy.serve_work`, through the pending sums) and
+        its collectives' link bytes (TP all-reduces of every EP rank's tokens, EP all-to-alls)
+        to the totals."""
+        dm, e, tp, ep, L = self.dm, self.e, self.plan.tp, self.plan.ep, self.cfg.n_layers
+        T, C, QC, _ = sums or self._batch_sums(q, c)
+        pend = self._pending
         if self.cost_source == "compiler" and not dm.moe and ep == 1:
             # the same compiled Reports that time the iteration (one cost path)
             layer = self._interpolated(int(T), self._compiled_vec)[1:] if T else np.zeros(3)
             if not dm.ssm and T:
                 layer = layer + self._attention_vec(q, c)[1:]
-            self.work += tp * (L * layer + self._embed_vec(int(T))[1:]
-                               + self._head_vec(n_logits)[1:])
+            self._work = self._work + tp * (L * layer + self._embed_vec(int(T))[1:]
+                                            + self._head_vec(n_logits)[1:])
         else:
-            self.work += serve_iteration_work(dm, e, tp, ep, L, q, c, n_logits)
+            pend[0] += 1
+            pend[1] += T
+            pend[2] += QC
+            pend[3] += C
+            pend[4] += n_logits
+            pend[5] += 1 if n_logits else 0
         if tp > 1:
-            per_layer = (2 * T * dm.d * e if not dm.ssm
-                         else T * (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
-            self._carry("all_reduce", self._tp_group, L * per_layer)
+            pend[6] += T
         if dm.moe and ep > 1:
             # per rank and MoE layer: dispatch (at dispatch_bytes) + combine, as an all-to-all
             # send buffer S whose (1 - 1/ep)·S leaves the rank (the volumes of a2a_seconds)
@@ -533,7 +587,7 @@ class IterationCost:
         rates = self._rates.get(kind)
         if rates is None:
             rates = self._rates[kind] = self.timer.traffic(kind, groups)
-        add_traffic(self.comm_link_bytes, rates, nbytes)
+        add_traffic(self._link_bytes, rates, nbytes)
 
     def head_seconds(self, n: int) -> float:
         """Final norm, LM head GEMM and logits softmax for ``n`` rows (memoized): compiled
@@ -646,21 +700,34 @@ class _Replica:
         ep = plan.ep
         budgets = [max(1, plan.max_batch_tokens // ep)] * ep
         decode: list[_Req] = []
+        prefilling: list[_Req] = []           # running, mid-prefill (in running order)
+        bt, slots = plan.kv_block_tokens, self.sim.state_slots
         for r in list(self.running):          # decode steps first; preempt when KV runs out
-            if not r.active or not r.decoding:
+            if not r.active:
                 continue
-            need = self._blocks(r.prompt + r.generated)
+            if r.done < r.todo:
+                prefilling.append(r)
+                continue
+            # self._blocks(r.prompt + r.generated), inlined: this loop runs per sequence and
+            # iteration
+            need = 1 if slots is not None else -(-(r.prompt + r.generated) // bt)
+            if need == r.blocks:              # no new block this step
+                decode.append(r)
+                continue
             while need > r.blocks + self.free_blocks and r.active:
                 self._preempt(self.running[-1])
             if r.active:
                 self._grow(r, need)
                 decode.append(r)
         batch = [(r, 1) for r in decode if r.active]
-        for r, _ in batch:
-            budgets[r.rank] -= 1
-        for r in self.running:                # continue chunked prefills
+        if ep == 1:
+            budgets[0] -= len(batch)
+        else:
+            for r, _ in batch:
+                budgets[r.rank] -= 1
+        for r in prefilling:                  # continue chunked prefills
             budget = budgets[r.rank]
-            if not r.decoding and budget > 0:
+            if r.active and budget > 0:       # (a preemption above may have dropped it)
                 rest = r.todo - r.done
                 if not plan.chunked_prefill and rest > budget and batch:
                     continue
@@ -746,31 +813,37 @@ class _Replica:
                 yield self.wake
                 self.wake = None
                 continue
-            q = np.fromiter((n for _, n in batch), np.int64, len(batch))
-            c = np.fromiter((r.prompt + r.generated if r.done >= r.todo else r.done + n
-                             for r, n in batch), np.int64, len(batch))
-            last = np.fromiter((r.done + n >= r.todo for r, n in batch), bool, len(batch))
-            ranks = np.fromiter((r.rank for r, _ in batch), np.int64, len(batch))
+            # per sequence: new tokens, keys attended (new ones included), whether it samples
+            # a token (its prefill completes, or a decode step); one pass over the batch
+            # (a decoding request has done ≥ todo, so done + n ≥ todo marks it too)
+            qs = [n for _, n in batch]
+            cs = [r.prompt + r.generated if r.done >= r.todo else r.done + n for r, n in batch]
+            lasts = [r.done + n >= r.todo for r, n in batch]
+            q, c = np.array(qs, np.int64), np.array(cs, np.int64)
+            n_logits = sum(lasts)
+            ranks = (np.array([r.rank for r, _ in batch], np.int64) if sim.plan.ep > 1
+                     or sim.plan.pp > 1 else None)
             t0 = env.now
-            sim.record(self, t0, len(batch), int(q.sum()))
+            sim.record(self, t0, len(batch), sum(qs))
             if sim.plan.pp == 1:
-                dt = self.cost.seconds(q, c, int(last.sum()), ranks)
+                dt = self.cost.seconds(q, c, n_logits, ranks)
                 self.busy_chip_s += dt * len(self.chips)
                 yield env.timeout(dt)
             else:
-                yield env.process(self._pipeline(q, c, last, ranks))
+                yield env.process(self._pipeline(q, c, np.array(lasts), ranks))
                 dt = env.now - t0
             self.busy += dt
             self.iterations += 1
             if sim.trace is not None:
                 sim.trace.span("iteration", "compute", t0, dt, f"{self.role}{self.idx}", "replica",
-                               tokens=int(q.sum()), seqs=len(batch))
-            for r, n in batch:
+                               tokens=sum(qs), seqs=len(batch))
+            prefill_pool = self.role == "prefill"
+            for r, n in batch:                # (r.decoding inlined: per sequence and iteration)
                 if not r.active:
                     continue
-                if not r.decoding:
+                if r.done < r.todo:
                     r.done += n
-                    if not r.decoding:
+                    if r.done < r.todo:
                         continue
                     if math.isnan(r.first_token):
                         r.first_token = env.now
@@ -778,7 +851,7 @@ class _Replica:
                 if r.generated >= r.output:
                     self._drop(r)
                     sim.finish(r)
-                elif self.role == "prefill":
+                elif prefill_pool:
                     self.running.remove(r)
                     r.active = False
                     env.process(sim.hand_off(r, self))
