@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import tilewright.models.deepseek_config as _deepseek  # a module: circular with llm_shapes
 from tilewright.models.llm_shapes import (HybridConfig, LlamaConfig, LLMConfig, Mamba2Config,
                                          MambaConfig, ModelInputError, MoEConfig)
 
@@ -285,7 +286,7 @@ def _jamba(f: Fields, name: str, arch: str) -> HybridConfig:
                         tie_embeddings=f.get("tie_word_embeddings", bool, False), source=f.path)
 
 
-#: the config.json fields :func:`tilewright.models.deepseek.deepseek_config_from_hf` reads
+#: the config.json fields :func:`tilewright.models.deepseek_config.deepseek_config_from_hf` reads
 #: (or refuses by value), and DeepSeek fields without effect on shapes or cost (deployment and
 #: training-loss settings; MLA has no separate KV heads)
 _DEEPSEEK_READ = frozenset({
@@ -300,11 +301,9 @@ _DEEPSEEK_NO_EFFECT = frozenset({"ep_size", "aux_loss_alpha", "seq_aux", "num_ke
 
 
 def _deepseek_v3(f: Fields, name: str, arch: str) -> LLMConfig:
-    """DeepSeek-V3 (MLA + MoE): :func:`tilewright.models.deepseek.deepseek_config_from_hf`,
+    """DeepSeek-V3 (MLA + MoE): :func:`~tilewright.models.deepseek_config.deepseek_config_from_hf`,
     which refuses by name what it does not model; other fields are refused as unread."""
-    from tilewright.models.deepseek import \
-        deepseek_config_from_hf  # noqa: PLC0415  (lazy: the MLA module pulls in torch)
-    cfg = deepseek_config_from_hf(f.data, name=name, source=f.path)
+    cfg = _deepseek.deepseek_config_from_hf(f.data, name=name, source=f.path)
     f.read.update(k for k in f.data if k in _DEEPSEEK_READ | _DEEPSEEK_NO_EFFECT)
     return cfg
 

@@ -379,11 +379,8 @@ def get_config(name: str) -> LLMConfig:
     if name in FILE_CONFIGS:
         return FILE_CONFIGS[name]
     if name not in LLM_CONFIGS:
-        # hf_config imports the dataclasses defined here, so it is imported on first use
-        from tilewright.models.hf_config import (  # noqa: PLC0415  (lazy: circular import)
-            load_hf_config, looks_like_config)
-        if looks_like_config(name):
-            FILE_CONFIGS[name] = load_hf_config(name)
+        if _hf_config.looks_like_config(name):
+            FILE_CONFIGS[name] = _hf_config.load_hf_config(name)
             return FILE_CONFIGS[name]
         raise ModelInputError(f"unknown LLM config {name!r}; known: "
                               f"{', '.join(builtin_names())}"
@@ -504,3 +501,8 @@ def _deepseek_params(cfg: DeepSeekConfig) -> dict[str, int | None]:
     mtp = cfg.n_mtp_layers * (layer + 2 * d * d + 3 * d)
     return {"layer": layer, "dense_layer": dense, "total": total, "active": active,
             "active_no_embedding": active - emb, "mtp": mtp}
+
+
+# hf_config builds the dataclasses defined above: imported last, it finds them all (a module
+# object, so the names are looked up when get_config runs)
+import tilewright.models.hf_config as _hf_config  # noqa: E402

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from tilewright.models.demo_shapes import MLP_SHAPES
 from tilewright.models.hf_config import looks_like_config
+from tilewright.models.user_module import load_user_model
 from tilewright.models.llm_shapes import (LLM_CONFIGS, LLMConfig, ModelInputError, builtin_names,
                                          get_config)
 
@@ -69,9 +70,6 @@ def resolve_model(text: str) -> ResolvedModel:
     """Resolve ``text`` (module doc); raises ModelInputError naming the accepted forms."""
     form = model_form(text)
     if form in ("factory", "onnx"):
-        # lazy: the user-module loader pulls in torch (and onnx for .onnx files)
-        from tilewright.models.user_module import \
-            load_user_model  # noqa: PLC0415  (lazy: torch / onnx on demand)
         module, inputs = load_user_model(text)
         return ResolvedModel(text, form, "user", module=module, example_inputs=tuple(inputs))
     if form == "mlp":

@@ -186,7 +186,7 @@ def test_shipped_config_params_match_published(name, total, active, tol):
 
 @pytest.mark.parametrize("fields,needle", [
     ({"architectures": ["GPT2LMHeadModel"], "n_embd": 8},
-     "architecture 'GPT2LMHeadModel' is not supported; supported: JambaForCausalLM, LlamaForCausalLM"),
+     "architecture 'GPT2LMHeadModel' is not supported; supported: DeepseekV3ForCausalLM, JambaForCausalLM, LlamaForCausalLM"),
     ({"architectures": ["LlamaForCausalLM"], **{k: v for k, v in _ATTN.items()
                                                 if k != "num_hidden_layers"},
       "intermediate_size": 128}, "LlamaForCausalLM needs field 'num_hidden_layers'"),
@@ -216,7 +216,7 @@ def test_unknown_architecture_in_a_folder_real_process(tmp_path):
     proc = tw("compile", "--model", str(tmp_path), "--arch", ARCH)
     lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr
-    assert "'FooForCausalLM' is not supported; supported: JambaForCausalLM, LlamaForCausalLM" in lines[0]
+    assert "'FooForCausalLM' is not supported; supported: DeepseekV3ForCausalLM, JambaForCausalLM, LlamaForCausalLM" in lines[0]
 
 
 def test_sliding_window_refused_beyond_it(tmp_path, capsys):
@@ -248,13 +248,12 @@ def test_resolver_forms(tmp_path, monkeypatch):
     assert model_form(str(tmp_path)) == "hf-config" and model_form("x/config.json") == "hf-config"
     seen = []
 
-    class Fake:                      # stands in for tilewright.models.user_module
-        @staticmethod
-        def load_user_model(text):
-            seen.append(text)
-            return torch.nn.Identity(), (torch.zeros(1),)
+    def fake_load(text):             # stands in for user_module.load_user_model
+        seen.append(text)
+        return torch.nn.Identity(), (torch.zeros(1),)
 
-    monkeypatch.setitem(sys.modules, "tilewright.models.user_module", Fake)
+    import tilewright.models.resolve as resolve_mod
+    monkeypatch.setattr(resolve_mod, "load_user_model", fake_load)
     for text in ("nets/my.py:make", "net.onnx"):
         r = resolve_model(text)
         assert r.kind == "user" and isinstance(r.module, torch.nn.Identity)

@@ -30,6 +30,23 @@ def set_quiet(quiet: bool) -> None:
     _STATE["quiet"] = quiet
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A stream handler writing to whatever ``sys.stderr`` is when a record is emitted (a
+    plain ``StreamHandler`` keeps the stream it was made with, which a test harness that swaps
+    ``sys.stderr`` may have closed since)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
     """Route the ``tilewright`` logger to stderr as ``level: message`` lines: WARNING and above
     by default and with ``quiet``, INFO with ``verbose`` 1, DEBUG with 2 or more."""
@@ -38,7 +55,7 @@ def configure_logging(verbose: int = 0, quiet: bool = False) -> None:
              logging.INFO if verbose == 1 else logging.DEBUG)
     LOGGER.setLevel(level)
     if not any(getattr(h, "_tilewright", False) for h in LOGGER.handlers):
-        handler = logging.StreamHandler()          # sys.stderr at emit time
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
         handler._tilewright = True                 # type: ignore[attr-defined]
         LOGGER.addHandler(handler)

@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from tilewright import __version__
+from tilewright.app.cli import deprecated
 from tilewright.app.cli.tables import print_table
 from tilewright.progress import LOGGER, progress
 
@@ -229,11 +230,11 @@ def cluster(
     try:
         if mode == "train":
             if sp is not None:
-                LOGGER.warning("cluster: --sp is deprecated; it means context parallelism, now "
-                               "--cp (Megatron sequence parallelism is --seq-parallel)")
                 if cp is not None and cp != sp:
                     raise ClusterSpecError(f"--sp = {sp} contradicts --cp = {cp}: --sp is the "
                                            "deprecated name of --cp; give only --cp")
+                deprecated("--sp (context parallelism)",
+                           "--cp (Megatron sequence parallelism is --seq-parallel)")
             sp = cp if cp is not None else (sp if sp is not None else 1)
             if fsdp and zero not in (1, 3):
                 raise ClusterSpecError(f"--fsdp contradicts --zero = {zero}: FSDP full "
