@@ -44,6 +44,11 @@ class PlanError(ClusterSpecError):
     """A parallelism plan that cannot run on the cluster (does not divide, does not fit)."""
 
 
+#: the fastest link a cluster file may describe (GB/s): 1 PB/s, ~1,000x NVLink 5's 1.8 TB/s per
+#: GPU; anything above is a typo, and times near 0 s lose their precision in the simulation
+MAX_LINK_GBPS = 1e6
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
@@ -141,7 +146,8 @@ class IntraNode(_Frozen):
                             "down (NVLink/NVSwitch style); 'ring'/'torus': neighbour links, "
                             "shortest-direction dimension-order routing; 'fully_connected': a "
                             "direct link between every ordered pair of chips")
-    link_gbps: float = Field(1.0, gt=0, description="GB/s per link per direction")
+    link_gbps: float = Field(1.0, gt=0, le=MAX_LINK_GBPS,
+                             description="GB/s per link per direction")
     latency_us: float = Field(0.0, ge=0, description="µs per link traversal")
     dims: Optional[list[int]] = Field(None, description="torus dimensions (product = chips_per_node)")
 
@@ -155,14 +161,16 @@ class InterNode(_Frozen):
                             "'fat_tree': two levels, nodes_per_leaf nodes per leaf switch, "
                             "`spines` spine switches, one uplink per leaf per spine; "
                             "'ring'/'torus'/'fully_connected': direct node-to-node links")
-    link_gbps: float = Field(1.0, gt=0, description="GB/s per link per direction, per plane")
+    link_gbps: float = Field(1.0, gt=0, le=MAX_LINK_GBPS,
+                             description="GB/s per link per direction, per plane")
     latency_us: float = Field(0.0, ge=0, description="µs per link traversal")
     planes: int = Field(1, ge=1, le=64, description="parallel network planes (rails)")
     dims: Optional[list[int]] = Field(None, description="torus dimensions (product = nodes)")
     nodes_per_leaf: int = Field(1, ge=1, description="fat_tree: nodes under one leaf switch")
     spines: int = Field(1, ge=1, description="fat_tree: spine switches")
     uplink_gbps: Optional[float] = Field(
-        None, gt=0, description="fat_tree: GB/s of each leaf-spine link; default link_gbps")
+        None, gt=0, le=MAX_LINK_GBPS,
+        description="fat_tree: GB/s of each leaf-spine link; default link_gbps")
 
 
 class Pools(_Frozen):
