@@ -30,8 +30,28 @@ class ModelInputError(UserError, ValueError):
     sequence beyond the config's context (``max_seq_len``). The message names the limit."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class AttentionFields:
+    """The Llama-style attention fields a Hugging Face config may set (dense and MoE configs
+    share them; keyword-only, after each config's own fields)."""
+
+    d_head: int | None = None
+    """HF ``head_dim``; None = d_model // n_heads"""
+    qkv_bias: bool = False
+    """bias on the q/k/v projections (HF ``attention_bias``; Qwen2 always)"""
+    o_bias: bool = False
+    """bias on the output projection (HF Llama ``attention_bias``)"""
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    """RMSNorm over head_dim on q and k before rotary (Qwen3)"""
+    rope_scaling: dict | None = None
+    """HF ``rope_scaling`` (``rope_type`` llama3 or linear); None = plain rotary"""
+    sliding_window: int | None = None
+    """attention window (tokens); a layer refuses contexts beyond it (exact within it)"""
+
+
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(AttentionFields):
     """Llama-style dense decoder (GQA attention + SwiGLU FFN). Widths in features."""
 
     name: str
@@ -48,19 +68,6 @@ class LlamaConfig:
     tie_embeddings: bool = False
     tiny: bool = False
     source: str = ""
-    d_head: int | None = None
-    """HF ``head_dim``; None = d_model // n_heads"""
-    qkv_bias: bool = False
-    """bias on the q/k/v projections (HF ``attention_bias``; Qwen2 always)"""
-    o_bias: bool = False
-    """bias on the output projection (HF Llama ``attention_bias``)"""
-    mlp_bias: bool = False
-    qk_norm: bool = False
-    """RMSNorm over head_dim on q and k before rotary (Qwen3)"""
-    rope_scaling: dict | None = None
-    """HF ``rope_scaling`` (``rope_type`` llama3 or linear); None = plain rotary"""
-    sliding_window: int | None = None
-    """attention window (tokens); a layer refuses contexts beyond it (exact within it)"""
     family: str = dataclasses.field(default="llama", init=False)
 
     @property
@@ -69,7 +76,7 @@ class LlamaConfig:
 
 
 @dataclass(frozen=True)
-class MoEConfig:
+class MoEConfig(AttentionFields):
     """MoE layer (see :class:`~tilewright.models.moe.MoELayer`) and, when ``n_heads`` is set, the
     Llama-style attention of the full decoder it sits in (Mixtral). ``n_heads=None`` means the
     attention is not Llama-style: none modeled, or MLA (:class:`DeepSeekConfig`)."""
@@ -102,19 +109,6 @@ class MoEConfig:
     shared_expert_gate: bool = False
     """the shared expert's output is scaled by sigmoid(Linear(d_model, 1) x) (Qwen2-MoE)"""
     tie_embeddings: bool = False
-    d_head: int | None = None
-    """HF ``head_dim``; None = d_model // n_heads"""
-    qkv_bias: bool = False
-    """bias on the q/k/v projections (HF ``attention_bias``; Qwen2 always)"""
-    o_bias: bool = False
-    """bias on the output projection (HF Llama ``attention_bias``)"""
-    mlp_bias: bool = False
-    qk_norm: bool = False
-    """RMSNorm over head_dim on q and k before rotary (Qwen3)"""
-    rope_scaling: dict | None = None
-    """HF ``rope_scaling`` (``rope_type`` llama3 or linear); None = plain rotary"""
-    sliding_window: int | None = None
-    """attention window (tokens); a layer refuses contexts beyond it (exact within it)"""
     family: str = dataclasses.field(default="moe", init=False)
 
     @property
