@@ -32,27 +32,14 @@ Shape letters: ``B`` batch, ``S`` new tokens, ``T`` cached tokens, ``D`` d_model
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from tilewright.models.llm_shapes import YarnScaling
 from tilewright.models.transformer import RMSNorm, apply_rope, causal_mask
 
 __all__ = ["YarnScaling", "yarn_inv_freq", "yarn_mscale", "mla_rope_tables", "MLAttention"]
-
-
-@dataclass(frozen=True)
-class YarnScaling:
-    """HF ``rope_scaling`` of type ``yarn`` (DeepSeek-V3: factor 40, original 4096 positions,
-    beta_fast 32, beta_slow 1, mscale = mscale_all_dim = 1)."""
-
-    factor: float
-    original_max_position_embeddings: int
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    mscale: float = 1.0
-    mscale_all_dim: float = 1.0
 
 
 def yarn_mscale(factor: float, mscale: float) -> float:
