@@ -12,9 +12,8 @@ import math
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 
@@ -22,6 +21,9 @@ from tilewright import __version__
 from tilewright.app.cli import deprecated
 from tilewright.app.cli.tables import print_table
 from tilewright.progress import LOGGER, progress
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["cluster"]
 
@@ -54,6 +56,7 @@ def _expert_ids(path: Path) -> np.ndarray:
         ClusterSpecError  # noqa: PLC0415  (lazy: pulls in pandas, simpy, torch)
     from tilewright.validation import \
         read_user_text  # noqa: PLC0415  (lazy: only this path reads an expert trace)
+    import numpy as np  # noqa: PLC0415  (lazy: start-up of the CLI stays light)
     text = read_user_text(path, ClusterSpecError, what="expert-id trace")
     ids = []
     for line_no, line in enumerate(text.splitlines(), 1):
