@@ -25,6 +25,7 @@ import numpy as np
 
 import tilewright.compiler.mesh_repair as mesh_repair  # it imports this module too (its doc)
 from tilewright.arch import MeshSpec
+from tilewright.compiler.mesh_algos import GEMM_ALGOS, GEMV_ALGOS
 from tilewright.errors import UserError
 
 __all__ = ["MeshScheduleError", "MessageBatch", "Grid", "healthy_grid", "bad_lines",
@@ -38,8 +39,6 @@ __all__ = ["MeshScheduleError", "MessageBatch", "Grid", "healthy_grid", "bad_lin
 
 #: ``summa_relay`` is SUMMA as WaferLLM's baseline (He et al., OSDI 2025, sec. 5.1 (2) and
 #: sec. 7.2): every core of the row/column relays the block (see :func:`gemm_phase_specs`).
-GEMM_ALGOS = ("mesh", "cannon", "summa", "summa_relay")
-GEMV_ALGOS = ("mesh", "allreduce")
 
 
 class MeshScheduleError(UserError, ValueError):

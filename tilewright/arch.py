@@ -18,7 +18,6 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
 
@@ -435,6 +434,7 @@ class MeshSpec(_Frozen):
 def _drawn_cores(rows: int, cols: int, rate: float, seed: int) -> tuple[tuple[int, int], ...]:
     """``round(rate * rows * cols)`` distinct (row, col) drawn uniformly (numpy PCG64 ``seed``)."""
     n = round(rate * rows * cols)
+    import numpy as np  # noqa: PLC0415  (lazy: start-up of the light commands)
     idx = np.random.default_rng(seed).choice(rows * cols, size=n, replace=False)
     return tuple((int(i) // cols, int(i) % cols) for i in np.sort(idx))
 

@@ -43,7 +43,20 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-import numpy as np
+from types import ModuleType
+
+
+class _NumpyOnDemand(ModuleType):
+    """``np`` of this module: numpy imported on first attribute use (the light commands —
+    ``--help``, ``arch``, ``models`` — import the formats but never compute with them)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import numpy  # noqa: PLC0415  (lazy: ~0.1 s of CPU the light commands never need)
+        globals()["np"] = numpy
+        return getattr(numpy, name)
+
+
+np: Any = _NumpyOnDemand("numpy")
 
 __all__ = ["NumberFormat", "QTensor", "FORMATS", "ACCUMULATORS", "get_format", "round_to_element",
            "element_values", "quantize", "dequantize", "MX_BLOCK", "E8M0_BIAS", "bits_of"]
@@ -56,8 +69,21 @@ Overflow = Literal["ieee", "saturate"]
 MX_BLOCK = 32
 #: E8M0 code = X + E8M0_BIAS, X in [-127, 127]; code 0xFF is NaN
 E8M0_BIAS = 127
+class _Accumulators(dict):
+    """Accumulator format name -> numpy dtype, resolved on lookup (numpy on demand)."""
+
+    def __getitem__(self, name: str) -> Any:
+        return getattr(np, dict.__getitem__(self, name))
+
+    def values(self):  # type: ignore[override]
+        return [self[k] for k in self]
+
+    def items(self):  # type: ignore[override]
+        return [(k, self[k]) for k in self]
+
+
 #: accumulator format name -> numpy dtype
-ACCUMULATORS: dict[str, Any] = {"fp32": np.float32, "int32": np.int32}
+ACCUMULATORS: dict[str, Any] = _Accumulators({"fp32": "float32", "int32": "int32"})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 from tilewright.app.cli.tables import Column, print_table
@@ -19,7 +18,7 @@ from tilewright.app.cli.tables import Column, print_table
 from tilewright.app.cli import MAX_DIM, MAX_ELEM_BYTES, mesh_elem_bytes
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.compiler.errors import MeshMappingError
-from tilewright.compiler.mesh_schedule import GEMM_ALGOS, GEMV_ALGOS
+from tilewright.compiler.mesh_algos import GEMM_ALGOS, GEMV_ALGOS
 
 __all__ = ["mesh", "with_mesh", "ROWS_OPTION", "COLS_OPTION", "LINK_OPTION", "HOP_OPTION"]
 
@@ -157,6 +156,7 @@ def _rtl_check(spec, op: str, algo: str, m: int, k: int, n: int, elem_bytes: int
         rtl_gemm, rtl_gemv)
     err = Console(stderr=True)
     say = lambda msg: err.print(msg, markup=False, highlight=False)    # noqa: E731  (progress)
+    import numpy as np  # noqa: PLC0415  (lazy: start-up of the CLI stays light)
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k)).astype(np.int8)
     b = rng.integers(-128, 128, (k, n)).astype(np.int8)

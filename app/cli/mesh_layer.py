@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 from tilewright.app.cli.tables import Column, print_table
@@ -326,6 +325,7 @@ def _heatmap(path: Path, run, n_layers: int, extras: dict, title: str) -> None:
     total = layer * (n_layers if extras else 1) + sum(link_busy_map(r) for r in extras.values())
     fig, ax = plt.subplots(figsize=(8, 6))
     from matplotlib.colors import LogNorm  # noqa: PLC0415  (lazy: matplotlib is heavy)
+    import numpy as np  # noqa: PLC0415  (lazy: start-up of the CLI stays light)
     im = ax.imshow(np.maximum(total, 1), cmap="viridis", interpolation="nearest",
                    aspect="auto", norm=LogNorm())
     fig.colorbar(im, ax=ax, label="link busy cycles (flits), east + south links of each core")
