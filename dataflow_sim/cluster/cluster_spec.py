@@ -47,6 +47,8 @@ class PlanError(ClusterSpecError):
 #: the fastest link a cluster file may describe (GB/s): 1e12 GB/s still models an ideal link
 #: (studies of a free network use 1e9); far above that the simulated times lose their precision
 MAX_LINK_GBPS = 1e12
+#: the slowest link traversal a cluster file may describe (µs): one second per hop
+MAX_LATENCY_US = 1e6
 
 
 class _Frozen(BaseModel):
@@ -148,7 +150,7 @@ class IntraNode(_Frozen):
                             "direct link between every ordered pair of chips")
     link_gbps: float = Field(1.0, gt=0, le=MAX_LINK_GBPS,
                              description="GB/s per link per direction")
-    latency_us: float = Field(0.0, ge=0, description="µs per link traversal")
+    latency_us: float = Field(0.0, ge=0, le=MAX_LATENCY_US, description="µs per link traversal")
     dims: Optional[list[int]] = Field(None, description="torus dimensions (product = chips_per_node)")
 
 
@@ -163,7 +165,7 @@ class InterNode(_Frozen):
                             "'ring'/'torus'/'fully_connected': direct node-to-node links")
     link_gbps: float = Field(1.0, gt=0, le=MAX_LINK_GBPS,
                              description="GB/s per link per direction, per plane")
-    latency_us: float = Field(0.0, ge=0, description="µs per link traversal")
+    latency_us: float = Field(0.0, ge=0, le=MAX_LATENCY_US, description="µs per link traversal")
     planes: int = Field(1, ge=1, le=64, description="parallel network planes (rails)")
     dims: Optional[list[int]] = Field(None, description="torus dimensions (product = nodes)")
     nodes_per_leaf: int = Field(1, ge=1, description="fat_tree: nodes under one leaf switch")
