@@ -60,6 +60,7 @@ from __future__ import annotations
 import io
 import math
 import time
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
 from .costs import ChipModel, chip_model
+from .decode_run import DecodeRun, plan_decode_run
 from .energy import add_traffic, cluster_energy, power_capped_chip, serve_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
@@ -220,6 +222,7 @@ class IterationCost:
         self._lines: dict[str, tuple[float, float] | None] = {}
         self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
         self._comm: dict[tuple[str, int], float] = {}
+        self._tpc: dict[int, float] = {}
         self._work = np.zeros(3)          # (MACs, vector ops, off-chip bytes) run so far
         self._link_bytes: dict[int, float] = {}   # bytes per link of the collectives
         # sums over the iterations not yet folded into _work / _link_bytes (serve_work's
@@ -494,11 +497,7 @@ class IterationCost:
             attn = [self.attention_seconds(pq, pc) for pq, pc in groups]
             layer = max((self._dense_seconds(int(pq.sum())) + a
                          for (pq, _), a in zip(groups, attn)), default=0.0)
-        tp_comm = 0.0
-        if self.plan.tp > 1:
-            tp_comm = 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
-                self.comm_seconds("all_reduce", T * dm.d * e)
-                + self.comm_seconds("all_reduce", T * (dm.dt_rank + 2 * dm.n_state) * e))
+        tp_comm = self._tp_comm(T)
         self._account(q, c, n_logits, sums)
         # the fixed per-iteration cost (scheduler, sampling; GPU presets) rides on the first
         # stage's part, once per iteration
@@ -521,6 +520,66 @@ class IterationCost:
         else:
             per = compute + comm
         return (dense + float(per.sum()), *tail)
+
+    def _tp_comm(self, T: int) -> float:
+        """Seconds of one layer's TP all-reduces for ``T`` tokens (memoized): two of ``T·d``
+        elements (Mamba: one of ``T·d`` and one of ``T·(dt_rank + 2·n_state)``); 0 at TP 1."""
+        t = self._tpc.get(T)
+        if t is None:
+            dm, e = self.dm, self.e
+            t = 0.0
+            if self.plan.tp > 1:
+                t = 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
+                    self.comm_seconds("all_reduce", T * dm.d * e)
+                    + self.comm_seconds("all_reduce", T * (dm.dt_rank + 2 * dm.n_state) * e))
+            self._tpc[T] = t
+        return t
+
+    @property
+    def decode_runs(self) -> bool:
+        """Whether an iteration of one-token decode steps costs a function of its sequence count
+        and summed keys alone (:meth:`decode_run_seconds`): one EP rank, a dense model, table
+        costs with fused attention (GPU presets) or no attention (Mamba)."""
+        return (self.plan.ep == 1 and not self.dm.moe and self.cost_source != "compiler"
+                and (self.chip.fused_attention or bool(self.dm.ssm)))
+
+    def decode_run_seconds(self, n: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Seconds of each iteration of a decode-only run (:mod:`.decode_run`): iteration j has
+        ``n[j]`` sequences of one new token each attending to ``keys[j]`` keys in all. The same
+        floating-point operations, in the same order, as :meth:`seconds` on that batch (only
+        when :attr:`decode_runs`); the run's work is added by :meth:`account_decode_run`."""
+        dm, chip = self.dm, self.chip
+        vals, inv = np.unique(n, return_inverse=True)
+        per = np.array([(self._dense_seconds(t), self._tp_comm(t),
+                         self.embed_seconds(t) + chip.iteration_overhead_s, self.head_seconds(t))
+                        for t in vals.tolist()])[inv.ravel()]
+        dense, tp_comm, first, head = per.T
+        if dm.ssm:
+            layer = dense + 0.0
+        else:       # attention_seconds' fused branch with q = 1: causal pairs = keys
+            hv = dm.hd_v or dm.hd
+            C = keys.astype(np.float64)
+            kv_read = dm.kv * C * (dm.hd if dm.hd_v else 2 * dm.hd)
+            attn = chip.attention_seconds(2.0 * (dm.hd + hv) * dm.h * C,
+                                          self.e * (dm.h * n.astype(np.float64) * (dm.hd + hv)
+                                                    + kv_read))
+            layer = dense + attn
+        return (self.cfg.n_layers * (layer + tp_comm) + first) + head
+
+    def account_decode_run(self, n: np.ndarray, keys: np.ndarray) -> None:
+        """Add the work of decode-only iterations (``n``, ``keys`` as in
+        :meth:`decode_run_seconds`) to the pending sums, as :meth:`_account` does per
+        iteration (a decode step's keys are its q·c and its causal pairs)."""
+        pend, it = self._pending, len(n)
+        T, C = int(n.sum()), int(keys.sum())
+        pend[0] += it
+        pend[1] += T
+        pend[2] += C
+        pend[3] += C
+        pend[4] += T
+        pend[5] += it
+        if self.plan.tp > 1:
+            pend[6] += T
 
     @property
     def work(self) -> np.ndarray:
@@ -663,6 +722,8 @@ class _Replica:
             sim.state_slots if sim.state_slots is not None
             else sim.kv_tokens_per_replica // sim.plan.kv_block_tokens)
         self.wake: simpy.Event | None = None
+        self.run: _Run | None = None   # a decode-only run computed ahead (:meth:`_start_run`)
+        self.run_end = 0.0             # end of the last run committed (s)
         self.busy = 0.0
         self.busy_chip_s = 0.0     # chip-seconds of compute (energy model)
         self.iterations = 0
@@ -670,6 +731,9 @@ class _Replica:
 
     @property
     def load(self) -> int:
+        if self.run is not None:       # the sequences of the run's iteration in progress
+            j = self._run_iteration()
+            return len(self.waiting) + (int(self.run.plan.n[j]) if j < self.run.stop else 0)
         return len(self.waiting) + len(self.running)
 
     def poke(self) -> None:
@@ -677,8 +741,86 @@ class _Replica:
             self.wake.succeed()
 
     def submit(self, req: _Req) -> None:
+        run = self.run
+        if run is not None:
+            j = self._run_iteration()
+            if j >= run.stop:              # the run ended before now: the replica was idle
+                self._commit_run()
+            else:                          # the run stops after the iteration in progress
+                run.stop = j + 1
         self.waiting.append(req)
         self.poke()
+
+    # ---- decode-only runs computed ahead (:mod:`.decode_run`) -----------------------------
+    def _run_iteration(self) -> int:
+        """Index of the run's iteration in progress now (its length once the run is over).
+        Raises :class:`_SameInstant` when now is exactly an iteration's end: whether the
+        event-level loop would have seen this replica before or after that iteration's end
+        depends on SimPy's event order, which a run computed ahead does not keep."""
+        run, now = self.run, self.sim.env.now
+        assert run is not None
+        j = bisect_right(run.t, now) - 1
+        if j >= 1 and run.t[j] == now:
+            raise _SameInstant(now)
+        return j
+
+    def _start_run(self) -> bool:
+        """Compute the decode-only run of the running sequences (queue empty, every sequence
+        decoding) and time it; False (nothing changed) when the batch is not of that kind or
+        the run would preempt."""
+        if self.waiting or not self.running:
+            return False
+        s, r, b = [], [], []
+        for x in self.running:
+            if x.done < x.todo:
+                return False
+            s.append(x.prompt + x.generated)
+            r.append(x.output - x.generated)
+            b.append(x.blocks)
+        sim = self.sim
+        plan = plan_decode_run(np.array(s), np.array(r), np.array(b), self.free_blocks,
+                               sim.plan.kv_block_tokens, sim.state_slots is not None)
+        if plan is None:
+            return False
+        dts = self.cost.decode_run_seconds(plan.n, plan.keys)
+        # SimPy's clock after each iteration: now + dt, added one at a time (cumsum is sequential)
+        t = np.cumsum(np.concatenate(([sim.env.now], dts))).tolist()
+        self.run = _Run(plan, list(self.running), s, r, b, t, dts.tolist(), plan.iterations)
+        return True
+
+    def _commit_run(self) -> None:
+        """Apply the run's first ``stop`` iterations to the replica and its requests: tokens,
+        finishes (at their iteration's end), KV blocks, busy time, timeline and work."""
+        run, sim = self.run, self.sim
+        assert run is not None
+        stop, plan, t = run.stop, run.plan, run.t
+        bt, slots = sim.plan.kv_block_tokens, sim.state_slots is not None
+        for x, s, r, b in zip(run.reqs, run.s, run.r, run.b):
+            if r <= stop:
+                x.generated = x.output
+                x.blocks = 0
+                x.active = False
+                x.finish = t[r]
+                sim.finished.append(x)
+            else:
+                x.generated += stop
+                x.blocks = max(b, 1 if slots else -(-(s + stop - 1) // bt))
+        self.running = [x for x in self.running if x.active]
+        self.free_blocks = int(plan.free[stop])
+        n = plan.n[:stop]
+        total = self.total_blocks
+        kv = ((1.0 - (plan.free[:stop] - plan.grow[:stop]) / total).tolist() if total
+              else [0.0] * stop)
+        nl = n.tolist()
+        sim.timeline.extend(zip(t[:stop], [self.idx] * stop, [self.role] * stop, nl, nl, kv))
+        width = len(self.chips)
+        for dt in run.dts[:stop]:          # one at a time, as the event-level loop adds them
+            self.busy_chip_s += dt * width
+            self.busy += dt
+        self.iterations += stop
+        self.cost.account_decode_run(n, plan.keys[:stop])
+        self.run_end = t[stop]
+        self.run = None
 
     def _blocks(self, tokens: int) -> int:
         """KV blocks for ``tokens`` tokens; a Mamba model's one state slot per sequence."""
@@ -806,7 +948,20 @@ class _Replica:
 
     def loop(self):
         env, sim = self.sim.env, self.sim
+        runs = sim.decode_runs and self.role != "prefill" and self.cost.decode_runs
         while True:
+            if runs and not self.waiting and self._start_run():
+                # the run proceeds without events until a request reaches this replica
+                # (:meth:`submit`); then the iteration in progress completes and the loop
+                # goes on from there
+                self.wake = env.event()
+                yield self.wake
+                self.wake = None
+                run = self.run
+                if run is not None:
+                    yield env.timeout(_delay_to(env.now, run.t[run.stop]))
+                    self._commit_run()
+                continue
             batch = self._schedule() if (self.waiting or self.running) else []
             if not batch:                     # idle, or waiting for KV held by transfers
                 self.wake = env.event()
@@ -857,11 +1012,50 @@ class _Replica:
                     env.process(sim.hand_off(r, self))
 
 
+@dataclass(eq=False)
+class _Run:
+    """A decode-only run computed ahead: the plan, its sequences (running order) with their
+    contexts ``s``, tokens left ``r`` and blocks ``b`` at the start, the iteration boundaries
+    ``t`` (s; ``t[0]`` the start), the iteration times ``dts`` and the iterations that will
+    run (``stop``: all of them, or fewer once a request arrives)."""
+
+    plan: DecodeRun
+    reqs: list[_Req]
+    s: list[int]
+    r: list[int]
+    b: list[int]
+    t: list[float]
+    dts: list[float]
+    stop: int
+
+
+class _SameInstant(Exception):
+    """A request reached a replica exactly at the end of an iteration of a decode-only run
+    computed ahead (:meth:`_Replica._run_iteration`); the run is redone event by event."""
+
+
+def _delay_to(now: float, t: float) -> float:
+    """A delay ``d`` with ``now + d == t`` exactly in floating point (SimPy's clock adds the
+    delay to now), so the clock lands on the boundary the event-level loop would reach."""
+    d = t - now
+    while now + d < t:
+        d = math.nextafter(d, math.inf)
+    while now + d > t:
+        d = math.nextafter(d, -math.inf)
+    if now + d != t:
+        raise _SameInstant(t)
+    return d
+
+
 class _Sim:
     def __init__(self, spec: ClusterSpec, cfg: LLMConfig, plan: ServePlan, chip: ChipModel,
                  kv_tokens_per_replica: int, kv_bytes_per_token_chip: float, trace: bool,
-                 state_slots: int | None = None, state_bytes_chip: float = 0.0) -> None:
+                 state_slots: int | None = None, state_bytes_chip: float = 0.0,
+                 decode_runs: bool = False) -> None:
         self.env = simpy.Environment()
+        # decode-only runs computed ahead (:mod:`.decode_run`): not with a trace (it spans
+        # every iteration) or pipeline stages (their micro-batches use the network)
+        self.decode_runs = decode_runs and not trace and plan.pp == 1
         self.spec, self.cfg, self.plan, self.chip = spec, cfg, plan, chip
         self.topology = Topology(spec)
         self.net = Network(self.env, self.topology)
@@ -972,13 +1166,33 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                      expert_trace: Optional[np.ndarray] = None,
                      cost_source: str | None = None, tech: str | None = None,
                      slo: SLO | None = None, power_caps: Mapping[str, float] | None = None,
-                     prefill_chips: int | None = None) -> ServeResult:
+                     prefill_chips: int | None = None, decode_runs: bool = True) -> ServeResult:
     """Serve ``requests`` (columns ``arrival_s, prompt_tokens, output_tokens``) on ``spec``;
     ``cost_source`` as in the module docstring; ``tech``: technology table for an ArchSpec
     chip's energy (:mod:`.energy`; default 7nm). ``slo``: add SLO attainment and goodput to the
     metrics (:mod:`.serve_slo`). ``power_caps``: board power cap (W) per pool role
     (``prefill``, ``decode``, or ``both`` for colocated replicas; :func:`.energy.capped_clock_ratio`).
-    ``prefill_chips``: the P/D split to use instead of the cluster's ``pools`` (disaggregated)."""
+    ``prefill_chips``: the P/D split to use instead of the cluster's ``pools`` (disaggregated).
+    ``decode_runs``: compute a replica's decode-only runs ahead (:mod:`.decode_run`) instead of
+    iteration by iteration — the same results to the last bit (the event-level loop is
+    ``decode_runs=False``); a request reaching a replica exactly at the end of a computed
+    iteration makes the whole run repeat event by event."""
+    args = (spec, model, plan, requests, seed, trace, expert_trace, cost_source, tech, slo,
+            power_caps, prefill_chips)
+    if decode_runs:
+        try:
+            return _simulate(*args, decode_runs=True)
+        except _SameInstant:
+            pass
+    return _simulate(*args, decode_runs=False)
+
+
+def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
+              requests: pd.DataFrame, seed: int, trace: bool,
+              expert_trace: Optional[np.ndarray], cost_source: str | None, tech: str | None,
+              slo: SLO | None, power_caps: Mapping[str, float] | None,
+              prefill_chips: int | None, decode_runs: bool) -> ServeResult:
+    """:func:`simulate_serving` with ``decode_runs`` fixed."""
     wall0 = time.perf_counter()
     if prefill_chips is not None:
         if plan.disaggregated is False:
@@ -1005,7 +1219,7 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     size = plan.tp * plan.ep * plan.pp
     slots = mem.get("state_slots")
     sim = _Sim(spec, cfg, plan, chip, mem["kv_tokens"] * plan.ep, mem["kv_bytes_per_token"],
-               trace, slots, mem.get("state_bytes_per_seq", 0.0))
+               trace, slots, mem.get("state_bytes_per_seq", 0.0), decode_runs)
     roles = ("prefill", "decode") if disagg else ("both",)
     chips_of = {r: chip for r in roles}
     clock = {}
@@ -1028,6 +1242,11 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                                                     "output_tokens"]].itertuples(index=False))]
     sim.env.process(sim.arrivals(reqs))
     sim.env.run()
+    for rep in sim.front + sim.decode:     # runs that ended with nothing more arriving
+        if rep.run is not None:
+            rep._commit_run()
+    # the event-level clock's end: computed runs' last iterations have no events of their own
+    end = max([sim.env.now] + [rep.run_end for rep in sim.front + sim.decode])
     unfinished = [r for r in reqs if math.isnan(r.finish) and r not in sim.rejected]
     if unfinished:
         raise RuntimeError(f"serving simulation stalled with {len(unfinished)} requests unfinished")
@@ -1048,7 +1267,7 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                            "chips": [len(r.chips) for r in reps],
                            "iterations": [r.iterations for r in reps],
                            "busy_s": [r.busy for r in reps]})
-    rep_df["utilization"] = rep_df.busy_s / sim.env.now if sim.env.now else 0.0
+    rep_df["utilization"] = rep_df.busy_s / end if end else 0.0
     done = df.dropna(subset=["finish_s"])
     metrics: dict[str, Any] = {
         "mode": "serve", "model": cfg.name, **({"attention": standin} if standin else {}), "cluster": spec.name, "chips": spec.n_chips,
@@ -1079,7 +1298,7 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     capped = tuple((sum(r.busy_chip_s for r in reps if r.role == role), float(cap))
                    for role, cap in (power_caps or {}).items())
     energy = cluster_energy(spec, chip, busy_chip_s=sum(r.busy_chip_s for r in reps),
-                            window_s=span if math.isfinite(span) else sim.env.now,
+                            window_s=span if math.isfinite(span) else end,
                             work=sum((r.cost.work for r in reps), np.zeros(3)),
                             link_bytes=carried, topology=sim.topology, tech=tech,
                             capped_busy=capped)
@@ -1088,8 +1307,11 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     events = events_scheduled(sim.env) + sim.timer.events
     wall = time.perf_counter() - wall0
     metrics.update(events=events, wall_s=wall, events_per_s=events / wall)
-    timeline = pd.DataFrame(sim.timeline, columns=["t_s", "replica", "role", "seqs", "tokens",
-                                                   "kv"])
+    # in time order (computed runs add their iterations when committed), replicas in order
+    # at equal times
+    timeline = (pd.DataFrame(sim.timeline, columns=["t_s", "replica", "role", "seqs", "tokens",
+                                                    "kv"])
+                .sort_values(["t_s", "replica"], kind="stable").reset_index(drop=True))
     return ServeResult(df, metrics, rep_df, sim.trace, events, timeline)
 
 
