@@ -1,82 +1,87 @@
-"""A replica's run of pure decode iterations, computed at once instead of iteration by iteration.
+"""A replica's run of pure decode iterations, computed in bulk instead of iteration by iteration.
 
 When a replica's queue is empty and every running sequence is decoding, each following
 iteration is fixed by the batch alone until something from outside (an arrival, a KV hand-off)
 reaches the replica: every sequence gets one token per iteration, a sequence leaves after its
-last token, and a sequence takes a new KV block when its context crosses a block boundary. This
-module computes that whole run (:func:`plan_decode_run`): per iteration ``j`` the sequences
-``n_j`` and their summed keys ``C_j``, the KV blocks taken (``grow_j``) and freed (``freed_j``),
-and the free blocks before each iteration. The serving loop (:mod:`.serving`) times the run,
-commits as much of it as has elapsed when something reaches the replica, and resumes its
-ordinary event-by-event loop from there.
+last token, and a sequence takes a new KV block when its context crosses a block boundary.
+:class:`DecodeRun` holds that run's arithmetic: per iteration ``j`` the sequences ``n_j`` and
+their summed keys (:meth:`DecodeRun.counts`, computed for any range of iterations on demand),
+and the KV blocks taken and free before each iteration (:meth:`DecodeRun.blocks`). The serving
+loop (:mod:`.serving`) times the iterations, commits as many as have elapsed when something
+reaches the replica, and resumes its ordinary event-by-event loop from there.
 
 Definitions (they restate :meth:`.serving._Replica._schedule` and its loop for a decode-only
 batch): sequence ``i`` has context ``s_i`` (prompt + generated tokens) at the run's start,
 ``r_i ≥ 1`` tokens left to generate and ``b_i`` KV blocks; in iteration ``j < r_i`` it attends to
-``s_i + j`` keys and needs ``need_i(j) = ⌈(s_i + j)/bt⌉`` blocks (1 with recurrent-state slots).
-The run preempts nobody iff the blocks taken in each iteration fit in the blocks free before it
-(takes happen one by one in the batch, so any shortfall shows in the total); otherwise the run is
-refused (``None``) and the ordinary loop, which preempts, takes over.
+``s_i + j`` keys and needs ``need_i(j) = ⌈(s_i + j)/bt⌉`` blocks (1 with recurrent-state slots);
+it leaves, freeing ``max(b_i, need_i(r_i − 1))`` blocks, at the end of iteration ``r_i − 1``. The
+run preempts nobody iff the blocks taken in each iteration fit in the blocks free before it
+(takes happen one by one in the batch, so any shortfall shows in the total);
+:attr:`DecodeRun.feasible` is False otherwise, and the ordinary loop, which preempts, runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-__all__ = ["DecodeRun", "plan_decode_run"]
+__all__ = ["DecodeRun"]
 
 
-@dataclass
 class DecodeRun:
-    """The block and batch arithmetic of a decode-only run of ``K = max r_i`` iterations.
+    """The batch and block arithmetic of the decode-only run of sequences with contexts ``s``,
+    tokens left ``r`` (each ≥ 1) and KV blocks ``b`` (one entry per sequence) on a replica with
+    ``free0`` free blocks of ``block_tokens`` tokens (``slots``: one recurrent-state slot per
+    sequence instead). It lasts :attr:`iterations` ``= max r_i`` iterations."""
 
-    ``n``, ``keys``: sequences and Σ keys of each iteration (``(K,)``); ``free``: free KV blocks
-    before each iteration (``(K + 1,)``; entry K after the run); ``grow``: blocks taken in each
-    iteration (``(K,)``); ``final_blocks``: each sequence's blocks when it leaves."""
+    def __init__(self, s: list[int], r: list[int], b: list[int], free0: int,
+                 block_tokens: int, slots: bool) -> None:
+        self.s, self.r, self.b = (np.array(x, dtype=np.int64) for x in (s, r, b))
+        self.free0, self.bt, self.slots = free0, block_tokens, slots
+        self.iterations = K = max(r)
+        order = np.argsort(self.r, kind="stable")
+        self._r_sorted = self.r[order]
+        self._s_done = np.concatenate(([0], np.cumsum(self.s[order])))   # Σs of the first i
+        self._s_total = int(self._s_done[-1])
+        self.final = (np.maximum(self.b, 1) if slots
+                      else np.maximum(self.b, -(-(self.s + self.r - 1) // block_tokens)))
+        # every take is one block except a first catch-up take: Σ(final − b) blocks in all
+        self.feasible = free0 >= int((self.final - self.b).sum())
+        if not self.feasible:
+            free, grow = self.blocks(K)
+            self.feasible = bool((free[:K] >= grow).all())
 
-    n: np.ndarray
-    keys: np.ndarray
-    free: np.ndarray
-    grow: np.ndarray
-    final_blocks: np.ndarray
+    def counts(self, a: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sequences, Σ keys) of iterations ``a … m − 1``."""
+        j = np.arange(a, m, dtype=np.int64)
+        done = np.searchsorted(self._r_sorted, j, side="right")   # sequences with r ≤ j
+        n = len(self.r) - done
+        return n, (self._s_total - self._s_done[done]) + j * n
 
-    @property
-    def iterations(self) -> int:
-        return len(self.n)
+    def blocks(self, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """(free blocks before each of iterations ``0 … stop`` (``(stop + 1,)``; the last entry
+        after iteration ``stop − 1``), blocks taken in each of iterations ``0 … stop − 1``)."""
+        s, r, b, bt = self.s, self.r, self.b, self.bt
+        grow = np.zeros(stop, dtype=np.int64)
+        if self.slots:
+            grow[0] = int(np.maximum(0, 1 - b).sum())
+        else:
+            need0 = -(-s // bt)
+            grow[0] = int(np.maximum(0, need0 - b).sum())
+            # later takes: at j = m·bt + 1 − s (the context crosses a block boundary) for every
+            # m ≥ max(b, need(0)), while j < min(r, stop)
+            first = np.maximum(b, need0) * bt + 1 - s
+            cnt = np.maximum(0, -(-(np.minimum(r, stop) - first) // bt))
+            if cnt.any():
+                total = int(cnt.sum())
+                k = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+                grow += np.bincount(np.repeat(first, cnt) + k * bt, minlength=stop)[:stop]
+        gone = r <= stop
+        freed = np.bincount(r[gone] - 1, weights=self.final[gone], minlength=stop)[:stop]
+        free = self.free0 + np.concatenate(([0], np.cumsum(freed.astype(np.int64) - grow)))
+        return free, grow
 
-
-def plan_decode_run(s: np.ndarray, r: np.ndarray, b: np.ndarray, free0: int,
-                    block_tokens: int, slots: bool) -> DecodeRun | None:
-    """The run of sequences with contexts ``s``, tokens left ``r`` (each ≥ 1) and blocks ``b``
-    (int arrays, one entry per sequence) on a replica with ``free0`` free blocks of
-    ``block_tokens`` tokens (``slots``: one recurrent-state slot per sequence instead). ``None``
-    when some iteration would need more blocks than are free (a preemption)."""
-    s, r, b = (np.asarray(x, dtype=np.int64) for x in (s, r, b))
-    N, K, bt = len(r), int(r.max()), block_tokens
-    gone = np.cumsum(np.bincount(r, minlength=K + 1))[:K]   # sequences done before iteration j
-    n = N - gone
-    s_gone = np.cumsum(np.bincount(r, weights=s, minlength=K + 1))[:K].astype(np.int64)
-    keys = (int(s.sum()) - s_gone) + np.arange(K, dtype=np.int64) * n
-    grow = np.zeros(K, dtype=np.int64)
-    if slots:
-        grow[0] = int(np.maximum(0, 1 - b).sum())
-        final = np.maximum(b, 1)
-    else:
-        need0 = -(-s // bt)
-        grow[0] = int(np.maximum(0, need0 - b).sum())
-        # later takes: at j = m·bt + 1 − s (the context crosses a block boundary) for every
-        # m ≥ max(b, need(0)), while j < r
-        first = np.maximum(b, need0) * bt + 1 - s
-        cnt = np.maximum(0, -(-(r - first) // bt))
-        if cnt.any():
-            total = int(cnt.sum())
-            k = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-            grow += np.bincount(np.repeat(first, cnt) + k * bt, minlength=K)[:K]
-        final = np.maximum(b, -(-(s + r - 1) // bt))
-    freed = np.bincount(r - 1, weights=final, minlength=K)[:K].astype(np.int64)
-    free = free0 + np.concatenate(([0], np.cumsum(freed - grow)))
-    if (free[:K] < grow).any():
-        return None
-    return DecodeRun(n, keys, free, grow, final)
+    def blocks_held(self, stop: int) -> np.ndarray:
+        """Each sequence's blocks after iteration ``stop − 1`` (those still running)."""
+        if self.slots:
+            return np.maximum(self.b, 1)
+        return np.maximum(self.b, -(-(self.s + stop - 1) // self.bt))

@@ -79,7 +79,7 @@ from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
 from .costs import ChipModel, chip_model
-from .decode_run import DecodeRun, plan_decode_run
+from .decode_run import DecodeRun
 from .energy import add_traffic, cluster_energy, power_capped_chip, serve_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
@@ -223,6 +223,9 @@ class IterationCost:
         self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
         self._comm: dict[tuple[str, int], float] = {}
         self._tpc: dict[int, float] = {}
+        # per batch size T of one-token sequences: (layer token part, TP comm, embedding +
+        # iteration overhead, LM head) seconds (:meth:`decode_run_seconds`; NaN: not yet)
+        self._decode_table = np.full((0, 4), np.nan)
         self._work = np.zeros(3)          # (MACs, vector ops, off-chip bytes) run so far
         self._link_bytes: dict[int, float] = {}   # bytes per link of the collectives
         # sums over the iterations not yet folded into _work / _link_bytes (serve_work's
@@ -549,10 +552,18 @@ class IterationCost:
         floating-point operations, in the same order, as :meth:`seconds` on that batch (only
         when :attr:`decode_runs`); the run's work is added by :meth:`account_decode_run`."""
         dm, chip = self.dm, self.chip
-        vals, inv = np.unique(n, return_inverse=True)
-        per = np.array([(self._dense_seconds(t), self._tp_comm(t),
-                         self.embed_seconds(t) + chip.iteration_overhead_s, self.head_seconds(t))
-                        for t in vals.tolist()])[inv.ravel()]
+        table = self._decode_table
+        top = int(n.max())
+        if top >= len(table):
+            table = np.concatenate((table, np.full((top + 1 - len(table), 4), np.nan)))
+            self._decode_table = table
+        per = table[n]
+        if np.isnan(per[:, 0]).any():
+            for t in np.unique(n[np.isnan(per[:, 0])]).tolist():
+                table[t] = (self._dense_seconds(t), self._tp_comm(t),
+                            self.embed_seconds(t) + chip.iteration_overhead_s,
+                            self.head_seconds(t))
+            per = table[n]
         dense, tp_comm, first, head = per.T
         if dm.ssm:
             layer = dense + 0.0
@@ -566,20 +577,19 @@ class IterationCost:
             layer = dense + attn
         return (self.cfg.n_layers * (layer + tp_comm) + first) + head
 
-    def account_decode_run(self, n: np.ndarray, keys: np.ndarray) -> None:
-        """Add the work of decode-only iterations (``n``, ``keys`` as in
-        :meth:`decode_run_seconds`) to the pending sums, as :meth:`_account` does per
+    def account_decode_run(self, tokens: int, keys: int, iterations: int) -> None:
+        """Add the work of decode-only iterations with ``tokens`` sequences and ``keys`` keys in
+        all (as in :meth:`decode_run_seconds`) to the pending sums, as :meth:`_account` does per
         iteration (a decode step's keys are its q·c and its causal pairs)."""
-        pend, it = self._pending, len(n)
-        T, C = int(n.sum()), int(keys.sum())
-        pend[0] += it
-        pend[1] += T
-        pend[2] += C
-        pend[3] += C
-        pend[4] += T
-        pend[5] += it
+        pend = self._pending
+        pend[0] += iterations
+        pend[1] += tokens
+        pend[2] += keys
+        pend[3] += keys
+        pend[4] += tokens
+        pend[5] += iterations
         if self.plan.tp > 1:
-            pend[6] += T
+            pend[6] += tokens
 
     @property
     def work(self) -> np.ndarray:
@@ -733,7 +743,7 @@ class _Replica:
     def load(self) -> int:
         if self.run is not None:       # the sequences of the run's iteration in progress
             j = self._run_iteration()
-            return len(self.waiting) + (int(self.run.plan.n[j]) if j < self.run.stop else 0)
+            return len(self.waiting) + (self.run.n[j] if j < self.run.stop else 0)
         return len(self.waiting) + len(self.running)
 
     def poke(self) -> None:
@@ -756,18 +766,33 @@ class _Replica:
         """Index of the run's iteration in progress now (its length once the run is over).
         Raises :class:`_SameInstant` when now is exactly an iteration's end: whether the
         event-level loop would have seen this replica before or after that iteration's end
-        depends on SimPy's event order, which a run computed ahead does not keep."""
+        depends on SimPy's event order, which a run computed in bulk does not keep."""
         run, now = self.run, self.sim.env.now
         assert run is not None
+        while run.t[-1] <= now and len(run.n) < run.stop:
+            self._extend_run(2 * len(run.n))
         j = bisect_right(run.t, now) - 1
         if j >= 1 and run.t[j] == now:
             raise _SameInstant(now)
         return j
 
+    def _extend_run(self, m: int) -> None:
+        """Time the run's iterations up to ``m`` (at most all of them)."""
+        run = self.run
+        assert run is not None
+        a, m = len(run.n), min(m, run.plan.iterations)
+        n, keys = run.plan.counts(a, m)
+        dts = self.cost.decode_run_seconds(n, keys)
+        # SimPy's clock after each iteration: now + dt, added one at a time (cumsum is sequential)
+        run.t += np.cumsum(np.concatenate(([run.t[-1]], dts)))[1:].tolist()
+        run.dts += dts.tolist()
+        run.n += n.tolist()
+        run.keys += keys.tolist()
+
     def _start_run(self) -> bool:
-        """Compute the decode-only run of the running sequences (queue empty, every sequence
-        decoding) and time it; False (nothing changed) when the batch is not of that kind or
-        the run would preempt."""
+        """Start a decode-only run of the running sequences (queue empty, every sequence
+        decoding); False (nothing changed) when the batch is not of that kind or the run would
+        preempt."""
         if self.waiting or not self.running:
             return False
         s, r, b = [], [], []
@@ -778,14 +803,12 @@ class _Replica:
             r.append(x.output - x.generated)
             b.append(x.blocks)
         sim = self.sim
-        plan = plan_decode_run(np.array(s), np.array(r), np.array(b), self.free_blocks,
-                               sim.plan.kv_block_tokens, sim.state_slots is not None)
-        if plan is None:
+        plan = DecodeRun(s, r, b, self.free_blocks, sim.plan.kv_block_tokens,
+                         sim.state_slots is not None)
+        if not plan.feasible:
             return False
-        dts = self.cost.decode_run_seconds(plan.n, plan.keys)
-        # SimPy's clock after each iteration: now + dt, added one at a time (cumsum is sequential)
-        t = np.cumsum(np.concatenate(([sim.env.now], dts))).tolist()
-        self.run = _Run(plan, list(self.running), s, r, b, t, dts.tolist(), plan.iterations)
+        self.run = _Run(plan, list(self.running), [sim.env.now], [], [], [], plan.iterations)
+        self._extend_run(RUN_CHUNK)
         return True
 
     def _commit_run(self) -> None:
@@ -793,9 +816,12 @@ class _Replica:
         finishes (at their iteration's end), KV blocks, busy time, timeline and work."""
         run, sim = self.run, self.sim
         assert run is not None
-        stop, plan, t = run.stop, run.plan, run.t
-        bt, slots = sim.plan.kv_block_tokens, sim.state_slots is not None
-        for x, s, r, b in zip(run.reqs, run.s, run.r, run.b):
+        stop, plan = run.stop, run.plan
+        if len(run.n) < stop:
+            self._extend_run(stop)
+        t = run.t
+        held = plan.blocks_held(stop).tolist()
+        for x, r, h in zip(run.reqs, plan.r.tolist(), held):
             if r <= stop:
                 x.generated = x.output
                 x.blocks = 0
@@ -804,21 +830,20 @@ class _Replica:
                 sim.finished.append(x)
             else:
                 x.generated += stop
-                x.blocks = max(b, 1 if slots else -(-(s + stop - 1) // bt))
+                x.blocks = h
         self.running = [x for x in self.running if x.active]
-        self.free_blocks = int(plan.free[stop])
-        n = plan.n[:stop]
+        free, grow = plan.blocks(stop)
+        self.free_blocks = int(free[stop])
         total = self.total_blocks
-        kv = ((1.0 - (plan.free[:stop] - plan.grow[:stop]) / total).tolist() if total
-              else [0.0] * stop)
-        nl = n.tolist()
-        sim.timeline.extend(zip(t[:stop], [self.idx] * stop, [self.role] * stop, nl, nl, kv))
+        kv = (1.0 - (free[:stop] - grow) / total).tolist() if total else [0.0] * stop
+        n = run.n[:stop]
+        sim.timeline.extend(zip(t[:stop], [self.idx] * stop, [self.role] * stop, n, n, kv))
         width = len(self.chips)
         for dt in run.dts[:stop]:          # one at a time, as the event-level loop adds them
             self.busy_chip_s += dt * width
             self.busy += dt
         self.iterations += stop
-        self.cost.account_decode_run(n, plan.keys[:stop])
+        self.cost.account_decode_run(sum(n), sum(run.keys[:stop]), stop)
         self.run_end = t[stop]
         self.run = None
 
@@ -1014,19 +1039,22 @@ class _Replica:
 
 @dataclass(eq=False)
 class _Run:
-    """A decode-only run computed ahead: the plan, its sequences (running order) with their
-    contexts ``s``, tokens left ``r`` and blocks ``b`` at the start, the iteration boundaries
-    ``t`` (s; ``t[0]`` the start), the iteration times ``dts`` and the iterations that will
-    run (``stop``: all of them, or fewer once a request arrives)."""
+    """A decode-only run in progress: its arithmetic, its sequences (running order), and for
+    the iterations timed so far their boundaries ``t`` (s; ``t[0]`` the start), times ``dts``,
+    sequences ``n`` and Σ keys; ``stop``: the iterations that will run (all of them, or fewer
+    once a request arrives)."""
 
     plan: DecodeRun
     reqs: list[_Req]
-    s: list[int]
-    r: list[int]
-    b: list[int]
     t: list[float]
     dts: list[float]
+    n: list[int]
+    keys: list[int]
     stop: int
+
+
+#: iterations of a decode-only run timed at its start (more are timed when the run lasts)
+RUN_CHUNK = 32
 
 
 class _SameInstant(Exception):
