@@ -22,6 +22,8 @@ run preempts nobody iff the blocks taken in each iteration fit in the blocks fre
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 __all__ = ["DecodeRun"]
@@ -31,24 +33,26 @@ class DecodeRun:
     """The batch and block arithmetic of the decode-only run of sequences with contexts ``s``,
     tokens left ``r`` (each ≥ 1) and KV blocks ``b`` (one entry per sequence) on a replica with
     ``free0`` free blocks of ``block_tokens`` tokens (``slots``: one recurrent-state slot per
-    sequence instead). It lasts :attr:`iterations` ``= max r_i`` iterations."""
+    sequence instead). It lasts :attr:`iterations` ``= max r_i`` iterations. Plain Python over
+    the sequences (a batch is tens of them) and numpy over iterations."""
 
     def __init__(self, s: list[int], r: list[int], b: list[int], free0: int,
                  block_tokens: int, slots: bool) -> None:
-        self.s, self.r, self.b = (np.array(x, dtype=np.int64) for x in (s, r, b))
+        self.s, self.r, self.b = s, r, b
         self.free0, self.bt, self.slots = free0, block_tokens, slots
         self.iterations = K = max(r)
-        order = np.argsort(self.r, kind="stable")
-        self._r_sorted = self.r[order]
-        self._s_done = np.concatenate(([0], np.cumsum(self.s[order])))   # Σs of the first i
+        pairs = sorted(zip(r, s))
+        self._r_sorted = np.array([x for x, _ in pairs], dtype=np.int64)
+        self._s_done = np.array([0, *accumulate(y for _, y in pairs)], dtype=np.int64)
         self._s_total = int(self._s_done[-1])
-        self.final = (np.maximum(self.b, 1) if slots
-                      else np.maximum(self.b, -(-(self.s + self.r - 1) // block_tokens)))
+        bt = block_tokens
+        self.final = ([max(x, 1) for x in b] if slots
+                      else [max(x, -(-(y + z - 1) // bt)) for x, y, z in zip(b, s, r)])
         # every take is one block except a first catch-up take: Σ(final − b) blocks in all
-        self.feasible = free0 >= int((self.final - self.b).sum())
+        self.feasible = free0 >= sum(self.final) - sum(b)
         if not self.feasible:
             free, grow = self.blocks(K)
-            self.feasible = bool((free[:K] >= grow).all())
+            self.feasible = all(f >= g for f, g in zip(free, grow))
 
     def counts(self, a: int, m: int) -> tuple[np.ndarray, np.ndarray]:
         """(sequences, Σ keys) of iterations ``a … m − 1``."""
@@ -57,31 +61,32 @@ class DecodeRun:
         n = len(self.r) - done
         return n, (self._s_total - self._s_done[done]) + j * n
 
-    def blocks(self, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """(free blocks before each of iterations ``0 … stop`` (``(stop + 1,)``; the last entry
+    def blocks(self, stop: int) -> tuple[list[int], list[int]]:
+        """(free blocks before each of iterations ``0 … stop`` (``stop + 1`` entries; the last
         after iteration ``stop − 1``), blocks taken in each of iterations ``0 … stop − 1``)."""
-        s, r, b, bt = self.s, self.r, self.b, self.bt
-        grow = np.zeros(stop, dtype=np.int64)
-        if self.slots:
-            grow[0] = int(np.maximum(0, 1 - b).sum())
-        else:
-            need0 = -(-s // bt)
-            grow[0] = int(np.maximum(0, need0 - b).sum())
-            # later takes: at j = m·bt + 1 − s (the context crosses a block boundary) for every
-            # m ≥ max(b, need(0)), while j < min(r, stop)
-            first = np.maximum(b, need0) * bt + 1 - s
-            cnt = np.maximum(0, -(-(np.minimum(r, stop) - first) // bt))
-            if cnt.any():
-                total = int(cnt.sum())
-                k = np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-                grow += np.bincount(np.repeat(first, cnt) + k * bt, minlength=stop)[:stop]
-        gone = r <= stop
-        freed = np.bincount(r[gone] - 1, weights=self.final[gone], minlength=stop)[:stop]
-        free = self.free0 + np.concatenate(([0], np.cumsum(freed.astype(np.int64) - grow)))
+        bt = self.bt
+        grow = [0] * stop
+        freed = [0] * stop
+        for s, r, b, f in zip(self.s, self.r, self.b, self.final):
+            if self.slots:
+                grow[0] += max(0, 1 - b)
+            else:
+                need0 = -(-s // bt)
+                grow[0] += max(0, need0 - b)
+                # later takes: at j = m·bt + 1 − s (the context crosses a block boundary) for
+                # every m ≥ max(b, need(0)), while j < min(r, stop)
+                for j in range(max(b, need0) * bt + 1 - s, min(r, stop), bt):
+                    grow[j] += 1
+            if r <= stop:
+                freed[r - 1] += f
+        free = [self.free0]
+        for g, f in zip(grow, freed):
+            free.append(free[-1] - g + f)
         return free, grow
 
-    def blocks_held(self, stop: int) -> np.ndarray:
+    def blocks_held(self, stop: int) -> list[int]:
         """Each sequence's blocks after iteration ``stop − 1`` (those still running)."""
         if self.slots:
-            return np.maximum(self.b, 1)
-        return np.maximum(self.b, -(-(self.s + stop - 1) // self.bt))
+            return [max(b, 1) for b in self.b]
+        bt = self.bt
+        return [max(b, -(-(s + stop - 1) // bt)) for s, b in zip(self.s, self.b)]

@@ -820,8 +820,8 @@ class _Replica:
         if len(run.n) < stop:
             self._extend_run(stop)
         t = run.t
-        held = plan.blocks_held(stop).tolist()
-        for x, r, h in zip(run.reqs, plan.r.tolist(), held):
+        held = plan.blocks_held(stop)
+        for x, r, h in zip(run.reqs, plan.r, held):
             if r <= stop:
                 x.generated = x.output
                 x.blocks = 0
@@ -833,9 +833,9 @@ class _Replica:
                 x.blocks = h
         self.running = [x for x in self.running if x.active]
         free, grow = plan.blocks(stop)
-        self.free_blocks = int(free[stop])
+        self.free_blocks = free[stop]
         total = self.total_blocks
-        kv = (1.0 - (free[:stop] - grow) / total).tolist() if total else [0.0] * stop
+        kv = [1.0 - (f - g) / total for f, g in zip(free, grow)] if total else [0.0] * stop
         n = run.n[:stop]
         sim.timeline.extend(zip(t[:stop], [self.idx] * stop, [self.role] * stop, n, n, kv))
         width = len(self.chips)
