@@ -1,0 +1,160 @@
+"""Decode-only runs computed in bulk (:mod:`tilewright.dataflow_sim.cluster.decode_run`) give the
+serving simulation's results to the last bit: every per-request time (TTFT, TPOT, e2e, finish),
+every metric (goodput, energy, utilization, ...), the replica table and the timeline equal the
+event-level loop's (``decode_runs=False``, one SimPy event per iteration) on seeded workloads —
+colocated, P/D with a power-capped decode pool, Mamba, a KV-starved replica that preempts,
+simultaneous arrivals, and an arrival landing exactly on an iteration's end (which falls back to
+the event-level loop). The run's block arithmetic is checked against a per-iteration count kept
+here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tilewright.dataflow_sim.cluster import (ClusterSpec, ServePlan, load_cluster,
+                                             poisson_requests, simulate_serving)
+from tilewright.dataflow_sim.cluster import serving as serving_mod
+from tilewright.dataflow_sim.cluster.decode_run import DecodeRun
+from tilewright.dataflow_sim.cluster.serve_slo import SLO
+
+#: metrics that measure the simulator, not the simulated system
+SIM_COST = ("events", "wall_s", "events_per_s")
+
+
+def assert_same_run(fast, slow) -> None:
+    """Bit-equal results; the bulk path scheduled fewer SimPy events (it did engage)."""
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fast.replicas, slow.replicas, check_exact=True)
+    pd.testing.assert_frame_equal(fast.timeline, slow.timeline, check_exact=True)
+    for k, v in slow.metrics.items():
+        if k in SIM_COST:
+            continue
+        w = fast.metrics[k]
+        assert w == v or (isinstance(v, float) and math.isnan(v) and math.isnan(w)), k
+    assert set(fast.metrics) == set(slow.metrics)
+
+
+def both(*args, **kw):
+    return (simulate_serving(*args, decode_runs=True, **kw),
+            simulate_serving(*args, decode_runs=False, **kw))
+
+
+def gpu_pair() -> ClusterSpec:
+    """Two H100s: llama3-70b at TP 2 leaves ~8.8 k tokens of KV, so long requests preempt."""
+    return ClusterSpec.from_dict({
+        "name": "h100x2", "chip": {"kind": "gpu", "preset": "h100-sxm"}, "chips_per_node": 2,
+        "intra_node": {"topology": "switch", "link_gbps": 450.0, "latency_us": 0.5}})
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_colocated_runs_equal_the_event_level_loop(seed):
+    reqs = poisson_requests(150, 25.0, (32, 1500), (1, 300), seed=seed)
+    fast, slow = both(load_cluster("h100-8x-nvlink"), "llama3-8b", ServePlan(tp=2), reqs,
+                      slo=SLO(0.3, 0.02))
+    assert_same_run(fast, slow)
+    assert fast.events < slow.events / 3
+    assert fast.metrics["goodput_requests_per_s"] > 0
+
+
+def test_pd_with_a_power_capped_decode_pool_equals_the_event_level_loop():
+    reqs = poisson_requests(150, 30.0, (64, 1024), (8, 200), seed=4)
+    fast, slow = both(load_cluster("pd-h100-64"), "llama3-8b",
+                      ServePlan(tp=8, disaggregated=True), reqs, slo=SLO(0.5, 0.05),
+                      power_caps={"decode": 400.0})
+    assert_same_run(fast, slow)
+    assert fast.metrics["clock_ratio_decode"] < 1 and fast.metrics["kv_transfers"] == 150
+    assert fast.events < slow.events
+
+
+def test_mamba_state_slots_equal_the_event_level_loop():
+    reqs = poisson_requests(150, 50.0, (16, 800), (1, 200), seed=6)
+    fast, slow = both(load_cluster("h100-64x-ib"), "mamba-2.8b", ServePlan(tp=8), reqs)
+    assert_same_run(fast, slow)
+    assert fast.events < slow.events
+
+
+def test_a_kv_starved_replica_preempts_identically():
+    reqs = poisson_requests(120, 20.0, (256, 2048), (64, 400), seed=5)
+    fast, slow = both(gpu_pair(), "llama3-70b", ServePlan(tp=2), reqs)
+    assert slow.metrics["preemptions"] > 0
+    assert_same_run(fast, slow)
+
+
+def test_simultaneous_and_whole_second_arrivals_equal_the_event_level_loop():
+    rng = np.random.default_rng(8)
+    reqs = pd.DataFrame({"arrival_s": np.repeat([0.0, 1.0, 2.0, 3.0], 30),
+                         "prompt_tokens": rng.integers(16, 600, 120),
+                         "output_tokens": rng.integers(1, 150, 120)})
+    fast, slow = both(load_cluster("h100-8x-nvlink"), "llama3-8b", ServePlan(tp=2), reqs)
+    assert_same_run(fast, slow)
+
+
+def test_an_arrival_exactly_at_an_iteration_end_falls_back_to_the_event_level_loop(
+        monkeypatch):
+    spec, plan = load_cluster("h100-8x-nvlink"), ServePlan(tp=8)
+    base = pd.DataFrame({"arrival_s": [0.0, 0.0], "prompt_tokens": [100, 300],
+                         "output_tokens": [60, 80]})
+    ref = simulate_serving(spec, "llama3-8b", plan, base, decode_runs=False)
+    t = float(ref.timeline.t_s.iloc[20])            # an iteration's start = the previous end
+    reqs = pd.concat([base, pd.DataFrame({"arrival_s": [t], "prompt_tokens": [50],
+                                          "output_tokens": [5]})], ignore_index=True)
+    calls = []
+    real = serving_mod._simulate
+    monkeypatch.setattr(serving_mod, "_simulate",
+                        lambda *a, decode_runs: calls.append(decode_runs)
+                        or real(*a, decode_runs=decode_runs))
+    fast = simulate_serving(spec, "llama3-8b", plan, reqs)
+    assert calls == [True, False]                   # the bulk path met the tie and gave up
+    monkeypatch.setattr(serving_mod, "_simulate", real)
+    assert_same_run(fast, simulate_serving(spec, "llama3-8b", plan, reqs, decode_runs=False))
+
+
+def brute_blocks(s, r, b, free0, bt, slots, stop):
+    """Per iteration and sequence, as the serving loop does it: (free before each iteration,
+    blocks taken in each, whether some take found too few free blocks)."""
+    blocks, free, frees, grows, short = list(b), free0, [free0], [], False
+    for j in range(stop):
+        g = 0
+        for i in range(len(s)):
+            if j < r[i]:
+                need = 1 if slots else -(-(s[i] + j) // bt)
+                if need > blocks[i]:
+                    short |= need - blocks[i] > free - g
+                    g += need - blocks[i]
+                    blocks[i] = need
+        free -= g
+        for i in range(len(s)):
+            if r[i] == j + 1:
+                free += blocks[i]
+        grows.append(g)
+        frees.append(free)
+    return frees, grows, short, blocks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_run_block_arithmetic_matches_a_per_iteration_count(seed):
+    rng = np.random.default_rng(seed)
+    N, bt = int(rng.integers(1, 12)), int(rng.choice([1, 4, 16]))
+    s = rng.integers(1, 200, N).tolist()
+    r = rng.integers(1, 90, N).tolist()
+    b = [max(0, -(-x // bt) - int(rng.integers(0, 2))) for x in s]   # at most one block short
+    free0 = int(rng.integers(0, 40))
+    for slots in (False, True):
+        run = DecodeRun(s, r, b, free0, bt, slots)
+        K = max(r)
+        frees, grows, short, held = brute_blocks(s, r, b, free0, bt, slots, K)
+        assert run.feasible == (not short)
+        free, grow = run.blocks(K)
+        assert (free, grow) == (frees, grows)
+        stop = int(rng.integers(1, K + 1))
+        frees, grows, _, held = brute_blocks(s, r, b, free0, bt, slots, stop)
+        assert run.blocks(stop) == (frees, grows)
+        assert [h for h, x in zip(run.blocks_held(stop), r) if x > stop] == \
+            [h for h, x in zip(held, r) if x > stop]
+        n, keys = run.counts(0, K)
+        assert n.tolist() == [sum(x > j for x in r) for j in range(K)]
+        assert keys.tolist() == [sum(y + j for x, y in zip(r, s) if x > j) for j in range(K)]
