@@ -254,6 +254,19 @@ class IterationCost:
             # EP ranks per node (an EP rank is tp chips)
             self._node_ranks = max(1, timer.topology.spec.chips_per_node // plan.tp)
 
+    def share_memos(self, other: "IterationCost") -> None:
+        """Use ``other``'s memoized per-chip costs (token part of a layer, compiled layer and
+        attention, embedding, LM head: functions of the batch alone) — ``other`` must have the
+        same config, plan, chip and cost source (replicas of one pool). Collective times are
+        not shared: they depend on the replica's chips. MoE: nothing is shared (the compiled
+        layer a replica first builds also gives it its expert tasks)."""
+        if self.dm.moe:
+            return
+        assert (other.cfg, other.plan, other.chip, other.cost_source) == \
+            (self.cfg, self.plan, self.chip, self.cost_source)
+        self._lin, self._bucket, self._attn = other._lin, other._bucket, other._attn
+        self._head, self._emb = other._head, other._emb
+
     def _dense_seconds(self, T: int) -> float:
         """One layer's token-linear part (GEMMs + non-GEMM ops) for T tokens."""
         t = self._lin.get(T)
@@ -1258,11 +1271,15 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
         flag = "--decode-power-cap" if role in ("decode", "both") else "--prefill-power-cap"
         chips_of[role], clock[role] = power_capped_chip(spec, chip, cap,
                                                         f"{flag} (the {role} pool's power cap)")
+    pool_cost: dict[str, IterationCost] = {}
     for i, start in enumerate(range(0, spec.n_chips, size)):
         chips = list(range(start, start + size))
         role = "both" if not disagg else ("prefill" if start < n_pre else "decode")
         cost = IterationCost(cfg, plan, chips_of[role], sim.timer, chips[:plan.tp * plan.ep],
                              expert_trace, seed + 1 + i, cost_source)
+        if role in pool_cost:       # replicas of a pool: one memo of the chip's costs
+            cost.share_memos(pool_cost[role])
+        pool_cost.setdefault(role, cost)
         rep = _Replica(sim, i, chips, role, cost)
         (sim.decode if role == "decode" else sim.front).append(rep)
     reqs = [_Req(i, float(a), int(p), int(o), todo=int(p))
