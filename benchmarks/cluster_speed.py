@@ -33,9 +33,13 @@ Serving history (issue 15; ``--only-scale``, one core shared with other jobs, so
 10,000-request llama3-70b run on h100-64x-ib took 17.0-18.3 CPU-s before the per-iteration accounting
 was folded into running sums and the batch handled in one pass (commit "serving: fold
 per-iteration work ..."), 5.6-7.5 CPU-s after, with identical serving metrics (all 50 scalar
-metrics of both the h100-64x-ib and pd-h100-64 runs bit-equal at seed 0). The rest is Python
-work per sequence and iteration (scheduling and the token update, ~2.6 M sequence-steps) and
-SimPy; the 3 CPU-s target is not met yet.
+metrics of both the h100-64x-ib and pd-h100-64 runs bit-equal at seed 0). Then decode-only runs
+computed in bulk (:mod:`tilewright.dataflow_sim.cluster.decode_run`: between two arrivals a
+replica's ~19 pure-decode iterations cost one SimPy wake-up instead of one event each, and
+~2.6 M sequence-steps become per-run arithmetic): each serving row is now run twice, in bulk and
+with the event-level loop (``decode_runs=False``), in the same process, and the two runs'
+metrics are compared (bit-equal). Events counted are SimPy events actually scheduled, so the
+bulk run's events/CPU-s is not comparable with the event-level loop's or Vidur's.
 """
 
 from __future__ import annotations
@@ -145,15 +149,28 @@ def main() -> None:
 
     reqs = poisson_requests(args.requests, args.rate, (128, 2048), (16, 512), seed=0)
     runs = [("h100-64x-ib", None)] + ([] if args.skip_pd else [("pd-h100-64", True)])
+    # each serving run twice in the same process: decode-only runs computed in bulk (the
+    # default) and the event-level loop (one SimPy event per iteration, decode_runs=False);
+    # their metrics must be equal, which is checked here
     for preset, disagg in runs:
         splan = ServePlan(tp=8, disaggregated=disagg)
-        out, wall, cpu = timed(lambda: simulate_serving(load_cluster(preset), "llama3-70b",
-                                                        splan, reqs))
-        m = out.metrics
-        rows.append((f"serve llama3-70b, {preset} (64 GPUs)",
-                     f"{args.requests} req @ {args.rate}/s, tp=8" + (", P/D" if disagg else ""),
-                     f"{m['makespan_s']:.0f} s, p99 TTFT {m['ttft_p99_s'] * 1e3:.0f} ms",
-                     wall, cpu, out.events, None if disagg else TARGET_CPU_S["serve-64"]))
+        outs = {}
+        for bulk in (True, False):
+            out, wall, cpu = timed(lambda: simulate_serving(load_cluster(preset), "llama3-70b",
+                                                            splan, reqs, decode_runs=bulk))
+            outs[bulk] = out
+            m = out.metrics
+            rows.append((f"serve llama3-70b, {preset} (64 GPUs), "
+                         + ("decode runs in bulk" if bulk else "event-level loop"),
+                         f"{args.requests} req @ {args.rate}/s, tp=8" + (", P/D" if disagg else ""),
+                         f"{m['makespan_s']:.0f} s, p99 TTFT {m['ttft_p99_s'] * 1e3:.0f} ms",
+                         wall, cpu, out.events, None if disagg else TARGET_CPU_S["serve-64"]))
+        fast = outs[True].metrics
+        same = outs[True].requests.equals(outs[False].requests) and all(
+            v == fast[k] or (v != v and fast[k] != fast[k])
+            for k, v in outs[False].metrics.items() if k not in ("events", "wall_s", "events_per_s"))
+        print(f"{preset}: bulk and event-level metrics "
+              + ("bit-equal" if same else "DIFFER (a bug: tests/test_serving_decode_runs.py)"))
 
     if not args.skip_mamba:
         splan = ServePlan(tp=8)
