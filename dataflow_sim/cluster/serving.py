@@ -48,6 +48,19 @@ powers of two in ``q`` and ``c`` and interpolated bilinearly between them; the e
 (:func:`.compiled.compiled_head`) are compiled and bucketed in tokens/rows like the layer. Only
 the collectives are timed by the network model.
 
+Decode-only runs in bulk (``decode_runs=True``, the default; :mod:`.decode_run`): when a
+replica's queue is empty and all its sequences are decoding, its following iterations depend on
+nothing but the batch until a request reaches it, so they are computed together (sequences and
+keys per iteration, their times by the same floating-point operations as an iteration's,
+:meth:`IterationCost.decode_run_seconds`) and the replica sleeps on one SimPy event instead of
+one per iteration. A request reaching it (arrival or KV hand-off) reads its load from the run
+and stops the run after the iteration in progress; the loop then goes on event by event. The
+results are bit-equal to the event-level loop (``decode_runs=False``;
+tests/test_serving_decode_runs.py). Used where an iteration's time is a function of the batch's
+size and keys alone (one EP rank, dense model, table costs of a GPU preset or Mamba, no pipeline
+stages, no trace); a request landing exactly on a computed iteration's end, where the two would
+depend on SimPy's order of same-instant events, makes the run repeat event by event.
+
 Mamba models: no attention and no KV cache; each sequence holds a fixed-size recurrent state
 (:func:`.plan.mamba_state_bytes`), so a replica admits ``state_slots`` sequences (one slot each,
 whatever the context) and a step costs the same at any context length; the compiled token part
