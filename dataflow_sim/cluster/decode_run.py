@@ -14,8 +14,8 @@ Definitions (they restate :meth:`.serving._Replica._schedule` and its loop for a
 batch): sequence ``i`` has context ``s_i`` (prompt + generated tokens) at the run's start,
 ``r_i ≥ 1`` tokens left to generate and ``b_i`` KV blocks; in iteration ``j < r_i`` it attends to
 ``s_i + j`` keys and needs ``need_i(j) = ⌈(s_i + j)/bt⌉`` blocks (1 with recurrent-state slots);
-it leaves, freeing ``max(b_i, need_i(r_i − 1))`` blocks, at the end of iteration ``r_i − 1``. The
-run preempts nobody iff the blocks taken in each iteration fit in the blocks free before it
+it leaves, freeing ``max(b_i, need_i(r_i − 1))`` blocks, at the end of iteration ``r_i − 1``.
+The run preempts nobody iff the blocks taken in each iteration fit in the blocks free before it
 (takes happen one by one in the batch, so any shortfall shows in the total);
 :attr:`DecodeRun.feasible` is False otherwise, and the ordinary loop, which preempts, runs.
 """
@@ -63,7 +63,8 @@ class DecodeRun:
 
     def blocks(self, stop: int) -> tuple[list[int], list[int]]:
         """(free blocks before each of iterations ``0 … stop`` (``stop + 1`` entries; the last
-        after iteration ``stop − 1``), blocks taken in each of iterations ``0 … stop − 1``)."""
+        after iteration ``stop − 1``), blocks taken in each of iterations ``0 … stop − 1``).
+        """
         bt = self.bt
         grow = [0] * stop
         freed = [0] * stop
