@@ -20,9 +20,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tilewright.compiler.codegen import IsaProgram, Segment
+from tilewright.compiler.codegen import IsaProgram, Segment, codegen
 from tilewright.compiler.program import GemmTask, Program
 from tilewright.dataflow_sim.functional import run_vector
+from tilewright.extras import require
 from tilewright.rtl.axi_accel_top import IMEM_BASE, STATUS_BITS
 from tilewright.rtl.uart_bridge_top import Cmd, Status, UartLink
 
@@ -260,7 +261,6 @@ class SerialTransport:
     that gets fewer bytes than asked within ``timeout`` seconds raises :class:`LinkError`."""
 
     def __init__(self, port: str, baud: float, timeout: float = 2.0):
-        from tilewright.extras import require
         serial = require("serial")
         self._ser = serial.Serial(port, baudrate=int(round(baud)), bytesize=8, parity="N",
                                   stopbits=1, timeout=timeout)
@@ -304,7 +304,6 @@ class UartHost:
                     isa: IsaProgram | None = None) -> tuple[dict[str, np.ndarray], list[dict]]:
         """Run ``program`` (compiled for the link's ArchSpec) with ``inputs``; return every
         tensor and the per-GEMM records."""
-        from tilewright.compiler.codegen import codegen
         isa = isa if isa is not None else codegen(program, self.ops.link.arch)
         env = {**program.constants, **inputs}
         records = self._do(self.ops.run_program(program, isa, env))
