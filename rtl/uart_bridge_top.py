@@ -236,7 +236,7 @@ class BridgeRam(wiring.Component):
                 m.d.sync += w_active.eq(0)
         with m.If(aw_fire & ~(w_fire & axi.wlast & ~w_active)):   # a burst stays open
             m.d.sync += [w_active.eq(1), w_err.eq(~fits(axi.awaddr, axi.awlen + 1))]
-        with m.If(aw_fire & w_fire & w_active):              # the open one closed, this opens
+        with m.If(aw_fire & ~(w_fire & ~w_active)):          # its first beat is still to come
             m.d.sync += w_addr.eq((axi.awaddr >> shift)[:self._abits])
         # B: one per closed burst, in order; the error of each queued in a shift register
         b_count = Signal(8)
