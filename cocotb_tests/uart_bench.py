@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import cocotb
 from cocotb.queue import Queue
-from cocotb.triggers import ClockCycles, FallingEdge
+from cocotb.triggers import ClockCycles, FallingEdge, Timer
 from cocotb.utils import get_sim_time
 
 from tilewright.cocotb_tests.bench_io import CLOCK_PERIOD_NS, start_clock
@@ -34,6 +34,8 @@ class CocotbUart:
     def __init__(self, dut, divisor: int):
         self.dut, self.div = dut, divisor
         self.rx_queue: Queue[int] = Queue()
+        # one timer per bit (a Python wake-up per bit, not per clock cycle)
+        self.bit_ns = divisor * CLOCK_PERIOD_NS
         self.sent = self.received = 0
         dut.rx.value = 1
 
@@ -41,7 +43,7 @@ class CocotbUart:
         for byte in data:
             for bit in [0, *((byte >> i) & 1 for i in range(8)), 1]:
                 self.dut.rx.value = bit
-                await ClockCycles(self.dut.clk, self.div)
+                await Timer(self.bit_ns, unit="ns")
         self.sent += len(data)
 
     async def read(self, n: int) -> bytes:
@@ -53,21 +55,23 @@ class CocotbUart:
 
     async def monitor(self) -> None:
         """Sample ``tx``: a falling edge starts a byte; bits mid-bit."""
-        tx, clk = self.dut.tx, self.dut.clk
+        tx = self.dut.tx
+        half = lambda: Timer(self.bit_ns // 2, unit="ns")  # noqa: E731
+        bit = lambda: Timer(self.bit_ns, unit="ns")  # noqa: E731
         while True:
             if int(tx.value):
                 await FallingEdge(tx)
-            await ClockCycles(clk, self.div // 2)
+            await half()
             assert int(tx.value) == 0, "tx: start bit did not hold"
             byte = 0
             for i in range(8):
-                await ClockCycles(clk, self.div)
+                await bit()
                 byte |= int(tx.value) << i
-            await ClockCycles(clk, self.div)
+            await bit()
             assert int(tx.value) == 1, f"tx: stop bit of byte {byte:#04x} is 0"
             self.rx_queue.put_nowait(byte)
             # leave the stop bit: the next falling edge is the next start bit
-            await ClockCycles(clk, self.div - self.div // 2)
+            await Timer(self.bit_ns - self.bit_ns // 2, unit="ns")
 
 
 def line_meter(line: CocotbUart):
