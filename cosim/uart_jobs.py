@@ -11,12 +11,13 @@ ArchSpec with the bridge memory's read latency.
 
 from __future__ import annotations
 
+from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import codegen
 from tilewright.compiler.program import Program
 from tilewright.cosim.job import JobFiles, PreparedJob
 from tilewright.cosim.program_jobs import axi_timing_arch, check_transcendental_passes
 from tilewright.dataflow_sim.accel_timing import predict_segment
-from tilewright.rtl.uart_bridge_top import BRIDGE_READ_LATENCY, UartLink
+from tilewright.rtl.uart_bridge_top import BRIDGE_READ_LATENCY, UartLink, as_link
 
 __all__ = ["prepare_uart", "uart_comparison", "link_from_spec"]
 
@@ -26,17 +27,16 @@ def link_from_spec(arch, spec: dict) -> UartLink:
     return UartLink(arch, baud=spec["baud"], mem_words=int(spec["mem_words"]))
 
 
-def prepare_uart(program: Program, link: UartLink, *, inputs=None) -> PreparedJob:
+def prepare_uart(program: Program, link: UartLink | ArchSpec, *, inputs=None) -> PreparedJob:
     """A Program on the UART bridge top: the bench loads its code over the line, and per GEMM
     task writes the image, starts, polls STATUS and reads C, CYCLES and RETIRED back over the
     line; other tasks run on the functional model. Records per GEMM task: task, m, k, n, tiles,
     status, cycles, retired, pc, line_bytes (bytes both ways for the task), line_cycles (clock
     cycles the task took on the line). Raises TypeError for params that are not a UartLink,
     ValueError for a Program compiled for another ArchSpec or an image larger than the bridge's
-    memory, CodegenError/DoesNotFit before any build."""
-    if not isinstance(link, UartLink):
-        raise TypeError(f"the UART bridge top takes a UartLink (an ArchSpec, a baud, a memory "
-                        f"depth), not {type(link).__name__}")
+    memory, CodegenError/DoesNotFit before any build. An ArchSpec is the simulation link
+    (:func:`~tilewright.rtl.uart_bridge_top.as_link`)."""
+    link = as_link(link)
     arch = link.arch
     if program.arch_hash != arch.content_hash():
         raise ValueError(f"program {program.name} was compiled for arch {program.arch_hash}, "
@@ -56,10 +56,10 @@ def prepare_uart(program: Program, link: UartLink, *, inputs=None) -> PreparedJo
     return PreparedJob(files, decode)
 
 
-def uart_comparison(run, link: UartLink) -> list[dict]:
+def uart_comparison(run, link: UartLink | ArchSpec) -> list[dict]:
     """Per GEMM task: CYCLES read over the line next to the accelerator cycle model on
     ``axi_timing_arch(arch, BRIDGE_READ_LATENCY)`` (the bridge memory's read latency)."""
-    arch = link.arch if isinstance(link, UartLink) else link
+    arch = as_link(link).arch
     tarch = axi_timing_arch(arch, BRIDGE_READ_LATENCY)
     rows = []
     for rec in run.records:

@@ -69,7 +69,7 @@ from tilewright.rtl.uart import BITS_PER_BYTE, UartRx, UartTx, baud_divisor
 __all__ = ["UART_BRIDGE_TOP_NAME", "UART_BRIDGE_VERSION", "Cmd", "Status", "HEADER_BYTES",
            "BRIDGE_READ_LATENCY", "SIM_CLOCKS_PER_BIT", "DEFAULT_MEM_WORDS", "UartLink",
            "BridgeRam", "CommandEngine", "UartBridgeTop", "generate_uart_bridge_verilog",
-           "write_uart_bridge_top"]
+           "write_uart_bridge_top", "as_link"]
 
 #: name of the generated top-level Verilog module
 UART_BRIDGE_TOP_NAME = "tw_uart_bridge_top"
@@ -157,6 +157,18 @@ class UartLink:
 
     def cycles_per_byte(self) -> int:
         return BITS_PER_BYTE * self.divisor
+
+
+def as_link(params: "UartLink | ArchSpec") -> UartLink:
+    """``params`` as a :class:`UartLink`: an ArchSpec alone is the simulation link
+    (``UartLink(arch)``: 4 clocks per bit, :data:`DEFAULT_MEM_WORDS` words), so the top runs
+    wherever the registry's Program tops run with an ArchSpec (the test ladder)."""
+    if isinstance(params, ArchSpec):
+        return UartLink(params)
+    if not isinstance(params, UartLink):
+        raise TypeError(f"the UART bridge top takes a UartLink (an ArchSpec, a baud, a memory "
+                        f"depth) or an ArchSpec, not {type(params).__name__}")
+    return params
 
 
 class BridgeRam(wiring.Component):
@@ -483,10 +495,12 @@ def generate_uart_bridge_verilog(link: UartLink) -> tuple[str, UartBridgeTop]:
     return text, top
 
 
-def write_uart_bridge_top(link: UartLink, out_dir: str | Path) -> dict[str, Any]:
+def write_uart_bridge_top(link: UartLink | ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     """Write ``tw_uart_bridge_top.v`` and ``manifest.json`` (ports, the link: divisor, baud,
-    memory, the protocol's command and status bytes) to ``out_dir``; return the manifest."""
+    memory, the protocol's command and status bytes) to ``out_dir``; return the manifest. An
+    ArchSpec is the simulation link (:func:`as_link`)."""
     t0 = time.perf_counter()
+    link = as_link(link)
     text, top = generate_uart_bridge_verilog(link)
     mp = link.map
     return write_verilog(out_dir, UART_BRIDGE_TOP_NAME, text, {

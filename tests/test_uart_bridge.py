@@ -115,8 +115,8 @@ def test_prepare_refuses_before_any_build():
     with pytest.raises(ValueError, match="needs .* external words of 4 bytes; the bridge "
                                          "memory has 2"):
         prepare_uart(prog, UartLink(ARCH, mem_words=2), inputs=inputs)
-    with pytest.raises(TypeError, match="takes a UartLink"):
-        prepare_uart(prog, ARCH, inputs=inputs)
+    with pytest.raises(TypeError, match="takes a UartLink .* or an ArchSpec, not str"):
+        prepare_uart(prog, "ws4x4", inputs=inputs)
     other = UartLink(default_arch())
     with pytest.raises(ValueError, match="was compiled for arch"):
         prepare_uart(prog, other, inputs=inputs)
