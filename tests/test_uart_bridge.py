@@ -8,6 +8,7 @@ the ArchSpec's 500 MHz): the cocotb bench drives only the ``rx`` pin and samples
 (:mod:`tilewright.cocotb_tests.uart_bench`), running the host driver's own code; GEMM outputs
 against numpy's exact product, a compiled mlp-tiny and the int8 GEMMs of a tiny-llama layer
 against the functional model, CYCLES read over the line against the accelerator cycle model.
+The tiny-llama run moves about 50 KB over the line (2 M clock cycles): also marked ``slow``.
 """
 
 from __future__ import annotations
@@ -286,6 +287,7 @@ def test_compiled_mlp_over_the_line_like_the_functional_model():
 
 
 @pytest.mark.verilator
+@pytest.mark.slow
 def test_tiny_llama_layer_gemms_over_the_line():
     """Every int8 GEMM of a tiny-llama layer (seq 4) recorded from the functional model, run as
     one Program over the line; the layer replayed with the bridge's results equals the
