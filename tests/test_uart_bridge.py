@@ -8,7 +8,7 @@ the ArchSpec's 500 MHz): the cocotb bench drives only the ``rx`` pin and samples
 (:mod:`tilewright.cocotb_tests.uart_bench`), running the host driver's own code; GEMM outputs
 against numpy's exact product, a compiled mlp-tiny and the int8 GEMMs of a tiny-llama layer
 against the functional model, CYCLES read over the line against the accelerator cycle model.
-The tiny-llama run moves about 50 KB over the line (2 M clock cycles): also marked ``slow``.
+The tiny-llama run moves about 75 KB over the line (3 M clock cycles): also marked ``slow``.
 """
 
 from __future__ import annotations
