@@ -3,14 +3,16 @@ line.
 
 Loaded *inside the simulator process* by cocotb. The job folder (``$TILEWRIGHT_JOB``) holds
 ``arch.yaml``, ``program/``, ``inputs.npz`` and ``job.json`` (``baud``, ``mem_words``: the
-:class:`~tilewright.rtl.uart_bridge_top.UartLink`).
+:class:`~tilewright.rtl.uart_bridge_top.UartLink`; ``probes``: raw requests sent after the
+Program, each with its reply length).
 
 :class:`CocotbUart` is the host driver's transport (:mod:`tilewright.cosim.uart_host`) on the
 simulated line: ``write`` drives ``rx`` bit by bit (8N1, ``divisor`` clock cycles per bit) and a
 monitor samples ``tx`` mid-bit into a queue that ``read`` takes bytes from (a stop bit that is not
 1 fails the run). The bench runs :meth:`BridgeOps.run_program` through it — the same code a PC
-runs over pyserial — and writes ``outputs.npz`` and ``cycles.json`` (per GEMM task, with the
-bytes and clock cycles the task took on the line).
+runs over pyserial — then the probes, and writes ``outputs.npz``, ``cycles.json`` (per GEMM
+task, with the bytes and clock cycles the task took on the line) and ``probes.json`` (each
+reply, hex).
 """
 
 from __future__ import annotations
@@ -100,5 +102,10 @@ async def run_job(dut):
     env = job.env
     records = await run_async(BridgeOps(link).run_program(job.program, isa, env,
                                                           meter=line_meter(line)), line)
+    probes = []
+    for req, n in job.spec.get("probes", []):      # raw requests, replies as they come
+        await line.write(bytes.fromhex(req))
+        probes.append((await line.read(n)).hex())
+    await ClockCycles(dut.clk, 4 * BITS_PER_BYTE * link.divisor)
     assert line.rx_queue.empty(), "the bridge sent bytes nobody asked for"
-    save_results(job, computed(job.program, job.inputs, env), cycles=records)
+    save_results(job, computed(job.program, job.inputs, env), cycles=records, probes=probes)

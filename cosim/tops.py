@@ -125,7 +125,7 @@ _TOPS = (
     Top("uart-accel", UART_BRIDGE_TOP_NAME, "tilewright.rtl.uart_bridge_top",
         write_uart_bridge_top, lambda p: as_link(p).key(), lambda p: as_link(p).describe(),
         prepare_uart,
-        "tilewright.cocotb_tests.uart_bench", ("cycles",), opt=None, runs_programs=True,
+        "tilewright.cocotb_tests.uart_bench", ("cycles", "probes"), opt=None, runs_programs=True,
         compare=uart_comparison),
     Top("bf16-core", BF16_TOP_NAME, "tilewright.rtl.systolic_bf16", _write_bf16,
         Bf16Params.key, lambda p: f"the bf16 core ({p.rows}x{p.cols}, depths {p.buffer_depths})",

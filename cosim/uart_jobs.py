@@ -11,6 +11,8 @@ ArchSpec with the bridge memory's read latency.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import codegen
 from tilewright.compiler.program import Program
@@ -27,7 +29,8 @@ def link_from_spec(arch, spec: dict) -> UartLink:
     return UartLink(arch, baud=spec["baud"], mem_words=int(spec["mem_words"]))
 
 
-def prepare_uart(program: Program, link: UartLink | ArchSpec, *, inputs=None) -> PreparedJob:
+def prepare_uart(program: Program, link: UartLink | ArchSpec, *, inputs=None,
+                 probes: Sequence[tuple[bytes, int]] = ()) -> PreparedJob:
     """A Program on the UART bridge top: the bench loads its code over the line, and per GEMM
     task writes the image, starts, polls STATUS and reads C, CYCLES and RETIRED back over the
     line; other tasks run on the functional model. Records per GEMM task: task, m, k, n, tiles,
@@ -35,7 +38,8 @@ def prepare_uart(program: Program, link: UartLink | ArchSpec, *, inputs=None) ->
     cycles the task took on the line). Raises TypeError for params that are not a UartLink,
     ValueError for a Program compiled for another ArchSpec or an image larger than the bridge's
     memory, CodegenError/DoesNotFit before any build. An ArchSpec is the simulation link
-    (:func:`~tilewright.rtl.uart_bridge_top.as_link`)."""
+    (:func:`~tilewright.rtl.uart_bridge_top.as_link`). ``probes``: raw requests sent after the
+    Program, each (request bytes, reply length in bytes); ``run.probes`` holds each reply."""
     link = as_link(link)
     arch = link.arch
     if program.arch_hash != arch.content_hash():
@@ -47,12 +51,17 @@ def prepare_uart(program: Program, link: UartLink | ArchSpec, *, inputs=None) ->
         raise ValueError(f"program {program.name} needs {isa.ext_words} external words of "
                          f"{isa.beat_bytes} bytes; the bridge memory has {link.mem_words} "
                          f"(UartLink(mem_words=...): a power of two >= {isa.ext_words})")
-    files = JobFiles({"baud": link.baud, "mem_words": link.mem_words}, arch, program,
+    for req, n in probes:
+        if not isinstance(req, bytes) or not req or not isinstance(n, int) or n < 1:
+            raise ValueError(f"probe {req!r}, {n!r}: needs (request bytes, reply length >= 1)")
+    files = JobFiles({"baud": link.baud, "mem_words": link.mem_words,
+                      "probes": [[req.hex(), n] for req, n in probes]}, arch, program,
                      dict(inputs or {}))
 
     def decode(res) -> dict:
         return {"outputs": res.outputs, "records": res.results["cycles"],
-                "log_tail": res.log_text[-2000:], "isa": isa}
+                "log_tail": res.log_text[-2000:], "isa": isa,
+                "probes": [bytes.fromhex(r) for r in res.results["probes"]]}
     return PreparedJob(files, decode)
 
 

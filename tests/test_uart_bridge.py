@@ -255,7 +255,24 @@ def test_gemms_over_the_line_bit_exact_and_cycle_exact():
     from tilewright.cosim.program_jobs import axi_timing_arch
     prog, inputs = gemm_suite(ARCH, [(7, 9, 6, "ragged"), (40, 8, 30, "tiles"),
                                      (6, 300, 7, "ksplit")], seed=11)
-    run = cosim.run("uart-accel", prog, LINK, inputs=inputs)
+    the_id = LINK.map.reset_values()["ID"].to_bytes(4, "little").hex()
+    # raw requests after the Program and their replies worked out from the protocol table
+    probes = [
+        ("ff", "11"),                                          # unknown command: BAD_CMD
+        ("02 0040", "03 00000000"),                            # register 0x4000 >= 2^14: DECERR
+        ("01 1800 05000000", "02"),                            # CYCLES is read-only: SLVERR
+        ("02 0000", "00" + the_id),                            # ID
+        ("04 ff7f0000 0200 aabbccdd eeff0011", "10"),          # words 32767, 32768: RANGE ...
+        ("05 ff7f0000 0100", "00 00000000"),                   # ... and nothing written
+        ("05 ff7f0000 0200", "10"),                            # a read past the end: RANGE
+        ("04 fe7f0000 0200 11223344 55667788", "00"),          # the last two words ...
+        ("05 fe7f0000 0200", "00 11223344 55667788"),          # ... read back
+        ("03 0800 0000", "00"),                                # an empty burst
+        ("02 0c00", "00 00000000"),                            # STATUS: DONE cleared, no error
+    ]
+    reqs = [(bytes.fromhex(r), len(bytes.fromhex(a))) for r, a in probes]
+    run = cosim.run("uart-accel", prog, LINK, inputs=inputs, probes=reqs)
+    assert [p.hex() for p in run.probes] == [a.replace(" ", "") for _, a in probes]
     tarch = axi_timing_arch(ARCH, BRIDGE_READ_LATENCY)
     for task, rec in zip(prog.gemms(), run.records, strict=True):
         assert np.array_equal(run.outputs[task.out], _exact(inputs[task.a], inputs[task.b]))
