@@ -186,9 +186,40 @@ class ServePlan(BaseModel):
                                    "(EPLB: hot experts duplicated, slots balanced over EP ranks)")
     overlap_a2a: bool = Field(False, description="overlap MoE all-to-all with compute (two "
                               "micro-batches, DeepSeek's dual-batch overlap)")
+    # attention parallelism apart from the experts' (MoE; SGLang's DP attention, DeepSeek-V3
+    # report §3.4: prefill attention TP4 × DP8 with MoE EP32)
+    attn_tp: Optional[int] = Field(
+        None, ge=1, description="MoE: tensor-parallel degree of attention (and the dense "
+        "FFN/shared experts) inside a replica stage; None: tp (or tp·ep/attn_dp)")
+    attn_dp: Optional[int] = Field(
+        None, ge=1, description="MoE: attention data-parallel ranks of a replica stage, each "
+        "holding its own requests' KV cache; None: ep (or tp·ep/attn_tp). attn_tp·attn_dp must "
+        "equal tp·ep, the chips of a replica stage (the experts take EP ep × expert TP tp)")
+
+    @property
+    def attention_tp(self) -> int:
+        """Attention TP degree: ``attn_tp``, else ``tp·ep/attn_dp``, else ``tp``."""
+        if self.attn_tp is not None:
+            return self.attn_tp
+        return self.tp * self.ep // self.attn_dp if self.attn_dp else self.tp
+
+    @property
+    def attention_dp(self) -> int:
+        """Attention data-parallel ranks (each its own KV pool): ``attn_dp``, else
+        ``tp·ep/attn_tp``, else ``ep``."""
+        if self.attn_dp is not None:
+            return self.attn_dp
+        return self.tp * self.ep // self.attn_tp if self.attn_tp else self.ep
+
+    @property
+    def split_attention(self) -> bool:
+        """Attention sharded differently from the experts (attention TP ≠ expert TP)."""
+        return self.attention_tp != self.tp
 
     def label(self) -> str:
-        return f"tp={self.tp} ep={self.ep}" + (f" pp={self.pp}" if self.pp > 1 else "")
+        return (f"tp={self.tp} ep={self.ep}" + (f" pp={self.pp}" if self.pp > 1 else "")
+                + (f" attn_tp={self.attention_tp} attn_dp={self.attention_dp}"
+                   if self.attn_tp is not None or self.attn_dp is not None else ""))
 
 
 def _cfg(model: str | LLMConfig, *, mla: bool = True) -> LLMConfig:
@@ -492,12 +523,35 @@ def validate_serve(plan: ServePlan, spec: ClusterSpec, model: str | LLMConfig,
         raise PlanError(f"{where}: redundant_experts = {plan.redundant_experts}: n_experts + "
                         f"redundant = {cfg.n_experts + plan.redundant_experts} must split evenly "
                         f"over ep = {plan.ep} > 1 ranks")
+    _check_attention(plan, cfg, where)
     size = plan.tp * plan.ep * plan.pp
     for n in pool_chips:
         if n % size:
             raise PlanError(f"{where}: a replica takes tp·ep·pp = {size} chips, which does not "
                             f"divide a pool of {n} chips of cluster {spec.name}")
     return cfg
+
+
+def _check_attention(plan: ServePlan, cfg: LLMConfig, where: str) -> None:
+    """Attention parallelism apart from the experts' (``attn_tp``/``attn_dp``): an MoE option;
+    ``attn_tp·attn_dp`` = ``tp·ep`` (the chips of a replica stage); attention TP divides the
+    heads (and the dense FFN widths)."""
+    if plan.attn_tp is None and plan.attn_dp is None:
+        return
+    given = "attn_tp" if plan.attn_tp is not None else "attn_dp"
+    if not isinstance(cfg, MoEConfig):
+        raise PlanError(f"{where}: {given} is an MoE option (attention parallel apart from the "
+                        f"experts); {cfg.name} has no experts (use tp)")
+    width = plan.tp * plan.ep
+    for name, v in (("attn_tp", plan.attn_tp), ("attn_dp", plan.attn_dp)):
+        if v is not None and width % v:
+            raise PlanError(f"{where}: {name} = {v} does not divide the tp·ep = {width} chips of "
+                            "a replica stage (attn_tp·attn_dp must equal tp·ep)")
+    if plan.attention_tp * plan.attention_dp != width:
+        raise PlanError(f"{where}: attn_tp·attn_dp = {plan.attention_tp}·{plan.attention_dp} = "
+                        f"{plan.attention_tp * plan.attention_dp}, but a replica stage has tp·ep "
+                        f"= {width} chips (they must be equal)")
+    _check_shard(cfg, plan.attention_tp, plan.ep, f"{where} (attention)")
 
 
 def kv_bytes_per_token(cfg: LLMConfig, tp: int, layers: int, element_bytes: int) -> float:
@@ -515,10 +569,14 @@ def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> di
     head when pp = 1, one of them when pp > 1): weight bytes, KV bytes per token, KV capacity in
     tokens (PlanError if the weights alone do not fit). Mamba models hold a recurrent state per
     sequence instead of a KV cache: ``state_bytes_per_seq`` (:func:`mamba_state_bytes`) and
-    ``state_slots`` (sequences that fit), ``kv_tokens = 0``."""
+    ``state_slots`` (sequences that fit), ``kv_tokens = 0``. Attention, dense FFN and shared
+    experts are sharded over the attention TP degree (:attr:`ServePlan.attention_tp`), routed
+    experts over EP × expert TP (``ep``, ``tp``); ``kv_tokens`` is then the KV pool of one
+    attention data-parallel rank (its chips each hold a KV-head shard of those tokens)."""
     cfg = _cfg(model)
-    shard = Shard(tp=plan.tp, ep=plan.ep)
-    dense, expert = layer_params(cfg, shard)
+    shard = Shard(tp=plan.attention_tp, ep=plan.ep)     # attention, dense FFN, shared experts
+    dense = layer_params(cfg, shard)[0]
+    expert = layer_params(cfg, Shard(tp=plan.tp, ep=plan.ep))[1]     # routed: EP × expert TP
     dm = dims_of(cfg, shard)
     e = chip.element_bytes
     we, ke = plan.weight_bytes or e, plan.kv_bytes or e
@@ -534,7 +592,8 @@ def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> di
     weights = ((layers * (dense + expert) + n_dense * (dense_ffn - expert)
                 + vocab_mats * dm.vocab * cfg.d_model) * we)
     usable = chip.hbm_bytes * plan.memory_fraction
-    kv_per_token = kv_bytes_per_token(cfg, plan.tp, layers, ke)   # MLA: the latent cache
+    # per chip of an attention-DP rank (attention TP shards the KV heads); MLA: the latent cache
+    kv_per_token = kv_bytes_per_token(cfg, plan.attention_tp, layers, ke)
     if weights < usable and isinstance(cfg, MambaConfig):
         state = mamba_state_bytes(cfg, plan.tp, layers, e)
         return {"weight_bytes": weights, "kv_bytes_per_token": 0.0, "state_bytes_per_seq": state,
