@@ -192,6 +192,12 @@ def cluster(
     overlap_a2a: bool = typer.Option(
         False, "--overlap-a2a", help="serve, MoE: overlap all-to-all with compute (two "
         "micro-batches)"),
+    attn_tp: Optional[int] = typer.Option(
+        None, "--attn-tp", min=1, help="serve, MoE: attention tensor-parallel degree apart "
+        "from the experts' (attn-tp·attn-dp = tp·ep; default tp)"),
+    attn_dp: Optional[int] = typer.Option(
+        None, "--attn-dp", min=1, help="serve, MoE: attention data-parallel ranks, each with "
+        "its own KV pool (default ep)"),
     expert_trace: Optional[Path] = typer.Option(None, help="serve, MoE: file of expert ids"),
     seed: int = typer.Option(0, help="seed of arrivals and routing"),
     cost_source: Optional[str] = typer.Option(
@@ -274,7 +280,7 @@ def cluster(
                               routing=routing, zipf_s=zipf_s, a2a=a2a,
                               dispatch_bytes=dispatch_bytes, weight_bytes=weight_bytes,
                               kv_bytes=kv_bytes, redundant_experts=redundant_experts,
-                              overlap_a2a=overlap_a2a)
+                              overlap_a2a=overlap_a2a, attn_tp=attn_tp, attn_dp=attn_dp)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         flag = {"seq_len": "seq"}.get(str(err["loc"][0]), str(err["loc"][0]))   # its CLI name
@@ -287,6 +293,7 @@ def cluster(
                    "--weight-bytes": weight_bytes, "--kv-bytes": kv_bytes,
                    "--redundant-experts": redundant_experts or None,
                    "--overlap-a2a": overlap_a2a or None,
+                   "--attn-tp": attn_tp, "--attn-dp": attn_dp,
                    "--zipf-s": None if zipf_s == 1.2 else zipf_s}
     splits = None
     if mode == "train":
