@@ -121,6 +121,10 @@ def cluster(
     seq_parallel: bool = typer.Option(False, "--seq-parallel/--no-seq-parallel",
                                       help="train: Megatron sequence parallelism over the TP "
                                       "ranks (needs --tp ≥ 2)"),
+    tp_comm_overlap: bool = typer.Option(
+        False, "--tp-comm-overlap", help="train: pipeline the sequence-parallel TP all-gathers "
+        "and reduce-scatters with their GEMMs (Megatron --tp-comm-overlap; needs "
+        "--seq-parallel)"),
     zero: int = typer.Option(1, "--zero", min=0, max=3, help="train: ZeRO stage over the "
                              "data-parallel ranks (0 none, 1 optimizer, 2 + gradients, "
                              "3 + parameters = FSDP)"),
@@ -269,7 +273,7 @@ def cluster(
                              micro_batch_size=micro_batch_size, seq_len=seq_len,
                              schedule=schedule, virtual_stages=virtual_stages,
                              recompute=recompute, grad_bucket_mb=grad_bucket_mb or None,
-                             seq_parallel=seq_parallel,
+                             seq_parallel=seq_parallel, tp_comm_overlap=tp_comm_overlap,
                              zero=3 if fsdp else zero, global_batch=global_batch,
                              recompute_layers=recompute_layers,
                              **({"inlayer_comm": inlayer_comm} if inlayer_comm else {}))
@@ -305,6 +309,8 @@ def cluster(
                                     cost_source=cost_source, tech=tech, network=network)
         metrics, tr = res.metrics, res.trace
     else:
+        if tp_comm_overlap:
+            raise ClusterSpecError("--tp-comm-overlap: a training option, but --mode is serve")
         if request_trace is not None:
             reqs = load_request_trace(request_trace)
             longest = int((reqs.prompt_tokens + reqs.output_tokens).to_numpy().argmax())

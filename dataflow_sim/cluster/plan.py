@@ -91,6 +91,10 @@ class TrainPlan(BaseModel):
     seq_parallel: bool = Field(
         False, description="Megatron sequence parallelism over the TP ranks (needs tp > 1): "
         "activations and norms split by tp, TP all-reduces become reduce-scatter + all-gather")
+    tp_comm_overlap: bool = Field(
+        False, description="Megatron --tp-comm-overlap: each sequence-parallel TP all-gather/"
+        "reduce-scatter pipelined with its GEMM in tp chunks (needs seq_parallel; "
+        ":func:`.workload.tp_comm_overlap`)")
     global_batch: Optional[int] = Field(
         None, ge=1, description="sequences per step held fixed: without micro_batches, "
         "micro_batches = global_batch / (dp·micro_batch_size) (sweeps over dp keep the batch); "
@@ -149,6 +153,7 @@ class TrainPlan(BaseModel):
     def label(self) -> str:
         return (f"dp={self.dp} tp={self.tp} pp={self.pp} sp={self.sp} ep={self.ep} "
                 f"m={self.micro_batches}" + (" seq-parallel" if self.seq_parallel else "")
+                + (" tp-comm-overlap" if self.tp_comm_overlap else "")
                 + (f" zero={self.zero}" if self.zero != 1 else ""))
 
 
@@ -352,6 +357,13 @@ def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -
     if plan.seq_parallel and isinstance(cfg, MambaConfig):
         raise PlanError(f"{where}: seq_parallel is modelled for attention decoders only, not "
                         f"the Mamba model {cfg.name}")
+    if plan.tp_comm_overlap and not plan.seq_parallel:
+        raise PlanError(f"{where}: tp_comm_overlap pipelines the sequence-parallel all-gathers "
+                        "and reduce-scatters with their GEMMs and needs seq_parallel (as "
+                        "Megatron's --tp-comm-overlap needs --sequence-parallel)")
+    if plan.tp_comm_overlap and not isinstance(cfg, LlamaConfig):
+        raise PlanError(f"{where}: tp_comm_overlap is modelled for Llama-style dense decoders, "
+                        f"not {cfg.name}")
     if plan.global_batch is not None:
         got = plan.dp * plan.micro_batches * plan.micro_batch_size
         if got != plan.global_batch:
