@@ -121,6 +121,9 @@ def cluster(
     seq_parallel: bool = typer.Option(False, "--seq-parallel/--no-seq-parallel",
                                       help="train: Megatron sequence parallelism over the TP "
                                       "ranks (needs --tp ≥ 2)"),
+    gemm_format: str = typer.Option(
+        "bf16", "--gemm-format", help="bf16 | fp8: GEMMs at the GPU's FP8 tensor peak with "
+        "1-byte operands (H100; serve: FP8 weights unless --weight-bytes)"),
     tp_comm_overlap: bool = typer.Option(
         False, "--tp-comm-overlap", help="train: pipeline the sequence-parallel TP all-gathers "
         "and reduce-scatters with their GEMMs (Megatron --tp-comm-overlap; needs "
@@ -274,6 +277,7 @@ def cluster(
                              schedule=schedule, virtual_stages=virtual_stages,
                              recompute=recompute, grad_bucket_mb=grad_bucket_mb or None,
                              seq_parallel=seq_parallel, tp_comm_overlap=tp_comm_overlap,
+                             gemm_format=gemm_format,
                              zero=3 if fsdp else zero, global_batch=global_batch,
                              recompute_layers=recompute_layers,
                              **({"inlayer_comm": inlayer_comm} if inlayer_comm else {}))
@@ -284,7 +288,8 @@ def cluster(
                               routing=routing, zipf_s=zipf_s, a2a=a2a,
                               dispatch_bytes=dispatch_bytes, weight_bytes=weight_bytes,
                               kv_bytes=kv_bytes, redundant_experts=redundant_experts,
-                              overlap_a2a=overlap_a2a, attn_tp=attn_tp, attn_dp=attn_dp)
+                              overlap_a2a=overlap_a2a, attn_tp=attn_tp, attn_dp=attn_dp,
+                              gemm_format=gemm_format)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         flag = {"seq_len": "seq"}.get(str(err["loc"][0]), str(err["loc"][0]))   # its CLI name

@@ -91,6 +91,9 @@ class TrainPlan(BaseModel):
     seq_parallel: bool = Field(
         False, description="Megatron sequence parallelism over the TP ranks (needs tp > 1): "
         "activations and norms split by tp, TP all-reduces become reduce-scatter + all-gather")
+    gemm_format: Literal["bf16", "fp8"] = Field(
+        "bf16", description="GEMM format: fp8 = GEMMs at the GPU's FP8 tensor peak with 1-byte "
+        "operands (H100; .costs.with_gemm_format); memory, attention and MFU's peak stay BF16")
     tp_comm_overlap: bool = Field(
         False, description="Megatron --tp-comm-overlap: each sequence-parallel TP all-gather/"
         "reduce-scatter pipelined with its GEMM in tp chunks (needs seq_parallel; "
@@ -184,7 +187,10 @@ class ServePlan(BaseModel):
         "DeepSeek-V3); None = the chip's element size; combine stays at the chip's")
     weight_bytes: Optional[int] = Field(
         None, ge=1, le=4, description="bytes per weight in HBM (1 = an FP8 checkpoint); None = "
-        "the chip's element size")
+        "1 with gemm_format fp8, else the chip's element size")
+    gemm_format: Literal["bf16", "fp8"] = Field(
+        "bf16", description="GEMM format: fp8 = GEMMs at the GPU's FP8 tensor peak with 1-byte "
+        "operands (H100; .costs.with_gemm_format)")
     kv_bytes: Optional[int] = Field(
         None, ge=1, le=4, description="bytes per KV-cache element; None = the chip's")
     redundant_experts: int = Field(0, ge=0, description="extra expert replicas per replica "
@@ -591,7 +597,8 @@ def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> di
     expert = layer_params(cfg, Shard(tp=plan.tp, ep=plan.ep))[1]     # routed: EP × expert TP
     dm = dims_of(cfg, shard)
     e = chip.element_bytes
-    we, ke = plan.weight_bytes or e, plan.kv_bytes or e
+    we = plan.weight_bytes or (1 if plan.gemm_format == "fp8" else e)
+    ke = plan.kv_bytes or e
     layers = cfg.n_layers // plan.pp
     tied = getattr(cfg, "tie_embeddings", False)
     vocab_mats = 1 if plan.pp > 1 or tied else 2

@@ -80,7 +80,7 @@ from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
-from .costs import ChipModel, chip_model
+from .costs import ChipModel, chip_model, with_gemm_format
 from .energy import add_traffic, cluster_energy, power_capped_chip, serve_work
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
@@ -1033,7 +1033,7 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
             raise ClusterSpecError("serve plan: a prefill/decode split (--pd) was given for a "
                                    "colocated run (--colocated)")
         spec = with_prefill_chips(spec, prefill_chips)
-    chip = chip_model(spec)
+    chip = with_gemm_format(chip_model(spec), plan.gemm_format)
     disagg = plan.disaggregated if plan.disaggregated is not None else spec.pools is not None
     if disagg and spec.pools is None:
         raise ClusterSpecError(f"serve plan: disaggregated=True but cluster {spec.name} has no "

@@ -61,7 +61,7 @@ from .cluster_spec import ClusterSpec, ClusterSpecError, PlanError
 from .collectives import (COLLECTIVES, CollectiveTimer, FlowTimer, all_gather, all_reduce,
                           reduce_scatter)
 from .compiled import COST_SOURCES, cache_info, compiled_embedding, compiled_head, compiled_layer
-from .costs import ChipModel, chip_model
+from .costs import ChipModel, chip_model, with_gemm_format
 from .energy import add_traffic, cluster_energy, ops_work, report_work
 from .network import Network, events_scheduled
 from .plan import TrainPlan, check_train_memory, layer_params, validate_train
@@ -385,7 +385,7 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     ``network``: ``"auto"`` | ``"event"`` | ``"flow"`` (module docstring)."""
     wall0 = time.perf_counter()
     cfg = validate_train(plan, spec, model)
-    chip = chip_model(spec)
+    chip = with_gemm_format(chip_model(spec), plan.gemm_format)
     cost_source = resolve_cost_source(chip, cost_source)
     compiles0 = cache_info()["misses"]
     mem = check_train_memory(plan, spec, chip, cfg)
