@@ -73,6 +73,7 @@ class GpuPreset(BaseModel):
     sms: int = 0                        # streaming multiprocessors (GEMM wave quantization)
     cta_tile: tuple[int, int] = (128, 128)   # GEMM output tile (rows, cols) of one CTA
     gemm_efficiency: float = 1.0        # in-training achieved fraction of tensor_flops (fitted)
+    fp8_gemm_efficiency: float = 1.0    # achieved fraction of fp8_tensor_flops (cited, .costs)
     attention_efficiency: float = 1.0   # fused (FlashAttention) achieved fraction of tensor_flops
     hbm_efficiency: float = 1.0         # achievable fraction of hbm_bytes_per_s
     kernel_launch_s: float = 0.0        # s, fixed cost of one kernel (launch + tail)
@@ -103,6 +104,7 @@ GPU_PRESETS: dict[str, GpuPreset] = {
                           hbm_gib=80e9 / 2**30, tdp_w=700.0, idle_w=0.2 * 700.0,
                           source="NVIDIA H100 datasheet, SXM5", sms=132, cta_tile=(128, 256),
                           gemm_efficiency=0.90, attention_efficiency=0.50, hbm_efficiency=0.90,
+                          fp8_gemm_efficiency=1550e12 / 1979e12,
                           kernel_launch_s=4e-6, iteration_overhead_s=2.0e-3),
     "a100-sxm-80gb": GpuPreset(tensor_flops=312e12, vector_flops=19.5e12,
                                hbm_bytes_per_s=2.039e12, hbm_gib=80e9 / 2**30,

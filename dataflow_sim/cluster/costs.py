@@ -75,10 +75,11 @@ iteration_overhead_s   2 ms       2 ms       U     scheduler + sampling per serv
 ArchSpec chips keep the cycle model (no efficiency factors, no launch cost).
 
 FP8 GEMMs (``gemm_format = "fp8"`` of a plan, :func:`with_gemm_format`): a GPU preset's GEMMs
-run at its dense FP8 tensor peak (H100 SXM 1,979 TFLOP/s, NVIDIA H100 datasheet; C) times the
-same ``gemm_efficiency`` and wave model (U: FP8 kernels are assumed to reach the same fraction
-of their peak as BF16 ones; not confirmed), reading 1-byte operands and writing the result at
-the chip's element size (BF16). Attention, non-GEMM ops and MFU's peak stay BF16. A preset
+run at its dense FP8 tensor peak (H100 SXM 1,979 TFLOP/s, NVIDIA H100 datasheet; C) times
+``fp8_gemm_efficiency`` in the same wave model, reading 1-byte operands and writing the result
+at the chip's element size (BF16). H100: 1550/1979 = 0.78 (C: DeepGEMM's best FP8 GEMM, "up to
+1550 TFLOPS on H800", github.com/deepseek-ai/DeepGEMM README, 2025-04-18; H800 has H100's SMs
+and clocks; the best shape's figure applied to every shape, an upper bound). Attention, non-GEMM ops and MFU's peak stay BF16. A preset
 without FP8 tensor cores (A100) and ArchSpec chips (set the tensor engine's ``input_format``)
 refuse it.
 """
@@ -194,7 +195,8 @@ class ChipModel:
         assert p is not None
         waves, k_cta = gpu_gemm_waves(p, m, k, n, count)
         tm, tn = p.cta_tile
-        per_sm = self.gemm_peak_flops * p.gemm_efficiency / p.sms
+        eff = p.fp8_gemm_efficiency if self.gemm_format == "fp8" else p.gemm_efficiency
+        per_sm = self.gemm_peak_flops * eff / p.sms
         compute = waves * 2.0 * tm * tn * k_cta / per_sm
         m, k, n, count = (np.asarray(x, np.float64) for x in (m, k, n, count))
         mem = count * (self.gemm_operand_bytes * (m * k + k * n) + self.element_bytes * m * n) \

@@ -205,6 +205,7 @@ class IterationCost:
     def __init__(self, cfg: LLMConfig, plan: ServePlan, chip: ChipModel, timer: CollectiveTimer,
                  replica_chips: Sequence[int], routing_trace: Optional[np.ndarray] = None,
                  seed: int = 0, cost_source: str | None = None) -> None:
+        chip = with_gemm_format(chip, plan.gemm_format)    # the plan's GEMM format, always
         self.cfg, self.plan, self.chip = cfg, plan, chip
         self.atp, self.adp = plan.attention_tp, plan.attention_dp
         self.shard = Shard(tp=self.atp, ep=plan.ep)
