@@ -4,10 +4,19 @@ Each point is one steady-state iteration of a DeepSeek-V3 deployment timed by th
 model's :class:`~tilewright.dataflow_sim.cluster.IterationCost` (GPU roofline, ``table`` cost
 source) with what the source says the system does: TP1, attention data-parallel over the EP
 ranks, EPLB redundant experts, DeepEP dispatch/combine with per-node dedup and FP8 dispatch, FP8
-weights, two-micro-batch overlap of all-to-all with compute. Attention is the labelled STAND-IN
-(GQA; MLA is not modelled here) and GEMMs run at the preset's BF16 peak (FP8 GEMMs are not
-modelled), so this table measures how far the model is, not a fit. The routing is balanced
-(uniform), as in DeepSeek's profiles.
+weights and FP8 GEMMs at the H100 FP8 peak (DeepSeek's Day 6 overview: "matrix multiplications
+and dispatch transmissions adopt the FP8 format aligned with training, while core MLA
+computations and combine transmissions use the BF16 format"), two-micro-batch overlap of
+all-to-all with compute. Attention is DeepSeek's MLA (absorbed form). The routing is balanced
+(uniform), as in DeepSeek's profiles. Nothing here is fitted: this table measures how far the
+model is.
+
+MTP speculative decoding (a point's ``mtp_acceptance``, set only where the source says the
+system decodes with MTP): each step verifies one draft token per sequence (``q = 2``: the last
+token and the draft, over the main model) and drafts the next with the one MTP module
+(DeepSeek-V3 ``num_nextn_predict_layers = 1``: one more layer at ``q = 1``, costed as
+``1/n_layers`` of a ``q = 1`` step); a step emits ``1 + acceptance`` tokens per sequence. The
+ITL constraint of ``decode_slo`` is applied to the step time (the gap between token bursts).
 
 * ``decode``: ``seqs_per_gpu`` one-token sequences per GPU at ``context`` keys; tokens/s per node
   = 8 · seqs_per_gpu / iteration seconds.
@@ -52,6 +61,7 @@ def h800_cluster(nodes: int) -> ClusterSpec:
 def _plan(p: dict) -> ServePlan:
     # the table cost path does not read max_batch_tokens/max_seqs: the batch is given per call
     return ServePlan(ep=p["ep"], a2a="deepep", dispatch_bytes=1, weight_bytes=1,
+                     gemm_format="fp8",
                      redundant_experts=p["redundant_experts"], overlap_a2a=True,
                      max_batch_tokens=2**20, max_seqs=2**20)
 
@@ -79,10 +89,17 @@ def predict(p: dict) -> dict:
         out = {"predicted": 8 * p["tokens_per_gpu"] / t, "iteration_s": t,
                "kv_fits": _kv_fits(cfg, plan, spec, p["tokens_per_gpu"])}
     else:
-        def at(b: int) -> float:
+        acc = p.get("mtp_acceptance")
+
+        def step(b: int, q: int) -> float:
             n = b * ep
-            return _iteration(cost, np.ones(n, np.int64), np.full(n, p["context"]),
+            return _iteration(cost, np.full(n, q, np.int64), np.full(n, p["context"]),
                               np.repeat(np.arange(ep), b))
+
+        def at(b: int) -> float:
+            if acc is None:
+                return step(b, 1)
+            return step(b, 2) + step(b, 1) / cfg.n_layers     # verify 2 + draft (MTP layer)
         if p["phase"] == "decode":
             b = p["seqs_per_gpu"]
         else:
@@ -90,7 +107,7 @@ def predict(p: dict) -> dict:
             fit = [s for s in sizes if at(s) <= p["itl_s"]]
             b = fit[-1] if fit else sizes[0]
         t = at(b)
-        out = {"predicted": 8 * b / t, "iteration_s": t, "seqs_per_gpu": b,
+        out = {"predicted": 8 * b * (1 + (acc or 0.0)) / t, "iteration_s": t, "seqs_per_gpu": b,
                "kv_fits": _kv_fits(cfg, plan, spec, b * p["context"])}
     out["attention"] = label
     return out

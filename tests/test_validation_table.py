@@ -40,3 +40,23 @@ def test_collective_and_serving_rows_join_the_table():
     assert s["held_out_max"] == held[-1]
     # a held-out set filter keeps only held-out rows
     assert {r["set"] for r in v.evaluate_serving("held_out")} == {"held_out"}
+
+
+def test_no_measurement_is_counted_twice():
+    # one published measurement (source, figure, collective, GPU) is one row of the table: the
+    # cluster file's collective rows and the nccl-tests file's rows must not repeat each other
+    from tilewright.dataflow_sim.cluster.nccl_calibration import load_points as load_nccl_points
+    v = _validation()
+    data = v.load()
+    preset = {name: c["chip"]["preset"] for name, c in (data.get("clusters") or {}).items()}
+    preset.update({"h100-8x-nvlink": "h100-sxm", "a100-8x-nvlink": "a100-sxm-80gb"})
+
+    def key(source, published, collective, gpu):     # the source's URL (its first word)
+        return (str(source).split()[0], float(published), collective, gpu)
+
+    ours = [key(p["source"], p["published"], p["collective"], preset.get(p["cluster"]))
+            for p in data["points"] if p["kind"] == "collective"]
+    theirs = [key(r["source"], r["measured_busbw_gbps"], r["collective"], r["gpu"])
+              for r in load_nccl_points()]
+    assert not set(ours) & set(theirs)
+    assert len(set(theirs)) == len(theirs)

@@ -121,6 +121,13 @@ def cluster(
     seq_parallel: bool = typer.Option(False, "--seq-parallel/--no-seq-parallel",
                                       help="train: Megatron sequence parallelism over the TP "
                                       "ranks (needs --tp ≥ 2)"),
+    gemm_format: str = typer.Option(
+        "bf16", "--gemm-format", help="bf16 | fp8: GEMMs at the GPU's FP8 tensor peak with "
+        "1-byte operands (H100; serve: FP8 weights unless --weight-bytes)"),
+    tp_comm_overlap: bool = typer.Option(
+        False, "--tp-comm-overlap", help="train: pipeline the sequence-parallel TP all-gathers "
+        "and reduce-scatters with their GEMMs (Megatron --tp-comm-overlap; needs "
+        "--seq-parallel)"),
     zero: int = typer.Option(1, "--zero", min=0, max=3, help="train: ZeRO stage over the "
                              "data-parallel ranks (0 none, 1 optimizer, 2 + gradients, "
                              "3 + parameters = FSDP)"),
@@ -192,6 +199,12 @@ def cluster(
     overlap_a2a: bool = typer.Option(
         False, "--overlap-a2a", help="serve, MoE: overlap all-to-all with compute (two "
         "micro-batches)"),
+    attn_tp: Optional[int] = typer.Option(
+        None, "--attn-tp", min=1, help="serve, MoE: attention tensor-parallel degree apart "
+        "from the experts' (attn-tp·attn-dp = tp·ep; default tp)"),
+    attn_dp: Optional[int] = typer.Option(
+        None, "--attn-dp", min=1, help="serve, MoE: attention data-parallel ranks, each with "
+        "its own KV pool (default ep)"),
     expert_trace: Optional[Path] = typer.Option(None, help="serve, MoE: file of expert ids"),
     seed: int = typer.Option(0, help="seed of arrivals and routing"),
     cost_source: Optional[str] = typer.Option(
@@ -263,7 +276,8 @@ def cluster(
                              micro_batch_size=micro_batch_size, seq_len=seq_len,
                              schedule=schedule, virtual_stages=virtual_stages,
                              recompute=recompute, grad_bucket_mb=grad_bucket_mb or None,
-                             seq_parallel=seq_parallel,
+                             seq_parallel=seq_parallel, tp_comm_overlap=tp_comm_overlap,
+                             gemm_format=gemm_format,
                              zero=3 if fsdp else zero, global_batch=global_batch,
                              recompute_layers=recompute_layers,
                              **({"inlayer_comm": inlayer_comm} if inlayer_comm else {}))
@@ -274,7 +288,8 @@ def cluster(
                               routing=routing, zipf_s=zipf_s, a2a=a2a,
                               dispatch_bytes=dispatch_bytes, weight_bytes=weight_bytes,
                               kv_bytes=kv_bytes, redundant_experts=redundant_experts,
-                              overlap_a2a=overlap_a2a)
+                              overlap_a2a=overlap_a2a, attn_tp=attn_tp, attn_dp=attn_dp,
+                              gemm_format=gemm_format)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         flag = {"seq_len": "seq"}.get(str(err["loc"][0]), str(err["loc"][0]))   # its CLI name
@@ -287,6 +302,7 @@ def cluster(
                    "--weight-bytes": weight_bytes, "--kv-bytes": kv_bytes,
                    "--redundant-experts": redundant_experts or None,
                    "--overlap-a2a": overlap_a2a or None,
+                   "--attn-tp": attn_tp, "--attn-dp": attn_dp,
                    "--zipf-s": None if zipf_s == 1.2 else zipf_s}
     splits = None
     if mode == "train":
@@ -298,6 +314,8 @@ def cluster(
                                     cost_source=cost_source, tech=tech, network=network)
         metrics, tr = res.metrics, res.trace
     else:
+        if tp_comm_overlap:
+            raise ClusterSpecError("--tp-comm-overlap: a training option, but --mode is serve")
         if request_trace is not None:
             reqs = load_request_trace(request_trace)
             longest = int((reqs.prompt_tokens + reqs.output_tokens).to_numpy().argmax())

@@ -60,6 +60,7 @@ class GpuPreset(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     tensor_flops: float     # FLOP/s, dense BF16 tensor-core peak
+    fp8_tensor_flops: float = 0.0   # FLOP/s, dense FP8 tensor-core peak (0: no FP8 tensor cores)
     vector_flops: float     # FLOP/s, FP32 non-tensor (CUDA-core) peak: norms, softmax, elementwise
     hbm_bytes_per_s: float  # bytes/s
     hbm_gib: float          # GiB of HBM
@@ -72,6 +73,7 @@ class GpuPreset(BaseModel):
     sms: int = 0                        # streaming multiprocessors (GEMM wave quantization)
     cta_tile: tuple[int, int] = (128, 128)   # GEMM output tile (rows, cols) of one CTA
     gemm_efficiency: float = 1.0        # in-training achieved fraction of tensor_flops (fitted)
+    fp8_gemm_efficiency: float = 1.0    # achieved fraction of fp8_tensor_flops (cited, .costs)
     attention_efficiency: float = 1.0   # fused (FlashAttention) achieved fraction of tensor_flops
     hbm_efficiency: float = 1.0         # achievable fraction of hbm_bytes_per_s
     kernel_launch_s: float = 0.0        # s, fixed cost of one kernel (launch + tail)
@@ -79,8 +81,11 @@ class GpuPreset(BaseModel):
 
 
 # NVIDIA H100 Tensor Core GPU datasheet (SXM5 column): BF16 989 TFLOP/s dense (1,979 with
-# sparsity), FP32 67 TFLOP/s, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s (both directions).
+# sparsity), FP8 1,979 TFLOP/s dense (3,958 with sparsity), FP32 67 TFLOP/s, 80 GB HBM3 at
+# 3.35 TB/s, NVLink 900 GB/s (both directions).
 # https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
+# (FP8 matrix 1978.9 TFLOP/s dense, 3957.8 sparse, also in
+# https://glennklockwood.com/garden/processors/h100). A100 (Ampere) has no FP8 tensor cores.
 # NVIDIA A100 datasheet (80GB SXM column): BF16 312 TFLOP/s dense, FP32 19.5 TFLOP/s,
 # 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s (both directions).
 # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
@@ -95,10 +100,11 @@ class GpuPreset(BaseModel):
 # H100/A100; an A100 SXM white paper reports 146.66 W at 0 % utilization
 # (https://news.chathome.org/news/gpu-telemetry-anomaly-146w-idle-draw-on-a100-white-paper-AW5mREYZ).
 GPU_PRESETS: dict[str, GpuPreset] = {
-    "h100-sxm": GpuPreset(tensor_flops=989e12, vector_flops=67e12, hbm_bytes_per_s=3.35e12,
+    "h100-sxm": GpuPreset(tensor_flops=989e12, fp8_tensor_flops=1979e12, vector_flops=67e12, hbm_bytes_per_s=3.35e12,
                           hbm_gib=80e9 / 2**30, tdp_w=700.0, idle_w=0.2 * 700.0,
                           source="NVIDIA H100 datasheet, SXM5", sms=132, cta_tile=(128, 256),
                           gemm_efficiency=0.90, attention_efficiency=0.50, hbm_efficiency=0.90,
+                          fp8_gemm_efficiency=1550e12 / 1979e12,
                           kernel_launch_s=4e-6, iteration_overhead_s=2.0e-3),
     "a100-sxm-80gb": GpuPreset(tensor_flops=312e12, vector_flops=19.5e12,
                                hbm_bytes_per_s=2.039e12, hbm_gib=80e9 / 2**30,

@@ -73,12 +73,21 @@ iteration_overhead_s   2 ms       2 ms       U     scheduler + sampling per serv
 =====================  =========  =========  ====  ==========================================
 
 ArchSpec chips keep the cycle model (no efficiency factors, no launch cost).
+
+FP8 GEMMs (``gemm_format = "fp8"`` of a plan, :func:`with_gemm_format`): a GPU preset's GEMMs
+run at its dense FP8 tensor peak (H100 SXM 1,979 TFLOP/s, NVIDIA H100 datasheet; C) times
+``fp8_gemm_efficiency`` in the same wave model, reading 1-byte operands and writing the result
+at the chip's element size (BF16). H100: 1550/1979 = 0.78 (C: DeepGEMM's best FP8 GEMM, "up to
+1550 TFLOPS on H800", github.com/deepseek-ai/DeepGEMM README, 2025-04-18; H800 has H100's SMs
+and clocks; the best shape's figure applied to every shape, an upper bound). Attention, non-GEMM ops and MFU's peak stay BF16. A preset
+without FP8 tensor cores (A100) and ArchSpec chips (set the tensor engine's ``input_format``)
+refuse it.
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -87,9 +96,9 @@ from tilewright.arch import ArchSpec
 from tilewright.formats import FORMATS
 from tilewright.compiler.engine_timing import tensor_engine_gemm_cycles
 
-from .cluster_spec import GPU_PRESETS, ArchChip, ClusterSpec, GpuPreset
+from .cluster_spec import GPU_PRESETS, ArchChip, ClusterSpec, GpuPreset, PlanError
 
-__all__ = ["ChipModel", "chip_model", "ZeroCostOp", "wave_efficiency", "gpu_gemm_waves",
+__all__ = ["ChipModel", "chip_model", "with_gemm_format", "GEMM_FORMATS", "ZeroCostOp", "wave_efficiency", "gpu_gemm_waves",
            "causal_pairs", "FA_BACKWARD_FLOPS", "SPLIT_K_MIN"]
 
 #: FlashAttention backward FLOPs over forward FLOPs: 5 GEMMs (recompute S, dP, dV, dQ, dK) over 2
@@ -146,6 +155,20 @@ class ChipModel:
     peak_gemm_flops_per_s: float  # 2·MACs/s of the tensor engine (for utilization)
     arch: ArchSpec | None = None  # set: GEMMs from the cycle model; None: GEMM roofline
     gpu: GpuPreset | None = None  # set: achieved-efficiency model (module docstring)
+    gemm_format: str = "bf16"     # GPU presets: "fp8" = GEMMs at the FP8 peak, 1-byte operands
+
+    @property
+    def gemm_peak_flops(self) -> float:
+        """Peak FLOP/s of this chip's GEMMs in :attr:`gemm_format`: FP8 scales the (possibly
+        power-capped) BF16 peak by the preset's FP8/BF16 peak ratio (2 on H100)."""
+        if self.gemm_format == "fp8" and self.gpu is not None:
+            return self.peak_gemm_flops_per_s * self.gpu.fp8_tensor_flops / self.gpu.tensor_flops
+        return self.peak_gemm_flops_per_s
+
+    @property
+    def gemm_operand_bytes(self) -> float:
+        """Bytes per GEMM input element (FP8: 1; else the element size)."""
+        return 1.0 if self.gemm_format == "fp8" else float(self.element_bytes)
 
     @property
     def fused_attention(self) -> bool:
@@ -172,10 +195,12 @@ class ChipModel:
         assert p is not None
         waves, k_cta = gpu_gemm_waves(p, m, k, n, count)
         tm, tn = p.cta_tile
-        per_sm = self.peak_gemm_flops_per_s * p.gemm_efficiency / p.sms
+        eff = p.fp8_gemm_efficiency if self.gemm_format == "fp8" else p.gemm_efficiency
+        per_sm = self.gemm_peak_flops * eff / p.sms
         compute = waves * 2.0 * tm * tn * k_cta / per_sm
         m, k, n, count = (np.asarray(x, np.float64) for x in (m, k, n, count))
-        mem = self.element_bytes * count * (m * k + k * n + m * n) / self.hbm_achievable
+        mem = count * (self.gemm_operand_bytes * (m * k + k * n) + self.element_bytes * m * n) \
+            / self.hbm_achievable
         return np.maximum(compute, mem) + p.kernel_launch_s
 
     def attention_seconds(self, flops, nbytes) -> np.ndarray:
@@ -250,6 +275,26 @@ class ChipModel:
         if unknown:
             raise ValueError(f"op kinds {sorted(unknown)} have no cost model")
         return out
+
+
+#: GEMM formats a plan may ask for
+GEMM_FORMATS = ("bf16", "fp8")
+
+
+def with_gemm_format(chip: ChipModel, fmt: str) -> ChipModel:
+    """``chip`` with its GEMMs in format ``fmt`` (module docstring); ``bf16`` returns it
+    unchanged. Raises :class:`.cluster_spec.PlanError` for a chip without FP8 tensor cores."""
+    if fmt == "bf16":
+        return chip
+    if fmt not in GEMM_FORMATS:
+        raise PlanError(f"gemm_format = {fmt!r}: accepted {', '.join(GEMM_FORMATS)}")
+    if chip.gpu is None:
+        raise PlanError(f"gemm_format = fp8: {chip.name} is an ArchSpec chip; its GEMM format "
+                        "is its tensor engine's input_format (set it in the ArchSpec)")
+    if chip.gpu.fp8_tensor_flops <= 0:
+        raise PlanError(f"gemm_format = fp8: {chip.name} has no FP8 tensor cores (accepted: "
+                        "h100-sxm, or gemm_format bf16)")
+    return replace(chip, gemm_format="fp8")
 
 
 def chip_model(spec: ClusterSpec) -> ChipModel:

@@ -91,6 +91,13 @@ class TrainPlan(BaseModel):
     seq_parallel: bool = Field(
         False, description="Megatron sequence parallelism over the TP ranks (needs tp > 1): "
         "activations and norms split by tp, TP all-reduces become reduce-scatter + all-gather")
+    gemm_format: Literal["bf16", "fp8"] = Field(
+        "bf16", description="GEMM format: fp8 = GEMMs at the GPU's FP8 tensor peak with 1-byte "
+        "operands (H100; .costs.with_gemm_format); memory, attention and MFU's peak stay BF16")
+    tp_comm_overlap: bool = Field(
+        False, description="Megatron --tp-comm-overlap: each sequence-parallel TP all-gather/"
+        "reduce-scatter pipelined with its GEMM in tp chunks (needs seq_parallel; "
+        ":func:`.workload.tp_comm_overlap`)")
     global_batch: Optional[int] = Field(
         None, ge=1, description="sequences per step held fixed: without micro_batches, "
         "micro_batches = global_batch / (dp·micro_batch_size) (sweeps over dp keep the batch); "
@@ -149,6 +156,7 @@ class TrainPlan(BaseModel):
     def label(self) -> str:
         return (f"dp={self.dp} tp={self.tp} pp={self.pp} sp={self.sp} ep={self.ep} "
                 f"m={self.micro_batches}" + (" seq-parallel" if self.seq_parallel else "")
+                + (" tp-comm-overlap" if self.tp_comm_overlap else "")
                 + (f" zero={self.zero}" if self.zero != 1 else ""))
 
 
@@ -179,16 +187,50 @@ class ServePlan(BaseModel):
         "DeepSeek-V3); None = the chip's element size; combine stays at the chip's")
     weight_bytes: Optional[int] = Field(
         None, ge=1, le=4, description="bytes per weight in HBM (1 = an FP8 checkpoint); None = "
-        "the chip's element size")
+        "1 with gemm_format fp8, else the chip's element size")
+    gemm_format: Literal["bf16", "fp8"] = Field(
+        "bf16", description="GEMM format: fp8 = GEMMs at the GPU's FP8 tensor peak with 1-byte "
+        "operands (H100; .costs.with_gemm_format)")
     kv_bytes: Optional[int] = Field(
         None, ge=1, le=4, description="bytes per KV-cache element; None = the chip's")
     redundant_experts: int = Field(0, ge=0, description="extra expert replicas per replica "
                                    "(EPLB: hot experts duplicated, slots balanced over EP ranks)")
     overlap_a2a: bool = Field(False, description="overlap MoE all-to-all with compute (two "
                               "micro-batches, DeepSeek's dual-batch overlap)")
+    # attention parallelism apart from the experts' (MoE; SGLang's DP attention, DeepSeek-V3
+    # report §3.4: prefill attention TP4 × DP8 with MoE EP32)
+    attn_tp: Optional[int] = Field(
+        None, ge=1, description="MoE: tensor-parallel degree of attention (and the dense "
+        "FFN/shared experts) inside a replica stage; None: tp (or tp·ep/attn_dp)")
+    attn_dp: Optional[int] = Field(
+        None, ge=1, description="MoE: attention data-parallel ranks of a replica stage, each "
+        "holding its own requests' KV cache; None: ep (or tp·ep/attn_tp). attn_tp·attn_dp must "
+        "equal tp·ep, the chips of a replica stage (the experts take EP ep × expert TP tp)")
+
+    @property
+    def attention_tp(self) -> int:
+        """Attention TP degree: ``attn_tp``, else ``tp·ep/attn_dp``, else ``tp``."""
+        if self.attn_tp is not None:
+            return self.attn_tp
+        return self.tp * self.ep // self.attn_dp if self.attn_dp else self.tp
+
+    @property
+    def attention_dp(self) -> int:
+        """Attention data-parallel ranks (each its own KV pool): ``attn_dp``, else
+        ``tp·ep/attn_tp``, else ``ep``."""
+        if self.attn_dp is not None:
+            return self.attn_dp
+        return self.tp * self.ep // self.attn_tp if self.attn_tp else self.ep
+
+    @property
+    def split_attention(self) -> bool:
+        """Attention sharded differently from the experts (attention TP ≠ expert TP)."""
+        return self.attention_tp != self.tp
 
     def label(self) -> str:
-        return f"tp={self.tp} ep={self.ep}" + (f" pp={self.pp}" if self.pp > 1 else "")
+        return (f"tp={self.tp} ep={self.ep}" + (f" pp={self.pp}" if self.pp > 1 else "")
+                + (f" attn_tp={self.attention_tp} attn_dp={self.attention_dp}"
+                   if self.attn_tp is not None or self.attn_dp is not None else ""))
 
 
 def _cfg(model: str | LLMConfig, *, mla: bool = True) -> LLMConfig:
@@ -321,6 +363,13 @@ def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -
     if plan.seq_parallel and isinstance(cfg, MambaConfig):
         raise PlanError(f"{where}: seq_parallel is modelled for attention decoders only, not "
                         f"the Mamba model {cfg.name}")
+    if plan.tp_comm_overlap and not plan.seq_parallel:
+        raise PlanError(f"{where}: tp_comm_overlap pipelines the sequence-parallel all-gathers "
+                        "and reduce-scatters with their GEMMs and needs seq_parallel (as "
+                        "Megatron's --tp-comm-overlap needs --sequence-parallel)")
+    if plan.tp_comm_overlap and not isinstance(cfg, LlamaConfig):
+        raise PlanError(f"{where}: tp_comm_overlap is modelled for Llama-style dense decoders, "
+                        f"not {cfg.name}")
     if plan.global_batch is not None:
         got = plan.dp * plan.micro_batches * plan.micro_batch_size
         if got != plan.global_batch:
@@ -492,12 +541,35 @@ def validate_serve(plan: ServePlan, spec: ClusterSpec, model: str | LLMConfig,
         raise PlanError(f"{where}: redundant_experts = {plan.redundant_experts}: n_experts + "
                         f"redundant = {cfg.n_experts + plan.redundant_experts} must split evenly "
                         f"over ep = {plan.ep} > 1 ranks")
+    _check_attention(plan, cfg, where)
     size = plan.tp * plan.ep * plan.pp
     for n in pool_chips:
         if n % size:
             raise PlanError(f"{where}: a replica takes tp·ep·pp = {size} chips, which does not "
                             f"divide a pool of {n} chips of cluster {spec.name}")
     return cfg
+
+
+def _check_attention(plan: ServePlan, cfg: LLMConfig, where: str) -> None:
+    """Attention parallelism apart from the experts' (``attn_tp``/``attn_dp``): an MoE option;
+    ``attn_tp·attn_dp`` = ``tp·ep`` (the chips of a replica stage); attention TP divides the
+    heads (and the dense FFN widths)."""
+    if plan.attn_tp is None and plan.attn_dp is None:
+        return
+    given = "attn_tp" if plan.attn_tp is not None else "attn_dp"
+    if not isinstance(cfg, MoEConfig):
+        raise PlanError(f"{where}: {given} is an MoE option (attention parallel apart from the "
+                        f"experts); {cfg.name} has no experts (use tp)")
+    width = plan.tp * plan.ep
+    for name, v in (("attn_tp", plan.attn_tp), ("attn_dp", plan.attn_dp)):
+        if v is not None and width % v:
+            raise PlanError(f"{where}: {name} = {v} does not divide the tp·ep = {width} chips of "
+                            "a replica stage (attn_tp·attn_dp must equal tp·ep)")
+    if plan.attention_tp * plan.attention_dp != width:
+        raise PlanError(f"{where}: attn_tp·attn_dp = {plan.attention_tp}·{plan.attention_dp} = "
+                        f"{plan.attention_tp * plan.attention_dp}, but a replica stage has tp·ep "
+                        f"= {width} chips (they must be equal)")
+    _check_shard(cfg, plan.attention_tp, plan.ep, f"{where} (attention)")
 
 
 def kv_bytes_per_token(cfg: LLMConfig, tp: int, layers: int, element_bytes: int) -> float:
@@ -515,13 +587,18 @@ def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> di
     head when pp = 1, one of them when pp > 1): weight bytes, KV bytes per token, KV capacity in
     tokens (PlanError if the weights alone do not fit). Mamba models hold a recurrent state per
     sequence instead of a KV cache: ``state_bytes_per_seq`` (:func:`mamba_state_bytes`) and
-    ``state_slots`` (sequences that fit), ``kv_tokens = 0``."""
+    ``state_slots`` (sequences that fit), ``kv_tokens = 0``. Attention, dense FFN and shared
+    experts are sharded over the attention TP degree (:attr:`ServePlan.attention_tp`), routed
+    experts over EP × expert TP (``ep``, ``tp``); ``kv_tokens`` is then the KV pool of one
+    attention data-parallel rank (its chips each hold a KV-head shard of those tokens)."""
     cfg = _cfg(model)
-    shard = Shard(tp=plan.tp, ep=plan.ep)
-    dense, expert = layer_params(cfg, shard)
+    shard = Shard(tp=plan.attention_tp, ep=plan.ep)     # attention, dense FFN, shared experts
+    dense = layer_params(cfg, shard)[0]
+    expert = layer_params(cfg, Shard(tp=plan.tp, ep=plan.ep))[1]     # routed: EP × expert TP
     dm = dims_of(cfg, shard)
     e = chip.element_bytes
-    we, ke = plan.weight_bytes or e, plan.kv_bytes or e
+    we = plan.weight_bytes or (1 if plan.gemm_format == "fp8" else e)
+    ke = plan.kv_bytes or e
     layers = cfg.n_layers // plan.pp
     tied = getattr(cfg, "tie_embeddings", False)
     vocab_mats = 1 if plan.pp > 1 or tied else 2
@@ -534,7 +611,8 @@ def serve_memory(plan: ServePlan, chip: ChipModel, model: str | LLMConfig) -> di
     weights = ((layers * (dense + expert) + n_dense * (dense_ffn - expert)
                 + vocab_mats * dm.vocab * cfg.d_model) * we)
     usable = chip.hbm_bytes * plan.memory_fraction
-    kv_per_token = kv_bytes_per_token(cfg, plan.tp, layers, ke)   # MLA: the latent cache
+    # per chip of an attention-DP rank (attention TP shards the KV heads); MLA: the latent cache
+    kv_per_token = kv_bytes_per_token(cfg, plan.attention_tp, layers, ke)
     if weights < usable and isinstance(cfg, MambaConfig):
         state = mamba_state_bytes(cfg, plan.tp, layers, e)
         return {"weight_bytes": weights, "kv_bytes_per_token": 0.0, "state_bytes_per_seq": state,

@@ -15,10 +15,13 @@ their activations sent over the shared network (:meth:`_Replica._pipeline`); ite
 overlap (no concurrent "virtual engines"), so PP adds capacity for weights and KV, not
 throughput.
 
-KV cache: per replica ``kv_tokens`` (HBM left after the weights, see :func:`.plan.serve_memory`),
-allocated in blocks of ``kv_block_tokens``. When a decoding request needs a block and none is
-free, the most recently admitted request is preempted (vLLM's recompute policy): its blocks are
-freed and it re-enters the queue head to prefill its prompt plus the tokens it produced.
+KV cache: one pool per attention data-parallel rank (``attention_dp`` of the plan; 1 without
+DP attention) of ``kv_tokens`` tokens (HBM left after the weights, see
+:func:`.plan.serve_memory`), allocated in blocks of ``kv_block_tokens``; a request's KV lives
+on the rank it was admitted to. When a decoding request needs a block and its rank has none
+free, that rank's most recently admitted request is preempted (vLLM's recompute policy): its
+blocks are freed and it re-enters the queue head to prefill its prompt plus the tokens it
+produced.
 
 Prefill/decode disaggregation (Splitwise): prefill replicas only prefill; the KV cache of a
 finished prompt then travels over the network (one message per chip of the replica, ``prompt ·
@@ -91,7 +94,7 @@ from .cluster_spec import ClusterSpec, ClusterSpecError
 from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
-from .costs import ChipModel, chip_model
+from .costs import ChipModel, chip_model, with_gemm_format
 from .decode_run import DecodeRun
 from .energy import add_traffic, cluster_energy, power_capped_chip, serve_work
 from .network import Network, events_scheduled
@@ -203,17 +206,31 @@ class IterationCost:
     Per layer: GEMMs with M = tokens (:func:`.workload.token_gemms`), per-token non-GEMM ops
     (:func:`.workload.token_vectors`), attention per sequence, TP all-reduces (2 per layer) and,
     for MoE, dispatch/combine all-to-alls and the routed experts; times ``n_layers``; plus
-    embedding and LM head. With ``ep > 1`` sequences are spread round-robin over the EP ranks
-    (attention data parallel) and the slowest rank sets each phase.
+    embedding and LM head. Sequences are spread over the ``attention_dp`` attention
+    data-parallel ranks (default ``ep``) and the slowest rank sets each phase.
+
+    Attention apart from the experts (``attn_tp``/``attn_dp`` of :class:`.plan.ServePlan`):
+    attention, dense FFN and shared experts are sharded over ``attention_tp`` chips (their TP
+    all-reduce on that group), routed experts over EP ``ep`` × expert TP ``tp`` (a second
+    all-reduce on the expert-TP group when ``tp > 1``); each chip dispatches
+    ``tokens·tp/attention_tp`` of its rank's tokens (an attention-TP group splits its tokens
+    over its chips, as DeepSeek's SP; default layout: the rank's tokens).
     """
 
     def __init__(self, cfg: LLMConfig, plan: ServePlan, chip: ChipModel, timer: CollectiveTimer,
                  replica_chips: Sequence[int], routing_trace: Optional[np.ndarray] = None,
                  seed: int = 0, cost_source: str | None = None) -> None:
+        chip = with_gemm_format(chip, plan.gemm_format)    # the plan's GEMM format, always
         self.cfg, self.plan, self.chip = cfg, plan, chip
-        self.shard = Shard(tp=plan.tp, ep=plan.ep)
+        self.atp, self.adp = plan.attention_tp, plan.attention_dp
+        self.shard = Shard(tp=self.atp, ep=plan.ep)
         dm = self.dm = dims_of(cfg, self.shard)
+        self.dm_exp = dims_of(cfg, Shard(tp=plan.tp, ep=plan.ep))   # routed experts
         self.cost_source = serve_cost_source(chip, dm.moe, cost_source)
+        if plan.split_attention and self.cost_source == "compiler":
+            raise ClusterSpecError(f"serve plan {plan.label()}: attention parallel apart from "
+                                   "the experts (attn_tp ≠ tp) is costed with the op table only "
+                                   "(--cost-source table), not the compiler")
         self._bucket: dict[int, float] = {}
         self._expert_rep: LayerReport | None = None
         e = self.e = chip.element_bytes
@@ -225,7 +242,8 @@ class IterationCost:
                                                         [b for _, _, b in vec]).sum())
         tp, ep = plan.tp, plan.ep
         chips = list(replica_chips)
-        self._tp_group = [chips[:tp]]
+        self._tp_group = [chips[:self.atp]]
+        self._etp_group = [chips[:tp]]     # expert TP (split attention only)
         self._ep_group = [chips[t::tp][:ep] for t in range(tp)]
         self.timer = timer
         self._lin: dict[int, float] = {}
@@ -331,9 +349,10 @@ class IterationCost:
                 self._expert_rep = self._layer_report(1)
             return np.array([max(self._expert_rep.expert_seconds(r) for r in layer)
                              for layer in loads])
-        t = (chip.gemm_seconds(loads, dm.d, 2 * dm.f_exp) + chip.gemm_seconds(loads, dm.f_exp, dm.d)
-             + np.where(loads > 0, chip.vector_seconds(np.maximum(5 * dm.f_exp * loads, 1),
-                                                       3 * dm.f_exp * e * loads), 0.0))
+        f = self.dm_exp.f_exp
+        t = (chip.gemm_seconds(loads, dm.d, 2 * f) + chip.gemm_seconds(loads, f, dm.d)
+             + np.where(loads > 0, chip.vector_seconds(np.maximum(5 * f * loads, 1),
+                                                       3 * f * e * loads), 0.0))
         return t.sum(axis=-1).max(axis=-1)
 
     def a2a_seconds(self, tokens: int) -> float:
@@ -445,14 +464,17 @@ class IterationCost:
         return self._interpolated(n, f, max(self.plan.max_seqs, n)) if n > 0 else np.zeros(4)
 
     def comm_seconds(self, kind: str, nbytes: float) -> float:
-        """One collective of the replica's TP (all_reduce) or EP (all_to_all) groups."""
+        """One collective of the replica's attention-TP (all_reduce), expert-TP
+        (all_reduce_expert) or EP (all_to_all) groups."""
         line = self._lines.get(kind, False)
-        groups = self._tp_group if kind == "all_reduce" else self._ep_group
+        groups = {"all_reduce": self._tp_group, "all_reduce_expert": self._etp_group}.get(
+            kind, self._ep_group)
+        how = "all_reduce" if kind == "all_reduce_expert" else kind
         if line is False:
-            line = self._lines[kind] = self.timer.affine(kind, groups)
+            line = self._lines[kind] = self.timer.affine(how, groups)
         if line is not None:
             return line[0] + line[1] * nbytes if nbytes > 0 else 0.0
-        return self.timer.seconds(kind, groups, nbytes)
+        return self.timer.seconds(how, groups, nbytes)
 
     @staticmethod
     def _batch_sums(q: np.ndarray, c: np.ndarray) -> tuple[int, int, int, int]:
@@ -508,7 +530,7 @@ class IterationCost:
         the slowest rank sets each phase. MoE: ``n_dense_layers`` dense layers, the rest MoE
         layers with their own routing draw, all-to-all and (``overlap_a2a``) two-micro-batch
         overlap of communication and compute: ``max(C, M) + min(C, M)/2`` per layer."""
-        cfg, dm, ep, e = self.cfg, self.dm, self.plan.ep, self.e
+        cfg, dm, ep, e = self.cfg, self.dm, self.adp, self.e
         sums = self._batch_sums(q, c)         # computed once for the whole batch
         T_total = sums[0]
         if ep == 1:                           # one rank: no split (the common case, fast)
@@ -543,7 +565,7 @@ class IterationCost:
         if not self.n_moe:
             return (dense, *tail)
         compute = layer + tp_comm + self.expert_seconds(self.expert_loads(T_total))
-        comm = self.a2a_seconds(T)
+        comm = self.a2a_seconds(T * self.plan.tp / self.atp if self.plan.split_attention else T)
         if self.plan.overlap_a2a:
             per = np.maximum(compute, comm) + np.minimum(compute, comm) / 2
         else:
@@ -557,7 +579,11 @@ class IterationCost:
         if t is None:
             dm, e = self.dm, self.e
             t = 0.0
-            if self.plan.tp > 1:
+            if self.plan.split_attention:   # attention-TP all-reduce + expert-TP all-reduce
+                t = (self.comm_seconds("all_reduce", T * dm.d * e) if self.atp > 1 else 0.0) \
+                    + (self.comm_seconds("all_reduce_expert", T * dm.d * e) if self.plan.tp > 1
+                       else 0.0)
+            elif self.plan.tp > 1:
                 t = 2 * self.comm_seconds("all_reduce", T * dm.d * e) if not dm.ssm else (
                     self.comm_seconds("all_reduce", T * dm.d * e)
                     + self.comm_seconds("all_reduce", T * (dm.dt_rank + 2 * dm.n_state) * e))
@@ -569,7 +595,8 @@ class IterationCost:
         """Whether an iteration of one-token decode steps costs a function of its sequence count
         and summed keys alone (:meth:`decode_run_seconds`): one EP rank, a dense model, table
         costs with fused attention (GPU presets) or no attention (Mamba)."""
-        return (self.plan.ep == 1 and not self.dm.moe and self.cost_source != "compiler"
+        return (self.plan.ep == 1 and self.adp == 1 and not self.dm.moe
+                and self.cost_source != "compiler"
                 and (self.chip.fused_attention or bool(self.dm.ssm)))
 
     def decode_run_seconds(self, n: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -635,7 +662,7 @@ class IterationCost:
         it, T, qc, ctx, n, n_it, T_ar = self._pending
         if not (it or T_ar):
             return
-        dm, e, tp, ep, L = self.dm, self.e, self.plan.tp, self.plan.ep, self.cfg.n_layers
+        dm, e, tp, ep, L = self.dm, self.e, self.atp, self.adp, self.cfg.n_layers
         if it:
             self._work = self._work + serve_work(dm, e, tp, ep, L, iterations=it, tokens=T,
                                                  qc=qc, ctx=ctx, logits=n,
@@ -643,7 +670,13 @@ class IterationCost:
         if T_ar:
             per_token = (2 * dm.d * e if not dm.ssm
                          else (dm.d + dm.dt_rank + 2 * dm.n_state) * e)
-            self._carry("all_reduce", self._tp_group, L * per_token * T_ar)
+            if self.plan.split_attention:
+                if self.atp > 1:
+                    self._carry("all_reduce", self._tp_group, L * dm.d * e * T_ar)
+                if self.plan.tp > 1:
+                    self._carry("all_reduce_expert", self._etp_group, L * dm.d * e * T_ar)
+            else:
+                self._carry("all_reduce", self._tp_group, L * per_token * T_ar)
         self._pending = [0, 0, 0, 0, 0, 0, 0]
 
     def _account(self, q: np.ndarray, c: np.ndarray, n_logits: int,
@@ -668,7 +701,7 @@ class IterationCost:
             pend[3] += C
             pend[4] += n_logits
             pend[5] += 1 if n_logits else 0
-        if tp > 1:
+        if tp > 1 or self.atp > 1:
             pend[6] += T
         if dm.moe and ep > 1:
             # per rank and MoE layer: dispatch (at dispatch_bytes) + combine, as an all-to-all
@@ -681,7 +714,8 @@ class IterationCost:
     def _carry(self, kind: str, groups: list[list[int]], nbytes: float) -> None:
         rates = self._rates.get(kind)
         if rates is None:
-            rates = self._rates[kind] = self.timer.traffic(kind, groups)
+            rates = self._rates[kind] = self.timer.traffic(
+                "all_reduce" if kind == "all_reduce_expert" else kind, groups)
         add_traffic(self._link_bytes, rates, nbytes)
 
     def head_seconds(self, n: int) -> float:
@@ -754,9 +788,12 @@ class _Replica:
         self.sim, self.idx, self.chips, self.role, self.cost = sim, idx, chips, role, cost
         self.waiting: deque[_Req] = deque()
         self.running: list[_Req] = []
-        self.free_blocks = self.total_blocks = (
-            sim.state_slots if sim.state_slots is not None
-            else sim.kv_tokens_per_replica // sim.plan.kv_block_tokens)
+        # one KV pool per attention data-parallel rank (each rank holds its own requests' KV)
+        dp = 1 if sim.state_slots is not None else sim.plan.attention_dp
+        self.rank_blocks = (sim.state_slots if sim.state_slots is not None
+                            else sim.kv_tokens_per_replica // dp // sim.plan.kv_block_tokens)
+        self.free = [self.rank_blocks] * dp
+        self.total_blocks = self.rank_blocks * dp
         self.wake: simpy.Event | None = None
         self.run: _Run | None = None   # a decode-only run computed ahead (:meth:`_start_run`)
         self.run_end = 0.0             # end of the last run committed (s)
@@ -764,6 +801,11 @@ class _Replica:
         self.busy_chip_s = 0.0     # chip-seconds of compute (energy model)
         self.iterations = 0
         sim.env.process(self.loop())
+
+    @property
+    def free_blocks(self) -> int:
+        """Free KV blocks over all attention-DP ranks of the replica."""
+        return sum(self.free)
 
     @property
     def load(self) -> int:
@@ -859,7 +901,8 @@ class _Replica:
                 x.blocks = h
         self.running = [x for x in self.running if x.active]
         free, grow = plan.blocks(stop)
-        self.free_blocks = free[stop]
+        assert len(self.free) == 1          # runs are taken with one KV pool (``decode_runs``)
+        self.free[0] = free[stop]
         total = self.total_blocks
         kv = [1.0 - (f - g) / total for f, g in zip(free, grow)] if total else [0.0] * stop
         n = run.n[:stop]
@@ -880,17 +923,26 @@ class _Replica:
         return -(-tokens // self.sim.plan.kv_block_tokens)
 
     def _grow(self, r: _Req, need: int) -> None:
-        self.free_blocks -= need - r.blocks
+        self.free[r.rank] -= need - r.blocks
         r.blocks = need
+
+    def release(self, r: _Req) -> None:
+        """Return ``r``'s KV blocks to its rank's pool."""
+        self.free[r.rank] += r.blocks
+        r.blocks = 0
 
     def _schedule(self) -> list[tuple[_Req, int]]:
         """This iteration's batch: (request, new tokens). With ``ep > 1`` every EP rank is an
         attention data-parallel rank with its own token budget ``max_batch_tokens // ep`` (as
         SGLang's DP attention divides ``chunked_prefill_size`` by the DP size,
         sglang/srt/server_args.py); a request is pinned at admission to the rank with the most
-        budget left, and a long prompt is chunked to its rank's budget."""
+        budget left, and a long prompt is chunked to its rank's budget. Ranks are the
+        ``attention_dp`` attention data-parallel ranks (default ``ep``), each with its own KV pool:
+        a request is admitted to the rank with the most budget among those whose pool holds it;
+        a decode step that needs a block its rank lacks preempts that rank's most recently
+        admitted request."""
         plan = self.sim.plan
-        ep = plan.ep
+        ep = len(self.free)
         budgets = [max(1, plan.max_batch_tokens // ep)] * ep
         decode: list[_Req] = []
         prefilling: list[_Req] = []           # running, mid-prefill (in running order)
@@ -907,8 +959,8 @@ class _Replica:
             if need == r.blocks:              # no new block this step
                 decode.append(r)
                 continue
-            while need > r.blocks + self.free_blocks and r.active:
-                self._preempt(self.running[-1])
+            while need > r.blocks + self.free[r.rank] and r.active:
+                self._preempt(next(x for x in reversed(self.running) if x.rank == r.rank))
             if r.active:
                 self._grow(r, need)
                 decode.append(r)
@@ -928,24 +980,25 @@ class _Replica:
                 batch.append((r, q))
                 budgets[r.rank] -= q
         while self.waiting and max(budgets) > 0 and len(self.running) < plan.max_seqs:
-            rank = budgets.index(max(budgets))
-            budget = budgets[rank]
             r = self.waiting[0]               # admit first-come first-served
             need = self._blocks(r.prompt + r.generated if r.decoding else r.todo)
-            if need > self.total_blocks:
+            if need > self.rank_blocks:       # more than one rank's whole pool
                 self.waiting.popleft()
                 self.sim.rejected.append(r)
                 continue
-            if need > self.free_blocks:
+            fits = [i for i in range(ep) if budgets[i] > 0 and need <= self.free[i]]
+            if not fits:
                 break
+            rank = max(fits, key=lambda i: budgets[i])
+            budget = budgets[rank]
             rest = 1 if r.decoding else r.todo - r.done
             if not plan.chunked_prefill and rest > budget and batch:
                 break
             q = rest if not plan.chunked_prefill else min(rest, budget)
             self.waiting.popleft()
+            r.rank = rank
             self._grow(r, need)
             r.active = True
-            r.rank = rank
             self.running.append(r)
             batch.append((r, q))
             budgets[rank] -= q
@@ -994,8 +1047,7 @@ class _Replica:
     def _drop(self, r: _Req) -> None:
         self.running.remove(r)
         r.active = False
-        self.free_blocks += r.blocks
-        r.blocks = 0
+        self.release(r)
 
     def loop(self):
         env, sim = self.sim.env, self.sim
@@ -1027,7 +1079,7 @@ class _Replica:
             lasts = [r.done + n >= r.todo for r, n in batch]
             q, c = np.array(qs, np.int64), np.array(cs, np.int64)
             n_logits = sum(lasts)
-            ranks = (np.array([r.rank for r, _ in batch], np.int64) if sim.plan.ep > 1
+            ranks = (np.array([r.rank for r, _ in batch], np.int64) if len(self.free) > 1
                      or sim.plan.pp > 1 else None)
             t0 = env.now
             sim.record(self, t0, len(batch), sum(qs))
@@ -1150,8 +1202,7 @@ class _Sim:
         t0 = self.env.now
         nbytes = r.prompt * self.kv_bytes if self.state_slots is None else self.state_bytes
         yield self.net.send_many(list(zip(src.chips, dst.chips)), nbytes)
-        src.free_blocks += r.blocks
-        r.blocks = 0
+        src.release(r)
         self.kv_transfers += 1
         if self.trace is not None:
             self.trace.span(f"kv r{r.rid}", "comm", t0, self.env.now - t0, "kv-transfer",
@@ -1253,7 +1304,7 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
             raise ClusterSpecError("serve plan: a prefill/decode split (--pd) was given for a "
                                    "colocated run (--colocated)")
         spec = with_prefill_chips(spec, prefill_chips)
-    chip = chip_model(spec)
+    chip = with_gemm_format(chip_model(spec), plan.gemm_format)
     disagg = plan.disaggregated if plan.disaggregated is not None else spec.pools is not None
     if disagg and spec.pools is None:
         raise ClusterSpecError(f"serve plan: disaggregated=True but cluster {spec.name} has no "
@@ -1272,7 +1323,8 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     mem = serve_memory(plan, chip, cfg)
     size = plan.tp * plan.ep * plan.pp
     slots = mem.get("state_slots")
-    sim = _Sim(spec, cfg, plan, chip, mem["kv_tokens"] * plan.ep, mem["kv_bytes_per_token"],
+    sim = _Sim(spec, cfg, plan, chip, mem["kv_tokens"] * plan.attention_dp,
+               mem["kv_bytes_per_token"],
                trace, slots, mem.get("state_bytes_per_seq", 0.0), decode_runs)
     roles = ("prefill", "decode") if disagg else ("both",)
     chips_of = {r: chip for r in roles}

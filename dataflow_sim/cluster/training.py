@@ -61,13 +61,14 @@ from .cluster_spec import ClusterSpec, ClusterSpecError, PlanError
 from .collectives import (COLLECTIVES, CollectiveTimer, FlowTimer, all_gather, all_reduce,
                           reduce_scatter)
 from .compiled import COST_SOURCES, cache_info, compiled_embedding, compiled_head, compiled_layer
-from .costs import ChipModel, chip_model
+from .costs import ChipModel, chip_model, with_gemm_format
 from .energy import add_traffic, cluster_energy, ops_work, report_work
 from .network import Network, events_scheduled
 from .plan import TrainPlan, check_train_memory, layer_params, validate_train
 from .topology import Topology
 from .trace import Trace
-from .workload import Shard, backward_ops, dims_of, embedding_ops, head_ops, layer_ops
+from .workload import (Shard, backward_ops, dims_of, embedding_ops, head_ops, layer_ops,
+                       tp_comm_overlap)
 
 __all__ = ["simulate_training", "TrainResult", "schedule_order", "stage_costs", "CONVENTION",
            "resolve_cost_source", "COMPONENTS", "model_flops_per_token", "component_of",
@@ -182,6 +183,14 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
     table.loc[comm, "seconds"] = [timer.seconds(r.collective, groups[r.group], r.comm_bytes,
                                                 algo.get(r.collective))
                                   for r in table[comm].itertuples()]
+    table["overlapped_s"] = 0.0
+    if plan.tp_comm_overlap:            # seconds left are the exposed part (.workload)
+        try:
+            hidden = tp_comm_overlap(table, plan.tp)
+        except ValueError as exc:
+            raise PlanError(f"plan {plan.label()}: {exc}") from None
+        table["overlapped_s"] = hidden
+        table["seconds"] = table["seconds"] - hidden
 
     def sums(df: pd.DataFrame) -> tuple[float, float]:
         c = df["kind"] == "comm"
@@ -376,7 +385,7 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     ``network``: ``"auto"`` | ``"event"`` | ``"flow"`` (module docstring)."""
     wall0 = time.perf_counter()
     cfg = validate_train(plan, spec, model)
-    chip = chip_model(spec)
+    chip = with_gemm_format(chip_model(spec), plan.gemm_format)
     cost_source = resolve_cost_source(chip, cost_source)
     compiles0 = cache_info()["misses"]
     mem = check_train_memory(plan, spec, chip, cfg)
@@ -426,7 +435,18 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     stats = defaultdict(float)              # (d, r, key) -> seconds
     n_chunk = cfg.n_layers // V
     on_net = plan.inlayer_comm == "network" and not flow
-    per_layer = {f: _per_layer_comm(table, f, recompute_fraction(plan, cfg)) for f in (True, False)}
+    frac = recompute_fraction(plan, cfg)
+    # TP communication overlap: the TP collectives' exposed part is a timed block, not sent
+    # on the links (its overlapped part ran under the GEMMs)
+    tp_rows = (table.kind == "comm") & (table.group == "tp") if plan.tp_comm_overlap else \
+        np.zeros(len(table), bool)
+    per_layer = {f: _per_layer_comm(table[~tp_rows], f, frac) for f in (True, False)}
+
+    def _tp_secs(col: str) -> dict[bool, float]:
+        fw = float(table.loc[tp_rows & (table.phase == "forward"), col].sum())
+        bw = float(table.loc[tp_rows & (table.phase == "backward"), col].sum())
+        return {True: fw, False: bw + frac * fw}
+    tp_exposed, tp_hidden = _tp_secs("seconds"), _tp_secs("overlapped_s")
     algo = {"all_reduce": plan.allreduce_algo, "all_to_all": plan.alltoall_algo}
     intercepts: dict[tuple, float] = {}
 
@@ -530,6 +550,8 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
                     yield env.timeout(fsdp_exposed[fwd] * n_chunk / pieces)
                 if on_net:
                     yield env.process(inlayer(d, r, fwd, n_chunk // pieces))
+                    if tp_exposed[fwd] > 0:
+                        yield env.timeout(tp_exposed[fwd] * (n_chunk // pieces))
                 elif comm > 0:
                     yield env.timeout(comm / pieces)
                 stats[(d, r, "comm")] += env.now - t0
@@ -616,6 +638,8 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     grad_overlapped = float((breakdown.grad_sync_s - breakdown.grad_sync_exposed_s).mean())
     fsdp_hidden = m * cfg.n_layers / pp * (2 * fsdp_gather_s - fsdp_exposed[True]
                                            - fsdp_exposed[False]) if fsdp_gather_s else 0.0
+    # TP collectives hidden under their GEMMs (tp_comm_overlap), per rank over the step
+    tp_overlapped = m * cfg.n_layers / pp * (tp_hidden[True] + tp_hidden[False])
     worst = max(mem, key=lambda x: x["total_bytes"])
     gemm_flops = m * sum(costs[vs].gemm_flops for vs in range(V)) * tp * sp * dp
     metrics = {
@@ -632,7 +656,7 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
         "mfu_formula": mfu_formula + " / (step_s · chips · peak_gemm_flops_per_s)",
         "model_flops_per_token": flops_per_token,
         "components": {**mean, "sum_s": sum(mean.values()), "step_s": step,
-                       "overlapped_comm_s": grad_overlapped + fsdp_hidden,
+                       "overlapped_comm_s": grad_overlapped + fsdp_hidden + tp_overlapped,
                        "memory_per_chip_gib": {
                            "states": worst["states_bytes"] / 2**30,
                            "activations": worst["activation_bytes"] / 2**30,
@@ -640,7 +664,8 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
                        "convention": "gemm_s + attention_s + other_compute_s + overhead_s "
                                      "+ exposed_comm_s + bubble_s + idle_s = step_s (means "
                                      "over pipeline ranks; each rank's parts sum to step_s)"},
-        "overlapped_comm_s": grad_overlapped + fsdp_hidden,
+        "overlapped_comm_s": grad_overlapped + fsdp_hidden + tp_overlapped,
+        "tp_comm_overlapped_s": tp_overlapped, "tp_comm_overlap": plan.tp_comm_overlap,
         "zero": plan.zero, "recompute": plan.recompute,
         "recompute_layers": plan.recompute_layers, "seq_parallel": plan.seq_parallel,
         "memory_peak_gib": max(x["total_bytes"] for x in mem) / 2**30,

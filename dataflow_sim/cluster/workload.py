@@ -47,6 +47,17 @@ Op costing conventions (stated so they can be checked):
 * Backward of a GEMM ``A(m×k)·B(k×n)`` is ``dA = dC·Bᵀ`` (m×n×k) plus ``dB = Aᵀ·dC`` (k×m×n);
   backward of a non-GEMM op costs twice its forward FLOPs and bytes. Collectives mirror:
   all-reduce ↔ all-reduce, all-gather ↔ reduce-scatter, all-to-all ↔ all-to-all.
+
+TP communication overlap (:func:`tp_comm_overlap`, Megatron-Core's ``--tp-comm-overlap``,
+Transformer Engine userbuffers; it needs sequence parallelism): each TP all-gather is pipelined
+with the GEMM that consumes it and each reduce-scatter with the GEMM that produces it, in ``tp``
+chunks over the ring (the local chunk first): the GEMM's ``tp`` chunks of ``g/tp`` seconds run
+beside the ``tp − 1`` ring steps of ``c/(tp − 1)``, so the exposed communication is
+``max(0, c − g·(tp − 1)/tp)`` and the rest, ``c − exposed``, is hidden. Pairs (forward):
+attention all-gather ↔ ``qkv_proj``, attention reduce-scatter ↔ ``o_proj``, FFN all-gather ↔
+``ffn_gate_up``, FFN reduce-scatter ↔ ``ffn_down``; backward: the mirrored collective ↔ the
+same GEMM's ``.dgrad``. The GEMMs are not slowed by the SMs the communication kernels take
+(an assumption: TE reserves a few SMs; not modelled).
 """
 
 from __future__ import annotations
@@ -63,7 +74,8 @@ from tilewright.models.llm_configs import (DeepSeekConfig, LlamaConfig, LLMConfi
 from .costs import FA_BACKWARD_FLOPS, causal_pairs
 
 __all__ = ["Shard", "Dims", "dims_of", "layer_ops", "embedding_ops", "head_ops", "backward_ops",
-           "token_gemms", "token_vectors", "COLUMNS", "BACKWARD_COLLECTIVE"]
+           "token_gemms", "token_vectors", "COLUMNS", "BACKWARD_COLLECTIVE", "TP_OVERLAP_GEMM",
+           "tp_overlap_exposed", "tp_comm_overlap"]
 
 COLUMNS = ["name", "kind", "m", "k", "n", "count", "flops", "bytes", "collective", "group",
            "comm_bytes"]
@@ -175,6 +187,41 @@ def _tp_reduce(block: str, nbytes: float, seq_parallel: bool) -> list[dict]:
         return [_comm(f"{block}_all_reduce", "all_reduce", "tp", nbytes)]
     return [_comm(f"{block}_all_gather", "all_gather", "tp", nbytes),
             _comm(f"{block}_reduce_scatter", "reduce_scatter", "tp", nbytes)]
+
+
+#: the GEMM each sequence-parallel TP collective is pipelined with (module docstring)
+TP_OVERLAP_GEMM = {"attn_all_gather": "qkv_proj", "attn_reduce_scatter": "o_proj",
+                   "ffn_all_gather": "ffn_gate_up", "ffn_reduce_scatter": "ffn_down"}
+
+
+def tp_overlap_exposed(comm_s, gemm_s, tp: int):
+    """Exposed seconds of a TP collective of ``comm_s`` pipelined in ``tp`` ring chunks with a
+    GEMM of ``gemm_s`` (module docstring): ``max(0, c − g·(tp − 1)/tp)``."""
+    return np.maximum(0.0, np.asarray(comm_s, float) - np.asarray(gemm_s, float) * (tp - 1) / tp)
+
+
+def tp_comm_overlap(table: pd.DataFrame, tp: int) -> np.ndarray:
+    """Hidden seconds of each row of a costed op table (``name``, ``phase``, ``seconds``) under
+    TP communication overlap: for the TP collectives of :data:`TP_OVERLAP_GEMM` (backward:
+    ``<name>.bwd`` with ``<gemm>.dgrad``) ``c − exposed``; 0 for every other row. A collective
+    whose GEMM is not in the table raises ValueError (never silently left exposed)."""
+    hidden = np.zeros(len(table))
+    secs = dict(zip(zip(table["phase"], table["name"]), table["seconds"]))
+    for i, (phase, name, group, c) in enumerate(zip(table["phase"], table["name"],
+                                                    table["group"], table["seconds"])):
+        if group != "tp":
+            continue
+        base = name[:-4] if name.endswith(".bwd") else name
+        gemm = TP_OVERLAP_GEMM.get(base)
+        if gemm is None:
+            raise ValueError(f"TP collective {name}: no GEMM to overlap it with (tp_comm_overlap "
+                             "covers the sequence-parallel all-gathers and reduce-scatters of "
+                             "Llama-style layers)")
+        g = secs.get((phase, gemm + (".dgrad" if phase == "backward" else "")))
+        if g is None:
+            raise ValueError(f"TP collective {name}: the {phase} op table has no GEMM {gemm}")
+        hidden[i] = c - float(tp_overlap_exposed(c, g, tp))
+    return hidden
 
 
 def token_gemms(dm: Dims) -> list[tuple[str, int, int]]:
