@@ -47,7 +47,8 @@ __all__ = ["MeshTile"]
 
 class MeshTile(wiring.Component):
     """One mesh core (see module docstring). ``sram_words`` words of ``lanes`` int8 (flit),
-    ``imem_depth`` phases, router latencies ``hop_cycles`` / ``eject_cycles``."""
+    ``imem_depth`` phases, router latencies ``hop_cycles`` / ``eject_cycles``, ``routes``
+    route-table entries, router input FIFOs of ``depth`` flits (default: the credit round trip)."""
 
     def __init__(self, *, lanes: int, sram_words: int, imem_depth: int, hop_cycles: int = 1,
                  eject_cycles: int = 1, routes: int = DEFAULT_ROUTES, depth: int | None = None):
@@ -58,7 +59,7 @@ class MeshTile(wiring.Component):
             raise ValueError(f"MeshTile lanes = {lanes}: a flit must hold an int32 (lanes >= 4)")
         self._lanes, self._words, self._depth = lanes, sram_words, imem_depth
         self._hop, self._eject, self._routes = hop_cycles, eject_cycles, routes
-        self._depth = depth
+        self._fifo_depth = depth
         self._abits = addr_bits(sram_words)
         self._pbits = max(1, (imem_depth - 1).bit_length())
         self._layout = data.StructLayout(dict(instr_fields(self._abits, routes)))
@@ -93,7 +94,7 @@ class MeshTile(wiring.Component):
         L, fb, a_bits = self._lanes, self._lanes * LANE_BITS, self._abits
         m.submodules.router = rt = MeshRouter(flit_bits=fb, hop_cycles=self._hop,
                                               eject_cycles=self._eject, routes=self._routes,
-                                              depth=self._depth)
+                                              depth=self._fifo_depth)
         m.submodules.sram = sram = memory.Memory(shape=unsigned(fb), depth=self._words, init=[])
         m.submodules.imem = imem = memory.Memory(shape=unsigned(self._layout.size),
                                                  depth=self._depth, init=[])
