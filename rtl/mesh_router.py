@@ -128,7 +128,7 @@ class MeshRouter(wiring.Component):
                 v, dat, col = (getattr(self, f"i_{name}_{w}") for w in ("valid", "data", "color"))
             else:
                 v, dat, col = (getattr(self, f"{name}_{w}") for w in ("valid", "data", "color"))
-            mem = Array([Signal(fb + cb, name=f"{name}_buf{j}") for j in range(D)])
+            mem = [Signal(fb + cb, name=f"{name}_buf{j}") for j in range(D)]
             rp = Signal(range(D), name=f"{name}_rp")
             wp = Signal(range(D), name=f"{name}_wp")
             cnt = Signal(range(D + 1), name=f"{name}_cnt")
@@ -136,7 +136,10 @@ class MeshRouter(wiring.Component):
             hd = Signal(fb + cb, name=f"{name}_head")
             done = Signal(n_out, name=f"{name}_done")
             req = Signal(n_out, name=f"{name}_req")
-            m.d.comb += [hv.eq((cnt != 0) | v), hd.eq(Mux(cnt != 0, mem[rp], Cat(dat, col))),
+            stored = Cat(dat, col)          # explicit muxes: no partial case over rp (lint)
+            for j in range(D):
+                stored = Mux(rp == j, mem[j], stored)
+            m.d.comb += [hv.eq((cnt != 0) | v), hd.eq(Mux(cnt != 0, stored, Cat(dat, col))),
                          req.eq(Mux(hv, table[hd[fb:]] & ~done, 0))]
             heads.append((hv, hd))
             reqs.append(req)
@@ -161,7 +164,7 @@ class MeshRouter(wiring.Component):
             gidx = Signal(range(n_in), name=f"{oname}_gidx")
             with m.Switch(ptr):
                 for p in range(n_in):
-                    with m.Case(p):
+                    with (m.Case(p) if p < n_in - 1 else m.Default()):
                         order = [(p + j) % n_in for j in range(n_in)]
                         gv, gi = Const(0, n_in), Const(0, range(n_in))
                         for j in reversed(order):
@@ -206,9 +209,11 @@ class MeshRouter(wiring.Component):
             with m.If(clear):
                 m.d.sync += [rp.eq(0), wp.eq(0), cnt.eq(0), done.eq(0)]
             with m.Else():
+                for j in range(D):
+                    with m.If(push & (wp == j)):
+                        m.d.sync += mem[j].eq(Cat(dat, col))
                 with m.If(push):
-                    m.d.sync += [mem[wp].eq(Cat(dat, col)),
-                                 wp.eq(Mux(wp == D - 1, 0, wp + 1))]
+                    m.d.sync += wp.eq(Mux(wp == D - 1, 0, wp + 1))
                 with m.If(stored_pop):
                     m.d.sync += rp.eq(Mux(rp == D - 1, 0, rp + 1))
                 m.d.sync += [cnt.eq(cnt + push - stored_pop),
