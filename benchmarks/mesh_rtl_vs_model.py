@@ -6,7 +6,8 @@ op, the build cached) and with the mesh model, both from the same mesh Program
 bit-exact vs numpy, and the wall time of the RTL run relative to the model's (the anchor,
 measured in the same run). Then a MeshGEMV with a 1-level K-tree (streaming chain reductions)
 and phases whose messages contend for links (pure transfers): RTL cycles vs the model's
-contention rule (exact for the first two, an upper bound for the third).
+contention rule (exact for the second; an upper bound for the first and third, which the RTL's
+round-robin routers finish sooner — tilewright.dataflow_sim.mesh.flit_sim predicts them exactly).
 
     /work/venv/bin/python benchmarks/mesh_rtl_vs_model.py
 """

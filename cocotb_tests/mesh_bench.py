@@ -5,7 +5,9 @@ Loaded *inside the simulator process* by cocotb. Reads ``job.json`` from the fol
 list of jobs, each with ``loads`` ([tile, word address, [words]]), ``instrs`` (per tile, one int per
 phase), ``n_phases`` and ``reads`` (name -> [[tile, address, words]]). For each job it writes
 the loads and instructions through the host ports, pulses ``start``, waits for ``busy`` to drop
-and reads the regions back; it writes ``results.json`` (per job: ``cycles`` and the words read).
+and reads the regions back; it writes ``results.json`` (per job: ``cycles``, the words read and
+``arrivals``: every flit a router delivered to its tile, as [cycle, tile, ejection lane], from
+the mesh's ``ej_seen`` observation port sampled each busy cycle; cycle = the ``cycles`` counter).
 
 Cycle convention: the cycles ``busy`` is high, measured from simulation time (rising edge that
 samples ``start`` to the one that drops ``busy``) and by the mesh's ``cycles`` counter; the bench
@@ -38,6 +40,18 @@ async def _load(dut, job: dict) -> None:
     await FallingEdge(dut.clk)
 
 
+async def _watch(dut, arrivals: list, stop: list) -> None:
+    """Record [cycle, tile, lane] for every set bit of ``ej_seen`` while the mesh is busy."""
+    while not stop:
+        await FallingEdge(dut.clk)
+        if int(dut.busy.value):
+            seen = int(dut.ej_seen.value)
+            if seen:
+                cyc = int(dut.cycles.value)
+                arrivals += [[cyc, b // 2, b % 2] for b in range(seen.bit_length())
+                             if seen >> b & 1]
+
+
 async def _read(dut, tile: int, base: int, count: int) -> list[int]:
     out = []
     dut.rd_tile.value = tile
@@ -58,8 +72,12 @@ async def run_mesh_jobs(dut):
     for mesh_job in job.spec["jobs"]:
         await _load(dut, mesh_job)
         dut.n_phases.value = mesh_job["n_phases"]
+        arrivals, stop = [], []
+        watcher = cocotb.start_soon(_watch(dut, arrivals, stop))
         cycles = await start_and_measure(dut, "mesh")
+        stop.append(True)
+        await watcher
         reads = {name: [await _read(dut, *reg) for reg in regs]
                  for name, regs in mesh_job["reads"].items()}
-        results.append({"cycles": cycles, "reads": reads})
+        results.append({"cycles": cycles, "reads": reads, "arrivals": sorted(arrivals)})
     save_results(job, results=results)

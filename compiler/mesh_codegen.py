@@ -12,13 +12,13 @@ against what the RTL programs; the compiler's schedule (K-tree phases,
 :func:`~tilewright.compiler.mesh_schedule.gemm_steps`) only says which buffer a message carries.
 :func:`transfer_job` runs any Program of pure message phases (each message copies words).
 
-Routes are dimension-order XY (:func:`xy_path`). Messages of one phase may share directed
-links: the builder arbitrates statically (see :meth:`_PhaseBuilder.schedule` and
-:mod:`tilewright.rtl.mesh_router`) — longest latency first, each later message injected as soon
-as its links are free — which meets the mesh model's contention rule exactly for messages that
-merge into one path (e.g. two messages into one destination along a row). Limits of this RTL
-(each raises :class:`~tilewright.compiler.errors.MeshMappingError` naming the phase):
-messages that share a link must not fork after it, at most two injection and two ejection lanes
+Routes are dimension-order XY (:func:`xy_path`), written into each router's per-phase route
+table under a route id (colour) per message (:meth:`_PhaseBuilder.route`; at most
+``mesh.max_routes_per_core`` per core). Messages of one phase may share, fork from and
+converge on links: the routers arbitrate at run time (:mod:`tilewright.rtl.mesh_router`), and
+the mesh model's :mod:`tilewright.dataflow_sim.mesh.flit_sim` predicts the result cycle by
+cycle. Limits of this RTL (each raises :class:`~tilewright.compiler.errors.MeshMappingError`
+naming the phase): more route ids than a core holds, at most two injection and two ejection lanes
 per tile and phase, streaming chain reductions only through every core they pass (``stages`` =
 hops: each core adds its words to the stream in its eject stage; a K-tree root may take both
 halves at once), int8 operands with the block's K a multiple of the flit's lanes, and the
@@ -37,9 +37,8 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.errors import MeshMappingError
-from tilewright.compiler.mesh_isa import (LANE_BITS, MAX_RTL_TILES, N_LANES, OPPOSITE, SEL_INJ,
-                                          SIDES, STEP, addr_bits, encode_instruction,
-                                          mesh_params)
+from tilewright.compiler.mesh_isa import (LANE_BITS, MAX_RTL_TILES, N_LANES, OUTPUTS, STEP,
+                                          addr_bits, encode_instruction, mesh_params)
 from tilewright.compiler.mesh_ops import gemm_program, gemv_program
 from tilewright.compiler.mesh_schedule import (MeshScheduleError, gemm_steps, healthy_grid,
                                                interleaved_ring)
@@ -79,10 +78,9 @@ class MeshJob:
 
     ``loads``: (tile index, word address, uint64 words); ``instrs[t]``: one int per phase;
     ``reads``: name -> list of (tile index, word address, words); ``messages``: per phase, the
-    (sr, sc, dr, dc, flits, stages) messages programmed (for cross-checks); ``delays``: per
-    phase, the injection delays the static arbitration chose ((row, col, lane) -> cycles);
-    ``comm_cycles``: per phase, the cycles its messages take by that schedule (last flit's
-    eject + 1, from the phase's first cycle)."""
+    (sr, sc, dr, dc, flits, stages) messages programmed (for cross-checks); ``fields``: per
+    phase, every tile's instruction fields (tile index order) — what
+    :mod:`tilewright.dataflow_sim.mesh.flit_sim` simulates."""
 
     rows: int
     cols: int
@@ -92,8 +90,7 @@ class MeshJob:
     reads: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
     messages: list[list[tuple[int, int, int, int, int]]] = field(default_factory=list)
     phase_names: list[str] = field(default_factory=list)
-    delays: list[dict[tuple[int, int, int], int]] = field(default_factory=list)
-    comm_cycles: list[int] = field(default_factory=list)
+    fields: list[list[dict[str, int]]] = field(default_factory=list)
 
 
 @dataclass
@@ -109,19 +106,17 @@ class _Send:
     count: int
     legs: list[tuple[tuple[int, int], bool, int, bool]]
     chain: list[int] | None = None
-    delay: int = 0
 
 
 class _PhaseBuilder:
-    """Instruction fields of every tile for one phase, with the RTL's resource checks and its
-    static link arbitration (:meth:`schedule`)."""
+    """Instruction fields of every tile for one phase, with the RTL's resource checks, its
+    ejection lanes and its route ids (:meth:`route`)."""
 
     def __init__(self, rows: int, cols: int, name: str):
         self.rows, self.cols, self.name = rows, cols, name
         self.f = [[{} for _ in range(cols)] for _ in range(rows)]
         self.messages: list[tuple[int, ...]] = []
         self.sends: list[_Send] = []
-        self.comm_cycles = 0
         self._inj: dict[tuple[int, int], set[int]] = {}
         self._ej_fixed: dict[tuple[int, int], set[int]] = {}
 
@@ -160,108 +155,78 @@ class _PhaseBuilder:
     def mac(self, r: int, c: int, a: int, b: int, cc: int, mt: int, nt: int, kw: int) -> None:
         self.f[r][c].update(mac_a=a, mac_b=b, mac_c=cc, mac_mt=mt, mac_nt=nt, mac_kw=kw)
 
-    @staticmethod
-    def _hops(s: _Send, alpha: int, beta: int):
-        """Per hop of every leg: (router, side it leaves by, cycle offset from injection at
-        which the message's first flit crosses that link, source code there); per ejection:
-        (tile, input code, offset of arrival at its router, eject base, add, chain lane)."""
-        links, ejects = [], []
-        for (dr, dc), multicast, ebase, add in s.legs:
+    def _segments(self, s: _Send, lanes: dict) -> list[tuple[tuple[int, int], int, dict]]:
+        """The colour segments of a send: (injecting tile, injection lane, {tile: route bits}).
+        A plain send (multicast legs included) is one segment; a chain has one per stage (each
+        stage tile ejects on its chain lane and re-injects a new colour on that lane).
+        ``lanes``: (tile, send id, leg) -> ejection lane."""
+        segs, tile, lane, ent = [], s.src, s.lane, {}
+        for li, ((dr, dc), multicast, _, _) in enumerate(s.legs):
             path = xy_path(s.src[0], s.src[1], dr, dc)
-            code = SEL_INJ + s.lane
             for h, (r, c, side) in enumerate(path):
-                stage = beta * h if s.chain is not None else 0    # chain stages passed
-                links.append(((r, c), side, alpha * h + stage, code))
-                nr, nc = r + STEP[side][0], c + STEP[side][1]
-                code = SIDES.index(OPPOSITE[side]) + 1
+                ent[(r, c)] = ent.get((r, c), 0) | (1 << OUTPUTS.index(side))
+                nxt = (r + STEP[side][0], c + STEP[side][1])
                 last = h == len(path) - 1
                 if last or multicast or s.chain is not None:
-                    lane = None if last or s.chain is None else s.chain[h]
-                    ejects.append(((nr, nc), code, alpha * (h + 1) + stage, ebase,
-                                   add and lane is None, lane))
-                    if lane is not None:
-                        code = SEL_INJ + lane
-        return links, ejects
+                    k = lanes[(nxt, id(s), li)]
+                    ent[nxt] = ent.get(nxt, 0) | (1 << OUTPUTS.index(f"ej{k}"))
+                    if s.chain is not None and not last:
+                        segs.append((tile, lane, ent))
+                        tile, lane, ent = nxt, s.chain[h], {}
+        segs.append((tile, lane, ent))
+        return segs
 
-    def schedule(self, alpha: int, beta: int) -> None:
-        """Static arbitration and routes. Injections go longest latency (``alpha*hops +
-        beta*stages``) first; each starts at the first cycle from which every link it crosses
-        is free for its whole message (a flit injected at ``t`` crosses its hop ``h`` link in
-        cycle ``t + alpha*h``, plus ``beta`` per chain stage passed). Then the output masks,
-        injection delays and ejection lanes (on one input: the earlier message on lane 0) are
-        set."""
-        plan = [(s, *self._hops(s, alpha, beta)) for s in self.sends]
-
-        def latency(i: int) -> int:        # arrival of the send's farthest eject + beta
-            return max((e[2] + beta for e in plan[i][2]), default=0)
-        order = sorted(range(len(plan)), key=lambda i: -latency(i))
-        busy: dict[tuple, list[tuple[int, int]]] = {}
-        for i in order:
-            s, links, _ = plan[i]
-            t = 0
-            moved = True
-            while moved:
-                moved = False
-                for router, side, off, _ in links:
-                    lo = t + off
-                    for a, b in busy.get((router, side), ()):
-                        if lo < b and a < lo + s.count:
-                            t, moved = b - off, True
-                            break
-                    if moved:
-                        break
-            s.delay = t
-            for router, side, off, _ in links:
-                busy.setdefault((router, side), []).append((t + off, t + off + s.count))
-        # a router input (or injection lane) is routed one way per phase: merging is fine,
-        # forking (two messages on one input leaving by different outputs) is not
-        uses: dict[tuple, dict[int, set]] = {}
-        for i, (s, links, ejects) in enumerate(plan):
-            for router, side, _, code in links:
-                uses.setdefault((router, code), {}).setdefault(i, set()).add(side)
-            for tile, code, *_ in ejects:
-                uses.setdefault((tile, code), {}).setdefault(i, set()).add("eject")
-        for (router, code), per in uses.items():
-            if len({frozenset(u) for u in per.values()}) > 1:
-                srcs = sorted({plan[i][0].src for i in per})
-                raise MeshMappingError(
-                    f"phase {self.name!r}: messages from {srcs} share the link into tile "
-                    f"{router} but leave it by different ports; the RTL router routes each "
-                    "input one way per phase (messages may merge into one path, not fork)")
-        for s, links, ejects in plan:
-            t = self.f[s.src[0]][s.src[1]]
-            t.update({f"inj{s.lane}_base": s.base, f"inj{s.lane}_count": s.count,
-                      f"inj{s.lane}_delay": s.delay})
-            for (r, c), side, _, code in links:
-                key = f"o_mask_{side}"
-                self.f[r][c][key] = self.f[r][c].get(key, 0) | (1 << (code - 1))
-            for _, _, off, *_ in ejects:
-                self.comm_cycles = max(self.comm_cycles, s.delay + off + beta + s.count)
+    def route(self, routes: int) -> None:
+        """Ejection lanes, route ids (colours) and route tables. Every tile a message reaches
+        gets an ejection lane (a chain stage keeps the lane it re-injects on); every colour
+        segment (:meth:`_segments`) gets the smallest colour free at every tile it touches; the
+        routers arbitrate at run time, so nothing here delays or orders the messages."""
         arrivals: dict[tuple[int, int], list] = {}
-        for s, _, ejects in plan:
-            for tile, code, off, ebase, add, lane in ejects:
-                arrivals.setdefault(tile, []).append((s.delay + off, code, ebase, s.count,
-                                                      add, lane))
+        for s in self.sends:
+            for li, ((dr, dc), multicast, ebase, add) in enumerate(s.legs):
+                path = xy_path(s.src[0], s.src[1], dr, dc)
+                for h, (r, c, side) in enumerate(path):
+                    nxt = (r + STEP[side][0], c + STEP[side][1])
+                    last = h == len(path) - 1
+                    if last or multicast or s.chain is not None:
+                        chain = None if last or s.chain is None else s.chain[h]
+                        arrivals.setdefault(nxt, []).append((s, li, ebase, add and chain is None,
+                                                             chain))
+        lanes: dict[tuple, int] = {}
         for (r, c), arr in arrivals.items():
-            if len(arr) > 2:
+            if len(arr) > N_LANES:
                 raise MeshMappingError(f"phase {self.name!r}: tile ({r}, {c}) needs a third ej "
                                        "lane; the RTL mesh has 2 injection and 2 ejection lanes "
                                        "per tile")
-            arr.sort(key=lambda e: e[:2])
-            fixed = {e[5] for e in arr if e[5] is not None}
+            fixed = {e[4] for e in arr if e[4] is not None}
             free = iter(k for k in range(N_LANES) if k not in fixed)
-            placed = [(e[5] if e[5] is not None else next(free), e) for e in arr]
-            if len(placed) == 2 and placed[0][1][1] == placed[1][1][1] and placed[0][0] != 0:
-                raise MeshMappingError(f"phase {self.name!r}: tile ({r}, {c}): two messages on "
-                                       "one input need the earlier on eject lane 0, which a "
-                                       "chain stage holds")
-            for k, (_, code, ebase, count, add, lane) in placed:
-                self.f[r][c].update({f"ej{k}_sel": code, f"ej{k}_base": ebase,
-                                     f"ej{k}_count": count, f"ej{k}_add": int(add),
-                                     f"chain{k}": int(lane is not None)})
+            for s, li, ebase, add, chain in arr:
+                k = chain if chain is not None else next(free)
+                lanes[((r, c), id(s), li)] = k
+                self.f[r][c].update({f"ej{k}_base": ebase, f"ej{k}_count": s.count,
+                                     f"ej{k}_add": int(add), f"chain{k}": int(chain is not None)})
+        used: dict[tuple[int, int], set[int]] = {}
+        for s in self.sends:
+            t = self.f[s.src[0]][s.src[1]]
+            t.update({f"inj{s.lane}_base": s.base, f"inj{s.lane}_count": s.count})
+            for tile, lane, ent in self._segments(s, lanes):
+                taken = set().union(*(used.get(x, set()) for x in (tile, *ent)))
+                color = min(set(range(routes + 1)) - taken)
+                if color >= routes:
+                    worst = max((tile, *ent), key=lambda x: len(used.get(x, ())))
+                    raise MeshMappingError(
+                        f"phase {self.name!r}: a message from {s.src} needs a route id free at "
+                        f"every core it touches, and core {worst} already holds "
+                        f"{len(used.get(worst, ()))}; mesh.max_routes_per_core = {routes} "
+                        "(raise it, or split the phase)")
+                self.f[tile[0]][tile[1]][f"inj{lane}_color"] = color
+                for x in (tile, *ent):
+                    used.setdefault(x, set()).add(color)
+                for (r, c), bits in ent.items():
+                    self.f[r][c][f"route_{color}"] = bits
 
-    def encode(self, addr_bits: int) -> list[int]:
-        return [encode_instruction(addr_bits, **self.f[r][c])
+    def encode(self, addr_bits: int, routes: int) -> list[int]:
+        return [encode_instruction(addr_bits, routes, **self.f[r][c])
                 for r in range(self.rows) for c in range(self.cols)]
 
 
@@ -288,13 +253,12 @@ def _finish(job: MeshJob, builders: list[_PhaseBuilder], model: list[list[tuple]
         if sorted(b.messages) != want:
             raise AssertionError(f"phase {b.name!r}: RTL messages {sorted(b.messages)} differ "
                                  f"from the Program's flows {want}")
-        b.schedule(p["hop_cycles"], p["eject_cycles"])
-        for t, w in enumerate(b.encode(p["addr_bits"])):
+        b.route(p["routes"])
+        for t, w in enumerate(b.encode(p["addr_bits"], p["routes"])):
             job.instrs[t].append(w)
         job.messages.append(sorted(b.messages))
         job.phase_names.append(b.name)
-        job.delays.append({(*s.src, s.lane): s.delay for s in b.sends if s.delay})
-        job.comm_cycles.append(b.comm_cycles)
+        job.fields.append([dict(b.f[r][c]) for r in range(b.rows) for c in range(b.cols)])
     job.n_phases = len(builders)
     return job
 

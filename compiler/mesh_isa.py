@@ -8,13 +8,12 @@ What each field makes a tile do (inject, eject, chain, MAC) is documented in
 
 Fields, LSB first (``a`` = bits of an SRAM word address, counts and block sizes ``a + 1``):
 
-* ``o_mask_<d>`` (:data:`N_SOURCES` bits) for d in :data:`SIDES`: sources enabled on output d,
-  bit ``code - 1`` for select code ``code`` (1..4 input n/e/s/w, :data:`SEL_INJ` + k injection
-  lane k);
+* ``route_<e>`` (:data:`ROUTE_BITS` bits) for each route id (colour) ``e < routes``: the
+  router outputs a flit of colour ``e`` leaves by, bit ``i`` for output :data:`OUTPUTS` ``[i]``
+  (mesh sides n/e/s/w, ejection lanes 0/1); 0: the colour is not routed here;
 * per injection lane k < :data:`N_LANES`: ``inj<k>_base`` (a), ``inj<k>_count``,
-  ``inj<k>_delay`` (cycles);
-* per ejection lane k: ``ej<k>_sel`` (:data:`EJ_SEL_BITS`: 0 none, 1..4 input n/e/s/w),
-  ``ej<k>_base`` (a), ``ej<k>_count``, ``ej<k>_add`` (1), ``chain<k>`` (1);
+  ``inj<k>_color`` (:func:`color_bits`): the colour of the flits the lane injects;
+* per ejection lane k: ``ej<k>_base`` (a), ``ej<k>_count``, ``ej<k>_add`` (1), ``chain<k>`` (1);
 * ``mac_a``, ``mac_b``, ``mac_c`` (a: word addresses), ``mac_mt``, ``mac_nt``, ``mac_kw`` (block
   rows, columns and K words).
 
@@ -27,9 +26,9 @@ from __future__ import annotations
 from tilewright.arch import ArchSpec
 from tilewright.formats import bits_of
 
-__all__ = ["SIDES", "STEP", "OPPOSITE", "SEL_NONE", "SEL_INJ", "N_SOURCES", "N_LANES",
-           "EJ_SEL_BITS", "LANE_BITS", "WORD_BITS", "MAX_RTL_TILES", "addr_bits", "instr_fields",
-           "encode_instruction", "mesh_params"]
+__all__ = ["SIDES", "STEP", "OPPOSITE", "OUTPUTS", "INPUTS", "ROUTE_BITS", "N_LANES",
+           "LANE_BITS", "WORD_BITS", "MAX_RTL_TILES", "MAX_RTL_ROUTES", "DEFAULT_ROUTES", "addr_bits",
+           "buffer_depth", "color_bits", "instr_fields", "encode_instruction", "mesh_params"]
 
 #: mesh sides in port order; input select code of side d is ``SIDES.index(d) + 1``
 SIDES = ("n", "e", "s", "w")
@@ -37,21 +36,25 @@ SIDES = ("n", "e", "s", "w")
 STEP = {"n": (-1, 0), "s": (1, 0), "e": (0, 1), "w": (0, -1)}
 #: the side a hop arrives by, per side it left by
 OPPOSITE = {"n": "s", "s": "n", "e": "w", "w": "e"}
-#: select codes: no source, and injection lane k is ``SEL_INJ + k``
-SEL_NONE = 0
-SEL_INJ = 5
-#: sources an output can enable (4 mesh inputs + 2 injection lanes): bits of ``o_mask_<d>``
-N_SOURCES = 6
 #: injection lanes and ejection lanes per tile
 N_LANES = 2
-#: bits of an ejection lane's input select (``ej<k>_sel``)
-EJ_SEL_BITS = 3
+#: router outputs in arbitration order: the four mesh sides, then the tile's ejection lanes;
+#: bit i of a ``route_<e>`` entry is output ``OUTPUTS[i]``
+OUTPUTS = (*SIDES, *(f"ej{k}" for k in range(N_LANES)))
+#: router inputs in round-robin order: the four mesh sides, then the tile's injection lanes
+INPUTS = (*SIDES, *(f"inj{k}" for k in range(N_LANES)))
+#: bits of one route-table entry
+ROUTE_BITS = len(OUTPUTS)
+#: route-table entries when no ArchSpec says (``mesh.max_routes_per_core`` of the mesh4x4 preset)
+DEFAULT_ROUTES = 8
 #: bits of one flit lane (an int8 operand) and of one accumulator word (int32), from the
 #: formats registry
 LANE_BITS = bits_of("int8")
 WORD_BITS = bits_of("int32")
 #: the RTL mesh is for small meshes (its Verilog and Verilator build grow with the tile count)
 MAX_RTL_TILES = 64
+#: route-table entries the RTL router builds at most (each is a field of the phase instruction)
+MAX_RTL_ROUTES = 64
 
 
 def addr_bits(sram_words: int) -> int:
@@ -59,24 +62,36 @@ def addr_bits(sram_words: int) -> int:
     return max(1, (sram_words - 1).bit_length())
 
 
-def instr_fields(addr_bits: int) -> list[tuple[str, int]]:
+def buffer_depth(hop_cycles: int) -> int:
+    """Flits of each router input FIFO: the credit round trip of a ``hop_cycles`` link
+    (``hop_cycles`` to the neighbour, one cycle to pop, one for the credit register), so one
+    uncontended stream moves a flit every cycle."""
+    return hop_cycles + 2
+
+
+def color_bits(routes: int) -> int:
+    """Bits of a flit's colour (route id) for a router with ``routes`` route-table entries."""
+    return max(1, (routes - 1).bit_length())
+
+
+def instr_fields(addr_bits: int, routes: int = DEFAULT_ROUTES) -> list[tuple[str, int]]:
     """The phase-instruction fields, LSB first, as (name, width in bits). ``addr_bits``: bits
-    of an SRAM word address; counts and block sizes get one bit more."""
+    of an SRAM word address; counts and block sizes get one bit more. ``routes``: route-table
+    entries per router (``mesh.max_routes_per_core``)."""
     a, c = addr_bits, addr_bits + 1
-    f: list[tuple[str, int]] = [(f"o_mask_{d}", N_SOURCES) for d in SIDES]
+    f: list[tuple[str, int]] = [(f"route_{e}", ROUTE_BITS) for e in range(routes)]
     for k in range(N_LANES):
-        f += [(f"inj{k}_base", a), (f"inj{k}_count", c), (f"inj{k}_delay", c)]
+        f += [(f"inj{k}_base", a), (f"inj{k}_count", c), (f"inj{k}_color", color_bits(routes))]
     for k in range(N_LANES):
-        f += [(f"ej{k}_sel", EJ_SEL_BITS), (f"ej{k}_base", a), (f"ej{k}_count", c),
-              (f"ej{k}_add", 1), (f"chain{k}", 1)]
+        f += [(f"ej{k}_base", a), (f"ej{k}_count", c), (f"ej{k}_add", 1), (f"chain{k}", 1)]
     f += [("mac_a", a), ("mac_b", a), ("mac_c", a), ("mac_mt", c), ("mac_nt", c), ("mac_kw", c)]
     return f
 
 
-def encode_instruction(addr_bits: int, **values: int) -> int:
+def encode_instruction(addr_bits: int, routes: int = DEFAULT_ROUTES, **values: int) -> int:
     """Pack field values (missing fields = 0) into one instruction word (an int)."""
     word, off = 0, 0
-    fields = instr_fields(addr_bits)
+    fields = instr_fields(addr_bits, routes)
     names = {n for n, _ in fields}
     for name in values:
         if name not in names:
@@ -111,10 +126,14 @@ def mesh_params(arch: ArchSpec, imem_depth: int = 32) -> dict:
     if ms.defective_cores or ms.defective_links:
         raise ValueError(f"{arch.name}: the RTL mesh has no defective cores or links; "
                          "remove mesh.defective_cores / defective_links")
+    if ms.max_routes_per_core > MAX_RTL_ROUTES:
+        raise ValueError(f"{arch.name}: mesh.max_routes_per_core = {ms.max_routes_per_core}: the "
+                         f"RTL router's route table holds 1..{MAX_RTL_ROUTES} route ids")
     words = int(ms.core_sram_kib * 1024) // ms.link_bytes_per_cycle
     if words < 1:
         raise ValueError(f"{arch.name}: mesh.core_sram_kib = {ms.core_sram_kib:g} holds no word")
     return {"rows": ms.rows, "cols": ms.cols, "lanes": ms.link_bytes_per_cycle,
-            "sram_words": words, "imem_depth": imem_depth,
+            "sram_words": words, "imem_depth": imem_depth, "routes": ms.max_routes_per_core,
             "hop_cycles": int(ms.hop_latency_cycles),
+            "depth": buffer_depth(int(ms.hop_latency_cycles)),
             "eject_cycles": int(ms.routing_stage_cycles)}

@@ -18,8 +18,10 @@ __all__ = ["run_mesh_job_pysim"]
 
 
 def run_mesh_job_pysim(arch: ArchSpec, job: MeshJob) -> dict:
-    """Simulate ``job`` on the mesh of ``arch``; returns ``{"cycles", "reads"}`` like
-    the ``mesh`` top's run (:func:`tilewright.cosim.sim.run`) records per job."""
+    """Simulate ``job`` on the mesh of ``arch``; returns ``{"cycles", "reads", "arrivals"}``
+    like the ``mesh`` top's run (:func:`tilewright.cosim.sim.run`) records per job
+    (``arrivals``: sorted (cycle, tile, ejection lane) of every flit delivered, from the
+    ``ej_seen`` port; cycle = the ``cycles`` counter then)."""
     dut = Mesh(arch, imem_depth=max(2, job.n_phases))
     out: dict = {}
 
@@ -44,8 +46,13 @@ def run_mesh_job_pysim(arch: ArchSpec, job: MeshJob) -> dict:
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
-        ticks = 0
+        ticks, arrivals, lanes = 0, [], 2
         while ctx.get(dut.busy):
+            seen = ctx.get(dut.ej_seen)
+            if seen:
+                cyc = ctx.get(dut.cycles)
+                arrivals += [(cyc, b // lanes, b % lanes) for b in range(seen.bit_length())
+                             if seen >> b & 1]
             await ctx.tick()
             ticks += 1
         counter = ctx.get(dut.cycles)
@@ -60,7 +67,7 @@ def run_mesh_job_pysim(arch: ArchSpec, job: MeshJob) -> dict:
                     ctx.set(dut.rd_addr, base + i)
                     words.append(ctx.get(dut.rd_data))
                 reads[name].append(words)
-        out.update(cycles=ticks, reads=reads)
+        out.update(cycles=ticks, reads=reads, arrivals=sorted(arrivals))
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)

@@ -17,14 +17,16 @@ Ports (all ``sync``; tile index ``t = row * cols + col``)
     ``busy``: high from the cycle after ``start`` until the last cycle of the last phase.
     ``cycles``: cycles ``busy`` was high in the last run (32-bit counter).
     ``phase``: the current phase index.
+    ``ej_seen``: observation port, bit ``t * 2 + k``: tile t's router delivers a flit on
+    ejection lane k this cycle (the benches record every flit's arrival cycle from it).
 
 Timing contract: phase p's first cycle is the cycle after phase p-1's last cycle (the barrier
 costs nothing); a phase lasts until every tile is ``finishing`` (see :mod:`mesh_tile`). So a
 message of W flits over h hops costs ``alpha*h + beta + W`` cycles and a MAC block
 ``mt*nt*kw`` cycles — the mesh model's rules (:mod:`tilewright.dataflow_sim.mesh.model`).
-Messages that share a link are serialized by their injection delays (static arbitration,
-:mod:`~tilewright.rtl.mesh_router`): longest-latency first, the next as soon as its links are
-free — the model's ``max latency + busiest link's flits`` for messages merging into one path.
+Messages that share a link are arbitrated by the routers at run time (round-robin per output,
+credit flow control, :mod:`~tilewright.rtl.mesh_router`); the mesh model's cycle-by-cycle
+:mod:`tilewright.dataflow_sim.mesh.flit_sim` predicts every flit's arrival.
 A streaming chain-reduction through ``s`` cores costs ``alpha*h + beta*s + W`` (each core on
 the chain adds its word to every passing flit in its eject stage, :mod:`mesh_tile`).
 """
@@ -42,7 +44,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler import mesh_isa
-from tilewright.compiler.mesh_isa import LANE_BITS, OPPOSITE, STEP, mesh_params
+from tilewright.compiler.mesh_isa import LANE_BITS, N_LANES, OPPOSITE, STEP, mesh_params
 from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.mesh_tile import MeshTile
 
@@ -51,7 +53,7 @@ __all__ = ["Mesh", "MESH_GENERATOR_VERSION", "MESH_TOP_NAME", "mesh_params",
 
 #: bump when the generated mesh's behaviour or ports change; it ends in a hash of the ISA module
 #: (the instruction layout lives in the compiler, outside the build cache's rtl/mesh*.py key)
-MESH_GENERATOR_VERSION = "0.2.0-isa" + hashlib.sha256(
+MESH_GENERATOR_VERSION = "0.3.0-arb-isa" + hashlib.sha256(
     Path(mesh_isa.__file__).read_bytes()).hexdigest()[:8]
 
 
@@ -64,7 +66,9 @@ class Mesh(wiring.Component):
         self._rows, self._cols = p["rows"], p["cols"]
         self._tiles = [[MeshTile(lanes=p["lanes"], sram_words=p["sram_words"],
                                  imem_depth=imem_depth, hop_cycles=p["hop_cycles"],
-                                 eject_cycles=p["eject_cycles"]) for _ in range(self._cols)]
+                                 eject_cycles=p["eject_cycles"], routes=p["routes"],
+                                 depth=p["depth"])
+                        for _ in range(self._cols)]
                        for _ in range(self._rows)]
         t0 = self._tiles[0][0]
         tbits = max(1, (self._rows * self._cols - 1).bit_length())
@@ -74,7 +78,8 @@ class Mesh(wiring.Component):
             "im_we": In(1), "im_addr": In(t0.phase_bits), "im_data": In(t0.instr_bits),
             "rd_tile": In(tbits), "rd_addr": In(t0.addr_bits), "rd_data": Out(fb),
             "n_phases": In(t0.phase_bits + 1), "start": In(1), "busy": Out(1),
-            "cycles": Out(32), "phase": Out(t0.phase_bits + 1)})
+            "cycles": Out(32), "phase": Out(t0.phase_bits + 1),
+            "ej_seen": Out(self._rows * self._cols * N_LANES)})
 
     @property
     def params(self) -> dict:
@@ -104,13 +109,17 @@ class Mesh(wiring.Component):
                 with m.If(self.rd_tile == idx):
                     m.d.comb += self.rd_data.eq(t.rd_data)
                 fin.append(t.finishing)
+                m.d.comb += [self.ej_seen[idx * N_LANES + k].eq(getattr(t, f"ej{k}_seen"))
+                             for k in range(N_LANES)]
                 for d, (dr, dc) in STEP.items():
                     rr, cc = r + dr, c + dc
                     if 0 <= rr < R and 0 <= cc < C:
                         nb = self._tiles[rr][cc]
                         o = OPPOSITE[d]     # what nb sends towards us leaves on its side o
-                        m.d.comb += [getattr(t, f"i_{d}_valid").eq(getattr(nb, f"o_{o}_valid")),
-                                     getattr(t, f"i_{d}_data").eq(getattr(nb, f"o_{o}_data"))]
+                        m.d.comb += [getattr(t, f"i_{d}_{w}").eq(getattr(nb, f"o_{o}_{w}"))
+                                     for w in ("valid", "data", "color")]
+                        # credits for our input d go back to nb's output o
+                        m.d.comb += getattr(nb, f"o_{o}_credit").eq(getattr(t, f"i_{d}_credit"))
         allfin = fin[0]
         for f in fin[1:]:
             allfin = allfin & f

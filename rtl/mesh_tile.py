@@ -6,14 +6,13 @@ bytes: ``L`` int8 lanes, element 0 in the LSBs, or one int32), an instruction me
 the compiler; this tile decodes it), and a :class:`~tilewright.rtl.mesh_router.MeshRouter`.
 In every phase it runs, concurrently:
 
-* **inject** lanes 0 and 1: send ``inj<k>_count`` consecutive SRAM words from ``inj<k>_base``,
-  one per cycle from the phase's cycle ``inj<k>_delay`` (routes: ``o_mask_<d>``; the delay is
-  the program builder's static link arbitration, see :mod:`~tilewright.rtl.mesh_router`);
+* **inject** lanes 0 and 1: send ``inj<k>_count`` consecutive SRAM words from ``inj<k>_base``
+  with colour ``inj<k>_color``, one per cycle from the phase's first cycle while the router's
+  injection FIFO has room (``inj<k>_ready``: the router arbitrates at run time, see
+  :mod:`~tilewright.rtl.mesh_router`; routes: ``route_<e>``);
 * **eject** lanes 0 and 1: write (``ej<k>_add`` = 0) or add (int32 wrap, = 1) each flit that
-  arrives on the lane into consecutive words from ``ej<k>_base``; ``ej<k>_count`` flits expected
-  (two adding lanes reaching one word in the same cycle add both flits). When both lanes select
-  the same input (two messages converging on one link), lane 1 takes flits only once lane 0 has
-  all of its own: the builder gives lane 0 the message that arrives first;
+  the router delivers on the lane into consecutive words from ``ej<k>_base``; ``ej<k>_count``
+  flits expected (two adding lanes reaching one word in the same cycle add both flits);
 * **chain** (``chain<k>`` = 1, a streaming chain-reduction stage): eject lane k does not write;
   each flit it takes, plus the tile's word it would have added to, leaves on injection lane k
   in the same cycle (so a stage costs the ``eject_cycles`` of its router: the model's ``beta``
@@ -24,8 +23,8 @@ In every phase it runs, concurrently:
   (``mac_a + i*kw + kc``), B column-major (``mac_b + j*kw + kc``), C int32 row-major
   (``mac_c + i*nt + j``). ``mac_mt = 0``: no compute.
 
-Timing contract: in its phase's cycle ``t`` (from 0) the tile injects word
-``t - inj<k>_delay`` of each lane (a combinational SRAM read), the MAC does step ``t``; an
+Timing contract: in its phase's cycle ``t`` (from 0) the tile offers its lane's next word (a
+combinational SRAM read; uncontended: word ``t``), the MAC does step ``t``; an
 ejected flit is written (or, chained, re-injected) in the cycle it leaves the router's eject
 pipeline. ``finishing`` is high in the cycle in which all of the
 tile's work for the phase completes (or has completed); the mesh advances every tile to the next
@@ -35,12 +34,12 @@ phase at the end of a cycle in which every tile is finishing (a zero-cost barrie
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Signal, unsigned
+from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from tilewright.compiler.mesh_isa import (LANE_BITS, N_LANES, SIDES, WORD_BITS, addr_bits,
-                                          instr_fields)
+from tilewright.compiler.mesh_isa import (DEFAULT_ROUTES, LANE_BITS, N_LANES, SIDES, WORD_BITS,
+                                          addr_bits, color_bits, instr_fields)
 from tilewright.rtl.mesh_router import MeshRouter
 
 __all__ = ["MeshTile"]
@@ -48,28 +47,34 @@ __all__ = ["MeshTile"]
 
 class MeshTile(wiring.Component):
     """One mesh core (see module docstring). ``sram_words`` words of ``lanes`` int8 (flit),
-    ``imem_depth`` phases, router latencies ``hop_cycles`` / ``eject_cycles``."""
+    ``imem_depth`` phases, router latencies ``hop_cycles`` / ``eject_cycles``, ``routes``
+    route-table entries, router input FIFOs of ``depth`` flits (default: the credit round trip)."""
 
     def __init__(self, *, lanes: int, sram_words: int, imem_depth: int, hop_cycles: int = 1,
-                 eject_cycles: int = 1):
+                 eject_cycles: int = 1, routes: int = DEFAULT_ROUTES, depth: int | None = None):
         for name, v in (("lanes", lanes), ("sram_words", sram_words), ("imem_depth", imem_depth)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"MeshTile {name} = {v!r}: must be an integer >= 1")
         if lanes * LANE_BITS < WORD_BITS:
             raise ValueError(f"MeshTile lanes = {lanes}: a flit must hold an int32 (lanes >= 4)")
         self._lanes, self._words, self._depth = lanes, sram_words, imem_depth
-        self._hop, self._eject = hop_cycles, eject_cycles
+        self._hop, self._eject, self._routes = hop_cycles, eject_cycles, routes
+        self._fifo_depth = depth
         self._abits = addr_bits(sram_words)
         self._pbits = max(1, (imem_depth - 1).bit_length())
-        self._layout = data.StructLayout(dict(instr_fields(self._abits)))
+        self._layout = data.StructLayout(dict(instr_fields(self._abits, routes)))
+        cb = color_bits(routes)
         fb = lanes * LANE_BITS
         sig = {"active": In(1), "clear": In(1), "phase": In(self._pbits), "finishing": Out(1),
                "ld_we": In(1), "ld_addr": In(self._abits), "ld_data": In(fb),
                "rd_addr": In(self._abits), "rd_data": Out(fb),
                "im_we": In(1), "im_addr": In(self._pbits), "im_data": In(self._layout.size)}
         for d in SIDES:
-            sig |= {f"i_{d}_valid": In(1), f"i_{d}_data": In(fb),
-                    f"o_{d}_valid": Out(1), f"o_{d}_data": Out(fb)}
+            sig |= {f"i_{d}_valid": In(1), f"i_{d}_data": In(fb), f"i_{d}_color": In(cb),
+                    f"i_{d}_credit": Out(1), f"o_{d}_valid": Out(1), f"o_{d}_data": Out(fb),
+                    f"o_{d}_color": Out(cb), f"o_{d}_credit": In(1)}
+        for k in range(N_LANES):       # observation: the router delivers a flit on lane k
+            sig |= {f"ej{k}_seen": Out(1)}
         super().__init__(sig)
 
     @property
@@ -88,7 +93,8 @@ class MeshTile(wiring.Component):
         m = Module()
         L, fb, a_bits = self._lanes, self._lanes * LANE_BITS, self._abits
         m.submodules.router = rt = MeshRouter(flit_bits=fb, hop_cycles=self._hop,
-                                              eject_cycles=self._eject)
+                                              eject_cycles=self._eject, routes=self._routes,
+                                              depth=self._fifo_depth)
         m.submodules.sram = sram = memory.Memory(shape=unsigned(fb), depth=self._words, init=[])
         m.submodules.imem = imem = memory.Memory(shape=unsigned(self._layout.size),
                                                  depth=self._depth, init=[])
@@ -107,20 +113,20 @@ class MeshTile(wiring.Component):
                      self.rd_data.eq(host_r.data)]
 
         # router wiring
-        m.d.comb += rt.clear.eq(clear)
+        m.d.comb += [rt.clear.eq(clear),
+                     rt.route.eq(Cat(*(getattr(ins, f"route_{e}") for e in range(self._routes))))]
         for d in SIDES:
-            m.d.comb += [getattr(rt, f"i_{d}_valid").eq(getattr(self, f"i_{d}_valid")),
-                         getattr(rt, f"i_{d}_data").eq(getattr(self, f"i_{d}_data")),
-                         getattr(self, f"o_{d}_valid").eq(getattr(rt, f"o_{d}_valid")),
-                         getattr(self, f"o_{d}_data").eq(getattr(rt, f"o_{d}_data")),
-                         getattr(rt, f"o_mask_{d}").eq(getattr(ins, f"o_mask_{d}"))]
+            m.d.comb += [getattr(rt, f"i_{d}_{w}").eq(getattr(self, f"i_{d}_{w}"))
+                         for w in ("valid", "data", "color")]
+            m.d.comb += [getattr(self, f"o_{d}_{w}").eq(getattr(rt, f"o_{d}_{w}"))
+                         for w in ("valid", "data", "color")]
+            m.d.comb += [getattr(self, f"i_{d}_credit").eq(getattr(rt, f"i_{d}_credit")),
+                         getattr(rt, f"o_{d}_credit").eq(getattr(self, f"o_{d}_credit"))]
+        for k in range(N_LANES):
+            m.d.comb += [getattr(rt, f"chain{k}").eq(getattr(ins, f"chain{k}")),
+                         getattr(rt, f"inj{k}_color").eq(getattr(ins, f"inj{k}_color")),
+                         getattr(self, f"ej{k}_seen").eq(active & getattr(rt, f"ej{k}_valid"))]
         fin = []
-        # cycles since the phase began (saturating): the injection lanes' start delays
-        tcnt = Signal(a_bits + 1, name="phase_cycle")
-        with m.If(clear):
-            m.d.sync += tcnt.eq(0)
-        with m.Elif(active & ~tcnt.all()):
-            m.d.sync += tcnt.eq(tcnt + 1)
         # inject lanes
         inj = []
         for k in range(N_LANES):
@@ -128,8 +134,8 @@ class MeshTile(wiring.Component):
             total = getattr(ins, f"inj{k}_count")
             rp = sram.read_port(domain="comb")
             go = Signal(name=f"inj{k}_go")
-            m.d.comb += [go.eq(active & (cnt < total)
-                                  & (tcnt >= getattr(ins, f"inj{k}_delay"))),
+            m.d.comb += [go.eq(active & (cnt < total) & ~getattr(ins, f"chain{k}")
+                               & getattr(rt, f"inj{k}_ready")),
                          rp.addr.eq(getattr(ins, f"inj{k}_base") + cnt)]
             inj.append((go, rp))
             with m.If(clear):
@@ -147,11 +153,7 @@ class MeshTile(wiring.Component):
             wp = sram.write_port()
             v, dat = getattr(rt, f"ej{k}_valid"), getattr(rt, f"ej{k}_data")
             fire = Signal(name=f"ej{k}_fire")
-            # lane 1 on lane 0's input waits until lane 0 has all of its flits
-            first = Const(1) if k == 0 else \
-                ~((ins.ej1_sel == ins.ej0_sel) & (lanes[0][5] < ins.ej0_count))
-            m.d.comb += [getattr(rt, f"ej_sel{k}").eq(getattr(ins, f"ej{k}_sel")),
-                         fire.eq(active & v & (cnt < total) & first),
+            m.d.comb += [fire.eq(active & v & (cnt < total)),
                          rp.addr.eq(getattr(ins, f"ej{k}_base") + cnt), wp.addr.eq(rp.addr)]
             with m.If(clear):
                 m.d.sync += cnt.eq(0)

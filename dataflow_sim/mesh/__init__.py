@@ -6,7 +6,8 @@ Public API::
     rep = mesh_gemv(load_arch("wse2"), k=16384, n=16384)      # MeshGEMV on 750 x 994
     rep.cycles, rep.us, rep.link_utilization["E"], rep.core_utilization, rep.memory_bytes
 
-Conventions (latency, serialization, contention, phases, routes): :mod:`.model`.
+Conventions (latency, serialization, contention, phases, routes): :mod:`.model`. The RTL mesh's
+run-time arbitration, flit by flit: :mod:`.flit_sim`.
 Algorithms: :mod:`.gemm` (MeshGEMM, Cannon, SUMMA), :mod:`.gemv` (MeshGEMV, ring all-reduce
 GEMV); their schedules are pure functions in :mod:`tilewright.compiler.mesh_schedule`.
 Defects and logical grids (policies ``skip`` and ``route``): :mod:`.grid`. LLM layer
@@ -16,6 +17,7 @@ partitioning: :mod:`.llm`; as a Program of
 """
 
 from tilewright.dataflow_sim.mesh.gemm import GEMM_ALGOS, execute_gemm, interleaved_ring, mesh_gemm
+from tilewright.dataflow_sim.mesh.flit_sim import FlitRun, simulate_job
 from tilewright.dataflow_sim.mesh.gemv import GEMV_ALGOS, execute_gemv, mesh_gemv
 from tilewright.dataflow_sim.mesh.grid import (DEFECT_POLICIES, Grid, defect_cost, defect_grid,
                                                defect_policy_cost, healthy_grid, without_defects)
@@ -27,4 +29,4 @@ __all__ = ["mesh_gemm", "mesh_gemv", "execute_gemm", "execute_gemv", "interleave
            "GEMM_ALGOS", "GEMV_ALGOS", "MeshMappingError", "MeshReport", "Phase", "PhaseCost",
            "Flows", "simulate", "message_cycles", "Grid", "healthy_grid", "without_defects",
            "defect_cost", "run_mesh_program", "MeshProgramRun", "DEFECT_POLICIES", "defect_grid",
-           "defect_policy_cost"]
+           "defect_policy_cost", "FlitRun", "simulate_job"]

@@ -20,7 +20,8 @@ deliberately simple, so that an RTL mesh can be built to meet them cycle for cyc
   when none of them can cross a shared link before that flow's flits reach it (e.g. two messages
   along a row into one core, the nearer one starting on the far one's path; the RTL mesh checks
   these cycle for cycle). Otherwise it is an upper bound: a short message that can cross a
-  shared link before a longer one arrives (the RTL's static arbitration lets it) costs less.
+  shared link before a longer one arrives, or interleave with it (the RTL's round-robin
+  routers let it), costs less; :mod:`.flit_sim` gives the exact figure for the RTL.
   Multicast (a broadcast along a line) is one flow whose flits cross every link of the line once.
 * **Compute.** A core doing ``m`` MACs is busy ``ceil(m / core_macs_per_cycle)`` cycles.
 * **Phases.** A phase starts when the previous one has finished everywhere (a zero-cost global
@@ -44,15 +45,16 @@ deliberately simple, so that an RTL mesh can be built to meet them cycle for cyc
 Cycle counts are whole cycles from the first cycle of the first phase to the cycle after the last
 flit of the last phase (i.e. a count, not the index of the last cycle).
 
-The RTL mesh (``tilewright.rtl.mesh``, checked in ``tests/test_mesh_rtl.py``) runs the same
-mesh Program (``tilewright.compiler.mesh_ops``) and meets these rules cycle for cycle with
-``alpha`` registers per hop and ``beta`` eject registers (whole numbers) for ``stages = 1`` —
-MeshGEMV (2-level K-tree), MeshGEMM, Cannon and SUMMA on a 4x4 mesh, and phases whose messages
-share links where the contention rule above is exact (shared links are arbitrated statically:
-longest latency first, each later message injected as soon as its links are free; messages
-that share a link and then fork are rejected), and streaming chain reductions whose every core
-passed is a stage (``stages = hops``: each core adds its words to the passing flits in its
-``beta`` eject registers, e.g. the 1-level K-tree).
+The RTL mesh (``tilewright.rtl.mesh``, checked in ``tests/test_mesh_rtl.py`` and
+``tests/test_mesh_arbitration.py``) runs the same mesh Program (``tilewright.compiler.mesh_ops``)
+with ``alpha`` registers per hop and ``beta`` eject registers (whole numbers); its routers
+arbitrate at run time (round-robin per output, credit flow control). Its behaviour is predicted
+flit for flit by :mod:`.flit_sim` (the same rule in Python, for RTL-sized meshes); it meets the
+rules above cycle for cycle where they are exact — MeshGEMV (1- and 2-level K-tree), MeshGEMM,
+Cannon and SUMMA on a 4x4 mesh, messages sharing their whole path, streaming chain reductions
+whose every core passed is a stage (``stages = hops``) — and finishes sooner where the
+contention rule is an upper bound (round-robin lets a message use a shared link before or
+between another's flits).
 """
 
 from __future__ import annotations
