@@ -4,7 +4,9 @@ Runs in worker processes (local pool or Dask), so it takes and returns plain JSO
 LLM workloads are costed by :func:`tilewright.dataflow_sim.token_cost.llm_step_cost` — the one
 cost path ``compile`` and the cluster model use too: one layer compiled to an IR graph once per
 process and workload, lowered and costed per ArchSpec, times the layers; ``layers: all`` adds
-the embedding gather and the LM head. Plain GEMMs are costed by the mapper's best
+the embedding gather and the LM head. The whole model of a config with several layer kinds
+(Jamba) or of a Mamba-2 config is costed by what ``compile`` calls for it,
+:func:`tilewright.dataflow_sim.compile_flow.kinds_step_cost` (each layer kind once). Plain GEMMs are costed by the mapper's best
 mapping (:func:`tilewright.compiler.gemm_mapper.map_gemm`).
 
 Mesh workloads (``mesh_gemv``/``mesh_gemm``) run :mod:`tilewright.dataflow_sim.mesh` on the
@@ -172,6 +174,13 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
                 "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
     fmt = workload_format(arch, w)
     layers = "all" if w.get("layers") == "all" else int(w.get("layers", 1))
+    from tilewright.dataflow_sim.compile_flow import (  # noqa: PLC0415  (lazy: pulls in pandas)
+        kinds_step_cost, needs_kinds_cost)
+    if layers == "all" and needs_kinds_cost(w["model"]):   # Jamba (layer kinds), Mamba-2
+        kinds = kinds_step_cost(arch, w["model"], phase=w["phase"], seq=int(w["seq"]),
+                                batch=int(w["batch"]), fmt=fmt, tech=tech)   # as `compile`
+        return {k: float(kinds[k]) for k in ("cycles", "macs", "vector_ops", "dram_bytes",
+                                             "tokens")}
     step = llm_step_cost(arch, w["model"], phase=w["phase"], seq=int(w["seq"]),
                          batch=int(w["batch"]), fmt=fmt, layers=layers, tech=tech)
     return {"cycles": float(step.cycles), "macs": float(step.macs),
