@@ -167,6 +167,7 @@ def _factory(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.verilator
 def test_config_json_gemms_on_the_rtl_fast_driver(tmp_path):
     """One RTL case: the config.json layer's int8 GEMMs on the Verilated core (C++ fast driver;
     the default ArchSpec, the build test_sim_rtl's fast-driver case caches): bit-exact against
