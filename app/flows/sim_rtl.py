@@ -79,7 +79,10 @@ SIM_FORMATS = ("int8", "bf16")
 
 #: relative L2 error of an int8 layer against torch's float forward pass accepted by the check
 #: (int8 per-channel weights, per-tensor activations; measured 0.42 % tiny-mamba, 0.47 %
-#: tiny-llama, 0.67 % tiny-moe at seq 8, seed 0 — the bound leaves 3x headroom for other seeds)
+#: tiny-llama, 0.67 % tiny-moe at seq 8, seed 0 — the bound leaves 3x headroom for other seeds;
+#: for user modules, whose activations int8 may fit less well, measured 0.47 % a 64-wide Llama
+#: config.json layer, 1.29 % examples/cnn.py:make, 1.50 % a 4-layer MLP through ONNX: a model
+#: further off fails the check, it is not loosened per model)
 TORCH_REL_L2_BOUND = 0.02
 
 
