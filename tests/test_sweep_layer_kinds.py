@@ -18,8 +18,9 @@ from tilewright.app.sweep.evaluate import evaluate_point, workload_cost
 from tilewright.arch import load_arch
 
 
-@pytest.mark.parametrize("arch_name,phase", [("JambaForCausalLM", "decode"),
-                                             ("Mamba2ForCausalLM", "prefill")])
+@pytest.mark.parametrize("arch_name,phase", [
+    pytest.param("JambaForCausalLM", "decode", marks=pytest.mark.slow),   # three layer kinds
+    ("Mamba2ForCausalLM", "prefill")])
 def test_sweep_and_compile_cost_the_whole_model_alike(tmp_path, capsys, arch_name, phase):
     path = _write(tmp_path, arch_name, SMALL[arch_name])
     code, out, err = _cli(capsys, "compile", "--model", path, "--arch", ARCH, "--seq", "16",
@@ -27,17 +28,14 @@ def test_sweep_and_compile_cost_the_whole_model_alike(tmp_path, capsys, arch_nam
     assert code == 0, err
     whole = json.loads(out)["whole_model"]
     w = {"model": path, "seq": 16, "batch": 1, "phase": phase, "layers": "all"}
-    got = workload_cost(load_arch(ARCH), w)
-    assert got == {"cycles": whole["cycles"], "macs": whole["macs"],
-                   "vector_ops": whole["vector_ops"], "dram_bytes": whole["dram_bytes"],
-                   "tokens": 16 if phase == "prefill" else 1}
-    # the whole model is more than one layer: every layer counted, not layer 0 times n_layers
-    one = workload_cost(load_arch(ARCH), {**w, "layers": 1})
-    assert got["macs"] > one["macs"]
-    # a design point with this workload evaluates (no refusal)
+    # a design point with this workload evaluates (no refusal) to compile's figures
     r = evaluate_point(load_arch(ARCH).model_dump(mode="json", exclude_none=True), [w], "45nm")
     assert r["status"] == "ok", r.get("error")
-    assert r["metrics"]["w0:cycles"] == whole["cycles"]
+    m = r["metrics"]
+    assert (m["w0:cycles"], m["w0:macs"], m["w0:dram_bytes"]) == \
+        (whole["cycles"], whole["macs"], whole["dram_bytes"])
+    # the whole model is more than one layer: every layer counted, not layer 0 times n_layers
+    assert whole["macs"] > workload_cost(load_arch(ARCH), {**w, "layers": 1})["macs"]
 
 
 def test_jamba_whole_model_counts_each_kind_by_the_config_pattern(tmp_path):
@@ -55,4 +53,5 @@ def test_jamba_whole_model_counts_each_kind_by_the_config_pattern(tmp_path):
     head = d * v                           # one decode token: d x vocab LM head GEMM
     got = workload_cost(spec, {"model": path, "seq": 16, "batch": 1, "phase": "decode",
                                "layers": "all"})
+    assert got["tokens"] == 1                  # one decode token
     assert got["macs"] == per["mamba-mlp"] + 2 * per["mamba-moe"] + per["attn-mlp"] + head
