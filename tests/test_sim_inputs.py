@@ -133,6 +133,7 @@ def _llama_layer_params(d: int, h: int, kv: int, ffn: int) -> int:
     (lambda p: _factory(p) + ":broken", "net.py:broken raised RuntimeError: no weights here"),
     (lambda p: _factory(p) + ":nope", "net.py: no factory 'nope'"),
     (lambda p: "tiny-mlp-nope", "unknown model 'tiny-mlp-nope'"),
+    (lambda p: "mlp-tiny", "--model mlp-tiny: a demo MLP; run it with `tilewright demo"),
 ])
 def test_bad_model_one_line_exit_2(tmp_path, capsys, make, needle):
     code, out, err = _cli(capsys, "sim", "--model", make(tmp_path), "--arch", ARCH)
