@@ -173,6 +173,11 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
         return {"cycles": float(c.cycles), "macs": float(c.macs), "vector_ops": 0.0,
                 "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
     fmt = workload_format(arch, w)
+    if _user_module(w["model"]):         # file.py:factory / .onnx: whole, as `compile` runs it
+        t = user_module_compiled(arch, w["model"], fmt).totals()
+        return {"cycles": float(t["total_cycles"]), "macs": float(t["macs"]),
+                "vector_ops": float(t["vector_ops"]), "dram_bytes": float(t["bytes"]),
+                "tokens": 0.0}
     layers = "all" if w.get("layers") == "all" else int(w.get("layers", 1))
     from tilewright.dataflow_sim.compile_flow import (  # noqa: PLC0415  (lazy: pulls in pandas)
         kinds_step_cost, needs_kinds_cost)
@@ -188,9 +193,34 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
             "tokens": float(step.tokens)}
 
 
+def _user_module(model: str) -> bool:
+    """``model`` names a user module (``path/file.py:factory`` or ``.onnx``)."""
+    from tilewright.models.resolve import model_form  # noqa: PLC0415  (lazy: pulls in torch)
+    return model_form(model) in ("factory", "onnx")
+
+
+_USER_MODULES: dict[str, Any] = {}
+"""per process: user-module text -> :class:`~tilewright.models.resolve.ResolvedModel` (the
+factory is called / the ONNX file converted once per worker, not once per point)"""
+
+
+def user_module_compiled(arch: ArchSpec, model: str, fmt: str):
+    """A user module compiled whole for ``arch`` in ``fmt`` by what ``compile`` calls for it
+    (:func:`~tilewright.dataflow_sim.compile_flow.compile_module`, on its example inputs)."""
+    from tilewright.dataflow_sim.compile_flow import \
+        compile_module  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.models.resolve import resolve_model  # noqa: PLC0415  (lazy: pulls in torch)
+    if model not in _USER_MODULES:
+        _USER_MODULES[model] = resolve_model(model)
+    r = _USER_MODULES[model]
+    return compile_module(r.module, r.example_inputs, arch, fmt=fmt, name=model)
+
+
 def workload_report(arch: ArchSpec, w: dict[str, Any]):
     """The per-op Report (pandas, :func:`~tilewright.dataflow_sim.report.program_report`) of an
-    LLM workload on ``arch`` (one layer)."""
+    LLM workload on ``arch`` (one layer; a user module whole)."""
+    if _user_module(w["model"]):
+        return user_module_compiled(arch, w["model"], workload_format(arch, w)).report
     g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
     return program_report(lower_graph(g, arch, fmt=workload_format(arch, w), name=w["model"]),
                           arch)
