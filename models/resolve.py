@@ -86,4 +86,4 @@ def refuse_user_model(text: str, where: str, needs: str) -> None:
     config's shapes (``needs``: why); the line says which commands take the module instead."""
     if model_form(text) in ("factory", "onnx"):
         raise ModelInputError(f"{where} {text}: a user module has no LLM config; {needs} "
-                              f"(`compile`, `sim` and sweep workloads take a user module)")
+                              f"(`compile`, `sim` and a sweep's llm workloads take one)")

@@ -110,3 +110,15 @@ def test_cluster_and_mesh_layer_refuse_a_user_module(tmp_path, capsys, cmd):
     assert code == 2, out + err
     assert "a user module has no LLM config" in err and "decoder LLM's shapes" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cluster_workload_of_a_user_module_refused(tmp_path, capsys):
+    (tmp_path / "net.py").write_text(MLP_FACTORY)
+    path = tmp_path / "sweep.yaml"
+    path.write_text("name: c\nbase: ws16x16\naxes:\n  plan.tp: [1]\nworkloads:\n"
+                    "  - {cluster: h100-8x-nvlink, model: net.py:make, plan: {dp: auto}}\n"
+                    "objectives: [latency]\n")
+    code, out, err = _cli(capsys, "sweep", str(path), "--db", str(tmp_path / "s.db"))
+    assert code == 2, out + err
+    assert f"{path}: workloads[0]: model = net.py:make: a user module has no LLM config" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

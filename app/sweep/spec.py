@@ -47,7 +47,10 @@ not read (``seq`` on a GEMM, ``batch`` on a cluster run, ...) is refused, and so
 when no workload uses the ArchSpec (cluster workloads on the cluster file's chip).
 
 Workload kinds (:attr:`Workload.kind`): ``llm`` (one or more layers of a model compiled for the
-chip), ``gemm`` (mapper's best mapping), ``mesh`` (``mesh_gemv``/``mesh_gemm`` on the ArchSpec's
+chip; ``model`` is any form the resolver :mod:`tilewright.models.resolve` takes: a built-in name,
+a config.json or a folder holding one, or a user module ``path/file.py:factory`` / ``.onnx``,
+found beside the sweep file and compiled whole on its example inputs as ``compile`` does, which
+refuses ``seq``/``batch``/``phase``/``layers``), ``gemm`` (mapper's best mapping), ``mesh`` (``mesh_gemv``/``mesh_gemm`` on the ArchSpec's
 ``mesh`` section, :mod:`tilewright.dataflow_sim.mesh`) and ``cluster`` (a SimPy training step or
 serving run of ``model`` on the cluster file ``cluster``, :mod:`tilewright.dataflow_sim.cluster`).
 Axes named ``cluster.<field path>`` set a field of every cluster workload's cluster description
@@ -259,7 +262,9 @@ class Workload(_Model):
     (``mesh_gemv: [K, N]`` / ``mesh_gemm: [M, K, N]``) or a cluster run (``cluster`` + ``model``);
     see the module doc."""
 
-    model: str | None = Field(None, description="LLM config name (tilewright.models.llm_configs)")
+    model: str | None = Field(None, description="a built-in name, a config.json (or its "
+                              "folder), or a user module path/file.py:factory or .onnx (llm "
+                              "workloads; a cluster run needs an LLM config)")
     gemm: tuple[int, int, int] | None = Field(None, description="M, K, N of a plain GEMM")
     seq: int = Field(512, ge=1, description="tokens per sequence (prefill) / context (decode)")
     batch: int = Field(1, ge=1, description="sequences (LLM) or independent GEMMs")
