@@ -52,7 +52,8 @@ a config.json or a folder holding one, or a user module ``path/file.py:factory``
 found beside the sweep file and compiled whole on its example inputs as ``compile`` does;
 ``seq``/``batch``/``phase``/``layers`` are refused on it), ``gemm`` (mapper's best mapping),
 ``mesh`` (``mesh_gemv``/``mesh_gemm`` on the ArchSpec's ``mesh`` section,
-:mod:`tilewright.dataflow_sim.mesh`) and ``cluster`` (a SimPy training step or serving run of ``model`` on the cluster file ``cluster``, :mod:`tilewright.dataflow_sim.cluster`).
+:mod:`tilewright.dataflow_sim.mesh`) and ``cluster`` (a SimPy training step or serving run of
+``model`` on the cluster file ``cluster``, :mod:`tilewright.dataflow_sim.cluster`).
 Axes named ``cluster.<field path>`` set a field of every cluster workload's cluster description
 (e.g. ``cluster.nodes``, ``cluster.inter_node.link_gbps``) and ``plan.<field>`` a field of its
 parallelism plan (``TrainPlan``/``ServePlan``: ``plan.dp``, ``plan.tp``...); they can be linked
