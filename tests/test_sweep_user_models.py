@@ -20,7 +20,8 @@ import torch
 
 from tests.test_sim_inputs import ARCH, MLP_FACTORY, _cli
 from tilewright.app.sweep import load_sweep
-from tilewright.app.sweep.evaluate import evaluate_point
+from tilewright.app.sweep.evaluate import evaluate_point, workload_report
+from tilewright.app.sweep.report import _wl_title
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,6 +67,9 @@ def _agree(tmp_path, capsys, model_in_file: str, model_for_compile: str, macs: i
     assert (m["w0:cycles"], m["w0:macs"], m["w0:dram_bytes"]) == \
         (layer["total_cycles"], layer["macs"], layer["bytes"])
     assert m["w0:macs"] == macs                       # the GEMMs counted by hand
+    # the sweep report's per-op breakdown: the same module, titled without config shape fields
+    assert workload_report(spec.base, w)["macs"].sum() == macs
+    assert "seq=" not in _wl_title(w) and "its example inputs" in _wl_title(w)
 
 
 def test_factory_workload_costs_as_compile(tmp_path, capsys):

@@ -42,6 +42,7 @@ from tilewright.dataflow_sim.report import program_report
 from tilewright.dataflow_sim.token_cost import layer_graph, llm_step_cost
 
 __all__ = ["evaluate_point", "static_metrics", "workload_cost", "workload_report",
+           "is_user_module", "user_module_compiled",
            "mesh_cost", "cluster_cost", "per_workload_metrics", "TEST_DELAY_ENV"]
 
 TEST_DELAY_ENV = "TILEWRIGHT_SWEEP_TEST_DELAY_S"
@@ -173,7 +174,7 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
         return {"cycles": float(c.cycles), "macs": float(c.macs), "vector_ops": 0.0,
                 "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
     fmt = workload_format(arch, w)
-    if _user_module(w["model"]):         # file.py:factory / .onnx: whole, as `compile` runs it
+    if is_user_module(w["model"]):         # file.py:factory / .onnx: whole, as `compile` runs it
         t = user_module_compiled(arch, w["model"], fmt).totals()
         return {"cycles": float(t["total_cycles"]), "macs": float(t["macs"]),
                 "vector_ops": float(t["vector_ops"]), "dram_bytes": float(t["bytes"]),
@@ -193,7 +194,7 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
             "tokens": float(step.tokens)}
 
 
-def _user_module(model: str) -> bool:
+def is_user_module(model: str) -> bool:
     """``model`` names a user module (``path/file.py:factory`` or ``.onnx``)."""
     from tilewright.models.resolve import model_form  # noqa: PLC0415  (lazy: pulls in torch)
     return model_form(model) in ("factory", "onnx")
@@ -219,7 +220,7 @@ def user_module_compiled(arch: ArchSpec, model: str, fmt: str):
 def workload_report(arch: ArchSpec, w: dict[str, Any]):
     """The per-op Report (pandas, :func:`~tilewright.dataflow_sim.report.program_report`) of an
     LLM workload on ``arch`` (one layer; a user module whole)."""
-    if _user_module(w["model"]):
+    if is_user_module(w["model"]):
         return user_module_compiled(arch, w["model"], workload_format(arch, w)).report
     g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
     return program_report(lower_graph(g, arch, fmt=workload_format(arch, w), name=w["model"]),
