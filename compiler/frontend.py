@@ -688,20 +688,19 @@ def name_by_module(owned: list[tuple[Op, str]]) -> None:
     """Name each op by the module that emitted it (``owned``: (op, module path) in graph order):
     the path itself when the module emitted one op (``layers.0.self_attn.q_proj``), else
     ``<path>.<kind>`` with ``_1``, ``_2`` ... for a module's later ops of the same kind
-    (``blk.0.mul_1``); ops of the top module keep their torch name. Names stay unique (a clash
-    gets a ``_<n>`` suffix)."""
+    (``blk.0.mul_1``); ops of the top module (its own ``forward``, no submodule) are named the
+    same way without a path: ``add``, ``add_1`` ... (not torch's graph-wide ``add_4``). Names
+    stay unique (a clash gets a ``_<n>`` suffix)."""
     per_path: dict[str, int] = {}
     for _, path in owned:
         per_path[path] = per_path.get(path, 0) + 1
     used: set[str] = set()
     seen: dict[str, int] = {}
     for op, path in owned:
-        if not path:
-            name = op.name
-        elif per_path[path] == 1:
+        if path and per_path[path] == 1:
             name = path
         else:
-            base = f"{path}.{op.kind}"
+            base = f"{path}.{op.kind}" if path else op.kind
             k = seen.get(base, 0)
             seen[base] = k + 1
             name = base if k == 0 else f"{base}_{k}"

@@ -27,7 +27,7 @@ from tilewright.models.user_module import load_user_model
 from tilewright.models.llm_shapes import (LLM_CONFIGS, LLMConfig, ModelInputError, builtin_names,
                                          get_config)
 
-__all__ = ["ResolvedModel", "resolve_model", "model_form", "FORMS"]
+__all__ = ["ResolvedModel", "resolve_model", "model_form", "FORMS", "refuse_user_model"]
 
 FORMS = ("a built-in name (see `tilewright models`), a Hugging Face config.json or a folder "
          "holding one, path/file.py:factory, or a .onnx file")
@@ -78,3 +78,12 @@ def resolve_model(text: str) -> ResolvedModel:
         raise ModelInputError(f"unknown model {text!r}: give {FORMS}; built-in: "
                               f"{', '.join(builtin_names())}")
     return ResolvedModel(text, form, "llm", config=get_config(text))
+
+
+def refuse_user_model(text: str, where: str, needs: str) -> None:
+    """Raise :class:`ModelInputError` (one line) when ``text`` names a user module
+    (``file.py:factory`` or ``.onnx``) at a place (``where``, e.g. ``--model``) that needs an LLM
+    config's shapes (``needs``: why); the line says which commands take the module instead."""
+    if model_form(text) in ("factory", "onnx"):
+        raise ModelInputError(f"{where} {text}: a user module has no LLM config; {needs} "
+                              f"(`compile`, `sim` and a sweep's llm workloads take one)")

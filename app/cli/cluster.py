@@ -231,6 +231,9 @@ def cluster(
         micro_batches_for  # noqa: PLC0415  (lazy: pulls in pydantic models)
     from tilewright.models.llm_shapes import (  # noqa: PLC0415  (lazy: models layer)
         get_config, unmodeled_fields)
+    from tilewright.models.resolve import refuse_user_model  # noqa: PLC0415  (lazy: models)
+    refuse_user_model(model, "--model", "a cluster run needs a decoder LLM's shapes (layers, "
+                      "width, heads, KV cache)")
     if mode not in (None, "train", "serve"):
         raise ClusterSpecError(f"--mode = {mode!r}: must be one of 'train', 'serve'")
     left = unmodeled_fields(get_config(model))     # never ignore a field the config sets

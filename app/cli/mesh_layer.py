@@ -129,6 +129,9 @@ def mesh_layer(
     if spec.mesh is None:
         raise MeshMappingError(f"{arch}: the ArchSpec has no mesh section")
     elem_bytes = mesh_elem_bytes(spec, elem_bytes)
+    from tilewright.models.resolve import refuse_user_model  # noqa: PLC0415  (lazy: models)
+    refuse_user_model(model, "--model", "the mesh partition needs a decoder LLM's shapes "
+                      "(layers, width, heads)")
     try:
         cfg = get_config(model)
     except ValueError as exc:

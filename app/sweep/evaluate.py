@@ -4,7 +4,9 @@ Runs in worker processes (local pool or Dask), so it takes and returns plain JSO
 LLM workloads are costed by :func:`tilewright.dataflow_sim.token_cost.llm_step_cost` — the one
 cost path ``compile`` and the cluster model use too: one layer compiled to an IR graph once per
 process and workload, lowered and costed per ArchSpec, times the layers; ``layers: all`` adds
-the embedding gather and the LM head. Plain GEMMs are costed by the mapper's best
+the embedding gather and the LM head. The whole model of a config with several layer kinds
+(Jamba) or of a Mamba-2 config is costed by what ``compile`` calls for it,
+:func:`tilewright.dataflow_sim.compile_flow.kinds_step_cost` (each layer kind once). Plain GEMMs are costed by the mapper's best
 mapping (:func:`tilewright.compiler.gemm_mapper.map_gemm`).
 
 Mesh workloads (``mesh_gemv``/``mesh_gemm``) run :mod:`tilewright.dataflow_sim.mesh` on the
@@ -40,6 +42,7 @@ from tilewright.dataflow_sim.report import program_report
 from tilewright.dataflow_sim.token_cost import layer_graph, llm_step_cost
 
 __all__ = ["evaluate_point", "static_metrics", "workload_cost", "workload_report",
+           "is_user_module", "user_module_compiled",
            "mesh_cost", "cluster_cost", "per_workload_metrics", "TEST_DELAY_ENV"]
 
 TEST_DELAY_ENV = "TILEWRIGHT_SWEEP_TEST_DELAY_S"
@@ -171,7 +174,19 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
         return {"cycles": float(c.cycles), "macs": float(c.macs), "vector_ops": 0.0,
                 "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
     fmt = workload_format(arch, w)
+    if is_user_module(w["model"]):         # file.py:factory / .onnx: whole, as `compile` runs it
+        t = user_module_compiled(arch, w["model"], fmt).totals()
+        return {"cycles": float(t["total_cycles"]), "macs": float(t["macs"]),
+                "vector_ops": float(t["vector_ops"]), "dram_bytes": float(t["bytes"]),
+                "tokens": 0.0}
     layers = "all" if w.get("layers") == "all" else int(w.get("layers", 1))
+    from tilewright.dataflow_sim.compile_flow import (  # noqa: PLC0415  (lazy: pulls in pandas)
+        kinds_step_cost, needs_kinds_cost)
+    if layers == "all" and needs_kinds_cost(w["model"]):   # Jamba (layer kinds), Mamba-2
+        kinds = kinds_step_cost(arch, w["model"], phase=w["phase"], seq=int(w["seq"]),
+                                batch=int(w["batch"]), fmt=fmt, tech=tech)   # as `compile`
+        return {k: float(kinds[k]) for k in ("cycles", "macs", "vector_ops", "dram_bytes",
+                                             "tokens")}
     step = llm_step_cost(arch, w["model"], phase=w["phase"], seq=int(w["seq"]),
                          batch=int(w["batch"]), fmt=fmt, layers=layers, tech=tech)
     return {"cycles": float(step.cycles), "macs": float(step.macs),
@@ -179,9 +194,34 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
             "tokens": float(step.tokens)}
 
 
+def is_user_module(model: str) -> bool:
+    """``model`` names a user module (``path/file.py:factory`` or ``.onnx``)."""
+    from tilewright.models.resolve import model_form  # noqa: PLC0415  (lazy: pulls in torch)
+    return model_form(model) in ("factory", "onnx")
+
+
+_USER_MODULES: dict[str, Any] = {}
+"""per process: user-module text -> :class:`~tilewright.models.resolve.ResolvedModel` (the
+factory is called / the ONNX file converted once per worker, not once per point)"""
+
+
+def user_module_compiled(arch: ArchSpec, model: str, fmt: str):
+    """A user module compiled whole for ``arch`` in ``fmt`` by what ``compile`` calls for it
+    (:func:`~tilewright.dataflow_sim.compile_flow.compile_module`, on its example inputs)."""
+    from tilewright.dataflow_sim.compile_flow import \
+        compile_module  # noqa: PLC0415  (lazy: pulls in pandas)
+    from tilewright.models.resolve import resolve_model  # noqa: PLC0415  (lazy: pulls in torch)
+    if model not in _USER_MODULES:
+        _USER_MODULES[model] = resolve_model(model)
+    r = _USER_MODULES[model]
+    return compile_module(r.module, r.example_inputs, arch, fmt=fmt, name=model)
+
+
 def workload_report(arch: ArchSpec, w: dict[str, Any]):
     """The per-op Report (pandas, :func:`~tilewright.dataflow_sim.report.program_report`) of an
-    LLM workload on ``arch`` (one layer)."""
+    LLM workload on ``arch`` (one layer; a user module whole)."""
+    if is_user_module(w["model"]):
+        return user_module_compiled(arch, w["model"], workload_format(arch, w)).report
     g = _graph(w["model"], int(w["seq"]), int(w["batch"]), w["phase"])
     return program_report(lower_graph(g, arch, fmt=workload_format(arch, w), name=w["model"]),
                           arch)

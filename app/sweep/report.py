@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from tilewright.app.sweep import pareto_frame
-from tilewright.app.sweep.evaluate import workload_report
+from tilewright.app.sweep.evaluate import is_user_module, workload_report
 from tilewright.app.sweep.pareto import pareto_mask
 from tilewright.app.sweep.spec import SweepError, metric_info
 from tilewright.app.sweep.store import ResultsStore
@@ -168,6 +168,8 @@ def _llm_reports(store: ResultsStore, key: str):
 
 
 def _wl_title(w: dict) -> str:
+    if is_user_module(w["model"]):           # file.py:factory / .onnx: its own example inputs
+        return f"{w['model']} (its example inputs)"
     return f"{w['model']} {w['phase']} seq={w['seq']} batch={w['batch']}"
 
 

@@ -583,7 +583,7 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
             # A workload whose graph cannot be built fails in each point's evaluation instead,
             # stored with its one-line error while the sweep goes on (evaluate_point)
             for w in spec.workloads:
-                if w.kind == "llm":
+                if w.kind == "llm" and not w.user_module:
                     try:
                         _graph(w.model, w.seq, w.batch, w.phase)
                     except Exception:  # noqa: BLE001 - recorded per point by evaluate_point

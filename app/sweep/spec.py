@@ -47,9 +47,13 @@ not read (``seq`` on a GEMM, ``batch`` on a cluster run, ...) is refused, and so
 when no workload uses the ArchSpec (cluster workloads on the cluster file's chip).
 
 Workload kinds (:attr:`Workload.kind`): ``llm`` (one or more layers of a model compiled for the
-chip), ``gemm`` (mapper's best mapping), ``mesh`` (``mesh_gemv``/``mesh_gemm`` on the ArchSpec's
-``mesh`` section, :mod:`tilewright.dataflow_sim.mesh`) and ``cluster`` (a SimPy training step or
-serving run of ``model`` on the cluster file ``cluster``, :mod:`tilewright.dataflow_sim.cluster`).
+chip; ``model`` is any form the resolver :mod:`tilewright.models.resolve` takes: a built-in name,
+a config.json or a folder holding one, or a user module ``path/file.py:factory`` / ``.onnx``,
+found beside the sweep file and compiled whole on its example inputs as ``compile`` does;
+``seq``/``batch``/``phase``/``layers`` are refused on it), ``gemm`` (mapper's best mapping),
+``mesh`` (``mesh_gemv``/``mesh_gemm`` on the ArchSpec's ``mesh`` section,
+:mod:`tilewright.dataflow_sim.mesh`) and ``cluster`` (a SimPy training step or serving run of
+``model`` on the cluster file ``cluster``, :mod:`tilewright.dataflow_sim.cluster`).
 Axes named ``cluster.<field path>`` set a field of every cluster workload's cluster description
 (e.g. ``cluster.nodes``, ``cluster.inter_node.link_gbps``) and ``plan.<field>`` a field of its
 parallelism plan (``TrainPlan``/``ServePlan``: ``plan.dp``, ``plan.tp``...); they can be linked
@@ -259,7 +263,9 @@ class Workload(_Model):
     (``mesh_gemv: [K, N]`` / ``mesh_gemm: [M, K, N]``) or a cluster run (``cluster`` + ``model``);
     see the module doc."""
 
-    model: str | None = Field(None, description="LLM config name (tilewright.models.llm_configs)")
+    model: str | None = Field(None, description="a built-in name, a config.json (or its "
+                              "folder), or a user module path/file.py:factory or .onnx (llm "
+                              "workloads; a cluster run needs an LLM config)")
     gemm: tuple[int, int, int] | None = Field(None, description="M, K, N of a plain GEMM")
     seq: int = Field(512, ge=1, description="tokens per sequence (prefill) / context (decode)")
     batch: int = Field(1, ge=1, description="sequences (LLM) or independent GEMMs")
@@ -336,6 +342,13 @@ class Workload(_Model):
         if self.model is not None:
             from tilewright.models.llm_configs import \
                 get_config  # noqa: PLC0415  (lazy: pulls in torch)
+            from tilewright.models.resolve import (  # noqa: PLC0415  (lazy: models layer)
+                model_form, refuse_user_model)
+            if model_form(self.model) in ("factory", "onnx"):   # loaded by sweep_from_dict
+                if self.kind == "cluster":
+                    refuse_user_model(self.model, "model =", "a cluster run needs a decoder "
+                                      "LLM's shapes (layers, width, heads, KV cache)")
+                return self
             try:                         # a built-in name or a Hugging Face config.json
                 get_config(self.model)
             except ValueError as exc:
@@ -356,12 +369,20 @@ class Workload(_Model):
         if self.gemm is not None:
             b = f"{self.batch}x" if self.batch > 1 else ""
             return f"gemm {b}{'x'.join(map(str, self.gemm))} {self.format}"
+        if self.user_module:
+            return f"{self.model} {self.format}"      # its own example inputs
         return f"{self.model} {self.phase} seq={self.seq} batch={self.batch} {self.format}"
 
     @property
     def tokens(self) -> int:
         return self.batch * (self.seq if self.phase == "prefill" else 1) \
-            if self.kind == "llm" else 0
+            if self.kind == "llm" and not self.user_module else 0
+
+    @property
+    def user_module(self) -> bool:
+        """An ``llm`` workload naming a user module (``file.py:factory`` / ``.onnx``)."""
+        from tilewright.models.resolve import model_form  # noqa: PLC0415  (lazy: models layer)
+        return self.kind == "llm" and model_form(str(self.model)) in ("factory", "onnx")
 
 
 class Objective(_Model):
@@ -727,6 +748,7 @@ def sweep_from_dict(data: Any, source: str = "sweep", root: Path | None = None) 
                 if e["type"] == "extra_forbidden" else e["msg"].lower()
             raise SweepError(f"{source}: workloads[{i}].{loc} = {shown}: {acc}") from None
         workloads[-1] = _resolve_cluster(workloads[-1], f"{source}: workloads[{i}]", root)
+        workloads[-1] = _resolve_user_model(workloads[-1], f"{source}: workloads[{i}]", root)
     tags = tuple(workload_tag({"name": w.name}, i) for i, w in enumerate(workloads))
     for i, t in enumerate(tags):
         if ":" in t or tags.index(t) != i:
@@ -857,6 +879,39 @@ def _check_one_design(spec: SweepSpec, source: str) -> None:
                    "the base is a mesh design: the FPGA figures predict the single-core GEMM "
                    "core, which a mesh design does not have")
             raise SweepError(f"{source}: {where}: {metric} is not produced: {why}")
+
+
+#: the fields an ``llm`` workload of a user module (``file.py:factory`` / ``.onnx``) does not
+#: read: it runs whole on the example inputs its factory or file gives, as ``compile`` runs it
+USER_MODEL_UNREAD = ("seq", "batch", "phase", "layers")
+
+
+def _resolve_user_model(w: Workload, where: str, root: Path | None) -> Workload:
+    """An ``llm`` workload naming a user module (``path/file.py:factory`` or ``.onnx``): refuse
+    the shape fields it does not read (:data:`USER_MODEL_UNREAD`), make a path relative to the
+    sweep file absolute (workers find it), and load the module now so a bad file or factory is
+    one line naming the sweep file and workload."""
+    from tilewright.models.resolve import (  # noqa: PLC0415  (lazy: pulls in torch)
+        model_form, resolve_model)
+    from tilewright.models.llm_shapes import ModelInputError  # noqa: PLC0415  (lazy: models)
+    from tilewright.models.user_module import \
+        ModelInputError as UserModuleError  # noqa: PLC0415  (lazy: pulls in torch)
+    if w.kind != "llm" or model_form(str(w.model)) not in ("factory", "onnx"):
+        return w
+    for f in USER_MODEL_UNREAD:
+        if f in w.model_fields_set:
+            raise SweepError(f"{where}.{f} = {getattr(w, f)!r}: a user module ({w.model}) runs "
+                             f"whole on the example inputs its factory/file gives; "
+                             f"{', '.join(USER_MODEL_UNREAD)} apply to LLM configs; remove it")
+    text = str(w.model)
+    file, _, factory = text.rpartition(":") if model_form(text) == "factory" else (text, "", "")
+    if root is not None and not Path(file).is_absolute() and (root / file).exists():
+        text = str((root / file).resolve()) + (":" + factory if factory else "")
+    try:
+        resolve_model(text)
+    except (ModelInputError, UserModuleError) as exc:
+        raise SweepError(f"{where}.model: {exc}") from None
+    return w.model_copy(update={"model": text})
 
 
 def _resolve_cluster(w: Workload, where: str, root: Path | None) -> Workload:
