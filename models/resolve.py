@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from tilewright.models.demo_shapes import MLP_SHAPES
@@ -27,7 +28,8 @@ from tilewright.models.user_module import load_user_model
 from tilewright.models.llm_shapes import (LLM_CONFIGS, LLMConfig, ModelInputError, builtin_names,
                                          get_config)
 
-__all__ = ["ResolvedModel", "resolve_model", "model_form", "FORMS", "refuse_user_model"]
+__all__ = ["ResolvedModel", "resolve_model", "model_form", "model_file", "FORMS",
+           "refuse_user_model"]
 
 FORMS = ("a built-in name (see `tilewright models`), a Hugging Face config.json or a folder "
          "holding one, path/file.py:factory, or a .onnx file")
@@ -53,6 +55,21 @@ def model_form(text: str) -> Form:
         return "mlp"
     return "builtin"
 
+
+
+def model_file(text: str) -> Path | None:
+    """The file whose content decides the model ``text`` names (the factory's ``.py``, the
+    ``.onnx``, the ``config.json`` itself or inside its folder), or None for a built-in name.
+    A stored result keyed on ``text`` must also be keyed on this file's content."""
+    form = model_form(text)
+    if form == "factory":
+        return Path(_FACTORY.match(text)["file"])  # type: ignore[index]
+    if form == "onnx":
+        return Path(text)
+    if form == "hf-config":
+        path = Path(text)
+        return path / "config.json" if path.is_dir() else path
+    return None
 
 @dataclass
 class ResolvedModel:

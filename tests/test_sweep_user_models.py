@@ -126,3 +126,23 @@ def test_cluster_workload_of_a_user_module_refused(tmp_path, capsys):
     assert code == 2, out + err
     assert f"{path}: workloads[0]: model = net.py:make: a user module has no LLM config" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_resume_refuses_when_the_model_file_changed(tmp_path):
+    """A stored point of a factory workload depends on the module's code, not only on its path:
+    after the user edits ``net.py``, ``--resume`` on the same database is refused (the definition
+    changed) instead of returning the old module's figures."""
+    from tilewright.app.sweep import run_sweep  # noqa: PLC0415  (lazy: the sweep runner)
+    from tilewright.app.sweep.runner import SweepError  # noqa: PLC0415  (lazy: the sweep runner)
+
+    net = tmp_path / "net.py"
+    net.write_text(MLP_FACTORY)
+    path = _sweep_file(tmp_path, "net.py:make")
+    db = tmp_path / "r.db"
+    first = run_sweep(load_sweep(path), db, workers=1)
+    assert first.evaluated == 1
+    same = run_sweep(load_sweep(path), db, workers=1, resume=True)
+    assert (same.evaluated, same.reused) == (0, 1)           # unchanged file: reused
+    net.write_text(MLP_FACTORY.replace("64", "96"))          # a wider hidden layer
+    with pytest.raises(SweepError, match="workloads changed"):
+        run_sweep(load_sweep(path), db, workers=1, resume=True)

@@ -432,16 +432,20 @@ class SweepSpec(_Model):
     def definition(self) -> dict[str, str]:
         """What a stored point's values depend on, part by part, each as a content hash: the
         base ArchSpec, the axes (paths and values), the workloads (and the content of any cluster
-        file they name), the constraints (they decide ``skipped`` and ``feasible``) and the
+        file, config.json, factory ``.py`` or ``.onnx`` file they name), the constraints (they decide ``skipped`` and ``feasible``) and the
         technology table's figures. Two runs may share one database only if these are equal;
         objectives and the search may change between runs (they do not change a point)."""
         def digest(obj: Any) -> str:
             return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()) \
                 .hexdigest()[:16]
+        from tilewright.models.resolve import model_file  # noqa: PLC0415  (lazy: models pull torch)
         clusters = {}
         for w in self.workloads:
             if w.kind == "cluster" and w.cluster and Path(str(w.cluster)).is_file():
                 clusters[str(w.cluster)] = digest(Path(str(w.cluster)).read_text())
+            source = model_file(w.model) if w.model else None
+            if source is not None and source.is_file():   # a user's model: its content counts
+                clusters[str(source)] = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
         return {"base": self.base.content_hash(),
                 "axes": digest(sorted((a.model_dump(mode="json") for a in self.axes),
                                       key=lambda a: a["paths"])),   # order is not meaning
