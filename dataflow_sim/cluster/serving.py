@@ -170,6 +170,18 @@ def _work(report: pd.DataFrame) -> np.ndarray:
                      float(report["bytes"].sum())])
 
 
+def _attention_side(program: Any) -> set[str]:
+    """Names of the quantize tasks of ``program`` whose codes are an attention task's q, k or
+    v operand: they belong to the attention's cost (a sequence's compiled attention,
+    :func:`.compiled.compiled_attention`, quantizes its own operands), not the layer's
+    token-linear part."""
+    if program is None:
+        return set()
+    operands = {getattr(t, f) for t in program.tasks if t.kind == "attention"
+                for f in ("q", "k", "v")}
+    return {t.name for t in program.tasks if t.kind == "quantize" and t.out in operands}
+
+
 def _pow2_neighbours(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lo, hi, weight of hi) for integers ``x ≥ 1``: the powers of two around ``x`` (lo = hi =
     x at a power of two) and ``(x − lo)/(hi − lo)``."""
@@ -281,8 +293,10 @@ class IterationCost:
             if self._expert_rep is None and self.dm.moe:
                 self._expert_rep = rep
             # the one-key attention of the T one-token sequences is not the sequences' real
-            # attention, which :meth:`attention_seconds` adds: left out here
-            dense = rep.report[~rep.report["kind"].isin(("grouped_gemm", "attention"))]
+            # attention, which :meth:`attention_seconds` adds: left out here, with the
+            # quantization of its q/k/v operands (each sequence's compiled attention has its own)
+            dense = rep.report[~rep.report["task"].isin(_attention_side(rep.program))
+                               & ~rep.report["kind"].isin(("grouped_gemm", "attention"))]
             t = self._bucket[T] = np.concatenate(
                 ([float(dense["time_cycles"].sum()) / rep.hz], _work(dense)))
         return t
