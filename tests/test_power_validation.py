@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # Stillmaker & Baas 2017 via hwcomponents techscaling.py: energy polynomial (a, b, c) of
 # E(V) = a V^2 + b V + c per node, and area factors from 45 nm.
 SB17_E = {45: (1.103, -0.362, 0.2767), 32: (0.9559, -0.7823, 0.471),
-          20: (0.373, -0.1582, 0.04104), 7: (0.1776, -0.09097, 0.02447)}
-SB17_AREA_FROM_45 = {32: 0.46, 20: 0.21, 7: 0.059}
+          20: (0.373, -0.1582, 0.04104), 16: (0.2958, -0.1241, 0.03024),
+          7: (0.1776, -0.09097, 0.02447)}
+SB17_AREA_FROM_45 = {32: 0.46, 20: 0.21, 16: 0.19, 7: 0.059}
 
 
 def _e(node: int, v: float) -> float:
@@ -177,6 +178,33 @@ def test_28nm_table_is_45nm_scaled_by_stillmaker_baas():
     for fmt, pair in t45.area_um2.pe.items():
         assert t28.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=1e-3)
     assert t28.area_um2.sram_bitcell == pytest.approx(0.346 * area, rel=1e-3)
+
+
+def test_16nm_table_is_45nm_scaled_by_stillmaker_baas():
+    """16 nm is a column of [SB17]: area x 0.19, energy x E16(0.8) / E45(0.9); its leakage
+    density is the 28 nm fit x E16(0.8)/E28(0.9) / (area factor 16 nm / 28 nm)."""
+    t45, t16 = load_tech("45nm"), load_tech("16nm")
+    area, energy = SB17_AREA_FROM_45[16], _e(16, 0.8) / _e(45, 0.9)
+    for fmt, pair in t45.mac_pj.items():
+        assert t16.mac_pj[fmt].mult == pytest.approx(pair.mult * energy, rel=2e-3)
+        assert t16.mac_pj[fmt].add == pytest.approx(pair.add * energy, rel=2e-3)
+    for p45, p16 in zip(t45.sram_pj_per_64b, t16.sram_pj_per_64b):
+        assert (p16.kib, p16.pj) == (p45.kib, pytest.approx(p45.pj * energy, rel=2e-3))
+    assert t16.vector_op_pj == pytest.approx(t45.vector_op_pj * energy, rel=2e-3)
+    for fmt, pair in t45.area_um2.pe.items():
+        assert t16.area_um2.pe[fmt].mult == pytest.approx(pair.mult * area, rel=2e-3)
+        assert t16.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=2e-3)
+    for key in ("vector_lane", "sram_bitcell", "fixed"):
+        assert getattr(t16.area_um2, key) == pytest.approx(getattr(t45.area_um2, key) * area,
+                                                           rel=2e-3)
+    e28 = _e(32, 0.9) + (_e(20, 0.9) - _e(32, 0.9)) * 4 / 12
+    a28 = SB17_AREA_FROM_45[32] + (SB17_AREA_FROM_45[20] - SB17_AREA_FROM_45[32]) * 4 / 12
+    l28 = load_tech("28nm").leakage.logic_mw_per_mm2
+    assert t16.leakage.logic_mw_per_mm2 == pytest.approx(
+        l28 * _e(16, 0.8) / e28 / (area / a28), rel=2e-3)
+    bit_um2 = t16.area_um2.sram_bitcell / t16.area_um2.sram_array_efficiency
+    assert t16.leakage.sram_pw_per_bit == pytest.approx(
+        t16.leakage.logic_mw_per_mm2 * 1e3 * bit_um2, rel=2e-3)
 
 
 def test_leakage_densities_follow_the_28nm_fit():

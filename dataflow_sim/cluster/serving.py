@@ -78,7 +78,8 @@ from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
 from .costs import ChipModel, chip_model
-from .energy import add_traffic, cluster_energy, power_capped_chip, serve_work
+from .energy import (WORK_FIELDS, add_traffic, cluster_energy, power_capped_chip, report_work,
+                     serve_work)
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
 from .serve_slo import SLO, best_split, pd_splits, slo_metrics, with_prefill_chips
@@ -165,9 +166,9 @@ def load_request_trace(path: str | Path) -> pd.DataFrame:
 
 # ---- iteration cost --------------------------------------------------------------------------
 def _work(report: pd.DataFrame) -> np.ndarray:
-    """(MACs, vector ops, off-chip bytes) summed over a Report's rows."""
-    return np.array([float(report["macs"].sum()), float(report["vector_ops"].sum()),
-                     float(report["bytes"].sum())])
+    """Work vector (:data:`.energy.WORK_FIELDS`: MACs, vector ops, off-chip bytes, the
+    engine's SRAM traffic) summed over a Report's rows (:func:`.energy.report_work`)."""
+    return report_work(report)
 
 
 def _attention_side(program: Any) -> set[str]:
@@ -232,7 +233,7 @@ class IterationCost:
         self._lines: dict[str, tuple[float, float] | None] = {}
         self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
         self._comm: dict[tuple[str, int], float] = {}
-        self._work = np.zeros(3)          # (MACs, vector ops, off-chip bytes) run so far
+        self._work = np.zeros(len(WORK_FIELDS))   # work vector of the iterations run so far
         self._link_bytes: dict[int, float] = {}   # bytes per link of the collectives
         # sums over the iterations not yet folded into _work / _link_bytes (serve_work's
         # arguments; the TP all-reduce bytes are linear in tokens): iterations, tokens, Σq·c,
@@ -371,12 +372,12 @@ class IterationCost:
         return float(self._attention_vec(q, c)[0])
 
     def _attention_vec(self, q: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Σ over sequences of the compiled attention (seconds, MACs, vector ops, bytes),
+        """Σ over sequences of the compiled attention (seconds and its work vector),
         bilinear in (q, c) between the powers of two around each (exact at powers of two;
         attention work grows like q·c, which bilinear interpolation reproduces)."""
         ql, qh, wq = _pow2_neighbours(q)
         cl, ch, wc = _pow2_neighbours(c)
-        total = np.zeros(4)
+        total = np.zeros(1 + len(WORK_FIELDS))
         for qb, cb, w in ((ql, cl, (1 - wq) * (1 - wc)), (qh, cl, wq * (1 - wc)),
                           (ql, ch, (1 - wq) * wc), (qh, ch, wq * wc)):
             keep = w > 0
@@ -413,7 +414,7 @@ class IterationCost:
                                      element_bytes=self.e)
             return np.concatenate(([rep.forward_seconds], _work(rep.report)))
 
-        return self._interpolated(T, f) if T > 0 else np.zeros(4)
+        return self._interpolated(T, f) if T > 0 else np.zeros(1 + len(WORK_FIELDS))
 
     def _head_vec(self, n: int) -> np.ndarray:
         """Compiled (seconds, MACs, vector ops, bytes) of the LM head for ``n`` rows, bucketed
@@ -424,7 +425,7 @@ class IterationCost:
             rep = compiled_head(self.cfg, self.shard, self.chip.arch, tokens=rows)
             return np.concatenate(([rep.forward_seconds], _work(rep.report)))
 
-        return self._interpolated(n, f, max(self.plan.max_seqs, n)) if n > 0 else np.zeros(4)
+        return self._interpolated(n, f, max(self.plan.max_seqs, n)) if n > 0 else np.zeros(1 + len(WORK_FIELDS))
 
     def comm_seconds(self, kind: str, nbytes: float) -> float:
         """One collective of the replica's TP (all_reduce) or EP (all_to_all) groups."""
@@ -575,7 +576,8 @@ class IterationCost:
         pend = self._pending
         if self.cost_source == "compiler" and not dm.moe and ep == 1:
             # the same compiled Reports that time the iteration (one cost path)
-            layer = self._interpolated(int(T), self._compiled_vec)[1:] if T else np.zeros(3)
+            layer = (self._interpolated(int(T), self._compiled_vec)[1:] if T
+                     else np.zeros(len(WORK_FIELDS)))
             if not dm.ssm and T:
                 layer = layer + self._attention_vec(q, c)[1:]
             self._work = self._work + tp * (L * layer + self._embed_vec(int(T))[1:]
@@ -1094,7 +1096,7 @@ def simulate_serving(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                    for role, cap in (power_caps or {}).items())
     energy = cluster_energy(spec, chip, busy_chip_s=sum(r.busy_chip_s for r in reps),
                             window_s=span if math.isfinite(span) else sim.env.now,
-                            work=sum((r.cost.work for r in reps), np.zeros(3)),
+                            work=sum((r.cost.work for r in reps), np.zeros(len(WORK_FIELDS))),
                             link_bytes=carried, topology=sim.topology, tech=tech,
                             capped_busy=capped)
     metrics.update(energy, tokens_per_j=float(done.output_tokens.sum()) / energy["energy_j"]
