@@ -234,6 +234,26 @@ def _bench():
     return mod
 
 
+def test_nvdla_points_as_the_primer_describes_them():
+    """Every primer row becomes an ArchSpec with its MAC count (peak 2 x MACs x 1 GHz), its
+    conv-buffer size as the scratchpad and its SDRAM bandwidth; the two confirmed configurations
+    have the scalability page's buffers: nv_large 16 banks x 64 B x 512 = 512 KB, nv_small 32
+    banks x 8 B x 512 = 128 KB. The compared area leaves the DDR PHY out (the IP's cell area):
+    the model's total minus bandwidth x the table's PHY um2 per GB/s."""
+    b = _bench()
+    assert [r[0] for r in b.NVDLA_PRIMER] == [2048, 1024, 512, 256, 128, 64, 32]
+    assert 16 * 64 * 512 == 512 * 1024 and 32 * 8 * 512 == 128 * 1024
+    for macs, kb, gbps, *_ in b.NVDLA_PRIMER:
+        a = b.nvdla_arch(macs, kb, gbps)
+        assert b.peak_tops(a) == pytest.approx(2 * macs * 1e9 / 1e12, rel=1e-12)
+        assert a.memory.scratchpad_kib == kb and a.offchip.bandwidth_gbps == gbps
+        t = load_tech("28nm")
+        assert b.core_area_mm2(a, "28nm", False) == pytest.approx(
+            area_breakdown(a, t)["area_mm2"] - gbps * 150000 / 1e6, rel=1e-9)
+    rows = b.nvdla_rows()
+    assert len(rows) == 7 and all(math.isfinite(r["peak_err"]) for r in rows)
+
+
 def test_peak_tops_closed_form():
     """TPU v1: 65,536 MACs x 700 MHz x 2 = 91.75 TOPS; TPU v4i: 65,536 x 1050 MHz x 2; TPU v4:
     eight 128x128 MXUs x 1050 MHz x 2."""

@@ -106,3 +106,35 @@ def test_sram_energy_differs_by_engine_reuse_on_one_gemm():
     # R*C MACs and keep their sums inside: the same SRAM traffic, as physics says
     assert sram["os"] == pytest.approx(sram["outer_product"], rel=0.02)
     print({k: round(v / 1e6, 3) for k, v in sram.items()}, "uJ")
+
+
+def test_compiled_step_sram_energy_follows_the_engine():
+    """The issue's case on a compiled LLM step (tiny-llama prefill, one layer, int8): engines of
+    equal peak and equal memory no longer give the same SRAM energy — a 4x4x4 cube reads each
+    operand for 4 MACs, an 8x8 outer product for 8 — and every MAC of the step is in a task that
+    reports its SRAM bytes (none charged at the per-MAC fallback)."""
+    from tilewright.dataflow_sim.token_cost import llm_step_cost
+
+    t = load_tech("7nm")
+    steps = {}
+    for kind in ("outer_product", "cube"):
+        arch = _arch(CASES[kind][0])
+        step = llm_step_cost(arch, "tiny-llama", phase="prefill", seq=32, batch=1, fmt="int8",
+                             layers=1)
+        assert step.sram["sram_macs"] == step.macs > 0
+        assert step.sram["scratchpad_bytes"] > 0 and step.sram["accumulator_bytes"] > 0
+        steps[kind] = step
+    o, c = steps["outer_product"], steps["cube"]
+    assert c.sram["scratchpad_bytes"] > o.sram["scratchpad_bytes"]
+    assert c.energy["sram_pj"] > o.energy["sram_pj"]
+    # same memory, same non-engine work (vector ops, off-chip bytes of the other tasks): the
+    # SRAM energies differ by the engine tasks' SRAM bytes alone (their DMA is in them)
+    assert (c.macs, c.vector_ops) == (o.macs, o.vector_ops)
+    assert c.dram_bytes - c.sram["sram_dram_bytes"] == o.dram_bytes - o.sram["sram_dram_bytes"]
+    arch = _arch(CASES["cube"][0])
+    sp_kib, acc_kib = sram_bank_kib(arch)
+    v = c.energy["voltage_v"]
+    want = ((c.sram["scratchpad_bytes"] - o.sram["scratchpad_bytes"]) * sram_pj_per_byte(t, sp_kib)
+            + (c.sram["accumulator_bytes"] - o.sram["accumulator_bytes"])
+            * sram_pj_per_byte(t, acc_kib)) * (v / t.vf.v_nom) ** 2
+    assert c.energy["sram_pj"] - o.energy["sram_pj"] == pytest.approx(want, rel=1e-9)

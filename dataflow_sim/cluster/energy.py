@@ -4,7 +4,8 @@ simulation executed: the chips' busy time and work, and the bytes every link car
 Terms (each in the run's metrics; ``energy_j`` is their sum):
 
 * ``energy_compute_j`` — **ArchSpec chip**: dynamic energy of the executed MACs, vector element
-  operations and their SRAM traffic (the ``mac``, ``sram`` and ``vector`` terms of
+  operations and their SRAM traffic (the compiler Reports' scratchpad and accumulator bytes when
+  the work came from them, :data:`WORK_FIELDS`; the ``mac``, ``sram`` and ``vector`` terms of
   :func:`tilewright.dataflow_sim.energy_area.energy_breakdown` on the run's totals, with the
   technology table ``tech``, default :data:`DEFAULT_TECH`). **GPU preset**: chip-busy seconds x
   the board's ``tdp_w`` (:data:`~.cluster_spec.GPU_PRESETS`): a chip runs at its maximum board
