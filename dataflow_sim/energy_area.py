@@ -1,10 +1,10 @@
 """Energy and area of a design point from per-component technology tables, scaled by ArchSpec.
 
-Technology tables live in ``configs/tech/<name>.yaml`` (presets ``28nm``, ``45nm``, ``7nm``); their
-``sources`` block lists the publications, and every number's comment says whether it was
-*confirmed* against a retrieved copy of its source, is *derived* (with the rule), is an
-*assumption*, or is *unconfirmed*. Units: pJ for energy, µm² for area (results also in mm²
-and J).
+Technology tables live in ``configs/tech/<name>.yaml`` (presets ``16nm``, ``28nm``, ``45nm``,
+``7nm``); their ``sources`` block lists the publications, and every number's comment says
+whether it was *confirmed* against a retrieved copy of its source, is *derived* (with the
+rule), is an *assumption*, or is *unconfirmed*. Units: pJ for energy, µm² for area (results also
+in mm² and J).
 
 **Area** (µm²) of one core::
 
@@ -231,7 +231,7 @@ class TechSpec(_Frozen):
 
 
 def load_tech(name_or_path: str | Path) -> TechSpec:
-    """A technology table by preset name (``28nm``, ``45nm``, ``7nm``) or YAML path."""
+    """A technology table by preset name (``16nm``, ``28nm``, ``45nm``, ``7nm``) or YAML path."""
     return _load_tech(str(name_or_path))
 
 

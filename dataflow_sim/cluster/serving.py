@@ -425,7 +425,9 @@ class IterationCost:
             rep = compiled_head(self.cfg, self.shard, self.chip.arch, tokens=rows)
             return np.concatenate(([rep.forward_seconds], _work(rep.report)))
 
-        return self._interpolated(n, f, max(self.plan.max_seqs, n)) if n > 0 else np.zeros(1 + len(WORK_FIELDS))
+        if n <= 0:
+            return np.zeros(1 + len(WORK_FIELDS))
+        return self._interpolated(n, f, max(self.plan.max_seqs, n))
 
     def comm_seconds(self, kind: str, nbytes: float) -> float:
         """One collective of the replica's TP (all_reduce) or EP (all_to_all) groups."""
