@@ -229,7 +229,7 @@ class IterationCost:
         self._lin: dict[int, float] = {}
         self._head: dict[int, float] = {}
         self._emb: dict[int, float] = {}
-        self._attn: dict[tuple[int, int], float] = {}
+        self._attn: dict[tuple[int, int, int], np.ndarray] = {}
         self._lines: dict[str, tuple[float, float] | None] = {}
         self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
         self._comm: dict[tuple[str, int], float] = {}
@@ -354,16 +354,17 @@ class IterationCost:
         a, b = f(lo), f(hi)
         return a + (b - a) * (T - lo) / (hi - lo)
 
-    def _compiled_attention(self, q: int, c: int) -> np.ndarray:
-        """Compiled (seconds, MACs, vector ops, off-chip bytes) of one sequence's attention
-        (``q`` new tokens over ``c`` keys) in one layer (:func:`.compiled.compiled_attention`;
-        ``q`` clamped to ``c``)."""
-        key = (min(q, c), c)
+    def _compiled_attention(self, q: int, c: int, n: int = 1) -> np.ndarray:
+        """Compiled (seconds, work vector) of the attention of ``n`` sequences of ``q`` new
+        tokens over ``c`` keys in one layer, as one batched task
+        (:func:`.compiled.compiled_attention`, the compiler's path for the whole layer's
+        attention; ``q`` clamped to ``c``). Cached per (n, q, c)."""
+        key = (n, min(q, c), c)
         t = self._attn.get(key)
         if t is None:
             assert self.chip.arch is not None
-            rep = compiled_attention(self.cfg, self.shard, self.chip.arch, q_len=key[0],
-                                     ctx_len=c)
+            rep = compiled_attention(self.cfg, self.shard, self.chip.arch, q_len=key[1],
+                                     ctx_len=c, batch=n)
             t = self._attn[key] = np.concatenate(([rep.forward_seconds], _work(rep.report)))
         return t
 
@@ -372,20 +373,23 @@ class IterationCost:
         return float(self._attention_vec(q, c)[0])
 
     def _attention_vec(self, q: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Σ over sequences of the compiled attention (seconds and its work vector),
-        bilinear in (q, c) between the powers of two around each (exact at powers of two;
-        attention work grows like q·c, which bilinear interpolation reproduces)."""
-        ql, qh, wq = _pow2_neighbours(q)
-        cl, ch, wc = _pow2_neighbours(c)
+        """The compiled attention of a batch (seconds and its work vector): the sequences
+        grouped by equal (q, c), each group one batched task of its size n (as compile costs a
+        batch of equal sequences), summed over groups. Between powers of two a group is
+        bilinear in (q, c) over the batched tasks at the powers of two around them (exact at
+        powers of two; attention work grows like q·c, which bilinear interpolation
+        reproduces)."""
+        q, c = np.asarray(q, np.int64), np.asarray(c, np.int64)
+        groups, counts = np.unique(np.stack([np.minimum(q, c), c]), axis=1, return_counts=True)
+        ql, qh, wq = _pow2_neighbours(groups[0])
+        cl, ch, wc = _pow2_neighbours(groups[1])
         total = np.zeros(1 + len(WORK_FIELDS))
-        for qb, cb, w in ((ql, cl, (1 - wq) * (1 - wc)), (qh, cl, wq * (1 - wc)),
-                          (ql, ch, (1 - wq) * wc), (qh, ch, wq * wc)):
-            keep = w > 0
-            if not keep.any():
-                continue
-            pairs, inv = np.unique(np.stack([qb[keep], cb[keep]]), axis=1, return_inverse=True)
-            vals = np.array([self._compiled_attention(int(a), int(b)) for a, b in pairs.T])
-            total += w[keep] @ vals[inv.ravel()]
+        for i, n in enumerate(counts.tolist()):
+            for qb, cb, w in ((ql[i], cl[i], (1 - wq[i]) * (1 - wc[i])),
+                              (qh[i], cl[i], wq[i] * (1 - wc[i])),
+                              (ql[i], ch[i], (1 - wq[i]) * wc[i]), (qh[i], ch[i], wq[i] * wc[i])):
+                if w > 0:
+                    total += w * self._compiled_attention(int(qb), int(cb), n)
         return total
 
     def embed_seconds(self, T: int) -> float:
