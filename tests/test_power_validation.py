@@ -131,7 +131,7 @@ def test_static_power_by_hand_45nm_ws16x16():
     pe = 256 * (406.4 + 227.1) * 1.8
     vec = 16 * (7787.8 + 3805.8)
     logic_mm2 = (pe + vec + 500000) / 1e6          # area - SRAM - PHY
-    leak = (logic_mm2 * 257.2e-3 + 256 * 8192 * 148300e-12) * 0.6 / 0.9
+    leak = (logic_mm2 * 252.6e-3 + 256 * 8192 * 145670e-12) * 0.6 / 0.9
     phy = 16.0 * 5.0e-3
     p = static_power(a, t)
     assert p["leakage_w"] == pytest.approx(leak)
@@ -313,11 +313,11 @@ def test_printed_errors_are_the_models_and_held_out_bounds(capsys):
         assert errs[5] == pytest.approx(with_dram / power_pub - 1, abs=6e-4)
         want[chip] = (area * k / area_pub - 1, cls / area_pub - 1, power / power_pub - 1)
     # the bounds reached (goal 25 %, docs/power_validation.md), against upper-bound die areas:
-    # class-factor area within 10 % (v4i) and 16 % (v4); single die factor +26 % / +36 %; TPU v4
-    # power within 11 % of its measured maximum; TPU v4i power 45-50 % below its TDP (a design
-    # limit, not a measurement)
+    # class-factor area within 10 % (v4i) and 16 % (v4); single die factor +24 % / +34 % (TPU
+    # v1 with its 256 accumulator RAMs); TPU v4 power within 11 % of its measured maximum; TPU
+    # v4i power 45-50 % below its TDP (a design limit, not a measurement)
     assert abs(want["tpu_v4i"][1]) <= 0.10 and abs(want["tpu_v4"][1]) <= 0.16
-    assert 0.25 <= want["tpu_v4i"][0] <= 0.27 and 0.35 <= want["tpu_v4"][0] <= 0.37
+    assert 0.23 <= want["tpu_v4i"][0] <= 0.25 and 0.33 <= want["tpu_v4"][0] <= 0.35
     assert abs(want["tpu_v4"][2]) <= 0.11
     assert -0.50 <= want["tpu_v4i"][2] <= -0.45
 
@@ -326,13 +326,15 @@ def test_tpu_v1_busy_power_against_its_measurement(capsys):
     """TPU v1 running CNN0 at 100 % load: 40 W per die, 86 TOPS (Jouppi et al. 2017, section 6
     and Table 3). Model: MACs at 86e12 / 2 per second x the 28 nm int8 MAC energy, scratchpad
     bytes 1/256 per MAC (WS, 256 columns) and accumulator bytes 8/256 per MAC (4 + 4 bytes per
-    row fold of 256) at the table's interpolated pJ/byte, plus the 28 W fitted static power; and
-    the accumulator term again with each access reading one 16 KiB RAM of 256."""
+    row fold of 256) at the table's interpolated pJ/byte of one of the 256 accumulator RAMs
+    (16 KiB), plus the 28 W fitted static power; and the accumulator term again as one 4 MiB
+    bank (how the ArchSpec had to describe it while accumulator_banks stopped at 64)."""
     b = _bench()
     b.main([])
     out = capsys.readouterr().out
     t = load_tech("28nm")
     macs = 86e12 / 2
+    assert b.load_chip("tpu_v1").memory.accumulator_banks == 256
 
     def pj_per_byte(kib):          # log-log interpolation of the table by hand
         pts = sorted((p.kib, p.pj) for p in t.sram_pj_per_64b)
@@ -341,17 +343,20 @@ def test_tpu_v1_busy_power_against_its_measurement(capsys):
 
     mac = macs * (0.1013 + 0.05066)
     sp = macs / 256 * pj_per_byte(24576 / 2)
-    acc = macs * 8 / 256 * pj_per_byte(4096)
+    acc = macs * 8 / 256 * pj_per_byte(4096 / 256)
     static = static_power(b.load_chip("tpu_v1"), t)["static_w"]
     busy = (mac + sp + acc) * 1e-12 + static
     m = re.search(r"CNN0's 86 TOPS (\d+\.\d) W vs measured busy 40 W \(([+-]\d+\.\d)%\)", out)
     assert float(m.group(1)) == pytest.approx(busy, abs=0.06)
     assert float(m.group(2)) / 100 == pytest.approx(busy / 40 - 1, abs=6e-4)
-    rams = macs * 8 / 256 * pj_per_byte(16) * 1e-12
-    m = re.search(r"accumulator reads (\d+\.\d) W .* 16 KiB (\d+\.\d) W -> busy (\d+\.\d) W", out)
+    one = macs * 8 / 256 * pj_per_byte(4096) * 1e-12
+    m = re.search(r"accumulator reads (\d+\.\d) W .* 4 MiB bank (\d+\.\d) W -> busy (\d+\.\d) W",
+                  out)
     assert float(m.group(1)) == pytest.approx(acc * 1e-12, abs=0.06)
-    assert float(m.group(2)) == pytest.approx(rams, abs=0.06)
-    assert float(m.group(3)) == pytest.approx(busy - acc * 1e-12 + rams, abs=0.06)
+    assert float(m.group(2)) == pytest.approx(one, abs=0.06)
+    assert float(m.group(3)) == pytest.approx(busy - acc * 1e-12 + one, abs=0.06)
+    # the calibration chip's measured busy power, now that its banking is expressed
+    assert abs(busy / 40 - 1) <= 0.05
 
 
 def test_tpu_v4_full_rate_power_against_its_measured_mean(capsys):
@@ -381,7 +386,9 @@ def test_printed_floorplan_ratio_is_the_models(capsys):
     assert float(m.group(1)) == pytest.approx(model, abs=6e-4)
     assert float(m.group(2)) == pytest.approx(published, abs=6e-4)
     assert float(m.group(3)) / 100 == pytest.approx(model / published - 1, abs=6e-4)
-    assert abs(model / published - 1) <= 0.25
+    # +28 %: the 255 extra accumulator banks' periphery (an 8 KiB macro's each, an assumption)
+    # is SRAM area
+    assert abs(model / published - 1) <= 0.30
 
 
 def test_extra_sram_banks_leak_as_logic():
@@ -392,4 +399,4 @@ def test_extra_sram_banks_leak_as_logic():
     banked = _with(a, memory={"scratchpad_banks": 4, "accumulator_banks": 2})   # 2*3 + 1 extra
     periphery_mm2 = 7 * 8 * 8192 * 0.346 * (1 / 0.6 - 1) / 1e6
     d = static_power(banked, t)["leakage_w"] - static_power(a, t)["leakage_w"]
-    assert d == pytest.approx(periphery_mm2 * 257.2e-3 * 0.6 / 0.9)
+    assert d == pytest.approx(periphery_mm2 * 252.6e-3 * 0.6 / 0.9)
