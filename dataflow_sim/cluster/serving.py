@@ -40,10 +40,11 @@ counts are **bucketed**: the layer is compiled at powers of two (and at ``max_ba
 the time of any other ``T`` is **interpolated linearly in tokens** between the two neighbouring
 buckets (exact at bucket points; the cycle model's tile padding makes time piecewise linear, so
 the error is the padding jitter between buckets). Their one-key attention task is left out (it
-is not the sequences' attention). The real attention of each sequence (``q`` new tokens
-over ``c`` keys) is compiled too (:func:`.compiled.compiled_attention`: the layer's score, causal
-mask, softmax and value ops fused into one attention task, plus the K/V reads it needs), at
-powers of two in ``q`` and ``c`` and interpolated bilinearly between them; the embedding lookup
+is not the sequences' attention). The real attention of the sequences (``q`` new tokens
+over ``c`` keys each) is compiled too (:func:`.compiled.compiled_attention`: the layer's score,
+causal mask, softmax and value ops fused into one attention task, plus the K/V reads it needs):
+sequences of equal (``q``, ``c``) as one batched task of their count (as compile costs a batch),
+at powers of two in ``q`` and ``c`` and interpolated bilinearly between them; the embedding lookup
 (a compiled row gather, :func:`.compiled.compiled_embedding`) and the LM head
 (:func:`.compiled.compiled_head`) are compiled and bucketed in tokens/rows like the layer. Only
 the collectives are timed by the network model.
