@@ -68,7 +68,8 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.engine_timing import sram_bytes_per_mac
 from tilewright.dataflow_sim.energy_area import (area_breakdown, area_mm2, dynamic_scale,
                                                  energy_breakdown, load_tech, operand_bytes,
-                                                 operating_voltage, sram_pj_per_byte)
+                                                 operating_voltage, sram_pj_per_byte,
+                                                 static_power)
 
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "configs" / "validation"
 
@@ -171,22 +172,143 @@ def die_factor() -> float:
 
 ACC_RAMS_TPU_V1 = 256
 """TPU v1's accumulators are 256 accumulator RAMs (section 2 and Figure 4 of the paper), 4 MiB
-in all; ``memory.accumulator_banks`` stops at 64, so tpu_v1.yaml keeps one bank (module doc)."""
+in all: tpu_v1.yaml has ``memory.accumulator_banks: 256``."""
 
 
 def v1_accumulator_sensitivity() -> dict[str, float]:
-    """TPU v1 at CNN0's 86 TOPS: the accumulator's share of the SRAM power (W) as modelled (one
-    4 MiB bank per access) and with each access reading one of 256 RAMs of 16 KiB, and the busy
-    power that follows (W) — a diagnostic, not used for any other figure."""
+    """TPU v1 at CNN0's 86 TOPS: the accumulator's share of the SRAM power (W) as modelled (each
+    access reads one of the 256 RAMs of 16 KiB) and as it would be with one 4 MiB bank (how
+    earlier versions had to describe it), and the busy power of each — a diagnostic, not used
+    for any other figure. The leakage fit is on the banked chip either way (its static power is
+    the measured idle power)."""
     arch, t = load_chip("tpu_v1"), load_tech("28nm")
     macs = BUSY_V1["tops"] * 1e12 / 2
     _, psum_b = sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))
     s = dynamic_scale(t, operating_voltage(arch, t))
     acc_kib = arch.memory.accumulator_kib
-    one = macs * psum_b * sram_pj_per_byte(t, acc_kib / arch.memory.accumulator_banks) * s * 1e-12
-    rams = macs * psum_b * sram_pj_per_byte(t, acc_kib / ACC_RAMS_TPU_V1) * s * 1e-12
+    rams = macs * psum_b * sram_pj_per_byte(t, acc_kib / arch.memory.accumulator_banks) * s * 1e-12
+    one = macs * psum_b * sram_pj_per_byte(t, acc_kib) * s * 1e-12
     busy = peak_power_w(arch, "28nm", macs_per_s=macs)["power_w"]
-    return {"acc_w": one, "acc_rams_w": rams, "busy_w": busy, "busy_rams_w": busy - one + rams}
+    return {"acc_w": rams, "acc_one_bank_w": one, "busy_w": busy,
+            "busy_one_bank_w": busy - rams + one}
+
+
+# ---- NVDLA-class designs (all held out) ---------------------------------------------------------
+NVDLA_CITE = ("NVDLA Primer, 'Example Area and Performance with NVDLA' (nvdla.org/primer.html; "
+              "nvdla/nvdla.github.io primer.html)")
+NVDLA_PRIMER = [
+    # MACs, conv. buffer KB, SDRAM GB/s, cell area mm2 28 nm, 16 nm, ResNet-50 fps, peak mW, avg mW
+    (2048, 512, 20.0, 5.5, 3.3, 269.0, 766.0, 291.0),
+    (1024, 256, 15.0, 3.0, 1.8, 153.0, 375.0, 143.0),
+    (512, 256, 10.0, 2.3, 1.4, 93.0, 210.0, 80.0),
+    (256, 256, 5.0, 1.7, 1.0, 46.0, 135.0, 48.0),
+    (128, 256, 2.0, 1.4, 0.84, 20.0, 82.0, 31.0),
+    (64, 128, 1.0, 0.91, 0.55, 7.3, 55.0, 21.0),
+    (32, 128, 0.5, 0.85, 0.51, 3.6, 45.0, 17.0),
+]
+"""The primer's table, confirmed in the retrieved page: "estimated synthesis area, and include
+all memories required" (cell area of the IP: no SDRAM PHY, no pads), power (peak / average, 16 nm)
+and ResNet-50 int8 frames/s "shown for a 1GHz frequency". Estimates by NVIDIA, not silicon
+measurements."""
+NVDLA_ATOMIC = {2048: (64, 32), 1024: (32, 32), 512: (32, 16), 256: (16, 16), 128: (16, 8),
+                64: (8, 8), 32: (8, 4)}
+"""MAC atomic sizes (C input channels x K kernels per cycle) per MAC count. Confirmed on
+nvdla.org/hw/v2/scalability.html: nv_large C 64, K 32 (2048 MACs) with 16 conv-buffer banks of
+64 B x 512, and nv_small C 8, K 8 (64 MACs) with 32 banks of 8 B x 512 (= 512 KB and 128 KB, the
+primer's buffers for those rows). The other rows' splits are assumptions (the area model reads
+only C x K)."""
+RESNET50_MACS = 3.8e9
+"""multiply-adds per 224x224 ResNet-50 inference: He et al., "Deep Residual Learning for Image
+Recognition", CVPR 2016 (arXiv:1512.03385), Table 1: 3.8 x 10^9 FLOPs, counted as multiply-adds
+(their footnote). Not retrieved in this session: marked unconfirmed."""
+
+
+def nvdla_arch(macs: int, cbuf_kb: int, gbps: float) -> ArchSpec:
+    """An NVDLA-class core as an ArchSpec: the convolution MAC array as a weight-stationary
+    C x K array (:data:`NVDLA_ATOMIC`; NVDLA's CMAC holds each of K kernels' C weights in a MAC
+    cell and broadcasts C input features to all K cells per cycle — WS reuse: a feature byte
+    serves K MACs, a partial sum leaves the array once per C MACs; the primer describes no
+    systolic skew, which changes cycles, not area or energy), the convolution buffer as the
+    scratchpad (nv_large's 16 banks of 64 B, nv_small's 32 of 8 B; other rows 16 of 64 B —
+    assumption), 32 KiB of accumulator (CACC assembly buffer; assumption), a K-lane vector unit
+    (SDP/PDP/CDP; assumption), 1 GHz, int8, DDR at the primer's bandwidth."""
+    c, k = NVDLA_ATOMIC[macs]
+    banks, width = (32, 8) if macs == 64 else (16, 64)
+    return ArchSpec.from_dict({
+        "name": f"nvdla_{macs}", "clock_mhz": 1000.0,
+        "tensor_engine": {"kind": "systolic", "rows": c, "cols": k, "dataflow": "ws",
+                          "input_format": "int8", "weight_format": "int8",
+                          "accumulator_format": "int32"},
+        "memory": {"scratchpad_kib": cbuf_kb, "accumulator_kib": 32,
+                   "scratchpad_banks": banks // 2, "bank_width_bytes": width},
+        "offchip": {"bandwidth_gbps": gbps, "interface": "ddr4"},
+        "vector_unit": {"lanes": k}}, source=f"nvdla_arch({macs})")
+
+
+def core_area_mm2(arch: ArchSpec, tech: str, classes: bool) -> float:
+    """The model's area of what an IP's cell area holds (no off-chip PHY): raw, or with TPU v1's
+    class factors on the SRAM and compute blocks (:func:`class_factors`) and the fixed block as
+    modelled — without :func:`class_area_mm2`'s share for I/O, pads and TPU v1's unshaded area,
+    which a synthesis cell area does not contain."""
+    ab = area_breakdown(arch, load_tech(tech))
+    if not classes:
+        return (ab["area_mm2"] * 1e6 - ab["phy_um2"]) / 1e6
+    k, m = class_factors(), model_classes(arch, tech)
+    return k["buffers"] * m["buffers"] + k["compute"] * m["compute"] + ab["fixed_um2"] / 1e6
+
+
+def nvdla_rows() -> list[dict]:
+    """One row per primer configuration: area at 28 and 16 nm (raw and with TPU v1's class
+    factors, no PHY) and power at 16 nm and 1 GHz — at the full MAC rate against the primer's
+    peak, and at ResNet-50's MAC rate (fps x :data:`RESNET50_MACS`) against its average (no
+    DRAM device energy and no DDR PHY: the IP's power; static = the core's leakage). Nothing
+    here was fitted: every row is held out."""
+    out = []
+    for macs, kb, gbps, a28, a16, fps, peak_mw, avg_mw in NVDLA_PRIMER:
+        arch = nvdla_arch(macs, kb, gbps)
+        r = {"chip": f"nvdla_{macs}", "macs": macs, "cbuf_kb": kb}
+        for node, pub in (("28nm", a28), ("16nm", a16)):
+            raw, cls = core_area_mm2(arch, node, False), core_area_mm2(arch, node, True)
+            r[f"area_{node}"], r[f"area_class_{node}"], r[f"area_pub_{node}"] = raw, cls, pub
+            r[f"area_err_{node}"], r[f"area_class_err_{node}"] = raw / pub - 1, cls / pub - 1
+        t = load_tech("16nm")
+        st = static_power(arch, t)
+        phy_j = st["phy_w"]              # one second of the DDR PHY: outside the IP
+        peak = energy_breakdown(arch, t, macs=arch.peak_macs_per_s,
+                                latency_s=1.0)["energy_j"] - phy_j
+        avg = energy_breakdown(arch, t, macs=fps * RESNET50_MACS,
+                               latency_s=1.0)["energy_j"] - phy_j
+        r.update(peak_mw=peak * 1e3, peak_pub_mw=peak_mw, peak_err=peak * 1e3 / peak_mw - 1,
+                 avg_mw=avg * 1e3, avg_pub_mw=avg_mw, avg_err=avg * 1e3 / avg_mw - 1,
+                 static_mw=(st["static_w"] - st["phy_w"]) * 1e3)
+        out.append(r)
+    return out
+
+
+def _mean_abs(xs: list[float]) -> float:
+    return sum(abs(x) for x in xs) / len(xs)
+
+
+def nvdla_table(rs: list[dict]) -> str:
+    head = (f"{'NVDLA':10} {'MACs':>5} {'CBUF':>5} | {'28nm':>5} {'pub':>5} {'err':>6} "
+            f"{'class':>5} {'err':>6} | {'16nm':>5} {'pub':>5} {'err':>6} {'class':>5} "
+            f"{'err':>6} | {'peak':>5} {'pub':>4} {'err':>6} | {'avg':>5} {'pub':>4} "
+            f"{'err':>6} | {'static':>6} mW")
+    lines = [head, "-" * len(head)]
+    for r in rs:
+        lines.append(
+            f"{r['chip']:10} {r['macs']:5d} {r['cbuf_kb']:5d} | {r['area_28nm']:5.2f} "
+            f"{r['area_pub_28nm']:5.2f} {_pct(r['area_err_28nm'])} {r['area_class_28nm']:5.2f} "
+            f"{_pct(r['area_class_err_28nm'])} | {r['area_16nm']:5.2f} {r['area_pub_16nm']:5.2f} "
+            f"{_pct(r['area_err_16nm'])} {r['area_class_16nm']:5.2f} "
+            f"{_pct(r['area_class_err_16nm'])} | {r['peak_mw']:5.0f} {r['peak_pub_mw']:4.0f} "
+            f"{_pct(r['peak_err'])} | {r['avg_mw']:5.0f} {r['avg_pub_mw']:4.0f} "
+            f"{_pct(r['avg_err'])} | {r['static_mw']:6.1f}")
+    lines.append("mean |error| (all held out): " + ", ".join(
+        f"{k} {_mean_abs([r[k] for r in rs]):.1%}" for k in
+        ("area_err_28nm", "area_class_err_28nm", "area_err_16nm", "area_class_err_16nm",
+         "peak_err", "avg_err")))
+    return "\n".join(lines)
 
 
 def _err(x: float, pub: float | None) -> float | None:
@@ -259,10 +381,10 @@ def table(rs: list[dict]) -> str:
             lines.append(f"{r['chip']}: power at the full MAC rate {r['power_w']:.1f} W vs "
                          f"measured mean {r['mean_pub_w']:.0f} W ({r['mean_err']:+.1%})")
     a = v1_accumulator_sensitivity()
-    lines.append(f"tpu_v1: accumulator reads {a['acc_w']:.1f} W of that (one 4 MiB bank); as the "
-                 f"paper's {ACC_RAMS_TPU_V1} RAMs of 16 KiB {a['acc_rams_w']:.1f} W -> busy "
-                 f"{a['busy_rams_w']:.1f} W ({a['busy_rams_w'] / BUSY_V1['power_w'] - 1:+.1%}; "
-                 f"not expressible: accumulator_banks <= 64)")
+    lines.append(f"tpu_v1: accumulator reads {a['acc_w']:.1f} W of that (the paper's "
+                 f"{ACC_RAMS_TPU_V1} RAMs of 16 KiB); as one 4 MiB bank "
+                 f"{a['acc_one_bank_w']:.1f} W -> busy {a['busy_one_bank_w']:.1f} W "
+                 f"({a['busy_one_bank_w'] / BUSY_V1['power_w'] - 1:+.1%})")
     lines.append(f"die factor (TPU v1 published / model area) = {die_factor():.3f}")
     k, m = class_factors(), model_classes(load_chip("tpu_v1"), "28nm")
     lines.append("TPU v1 area by class, model mm2 / floor plan mm2 (factor): " + ", ".join(
@@ -278,8 +400,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
-    rs = rows()
-    print(json.dumps(rs, indent=1) if args.json else table(rs))
+    rs, nv = rows(), nvdla_rows()
+    print(json.dumps({"chips": rs, "nvdla": nv}, indent=1) if args.json
+          else table(rs) + "\n\n" + nvdla_table(nv))
 
 
 if __name__ == "__main__":

@@ -128,8 +128,8 @@ __all__ = ["GemmOp", "Mapping", "MappingCost", "MappingSpace", "MapperResult", "
            "DATAFLOWS", "ENGINE_DATAFLOWS", "ACC_BYTES", "native_dataflow", "accepted_dataflows",
            "map_gemm", "best_index", "enumerate_mappings", "evaluate_mappings",
            "cost_of", "buffer_words", "refetch_factors", "working_sets", "tile_capacity",
-           "resident_tiles", "command_sram_reads", "sram_cycles", "command_cycles",
-           "tile_candidates", "dram_rates",
+           "resident_tiles", "command_sram_reads", "command_sram_bytes", "sram_cycles",
+           "command_cycles", "tile_candidates", "dram_rates",
            "mapper_arch_key", "map_gemms"]
 
 #: loop orders over tiles, outer -> inner (the batch loop is always outermost)
@@ -476,6 +476,18 @@ def command_cycles(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n) -> n
     cyc = _cmd_cycles(arch, dataflow, m, k, n)[0]
     a, b, _ = command_sram_reads(arch, dataflow, elem_bytes, m, k, n)
     return np.maximum(cyc, sram_cycles(arch, a, b))
+
+
+def command_sram_bytes(arch: ArchSpec, dataflow: str, elem_bytes: int, m, k, n
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """``(scratchpad bytes, accumulator bytes)`` the engine moves for ``m x k x n`` commands
+    (no DMA): the A and B operand reads of :func:`command_sram_reads` and the accumulator
+    traffic of :func:`_command_costs` (WS/IS read-modify-write of ``m*C`` / ``n*C`` int32 lanes
+    per fold, OS ``R*C`` lanes drained per fold, a tile-MAC engine each output tile written
+    once). These are the bytes SRAM access energy follows
+    (:func:`tilewright.dataflow_sim.energy_area.energy_breakdown`)."""
+    _, sp, acc, _, _, _ = _command_costs(arch, dataflow, elem_bytes)(m, k, n)
+    return sp, acc
 
 
 def _command_costs(arch: ArchSpec, dataflow: str, elem_bytes: int):

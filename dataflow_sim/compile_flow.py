@@ -28,7 +28,7 @@ from tilewright.compiler.passes import run_flow
 from tilewright.compiler.ir import Graph
 from tilewright.compiler.program import GroupedGemmTask, Program
 from tilewright.dataflow_sim.functional import run_program
-from tilewright.dataflow_sim.report import program_report, report_totals
+from tilewright.dataflow_sim.report import SRAM_TOTALS, program_report, report_totals
 from tilewright.compiler.lower_llm import ELEM_BYTES
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech
@@ -204,11 +204,12 @@ def kinds_step_cost(arch: ArchSpec, name: str, *, phase: str, seq: int, batch: i
     emb = report_totals(compiled_embedding(proxy, Shard(), arch, tokens=tokens,
                                            element_bytes=ELEM_BYTES[fmt], fmt=fmt).report)
     head = report_totals(compiled_head(proxy, Shard(), arch, tokens=batch, fmt=fmt).report)
-    summed = ("total_cycles", "macs", "vector_ops", "bytes")
+    summed = ("total_cycles", "macs", "vector_ops", "bytes", *SRAM_TOTALS)
     tot = {k: sum(v[k] * v["count"] for v in kinds.values()) + emb[k] + head[k] for k in summed}
     tech = tech or DEFAULT_TECH
     energy = energy_breakdown(arch_for_format(arch, fmt), load_tech(tech), macs=tot["macs"],
-                              vector_ops=tot["vector_ops"], dram_bytes=tot["bytes"])
+                              vector_ops=tot["vector_ops"], dram_bytes=tot["bytes"],
+                              **{k: tot[k] for k in SRAM_TOTALS})
     seconds = tot["total_cycles"] / (arch.clock_mhz * 1e6)
     return {"model": name, "phase": phase, "seq": seq, "batch": batch, "format": fmt,
             "layers": cfg.n_layers, "whole_model": True, "tokens": tokens,

@@ -1,10 +1,10 @@
 """Energy and area of a design point from per-component technology tables, scaled by ArchSpec.
 
-Technology tables live in ``configs/tech/<name>.yaml`` (presets ``28nm``, ``45nm``, ``7nm``); their
-``sources`` block lists the publications, and every number's comment says whether it was
-*confirmed* against a retrieved copy of its source, is *derived* (with the rule), is an
-*assumption*, or is *unconfirmed*. Units: pJ for energy, µm² for area (results also in mm²
-and J).
+Technology tables live in ``configs/tech/<name>.yaml`` (presets ``16nm``, ``28nm``, ``45nm``,
+``7nm``); their ``sources`` block lists the publications, and every number's comment says
+whether it was *confirmed* against a retrieved copy of its source, is *derived* (with the
+rule), is an *assumption*, or is *unconfirmed*. Units: pJ for energy, µm² for area (results also
+in mm² and J).
 
 **Area** (µm²) of one core::
 
@@ -38,11 +38,19 @@ bytes (a Report's ``macs``, ``vector_ops`` and ``bytes`` columns) and optional m
 same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
 
 * MAC: ``macs * (mult + add)[format]``;
-* scratchpad and accumulator reads: ``macs`` times the operand and partial-sum bytes per MAC
-  of the engine's kind, :func:`~tilewright.compiler.engine_timing.sram_bytes_per_mac` (WS and
+* scratchpad and accumulator traffic of the tensor engine's tasks: the mapper's per-op
+  ``scratchpad_bytes`` and ``accumulator_bytes`` (a Report's columns, summed by
+  :func:`~tilewright.dataflow_sim.report.sram_totals`), so SRAM energy follows the engine's
+  actual reuse for the tile shapes it runs — a WS array re-reading activations once per column
+  fold, an OS array both operands once per output tile, an outer product or cube one A and one
+  B tile per beat, an adder tree two operands per MAC — including the operands' DMA writes into
+  the scratchpad and the results' way out (:func:`energy_breakdown`'s SRAM arguments). MACs
+  given without those bytes (a bare MAC count) are charged the steady-state bytes per MAC of
+  the engine's kind, :func:`~tilewright.compiler.engine_timing.sram_bytes_per_mac` (WS and
   IS ``e/C`` and ``8/R``; OS ``e/C + e/R``; outer product and cube ``e/Tn + e/Tm``; adder tree
-  ``2e``; outputs written once, counted with the off-chip bytes);
-* SRAM fill/drain: every off-chip byte is also written to or read from the scratchpad once;
+  ``2e``);
+* SRAM fill/drain of the other tasks: every off-chip byte not already in the engine's bytes is
+  written to or read from the scratchpad once;
 * vector: ``vector_ops * vector_op_pj`` plus 8 scratchpad bytes per element operation (one fp32
   read, one fp32 write);
 * off-chip: ``bytes * dram_pj_per_byte``;
@@ -223,7 +231,7 @@ class TechSpec(_Frozen):
 
 
 def load_tech(name_or_path: str | Path) -> TechSpec:
-    """A technology table by preset name (``28nm``, ``45nm``, ``7nm``) or YAML path."""
+    """A technology table by preset name (``16nm``, ``28nm``, ``45nm``, ``7nm``) or YAML path."""
     return _load_tech(str(name_or_path))
 
 
@@ -303,18 +311,36 @@ def area_mm2(arch: ArchSpec, tech: TechSpec) -> float:
 
 def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops: float = 0.0,
                      dram_bytes: float = 0.0, byte_hops: float = 0.0,
-                     latency_s: float | None = None) -> dict[str, float]:
+                     latency_s: float | None = None, scratchpad_bytes: float = 0.0,
+                     accumulator_bytes: float = 0.0, sram_dram_bytes: float = 0.0,
+                     sram_macs: float = 0.0) -> dict[str, float]:
     """Energy components in pJ (``mac``, ``sram``, ``vector``, ``dram``, ``mesh``, and with
     ``latency_s`` (s) the static power over that time, ``static``) and the total in J
     (``energy_j``) of a workload with these totals, at the supply the clock needs (module doc);
-    ``voltage_v`` is that supply."""
+    ``voltage_v`` is that supply.
+
+    SRAM traffic of the engine's tasks, from the mapper (a Report's
+    :func:`~tilewright.dataflow_sim.report.sram_totals`): ``sram_macs`` of the ``macs`` and
+    ``sram_dram_bytes`` of the ``dram_bytes`` belong to tasks whose scratchpad and accumulator
+    bytes are ``scratchpad_bytes`` and ``accumulator_bytes`` (operand reads with the engine's
+    reuse, partial sums, DMA in and out); those are charged per byte at the bank's energy. The
+    other MACs (a bare MAC count: peak power, the cluster's op table) are charged at the
+    steady-state rate :func:`~tilewright.compiler.engine_timing.sram_bytes_per_mac`, the other
+    off-chip bytes once through the scratchpad. All defaults 0: every MAC at that rate."""
     te = arch.tensor_engine
     e = operand_bytes(arch)
     sp_kib, acc_kib = sram_bank_kib(arch)
     sp = sram_pj_per_byte(tech, sp_kib)
     acc = sram_pj_per_byte(tech, acc_kib)
+    if not (0 <= sram_macs <= macs * (1 + 1e-12) and 0 <= sram_dram_bytes
+            <= dram_bytes * (1 + 1e-12) and scratchpad_bytes >= 0 and accumulator_bytes >= 0):
+        raise TechError(f"energy_breakdown: sram_macs = {sram_macs:g} and sram_dram_bytes = "
+                        f"{sram_dram_bytes:g} must be parts of macs = {macs:g} and dram_bytes = "
+                        f"{dram_bytes:g}; SRAM bytes >= 0")
     operand_b, psum_b = sram_bytes_per_mac(te, e)      # per engine kind (its docstring)
-    sram = macs * (operand_b * sp + psum_b * acc) + dram_bytes * sp + vector_ops * 8.0 * sp
+    sram = ((macs - sram_macs) * (operand_b * sp + psum_b * acc)
+            + scratchpad_bytes * sp + accumulator_bytes * acc
+            + (dram_bytes - sram_dram_bytes) * sp + vector_ops * 8.0 * sp)
     out = {"mac_pj": macs * tech.mac_pj_of(te.input_format), "sram_pj": sram,
            "vector_pj": vector_ops * tech.vector_op_pj,
            "dram_pj": dram_bytes * tech.dram_pj_per_byte, "mesh_pj": 0.0}

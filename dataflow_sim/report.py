@@ -84,7 +84,8 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.attention_timing import (ATTENTION_VECTOR_PASSES, attention_cost,
                                                   vector_lanes)
 from tilewright.compiler.gemm_mapper import (ACC_BYTES, GemmOp, Mapping, MappingCost,
-                                              command_sram_reads, cost_of, mapper_arch_key,
+                                              command_sram_bytes, command_sram_reads, cost_of,
+                                              mapper_arch_key,
                                               native_dataflow, sram_cycles)
 from tilewright.compiler.lower_llm import ELEM_BYTES, map_gemm_cached
 from tilewright.compiler.program import (FORMAT_DTYPES, AttentionTask, BgemmTask, GemmTask,
@@ -93,6 +94,7 @@ from tilewright.compiler.program import (FORMAT_DTYPES, AttentionTask, BgemmTask
 from tilewright.dataflow_sim.cycle import tensor_engine_gemm_cycles
 
 __all__ = ["program_report", "program_totals", "report_columns", "report_totals", "task_cost",
+           "sram_totals", "SRAM_TOTALS",
            "vector_lanes", "vector_passes",
            "VECTOR_PASSES", "TRANSCENDENTAL_PASSES", "QUANTIZE_PASSES",
            "ATTENTION_VECTOR_PASSES", "SCAN_PASSES", "COLUMNS", "RESOURCES", "engine_split"]
@@ -264,6 +266,11 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
         row["macs"] = task.macs
         row["bytes"] = task.m * task.k + task.k * task.n + 4 * task.m * task.n
         row["format"] = "int8"
+        # one command: the engine's operand reads + A and B written in by DMA; its accumulator
+        # traffic + the int32 result read out once
+        sp, acc = command_sram_bytes(arch, native_dataflow(arch), 1, task.m, task.k, task.n)
+        row["scratchpad_bytes"] = int(sp) + task.m * task.k + task.k * task.n
+        row["accumulator_bytes"] = int(acc) + 4 * task.m * task.n
     elif isinstance(task, BgemmTask):
         eb = ELEM_BYTES[task.format]
         tm, tn, tk = task.tile_m, task.tile_n, task.tile_k
@@ -301,6 +308,14 @@ def task_cost(task: Any, prog: Program, arch: ArchSpec, *, arch_key: Hashable | 
         row["vector_cycles"] = pairs * vec + task.batch_size * -(-task.s * d // lanes)
         row["compute_cycles"], row["fill_cycles"], row["sram_cycles"] = (
             pairs * int(x + y) for x, y in zip(qk[1:], pv[1:]))
+        # SRAM traffic: per visited pair the QK^T and PV block commands' operand reads and
+        # accumulator traffic (:func:`command_sram_bytes`), plus the off-chip bytes written into
+        # (Q, K, V) or read out of (the output) the scratchpad by DMA
+        df = native_dataflow(arch)
+        sp_qk, acc_qk = command_sram_bytes(arch, df, eb, bq, d, bk)
+        sp_pv, acc_pv = command_sram_bytes(arch, df, eb, bq, bk, d)
+        row["scratchpad_bytes"] = pairs * int(sp_qk + sp_pv) + c.bytes
+        row["accumulator_bytes"] = pairs * int(acc_qk + acc_pv)
         # Q read, K and V read, the output written (int32), each once
         row["compulsory_bytes"] = task.batch_size * (eb * task.s * d + 2 * eb * task.t * d
                                                      + ACC_BYTES * task.s * d)
@@ -405,8 +420,27 @@ def _totals(cols: Any, clock_mhz: float, layers: int) -> dict[str, Any]:
             "bytes": int(np.sum(cols["bytes"])) * layers,
             "compulsory_bytes": int(np.sum(cols["compulsory_bytes"])) * layers,
             "vector_ops": int(np.sum(cols["vector_ops"])) * layers,
+            **sram_totals(cols, layers),
             "time_us": total / clock_mhz, "layers": layers, "tasks": int(n),
             "max_buffer_bytes": int(np.max(cols["buffer_bytes"])) if n else 0}
+
+
+SRAM_TOTALS = ("scratchpad_bytes", "accumulator_bytes", "sram_dram_bytes", "sram_macs")
+"""the totals :func:`~tilewright.dataflow_sim.energy_area.energy_breakdown` takes SRAM access
+energy from (:func:`sram_totals`)"""
+
+
+def sram_totals(cols: Any, layers: int = 1) -> dict[str, int]:
+    """SRAM traffic of the tasks that run on the tensor engine (MACs > 0): their
+    ``scratchpad_bytes`` and ``accumulator_bytes`` (the mapper's per-op figures: operand reads
+    as the engine's reuse has them, partial sums, DMA in and out), and the off-chip bytes
+    (``sram_dram_bytes``) and MACs (``sram_macs``) of those tasks — the part of a workload whose
+    SRAM energy those bytes give (the rest is charged per off-chip byte and vector op)."""
+    eng = np.asarray(cols["macs"]) > 0
+    return {"scratchpad_bytes": int(np.sum(np.asarray(cols["scratchpad_bytes"])[eng])) * layers,
+            "accumulator_bytes": int(np.sum(np.asarray(cols["accumulator_bytes"])[eng])) * layers,
+            "sram_dram_bytes": int(np.sum(np.asarray(cols["bytes"])[eng])) * layers,
+            "sram_macs": int(np.sum(np.asarray(cols["macs"])[eng])) * layers}
 
 
 def report_totals(df: pd.DataFrame, *, layers: int = 1) -> dict[str, Any]:

@@ -22,7 +22,8 @@ one new token each, ``seq - 1`` cached, :func:`tilewright.models.llm_configs.bui
 
 Totals add the parts' Report columns (tasks run one after another, as in the Report); seconds
 = cycles / clock; energy = :func:`~tilewright.dataflow_sim.energy_area.energy_breakdown` of the
-step's MACs, vector operations and off-chip bytes on the technology table ``tech``. Per-token
+step's MACs, vector operations, off-chip bytes and the engine's SRAM bytes
+(:func:`~tilewright.dataflow_sim.report.sram_totals`) on the technology table ``tech``. Per-token
 figures divide by the step's new tokens (prefill ``batch x seq``, decode ``batch``).
 """
 
@@ -40,7 +41,8 @@ from tilewright.compiler.lower_llm import ELEM_BYTES, lower_graph
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.compiler.passes import run_flow
 from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech
-from tilewright.dataflow_sim.report import program_report, program_totals, report_totals
+from tilewright.dataflow_sim.report import (SRAM_TOTALS, program_report, program_totals,
+                                            report_totals)
 
 __all__ = ["StepCost", "llm_step_cost", "layer_graph", "layer_report", "layer_totals",
            "DEFAULT_TECH"]
@@ -48,7 +50,7 @@ __all__ = ["StepCost", "llm_step_cost", "layer_graph", "layer_report", "layer_to
 DEFAULT_TECH = "7nm"
 """technology table used when the caller names none (the cluster energy model's default)"""
 
-_SUMMED = ("total_cycles", "macs", "vector_ops", "bytes")
+_SUMMED = ("total_cycles", "macs", "vector_ops", "bytes", *SRAM_TOTALS)
 
 
 @lru_cache(maxsize=8)
@@ -105,6 +107,10 @@ class StepCost:
     tech: str
     energy: dict[str, float]
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sram: dict[str, int] = field(default_factory=dict)
+    """the step's :data:`~tilewright.dataflow_sim.report.SRAM_TOTALS` (the mapper's scratchpad
+    and accumulator bytes of the engine's tasks, their off-chip bytes and MACs), which SRAM
+    energy follows"""
 
     @property
     def seconds(self) -> float:
@@ -125,7 +131,7 @@ class StepCost:
                 "format": self.fmt, "layers": self.layers, "whole_model": self.whole_model,
                 "tokens": self.tokens, "cycles": self.cycles, "seconds": self.seconds,
                 "macs": self.macs, "vector_ops": self.vector_ops, "dram_bytes": self.dram_bytes,
-                "tech": self.tech, "energy_j": self.energy_j, **self.per_token(),
+                "tech": self.tech, "energy_j": self.energy_j, **self.per_token(), **self.sram,
                 "parts": self.parts}
 
 
@@ -177,10 +183,11 @@ def llm_step_cost(arch: ArchSpec, model: str, *, phase: str, seq: int, batch: in
             for k in _SUMMED:
                 tot[k] += parts[name][k]
     tech = tech or DEFAULT_TECH
+    sram = {k: int(tot[k]) for k in SRAM_TOTALS}
     energy = energy_breakdown(arch_for_format(arch, fmt), load_tech(tech), macs=tot["macs"],
-                              vector_ops=tot["vector_ops"], dram_bytes=tot["bytes"])
+                              vector_ops=tot["vector_ops"], dram_bytes=tot["bytes"], **sram)
     return StepCost(model=model, phase=phase, seq=seq, batch=batch, fmt=fmt, layers=n_layers,
                     whole_model=whole, tokens=tokens, clock_mhz=arch.clock_mhz,
                     cycles=int(tot["total_cycles"]), macs=int(tot["macs"]),
                     vector_ops=int(tot["vector_ops"]), dram_bytes=int(tot["bytes"]), tech=tech,
-                    energy={k: float(v) for k, v in energy.items()}, parts=parts)
+                    energy={k: float(v) for k, v in energy.items()}, parts=parts, sram=sram)

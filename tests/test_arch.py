@@ -112,14 +112,17 @@ def test_float_formats_validate_and_rtl_refuses_them():
 
 # ---- SRAM banks (memory.scratchpad_banks / accumulator_banks) ---------------------------------
 
-@pytest.mark.parametrize("field", ["scratchpad_banks", "accumulator_banks"])
-@pytest.mark.parametrize("value", [0, 3, 48, 128])
-def test_banks_must_be_a_power_of_two_up_to_64(field, value):
+@pytest.mark.parametrize("field,top,listed", [
+    ("scratchpad_banks", 64, "1, 2, 4, 8, 16, 32 or 64"),
+    ("accumulator_banks", 256, "1, 2, 4, 8, 16, 32, 64, 128 or 256")])
+@pytest.mark.parametrize("value", [0, 3, 48, "top*2"])
+def test_banks_must_be_a_power_of_two_up_to_the_cap(field, top, listed, value):
+    value = 2 * top if value == "top*2" else value
     with pytest.raises(ArchSpecError) as info:
         ArchSpec.from_yaml(f"tensor_engine: {{rows: 4, cols: 4, dataflow: ws}}\n"
                            f"memory: {{{field}: {value}}}", source="b.yaml")
     assert str(info.value) == (f"b.yaml: memory.{field} = {value}: must be a power of two "
-                               f"from 1 to 64 (1, 2, 4, 8, 16, 32 or 64)")
+                               f"from 1 to {top} ({listed})")
 
 
 def test_banks_accept_powers_of_two_and_default_to_one():
@@ -127,6 +130,9 @@ def test_banks_accept_powers_of_two_and_default_to_one():
         m = ArchSpec.from_dict({**GOOD, "memory": {"scratchpad_banks": n,
                                                    "accumulator_banks": n}}).memory
         assert (m.scratchpad_banks, m.accumulator_banks) == (n, n)
+    for n in (128, 256):    # TPU v1's 256 accumulator RAMs (ISCA 2017, section 2)
+        assert ArchSpec.from_dict({**GOOD, "memory": {"accumulator_banks": n}}
+                                  ).memory.accumulator_banks == n
     mem = default_arch().memory
     assert (mem.scratchpad_banks, mem.accumulator_banks) == (1, 1)
 

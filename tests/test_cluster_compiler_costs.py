@@ -234,10 +234,17 @@ def test_serving_dense_part_is_compiled_at_power_of_two_buckets_and_interpolated
     assert cost.cost_source == "compiler"
 
     def layer(T: int) -> float:
-        # the token part: the compiled layer without its one-key attention task (each
-        # sequence's real attention is added by attention_seconds)
+        # the token part: the compiled layer without its one-key attention task and the
+        # quantization of that task's q, k, v (each sequence's real attention, operands
+        # quantized, is added by attention_seconds)
         rep = compiled_layer(cfg, Shard(), spec.arch(), batch=T, q_len=1, ctx_len=1)
-        return rep.report.loc[rep.report.kind != "attention", "time_cycles"].sum() / rep.hz
+        att = [t for t in rep.program.tasks if t.kind == "attention"]
+        assert len(att) == 1
+        side = [t.name for t in rep.program.tasks
+                if t.kind == "quantize" and t.out in (att[0].q, att[0].k, att[0].v)]
+        assert len(side) == 3                       # int8 design: q, k and v quantized
+        keep = (rep.report.kind != "attention") & ~rep.report.task.isin(side)
+        return rep.report.loc[keep, "time_cycles"].sum() / rep.hz
     assert cost._dense_seconds(16) == pytest.approx(layer(16), rel=1e-12)
     assert cost._dense_seconds(24) == pytest.approx((layer(16) + layer(32)) / 2, rel=1e-12)
     assert cost._dense_seconds(40) == pytest.approx(layer(32) + (layer(48) - layer(32)) / 2,

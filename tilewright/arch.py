@@ -229,6 +229,10 @@ class TensorEngineSpec(_Frozen):
 
 
 _BANK_FIELDS = ("scratchpad_banks", "accumulator_banks")
+#: Largest bank count of each banked SRAM (a power of two). The accumulator goes to 256 so a
+#: design such as TPU v1 (256 accumulator RAMs, one per matrix-unit column: Jouppi et al., ISCA
+#: 2017, section 2) is described as built.
+MAX_BANKS = {"scratchpad_banks": 64, "accumulator_banks": 256}
 
 
 class MemorySpec(_Frozen):
@@ -249,7 +253,7 @@ class MemorySpec(_Frozen):
                         "interleaved on the low address bits")
     accumulator_banks: int = Field(
         1, description="equal banks the accumulator SRAM is split into (count, a power of two from "
-                        "1 to 64); in the RTL interleaved on the low address bits")
+                        "1 to 256); in the RTL interleaved on the low address bits")
     bank_width_bytes: int | None = Field(
         None, ge=1, le=65536,
         description="bytes one scratchpad bank delivers per cycle (its read port width). Each "
@@ -261,10 +265,11 @@ class MemorySpec(_Frozen):
     @model_validator(mode="after")
     def _banks_are_powers_of_two(self) -> "MemorySpec":
         for field in _BANK_FIELDS:
-            n = getattr(self, field)
-            if not (1 <= n <= 64 and n & (n - 1) == 0):
-                raise ValueError(f"{field} = {n!r}: must be a power of two from 1 to 64 "
-                                 f"(1, 2, 4, 8, 16, 32 or 64)")
+            n, top = getattr(self, field), MAX_BANKS[field]
+            if not (1 <= n <= top and n & (n - 1) == 0):
+                allowed = [str(1 << i) for i in range(top.bit_length())]
+                raise ValueError(f"{field} = {n!r}: must be a power of two from 1 to {top} "
+                                 f"({', '.join(allowed[:-1])} or {allowed[-1]})")
         return self
 
     @model_serializer(mode="wrap")

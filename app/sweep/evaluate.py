@@ -38,7 +38,7 @@ from tilewright.compiler.gemm_mapper import GemmOp, map_gemm
 from tilewright.compiler.lower_llm import ELEM_BYTES, lower_graph
 from tilewright.dataflow_sim.energy_area import area_mm2, energy_breakdown, load_tech
 from tilewright.dataflow_sim.mesh import mesh_gemm, mesh_gemv
-from tilewright.dataflow_sim.report import program_report
+from tilewright.dataflow_sim.report import SRAM_TOTALS, program_report
 from tilewright.dataflow_sim.token_cost import layer_graph, llm_step_cost
 
 __all__ = ["evaluate_point", "static_metrics", "workload_cost", "workload_report",
@@ -172,7 +172,10 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
                               elem_bytes=ELEM_BYTES[workload_format(arch, w)]), arch)
         c = res.cost
         return {"cycles": float(c.cycles), "macs": float(c.macs), "vector_ops": 0.0,
-                "dram_bytes": float(c.dram_bytes), "tokens": 0.0}
+                "dram_bytes": float(c.dram_bytes), "tokens": 0.0,
+                "scratchpad_bytes": float(c.scratchpad_bytes),
+                "accumulator_bytes": float(c.accumulator_bytes),
+                "sram_dram_bytes": float(c.dram_bytes), "sram_macs": float(c.macs)}
     fmt = workload_format(arch, w)
     if is_user_module(w["model"]):         # file.py:factory / .onnx: whole, as `compile` runs it
         t = user_module_compiled(arch, w["model"], fmt).totals()
@@ -191,7 +194,7 @@ def workload_cost(arch: ArchSpec, w: dict[str, Any], tech: str | None = None) ->
                          batch=int(w["batch"]), fmt=fmt, layers=layers, tech=tech)
     return {"cycles": float(step.cycles), "macs": float(step.macs),
             "vector_ops": float(step.vector_ops), "dram_bytes": float(step.dram_bytes),
-            "tokens": float(step.tokens)}
+            "tokens": float(step.tokens), **{k: float(v) for k, v in step.sram.items()}}
 
 
 def is_user_module(model: str) -> bool:
@@ -304,7 +307,8 @@ def evaluate_point(arch_json: dict[str, Any], workloads: list[dict[str, Any]], t
             lat = c["latency_s"] if "latency_s" in c else c["cycles"] / (arch.clock_mhz * 1e6)
             e = {"energy_j": c["energy_j"]} if "energy_j" in c else energy_breakdown(
                 arch, tk, macs=c["macs"], vector_ops=c["vector_ops"], dram_bytes=c["dram_bytes"],
-                byte_hops=c.get("byte_hops", 0.0), latency_s=lat)
+                byte_hops=c.get("byte_hops", 0.0), latency_s=lat,
+                **{k: c[k] for k in SRAM_TOTALS if k in c})
             out["per_workload"].append({**c, "latency_s": lat, **e})
             for key in ("chips", "cluster_area_mm2", "ttft_p99_s", "tpot_p99_s"):
                 if key in c:

@@ -522,37 +522,41 @@ class _AttentionCore:
 
 
 def compiled_attention(cfg: LLMConfig, shard: Shard, arch: ArchSpec, *, q_len: int, ctx_len: int,
-                       fmt: str | None = None) -> LayerReport:
-    """The compiler's Reports of one sequence's attention in one layer on one chip: the chip's
-    ``h/tp`` query heads (grouped over its KV heads) for ``q_len`` new tokens over ``ctx_len``
-    keys (``ctx_len ≥ q_len``, causal). Cached."""
+                       fmt: str | None = None, batch: int = 1) -> LayerReport:
+    """The compiler's Reports of the attention of ``batch`` sequences of equal shape in one
+    layer on one chip, as one batched task (as the whole layer compiles it): the chip's ``h/tp``
+    query heads (grouped over its KV heads) for ``q_len`` new tokens over ``ctx_len`` keys
+    (``ctx_len ≥ q_len``, causal) per sequence. Cached per (batch, q_len, ctx_len)."""
     import torch  # noqa: PLC0415  (lazy: torch is heavy)
 
     _check_cfg(cfg)
     if ctx_len < q_len:
         raise ValueError(f"ctx_len ({ctx_len}) < q_len ({q_len})")
+    if batch < 1:
+        raise ValueError(f"batch ({batch}) < 1")
     fmt = fmt or arch.tensor_engine.input_format
     dm = dims_of(cfg, shard)
     hv = dm.hd_v or dm.hd       # value width (MLA: the latent's r features of its r + dr)
-    key = ("attention", dm.h, dm.kv, dm.hd, hv, q_len, ctx_len, fmt, _arch_hash(arch))
+    key = ("attention", dm.h, dm.kv, dm.hd, hv, batch, q_len, ctx_len, fmt, _arch_hash(arch))
     hit = _CACHE.get(key)
     if hit is not None:
         _STATS["hits"] += 1
         return hit
     _STATS["misses"] += 1
     g = dm.h // dm.kv
-    qg = torch.empty(1, dm.kv, g, q_len, dm.hd, device="meta")
+    b = batch
+    qg = torch.empty(b, dm.kv, g, q_len, dm.hd, device="meta")
     if ctx_len > q_len:         # the cache and the new tokens' K/V, appended (as in the layer)
-        kv = torch.empty(1, dm.kv, ctx_len - q_len, dm.hd, device="meta")
-        new = torch.empty(1, dm.kv, q_len, dm.hd, device="meta")
-        v = torch.empty(1, dm.kv, ctx_len - q_len, hv, device="meta")
-        v_new = torch.empty(1, dm.kv, q_len, hv, device="meta")
+        kv = torch.empty(b, dm.kv, ctx_len - q_len, dm.hd, device="meta")
+        new = torch.empty(b, dm.kv, q_len, dm.hd, device="meta")
+        v = torch.empty(b, dm.kv, ctx_len - q_len, hv, device="meta")
+        v_new = torch.empty(b, dm.kv, q_len, hv, device="meta")
         example: tuple = (qg, kv, v, new, v_new)
     else:
-        kv = torch.empty(1, dm.kv, ctx_len, dm.hd, device="meta")
-        example = (qg, kv, torch.empty(1, dm.kv, ctx_len, hv, device="meta"))
+        kv = torch.empty(b, dm.kv, ctx_len, dm.hd, device="meta")
+        example = (qg, kv, torch.empty(b, dm.kv, ctx_len, hv, device="meta"))
     rep = _CACHE[key] = _compile(_AttentionCore.build(dm.hd), example, arch, fmt,
-                                 f"{cfg.name}.attention.tp{shard.tp}.q{q_len}c{ctx_len}")
+                                 f"{cfg.name}.attention.tp{shard.tp}.b{b}q{q_len}c{ctx_len}")
     return rep
 
 

@@ -4,7 +4,8 @@ simulation executed: the chips' busy time and work, and the bytes every link car
 Terms (each in the run's metrics; ``energy_j`` is their sum):
 
 * ``energy_compute_j`` — **ArchSpec chip**: dynamic energy of the executed MACs, vector element
-  operations and their SRAM traffic (the ``mac``, ``sram`` and ``vector`` terms of
+  operations and their SRAM traffic (the compiler Reports' scratchpad and accumulator bytes when
+  the work came from them, :data:`WORK_FIELDS`; the ``mac``, ``sram`` and ``vector`` terms of
   :func:`tilewright.dataflow_sim.energy_area.energy_breakdown` on the run's totals, with the
   technology table ``tech``, default :data:`DEFAULT_TECH`). **GPU preset**: chip-busy seconds x
   the board's ``tdp_w`` (:data:`~.cluster_spec.GPU_PRESETS`): a chip runs at its maximum board
@@ -50,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tilewright import configs as _configs
 from tilewright.dataflow_sim.energy_area import energy_breakdown, load_tech, static_power
+from tilewright.dataflow_sim.report import SRAM_TOTALS, sram_totals
 from tilewright.validation import load_user_yaml, validate_mapping
 
 from .cluster_spec import GPU_PRESETS, ClusterSpec, ClusterSpecError
@@ -66,8 +68,18 @@ __all__ = ["NetworkEnergy", "load_network_energy", "NETWORK_ENERGY_FILE", "DEFAU
 NETWORK_ENERGY_FILE = Path(_configs.__file__).parent / "energy" / "network.yaml"
 DEFAULT_TECH = "7nm"
 """technology table of ArchSpec chips when a run names none"""
-WORK_FIELDS = ("macs", "vector_ops", "dram_bytes")
-"""order of a work vector (numpy array of 3)"""
+WORK_FIELDS = ("macs", "vector_ops", "dram_bytes", *SRAM_TOTALS)
+"""order of a work vector (numpy array of 7): MACs, vector ops, off-chip bytes and the
+compiler Reports' SRAM traffic of the engine's tasks
+(:data:`~tilewright.dataflow_sim.report.SRAM_TOTALS`; 0 for op-table work, whose MACs are
+charged the engine's steady-state SRAM bytes per MAC by
+:func:`~tilewright.dataflow_sim.energy_area.energy_breakdown`)"""
+_N_WORK = len(WORK_FIELDS)
+
+
+def _padded(w3: np.ndarray) -> np.ndarray:
+    """An op-table (MACs, vector ops, bytes) work vector with no SRAM bytes known."""
+    return np.concatenate((w3, np.zeros(_N_WORK - 3)))
 
 
 class NetworkEnergy(BaseModel):
@@ -127,15 +139,19 @@ def ops_work(ops: pd.DataFrame) -> np.ndarray:
     """(MACs, vector ops, off-chip bytes) of op-table rows (:mod:`.workload` columns):
     MACs = GEMM FLOPs / 2, vector ops = non-GEMM FLOPs; communication rows carry none."""
     g, v = ops["kind"] == "gemm", ops["kind"] == "vector"
-    return np.array([float(ops.loc[g, "flops"].sum()) / 2, float(ops.loc[v, "flops"].sum()),
-                     float(ops.loc[g | v, "bytes"].sum())])
+    return _padded(np.array([float(ops.loc[g, "flops"].sum()) / 2,
+                             float(ops.loc[v, "flops"].sum()),
+                             float(ops.loc[g | v, "bytes"].sum())]))
 
 
 def report_work(report: pd.DataFrame) -> np.ndarray:
-    """(MACs, vector ops, off-chip bytes) of a compiler Report (its column sums)."""
+    """Work vector (:data:`WORK_FIELDS`) of a compiler Report: its MACs, vector ops and
+    off-chip bytes summed, and :func:`~tilewright.dataflow_sim.report.sram_totals`."""
     if report is None or not len(report):
-        return np.zeros(3)
-    return np.array([float(report[c].sum()) for c in ("macs", "vector_ops", "bytes")])
+        return np.zeros(_N_WORK)
+    sram = sram_totals(report)
+    return np.array([float(report[c].sum()) for c in ("macs", "vector_ops", "bytes")]
+                    + [float(sram[k]) for k in SRAM_TOTALS])
 
 
 def serve_iteration_work(dm: Dims, e: int, tp: int, ep: int, n_layers: int, q: np.ndarray,
@@ -186,7 +202,7 @@ def serve_work(dm: Dims, e: int, tp: int, ep: int, n_layers: int, *, iterations:
         w += (n * dm.d * dm.vocab, 4 * n * dm.d + 5 * n * dm.vocab,
               e * (2 * n * dm.d + n * dm.d + logit_iterations * dm.d * dm.vocab + n * dm.vocab
                    + 2 * n * dm.vocab))
-    return w * tp
+    return _padded(w * tp)
 
 
 def cluster_energy(spec: ClusterSpec, chip: ChipModel, *, busy_chip_s: float, window_s: float,
@@ -196,13 +212,15 @@ def cluster_energy(spec: ClusterSpec, chip: ChipModel, *, busy_chip_s: float, wi
     """The energy terms of a run (module docstring): joules and the inputs they rest on.
     ``capped_busy``: (chip-seconds, board W) pairs of power-capped pools — GPU chip-seconds
     among ``busy_chip_s`` that draw the cap instead of the TDP (:func:`capped_clock_ratio`)."""
-    macs, vops, dram = (float(x) for x in work)
+    w = dict(zip(WORK_FIELDS, (float(x) for x in work)))
+    macs, vops, dram = w["macs"], w["vector_ops"], w["dram_bytes"]
     out: dict[str, Any] = {"macs": macs, "vector_ops": vops, "dram_bytes": dram,
                            "busy_chip_s": float(busy_chip_s)}
     if chip.arch is not None:
         tech = tech or DEFAULT_TECH
         tk = load_tech(tech)
-        eb = energy_breakdown(chip.arch, tk, macs=macs, vector_ops=vops, dram_bytes=dram)
+        eb = energy_breakdown(chip.arch, tk, macs=macs, vector_ops=vops, dram_bytes=dram,
+                              **{k: w[k] for k in SRAM_TOTALS})
         static_w = static_power(chip.arch, tk)["static_w"]
         out.update(energy_compute_j=(eb["mac_pj"] + eb["sram_pj"] + eb["vector_pj"]) * 1e-12,
                    energy_idle_j=spec.n_chips * window_s * static_w,

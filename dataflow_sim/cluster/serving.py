@@ -43,10 +43,11 @@ counts are **bucketed**: the layer is compiled at powers of two (and at ``max_ba
 the time of any other ``T`` is **interpolated linearly in tokens** between the two neighbouring
 buckets (exact at bucket points; the cycle model's tile padding makes time piecewise linear, so
 the error is the padding jitter between buckets). Their one-key attention task is left out (it
-is not the sequences' attention). The real attention of each sequence (``q`` new tokens
-over ``c`` keys) is compiled too (:func:`.compiled.compiled_attention`: the layer's score, causal
-mask, softmax and value ops fused into one attention task, plus the K/V reads it needs), at
-powers of two in ``q`` and ``c`` and interpolated bilinearly between them; the embedding lookup
+is not the sequences' attention). The real attention of the sequences (``q`` new tokens
+over ``c`` keys each) is compiled too (:func:`.compiled.compiled_attention`: the layer's score,
+causal mask, softmax and value ops fused into one attention task, plus the K/V reads it needs):
+sequences of equal (``q``, ``c``) as one batched task of their count (as compile costs a batch),
+at powers of two in ``q`` and ``c`` and interpolated bilinearly between them; the embedding lookup
 (a compiled row gather, :func:`.compiled.compiled_embedding`) and the LM head
 (:func:`.compiled.compiled_head`) are compiled and bucketed in tokens/rows like the layer. Only
 the collectives are timed by the network model.
@@ -96,7 +97,8 @@ from .compiled import (LayerReport, compiled_attention, compiled_embedding, comp
                        compiled_layer)
 from .costs import ChipModel, chip_model, with_gemm_format
 from .decode_run import DecodeRun
-from .energy import add_traffic, cluster_energy, power_capped_chip, serve_work
+from .energy import (WORK_FIELDS, add_traffic, cluster_energy, power_capped_chip, report_work,
+                     serve_work)
 from .network import Network, events_scheduled
 from .plan import ServePlan, serve_memory, validate_serve
 from .serve_slo import SLO, best_split, pd_splits, slo_metrics, with_prefill_chips
@@ -183,9 +185,21 @@ def load_request_trace(path: str | Path) -> pd.DataFrame:
 
 # ---- iteration cost --------------------------------------------------------------------------
 def _work(report: pd.DataFrame) -> np.ndarray:
-    """(MACs, vector ops, off-chip bytes) summed over a Report's rows."""
-    return np.array([float(report["macs"].sum()), float(report["vector_ops"].sum()),
-                     float(report["bytes"].sum())])
+    """Work vector (:data:`.energy.WORK_FIELDS`: MACs, vector ops, off-chip bytes, the
+    engine's SRAM traffic) summed over a Report's rows (:func:`.energy.report_work`)."""
+    return report_work(report)
+
+
+def _attention_side(program: Any) -> set[str]:
+    """Names of the quantize tasks of ``program`` whose codes are an attention task's q, k or
+    v operand: they belong to the attention's cost (a sequence's compiled attention,
+    :func:`.compiled.compiled_attention`, quantizes its own operands), not the layer's
+    token-linear part."""
+    if program is None:
+        return set()
+    operands = {getattr(t, f) for t in program.tasks if t.kind == "attention"
+                for f in ("q", "k", "v")}
+    return {t.name for t in program.tasks if t.kind == "quantize" and t.out in operands}
 
 
 def _pow2_neighbours(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -249,7 +263,7 @@ class IterationCost:
         self._lin: dict[int, float] = {}
         self._head: dict[int, float] = {}
         self._emb: dict[int, float] = {}
-        self._attn: dict[tuple[int, int], float] = {}
+        self._attn: dict[tuple[int, int, int], np.ndarray] = {}
         self._lines: dict[str, tuple[float, float] | None] = {}
         self._embed_per_token = float(chip.vector_seconds(dm.d, 2 * dm.d * e + 4))
         self._comm: dict[tuple[str, int], float] = {}
@@ -257,7 +271,7 @@ class IterationCost:
         # per batch size T of one-token sequences: (layer token part, TP comm, embedding +
         # iteration overhead, LM head) seconds (:meth:`decode_run_seconds`; NaN: not yet)
         self._decode_table = np.full((0, 4), np.nan)
-        self._work = np.zeros(3)          # (MACs, vector ops, off-chip bytes) run so far
+        self._work = np.zeros(len(WORK_FIELDS))   # work vector of the iterations run so far
         self._link_bytes: dict[int, float] = {}   # bytes per link of the collectives
         # sums over the iterations not yet folded into _work / _link_bytes (serve_work's
         # arguments; the TP all-reduce bytes are linear in tokens): iterations, tokens, Σq·c,
@@ -331,8 +345,10 @@ class IterationCost:
             if self._expert_rep is None and self.dm.moe:
                 self._expert_rep = rep
             # the one-key attention of the T one-token sequences is not the sequences' real
-            # attention, which :meth:`attention_seconds` adds: left out here
-            dense = rep.report[~rep.report["kind"].isin(("grouped_gemm", "attention"))]
+            # attention, which :meth:`attention_seconds` adds: left out here, with the
+            # quantization of its q/k/v operands (each sequence's compiled attention has its own)
+            dense = rep.report[~rep.report["task"].isin(_attention_side(rep.program))
+                               & ~rep.report["kind"].isin(("grouped_gemm", "attention"))]
             t = self._bucket[T] = np.concatenate(
                 ([float(dense["time_cycles"].sum()) / rep.hz], _work(dense)))
         return t
@@ -390,16 +406,17 @@ class IterationCost:
         a, b = f(lo), f(hi)
         return a + (b - a) * (T - lo) / (hi - lo)
 
-    def _compiled_attention(self, q: int, c: int) -> np.ndarray:
-        """Compiled (seconds, MACs, vector ops, off-chip bytes) of one sequence's attention
-        (``q`` new tokens over ``c`` keys) in one layer (:func:`.compiled.compiled_attention`;
-        ``q`` clamped to ``c``)."""
-        key = (min(q, c), c)
+    def _compiled_attention(self, q: int, c: int, n: int = 1) -> np.ndarray:
+        """Compiled (seconds, work vector) of the attention of ``n`` sequences of ``q`` new
+        tokens over ``c`` keys in one layer, as one batched task
+        (:func:`.compiled.compiled_attention`, the compiler's path for the whole layer's
+        attention; ``q`` clamped to ``c``). Cached per (n, q, c)."""
+        key = (n, min(q, c), c)
         t = self._attn.get(key)
         if t is None:
             assert self.chip.arch is not None
-            rep = compiled_attention(self.cfg, self.shard, self.chip.arch, q_len=key[0],
-                                     ctx_len=c)
+            rep = compiled_attention(self.cfg, self.shard, self.chip.arch, q_len=key[1],
+                                     ctx_len=c, batch=n)
             t = self._attn[key] = np.concatenate(([rep.forward_seconds], _work(rep.report)))
         return t
 
@@ -408,20 +425,23 @@ class IterationCost:
         return float(self._attention_vec(q, c)[0])
 
     def _attention_vec(self, q: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Σ over sequences of the compiled attention (seconds, MACs, vector ops, bytes),
-        bilinear in (q, c) between the powers of two around each (exact at powers of two;
-        attention work grows like q·c, which bilinear interpolation reproduces)."""
-        ql, qh, wq = _pow2_neighbours(q)
-        cl, ch, wc = _pow2_neighbours(c)
-        total = np.zeros(4)
-        for qb, cb, w in ((ql, cl, (1 - wq) * (1 - wc)), (qh, cl, wq * (1 - wc)),
-                          (ql, ch, (1 - wq) * wc), (qh, ch, wq * wc)):
-            keep = w > 0
-            if not keep.any():
-                continue
-            pairs, inv = np.unique(np.stack([qb[keep], cb[keep]]), axis=1, return_inverse=True)
-            vals = np.array([self._compiled_attention(int(a), int(b)) for a, b in pairs.T])
-            total += w[keep] @ vals[inv.ravel()]
+        """The compiled attention of a batch (seconds and its work vector): the sequences
+        grouped by equal (q, c), each group one batched task of its size n (as compile costs a
+        batch of equal sequences), summed over groups. Between powers of two a group is
+        bilinear in (q, c) over the batched tasks at the powers of two around them (exact at
+        powers of two; attention work grows like q·c, which bilinear interpolation
+        reproduces)."""
+        q, c = np.asarray(q, np.int64), np.asarray(c, np.int64)
+        groups, counts = np.unique(np.stack([np.minimum(q, c), c]), axis=1, return_counts=True)
+        ql, qh, wq = _pow2_neighbours(groups[0])
+        cl, ch, wc = _pow2_neighbours(groups[1])
+        total = np.zeros(1 + len(WORK_FIELDS))
+        for i, n in enumerate(counts.tolist()):
+            for qb, cb, w in ((ql[i], cl[i], (1 - wq[i]) * (1 - wc[i])),
+                              (qh[i], cl[i], wq[i] * (1 - wc[i])),
+                              (ql[i], ch[i], (1 - wq[i]) * wc[i]), (qh[i], ch[i], wq[i] * wc[i])):
+                if w > 0:
+                    total += w * self._compiled_attention(int(qb), int(cb), n)
         return total
 
     def embed_seconds(self, T: int) -> float:
@@ -450,7 +470,7 @@ class IterationCost:
                                      element_bytes=self.e)
             return np.concatenate(([rep.forward_seconds], _work(rep.report)))
 
-        return self._interpolated(T, f) if T > 0 else np.zeros(4)
+        return self._interpolated(T, f) if T > 0 else np.zeros(1 + len(WORK_FIELDS))
 
     def _head_vec(self, n: int) -> np.ndarray:
         """Compiled (seconds, MACs, vector ops, bytes) of the LM head for ``n`` rows, bucketed
@@ -461,7 +481,9 @@ class IterationCost:
             rep = compiled_head(self.cfg, self.shard, self.chip.arch, tokens=rows)
             return np.concatenate(([rep.forward_seconds], _work(rep.report)))
 
-        return self._interpolated(n, f, max(self.plan.max_seqs, n)) if n > 0 else np.zeros(4)
+        if n <= 0:
+            return np.zeros(1 + len(WORK_FIELDS))
+        return self._interpolated(n, f, max(self.plan.max_seqs, n))
 
     def comm_seconds(self, kind: str, nbytes: float) -> float:
         """One collective of the replica's attention-TP (all_reduce), expert-TP
@@ -646,7 +668,7 @@ class IterationCost:
 
     @property
     def work(self) -> np.ndarray:
-        """(MACs, vector ops, off-chip bytes) of the iterations run so far, all chips."""
+        """The work vector (:data:`.energy.WORK_FIELDS`) of the iterations run so far, all chips."""
         self._flush()
         return self._work
 
@@ -689,7 +711,8 @@ class IterationCost:
         pend = self._pending
         if self.cost_source == "compiler" and not dm.moe and ep == 1:
             # the same compiled Reports that time the iteration (one cost path)
-            layer = self._interpolated(int(T), self._compiled_vec)[1:] if T else np.zeros(3)
+            layer = (self._interpolated(int(T), self._compiled_vec)[1:] if T
+                     else np.zeros(len(WORK_FIELDS)))
             if not dm.ssm and T:
                 layer = layer + self._attention_vec(q, c)[1:]
             self._work = self._work + tp * (L * layer + self._embed_vec(int(T))[1:]
@@ -1409,7 +1432,7 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                    for role, cap in (power_caps or {}).items())
     energy = cluster_energy(spec, chip, busy_chip_s=sum(r.busy_chip_s for r in reps),
                             window_s=span if math.isfinite(span) else end,
-                            work=sum((r.cost.work for r in reps), np.zeros(3)),
+                            work=sum((r.cost.work for r in reps), np.zeros(len(WORK_FIELDS))),
                             link_bytes=carried, topology=sim.topology, tech=tech,
                             capped_busy=capped)
     metrics.update(energy, tokens_per_j=float(done.output_tokens.sum()) / energy["energy_j"]

@@ -62,7 +62,7 @@ from .collectives import (COLLECTIVES, CollectiveTimer, FlowTimer, all_gather, a
                           reduce_scatter)
 from .compiled import COST_SOURCES, cache_info, compiled_embedding, compiled_head, compiled_layer
 from .costs import ChipModel, chip_model, with_gemm_format
-from .energy import add_traffic, cluster_energy, ops_work, report_work
+from .energy import WORK_FIELDS, add_traffic, cluster_energy, ops_work, report_work
 from .network import Network, events_scheduled
 from .plan import TrainPlan, check_train_memory, layer_params, validate_train
 from .topology import Topology
@@ -140,7 +140,7 @@ class _StageCost:
     # seconds of one micro-batch's forward + backward compute by component (COMPONENTS)
     parts: dict[str, float] = field(default_factory=dict)
     # (MACs, vector ops, off-chip bytes) one micro-batch executes, recompute included
-    work: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    work: np.ndarray = field(default_factory=lambda: np.zeros(len(WORK_FIELDS)))
 
 
 def resolve_cost_source(chip: ChipModel, cost_source: str | None) -> str:
