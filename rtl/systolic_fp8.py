@@ -46,7 +46,8 @@ from tilewright.rtl.systolic import _check_dims, _PEArray, ws_array
 from tilewright.rtl.systolic_bf16 import _check_int, _fp32_accumulate
 
 __all__ = ["FP8_FORMATS", "Fp8WeightStationaryArray", "Fp8GemmCore", "generate_fp8_verilog",
-           "FP8_TOP_NAME", "ELEMENT_BITS", "ACC_BITS", "FP32_ONE"]
+           "FP8_TOP_NAME", "ELEMENT_BITS", "ACC_BITS", "FP32_ONE", "fp8_core_for_arch",
+           "write_fp8_rtl", "FP8_GENERATOR_VERSION"]
 
 FP8_FORMATS = tuple(FP8_FIELDS)   #: the element formats the fp8 engine builds
 ELEMENT_BITS = bits_of("fp8-e4m3")  #: bits of an element (fp8 pattern)
@@ -194,3 +195,36 @@ def generate_fp8_verilog(core: Fp8GemmCore) -> str:
     if not isinstance(core, Fp8GemmCore):
         raise TypeError(f"generate_fp8_verilog takes an Fp8GemmCore, not {type(core).__name__}")
     return verilog.convert(core, name=FP8_TOP_NAME, emit_src=False)
+
+
+#: bump when the generated fp8 core's behaviour or ports change
+FP8_GENERATOR_VERSION = "0.1.0"
+
+
+def write_fp8_rtl(arch: ArchSpec, out_dir) -> dict:
+    """``tilewright rtl`` for an fp8 ArchSpec: write ``<FP8_TOP_NAME>.v`` and ``manifest.json``
+    (the core of :func:`fp8_core_for_arch`) to ``out_dir``; return the manifest."""
+    import time  # noqa: PLC0415
+
+    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
+    t0 = time.perf_counter()
+    core = fp8_core_for_arch(arch)
+    text = generate_fp8_verilog(core)
+    gen_s = time.perf_counter() - t0
+    ports = [{"name": "__".join(str(p) for p in path),
+              "direction": "input" if member.flow.value == "In" else "output",
+              "width_bits": len(getattr(core, path[0]))}
+             for path, member, _ in core.signature.flatten(core)]
+    return write_verilog(out_dir, FP8_TOP_NAME, text, {
+        "top": FP8_TOP_NAME,
+        "kind": "systolic",
+        "element_format": core.fmt,
+        "accumulator_format": "fp32",
+        "generator": "tilewright.rtl.systolic_fp8.Fp8GemmCore",
+        "generator_version": FP8_GENERATOR_VERSION,
+        "arch": arch.model_dump(mode="json"),
+        "arch_hash": arch.content_hash(),
+        "ports": ports,
+        "buffers_words": dict(zip(("a", "b", "acc"), core.depths)),
+        "generation_seconds": round(gen_s, 3),
+    })

@@ -229,3 +229,49 @@ def test_rtl_fp8_core_bit_exact_and_cycle_exact(fmt):
         assert np.isnan(sp).all()
     else:
         assert np.isnan(sp[0, 1]) and np.isposinf(sp[0, 0]) and np.isnan(sp[1]).all()
+
+
+# ---- tilewright rtl: generated for ws, refused in one line elsewhere ---------------------------
+def _yaml(tmp_path, engine: dict) -> str:
+    p = tmp_path / "a.yaml"
+    p.write_text(ArchSpec.from_dict({"name": "t", "tensor_engine": engine}).to_yaml())
+    return str(p)
+
+
+def test_cli_rtl_generates_the_fp8_core(tmp_path):
+    import json
+
+    from tests.test_cli import tw
+    arch = _yaml(tmp_path, {"rows": 2, "cols": 2, "dataflow": "ws", "input_format": "fp8-e5m2",
+                            "weight_format": "fp8-e5m2", "accumulator_format": "fp32"})
+    res = tw("rtl", "--arch", arch, "-o", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    man = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert (man["top"], man["element_format"]) == ("tw_fp8_gemm_core", "fp8-e5m2")
+    ports = {p["name"]: p["width_bits"] for p in man["ports"]}
+    assert ports["a_wr_data"] == 2 * 8 and ports["acc_rd_data"] == 2 * 32
+    assert ports["scale_a"] == ports["scale_b"] == 32
+    assert "module tw_fp8_gemm_core" in (tmp_path / "out" / "tw_fp8_gemm_core.v").read_text()
+
+
+@pytest.mark.parametrize("engine,needle", [
+    ({"rows": 4, "cols": 4, "dataflow": "os", "input_format": "fp8-e4m3",
+      "weight_format": "fp8-e4m3", "accumulator_format": "fp32"},
+     "fp8-e4m3 -> fp32 on the os systolic array (its RTL builds int8 -> int32)"),
+    ({"kind": "cube", "rows": 2, "cols": 2, "depth": 2, "input_format": "fp8-e5m2",
+      "weight_format": "fp8-e5m2", "accumulator_format": "fp32"},
+     "fp8-e5m2 -> fp32 on the cube engine (its RTL builds int8 -> int32)"),
+    ({"rows": 32, "cols": 4, "dataflow": "ws", "input_format": "mxint8",
+      "weight_format": "mxint8", "accumulator_format": "fp32"},
+     "mxint8 -> fp32 on the ws systolic array (its RTL builds int8 -> int32, bf16 -> fp32, "
+     "fp8-e4m3 -> fp32, fp8-e5m2 -> fp32)"),
+])
+def test_a_format_the_rtl_cannot_build_is_refused_in_one_line(tmp_path, engine, needle):
+    from tests.test_cli import tw
+    arch = _yaml(tmp_path, engine)
+    for args in (("rtl", "--arch", arch, "-o", str(tmp_path / "out")),
+                 ("sim", "--model", "tiny-llama", "--arch", arch, "--rtl")):
+        res = tw(*args)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert needle in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "out").exists()
