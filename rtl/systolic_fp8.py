@@ -41,7 +41,8 @@ from amaranth.lib.wiring import In, Out
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.formats import bits_of
 from tilewright.rtl.fp_arith import FP8_FIELDS, Fp8Mul, Fp32Add, Fp32Mul
-from tilewright.rtl.gemm_core import _CoreShape, core_ports, memories, run_state, ws_sequencer
+from tilewright.rtl.gemm_core import (HALF_PORTS, _CoreShape, core_ports, half_offsets, memories,
+                                      run_state, ws_sequencer)
 from tilewright.rtl.systolic import _check_dims, _PEArray, ws_array
 from tilewright.rtl.systolic_bf16 import _check_int, _fp32_accumulate
 
@@ -121,17 +122,31 @@ class Fp8GemmCore(_CoreShape, wiring.Component):
     """
 
     def __init__(self, *, rows: int, cols: int, fmt: str, a_depth: int, b_depth: int,
-                 acc_depth: int):
+                 acc_depth: int, banks: tuple[int, int, int] = (1, 1, 1), halves: bool = False,
+                 scaled: bool = True):
         _check_int("rows", rows, 1, 64)
         _check_int("cols", cols, 1, 64)
         for name, v in (("a_depth", a_depth), ("b_depth", b_depth), ("acc_depth", acc_depth)):
             _check_int(name, v, 1, 1 << 20)
+        if (not isinstance(banks, tuple) or len(banks) != 3
+                or any(not isinstance(b, int) or b < 1 or b & (b - 1) for b in banks)):
+            raise ValueError(f"banks must be 3 powers of two (A, B, accumulator), not {banks!r}")
+        for name, v in (("halves", halves), ("scaled", scaled)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
         self._fmt = _check_fmt(fmt)
         self._rows, self._cols = rows, cols
         self._depths = (a_depth, b_depth, acc_depth)
+        self._banks, self._halves, self._scaled = banks, halves, scaled
         super().__init__({**core_ports(rows, cols, self._depths, ELEMENT_BITS),
-                          "scale_a": In(ACC_BITS, init=FP32_ONE),
-                          "scale_b": In(ACC_BITS, init=FP32_ONE)})
+                          **({"scale_a": In(ACC_BITS, init=FP32_ONE),
+                              "scale_b": In(ACC_BITS, init=FP32_ONE)} if scaled else {}),
+                          **(HALF_PORTS if halves else {})})
+
+    @property
+    def banks(self) -> tuple[int, int, int]:
+        """(A, B, accumulator) SRAM banks."""
+        return self._banks
 
     @property
     def fmt(self) -> str:
@@ -141,22 +156,27 @@ class Fp8GemmCore(_CoreShape, wiring.Component):
         m = Module()
         raw = Signal(self._cols * ACC_BITS, name="acc_rd_raw")   # the accumulator's read data
         a_r, b_r, c_r, c_w, host = memories(m, _RawReadPort(self, raw), ELEMENT_BITS)
+        acc_q = None
+        if self._halves:       # double buffer: offset every engine address by its half's base
+            a_r, b_r, c_r, c_w, acc_q = half_offsets(m, self, a_r, b_r, c_r, c_w)
         m.d.comb += host
-        # the host read port: every lane scaled by fl32(scale_a * scale_b) (numerics step 4)
-        m.submodules.scale = sc = Fp32Mul()
-        m.d.comb += [sc.a.eq(self.scale_a), sc.b.eq(self.scale_b)]
-        lanes = []
-        for j in range(self._cols):
-            mul = Fp32Mul()
-            m.submodules[f"out_scale_{j}"] = mul
-            m.d.comb += [mul.a.eq(raw[j * ACC_BITS:(j + 1) * ACC_BITS]), mul.b.eq(sc.out)]
-            lanes.append(mul.out)
-        m.d.comb += self.acc_rd_data.eq(Cat(*lanes))
+        if self._scaled:       # every lane scaled by fl32(scale_a * scale_b) (numerics step 4)
+            m.submodules.scale = sc = Fp32Mul()
+            m.d.comb += [sc.a.eq(self.scale_a), sc.b.eq(self.scale_b)]
+            lanes = []
+            for j in range(self._cols):
+                mul = Fp32Mul()
+                m.submodules[f"out_scale_{j}"] = mul
+                m.d.comb += [mul.a.eq(raw[j * ACC_BITS:(j + 1) * ACC_BITS]), mul.b.eq(sc.out)]
+                lanes.append(mul.out)
+            m.d.comb += self.acc_rd_data.eq(Cat(*lanes))
+        else:
+            m.d.comb += self.acc_rd_data.eq(raw)
         running, t, mr, kr, nr = run_state(m, self)
         m.submodules.array = arr = Fp8WeightStationaryArray(rows=self._rows, cols=self._cols,
                                                             fmt=self._fmt)
         ws_sequencer(m, arr, self.start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w,
-                     element_bits=ELEMENT_BITS, accumulate=_fp32_accumulate)
+                     element_bits=ELEMENT_BITS, accumulate=_fp32_accumulate, acc_q=acc_q)
         return m
 
 
@@ -171,11 +191,15 @@ class _RawReadPort:
         return getattr(self._core, name)
 
 
-def fp8_core_for_arch(arch: ArchSpec) -> Fp8GemmCore:
+def fp8_core_for_arch(arch: ArchSpec, *, halves: bool = False) -> Fp8GemmCore:
     """The fp8 core an ArchSpec describes: ``tensor_engine`` rows x cols (``dataflow`` ws,
     ``input_format`` = ``weight_format`` in :data:`FP8_FORMATS`, ``accumulator_format`` fp32),
     the buffers of :class:`~tilewright.compiler.layout.GemmLayout` (A/B scratchpad halves of
-    8-bit lanes, fp32 accumulator lanes: the int8 core's word widths)."""
+    8-bit lanes, fp32 accumulator lanes: the int8 core's word widths) and banks
+    (``memory.*_banks``). ``halves=True``: the accelerator top's double-buffered core (the
+    ports of :class:`~tilewright.rtl.gemm_core.GemmCore` with ``halves=True``), **without** the
+    output scaling — the ISA has no scale operand, so the accelerator returns the fp32
+    accumulator and the scales (numerics step 4) are applied by the functional model."""
     from tilewright.compiler.layout import GemmLayout  # noqa: PLC0415
     te = arch.tensor_engine
     fmts = (te.input_format, te.weight_format, te.accumulator_format)
@@ -186,8 +210,11 @@ def fp8_core_for_arch(arch: ArchSpec) -> Fp8GemmCore:
             f"input_format = weight_format in {', '.join(FP8_FORMATS)} and accumulator_format "
             f"fp32, not kind {te.kind!r} dataflow {te.dataflow!r} formats {fmts}")
     a_depth, b_depth, acc_depth = GemmLayout.depths(arch)
+    mem = arch.memory
     return Fp8GemmCore(rows=te.rows, cols=te.cols, fmt=te.input_format, a_depth=a_depth,
-                       b_depth=b_depth, acc_depth=acc_depth)
+                       b_depth=b_depth, acc_depth=acc_depth,
+                       banks=(mem.scratchpad_banks, mem.scratchpad_banks, mem.accumulator_banks),
+                       halves=halves, scaled=not halves)
 
 
 def generate_fp8_verilog(core: Fp8GemmCore) -> str:
