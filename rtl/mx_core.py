@@ -42,7 +42,11 @@ from tilewright.rtl.systolic_bf16 import _check_int
 from tilewright.rtl.systolic_fp8 import Fp8WeightStationaryArray
 
 __all__ = ["MX_FORMATS", "MxGemmCore", "Pow2Scale", "MX_TOP_NAME", "generate_mx_verilog",
-           "SCALE_BITS", "ACC_BITS", "ELEMENT_BITS"]
+           "SCALE_BITS", "ACC_BITS", "ELEMENT_BITS", "mx_core_for_arch", "write_mx_rtl",
+           "MX_GENERATOR_VERSION"]
+
+#: bump when the generated MX core's behaviour or ports change
+MX_GENERATOR_VERSION = "0.1.0"
 
 #: MX format -> the fp8 element format of its array (None: MXINT8's int8 array)
 MX_FORMATS = {"mxint8": None, "mxfp8": "fp8-e4m3", "mxfp8-e5m2": "fp8-e5m2"}
@@ -172,3 +176,52 @@ def generate_mx_verilog(core: MxGemmCore) -> str:
     if not isinstance(core, MxGemmCore):
         raise TypeError(f"generate_mx_verilog takes an MxGemmCore, not {type(core).__name__}")
     return verilog.convert(core, name=MX_TOP_NAME, emit_src=False)
+
+
+def mx_core_for_arch(arch) -> MxGemmCore:
+    """The MX core an ArchSpec describes (``tensor_engine`` ws, 32 rows, ``cols``, an MX
+    ``input_format`` = ``weight_format``, fp32 accumulator); the scratchpad split equally
+    between A and B buffers of :attr:`MxGemmCore.word_bits` words (bytes rounded up), the
+    accumulator of ``cols`` fp32 lanes a word."""
+    from tilewright.arch import ArchSpecError  # noqa: PLC0415
+    from tilewright.compiler.layout import ab_buffer_bytes  # noqa: PLC0415
+    te = arch.tensor_engine
+    if (not te.systolic or te.dataflow != "ws" or te.rows != MX_BLOCK
+            or te.input_format not in MX_FORMATS or te.weight_format != te.input_format
+            or te.accumulator_format != "fp32"):
+        raise ArchSpecError(f"{arch.name}: the MX RTL core is a 32-row weight-stationary "
+                            f"systolic array with input_format = weight_format in "
+                            f"{', '.join(MX_FORMATS)} and an fp32 accumulator")
+    ab, C = ab_buffer_bytes(arch), te.cols
+    wa, wb = -(-(MX_BLOCK * ELEMENT_BITS + SCALE_BITS) // 8), C * (ELEMENT_BITS + SCALE_BITS) // 8
+    return MxGemmCore(fmt=te.input_format, cols=C, a_depth=max(1, ab // wa),
+                      b_depth=max(1, ab // wb),
+                      acc_depth=max(1, arch.memory.accumulator_bytes // (4 * C)))
+
+
+def write_mx_rtl(arch, out_dir) -> dict:
+    """``tilewright rtl`` for an MX ArchSpec: write ``<MX_TOP_NAME>.v`` and ``manifest.json``;
+    return the manifest."""
+    import time  # noqa: PLC0415
+
+    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
+    t0 = time.perf_counter()
+    core = mx_core_for_arch(arch)
+    text = generate_mx_verilog(core)
+    gen_s = time.perf_counter() - t0
+    return write_verilog(out_dir, MX_TOP_NAME, text, {
+        "top": MX_TOP_NAME,
+        "kind": "systolic",
+        "element_format": core.fmt,
+        "accumulator_format": "fp32",
+        "generator": "tilewright.rtl.mx_core.MxGemmCore",
+        "generator_version": MX_GENERATOR_VERSION,
+        "arch": arch.model_dump(mode="json"),
+        "arch_hash": arch.content_hash(),
+        "ports": [{"name": "__".join(str(p) for p in path),
+                   "direction": "input" if member.flow.value == "In" else "output",
+                   "width_bits": len(getattr(core, path[0]))}
+                  for path, member, _ in core.signature.flatten(core)],
+        "buffers_words": dict(zip(("a", "b", "acc"), core.depths)),
+        "generation_seconds": round(gen_s, 3),
+    })

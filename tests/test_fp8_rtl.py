@@ -261,10 +261,13 @@ def test_cli_rtl_generates_the_fp8_core(tmp_path):
     ({"kind": "cube", "rows": 2, "cols": 2, "depth": 2, "input_format": "fp8-e5m2",
       "weight_format": "fp8-e5m2", "accumulator_format": "fp32"},
      "fp8-e5m2 -> fp32 on the cube engine (its RTL builds int8 -> int32)"),
-    ({"rows": 32, "cols": 4, "dataflow": "ws", "input_format": "mxint8",
+    ({"rows": 64, "cols": 4, "dataflow": "ws", "input_format": "mxint8",
       "weight_format": "mxint8", "accumulator_format": "fp32"},
-     "mxint8 -> fp32 on the ws systolic array (its RTL builds int8 -> int32, bf16 -> fp32, "
-     "fp8-e4m3 -> fp32, fp8-e5m2 -> fp32)"),
+     "tensor_engine.rows = 64 with mxint8 (the MX RTL core has 32 rows, one MX block per K "
+     "tile)"),
+    ({"rows": 32, "cols": 4, "dataflow": "os", "input_format": "mxfp8",
+      "weight_format": "mxfp8", "accumulator_format": "fp32"},
+     "mxfp8 -> fp32 on the os systolic array (its RTL builds int8 -> int32)"),
 ])
 def test_a_format_the_rtl_cannot_build_is_refused_in_one_line(tmp_path, engine, needle):
     from tests.test_cli import tw

@@ -93,13 +93,12 @@ def test_a_sequence_beyond_this_machines_memory_is_refused_before_allocation():
 
 
 def test_cli_rtl_of_a_format_the_rtl_does_not_build_exit_2(tmp_path):
-    """Before: a traceback (ValueError from the generator). (fp8 is built since issue 20; MX
-    is not.)"""
-    p = tmp_path / "mx.yaml"
-    p.write_text(ArchSpec.from_dict({"name": "mx-32x8", "tensor_engine": {
-        "rows": 32, "cols": 8, "dataflow": "ws", "input_format": "mxfp8",
-        "weight_format": "mxfp8", "accumulator_format": "fp32"}}).to_yaml())
+    """Before: a traceback (ValueError from the generator). (fp8 and MX are built on a WS array
+    since issue 20; not on an OS one.)"""
+    p = tmp_path / "fp8os.yaml"
+    p.write_text(ArchSpec.from_dict({"name": "fp8-os8x8", "tensor_engine": {
+        **FP8["tensor_engine"], "dataflow": "os"}}).to_yaml())
     res = tw("rtl", "--arch", str(p), "-o", str(tmp_path / "out"))
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
-    assert "tensor_engine formats mxfp8 -> fp32 on the ws systolic array" in res.stderr
+    assert "tensor_engine formats fp8-e4m3 -> fp32 on the os systolic array" in res.stderr
     assert not (tmp_path / "out").exists()
