@@ -278,3 +278,10 @@ def test_a_format_the_rtl_cannot_build_is_refused_in_one_line(tmp_path, engine, 
         assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
         assert needle in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_rtl_fp8_core_lint_clean_with_the_documented_waivers():
+    from tilewright.cosim.build import build
+    from tilewright.cosim.verilator import lint
+    ok, out = lint(build("fp8-core", Fp8Params(4, 4, "fp8-e4m3")))   # the build made above
+    assert ok, out[-2000:]
