@@ -7,8 +7,8 @@ dataflows ``ws``/``os``/``is`` and ``tensor_engine.count`` engines per chip. The
 (:mod:`tilewright.rtl.systolic`, :mod:`tilewright.rtl.cube`, the tops built on them) build one
 engine of at most :data:`tilewright.arch.RTL_MAX_ARRAY_DIM` per dimension, systolic dataflows
 ``ws`` and ``os`` only, and in the number formats of :data:`RTL_FORMATS` only (int8 everywhere;
-bf16, fp8 and MX on the weight-stationary systolic array; MX with exactly 32 rows). :func:`refuse_beyond_rtl` turns the
-difference into one line.
+bf16, fp8 and MX on the weight-stationary systolic array; MX with exactly 32 rows).
+:func:`refuse_beyond_rtl` turns the difference into one line.
 """
 
 from __future__ import annotations

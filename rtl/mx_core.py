@@ -29,12 +29,17 @@ E8M0 code 255 (NaN in the OCP spec) is taken as the exponent 128, as numerics do
 
 from __future__ import annotations
 
+import time
+
 from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from tilewright.arch import ArchSpecError
+from tilewright.compiler.layout import ab_buffer_bytes
 from tilewright.formats import MX_BLOCK, get_format
+from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.fp_arith import FP32_QNAN, Fp32Add, round_pack
 from tilewright.rtl.gemm_core import _CoreShape, memories, run_state, word_ports, ws_sequencer
 from tilewright.rtl.systolic import WeightStationaryArray, delay, ws_latency_cycles
@@ -183,8 +188,6 @@ def mx_core_for_arch(arch) -> MxGemmCore:
     ``input_format`` = ``weight_format``, fp32 accumulator); the scratchpad split equally
     between A and B buffers of :attr:`MxGemmCore.word_bits` words (bytes rounded up), the
     accumulator of ``cols`` fp32 lanes a word."""
-    from tilewright.arch import ArchSpecError  # noqa: PLC0415
-    from tilewright.compiler.layout import ab_buffer_bytes  # noqa: PLC0415
     te = arch.tensor_engine
     if (not te.systolic or te.dataflow != "ws" or te.rows != MX_BLOCK
             or te.input_format not in MX_FORMATS or te.weight_format != te.input_format
@@ -202,9 +205,6 @@ def mx_core_for_arch(arch) -> MxGemmCore:
 def write_mx_rtl(arch, out_dir) -> dict:
     """``tilewright rtl`` for an MX ArchSpec: write ``<MX_TOP_NAME>.v`` and ``manifest.json``;
     return the manifest."""
-    import time  # noqa: PLC0415
-
-    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     t0 = time.perf_counter()
     core = mx_core_for_arch(arch)
     text = generate_mx_verilog(core)

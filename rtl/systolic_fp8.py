@@ -33,13 +33,17 @@ the WS closed form of the cycle model.
 
 from __future__ import annotations
 
+import time
+
 from amaranth import Cat, Module, Signal
 from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec, ArchSpecError
+from tilewright.compiler.layout import GemmLayout
 from tilewright.formats import bits_of
+from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.fp_arith import FP8_FIELDS, Fp8Mul, Fp32Add, Fp32Mul
 from tilewright.rtl.gemm_core import (HALF_PORTS, _CoreShape, core_ports, half_offsets, memories,
                                       run_state, ws_sequencer)
@@ -200,7 +204,6 @@ def fp8_core_for_arch(arch: ArchSpec, *, halves: bool = False) -> Fp8GemmCore:
     ports of :class:`~tilewright.rtl.gemm_core.GemmCore` with ``halves=True``), **without** the
     output scaling — the ISA has no scale operand, so the accelerator returns the fp32
     accumulator and the scales (numerics step 4) are applied by the functional model."""
-    from tilewright.compiler.layout import GemmLayout  # noqa: PLC0415
     te = arch.tensor_engine
     fmts = (te.input_format, te.weight_format, te.accumulator_format)
     if (not te.systolic or te.dataflow != "ws" or te.input_format not in FP8_FORMATS
@@ -231,9 +234,6 @@ FP8_GENERATOR_VERSION = "0.1.0"
 def write_fp8_rtl(arch: ArchSpec, out_dir) -> dict:
     """``tilewright rtl`` for an fp8 ArchSpec: write ``<FP8_TOP_NAME>.v`` and ``manifest.json``
     (the core of :func:`fp8_core_for_arch`) to ``out_dir``; return the manifest."""
-    import time  # noqa: PLC0415
-
-    from tilewright.rtl.emit import write_verilog  # noqa: PLC0415
     t0 = time.perf_counter()
     core = fp8_core_for_arch(arch)
     text = generate_fp8_verilog(core)

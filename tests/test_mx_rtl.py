@@ -122,3 +122,52 @@ def test_rtl_mx_core_bit_exact_and_cycle_exact(fmt):
     sub = np.abs(c["scales into subnormals"])
     assert ((sub > 0) & (sub < 2.0**-126)).any()
     assert np.isinf(c["scales to inf"]).any()
+
+
+def test_mxfp8_e5m2_core_pysim_bit_exact_with_inf_and_nan_codes():
+    """The third MX format on Amaranth's simulator (32x1 core, the corner-case GEMMs)."""
+    from tilewright.cosim.bf16_jobs import c_from_acc_words
+    from tilewright.cosim.mx_jobs import mx_gemm_words
+    fmt, cols = "mxfp8-e5m2", 1
+    g = _gemm_set(np.random.default_rng(8), fmt)
+    names = [w for w, _, _ in g]
+    picks = [g[names.index(w)] for w in ("random 2x7x1", "scales into subnormals",
+                                         "inf/NaN codes")]
+    core = MxGemmCore(fmt=fmt, cols=cols, a_depth=16, b_depth=256, acc_depth=16)
+    outs = []
+
+    async def bench(ctx):
+        for _, a, b in picks:
+            lay, a_words, b_words = mx_gemm_words(cols, a, b)
+            for en, addr, dat, words in ((core.a_wr_en, core.a_wr_addr, core.a_wr_data, a_words),
+                                         (core.b_wr_en, core.b_wr_addr, core.b_wr_data, b_words)):
+                for i, w in enumerate(words):
+                    ctx.set(en, 1)
+                    ctx.set(addr, i)
+                    ctx.set(dat, w)
+                    await ctx.tick()
+                ctx.set(en, 0)
+            ctx.set(core.m, lay.m)
+            ctx.set(core.k, lay.k)
+            ctx.set(core.n, lay.n)
+            ctx.set(core.start, 1)
+            await ctx.tick()
+            ctx.set(core.start, 0)
+            while ctx.get(core.busy):
+                await ctx.tick()
+            words = []
+            for i in range(lay.acc_words):
+                ctx.set(core.acc_rd_addr, i)
+                await ctx.tick()
+                words.append(ctx.get(core.acc_rd_data))
+            outs.append(c_from_acc_words(lay, words))
+
+    sim = Simulator(core)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for (what, a, b), got in zip(picks, outs):
+        with np.errstate(over="ignore", invalid="ignore"):
+            ref = numerics.gemm(a, b, fmt, acc="fp32", k_block=32)
+        _same_bits(got, ref, f"{fmt} {what}")
+    assert np.isnan(outs[2]).any() or np.isinf(outs[2]).any()
