@@ -56,3 +56,10 @@ def test_e5m2_corner_cases_on_the_accelerator_bit_exact():
     last = np.ascontiguousarray(sim.outputs["c3"]).view(np.float32)
     assert (last[0] == 3 * 57344.0**2 - 57344.0**2).all() and np.isnan(last[1]).all()
     assert all(c["rtl_cycles"] == c["model_cycles"] for c in sim.comparison(spec))
+
+
+def test_fp8_sim_on_another_top_is_refused_in_one_line():
+    from tests.test_cli import tw
+    res = tw("sim", "--model", "tiny-llama", "--arch", "ws4x4-fp8", "--rtl")    # --top core
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "ws4x4-fp8: an fp8-e4m3 ArchSpec runs its GEMMs on the accelerator top" in res.stderr

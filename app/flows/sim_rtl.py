@@ -222,9 +222,9 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
                          "(tilewright.rtl.systolic_bf16): needs tensor_engine.dataflow = 'ws', "
                          "--top core, the cocotb driver (no --fast) and no --trace")
     if fmt in _FP8 and rtl and (top != "accel" or vector or trace_dir is not None):
-        raise ValueError(f"an {fmt} ArchSpec runs its GEMMs on the accelerator top's fp8 core "
-                         "(tilewright.rtl.systolic_fp8): needs --top accel, no --vector, no "
-                         "--trace")
+        raise ArchSpecError(f"{arch.name}: an {fmt} ArchSpec runs its GEMMs on the accelerator "
+                            "top's fp8 core (tilewright.rtl.systolic_fp8): needs --top accel, "
+                            "no --vector, no --trace")
     t0 = time.perf_counter()
     module, example = build_llm(model, seed=seed, seq=seq, batch=batch)
     compiled = compile_module(module, example, spec, fmt=fmt, name=model)
