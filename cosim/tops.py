@@ -23,6 +23,8 @@ from tilewright.cosim import program_jobs as pj
 from tilewright.cosim.bf16_jobs import Bf16Params, prepare_bf16
 from tilewright.cosim.driver_process import FastDriver
 from tilewright.cosim.engine_jobs import EngineParams, prepare_engine
+from tilewright.cosim.fp8_jobs import Fp8Params, prepare_fp8
+from tilewright.cosim.mx_jobs import MxParams, prepare_mx
 from tilewright.cosim.job import PreparedJob, prepare_words
 from tilewright.cosim.mesh_jobs import IMEM_DEPTH, prepare_mesh
 from tilewright.cosim.scan_jobs import ScanParams, prepare_scan
@@ -38,6 +40,8 @@ from tilewright.rtl.passthrough import (PASSTHROUGH_TOP_NAME, PassthroughParams,
                                         write_passthrough_rtl)
 from tilewright.rtl.scan_unit import SCAN_TOP_NAME, write_scan_rtl
 from tilewright.rtl.systolic_bf16 import BF16_TOP_NAME, Bf16GemmCore, generate_bf16_verilog
+from tilewright.rtl.systolic_fp8 import FP8_TOP_NAME, Fp8GemmCore, generate_fp8_verilog
+from tilewright.rtl.mx_core import MX_TOP_NAME, MxGemmCore, generate_mx_verilog
 from tilewright.rtl.uart_bridge_top import (UART_BRIDGE_TOP_NAME, as_link,
                                             write_uart_bridge_top)
 from tilewright.rtl.vector_unit import VECTOR_TOP_NAME, vector_lanes, write_vector_rtl
@@ -92,6 +96,20 @@ def _write_bf16(p: Bf16Params, rtl_dir: Path) -> None:
     write_verilog(rtl_dir, BF16_TOP_NAME, generate_bf16_verilog(core))
 
 
+def _write_fp8(p: Fp8Params, rtl_dir: Path) -> None:
+    a_depth, b_depth, acc_depth = p.depths
+    core = Fp8GemmCore(rows=p.rows, cols=p.cols, fmt=p.fmt, a_depth=a_depth, b_depth=b_depth,
+                       acc_depth=acc_depth)
+    write_verilog(rtl_dir, FP8_TOP_NAME, generate_fp8_verilog(core))
+
+
+def _write_mx(p: MxParams, rtl_dir: Path) -> None:
+    a_depth, b_depth, acc_depth = p.depths
+    core = MxGemmCore(fmt=p.fmt, cols=p.cols, a_depth=a_depth, b_depth=b_depth,
+                      acc_depth=acc_depth)
+    write_verilog(rtl_dir, MX_TOP_NAME, generate_mx_verilog(core))
+
+
 def _core_cflags(arch: ArchSpec) -> str:
     te = arch.tensor_engine
     return f"-O2 -DTW_ROWS={te.rows} -DTW_COLS={te.cols}"
@@ -130,6 +148,12 @@ _TOPS = (
     Top("bf16-core", BF16_TOP_NAME, "tilewright.rtl.systolic_bf16", _write_bf16,
         Bf16Params.key, lambda p: f"the bf16 core ({p.rows}x{p.cols}, depths {p.buffer_depths})",
         prepare_bf16, "tilewright.cocotb_tests.bf16_bench", ("results",)),
+    Top("fp8-core", FP8_TOP_NAME, "tilewright.rtl.systolic_fp8", _write_fp8, Fp8Params.key,
+        lambda p: f"the {p.fmt} core ({p.rows}x{p.cols}, depths {p.depths})", prepare_fp8,
+        "tilewright.cocotb_tests.fp8_bench", ("results",)),
+    Top("mx-core", MX_TOP_NAME, "tilewright.rtl.mx_core", _write_mx, MxParams.key,
+        lambda p: f"the {p.fmt} core (32x{p.cols}, depths {p.depths})", prepare_mx,
+        "tilewright.cocotb_tests.bf16_bench", ("results",)),
     Top("engine", ENGINE_TOP_NAME, "tilewright.rtl.engine_top",
         lambda p, d: write_engine_rtl(p.kind, dict(p.params), d), EngineParams.key,
         lambda p: f"the {p.kind} engine ({p.key()})", prepare_engine,

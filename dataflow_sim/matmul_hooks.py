@@ -15,7 +15,7 @@ from contextvars import ContextVar
 import numpy as np
 
 __all__ = ["wrap_int32", "gemm_int8", "Int8Matmul", "int8_matmul_fn", "int8_matmul",
-           "Bf16Matmul", "bf16_matmul_fn", "bf16_matmul"]
+           "Bf16Matmul", "bf16_matmul_fn", "bf16_matmul", "fp8_matmul_fn", "fp8_matmul"]
 
 
 def wrap_int32(x: np.ndarray) -> np.ndarray:
@@ -64,6 +64,26 @@ def bf16_matmul(fn: Bf16Matmul) -> Iterator[None]:
         yield
     finally:
         _BF16_MATMUL.reset(token)
+
+
+_FP8_MATMUL: ContextVar[Bf16Matmul | None] = ContextVar("tilewright_fp8_matmul", default=None)
+
+
+def fp8_matmul_fn() -> Bf16Matmul | None:
+    """The fp8 matmul installed by :func:`fp8_matmul`, or None (numerics' own)."""
+    return _FP8_MATMUL.get()
+
+
+@contextmanager
+def fp8_matmul(fn: Bf16Matmul) -> Iterator[None]:
+    """As :func:`bf16_matmul`, for the GEMMs in ``fp8-e4m3``/``fp8-e5m2``: ``fn(a, b, k_block)``
+    with fp8 element codes (ml_dtypes ``float8_e4m3fn``/``float8_e5m2``) returns the fp32
+    accumulator of steps 1-3 (the scales, step 4, are applied by numerics after it)."""
+    token = _FP8_MATMUL.set(fn)
+    try:
+        yield
+    finally:
+        _FP8_MATMUL.reset(token)
 
 
 @contextmanager

@@ -39,7 +39,7 @@ from typing import Literal
 
 import numpy as np
 
-from tilewright.dataflow_sim.matmul_hooks import bf16_matmul_fn, int8_matmul_fn
+from tilewright.dataflow_sim.matmul_hooks import bf16_matmul_fn, fp8_matmul_fn, int8_matmul_fn
 from tilewright.formats import MX_BLOCK, NumberFormat, QTensor, element_values, get_format, quantize
 
 __all__ = ["gemm", "sequential_fp32_matmul"]
@@ -174,8 +174,9 @@ def gemm(a: QTensor | np.ndarray, b: QTensor | np.ndarray, fmt: str, *,
             return out
         out = out.astype(np.float32)
     else:
-        hook = bf16_matmul_fn() if f.name == "bf16" else None
-        if hook is not None:       # e.g. the RTL bf16 core (tilewright sim --rtl)
+        hook = (bf16_matmul_fn() if f.name == "bf16" else
+                fp8_matmul_fn() if f.name in ("fp8-e4m3", "fp8-e5m2") else None)
+        if hook is not None:       # e.g. the RTL bf16 / fp8 core (tilewright sim --rtl)
             out = hook(qa.values, qb.values, k_block)
         else:
             out = sequential_fp32_matmul(element_values(qa.values, f),

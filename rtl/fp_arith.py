@@ -16,6 +16,20 @@ i.e. with the arithmetic of :mod:`tilewright.dataflow_sim.numerics`:
     full subnormal support, overflow to +-inf, IEEE signed zeros (an exact zero sum is +0 unless
     both operands are -0).
 
+Additions for the fp8 engine (:mod:`tilewright.rtl.systolic_fp8`):
+
+:class:`Fp8Mul`
+    ``a``, ``b``: fp8 bit patterns of one format (``fp8-e4m3`` = ml_dtypes ``float8_e4m3fn``:
+    bias 7, no inf, NaN = S.1111.111; ``fp8-e5m2`` = ``float8_e5m2``: bias 15, IEEE inf/NaN at
+    exponent 31), ``out``: the fp32 pattern of ``fl32(a * b)``. Always **exact**: the 4- (3-) bit
+    significands give an 8- (6-) bit product and every product lies between 2**-32 (e5m2's
+    smallest subnormal squared) and 57344**2 < 2**32, well inside fp32's normal range.
+    Subnormal inputs are honoured.
+:class:`Fp32Mul`
+    ``a``, ``b``, ``out``: fp32 patterns, ``out = fl32(a * b)`` (RNE, subnormal inputs and
+    results, overflow to +-inf): the output scaling ``fl32(acc * fl32(s_a * s_b))`` of numerics
+    step 4.
+
 Special values: inf * 0, inf - inf and any NaN operand give the **canonical quiet NaN**
 ``0x7FC00000`` (numpy propagates the NaN operand's payload and sign instead; tests compare NaN as
 "is a NaN"). inf * finite-nonzero and inf + finite are the signed inf, as IEEE requires.
@@ -37,7 +51,8 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["Bf16Mul", "Fp32Add", "round_pack", "FP32_QNAN", "FP32_INF"]
+__all__ = ["Bf16Mul", "Fp8Mul", "Fp32Mul", "Fp32Add", "round_pack", "FP8_FIELDS", "FP32_QNAN",
+           "FP32_INF"]
 
 FP32_QNAN = 0x7FC00000   #: canonical quiet NaN produced for every NaN result
 FP32_INF = 0x7F800000    #: +inf bit pattern (sign bit 31 gives -inf)
@@ -151,6 +166,101 @@ class Bf16Mul(_Binary):
             m.d.comb += self.out.eq(Cat(Const(FP32_INF, 31), sign))
         with m.Else():
             m.d.comb += self.out.eq(rounded)
+        return m
+
+
+#: fp8 format name -> (exponent bits, mantissa bits, bias, has inf) as ml_dtypes defines them
+FP8_FIELDS = {"fp8-e4m3": (4, 3, 7, False), "fp8-e5m2": (5, 2, 15, True)}
+
+
+def _special_product(m: Module, out, a_nan, b_nan, a_inf, b_inf, a_zero, b_zero, sign,
+                     rounded) -> None:
+    """IEEE rules of a product: NaN operand or inf * 0 -> canonical NaN; inf -> signed inf."""
+    with m.If(a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero)):
+        m.d.comb += out.eq(FP32_QNAN)
+    with m.Elif(a_inf | b_inf):
+        m.d.comb += out.eq(Cat(Const(FP32_INF, 31), sign))
+    with m.Else():
+        m.d.comb += out.eq(rounded)
+
+
+class Fp8Mul(_Binary):
+    """``out = fl32(a * b)`` (exact) for fp8 ``a``, ``b`` of ``fmt`` (combinational; module
+    docstring).
+
+    Parameter (keyword-only): ``fmt``, ``"fp8-e4m3"`` or ``"fp8-e5m2"``.
+    Ports: ``a``, ``b`` (8-bit fp8 patterns, in), ``out`` (32-bit fp32 pattern, out).
+    """
+
+    def __init__(self, *, fmt: str):
+        if fmt not in FP8_FIELDS:
+            raise ValueError(f"Fp8Mul fmt {fmt!r}: accepted: {', '.join(FP8_FIELDS)}")
+        self._fmt = fmt
+        super().__init__(8)
+
+    @property
+    def fmt(self) -> str:
+        return self._fmt
+
+    def elaborate(self, platform):
+        m = Module()
+        ebits, mbits, bias, has_inf = FP8_FIELDS[self._fmt]
+        emax = (1 << ebits) - 1
+        fields = []
+        for x in (self.a, self.b):
+            e, f = x[mbits:7], x[:mbits]
+            sig = Cat(f, e != 0)                              # mbits + 1 significand bits
+            xe = Mux(e == 0, 1, e)                            # subnormal: exponent 1, no hidden 1
+            if has_inf:                                       # e5m2: IEEE specials at e = 31
+                nan, inf = (e == emax) & (f != 0), (e == emax) & (f == 0)
+            else:                                             # e4m3fn: only S.1111.111 is NaN
+                nan, inf = (e == emax) & (f == (1 << mbits) - 1), Const(0)
+            fields.append((sig, xe, nan, inf, x[:7] == 0))
+        (sa, xa, a_nan, a_inf, a_zero), (sb, xb, b_nan, b_inf, b_zero) = fields
+        sign = self.a[7] ^ self.b[7]
+        pbits = 2 * (mbits + 1)
+        prod = Signal(pbits)
+        m.d.comb += prod.eq(sa * sb)
+        # value = prod * 2**(xa + xb - 2*bias - 2*mbits); s = prod << (26 - pbits) has its MSB
+        # (bit 25) at 2**(xa + xb - 2*bias - 2*mbits + pbits - 1), i.e. biased fp32 exponent
+        # e_top = xa + xb - 2*bias - 2*mbits + pbits - 1 + 127
+        e_top = Signal(signed(_EXP_BITS))
+        m.d.comb += e_top.eq(xa + xb + (_BIAS - 2 * bias - 2 * mbits + pbits - 1))
+        s = Signal(26)
+        m.d.comb += s.eq(prod << (26 - pbits))
+        rounded = round_pack(m, sign, s, e_top, "mul8")       # exact: never rounds
+        _special_product(m, self.out, a_nan, b_nan, a_inf, b_inf, a_zero, b_zero, sign,
+                         rounded)
+        return m
+
+
+class Fp32Mul(_Binary):
+    """``out = fl32(a * b)`` for fp32 ``a``, ``b`` (RNE; combinational; see module docstring).
+
+    Ports: ``a``, ``b`` (32-bit fp32 patterns, in), ``out`` (32-bit fp32 pattern, out).
+    """
+
+    def __init__(self):
+        super().__init__(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        fields = []
+        for x in (self.a, self.b):
+            e, f = x[23:31], x[:23]
+            fields.append((Cat(f, e != 0), Mux(e == 0, 1, e), (e == 255) & (f != 0),
+                           (e == 255) & (f == 0), x[:31] == 0))
+        (sa, xa, a_nan, a_inf, a_zero), (sb, xb, b_nan, b_inf, b_zero) = fields
+        sign = self.a[31] ^ self.b[31]
+        prod = Signal(48)
+        m.d.comb += prod.eq(sa * sb)
+        # value = prod * 2**(xa + xb - 254 - 46); the MSB of the 48-bit prod (bit 47) has
+        # biased exponent xa + xb - 254 - 46 + 47 + 127 = xa + xb - 126
+        e_top = Signal(signed(_EXP_BITS))
+        m.d.comb += e_top.eq(xa + xb - 126)
+        rounded = round_pack(m, sign, prod, e_top, "mul32")
+        _special_product(m, self.out, a_nan, b_nan, a_inf, b_inf, a_zero, b_zero, sign,
+                         rounded)
         return m
 
 

@@ -21,6 +21,8 @@ from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.rtl.emit import write_atomic, write_verilog
 from tilewright.rtl.engine_top import ENGINE_GENERATOR_VERSION, ENGINE_TOP_NAME, make_engine
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
+from tilewright.rtl.mx_core import MX_FORMATS, MX_TOP_NAME, write_mx_rtl
+from tilewright.rtl.systolic_fp8 import FP8_FORMATS, FP8_TOP_NAME, write_fp8_rtl
 
 __all__ = ["TOP_NAME", "generate_verilog", "update_manifest", "write_rtl", "write_engine_top",
            "write_arch_rtl", "top_name"]
@@ -78,7 +80,12 @@ def write_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
 
 def top_name(arch: ArchSpec) -> str:
     """Name of the top module :func:`write_arch_rtl` writes for ``arch``."""
-    return TOP_NAME if arch.tensor_engine.kind == "systolic" else ENGINE_TOP_NAME
+    te = arch.tensor_engine
+    if te.kind != "systolic":
+        return ENGINE_TOP_NAME
+    if te.input_format in MX_FORMATS:
+        return MX_TOP_NAME
+    return FP8_TOP_NAME if te.input_format in FP8_FORMATS else TOP_NAME
 
 
 def write_engine_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
@@ -121,6 +128,10 @@ def write_arch_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
     engine (:func:`write_engine_top`) for the other kinds. The manifest's ``kind`` and ``top``
     name what was written."""
     if arch.tensor_engine.kind == "systolic":
+        if arch.tensor_engine.input_format in FP8_FORMATS:   # the fp8 core (systolic_fp8)
+            return write_fp8_rtl(arch, out_dir)
+        if arch.tensor_engine.input_format in MX_FORMATS:    # the MX core (mx_core)
+            return write_mx_rtl(arch, out_dir)
         return write_rtl(arch, out_dir)
     return write_engine_top(arch, out_dir)
 

@@ -1,0 +1,99 @@
+"""MX GEMMs encoded for the Verilated :class:`~tilewright.rtl.mx_core.MxGemmCore` (top
+``mx-core``).
+
+A GEMM is a pair of :class:`~tilewright.formats.QTensor` of the core's MX format: ``a`` (M x K,
+quantized along K = axis 1, E8M0 codes (M, ceil(K/32))) and ``b`` (K x N, along axis 0, codes
+(ceil(K/32), N)). :func:`mx_gemm_words` packs them into the core's buffer words (the WS rows of
+:mod:`tilewright.compiler.layout` with 32 rows = one MX block per K tile; 8-bit lanes, +0
+padding, scale codes above the lanes: see :mod:`tilewright.rtl.mx_core`). :func:`prepare_mx`
+encodes a list for the bf16 core's bench (same ports: :mod:`tilewright.cocotb_tests.bf16_bench`);
+each record is a :class:`~tilewright.cosim.bf16_jobs.Bf16GemmRun` (C float32, cycles), compared
+with ``numerics.gemm(a, b, fmt, k_block=32)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilewright.compiler.layout import GemmLayout, pack_lanes
+from tilewright.cosim.bf16_jobs import Bf16GemmRun, c_from_acc_words
+from tilewright.cosim.job import JobFiles, PreparedJob
+from tilewright.formats import MX_BLOCK, QTensor
+
+__all__ = ["MxParams", "mx_gemm_words", "prepare_mx"]
+
+_MX = ("mxint8", "mxfp8", "mxfp8-e5m2")
+
+
+@dataclass(frozen=True)
+class MxParams:
+    """What an MX core build is generated from: format, columns, buffer depths (words)."""
+
+    fmt: str
+    cols: int
+    depths: tuple[int, int, int] = (256, 256, 256)
+
+    def __post_init__(self) -> None:
+        if self.fmt not in _MX:
+            raise ValueError(f"MX core fmt {self.fmt!r}: accepted: {', '.join(_MX)}")
+
+    def key(self) -> str:
+        return f"{self.fmt}-32x{self.cols}-d{'-'.join(map(str, self.depths))}"
+
+
+def _check(q: QTensor, fmt: str, axis: int, name: str) -> None:
+    if not isinstance(q, QTensor) or q.format != fmt or q.granularity != "block":
+        raise ValueError(f"MX GEMM: operand {name} must be a {fmt} QTensor (block scales)")
+    if q.values.ndim != 2 or q.axis != axis or 0 in q.values.shape:
+        raise ValueError(f"MX GEMM: operand {name} must be non-empty 2-D, quantized along axis "
+                         f"{axis}")
+
+
+def mx_gemm_words(cols: int, a: QTensor, b: QTensor) -> tuple[GemmLayout, list[int], list[int]]:
+    """(layout, A buffer words, B buffer words) of C = A·B for a 32 x ``cols`` MX core."""
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"MX GEMM: inner dimensions differ: A {a.shape} @ B {b.shape}")
+    (m, k), n, R, C = a.shape, b.shape[1], MX_BLOCK, cols
+    lay = GemmLayout(R, C, "ws", m, k, n)
+    ap = np.zeros((m, lay.kb * R), np.uint8)
+    ap[:, :k] = a.values.view(np.uint8)
+    a_lanes = ap.reshape(m, lay.kb, R).transpose(1, 0, 2).reshape(-1, R)
+    xa = a.scales.T.reshape(-1).astype(np.int64)                # word (kb, m) -> Xa[m, kb]
+    a_words = [w | (int(x) << (R * 8)) for w, x in zip(pack_lanes(a_lanes, 8), xa)]
+    bp = np.zeros((lay.kb * R, lay.nb * C), np.uint8)
+    bp[:k, :n] = b.values.view(np.uint8)
+    b_lanes = bp.reshape(lay.kb, R, lay.nb, C).transpose(2, 0, 1, 3).reshape(-1, C)
+    xb = np.full((lay.kb, lay.nb * C), 127, np.uint8)          # padded columns: 2**0
+    xb[:, :n] = b.scales
+    xb_words = pack_lanes(np.repeat(xb.reshape(lay.kb, lay.nb, C).transpose(1, 0, 2), R,
+                                    axis=1).reshape(-1, C), 8)
+    b_words = [w | (x << (C * 8)) for w, x in zip(pack_lanes(b_lanes, 8), xb_words)]
+    return lay, a_words, b_words
+
+
+def prepare_mx(gemms: Sequence[tuple[QTensor, QTensor]], params: MxParams) -> PreparedJob:
+    """Each (a, b) QTensor pair as one GEMM of the bench; ValueError for no GEMM, operands of
+    another format or a GEMM whose buffers exceed ``params.depths``."""
+    if not gemms:
+        raise ValueError("MX GEMM: no GEMMs given")
+    jobs, lays = [], []
+    for a, b in gemms:
+        _check(a, params.fmt, 1, "A")
+        _check(b, params.fmt, 0, "B")
+        lay, a_words, b_words = mx_gemm_words(params.cols, a, b)
+        for buf, need, have in zip(("A", "B", "accumulator"),
+                                   (lay.a_words, lay.b_words, lay.acc_words), params.depths):
+            if need > have:
+                raise ValueError(f"MX GEMM {lay.m}x{lay.k}x{lay.n}: {buf} buffer needs {need} "
+                                 f"words, the core has {have}")
+        lays.append(lay)
+        jobs.append({"m": lay.m, "k": lay.k, "n": lay.n, "a_words": a_words, "b_words": b_words,
+                     "acc_words": lay.acc_words})
+
+    def decode(res) -> dict:
+        return {"records": [Bf16GemmRun(c_from_acc_words(lay, r["acc"]), int(r["cycles"]))
+                            for lay, r in zip(lays, res.results["results"])]}
+    return PreparedJob(JobFiles({"jobs": jobs}), decode)
