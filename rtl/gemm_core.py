@@ -24,7 +24,8 @@ Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the
       cycles into the period (when this fold's commit wavefront has passed the last PE); the
       last fold streams M rows and drains: M + R + C + 1 cycles (+1 SRAM latency, R + C - 1
       array latency, 1 accumulator read-modify-write). Total with F = ceil(K/R)*ceil(N/C) folds:
-      R + (F - 1) * P + M + R + C + 1.
+      R + (F - 1) * P + M + R + C + 1. Each pipeline stage of the ArchSpec
+      (``tensor_engine.pipeline``: ``sram_read``, ``pe_product``) adds one cycle to that total.
     * OS (double-buffered outputs, folds overlap): F = ceil(M/R) * ceil(N/C) folds. Fold 0
       streams its K operand columns (K cycles); every later fold takes a period
       P = max(K, 2R + C): it streams its K columns while its ``first`` row captures the
@@ -36,7 +37,7 @@ Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -49,7 +50,7 @@ __all__ = ["GemmCore", "GENERATOR_VERSION", "memories", "run_state", "ws_sequenc
            "word_ports", "half_offsets", "check_core_arch", "HALF_PORTS"]
 
 #: bump when the generated hardware's behaviour or ports change
-GENERATOR_VERSION = "0.3.0"
+GENERATOR_VERSION = "0.4.0"
 
 _DIM_BITS = MAX_GEMM_DIM.bit_length()
 
@@ -241,7 +242,7 @@ def run_state(m: Module, core):
 
 
 def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, *,
-                 element_bits: int, accumulate, acc_q=None) -> None:
+                 element_bits: int, accumulate, acc_q=None, sram_read: bool = False) -> None:
     """WS sequencer: preload fold 0's weights, then one period per fold with the next fold's
     weights loaded into the shadow while this fold streams (see module docstring), for the WS
     array ``arr`` (int8 :class:`WeightStationaryArray` or the bf16 twin) with ``element_bits``
@@ -250,21 +251,45 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     ``c_r``/``c_w`` read and write the accumulator. ``accumulate(m, new, old, first)`` is the
     value written back: ``new`` (the array's output row) added to ``old`` (the accumulator's
     word), or ``new`` alone where ``first`` (the first k-block of the output, unless ``acc_q``:
-    accumulate onto the accumulator's contents)."""
+    accumulate onto the accumulator's contents). ``sram_read`` puts a register after the A and
+    B reads (one more cycle per GEMM, ``PipelineSpec.sram_read``); a ``pe_product`` array adds
+    its own cycle (:func:`ws_latency_cycles`).
+
+    Timing closure: every bound the fold loop tests is a register computed ahead (during the
+    weight preload, which lasts R >= 1 cycles, and at each fold's end): ``k_more``/``n_more``
+    (another k-/n-block follows), the remaining K/N elements ``k_rem``/``n_rem``, the fold's last
+    cycle and ``fold_end`` itself (set one cycle ahead), so no adder or magnitude comparator of the sizes sits between the
+    fold counters and the loop's decisions. Cycle for cycle the same as computing them
+    combinationally."""
     R, C = arr.rows, arr.cols
-    k_base, n_base = Signal(_DIM_BITS + 7), Signal(_DIM_BITS + 7)
+    pe_product = bool(getattr(arr, "pe_product", False))
+    extra = int(sram_read) + int(pe_product)          # pipeline cycles (once per GEMM)
     a_base = Signal.like(a_r.addr, name="a_base")
     b_base = Signal.like(b_r.addr, name="b_base")
     acc_base = Signal.like(c_w.addr, name="acc_base")
     pre = Signal(init=1)          # preloading fold 0's weights (t counts 0..R-1)
-    last_fold, fold_end = Signal(), Signal()
-    period = Signal(_DIM_BITS + 1)
+    # fold-loop bounds, registered (set during the preload, advanced at each fold's end)
+    k_rem = Signal(signed(_DIM_BITS + 1), name="k_rem")   # K elements after this k-block
+    n_rem = Signal(signed(_DIM_BITS + 1), name="n_rem")   # N elements after this n-block
+    k_more, n_more = Signal(name="k_more"), Signal(name="n_more")   # k_rem > 0, n_rem > 0
+    k_first = Signal(name="k_first")                      # this is the first k-block
+    # the fold's final t, minus ``ahead``: the last fold's is M + R + C + extra, the others'
+    # P - 1 with P = max(M, 2R + C - 2); ``fold_end`` is a register set one cycle ahead except on
+    # a 1x1 array (P may be 1 there: a fold can end at t = 0, so it is compared at t itself)
+    ahead = int(2 * R + C - 2 >= 2)
+    end_last = Signal.like(t, name="end_last")
+    end_period = Signal.like(t, name="end_period")
+    last_fold, fold_end = Signal(), Signal(name="fold_end")
     reload_at = R + C - 2         # period cycle at which the next fold's weight reads start
-    m.d.comb += [
-        last_fold.eq((k_base + R >= kr) & (n_base + C >= nr)),
-        period.eq(Mux(mr > 2 * R + C - 2, mr, 2 * R + C - 2)),
-        fold_end.eq(Mux(last_fold, t == mr + (R + C), t == period - 1)),
-    ]
+    m.d.comb += last_fold.eq(~k_more & ~n_more)
+    at_end = Mux(last_fold, t == end_last, t == end_period)
+    if ahead:    # t + 1 reaches the end next cycle; a fold (P >= 2) never ends at its t = 0
+        with m.If(running & ~pre & ~fold_end):
+            m.d.sync += fold_end.eq(at_end)
+        with m.Else():
+            m.d.sync += fold_end.eq(0)
+    else:
+        m.d.comb += fold_end.eq(at_end)
 
     # weight reads: preload (fold 0) or, during a period, the next fold's rows R-1 .. 0
     ld, st = Signal(), Signal()
@@ -277,21 +302,26 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     m.d.comb += [st.eq(running & ~pre & (t < mr)), a_r.addr.eq(a_base + t)]
     ld_q, st_q, commit_q = Signal(), Signal(), Signal()
     m.d.sync += [ld_q.eq(ld), st_q.eq(st), commit_q.eq(st & (t == 0))]
+    a_data, b_data = a_r.data, b_r.data
+    if sram_read:                 # a register after the buffer reads: data and flags one later
+        a_data, b_data = delay(m, a_data, 1, "a_rd"), delay(m, b_data, 1, "b_rd")
+        ld_q, st_q, commit_q = (delay(m, x, 1, n) for x, n in
+                                ((ld_q, "ld_rd"), (st_q, "st_rd"), (commit_q, "commit_rd")))
     eb = element_bits
     for j in range(C):
-        m.d.comb += arr.w_in.payload[j].eq(b_r.data[j * eb:(j + 1) * eb])
+        m.d.comb += arr.w_in.payload[j].eq(b_data[j * eb:(j + 1) * eb])
     for i in range(R):
-        m.d.comb += arr.a_in.payload.a[i].eq(a_r.data[i * eb:(i + 1) * eb])
+        m.d.comb += arr.a_in.payload.a[i].eq(a_data[i * eb:(i + 1) * eb])
     m.d.comb += [arr.w_in.valid.eq(ld_q), arr.a_in.valid.eq(st_q),
                  arr.a_in.payload.commit.eq(commit_q)]
 
     # sideband: each row's accumulator address and "first k-block" flag ride beside the
-    # array (SRAM latency + array latency) so write-back needs no per-fold state
+    # array (SRAM latency + pipeline + array latency) so write-back needs no per-fold state
     tag_addr = Signal.like(c_w.addr, name="tag_addr")
     tag_first = Signal(name="tag_first")
-    first = (k_base == 0) if acc_q is None else ((k_base == 0) & ~acc_q)
+    first = k_first if acc_q is None else (k_first & ~acc_q)
     m.d.sync += [tag_addr.eq(acc_base + t), tag_first.eq(first)]
-    lat = ws_latency_cycles(R, C)
+    lat = ws_latency_cycles(R, C, pe_product) + int(sram_read)
     out_addr = delay(m, tag_addr, lat, "wb_addr")
     out_first = delay(m, tag_first, lat, "wb_first")
 
@@ -311,19 +341,26 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     with m.If(running):
         m.d.sync += t.eq(t + 1)
         with m.If(pre):
+            # the loop's bounds for this GEMM (mr, kr, nr are registered at start)
+            m.d.sync += [k_rem.eq(kr - R), k_more.eq(kr > R), k_first.eq(1),
+                         n_rem.eq(nr - C), n_more.eq(nr > C),
+                         end_last.eq(mr + (R + C + extra - ahead)),
+                         end_period.eq(Mux(mr > 2 * R + C - 2, mr, 2 * R + C - 2) - (1 + ahead))]
             with m.If(t == R - 1):
                 m.d.sync += [pre.eq(0), t.eq(0)]
         with m.Elif(fold_end):
             m.d.sync += [t.eq(0), b_base.eq(b_base + R)]
-            with m.If(k_base + R < kr):
-                m.d.sync += [k_base.eq(k_base + R), a_base.eq(a_base + mr)]
+            with m.If(k_more):
+                m.d.sync += [k_rem.eq(k_rem - R), k_more.eq(k_rem > R), k_first.eq(0),
+                             a_base.eq(a_base + mr)]
             with m.Else():
-                m.d.sync += [k_base.eq(0), a_base.eq(0)]
-                with m.If(n_base + C < nr):
-                    m.d.sync += [n_base.eq(n_base + C), acc_base.eq(acc_base + mr)]
+                m.d.sync += [k_rem.eq(kr - R), k_more.eq(kr > R), k_first.eq(1),
+                             a_base.eq(0)]
+                with m.If(n_more):
+                    m.d.sync += [n_rem.eq(n_rem - C), n_more.eq(n_rem > C),
+                                 acc_base.eq(acc_base + mr)]
                 with m.Else():
-                    m.d.sync += [running.eq(0), n_base.eq(0), acc_base.eq(0), b_base.eq(0),
-                                 pre.eq(1)]
+                    m.d.sync += [running.eq(0), acc_base.eq(0), b_base.eq(0), pre.eq(1)]
 
 
 def _int32_accumulate(m: Module, new, old, first):
@@ -380,9 +417,12 @@ class GemmCore(_CoreShape, _CoreArch, wiring.Component):
     # ---------------------------------------------------------------------------------------
     def _ws(self, m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, acc_q=None):
         """WS: the array and :func:`ws_sequencer` with int32 (wrapping) accumulation."""
-        m.submodules.array = arr = WeightStationaryArray(rows=self._rows, cols=self._cols)
+        pipe = self._arch.tensor_engine.pipeline
+        m.submodules.array = arr = WeightStationaryArray(rows=self._rows, cols=self._cols,
+                                                         pe_product=pipe.pe_product)
         ws_sequencer(m, arr, self.start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w,
-                     element_bits=ELEMENT_BITS, accumulate=_int32_accumulate, acc_q=acc_q)
+                     element_bits=ELEMENT_BITS, accumulate=_int32_accumulate, acc_q=acc_q,
+                     sram_read=pipe.sram_read)
 
     # ---------------------------------------------------------------------------------------
     def _os(self, m, running, t, mr, kr, nr, a_r, b_r, c_w, c_r=None, acc_q=None):
