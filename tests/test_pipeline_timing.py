@@ -18,6 +18,10 @@ from tests.rtl_suite import _cache_dir, _tool_check  # noqa: F401  (session fixt
 from tilewright.rtl.systolic import WeightStationaryArray, ws_latency_cycles
 
 
+#: every stage on
+_ALL = {"sram_read": True, "pe_product": True, "acc_read": True}
+
+
 def _arch(rows=2, cols=2, dataflow="ws", fmt="int8", **pipeline) -> ArchSpec:
     base = default_arch().model_dump(mode="json")
     te = {**base["tensor_engine"], "rows": rows, "cols": cols, "dataflow": dataflow,
@@ -47,6 +51,11 @@ def test_pipeline_refused_where_not_built(kw):
     with pytest.raises(ArchSpecError, match=r"tensor_engine\.pipeline\.pe_product = true: "
                                             r"pipeline stages are built for kind 'systolic'"):
         _arch(pe_product=True, **kw)
+
+
+def test_acc_read_refused_on_1x1():
+    with pytest.raises(ArchSpecError, match=r"pipeline\.acc_read = true: needs a fold period"):
+        _arch(1, 1, acc_read=True)
 
 
 def test_pipeline_refused_for_tile_engines():
@@ -112,16 +121,14 @@ def test_cycle_model_adds_one_cycle_per_stage():
     F = -(-K // R) * -(-N // C)
     closed = R + (F - 1) * max(M, 2 * R + C - 2) + M + R + C + 1
     for kw, extra in (({}, 0), ({"sram_read": True}, 1), ({"pe_product": True}, 1),
-                      ({"sram_read": True, "pe_product": True}, 2)):
+                      ({"acc_read": True}, 1), ({"sram_read": True, "pe_product": True}, 2),
+                      (_ALL, 3)):
         assert gemm_cycles(_arch(R, C, **kw), M, K, N).cycles == closed + extra
 
 
 @pytest.mark.verilator
 @pytest.mark.slow
-@pytest.mark.parametrize("rows,cols,stages", [
-    (3, 5, {"sram_read": True, "pe_product": True}),
-    (2, 2, {"sram_read": True}),
-], ids=["3x5-both", "2x2-sram_read"])
+@pytest.mark.parametrize("rows,cols,stages", [(3, 5, _ALL)], ids=["3x5-all"])
 def test_pipelined_core_bit_and_cycle_exact(rows, cols, stages, _tool_check, _cache_dir):
     """The RTL suite's GEMMs on the Verilated core with the stages on: outputs = numpy, busy
     cycles = the cycle model (which counts the stages)."""
@@ -192,13 +199,25 @@ _SHAPES = [(1, 1, 1), (3, 2, 2), (1, 5, 3), (5, 3, 4), (2, 4, 1)]
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (1, 2), (2, 1), (2, 2)])
 @pytest.mark.parametrize("stages", [{}, {"sram_read": True}, {"pe_product": True},
-                                    {"sram_read": True, "pe_product": True}],
-                         ids=["off", "sram_read", "pe_product", "both"])
+                                    {"acc_read": True}, _ALL],
+                         ids=["off", "sram_read", "pe_product", "acc_read", "all"])
 def test_core_sim_bit_and_cycle_exact(rows, cols, stages):
     """Amaranth's simulator of the core (every small shape, 1x1 included, stages on and off):
     C = numpy's int32 matmul, busy cycles = the cycle model."""
+    if rows == cols == 1 and stages.get("acc_read"):
+        stages = {**stages, "acc_read": False}         # refused on 1x1 (test below)
     arch = _arch(rows, cols, **stages)
     for (m_, k_, n_), (c, cyc, a, b) in zip(_SHAPES, _sim_core(arch, _SHAPES, rows * 10 + cols)):
+        ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
+        np.testing.assert_array_equal(c, ref, err_msg=f"{m_}x{k_}x{n_}")
+        assert cyc == gemm_cycles(arch, m_, k_, n_).cycles, f"{m_}x{k_}x{n_}"
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (2, 3)])
+def test_os_core_sim_bit_and_cycle_exact(rows, cols):
+    """The OS core shares the run state (the fold counter ``t``) with WS: same check, no stages."""
+    arch = _arch(rows, cols, "os")
+    for (m_, k_, n_), (c, cyc, a, b) in zip(_SHAPES, _sim_core(arch, _SHAPES, rows + cols)):
         ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
         np.testing.assert_array_equal(c, ref, err_msg=f"{m_}x{k_}x{n_}")
         assert cyc == gemm_cycles(arch, m_, k_, n_).cycles, f"{m_}x{k_}x{n_}"

@@ -73,11 +73,14 @@ class PipelineSpec(_Frozen):
                             "before the array's input (+1 cycle per GEMM)")
     pe_product: bool = Field(False, description="a register on each PE's product, before its "
                              "partial-sum adder (+1 cycle per GEMM)")
+    acc_read: bool = Field(False, description="a register after the accumulator read of the "
+                           "read-modify-write, before its adder (+1 cycle per GEMM; not on a "
+                           "1x1 array)")
 
     @property
     def extra_cycles(self) -> int:
         """Cycles the stages add to one GEMM (cycles): one per stage that is on."""
-        return int(self.sram_read) + int(self.pe_product)
+        return int(self.sram_read) + int(self.pe_product) + int(self.acc_read)
 
 
 class TensorEngineSpec(_Frozen):
@@ -180,12 +183,16 @@ class TensorEngineSpec(_Frozen):
         if self.pipeline.extra_cycles and not (
                 self.kind == "systolic" and self.dataflow == "ws"
                 and self.input_format == "int8"):
-            on = [f for f in ("sram_read", "pe_product") if getattr(self.pipeline, f)]
+            on = [f for f in ("sram_read", "pe_product", "acc_read")
+                  if getattr(self.pipeline, f)]
             raise ValueError(
                 f"pipeline.{on[0]} = true: pipeline stages are built for kind 'systolic', "
                 f"dataflow 'ws', int8 only, not {self.kind!r}"
                 f"{'' if self.dataflow is None else ', ' + repr(self.dataflow)}, "
                 f"{self.input_format}; accepted there: false")
+        if self.pipeline.acc_read and self.rows == self.cols == 1:
+            raise ValueError("pipeline.acc_read = true: needs a fold period of at least 2 "
+                             "cycles, which a 1x1 array does not have; accepted there: false")
         return self
 
     @property
