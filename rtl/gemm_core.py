@@ -288,14 +288,25 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     last_fold, fold_end = Signal(), Signal(name="fold_end")
     reload_at = R + C - 2         # period cycle at which the next fold's weight reads start
     m.d.comb += last_fold.eq(~k_more & ~n_more)
-    at_end = Mux(last_fold, t == end_last, t == end_period)
+    if 2 * R + C - 2 >= 3:
+        # this fold's final t (minus ahead), a register valid from t = 1 of the fold: at t = 0
+        # it still holds the previous fold's (>= 1, so no false end: P >= 3 never ends at t <= 1)
+        end_sel = Signal.like(t, name="end_sel")
+        m.d.sync += end_sel.eq(Mux(last_fold, end_last, end_period))
+        at_end = t == end_sel
+    else:
+        at_end = Mux(last_fold, t == end_last, t == end_period)
+    # what the fold's end does, decided with it: next k-block, next n-block, or the GEMM's end
+    end_k, end_n, end_all = Signal(name="end_k"), Signal(name="end_n"), Signal(name="end_all")
+    ends = [(fold_end, at_end), (end_k, at_end & k_more), (end_n, at_end & ~k_more & n_more),
+            (end_all, at_end & last_fold)]
     if ahead:    # t + 1 reaches the end next cycle; a fold (P >= 2) never ends at its t = 0
         with m.If(running & ~pre & ~fold_end):
-            m.d.sync += fold_end.eq(at_end)
+            m.d.sync += [sig.eq(v) for sig, v in ends]
         with m.Else():
-            m.d.sync += fold_end.eq(0)
+            m.d.sync += [sig.eq(0) for sig, _ in ends]
     else:
-        m.d.comb += fold_end.eq(at_end)
+        m.d.comb += [sig.eq(running & ~pre & v) for sig, v in ends]
 
     # weight reads: preload (fold 0) or, during a period, the next fold's rows R-1 .. 0
     # the read addresses are registers, each set one cycle ahead: the B address counts down
@@ -373,30 +384,32 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
             m.d.sync += [k_rem.eq(kr - R), k_more.eq(kr > R), k_first.eq(1),
                          n_rem.eq(nr - C), n_more.eq(nr > C),
                          end_last.eq(mr + (R + C + extra - ahead)),
-                         end_period.eq(Mux(mr > 2 * R + C - 2, mr, 2 * R + C - 2) - (1 + ahead))]
+                         # compare and subtract side by side (two short chains, not one long)
+                         end_period.eq(Mux(mr > 2 * R + C - 2, mr - (1 + ahead),
+                                           2 * R + C - 2 - (1 + ahead)))]
             m.d.sync += mr_last.eq(mr - 1)
             with m.If(t == R - 1):
                 m.d.sync += [pre.eq(0), t.eq(0), st.eq(mr != 0), first_row.eq(mr != 0)]
                 if reload_at == 0:      # 1x1: the window opens at t = 0
                     m.d.sync += b_addr.eq(b_base + (2 * R - 1))
-        with m.Elif(fold_end):
-            m.d.sync += [t.eq(0), b_base.eq(b_base + R)]
-            if reload_at == 0:
-                m.d.sync += b_addr.eq(b_base + (3 * R - 1))
-            with m.If(k_more):
-                m.d.sync += [k_rem.eq(k_rem - R), k_more.eq(k_rem > R), k_first.eq(0),
-                             a_base.eq(a_base + mr), a_addr.eq(a_base + mr)]
-            with m.Else():
-                m.d.sync += [k_rem.eq(kr - R), k_more.eq(kr > R), k_first.eq(1),
-                             a_base.eq(0), a_addr.eq(0)]
-            with m.If(k_more | n_more):                  # another fold: it streams from t = 0
-                m.d.sync += [st.eq(mr != 0), first_row.eq(mr != 0)]
-            with m.If(~k_more):
-                with m.If(n_more):
-                    m.d.sync += [n_rem.eq(n_rem - C), n_more.eq(n_rem > C),
-                                 acc_base.eq(acc_base + mr)]
-                with m.Else():
-                    m.d.sync += [running.eq(0), acc_base.eq(0), b_base.eq(0), pre.eq(1)]
+    # a fold's end (fold_end and its decision end_k / end_n / end_all are registers set one
+    # cycle ahead, each the whole enable of its registers)
+    with m.If(fold_end):
+        m.d.sync += [t.eq(0), b_base.eq(b_base + R)]
+        if reload_at == 0:
+            m.d.sync += b_addr.eq(b_base + (3 * R - 1))
+    with m.If(end_k):
+        m.d.sync += [k_rem.eq(k_rem - R), k_more.eq(k_rem > R), k_first.eq(0),
+                     a_base.eq(a_base + mr), a_addr.eq(a_base + mr)]
+    with m.If(end_n | end_all):
+        m.d.sync += [k_rem.eq(kr - R), k_more.eq(kr > R), k_first.eq(1),
+                     a_base.eq(0), a_addr.eq(0)]
+    with m.If(end_k | end_n):                            # another fold: it streams from t = 0
+        m.d.sync += [st.eq(mr != 0), first_row.eq(mr != 0)]
+    with m.If(end_n):
+        m.d.sync += [n_rem.eq(n_rem - C), n_more.eq(n_rem > C), acc_base.eq(acc_base + mr)]
+    with m.If(end_all):
+        m.d.sync += [running.eq(0), acc_base.eq(0), b_base.eq(0), pre.eq(1)]
 
 
 def _int32_accumulate(m: Module, new, old, first):
