@@ -60,6 +60,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tilewright.arch import ArchSpecError
+
 __all__ = ["gemm_cycles_array", "engine_split", "CONVENTIONS", "DATAFLOWS"]
 
 CONVENTIONS = ("tilewright", "scalesim")
@@ -132,8 +134,10 @@ def gemm_cycles_array(m, k, n, rows: int, cols: int, dataflow: str,
     if not isinstance(count, (int, np.integer)) or count < 1:
         raise ValueError(f"count = {count!r}: must be an integer >= 1")
     if pipeline_cycles and (dataflow != "ws" or convention != "tilewright"):
-        raise ValueError(f"pipeline_cycles = {pipeline_cycles}: pipeline stages are modelled for "
-                         f"dataflow 'ws' under the 'tilewright' convention only, not "
-                         f"{dataflow!r} under {convention!r}")
+        raise ArchSpecError(f"tensor_engine.pipeline ({pipeline_cycles} cycles): pipeline "
+                            f"stages are modelled for "
+                            f"dataflow 'ws' under the 'tilewright' convention only, not "
+                            f"{dataflow!r} under {convention!r} (SCALE-Sim models an "
+                            f"unpipelined array)")
     folds, fe, se, _ = engine_split(m, k, n, R, C, dataflow, count, convention)
     return _single_cycles(fe, se, R, C, dataflow, convention) + pipeline_cycles, folds
