@@ -221,3 +221,22 @@ def test_os_core_sim_bit_and_cycle_exact(rows, cols):
         ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
         np.testing.assert_array_equal(c, ref, err_msg=f"{m_}x{k_}x{n_}")
         assert cyc == gemm_cycles(arch, m_, k_, n_).cycles, f"{m_}x{k_}x{n_}"
+
+
+@pytest.mark.verilator
+@pytest.mark.slow
+@pytest.mark.nightly      # one more accelerator build (12 min at load average 17); .ci/nightly
+def test_pipelined_accelerator_top_bit_and_cycle_exact(_tool_check, _cache_dir):
+    """The programmable accelerator (double-buffered core, K-split GEMMs accumulating onto the
+    accumulator's contents) with every stage on: C = numpy, each GEMM segment's cycles and
+    instructions = the accelerator cycle model (which adds the stages to every GEMM command)."""
+    from tests.test_accel_rtl import SHAPES, _arch as accel_arch, check_gemm_segments
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.suites import gemm_suite
+    base = accel_arch("ws", 1.0, 20.0).model_dump(mode="json")
+    base["tensor_engine"]["pipeline"] = _ALL
+    arch = ArchSpec.from_dict({**base, "name": "accel-ws4x4-pipelined"})
+    prog, inputs = gemm_suite(arch, SHAPES, seed=7)
+    run = cosim.run("accel", prog, arch, inputs=inputs)
+    multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
+    assert multi_tile >= 2 and k_split == 2
