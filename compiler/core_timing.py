@@ -18,6 +18,10 @@ R = rows, C = cols, SRAM read latency L = 1:
   R + C - 2 cycles into the period); the last fold takes M (rows) + L + (R + C - 1) (array
   latency) + 1 (accumulator read-modify-write) = M + R + C + 1.
   Total = R + (F - 1)·P + M + R + C + 1.
+* Pipeline stages (``tensor_engine.pipeline``, WS only): a register after the A/B buffer reads
+  and a register on each PE's product each delay the array's input or output by one cycle. The
+  weight loads and the activation rows go through the same registers, so the fold period is
+  unchanged; only the last fold's drain grows: total + ``pipeline_cycles`` (one per stage).
 * OS, double-buffered outputs, folds overlap: F = ceil(M/R)·ceil(N/C) folds. The first fold
   streams its K operand columns (K cycles); every later fold occupies a period
   P = max(K, 2R + C): it streams its K columns while its first column's ``first`` flag
@@ -55,6 +59,8 @@ one array; E = 1 is its figure).
 from __future__ import annotations
 
 import numpy as np
+
+from tilewright.arch import ArchSpecError
 
 __all__ = ["gemm_cycles_array", "engine_split", "CONVENTIONS", "DATAFLOWS"]
 
@@ -114,16 +120,24 @@ def engine_split(m, k, n, rows: int, cols: int, dataflow: str, count: int = 1,
 
 
 def gemm_cycles_array(m, k, n, rows: int, cols: int, dataflow: str,
-                      convention: str = "tilewright", count: int = 1
+                      convention: str = "tilewright", count: int = 1, pipeline_cycles: int = 0
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Vectorized (cycles, folds) for arrays of M, K, N (any broadcastable int arrays) on
     ``count`` identical ``rows x cols`` arrays; ``folds`` are the whole GEMM's, ``cycles`` the
-    busiest engine's (module docstring)."""
+    busiest engine's (module docstring). ``pipeline_cycles`` (cycles,
+    ``TensorEngineSpec.pipeline_cycles``) are the WS core's pipeline stages, added once per
+    GEMM; SCALE-Sim's convention models an unpipelined array and refuses them."""
     m, k, n = (np.asarray(x, dtype=np.int64) for x in (m, k, n))
     R, C = rows, cols
     if convention not in CONVENTIONS:
         raise ValueError(f"convention {convention!r}: must be one of {CONVENTIONS}")
     if not isinstance(count, (int, np.integer)) or count < 1:
         raise ValueError(f"count = {count!r}: must be an integer >= 1")
+    if pipeline_cycles and (dataflow != "ws" or convention != "tilewright"):
+        raise ArchSpecError(f"tensor_engine.pipeline ({pipeline_cycles} cycles): pipeline "
+                            f"stages are modelled for "
+                            f"dataflow 'ws' under the 'tilewright' convention only, not "
+                            f"{dataflow!r} under {convention!r} (SCALE-Sim models an "
+                            f"unpipelined array)")
     folds, fe, se, _ = engine_split(m, k, n, R, C, dataflow, count, convention)
-    return _single_cycles(fe, se, R, C, dataflow, convention), folds
+    return _single_cycles(fe, se, R, C, dataflow, convention) + pipeline_cycles, folds

@@ -127,7 +127,8 @@ def tensor_engine_gemm_cycles(te: "TensorEngineSpec", m, k, n, convention: str =
     ``tilewright`` only: SCALE-Sim models systolic arrays). ``te.count`` engines share the GEMM
     (cycles of the busiest; folds of the whole GEMM; module docstring)."""
     if te.kind == "systolic":
-        return gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow, convention, te.count)
+        return gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow, convention, te.count,
+                                 te.pipeline_cycles)
     if convention not in CONVENTIONS:
         raise ValueError(f"convention {convention!r}: must be one of {CONVENTIONS}")
     if convention != "tilewright":

@@ -292,7 +292,8 @@ def _cmd_cycles(arch: ArchSpec, dataflow: str, m, k, n) -> tuple[np.ndarray, np.
     """(cycles, folds) of tile commands ``m x k x n`` run with ``dataflow`` on ``arch``."""
     te = arch.tensor_engine
     if dataflow in DATAFLOWS:
-        return gemm_cycles_array(m, k, n, te.rows, te.cols, dataflow, count=te.count)
+        return gemm_cycles_array(m, k, n, te.rows, te.cols, dataflow, count=te.count,
+                                 pipeline_cycles=te.pipeline_cycles if dataflow == "ws" else 0)
     return tensor_engine_gemm_cycles(te, m, k, n)
 
 

@@ -52,7 +52,8 @@ def _gemm_busy(arch: ArchSpec, m: int, k: int, n: int) -> int:
     te = arch.tensor_engine
     if not te.systolic:
         return int(tile_core_busy_cycles(te, m, k, n))
-    cyc, _ = gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow)
+    cyc, _ = gemm_cycles_array(m, k, n, te.rows, te.cols, te.dataflow,
+                               pipeline_cycles=te.pipeline_cycles)
     return int(cyc)
 
 

@@ -24,7 +24,8 @@ Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the
       cycles into the period (when this fold's commit wavefront has passed the last PE); the
       last fold streams M rows and drains: M + R + C + 1 cycles (+1 SRAM latency, R + C - 1
       array latency, 1 accumulator read-modify-write). Total with F = ceil(K/R)*ceil(N/C) folds:
-      R + (F - 1) * P + M + R + C + 1.
+      R + (F - 1) * P + M + R + C + 1. Each pipeline stage of the ArchSpec
+      (``tensor_engine.pipeline``: ``sram_read``, ``pe_product``, ``acc_read``) adds one cycle to that total.
     * OS (double-buffered outputs, folds overlap): F = ceil(M/R) * ceil(N/C) folds. Fold 0
       streams its K operand columns (K cycles); every later fold takes a period
       P = max(K, 2R + C): it streams its K columns while its ``first`` row captures the
@@ -36,7 +37,7 @@ Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -49,7 +50,7 @@ __all__ = ["GemmCore", "GENERATOR_VERSION", "memories", "run_state", "ws_sequenc
            "word_ports", "half_offsets", "check_core_arch", "HALF_PORTS"]
 
 #: bump when the generated hardware's behaviour or ports change
-GENERATOR_VERSION = "0.3.0"
+GENERATOR_VERSION = "0.4.0"
 
 _DIM_BITS = MAX_GEMM_DIM.bit_length()
 
@@ -229,7 +230,9 @@ def run_state(m: Module, core):
     (running, t, mr, kr, nr)."""
     mr, kr, nr = (Signal(_DIM_BITS, name=x) for x in ("m_r", "k_r", "n_r"))
     running = Signal()
-    t = Signal(_DIM_BITS + 8)            # cycle within the current fold
+    # cycle within the current fold: at most M + R + C + 2 (WS) or max(K, 2R + C) (OS) with
+    # R, C <= 64, so 17 bits
+    t = Signal(_DIM_BITS + 1)
     cycles = Signal(32)
     m.d.comb += [core.busy.eq(running), core.cycles.eq(cycles)]
     with m.If(running):
@@ -241,7 +244,8 @@ def run_state(m: Module, core):
 
 
 def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, *,
-                 element_bits: int, accumulate, acc_q=None) -> None:
+                 element_bits: int, accumulate, acc_q=None, sram_read: bool = False,
+                 acc_read: bool = False) -> None:
     """WS sequencer: preload fold 0's weights, then one period per fold with the next fold's
     weights loaded into the shadow while this fold streams (see module docstring), for the WS
     array ``arr`` (int8 :class:`WeightStationaryArray` or the bf16 twin) with ``element_bits``
@@ -250,80 +254,162 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     ``c_r``/``c_w`` read and write the accumulator. ``accumulate(m, new, old, first)`` is the
     value written back: ``new`` (the array's output row) added to ``old`` (the accumulator's
     word), or ``new`` alone where ``first`` (the first k-block of the output, unless ``acc_q``:
-    accumulate onto the accumulator's contents)."""
+    accumulate onto the accumulator's contents). ``sram_read`` puts a register after the A and
+    B reads and ``acc_read`` one after the accumulator read, before the adder (one more cycle
+    per GEMM each, ``PipelineSpec``; ``acc_read`` needs a fold period of at least 2 cycles, i.e.
+    not a 1x1 array); a ``pe_product`` array adds its own cycle (:func:`ws_latency_cycles`).
+
+    Timing closure: every bound the fold loop tests is a register computed ahead (during the
+    weight preload, which lasts R >= 1 cycles, and at each fold's end): ``k_more``/``n_more``
+    (another k-/n-block follows), the remaining K/N elements ``k_rem``/``n_rem``, the fold's last
+    cycle and ``fold_end`` itself (set one cycle ahead), so no adder or magnitude comparator of the sizes sits between the
+    fold counters and the loop's decisions. Cycle for cycle the same as computing them
+    combinationally."""
     R, C = arr.rows, arr.cols
-    k_base, n_base = Signal(_DIM_BITS + 7), Signal(_DIM_BITS + 7)
+    pe_product = bool(getattr(arr, "pe_product", False))
+    extra = int(sram_read) + int(pe_product) + int(acc_read)   # pipeline cycles per GEMM
+    if acc_read and 2 * R + C - 2 < 2:
+        raise ValueError("acc_read needs a fold period of at least 2 cycles (not a 1x1 array)")
     a_base = Signal.like(a_r.addr, name="a_base")
     b_base = Signal.like(b_r.addr, name="b_base")
     acc_base = Signal.like(c_w.addr, name="acc_base")
     pre = Signal(init=1)          # preloading fold 0's weights (t counts 0..R-1)
-    last_fold, fold_end = Signal(), Signal()
-    period = Signal(_DIM_BITS + 1)
+    # fold-loop bounds, registered (set during the preload, advanced at each fold's end)
+    k_rem = Signal(signed(_DIM_BITS + 1), name="k_rem")   # K elements after this k-block
+    n_rem = Signal(signed(_DIM_BITS + 1), name="n_rem")   # N elements after this n-block
+    k_more, n_more = Signal(name="k_more"), Signal(name="n_more")   # k_rem > 0, n_rem > 0
+    k_first = Signal(name="k_first")                      # this is the first k-block
+    # the fold's final t, minus ``ahead``: the last fold's is M + R + C + extra, the others'
+    # P - 1 with P = max(M, 2R + C - 2); ``fold_end`` is a register set one cycle ahead except on
+    # a 1x1 array (P may be 1 there: a fold can end at t = 0, so it is compared at t itself)
+    ahead = int(2 * R + C - 2 >= 2)
+    end_last = Signal.like(t, name="end_last")
+    end_period = Signal.like(t, name="end_period")
+    last_fold, fold_end = Signal(), Signal(name="fold_end")
     reload_at = R + C - 2         # period cycle at which the next fold's weight reads start
-    m.d.comb += [
-        last_fold.eq((k_base + R >= kr) & (n_base + C >= nr)),
-        period.eq(Mux(mr > 2 * R + C - 2, mr, 2 * R + C - 2)),
-        fold_end.eq(Mux(last_fold, t == mr + (R + C), t == period - 1)),
-    ]
+    m.d.comb += last_fold.eq(~k_more & ~n_more)
+    if 2 * R + C - 2 >= 3:
+        # this fold's final t (minus ahead), a register valid from t = 1 of the fold: at t = 0
+        # it still holds the previous fold's (>= 1, so no false end: P >= 3 never ends at t <= 1)
+        end_sel = Signal.like(t, name="end_sel")
+        m.d.sync += end_sel.eq(Mux(last_fold, end_last, end_period))
+        at_end = t == end_sel
+    else:
+        at_end = Mux(last_fold, t == end_last, t == end_period)
+    # what the fold's end does, decided with it: next k-block, next n-block, or the GEMM's end
+    end_k, end_n, end_all = Signal(name="end_k"), Signal(name="end_n"), Signal(name="end_all")
+    ends = [(fold_end, at_end), (end_k, at_end & k_more), (end_n, at_end & ~k_more & n_more),
+            (end_all, at_end & last_fold)]
+    if ahead:    # t + 1 reaches the end next cycle; a fold (P >= 2) never ends at its t = 0
+        with m.If(running & ~pre & ~fold_end):
+            m.d.sync += [sig.eq(v) for sig, v in ends]
+        with m.Else():
+            m.d.sync += [sig.eq(0) for sig, _ in ends]
+    else:
+        m.d.comb += [sig.eq(running & ~pre & v) for sig, v in ends]
 
     # weight reads: preload (fold 0) or, during a period, the next fold's rows R-1 .. 0
+    # the read addresses are registers, each set one cycle ahead: the B address counts down
+    # from row R-1 of the fold's B block (b_base + R-1 - t in the preload; b_base + 2R-1 -
+    # (t - reload_at) in a period's reload window), the A address up from a_base (a_base + t)
     ld, st = Signal(), Signal()
-    r_idx = Signal(8)
+    b_addr = Signal.like(b_r.addr, name="b_addr")
+    a_addr = Signal.like(a_r.addr, name="a_addr")
     with m.If(pre):
-        m.d.comb += [ld.eq(running), r_idx.eq(t[:8]), b_r.addr.eq(b_base + (R - 1) - t[:8])]
+        m.d.comb += ld.eq(running)
     with m.Else():
-        m.d.comb += [ld.eq(running & ~last_fold & (t >= reload_at) & (t < reload_at + R)),
-                     b_r.addr.eq(b_base + R + (R - 1) - (t - reload_at)[:8])]
-    m.d.comb += [st.eq(running & ~pre & (t < mr)), a_r.addr.eq(a_base + t)]
+        m.d.comb += ld.eq(running & ~last_fold & (t >= reload_at) & (t < reload_at + R))
+    # st (this fold streams A row t: t < M) is a register too, set one cycle ahead
+    mr_last = Signal.like(mr, name="m_last")             # M - 1, the last streamed t
+    m.d.comb += [a_r.addr.eq(a_addr), b_r.addr.eq(b_addr)]
     ld_q, st_q, commit_q = Signal(), Signal(), Signal()
-    m.d.sync += [ld_q.eq(ld), st_q.eq(st), commit_q.eq(st & (t == 0))]
+    first_row = Signal(name="first_row")                  # st and t == 0, a register
+    m.d.sync += [ld_q.eq(ld), st_q.eq(st), commit_q.eq(first_row)]
+    a_data, b_data = a_r.data, b_r.data
+    if sram_read:                 # a register after the buffer reads: data and flags one later
+        a_data, b_data = delay(m, a_data, 1, "a_rd"), delay(m, b_data, 1, "b_rd")
+        ld_q, st_q, commit_q = (delay(m, x, 1, n) for x, n in
+                                ((ld_q, "ld_rd"), (st_q, "st_rd"), (commit_q, "commit_rd")))
     eb = element_bits
     for j in range(C):
-        m.d.comb += arr.w_in.payload[j].eq(b_r.data[j * eb:(j + 1) * eb])
+        m.d.comb += arr.w_in.payload[j].eq(b_data[j * eb:(j + 1) * eb])
     for i in range(R):
-        m.d.comb += arr.a_in.payload.a[i].eq(a_r.data[i * eb:(i + 1) * eb])
+        m.d.comb += arr.a_in.payload.a[i].eq(a_data[i * eb:(i + 1) * eb])
     m.d.comb += [arr.w_in.valid.eq(ld_q), arr.a_in.valid.eq(st_q),
                  arr.a_in.payload.commit.eq(commit_q)]
 
     # sideband: each row's accumulator address and "first k-block" flag ride beside the
-    # array (SRAM latency + array latency) so write-back needs no per-fold state
+    # array (SRAM latency + pipeline + array latency) so write-back needs no per-fold state
     tag_addr = Signal.like(c_w.addr, name="tag_addr")
     tag_first = Signal(name="tag_first")
-    first = (k_base == 0) if acc_q is None else ((k_base == 0) & ~acc_q)
+    first = k_first if acc_q is None else (k_first & ~acc_q)
     m.d.sync += [tag_addr.eq(acc_base + t), tag_first.eq(first)]
-    lat = ws_latency_cycles(R, C)
+    lat = ws_latency_cycles(R, C, pe_product) + int(sram_read)
     out_addr = delay(m, tag_addr, lat, "wb_addr")
     out_first = delay(m, tag_first, lat, "wb_first")
 
-    # accumulator read-modify-write: read at c_out.valid, write one cycle later
+    # accumulator read-modify-write: read at c_out.valid, write one cycle later (two with
+    # acc_read: the read data is registered before the adder; safe because the same word is
+    # read again one fold period P >= 2 later, when the transparent read port sees the write)
     out_q = Signal(C * ACC_BITS)
     wr_q, first_q = Signal(), Signal()
     addr_q = Signal.like(c_w.addr)
     m.d.comb += c_r.addr.eq(out_addr)
     m.d.sync += [wr_q.eq(arr.c_out.valid), first_q.eq(out_first), addr_q.eq(out_addr),
                  out_q.eq(Cat(*arr.c_out.payload))]
-    written = accumulate(m, out_q, c_r.data, first_q)
+    old = c_r.data
+    if acc_read:
+        wr_q, first_q, addr_q, out_q, old = (
+            delay(m, x, 1, f"{n}_acc") for x, n in
+            ((wr_q, "wr"), (first_q, "first"), (addr_q, "addr"), (out_q, "out"), (old, "old")))
+    written = accumulate(m, out_q, old, first_q)
     m.d.comb += [c_w.en.eq(wr_q), c_w.addr.eq(addr_q), c_w.data.eq(written)]
 
     # sequencing: nb outer, kb inner
     with m.If(start & ~running):
-        m.d.sync += pre.eq(1)
+        m.d.sync += [pre.eq(1), b_addr.eq(R - 1)]        # b_base is 0 between GEMMs
+    m.d.sync += first_row.eq(0)
+    with m.If(running & ~pre & ~fold_end):
+        m.d.sync += st.eq(st & (t != mr_last))
+    with m.Else():
+        m.d.sync += st.eq(0)
     with m.If(running):
-        m.d.sync += t.eq(t + 1)
+        m.d.sync += [t.eq(t + 1), b_addr.eq(b_addr - 1), a_addr.eq(a_addr + 1)]
+        if reload_at >= 1:      # the reload window opens at t = reload_at of this fold
+            with m.If(~pre & (t == reload_at - 1)):
+                m.d.sync += b_addr.eq(b_base + (2 * R - 1))
         with m.If(pre):
+            m.d.sync += a_addr.eq(0)                      # a_base is 0 in the preload
+            # the loop's bounds for this GEMM (mr, kr, nr are registered at start)
+            m.d.sync += [k_rem.eq(kr - R), k_more.eq(kr > R), k_first.eq(1),
+                         n_rem.eq(nr - C), n_more.eq(nr > C),
+                         end_last.eq(mr + (R + C + extra - ahead)),
+                         # compare and subtract side by side (two short chains, not one long)
+                         end_period.eq(Mux(mr > 2 * R + C - 2, mr - (1 + ahead),
+                                           2 * R + C - 2 - (1 + ahead)))]
+            m.d.sync += mr_last.eq(mr - 1)
             with m.If(t == R - 1):
-                m.d.sync += [pre.eq(0), t.eq(0)]
-        with m.Elif(fold_end):
-            m.d.sync += [t.eq(0), b_base.eq(b_base + R)]
-            with m.If(k_base + R < kr):
-                m.d.sync += [k_base.eq(k_base + R), a_base.eq(a_base + mr)]
-            with m.Else():
-                m.d.sync += [k_base.eq(0), a_base.eq(0)]
-                with m.If(n_base + C < nr):
-                    m.d.sync += [n_base.eq(n_base + C), acc_base.eq(acc_base + mr)]
-                with m.Else():
-                    m.d.sync += [running.eq(0), n_base.eq(0), acc_base.eq(0), b_base.eq(0),
-                                 pre.eq(1)]
+                m.d.sync += [pre.eq(0), t.eq(0), st.eq(mr != 0), first_row.eq(mr != 0)]
+                if reload_at == 0:      # 1x1: the window opens at t = 0
+                    m.d.sync += b_addr.eq(b_base + (2 * R - 1))
+    # a fold's end (fold_end and its decision end_k / end_n / end_all are registers set one
+    # cycle ahead, each the whole enable of its registers)
+    with m.If(fold_end):
+        m.d.sync += [t.eq(0), b_base.eq(b_base + R)]
+        if reload_at == 0:
+            m.d.sync += b_addr.eq(b_base + (3 * R - 1))
+    with m.If(end_k):
+        m.d.sync += [k_rem.eq(k_rem - R), k_more.eq(k_rem > R), k_first.eq(0),
+                     a_base.eq(a_base + mr), a_addr.eq(a_base + mr)]
+    with m.If(end_n | end_all):
+        m.d.sync += [k_rem.eq(kr - R), k_more.eq(kr > R), k_first.eq(1),
+                     a_base.eq(0), a_addr.eq(0)]
+    with m.If(end_k | end_n):                            # another fold: it streams from t = 0
+        m.d.sync += [st.eq(mr != 0), first_row.eq(mr != 0)]
+    with m.If(end_n):
+        m.d.sync += [n_rem.eq(n_rem - C), n_more.eq(n_rem > C), acc_base.eq(acc_base + mr)]
+    with m.If(end_all):
+        m.d.sync += [running.eq(0), acc_base.eq(0), b_base.eq(0), pre.eq(1)]
 
 
 def _int32_accumulate(m: Module, new, old, first):
@@ -380,9 +466,12 @@ class GemmCore(_CoreShape, _CoreArch, wiring.Component):
     # ---------------------------------------------------------------------------------------
     def _ws(self, m, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, acc_q=None):
         """WS: the array and :func:`ws_sequencer` with int32 (wrapping) accumulation."""
-        m.submodules.array = arr = WeightStationaryArray(rows=self._rows, cols=self._cols)
+        pipe = self._arch.tensor_engine.pipeline
+        m.submodules.array = arr = WeightStationaryArray(rows=self._rows, cols=self._cols,
+                                                         pe_product=pipe.pe_product)
         ws_sequencer(m, arr, self.start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w,
-                     element_bits=ELEMENT_BITS, accumulate=_int32_accumulate, acc_q=acc_q)
+                     element_bits=ELEMENT_BITS, accumulate=_int32_accumulate, acc_q=acc_q,
+                     sram_read=pipe.sram_read, acc_read=pipe.acc_read)
 
     # ---------------------------------------------------------------------------------------
     def _os(self, m, running, t, mr, kr, nr, a_r, b_r, c_w, c_r=None, acc_q=None):

@@ -54,9 +54,10 @@ ELEMENT_BITS = bits_of("int8")   #: bits of an input/weight element (signed int8
 ACC_BITS = bits_of("int32")      #: bits of an accumulator (signed int32, wrapping)
 
 
-def ws_latency_cycles(rows: int, cols: int) -> int:
-    """Cycles from ``a_in`` carrying a row to ``c_out`` carrying its result (WS)."""
-    return rows + cols - 1
+def ws_latency_cycles(rows: int, cols: int, pe_product: bool = False) -> int:
+    """Cycles from ``a_in`` carrying a row to ``c_out`` carrying its result (WS): rows + cols - 1,
+    plus 1 with the PE product register (``pe_product``)."""
+    return rows + cols - 1 + int(pe_product)
 
 
 def os_finish_cycles(rows: int, cols: int) -> int:
@@ -82,14 +83,17 @@ def delay(m: Module, sig, cycles: int, name: str):
     return sig
 
 
-def ws_array(m: Module, arr, element_shape, acc_shape, pe) -> None:
+def ws_array(m: Module, arr, element_shape, acc_shape, pe, *, mul=None) -> None:
     """Elaborate into ``m`` the WS dataflow of ``arr`` (a component with ``rows``, ``cols`` and the
     ``w_in``/``a_in``/``c_out`` ports and timing of :class:`WeightStationaryArray`): the shadow
     weight chain, the input skew, activations and commit flags passed right, each PE's active
     weight (copied from the shadow by a committing row), one psum register per PE, the output
     deskew and ``c_out.valid``. ``pe(i, j, a, w, p_above)`` is the PE's arithmetic: the value
     its psum register takes from activation ``a`` and weight ``w`` (``p_above`` is the psum of
-    the PE above, None in row 0). Elements are of ``element_shape``, psums of ``acc_shape``."""
+    the PE above, None in row 0). Elements are of ``element_shape``, psums of ``acc_shape``.
+    With ``mul`` (``mul(a, w)``: the PE's product) the product goes through a register (one per
+    PE) and ``pe(i, j, product_q, None, p_above)`` adds the registered product: every result
+    leaves one cycle later (:func:`ws_latency_cycles` with ``pe_product``)."""
     R, C = arr.rows, arr.cols
     # shadow weights: a shift chain down each column, loaded while the active set computes
     w_sh = [[Signal(element_shape, name=f"wsh_{i}_{j}") for j in range(C)] for i in range(R)]
@@ -118,12 +122,19 @@ def ws_array(m: Module, arr, element_shape, acc_shape, pe) -> None:
             m.d.comb += w.eq(Mux(commit, w_sh[i][j], w_act[i][j]))
             with m.If(commit):
                 m.d.sync += w_act[i][j].eq(w_sh[i][j])
-            m.d.sync += p_reg[i][j].eq(pe(i, j, a_seen, w, None if i == 0 else p_reg[i - 1][j]))
+            above = None if i == 0 else p_reg[i - 1][j]
+            if mul is None:
+                m.d.sync += p_reg[i][j].eq(pe(i, j, a_seen, w, above))
+            else:               # product register: the psum adds last cycle's product
+                prod = mul(a_seen, w)
+                prod_q = Signal(prod.shape(), name=f"prod_{i}_{j}")
+                m.d.sync += [prod_q.eq(prod), p_reg[i][j].eq(pe(i, j, prod_q, None, above))]
 
     # output deskew: column j leaves the bottom j cycles after column 0; align to the last
     for j in range(C):
         m.d.comb += arr.c_out.payload[j].eq(delay(m, p_reg[R - 1][j], C - 1 - j, f"dsk{j}"))
-    m.d.comb += arr.c_out.valid.eq(delay(m, arr.a_in.valid, ws_latency_cycles(R, C), "valid"))
+    lat = ws_latency_cycles(R, C, mul is not None)
+    m.d.comb += arr.c_out.valid.eq(delay(m, arr.a_in.valid, lat, "valid"))
 
 
 class _Dims:
@@ -149,12 +160,16 @@ class _PEArray(_Dims, wiring.Component):
 class WeightStationaryArray(_PEArray):
     """WS systolic array with double-buffered weights; see the module docstring for the contract.
 
-    Parameters (keyword-only): ``rows`` (PE rows = reduction depth of a tile, 1..64) and
-    ``cols`` (PE columns = output width of a tile, 1..64).
+    Parameters (keyword-only): ``rows`` (PE rows = reduction depth of a tile, 1..64),
+    ``cols`` (PE columns = output width of a tile, 1..64) and ``pe_product`` (a register on each
+    PE's product: results leave one cycle later, :func:`ws_latency_cycles`; default False).
     """
 
-    def __init__(self, *, rows: int, cols: int):
+    def __init__(self, *, rows: int, cols: int, pe_product: bool = False):
         _check_dims(rows, cols)
+        if not isinstance(pe_product, bool):
+            raise TypeError(f"pe_product must be a bool, not {type(pe_product).__name__}")
+        self._pe_product = pe_product
         a_layout = data.StructLayout({
             "a": data.ArrayLayout(signed(ELEMENT_BITS), rows),
             "commit": 1,
@@ -167,15 +182,22 @@ class WeightStationaryArray(_PEArray):
                                           always_ready=True)),
         }, rows=rows, cols=cols)
 
+    @property
+    def pe_product(self) -> bool:
+        """True when each PE registers its product (one more cycle of latency)."""
+        return self._pe_product
+
     def elaborate(self, platform):
         m = Module()
-        ws_array(m, self, signed(ELEMENT_BITS), signed(ACC_BITS), _mac)
+        ws_array(m, self, signed(ELEMENT_BITS), signed(ACC_BITS), _mac,
+                 mul=(lambda a, w: a * w) if self._pe_product else None)
         return m
 
 
 def _mac(i: int, j: int, a, w, p_above):
-    """The int8 PE: exact product, int32 sum (wrapping on the register's width)."""
-    prod = a * w
+    """The int8 PE: exact product, int32 sum (wrapping on the register's width); with ``w``
+    None, ``a`` is the (registered) product itself."""
+    prod = a if w is None else a * w
     return prod if p_above is None else p_above + prod
 
 

@@ -26,7 +26,8 @@ from tilewright.errors import UserError
 from tilewright.formats import FORMATS
 from tilewright.validation import find_user_file, parse_yaml, read_user_text, validate_mapping
 
-__all__ = ["ArchSpec", "ArchSpecError", "ENGINE_KINDS", "TensorEngineSpec", "MemorySpec",
+__all__ = ["ArchSpec", "ArchSpecError", "ENGINE_KINDS", "TensorEngineSpec", "PipelineSpec",
+           "MemorySpec",
            "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
            "load_arch", "default_arch", "PRESET_DIR", "MAX_ARRAY_DIM", "RTL_MAX_ARRAY_DIM",
@@ -57,6 +58,29 @@ class _Frozen(BaseModel):
 #: tensor-engine families (docs/design.md); every kind but ``systolic`` is a tile-MAC engine whose
 #: GEMM timing is :mod:`tilewright.compiler.engine_timing`
 ENGINE_KINDS = ("systolic", "adder_tree", "outer_product", "cube")
+
+
+class PipelineSpec(_Frozen):
+    """Optional pipeline registers of the int8 systolic WS core (timing closure on FPGAs).
+
+    Each stage on adds exactly one cycle to every GEMM's ``busy`` time (once per GEMM, in the
+    last fold's drain; the fold period is unchanged): :attr:`extra_cycles`, which the cycle
+    model adds (:mod:`tilewright.compiler.core_timing`). Off (the default) builds the core as
+    before; the section is left out of YAML and the content hash when every stage is off.
+    """
+
+    sram_read: bool = Field(False, description="a register after the A and B buffer reads, "
+                            "before the array's input (+1 cycle per GEMM)")
+    pe_product: bool = Field(False, description="a register on each PE's product, before its "
+                             "partial-sum adder (+1 cycle per GEMM)")
+    acc_read: bool = Field(False, description="a register after the accumulator read of the "
+                           "read-modify-write, before its adder (+1 cycle per GEMM; not on a "
+                           "1x1 array)")
+
+    @property
+    def extra_cycles(self) -> int:
+        """Cycles the stages add to one GEMM (cycles): one per stage that is on."""
+        return int(self.sram_read) + int(self.pe_product) + int(self.acc_read)
 
 
 class TensorEngineSpec(_Frozen):
@@ -116,6 +140,10 @@ class TensorEngineSpec(_Frozen):
     accumulator_format: Literal["int32", "fp32"] = Field(
         "int32", description="accumulator format: int32 (wraps modulo 2**32; int8 operands only) "
                              "or fp32 (every other format)")
+    pipeline: PipelineSpec = Field(
+        PipelineSpec(), description="pipeline registers of the int8 systolic WS core "
+        "(PipelineSpec; each adds one cycle per GEMM; omitted from YAML and the content hash when "
+        "all off)")
 
     @model_validator(mode="before")
     @classmethod
@@ -149,6 +177,30 @@ class TensorEngineSpec(_Frozen):
         return self
 
     @model_validator(mode="after")
+    def _pipeline_is_built(self) -> "TensorEngineSpec":
+        """Pipeline stages exist for the int8 systolic WS core only: refused elsewhere rather
+        than ignored."""
+        if self.pipeline.extra_cycles and not (
+                self.kind == "systolic" and self.dataflow == "ws"
+                and self.input_format == "int8"):
+            on = [f for f in ("sram_read", "pe_product", "acc_read")
+                  if getattr(self.pipeline, f)]
+            raise ValueError(
+                f"pipeline.{on[0]} = true: pipeline stages are built for kind 'systolic', "
+                f"dataflow 'ws', int8 only, not {self.kind!r}"
+                f"{'' if self.dataflow is None else ', ' + repr(self.dataflow)}, "
+                f"{self.input_format}; accepted there: false")
+        if self.pipeline.acc_read and self.rows == self.cols == 1:
+            raise ValueError("pipeline.acc_read = true: needs a fold period of at least 2 "
+                             "cycles, which a 1x1 array does not have; accepted there: false")
+        return self
+
+    @property
+    def pipeline_cycles(self) -> int:
+        """Cycles the pipeline stages add to every GEMM (cycles; 0 without them)."""
+        return self.pipeline.extra_cycles
+
+    @model_validator(mode="after")
     def _formats_agree(self) -> "TensorEngineSpec":
         for field in ("input_format", "weight_format"):
             value = getattr(self, field)
@@ -177,6 +229,8 @@ class TensorEngineSpec(_Frozen):
         for field in ("depth", "count"):
             if data.get(field) == 1:
                 del data[field]
+        if not self.pipeline.extra_cycles:
+            data.pop("pipeline", None)
         return data
 
     @property

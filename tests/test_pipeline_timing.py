@@ -1,0 +1,242 @@
+"""Timing-closure pipeline stages (``tensor_engine.pipeline``): ArchSpec, closed form, RTL.
+
+Each stage is one register (after the A/B buffer reads; on each PE's product) and adds exactly one
+cycle per GEMM. Checked against independent references: the WS array's results against numpy
+matmuls cycle by cycle (Amaranth's simulator), and the Verilated core's outputs against numpy and
+its measured ``busy`` cycles against the cycle model, with the stages on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from tilewright.arch import ArchSpec, ArchSpecError, default_arch
+from tilewright.dataflow_sim.cycle import gemm_cycles
+from tests.rtl_suite import _cache_dir, _tool_check  # noqa: F401  (session fixtures)
+from tilewright.rtl.systolic import WeightStationaryArray, ws_latency_cycles
+
+
+#: every stage on
+_ALL = {"sram_read": True, "pe_product": True, "acc_read": True}
+
+
+def _arch(rows=2, cols=2, dataflow="ws", fmt="int8", **pipeline) -> ArchSpec:
+    base = default_arch().model_dump(mode="json")
+    te = {**base["tensor_engine"], "rows": rows, "cols": cols, "dataflow": dataflow,
+          "input_format": fmt, "weight_format": fmt,
+          "accumulator_format": "int32" if fmt == "int8" else "fp32"}
+    if pipeline:
+        te["pipeline"] = pipeline
+    return ArchSpec.from_dict({**base, "name": f"pipe{rows}x{cols}", "tensor_engine": te,
+                               "memory": {"scratchpad_kib": 32, "accumulator_kib": 16}})
+
+
+def test_pipeline_off_keeps_yaml_and_hash():
+    plain = _arch()
+    off = _arch(sram_read=False, pe_product=False)
+    assert off.content_hash() == plain.content_hash()
+    assert "pipeline" not in plain.to_yaml()
+    on = _arch(sram_read=True)
+    assert on.content_hash() != plain.content_hash()
+    assert ArchSpec.from_yaml(on.to_yaml()) == on
+    assert (plain.tensor_engine.pipeline_cycles, on.tensor_engine.pipeline_cycles,
+            _arch(sram_read=True, pe_product=True).tensor_engine.pipeline_cycles) == (0, 1, 2)
+
+
+@pytest.mark.parametrize("kw", [dict(dataflow="os"), dict(dataflow="is"),
+                                dict(fmt="bf16")])
+def test_pipeline_refused_where_not_built(kw):
+    with pytest.raises(ArchSpecError, match=r"tensor_engine\.pipeline\.pe_product = true: "
+                                            r"pipeline stages are built for kind 'systolic'"):
+        _arch(pe_product=True, **kw)
+
+
+def test_acc_read_refused_on_1x1():
+    with pytest.raises(ArchSpecError, match=r"pipeline\.acc_read = true: needs a fold period"):
+        _arch(1, 1, acc_read=True)
+
+
+def test_pipeline_refused_for_tile_engines():
+    base = default_arch().model_dump(mode="json")
+    with pytest.raises(ArchSpecError, match="pipeline.sram_read = true"):
+        ArchSpec.from_dict({**base, "tensor_engine": {"kind": "cube", "rows": 2, "cols": 2,
+                                                      "depth": 2,
+                                                      "pipeline": {"sram_read": True}}})
+
+
+@pytest.mark.parametrize("R,C", [(2, 3), (1, 1), (3, 2)])
+def test_ws_array_product_register_adds_one_cycle(R, C):
+    """With ``pe_product`` each result row leaves rows + cols cycles after its activation row
+    (one more than without) and equals numpy's A @ B."""
+    rng = np.random.default_rng(7 * R + C)
+    M = 4
+    A = rng.integers(-128, 128, (M, R))
+    B = rng.integers(-128, 128, (R, C))
+    A[0, :], B[:, 0] = -128, -128
+    dut = WeightStationaryArray(rows=R, cols=C, pe_product=True)
+    seen = []
+
+    async def bench(ctx):
+        t = 0
+        for r in range(R - 1, -1, -1):
+            ctx.set(dut.w_in.valid, 1)
+            for j in range(C):
+                ctx.set(dut.w_in.payload[j], int(B[r, j]))
+            await ctx.tick()
+            t += 1
+        ctx.set(dut.w_in.valid, 0)
+        start = t
+        for step in range(M + R + C + 3):
+            if step < M:
+                ctx.set(dut.a_in.valid, 1)
+                ctx.set(dut.a_in.payload.commit, int(step == 0))
+                for i in range(R):
+                    ctx.set(dut.a_in.payload.a[i], int(A[step, i]))
+            else:
+                ctx.set(dut.a_in.valid, 0)
+            if ctx.get(dut.c_out.valid):
+                seen.append((t - start, [ctx.get(dut.c_out.payload[j]) for j in range(C)]))
+            await ctx.tick()
+            t += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert ws_latency_cycles(R, C, True) == R + C
+    assert [s[0] for s in seen] == [m + R + C for m in range(M)]
+    np.testing.assert_array_equal(np.array([s[1] for s in seen]), A @ B)
+
+
+def test_ws_array_pe_product_validated():
+    with pytest.raises(TypeError, match="pe_product must be a bool"):
+        WeightStationaryArray(rows=2, cols=2, pe_product=1)
+
+
+def test_cycle_model_adds_one_cycle_per_stage():
+    """Closed form: R + (F-1)·max(M, 2R+C-2) + M + R + C + 1 + stages (docs/design.md)."""
+    R, C, M, K, N = 3, 5, 7, 10, 11
+    F = -(-K // R) * -(-N // C)
+    closed = R + (F - 1) * max(M, 2 * R + C - 2) + M + R + C + 1
+    for kw, extra in (({}, 0), ({"sram_read": True}, 1), ({"pe_product": True}, 1),
+                      ({"acc_read": True}, 1), ({"sram_read": True, "pe_product": True}, 2),
+                      (_ALL, 3)):
+        assert gemm_cycles(_arch(R, C, **kw), M, K, N).cycles == closed + extra
+
+
+@pytest.mark.verilator
+@pytest.mark.slow
+@pytest.mark.parametrize("rows,cols,stages", [(3, 5, _ALL)], ids=["3x5-all"])
+def test_pipelined_core_bit_and_cycle_exact(rows, cols, stages, _tool_check, _cache_dir):
+    """The RTL suite's GEMMs on the Verilated core with the stages on: outputs = numpy, busy
+    cycles = the cycle model (which counts the stages)."""
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.suites import gemm_suite, suite_shapes
+    arch = _arch(rows, cols, **stages)
+    program, inputs = gemm_suite(arch, seed=rows * 100 + cols)
+    run = cosim.run("core", program, arch, inputs=inputs)
+    assert len(run.records) == len(suite_shapes(arch))
+    for task, rec in zip(program.gemms(), run.records):
+        a, b = inputs[task.a], inputs[task.b]
+        ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
+        np.testing.assert_array_equal(run.outputs[task.out], ref, err_msg=task.name)
+        model = gemm_cycles(arch, task.m, task.k, task.n).cycles
+        assert rec["cycles"] == model, f"{task.name}: RTL {rec['cycles']}, model {model}"
+
+
+def _sim_core(arch: ArchSpec, shapes, seed: int = 0):
+    """Run GEMMs of ``shapes`` on GemmCore in Amaranth's simulator; returns [(C, busy cycles)]."""
+    from tilewright.compiler.layout import GemmLayout, pack_lanes, unpack_lanes
+    from tilewright.rtl.gemm_core import GemmCore
+    from tilewright.rtl.systolic import ACC_BITS, ELEMENT_BITS
+    rng = np.random.default_rng(seed)
+    dut = GemmCore(arch)
+    jobs = []
+    for m_, k_, n_ in shapes:
+        a = rng.integers(-128, 128, (m_, k_)).astype(np.int8)
+        b = rng.integers(-128, 128, (k_, n_)).astype(np.int8)
+        jobs.append((a, b, GemmLayout.for_arch(arch, m_, k_, n_)))
+    results = []
+
+    async def bench(ctx):
+        for a, b, lay in jobs:
+            for port, words in (("a", pack_lanes(lay.a_lanes(a), ELEMENT_BITS)),
+                                ("b", pack_lanes(lay.b_lanes(b), ELEMENT_BITS))):
+                for addr, w in enumerate(words):
+                    ctx.set(getattr(dut, f"{port}_wr_en"), 1)
+                    ctx.set(getattr(dut, f"{port}_wr_addr"), addr)
+                    ctx.set(getattr(dut, f"{port}_wr_data"), w)
+                    await ctx.tick()
+                ctx.set(getattr(dut, f"{port}_wr_en"), 0)
+            ctx.set(dut.m, lay.m)
+            ctx.set(dut.k, lay.k)
+            ctx.set(dut.n, lay.n)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            while ctx.get(dut.busy):
+                await ctx.tick()
+            words = []
+            for addr in range(lay.acc_words):
+                ctx.set(dut.acc_rd_addr, addr)
+                await ctx.tick()
+                words.append(ctx.get(dut.acc_rd_data))
+            lanes = unpack_lanes(words, arch.tensor_engine.cols, ACC_BITS)
+            results.append((lay.c_from_lanes(lanes), ctx.get(dut.cycles)))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return [(c, cyc, a, b) for (c, cyc), (a, b, _) in zip(results, jobs)]
+
+
+#: small GEMMs: one fold, folds in K and N, ragged edges, M = 1 (period bound by the array)
+_SHAPES = [(1, 1, 1), (3, 2, 2), (1, 5, 3), (5, 3, 4), (2, 4, 1)]
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (1, 2), (2, 1), (2, 2)])
+@pytest.mark.parametrize("stages", [{}, {"sram_read": True}, {"pe_product": True},
+                                    {"acc_read": True}, _ALL],
+                         ids=["off", "sram_read", "pe_product", "acc_read", "all"])
+def test_core_sim_bit_and_cycle_exact(rows, cols, stages):
+    """Amaranth's simulator of the core (every small shape, 1x1 included, stages on and off):
+    C = numpy's int32 matmul, busy cycles = the cycle model."""
+    if rows == cols == 1 and stages.get("acc_read"):
+        stages = {**stages, "acc_read": False}         # refused on 1x1 (test below)
+    arch = _arch(rows, cols, **stages)
+    for (m_, k_, n_), (c, cyc, a, b) in zip(_SHAPES, _sim_core(arch, _SHAPES, rows * 10 + cols)):
+        ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
+        np.testing.assert_array_equal(c, ref, err_msg=f"{m_}x{k_}x{n_}")
+        assert cyc == gemm_cycles(arch, m_, k_, n_).cycles, f"{m_}x{k_}x{n_}"
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (2, 3)])
+def test_os_core_sim_bit_and_cycle_exact(rows, cols):
+    """The OS core shares the run state (the fold counter ``t``) with WS: same check, no stages."""
+    arch = _arch(rows, cols, "os")
+    for (m_, k_, n_), (c, cyc, a, b) in zip(_SHAPES, _sim_core(arch, _SHAPES, rows + cols)):
+        ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
+        np.testing.assert_array_equal(c, ref, err_msg=f"{m_}x{k_}x{n_}")
+        assert cyc == gemm_cycles(arch, m_, k_, n_).cycles, f"{m_}x{k_}x{n_}"
+
+
+@pytest.mark.verilator
+@pytest.mark.slow
+@pytest.mark.nightly      # one more accelerator build (12 min at load average 17); .ci/nightly
+def test_pipelined_accelerator_top_bit_and_cycle_exact(_tool_check, _cache_dir):
+    """The programmable accelerator (double-buffered core, K-split GEMMs accumulating onto the
+    accumulator's contents) with every stage on: C = numpy, each GEMM segment's cycles and
+    instructions = the accelerator cycle model (which adds the stages to every GEMM command)."""
+    from tests.test_accel_rtl import SHAPES, _arch as accel_arch, check_gemm_segments
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.suites import gemm_suite
+    base = accel_arch("ws", 1.0, 20.0).model_dump(mode="json")
+    base["tensor_engine"]["pipeline"] = _ALL
+    arch = ArchSpec.from_dict({**base, "name": "accel-ws4x4-pipelined"})
+    prog, inputs = gemm_suite(arch, SHAPES, seed=7)
+    run = cosim.run("accel", prog, arch, inputs=inputs)
+    multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
+    assert multi_tile >= 2 and k_split == 2
