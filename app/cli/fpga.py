@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from click.core import ParameterSource
 from rich.console import Console
 
 from tilewright.app.cli import JSON_HELP, print_json
@@ -41,27 +42,33 @@ FLOW_TOPS = {"core": "gemm", "axi-core": "axi", "axi-accel": "axi-accel",
 DEFAULT_TOP, DEFAULT_BOARD_TOP = "core", "uart-accel"
 
 
-def _flow_top(value: Optional[str]) -> Optional[str]:
+def _flow_top(value: str) -> str:
     """``--top``: a canonical top name -> the flow's; another name is refused, naming the
-    canonical ones; None (not given) stays None."""
+    canonical ones."""
     from tilewright.app.eda.fpga import \
         UnknownFpgaTarget  # noqa: PLC0415  (lazy: the FPGA flow only to run)
-    if value is None:
-        return None
     if value not in FLOW_TOPS:
         raise UnknownFpgaTarget(f"--top {value!r} is unknown; accepted: {', '.join(FLOW_TOPS)}")
     return FLOW_TOPS[value]
 
 
+def _top(ctx: typer.Context, top: str, board: Optional[str]) -> str:
+    """The flow's top: ``top`` as given, or on a board when ``--top`` was not given at all
+    :data:`DEFAULT_BOARD_TOP`."""
+    given = ctx.get_parameter_source("top") != ParameterSource.DEFAULT
+    return top if given or board is None else FLOW_TOPS[DEFAULT_BOARD_TOP]
+
+
 def fpga(
+    ctx: typer.Context,
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
     target: str = typer.Option(..., "--target", help="ice40 | ecp5 (Yosys + nextpnr) | xc7 "
                                "(Yosys estimate + Vivado script)"),
     out: Path = typer.Option(..., "-o", "--out", help="output folder (Verilog, netlist, reports, "
                              ".core, EDAM, manifest.json); replaced whole on success, left as "
                              "it was on failure"),
-    top: Optional[str] = typer.Option(
-        None, "--top", help="top to wrap: core (GEMM core; the default without --board) | "
+    top: str = typer.Option(
+        DEFAULT_TOP, "--top", help="top to wrap: core (GEMM core; the default without --board) | "
         "axi-core (GEMM core behind AXI4-Lite) | axi-accel (programmable accelerator: AXI4-Lite "
         "control, AXI4 memory port) | uart-accel (the accelerator behind a UART with on-chip "
         "memory: the host link; the default with --board); gemm and axi are deprecated",
@@ -95,9 +102,7 @@ def fpga(
     spec = refuse_beyond_rtl(load_arch(arch), "fpga", arch)
     try:
         with progress(f"FPGA flow for {spec.name} on {target}"):
-            m = run_fpga(spec, target, out, top=top or (DEFAULT_BOARD_TOP if board else
-                                                          _flow_top(DEFAULT_TOP)),
-                         pnr=pnr, freq_mhz=freq, board=board, bitstream=bitstream, baud=baud,
+            m = run_fpga(spec, target, out, top=_top(ctx, top, board), pnr=pnr, freq_mhz=freq, board=board, bitstream=bitstream, baud=baud,
                          mem_words=mem_words)
     except (SynthError, PnrError) as exc:
         err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
