@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from click.core import ParameterSource
 from rich.console import Console
 
 from tilewright.app.cli import JSON_HELP, print_json
@@ -55,7 +54,8 @@ def _flow_top(value: str) -> str:
 def _top(ctx: typer.Context, top: str, board: Optional[str]) -> str:
     """The flow's top: ``top`` as given, or on a board when ``--top`` was not given at all
     :data:`DEFAULT_BOARD_TOP`."""
-    given = ctx.get_parameter_source("top") != ParameterSource.DEFAULT
+    source = ctx.get_parameter_source("top")
+    given = source is not None and source.name != "DEFAULT"    # typer may bring its own click
     return top if given or board is None else FLOW_TOPS[DEFAULT_BOARD_TOP]
 
 
@@ -102,7 +102,8 @@ def fpga(
     spec = refuse_beyond_rtl(load_arch(arch), "fpga", arch)
     try:
         with progress(f"FPGA flow for {spec.name} on {target}"):
-            m = run_fpga(spec, target, out, top=_top(ctx, top, board), pnr=pnr, freq_mhz=freq, board=board, bitstream=bitstream, baud=baud,
+            m = run_fpga(spec, target, out, top=_top(ctx, top, board), pnr=pnr,
+                         freq_mhz=freq, board=board, bitstream=bitstream, baud=baud,
                          mem_words=mem_words)
     except (SynthError, PnrError) as exc:
         err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
