@@ -206,3 +206,34 @@ def test_board_run_places_on_the_board_pins_and_packs(tmp_path, board_arch, boar
     data = (tmp_path / "out" / m["bitstream"]["path"]).read_bytes()
     sync = bytes.fromhex("7EAA997E" if target == "ice40" else "FFFFBDB3")
     assert sync in data[:4096] and m["bitstream"]["pins"] == "board"
+
+
+def test_a_design_the_placer_cannot_fit_is_a_user_error(tmp_path, monkeypatch):
+    """nextpnr's "Unable to find legal placement" on a board (what the UART bridge meets on the
+    UP5K: docs/fpga.md) is the design not fitting the board: DoesNotFitPart (one line, exit 2),
+    naming the board and part; another nextpnr failure stays a PnrError. Synthesis and nextpnr
+    are stand-ins here (their real messages are quoted)."""
+    import tilewright.app.eda.fpga_pnr as pnr
+
+    stat = {"cells": 10, "luts": 3525, "ffs": 1917, "dsps": 5, "brams": 30, "yosys_version": "x",
+            "wall_seconds": 0.0, "cells_by_type": {}}
+    monkeypatch.setattr(pnr, "check_nextpnr", lambda family: None)
+    monkeypatch.setattr(pnr, "synthesize", lambda *a, **k: stat)
+    vfile = tmp_path / "tw_uart_bridge_top.v"
+    vfile.write_text("module tw_uart_bridge_top(clk, rst, rx, tx, irq);\n  input clk;\n"
+                     "  input rst;\n  input rx;\n  output tx;\n  output irq;\nendmodule\n")
+    bp = board_pins(BOARDS["icebreaker"])
+    for text, err in (("ERROR: Unable to find legal placement for all cells, design is probably "
+                       "at utilisation limit.", pnr.DoesNotFitPart),
+                      ("ERROR: IO pin 'tx' constrained to pin '9', which does not exist",
+                       pnr.PnrError)):
+        def fail(*a, _text=text, **k):
+            raise pnr.PnrError(f"nextpnr-ice40 failed on iCE40UP5K-SG48 (exit 125): {_text}")
+        monkeypatch.setattr(pnr, "place_and_route", fail)
+        with pytest.raises(err) as info:
+            pnr.run_family(tmp_path, vfile, "tw_uart_bridge_top", "ice40", 12.0, board=bp)
+        if err is pnr.DoesNotFitPart:
+            msg = str(info.value)
+            assert msg.startswith("tw_uart_bridge_top does not fit the icebreaker board's "
+                                  "iCE40UP5K-SG48: nextpnr found no legal placement")
+            assert "luts 3525" in msg and "\n" not in msg

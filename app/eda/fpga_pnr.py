@@ -50,6 +50,8 @@ __all__ = ["FAMILIES", "FLOWS", "PARTS", "HARNESS_TOP", "Part", "PnrError", "Doe
 
 #: the module name of the pin harness
 HARNESS_TOP = "tw_fpga_harness"
+#: what nextpnr's placer says when the cells do not fit the part (its log's ERROR line)
+PLACEMENT_FULL = "Unable to find legal placement for all cells"
 #: the nextpnr seed (fixed: a run is reproducible, so QoR baselines compare like with like)
 SEED = 1
 
@@ -554,7 +556,16 @@ def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
     if not pnr:
         return out
     config = (f"{top}.asc" if family == "ice40" else f"{top}.config") if bitstream else None
-    p = place_and_route(work / netlist, part, freq_mhz, pins=pins, config=config)
+    try:
+        p = place_and_route(work / netlist, part, freq_mhz, pins=pins, config=config)
+    except PnrError as exc:
+        if PLACEMENT_FULL not in str(exc):
+            raise
+        where = f"the {board.board.name} board's" if board is not None else "the"
+        raise DoesNotFitPart(f"{top} does not fit {where} {part.name}: nextpnr found no legal "
+                             f"placement (\"{PLACEMENT_FULL}\"; synthesis: luts {need['luts']}, "
+                             f"ffs {need['ffs']}, dsps {need['dsps']}, brams {need['brams']}); "
+                             f"log {work / f'pnr_{family}.log'}") from exc
     out["pnr"] = p
     out.update(luts=stat["luts"], ffs=p.get("ffs", stat["ffs"]), logic_cells=p["logic_cells"],
                dsps=p["dsps"], brams=p["brams"], fmax_mhz=p["fmax_mhz"],
