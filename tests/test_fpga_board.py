@@ -12,6 +12,8 @@ OrangeCrab r0.2: its orangecrab.pcf/lpf — clk48 A9, usr_btn J17, Feather heade
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.test_cli import tw
@@ -181,16 +183,24 @@ def test_board_and_bitstream_refusals_one_line_exit_2(tmp_path, args, needle):
 @pytest.mark.slow
 @pytest.mark.parametrize("board,target,top", [
     ("icebreaker", "ice40", "core"),
+    # the board default, the UART bridge: places and routes on the ULX3S in about 2 minutes
+    # (docs/fpga.md); it does not place on the iCEBreaker's UP5K
+    pytest.param("ulx3s", "ecp5", None, marks=pytest.mark.nightly),
     pytest.param("orangecrab", "ecp5", "core", marks=pytest.mark.nightly),
     pytest.param("ulx3s", "ecp5", "core", marks=pytest.mark.nightly)])
 def test_board_run_places_on_the_board_pins_and_packs(tmp_path, board_arch, board, target, top):
     """A real run on a board: nextpnr takes the board's constraint file (a pin it cannot place
     fails the run), the part is the board's, the clock target its oscillator, and the packed
     bitstream carries the family's sync word. --top core is the GEMM core in the pin-count
-    harness (sin/sout on the board's serial pins)."""
+    harness (sin/sout on the board's serial pins); no --top is the UART bridge, its rx/tx on
+    the board's serial pins."""
     import json
 
-    arch = str(board_arch) if top is None else "tests/qor_baselines/int8_2x2.yaml"
+    arch = "tests/qor_baselines/int8_2x2.yaml"
+    if top is None:                 # 4-byte memory words at 25 MHz: 0.1 GB/s / 25 MHz = 4 B
+        arch = str(tmp_path / "board.yaml")
+        Path(arch).write_text(BOARD_ARCH_YAML.replace("clock_mhz: 12", "clock_mhz: 25")
+                              .replace("0.048", "0.1"))
     proc = tw("fpga", "--arch", arch, "--target", target, "--board", board,
               *(["--top", top] if top else []), "--bitstream", "-o", str(tmp_path / "out"),
               timeout=1800)
@@ -206,6 +216,10 @@ def test_board_run_places_on_the_board_pins_and_packs(tmp_path, board_arch, boar
     data = (tmp_path / "out" / m["bitstream"]["path"]).read_bytes()
     sync = bytes.fromhex("7EAA997E" if target == "ice40" else "FFFFBDB3")
     assert sync in data[:4096] and m["bitstream"]["pins"] == "board"
+    if top is None:                 # round(25e6 / 115,200) = round(217.01) = 217
+        assert m["harness_kind"] == "link" and m["harness_ffs"] == 0
+        assert m["link"]["divisor"] == 217 and m["link"]["mem_words"] == 4096
+        assert m["link"]["clock_mhz"] == mhz and m["link"]["mem_word_bytes"] == 4
 
 
 def test_a_design_the_placer_cannot_fit_is_a_user_error(tmp_path, monkeypatch):
