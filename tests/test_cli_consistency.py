@@ -33,7 +33,7 @@ CONCEPTS = {
     "JSON output": ("--json", set(), {"--as-json", "--json-out"}),
 }
 #: the canonical names of the tops (rtl, sim, fpga) and of the Xilinx 7-series target family
-TOP_NAMES = {"core", "axi-core", "accel", "axi-accel"}
+TOP_NAMES = {"core", "axi-core", "accel", "axi-accel", "uart-accel"}
 #: the old spellings that still work for one release, as docs/design.md lists them
 OLD_SPELLINGS = {
     ("cluster", "--seq-len"): "--seq",
@@ -183,7 +183,7 @@ def test_fpga_old_top_names(monkeypatch, tmp_path, old, new):
     class Stop(Exception):
         pass
 
-    def fake(spec, target, out, *, top, pnr, freq_mhz, board, bitstream):
+    def fake(spec, target, out, *, top, pnr, freq_mhz, board, bitstream, baud, mem_words):
         seen.append(top)
         raise Stop
 

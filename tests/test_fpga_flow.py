@@ -170,7 +170,7 @@ def test_unknown_target_and_top_are_one_line_errors(tmp_path, monkeypatch, capsy
                       "--top", "soc", "-o", str(tmp_path / "o"))
     # the canonical top names (docs/design.md "CLI conventions"), not the flow's own
     assert (code, err) == (2, "error: --top 'soc' is unknown; accepted: core, axi-core, "
-                              "axi-accel")
+                              "axi-accel, uart-accel")
     assert not (tmp_path / "o").exists()
 
 

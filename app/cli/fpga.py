@@ -34,7 +34,11 @@ err_console = Console(stderr=True)
 
 #: the canonical ``--top`` names (docs/design.md "CLI conventions") -> the FPGA flow's own
 #: top registry (:data:`tilewright.app.eda.fpga.TOPS`)
-FLOW_TOPS = {"core": "gemm", "axi-core": "axi", "axi-accel": "axi-accel"}
+FLOW_TOPS = {"core": "gemm", "axi-core": "axi", "axi-accel": "axi-accel",
+             "uart-accel": "uart-accel"}
+#: ``--top`` when none is given: without a board the GEMM core (its QoR), on a board the UART
+#: bridge (the one top a PC can talk to there)
+DEFAULT_TOP, DEFAULT_BOARD_TOP = "core", "uart-accel"
 
 
 def _flow_top(value: str) -> str:
@@ -47,17 +51,28 @@ def _flow_top(value: str) -> str:
     return FLOW_TOPS[value]
 
 
+def _top(ctx: typer.Context, top: str, board: Optional[str]) -> str:
+    """The flow's top: ``top`` as given, or on a board when ``--top`` was not given at all
+    :data:`DEFAULT_BOARD_TOP`."""
+    source = ctx.get_parameter_source("top")
+    given = source is not None and source.name != "DEFAULT"    # typer may bring its own click
+    return top if given or board is None else FLOW_TOPS[DEFAULT_BOARD_TOP]
+
+
 def fpga(
+    ctx: typer.Context,
     arch: str = typer.Option(..., "--arch", help="ArchSpec YAML file or preset name"),
     target: str = typer.Option(..., "--target", help="ice40 | ecp5 (Yosys + nextpnr) | xc7 "
                                "(Yosys estimate + Vivado script)"),
     out: Path = typer.Option(..., "-o", "--out", help="output folder (Verilog, netlist, reports, "
                              ".core, EDAM, manifest.json); replaced whole on success, left as "
                              "it was on failure"),
-    top: str = typer.Option("core", "--top", help="top to wrap: core (GEMM core) | axi-core "
-                            "(GEMM core behind AXI4-Lite) | axi-accel (programmable accelerator: "
-                            "AXI4-Lite control, AXI4 memory port); gemm and axi are deprecated",
-                            callback=_flow_top),
+    top: str = typer.Option(
+        DEFAULT_TOP, "--top", help="top to wrap: core (GEMM core; the default without --board) | "
+        "axi-core (GEMM core behind AXI4-Lite) | axi-accel (programmable accelerator: AXI4-Lite "
+        "control, AXI4 memory port) | uart-accel (the accelerator behind a UART with on-chip "
+        "memory: the host link; the default with --board); gemm and axi are deprecated",
+        callback=_flow_top),
     pnr: bool = typer.Option(True, "--pnr/--no-pnr", help="ice40/ecp5: run nextpnr (else stop "
                              "after synthesis and part choice)"),
     freq: Optional[float] = typer.Option(None, "--freq", help="clock target in MHz (default: "
@@ -68,6 +83,12 @@ def fpga(
                                         "amaranth-boards) and oscillator"),
     bitstream: bool = typer.Option(False, "--bitstream", help="ice40/ecp5: also pack the "
                                    "bitstream (<top>.bin with icepack, <top>.bit with ecppack)"),
+    baud: Optional[float] = typer.Option(None, "--baud", help="uart-accel: the serial line's "
+                                         "baud rate (default 115200); refused when the clock "
+                                         "cannot make it within the UART's tolerance"),
+    mem_words: Optional[int] = typer.Option(None, "--mem-words", help="uart-accel: on-chip "
+                                            "memory words (a power of two; default 4096, on an "
+                                            "iCE40 board what half its free block RAM holds)"),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " (the manifest and its "
                                  "folder)"),
 ) -> None:
@@ -81,8 +102,9 @@ def fpga(
     spec = refuse_beyond_rtl(load_arch(arch), "fpga", arch)
     try:
         with progress(f"FPGA flow for {spec.name} on {target}"):
-            m = run_fpga(spec, target, out, top=top, pnr=pnr, freq_mhz=freq, board=board,
-                         bitstream=bitstream)
+            m = run_fpga(spec, target, out, top=_top(ctx, top, board), pnr=pnr,
+                         freq_mhz=freq, board=board, bitstream=bitstream, baud=baud,
+                         mem_words=mem_words)
     except (SynthError, PnrError) as exc:
         err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(1)
@@ -108,7 +130,13 @@ def fpga(
         b = f["board"]
         console.print(f"board {b['name']}: pins {', '.join(f'{k} {v}' for k, v in b['pins'].items())}"
                       f" ({b['constraints']}), clock {b['clock_mhz']:g} MHz from the board's "
-                      f"oscillator", markup=False, highlight=False)
+                      f"oscillator; host link: {b['host_link']}", markup=False, highlight=False)
+    if "link" in f:
+        lk = f["link"]
+        console.print(f"UART: {lk['baud']:g} baud (divisor {lk['divisor']} at "
+                      f"{lk['clock_mhz']:g} MHz, asked {lk['baud_asked']:g}), 8N1; memory "
+                      f"{lk['mem_words']} x {lk['mem_word_bytes']} B", markup=False,
+                      highlight=False)
     if "bitstream" in f:
         console.print(f"bitstream: {out}/{f['bitstream']['path']} ({f['bitstream']['bytes']:,} "
                       f"bytes, {f['bitstream']['packer']}; pins {f['bitstream']['pins']})",

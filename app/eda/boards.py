@@ -1,12 +1,13 @@
-"""FPGA boards: the part, the clock, the reset and the two link pins of the place-and-route harness.
+"""FPGA boards: the part, the clock, the reset and the two serial pins of the board.
 
 A board fixes what ``tilewright fpga`` otherwise chooses: the part (instead of the smallest that
 fits), the clock (the board's oscillator, in MHz — no PLL is generated, so a ``--freq`` other than
-the oscillator is refused), and the pins of the harness's four ports
-(:func:`tilewright.app.eda.fpga_pnr.harness_verilog`): ``clk`` on the oscillator, ``rst`` on a
-user button (inverted in the harness when the button is active-low), ``sin``/``sout`` on the
+the oscillator is refused), and four pins (:func:`board_pins`): ``clk`` on the oscillator, ``rst``
+on a user button (inverted in the harness when the button is active-low), ``rx``/``tx`` on the
 board's UART RX/TX (iCEBreaker, ULX3S: the FTDI UART) or, where the board has no UART (OrangeCrab),
-on the Feather header's RX/TX pins.
+on the Feather header's RX/TX pins. The harness (:mod:`tilewright.app.eda.fpga_pnr`) names its
+ports: the UART bridge's link harness passes ``rx``/``tx`` straight to the bridge; the pin-count
+harness of the other tops puts its ``sin``/``sout`` there (:func:`constraints`' ``ports``).
 
 Every pin, I/O standard and clock frequency is read from the maintained board library
 `amaranth-boards <https://github.com/amaranth-lang/amaranth-boards>`_ (the ``[fpga]`` extra), so
@@ -24,7 +25,7 @@ from tilewright.errors import UserError
 from tilewright.extras import install_hint
 
 __all__ = ["BOARDS", "Board", "BoardPins", "UnknownBoard", "board_pins", "constraints",
-           "get_board"]
+           "get_board", "harness_pins"]
 
 
 class UnknownBoard(UserError, ValueError):
@@ -62,8 +63,9 @@ BOARDS: dict[str, Board] = {b.name: b for b in (
 
 @dataclass(frozen=True)
 class BoardPins:
-    """The harness's pins on one board: port name -> (pin/site, attributes), the oscillator's
-    frequency (MHz) and whether ``rst`` is active-low on the board."""
+    """The board's four pins: ``clk``, ``rst``, ``rx``, ``tx`` (the FPGA's serial input and output)
+    -> (pin/site, attributes), the oscillator's frequency (MHz) and whether ``rst`` is active-low
+    on the board."""
 
     board: Board
     pins: dict[str, tuple[str, dict[str, Any]]]
@@ -107,8 +109,8 @@ def _resource(platform: Any, name: str, number: int) -> Any:
 
 
 def board_pins(board: Board) -> BoardPins:
-    """The harness's ``clk``, ``rst``, ``sin``, ``sout`` pins on ``board`` (read from
-    amaranth-boards), the oscillator frequency and the reset polarity."""
+    """The ``clk``, ``rst``, ``rx``, ``tx`` pins of ``board`` (read from amaranth-boards), the
+    oscillator frequency and the reset polarity."""
     plat = _platform(board)
     clk = _resource(plat, plat.default_clk, 0)
     clk_pin, _ = _pin(clk.ios[0])
@@ -118,27 +120,37 @@ def board_pins(board: Board) -> BoardPins:
     if board.link[0] == "uart":
         uart = _resource(plat, "uart", board.link[1])
         sub = {s.name: s for s in uart.ios}
-        for port, signal in (("sin", "rx"), ("sout", "tx")):
+        for signal in ("rx", "tx"):
             pin, _ = _pin(sub[signal].ios[0])
-            pins[port] = (pin, dict(uart.attrs))
+            pins[signal] = (pin, dict(uart.attrs))
     else:
         _, conn_name, conn_num, rx, tx = board.link
         mapping = plat.connectors[(conn_name, conn_num)].mapping
         attrs = dict(clk.attrs)             # the header is on the same bank voltage as the clock
-        pins["sin"], pins["sout"] = (mapping[rx], attrs), (mapping[tx], attrs)
+        pins["rx"], pins["tx"] = (mapping[rx], attrs), (mapping[tx], attrs)
     return BoardPins(board, pins, clk.clock.frequency / 1e6, rst_inv)
 
 
-def constraints(bp: BoardPins) -> tuple[str, str]:
+def harness_pins(bp: BoardPins, ports: dict[str, str] | None = None) -> dict[str, str]:
+    """Harness port -> the board's pin/site: ``ports`` renames the board's signals (``{"rx":
+    "sin", "tx": "sout"}`` for the pin-count harness); a signal it does not name keeps its name."""
+    ports = ports or {}
+    return {ports.get(sig, sig): pin for sig, (pin, _) in bp.pins.items()}
+
+
+def constraints(bp: BoardPins, ports: dict[str, str] | None = None) -> tuple[str, str]:
     """(file name, text) of the pin constraints for nextpnr: ``<board>.pcf`` (iCE40:
-    ``set_io``) or ``<board>.lpf`` (ECP5: ``LOCATE``/``IOBUF``/``FREQUENCY``)."""
+    ``set_io``) or ``<board>.lpf`` (ECP5: ``LOCATE``/``IOBUF``/``FREQUENCY``), with the board's
+    signals renamed to the harness's ports by ``ports`` (:func:`harness_pins`)."""
+    ports = ports or {}
     name = bp.board.name
     if bp.board.family == "ice40":
         lines = [f"# {bp.board.description}: pins from amaranth-boards"]
-        lines += [f"set_io {port} {pin}" for port, (pin, _) in bp.pins.items()]
+        lines += [f"set_io {ports.get(sig, sig)} {pin}" for sig, (pin, _) in bp.pins.items()]
         return f"{name}.pcf", "\n".join(lines) + "\n"
     lines = [f"# {bp.board.description}: pins from amaranth-boards"]
-    for port, (site, attrs) in bp.pins.items():
+    for sig, (site, attrs) in bp.pins.items():
+        port = ports.get(sig, sig)
         lines.append(f'LOCATE COMP "{port}" SITE "{site}";')
         kv = " ".join(f"{k}={v}" for k, v in attrs.items() if k in ("IO_TYPE", "PULLMODE"))
         if kv:

@@ -40,8 +40,8 @@ from tilewright.app.eda.fpga_handoff import (choose_xc7_part, core_name, edam,
                                              file_list, fusesoc_core,
                                              vivado_tcl, xdc)
 from tilewright.app.eda.fpga_pnr import (PARTS, DoesNotFitPart,
-                                         check_memory_fits, check_nextpnr,
-                                         run_family)
+                                         check_memory_fits, check_nextpnr, part_named,
+                                         run_family, uart_link)
 from tilewright.app.eda.synth import check_yosys, synthesize
 from tilewright.app.output_folder import output_folder
 from tilewright.arch import ArchSpec, load_arch
@@ -96,6 +96,9 @@ register_top(TopGenerator("axi", "tilewright.rtl.axi_gemm_top", "write_axi_top",
 register_top(TopGenerator("axi-accel", "tilewright.rtl.axi_accel_top", "write_axi_accel_top",
                           "tw_axi_accel_top", "the programmable accelerator (controller, DMA, "
                           "GEMM core) behind AXI4-Lite control and an AXI4 memory port"))
+register_top(TopGenerator("uart-accel", "tilewright.rtl.uart_bridge_top", "write_uart_bridge_top",
+                          "tw_uart_bridge_top", "the programmable accelerator behind a UART "
+                          "(on-chip memory, the host link of docs/fpga.md)"))
 
 
 def _pkg_version(name: str) -> str:
@@ -105,8 +108,9 @@ def _pkg_version(name: str) -> str:
         return "unknown"
 
 
-def _generate_top(arch: ArchSpec, top: str, work: Path) -> tuple[Path, str]:
-    """Write the Verilog of ``top`` into ``work``; return (file, top module name)."""
+def _generate_top(arch: Any, top: str, work: Path) -> tuple[Path, str]:
+    """Write the Verilog of ``top`` into ``work``; return (file, top module name). ``arch``:
+    the generator's params (an ArchSpec; the UART bridge's UartLink)."""
     if top not in TOPS:
         raise UnknownFpgaTarget(f"--top {top!r} is unknown; accepted: {', '.join(TOPS)}")
     gen = TOPS[top]
@@ -189,7 +193,8 @@ def _sha256(path: Path) -> str:
 
 def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "gemm",
              pnr: bool = True, freq_mhz: float | None = None, board: str | None = None,
-             bitstream: bool = False) -> dict[str, Any]:
+             bitstream: bool = False, baud: float | None = None,
+             mem_words: int | None = None) -> dict[str, Any]:
     """Run the FPGA flow of ``arch`` for ``target`` (:data:`TARGETS`) into ``out_dir`` and
     return the manifest. ``pnr=False`` stops iCE40/ECP5 after synthesis and part choice;
     ``freq_mhz`` (MHz) is the clock target (default ``arch.clock_mhz``). ``out_dir`` is
@@ -204,6 +209,11 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
     oscillator (the clock target; no PLL is generated, so another ``freq_mhz`` is refused);
     ``bitstream``: also pack ``<top>.bin`` (iCE40) or ``<top>.bit`` (ECP5) — not for xc7
     (Vivado writes that bitstream) and not without place-and-route.
+
+    ``top="uart-accel"`` (the UART bridge): ``baud`` (default 115,200) and ``mem_words`` (its
+    on-chip memory, W-byte words) set the link (:func:`~tilewright.app.eda.fpga_pnr.uart_link`;
+    the ArchSpec's clock is the clock target, on a board its oscillator); either given with
+    another top is refused.
     """
     if target not in TARGETS:
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
@@ -229,23 +239,38 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
     freq = float(freq_mhz if freq_mhz is not None else arch.clock_mhz)
     if not freq > 0:
         raise UnknownFpgaTarget(f"--freq {freq_mhz}: must be a frequency above 0 MHz")
+    params: Any = arch
     mem = arch.memory
-    check_memory_fits((mem.scratchpad_bytes + mem.accumulator_bytes) * 8, target,
-                      f"the buffers of {arch.name} ({mem.scratchpad_kib} KiB scratchpad + "
-                      f"{mem.accumulator_kib} KiB accumulator)",
+    held, what = (mem.scratchpad_bytes + mem.accumulator_bytes) * 8, \
+        (f"the buffers of {arch.name} ({mem.scratchpad_kib} KiB scratchpad + "
+         f"{mem.accumulator_kib} KiB accumulator)")
+    if top == "uart-accel":
+        params = uart_link(arch, freq, baud, mem_words, family=target,
+                           brams=None if pins is None else part_named(pins.board.part).brams)
+        held += 8 * params.mem_words * params.map.data_bytes
+        what += f" and the bridge memory ({params.mem_words} x {params.map.data_bytes} B)"
+    elif baud is not None or mem_words is not None:
+        raise UnknownFpgaTarget(f"--{'baud' if baud is not None else 'mem-words'} sets the UART "
+                                f"bridge; it needs --top uart-accel")
+    check_memory_fits(held, target, what,
                       board=None if pins is None else (pins.board.name, pins.board.part))
     check_yosys()
     if pnr and target != "xc7":
         check_nextpnr(target)
     t0 = time.perf_counter()
     with output_folder(out_dir) as work:     # out_dir appears whole, or stays as it was
-        vfile, top_module = _generate_top(arch, top, work)
+        vfile, top_module = _generate_top(params, top, work)
         if target == "xc7":
             fpga = _xc7(work, vfile, top_module, freq)
         else:
             fpga = run_family(work, vfile, top_module, target, freq, pnr=pnr, board=pins,
                               bitstream=bitstream)
             fpga.setdefault("target_mhz", freq)
+        if top == "uart-accel":
+            fpga["link"] = {"baud": params.line_baud, "baud_asked": float(params.baud),
+                            "divisor": params.divisor, "clock_mhz": params.arch.clock_mhz,
+                            "mem_words": params.mem_words,
+                            "mem_word_bytes": params.map.data_bytes}
         design = arch.name if top == "gemm" else f"{arch.name}_{top}"
         handoff = _handoff(work, arch, target, vfile, top_module, fpga, design)
         tools = {"yosys": fpga["synthesis"]["yosys_version"],
