@@ -83,6 +83,19 @@ def delay(m: Module, sig, cycles: int, name: str):
     return sig
 
 
+def pe_units(m: Module, make_unit):
+    """The ``pe`` callback of :func:`ws_array` for PEs that are components of their own:
+    ``make_unit()`` returns one with ``a``, ``w``, ``p_in`` (0 in row 0) and ``p_out`` ports,
+    added to ``m`` as ``pe_<i>_<j>``."""
+    def pe(i, j, a, w, p_above):
+        unit = make_unit()
+        m.submodules[f"pe_{i}_{j}"] = unit
+        m.d.comb += [unit.a.eq(a), unit.w.eq(w),
+                     unit.p_in.eq(0 if p_above is None else p_above)]
+        return unit.p_out
+    return pe
+
+
 def ws_array(m: Module, arr, element_shape, acc_shape, pe, *, mul=None) -> None:
     """Elaborate into ``m`` the WS dataflow of ``arr`` (a component with ``rows``, ``cols`` and the
     ``w_in``/``a_in``/``c_out`` ports and timing of :class:`WeightStationaryArray`): the shadow

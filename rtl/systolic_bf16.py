@@ -42,7 +42,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright.formats import bits_of
 from tilewright.rtl.fp_arith import Bf16Mul, Fp32Add
 from tilewright.rtl.gemm_core import _CoreShape, core_ports, memories, run_state, ws_sequencer
-from tilewright.rtl.systolic import _check_dims, _PEArray, ws_array
+from tilewright.rtl.systolic import _check_dims, _PEArray, pe_units, ws_array
 
 __all__ = ["Bf16WeightStationaryArray", "Bf16GemmCore", "bf16_gemm_cycles",
            "generate_bf16_verilog", "BF16_TOP_NAME",
@@ -102,14 +102,7 @@ class Bf16WeightStationaryArray(_PEArray):
     def elaborate(self, platform):
         m = Module()
 
-        def pe(i, j, a, w, p_above):
-            unit = _Bf16PE()
-            m.submodules[f"pe_{i}_{j}"] = unit
-            m.d.comb += [unit.a.eq(a), unit.w.eq(w),
-                         unit.p_in.eq(0 if p_above is None else p_above)]
-            return unit.p_out
-
-        ws_array(m, self, ELEMENT_BITS, ACC_BITS, pe)
+        ws_array(m, self, ELEMENT_BITS, ACC_BITS, pe_units(m, _Bf16PE))
         return m
 
 

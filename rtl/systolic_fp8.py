@@ -47,7 +47,7 @@ from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.fp_arith import FP8_FIELDS, Fp8Mul, Fp32Add, Fp32Mul
 from tilewright.rtl.gemm_core import (HALF_PORTS, _CoreShape, core_ports, half_offsets, memories,
                                       run_state, ws_sequencer)
-from tilewright.rtl.systolic import _check_dims, _PEArray, ws_array
+from tilewright.rtl.systolic import _check_dims, _PEArray, pe_units, ws_array
 from tilewright.rtl.systolic_bf16 import _check_int, _fp32_accumulate
 
 __all__ = ["FP8_FORMATS", "Fp8WeightStationaryArray", "Fp8GemmCore", "generate_fp8_verilog",
@@ -107,14 +107,7 @@ class Fp8WeightStationaryArray(_PEArray):
     def elaborate(self, platform):
         m = Module()
 
-        def pe(i, j, a, w, p_above):
-            unit = _Fp8PE(self._fmt)
-            m.submodules[f"pe_{i}_{j}"] = unit
-            m.d.comb += [unit.a.eq(a), unit.w.eq(w),
-                         unit.p_in.eq(0 if p_above is None else p_above)]
-            return unit.p_out
-
-        ws_array(m, self, ELEMENT_BITS, ACC_BITS, pe)
+        ws_array(m, self, ELEMENT_BITS, ACC_BITS, pe_units(m, lambda: _Fp8PE(self._fmt)))
         return m
 
 
