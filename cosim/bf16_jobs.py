@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from tilewright.compiler.layout import GemmLayout, ab_buffer_bytes, pack_lanes
+from tilewright.compiler.layout import GemmLayout, pack_lanes
 from tilewright.cosim.job import JobFiles, PreparedJob
+from tilewright.rtl.systolic_bf16 import bf16_buffer_depths
 
 __all__ = ["Bf16Params", "Bf16GemmRun", "bf16_codes", "bf16_gemm_words", "c_from_acc_words",
            "prepare_bf16"]
@@ -48,13 +49,11 @@ class Bf16Params:
 
     @classmethod
     def for_arch(cls, arch) -> "Bf16Params":
-        """The bf16 core an ArchSpec describes: ``tensor_engine`` rows x cols, the scratchpad
-        (``memory.scratchpad_kib``) split equally between A and B buffers of 16-bit lanes
-        (``rows`` and ``cols`` lanes a word) and the accumulator (``memory.accumulator_kib``) of
-        ``cols`` fp32 lanes a word."""
-        te, ab = arch.tensor_engine, ab_buffer_bytes(arch)
-        return cls(te.rows, te.cols, depths=(ab // (2 * te.rows), ab // (2 * te.cols),
-                                             arch.memory.accumulator_bytes // (4 * te.cols)))
+        """The bf16 core an ArchSpec describes: ``tensor_engine`` rows x cols and the buffer
+        depths of :func:`~tilewright.rtl.systolic_bf16.bf16_buffer_depths` (which refuses what
+        the core does not build)."""
+        te = arch.tensor_engine
+        return cls(te.rows, te.cols, depths=bf16_buffer_depths(arch))
 
 
 @dataclass

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_atomic", "write_verilog", "file_entry"]
+__all__ = ["write_atomic", "write_verilog", "file_entry", "write_float_core_rtl"]
 
 
 def write_atomic(path: Path, content: str) -> None:
@@ -38,3 +38,28 @@ def write_verilog(out_dir: str | Path, top: str, text: str,
     manifest = {**manifest, "files": [file_entry(vfile, text)]}
     write_atomic(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
+
+
+def write_float_core_rtl(out_dir: str | Path, core: Any, *, top: str, text: str, arch: Any,
+                         generator: str, version: str, seconds: float) -> dict[str, Any]:
+    """``tilewright rtl`` for a float-accumulating systolic core (bf16, fp8, MX): write
+    ``<top>.v`` and ``manifest.json`` (the core's element format, fp32 accumulator, its ports and
+    buffer depths in words, the ArchSpec and its hash, ``seconds`` of generation); return the
+    manifest."""
+    ports = [{"name": "__".join(str(p) for p in path),
+              "direction": "input" if member.flow.value == "In" else "output",
+              "width_bits": len(getattr(core, path[0]))}
+             for path, member, _ in core.signature.flatten(core)]
+    return write_verilog(out_dir, top, text, {
+        "top": top,
+        "kind": "systolic",
+        "element_format": core.fmt,
+        "accumulator_format": "fp32",
+        "generator": generator,
+        "generator_version": version,
+        "arch": arch.model_dump(mode="json"),
+        "arch_hash": arch.content_hash(),
+        "ports": ports,
+        "buffers_words": dict(zip(("a", "b", "acc"), core.depths)),
+        "generation_seconds": round(seconds, 3),
+    })

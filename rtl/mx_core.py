@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright.arch import ArchSpecError
 from tilewright.compiler.layout import ab_buffer_bytes
 from tilewright.formats import MX_BLOCK, get_format
-from tilewright.rtl.emit import write_verilog
+from tilewright.rtl.emit import write_float_core_rtl
 from tilewright.rtl.fp_arith import FP32_QNAN, Fp32Add, round_pack
 from tilewright.rtl.gemm_core import _CoreShape, memories, run_state, word_ports, ws_sequencer
 from tilewright.rtl.systolic import WeightStationaryArray, delay, ws_latency_cycles
@@ -209,19 +209,6 @@ def write_mx_rtl(arch, out_dir) -> dict:
     core = mx_core_for_arch(arch)
     text = generate_mx_verilog(core)
     gen_s = time.perf_counter() - t0
-    return write_verilog(out_dir, MX_TOP_NAME, text, {
-        "top": MX_TOP_NAME,
-        "kind": "systolic",
-        "element_format": core.fmt,
-        "accumulator_format": "fp32",
-        "generator": "tilewright.rtl.mx_core.MxGemmCore",
-        "generator_version": MX_GENERATOR_VERSION,
-        "arch": arch.model_dump(mode="json"),
-        "arch_hash": arch.content_hash(),
-        "ports": [{"name": "__".join(str(p) for p in path),
-                   "direction": "input" if member.flow.value == "In" else "output",
-                   "width_bits": len(getattr(core, path[0]))}
-                  for path, member, _ in core.signature.flatten(core)],
-        "buffers_words": dict(zip(("a", "b", "acc"), core.depths)),
-        "generation_seconds": round(gen_s, 3),
-    })
+    return write_float_core_rtl(out_dir, core, top=MX_TOP_NAME, text=text, arch=arch,
+                                generator="tilewright.rtl.mx_core.MxGemmCore",
+                                version=MX_GENERATOR_VERSION, seconds=gen_s)

@@ -34,18 +34,24 @@ adder, normaliser, rounder; pipelining them would add their stages to every late
 
 from __future__ import annotations
 
+import time
+
 from amaranth import Cat, Module, Mux
 from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from tilewright.arch import ArchSpec, ArchSpecError
+from tilewright.compiler.layout import ab_buffer_bytes
 from tilewright.formats import bits_of
+from tilewright.rtl.emit import write_float_core_rtl
 from tilewright.rtl.fp_arith import Bf16Mul, Fp32Add
 from tilewright.rtl.gemm_core import _CoreShape, core_ports, memories, run_state, ws_sequencer
 from tilewright.rtl.systolic import _check_dims, _PEArray, pe_units, ws_array
 
 __all__ = ["Bf16WeightStationaryArray", "Bf16GemmCore", "bf16_gemm_cycles",
-           "generate_bf16_verilog", "BF16_TOP_NAME",
+           "generate_bf16_verilog", "BF16_TOP_NAME", "bf16_buffer_depths", "bf16_core_for_arch",
+           "write_bf16_rtl", "BF16_GENERATOR_VERSION",
            "ELEMENT_BITS", "ACC_BITS"]
 
 ELEMENT_BITS = bits_of("bf16")  #: bits of an element (bf16 pattern)
@@ -113,6 +119,8 @@ class Bf16GemmCore(_CoreShape, wiring.Component):
     ``acc_depth`` (buffer depths in words, 1..2**20).
     """
 
+    fmt = "bf16"     #: element format (the manifest's ``element_format``)
+
     def __init__(self, *, rows: int, cols: int, a_depth: int, b_depth: int, acc_depth: int):
         _check_int("rows", rows, 1, 64)
         _check_int("cols", cols, 1, 64)
@@ -152,3 +160,52 @@ def generate_bf16_verilog(core: Bf16GemmCore) -> str:
     if not isinstance(core, Bf16GemmCore):
         raise TypeError(f"generate_bf16_verilog takes a Bf16GemmCore, not {type(core).__name__}")
     return verilog.convert(core, name=BF16_TOP_NAME, emit_src=False)
+
+
+#: bump when the generated bf16 core's behaviour or ports change
+BF16_GENERATOR_VERSION = "0.1.0"
+
+
+def bf16_buffer_depths(arch: ArchSpec) -> tuple[int, int, int]:
+    """(A, B, accumulator) buffer depths in words of the bf16 core ``arch`` describes: the
+    scratchpad (``memory.scratchpad_kib``) split equally between A and B buffers of 16-bit lanes
+    (``rows`` and ``cols`` lanes a word), the accumulator (``memory.accumulator_kib``) of ``cols``
+    fp32 lanes a word. The core has one bank per buffer: an ArchSpec with
+    ``memory.scratchpad_banks`` or ``memory.accumulator_banks`` other than 1 is refused (one line),
+    not built with one bank."""
+    te, mem = arch.tensor_engine, arch.memory
+    if (not te.systolic or te.dataflow != "ws" or te.input_format != "bf16"
+            or te.weight_format != "bf16" or te.accumulator_format != "fp32"):
+        raise ArchSpecError(
+            f"{arch.name}: the bf16 RTL core is a weight-stationary systolic array with "
+            f"input_format = weight_format = bf16 and accumulator_format fp32, not kind "
+            f"{te.kind!r} dataflow {te.dataflow!r} formats "
+            f"{(te.input_format, te.weight_format, te.accumulator_format)}")
+    if (mem.scratchpad_banks, mem.accumulator_banks) != (1, 1):
+        raise ArchSpecError(
+            f"{arch.name}: memory.scratchpad_banks = {mem.scratchpad_banks}, "
+            f"memory.accumulator_banks = {mem.accumulator_banks}: the bf16 RTL core has one bank "
+            f"per buffer; accepted: 1 and 1")
+    ab = ab_buffer_bytes(arch)
+    return (ab // (2 * te.rows), ab // (2 * te.cols),
+            mem.accumulator_bytes // (4 * te.cols))
+
+
+def bf16_core_for_arch(arch: ArchSpec) -> Bf16GemmCore:
+    """The bf16 core an ArchSpec describes (:func:`bf16_buffer_depths`)."""
+    a_depth, b_depth, acc_depth = bf16_buffer_depths(arch)
+    te = arch.tensor_engine
+    return Bf16GemmCore(rows=te.rows, cols=te.cols, a_depth=a_depth, b_depth=b_depth,
+                        acc_depth=acc_depth)
+
+
+def write_bf16_rtl(arch: ArchSpec, out_dir) -> dict:
+    """``tilewright rtl`` for a bf16 ArchSpec: write ``<BF16_TOP_NAME>.v`` and ``manifest.json``
+    (the core of :func:`bf16_core_for_arch`) to ``out_dir``; return the manifest."""
+    t0 = time.perf_counter()
+    core = bf16_core_for_arch(arch)
+    text = generate_bf16_verilog(core)
+    return write_float_core_rtl(out_dir, core, top=BF16_TOP_NAME, text=text, arch=arch,
+                                generator="tilewright.rtl.systolic_bf16.Bf16GemmCore",
+                                version=BF16_GENERATOR_VERSION,
+                                seconds=time.perf_counter() - t0)

@@ -43,7 +43,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.layout import GemmLayout
 from tilewright.formats import bits_of
-from tilewright.rtl.emit import write_verilog
+from tilewright.rtl.emit import write_float_core_rtl
 from tilewright.rtl.fp_arith import FP8_FIELDS, Fp8Mul, Fp32Add, Fp32Mul
 from tilewright.rtl.gemm_core import (HALF_PORTS, _CoreShape, core_ports, half_offsets, memories,
                                       run_state, ws_sequencer)
@@ -231,20 +231,6 @@ def write_fp8_rtl(arch: ArchSpec, out_dir) -> dict:
     core = fp8_core_for_arch(arch)
     text = generate_fp8_verilog(core)
     gen_s = time.perf_counter() - t0
-    ports = [{"name": "__".join(str(p) for p in path),
-              "direction": "input" if member.flow.value == "In" else "output",
-              "width_bits": len(getattr(core, path[0]))}
-             for path, member, _ in core.signature.flatten(core)]
-    return write_verilog(out_dir, FP8_TOP_NAME, text, {
-        "top": FP8_TOP_NAME,
-        "kind": "systolic",
-        "element_format": core.fmt,
-        "accumulator_format": "fp32",
-        "generator": "tilewright.rtl.systolic_fp8.Fp8GemmCore",
-        "generator_version": FP8_GENERATOR_VERSION,
-        "arch": arch.model_dump(mode="json"),
-        "arch_hash": arch.content_hash(),
-        "ports": ports,
-        "buffers_words": dict(zip(("a", "b", "acc"), core.depths)),
-        "generation_seconds": round(gen_s, 3),
-    })
+    return write_float_core_rtl(out_dir, core, top=FP8_TOP_NAME, text=text, arch=arch,
+                                generator="tilewright.rtl.systolic_fp8.Fp8GemmCore",
+                                version=FP8_GENERATOR_VERSION, seconds=gen_s)

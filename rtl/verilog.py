@@ -22,6 +22,7 @@ from tilewright.rtl.emit import write_atomic, write_verilog
 from tilewright.rtl.engine_top import ENGINE_GENERATOR_VERSION, ENGINE_TOP_NAME, make_engine
 from tilewright.rtl.gemm_core import GENERATOR_VERSION, GemmCore
 from tilewright.rtl.mx_core import MX_FORMATS, MX_TOP_NAME, write_mx_rtl
+from tilewright.rtl.systolic_bf16 import write_bf16_rtl
 from tilewright.rtl.systolic_fp8 import FP8_FORMATS, FP8_TOP_NAME, write_fp8_rtl
 
 __all__ = ["TOP_NAME", "generate_verilog", "update_manifest", "write_rtl", "write_engine_top",
@@ -132,6 +133,8 @@ def write_arch_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
             return write_fp8_rtl(arch, out_dir)
         if arch.tensor_engine.input_format in MX_FORMATS:    # the MX core (mx_core)
             return write_mx_rtl(arch, out_dir)
+        if arch.tensor_engine.input_format == "bf16":        # the bf16 core (systolic_bf16)
+            return write_bf16_rtl(arch, out_dir)
         return write_rtl(arch, out_dir)
     return write_engine_top(arch, out_dir)
 

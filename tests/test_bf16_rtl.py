@@ -197,3 +197,47 @@ def test_rtl_bf16_core_lint_clean_with_the_documented_waivers():
     from tilewright.cosim.verilator import lint
     ok, out = lint(build("bf16-core", Bf16Params(4, 4, 256)))   # the build the test above made
     assert ok, out[-2000:]
+
+
+def test_cli_rtl_generates_the_bf16_core(tmp_path):
+    """``tilewright rtl`` on a bf16 WS ArchSpec writes the bf16 core (it used to refuse it as
+    "int8 only"); its buffers by hand: 2 KiB scratchpad split into A and B halves of 1 KiB,
+    2-byte lanes: A words = 1024 / (2 * rows), B = 1024 / (2 * cols); 1 KiB accumulator of
+    4-byte lanes: 1024 / (4 * cols)."""
+    import json
+
+    from tests.test_cli import tw
+    engine = {"rows": 2, "cols": 4, "dataflow": "ws", "input_format": "bf16",
+              "weight_format": "bf16", "accumulator_format": "fp32"}
+    p = tmp_path / "a.yaml"
+    p.write_text(ArchSpec.from_dict({"name": "t", "tensor_engine": engine, "memory": {
+        "scratchpad_kib": 2, "accumulator_kib": 1}}).to_yaml())
+    res = tw("rtl", "--arch", str(p), "-o", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    man = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert (man["top"], man["element_format"], man["accumulator_format"]) == (
+        "tw_bf16_gemm_core", "bf16", "fp32")
+    assert man["buffers_words"] == {"a": 1024 // (2 * 2), "b": 1024 // (2 * 4),
+                                    "acc": 1024 // (4 * 4)}
+    ports = {q["name"]: q["width_bits"] for q in man["ports"]}
+    assert ports["a_wr_data"] == 2 * 16 and ports["b_wr_data"] == 4 * 16
+    assert ports["acc_rd_data"] == 4 * 32
+    assert "module tw_bf16_gemm_core" in (tmp_path / "out" / "tw_bf16_gemm_core.v").read_text()
+
+
+def test_cli_rtl_refuses_banks_the_bf16_core_does_not_build(tmp_path):
+    """The bf16 core has one bank per buffer: 4 scratchpad banks are refused in one line, not
+    built as one (``rtl`` and ``sim --rtl`` alike), and nothing is written."""
+    from tests.test_cli import tw
+    engine = {"rows": 2, "cols": 2, "dataflow": "ws", "input_format": "bf16",
+              "weight_format": "bf16", "accumulator_format": "fp32"}
+    p = tmp_path / "a.yaml"
+    p.write_text(ArchSpec.from_dict({"name": "t", "tensor_engine": engine,
+                                     "memory": {"scratchpad_banks": 4}}).to_yaml())
+    for args in (("rtl", "--arch", str(p), "-o", str(tmp_path / "out")),
+                 ("sim", "--model", "tiny-llama", "--arch", str(p), "--rtl")):
+        res = tw(*args)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert "memory.scratchpad_banks = 4" in res.stderr and "accepted: 1 and 1" in res.stderr
+        assert "Traceback" not in res.stderr
+    assert not (tmp_path / "out").exists()
