@@ -153,6 +153,22 @@ def test_preset_too_big_for_ice40_fails_fast_without_traceback(tmp_path):
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.*"))
 
 
+def test_bridge_memory_beyond_any_ecp5_part_fails_fast(tmp_path):
+    """ECP5 has LUT RAM as well as block RAM, but not without bound: 2**20 bridge words of 32 B
+    (ws8x8's memory-port beat, as the message states) plus 128 KiB of
+    buffers exceed the LFE5U-85F's 208 x 18 kbit block RAM + 669 kbit LUT RAM (datasheet), so
+    the flow refuses in one line before running any tool (it used to hand Yosys the memory)."""
+    proc = tw("fpga", "--arch", "ws8x8", "--target", "ecp5", "--top", "uart-accel",
+              "--mem-words", str(1 << 20), "-o", "o", cwd=tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    cap = 208 * 18 * 1024 + 669 * 1024
+    need = (64 + 64) * 1024 * 8 + (1 << 20) * 32 * 8
+    assert (f"do not fit any ecp5 part: {need} bits > {cap} on the largest, "
+            f"LFE5U-85F-CABGA381") in lines[0]
+    assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.*"))
+
+
 def _main(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     """Run the CLI in this process; return (exit status, stderr)."""
     from tilewright.app.cli import main as cli

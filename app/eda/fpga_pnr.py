@@ -43,7 +43,7 @@ from tilewright.extras import install_hint
 from tilewright.progress import progress
 
 __all__ = ["FAMILIES", "FLOWS", "PARTS", "HARNESS_TOP", "Part", "PnrError", "DoesNotFitPart",
-           "NextpnrMissing", "check_nextpnr", "check_memory_fits", "top_ports", "harness_verilog",
+           "NextpnrMissing", "check_nextpnr", "check_memory_fits", "memory_bits", "top_ports", "harness_verilog",
            "need_of", "choose_part", "parse_report", "critical_path", "signal_of",
            "place_and_route", "run_family", "LINK_TOP", "DEFAULT_BAUD", "LinkError",
            "link_harness_verilog", "uart_link", "default_mem_words"]
@@ -300,28 +300,51 @@ def _misfit(need: dict[str, int], part: Part) -> str | None:
 #: bits of one block RAM per family, for families whose memories can only be block RAM
 _BRAM_ONLY_BITS = {"ice40": 4096}      # SB_RAM40_4K; iCE40 has no LUT RAM
 
+#: bits of one ECP5 block RAM (DP16KD, 18 kbit)
+ECP5_BRAM_BITS = 18 * 1024
+
+#: distributed (PFU LUT) RAM of each ECP5 device, kbit (ECP5 and ECP5-5G Family Data Sheet,
+#: FPGA-DS-02012, table 1.1: LFE5U-25 194, -45 351, -85 669 kbit), keyed by the part name's
+#: device prefix
+ECP5_LUT_RAM_KBITS = {"LFE5U-25F": 194, "LFE5U-45F": 351, "LFE5U-85F": 669}
+
+
+def memory_bits(part: Part) -> int:
+    """Bits of on-chip RAM ``part`` offers a design: its block RAMs, plus on ECP5 its LUT RAM."""
+    if part.family in _BRAM_ONLY_BITS:
+        return part.brams * _BRAM_ONLY_BITS[part.family]
+    lut_kbits = next(v for k, v in ECP5_LUT_RAM_KBITS.items() if part.name.startswith(k))
+    return part.brams * ECP5_BRAM_BITS + lut_kbits * 1024
+
 
 def check_memory_fits(buffer_bits: int, family: str, what: str,
                       board: tuple[str, str] | None = None) -> None:
     """Fail fast, before synthesis, when ``buffer_bits`` (bits of on-chip buffers) cannot fit
-    the block RAM of the largest part of a family without LUT RAM (iCE40) — or of the part of
-    ``board`` (``(board name, part name)``): raise :class:`DoesNotFitPart` naming ``what``
-    holds them."""
-    if family not in _BRAM_ONLY_BITS:
+    the on-chip RAM (:func:`memory_bits`) of the largest part of ``family`` — or of the part of
+    ``board`` (``(board name, part name)``): raise :class:`DoesNotFitPart` naming ``what`` holds
+    them. On iCE40 (no LUT RAM) the count is in block RAMs; other families (xc7: Vivado's
+    handoff) are not checked here."""
+    if family not in ("ice40", "ecp5"):
         return
-    blocks = -(-buffer_bits // _BRAM_ONLY_BITS[family])
     if board is not None:
         part = part_named(board[1])
         where = f"the {board[0]} board's {part.name}"
     else:
-        part = max((p for p in PARTS if p.family == family), key=lambda p: p.brams)
+        part = max((p for p in PARTS if p.family == family), key=memory_bits)
         where = f"any {family} part: "
-    if blocks > part.brams:
-        head = (f"{what} do not fit {where}: brams {blocks} > {part.brams}" if board else
-                f"{what} do not fit {where}brams {blocks} > {part.brams} on the largest, "
-                f"{part.name}")
-        raise DoesNotFitPart(f"{head} (at least {blocks} block RAMs of "
-                             f"{_BRAM_ONLY_BITS[family]} bits; {family} has no LUT RAM)")
+    if family in _BRAM_ONLY_BITS:
+        blocks = -(-buffer_bits // _BRAM_ONLY_BITS[family])
+        if blocks > part.brams:
+            head = (f"{what} do not fit {where}: brams {blocks} > {part.brams}" if board else
+                    f"{what} do not fit {where}brams {blocks} > {part.brams} on the largest, "
+                    f"{part.name}")
+            raise DoesNotFitPart(f"{head} (at least {blocks} block RAMs of "
+                                 f"{_BRAM_ONLY_BITS[family]} bits; {family} has no LUT RAM)")
+    elif buffer_bits > memory_bits(part):
+        on = "" if board else f" on the largest, {part.name}"
+        raise DoesNotFitPart(f"{what} do not fit {where}{': ' if board else ''}{buffer_bits} bits "
+                             f"> {memory_bits(part)}{on} (block RAM {part.brams} x "
+                             f"{ECP5_BRAM_BITS} bits and LUT RAM)")
 
 
 def choose_part(need: dict[str, int], family: str, flow: str) -> Part | None:
