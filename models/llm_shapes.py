@@ -26,8 +26,10 @@ Phase = Literal["prefill", "decode"]
 
 
 class ModelInputError(UserError, ValueError):
-    """A model, or an input to it, the configs cannot give: an unknown name, a phase, or a
-    sequence beyond the config's context (``max_seq_len``). The message names the limit."""
+    """A model, or an input to it, that cannot be given: an unknown name, a phase, a sequence
+    beyond the config's context (``max_seq_len``), or a Python factory / ONNX file
+    (:mod:`tilewright.models.user_module`) that gives no model. The message names the limit, or
+    the file and the factory or op."""
 
 
 @dataclass(frozen=True, kw_only=True)

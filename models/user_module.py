@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from tilewright.errors import UserError
+from tilewright.models.llm_shapes import ModelInputError
 from tilewright.extras import require
 
 __all__ = ["ModelInputError", "load_user_model", "is_user_model"]
@@ -37,11 +37,6 @@ _PY = re.compile(r"^(?P<file>.+\.py):(?P<factory>[A-Za-z_][A-Za-z0-9_]*)$")
 
 #: ONNX element type code -> torch dtype (onnx.TensorProto: FLOAT=1, INT32=6, INT64=7, BOOL=9)
 _ONNX_DTYPES = {1: torch.float32, 6: torch.int32, 7: torch.int64, 9: torch.bool}
-
-
-class ModelInputError(UserError, ValueError):
-    """``--model`` names a Python factory or an ONNX file that cannot give a model; the message
-    names the file and the factory or op."""
 
 
 def is_user_model(text: str) -> bool:

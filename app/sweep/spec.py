@@ -898,8 +898,6 @@ def _resolve_user_model(w: Workload, where: str, root: Path | None) -> Workload:
     from tilewright.models.resolve import (  # noqa: PLC0415  (lazy: pulls in torch)
         model_form, resolve_model)
     from tilewright.models.llm_shapes import ModelInputError  # noqa: PLC0415  (lazy: models)
-    from tilewright.models.user_module import \
-        ModelInputError as UserModuleError  # noqa: PLC0415  (lazy: pulls in torch)
     if w.kind != "llm" or model_form(str(w.model)) not in ("factory", "onnx"):
         return w
     for f in USER_MODEL_UNREAD:
@@ -913,7 +911,7 @@ def _resolve_user_model(w: Workload, where: str, root: Path | None) -> Workload:
         text = str((root / file).resolve()) + (":" + factory if factory else "")
     try:
         resolve_model(text)
-    except (ModelInputError, UserModuleError) as exc:
+    except ModelInputError as exc:
         raise SweepError(f"{where}.model: {exc}") from None
     return w.model_copy(update={"model": text})
 
