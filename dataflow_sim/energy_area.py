@@ -170,8 +170,13 @@ class _VF(_Frozen):
 
 
 class _Leakage(_Frozen):
-    logic_mw_per_mm2: float = Field(..., ge=0, description="mW per mm² of logic at v_nom")
-    sram_pw_per_bit: float = Field(..., ge=0, description="pW per SRAM bit at v_nom")
+    """The cells' own leakage (not a chip's idle power: board, I/O and PLL are the ArchSpec's
+    ``offchip.background_w``)."""
+
+    logic_mw_per_mm2: float = Field(..., ge=0, description="mW of cell leakage per mm² of logic "
+                                                           "at v_nom")
+    sram_pw_per_bit: float = Field(..., ge=0, description="pW of cell leakage per SRAM bit at "
+                                                          "v_nom")
 
 
 class _Phy(_Frozen):
