@@ -84,7 +84,8 @@ operands stay on the wafer).
 (leakage current held at its nominal value, so leakage power is linear in V: an assumption that
 leaves out DIBL). ``leakage`` is the cells' own leakage (the tables' densities rest on Aladdin's
 40 nm cell library, configs/tech/45nm.yaml); what a powered chip burns beyond it — board,
-I/O, PLL, clock tree, DRAM background — is the chip's ``offchip.background_w``, not a density. A workload of ``latency_s`` seconds adds ``static_power * latency_s``
+I/O, PLL, clock tree, DRAM background — is the chip's ``offchip.background_w``, not a density.
+A workload of ``latency_s`` seconds adds ``static_power * latency_s``
 (``energy_breakdown(..., latency_s=...)``, term ``static_pj``).
 """
 
