@@ -440,7 +440,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
     rs, nv = rows(), nvdla_rows()
-    print(json.dumps({"chips": rs, "nvdla": nv}, indent=1) if args.json
+    print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
+                      "background_fit_w": background_fit()}, indent=1) if args.json
           else table(rs) + "\n\n" + nvdla_table(nv))
 
 
