@@ -159,9 +159,13 @@ class _VF(_Frozen):
 
     @model_validator(mode="after")
     def _ordered(self) -> "_VF":
-        if not self.v_t < self.v_min <= self.v_nom <= self.v_max:
-            raise ValueError(f"vf: need v_t < v_min <= v_nom <= v_max, got v_t {self.v_t}, "
-                             f"v_min {self.v_min}, v_nom {self.v_nom}, v_max {self.v_max}")
+        order = "v_t < v_min <= v_nom <= v_max"       # the message names the first field out
+        for name, ok, low in (("v_min", self.v_t < self.v_min, "v_t"),
+                              ("v_nom", self.v_min <= self.v_nom, "v_min"),
+                              ("v_max", self.v_nom <= self.v_max, "v_nom")):
+            if not ok:
+                raise ValueError(f"{name} = {getattr(self, name)} V is out of order with {low} = "
+                                 f"{getattr(self, low)} V: the curve needs {order}")
         return self
 
     def f_mhz(self, v: float) -> float:

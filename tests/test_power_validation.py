@@ -90,6 +90,21 @@ def test_clock_beyond_the_curve_exits_2_with_one_line(tmp_path):
     assert len(err.splitlines()) == 1 and "clock_mhz = 5000" in err and "Traceback" not in err
 
 
+def test_a_curve_out_of_order_is_refused_in_one_line(tmp_path):
+    """A tech table whose lowest supply lies below the threshold voltage has no curve there:
+    refused in one line naming the file, the field, its value and the bound it breaks."""
+    bad = tmp_path / "bad_vf.yaml"
+    text = (ROOT / "configs" / "tech" / "7nm.yaml").read_text()
+    assert "\n  v_min: 0.55 " in text
+    bad.write_text(text.replace("\n  v_min: 0.55 ", "\n  v_min: 0.2 "))
+    with pytest.raises(TechError) as exc:
+        load_tech(str(bad))
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(str(bad))
+    assert msg.endswith("vf.v_min = 0.2 V is out of order with v_t = 0.3 V: the curve needs "
+                        "v_t < v_min <= v_nom <= v_max")
+
+
 def test_dynamic_energy_scales_with_v_squared():
     t = load_tech("7nm")
     a = _with(load_arch("ws16x16"), clock_mhz=1400.0)
