@@ -19,11 +19,17 @@ is built for, an upper bound on busy power; TPU v1 also its measured idle (28 W)
 the model's full-rate power is compared with the maximum and the mean. TPU v4i publishes no
 measured power: its error against the TDP is a bound, not a miss of a measurement.
 
-Calibration (which constant was fitted to which figure; TPU v1 only):
+Static power is split (``static_power``): cell leakage per mm2 of logic and per SRAM bit (the
+tables' figures, from Aladdin's 40 nm cell library, configs/tech/45nm.yaml — not fitted), the
+off-chip PHY, and a per-chip background (board, I/O, PLL, clock tree, DRAM idle:
+``offchip.background_w``).
 
-* ``leakage.logic_mw_per_mm2`` of configs/tech/28nm.yaml (and through it, by Stillmaker & Baas,
-  the 45 nm and 7 nm densities and every table's per-bit SRAM figure) was fitted to TPU v1's idle
-  power: its static power equals ``IDLE_W`` below.
+Calibration (which constant was fitted to which figure; TPU v1 only, :data:`CALIBRATION`):
+
+* :func:`background_fit` = TPU v1's measured idle power (``IDLE_W``) minus its modelled cell
+  leakage and PHY: TPU v1's board-level background, set on TPU v1 and carried unchanged to the
+  other datacenter chips (TPU v4i, v4: an assumption — the same class of card); an NVDLA-class
+  IP block has no board: background 0.
 * ``die_factor()`` (this file only; not in the tables) = TPU v1's die area / the model's area: what
   the model leaves out of a die. The ``x die`` column applies it to the other chips.
 * Class factors (this file only): TPU v1's floor plan by class (data buffers 37 %, compute 30 %,
@@ -34,7 +40,9 @@ Calibration (which constant was fitted to which figure; TPU v1 only):
   to HBM PHYs.
 
 TPU v4i and TPU v4 are held out: none of their area or power figures set a constant (their
-published 1050 MHz clock is the 7 nm curve's nominal-supply point, configs/tech/7nm.yaml).
+published 1050 MHz clock is the 7 nm curve's nominal-supply point, configs/tech/7nm.yaml);
+tests/test_power_validation.py perturbs every held-out figure and checks no fitted constant
+moves.
 
 Sources and status of each published figure:
 
@@ -89,8 +97,11 @@ PUBLISHED = {
 the figure of ``power_kind``: a TDP is an upper bound on busy power, TPU v4's is its measured
 maximum."""
 IDLE_W = {"tpu_v1": 28.0}
-"""published idle power per die (W), Table 2 of the TPU v1 paper; the 28 nm leakage density was
+"""published idle power per die (W), Table 2 of the TPU v1 paper; :func:`background_fit` is
 fitted to it"""
+CALIBRATION = ("tpu_v1",)
+"""the chips whose published figures set a constant (die and class factors, background); every
+other chip and every NVDLA row is held out"""
 MEAN_W = {"tpu_v4": 170.0}
 """published measured mean power (W): cloud.google.com/tpu/docs/v4"""
 BUSY_V1 = {"power_w": 40.0, "tops": 86.0}
@@ -100,8 +111,30 @@ rate, the like-for-like figure for the model's power at that rate"""
 
 
 def load_chip(name: str) -> ArchSpec:
+    """The chip's ArchSpec as its YAML states it (no background)."""
     return ArchSpec.from_dict(yaml.safe_load((VALIDATION_DIR / f"{name}.yaml").read_text()),
                               source=str(VALIDATION_DIR / f"{name}.yaml"))
+
+
+def with_background(arch: ArchSpec, watts: float) -> ArchSpec:
+    """``arch`` with ``offchip.background_w = watts``."""
+    data = arch.model_dump(mode="json", exclude_none=True)
+    data["offchip"] = {**data["offchip"], "background_w": watts}
+    return ArchSpec.from_dict(data, source=f"{arch.name} + background {watts:g} W")
+
+
+def background_fit() -> float:
+    """W: TPU v1's measured idle power minus its modelled cell leakage and PHY power (28 nm, at
+    its supply) — the board-level background (DDR3 and DRAM idle, PCIe, PLL, clock tree) the
+    cells do not explain. Fitted on the calibration chip only."""
+    (cal,) = CALIBRATION
+    st = static_power(load_chip(cal), load_tech(PUBLISHED[cal]["tech"]))
+    return IDLE_W[cal] - st["leakage_w"] - st["phy_w"]
+
+
+def chip_with_background(name: str) -> ArchSpec:
+    """A TPU as the validation runs it: its YAML plus :func:`background_fit` (module doc)."""
+    return with_background(load_chip(name), background_fit())
 
 
 def peak_tops(arch: ArchSpec) -> float:
@@ -120,8 +153,11 @@ def peak_power_w(arch: ArchSpec, tech: str, macs_per_s: float | None = None) -> 
     dyn = (e["mac_pj"] + e["sram_pj"]) * 1e-12
     full = energy_breakdown(arch, t, macs=rate, dram_bytes=arch.offchip.bandwidth_gbps * 1e9,
                             latency_s=1.0)
+    st = static_power(arch, t)
     return {"mac_w": e["mac_pj"] * 1e-12, "sram_w": e["sram_pj"] * 1e-12, "dynamic_w": dyn,
             "static_w": e["static_pj"] * 1e-12, "power_w": dyn + e["static_pj"] * 1e-12,
+            "leakage_w": st["leakage_w"], "phy_w": st["phy_w"],
+            "background_w": st["background_w"],
             "with_dram_w": full["energy_j"], "voltage_v": e["voltage_v"]}
 
 
@@ -179,9 +215,9 @@ def v1_accumulator_sensitivity() -> dict[str, float]:
     """TPU v1 at CNN0's 86 TOPS: the accumulator's share of the SRAM power (W) as modelled (each
     access reads one of the 256 RAMs of 16 KiB) and as it would be with one 4 MiB bank (how
     earlier versions had to describe it), and the busy power of each — a diagnostic, not used
-    for any other figure. The leakage fit is on the banked chip either way (its static power is
-    the measured idle power)."""
-    arch, t = load_chip("tpu_v1"), load_tech("28nm")
+    for any other figure. The background fit is on the banked chip either way (its static power
+    is the measured idle power)."""
+    arch, t = chip_with_background("tpu_v1"), load_tech("28nm")
     macs = BUSY_V1["tops"] * 1e12 / 2
     _, psum_b = sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))
     s = dynamic_scale(t, operating_voltage(arch, t))
@@ -261,8 +297,8 @@ def nvdla_rows() -> list[dict]:
     """One row per primer configuration: area at 28 and 16 nm (raw and with TPU v1's class
     factors, no PHY) and power at 16 nm and 1 GHz — at the full MAC rate against the primer's
     peak, and at ResNet-50's MAC rate (fps x :data:`RESNET50_MACS`) against its average (no
-    DRAM device energy and no DDR PHY: the IP's power; static = the core's leakage). Nothing
-    here was fitted: every row is held out."""
+    DRAM device energy and no DDR PHY: the IP's power; static = the core's cell leakage, no board
+    background — an IP block has no board). Nothing here was fitted: every row is held out."""
     out = []
     for macs, kb, gbps, a28, a16, fps, peak_mw, avg_mw in NVDLA_PRIMER:
         arch = nvdla_arch(macs, kb, gbps)
@@ -280,7 +316,8 @@ def nvdla_rows() -> list[dict]:
                                latency_s=1.0)["energy_j"] - phy_j
         r.update(peak_mw=peak * 1e3, peak_pub_mw=peak_mw, peak_err=peak * 1e3 / peak_mw - 1,
                  avg_mw=avg * 1e3, avg_pub_mw=avg_mw, avg_err=avg * 1e3 / avg_mw - 1,
-                 static_mw=(st["static_w"] - st["phy_w"]) * 1e3)
+                 static_mw=(st["static_w"] - st["phy_w"]) * 1e3,
+                 dynamic_peak_mw=(peak - (st["static_w"] - phy_j)) * 1e3)
         out.append(r)
     return out
 
@@ -321,7 +358,7 @@ def rows() -> list[dict]:
     k = die_factor()
     out = []
     for name, pub in PUBLISHED.items():
-        arch = load_chip(name)
+        arch = chip_with_background(name)
         area = area_mm2(arch, load_tech(pub["tech"]))
         ca = class_area_mm2(arch, pub["tech"])
         p = peak_power_w(arch, pub["tech"])
@@ -334,6 +371,7 @@ def rows() -> list[dict]:
              "tops_err": peak_tops(arch) / pub["tops"] - 1,
              "power_w": p["power_w"], "mac_w": p["mac_w"], "sram_w": p["sram_w"],
              "dynamic_w": p["dynamic_w"], "static_w": p["static_w"],
+             "leakage_w": p["leakage_w"], "phy_w": p["phy_w"], "background_w": p["background_w"],
              "with_dram_w": p["with_dram_w"],
              "with_dram_err": p["with_dram_w"] / pub["power_w"] - 1,
              "voltage_v": p["voltage_v"], "power_pub_w": pub["power_w"],
@@ -358,8 +396,8 @@ def table(rs: list[dict]) -> str:
     head = (f"{'chip':8} {'role':11} {'area mm2':>8} {'<pub':>5} {'err':>6} {'x die':>5} "
             f"{'err':>6} {'class':>5} {'err':>6} | {'TOPS':>5} {'pub':>4} {'err':>6} | "
             f"{'W':>5} {'pub':>4} {'kind':12} {'err':>6} {'+DRAM':>5} {'err':>6} "
-            f"({'MAC':>5} + {'SRAM':>5} + "
-            f"{'static':>5} W at {'V':>5})")
+            f"({'MAC':>5} + {'SRAM':>5} + {'leak':>4} + {'PHY':>4} + {'bkgd':>4} W at "
+            f"{'V':>5})")
     lines = [head, "-" * len(head)]
     for r in rs:
         lines.append(
@@ -369,14 +407,15 @@ def table(rs: list[dict]) -> str:
             f"{r['tops']:5.1f} {r['tops_pub']:4.0f} {r['tops_err']:+6.1%} | "
             f"{r['power_w']:5.1f} {r['power_pub_w']:4.0f} {r['power_kind']:12} "
             f"{r['power_err']:+6.1%} {r['with_dram_w']:5.1f} {r['with_dram_err']:+6.1%} "
-            f"({r['mac_w']:5.1f} + {r['sram_w']:5.1f} + "
-            f"{r['static_w']:5.1f} W at {r['voltage_v']:.3f})")
+            f"({r['mac_w']:5.1f} + {r['sram_w']:5.1f} + {r['leakage_w']:4.1f} + "
+            f"{r['phy_w']:4.1f} + {r['background_w']:4.1f} W at {r['voltage_v']:.3f})")
     for r in rs:
         if "busy_w" in r:
             lines.append(f"{r['chip']}: power at CNN0's 86 TOPS {r['busy_w']:.1f} W vs measured "
                          f"busy {r['busy_pub_w']:.0f} W ({r['busy_err']:+.1%}); static "
                          f"{r['static_w']:.1f} W vs measured idle {r['idle_pub_w']:.0f} W "
-                         f"(fitted)")
+                         f"(= cell leakage {r['leakage_w']:.2f} + PHY {r['phy_w']:.2f} + "
+                         f"background {r['background_w']:.2f} W, the background fitted)")
         if "mean_pub_w" in r:
             lines.append(f"{r['chip']}: power at the full MAC rate {r['power_w']:.1f} W vs "
                          f"measured mean {r['mean_pub_w']:.0f} W ({r['mean_err']:+.1%})")
@@ -401,7 +440,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
     rs, nv = rows(), nvdla_rows()
-    print(json.dumps({"chips": rs, "nvdla": nv}, indent=1) if args.json
+    print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
+                      "background_fit_w": background_fit()}, indent=1) if args.json
           else table(rs) + "\n\n" + nvdla_table(nv))
 
 

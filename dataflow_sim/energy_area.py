@@ -82,7 +82,10 @@ operands stay on the wafer).
     background = offchip.background_w (0 when unset)
 
 (leakage current held at its nominal value, so leakage power is linear in V: an assumption that
-leaves out DIBL). A workload of ``latency_s`` seconds adds ``static_power * latency_s``
+leaves out DIBL). ``leakage`` is the cells' own leakage (the tables' densities rest on Aladdin's
+40 nm cell library, configs/tech/45nm.yaml); what a powered chip burns beyond it — board,
+I/O, PLL, clock tree, DRAM background — is the chip's ``offchip.background_w``, not a density.
+A workload of ``latency_s`` seconds adds ``static_power * latency_s``
 (``energy_breakdown(..., latency_s=...)``, term ``static_pj``).
 """
 
@@ -156,9 +159,13 @@ class _VF(_Frozen):
 
     @model_validator(mode="after")
     def _ordered(self) -> "_VF":
-        if not self.v_t < self.v_min <= self.v_nom <= self.v_max:
-            raise ValueError(f"vf: need v_t < v_min <= v_nom <= v_max, got v_t {self.v_t}, "
-                             f"v_min {self.v_min}, v_nom {self.v_nom}, v_max {self.v_max}")
+        order = "v_t < v_min <= v_nom <= v_max"       # the message names the first field out
+        for name, ok, low in (("v_min", self.v_t < self.v_min, "v_t"),
+                              ("v_nom", self.v_min <= self.v_nom, "v_min"),
+                              ("v_max", self.v_nom <= self.v_max, "v_nom")):
+            if not ok:
+                raise ValueError(f"{name} = {getattr(self, name)} V is out of order with {low} = "
+                                 f"{getattr(self, low)} V: the curve needs {order}")
         return self
 
     def f_mhz(self, v: float) -> float:
@@ -168,8 +175,13 @@ class _VF(_Frozen):
 
 
 class _Leakage(_Frozen):
-    logic_mw_per_mm2: float = Field(..., ge=0, description="mW per mm² of logic at v_nom")
-    sram_pw_per_bit: float = Field(..., ge=0, description="pW per SRAM bit at v_nom")
+    """The cells' own leakage (not a chip's idle power: board, I/O and PLL are the ArchSpec's
+    ``offchip.background_w``)."""
+
+    logic_mw_per_mm2: float = Field(..., ge=0, description="mW of cell leakage per mm² of logic "
+                                                           "at v_nom")
+    sram_pw_per_bit: float = Field(..., ge=0, description="pW of cell leakage per SRAM bit at "
+                                                          "v_nom")
 
 
 class _Phy(_Frozen):

@@ -90,6 +90,21 @@ def test_clock_beyond_the_curve_exits_2_with_one_line(tmp_path):
     assert len(err.splitlines()) == 1 and "clock_mhz = 5000" in err and "Traceback" not in err
 
 
+def test_a_curve_out_of_order_is_refused_in_one_line(tmp_path):
+    """A tech table whose lowest supply lies below the threshold voltage has no curve there:
+    refused in one line naming the file, the field, its value and the bound it breaks."""
+    bad = tmp_path / "bad_vf.yaml"
+    text = (ROOT / "configs" / "tech" / "7nm.yaml").read_text()
+    assert "\n  v_min: 0.55 " in text
+    bad.write_text(text.replace("\n  v_min: 0.55 ", "\n  v_min: 0.2 "))
+    with pytest.raises(TechError) as exc:
+        load_tech(str(bad))
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(str(bad))
+    assert msg.endswith("vf.v_min = 0.2 V is out of order with v_t = 0.3 V: the curve needs "
+                        "v_t < v_min <= v_nom <= v_max")
+
+
 def test_dynamic_energy_scales_with_v_squared():
     t = load_tech("7nm")
     a = _with(load_arch("ws16x16"), clock_mhz=1400.0)
@@ -131,7 +146,7 @@ def test_static_power_by_hand_45nm_ws16x16():
     pe = 256 * (406.4 + 227.1) * 1.8
     vec = 16 * (7787.8 + 3805.8)
     logic_mm2 = (pe + vec + 500000) / 1e6          # area - SRAM - PHY
-    leak = (logic_mm2 * 252.6e-3 + 256 * 8192 * 145670e-12) * 0.6 / 0.9
+    leak = (logic_mm2 * 8.524e-3 + 256 * 8192 * 4916e-12) * 0.6 / 0.9
     phy = 16.0 * 5.0e-3
     p = static_power(a, t)
     assert p["leakage_w"] == pytest.approx(leak)
@@ -182,7 +197,7 @@ def test_28nm_table_is_45nm_scaled_by_stillmaker_baas():
 
 def test_16nm_table_is_45nm_scaled_by_stillmaker_baas():
     """16 nm is a column of [SB17]: area x 0.19, energy x E16(0.8) / E45(0.9); its leakage
-    density is the 28 nm fit x E16(0.8)/E28(0.9) / (area factor 16 nm / 28 nm)."""
+    density is the 45 nm cell figure x E16(0.8)/E45(0.9) / 0.19."""
     t45, t16 = load_tech("45nm"), load_tech("16nm")
     area, energy = SB17_AREA_FROM_45[16], _e(16, 0.8) / _e(45, 0.9)
     for fmt, pair in t45.mac_pj.items():
@@ -197,27 +212,40 @@ def test_16nm_table_is_45nm_scaled_by_stillmaker_baas():
     for key in ("vector_lane", "sram_bitcell", "fixed"):
         assert getattr(t16.area_um2, key) == pytest.approx(getattr(t45.area_um2, key) * area,
                                                            rel=2e-3)
-    e28 = _e(32, 0.9) + (_e(20, 0.9) - _e(32, 0.9)) * 4 / 12
-    a28 = SB17_AREA_FROM_45[32] + (SB17_AREA_FROM_45[20] - SB17_AREA_FROM_45[32]) * 4 / 12
-    l28 = load_tech("28nm").leakage.logic_mw_per_mm2
     assert t16.leakage.logic_mw_per_mm2 == pytest.approx(
-        l28 * _e(16, 0.8) / e28 / (area / a28), rel=2e-3)
+        t45.leakage.logic_mw_per_mm2 * energy / area, rel=2e-3)
     bit_um2 = t16.area_um2.sram_bitcell / t16.area_um2.sram_array_efficiency
     assert t16.leakage.sram_pw_per_bit == pytest.approx(
         t16.leakage.logic_mw_per_mm2 * 1e3 * bit_um2, rel=2e-3)
 
 
-def test_leakage_densities_follow_the_28nm_fit():
-    """45 and 7 nm densities = 28 nm x E_node(v_nom)/E28(0.9) / (area factor node / 28 nm); per
-    SRAM bit = density x one bit's macro area."""
+# Aladdin's 40 nm cell library (harvard-acc/ALADDIN common/power_func.h, 2 ns column; "All the
+# power numbers are in mW", areas in um^2): integer multiplier and adder leakage and area.
+ALADDIN_MUL_LEAK_MW, ALADDIN_MUL_UM2 = 4.831147e-2, 5137.736
+ALADDIN_ADD_LEAK_MW, ALADDIN_ADD_UM2 = 2.380803e-3, 179.443
+
+
+def test_leakage_density_is_aladdins_cell_leakage():
+    """45 nm cell leakage = an int8 PE's (32-bit multiplier x (8/32)^2 + 32-bit adder) leakage
+    over its area in Aladdin's 40 nm library, the area grown by (45/40)^2 with the leakage held:
+    ~8.5 mW/mm^2 — not TPU v1's idle power over its area (~30x more)."""
+    mw = ALADDIN_MUL_LEAK_MW / 16 + ALADDIN_ADD_LEAK_MW
+    um2 = (ALADDIN_MUL_UM2 / 16 + ALADDIN_ADD_UM2) * (45 / 40) ** 2
+    assert load_tech("45nm").leakage.logic_mw_per_mm2 == pytest.approx(mw / um2 * 1e6, rel=1e-3)
+
+
+def test_leakage_densities_follow_the_45nm_cell_figure():
+    """28, 16 and 7 nm densities = 45 nm x E_node(v_nom)/E45(0.9) / (area factor from 45 nm)
+    (leakage scales as energy in [SB17]); per SRAM bit = density x one bit's macro area."""
     e28 = _e(32, 0.9) + (_e(20, 0.9) - _e(32, 0.9)) * 4 / 12
     a28 = SB17_AREA_FROM_45[32] + (SB17_AREA_FROM_45[20] - SB17_AREA_FROM_45[32]) * 4 / 12
-    l28 = load_tech("28nm").leakage.logic_mw_per_mm2
-    want = {"45nm": l28 * _e(45, 0.9) / e28 / (1 / a28),
-            "7nm": l28 * _e(7, 0.75) / e28 / (SB17_AREA_FROM_45[7] / a28)}
+    l45 = load_tech("45nm").leakage.logic_mw_per_mm2
+    want = {"28nm": l45 * e28 / _e(45, 0.9) / a28,
+            "16nm": l45 * _e(16, 0.8) / _e(45, 0.9) / SB17_AREA_FROM_45[16],
+            "7nm": l45 * _e(7, 0.75) / _e(45, 0.9) / SB17_AREA_FROM_45[7]}
     for name, dens in want.items():
         assert load_tech(name).leakage.logic_mw_per_mm2 == pytest.approx(dens, rel=2e-3)
-    for name in ("28nm", "45nm", "7nm"):
+    for name in ("28nm", "45nm", "16nm", "7nm"):
         t = load_tech(name)
         bit_um2 = t.area_um2.sram_bitcell / t.area_um2.sram_array_efficiency
         assert t.leakage.sram_pw_per_bit == pytest.approx(
@@ -263,10 +291,50 @@ def test_peak_tops_closed_form():
     assert b.peak_tops(b.load_chip("tpu_v4")) == 2 * 131072 * 1050e6 / 1e12   # 275.25
 
 
-def test_leakage_fit_reproduces_tpu_v1_idle_power():
+def test_tpu_v1_idle_splits_into_cell_leakage_phy_and_a_fitted_background():
+    """TPU v1 at 700 MHz (the 28 nm curve's nominal point, 0.9 V), by hand: cell leakage = logic
+    area (PEs, vector lanes, fixed, 255 extra accumulator banks' periphery) x 11.46 mW/mm^2 +
+    28 MiB x 8192 bits x 2490 pW; PHY = 34 GB/s x 5 mW; background = the measured 28 W idle
+    minus both (fitted). The cells explain ~1 W of the 28: the rest is the board."""
     b = _bench()
+    logic_um2 = (65536 * (153.1 + 85.54) * 1.8 + 256 * 4367.0 + 188300.0
+                 + 255 * 8 * 8192 * 0.1303 * (1 / 0.6 - 1))
+    leak = logic_um2 / 1e6 * 11.46e-3 + (24576 + 4096) * 8192 * 2490e-12
+    phy = 34.0 * 5.0e-3
     p = static_power(b.load_chip("tpu_v1"), load_tech("28nm"))
-    assert p["static_w"] == pytest.approx(b.IDLE_W["tpu_v1"], rel=2e-3)
+    assert p["leakage_w"] == pytest.approx(leak, rel=2e-3)
+    assert p["phy_w"] == pytest.approx(phy) and p["background_w"] == 0
+    assert b.background_fit() == pytest.approx(28.0 - leak - phy, rel=2e-3)
+    assert 0.5 < leak < 1.5 and 26 < b.background_fit() < 27.5
+    with_bg = static_power(b.chip_with_background("tpu_v1"), load_tech("28nm"))
+    assert with_bg["static_w"] == pytest.approx(28.0, rel=1e-9)
+
+
+def test_no_held_out_chip_is_used_in_a_fit(monkeypatch):
+    """Every fitted constant (die factor, class factors, background) reads only the calibration
+    chips' ArchSpecs and published figures: the chips it loads are CALIBRATION's, and doubling
+    every held-out published figure (TPU v4i/v4 area, power, mean; every NVDLA number) leaves
+    each constant unchanged."""
+    b = _bench()
+    assert {c for c, p in b.PUBLISHED.items() if p["role"] == "calibration"} == set(b.CALIBRATION)
+    assert all(r["chip"] not in b.CALIBRATION for r in b.nvdla_rows())
+
+    def fits():
+        return (b.die_factor(), tuple(sorted(b.class_factors().items())), b.background_fit())
+
+    before = fits()
+    loaded = []
+    real = b.load_chip
+    monkeypatch.setattr(b, "load_chip", lambda name: loaded.append(name) or real(name))
+    held = {c: {**p, "area_mm2": 2 * p["area_mm2"], "power_w": 2 * p["power_w"],
+                "tops": 2 * p["tops"]} if c not in b.CALIBRATION else p
+            for c, p in b.PUBLISHED.items()}
+    monkeypatch.setattr(b, "PUBLISHED", held)
+    monkeypatch.setattr(b, "MEAN_W", {c: 2 * w for c, w in b.MEAN_W.items()})
+    monkeypatch.setattr(b, "NVDLA_PRIMER", [(m, kb, gb, *(2 * x for x in pub))
+                                            for m, kb, gb, *pub in b.NVDLA_PRIMER])
+    assert fits() == before
+    assert loaded and set(loaded) == set(b.CALIBRATION)
 
 
 def _printed_errors(out: str, chip: str) -> list[float]:
@@ -293,7 +361,7 @@ def test_printed_errors_are_the_models_and_held_out_bounds(capsys):
     want = {}
     for chip, macs, area_pub, power_pub in (("tpu_v4i", 65536, 400.0, 175.0),
                                             ("tpu_v4", 131072, 600.0, 192.0)):
-        a = b.load_chip(chip)
+        a = b.with_background(b.load_chip(chip), b.background_fit())
         ab = area_breakdown(a, t)
         area = ab["area_mm2"]
         cls = (k_buf * ab["sram_um2"] + k_cmp * (ab["pe_array_um2"] + ab["vector_um2"])) / 1e6 \
@@ -314,12 +382,13 @@ def test_printed_errors_are_the_models_and_held_out_bounds(capsys):
         want[chip] = (area * k / area_pub - 1, cls / area_pub - 1, power / power_pub - 1)
     # the bounds reached (goal 25 %, docs/power_validation.md), against upper-bound die areas:
     # class-factor area within 10 % (v4i) and 16 % (v4); single die factor +24 % / +34 % (TPU
-    # v1 with its 256 accumulator RAMs); TPU v4 power within 11 % of its measured maximum; TPU
-    # v4i power 45-50 % below its TDP (a design limit, not a measurement)
+    # v1 with its 256 accumulator RAMs); TPU v4 power (cell leakage + TPU v1's fitted board
+    # background) -18.7 % of its measured maximum; TPU v4i power 48 % below its TDP (a design
+    # limit, not a measurement)
     assert abs(want["tpu_v4i"][1]) <= 0.10 and abs(want["tpu_v4"][1]) <= 0.16
     assert 0.23 <= want["tpu_v4i"][0] <= 0.25 and 0.33 <= want["tpu_v4"][0] <= 0.35
-    assert abs(want["tpu_v4"][2]) <= 0.11
-    assert -0.50 <= want["tpu_v4i"][2] <= -0.45
+    assert -0.20 <= want["tpu_v4"][2] <= -0.17
+    assert -0.50 <= want["tpu_v4i"][2] <= -0.46
 
 
 def test_tpu_v1_busy_power_against_its_measurement(capsys):
@@ -344,7 +413,7 @@ def test_tpu_v1_busy_power_against_its_measurement(capsys):
     mac = macs * (0.1013 + 0.05066)
     sp = macs / 256 * pj_per_byte(24576 / 2)
     acc = macs * 8 / 256 * pj_per_byte(4096 / 256)
-    static = static_power(b.load_chip("tpu_v1"), t)["static_w"]
+    static = 28.0                  # the measured idle power (Table 2): what static is fitted to
     busy = (mac + sp + acc) * 1e-12 + static
     m = re.search(r"CNN0's 86 TOPS (\d+\.\d) W vs measured busy 40 W \(([+-]\d+\.\d)%\)", out)
     assert float(m.group(1)) == pytest.approx(busy, abs=0.06)
@@ -360,18 +429,23 @@ def test_tpu_v1_busy_power_against_its_measurement(capsys):
 
 
 def test_tpu_v4_full_rate_power_against_its_measured_mean(capsys):
-    """TPU v4's measured mean power, 170 W (cloud.google.com/tpu/docs/v4)."""
+    """TPU v4's measured mean power, 170 W (cloud.google.com/tpu/docs/v4): MAC + SRAM at the
+    full rate + cell leakage + HBM PHY + TPU v1's fitted background (the held-out chip's own
+    figures set nothing)."""
     b = _bench()
     b.main([])
     out = capsys.readouterr().out
     a, t = b.load_chip("tpu_v4"), load_tech("7nm")
-    e = energy_breakdown(a, t, macs=131072 * 1050e6, latency_s=1.0)
-    power = (e["mac_pj"] + e["sram_pj"] + e["static_pj"]) * 1e-12
+    e = energy_breakdown(a, t, macs=131072 * 1050e6)
+    st = static_power(a, t)
+    assert st["background_w"] == 0
+    power = (e["mac_pj"] + e["sram_pj"]) * 1e-12 + st["leakage_w"] + st["phy_w"] \
+        + b.background_fit()
     m = re.search(r"tpu_v4: power at the full MAC rate (\d+\.\d) W vs measured mean 170 W "
                   r"\(([+-]\d+\.\d)%\)", out)
     assert float(m.group(1)) == pytest.approx(power, abs=0.06)
     assert float(m.group(2)) / 100 == pytest.approx(power / 170 - 1, abs=6e-4)
-    assert abs(power / 170 - 1) <= 0.05
+    assert -0.09 <= power / 170 - 1 <= -0.07          # measured -8.2 %
 
 
 def test_printed_floorplan_ratio_is_the_models(capsys):
@@ -399,4 +473,23 @@ def test_extra_sram_banks_leak_as_logic():
     banked = _with(a, memory={"scratchpad_banks": 4, "accumulator_banks": 2})   # 2*3 + 1 extra
     periphery_mm2 = 7 * 8 * 8192 * 0.346 * (1 / 0.6 - 1) / 1e6
     d = static_power(banked, t)["leakage_w"] - static_power(a, t)["leakage_w"]
-    assert d == pytest.approx(periphery_mm2 * 252.6e-3 * 0.6 / 0.9)
+    assert d == pytest.approx(periphery_mm2 * 8.524e-3 * 0.6 / 0.9)
+
+
+def test_nvdla_power_is_the_ip_without_a_board():
+    """An NVDLA-class IP carries no board background: its static power is the cells' leakage
+    alone, by hand for nv_large (16 nm, 1 GHz = the curve's nominal point, 0.8 V): logic (2048
+    int8 PEs, 32 vector lanes, fixed, 2 x 7 extra scratchpad banks' periphery: the conv
+    buffer's 16 banks as 8 per A/B buffer) x 6.391 mW/mm^2
+    + (512 + 32) KiB x 8192 bits x 700.2 pW. Held-out errors at the figures measured (goal
+    25 %): average power (ResNet-50 rate) mean |error| 36.8 %, peak 59.7 % — both too low."""
+    b = _bench()
+    rows = {r["chip"]: r for r in b.nvdla_rows()}
+    logic_um2 = (2048 * (77.22 + 43.15) * 1.8 + 32 * 2203.0 + 95000.0
+                 + 14 * 8 * 8192 * 0.06574 * (1 / 0.6 - 1))
+    leak_mw = (logic_um2 / 1e6 * 6.391e-3 + (512 + 32) * 8192 * 700.2e-12) * 1e3
+    assert rows["nvdla_2048"]["static_mw"] == pytest.approx(leak_mw, rel=2e-3)
+    avg = sum(abs(r["avg_err"]) for r in rows.values()) / 7
+    peak = sum(abs(r["peak_err"]) for r in rows.values()) / 7
+    assert 0.36 <= avg <= 0.375 and 0.59 <= peak <= 0.605
+    assert all(r["peak_err"] < 0 for r in rows.values())
