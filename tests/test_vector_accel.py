@@ -2,7 +2,8 @@
 run in Verilator and driven by Programs.
 
 References are independent of the code under test: each kernel's result against the units' own
-numpy arithmetic (``vector_numerics``: elementwise ops, per-row reductions, softmax composed in the
+numpy arithmetic (argmax: ``np.argmax``; requant: a Python-integer closed form written here;
+``vector_numerics``: elementwise ops, per-row reductions, softmax composed in the
 test from the unit's primitives; ``scan_numerics``: the scan recurrence and C-projection per
 channel, and ``scan_task_fixed`` for a whole scan task) and against numpy float softmax; the instruction-level
 model against the RTL word for word; cycles against the cycle model (which reads only the ISA)

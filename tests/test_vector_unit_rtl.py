@@ -6,7 +6,10 @@ error against float64 torch over every Q8.8 input, within the bound stated in it
 the Amaranth component in Amaranth's simulator (constructor validation, a short mixed stream);
 then the acceptance test on one Verilator build (4 lanes): every one of the 65536 Q8.8 inputs
 through each non-linear function, random and corner-case add/mul/max, reductions, the latency and
-one-beat-per-cycle contract, and a run with random back-pressure.
+one-beat-per-cycle contract, and a run with random back-pressure. The int32 ops (argmax,
+requant) are checked against references written here (Python-integer closed form, the functional
+model's ``requantize``, ``torch.argmax``) on corner cases in Amaranth's simulator and in the same
+Verilator run.
 """
 
 from __future__ import annotations
