@@ -40,7 +40,15 @@ ISA — fixed 64-bit instruction words
                         (the segment's word; ``b`` every beat when ``seg`` = 0). Elementwise ops
                         write ``count`` words; ``sum``/``rmax`` write one word per segment, the
                         reduction of its beats in every lane — e.g. a row max of ``n`` rows of
-                        ``seg`` words each in one instruction
+                        ``seg`` words each in one instruction. ``argmax`` writes the index
+                        (beat within the segment x lanes + lane) of the segment's largest signed
+                        32-bit lane, the lowest index on ties (as ``torch.argmax``);
+                        ``requant`` writes per lane ``clamp(floor((x * m + 2**(s-1)) / 2**s),
+                        -128, 127)`` (``s`` = 0: ``clamp(x * m)``) of the signed 32-bit lane
+                        ``x``, the multiplier ``m`` (signed 32-bit lane of the beat's b word)
+                        and the shift ``s`` (bits 5:0 of that lane in the word after the b
+                        word) — round half up, the functional model's ``requantize``
+                        (:data:`VECTOR_UNIT_OPS` lists each op's kind and lane formats)
     ``SCAN``    9       ``count`` (12, >= 1) time steps, ``ab``, ``c``, ``h0``, ``dst`` (12 each):
                         the scan unit runs ``h[t] = a[t] h[t-1] + b[t]`` for one channel (its
                         ``lanes`` state elements): step ``t`` reads a from word ``ab+t`` (low 16
@@ -94,6 +102,7 @@ from tilewright.errors import UserError
 from tilewright.formats import bits_of
 
 __all__ = ["ISA", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
+           "VECTOR_UNIT_OPS", "VECTOR_INT32_OPS", "REQUANT_SHIFT_BITS",
            "VECTOR_OVERHEAD_CYCLES", "SCAN_OVERHEAD_CYCLES",
            "vector_word_bytes", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",
            "AssemblerError", "CodegenError", "field_slices", "assemble", "disassemble",
@@ -122,11 +131,30 @@ ISA: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
 }
 #: vector-buffer depth of the accelerator top (words of ``lanes`` 32-bit lanes)
 VBUF_WORDS = 1024
+#: The vector unit's operations, one row each (the one table ``vop`` codes, kinds and lane formats
+#: derive from): name -> (``vop`` code, kind, operand lanes, result lanes). Kind ``elementwise``
+#: writes one word per beat, ``reduction`` one word per segment (the value in every lane).
+#: Operand lanes: ``Q8.8`` — the low 16 bits of each 32-bit lane, signed; ``int32`` — the whole
+#: signed 32-bit lane. ``requant`` also reads, per lane, the multiplier (int32) in its b word and
+#: the shift (bits 5:0, 0..63) in the word after its b word
+#: (:mod:`tilewright.dataflow_sim.vector_numerics` states every op's arithmetic).
+VECTOR_UNIT_OPS: dict[str, tuple[int, str, str, str]] = {
+    "add": (0, "elementwise", "Q8.8", "Q8.8"), "mul": (1, "elementwise", "Q8.8", "Q8.8"),
+    "max": (2, "elementwise", "Q8.8", "Q8.8"), "exp": (3, "elementwise", "Q8.8", "Q8.8"),
+    "recip": (4, "elementwise", "Q8.8", "Q8.8"), "rsqrt": (5, "elementwise", "Q8.8", "Q8.8"),
+    "silu": (6, "elementwise", "Q8.8", "Q8.8"), "softplus": (7, "elementwise", "Q8.8", "Q8.8"),
+    "sum": (8, "reduction", "Q8.8", "int32 (Q24.8)"), "rmax": (9, "reduction", "Q8.8", "Q8.8"),
+    "argmax": (10, "reduction", "int32", "int32 index"),
+    "requant": (11, "elementwise", "int32", "int8"),
+}
 #: VECTOR ``vop`` codes (the vector unit's opcodes, :class:`tilewright.rtl.vector_unit.VectorOp`)
-VECTOR_OPCODES: dict[str, int] = {"add": 0, "mul": 1, "max": 2, "exp": 3, "recip": 4,
-                                  "rsqrt": 5, "silu": 6, "softplus": 7, "sum": 8, "rmax": 9}
+VECTOR_OPCODES: dict[str, int] = {name: row[0] for name, row in VECTOR_UNIT_OPS.items()}
 #: the vector ops that produce one result word per run of beats
-VECTOR_REDUCTIONS = ("sum", "rmax")
+VECTOR_REDUCTIONS = tuple(name for name, row in VECTOR_UNIT_OPS.items() if row[1] == "reduction")
+#: the vector ops that read whole signed 32-bit lanes (the others read Q8.8 in the low 16 bits)
+VECTOR_INT32_OPS = tuple(name for name, row in VECTOR_UNIT_OPS.items() if row[2] == "int32")
+#: bits of ``requant``'s per-lane shift (the low bits of the lane after the multiplier's word)
+REQUANT_SHIFT_BITS = 6
 #: busy cycles of a VECTOR instruction beyond one per beat (buffer read + the unit's 4-stage
 #: pipeline; the contract of :mod:`tilewright.rtl.vector_engine`, which checks it)
 VECTOR_OVERHEAD_CYCLES = 5

@@ -6,9 +6,16 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
 ``elementwise``  ``op`` in add, mul, max (two operands of one shape) or exp, recip, rsqrt,
                  silu, softplus (one operand): the tensor is flattened into vector words of
                  ``lanes`` elements (the last word zero-padded).
-``row``          ``op`` in sum, rmax, softmax over the last axis of a 2-D operand
-                 ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum) or
-                 -128.0 (rmax, softmax), so padding never changes a result.
+``row``          ``op`` in sum, rmax, softmax, argmax over the last axis of a 2-D operand
+                 ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum),
+                 -128.0 (rmax, softmax) or -2**31 (argmax, whose operand is int32 — e.g. the
+                 LM head's logits — and whose result is each row's index of its largest element,
+                 the lowest on ties), so padding never changes a result.
+``requant``      ``op`` requant, ``shape`` ``(M, N)``: int32 accumulators ``[M, N]`` -> int8
+                 with per-channel int32 multipliers ``[N]`` and shifts ``[N]`` (0..63); the
+                 parameter words of each column word of ``lanes`` channels (multipliers, then
+                 shifts) and the accumulator words column word by column word, one VECTOR
+                 ``requant`` per column word (its b word the column word's multipliers).
 ``scan``         ``op`` scan, ``shape`` ``(B, L, D, N)``: the SSM recurrence of a ``scan`` task on
                  the scan unit (:mod:`tilewright.dataflow_sim.scan_numerics` codes): operands a
                  codes ``[B, L, D, N]`` (unsigned Q0.16), b codes ``[B, L, D, N]``, c codes
@@ -42,7 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (IMEM_WORDS, VBUF_WORDS, VECTOR_OPCODES, AssemblerError,
+from tilewright.compiler.codegen import (IMEM_WORDS, REQUANT_SHIFT_BITS, VBUF_WORDS,
+                                         VECTOR_OPCODES, AssemblerError,
                                          CodegenError, Instr, assemble, beat_bytes, find_segment,
                                          beats_to_words, field_slices, vector_word_bytes,
                                          words_to_beats)
@@ -56,9 +64,11 @@ __all__ = ["VectorKernel", "VectorSegment", "VectorIsa", "codegen_vector", "batc
 BINARY = ("add", "mul", "max")
 UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
 ELEMENTWISE_OPS = BINARY + UNARY
-ROW_OPS = ("sum", "rmax", "softmax")
-KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",)}
+ROW_OPS = ("sum", "rmax", "softmax", "argmax")
+KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",),
+         "requant": ("requant",)}
 Q_MIN, Q_MAX = -32768, 32767        #: raw Q8.8 range
+I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1     #: int32 lanes (argmax, requant)
 SOFTMAX_MAX_ROW = 127               #: longest softmax row (sum of exps must stay a Q8.8 value)
 SCAN_A_BITS = 16                    #: scan unit: a is unsigned Q0.16
 SCAN_H_MIN, SCAN_H_MAX = -(1 << 31), (1 << 31) - 1   #: scan unit: b, c, h codes (Q16.16 int32)
@@ -84,8 +94,9 @@ class VectorKernel:
         if self.op not in accepted:
             raise ValueError(f"vector kernel {self.name}: {self.kind} op {self.op!r}; "
                              f"accepted: {', '.join(accepted)}")
-        if self.kind == "row" and len(self.shape) != 2:
-            raise ValueError(f"vector kernel {self.name}: a row op takes a 2-D operand "
+        if self.kind in ("row", "requant") and len(self.shape) != 2:
+            what = "a row op" if self.kind == "row" else "requant"
+            raise ValueError(f"vector kernel {self.name}: {what} takes a 2-D operand "
                              f"[rows, L], not shape {self.shape}")
         if self.kind == "scan" and len(self.shape) != 4:
             raise ValueError(f"vector kernel {self.name}: a scan takes shape (B, L, D, N), not "
@@ -96,13 +107,15 @@ class VectorKernel:
 
     @property
     def operands(self) -> int:
-        return 4 if self.kind == "scan" else 2 if self.op in BINARY else 1
+        return {"scan": 4, "requant": 3}.get(self.kind, 2 if self.op in BINARY else 1)
 
     def operand_shapes(self) -> list[tuple[int, ...]]:
         """Shape of each operand (scan: a, b, c, h0)."""
         if self.kind == "scan":
             b, length, d, n = self.shape
             return [self.shape, self.shape, (b, length, n), (b, d, n)]
+        if self.kind == "requant":
+            return [self.shape, self.shape[1:], self.shape[1:]]
         return [self.shape] * self.operands
 
 
@@ -124,8 +137,9 @@ class VectorSegment:
     entry: int
     end: int
     lanes: int
-    row_words: int               #: vector words per row (row kernels) or 0
-    const_addr: int              #: external address of the -1.0 word (softmax) or -1
+    row_words: int               #: vector words per row (row kernels, requant) or 0
+    const_addr: int              #: external address of the -1.0 word (softmax), of the
+    #: parameter words (requant), or -1
     chunks: tuple[_Chunk, ...]
 
     @property
@@ -160,15 +174,20 @@ class VectorSegment:
         if k.kind == "scan":
             self._scan_image(put, operands)
             return out
-        pad = 0 if k.op == "sum" else Q_MIN
+        if k.kind == "requant":
+            self._requant_image(put, operands)
+            return out
+        pad = 0 if k.op == "sum" else I32_MIN if k.op == "argmax" else Q_MIN
+        lo, hi, what = (I32_MIN, I32_MAX, "int32") if k.op == "argmax" else (Q_MIN, Q_MAX,
+                                                                            "raw Q8.8")
         for i, x in enumerate(operands):
             x = np.asarray(x)
             if x.shape != k.shape:
                 raise ValueError(f"kernel {k.name}: operand {i} has shape {x.shape}, expected "
                                  f"{k.shape}")
-            if x.dtype.kind not in "iu" or (x.size and (x.min() < Q_MIN or x.max() > Q_MAX)):
-                raise ValueError(f"kernel {k.name}: operand {i}: raw Q8.8 integers in "
-                                 f"[{Q_MIN}, {Q_MAX}] expected")
+            if x.dtype.kind not in "iu" or (x.size and (x.min() < lo or x.max() > hi)):
+                raise ValueError(f"kernel {k.name}: operand {i}: {what} integers in "
+                                 f"[{lo}, {hi}] expected")
             words = self._words(x.astype(np.int64), pad)
             pos = 0
             for c in self.chunks:
@@ -177,6 +196,37 @@ class VectorSegment:
         if self.const_addr >= 0:
             put(self.const_addr, pack_vector_words(np.full((1, self.lanes), _NEG_ONE, np.int64)))
         return out
+
+    def _requant_image(self, put, operands) -> None:
+        """acc [M, N] (int32), multiplier [N] (int32), shift [N] (0..63): the parameter words
+        (multiplier and shift words of each column word, interleaved) and each chunk's
+        accumulator words, column word by column word."""
+        k = self.kernel
+        ranges = [(I32_MIN, I32_MAX), (I32_MIN, I32_MAX), (0, (1 << REQUANT_SHIFT_BITS) - 1)]
+        arrays = []
+        for name, x, shape, (lo, hi) in zip(("acc", "multiplier", "shift"), operands,
+                                            k.operand_shapes(), ranges):
+            x = np.asarray(x)
+            if x.shape != shape:
+                raise ValueError(f"kernel {k.name}: requant operand {name} has shape {x.shape}, "
+                                 f"expected {shape}")
+            if x.dtype.kind not in "iu" or (x.size and (x.min() < lo or x.max() > hi)):
+                raise ValueError(f"kernel {k.name}: requant operand {name}: integers in "
+                                 f"[{lo}, {hi}] expected")
+            arrays.append(x.astype(np.int64))
+        acc, mult, shift = arrays
+        nw = self.row_words
+        cols = nw * self.lanes
+        params = np.zeros((nw, 2, self.lanes), np.int64)
+        params[:, 0] = np.pad(mult, (0, cols - len(mult))).reshape(nw, self.lanes)
+        params[:, 1] = np.pad(shift, (0, cols - len(shift))).reshape(nw, self.lanes)
+        put(self.const_addr, pack_vector_words(params.reshape(-1, self.lanes)))
+        grid = np.zeros((acc.shape[0], cols), np.int64)
+        grid[:, :acc.shape[1]] = acc
+        for c in self.chunks:
+            r0 = c.origin[0]
+            blk = grid[r0:r0 + c.rows].reshape(c.rows, nw, self.lanes).transpose(1, 0, 2)
+            put(c.in_addr[0], pack_vector_words(blk.reshape(-1, self.lanes)))
 
     def _scan_image(self, put, operands) -> None:
         k = self.kernel
@@ -226,6 +276,13 @@ class VectorSegment:
             return np.moveaxis(y, 2, 1), ch[:, :, -1, :n]
         if k.kind == "elementwise":
             return lanes.reshape(-1)[:int(np.prod(k.shape))].reshape(k.shape)
+        if k.kind == "requant":
+            out, pos = [], 0
+            for c in self.chunks:
+                blk = lanes[pos:pos + c.out_words].reshape(self.row_words, c.rows, self.lanes)
+                out.append(blk.transpose(1, 0, 2).reshape(c.rows, -1))
+                pos += c.out_words
+            return np.concatenate(out)[:, :k.shape[1]]
         rows, length = k.shape
         if k.op == "softmax":
             return lanes.reshape(rows, -1)[:, :length]
@@ -279,6 +336,8 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
     row_words = 0
     if k.kind == "scan":
         code, chunks, addr = _scan_code(k, arch, addr)
+    elif k.kind == "requant":
+        code, chunks, addr, const_addr, row_words = _requant_code(k, arch, addr)
     elif k.kind == "elementwise":
         total = -(-int(np.prod(k.shape)) // lanes)
         per = min(VBUF_WORDS // k.operands, _MAX_BEATS)
@@ -343,6 +402,36 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
     seg = VectorSegment(k, base_pc, base_pc + len(code) - 1, lanes, row_words, const_addr,
                         tuple(chunks))
     return code, seg, addr
+
+
+def _requant_code(k: VectorKernel, arch: ArchSpec, addr: int):
+    """(instructions without END, chunks, next free address, parameter address, column words)
+    of a requant kernel. Vector buffer: the parameter words at 0 (per column word j of
+    ``lanes`` channels: its multipliers at ``2j``, its shifts at ``2j + 1``, where the VECTOR's
+    b word and the word after it are), then a chunk of rows column word by column word, so
+    one VECTOR per column word streams its rows against one parameter pair, in place."""
+    lanes = arch.vector_unit.lanes
+    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
+    rows, n_cols = k.shape
+    nw = -(-n_cols // lanes)
+    per_rows = min((VBUF_WORDS - 2 * nw) // nw, _MAX_BEATS)
+    if per_rows < 1:
+        raise DoesNotFit(f"vector kernel {k.name}: requant of {n_cols} channels needs "
+                         f"{3 * nw} vector-buffer words for one row; the buffer holds "
+                         f"{VBUF_WORDS}")
+    param_addr, addr = addr, addr + 2 * nw * r
+    code = [_ins("LOAD_V", vaddr=0, count=2 * nw, addr=param_addr)]
+    chunks: list[_Chunk] = []
+    base = 2 * nw
+    for r0 in range(0, rows, per_rows):
+        n = min(per_rows, rows - r0)
+        in_addr, addr = addr, addr + n * nw * r
+        code.append(_ins("LOAD_V", vaddr=base, count=n * nw, addr=in_addr))
+        code += [_vec("requant", n, base + j * n, base + j * n, b=2 * j) for j in range(nw)]
+        code.append(_ins("STORE_V", vaddr=base, count=n * nw, addr=addr))
+        chunks.append(_Chunk(n, (in_addr,), n * nw, addr, n * nw, (r0, 0)))
+        addr += n * nw * r
+    return code, chunks, addr, param_addr, nw
 
 
 def _scan_code(k: VectorKernel, arch: ArchSpec, addr: int):

@@ -10,8 +10,9 @@ SCAN uses the scan unit's arithmetic (:mod:`tilewright.dataflow_sim.scan_numeric
 the C-projection on codes); a VECTOR instruction reads every source word first and then writes its results, which is what the
 hardware does whenever its destination does not start more than
 :data:`~tilewright.compiler.codegen.VECTOR_OVERHEAD_CYCLES` words after a source range it
-overlaps (the code generator writes in place or to disjoint words only). Each lane's operand is
-the low 16 bits of the 32-bit lane, as signed Q8.8. Vector-buffer addresses wrap at
+overlaps (the code generator writes in place or to disjoint words only). The Q8.8 ops read the
+low 16 bits of each 32-bit lane; ``argmax`` and ``requant`` read whole signed 32-bit lanes, and
+``requant`` its shifts from the word after each beat's b word. Vector-buffer addresses wrap at
 :data:`~tilewright.compiler.codegen.VBUF_WORDS`.
 """
 
@@ -20,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (VBUF_WORDS, VECTOR_OPCODES, beat_bytes, beats_to_words, disassemble,
+from tilewright.compiler.codegen import (REQUANT_SHIFT_BITS, VBUF_WORDS, VECTOR_OPCODES, beat_bytes,
+                                         beats_to_words, disassemble,
                                          vector_word_bytes, words_to_beats)
 from tilewright.compiler.vector_codegen import (VectorIsa, VectorKernel, codegen_vector,
                                                 pack_vector_words, unpack_vector_words)
@@ -30,11 +32,6 @@ from tilewright.dataflow_sim.vector_numerics import run_beats
 __all__ = ["run_vector_segment", "kernel_reference"]
 
 _OP_NAMES = {v: k for k, v in VECTOR_OPCODES.items()}
-
-
-def _low16(x: np.ndarray) -> np.ndarray:
-    lo = x & 0xFFFF
-    return np.where(lo >= 1 << 15, lo - (1 << 16), lo)
 
 
 def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int, int],
@@ -61,11 +58,13 @@ def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int,
         elif ins.op == "VECTOR":
             op, n, seg = _OP_NAMES[f["vop"]], f["count"], f["seg"]
             i = np.arange(n)
-            a = _low16(buf[(f["a"] + i) % VBUF_WORDS])
+            a = buf[(f["a"] + i) % VBUF_WORDS]
             b_idx = f["b"] + (i if f["b_inc"] else (i // seg if seg else np.zeros(n, np.int64)))
-            b = _low16(buf[b_idx % VBUF_WORDS])
+            b = buf[b_idx % VBUF_WORDS]
+            shifts = buf[(b_idx + 1) % VBUF_WORDS] & ((1 << REQUANT_SHIFT_BITS) - 1)
             last = (i == n - 1) | ((i % seg == seg - 1) if seg else False)
-            out = np.asarray(run_beats([op] * n, a, b, list(last)), np.int64).reshape(-1, lanes)
+            out = np.asarray(run_beats([op] * n, a, b, list(last), shifts),
+                             np.int64).reshape(-1, lanes)
             buf[(f["dst"] + np.arange(len(out))) % VBUF_WORDS] = out
         elif ins.op == "SCAN":
             _scan(buf, f, lanes)

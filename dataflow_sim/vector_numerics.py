@@ -21,6 +21,15 @@ Operations (the op names of the compiler's VectorTask)
 ``add``   sat(a + b).   ``mul``  sat(rshift_round(a * b, 8)).   ``max``  max(a, b).
 ``sum``   wrapping int32 sum of every element of a run of beats ending with ``last``.
 ``rmax``  max of every element of a run of beats ending with ``last`` (Q8.8).
+``argmax`` the index ``beat * lanes + lane`` (beat counted from the run's first) of the largest
+          **signed 32-bit lane** of a run of beats ending with ``last``; on ties the lowest index
+          (as ``torch.argmax``). It reads whole int32 lanes: int32 accumulators (logits) as they
+          are, and Q8.8 results, which every op writes sign-extended, in the same order.
+``requant`` int32 accumulator -> int8 (gemmlowp/TFLite-style fixed-point requantization with one
+          rounding): per lane, ``x`` (signed 32-bit lane), multiplier ``m`` (signed 32-bit lane)
+          and shift ``s`` (0..63): ``clamp(rshift_round(x * m, s), -128, 127)`` — round half up
+          (toward +inf), exactly the functional model's ``requantize`` with bias 0 and no ReLU
+          (``dataflow_sim.functional``); the product is exact (|x * m| <= 2**62).
 
 Every error bound below is derived, not fitted: the relative error of the interpolated table
 value p (entry rounding, half a Q1.15 LSB; the floor of the interpolation, < one Q1.15 LSB;
@@ -68,10 +77,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tilewright.compiler.codegen import VECTOR_OPCODES, VECTOR_REDUCTIONS
+from tilewright.compiler.codegen import (REQUANT_SHIFT_BITS, VECTOR_INT32_OPS, VECTOR_OPCODES,
+                                         VECTOR_REDUCTIONS)
 
 __all__ = ["FRAC_BITS", "SEG_BITS", "Q_MAX", "Q_MIN", "OPS", "ELEMENTWISE_OPS", "REDUCTION_OPS",
-           "UNARY_OPS", "to_fixed", "from_fixed", "elementwise", "reduce", "run_beats",
+           "UNARY_OPS", "INT32_OPS", "requant", "argmax", "to_fixed", "from_fixed", "elementwise",
+           "reduce", "run_beats",
            "apply_float", "error_bound", "exp2_table", "recip_table", "rsqrt_table",
            "pwl_table", "LOG2E_Q14"]
 
@@ -87,8 +98,13 @@ PWL_SHIFT = 5            #: silu/softplus segment width 2**5 LSB = 1/8
 OPS = tuple(VECTOR_OPCODES)
 REDUCTION_OPS = tuple(VECTOR_REDUCTIONS)
 ELEMENTWISE_OPS = tuple(op for op in OPS if op not in REDUCTION_OPS)
+#: the ops on whole signed 32-bit lanes (argmax, requant); the others take Q8.8
+INT32_OPS = tuple(VECTOR_INT32_OPS)
 BINARY_OPS = ("add", "mul", "max")
-UNARY_OPS = tuple(op for op in ELEMENTWISE_OPS if op not in BINARY_OPS)
+UNARY_OPS = tuple(op for op in ELEMENTWISE_OPS if op not in BINARY_OPS + INT32_OPS)
+I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
+I8_MIN, I8_MAX = -128, 127
+SHIFT_MAX = (1 << REQUANT_SHIFT_BITS) - 1   #: largest requant shift (63)
 
 _FUNCS = {"silu": lambda x: x / (1.0 + math.exp(-x)),
           "softplus": lambda x: math.log1p(math.exp(x))}
@@ -206,10 +222,47 @@ def _check_raw(name: str, v) -> np.ndarray:
     return arr
 
 
+def _check_int32(name: str, v) -> np.ndarray:
+    arr = np.asarray(v)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"vector unit operand {name}: int32 integers expected, not {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if arr.size and (arr.min() < I32_MIN or arr.max() > I32_MAX):
+        raise ValueError(f"vector unit operand {name}: int32 values lie in [{I32_MIN}, {I32_MAX}]")
+    return arr
+
+
+def requant(x, m, s) -> np.ndarray:
+    """``clamp(floor((x * m + 2**(s-1)) / 2**s), -128, 127)`` per element (``s`` = 0: no shift)
+    of int32 ``x`` and ``m`` and shifts ``s`` in 0..63 (broadcast like numpy); int64 result."""
+    x, m = _check_int32("x", x), _check_int32("m", m)
+    s = np.asarray(s)
+    if s.dtype.kind not in "iu" or (s.size and (s.min() < 0 or s.max() > SHIFT_MAX)):
+        raise ValueError(f"vector unit requant: shifts are integers 0..{SHIFT_MAX}")
+    p = x * m                                     # |p| <= 2**62: exact in int64
+    return np.clip(rshift_round(p, s.astype(np.int64)), I8_MIN, I8_MAX)
+
+
+def argmax(x) -> int:
+    """Index of the largest element of int32 ``x`` (flattened, row-major), the lowest on ties."""
+    x = _check_int32("x", x).reshape(-1)
+    if not x.size:
+        raise ValueError("vector unit argmax of no elements")
+    return int(np.argmax(x))
+
+
+def _low16(x: np.ndarray) -> np.ndarray:
+    """The low 16 bits of int32 lanes as signed Q8.8 (what the Q8.8 ops read)."""
+    lo = np.asarray(x, np.int64) & 0xFFFF
+    return np.where(lo >= 1 << 15, lo - (1 << 16), lo)
+
+
 def elementwise(op: str, a, b=None) -> np.ndarray:
     """Elementwise op on raw Q8.8 arrays (``b`` only for add/mul/max); returns raw int64 Q8.8."""
-    if op not in ELEMENTWISE_OPS:
-        raise ValueError(f"vector op {op!r}: elementwise ops are {', '.join(ELEMENTWISE_OPS)}")
+    if op not in ELEMENTWISE_OPS or op in INT32_OPS:
+        ok = [o for o in ELEMENTWISE_OPS if o not in INT32_OPS]
+        raise ValueError(f"vector op {op!r}: elementwise Q8.8 ops are {', '.join(ok)} "
+                         "(requant: vector_numerics.requant)")
     a = _check_raw("a", a)
     if op in BINARY_OPS:
         if b is None:
@@ -230,22 +283,28 @@ def elementwise(op: str, a, b=None) -> np.ndarray:
 
 
 def reduce(op: str, a) -> int:
-    """``sum`` (int32 wrapping, Q24.8 raw) or ``rmax`` (Q8.8 raw) of all elements of ``a``."""
+    """``sum`` (int32 wrapping, Q24.8 raw) or ``rmax`` (Q8.8 raw) of all elements of ``a``, or
+    ``argmax`` (int32 elements: the lowest index of the largest)."""
     if op not in REDUCTION_OPS:
         raise ValueError(f"vector op {op!r}: reductions are {', '.join(REDUCTION_OPS)}")
+    if op == "argmax":
+        return argmax(a)
     a = _check_raw("a", a)
     if op == "sum":
         return int(np.int64(a.sum()).astype(np.uint32).astype(np.int32))
     return int(a.max()) if a.size else Q_MIN
 
 
-def run_beats(ops: Sequence[str], a, b, last: Sequence[bool]) -> list[list[int]]:
-    """The RTL's output beats for input beats (``a``, ``b``: (beats, lanes) raw Q8.8; ``ops``
-    and ``last`` per beat). Elementwise beats give one output beat each; a reduction gives one
-    output beat (the result in every lane) at its beat with ``last`` set. A reduction run is the
-    reduction beats from one ``last`` (or the start) to the next, all of one op; elementwise beats
-    may be interleaved and do not touch it. A run mixing ``sum`` and ``rmax`` is a ValueError."""
-    a, b = _check_raw("a", a), _check_raw("b", b)
+def run_beats(ops: Sequence[str], a, b, last: Sequence[bool], s=None) -> list[list[int]]:
+    """The RTL's output beats for input beats (``a``, ``b``: (beats, lanes) signed 32-bit lanes;
+    the Q8.8 ops read their low 16 bits; ``s``: (beats, lanes) requant shifts, only needed when
+    a beat is ``requant``; ``ops`` and ``last`` per beat). Elementwise beats give one output beat
+    each; a reduction gives one output beat (the result in every lane) at its beat with ``last``
+    set. A reduction run is the reduction beats from one ``last`` (or the start) to the next, all
+    of one op; elementwise beats may be interleaved and do not touch it. A run mixing reductions
+    is a ValueError."""
+    a, b = _check_int32("a", a), _check_int32("b", b)
+    a16, b16 = _low16(a), _low16(b)
     out, acc, run_op, i = [], [], None, 0
     while i < len(ops):
         op = ops[i]
@@ -253,7 +312,12 @@ def run_beats(ops: Sequence[str], a, b, last: Sequence[bool]) -> list[list[int]]
             j = i
             while j < len(ops) and ops[j] == op:
                 j += 1
-            out += elementwise(op, a[i:j], b[i:j]).tolist()
+            if op == "requant":
+                if s is None:
+                    raise ValueError(f"vector beat {i}: requant needs shifts s")
+                out += requant(a[i:j], b[i:j], np.asarray(s)[i:j]).tolist()
+            else:
+                out += elementwise(op, a16[i:j], b16[i:j]).tolist()
             i = j
             continue
         if op not in REDUCTION_OPS:
@@ -261,7 +325,7 @@ def run_beats(ops: Sequence[str], a, b, last: Sequence[bool]) -> list[list[int]]
         if run_op not in (None, op):
             raise ValueError(f"vector beat {i}: {op} inside a {run_op} run (end a reduction "
                              "run with last before starting another)")
-        acc.append(a[i])
+        acc.append(a[i] if op in INT32_OPS else a16[i])
         run_op = op
         if last[i]:
             out.append([reduce(op, np.concatenate(acc))] * a.shape[1])
@@ -271,7 +335,10 @@ def run_beats(ops: Sequence[str], a, b, last: Sequence[bool]) -> list[list[int]]
 
 
 def apply_float(op: str, x, y=None):
-    """Quantize float inputs to Q8.8, run ``op`` (elementwise or reduction), return floats."""
+    """Quantize float inputs to Q8.8, run ``op`` (elementwise or reduction), return floats.
+    The int32 ops (argmax, requant) take integers: call :func:`argmax` / :func:`requant`."""
+    if op in INT32_OPS:
+        raise ValueError(f"vector op {op!r} takes int32 lanes, not floats (vector_numerics.{op})")
     a = to_fixed(x)
     if op in REDUCTION_OPS:
         return from_fixed(reduce(op, a))

@@ -13,9 +13,11 @@ for the DMA and this engine to be idle), so the ports are shared by a plain mult
 Command (``sync`` domain; ``start`` pulses for one cycle while ``busy`` is low)
     ``op`` (the vector unit's opcode, :data:`~tilewright.compiler.codegen.VECTOR_OPCODES`),
     ``count`` beats (>= 1), source words ``a`` and ``b``, ``b_inc``, destination word ``dst``,
-    segment length ``seg`` (the ISA's VECTOR). Beat ``i`` feeds the low 16 bits of every lane of
-    words ``a+i`` and ``b+i`` (``b_inc`` = 1) or ``b + i // seg`` (``b_inc`` = 0; ``b`` when
-    ``seg`` = 0) to the unit as signed Q8.8, with ``last`` on the last beat of each segment and
+    segment length ``seg`` (the ISA's VECTOR). Beat ``i`` feeds every 32-bit lane of words
+    ``a+i`` and ``b+i`` (``b_inc`` = 1) or ``b + i // seg`` (``b_inc`` = 0; ``b`` when
+    ``seg`` = 0) to the unit (its Q8.8 ops read the low 16 bits), and the low 6 bits of each lane
+    of the word after that b word as ``requant``'s shift (read port C, idle outside SCAN), with
+    ``last`` on the last beat of each segment and
     on beat ``count-1``; each result word is written to ``dst``, ``dst+1``, ... as it leaves the
     unit (elementwise: ``count`` words; ``sum``/``rmax``: one word per segment). Addresses wrap
     modulo the buffer depth.
@@ -42,7 +44,8 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (SCAN_OVERHEAD_CYCLES, VBUF_WORDS, VECTOR_OPCODES,
+from tilewright.compiler.codegen import (REQUANT_SHIFT_BITS, SCAN_OVERHEAD_CYCLES, VBUF_WORDS,
+                                         VECTOR_OPCODES,
                                          VECTOR_OVERHEAD_CYCLES, VECTOR_REDUCTIONS, field_slices)
 from tilewright.rtl.scan_unit import ScanUnit
 from tilewright.rtl.vector_unit import LATENCY, VectorUnit, vector_lanes
@@ -119,8 +122,10 @@ class VectorEngine(wiring.Component):
         last = Signal()
         m.d.comb += last.eq((issued == count - 1) | ((seg != 0) & (seg_pos == seg - 1)))
         m.d.sync += [rd_valid.eq(running), rd_last.eq(last)]
+        b_addr = Signal(VBUF_ADDR_BITS)
         m.d.comb += [rp_a.addr.eq(Mux(running, a + issued, self.dma_rd_addr)),
-                     rp_b.addr.eq(b + Mux(b_inc, issued, seg_idx)),
+                     b_addr.eq(b + Mux(b_inc, issued, seg_idx)), rp_b.addr.eq(b_addr),
+                     rp_c.addr.eq(b_addr + 1),            # requant's shifts (SCAN overrides)
                      self.dma_rd_data.eq(rp_a.data)]
         self._scan(m, scan, rp_a, rp_b, rp_c, wp, scan_busy)
         due = Signal()            # this beat produces a result word (elementwise, or a last)
@@ -138,8 +143,9 @@ class VectorEngine(wiring.Component):
         p = unit.operands.payload
         m.d.comb += [unit.operands.valid.eq(rd_valid), p.op.as_value().eq(op),
                      p.last.eq(rd_last),
-                     p.a.as_value().eq(Cat(rp_a.data[32 * i:32 * i + 16] for i in range(lanes))),
-                     p.b.as_value().eq(Cat(rp_b.data[32 * i:32 * i + 16] for i in range(lanes))),
+                     p.a.as_value().eq(rp_a.data), p.b.as_value().eq(rp_b.data),
+                     p.s.as_value().eq(Cat(rp_c.data[32 * i:32 * i + REQUANT_SHIFT_BITS]
+                                           for i in range(lanes))),
                      unit.results.ready.eq(1)]
 
         # write: result words to dst.., else the DMA's words

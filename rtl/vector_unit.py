@@ -11,13 +11,17 @@ into 32-bit output lanes; ``sum`` gives a wrapping int32 (Q24.8); ``exp`` uses r
 64-segment table; ``silu`` and ``softplus`` interpolate a 256-segment table on [-16, 16) with
 linear tails outside. Each table is held as two constant ROMs of exactly 2**bits words (segment
 start and segment end values), so one lookup gives both interpolation endpoints.
+``argmax`` (a reduction) gives the lowest index ``beat * lanes + lane`` of the largest signed
+32-bit lane of a run; ``requant`` (elementwise) gives ``clamp(rshift_round(x * m, s), -128, 127)``
+of the signed 32-bit lane ``x``, multiplier ``m`` (32-bit lane of ``b``) and shift ``s`` (0..63).
 Every lane holds every function (area is not shared between ops); ArchSpec's
 ``vector_unit.transcendental_passes`` is not used: every op takes one pass (one beat per cycle).
 
 Ports (all in the ``sync`` domain; a "cycle" is one clock period):
 
 ``operands`` (stream in): ``op`` (:class:`VectorOp`), ``last`` (ends a reduction run),
-    ``a``, ``b`` (``lanes`` x signed 16-bit raw Q8.8; ``b`` only for add/mul/max).
+    ``a``, ``b`` (``lanes`` x signed 32-bit lanes; the Q8.8 ops read their low 16 bits, ``b``
+    only for add/mul/max and requant's multiplier), ``s`` (``lanes`` x 6 bits: requant's shift).
 ``results`` (stream out): ``data`` (``lanes`` x signed 32-bit) and ``last``.
 
 Timing contract: the unit is a 4-stage pipeline (:data:`LATENCY`) that moves only when its output
@@ -41,7 +45,8 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import VECTOR_OPCODES, field_slices
+from tilewright.compiler.codegen import (REQUANT_SHIFT_BITS, VECTOR_OPCODES, VECTOR_REDUCTIONS,
+                                         field_slices)
 from tilewright.rtl.emit import write_verilog
 
 __all__ = ["VectorOp", "VectorUnit", "LATENCY", "VECTOR_GENERATOR_VERSION", "VECTOR_TOP_NAME",
@@ -52,7 +57,7 @@ __all__ = ["VectorOp", "VectorUnit", "LATENCY", "VECTOR_GENERATOR_VERSION", "VEC
 LATENCY = 4
 #: bump when the generated unit's behaviour or ports change; it ends in a fingerprint of the
 #: opcode table (which lives in the compiler, outside the build cache's vector_unit.py key)
-VECTOR_GENERATOR_VERSION = "0.1.0-op" + hashlib.sha256(
+VECTOR_GENERATOR_VERSION = "0.2.0-op" + hashlib.sha256(
     repr(sorted(VECTOR_OPCODES.items())).encode()).hexdigest()[:8]
 VECTOR_TOP_NAME = "tw_vector_unit"
 
@@ -83,10 +88,12 @@ OP_NAMES = {name: VectorOp[name.upper()] for name in VECTOR_OPCODES}
 
 
 def operand_layout(lanes: int) -> data.StructLayout:
-    """Payload of ``operands``: op (bits 0-3), last (bit 4), a, b (``lanes`` x 16 bits each,
-    lane 0 in the low bits)."""
-    vec = data.ArrayLayout(signed(_W), lanes)
-    return data.StructLayout({"op": VectorOp, "last": 1, "a": vec, "b": vec})
+    """Payload of ``operands``: op (bits 0-3), last (bit 4), a, b (``lanes`` x 32 bits each),
+    s (``lanes`` x :data:`~tilewright.compiler.codegen.REQUANT_SHIFT_BITS` bits), lane 0 in the
+    low bits of each."""
+    vec = data.ArrayLayout(signed(32), lanes)
+    return data.StructLayout({"op": VectorOp, "last": 1, "a": vec, "b": vec,
+                              "s": data.ArrayLayout(REQUANT_SHIFT_BITS, lanes)})
 
 
 def result_layout(lanes: int) -> data.StructLayout:
@@ -158,7 +165,7 @@ class VectorUnit(wiring.Component):
         p = inp.payload
 
         def is_red(op):
-            return (op == VectorOp.SUM) | (op == VectorOp.RMAX)
+            return sum(op == VectorOp[r.upper()] for r in VECTOR_REDUCTIONS) != 0
 
         # control pipeline: stage-k registers hold the beat's op / last / valid
         v1, op1 = reg(inp.valid, 1, "v1"), reg(p.op, VectorOp, "op1")
@@ -168,28 +175,49 @@ class VectorUnit(wiring.Component):
         op3, last3, v3 = reg(op2, VectorOp, "op3"), reg(last2, 1, "last3"), reg(v2, 1, "v3")
 
         # reductions: lane tree into stage 1, run accumulation from stage 1 into stage 2
-        beat_sum = reg(sum((p.a[i].as_signed() for i in range(self._lanes)),
-                           Const(0, signed(32)))[:32].as_signed(), signed(32), "beat_sum")
-        bmax = p.a[0]
+        a16 = [p.a[i][:_W].as_signed() for i in range(self._lanes)]
+        beat_sum = reg(sum(a16, Const(0, signed(32)))[:32].as_signed(), signed(32), "beat_sum")
+        bmax = a16[0]
         for i in range(1, self._lanes):
-            bmax = Mux(p.a[i] > bmax, p.a[i], bmax)
+            bmax = Mux(a16[i] > bmax, a16[i], bmax)
         beat_max = reg(bmax, signed(_W), "beat_max")
+        # argmax: a tree over the int32 lanes; the right half wins only if strictly larger, so
+        # the lowest lane index wins ties
+        nodes = [(p.a[i], Const(i, 6)) for i in range(self._lanes)]
+        while len(nodes) > 1:
+            nxt = []
+            for j in range(0, len(nodes) - 1, 2):
+                (lv, li), (rv, ri) = nodes[j], nodes[j + 1]
+                nxt.append((Mux(rv > lv, rv, lv), Mux(rv > lv, ri, li)))
+            nodes = nxt + ([nodes[-1]] if len(nodes) % 2 else [])
+        beat_amax = reg(nodes[0][0], signed(32), "beat_amax")
+        beat_alane = reg(nodes[0][1], 6, "beat_alane")
         acc = Signal(signed(32), name="acc")
+        acc_idx = Signal(32, name="acc_idx")
+        run_pos = Signal(32, name="run_pos")        # beats of the current run before this one
         fresh = Signal(1, init=1, name="fresh")
         new = Signal(signed(32), name="red_new")
+        pos = Mux(fresh, 0, run_pos)
+        cand_idx = Signal(32, name="cand_idx")
+        m.d.comb += cand_idx.eq(pos * self._lanes + beat_alane)
+        take = fresh | (beat_amax > acc)              # argmax: strictly larger, or a new run
+        new_idx = Signal(32, name="red_new_idx")
+        m.d.comb += new_idx.eq(Mux(take, cand_idx, acc_idx))
         m.d.comb += new.eq(Mux(op1 == VectorOp.SUM,
                                Mux(fresh, beat_sum, (acc + beat_sum)[:32].as_signed()),
-                               Mux(fresh | (beat_max > acc), beat_max, acc)))
+                               Mux(op1 == VectorOp.ARGMAX, Mux(take, beat_amax, acc),
+                                   Mux(fresh | (beat_max > acc), beat_max, acc))))
         with m.If(advance & v1 & is_red(op1)):
-            m.d.sync += [acc.eq(new), fresh.eq(last1)]
-        red2 = reg(new, signed(32), "red2")
+            m.d.sync += [acc.eq(new), fresh.eq(last1), acc_idx.eq(new_idx),
+                         run_pos.eq(pos + 1)]
+        red2 = reg(Mux(op1 == VectorOp.ARGMAX, new_idx, new), signed(32), "red2")
         red3 = reg(red2, signed(32), "red3")
         ok2 = reg(v1 & (~is_red(op1) | last1), 1, "ok2")
         ok3 = reg(ok2, 1, "ok3")
 
         tabs = _tables()
         for i in range(self._lanes):
-            y = self._lane(m, reg, tabs, p.op, op1, op2, op3, p.a[i], p.b[i], f"l{i}")
+            y = self._lane(m, reg, tabs, p.op, op1, op2, op3, p.a[i], p.b[i], p.s[i], f"l{i}")
             regs.append(res.payload.data[i].eq(Mux(is_red(op3), red3, y)))
         regs += [res.valid.eq(v3 & ok3), res.payload.last.eq(last3)]
         with m.If(advance):
@@ -197,10 +225,19 @@ class VectorUnit(wiring.Component):
         return m
 
     @staticmethod
-    def _lane(m, reg, tabs, op, op1, op2, op3, a, b, tag):
-        """One lane's datapath; returns its Q8.8 result computed from the stage-3 registers
-        (the caller registers it into the output stage)."""
+    def _lane(m, reg, tabs, op, op1, op2, op3, a32, b32, shift, tag):
+        """One lane's datapath; returns its result (Q8.8, or requant's int8) computed from the
+        stage-3 registers (the caller registers it into the output stage)."""
         n = f"{tag}_"
+        a, b = a32[:_W].as_signed(), b32[:_W].as_signed()
+        # ---- requant: product in stage 1, rounding shift and clamp in stage 2 ----------------
+        prod1 = reg(a32 * b32, signed(64), n + "rq_prod1")
+        s1 = reg(shift, REQUANT_SHIFT_BITS, n + "rq_s1")
+        rq_sh = Signal(signed(64), name=n + "rq_sh")
+        sm1 = (s1 - 1)[:REQUANT_SHIFT_BITS]
+        m.d.comb += rq_sh.eq(Mux(s1 == 0, prod1, ((prod1 >> sm1) + 1) >> 1))
+        rq2 = reg(Mux(rq_sh > 127, 127, Mux(rq_sh < -128, -128, rq_sh)), signed(8), n + "rq2")
+        rq3 = reg(rq2, signed(8), n + "rq3")
         # ---- stage 1: simple ops, exp range reduction, normalisation, pwl index -------------
         s_mul = (((a * b) >> 7) + 1) >> 1
         simple = Mux(op == VectorOp.ADD, a + b, Mux(op == VectorOp.MUL, s_mul, Mux(a > b, a, b)))
@@ -300,6 +337,8 @@ class VectorUnit(wiring.Component):
                 m.d.comb += y.eq(Mux(spec3, _QMAX, shifted))
             with m.Case(VectorOp.SILU, VectorOp.SOFTPLUS):
                 m.d.comb += y.eq(Mux(thi3, a3, Mux(tlo3, 0, p3)))
+            with m.Case(VectorOp.REQUANT):
+                m.d.comb += y.eq(rq3)
             with m.Default():
                 m.d.comb += y.eq(simple3)
         return y

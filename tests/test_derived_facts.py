@@ -57,7 +57,13 @@ def test_vector_opcodes_have_one_table() -> None:
     assert vector_numerics.OPS == tuple(codegen.VECTOR_OPCODES)
     assert vector_numerics.REDUCTION_OPS == tuple(codegen.VECTOR_REDUCTIONS)
     assert set(vector_numerics.UNARY_OPS) | set(vector_numerics.BINARY_OPS) \
+        | (set(vector_numerics.INT32_OPS) - set(codegen.VECTOR_REDUCTIONS)) \
         == set(vector_numerics.ELEMENTWISE_OPS)
+    # kinds and lane formats derive from the one row per op
+    assert codegen.VECTOR_REDUCTIONS == ("sum", "rmax", "argmax")
+    assert codegen.VECTOR_INT32_OPS == ("argmax", "requant")
+    assert len(set(codegen.VECTOR_OPCODES.values())) == len(codegen.VECTOR_OPCODES) \
+        <= 2 ** codegen.field_slices("VECTOR")["vop"][1]
 
 
 @pytest.mark.parametrize("preset", ["ws8x8", "os16x16"])

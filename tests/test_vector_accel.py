@@ -2,7 +2,8 @@
 run in Verilator and driven by Programs.
 
 References are independent of the code under test: each kernel's result against the units' own
-numpy arithmetic (``vector_numerics``: elementwise ops, per-row reductions, softmax composed in the
+numpy arithmetic (argmax: ``np.argmax``; requant: a Python-integer closed form written here;
+``vector_numerics``: elementwise ops, per-row reductions, softmax composed in the
 test from the unit's primitives; ``scan_numerics``: the scan recurrence and C-projection per
 channel, and ``scan_task_fixed`` for a whole scan task) and against numpy float softmax; the instruction-level
 model against the RTL word for word; cycles against the cycle model (which reads only the ISA)
@@ -25,6 +26,7 @@ from tilewright.compiler.vector_codegen import (VectorKernel, batch_kernels, cod
                                                 pack_vector_words, unpack_vector_words)
 from tilewright.dataflow_sim import scan_numerics as sn
 from tilewright.dataflow_sim import vector_numerics as vn
+from tilewright.dataflow_sim import accel_timing
 from tilewright.dataflow_sim.accel_timing import predict_segment
 from tilewright.dataflow_sim.vector_isa import kernel_reference
 
@@ -90,6 +92,56 @@ def _suite():
         ops = _scan_operands(shape)
         out.append((VectorKernel(f"scan{shape[1]}", "scan", "scan", shape), ops,
                     _scan_composed(*ops)))
+    for name, x in (("argmax", _argmax_rows()), ("longargmax", _long_argmax_row())):
+        out.append((VectorKernel(name, "row", "argmax", x.shape), [x], np.argmax(x, axis=1)))
+    acc, mult, shift = _requant_operands()
+    out.append((VectorKernel("requant", "requant", "requant", acc.shape), [acc, mult, shift],
+                _requant_closed(acc, mult, shift)))
+    return out
+
+
+I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _argmax_rows():
+    """int32 rows: all equal, a tied negative maximum, full-range random, all int32 minimum (the
+    padding's value: a real element still wins), small values with many ties."""
+    x = _RNG.integers(-40, 40, (5, 13))
+    x[0] = 7
+    x[1] = -_RNG.integers(2, 60, 13)
+    x[1, [4, 9]] = -1
+    x[2] = _RNG.integers(I32_MIN, I32_MAX, 13)
+    x[3] = I32_MIN
+    x[4] = _RNG.integers(-2, 2, 13)
+    return x
+
+
+def _long_argmax_row():
+    """One row of 600 (150 words on 4 lanes: longer than a segment, one VECTOR per row), its
+    maximum tied at 597 and 598."""
+    x = _RNG.integers(-1000, 1000, (1, 600))
+    x[0, [597, 598]] = 5000
+    return x
+
+
+def _requant_operands():
+    """acc [5, 11] int32 (extremes and accumulator-like values), per-channel multipliers
+    (extremes and TFLite-range [2**30, 2**31)) and shifts (0, 63 and typical ones)."""
+    acc = _RNG.integers(-(1 << 21), 1 << 21, (5, 11))
+    acc[0, :4] = [I32_MIN, I32_MAX, -3, 3]
+    mult = _RNG.integers(1 << 30, I32_MAX, 11)
+    mult[:4] = [I32_MIN, I32_MAX, 1, 1]
+    shift = _RNG.integers(28, 36, 11)
+    shift[:4] = [63, 0, 1, 1]
+    return acc, mult, shift
+
+
+def _requant_closed(acc, mult, shift):
+    """clamp(floor((acc * m + 2**(s-1)) / 2**s), -128, 127) per channel in Python integers."""
+    out = np.zeros(acc.shape, np.int64)
+    for (i, j), v in np.ndenumerate(acc):
+        p, s = int(v) * int(mult[j]), int(shift[j])
+        out[i, j] = min(127, max(-128, (p + (1 << s >> 1)) // (1 << s)))
     return out
 
 
@@ -211,6 +263,25 @@ def test_scan_cycle_model_matches_a_count_by_hand():
     assert (t.cycles, t.vector_cycles, t.dma_cycles) == (82, 7, 22 + 38 + 9)
 
 
+def test_requant_and_argmax_cycle_model_match_a_count_by_hand():
+    """Same arch. requant of 2 rows x 4 channels: LOAD_V of the multiplier and shift words (2)
+    issues in 2, busy 10 + 2*4 = 18 (free from 21); LOAD_V of the accumulators (2 words) issues
+    in 21, busy 18 (free from 40); VECTOR requant (2 beats) issues in 40, busy 2 + 5 = 7 (free
+    from 48); STORE_V (2 words) issues in 48, busy 1 + 8 = 9 (free from 58); END in 58.
+    argmax of one row of 8: LOAD_V (2 words) in 2, free from 21; VECTOR argmax (2 beats) in 21,
+    busy 7 (free from 29); STORE_V of 1 word in 29, busy 1 + 4 = 5 (free from 35); END in 35."""
+    arch = ARCHS["narrow4"]
+    for kernel, ops, want in (
+            (VectorKernel("q", "requant", "requant", (2, 4)),
+             ["LOAD_V", "LOAD_V", "VECTOR", "STORE_V", "END"], (58, 7, 18 + 18 + 9)),
+            (VectorKernel("a", "row", "argmax", (1, 8)),
+             ["LOAD_V", "VECTOR", "STORE_V", "END"], (35, 7, 18 + 5))):
+        isa = codegen_vector(arch, [kernel])
+        assert [i.op for i in disassemble(list(isa.words))] == ops
+        t = predict_segment(isa, isa.segments[0], arch)
+        assert (t.cycles, t.vector_cycles, t.dma_cycles) == want, kernel
+
+
 def test_codegen_refuses_what_cannot_run():
     with pytest.raises(CodegenError, match="ws8x8 has no vector_unit"):
         codegen_vector(load_arch("ws8x8"), [VectorKernel("e", "elementwise", "exp", (4,))])
@@ -261,7 +332,7 @@ def test_segmented_vector_instruction_on_the_model():
 
 
 @pytest.mark.parametrize("name", list(ARCHS))
-def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name):
+def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
     from tilewright.cosim import sim as cosim
     from tilewright.cosim.program_jobs import KernelBatch
     arch = ARCHS[name]
@@ -273,6 +344,17 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name):
     for row in run.comparison(arch):
         assert row["equal"], row
     assert all(r["retired"] > 0 for r in run.records)
+    # not vacuous: the cycle model one cycle off per VECTOR, or one bit of a result flipped,
+    # and the comparisons fail for the new instructions
+    monkeypatch.setattr(accel_timing, "VECTOR_OVERHEAD_CYCLES",
+                        accel_timing.VECTOR_OVERHEAD_CYCLES + 1)
+    off = {r["kernel"]: r["equal"] for r in run.comparison(arch)}
+    assert not any(off[k] for k in ("argmax", "longargmax", "requant")), off
+    monkeypatch.undo()
+    for k in ("argmax", "requant"):
+        flipped = run.outputs[k].copy()
+        flipped.reshape(-1)[-1] ^= 1
+        assert not _equal(flipped, dict((kk.name, r) for kk, _, r in suite)[k])
     if name == "narrow4":         # the C++ fast driver agrees with the cocotb bench
         fast = cosim.run("accel", batch, arch, driver="fast")
         for kernel, _, ref in suite:

@@ -6,7 +6,10 @@ error against float64 torch over every Q8.8 input, within the bound stated in it
 the Amaranth component in Amaranth's simulator (constructor validation, a short mixed stream);
 then the acceptance test on one Verilator build (4 lanes): every one of the 65536 Q8.8 inputs
 through each non-linear function, random and corner-case add/mul/max, reductions, the latency and
-one-beat-per-cycle contract, and a run with random back-pressure.
+one-beat-per-cycle contract, and a run with random back-pressure. The int32 ops (argmax,
+requant) are checked against references written here (Python-integer closed form, the functional
+model's ``requantize``, ``torch.argmax``) on corner cases in Amaranth's simulator and in the same
+Verilator run.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def test_reference_float_convenience_quantizes_and_rounds():
 
 
 def test_reference_rejects_bad_input():
-    with pytest.raises(ValueError, match="elementwise ops are"):
+    with pytest.raises(ValueError, match="elementwise Q8.8 ops are"):
         vn.elementwise("gelu", [1])
     with pytest.raises(ValueError, match="needs a second operand"):
         vn.elementwise("add", [1])
@@ -118,7 +121,7 @@ def test_constructor_validation():
 
 def _mixed_stream(rng, lanes: int, per_op: int):
     ops, last, a, b = [], [], [], []
-    for op in vn.ELEMENTWISE_OPS:
+    for op in (o for o in vn.ELEMENTWISE_OPS if o not in vn.INT32_OPS):   # Q8.8 ops
         for j in range(per_op):
             hi = (32768, 2048, 256)[j % 3]       # small operands too, so mul does not saturate
             ops.append(op)
@@ -149,7 +152,8 @@ def test_amaranth_sim_mixed_stream_matches_reference():
             if cycle < len(ops):
                 ctx.set(dut.operands.valid, 1)
                 ctx.set(dut.operands.payload, {"op": OP_NAMES[ops[cycle]], "last": last[cycle],
-                                               "a": a[cycle].tolist(), "b": b[cycle].tolist()})
+                                               "a": a[cycle].tolist(), "b": b[cycle].tolist(),
+                                               "s": [0] * lanes})
             else:
                 ctx.set(dut.operands.valid, 0)
             await ctx.tick()
@@ -164,6 +168,141 @@ def test_amaranth_sim_mixed_stream_matches_reference():
     sim.run()
     assert got == want
     assert first_out[0] == LATENCY        # beat in during cycle 0 is out during cycle LATENCY
+
+
+# ---- argmax and requant: whole int32 lanes ---------------------------------------------------
+
+I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _requant_exact(x, m, s) -> list[int]:
+    """clamp(round_half_up(x * m / 2**s), -128, 127) with Python Fractions (no shifts)."""
+    from fractions import Fraction
+    out = []
+    for xi, mi, si in zip(np.ravel(x), np.ravel(m), np.ravel(s)):
+        q = Fraction(int(xi) * int(mi), 2 ** int(si))
+        out.append(max(-128, min(127, int(np.floor(q + Fraction(1, 2))))))
+    return out
+
+
+#: (x, multiplier, shift): shift 0 and 63, multiplier extremes, ties of both signs, saturation
+RQ_CORNERS = [(5, -3, 0), (1, 127, 0), (1, 128, 0), (-1, 129, 0), (0, I32[0], 0),
+              (I32[0], I32[0], 63), (I32[1], I32[1], 63), (I32[0], I32[1], 63),
+              (I32[1], I32[0], 63),
+              (3, 1, 1), (-3, 1, 1), (1, 1, 1), (-1, 1, 1), (5, 1, 2), (-5, 1, 2), (-6, 1, 2),
+              (-7, 1, 2), (6, 1, 2), (I32[1], 1 << 30, 31), (I32[0], 1 << 30, 31),
+              (255, 1 << 30, 31), (-257, 1 << 30, 31), (-259, 1 << 30, 31), (253, 1 << 30, 31),
+              (12345, I32[1], 38), (-12345, I32[1], 38), (12345, 1 << 30, 30), (7, 0, 5),
+              (-(1 << 20), I32[0], 40), (1 << 20, I32[0], 40), (100, -1, 0), (-100, -1, 0)]
+
+
+def _requant_beats(rng, lanes: int, n_random: int):
+    """(x, m, s) rows: the corners, then accumulator-like values with TFLite-range multipliers."""
+    x, m, s = (np.array(v, np.int64) for v in zip(*RQ_CORNERS))
+    x = np.concatenate([x, rng.integers(-(1 << 22), 1 << 22, n_random)])
+    m = np.concatenate([m, rng.integers(1 << 30, 1 << 31, n_random)])
+    s = np.concatenate([s, rng.integers(28, 40, n_random)])
+    pad = -len(x) % lanes
+    return (np.pad(x, (0, pad)).reshape(-1, lanes), np.pad(m, (0, pad)).reshape(-1, lanes),
+            np.pad(s, (0, pad)).reshape(-1, lanes))
+
+
+def _argmax_runs(rng, lanes: int):
+    """Runs (beats, lanes) of int32 lanes: ties within and across beats, all equal, all
+    negative, int32 extremes, one beat, and random values with many ties."""
+    runs = [np.full((3, lanes), 7), np.full((1, lanes), -5),
+            np.array([[1] * (lanes - 1) + [9], [9] + [0] * (lanes - 1)]),
+            -rng.integers(1, 50, (4, lanes)),
+            np.full((2, lanes), I32[0]), rng.integers(-3, 3, (5, lanes)),
+            rng.integers(*I32, (6, lanes))]
+    runs[4][-1, -1] = I32[1]
+    return runs
+
+
+def test_requant_reference_is_the_closed_form_and_the_functional_models_requantize():
+    from tilewright.compiler.program import VectorTask
+    from tilewright.dataflow_sim.functional import run_vector
+    x, m, s = _requant_beats(np.random.default_rng(2), 1, 2000)
+    got = vn.requant(x, m, s).ravel().tolist()
+    assert got == _requant_exact(x, m, s)
+    assert got[:9] == [-15, 127, 127, -128, 0, 1, 0, 0, 0]       # closed forms, by hand
+    assert got[9:17] == [2, -1, 1, 0, 1, -1, -1, -2]               # ties round half up
+    # the compiler's requantize (bias 0, no ReLU) is the same op where its shift is 1..63
+    keep = s.ravel() >= 1
+    task = VectorTask(name="rq", op="requantize", inputs=("acc", "b", "m", "s"), out="y")
+    env = {"acc": x.ravel()[keep][None].astype(np.int32), "b": np.zeros(keep.sum(), np.int32),
+           "m": m.ravel()[keep].astype(np.int32), "s": s.ravel()[keep].astype(np.int32)}
+    assert run_vector(task, env)[0].tolist() == np.array(got)[keep].tolist()
+    with pytest.raises(ValueError, match="shifts are integers 0..63"):
+        vn.requant([1], [1], [64])
+    with pytest.raises(ValueError, match=r"int32 values lie in"):
+        vn.requant([1 << 31], [1], [0])
+    with pytest.raises(ValueError, match="takes int32 lanes"):
+        vn.apply_float("argmax", [1.0])
+
+
+def test_argmax_reference_is_torch_argmax():
+    for run in _argmax_runs(np.random.default_rng(4), 3):
+        assert vn.argmax(run) == int(torch.argmax(torch.tensor(run.ravel()))), run
+    assert vn.argmax([[7, 7], [7, 7]]) == 0 and vn.argmax([-9, -3, -3]) == 1
+
+
+def _sim_unit(lanes, ops, a, b, s, last):
+    """(result beats, cycle of the first result) of the Amaranth unit in Amaranth's simulator."""
+    dut, got, cycles = VectorUnit(lanes=lanes), [], []
+    want = sum(1 for op, lst in zip(ops, last) if op not in vn.REDUCTION_OPS or lst)
+
+    async def bench(ctx):
+        ctx.set(dut.results.ready, 1)
+        cycle = 0
+        while len(got) < want:
+            if cycle < len(ops):
+                ctx.set(dut.operands.valid, 1)
+                ctx.set(dut.operands.payload, {"op": OP_NAMES[ops[cycle]], "last": last[cycle],
+                                               "a": a[cycle].tolist(), "b": b[cycle].tolist(),
+                                               "s": s[cycle].tolist()})
+            else:
+                ctx.set(dut.operands.valid, 0)
+            await ctx.tick()
+            cycle += 1
+            if ctx.get(dut.results.valid):
+                got.append([ctx.get(dut.results.payload.data[i]) for i in range(lanes)])
+                cycles.append(cycle)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return got, cycles
+
+
+def test_amaranth_sim_requant_and_argmax_bit_exact_on_corner_cases():
+    """3 lanes (an odd lane tree): every requant corner and 60 random accumulators, then the
+    argmax runs back to back (an exp beat inside one run), each against the closed form /
+    torch.argmax written here; the whole stream also equals vector_numerics.run_beats."""
+    lanes, rng = 3, np.random.default_rng(9)
+    x, m, s = _requant_beats(rng, lanes, 60)
+    ops, last = ["requant"] * len(x), [False] * len(x)
+    rows_a, rows_b, rows_s = [x], [m], [s]
+    runs = _argmax_runs(rng, lanes)
+    for k, run in enumerate(runs):
+        n = len(run)
+        ops += ["argmax"] * n
+        last += [False] * (n - 1) + [True]
+        rows_a.append(run)
+        if k == 5:                                  # an elementwise beat inside the run
+            ops.insert(len(ops) - 1, "exp")
+            last.insert(len(last) - 1, False)
+            rows_a[-1] = np.insert(run, n - 1, [256] * lanes, axis=0)
+        rows_b.append(np.zeros_like(rows_a[-1]))
+        rows_s.append(np.zeros_like(rows_a[-1]))
+    a, b, sh = (np.concatenate(r) for r in (rows_a, rows_b, rows_s))
+    got, cycles = _sim_unit(lanes, ops, a, b, sh, last)
+    assert got[:len(x)] == np.array(_requant_exact(x, m, s)).reshape(-1, lanes).tolist()
+    arg = [row for row in got[len(x):] if row != [696] * lanes]     # drop the exp beat (e)
+    assert arg == [[int(torch.argmax(torch.tensor(r.ravel())))] * lanes for r in runs]
+    assert got == vn.run_beats(ops, a, b, last, sh)
+    assert cycles[0] == LATENCY
 
 
 # ---- Verilator acceptance --------------------------------------------------------------------
@@ -199,19 +338,40 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
         rows_a.append(blk)
         rows_b.append(np.zeros_like(blk))
         last += [False] * (n - 1) + [True]
+    n_q88 = len(ops)
+    x, m, s = _requant_beats(rng, lanes, 4000)       # int32 ops: requant, then argmax runs
+    ops += ["requant"] * len(x)
+    last += [False] * len(x)
+    rows_a.append(x)
+    rows_b.append(m)
+    runs = _argmax_runs(rng, lanes)
+    for run in runs:
+        ops += ["argmax"] * len(run)
+        last += [False] * (len(run) - 1) + [True]
+        rows_a.append(run)
+        rows_b.append(np.zeros_like(run))
     a, b = np.concatenate(rows_a), np.concatenate(rows_b)
-    want = np.array(vn.run_beats(ops, a, b, last))
-    run = cosim.run("vector", VectorBeats(ops, a, b, last), _arch(lanes)).records[0]
+    sh = np.zeros_like(a)
+    sh[n_q88:n_q88 + len(x)] = s
+    want = np.array(vn.run_beats(ops, a, b, last, sh))
+    run = cosim.run("vector", VectorBeats(ops, a, b, last, s=sh), _arch(lanes)).records[0]
     assert run.outputs.shape == want.shape
     bad = np.argwhere(run.outputs != want)
     assert len(bad) == 0, [(int(r), int(c), int(run.outputs[r, c]), int(want[r, c]))
                            for r, c in bad[:5]]
     # one beat per cycle in, fixed latency out (ready held high)
     assert np.all(np.diff(run.in_cycles) == 1)
-    elem = [i for i, op in enumerate(ops) if op in vn.ELEMENTWISE_OPS]
+    elem = [i for i, op in enumerate(ops[:n_q88]) if op in vn.ELEMENTWISE_OPS]
     assert np.all(run.out_cycles[:len(elem)] - run.in_cycles[elem] == LATENCY)
-    # the wrapping int32 sum, independently: 65600 * 32767 - 2**32
-    assert run.outputs[-1].tolist() == [65600 * 32767 - 2 ** 32] * lanes
+    # the wrapping int32 sum, independently: 65600 * 32767 - 2**32 (the fifth Q8.8 reduction,
+    # after every Q8.8 elementwise result)
+    first_rq = sum(op not in vn.REDUCTION_OPS for op in ops[:n_q88]) + 5
+    assert run.outputs[first_rq - 1].tolist() == [65600 * 32767 - 2 ** 32] * lanes
+    # requant and argmax against the closed form and torch.argmax written in this file
+    assert run.outputs[first_rq:first_rq + len(x)].tolist() == \
+        np.array(_requant_exact(x, m, s)).reshape(-1, lanes).tolist()
+    assert run.outputs[-len(runs):, 0].tolist() == \
+        [int(torch.argmax(torch.tensor(r.ravel()))) for r in runs]
 
 
 def test_rtl_back_pressure_keeps_results_and_order():

@@ -232,11 +232,15 @@ def isa_page() -> str:
                 f"[{lo + width - 1}:{lo}]", str(width),
                 f"{lo_v} … {2 ** width - 1}"]) + " |")
     lines += ["", "## Vector-unit operations (`VECTOR` field `vop`)", "",
-              "| vop | code | kind |", "|---|---|---|"]
-    for name, code in codegen.VECTOR_OPCODES.items():
-        kind = "reduction (one word per segment)" if name in codegen.VECTOR_REDUCTIONS \
-            else "elementwise"
-        lines.append(f"| `{name}` | {code} | {kind} |")
+              "From `tilewright.compiler.codegen.VECTOR_UNIT_OPS`. Operand lanes `Q8.8`: the low "
+              "16 bits of each 32-bit lane, signed; `int32`: the whole lane. `requant` reads its "
+              "per-lane multiplier (int32) from the beat's b word and its shift (bits "
+              f"{codegen.REQUANT_SHIFT_BITS - 1}:0) from the word after it. The arithmetic: "
+              "the module documentation of `tilewright.dataflow_sim.vector_numerics`.", "",
+              "| vop | code | kind | operand lanes | result lanes |", "|---|---|---|---|---|"]
+    for name, (code, kind, operand, result) in codegen.VECTOR_UNIT_OPS.items():
+        kind = "reduction (one word per segment)" if kind == "reduction" else kind
+        lines.append(f"| `{name}` | {code} | {kind} | {operand} | {result} |")
     one, two = dict(mesh_isa.instr_fields(1)), mesh_isa.instr_fields(2)
     lines += ["", "## Mesh phase instruction", "",
               "One word per tile and phase; fields LSB first. `a` is the bits of a tile's SRAM "
