@@ -4,10 +4,11 @@
 An :class:`Fp8Gemm` is one GEMM: A (M x K) and B (K x N) as fp8 codes of the core's format
 (ml_dtypes ``float8_e4m3fn`` / ``float8_e5m2`` arrays, or uint8 codes) and the per-tensor fp32
 scales ``scale_a``, ``scale_b`` (1.0: unscaled). :func:`fp8_gemm_words` packs the codes into the
-core's buffer words (the WS rows of :mod:`tilewright.compiler.layout`, 8-bit lanes, +0 padding);
-:func:`prepare_fp8` encodes a list of them for the bench
-(:mod:`tilewright.cocotb_tests.fp8_bench`, every GEMM in one simulator process); each record is a
-:class:`~tilewright.cosim.bf16_jobs.Bf16GemmRun` (C as float32, cycles ``busy`` was high),
+core's buffer words (8-bit lanes; the WS words every floating-point core shares,
+:mod:`tilewright.cosim.float_core_jobs`); :func:`prepare_fp8` encodes a list of them for the
+bench (:mod:`tilewright.cocotb_tests.float_core_bench`, every GEMM in one simulator process, the
+scales as fp32 bit patterns); each record is a
+:class:`~tilewright.cosim.float_core_jobs.FloatGemmRun` (C as float32, cycles ``busy`` was high),
 compared with ``numerics.gemm(QTensor(a, scale_a), QTensor(b, scale_b), fmt, k_block=rows)``.
 """
 
@@ -18,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilewright.compiler.layout import GemmLayout, pack_lanes
-from tilewright.cosim.bf16_jobs import Bf16GemmRun, c_from_acc_words
-from tilewright.cosim.job import JobFiles, PreparedJob
+from tilewright.compiler.layout import GemmLayout
+from tilewright.cosim.float_core_jobs import operand_codes, prepare_float_gemms, ws_buffer_words
+from tilewright.cosim.job import PreparedJob
 from tilewright.formats import get_format
 
 __all__ = ["Fp8Params", "Fp8Gemm", "fp8_codes", "fp8_gemm_words", "fp32_bits", "prepare_fp8"]
@@ -65,17 +66,8 @@ class Fp8Gemm:
 def fp8_codes(x: np.ndarray, fmt: str, name: str) -> np.ndarray:
     """``x`` as uint8 codes of ``fmt``: an array of the format's ml_dtypes type is viewed, a
     uint8 array taken as codes; anything else is refused."""
-    x = np.asarray(x)
-    if x.ndim != 2 or 0 in x.shape:
-        raise ValueError(f"{fmt} GEMM: operand {name} must be a non-empty 2-D array, got shape "
-                         f"{x.shape}")
     dt = np.dtype(get_format(fmt).dtype)
-    if x.dtype == dt:
-        return x.view(np.uint8)
-    if x.dtype == np.uint8:
-        return x
-    raise ValueError(f"{fmt} GEMM: operand {name} dtype {x.dtype}: accepted: {dt} or uint8 "
-                     f"codes")
+    return operand_codes(x, fmt, name, dt, np.uint8, f"{dt} or uint8 codes")
 
 
 def fp32_bits(v: float) -> int:
@@ -86,39 +78,14 @@ def fp32_bits(v: float) -> int:
 def fp8_gemm_words(rows: int, cols: int, a: np.ndarray, b: np.ndarray
                    ) -> tuple[GemmLayout, list[int], list[int]]:
     """(layout, A buffer words, B buffer words) of C = A·B (uint8 codes) for a rows x cols core."""
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"fp8 GEMM: inner dimensions differ: A {a.shape} @ B {b.shape}")
-    (m, k), n = a.shape, b.shape[1]
-    lay = GemmLayout(rows, cols, "ws", m, k, n)
-    ap = np.zeros((m, lay.kb * rows), np.uint8)
-    ap[:, :k] = a
-    a_lanes = ap.reshape(m, lay.kb, rows).transpose(1, 0, 2).reshape(-1, rows)
-    bp = np.zeros((lay.kb * rows, lay.nb * cols), np.uint8)
-    bp[:k, :n] = b
-    b_lanes = bp.reshape(lay.kb, rows, lay.nb, cols).transpose(2, 0, 1, 3).reshape(-1, cols)
-    return lay, pack_lanes(a_lanes, 8), pack_lanes(b_lanes, 8)
+    return ws_buffer_words("fp8", rows, cols, a, b)
 
 
 def prepare_fp8(gemms: Sequence[Fp8Gemm], params: Fp8Params) -> PreparedJob:
     """Each :class:`Fp8Gemm` as one GEMM of the bench; ValueError for no GEMM, codes of another
     format or a GEMM whose buffers exceed ``params.depths``."""
-    if not gemms:
-        raise ValueError("fp8 GEMM: no GEMMs given")
-    jobs, lays = [], []
-    for g in gemms:
+    def encoded(g: Fp8Gemm):
         a, b = fp8_codes(g.a, params.fmt, "A"), fp8_codes(g.b, params.fmt, "B")
-        lay, a_words, b_words = fp8_gemm_words(params.rows, params.cols, a, b)
-        for buf, need, have in zip(("A", "B", "accumulator"),
-                                   (lay.a_words, lay.b_words, lay.acc_words), params.depths):
-            if need > have:
-                raise ValueError(f"fp8 GEMM {lay.m}x{lay.k}x{lay.n}: {buf} buffer needs {need} "
-                                 f"words, the core has {have}")
-        lays.append(lay)
-        jobs.append({"m": lay.m, "k": lay.k, "n": lay.n, "a_words": a_words, "b_words": b_words,
-                     "acc_words": lay.acc_words, "scale_a": fp32_bits(g.scale_a),
-                     "scale_b": fp32_bits(g.scale_b)})
-
-    def decode(res) -> dict:
-        return {"records": [Bf16GemmRun(c_from_acc_words(lay, r["acc"]), int(r["cycles"]))
-                            for lay, r in zip(lays, res.results["results"])]}
-    return PreparedJob(JobFiles({"jobs": jobs}), decode)
+        return (*fp8_gemm_words(params.rows, params.cols, a, b),
+                {"scale_a": fp32_bits(g.scale_a), "scale_b": fp32_bits(g.scale_b)})
+    return prepare_float_gemms("fp8", map(encoded, gemms), params.depths)

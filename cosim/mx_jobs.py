@@ -6,9 +6,9 @@ quantized along K = axis 1, E8M0 codes (M, ceil(K/32))) and ``b`` (K x N, along 
 (ceil(K/32), N)). :func:`mx_gemm_words` packs them into the core's buffer words (the WS rows of
 :mod:`tilewright.compiler.layout` with 32 rows = one MX block per K tile; 8-bit lanes, +0
 padding, scale codes above the lanes: see :mod:`tilewright.rtl.mx_core`). :func:`prepare_mx`
-encodes a list for the bf16 core's bench (same ports: :mod:`tilewright.cocotb_tests.bf16_bench`);
-each record is a :class:`~tilewright.cosim.bf16_jobs.Bf16GemmRun` (C float32, cycles), compared
-with ``numerics.gemm(a, b, fmt, k_block=32)``.
+encodes a list for the floating-point cores' bench (same ports:
+:mod:`tilewright.cocotb_tests.float_core_bench`); each record is a
+:class:`~tilewright.cosim.float_core_jobs.FloatGemmRun` (C float32, cycles), compared with ``numerics.gemm(a, b, fmt, k_block=32)``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.compiler.layout import GemmLayout, pack_lanes
-from tilewright.cosim.bf16_jobs import Bf16GemmRun, c_from_acc_words
-from tilewright.cosim.job import JobFiles, PreparedJob
+from tilewright.cosim.float_core_jobs import prepare_float_gemms, ws_buffer_words
+from tilewright.cosim.job import PreparedJob
 from tilewright.formats import MX_BLOCK, QTensor
 
 __all__ = ["MxParams", "mx_gemm_words", "prepare_mx"]
@@ -53,47 +53,28 @@ def _check(q: QTensor, fmt: str, axis: int, name: str) -> None:
 
 
 def mx_gemm_words(cols: int, a: QTensor, b: QTensor) -> tuple[GemmLayout, list[int], list[int]]:
-    """(layout, A buffer words, B buffer words) of C = A·B for a 32 x ``cols`` MX core."""
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"MX GEMM: inner dimensions differ: A {a.shape} @ B {b.shape}")
-    (m, k), n, R, C = a.shape, b.shape[1], MX_BLOCK, cols
-    lay = GemmLayout(R, C, "ws", m, k, n)
-    ap = np.zeros((m, lay.kb * R), np.uint8)
-    ap[:, :k] = a.values.view(np.uint8)
-    a_lanes = ap.reshape(m, lay.kb, R).transpose(1, 0, 2).reshape(-1, R)
+    """(layout, A buffer words, B buffer words) of C = A·B for a 32 x ``cols`` MX core: the
+    element codes in the WS words of every floating-point core, each A word's E8M0 code above
+    its lanes, each B word's per-column codes (a lane each) above its lanes."""
+    R, C = MX_BLOCK, cols
+    lay, a_codes, b_codes = ws_buffer_words("MX", R, C, a.values.view(np.uint8),
+                                            b.values.view(np.uint8))
     xa = a.scales.T.reshape(-1).astype(np.int64)                # word (kb, m) -> Xa[m, kb]
-    a_words = [w | (int(x) << (R * 8)) for w, x in zip(pack_lanes(a_lanes, 8), xa)]
-    bp = np.zeros((lay.kb * R, lay.nb * C), np.uint8)
-    bp[:k, :n] = b.values.view(np.uint8)
-    b_lanes = bp.reshape(lay.kb, R, lay.nb, C).transpose(2, 0, 1, 3).reshape(-1, C)
+    a_words = [w | (int(x) << (R * 8)) for w, x in zip(a_codes, xa)]
     xb = np.full((lay.kb, lay.nb * C), 127, np.uint8)          # padded columns: 2**0
-    xb[:, :n] = b.scales
+    xb[:, :lay.n] = b.scales
     xb_words = pack_lanes(np.repeat(xb.reshape(lay.kb, lay.nb, C).transpose(1, 0, 2), R,
                                     axis=1).reshape(-1, C), 8)
-    b_words = [w | (x << (C * 8)) for w, x in zip(pack_lanes(b_lanes, 8), xb_words)]
+    b_words = [w | (x << (C * 8)) for w, x in zip(b_codes, xb_words)]
     return lay, a_words, b_words
 
 
 def prepare_mx(gemms: Sequence[tuple[QTensor, QTensor]], params: MxParams) -> PreparedJob:
     """Each (a, b) QTensor pair as one GEMM of the bench; ValueError for no GEMM, operands of
     another format or a GEMM whose buffers exceed ``params.depths``."""
-    if not gemms:
-        raise ValueError("MX GEMM: no GEMMs given")
-    jobs, lays = [], []
-    for a, b in gemms:
+    def encoded(pair: tuple[QTensor, QTensor]):
+        a, b = pair
         _check(a, params.fmt, 1, "A")
         _check(b, params.fmt, 0, "B")
-        lay, a_words, b_words = mx_gemm_words(params.cols, a, b)
-        for buf, need, have in zip(("A", "B", "accumulator"),
-                                   (lay.a_words, lay.b_words, lay.acc_words), params.depths):
-            if need > have:
-                raise ValueError(f"MX GEMM {lay.m}x{lay.k}x{lay.n}: {buf} buffer needs {need} "
-                                 f"words, the core has {have}")
-        lays.append(lay)
-        jobs.append({"m": lay.m, "k": lay.k, "n": lay.n, "a_words": a_words, "b_words": b_words,
-                     "acc_words": lay.acc_words})
-
-    def decode(res) -> dict:
-        return {"records": [Bf16GemmRun(c_from_acc_words(lay, r["acc"]), int(r["cycles"]))
-                            for lay, r in zip(lays, res.results["results"])]}
-    return PreparedJob(JobFiles({"jobs": jobs}), decode)
+        return (*mx_gemm_words(params.cols, a, b), {})
+    return prepare_float_gemms("MX", map(encoded, gemms), params.depths)

@@ -16,6 +16,7 @@ images of :func:`tilewright.compiler.codegen.codegen` (:meth:`IsaProgram.image`,
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Mapping
+from itertools import groupby
 from typing import Any, Protocol
 
 import numpy as np
@@ -48,6 +49,12 @@ class Transport(Protocol):
     def write(self, data: bytes) -> None: ...
 
     def read(self, n: int) -> bytes: ...
+
+
+def _consecutive_runs(keys: Iterable[int]) -> list[list[int]]:
+    """``keys`` in increasing order, cut into runs of consecutive integers."""
+    return [[k for _, k in run]
+            for _, run in groupby(enumerate(sorted(keys)), key=lambda ik: ik[1] - ik[0])]
 
 
 def _check(status: int, what: str) -> None:
@@ -140,29 +147,17 @@ class BridgeOps:
         """Instruction words (index -> 64-bit word, or a sequence from index 0) through the
         window: each run of consecutive indices is one REG_BURST, low half first."""
         words = dict(words) if isinstance(words, Mapping) else dict(enumerate(words))
-        idx = sorted(words)
-        s = 0
-        while s < len(idx):
-            e = s
-            while e + 1 < len(idx) and idx[e + 1] == idx[e] + 1:
-                e += 1
+        for run in _consecutive_runs(words):
             halves = []
-            for i in idx[s:e + 1]:
+            for i in run:
                 halves += [words[i] & 0xFFFF_FFFF, (words[i] >> 32) & 0xFFFF_FFFF]
-            yield from self.reg_burst(self.map.imem_addr(idx[s]), halves)
-            s = e + 1
+            yield from self.reg_burst(self.map.imem_addr(run[0]), halves)
 
     def write_image(self, image: Mapping[int, int]) -> Op:
         """External words (address -> value): each run of consecutive addresses is one
         MEM_WRITE."""
-        idx = sorted(image)
-        s = 0
-        while s < len(idx):
-            e = s
-            while e + 1 < len(idx) and idx[e + 1] == idx[e] + 1:
-                e += 1
-            yield from self.mem_write(idx[s], [image[i] for i in idx[s:e + 1]])
-            s = e + 1
+        for run in _consecutive_runs(image):
+            yield from self.mem_write(run[0], [image[i] for i in run])
 
     def run(self, entry: int, max_polls: int = 100_000) -> Op:
         """ENTRY, START, poll STATUS until BUSY drops; return STATUS, CYCLES, RETIRED, PC;

@@ -16,10 +16,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
+from tests.pysim_harness import assert_same_fp32_bits, run_core_gemms
 from tilewright.arch import ArchSpec, load_arch
-from tilewright.cosim.bf16_jobs import bf16_codes, bf16_gemm_words, c_from_acc_words
+from tilewright.cosim.bf16_jobs import bf16_codes, bf16_gemm_words
+from tilewright.cosim.float_core_jobs import c_from_acc_words
 from tilewright.dataflow_sim import numerics
 from tilewright.dataflow_sim.cycle import gemm_cycles
 from tilewright.rtl.systolic_bf16 import (Bf16GemmCore, Bf16WeightStationaryArray,
@@ -31,14 +32,6 @@ BF = ml_dtypes.bfloat16
 def _spread(rng, shape, lo: int = -40, hi: int = 40) -> np.ndarray:
     """bf16 values: normal samples times 2**e, e uniform in [lo, hi)."""
     return (rng.standard_normal(shape) * 2.0 ** rng.integers(lo, hi, shape)).astype(BF)
-
-
-def _assert_same_bits(got: np.ndarray, ref: np.ndarray, what: str) -> None:
-    assert got.dtype == np.float32 and ref.dtype == np.float32, what
-    gn, rn = np.isnan(got), np.isnan(ref)
-    np.testing.assert_array_equal(gn, rn, err_msg=f"{what}: NaN positions")
-    np.testing.assert_array_equal(got.view(np.uint32)[~rn], ref.view(np.uint32)[~rn],
-                                  err_msg=f"{what}: fp32 bit patterns")
 
 
 def _bf16_arch(rows: int, cols: int) -> ArchSpec:
@@ -97,41 +90,9 @@ def test_core_pysim_bit_exact_and_cycle_exact():
     b[:2, 0] = 3.0
     core = Bf16GemmCore(rows=rows, cols=cols, a_depth=32, b_depth=32, acc_depth=32)
     lay, a_words, b_words = bf16_gemm_words(rows, cols, a, b)
-    out: dict = {}
-
-    async def bench(ctx):
-        for en, addr, data, words in ((core.a_wr_en, core.a_wr_addr, core.a_wr_data, a_words),
-                                      (core.b_wr_en, core.b_wr_addr, core.b_wr_data, b_words)):
-            for i, w in enumerate(words):
-                ctx.set(en, 1)
-                ctx.set(addr, i)
-                ctx.set(data, w)
-                await ctx.tick()
-            ctx.set(en, 0)
-        ctx.set(core.m, m)
-        ctx.set(core.k, k)
-        ctx.set(core.n, n)
-        ctx.set(core.start, 1)
-        await ctx.tick()
-        ctx.set(core.start, 0)
-        high = 0
-        while ctx.get(core.busy):
-            high += 1
-            await ctx.tick()
-        out["cycles"], out["counter"] = high, ctx.get(core.cycles)
-        words = []
-        for i in range(lay.acc_words):
-            ctx.set(core.acc_rd_addr, i)
-            await ctx.tick()
-            words.append(ctx.get(core.acc_rd_data))
-        out["c"] = c_from_acc_words(lay, words)
-
-    sim = Simulator(core)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    _assert_same_bits(out["c"], _reference(a, b, rows), "pysim 2x3")
-    assert out["cycles"] == out["counter"] == bf16_gemm_cycles(rows, cols, m, k, n)
+    run, = run_core_gemms(core, [(lay, a_words, b_words)])
+    assert_same_fp32_bits(c_from_acc_words(lay, run.acc), _reference(a, b, rows), "pysim 2x3")
+    assert run.busy == run.counter == bf16_gemm_cycles(rows, cols, m, k, n)
 
 
 # ---- Verilator: a 4x4 core, random and corner-case GEMMs ----------------------------------------
@@ -174,7 +135,7 @@ def test_rtl_bf16_core_bit_exact_and_cycle_exact():
     arch = _bf16_arch(rows, cols)
     for (what, a, b), run in zip(gemms, runs):
         (m, k), n = a.shape, b.shape[1]
-        _assert_same_bits(run.c, _reference(a, b, rows), what)
+        assert_same_fp32_bits(run.c, _reference(a, b, rows), what)
         assert run.cycles == bf16_gemm_cycles(rows, cols, m, k, n), what
         assert run.cycles == gemm_cycles(arch, m, k, n).cycles, what     # the cycle model
     c = {what: run.c for (what, _, _), run in zip(gemms, runs)}

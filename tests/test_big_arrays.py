@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+from functools import partial
 
 import numpy as np
 import pytest
 
+from tests.test_cli import tw_here
 from tilewright.arch import (MAX_ARRAY_DIM, RTL_MAX_ARRAY_DIM, ArchSpec, ArchSpecError,
                              default_arch, load_arch)
 from tilewright.compiler.core_timing import gemm_cycles_array
@@ -27,21 +28,10 @@ from tilewright.dataflow_sim.tiled import simulate_tiled
 
 
 @pytest.fixture
-def tw(monkeypatch, capsys):
-    """Run the ``tilewright`` CLI in this process: ``(exit status, stdout, stderr)``."""
-    from tilewright.app.cli.main import main
-
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["tilewright", *args])
-        capsys.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code or 0
-        out, err = capsys.readouterr()
-        return code, out, err
-    return run
+def tw(capsys):
+    """Run the ``tilewright`` CLI in this process (its real entry point,
+    :func:`tests.test_cli.tw_here`): ``tw(*args)`` returns ``(exit status, stdout, stderr)``."""
+    return partial(tw_here, capsys)
 
 
 def _ws_walk(m, k, n, R, C):

@@ -24,6 +24,24 @@ def tw(*args: str, cwd: Path | None = None, timeout: int = 900,
                           env={**os.environ, "COLUMNS": str(columns)})
 
 
+def tw_here(capsys, *args: str) -> tuple[int, str, str]:
+    """The real entry point (its error path included) run in this process with ``args``:
+    (exit code, stdout, stderr) of this command alone, as ``capsys`` captured them."""
+    from tilewright.app.cli.main import main  # noqa: PLC0415  (lazy: only the in-process tests)
+    old = sys.argv
+    sys.argv = ["tilewright", *args]
+    capsys.readouterr()                       # drop what earlier steps printed
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    finally:
+        sys.argv = old
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 @pytest.mark.parametrize("yaml_text,needle", [
     ("tensor_engine: {rows: 0, cols: 4, dataflow: ws}", "tensor_engine.rows = 0: must be an integer from 1 to 512"),
     ("tensor_engine: {rows: 4, cols: 4, dataflow: zz}", "tensor_engine.dataflow = 'zz'"),

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.test_cli import tw_here
 from tilewright.arch import ArchSpec, ArchSpecError, load_arch
 from tilewright.compiler.gemm_mapper import GemmOp, cost_of, map_gemm
 from tilewright.dataflow_sim.cycle import gemm_cycles, gemm_report
@@ -43,22 +44,10 @@ def _closed_form(shape: tuple[int, int, int], m: int, k: int, n: int) -> int:
 
 
 @pytest.fixture
-def tw(monkeypatch, capsys):
-    """Run the ``tilewright`` CLI in this process (its real entry point, ``main``): returns
-    ``(exit status, stdout, stderr)``."""
-    from tilewright.app.cli.main import main
-
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["tilewright", *args])
-        capsys.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code or 0
-        out, err = capsys.readouterr()
-        return code, out, err
-    return run
+def tw(capsys):
+    """Run the ``tilewright`` CLI in this process (its real entry point,
+    :func:`tests.test_cli.tw_here`): ``tw(*args)`` returns ``(exit status, stdout, stderr)``."""
+    return partial(tw_here, capsys)
 
 
 # ---- ArchSpec --------------------------------------------------------------------------------

@@ -17,11 +17,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
+from tests.pysim_harness import assert_same_fp32_bits, run_core_gemms, simulate
 from tilewright.arch import ArchSpec, load_arch
+from tilewright.cosim.float_core_jobs import c_from_acc_words
 from tilewright.cosim.fp8_jobs import Fp8Gemm, fp8_gemm_words, fp32_bits, prepare_fp8, Fp8Params
-from tilewright.cosim.bf16_jobs import c_from_acc_words
 from tilewright.dataflow_sim import numerics
 from tilewright.dataflow_sim.cycle import gemm_cycles
 from tilewright.formats import QTensor
@@ -30,14 +30,6 @@ from tilewright.rtl.systolic_bf16 import bf16_gemm_cycles
 from tilewright.rtl.systolic_fp8 import Fp8GemmCore, Fp8WeightStationaryArray
 
 DT = {"fp8-e4m3": ml_dtypes.float8_e4m3fn, "fp8-e5m2": ml_dtypes.float8_e5m2}
-
-
-def _same_bits(got: np.ndarray, ref: np.ndarray, what: str) -> None:
-    got, ref = np.asarray(got, np.float32), np.asarray(ref, np.float32)
-    gn, rn = np.isnan(got), np.isnan(ref)
-    np.testing.assert_array_equal(gn, rn, err_msg=f"{what}: NaN positions")
-    np.testing.assert_array_equal(got.view(np.uint32)[~rn], ref.view(np.uint32)[~rn],
-                                  err_msg=f"{what}: fp32 bit patterns")
 
 
 def _comb(dut, pairs) -> np.ndarray:
@@ -50,9 +42,7 @@ def _comb(dut, pairs) -> np.ndarray:
             ctx.set(dut.b, int(b))
             await ctx.delay(1e-9)
             out.append(ctx.get(dut.out))
-    sim = Simulator(dut)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench, clock=False)
     return np.array(out, np.uint32).view(np.float32)
 
 
@@ -64,7 +54,7 @@ def test_fp8_mul_every_code_exact(fmt):
     b = rng.integers(0, 256, a.size).astype(np.uint8)
     with np.errstate(invalid="ignore"):
         ref = a.view(DT[fmt]).astype(np.float32) * b.view(DT[fmt]).astype(np.float32)
-    _same_bits(_comb(Fp8Mul(fmt=fmt), zip(a, b)), ref, fmt)
+    assert_same_fp32_bits(_comb(Fp8Mul(fmt=fmt), zip(a, b)), ref, fmt)
 
 
 def test_fp32_mul_matches_numpy():
@@ -80,7 +70,7 @@ def test_fp32_mul_matches_numpy():
     b = np.concatenate([b, f[:, 1].view(np.uint32)])
     with np.errstate(all="ignore"):
         ref = a.view(np.float32) * b.view(np.float32)
-    _same_bits(_comb(Fp32Mul(), zip(a, b)), ref, "Fp32Mul")
+    assert_same_fp32_bits(_comb(Fp32Mul(), zip(a, b)), ref, "Fp32Mul")
 
 
 def test_components_validate():
@@ -123,43 +113,10 @@ def test_core_pysim_bit_exact_and_cycle_exact():
     g = Fp8Gemm(_codes(rng, (m, k), fmt), _codes(rng, (k, n), fmt), 0.37, 3.1e-3)
     core = Fp8GemmCore(rows=rows, cols=cols, fmt=fmt, a_depth=32, b_depth=32, acc_depth=32)
     lay, a_words, b_words = fp8_gemm_words(rows, cols, g.a, g.b)
-    out: dict = {}
-
-    async def bench(ctx):
-        for en, addr, data, words in ((core.a_wr_en, core.a_wr_addr, core.a_wr_data, a_words),
-                                      (core.b_wr_en, core.b_wr_addr, core.b_wr_data, b_words)):
-            for i, w in enumerate(words):
-                ctx.set(en, 1)
-                ctx.set(addr, i)
-                ctx.set(data, w)
-                await ctx.tick()
-            ctx.set(en, 0)
-        ctx.set(core.m, m)
-        ctx.set(core.k, k)
-        ctx.set(core.n, n)
-        ctx.set(core.start, 1)
-        await ctx.tick()
-        ctx.set(core.start, 0)
-        high = 0
-        while ctx.get(core.busy):
-            high += 1
-            await ctx.tick()
-        out["cycles"] = high
-        ctx.set(core.scale_a, fp32_bits(g.scale_a))
-        ctx.set(core.scale_b, fp32_bits(g.scale_b))
-        words = []
-        for i in range(lay.acc_words):
-            ctx.set(core.acc_rd_addr, i)
-            await ctx.tick()
-            words.append(ctx.get(core.acc_rd_data))
-        out["c"] = c_from_acc_words(lay, words)
-
-    sim = Simulator(core)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    _same_bits(out["c"], _reference(g, fmt, rows), "pysim 2x3")
-    assert out["cycles"] == bf16_gemm_cycles(rows, cols, m, k, n)
+    run, = run_core_gemms(core, [(lay, a_words, b_words)],
+                          [(fp32_bits(g.scale_a), fp32_bits(g.scale_b))])
+    assert_same_fp32_bits(c_from_acc_words(lay, run.acc), _reference(g, fmt, rows), "pysim 2x3")
+    assert run.busy == bf16_gemm_cycles(rows, cols, m, k, n)
 
 
 def _fp8_arch(rows: int, cols: int, fmt: str) -> ArchSpec:
@@ -216,7 +173,7 @@ def test_rtl_fp8_core_bit_exact_and_cycle_exact(fmt):
     assert len(runs) == len(gemms)
     for (what, g), run in zip(gemms, runs):
         (m, k), n = g.a.shape, g.b.shape[1]
-        _same_bits(run.c, _reference(g, fmt, rows), f"{fmt} {what}")
+        assert_same_fp32_bits(run.c, _reference(g, fmt, rows), f"{fmt} {what}")
         assert run.cycles == gemm_cycles(arch, m, k, n).cycles, what     # the cycle model
     c = {what: run.c for (what, _), run in zip(gemms, runs)}
     mx = float(np.uint8(0x7E if fmt == "fp8-e4m3" else 0x7B).view(DT[fmt]).astype(np.float32))

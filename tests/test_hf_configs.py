@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.test_cli import tw
-from tilewright.app.cli.main import main
+from tests.test_cli import tw, tw_here
 from tilewright.models.llm_configs import build_llm, count_params, get_config, param_count
 from tilewright.models.resolve import model_form, resolve_model
 
@@ -62,20 +60,6 @@ def _write(tmp_path: Path, arch: str, fields: dict, name: str = "config.json") -
     path.write_text(json.dumps({"architectures": [arch], **fields}))
     return str(path)
 
-
-def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run the real entry point (its error path included) in this process."""
-    old = sys.argv
-    sys.argv = ["tilewright", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def _hand_count(arch: str, f: dict) -> tuple[int, int]:
@@ -136,7 +120,7 @@ def _hand_count(arch: str, f: dict) -> tuple[int, int]:
 def test_small_config_compiles_through_the_cli(tmp_path, capsys, arch):
     path = _write(tmp_path, arch, SMALL[arch])
     phase = "prefill" if arch.startswith("Mamba") else "decode"
-    code, out, err = _cli(capsys, "compile", "--model", path, "--arch", ARCH, "--seq", "16",
+    code, out, err = tw_here(capsys, "compile", "--model", path, "--arch", ARCH, "--seq", "16",
                           "--phase", phase, "--json")
     assert code == 0, err
     d = json.loads(out)
@@ -239,7 +223,7 @@ def test_rounded_published_figures_and_hand_counts(name, arch, key, figure, step
 def test_bad_config_one_line_exit_2(tmp_path, capsys, fields, needle):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(fields))
-    code, out, err = _cli(capsys, "compile", "--model", str(path), "--arch", ARCH)
+    code, out, err = tw_here(capsys, "compile", "--model", str(path), "--arch", ARCH)
     lines = [x for x in err.strip().splitlines() if x.strip()]
     assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith(f"error: {path}") and needle in lines[0], lines[0]
@@ -256,7 +240,7 @@ def test_unknown_architecture_in_a_folder_real_process(tmp_path):
 
 def test_sliding_window_refused_beyond_it(tmp_path, capsys):
     path = _write(tmp_path, "MistralForCausalLM", SMALL["MistralForCausalLM"])
-    code, _, err = _cli(capsys, "compile", "--model", path, "--arch", ARCH, "--seq", "33")
+    code, _, err = tw_here(capsys, "compile", "--model", path, "--arch", ARCH, "--seq", "33")
     assert code == 2 and "sliding_window is 32" in err and "--seq <= 32" in err
 
 
@@ -387,7 +371,7 @@ def test_cluster_and_mesh_refuse_fields_they_do_not_model(tmp_path, capsys, comm
     path = _write(tmp_path, "Qwen2ForCausalLM", SMALL["Qwen2ForCausalLM"])
     cluster = sorted((REPO / "configs" / "clusters").glob("*.yaml"))[0].name
     args = [path if a == "MODEL" else a.replace("CLUSTER", cluster) for a in command]
-    code, out, err = _cli(capsys, *args)
+    code, out, err = tw_here(capsys, *args)
     lines = [x for x in err.strip().splitlines() if x.strip()]
     assert code == 2 and len(lines) == 1, err
     assert "does not model qkv_bias = True" in lines[0]

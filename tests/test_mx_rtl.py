@@ -12,21 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
+from tests.pysim_harness import assert_same_fp32_bits, run_core_gemms, simulate
 from tilewright.arch import ArchSpec, load_arch
-from tilewright.cosim.mx_jobs import MxParams, prepare_mx
+from tilewright.cosim.float_core_jobs import c_from_acc_words
+from tilewright.cosim.mx_jobs import MxParams, mx_gemm_words, prepare_mx
 from tilewright.dataflow_sim import numerics
 from tilewright.dataflow_sim.cycle import gemm_cycles
 from tilewright.formats import QTensor, quantize
 from tilewright.rtl.mx_core import MxGemmCore, Pow2Scale
-
-
-def _same_bits(got, ref, what: str) -> None:
-    gn, rn = np.isnan(got), np.isnan(ref)
-    np.testing.assert_array_equal(gn, rn, err_msg=f"{what}: NaN positions")
-    np.testing.assert_array_equal(got.view(np.uint32)[~rn], ref.view(np.uint32)[~rn],
-                                  err_msg=f"{what}: fp32 bit patterns")
 
 
 @pytest.mark.parametrize("integer", [False, True])
@@ -51,12 +45,10 @@ def test_pow2_scale_matches_numpy_ldexp(integer):
             ctx.set(dut.e, ei)
             await ctx.delay(1e-9)
             out.append(ctx.get(dut.out))
-    sim = Simulator(dut)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench, clock=False)
     with np.errstate(all="ignore"):
         ref = np.ldexp(xv, e.astype(np.int32)).astype(np.float32)
-    _same_bits(np.array(out, np.uint32).view(np.float32), ref, f"integer={integer}")
+    assert_same_fp32_bits(np.array(out, np.uint32).view(np.float32), ref, f"integer={integer}")
 
 
 def test_core_validates():
@@ -115,7 +107,7 @@ def test_rtl_mx_core_bit_exact_and_cycle_exact(fmt):
     for (what, a, b), run in zip(gemms, runs):
         with np.errstate(over="ignore", invalid="ignore"):
             ref = numerics.gemm(a, b, fmt, acc="fp32", k_block=32)
-        _same_bits(run.c, ref, f"{fmt} {what}")
+        assert_same_fp32_bits(run.c, ref, f"{fmt} {what}")
         (m, k), n = a.shape, b.shape[1]
         assert run.cycles == gemm_cycles(arch, m, k, n).cycles, what
     c = {what: run.c for (what, _, _), run in zip(gemms, runs)}
@@ -126,48 +118,17 @@ def test_rtl_mx_core_bit_exact_and_cycle_exact(fmt):
 
 def test_mxfp8_e5m2_core_pysim_bit_exact_with_inf_and_nan_codes():
     """The third MX format on Amaranth's simulator (32x1 core, the corner-case GEMMs)."""
-    from tilewright.cosim.bf16_jobs import c_from_acc_words
-    from tilewright.cosim.mx_jobs import mx_gemm_words
     fmt, cols = "mxfp8-e5m2", 1
     g = _gemm_set(np.random.default_rng(8), fmt)
     names = [w for w, _, _ in g]
     picks = [g[names.index(w)] for w in ("random 2x7x1", "scales into subnormals",
                                          "inf/NaN codes")]
     core = MxGemmCore(fmt=fmt, cols=cols, a_depth=16, b_depth=256, acc_depth=16)
-    outs = []
-
-    async def bench(ctx):
-        for _, a, b in picks:
-            lay, a_words, b_words = mx_gemm_words(cols, a, b)
-            for en, addr, dat, words in ((core.a_wr_en, core.a_wr_addr, core.a_wr_data, a_words),
-                                         (core.b_wr_en, core.b_wr_addr, core.b_wr_data, b_words)):
-                for i, w in enumerate(words):
-                    ctx.set(en, 1)
-                    ctx.set(addr, i)
-                    ctx.set(dat, w)
-                    await ctx.tick()
-                ctx.set(en, 0)
-            ctx.set(core.m, lay.m)
-            ctx.set(core.k, lay.k)
-            ctx.set(core.n, lay.n)
-            ctx.set(core.start, 1)
-            await ctx.tick()
-            ctx.set(core.start, 0)
-            while ctx.get(core.busy):
-                await ctx.tick()
-            words = []
-            for i in range(lay.acc_words):
-                ctx.set(core.acc_rd_addr, i)
-                await ctx.tick()
-                words.append(ctx.get(core.acc_rd_data))
-            outs.append(c_from_acc_words(lay, words))
-
-    sim = Simulator(core)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    gemms = [mx_gemm_words(cols, a, b) for _, a, b in picks]
+    outs = [c_from_acc_words(lay, run.acc)
+            for (lay, _, _), run in zip(gemms, run_core_gemms(core, gemms))]
     for (what, a, b), got in zip(picks, outs):
         with np.errstate(over="ignore", invalid="ignore"):
             ref = numerics.gemm(a, b, fmt, acc="fp32", k_block=32)
-        _same_bits(got, ref, f"{fmt} {what}")
+        assert_same_fp32_bits(got, ref, f"{fmt} {what}")
     assert np.isnan(outs[2]).any() or np.isinf(outs[2]).any()

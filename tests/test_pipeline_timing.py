@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
+from tests.pysim_harness import run_core_gemms, ws_stream
 from tilewright.arch import ArchSpec, ArchSpecError, default_arch
 from tilewright.dataflow_sim.cycle import gemm_cycles
 from tests.rtl_suite import _cache_dir, _tool_check  # noqa: F401  (session fixtures)
@@ -76,35 +76,7 @@ def test_ws_array_product_register_adds_one_cycle(R, C):
     B = rng.integers(-128, 128, (R, C))
     A[0, :], B[:, 0] = -128, -128
     dut = WeightStationaryArray(rows=R, cols=C, pe_product=True)
-    seen = []
-
-    async def bench(ctx):
-        t = 0
-        for r in range(R - 1, -1, -1):
-            ctx.set(dut.w_in.valid, 1)
-            for j in range(C):
-                ctx.set(dut.w_in.payload[j], int(B[r, j]))
-            await ctx.tick()
-            t += 1
-        ctx.set(dut.w_in.valid, 0)
-        start = t
-        for step in range(M + R + C + 3):
-            if step < M:
-                ctx.set(dut.a_in.valid, 1)
-                ctx.set(dut.a_in.payload.commit, int(step == 0))
-                for i in range(R):
-                    ctx.set(dut.a_in.payload.a[i], int(A[step, i]))
-            else:
-                ctx.set(dut.a_in.valid, 0)
-            if ctx.get(dut.c_out.valid):
-                seen.append((t - start, [ctx.get(dut.c_out.payload[j]) for j in range(C)]))
-            await ctx.tick()
-            t += 1
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    seen = ws_stream(dut, A, B, M + R + C + 3)
     assert ws_latency_cycles(R, C, True) == R + C
     assert [s[0] for s in seen] == [m + R + C for m in range(M)]
     np.testing.assert_array_equal(np.array([s[1] for s in seen]), A @ B)
@@ -158,39 +130,10 @@ def _sim_core(arch: ArchSpec, shapes, seed: int = 0):
         a = rng.integers(-128, 128, (m_, k_)).astype(np.int8)
         b = rng.integers(-128, 128, (k_, n_)).astype(np.int8)
         jobs.append((a, b, GemmLayout.for_arch(arch, m_, k_, n_)))
-    results = []
-
-    async def bench(ctx):
-        for a, b, lay in jobs:
-            for port, words in (("a", pack_lanes(lay.a_lanes(a), ELEMENT_BITS)),
-                                ("b", pack_lanes(lay.b_lanes(b), ELEMENT_BITS))):
-                for addr, w in enumerate(words):
-                    ctx.set(getattr(dut, f"{port}_wr_en"), 1)
-                    ctx.set(getattr(dut, f"{port}_wr_addr"), addr)
-                    ctx.set(getattr(dut, f"{port}_wr_data"), w)
-                    await ctx.tick()
-                ctx.set(getattr(dut, f"{port}_wr_en"), 0)
-            ctx.set(dut.m, lay.m)
-            ctx.set(dut.k, lay.k)
-            ctx.set(dut.n, lay.n)
-            ctx.set(dut.start, 1)
-            await ctx.tick()
-            ctx.set(dut.start, 0)
-            while ctx.get(dut.busy):
-                await ctx.tick()
-            words = []
-            for addr in range(lay.acc_words):
-                ctx.set(dut.acc_rd_addr, addr)
-                await ctx.tick()
-                words.append(ctx.get(dut.acc_rd_data))
-            lanes = unpack_lanes(words, arch.tensor_engine.cols, ACC_BITS)
-            results.append((lay.c_from_lanes(lanes), ctx.get(dut.cycles)))
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return [(c, cyc, a, b) for (c, cyc), (a, b, _) in zip(results, jobs)]
+    runs = run_core_gemms(dut, [(lay, pack_lanes(lay.a_lanes(a), ELEMENT_BITS),
+                                 pack_lanes(lay.b_lanes(b), ELEMENT_BITS)) for a, b, lay in jobs])
+    return [(lay.c_from_lanes(unpack_lanes(r.acc, arch.tensor_engine.cols, ACC_BITS)), r.counter,
+             a, b) for r, (a, b, lay) in zip(runs, jobs)]
 
 
 #: small GEMMs: one fold, folds in K and N, ragged edges, M = 1 (period bound by the array)

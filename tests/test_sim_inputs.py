@@ -13,14 +13,13 @@ here from the Llama field meanings, not read back from the code.
 from __future__ import annotations
 
 import json
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from tilewright.app.cli.main import main
+from tests.test_cli import tw_here
 from tilewright.app.flows.sim_rtl import MAX_SIM_LAYER_PARAMS, TORCH_REL_L2_BOUND
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,23 +49,9 @@ def broken():
 """
 
 
-def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    """The real entry point (its error path included) in this process."""
-    old = sys.argv
-    sys.argv = ["tilewright", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
 
 def _json_sim(capsys, model: str, *extra: str) -> dict:
-    code, out, err = _cli(capsys, "sim", "--model", model, "--arch", ARCH, "--json", *extra)
+    code, out, err = tw_here(capsys, "sim", "--model", model, "--arch", ARCH, "--json", *extra)
     assert code == 0, out + err
     return json.loads(out)
 
@@ -115,7 +100,7 @@ def test_the_torch_check_can_fail(tmp_path, capsys):
     FAIL printed, never a silent pass."""
     path = tmp_path / "net.py"
     path.write_text(MLP_FACTORY)
-    code, out, _ = _cli(capsys, "sim", "--model", f"{path}:outlier", "--arch", ARCH)
+    code, out, _ = tw_here(capsys, "sim", "--model", f"{path}:outlier", "--arch", ARCH)
     assert code == 1 and "FAIL" in out and "a cross-check FAILED" in out
 
 
@@ -136,7 +121,7 @@ def _llama_layer_params(d: int, h: int, kv: int, ffn: int) -> int:
     (lambda p: "mlp-tiny", "--model mlp-tiny: a demo MLP; run it with `tilewright demo"),
 ])
 def test_bad_model_one_line_exit_2(tmp_path, capsys, make, needle):
-    code, out, err = _cli(capsys, "sim", "--model", make(tmp_path), "--arch", ARCH)
+    code, out, err = tw_here(capsys, "sim", "--model", make(tmp_path), "--arch", ARCH)
     n = _llama_layer_params(1024, 8, 4, 2816)
     assert code == 2, out + err
     assert needle.format(n=n, limit=MAX_SIM_LAYER_PARAMS) in err
@@ -144,7 +129,7 @@ def test_bad_model_one_line_exit_2(tmp_path, capsys, make, needle):
 
 
 def test_user_model_refuses_config_options(tmp_path, capsys):
-    code, _, err = _cli(capsys, "sim", "--model", _factory(tmp_path) + ":make", "--arch", ARCH,
+    code, _, err = tw_here(capsys, "sim", "--model", _factory(tmp_path) + ":make", "--arch", ARCH,
                         "--seq", "16")
     assert code == 2 and "--seed/--seq/--batch apply to configs" in err
 

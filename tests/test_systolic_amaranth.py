@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
+from tests.pysim_harness import simulate, ws_stream
 from tilewright.rtl.systolic import (OutputStationaryArray, WeightStationaryArray,
                                      os_finish_cycles, ws_latency_cycles)
-
-
-def _run(dut, bench):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 @pytest.mark.parametrize("R,C", [(2, 3), (3, 1), (1, 4)])
@@ -30,32 +23,7 @@ def test_ws_array_timing_and_values(R, C):
     B = rng.integers(-128, 128, (R, C))
     A[0, :], B[:, 0] = -128, -128                      # extreme corner
     dut = WeightStationaryArray(rows=R, cols=C)
-    seen = []
-
-    async def bench(ctx):
-        t = 0
-        for r in range(R - 1, -1, -1):                 # load rows R-1 .. 0
-            ctx.set(dut.w_in.valid, 1)
-            for j in range(C):
-                ctx.set(dut.w_in.payload[j], int(B[r, j]))
-            await ctx.tick()
-            t += 1
-        ctx.set(dut.w_in.valid, 0)
-        start = t
-        for step in range(M + R + C + 2):
-            if step < M:
-                ctx.set(dut.a_in.valid, 1)
-                ctx.set(dut.a_in.payload.commit, int(step == 0))
-                for i in range(R):
-                    ctx.set(dut.a_in.payload.a[i], int(A[step, i]))
-            else:
-                ctx.set(dut.a_in.valid, 0)
-            if ctx.get(dut.c_out.valid):
-                seen.append((t - start, [ctx.get(dut.c_out.payload[j]) for j in range(C)]))
-            await ctx.tick()
-            t += 1
-
-    _run(dut, bench)
+    seen = ws_stream(dut, A, B, M + R + C + 2)
     assert [s[0] for s in seen] == [m + ws_latency_cycles(R, C) for m in range(M)]
     np.testing.assert_array_equal(np.array([s[1] for s in seen]), A @ B)
 
@@ -109,7 +77,7 @@ def test_os_array_captures_on_first_and_drains_bottom_first(R, C):
             await ctx.tick()
         await drain(ctx)                              # tile 1
 
-    _run(dut, bench)
+    simulate(dut, bench)
     np.testing.assert_array_equal(np.array(rows_out[0]), As[0] @ B)
     np.testing.assert_array_equal(np.array(rows_out[1]), As[1] @ B)
 

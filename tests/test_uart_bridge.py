@@ -57,22 +57,29 @@ def test_baud_divisor_by_hand_and_refusals():
         UartLink("ws4x4")
 
 
-def _capture(op, replies: list[bytes]) -> list[bytes]:
-    """The bytes an operation sends, answering its reads with ``replies`` in order."""
-    sent, replies = [], list(replies)
-    try:
-        kind, arg = next(op)
-        while True:
-            if kind == "write":
-                sent.append(arg)
-                kind, arg = op.send(None)
-            else:
-                r = replies.pop(0)
-                assert len(r) == arg
-                kind, arg = op.send(r)
-    except StopIteration as stop:
-        sent.append(stop.value)
-    return sent
+class _Recorder:
+    """A transport that records the bytes written and answers reads with ``replies`` in order
+    (each exactly the length asked for)."""
+
+    def __init__(self, replies: list[bytes]):
+        self.sent, self.replies = [], list(replies)
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def read(self, n: int) -> bytes:
+        r = self.replies.pop(0)
+        assert len(r) == n
+        return r
+
+
+def _capture(op, replies: list[bytes]) -> list:
+    """The bytes an operation sends, driven by the host's own :func:`run_sync` on a
+    :class:`_Recorder`, followed by the operation's result."""
+    from tilewright.cosim.uart_host import run_sync
+    link = _Recorder(replies)
+    result = run_sync(op, link)
+    return [*link.sent, result]
 
 
 def test_request_bytes_by_hand():

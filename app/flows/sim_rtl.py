@@ -350,15 +350,30 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         rows.append({"op": r["op"], "m": int(r["m"]), "k": int(r["k"]), "n": int(r["n"]),
                      "rtl": int(rec["cycles"]), "model": int(r["cycles"]),
                      "util": float(r["utilization"])})
-    mism = [x for x in rows if x["rtl"] != x["model"]]
-    paired = len(sim.records) == len(report)      # a missing record must not pass by zip
-    checks.append(("RTL cycles == cycle model (every GEMM)", paired and not mism,
-                   f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
-                   + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")
-                   + ("" if paired else f"; {len(sim.records)} RTL records for "
-                                        f"{len(report)} GEMMs")))
+    checks.append(_cycles_check("RTL cycles == cycle model (every GEMM)", rows,
+                                len(sim.records), len(report)))
     result.gemm_rows = rows
     return result
+
+
+def _cycles_check(label: str, rows, records: int | None = None, gemms: int | None = None
+                  ) -> tuple[str, bool, str]:
+    """The check that every GEMM's RTL cycles equal the model's (``rows``: dicts with ``rtl``
+    and ``model``); given ``records`` and ``gemms``, also that there is one RTL record per GEMM
+    (a missing record must not pass by zip)."""
+    mism = [x for x in rows if x["rtl"] != x["model"]]
+    paired = records == gemms
+    return (label, paired and not mism,
+            f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
+            + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")
+            + ("" if paired else f"; {records} RTL records for {gemms} GEMMs"))
+
+
+def _accel_rows(sim, spec) -> list[dict[str, Any]]:
+    """One row per GEMM of an accelerator run: its shape, RTL and model cycles, utilization
+    (from the top's cycle-model comparison)."""
+    return [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
+             "model": r["model_cycles"], "util": r["utilization"]} for r in sim.comparison(spec)]
 
 
 def _replay_check(checks, rtl_out, program, inputs, func, say, vector_hook=None) -> None:
@@ -414,13 +429,8 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
     hook = (_run_vector_kernels(result, vector_records, spec, say, driver)
             if vector_records is not None else None)
     _replay_check(result.checks, rtl_out, program, inputs, func, say, hook)
-    rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
-             "model": r["model_cycles"], "util": r["utilization"]} for r in sim.comparison(spec)]
-    mism = [x for x in rows if x["rtl"] != x["model"]]
-    result.checks.append((
-        check, not mism,
-        f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
-        + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")))
+    rows = _accel_rows(sim, spec)
+    result.checks.append(_cycles_check(check, rows))
     result.gemm_rows = rows
     return result
 
@@ -472,19 +482,7 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     ``memory.accumulator_kib``) before any build."""
 
     te = spec.tensor_engine
-    f = get_format("bf16")
-    recorded: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def record(a, b, k_block):
-        if k_block != te.rows:
-            raise RuntimeError(f"bf16 GEMM with k_block {k_block}: the core sums {te.rows} "
-                               f"products per tile")
-        out = sequential_fp32_matmul(element_values(a, f), element_values(b, f), k_block)
-        recorded.append((a.copy(), b.copy(), out))
-        return out
-
-    with bf16_matmul(record):
-        func = run_program(program, inputs)
+    recorded, func = _record_fp32_gemms(bf16_matmul, get_format("bf16"), te.rows, program, inputs)
     params = Bf16Params.for_arch(spec)     # the ArchSpec's buffers, never sized to the GEMMs
     for a, b, _ in recorded:
         lay = bf16_gemm_words(te.rows, te.cols, a, b)[0]
@@ -501,30 +499,16 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     t0 = time.perf_counter()
     runs = run("bf16-core", [(a, b) for a, b, _ in recorded], params, log=say).records
     result.seconds["rtl"] = time.perf_counter() - t0
-    rtl_out = [r.c for r in runs]
-    same = all(np.array_equal(r.view(np.uint32), c.view(np.uint32))
-               for r, (_, _, c) in zip(rtl_out, recorded))
-    result.checks.append(("RTL bf16 GEMMs == numerics (fp32 bit patterns)", same,
-                          f"{len(recorded)} GEMMs, k_block {te.rows}"))
-    answers = iter(rtl_out)
-    with bf16_matmul(lambda a, b, kb: next(answers)):
-        again = run_program(program, inputs)
-    same_out = all(np.array_equal(again[o], func[o]) for o in program.outputs)
-    result.checks.append(("layer output with RTL GEMMs == functional (bit-exact)", same_out,
-                          ", ".join(program.outputs)))
+    _fp32_replay_checks(result, bf16_matmul, "bf16", f"{len(recorded)} GEMMs, k_block {te.rows}",
+                        recorded, [r.c for r in runs], program, inputs, func)
     rows = []
     for i, ((a, b, _), r) in enumerate(zip(recorded, runs)):
         (m, k), n = a.shape, b.shape[1]
         model = int(gemm_cycles_array(m, k, n, te.rows, te.cols, "ws")[0])
         rows.append({"op": f"g{i}", "m": m, "k": k, "n": n, "rtl": r.cycles, "model": model,
                      "util": m * k * n / (te.macs_per_cycle * r.cycles)})
-    mism = [x for x in rows if x["rtl"] != x["model"]]
-    paired = len(runs) == len(recorded)           # a missing record must not pass by zip
-    result.checks.append(("RTL cycles == cycle model (every GEMM)", paired and not mism,
-                          f"total {sum(x['rtl'] for x in rows):,} vs "
-                          f"{sum(x['model'] for x in rows):,}"
-                          + ("" if paired else f"; {len(runs)} RTL records for "
-                                               f"{len(recorded)} GEMMs")))
+    result.checks.append(_cycles_check("RTL cycles == cycle model (every GEMM)", rows,
+                                       len(runs), len(recorded)))
     result.gemm_rows = rows
     return result
 
@@ -538,18 +522,7 @@ def _run_fp8_on_accel(result: SimResult, program, inputs, spec, say, driver: str
     GEMM, as the accelerator's ISA has no scale operand); cycles vs the accelerator cycle model."""
     te = spec.tensor_engine
     f = get_format(te.input_format)
-    recorded: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def record(a, b, k_block):
-        if k_block != te.rows:
-            raise RuntimeError(f"{f.name} GEMM with k_block {k_block}: the core sums {te.rows} "
-                               f"products per tile")
-        out = sequential_fp32_matmul(element_values(a, f), element_values(b, f), k_block)
-        recorded.append((a.copy(), b.copy(), out))
-        return out
-
-    with fp8_matmul(record):
-        func = run_program(program, inputs)
+    recorded, func = _record_fp32_gemms(fp8_matmul, f, te.rows, program, inputs)
     drv = "C++ fast driver" if driver == "fast" else "cocotb"
     say(f"RTL: {len(recorded)} {f.name} GEMMs on the accelerator top (ISA + DMA, {drv})")
     # the fp8 codes as the int8 bytes the DMA moves; C comes back as fp32 patterns in int32
@@ -560,25 +533,49 @@ def _run_fp8_on_accel(result: SimResult, program, inputs, spec, say, driver: str
     result.seconds["rtl"] = time.perf_counter() - t0
     rtl_out = [np.ascontiguousarray(sim.outputs[f"c{i}"]).view(np.float32)
                for i in range(len(recorded))]
+    _fp32_replay_checks(result, fp8_matmul, f.name,
+                        f"{len(recorded)} GEMMs on the accelerator top, k_block {te.rows}",
+                        recorded, rtl_out, program, inputs, func)
+    rows = _accel_rows(sim, spec)
+    result.checks.append(_cycles_check(_ACCEL_WORDING["accel"][3], rows, len(rows),
+                                       len(recorded)))
+    result.gemm_rows = rows
+    return result
+
+
+def _record_fp32_gemms(hook, f, k_block: int, program, inputs):
+    """Run ``program`` on the functional model with every GEMM of format ``f`` that ``hook``
+    (:func:`~tilewright.dataflow_sim.functional.bf16_matmul` or
+    :func:`~tilewright.dataflow_sim.matmul_hooks.fp8_matmul`) intercepts computed as the core
+    computes it (fp32 accumulate, ``k_block`` products per tile) and recorded; returns
+    ([(a, b, fp32 C)], the functional run's tensors)."""
+    recorded: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def record(a, b, kb):
+        if kb != k_block:
+            raise RuntimeError(f"{f.name} GEMM with k_block {kb}: the core sums {k_block} "
+                               f"products per tile")
+        out = sequential_fp32_matmul(element_values(a, f), element_values(b, f), kb)
+        recorded.append((a.copy(), b.copy(), out))
+        return out
+
+    with hook(record):
+        func = run_program(program, inputs)
+    return recorded, func
+
+
+def _fp32_replay_checks(result: SimResult, hook, what: str, detail: str, recorded, rtl_out,
+                        program, inputs, func) -> None:
+    """Append the two checks of a floating-point run: every RTL GEMM equals the recorded one
+    (fp32 bit patterns, one RTL result per GEMM), and the layer run again with ``hook`` answering
+    each GEMM, in order, with the RTL's result equals the functional run (bit-exact)."""
     same = len(rtl_out) == len(recorded) and all(
         np.array_equal(r.view(np.uint32), c.view(np.uint32))
         for r, (_, _, c) in zip(rtl_out, recorded))
-    result.checks.append((f"RTL {f.name} GEMMs == numerics (fp32 bit patterns)", same,
-                          f"{len(recorded)} GEMMs on the accelerator top, k_block {te.rows}"))
+    result.checks.append((f"RTL {what} GEMMs == numerics (fp32 bit patterns)", same, detail))
     answers = iter(rtl_out)
-    with fp8_matmul(lambda a, b, kb: next(answers)):
+    with hook(lambda a, b, kb: next(answers)):
         again = run_program(program, inputs)
     same_out = all(np.array_equal(again[o], func[o]) for o in program.outputs)
     result.checks.append(("layer output with RTL GEMMs == functional (bit-exact)", same_out,
                           ", ".join(program.outputs)))
-    rows = [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
-             "model": r["model_cycles"], "util": r["utilization"]} for r in sim.comparison(spec)]
-    mism = [x for x in rows if x["rtl"] != x["model"]]
-    paired = len(rows) == len(recorded)           # a missing record must not pass by zip
-    result.checks.append((
-        _ACCEL_WORDING["accel"][3], paired and not mism,
-        f"total {sum(x['rtl'] for x in rows):,} vs {sum(x['model'] for x in rows):,}"
-        + (f"; {len(mism)} differ, first {mism[0]}" if mism else "")
-        + ("" if paired else f"; {len(rows)} RTL records for {len(recorded)} GEMMs")))
-    result.gemm_rows = rows
-    return result
