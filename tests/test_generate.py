@@ -212,19 +212,28 @@ def test_divergence_check_fails_outside_the_bound():
     (["--tokens", "0"], "--tokens 0: the number of tokens to generate must be from 1"),
     (["--tokens", "253"], "= 257 tokens; tiny-llama's max_seq_len is 256"),
     (["--prompt-ids", "1,x"], "--prompt-ids '1,x': give token ids as integers"),
-    (["--rtl", "--fast"], "generate --rtl (tiny-llama): not available yet"),
+    (["--fast"], "--fast selects the RTL driver; add --rtl"),
 ])
 def test_bad_input_one_line_exit_2(args, needle):
     base = {"--prompt-ids": ",".join(map(str, PROMPT)), "--tokens": "4"}
     for flag, value in zip(args[::2], args[1::2]):
         if flag in base:
             base[flag] = value
-    extra = [a for a in args if a in ("--rtl", "--fast")]
+    extra = [a for a in args if a == "--fast"]
     code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", ARCH,
                           *[x for kv in base.items() for x in kv], *extra)
     assert code == 2, out + err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+
+
+def test_rtl_refuses_a_format_it_does_not_run():
+    code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", "ws4x4-fp8",
+                          "--prompt-ids", "1,2", "--tokens", "2", "--rtl", "--fast")
+    assert code == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "tensor_engine.input_format = 'fp8-e4m3'" in lines[0] \
+        and "accepted: int8" in lines[0], err
 
 
 def test_memory_refusals_one_line_exit_2(tmp_path, llama):
@@ -243,3 +252,62 @@ def test_memory_refusals_one_line_exit_2(tmp_path, llama):
                         "--prompt-ids", "1,2", "--tokens", "2")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "KV cache of 2,048 bytes" in err and "offchip.capacity_gib" in err
+
+
+# ---- --rtl: every step's GEMMs on the Verilated accelerator top --------------------------------
+def _narrow_arch(tmp_path):
+    """The 4x4 WS accelerator top of tests/test_accel_rtl.py (2-byte memory port): its C++ fast
+    driver build is the one tests/test_sim_rtl.py makes, reused here (same key)."""
+    from tests.test_accel_rtl import ARCHS
+
+    path = tmp_path / "narrow.yaml"
+    path.write_text(ARCHS["ws-narrow"].to_yaml())
+    return path
+
+
+def test_rtl_fast_tiny_llama_bit_exact_and_cycle_exact(tmp_path):
+    code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", str(_narrow_arch(tmp_path)),
+                          "--prompt-ids", ",".join(map(str, PROMPT)), "--tokens", str(TOKENS),
+                          "--rtl", "--fast", "--json")
+    assert code == 0, out + err
+    res = json.loads(out)
+    checks = {c["check"]: c for c in res["checks"]}
+    assert all(c["ok"] for c in checks.values()), checks
+    for name in ("RTL GEMMs == numpy int32 (bit-exact)",
+                 "layer output with RTL GEMMs == functional (bit-exact)",
+                 "RTL cycles == accelerator cycle model (every GEMM, DMA included)"):
+        assert checks[name]["detail"] == f"all {TOKENS} steps", name
+    for st in res["steps"]:
+        assert st["rtl"]["gemms"] > 0 and st["rtl"]["rtl_cycles"] == st["rtl"]["model_cycles"] > 0
+    _assert_agrees_with_torch("tiny-llama", res["tokens"])
+    host = " ".join(res["on_the_host"])
+    for op in ("embedding gather", "rsqrt", "quantize", "KV append", "argmax"):
+        assert op in host, op
+
+
+@pytest.mark.parametrize("mutation", ["bit", "cycle"])
+def test_rtl_one_bit_or_one_cycle_off_exits_1(tmp_path, monkeypatch, mutation):
+    """A one-bit error in one RTL GEMM result, or one cycle more in one RTL GEMM, fails
+    `generate --rtl` (exit 1, the check named FAIL)."""
+    from tilewright.app.flows import sim_rtl
+
+    real = sim_rtl.run
+
+    def wrong(*args, **kwargs):
+        sim = real(*args, **kwargs)
+        if mutation == "bit":
+            c0 = np.array(sim.outputs["c0"], copy=True)
+            c0.reshape(-1)[0] ^= 1
+            sim.outputs["c0"] = c0
+        else:
+            sim.records[0]["cycles"] += 1
+        return sim
+
+    monkeypatch.setattr(sim_rtl, "run", wrong)
+    code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", str(_narrow_arch(tmp_path)),
+                          "--prompt-ids", "1,2", "--tokens", "1", "--rtl", "--fast", "--json")
+    assert code == 1, out + err
+    failed = {c["check"] for c in json.loads(out)["checks"] if not c["ok"]}
+    want = ("RTL GEMMs == numpy int32 (bit-exact)" if mutation == "bit" else
+            "RTL cycles == accelerator cycle model (every GEMM, DMA included)")
+    assert want in failed, failed

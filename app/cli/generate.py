@@ -4,7 +4,8 @@ functional model, every step costed by the cycle model
 
 Registered in :mod:`tilewright.app.cli.main`. Exit status 1 when a check fails; user errors (a
 prompt id outside the vocabulary, ``--tokens 0``, a context beyond the model or the memory, a
-model too big, ``--rtl`` which is not built yet) are one line and exit status 2.
+model too big, ``--rtl`` on a design the RTL generators do not build) are one line and exit
+status 2.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tilewright.app.cli import JSON_HELP, print_json
 from tilewright.app.cli.single_core import refuse_mesh
 from tilewright.app.cli.tables import Column, print_table
 from tilewright.arch import load_arch
+from tilewright.rtl.limits import refuse_beyond_rtl
 
 __all__ = ["generate_cmd"]
 
@@ -35,8 +37,10 @@ def generate_cmd(
     tokens: int = typer.Option(..., "--tokens", help="tokens to generate: the prefill gives "
                                "the first, each decode step one more"),
     seed: int = typer.Option(0, "--seed", help="seed of the weights"),
-    rtl: bool = typer.Option(False, "--rtl", help="run the steps on the Verilated accelerator "
-                             "top (not built yet: refused, naming what is missing)"),
+    rtl: bool = typer.Option(False, "--rtl", help="run every step's int8 GEMMs on the "
+                             "Verilated accelerator top (ISA, DMA, external memory): bit-exact, "
+                             "cycles == the accelerator cycle model; the other ops stay on the "
+                             "host and are listed"),
     fast: bool = typer.Option(False, "--fast", help="with --rtl: the C++ fast driver"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="write a Perfetto/Chrome trace "
                                          "JSON of the cycle model's timeline (tracks: "
@@ -47,15 +51,16 @@ def generate_cmd(
     number format), KV cache / Mamba state carried between steps; cycles per step from the cycle
     model; tokens checked against torch fp32 greedy decoding."""
     from tilewright.app.flows.generate import (  # noqa: PLC0415  (lazy: pulls in torch)
-        GenerateInputError, generate, parse_prompt_ids, refuse_rtl)
+        GenerateInputError, generate, parse_prompt_ids)
     if fast and not rtl:
         raise GenerateInputError("--fast selects the RTL driver; add --rtl")
     prompt = parse_prompt_ids(prompt_ids)
     spec = refuse_mesh(load_arch(arch), "generate", arch)
     if rtl:
-        refuse_rtl(model)
+        refuse_beyond_rtl(spec, "generate --rtl", arch)
     with console.status("compiling") as st:
-        res = generate(model, spec, prompt, tokens, seed=seed, trace=trace, log=st.update)
+        res = generate(model, spec, prompt, tokens, seed=seed, trace=trace, log=st.update,
+                       rtl=rtl, driver="fast" if fast else "cocotb")
     if as_json:
         print_json(res.as_json())
         if not res.ok:
@@ -67,15 +72,24 @@ def generate_cmd(
     body = [(st_.phase, st_.tokens_in, st_.context, st_.token, st_.cycles,
              st_.cycles / res.clock_mhz, st_.busy["array"] / st_.cycles,
              st_.busy["vector"] / st_.cycles, st_.busy["scan"] / st_.cycles,
-             st_.busy["dma"] / st_.cycles) for st_ in res.steps]
+             st_.busy["dma"] / st_.cycles)
+            + ((st_.rtl["gemms"], st_.rtl["rtl_cycles"], st_.rtl["model_cycles"]) if rtl else ())
+            for st_ in res.steps]
     pct = "{:.0%}"
+    rtl_cols = [Column("RTL GEMMs", True), Column("RTL GEMM cycles", True),
+                Column("accel model", True)] if rtl else []
     print_table(f"{res.model} on {res.arch} ({res.clock_mhz:g} MHz): functional model, cycle "
                 f"model per step", [Column("step"), Column("tokens in", True),
                                     Column("context", True), Column("token", True),
                                     Column("cycles", True), Column("µs", True, "{:.1f}"),
                                     Column("array", True, pct), Column("vector", True, pct),
-                                    Column("scan", True, pct), Column("DMA", True, pct)],
+                                    Column("scan", True, pct), Column("DMA", True, pct),
+                                    *rtl_cols],
                 body, console=console)
+    if rtl:
+        console.print("RTL: each step's GEMMs run one by one on the accelerator top (its "
+                      "cycles count those GEMMs, DMA included; the step's cycles are the cycle "
+                      "model's whole step)", highlight=False)
     dec = s["decode_cycles_per_token"]
     console.print(f"prefill {s['prefill_cycles']:,} cycles for {s['prompt_tokens']} tokens; "
                   + (f"decode {dec:,.0f} cycles/token = {s['decode_tokens_per_s']:,.0f} "

@@ -21,7 +21,16 @@ model of an ArchSpec, costed step by step by the cycle model.
    reports them); busy shares and the ``--trace`` timeline come from
    :mod:`tilewright.dataflow_sim.timeline`.
 
-The RTL path (``--rtl``) is refused in one line naming what is missing (:func:`refuse_rtl`).
+With ``rtl`` (``--rtl [--fast]``, an int8 ArchSpec) every step's int8 GEMMs — projections, the
+attention cascade's block GEMMs, each expert's rows, the LM head — run on the Verilated
+accelerator top (ISA, DMA, external-memory model; cocotb or the C++ fast driver) through the
+machinery of ``sim --rtl --top accel``
+(:func:`tilewright.app.flows.sim_rtl.run_gemms_on_accel`): every RTL GEMM bit-exact with numpy,
+the step replayed with the RTL's results bit-exact with the functional model (logits and states,
+so the tokens too), and every GEMM's RTL cycles equal to the accelerator's cycle model
+(:mod:`tilewright.dataflow_sim.accel_timing`, DMA included). Everything else of a step runs on the
+host's functional model and is listed by name (:func:`host_ops`): the embedding gather, the
+norms, RoPE, the attention's online softmax, quantize steps, routing, the KV append, the argmax.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.dataflow_sim.timeline import busy_cycles, chrome_trace
 from tilewright.errors import UserError
 
-__all__ = ["GenerateResult", "StepResult", "generate", "parse_prompt_ids", "refuse_rtl",
+__all__ = ["GenerateResult", "StepResult", "generate", "parse_prompt_ids", "host_ops",
            "LOGITS_REL_L2_BOUND", "MAX_GENERATE_PARAMS", "GENERATE_FORMATS", "HOST_OPS"]
 
 #: relative L2 error of a step's int8 logits against torch fp32 greedy decoding accepted (int8
@@ -77,6 +86,8 @@ class StepResult:
     rel_l2: float = float("nan")   #: logits vs torch fp32 (nan after a divergence)
     torch_token: int | None = None
     report: Any = None        #: the step's Report (pandas), for the trace
+    #: with --rtl: the step's GEMMs on the accelerator top (count, RTL and model cycles, checks)
+    rtl: dict[str, Any] | None = None
 
     def row(self, clock_mhz: float) -> dict[str, Any]:
         """The step as a plain dict (``--json``)."""
@@ -86,7 +97,9 @@ class StepResult:
                 "us": self.cycles / clock_mhz, "busy_cycles": dict(self.busy),
                 "array_share": self.busy["array"] / t, "vector_share": self.busy["vector"] / t,
                 "scan_share": self.busy["scan"] / t, "dma_share": self.busy["dma"] / t,
-                "logits_rel_l2": None if np.isnan(self.rel_l2) else self.rel_l2}
+                "logits_rel_l2": None if np.isnan(self.rel_l2) else self.rel_l2,
+                "rtl": None if self.rtl is None else {k: v for k, v in self.rtl.items()
+                                                      if k != "checks"}}
 
 
 @dataclass
@@ -142,16 +155,6 @@ def parse_prompt_ids(text: str) -> list[int]:
         raise GenerateInputError(f"--prompt-ids {text!r}: give token ids as integers separated "
                                  f"by commas, e.g. 1,2,3")
     return [int(p) for p in parts]
-
-
-def refuse_rtl(model: str) -> None:
-    """``--rtl`` is not built yet: refuse in one line naming what is missing."""
-    raise GenerateInputError(
-        f"generate --rtl ({model}): not available yet — the accelerator top has no embedding "
-        "fetch by token id (indirect DMA), no argmax/top-k or requantize vector op and no KV "
-        "append into external memory, so a decode step cannot run on it without doing parts on "
-        "the host; run generate without --rtl (functional model + cycle model), or one layer's "
-        "GEMMs and vector ops on the RTL with `tilewright sim --rtl --top accel --vector`")
 
 
 def _config(model: str):
@@ -232,15 +235,50 @@ def _memory(program, outputs: dict[str, np.ndarray], prompt_len: int, context: i
     return out
 
 
+def host_ops(program) -> list[str]:
+    """What of ``program`` runs on the host when its GEMMs run on the RTL: every task that is not
+    a GEMM, by op name with its count (``rmsnorm``-style names are the ops the compiler emitted:
+    pow, reduce_mean, rsqrt, mul, ...), and the attention cascade's softmax between its GEMMs."""
+    from tilewright.compiler.program import (  # noqa: PLC0415  (lazy: pulls in pydantic models)
+        AttentionTask, BgemmTask, GemmTask, GroupedGemmTask, QuantizeTask, ScanTask, VectorTask)
+
+    counts: dict[str, int] = {}
+    for t in program.tasks:
+        if isinstance(t, (GemmTask, BgemmTask, GroupedGemmTask)):
+            continue
+        if isinstance(t, AttentionTask):
+            name = "attention online softmax (between its block GEMMs)"
+        elif isinstance(t, QuantizeTask):
+            name = "quantize"
+        elif isinstance(t, ScanTask):
+            name = "scan"
+        elif isinstance(t, VectorTask):
+            name = {"take_rows": "embedding gather (take_rows)",
+                    "concat": "concat (KV append)"}.get(t.op, t.op)
+        else:
+            name = type(t).__name__
+        counts[name] = counts.get(name, 0) + 1
+    return [f"{k} x{v}" for k, v in sorted(counts.items())]
+
+
 def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed: int = 0,
-             trace: Path | None = None, log: Callable[[str], None] | None = None
-             ) -> GenerateResult:
-    """Greedy generation of ``tokens`` tokens after ``prompt`` (module docstring)."""
+             trace: Path | None = None, log: Callable[[str], None] | None = None,
+             rtl: bool = False, driver: str = "cocotb") -> GenerateResult:
+    """Greedy generation of ``tokens`` tokens after ``prompt`` (module docstring); ``rtl`` runs
+    every step's int8 GEMMs on the accelerator top through ``driver`` (cocotb | fast)."""
     say = log or (lambda _msg: None)
     fmt = arch.tensor_engine.input_format
     if fmt not in GENERATE_FORMATS:
         raise ArchSpecError(f"{arch.name}: tensor_engine.input_format = {fmt!r}: generate runs "
                             f"the formats the RTL builds, accepted: {', '.join(GENERATE_FORMATS)}")
+    if rtl and fmt != "int8":
+        raise ArchSpecError(f"{arch.name}: tensor_engine.input_format = {fmt!r}: generate --rtl "
+                            f"runs int8 GEMMs on the accelerator top; accepted: int8 (drop --rtl "
+                            f"for the functional model in {fmt})")
+    if rtl:
+        from tilewright.cosim.program_jobs import \
+            check_transcendental_passes  # noqa: PLC0415  (lazy: pulls in amaranth)
+        check_transcendental_passes(arch)
     cfg = _config(model)
     _check_request(model, cfg, prompt, tokens)
     import torch  # noqa: PLC0415  (lazy: torch is heavy)
@@ -270,6 +308,7 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
         say(f"{phase} step {i}: compile and run on the functional model")
         c = compile_module(step, (ids, *states), spec, fmt=fmt, name=f"{model}.{phase}{i}")
         out = c.program.outputs
+        rtl_step = _step_on_rtl(c, spec, say, driver, f"{phase} step {i}") if rtl else None
         logits = c.outputs[out[0]].reshape(-1).astype(np.float64)
         if i == 0:
             memory = _memory(c.program, c.outputs, len(prompt), len(prompt) + tokens, spec,
@@ -277,15 +316,20 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
         tok = int(np.argmax(logits))
         busy = busy_cycles(c.report)
         steps.append(StepResult(phase, ids.shape[1], len(prompt) + i, tok, busy["time"], busy,
-                                torch_token=ref_tokens[i], report=c.report))
+                                torch_token=ref_tokens[i], report=c.report, rtl=rtl_step))
         steps[-1].rel_l2 = _rel_l2(logits, ref_logits[i].double().numpy())
         states = tuple(torch.from_numpy(np.ascontiguousarray(c.outputs[o])) for o in out[1:])
         ids = torch.tensor([[tok]])
     times["functional"] = time.perf_counter() - t0
     gen = [s.token for s in steps]
     checks = _checks(steps, gen, ref_tokens, ref_logits)
+    on_host = HOST_OPS
+    if rtl:
+        checks += _rtl_checks(steps)
+        on_host = (*host_ops(c.program), *HOST_OPS)
+        times["rtl"] = sum(s.rtl["seconds"] for s in steps)
     res = GenerateResult(model, spec.name, spec.clock_mhz, list(prompt), gen, ref_tokens,
-                         steps, checks, memory, seconds=times)
+                         steps, checks, memory, host_ops=tuple(on_host), seconds=times)
     if trace is not None:
         labels = ["prefill"] + [f"token {i + 1}" for i in range(1, tokens)]
         doc = chrome_trace(zip(labels, (s.report for s in steps)), spec.clock_mhz,
@@ -293,6 +337,55 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
         Path(trace).write_text(json.dumps(doc))
         res.trace = Path(trace)
     return res
+
+
+def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str) -> dict[str, Any]:
+    """One step's int8 GEMMs on the accelerator top: the step's Program run again on the
+    functional model recording every int8 matmul, then
+    :func:`~tilewright.app.flows.sim_rtl.run_gemms_on_accel` (bit-exact GEMMs, the step replayed
+    with them bit-exact, every GEMM's cycles == the accelerator cycle model)."""
+    from tilewright.app.flows.sim_rtl import (  # noqa: PLC0415  (lazy: pulls in amaranth)
+        SimResult, run_gemms_on_accel)
+    from tilewright.dataflow_sim.functional import (  # noqa: PLC0415  (lazy: numerics)
+        gemm_int8, int8_matmul, run_program)
+
+    recorded: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def record(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        res = gemm_int8(a, b)
+        recorded.append((a.copy(), b.copy(), res))
+        return res
+
+    with int8_matmul(record):
+        func = run_program(c.program, c.inputs)
+    same = all(np.array_equal(func[o], c.outputs[o]) for o in c.program.outputs)
+    say(f"{label}: {len(recorded)} int8 GEMMs on the accelerator top")
+    sr = SimResult(c.name, spec.name, [("recorded run == the step's functional run", same,
+                                        f"{len(recorded)} GEMMs recorded")])
+    run_gemms_on_accel(sr, recorded, c.program, c.inputs, func, spec, say, "accel", driver)
+    return {"gemms": len(recorded), "rtl_cycles": int(sum(r["rtl"] for r in sr.gemm_rows)),
+            "model_cycles": int(sum(r["model"] for r in sr.gemm_rows)),
+            "seconds": sum(sr.seconds.values()), "checks": sr.checks}
+
+
+def _rtl_checks(steps: list[StepResult]) -> list[tuple[str, bool, str]]:
+    """Each RTL check over every step: passes when it passed at every step."""
+    names = list(dict.fromkeys(n for s in steps for n, _, _ in s.rtl["checks"]))
+    out = []
+    for name in names:
+        per = [(i, ok, d) for i, s in enumerate(steps) for n, ok, d in s.rtl["checks"]
+               if n == name]
+        bad = [(i, d) for i, ok, d in per if not ok]
+        detail = (f"all {len(per)} steps" if not bad
+                  else f"{len(bad)} of {len(per)} steps fail, first step {bad[0][0]}: {bad[0][1]}")
+        out.append((name, len(per) == len(steps) and not bad, detail))
+    rtl = sum(s.rtl["rtl_cycles"] for s in steps)
+    model = sum(s.rtl["model_cycles"] for s in steps)
+    out.append(("RTL cycles == accelerator cycle model (every step's GEMMs, DMA included)",
+                rtl == model and all(s.rtl["rtl_cycles"] == s.rtl["model_cycles"]
+                                     for s in steps),
+                f"{rtl:,} vs {model:,} over {sum(s.rtl['gemms'] for s in steps)} GEMMs"))
+    return out
 
 
 def _rel_l2(y: np.ndarray, ref: np.ndarray) -> float:
