@@ -255,38 +255,35 @@ def test_memory_refusals_one_line_exit_2(tmp_path, llama):
 
 
 # ---- --rtl: every step's GEMMs on the Verilated accelerator top --------------------------------
-def _narrow_arch(tmp_path):
-    """The 4x4 WS accelerator top of tests/test_accel_rtl.py (2-byte memory port): its C++ fast
-    driver build is the one tests/test_sim_rtl.py makes, reused here (same key)."""
-    from tests.test_accel_rtl import ARCHS
-
-    path = tmp_path / "narrow.yaml"
-    path.write_text(ARCHS["ws-narrow"].to_yaml())
-    return path
-
-
-def test_rtl_fast_tiny_llama_bit_exact_and_cycle_exact(tmp_path):
-    code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", str(_narrow_arch(tmp_path)),
+# ws8x8v's accelerator top (8x8 WS core + vector engine) with the C++ fast driver: the build
+# tests/test_vector_accel.py makes, reused here (same key)
+def test_rtl_fast_tiny_llama_bit_exact_and_cycle_exact():
+    code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", ARCH,
                           "--prompt-ids", ",".join(map(str, PROMPT)), "--tokens", str(TOKENS),
-                          "--rtl", "--fast", "--json")
+                          "--rtl", "--fast", "--vector", "--json")
     assert code == 0, out + err
     res = json.loads(out)
     checks = {c["check"]: c for c in res["checks"]}
     assert all(c["ok"] for c in checks.values()), checks
     for name in ("RTL GEMMs == numpy int32 (bit-exact)",
-                 "layer output with RTL GEMMs == functional (bit-exact)",
-                 "RTL cycles == accelerator cycle model (every GEMM, DMA included)"):
+                 "RTL vector engine == instruction-level model (bit-exact)",
+                 "layer output with RTL GEMMs and vector ops == functional (bit-exact)",
+                 "RTL cycles == accelerator cycle model (every GEMM, DMA included)",
+                 "RTL cycles == accelerator cycle model (every vector kernel, DMA included)"):
         assert checks[name]["detail"] == f"all {TOKENS} steps", name
     for st in res["steps"]:
-        assert st["rtl"]["gemms"] > 0 and st["rtl"]["rtl_cycles"] == st["rtl"]["model_cycles"] > 0
+        r = st["rtl"]
+        assert r["gemms"] > 0 and r["rtl_cycles"] == r["model_cycles"] > 0
+        assert r["vector_kernels"] > 0 and r["vector_rtl_cycles"] == r["vector_model_cycles"] > 0
     _assert_agrees_with_torch("tiny-llama", res["tokens"])
     host = " ".join(res["on_the_host"])
-    for op in ("embedding gather", "rsqrt", "quantize", "KV append", "argmax"):
+    for op in ("embedding gather", "reduce_mean", "quantize", "KV append", "argmax"):
         assert op in host, op
+    assert "rsqrt" not in host          # on the vector engine with --vector
 
 
 @pytest.mark.parametrize("mutation", ["bit", "cycle"])
-def test_rtl_one_bit_or_one_cycle_off_exits_1(tmp_path, monkeypatch, mutation):
+def test_rtl_one_bit_or_one_cycle_off_exits_1(monkeypatch, mutation):
     """A one-bit error in one RTL GEMM result, or one cycle more in one RTL GEMM, fails
     `generate --rtl` (exit 1, the check named FAIL)."""
     from tilewright.app.flows import sim_rtl
@@ -304,7 +301,7 @@ def test_rtl_one_bit_or_one_cycle_off_exits_1(tmp_path, monkeypatch, mutation):
         return sim
 
     monkeypatch.setattr(sim_rtl, "run", wrong)
-    code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", str(_narrow_arch(tmp_path)),
+    code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", ARCH,
                           "--prompt-ids", "1,2", "--tokens", "1", "--rtl", "--fast", "--json")
     assert code == 1, out + err
     failed = {c["check"] for c in json.loads(out)["checks"] if not c["ok"]}

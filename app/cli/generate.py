@@ -42,6 +42,11 @@ def generate_cmd(
                              "cycles == the accelerator cycle model; the other ops stay on the "
                              "host and are listed"),
     fast: bool = typer.Option(False, "--fast", help="with --rtl: the C++ fast driver"),
+    vector: bool = typer.Option(False, "--vector", help="run the ops the vector engine "
+                                "implements (exp, rsqrt, SiLU, softplus, softmax, add/mul, "
+                                "sum/max in Q8.8; the scan on the scan unit) in its arithmetic; "
+                                "with --rtl on the accelerator top's vector engine (needs a "
+                                "vector_unit in the ArchSpec)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="write a Perfetto/Chrome trace "
                                          "JSON of the cycle model's timeline (tracks: "
                                          "instruction issue, DMA, array, vector, scan) to FILE"),
@@ -60,7 +65,7 @@ def generate_cmd(
         refuse_beyond_rtl(spec, "generate --rtl", arch)
     with console.status("compiling") as st:
         res = generate(model, spec, prompt, tokens, seed=seed, trace=trace, log=st.update,
-                       rtl=rtl, driver="fast" if fast else "cocotb")
+                       rtl=rtl, driver="fast" if fast else "cocotb", vector=vector)
     if as_json:
         print_json(res.as_json())
         if not res.ok:
@@ -74,10 +79,15 @@ def generate_cmd(
              st_.busy["vector"] / st_.cycles, st_.busy["scan"] / st_.cycles,
              st_.busy["dma"] / st_.cycles)
             + ((st_.rtl["gemms"], st_.rtl["rtl_cycles"], st_.rtl["model_cycles"]) if rtl else ())
+            + ((st_.rtl["vector_kernels"], st_.rtl["vector_rtl_cycles"],
+                st_.rtl["vector_model_cycles"]) if rtl and vector else ())
             for st_ in res.steps]
     pct = "{:.0%}"
     rtl_cols = [Column("RTL GEMMs", True), Column("RTL GEMM cycles", True),
                 Column("accel model", True)] if rtl else []
+    if rtl and vector:
+        rtl_cols += [Column("RTL vector kernels", True), Column("RTL vector cycles", True),
+                     Column("vector model", True)]
     print_table(f"{res.model} on {res.arch} ({res.clock_mhz:g} MHz): functional model, cycle "
                 f"model per step", [Column("step"), Column("tokens in", True),
                                     Column("context", True), Column("token", True),
@@ -87,9 +97,11 @@ def generate_cmd(
                                     *rtl_cols],
                 body, console=console)
     if rtl:
-        console.print("RTL: each step's GEMMs run one by one on the accelerator top (its "
-                      "cycles count those GEMMs, DMA included; the step's cycles are the cycle "
-                      "model's whole step)", highlight=False)
+        console.print("RTL: each step's GEMMs" + (" and vector kernels" if vector else "")
+                      + " run one by one on the accelerator top (RTL cycles count those "
+                      "kernels, DMA included, against the accelerator's cycle model; the "
+                      "step's cycles are the cycle model's whole step, tasks as `compile` "
+                      "costs them)", highlight=False)
     dec = s["decode_cycles_per_token"]
     console.print(f"prefill {s['prefill_cycles']:,} cycles for {s['prompt_tokens']} tokens; "
                   + (f"decode {dec:,.0f} cycles/token = {s['decode_tokens_per_s']:,.0f} "

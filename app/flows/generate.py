@@ -235,16 +235,19 @@ def _memory(program, outputs: dict[str, np.ndarray], prompt_len: int, context: i
     return out
 
 
-def host_ops(program) -> list[str]:
+def host_ops(program, offloaded: tuple[str, ...] = ()) -> list[str]:
     """What of ``program`` runs on the host when its GEMMs run on the RTL: every task that is not
-    a GEMM, by op name with its count (``rmsnorm``-style names are the ops the compiler emitted:
-    pow, reduce_mean, rsqrt, mul, ...), and the attention cascade's softmax between its GEMMs."""
+    a GEMM, by op name with its count (the ops the compiler emitted: pow, reduce_mean, rsqrt,
+    mul, ...), and the attention cascade's softmax between its GEMMs; the tasks named in
+    ``offloaded`` (those the RTL's vector engine ran) are left out."""
     from tilewright.compiler.program import (  # noqa: PLC0415  (lazy: pulls in pydantic models)
         AttentionTask, BgemmTask, GemmTask, GroupedGemmTask, QuantizeTask, ScanTask, VectorTask)
 
     counts: dict[str, int] = {}
     for t in program.tasks:
         if isinstance(t, (GemmTask, BgemmTask, GroupedGemmTask)):
+            continue
+        if t.name in offloaded:
             continue
         if isinstance(t, AttentionTask):
             name = "attention online softmax (between its block GEMMs)"
@@ -263,9 +266,13 @@ def host_ops(program) -> list[str]:
 
 def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed: int = 0,
              trace: Path | None = None, log: Callable[[str], None] | None = None,
-             rtl: bool = False, driver: str = "cocotb") -> GenerateResult:
+             rtl: bool = False, driver: str = "cocotb", vector: bool = False) -> GenerateResult:
     """Greedy generation of ``tokens`` tokens after ``prompt`` (module docstring); ``rtl`` runs
-    every step's int8 GEMMs on the accelerator top through ``driver`` (cocotb | fast)."""
+    every step's int8 GEMMs on the accelerator top through ``driver`` (cocotb | fast).
+    ``vector`` runs the ops the vector engine implements (exp, rsqrt, SiLU, softplus, softmax,
+    add/mul, sum/max; the scan) in its Q8.8 arithmetic, as ``sim --vector`` does
+    (:class:`~tilewright.dataflow_sim.vector_offload.VectorUnitOps`), and with ``rtl`` on the
+    accelerator top's vector engine (bit-exact, cycles == its cycle model)."""
     say = log or (lambda _msg: None)
     fmt = arch.tensor_engine.input_format
     if fmt not in GENERATE_FORMATS:
@@ -275,6 +282,9 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
         raise ArchSpecError(f"{arch.name}: tensor_engine.input_format = {fmt!r}: generate --rtl "
                             f"runs int8 GEMMs on the accelerator top; accepted: int8 (drop --rtl "
                             f"for the functional model in {fmt})")
+    if vector and arch.vector_unit is None:
+        raise ArchSpecError(f"{arch.name}: --vector runs the vector ops in the vector unit's "
+                            f"arithmetic; this ArchSpec has no vector_unit section")
     if rtl:
         from tilewright.cosim.program_jobs import \
             check_transcendental_passes  # noqa: PLC0415  (lazy: pulls in amaranth)
@@ -306,9 +316,11 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     for i in range(tokens):
         phase = "prefill" if i == 0 else "decode"
         say(f"{phase} step {i}: compile and run on the functional model")
-        c = compile_module(step, (ids, *states), spec, fmt=fmt, name=f"{model}.{phase}{i}")
+        with _vector_hook(spec, vector):
+            c = compile_module(step, (ids, *states), spec, fmt=fmt, name=f"{model}.{phase}{i}")
         out = c.program.outputs
-        rtl_step = _step_on_rtl(c, spec, say, driver, f"{phase} step {i}") if rtl else None
+        rtl_step = (_step_on_rtl(c, spec, say, driver, f"{phase} step {i}", vector) if rtl
+                    else None)
         logits = c.outputs[out[0]].reshape(-1).astype(np.float64)
         if i == 0:
             memory = _memory(c.program, c.outputs, len(prompt), len(prompt) + tokens, spec,
@@ -326,7 +338,7 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     on_host = HOST_OPS
     if rtl:
         checks += _rtl_checks(steps)
-        on_host = (*host_ops(c.program), *HOST_OPS)
+        on_host = (*host_ops(c.program, tuple(steps[-1].rtl["offloaded"])), *HOST_OPS)
         times["rtl"] = sum(s.rtl["seconds"] for s in steps)
     res = GenerateResult(model, spec.name, spec.clock_mhz, list(prompt), gen, ref_tokens,
                          steps, checks, memory, host_ops=tuple(on_host), seconds=times)
@@ -339,7 +351,28 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     return res
 
 
-def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str) -> dict[str, Any]:
+def _vector_hook(spec: ArchSpec, vector: bool):
+    """The vector unit's arithmetic for the ``with`` block (``vector``), or nothing; the hook
+    (its ``records``) is what the block yields."""
+    from contextlib import contextmanager, nullcontext  # noqa: PLC0415  (lazy: rtl/vector only)
+
+    if not vector:
+        return nullcontext()
+    from tilewright.dataflow_sim.functional import \
+        vector_unit_ops  # noqa: PLC0415  (lazy: numerics)
+    from tilewright.dataflow_sim.vector_offload import \
+        VectorUnitOps  # noqa: PLC0415  (lazy: numerics)
+
+    @contextmanager
+    def hook():
+        ops = VectorUnitOps(spec)
+        with vector_unit_ops(ops):
+            yield ops
+    return hook()
+
+
+def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool = False
+                 ) -> dict[str, Any]:
     """One step's int8 GEMMs on the accelerator top: the step's Program run again on the
     functional model recording every int8 matmul, then
     :func:`~tilewright.app.flows.sim_rtl.run_gemms_on_accel` (bit-exact GEMMs, the step replayed
@@ -356,16 +389,21 @@ def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str) -> dict[str, A
         recorded.append((a.copy(), b.copy(), res))
         return res
 
-    with int8_matmul(record):
+    with int8_matmul(record), _vector_hook(spec, vector) as ops:
         func = run_program(c.program, c.inputs)
     same = all(np.array_equal(func[o], c.outputs[o]) for o in c.program.outputs)
     say(f"{label}: {len(recorded)} int8 GEMMs on the accelerator top")
     sr = SimResult(c.name, spec.name, [("recorded run == the step's functional run", same,
                                         f"{len(recorded)} GEMMs recorded")])
-    run_gemms_on_accel(sr, recorded, c.program, c.inputs, func, spec, say, "accel", driver)
+    run_gemms_on_accel(sr, recorded, c.program, c.inputs, func, spec, say, "accel", driver,
+                       vector_records=ops.records if vector else None)
     return {"gemms": len(recorded), "rtl_cycles": int(sum(r["rtl"] for r in sr.gemm_rows)),
             "model_cycles": int(sum(r["model"] for r in sr.gemm_rows)),
-            "seconds": sum(sr.seconds.values()), "checks": sr.checks}
+            "seconds": sum(sr.seconds.values()), "checks": sr.checks,
+            "vector_kernels": len(sr.vector_rows),
+            "vector_rtl_cycles": int(sum(r["rtl"] for r in sr.vector_rows)),
+            "vector_model_cycles": int(sum(r["model"] for r in sr.vector_rows)),
+            "offloaded": [r.task for r in ops.records] if vector else []}
 
 
 def _rtl_checks(steps: list[StepResult]) -> list[tuple[str, bool, str]]:
