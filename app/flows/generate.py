@@ -31,6 +31,9 @@ so the tokens too), and every GEMM's RTL cycles equal to the accelerator's cycle
 (:mod:`tilewright.dataflow_sim.accel_timing`, DMA included). Everything else of a step runs on the
 host's functional model and is listed by name (:func:`host_ops`): the embedding gather, the
 norms, RoPE, the attention's online softmax, quantize steps, routing, the KV append, the argmax.
+With ``vector`` (``--vector``, an ArchSpec with a ``vector_unit``) the ops the vector engine
+implements run in its Q8.8 arithmetic (``sim --vector``'s hook), and with ``rtl`` on the
+accelerator top's vector engine, bit-exact and cycle-exact against its model like the GEMMs.
 """
 
 from __future__ import annotations
@@ -189,9 +192,7 @@ def _config(model: str):
 def _check_request(model: str, cfg, prompt: list[int], tokens: int) -> int:
     """Refuse a prompt id outside the vocabulary, a token count outside 1..2**20 and a context
     beyond the config's positions; return the vocabulary size."""
-    from tilewright.models.llm_configs import MambaConfig  # noqa: PLC0415  (lazy: torch)
-
-    vocab = cfg.padded_vocab if isinstance(cfg, MambaConfig) else cfg.vocab_size
+    vocab = cfg.vocab_size        # a Mamba table's padding rows (padded_vocab) are no tokens
     if not 1 <= tokens <= MAX_TOKENS:
         raise GenerateInputError(f"--tokens {tokens}: the number of tokens to generate must be "
                                  f"from 1 to {MAX_TOKENS:,}")
