@@ -431,7 +431,9 @@ def run_gemms_on_accel(result: SimResult, recorded, program, inputs, func, spec,
         sim = run(top, gprog, spec, driver=driver, log=say, keep_dir=trace_dir,
                   waves=trace_dir is not None)
         rtl_out += [sim.outputs[f"c{i}"] for i in range(hi - lo)]
-        comparison += sim.comparison(spec)
+        # gemm_program names its tasks g0, g1, ... per program: renumber them over all
+        comparison += [{**r, "task": f"g{lo + int(r['task'][1:])}"}
+                       for r in sim.comparison(spec)]
     if trace_dir is not None:
         result.trace = Path(trace_dir) / "dump.vcd"
     result.seconds["rtl"] = time.perf_counter() - t0
