@@ -453,13 +453,19 @@ def bad_flags(draw):
             ["--arch", nm, "--target", "ice40"],
             ["--arch", "ws8x8", "--target", "ice40", "--top", nm],
             ["--arch", "ws8x8", "--target", "ice40", "--freq", draw(bad_positive_float)]]))],
+        "generate": lambda: ["generate", *draw(st.sampled_from([
+            ["--model", nm, "--arch", "ws8x8", "--prompt-ids", "1", "--tokens", "1"],
+            ["--model", "tiny-llama", "--arch", nm, "--prompt-ids", "1", "--tokens", "1"],
+            ["--model", "tiny-llama", "--arch", "ws8x8", "--prompt-ids", nm, "--tokens", "1"],
+            ["--model", "tiny-llama", "--arch", "ws8x8", "--prompt-ids", "1",
+             "--tokens", draw(bad_count)]]))],
         "demo": lambda: ["demo", *draw(st.sampled_from([
             ["--model", nm], ["--arch", nm], ["--driver", nm],
             ["--seed", draw(st.sampled_from(["x", "1.5", ""]))]]))],
         "unknown-command": lambda: [nm],
         "unknown-option": lambda: [draw(st.sampled_from(
             ["arch", "cycles", "rtl", "compile", "models", "sim", "mesh", "mesh-layer", "cluster",
-             "sweep", "report", "fpga", "demo"])), "--" + nm + "-zz"],
+             "sweep", "report", "fpga", "demo", "generate"])), "--" + nm + "-zz"],
     }
     return choices[draw(st.sampled_from(sorted(choices)))]()
 

@@ -42,6 +42,23 @@ def test_every_int8_gemm_goes_through_the_hook(model):
     assert np.array_equal(again[main], c.outputs[main])
 
 
+def test_imem_batches_cover_the_gemms_in_order_and_fit_the_instruction_memory():
+    """GEMMs whose code exceeds the controller's instruction memory run as several programs:
+    consecutive ranges, each one's code within IMEM_WORDS, a single program when it fits."""
+    from tilewright.app.flows.sim_rtl import imem_batches
+    from tilewright.compiler.codegen import IMEM_WORDS, codegen_gemms
+    from tests.test_accel_rtl import ARCHS
+
+    arch = ARCHS["ws-narrow"]              # 4x4, 2 KiB buffers: many tiles per GEMM
+    shapes = [(16, 64, 64), (4, 32, 128), (1, 128, 64)] * 8      # 1,648 words
+    batches = imem_batches(shapes, arch)
+    assert len(batches) > 1 and batches[0][0] == 0 and batches[-1][1] == len(shapes)
+    assert all(a[1] == b[0] for a, b in zip(batches, batches[1:]))
+    for lo, hi in batches:
+        assert len(codegen_gemms(arch, shapes[lo:hi]).words) <= IMEM_WORDS
+    assert imem_batches(shapes[:2], arch) == [(0, 2)]
+
+
 def test_gemm_blocks_cover_the_output_and_fit():
     arch = default_arch().model_copy(update={"memory": default_arch().memory.model_copy(
         update={"scratchpad_kib": 1, "accumulator_kib": 1})})

@@ -21,6 +21,7 @@ from tilewright.app.cli import JSON_HELP, MAX_DIM, _command_class, print_json
 from tilewright.app.cli.cluster import cluster
 from tilewright.app.cli.compile import compile_cmd, models_cmd
 from tilewright.app.cli.fpga import fpga
+from tilewright.app.cli.generate import generate_cmd
 from tilewright.app.cli.mesh import mesh
 from tilewright.app.cli.mesh_layer import mesh_layer
 from tilewright.app.cli.sim import sim
@@ -320,6 +321,7 @@ def cycles(
 def _register_subcommands() -> None:
     """Commands whose implementation lives in their own CLI modules."""
     app.command("sim", cls=_command)(sim)
+    app.command("generate", cls=_command)(generate_cmd)
     app.command("fpga", cls=_command)(fpga)
     app.command("mesh", cls=_command)(mesh)
     app.command("mesh-layer", cls=_command)(mesh_layer)

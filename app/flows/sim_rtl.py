@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from tilewright.arch import ArchSpec, ArchSpecError
+from tilewright.compiler.codegen import IMEM_WORDS, codegen_gemm
 from tilewright.compiler.core_timing import gemm_cycles_array
 from tilewright.compiler.layout import DoesNotFit, GemmLayout
 from tilewright.compiler.operand_formats import arch_for_format
@@ -54,7 +55,7 @@ from tilewright.dataflow_sim.numerics import sequential_fp32_matmul
 from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit, VectorUnitOps
 from tilewright.formats import element_values, get_format
 
-__all__ = ["SimResult", "simulate_model", "sim_module", "MAX_SIM_LAYER_PARAMS", "gemm_blocks", "gemm_program", "TORCH_REL_L2_BOUND",
+__all__ = ["SimResult", "simulate_model", "run_gemms_on_accel", "imem_batches", "sim_module", "MAX_SIM_LAYER_PARAMS", "gemm_blocks", "gemm_program", "TORCH_REL_L2_BOUND",
            "TOPS"]
 
 #: registry tops (:data:`tilewright.cosim.tops.TOPS`) ``simulate_model`` runs the GEMMs on: the
@@ -315,7 +316,7 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     if fmt in _FP8:
         return _run_fp8_on_accel(result, program, inputs, spec, say, driver)
     if registry.TOPS[top].compare is not None:       # a programmable top: the accelerator model
-        return _run_on_accel(result, recorded, program, inputs, func, spec, say, top, driver,
+        return run_gemms_on_accel(result, recorded, program, inputs, func, spec, say, top, driver,
                              trace_dir, vector_records=vec_ops.records if vec_ops else None)
     # the core's buffers hold a bounded GEMM: split each recorded matmul into blocks that fit
     pairs, owner = [], []
@@ -369,11 +370,11 @@ def _cycles_check(label: str, rows, records: int | None = None, gemms: int | Non
             + ("" if paired else f"; {records} RTL records for {gemms} GEMMs"))
 
 
-def _accel_rows(sim, spec) -> list[dict[str, Any]]:
+def _accel_rows(comparison: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per GEMM of an accelerator run: its shape, RTL and model cycles, utilization
-    (from the top's cycle-model comparison)."""
+    (``comparison``: the top's cycle-model comparison, :meth:`SimRun.comparison`)."""
     return [{"op": r["task"], "m": r["m"], "k": r["k"], "n": r["n"], "rtl": r["rtl_cycles"],
-             "model": r["model_cycles"], "util": r["utilization"]} for r in sim.comparison(spec)]
+             "model": r["model_cycles"], "util": r["utilization"]} for r in comparison]
 
 
 def _replay_check(checks, rtl_out, program, inputs, func, say, vector_hook=None) -> None:
@@ -401,9 +402,26 @@ def _replay_check(checks, rtl_out, program, inputs, func, say, vector_hook=None)
                              for o in program.outputs)))
 
 
-def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say, top: str,
+def imem_batches(shapes: list[tuple[int, int, int]], spec: ArchSpec) -> list[tuple[int, int]]:
+    """Consecutive ``(lo, hi)`` ranges of GEMMs ``(m, k, n)`` whose code (one segment each,
+    :func:`~tilewright.compiler.codegen.codegen_gemm`) fits the controller's instruction memory
+    (:data:`~tilewright.compiler.codegen.IMEM_WORDS`): each range runs as one program."""
+    out, lo, used = [], 0, 0
+    for i, (m, k, n) in enumerate(shapes):
+        words = len(codegen_gemm(spec, m, k, n)[0])
+        if used + words > IMEM_WORDS and i > lo:
+            out.append((lo, i))
+            lo, used = i, 0
+        used += words
+    if shapes:
+        out.append((lo, len(shapes)))
+    return out
+
+
+def run_gemms_on_accel(result: SimResult, recorded, program, inputs, func, spec, say, top: str,
                   driver: str, trace_dir=None, vector_records=None) -> SimResult:
-    """The recorded GEMMs as one Program on a programmable top of the registry: the accelerator
+    """The recorded GEMMs as Programs on a programmable top of the registry (one, or as many as
+    the instruction memory needs: :func:`imem_batches`): the accelerator
     (ISA, DMA, double-buffered core; cocotb or the C++ fast driver) or the same accelerator behind
     AXI (program loaded and started over AXI4-Lite, operands and results in a cocotbext-axi AxiRam
     on the AXI4 port), through :func:`tilewright.cosim.sim.run`: outputs bit-exact, the layer
@@ -414,23 +432,35 @@ def _run_on_accel(result: SimResult, recorded, program, inputs, func, spec, say,
     vector engine (:func:`_run_vector_kernels`) and answer the replay."""
     name, where, what, check = _ACCEL_WORDING[top]
     drv = "C++ fast driver" if driver == "fast" else "cocotb"
-    say(f"RTL: {len(recorded)} int8 GEMMs on the {what.format(drv=drv)}")
-    gprog = gemm_program([(a, b) for a, b, _ in recorded], spec, name)
+    batches = imem_batches([(a.shape[0], a.shape[1], b.shape[1]) for a, b, _ in recorded], spec)
+    if trace_dir is not None and len(batches) > 1:
+        raise ValueError(f"the {len(recorded)} GEMMs need {len(batches)} programs (the "
+                         f"controller's instruction memory holds {IMEM_WORDS} words); a "
+                         f"waveform covers one program")
+    say(f"RTL: {len(recorded)} int8 GEMMs on the {what.format(drv=drv)}"
+        + (f" as {len(batches)} programs" if len(batches) > 1 else ""))
     t0 = time.perf_counter()
-    sim = run(top, gprog, spec, driver=driver, log=say, keep_dir=trace_dir,
-              waves=trace_dir is not None)
+    rtl_out, comparison = [], []
+    for lo, hi in batches:
+        gprog = gemm_program([(a, b) for a, b, _ in recorded[lo:hi]], spec, name)
+        sim = run(top, gprog, spec, driver=driver, log=say, keep_dir=trace_dir,
+                  waves=trace_dir is not None)
+        rtl_out += [sim.outputs[f"c{i}"] for i in range(hi - lo)]
+        # gemm_program names its tasks g0, g1, ... per program: renumber them over all
+        comparison += [{**r, "task": f"g{lo + int(r['task'][1:])}"}
+                       for r in sim.comparison(spec)]
     if trace_dir is not None:
         result.trace = Path(trace_dir) / "dump.vcd"
     result.seconds["rtl"] = time.perf_counter() - t0
-    rtl_out = [sim.outputs[f"c{i}"] for i in range(len(recorded))]
-    same = all(np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
+    same = len(rtl_out) == len(recorded) and all(
+        np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
     result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
                           f"{len(recorded)} GEMMs {where}"))
     hook = (_run_vector_kernels(result, vector_records, spec, say, driver)
             if vector_records is not None else None)
     _replay_check(result.checks, rtl_out, program, inputs, func, say, hook)
-    rows = _accel_rows(sim, spec)
-    result.checks.append(_cycles_check(check, rows))
+    rows = _accel_rows(comparison)
+    result.checks.append(_cycles_check(check, rows, len(rows), len(recorded)))
     result.gemm_rows = rows
     return result
 
@@ -536,7 +566,7 @@ def _run_fp8_on_accel(result: SimResult, program, inputs, spec, say, driver: str
     _fp32_replay_checks(result, fp8_matmul, f.name,
                         f"{len(recorded)} GEMMs on the accelerator top, k_block {te.rows}",
                         recorded, rtl_out, program, inputs, func)
-    rows = _accel_rows(sim, spec)
+    rows = _accel_rows(sim.comparison(spec))
     result.checks.append(_cycles_check(_ACCEL_WORDING["accel"][3], rows, len(rows),
                                        len(recorded)))
     result.gemm_rows = rows
