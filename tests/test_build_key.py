@@ -10,6 +10,7 @@ core's buffers: an edit there reused a stale simulator.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -148,3 +149,25 @@ def test_archspecs_with_the_same_verilog_share_one_verilator_build():
     second = build("core", other)
     assert second.build_dir == first.build_dir
     assert second.cached and second.build_seconds == 0.0 and second.params is other
+
+
+def test_builds_compile_through_ccache_when_it_is_installed(tmp_path, monkeypatch):
+    """With ccache on PATH, Verilator's makefile gets ``OBJCACHE=ccache`` and a store under the
+    build cache (unless CCACHE_DIR is set); without it, neither; both are restored after."""
+    from tilewright.cosim import verilator
+
+    monkeypatch.setenv("TILEWRIGHT_CACHE", str(tmp_path))
+    monkeypatch.delenv("CCACHE_DIR", raising=False)
+    monkeypatch.delenv("OBJCACHE", raising=False)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ccache").write_text("#!/bin/sh\nexec \"$@\"\n")
+    (tools / "ccache").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    with verilator.verilator_env():
+        assert os.environ["OBJCACHE"] == "ccache"
+        assert os.environ["CCACHE_DIR"] == str(tmp_path / "ccache")
+    assert "OBJCACHE" not in os.environ and "CCACHE_DIR" not in os.environ
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with verilator.verilator_env():
+        assert "OBJCACHE" not in os.environ
