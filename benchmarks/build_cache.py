@@ -40,14 +40,16 @@ from tilewright.cosim.build import build
 rows, cols, dataflow, renamed = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 base = default_arch().model_dump(mode="json")
 base["tensor_engine"].update(rows=rows, cols=cols, dataflow=dataflow)
-base.update(name=f"bench-{dataflow}{rows}x{cols}", memory={"scratchpad_kib": 32, "accumulator_kib": 16})
+base.update(name=f"bench-{dataflow}{rows}x{cols}",
+            memory={"scratchpad_kib": 32, "accumulator_kib": 16})
 if renamed:
-    base.update(name="bench-renamed", clock_mhz=250.0, offchip={"bandwidth_gbps": 1.0, "latency_ns": 20.0})
+    base.update(name="bench-renamed", clock_mhz=250.0,
+                offchip={"bandwidth_gbps": 1.0, "latency_ns": 20.0})
 t0 = time.perf_counter()
 b = build("core", ArchSpec.from_dict(base))
 wall = time.perf_counter() - t0
-cpu = sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-          for f in ("ru_utime", "ru_stime"))
+cpu = sum(getattr(resource.getrusage(w), f)
+          for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
 print(json.dumps({"dir": b.build_dir.name, "cached": b.cached, "wall": wall, "cpu": cpu}))
 """
 

@@ -10,7 +10,8 @@ Builds (:func:`cached_build`) are kept under ``$TILEWRIGHT_CACHE`` (default
 (:func:`tilewright.cosim.build.build_key`) is recorded with the build that answers it, so a
 repeated request generates nothing. A build is made in a temporary folder and renamed into place
 when complete, under a file lock, so concurrent or interrupted runs never see a half-built
-simulator. With ``ccache`` installed, builds compile through it. :func:`run_cocotb_bench` runs one bench on a build with a job folder.
+simulator. With ``ccache`` installed, builds compile through it. :func:`run_cocotb_bench` runs one
+bench on a build with a job folder.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def cached_build(key: str, top: str, generate, *, what: str, recipe: str = "",
     ``recipe`` is everything else the build depends on (driver, flags, tool versions, the build
     step's sources): requests whose Verilog is identical (e.g. ArchSpecs differing only in
     fields the design does not read) share one build, and a repeated request is answered from
-    ``<cache>/verilator/requests/<key>`` without generating anything.
+    ``<cache>/verilator/requests/<key>-<recipe hash>`` without generating anything.
 
     ``generate(rtl_dir)`` writes ``rtl_dir/<top>.v``. The build runs in a temporary folder
     renamed into place under a file lock per key (concurrent callers wait, then reuse), with the
@@ -139,8 +140,13 @@ def cached_build(key: str, top: str, generate, *, what: str, recipe: str = "",
     root = cache_root() / "verilator"
     requests = root / "requests"
     requests.mkdir(parents=True, exist_ok=True)
-    with _locked(requests / f"{key}.lock"):
-        known = _known_build(root, requests / key)
+    # what this function itself feeds the build joins the caller's recipe; the request is
+    # recorded per recipe too, so a changed flag or tool version never reuses an older build
+    how = "|".join([recipe, f"opt={opt}", *build_args, f"waves={waves}",
+                    "step" if build_step is not None else "cocotb"])
+    request = requests / f"{key}-{hashlib.sha256(how.encode()).hexdigest()[:12]}"
+    with _locked(request.with_name(request.name + ".lock")):
+        known = _known_build(root, request)
         if known is not None:
             say(f"reusing Verilator build of {what}: {known}")
             return Build(known, top, True, 0.0, 0.0, **fields)
@@ -150,13 +156,13 @@ def cached_build(key: str, top: str, generate, *, what: str, recipe: str = "",
         say(f"generating Verilog for {what}")
         generate(tmp / "rtl")
         t1 = time.perf_counter()
-        content = content_key(tmp / "rtl" / f"{top}.v", recipe, label or key.split("-")[0])
+        content = content_key(tmp / "rtl" / f"{top}.v", how, label or key.split("-")[0])
         final = root / content
         with _locked(root / f"{content}.lock"):
             if (final / "BUILD_OK").exists():
                 say(f"reusing Verilator build of {what} (same Verilog): {final}")
                 shutil.rmtree(tmp, ignore_errors=True)
-                _record(requests / key, content)
+                _record(request, content)
                 return Build(final, top, True, t1 - t0, 0.0, **fields)
             say(f"building {what} with Verilator + g++ (a minute or so on 2 cores)")
             with verilator_env(), progress(f"building {what} with Verilator + g++"):
@@ -170,7 +176,7 @@ def cached_build(key: str, top: str, generate, *, what: str, recipe: str = "",
             (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
-        _record(requests / key, content)
+        _record(request, content)
         return Build(final, top, False, t1 - t0, t2 - t1, **fields)
 
 
