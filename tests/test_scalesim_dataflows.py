@@ -14,6 +14,7 @@ Small GEMMs keep each SCALE-Sim run about a second.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -48,14 +49,19 @@ def scalesim_python() -> str:
     cache = Path(os.environ.get("TILEWRIGHT_CACHE", Path.home() / ".cache" / "tilewright"))
     venv = cache / "scalesim_venv"
     py = venv / "bin" / "python"
-    if not _works(py):
-        steps = ([sys.executable, "-m", "venv", "--clear", str(venv)],
-                 [str(py), "-m", "pip", "install", "-q", *PINS])
-        for cmd in steps:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-            if run.returncode != 0:
-                pytest.skip(f"SCALE-Sim venv: `{' '.join(cmd)}` failed: "
-                            f"{(run.stderr or run.stdout).strip().splitlines()[-1:]}")
+    cache.mkdir(parents=True, exist_ok=True)
+    # one builder at a time: parallel workers (pytest -n) each run this fixture, and a second
+    # `venv --clear` would delete the venv the first is installing into
+    with open(cache / "scalesim_venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _works(py):
+            steps = ([sys.executable, "-m", "venv", "--clear", str(venv)],
+                     [str(py), "-m", "pip", "install", "-q", *PINS])
+            for cmd in steps:
+                run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+                if run.returncode != 0:
+                    pytest.skip(f"SCALE-Sim venv: `{' '.join(cmd)}` failed: "
+                                f"{(run.stderr or run.stdout).strip().splitlines()[-1:]}")
     return str(py)
 
 
