@@ -14,8 +14,14 @@ average, not exactly). A routing trace (expert ids) is consumed ``T·k`` ids per
 ``j // (E/ep)``. With ``R`` redundant experts (DeepSeek's EPLB, github.com/deepseek-ai/EPLB):
 the R replicas go, one at a time, to the expert with the highest expected load per replica; then
 the ``E + R`` slots are packed onto the ``ep`` ranks, ``(E + R)/ep`` each, heaviest first onto the
-least-loaded rank with room (greedy balanced packing). An expert's tokens are split evenly over its
-replicas.
+least-loaded rank with room (greedy balanced packing) — DeepSeek EPLB's global policy
+(``replicate_experts`` then ``balanced_packing`` in its ``eplb.py``; its hierarchical policy, which
+first packs expert groups onto nodes, is not modelled). An expert's tokens are split evenly over
+its replicas. Every EP rank is an attention data-parallel rank (DP attention), so the expert rows
+a rank receives are the load EPLB balances; :func:`rank_expected_loads` gives a placement's
+expected rows per rank and :func:`max_over_mean` its imbalance (1 = perfectly balanced). The
+placement is computed from the routing's expected loads (what EPLB's load statistics estimate),
+once per replica and layer; a routing trace is placed as uniform.
 
 **Dispatch / combine volumes** (:func:`a2a_bytes`; bytes leaving one rank per MoE layer, uniform
 routing over ``E`` experts on ``G`` EP ranks, ``g`` of them per node, ``N = G/g`` nodes, token
@@ -49,7 +55,7 @@ from tilewright.models.llm_shapes import DeepSeekConfig
 
 __all__ = ["standin_attention", "STANDIN_HEADS", "STANDIN_KV_HEADS", "inclusion_probabilities",
            "ExpertRouter", "eplb_placement", "SlotMap", "miss_probability", "a2a_bytes",
-           "INCLUSION_DRAWS"]
+           "INCLUSION_DRAWS", "rank_expected_loads", "max_over_mean"]
 
 #: query heads and KV heads of the stand-in attention of an MoE config without attention
 #: (DeepSeek-V3's MLA is not modelled here): GQA with DeepSeek-V3's 128 query heads, head dim
@@ -143,6 +149,20 @@ def eplb_placement(expected: np.ndarray, ep: int, redundant: int = 0) -> np.ndar
         fill[r] += 1
         rank_w[r] += slot_w[s]
     return out
+
+
+def rank_expected_loads(placement: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Expected rows per EP rank, ``(ep,)``, of a placement (:func:`eplb_placement`): each
+    expert's expected load split evenly over its replicas, summed over the rank's slots."""
+    copies = np.bincount(placement.ravel(), minlength=len(expected))
+    return (np.asarray(expected, dtype=float) / copies)[placement].sum(axis=1)
+
+
+def max_over_mean(rows: np.ndarray) -> float:
+    """Load imbalance over the last axis: the busiest rank's rows over the mean rank's rows,
+    averaged over any leading axes (layers); 1.0 when every rank gets the same."""
+    rows = np.asarray(rows, dtype=float)
+    return float(np.mean(rows.max(axis=-1) / rows.mean(axis=-1)))
 
 
 class SlotMap:

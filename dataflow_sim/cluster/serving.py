@@ -105,7 +105,8 @@ from .serve_slo import SLO, best_split, pd_splits, slo_metrics, with_prefill_chi
 from .topology import Topology
 from .training import resolve_cost_source
 from .trace import Trace
-from .moe_serving import ExpertRouter, SlotMap, a2a_bytes, eplb_placement, standin_attention
+from .moe_serving import (ExpertRouter, SlotMap, a2a_bytes, eplb_placement, max_over_mean,
+                          rank_expected_loads, standin_attention)
 from .workload import Shard, dims_of, token_gemms, token_vectors
 
 __all__ = ["simulate_serving", "search_pd_split", "ServeResult", "IterationCost",
@@ -294,10 +295,22 @@ class IterationCost:
             n_moe = self.n_moe = cfg.n_layers - self.n_dense
             self.router = ExpertRouter(dm.n_experts, dm.top_k, n_moe, plan.routing, plan.zipf_s,
                                        self._rng, routing_trace)
-            self.slots = SlotMap([eplb_placement(pi, plan.ep, plan.redundant_experts)
-                                  for pi in self.router.pi]) if n_moe else None
+            placements = [eplb_placement(pi, plan.ep, plan.redundant_experts)
+                          for pi in self.router.pi]
+            self.slots = SlotMap(placements) if n_moe else None
+            # EP rank load balance (:func:`.moe_serving.max_over_mean`): expected from the
+            # placement, and from the plain placement (no redundant experts) for comparison
+            self.rank_balance_expected = (max_over_mean(np.stack(
+                [rank_expected_loads(p, pi) for p, pi in zip(placements, self.router.pi)]))
+                if n_moe else 1.0)
+            self.rank_balance_plain = (max_over_mean(np.stack(
+                [rank_expected_loads(eplb_placement(pi, plan.ep), pi) for pi in self.router.pi]))
+                if n_moe else 1.0)
             # EP ranks per node (an EP rank is tp chips)
             self._node_ranks = max(1, timer.topology.spec.chips_per_node // plan.tp)
+        # rows of the busiest EP rank and of the mean EP rank, summed over the MoE layers of
+        # every iteration drawn so far (:meth:`expert_loads`)
+        self.rank_rows = [0.0, 0.0]
 
     def share_memos(self, other: "IterationCost") -> None:
         """Use ``other``'s memoized per-chip costs (token part of a layer, compiled layer and
@@ -537,7 +550,11 @@ class IterationCost:
         (a fresh distinct top-k draw per layer, :class:`.moe_serving.ExpertRouter`)."""
         if self.slots is None:                  # every layer dense
             return np.zeros((0, self.plan.ep, 0), dtype=np.int64)
-        return self.slots.rank_loads(self.router.loads(tokens))
+        out = self.slots.rank_loads(self.router.loads(tokens))
+        rows = out.sum(axis=-1)                 # (L, ep) rows per rank
+        self.rank_rows[0] += float(rows.max(axis=-1).sum())
+        self.rank_rows[1] += float(rows.sum()) / rows.shape[-1]
+        return out
 
     def seconds(self, q: np.ndarray, c: np.ndarray, n_logits: int,
                 ranks: np.ndarray | None = None) -> float:
@@ -1424,6 +1441,17 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
         metrics[f"clock_ratio_{role}"] = clock[role]
     if slo is not None:
         metrics.update(slo_metrics(df, slo, span))
+    moe_costs = [r.cost for r in reps if r.cost.dm.moe and r.cost.slots is not None]
+    if moe_costs and plan.ep > 1:
+        # EP rank balance (EPLB): rows of the busiest rank over the mean rank's, per MoE layer
+        # and iteration (drawn), and expected from the placement with and without redundancy
+        busiest, mean = (sum(c.rank_rows[i] for c in moe_costs) for i in (0, 1))
+        metrics.update(
+            moe_rank_load_max_over_mean=busiest / mean if mean else math.nan,
+            moe_rank_load_expected_max_over_mean=float(
+                np.mean([c.rank_balance_expected for c in moe_costs])),
+            moe_rank_load_expected_max_over_mean_without_redundant=float(
+                np.mean([c.rank_balance_plain for c in moe_costs])))
     carried = dict(sim.net.link_bytes)
     for r in reps:
         for link, b in r.cost.comm_link_bytes.items():
