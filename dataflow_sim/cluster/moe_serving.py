@@ -180,14 +180,21 @@ class SlotMap:
                 order[i, j] = seen.get(int(x), 0)
                 seen[int(x)] = order[i, j] + 1
         self.order = order
+        self._slot_copies = np.take_along_axis(self.copies, self.flat, axis=1)  # (L, S)
+        self._index: tuple[int, np.ndarray] | None = None   # (E, flat index of each slot)
 
     def rank_loads(self, loads: np.ndarray) -> np.ndarray:
-        """Rows per slot, ``(L, ep, slots)``, from per-expert loads ``(L, E)``: each expert's
-        load split evenly over its replicas (remainders to the first replicas)."""
-        lo = np.take_along_axis(loads, self.flat, axis=1)
-        cp = np.take_along_axis(self.copies, self.flat, axis=1)
+        """Rows per slot, ``(..., L, ep, slots)``, from per-expert loads ``(..., L, E)`` (leading
+        axes: iterations): each expert's load split evenly over its replicas (remainders to the
+        first replicas)."""
+        L, E = loads.shape[-2:]
+        if self._index is None or self._index[0] != E:
+            self._index = (E, (np.arange(L)[:, None] * E + self.flat).ravel())
+        lo = np.take(loads.reshape(*loads.shape[:-2], L * E), self._index[1], axis=-1)
+        lo = np.ascontiguousarray(lo).reshape(*loads.shape[:-2], *self.flat.shape)
+        cp = self._slot_copies
         out = lo // cp + ((lo % cp) > self.order)
-        return out.reshape(len(loads), *self.shape)
+        return out.reshape(*loads.shape[:-1], *self.shape)
 
 
 def miss_probability(E: int, k: int, m: int) -> float:
