@@ -175,6 +175,16 @@ def test_eplb_placement_and_rank_loads_match_a_hand_computed_case():
     # r0's copy is its first replica, r1's two the second and third) -> 7 rows on each rank
     rows = SlotMap([red]).rank_loads(np.array([[8, 3, 2, 1]]))
     assert rows.tolist() == [[[3, 3, 1], [3, 2, 2]]]
+    # 4 experts + 2 redundant over 3 ranks: no placement without the replicas exists (4 over 3),
+    # so the comparison figure is NaN, not a crash (DeepSeek's 256 + 32 over EP 144 is this case)
+    spec = _h100(3)
+    cost = IterationCost(_moe(0), ServePlan(ep=3, redundant_experts=2), chip_model(spec),
+                         CollectiveTimer(Topology(spec)), [0, 1, 2], cost_source="table")
+    assert math.isnan(cost.rank_balance_plain)
+    # uniform top-2 of 4 (π = 1/2 each): replicas of experts 0 and 1 (1/4 per copy); packing
+    # 1/2, 1/2, 1/4 onto r0, r1, r2, then 1/4 -> r2 (full), 1/4 -> r0, 1/4 -> r1: ranks 3/4,
+    # 3/4, 1/2 against a mean of 2/3
+    assert cost.rank_balance_expected == pytest.approx(0.75 / (2 / 3))
 
 
 def test_redundant_experts_balance_a_zipf_serving_run():
