@@ -18,9 +18,16 @@ equal stages), so the 16K row runs a 128-layer stand-in, labelled as such; the r
 simulation cost, not the model's accuracy. Full recompute is on (the activation model does not
 fit 405B in 80 GB without it).
 
+MoE serving (``--only-moe`` for these rows alone): mixtral-8x7b on h100-64x-ib, 8 replicas of EP 8
+with DP attention (one KV pool per rank), Zipf(1.2) routing and 8 redundant experts (EPLB),
+``--moe-requests`` requests (default 3,000) at ``--rate``; run in bulk (decode-only runs timed many
+iterations at once, :meth:`IterationCost.decode_steps_seconds`) and with the event-level loop,
+metrics compared (bit-equal).
+
 Usage:  python benchmarks/cluster_speed.py [--requests 10000] [--rate 30] [--skip-pd]
         [--cost-source compiler|table|both] [--inlayer-comm network|phase|both] [--skip-mamba]
-        [--skip-scale] [--event-baseline] [--only-scale]
+        [--skip-scale] [--event-baseline] [--only-scale] [--only-moe] [--moe-requests 3000]
+        [--skip-moe]
 
 Events are SimPy events scheduled (the main simulation plus the memoized collective-phase
 simulations), counted from SimPy's event-id counter. The anchor is Vidur's published rate of
@@ -120,12 +127,20 @@ def main() -> None:
                          "serving run on 64 GPUs)")
     ap.add_argument("--event-baseline", action="store_true",
                     help="also time the 1,024-GPU step at event level (slow)")
+    ap.add_argument("--moe-requests", type=int, default=3000,
+                    help="requests of the MoE serving rows")
+    ap.add_argument("--skip-moe", action="store_true", help="skip the MoE serving rows")
+    ap.add_argument("--only-moe", action="store_true", help="only the MoE serving rows")
     args = ap.parse_args()
     rows = []
+    if args.only_moe:
+        moe_rows(rows, args.moe_requests, args.rate)
+        print_table(rows)
+        return
     if not args.skip_scale:
         rows += scale_rows(args.event_baseline)
     if args.only_scale:
-        args.skip_pd = args.skip_mamba = True
+        args.skip_pd = args.skip_mamba = args.skip_moe = True
 
     sources = ["compiler", "table"] if args.cost_source == "both" else [args.cost_source]
     modes = ["network", "phase"] if args.inlayer_comm == "both" else [args.inlayer_comm]
@@ -165,12 +180,7 @@ def main() -> None:
                          f"{args.requests} req @ {args.rate}/s, tp=8" + (", P/D" if disagg else ""),
                          f"{m['makespan_s']:.0f} s, p99 TTFT {m['ttft_p99_s'] * 1e3:.0f} ms",
                          wall, cpu, out.events, None if disagg else TARGET_CPU_S["serve-64"]))
-        fast, cost_keys = outs[True].metrics, ("events", "wall_s", "events_per_s")
-        same = outs[True].requests.equals(outs[False].requests) and all(
-            v == fast[k] or (v != v and fast[k] != fast[k])
-            for k, v in outs[False].metrics.items() if k not in cost_keys)
-        print(f"{preset}: bulk and event-level metrics "
-              + ("bit-equal" if same else "DIFFER (a bug: tests/test_serving_decode_runs.py)"))
+        report_same(preset, outs)
 
     if not args.skip_mamba:
         splan = ServePlan(tp=8)
@@ -182,6 +192,42 @@ def main() -> None:
                      f"{m['makespan_s']:.0f} s, p99 TTFT {m['ttft_p99_s'] * 1e3:.0f} ms",
                      wall, cpu, out.events, None))
 
+    if not args.skip_moe:
+        moe_rows(rows, args.moe_requests, args.rate)
+    print_table(rows)
+
+
+def report_same(name: str, outs: dict) -> None:
+    """Print whether the bulk (``outs[True]``) and event-level runs' results are bit-equal."""
+    fast, cost_keys = outs[True].metrics, ("events", "wall_s", "events_per_s")
+    same = outs[True].requests.equals(outs[False].requests) and all(
+        v == fast[k] or (v != v and fast[k] != fast[k])
+        for k, v in outs[False].metrics.items() if k not in cost_keys)
+    print(f"{name}: bulk and event-level metrics "
+          + ("bit-equal" if same else "DIFFER (a bug: tests/test_serving_decode_runs.py)"))
+
+
+def moe_rows(rows: list, n: int, rate: float) -> None:
+    """MoE serving, bulk vs event-level loop (module docstring); appends to ``rows``."""
+    reqs = poisson_requests(n, rate, (128, 2048), (16, 512), seed=0)
+    plan = ServePlan(ep=8, routing="zipf", redundant_experts=8)
+    outs = {}
+    for bulk in (True, False):
+        out, wall, cpu = timed(lambda: simulate_serving(load_cluster("h100-64x-ib"),
+                                                        "mixtral-8x7b", plan, reqs,
+                                                        decode_runs=bulk))
+        outs[bulk] = out
+        m = out.metrics
+        rows.append(("serve mixtral-8x7b, h100-64x-ib (64 GPUs), "
+                     + ("decode runs in bulk" if bulk else "event-level loop"),
+                     f"{n} req @ {rate}/s, ep=8 DP attention, zipf 1.2, 8 redundant experts",
+                     f"{m['makespan_s']:.0f} s, p99 TPOT {m['tpot_p99_s'] * 1e3:.1f} ms",
+                     wall, cpu, out.events, None))
+    report_same("mixtral-8x7b EP 8", outs)
+
+
+def print_table(rows: list) -> None:
+    """The speed table (module docstring)."""
     table = Table(title="cluster model speed (SimPy)")
     for col in ("run", "plan", "simulated", "wall s", "CPU s", "target CPU s", "CPU / target",
                 "events", "events/CPU-s", "Vidur events/CPU-s"):

@@ -40,7 +40,8 @@ Data file (default ``configs/validation/cluster_points.yaml``), a mapping with:
     size), optional ``algo``. Metrics: ``busbw_gbps`` (nccl-tests bus bandwidth: all-reduce
     ``S/t · 2(n−1)/n``, all-gather / reduce-scatter ``S/t · (n−1)/n``), ``seconds``.
   - ``serve``: ``cluster``, ``model``, ``plan`` (:class:`~.plan.ServePlan` fields),
-    ``requests`` (``{n, rate, prompt_tokens, output_tokens, seed}``; rate ``inf`` = all at 0 s).
+    ``requests`` (``{n, rate, prompt_tokens, output_tokens, seed}``; rate ``.inf`` = all at 0 s,
+    MLPerf's Offline scenario; a token count is a whole number or ``[lo, hi]``, drawn uniformly).
     Metrics: any key of the serving metrics (``e2e_mean_s``, ``tpot_mean_s``, ...).
 
 Error = predicted / published − 1. A point whose run fails prints the error instead of a number
@@ -133,8 +134,15 @@ def run_point(data: dict, p: dict) -> dict[str, float]:
                 "memory_gib": m["memory_peak_gib"]}
     from tilewright.dataflow_sim.cluster import poisson_requests  # noqa: PLC0415
     r = p["requests"]
-    reqs = poisson_requests(int(r["n"]), float(r.get("rate", 1e9)), int(r["prompt_tokens"]),
-                            int(r["output_tokens"]), seed=int(r.get("seed", 0)))
+
+    def tokens(x):
+        return int(x) if isinstance(x, int) else (int(x[0]), int(x[1]))
+    rate = float(r.get("rate", 1e9))
+    reqs = poisson_requests(int(r["n"]), rate if math.isfinite(rate) else 1.0,
+                            tokens(r["prompt_tokens"]), tokens(r["output_tokens"]),
+                            seed=int(r.get("seed", 0)))
+    if not math.isfinite(rate):          # Offline: every request queued at 0 s
+        reqs["arrival_s"] = 0.0
     return simulate_serving(spec, cfg, ServePlan(**p.get("plan", {})), reqs).metrics
 
 

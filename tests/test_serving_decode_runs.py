@@ -4,7 +4,9 @@ every metric (goodput, energy, utilization, ...), the replica table and the time
 event-level loop's (``decode_runs=False``, one SimPy event per iteration) on seeded workloads —
 colocated, P/D with a power-capped decode pool, Mamba, a KV-starved replica that preempts,
 simultaneous arrivals, and an arrival landing exactly on an iteration's end (which falls back to
-the event-level loop). The run's block arithmetic is checked against a per-iteration count kept
+the event-level loop) — and MoE with EP > 1 (DP attention with per-rank KV pools that preempt,
+attention TP apart from the experts, EPLB, DeepEP/FP8 dispatch, overlap, dense leading layers, a
+routing trace), whose routing draws made for iterations past a run's end are undone. The run's block arithmetic is checked against a per-iteration count kept
 here."""
 
 from __future__ import annotations
@@ -158,3 +160,56 @@ def test_run_block_arithmetic_matches_a_per_iteration_count(seed):
         n, keys = run.counts(0, K)
         assert n.tolist() == [sum(x > j for x in r) for j in range(K)]
         assert keys.tolist() == [sum(y + j for x, y in zip(r, s) if x > j) for j in range(K)]
+
+
+# ---- MoE: every EP layout, drawn routing, per-rank KV pools ---------------------------------
+def _mixtral(plan: ServePlan, reqs: pd.DataFrame, **kw):
+    return both(load_cluster("h100-8x-nvlink"), "mixtral-8x7b", plan, reqs, **kw)
+
+
+@pytest.mark.parametrize("plan", [
+    ServePlan(ep=8, routing="zipf", redundant_experts=8),               # DP attention, EPLB
+    ServePlan(tp=2, ep=4, attn_tp=8, a2a="deepep", dispatch_bytes=1,    # attention TP 8
+              overlap_a2a=True),
+    ServePlan(tp=4, ep=2),                                              # DP attention 2
+])
+def test_moe_ep_runs_equal_the_event_level_loop(plan, monkeypatch):
+    # the routing draws of iterations timed ahead past a run's end are undone and redrawn, so
+    # the generator stays where the event-level loop has it (EP rank loads equal too)
+    reqs = poisson_requests(100, 15.0, (32, 1500), (1, 200), seed=1)
+    undone = []
+    real = serving_mod.IterationCost.restore
+    monkeypatch.setattr(serving_mod.IterationCost, "restore",
+                        lambda self, state: undone.append(1) or real(self, state))
+    fast, slow = _mixtral(plan, reqs, slo=SLO(0.3, 0.03))
+    assert undone                                   # some run was timed past its end
+    assert_same_run(fast, slow)
+    assert fast.events < slow.events / 1.4
+    assert fast.metrics["moe_rank_load_max_over_mean"] >= 1.0
+
+
+def test_moe_per_rank_kv_pools_preempt_identically():
+    # attention DP 8, each rank's KV pool ~1.7k tokens: decode steps preempt within a rank
+    reqs = poisson_requests(60, 30.0, (256, 1200), (64, 400), seed=2)
+    fast, slow = _mixtral(ServePlan(ep=8, memory_fraction=0.184), reqs)
+    assert slow.metrics["preemptions"] > 0
+    assert_same_run(fast, slow)
+
+
+def test_moe_dense_layers_and_a_routing_trace_equal_the_event_level_loop():
+    # a routing trace is consumed iteration by iteration (its position rolled back past a run's
+    # end); the leading dense layer is timed by the dense twin in both paths
+    from tilewright.models.llm_configs import MoEConfig
+    cfg = MoEConfig("t-moe", d_model=256, n_layers=3, n_experts=8, top_k=2, d_expert_ffn=512,
+                    n_heads=8, n_kv_heads=2, vocab_size=1024, n_dense_layers=1,
+                    d_dense_ffn=1024, max_seq_len=4096)
+    spec = ClusterSpec.from_dict({"chip": {"kind": "gpu", "preset": "h100-sxm"},
+                                  "chips_per_node": 4,
+                                  "intra_node": {"topology": "switch", "link_gbps": 450}})
+    reqs = poisson_requests(80, 40.0, (16, 600), (1, 120), seed=3)
+    trace = np.random.default_rng(0).integers(0, 8, 997)
+    for plan, kw in ((ServePlan(ep=4, routing="trace"), dict(expert_trace=trace)),
+                     (ServePlan(ep=4, routing="zipf", redundant_experts=4), {})):
+        fast, slow = both(spec, cfg, plan, reqs, **kw)
+        assert_same_run(fast, slow)
+        assert fast.events < slow.events

@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,3 +61,32 @@ def test_no_measurement_is_counted_twice():
               for r in load_nccl_points()]
     assert not set(ours) & set(theirs)
     assert len(set(theirs)) == len(theirs)
+
+
+def test_mlperf_offline_point_matches_its_cited_workload():
+    # the MLPerf Inference v4.1 llama2-70b Offline row: its drawn lengths have the cited means
+    # (OpenOrca input tokens 5,463,976 / 24,576; generated tokens 24,524.9 / 84.4792 per
+    # sample), its plan is NVIDIA's 4 x TP2 with 896 sequences, and an Offline run queues every
+    # request at 0 s
+    v = _validation()
+    data = v.load()
+    p = next(q for q in data["points"] if q["id"].startswith("mlperf-inf-v41-llama2-70b"))
+    assert p["set"] == "held_out" and p["published"] == 24524.9
+    r = p["requests"]
+    assert r["n"] == 24576 and math.isinf(r["rate"])
+    assert sum(r["prompt_tokens"]) / 2 == pytest.approx(5463976 / 24576, rel=0.005)
+    assert sum(r["output_tokens"]) / 2 == pytest.approx(24524.9 / 84.4792, rel=0.005)
+    assert p["plan"]["tp"] * 4 == 8 and p["plan"]["max_seqs"] == 896
+    seen = {}
+    real = v.simulate_serving
+    v.simulate_serving = lambda spec, cfg, plan, reqs: seen.update(reqs=reqs) or real(
+        spec, cfg, plan, reqs)
+    try:
+        small = {**p, "requests": {**r, "n": 16}}
+        m = v.run_point(data, small)
+    finally:
+        v.simulate_serving = real
+    reqs = seen["reqs"]
+    assert (reqs.arrival_s == 0).all() and len(reqs) == 16
+    assert reqs.prompt_tokens.between(48, 397).all() and reqs.output_tokens.between(1, 580).all()
+    assert m["finished"] == 16 and m["throughput_tokens_per_s"] > 0

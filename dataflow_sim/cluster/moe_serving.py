@@ -14,8 +14,14 @@ average, not exactly). A routing trace (expert ids) is consumed ``T·k`` ids per
 ``j // (E/ep)``. With ``R`` redundant experts (DeepSeek's EPLB, github.com/deepseek-ai/EPLB):
 the R replicas go, one at a time, to the expert with the highest expected load per replica; then
 the ``E + R`` slots are packed onto the ``ep`` ranks, ``(E + R)/ep`` each, heaviest first onto the
-least-loaded rank with room (greedy balanced packing). An expert's tokens are split evenly over its
-replicas.
+least-loaded rank with room (greedy balanced packing) — DeepSeek EPLB's global policy
+(``replicate_experts`` then ``balanced_packing`` in its ``eplb.py``; its hierarchical policy, which
+first packs expert groups onto nodes, is not modelled). An expert's tokens are split evenly over
+its replicas. Every EP rank is an attention data-parallel rank (DP attention), so the expert rows
+a rank receives are the load EPLB balances; :func:`rank_expected_loads` gives a placement's
+expected rows per rank and :func:`max_over_mean` its imbalance (1 = perfectly balanced). The
+placement is computed from the routing's expected loads (what EPLB's load statistics estimate),
+once per replica and layer; a routing trace is placed as uniform.
 
 **Dispatch / combine volumes** (:func:`a2a_bytes`; bytes leaving one rank per MoE layer, uniform
 routing over ``E`` experts on ``G`` EP ranks, ``g`` of them per node, ``N = G/g`` nodes, token
@@ -49,7 +55,7 @@ from tilewright.models.llm_shapes import DeepSeekConfig
 
 __all__ = ["standin_attention", "STANDIN_HEADS", "STANDIN_KV_HEADS", "inclusion_probabilities",
            "ExpertRouter", "eplb_placement", "SlotMap", "miss_probability", "a2a_bytes",
-           "INCLUSION_DRAWS"]
+           "INCLUSION_DRAWS", "rank_expected_loads", "max_over_mean"]
 
 #: query heads and KV heads of the stand-in attention of an MoE config without attention
 #: (DeepSeek-V3's MLA is not modelled here): GQA with DeepSeek-V3's 128 query heads, head dim
@@ -145,6 +151,20 @@ def eplb_placement(expected: np.ndarray, ep: int, redundant: int = 0) -> np.ndar
     return out
 
 
+def rank_expected_loads(placement: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Expected rows per EP rank, ``(ep,)``, of a placement (:func:`eplb_placement`): each
+    expert's expected load split evenly over its replicas, summed over the rank's slots."""
+    copies = np.bincount(placement.ravel(), minlength=len(expected))
+    return (np.asarray(expected, dtype=float) / copies)[placement].sum(axis=1)
+
+
+def max_over_mean(rows: np.ndarray) -> float:
+    """Load imbalance over the last axis: the busiest rank's rows over the mean rank's rows,
+    averaged over any leading axes (layers); 1.0 when every rank gets the same."""
+    rows = np.asarray(rows, dtype=float)
+    return float(np.mean(rows.max(axis=-1) / rows.mean(axis=-1)))
+
+
 class SlotMap:
     """Per MoE layer placements (:func:`eplb_placement`) precomputed for :meth:`rank_loads`."""
 
@@ -160,14 +180,21 @@ class SlotMap:
                 order[i, j] = seen.get(int(x), 0)
                 seen[int(x)] = order[i, j] + 1
         self.order = order
+        self._slot_copies = np.take_along_axis(self.copies, self.flat, axis=1)  # (L, S)
+        self._index: tuple[int, np.ndarray] | None = None   # (E, flat index of each slot)
 
     def rank_loads(self, loads: np.ndarray) -> np.ndarray:
-        """Rows per slot, ``(L, ep, slots)``, from per-expert loads ``(L, E)``: each expert's
-        load split evenly over its replicas (remainders to the first replicas)."""
-        lo = np.take_along_axis(loads, self.flat, axis=1)
-        cp = np.take_along_axis(self.copies, self.flat, axis=1)
+        """Rows per slot, ``(..., L, ep, slots)``, from per-expert loads ``(..., L, E)`` (leading
+        axes: iterations): each expert's load split evenly over its replicas (remainders to the
+        first replicas)."""
+        L, E = loads.shape[-2:]
+        if self._index is None or self._index[0] != E:
+            self._index = (E, (np.arange(L)[:, None] * E + self.flat).ravel())
+        lo = np.take(loads.reshape(*loads.shape[:-2], L * E), self._index[1], axis=-1)
+        lo = np.ascontiguousarray(lo).reshape(*loads.shape[:-2], *self.flat.shape)
+        cp = self._slot_copies
         out = lo // cp + ((lo % cp) > self.order)
-        return out.reshape(len(loads), *self.shape)
+        return out.reshape(*loads.shape[:-1], *self.shape)
 
 
 def miss_probability(E: int, k: int, m: int) -> float:

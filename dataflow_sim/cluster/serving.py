@@ -27,9 +27,10 @@ Prefill/decode disaggregation (Splitwise): prefill replicas only prefill; the KV
 finished prompt then travels over the network (one message per chip of the replica, ``prompt ·
 kv_bytes_per_token`` bytes each, on shared links) to the least-loaded decode replica.
 
-MoE routing imbalance: each iteration draws the experts of all ``T·top_k`` token slots
-(multinomial over expert popularity: uniform, Zipf(``zipf_s``) over a seeded random ranking, or
-a cycled trace of expert ids); the EP rank with the most work sets the expert time.
+MoE routing imbalance: each iteration draws every MoE layer's expert loads afresh (distinct
+top-k per token: uniform, Zipf(``zipf_s``) over a seeded random ranking per layer, or a cycled
+trace of expert ids; :mod:`.moe_serving`), places them on the EP ranks' expert slots (EPLB with
+redundant experts) and the EP rank with the most work sets the expert time.
 
 Compute cost source (``cost_source``; default ``"compiler"`` for ArchSpec chips, ``"table"`` for
 GPU presets): with ``"compiler"`` the token-linear part of a layer (projections, FFN, router,
@@ -60,10 +61,16 @@ keys per iteration, their times by the same floating-point operations as an iter
 one per iteration. A request reaching it (arrival or KV hand-off) reads its load from the run
 and stops the run after the iteration in progress; the loop then goes on event by event. The
 results are bit-equal to the event-level loop (``decode_runs=False``;
-tests/test_serving_decode_runs.py). Used where an iteration's time is a function of the batch's
-size and keys alone (one EP rank, dense model, table costs of a GPU preset or Mamba, no pipeline
-stages, no trace); a request landing exactly on a computed iteration's end, where the two would
-depend on SimPy's order of same-instant events, makes the run repeat event by event.
+tests/test_serving_decode_runs.py). Used with table costs (GPU presets, Mamba), no pipeline
+stages and no Perfetto trace: for a dense model the iteration time is a function of the batch's
+size and keys alone (:meth:`IterationCost.decode_run_seconds`); for MoE, with any EP and
+attention layout, each iteration's routing is drawn and its time computed by :meth:`IterationCost.parts`'
+arithmetic over many iterations at once (:meth:`IterationCost.decode_steps_seconds`; one at a
+time with a routing trace or a chip without fused attention), each attention-DP rank's KV pool
+is its own :class:`.decode_run.DecodeRun`, and the draws made for iterations timed past the
+run's end are undone (:meth:`IterationCost.snapshot`). A request landing exactly on a computed
+iteration's end, where the two would depend on SimPy's order of same-instant events, makes the
+run repeat event by event.
 
 Mamba models: no attention and no KV cache; each sequence holds a fixed-size recurrent state
 (:func:`.plan.mamba_state_bytes`), so a replica admits ``state_slots`` sequences (one slot each,
@@ -105,7 +112,8 @@ from .serve_slo import SLO, best_split, pd_splits, slo_metrics, with_prefill_chi
 from .topology import Topology
 from .training import resolve_cost_source
 from .trace import Trace
-from .moe_serving import ExpertRouter, SlotMap, a2a_bytes, eplb_placement, standin_attention
+from .moe_serving import (ExpertRouter, SlotMap, a2a_bytes, eplb_placement, max_over_mean,
+                          rank_expected_loads, standin_attention)
 from .workload import Shard, dims_of, token_gemms, token_vectors
 
 __all__ = ["simulate_serving", "search_pd_split", "ServeResult", "IterationCost",
@@ -279,6 +287,7 @@ class IterationCost:
         self._pending = [0, 0, 0, 0, 0, 0, 0]
         self._rates: dict[str, dict[int, float]] = {}
         self._rng = np.random.default_rng(seed)
+        self._slot_seconds = np.zeros(0)   # table costs: an expert slot's seconds by its rows
         self._twin: IterationCost | None = None
         self.n_dense = 0
         if dm.moe:
@@ -294,10 +303,24 @@ class IterationCost:
             n_moe = self.n_moe = cfg.n_layers - self.n_dense
             self.router = ExpertRouter(dm.n_experts, dm.top_k, n_moe, plan.routing, plan.zipf_s,
                                        self._rng, routing_trace)
-            self.slots = SlotMap([eplb_placement(pi, plan.ep, plan.redundant_experts)
-                                  for pi in self.router.pi]) if n_moe else None
+            placements = [eplb_placement(pi, plan.ep, plan.redundant_experts)
+                          for pi in self.router.pi]
+            self.slots = SlotMap(placements) if n_moe else None
+            # EP rank load balance (:func:`.moe_serving.max_over_mean`): expected from the
+            # placement, and from the plain placement (no redundant experts) for comparison
+            self.rank_balance_expected = (max_over_mean(np.stack(
+                [rank_expected_loads(p, pi) for p, pi in zip(placements, self.router.pi)]))
+                if n_moe else 1.0)
+            # (NaN when the experts alone do not split evenly over the EP ranks, e.g.
+            # DeepSeek's 256 + 32 redundant over EP 144: there is no such placement)
+            self.rank_balance_plain = (max_over_mean(np.stack(
+                [rank_expected_loads(eplb_placement(pi, plan.ep), pi) for pi in self.router.pi]))
+                if n_moe and dm.n_experts % plan.ep == 0 else 1.0 if not n_moe else math.nan)
             # EP ranks per node (an EP rank is tp chips)
             self._node_ranks = max(1, timer.topology.spec.chips_per_node // plan.tp)
+        # rows of the busiest EP rank and of the mean EP rank, summed over the MoE layers of
+        # every iteration drawn so far (:meth:`expert_loads`)
+        self.rank_rows = [0.0, 0.0]
 
     def share_memos(self, other: "IterationCost") -> None:
         """Use ``other``'s memoized per-chip costs (token part of a layer, compiled layer and
@@ -365,11 +388,18 @@ class IterationCost:
                 self._expert_rep = self._layer_report(1)
             return np.array([max(self._expert_rep.expert_seconds(r) for r in layer)
                              for layer in loads])
-        f = self.dm_exp.f_exp
-        t = (chip.gemm_seconds(loads, dm.d, 2 * f) + chip.gemm_seconds(loads, f, dm.d)
-             + np.where(loads > 0, chip.vector_seconds(np.maximum(5 * f * loads, 1),
-                                                       3 * f * e * loads), 0.0))
-        return t.sum(axis=-1).max(axis=-1)
+        # one slot's seconds are a function of its rows alone (elementwise numpy): looked up
+        # in a table by row count, filled on demand (the same values as computed in place)
+        table = self._slot_seconds
+        top = int(loads.max(initial=0))
+        if top >= len(table):
+            x = np.arange(len(table), max(2 * len(table), top + 1), dtype=np.int64)
+            f = self.dm_exp.f_exp
+            new = (chip.gemm_seconds(x, dm.d, 2 * f) + chip.gemm_seconds(x, f, dm.d)
+                   + np.where(x > 0, chip.vector_seconds(np.maximum(5 * f * x, 1),
+                                                         3 * f * e * x), 0.0))
+            table = self._slot_seconds = np.concatenate((table, new))
+        return table[loads].sum(axis=-1).max(axis=-1)
 
     def a2a_seconds(self, tokens: int) -> float:
         """Dispatch + combine seconds of one MoE layer for the busiest EP rank's ``tokens``
@@ -537,7 +567,11 @@ class IterationCost:
         (a fresh distinct top-k draw per layer, :class:`.moe_serving.ExpertRouter`)."""
         if self.slots is None:                  # every layer dense
             return np.zeros((0, self.plan.ep, 0), dtype=np.int64)
-        return self.slots.rank_loads(self.router.loads(tokens))
+        out = self.slots.rank_loads(self.router.loads(tokens))
+        rows = out.sum(axis=-1)                 # (L, ep) rows per rank
+        self.rank_rows[0] += float(rows.max(axis=-1).sum())
+        self.rank_rows[1] += float(rows.sum()) / rows.shape[-1]
+        return out
 
     def seconds(self, q: np.ndarray, c: np.ndarray, n_logits: int,
                 ranks: np.ndarray | None = None) -> float:
@@ -545,13 +579,16 @@ class IterationCost:
         return sum(self.parts(q, c, n_logits, ranks))
 
     def parts(self, q: np.ndarray, c: np.ndarray, n_logits: int,
-              ranks: np.ndarray | None = None) -> tuple[float, float, float]:
+              ranks: np.ndarray | None = None, account: bool = True
+              ) -> tuple[float, float, float]:
         """(all layers, embedding, LM head) seconds of the iteration; a pipeline stage runs
         ``n_layers/pp`` of the layers, the first stage the embedding, the last the head.
         ``ranks``: the EP (attention data-parallel) rank of each sequence (default round-robin);
         the slowest rank sets each phase. MoE: ``n_dense_layers`` dense layers, the rest MoE
         layers with their own routing draw, all-to-all and (``overlap_a2a``) two-micro-batch
-        overlap of communication and compute: ``max(C, M) + min(C, M)/2`` per layer."""
+        overlap of communication and compute: ``max(C, M) + min(C, M)/2`` per layer.
+        ``account=False``: time only (the work and link bytes are added later by
+        :meth:`_account`; decode-only runs, :meth:`decode_step_seconds`)."""
         cfg, dm, ep, e = self.cfg, self.dm, self.adp, self.e
         sums = self._batch_sums(q, c)         # computed once for the whole batch
         T_total = sums[0]
@@ -571,7 +608,8 @@ class IterationCost:
             layer = max((self._dense_seconds(int(pq.sum())) + a
                          for (pq, _), a in zip(groups, attn)), default=0.0)
         tp_comm = self._tp_comm(T)
-        self._account(q, c, n_logits, sums)
+        if account:
+            self._account(q, c, n_logits, sums)
         # the fixed per-iteration cost (scheduler, sampling; GPU presets) rides on the first
         # stage's part, once per iteration
         tail = (self.embed_seconds(T_total) + self.chip.iteration_overhead_s,
@@ -614,12 +652,150 @@ class IterationCost:
 
     @property
     def decode_runs(self) -> bool:
-        """Whether an iteration of one-token decode steps costs a function of its sequence count
-        and summed keys alone (:meth:`decode_run_seconds`): one EP rank, a dense model, table
-        costs with fused attention (GPU presets) or no attention (Mamba)."""
-        return (self.plan.ep == 1 and self.adp == 1 and not self.dm.moe
-                and self.cost_source != "compiler"
-                and (self.chip.fused_attention or bool(self.dm.ssm)))
+        """Whether decode-only runs can be computed ahead: table costs (not the compiler) and
+        either an MoE model (any EP and attention layout: each iteration timed by
+        :meth:`decode_step_seconds`, the routing draws rolled back past the run's end,
+        :meth:`snapshot`) or a dense one whose iteration costs a function of its sequence count
+        and summed keys alone (:meth:`decode_run_seconds`: fused attention, GPU presets, or no
+        attention, Mamba)."""
+        if self.cost_source == "compiler":
+            return False
+        return bool(self.dm.moe) or (self.plan.ep == 1 and self.adp == 1
+                                     and (self.chip.fused_attention or bool(self.dm.ssm)))
+
+    @property
+    def exact_decode_steps(self) -> bool:
+        """Decode-only runs are timed iteration by iteration (:meth:`decode_step_seconds`): MoE
+        (a fresh routing draw per iteration)."""
+        return bool(self.dm.moe)
+
+    def decode_step_seconds(self, c: np.ndarray, ranks: np.ndarray | None) -> float:
+        """Seconds of one decode-only iteration of sequences with ``c`` keys each (one new token
+        each, every one sampling) on attention ranks ``ranks`` — :meth:`seconds` on that batch,
+        without adding its work (:meth:`account_decode_step` does, once the iteration runs)."""
+        return sum(self.parts(np.ones(len(c), np.int64), c, len(c), ranks, account=False))
+
+    @property
+    def vector_decode_steps(self) -> bool:
+        """MoE decode steps are timed for many iterations at once
+        (:meth:`decode_steps_seconds`): fused attention (GPU presets) and drawn routing (no
+        trace); otherwise one at a time (:meth:`decode_step_seconds`)."""
+        return (bool(self.dm.moe) and self.chip.fused_attention and self.cost_source == "table"
+                and getattr(self, "router", None) is not None and self.router._trace is None)
+
+    def decode_steps_seconds(self, s: np.ndarray, r: np.ndarray, ranks: np.ndarray | None,
+                             a: int, m: int) -> np.ndarray:
+        """Seconds of iterations ``a … m − 1`` of an MoE decode-only run (sequences of contexts
+        ``s`` at the run's start, ``r`` tokens left, attention ranks ``ranks`` or None for one
+        rank; iteration j holds the sequences with ``r > j``, each at ``s + j`` keys): the
+        floating-point operations of :meth:`parts` on each iteration's batch, in its order,
+        elementwise over the iterations; the routing draws are made for all of them at once
+        (numpy draws a broadcast binomial element by element in C order, so the generator
+        advances exactly as by one call per iteration) and the EP rank row sums are added
+        iteration by iteration. Only when :attr:`vector_decode_steps`."""
+        dm, chip, plan = self.dm, self.chip, self.plan
+        j = np.arange(a, m, dtype=np.int64)
+        live = r[None, :] > j[:, None]                               # (K, N)
+        if ranks is None or self.adp == 1:
+            members = [np.ones(len(s), bool)]
+        else:
+            members = [ranks == k for k in range(self.adp)]
+        n_g = np.stack([(live & mk).sum(axis=1) for mk in members])  # (G, K) sequences
+        c_g = np.stack([(live & mk) @ s for mk in members]) + j * n_g  # (G, K) Σ keys
+        T_total = live.sum(axis=1)
+        T = n_g.max(axis=0)
+        hv = dm.hd_v or dm.hd
+        C = c_g.astype(np.float64)
+        kv_read = dm.kv * C * (dm.hd if dm.hd_v else 2 * dm.hd)
+        attn = chip.attention_seconds(2.0 * (dm.hd + hv) * dm.h * C,
+                                      self.e * (dm.h * n_g.astype(np.float64) * (dm.hd + hv)
+                                                + kv_read))
+        empty = n_g == 0
+
+        def per_group(f) -> np.ndarray:
+            vals = np.array([[f(int(t)) if t else 0.0 for t in row] for row in n_g])
+            return np.where(empty, -np.inf, vals + attn).max(axis=0)
+
+        layer = per_group(self._dense_seconds)
+        tp_comm = np.array([self._tp_comm(int(t)) for t in T])
+        first = np.array([self.embed_seconds(int(t)) for t in T_total]) \
+            + chip.iteration_overhead_s
+        head = np.array([self.head_seconds(int(t)) for t in T_total])
+        dense = np.zeros(len(j))
+        if self.n_dense:
+            assert self._twin is not None
+            dense = self.n_dense * (per_group(self._twin._dense_seconds) + tp_comm)
+        layers = dense
+        if self.n_moe:
+            rows = self.slots.rank_loads(self.router.loads(T_total[:, None, None]))
+            per_rank = rows.sum(axis=-1)                             # (K, L, ep)
+            busiest = per_rank.max(axis=-1).sum(axis=-1)
+            total = per_rank.sum(axis=(1, 2))
+            for b, t in zip(busiest.tolist(), total.tolist()):
+                self.rank_rows[0] += float(b)
+                self.rank_rows[1] += float(t) / per_rank.shape[-1]
+            compute = (layer + tp_comm)[:, None] + self.expert_seconds(rows)
+            a2a = {}
+            toks = T * plan.tp / self.atp if plan.split_attention else T
+            comm = np.array([a2a[x] if x in a2a else a2a.setdefault(x, self.a2a_seconds(x))
+                             for x in toks.tolist()])[:, None]
+            if plan.overlap_a2a:
+                per = np.maximum(compute, comm) + np.minimum(compute, comm) / 2
+            else:
+                per = compute + comm
+            # row sums in C order: each row is then summed as :meth:`parts` sums its (L,) array
+            layers = dense + np.ascontiguousarray(per).sum(axis=1)
+        return (layers + first) + head
+
+    def account_decode_steps(self, s: np.ndarray, r: np.ndarray, stop: int) -> None:
+        """Add the work and link bytes of iterations ``0 … stop − 1`` of an MoE decode-only run
+        (:meth:`decode_steps_seconds`'s sequences) as :meth:`_account` adds them iteration by
+        iteration: the integer sums at once, each link's bytes as the same sequence of
+        additions (``np.cumsum`` adds in order)."""
+        assert self.cost_source != "compiler"
+        j = np.arange(stop, dtype=np.int64)
+        live = r[None, :] > j[:, None]
+        T = live.sum(axis=1)                       # sequences = new tokens = logits rows
+        C = live @ s + j * T                       # Σ keys = Σ q·c (q = 1)
+        pend = self._pending
+        for i, v in enumerate((stop, int(T.sum()), int(C.sum()), int(C.sum()),
+                               int(T.sum()), stop)):
+            pend[i] += v
+        if self.plan.tp > 1 or self.atp > 1:
+            pend[6] += int(T.sum())
+        dm, e, ep = self.dm, self.e, self.plan.ep
+        if not (dm.moe and ep > 1):
+            return
+        memo: dict[int, float] = {}
+        for t in T.tolist():
+            if t not in memo:
+                sent = sum(sum(a2a_bytes(t / ep, dm.d, b, dm.n_experts, dm.top_k, ep,
+                                         self._node_ranks, self.plan.a2a))
+                           for b in (self.plan.dispatch_bytes or e, e))
+                memo[t] = (self.cfg.n_layers - self.n_dense) * sent / (1 - 1 / ep)
+        nbytes = np.array([memo[t] for t in T.tolist()])
+        rates = self._rates.get("all_to_all")
+        if rates is None:
+            rates = self._rates["all_to_all"] = self.timer.traffic("all_to_all", self._ep_group)
+        acc = self._link_bytes
+        for link, rate in rates.items():
+            acc[link] = float(np.cumsum(np.concatenate(([acc.get(link, 0.0)],
+                                                        rate * nbytes)))[-1])
+
+    def snapshot(self) -> tuple:
+        """The state an iteration's timing changes: the routing generator, a routing trace's
+        position and the EP rank row sums (:meth:`restore` puts it back)."""
+        router = getattr(self, "router", None)
+        return (self._rng.bit_generator.state, router._pos if router is not None else 0,
+                tuple(self.rank_rows))
+
+    def restore(self, state: tuple) -> None:
+        """Undo the timing of iterations that did not run (:meth:`snapshot`)."""
+        self._rng.bit_generator.state = state[0]
+        router = getattr(self, "router", None)
+        if router is not None:
+            router._pos = state[1]
+        self.rank_rows = list(state[2])
 
     def decode_run_seconds(self, n: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """Seconds of each iteration of a decode-only run (:mod:`.decode_run`): iteration j has
@@ -861,7 +1037,16 @@ class _Replica:
         run, now = self.run, self.sim.env.now
         assert run is not None
         while run.t[-1] <= now and len(run.n) < run.stop:
-            self._extend_run(2 * len(run.n))
+            if not run.exact:
+                self._extend_run(2 * len(run.n))
+            elif not run.chunks:      # one at a time (MoE without vectorized steps)
+                self._extend_run(len(run.n) + 1)
+            else:     # MoE: at least as many as reach now at the last step's time, and
+                # at least doubling (a call's fixed numpy cost dominates a few iterations'; the
+                # draws past the run's end are undone and the run's own drawn again)
+                ahead = (now - run.t[-1]) / run.dts[-1] if run.dts[-1] > 0 else 1.0
+                self._extend_run(max(2 * len(run.n),
+                                     len(run.n) + 1 + int(min(ahead * 1.05, 1e6))))
         j = bisect_right(run.t, now) - 1
         if j >= 1 and run.t[j] == now:
             raise _SameInstant(now)
@@ -873,7 +1058,19 @@ class _Replica:
         assert run is not None
         a, m = len(run.n), min(m, run.plan.iterations)
         n, keys = run.plan.counts(a, m)
-        dts = self.cost.decode_run_seconds(n, keys)
+        cost = self.cost
+        if run.exact and cost.vector_decode_steps:   # MoE, all at once; undone past the end
+            run.chunks.append((a, m, cost.snapshot()))
+            dts = cost.decode_steps_seconds(run.s_arr, run.r_arr, run.ranks, a, m)
+        elif run.exact:      # MoE: each iteration as the event-level loop times it
+            dts = np.empty(m - a)
+            for j in range(a, m):
+                run.states.append(cost.snapshot())
+                live = run.r_arr > j
+                dts[j - a] = cost.decode_step_seconds(
+                    run.s_arr[live] + j, run.ranks[live] if run.ranks is not None else None)
+        else:
+            dts = cost.decode_run_seconds(n, keys)
         # SimPy's clock after each iteration: now + dt, added one at a time (cumsum is sequential)
         run.t += np.cumsum(np.concatenate(([run.t[-1]], dts)))[1:].tolist()
         run.dts += dts.tolist()
@@ -883,7 +1080,7 @@ class _Replica:
     def _start_run(self) -> bool:
         """Start a decode-only run of the running sequences (queue empty, every sequence
         decoding); False (nothing changed) when the batch is not of that kind or the run would
-        preempt."""
+        preempt (in any attention-DP rank's KV pool)."""
         if self.waiting or not self.running:
             return False
         s, r, b = [], [], []
@@ -894,24 +1091,59 @@ class _Replica:
             r.append(x.output - x.generated)
             b.append(x.blocks)
         sim = self.sim
-        plan = DecodeRun(s, r, b, self.free_blocks, sim.plan.kv_block_tokens,
-                         sim.state_slots is not None)
-        if not plan.feasible:
+        bt, slots = sim.plan.kv_block_tokens, sim.state_slots is not None
+        plan = DecodeRun(s, r, b, self.free_blocks, bt, slots)
+        if len(self.free) == 1:
+            pools = [(0, list(range(len(s))), plan)]
+        else:                     # one DecodeRun per attention-DP rank's KV pool
+            pools = []
+            for k in range(len(self.free)):
+                idx = [i for i, x in enumerate(self.running) if x.rank == k]
+                if idx:
+                    pools.append((k, idx, DecodeRun([s[i] for i in idx], [r[i] for i in idx],
+                                                    [b[i] for i in idx], self.free[k], bt,
+                                                    slots)))
+        if not all(p.feasible for _, _, p in pools):
             return False
-        self.run = _Run(plan, list(self.running), [sim.env.now], [], [], [], plan.iterations)
-        self._extend_run(RUN_CHUNK)
+        exact = self.cost.exact_decode_steps
+        ranks = (np.array([x.rank for x in self.running], np.int64)
+                 if exact and len(self.free) > 1 else None)
+        self.run = _Run(plan, list(self.running), [sim.env.now], [], [], [], plan.iterations,
+                        pools, exact, np.array(s, np.int64), np.array(r, np.int64), ranks, [],
+                        [])
+        self._extend_run(1 if exact else RUN_CHUNK)
         return True
 
     def _commit_run(self) -> None:
         """Apply the run's first ``stop`` iterations to the replica and its requests: tokens,
-        finishes (at their iteration's end), KV blocks, busy time, timeline and work."""
+        finishes (at their iteration's end), KV blocks, busy time, timeline and work. Iterations
+        timed beyond ``stop`` did not run: their routing draws are undone."""
         run, sim = self.run, self.sim
         assert run is not None
         stop, plan = run.stop, run.plan
         if len(run.n) < stop:
             self._extend_run(stop)
+        if run.exact and len(run.states) > stop:
+            self.cost.restore(run.states[stop])
+        if run.exact and len(run.n) > stop and run.chunks:
+            # iterations timed ahead that did not run: back to the start of the chunk holding
+            # iteration ``stop`` and redo the draws of its iterations that ran
+            a, _, state = next(x for x in run.chunks if x[0] <= stop < x[1])
+            self.cost.restore(state)
+            if stop > a:
+                self.cost.decode_steps_seconds(run.s_arr, run.r_arr, run.ranks, a, stop)
         t = run.t
-        held = plan.blocks_held(stop)
+        held = [0] * len(run.reqs)
+        # free blocks of all pools after each iteration's takes (the ranks without sequences in
+        # the run keep theirs), as the event-level loop's timeline reads them
+        touched = {k for k, _, _ in run.pools}
+        after = [sum(f for k, f in enumerate(self.free) if k not in touched)] * stop
+        for k, idx, p in run.pools:
+            for i, h in zip(idx, p.blocks_held(stop)):
+                held[i] = h
+            free, grow = p.blocks(stop)
+            self.free[k] = free[stop]
+            after = [a + f - g for a, f, g in zip(after, free, grow)]
         for x, r, h in zip(run.reqs, plan.r, held):
             if r <= stop:
                 x.generated = x.output
@@ -923,11 +1155,8 @@ class _Replica:
                 x.generated += stop
                 x.blocks = h
         self.running = [x for x in self.running if x.active]
-        free, grow = plan.blocks(stop)
-        assert len(self.free) == 1          # runs are taken with one KV pool (``decode_runs``)
-        self.free[0] = free[stop]
         total = self.total_blocks
-        kv = [1.0 - (f - g) / total for f, g in zip(free, grow)] if total else [0.0] * stop
+        kv = [1.0 - a / total for a in after] if total else [0.0] * stop
         n = run.n[:stop]
         sim.timeline.extend(zip(t[:stop], [self.idx] * stop, [self.role] * stop, n, n, kv))
         width = len(self.chips)
@@ -935,7 +1164,10 @@ class _Replica:
             self.busy_chip_s += dt * width
             self.busy += dt
         self.iterations += stop
-        self.cost.account_decode_run(sum(n), sum(run.keys[:stop]), stop)
+        if run.exact:
+            self.cost.account_decode_steps(run.s_arr, run.r_arr, stop)
+        else:
+            self.cost.account_decode_run(sum(n), sum(run.keys[:stop]), stop)
         self.run_end = t[stop]
         self.run = None
 
@@ -1152,9 +1384,22 @@ class _Run:
     n: list[int]
     keys: list[int]
     stop: int
+    #: (attention-DP rank, indices into ``reqs``, that pool's DecodeRun) per rank with sequences
+    pools: list[tuple[int, list[int], DecodeRun]]
+    #: iterations timed one by one (MoE, :meth:`IterationCost.decode_step_seconds`), with the
+    #: sequences' contexts ``s_arr``, tokens left ``r_arr``, ranks (None: one rank) and the
+    #: cost's state before each timed iteration (:meth:`IterationCost.snapshot`)
+    exact: bool
+    s_arr: np.ndarray
+    r_arr: np.ndarray
+    ranks: Optional[np.ndarray]
+    states: list[tuple]
+    #: MoE iterations timed together: (first, end, the cost's state before them)
+    chunks: list[tuple[int, int, tuple]]
 
 
-#: iterations of a decode-only run timed at its start (more are timed when the run lasts)
+#: iterations of a decode-only run timed at its start (more are timed when the run lasts; an
+#: MoE run times one, then as many as the clock needs)
 RUN_CHUNK = 32
 
 
@@ -1424,6 +1669,17 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
         metrics[f"clock_ratio_{role}"] = clock[role]
     if slo is not None:
         metrics.update(slo_metrics(df, slo, span))
+    moe_costs = [r.cost for r in reps if r.cost.dm.moe and r.cost.slots is not None]
+    if moe_costs and plan.ep > 1:
+        # EP rank balance (EPLB): rows of the busiest rank over the mean rank's, per MoE layer
+        # and iteration (drawn), and expected from the placement with and without redundancy
+        busiest, mean = (sum(c.rank_rows[i] for c in moe_costs) for i in (0, 1))
+        metrics.update(
+            moe_rank_load_max_over_mean=busiest / mean if mean else math.nan,
+            moe_rank_load_expected_max_over_mean=float(
+                np.mean([c.rank_balance_expected for c in moe_costs])),
+            moe_rank_load_expected_max_over_mean_without_redundant=float(
+                np.mean([c.rank_balance_plain for c in moe_costs])))
     carried = dict(sim.net.link_bytes)
     for r in reps:
         for link, b in r.cost.comm_link_bytes.items():
