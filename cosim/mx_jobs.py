@@ -16,9 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from tilewright.compiler.layout import GemmLayout, pack_lanes
+from tilewright.compiler.layout import GemmLayout
 from tilewright.cosim.bf16_jobs import Bf16GemmRun, c_from_acc_words
 from tilewright.cosim.job import JobFiles, PreparedJob
 from tilewright.formats import MX_BLOCK, QTensor
@@ -56,22 +54,9 @@ def mx_gemm_words(cols: int, a: QTensor, b: QTensor) -> tuple[GemmLayout, list[i
     """(layout, A buffer words, B buffer words) of C = A·B for a 32 x ``cols`` MX core."""
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"MX GEMM: inner dimensions differ: A {a.shape} @ B {b.shape}")
-    (m, k), n, R, C = a.shape, b.shape[1], MX_BLOCK, cols
-    lay = GemmLayout(R, C, "ws", m, k, n)
-    ap = np.zeros((m, lay.kb * R), np.uint8)
-    ap[:, :k] = a.values.view(np.uint8)
-    a_lanes = ap.reshape(m, lay.kb, R).transpose(1, 0, 2).reshape(-1, R)
-    xa = a.scales.T.reshape(-1).astype(np.int64)                # word (kb, m) -> Xa[m, kb]
-    a_words = [w | (int(x) << (R * 8)) for w, x in zip(pack_lanes(a_lanes, 8), xa)]
-    bp = np.zeros((lay.kb * R, lay.nb * C), np.uint8)
-    bp[:k, :n] = b.values.view(np.uint8)
-    b_lanes = bp.reshape(lay.kb, R, lay.nb, C).transpose(2, 0, 1, 3).reshape(-1, C)
-    xb = np.full((lay.kb, lay.nb * C), 127, np.uint8)          # padded columns: 2**0
-    xb[:, :n] = b.scales
-    xb_words = pack_lanes(np.repeat(xb.reshape(lay.kb, lay.nb, C).transpose(1, 0, 2), R,
-                                    axis=1).reshape(-1, C), 8)
-    b_words = [w | (x << (C * 8)) for w, x in zip(pack_lanes(b_lanes, 8), xb_words)]
-    return lay, a_words, b_words
+    (m, k), n = a.shape, b.shape[1]
+    lay = GemmLayout(MX_BLOCK, cols, "ws", m, k, n, mx=True)
+    return lay, lay.a_words_of(a.values, a.scales), lay.b_words_of(b.values, b.scales)
 
 
 def prepare_mx(gemms: Sequence[tuple[QTensor, QTensor]], params: MxParams) -> PreparedJob:
