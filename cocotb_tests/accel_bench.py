@@ -34,13 +34,13 @@ import time
 from collections import deque
 
 import cocotb
-import numpy as np
 from cocotb.triggers import FallingEdge
 
 from tilewright.cocotb_tests.bench_io import reset, start_and_measure, start_clock
 from tilewright.compiler.codegen import codegen, memory_latency_cycles
 from tilewright.compiler.vector_codegen import VectorKernel, codegen_vector
-from tilewright.cosim.job import STATE_SUFFIX, Job, computed, gemm_tasks, load_job, save_results
+from tilewright.cosim.job import (STATE_SUFFIX, Job, computed, gemm_tasks, load_job, operands,
+                                  save_results)
 from tilewright.dataflow_sim.accel_timing import predict_segment
 
 
@@ -153,8 +153,7 @@ async def _run_program(job: Job, drv: AccelDriver, mem: ExtMemory) -> None:
     for task in gemm_tasks(job, env):
         seg = isa.segment(task.name)
         t0 = time.perf_counter()
-        rec = await _run_segment(drv, mem, isa, seg, isa.image(arch, seg, np.asarray(env[task.a]),
-                                                                 np.asarray(env[task.b])),
+        rec = await _run_segment(drv, mem, isa, seg, isa.image(arch, seg, *operands(task, env)),
                                  f"task {task.name}")
         rec.update(task=task.name, m=task.m, k=task.k, n=task.n, tiles=len(seg.tiles),
                    run_seconds=time.perf_counter() - t0)

@@ -24,7 +24,8 @@ ISA — fixed 64-bit instruction words
                         ``acc`` (1 each): one GEMM on the core (layouts of
                         :mod:`tilewright.compiler.layout` inside each half); C overwrites the
                         accumulator half ``c_buf``, or with ``acc=1`` is added to it (int32,
-                        wrapping) — how a split K accumulates
+                        wrapping; fp32 on the fp8 and MX cores, an MX core's words carrying
+                        their block scales) — how a split K accumulates
     ``SYNC``    5       ``dma`` (1), ``gemm`` (1), ``vec`` (1): wait until each selected unit is
                         idle
     ``LOAD_V``  6       ``vaddr`` (12) vector-buffer word, ``count`` (16) words, ``addr`` (32):
@@ -96,7 +97,7 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.layout import (MAX_GEMM_DIM, DoesNotFit, GemmLayout, half_depth,
-                                        pack_lanes, unpack_lanes)
+                                        unpack_lanes)
 from tilewright.compiler.program import GemmTask, Program
 from tilewright.errors import UserError
 from tilewright.formats import bits_of
@@ -165,8 +166,8 @@ SCAN_OVERHEAD_CYCLES = 4
 #: fields whose smallest accepted value is not 0 (the core needs GEMM sizes of at least 1)
 FIELD_MIN: dict[tuple[str, str], int] = {("GEMM", "m"): 1, ("GEMM", "k"): 1, ("GEMM", "n"): 1,
                                          ("VECTOR", "count"): 1, ("SCAN", "count"): 1}
-#: bits of a GEMM operand lane (int8) and of an accumulator lane (int32), from the formats registry
-_OPERAND_BITS, _ACC_BITS = bits_of("int8"), bits_of("int32")
+#: bits of an accumulator lane (int32), from the formats registry
+_ACC_BITS = bits_of("int32")
 #: opcode -> op name
 OPCODES: dict[int, str] = {code: name for name, (code, _) in ISA.items()}
 
@@ -384,9 +385,12 @@ class IsaProgram:
     def instructions(self) -> list[Instr]:
         return disassemble(list(self.words))
 
-    def image(self, arch: ArchSpec, seg: Segment, a: np.ndarray, b: np.ndarray) -> dict[int, int]:
+    def image(self, arch: ArchSpec, seg: Segment, a: np.ndarray, b: np.ndarray,
+              xa: np.ndarray | None = None, xb: np.ndarray | None = None) -> dict[int, int]:
         """External words (address -> value) holding every tile's A and B blocks of ``seg`` for
-        operands ``a`` (M x K int8) and ``b`` (K x N int8)."""
+        operands ``a`` (M x K int8) and ``b`` (K x N int8); an MX ArchSpec's 8-bit element codes
+        also need their E8M0 block-scale codes ``xa`` (M x ceil(K/32)) and ``xb``
+        (ceil(K/32) x N), which travel in the words (:mod:`tilewright.compiler.layout`)."""
         if a.shape != (seg.m, seg.k) or b.shape != (seg.k, seg.n):
             raise ValueError(f"task {seg.task}: operands {a.shape} @ {b.shape}, expected "
                              f"({seg.m}, {seg.k}) @ ({seg.k}, {seg.n})")
@@ -394,11 +398,15 @@ class IsaProgram:
         out: dict[int, int] = {}
         for t in seg.tiles:
             lay = t.layout(arch)
-            a_blk = a[t.m0:t.m0 + t.tm, t.k0:t.k0 + t.k]
-            b_blk = b[t.k0:t.k0 + t.k, t.n0:t.n0 + t.tn]
+            rows, cols, blks = slice(t.m0, t.m0 + t.tm), slice(t.n0, t.n0 + t.tn), slice(None)
+            if lay.mx:             # K chunks are whole MX blocks (multiples of R = 32)
+                blks = slice(t.k0 // lay.rows, t.k0 // lay.rows + lay.kb)
+            ks = slice(t.k0, t.k0 + t.k)
             for addr, words, nb in (
-                    (t.a_addr, pack_lanes(lay.a_lanes(a_blk), _OPERAND_BITS), wb["a"]),
-                    (t.b_addr, pack_lanes(lay.b_lanes(b_blk), _OPERAND_BITS), wb["b"])):
+                    (t.a_addr, lay.a_words_of(a[rows, ks],
+                                              None if xa is None else xa[rows, blks]), wb["a"]),
+                    (t.b_addr, lay.b_words_of(b[ks, cols],
+                                              None if xb is None else xb[blks, cols]), wb["b"])):
                 for j, beat in enumerate(words_to_beats(words, nb, w)):
                     out[addr + j] = beat
         return out

@@ -43,6 +43,23 @@ acc         MB*NB                       mb*NB + nb -> lane i*Tn + j: C[mb*Tm + i
 
 The tile-MAC core visits output tiles ``mb`` outer, ``nb`` inner (accumulator words in order),
 each over ``kb`` = 0 .. KB-1 (one A and one B word per beat).
+
+MX formats (``tensor_engine.input_format`` with E8M0 block scales, :mod:`tilewright.formats`;
+WS only, R = 32 = the MX block, so K tile ``kb`` is block ``kb``): the block scales travel in the
+words with their elements — one scale lane of 8 bits (the E8M0 code) appended above the element
+lanes, so A words are ``R + 1`` bytes, B words ``2 C`` bytes, accumulator words ``C`` fp32
+lanes (``4 C`` bytes), and the DMA, the ISA and the external image treat them like any other word
+(:class:`~tilewright.rtl.mx_core.MxGemmCore` reads the scales from there):
+
+=========  ==========================  ===================================================
+buffer     word address                scale bits above the element lanes
+=========  ==========================  ===================================================
+A          kb*M + m                    ``[8R, 8R+8)``: Xa[m, kb]
+B          (nb*KB + kb)*R + r          ``[8C + 8i, 8C + 8i + 8)``: Xb[kb, nb*C + i] (every r)
+=========  ==========================  ===================================================
+
+Padding: elements +0 (a padded k adds +0 to a block dot); the scales of padded B columns are
+127 (2**0), their outputs are never read back.
 """
 
 from __future__ import annotations
@@ -54,9 +71,21 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.errors import UserError
+from tilewright.formats import bits_of, get_format
 
 __all__ = ["GemmLayout", "DoesNotFit", "pack_lanes", "unpack_lanes", "MAX_GEMM_DIM", "TILE_KINDS",
-           "ab_buffer_bytes", "half_depth"]
+           "ab_buffer_bytes", "half_depth", "SCALE_BITS", "mx_format"]
+
+#: bits of an operand lane (an int8 / fp8 / MX element code) in an A/B word
+OPERAND_BITS = bits_of("int8")
+#: bits of an MX block-scale lane (an E8M0 code) in an A/B word of an MX core
+SCALE_BITS = 8
+
+
+def mx_format(arch: ArchSpec) -> bool:
+    """True when ``arch``'s tensor engine takes an MX format (E8M0 block scales in its words)."""
+    return get_format(arch.tensor_engine.input_format).scaling == "e8m0"
+
 
 #: the tile-MAC ``tensor_engine.kind`` values (the layout's ``dataflow`` is then the kind)
 TILE_KINDS = ("adder_tree", "outer_product", "cube")
@@ -95,12 +124,13 @@ class GemmLayout:
     k: int
     n: int
     depth: int = 1
+    mx: bool = False     #: MX words: a scale lane above the element lanes (module docstring)
 
     @classmethod
     def for_arch(cls, arch: ArchSpec, m: int, k: int, n: int) -> "GemmLayout":
         te = arch.tensor_engine
         return cls(te.rows, te.cols, te.kind if te.kind in TILE_KINDS else te.dataflow, m, k, n,
-                   te.depth)
+                   te.depth, mx_format(arch))
 
     @property
     def tile(self) -> bool:
@@ -152,12 +182,15 @@ class GemmLayout:
     @staticmethod
     def word_bytes(arch: ArchSpec) -> dict[str, int]:
         """Bytes per on-chip word ``{"a", "b", "c"}`` (int8 / int8 / int32 lanes): systolic
-        ``rows``, ``cols``, ``4 cols``; tile-MAC ``Tm*Tk``, ``Tk*Tn``, ``4 Tm*Tn``."""
+        ``rows``, ``cols``, ``4 cols``; tile-MAC ``Tm*Tk``, ``Tk*Tn``, ``4 Tm*Tn``; MX (8-bit
+        element lanes plus the scale lanes of the module docstring) ``rows + 1``, ``2 cols``,
+        ``4 cols``."""
         te = arch.tensor_engine
         if te.kind in TILE_KINDS:
             tm, tk, tn = te.tile_shape
             return {"a": tm * tk, "b": tk * tn, "c": 4 * tm * tn}
-        return {"a": te.rows, "b": te.cols, "c": 4 * te.cols}
+        sb = SCALE_BITS // 8 if mx_format(arch) else 0
+        return {"a": te.rows + sb, "b": te.cols * (1 + sb), "c": 4 * te.cols}
 
     @staticmethod
     def depths(arch: ArchSpec) -> tuple[int, int, int]:
@@ -213,6 +246,37 @@ class GemmLayout:
         pad = np.zeros((self.k, self.nb * C), np.int8)
         pad[:, : self.n] = b
         return pad.reshape(self.k, self.nb, C).transpose(1, 0, 2).reshape(-1, C)
+
+    def a_words_of(self, a: np.ndarray, xa: np.ndarray | None = None) -> list[int]:
+        """A (M x K codes, 8 bit) -> the A buffer's words (unsigned ints, :meth:`a_lanes` packed);
+        MX layouts also take ``xa`` (M x KB E8M0 codes) into each word's scale lane."""
+        words = pack_lanes(self.a_lanes(a.view(np.int8)), OPERAND_BITS)
+        if not self.mx:
+            return words
+        xa = self._scales(xa, (self.m, self.kb), "xa")
+        top = OPERAND_BITS * self.rows                                   # word (kb, m) -> Xa[m, kb]
+        return [w | (int(x) << top) for w, x in zip(words, xa.T.reshape(-1))]
+
+    def b_words_of(self, b: np.ndarray, xb: np.ndarray | None = None) -> list[int]:
+        """B (K x N codes, 8 bit) -> the B buffer's words; MX layouts also take ``xb`` (KB x N
+        E8M0 codes) into the scale lanes (the same in the R words of a fold)."""
+        words = pack_lanes(self.b_lanes(b.view(np.int8)), OPERAND_BITS)
+        if not self.mx:
+            return words
+        xb = self._scales(xb, (self.kb, self.n), "xb")
+        R, C = self.rows, self.cols
+        pad = np.full((self.kb, self.nb * C), 127, np.uint8)  # padded columns: 2**0
+        pad[:, : self.n] = xb
+        lanes = np.repeat(pad.reshape(self.kb, self.nb, C).transpose(1, 0, 2), R, axis=1)
+        return [w | (x << (OPERAND_BITS * C))
+                for w, x in zip(words, pack_lanes(lanes.reshape(-1, C), SCALE_BITS))]
+
+    def _scales(self, x, shape: tuple[int, int], name: str) -> np.ndarray:
+        if self.dataflow != "ws" or x is None or np.shape(x) != shape:
+            raise ValueError(f"MX GEMM {self.m}x{self.k}x{self.n}: {name} must be the "
+                             f"{shape[0]}x{shape[1]} E8M0 block-scale codes of a WS layout, "
+                             f"not {None if x is None else np.shape(x)}")
+        return np.asarray(x, np.uint8)
 
     def c_from_lanes(self, lanes: np.ndarray) -> np.ndarray:
         """(acc_words, acc_lanes) int32 lanes in buffer order -> C (M x N int32)."""

@@ -228,6 +228,11 @@ class GemmTask(_Task):
 
     ``m, k, n`` are the logical sizes; the engine folds them over its rows x cols internally.
     ``source`` names the model op it came from (for reports and error messages).
+    ``a_scale``/``b_scale`` (both or neither): the ``e8m0`` block-scale codes of an MX GEMM
+    (a: M x ceil(K/32), b: ceil(K/32) x N) for an ArchSpec whose engine takes an MX format; then
+    ``a``/``b`` hold the 8-bit element codes and ``out`` the fp32 accumulator (as int32 bit
+    patterns): the MX rule of :mod:`tilewright.dataflow_sim.numerics`, run on the accelerator
+    top (the functional model runs MX GEMMs as ``bgemm``, and refuses this form).
     """
 
     kind: Literal["gemm"] = "gemm"
@@ -238,6 +243,8 @@ class GemmTask(_Task):
     m: int = Field(..., ge=1)
     k: int = Field(..., ge=1)
     n: int = Field(..., ge=1)
+    a_scale: str | None = None
+    b_scale: str | None = None
 
     @property
     def macs(self) -> int:
@@ -459,9 +466,7 @@ def task_inputs(task: Any) -> tuple[str, ...]:
     """Names of the tensors ``task`` reads, in operand order."""
     if isinstance(task, VectorTask):
         return task.inputs
-    if isinstance(task, GemmTask):
-        return (task.a, task.b)
-    if isinstance(task, BgemmTask):
+    if isinstance(task, (GemmTask, BgemmTask)):
         return tuple(x for x in (task.a, task.b, task.a_scale, task.b_scale) if x)
     if isinstance(task, GroupedGemmTask):
         return tuple(x for x in (task.a, task.b, task.counts, task.a_scale, task.b_scale) if x)

@@ -29,7 +29,7 @@ from tilewright.compiler.program import GemmTask, Program
 from tilewright.cosim import accel_commands as ac
 from tilewright.cosim import gemm_commands as gc
 from tilewright.cosim.driver_process import DriverPipe, run_driver
-from tilewright.cosim.job import computed
+from tilewright.cosim.job import computed, operands
 from tilewright.cosim.verilator import Build
 from tilewright.dataflow_sim.accel_timing import predict_segment
 from tilewright.dataflow_sim.functional import run_vector
@@ -114,7 +114,7 @@ def run_accel_fast(build: Build, program: Program, inputs: dict[str, np.ndarray]
                 env[task.out] = run_vector(task, env)
                 continue
             seg = isa.segment(task.name)
-            image = isa.image(arch, seg, np.asarray(env[task.a]), np.asarray(env[task.b]))
+            image = isa.image(arch, seg, *operands(task, env))
             env[task.out], res = _run_segment(
                 pipe, arch, isa, seg, image,
                 lambda a, read, _s=seg: isa.c_result(a, _s, read), f"task {task.name}")

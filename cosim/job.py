@@ -28,7 +28,7 @@ from tilewright.compiler.program import GemmTask, Program
 from tilewright.cosim.verilator import Build, run_cocotb_bench
 from tilewright.dataflow_sim.functional import run_vector
 
-__all__ = ["STATE_SUFFIX", "JobFiles", "Job", "load_job", "gemm_tasks", "computed",
+__all__ = ["STATE_SUFFIX", "JobFiles", "Job", "load_job", "gemm_tasks", "operands", "computed",
            "save_results", "JobResult", "PreparedJob", "run_job", "prepare_words"]
 
 #: ``outputs.npz`` key suffix of a scan kernel's final state (a kernel run on the accelerator)
@@ -86,6 +86,13 @@ def gemm_tasks(job: Job, env: dict) -> Iterator[GemmTask]:
             yield task
         else:
             env[task.out] = run_vector(task, env)
+
+
+def operands(task: GemmTask, env: Mapping) -> tuple:
+    """A GEMM task's operands for :meth:`~tilewright.compiler.codegen.IsaProgram.image`: ``a``,
+    ``b`` and (an MX task's) the block-scale codes ``a_scale``, ``b_scale``."""
+    return tuple(None if x is None else np.asarray(env[x])
+                 for x in (task.a, task.b, task.a_scale, task.b_scale))
 
 
 def computed(program: Program, inputs: Mapping, env: Mapping[str, np.ndarray]) -> dict:

@@ -16,10 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from tilewright.compiler.layout import GemmLayout, pack_lanes
-from tilewright.cosim.float_core_jobs import prepare_float_gemms, ws_buffer_words
+from tilewright.compiler.layout import GemmLayout
+from tilewright.cosim.float_core_jobs import prepare_float_gemms
 from tilewright.cosim.job import PreparedJob
 from tilewright.formats import MX_BLOCK, QTensor
 
@@ -53,20 +51,12 @@ def _check(q: QTensor, fmt: str, axis: int, name: str) -> None:
 
 
 def mx_gemm_words(cols: int, a: QTensor, b: QTensor) -> tuple[GemmLayout, list[int], list[int]]:
-    """(layout, A buffer words, B buffer words) of C = A·B for a 32 x ``cols`` MX core: the
-    element codes in the WS words of every floating-point core, each A word's E8M0 code above
-    its lanes, each B word's per-column codes (a lane each) above its lanes."""
-    R, C = MX_BLOCK, cols
-    lay, a_codes, b_codes = ws_buffer_words("MX", R, C, a.values.view(np.uint8),
-                                            b.values.view(np.uint8))
-    xa = a.scales.T.reshape(-1).astype(np.int64)                # word (kb, m) -> Xa[m, kb]
-    a_words = [w | (int(x) << (R * 8)) for w, x in zip(a_codes, xa)]
-    xb = np.full((lay.kb, lay.nb * C), 127, np.uint8)          # padded columns: 2**0
-    xb[:, :lay.n] = b.scales
-    xb_words = pack_lanes(np.repeat(xb.reshape(lay.kb, lay.nb, C).transpose(1, 0, 2), R,
-                                    axis=1).reshape(-1, C), 8)
-    b_words = [w | (x << (C * 8)) for w, x in zip(b_codes, xb_words)]
-    return lay, a_words, b_words
+    """(layout, A buffer words, B buffer words) of C = A·B for a 32 x ``cols`` MX core."""
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"MX GEMM: inner dimensions differ: A {a.shape} @ B {b.shape}")
+    (m, k), n = a.shape, b.shape[1]
+    lay = GemmLayout(MX_BLOCK, cols, "ws", m, k, n, mx=True)
+    return lay, lay.a_words_of(a.values, a.scales), lay.b_words_of(b.values, b.scales)
 
 
 def prepare_mx(gemms: Sequence[tuple[QTensor, QTensor]], params: MxParams) -> PreparedJob:

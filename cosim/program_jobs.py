@@ -52,10 +52,16 @@ class KernelBatch:
 
 
 def _check_program(program: Program, arch: ArchSpec) -> None:
-    """ValueError for a Program compiled for another arch; DoesNotFit for a GEMM too large."""
+    """ValueError for a Program compiled for another arch or with MX GEMMs (block scales: the
+    accelerator top's MX core runs them, not the host-driven core); DoesNotFit for a GEMM too
+    large."""
     if program.arch_hash != arch.content_hash():
         raise ValueError(f"program {program.name} was compiled for arch {program.arch_hash}, "
                          f"not {arch.name} ({arch.content_hash()})")
+    mx = [t.name for t in program.gemms() if t.a_scale or t.b_scale]
+    if mx:
+        raise ValueError(f"program {program.name}: task {mx[0]} is an MX GEMM (block scales): "
+                         f"it runs on the accelerator top (top 'accel')")
     for task in program.gemms():
         GemmLayout.for_arch(arch, task.m, task.k, task.n).check_fits(arch)
 

@@ -526,6 +526,9 @@ def run_program(program: Program, inputs: dict[str, np.ndarray],
     env: dict[str, np.ndarray] = {**program.constants, **inputs}
     for task in program.tasks:
         if isinstance(task, GemmTask):
+            if task.a_scale or task.b_scale:
+                raise ValueError(f"task {task.name}: an MX gemm task (block scales) runs on the "
+                                 "accelerator top; the functional model runs MX GEMMs as bgemm")
             env[task.out] = gemm(env[task.a], env[task.b])
         else:
             env[task.out] = run_vector(task, env)

@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 import numpy as np
 
 __all__ = ["wrap_int32", "gemm_int8", "Int8Matmul", "int8_matmul_fn", "int8_matmul",
-           "Bf16Matmul", "bf16_matmul_fn", "bf16_matmul", "fp8_matmul_fn", "fp8_matmul"]
+           "Bf16Matmul", "bf16_matmul_fn", "bf16_matmul", "fp8_matmul_fn", "fp8_matmul",
+           "MxMatmul", "mx_matmul_fn", "mx_matmul"]
 
 
 def wrap_int32(x: np.ndarray) -> np.ndarray:
@@ -84,6 +86,29 @@ def fp8_matmul(fn: Bf16Matmul) -> Iterator[None]:
         yield
     finally:
         _FP8_MATMUL.reset(token)
+
+
+#: ``fn(qa, qb)``: an MX GEMM (``qa`` M x K along axis 1, ``qb`` K x N along axis 0, QTensors of
+#: one MX format with their E8M0 block scales) -> its fp32 result (M x N)
+MxMatmul = Callable[[Any, Any], np.ndarray]
+_MX_MATMUL: ContextVar[MxMatmul | None] = ContextVar("tilewright_mx_matmul", default=None)
+
+
+def mx_matmul_fn() -> MxMatmul | None:
+    """The MX matmul installed by :func:`mx_matmul`, or None (numerics' own MX rule)."""
+    return _MX_MATMUL.get()
+
+
+@contextmanager
+def mx_matmul(fn: MxMatmul | None) -> Iterator[None]:
+    """Run every MX GEMM of the functional model (the formats with E8M0 block scales) through
+    ``fn(qa, qb)`` — e.g. the RTL MX core on the accelerator top (tilewright sim --rtl) — which
+    returns the fp32 result of numerics' MX rule; ``None``: numerics' own rule."""
+    token = _MX_MATMUL.set(fn)
+    try:
+        yield
+    finally:
+        _MX_MATMUL.reset(token)
 
 
 @contextmanager

@@ -39,7 +39,8 @@ from typing import Literal
 
 import numpy as np
 
-from tilewright.dataflow_sim.matmul_hooks import bf16_matmul_fn, fp8_matmul_fn, int8_matmul_fn
+from tilewright.dataflow_sim.matmul_hooks import (bf16_matmul_fn, fp8_matmul_fn, int8_matmul_fn,
+                                                 mx_matmul_fn)
 from tilewright.formats import MX_BLOCK, NumberFormat, QTensor, element_values, get_format, quantize
 
 __all__ = ["gemm", "sequential_fp32_matmul"]
@@ -167,7 +168,8 @@ def gemm(a: QTensor | np.ndarray, b: QTensor | np.ndarray, fmt: str, *,
         raise ValueError(f"{f.name} cannot accumulate in int32 (only int8 can; MX sums in fp32)")
     _check_k_block(k_block, f)
     if f.scaling == "e8m0":
-        return _gemm_mx(qa, qb, f)
+        hook = mx_matmul_fn()      # e.g. the RTL MX core on the accelerator top (sim --rtl)
+        return _gemm_mx(qa, qb, f) if hook is None else hook(qa, qb)
     if acc == "int32":
         out = int8_matmul_fn()(qa.values, qb.values)
         if qa.scales is None and qb.scales is None:

@@ -58,6 +58,7 @@ from tilewright.rtl.controller import Controller
 from tilewright.rtl.dma import Dma
 from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.gemm_core import GemmCore
+from tilewright.rtl.mx_core import MX_FORMATS, mx_core_for_arch
 from tilewright.rtl.systolic_fp8 import FP8_FORMATS, fp8_core_for_arch
 from tilewright.rtl.tile_core import TileCore
 from tilewright.rtl.vector_engine import VectorEngine
@@ -84,9 +85,12 @@ class AccelTop(wiring.Component):
             raise TypeError(f"AccelTop takes an ArchSpec, not {type(arch).__name__}")
         self._arch = arch
         # the GEMM core by tensor_engine.kind: systolic array, or a tile-MAC engine (same ports)
-        # (fp8 operands: the fp8 WS core, tilewright.rtl.systolic_fp8, same ports)
+        # (fp8 operands: the fp8 WS core, tilewright.rtl.systolic_fp8; MX operands: the MX core,
+        # tilewright.rtl.mx_core, its scale lanes in the A/B words; same ports)
         if arch.tensor_engine.input_format in FP8_FORMATS:
             self._core = fp8_core_for_arch(arch, halves=True)
+        elif arch.tensor_engine.input_format in MX_FORMATS:
+            self._core = mx_core_for_arch(arch, halves=True)
         else:
             self._core = (GemmCore if arch.tensor_engine.systolic else TileCore)(arch, halves=True)
         self._dma = Dma(arch=arch)

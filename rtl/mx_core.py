@@ -15,10 +15,12 @@ for row m of A, ``Xb[j, n]`` for column n of B; numerics' "MX rule"):
   the same rounding, exact unless the result leaves fp32's normal range) and added:
   ``acc = fl32(acc + scaled_j)``, blocks in increasing j, the first added to +0.
 
-Scales travel with the operands: each A buffer word (row m of K tile j: 32 8-bit lanes) carries
-the E8M0 code of ``Xa[m, j]`` in its top 8 bits; each B buffer word (weight row k of fold (j, n):
-``cols`` lanes) carries the ``cols`` E8M0 codes of ``Xb[j, n..]`` above its lanes (the same in
-all 32 rows of the fold). The sequencer is the WS one of :mod:`tilewright.rtl.gemm_core`
+Scales travel with the operands (the MX word layout of :mod:`tilewright.compiler.layout`): each
+A buffer word (row m of K tile j: 32 8-bit lanes) carries the E8M0 code of ``Xa[m, j]`` in its
+top 8 bits; each B buffer word (weight row k of fold (j, n): ``cols`` lanes) carries the ``cols``
+E8M0 codes of ``Xb[j, n..]`` above its lanes (the same in all 32 rows of the fold). With
+``halves=True`` it is the accelerator top's GEMM core (:class:`~tilewright.rtl.accel_top.AccelTop`;
+the DMA fills the words, ``acc=1`` continues the block sum of a split K). The sequencer is the WS one of :mod:`tilewright.rtl.gemm_core`
 unchanged (it reads only the lanes); the scales ride beside the array: ``Xb`` latched from the
 weight words as they enter, made active when the fold commits, and both exponents delayed by the
 array's latency to meet their output row. Cycles are therefore the WS closed form
@@ -37,11 +39,12 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpecError
-from tilewright.compiler.layout import ab_buffer_bytes
+from tilewright.compiler.layout import SCALE_BITS, GemmLayout
 from tilewright.formats import MX_BLOCK, get_format
 from tilewright.rtl.emit import write_float_core_rtl
 from tilewright.rtl.fp_arith import FP32_QNAN, Fp32Add, round_pack
-from tilewright.rtl.gemm_core import _CoreShape, memories, run_state, word_ports, ws_sequencer
+from tilewright.rtl.gemm_core import (HALF_PORTS, _CoreShape, half_offsets, memories, run_state,
+                                      word_ports, ws_sequencer)
 from tilewright.rtl.systolic import WeightStationaryArray, delay, ws_latency_cycles
 from tilewright.rtl.systolic_bf16 import _check_int
 from tilewright.rtl.systolic_fp8 import Fp8WeightStationaryArray
@@ -56,7 +59,6 @@ MX_GENERATOR_VERSION = "0.1.0"
 #: MX format -> the fp8 element format of its array (None: MXINT8's int8 array)
 MX_FORMATS = {"mxint8": None, "mxfp8": "fp8-e4m3", "mxfp8-e5m2": "fp8-e5m2"}
 ELEMENT_BITS = 8      #: bits of an element code
-SCALE_BITS = 8        #: bits of an E8M0 scale code
 ACC_BITS = 32         #: bits of a psum (int32 or fp32) and accumulator lane (fp32)
 MX_TOP_NAME = "tw_mx_gemm_core"
 _EXP = 12             #: width of the signed exponent arithmetic (as fp_arith's rounder)
@@ -108,18 +110,34 @@ class MxGemmCore(_CoreShape, wiring.Component):
     words ``cols * 8 + cols * 8`` bits, accumulator words ``cols`` fp32 lanes.
 
     Parameters (keyword-only): ``fmt`` (:data:`MX_FORMATS`), ``cols`` (1..64), ``a_depth``,
-    ``b_depth``, ``acc_depth`` (1..2**20). ``rows`` is the MX block, 32.
+    ``b_depth``, ``acc_depth`` (1..2**20). ``rows`` is the MX block, 32. ``banks`` (A, B,
+    accumulator SRAM banks, powers of two) and ``halves`` (the double-buffer ports of
+    :class:`~tilewright.rtl.gemm_core.GemmCore` with ``halves=True``: the accelerator top's core)
+    as :class:`~tilewright.rtl.systolic_fp8.Fp8GemmCore`.
     """
 
-    def __init__(self, *, fmt: str, cols: int, a_depth: int, b_depth: int, acc_depth: int):
+    def __init__(self, *, fmt: str, cols: int, a_depth: int, b_depth: int, acc_depth: int,
+                 banks: tuple[int, int, int] = (1, 1, 1), halves: bool = False):
         if fmt not in MX_FORMATS:
             raise ValueError(f"fmt {fmt!r}: accepted: {', '.join(MX_FORMATS)}")
         _check_int("cols", cols, 1, 64)
         for name, v in (("a_depth", a_depth), ("b_depth", b_depth), ("acc_depth", acc_depth)):
             _check_int(name, v, 1, 1 << 20)
+        if (not isinstance(banks, tuple) or len(banks) != 3
+                or any(not isinstance(b, int) or b < 1 or b & (b - 1) for b in banks)):
+            raise ValueError(f"banks must be 3 powers of two (A, B, accumulator), not {banks!r}")
+        if not isinstance(halves, bool):
+            raise TypeError(f"halves must be a bool, not {type(halves).__name__}")
         self._fmt, self._rows, self._cols = fmt, MX_BLOCK, cols
         self._depths = (a_depth, b_depth, acc_depth)
-        super().__init__(word_ports(self.word_bits, self._depths))
+        self._banks, self._halves = banks, halves
+        super().__init__({**word_ports(self.word_bits, self._depths),
+                          **(HALF_PORTS if halves else {})})
+
+    @property
+    def banks(self) -> tuple[int, int, int]:
+        """(A, B, accumulator) SRAM banks."""
+        return self._banks
 
     @property
     def fmt(self) -> str:
@@ -135,6 +153,9 @@ class MxGemmCore(_CoreShape, wiring.Component):
         m = Module()
         R, C = self._rows, self._cols
         a_r, b_r, c_r, c_w, host = memories(m, self, ELEMENT_BITS, widths=self.word_bits)
+        acc_q = None
+        if self._halves:       # double buffer: offset every engine address by its half's base
+            a_r, b_r, c_r, c_w, acc_q = half_offsets(m, self, a_r, b_r, c_r, c_w)
         m.d.comb += host
         running, t, mr, kr, nr = run_state(m, self)
         elem = MX_FORMATS[self._fmt]
@@ -172,7 +193,7 @@ class MxGemmCore(_CoreShape, wiring.Component):
             return Cat(*summed)
 
         ws_sequencer(m, arr, self.start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w,
-                     element_bits=ELEMENT_BITS, accumulate=accumulate)
+                     element_bits=ELEMENT_BITS, accumulate=accumulate, acc_q=acc_q)
         return m
 
 
@@ -183,11 +204,13 @@ def generate_mx_verilog(core: MxGemmCore) -> str:
     return verilog.convert(core, name=MX_TOP_NAME, emit_src=False)
 
 
-def mx_core_for_arch(arch) -> MxGemmCore:
+def mx_core_for_arch(arch, *, halves: bool = False) -> MxGemmCore:
     """The MX core an ArchSpec describes (``tensor_engine`` ws, 32 rows, ``cols``, an MX
-    ``input_format`` = ``weight_format``, fp32 accumulator); the scratchpad split equally
-    between A and B buffers of :attr:`MxGemmCore.word_bits` words (bytes rounded up), the
-    accumulator of ``cols`` fp32 lanes a word."""
+    ``input_format`` = ``weight_format``, fp32 accumulator) with the buffers of
+    :class:`~tilewright.compiler.layout.GemmLayout` (the scratchpad split equally between A
+    and B buffers of MX words — element lanes plus scale lanes —, the accumulator of ``cols``
+    fp32 lanes a word) and banks (``memory.*_banks``). ``halves=True``: the accelerator top's
+    double-buffered core."""
     te = arch.tensor_engine
     if (not te.systolic or te.dataflow != "ws" or te.rows != MX_BLOCK
             or te.input_format not in MX_FORMATS or te.weight_format != te.input_format
@@ -195,11 +218,12 @@ def mx_core_for_arch(arch) -> MxGemmCore:
         raise ArchSpecError(f"{arch.name}: the MX RTL core is a 32-row weight-stationary "
                             f"systolic array with input_format = weight_format in "
                             f"{', '.join(MX_FORMATS)} and an fp32 accumulator")
-    ab, C = ab_buffer_bytes(arch), te.cols
-    wa, wb = -(-(MX_BLOCK * ELEMENT_BITS + SCALE_BITS) // 8), C * (ELEMENT_BITS + SCALE_BITS) // 8
-    return MxGemmCore(fmt=te.input_format, cols=C, a_depth=max(1, ab // wa),
-                      b_depth=max(1, ab // wb),
-                      acc_depth=max(1, arch.memory.accumulator_bytes // (4 * C)))
+    a_depth, b_depth, acc_depth = GemmLayout.depths(arch)
+    mem = arch.memory
+    return MxGemmCore(fmt=te.input_format, cols=te.cols, a_depth=a_depth, b_depth=b_depth,
+                      acc_depth=acc_depth,
+                      banks=(mem.scratchpad_banks, mem.scratchpad_banks, mem.accumulator_banks),
+                      halves=halves)
 
 
 def write_mx_rtl(arch, out_dir) -> dict:

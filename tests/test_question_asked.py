@@ -18,7 +18,11 @@ FP8 = {"name": "fp8-8x8", "tensor_engine": {
     "weight_format": "fp8-e4m3", "accumulator_format": "fp32"}}
 
 
-#: a format `tilewright sim` does not run (fp8 runs since issue 20; MX does not)
+#: a format `tilewright sim` does not run (fp8 and MX run since issue 20; fp32 operands do not)
+FP32 = {"name": "fp32-8x8", "tensor_engine": {
+    "rows": 8, "cols": 8, "dataflow": "ws", "input_format": "fp32",
+    "weight_format": "fp32", "accumulator_format": "fp32"}}
+#: an MX design: its GEMMs run on the accelerator top's MX core only
 MX = {"name": "mx-32x8", "tensor_engine": {
     "rows": 32, "cols": 8, "dataflow": "ws", "input_format": "mxfp8",
     "weight_format": "mxfp8", "accumulator_format": "fp32"}}
@@ -26,10 +30,11 @@ MX = {"name": "mx-32x8", "tensor_engine": {
 
 def test_sim_refuses_a_design_in_a_format_it_would_replace():
     from tilewright.app.flows.sim_rtl import simulate_model
-    arch = ArchSpec.from_dict(MX)
+    arch = ArchSpec.from_dict(FP32)
     for rtl in (False, True):
-        with pytest.raises(ArchSpecError, match=r"tensor_engine.input_format = 'mxfp8'.*"
-                                                r"accepted: int8, bf16, fp8-e4m3, fp8-e5m2"):
+        with pytest.raises(ArchSpecError, match=r"tensor_engine.input_format = 'fp32'.*"
+                                                r"accepted: int8, bf16, fp8-e4m3, fp8-e5m2, "
+                                                r"mxint8, mxfp8, mxfp8-e5m2"):
             simulate_model("tiny-llama", arch, rtl=rtl, top="accel")
 
 
@@ -39,13 +44,16 @@ def test_demo_refuses_a_design_that_is_not_int8():
         demo_result(arch=ArchSpec.from_dict(FP8))
 
 
-def test_cli_sim_mx_exit_2_one_line(tmp_path):
-    p = tmp_path / "mx.yaml"
-    p.write_text(ArchSpec.from_dict(MX).to_yaml())
-    for rtl in ((), ("--rtl", "--top", "accel")):
+def test_cli_sim_unrun_format_and_mx_off_the_accelerator_exit_2_one_line(tmp_path):
+    for spec, rtl, needle in ((FP32, (), "input_format = 'fp32'"),
+                              (FP32, ("--rtl", "--top", "accel"), "formats fp32 -> fp32"),
+                              (MX, ("--rtl",), "MX core (tilewright.rtl.mx_core): needs --top "
+                                               "accel")):
+        p = tmp_path / f"{spec['name']}.yaml"
+        p.write_text(ArchSpec.from_dict(spec).to_yaml())
         res = tw("sim", "--model", "tiny-llama", "--arch", str(p), *rtl)
         assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
-        assert "mxfp8" in res.stderr and "Traceback" not in res.stderr
+        assert needle in res.stderr and "Traceback" not in res.stderr
 
 
 @pytest.mark.parametrize("rtl_result,code", [

@@ -50,12 +50,13 @@ from tilewright.cosim.program_jobs import (KernelBatch, check_axi_latency,
 from tilewright.cosim.sim import run
 from tilewright.dataflow_sim.functional import (bf16_matmul, gemm_int8, int8_matmul, run_program,
                                                 vector_unit_ops)
-from tilewright.dataflow_sim.matmul_hooks import fp8_matmul
+from tilewright.dataflow_sim.matmul_hooks import fp8_matmul, mx_matmul
+from tilewright.dataflow_sim.numerics import gemm as numerics_gemm
 from tilewright.dataflow_sim.numerics import sequential_fp32_matmul
 from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit, VectorUnitOps
-from tilewright.formats import element_values, get_format
+from tilewright.formats import MX_BLOCK, QTensor, element_values, get_format
 
-__all__ = ["SimResult", "simulate_model", "run_gemms_on_accel", "imem_batches", "sim_module", "MAX_SIM_LAYER_PARAMS", "gemm_blocks", "gemm_program", "TORCH_REL_L2_BOUND",
+__all__ = ["SimResult", "simulate_model", "run_gemms_on_accel", "imem_batches", "sim_module", "MAX_SIM_LAYER_PARAMS", "gemm_blocks", "gemm_program", "mx_gemm_program", "TORCH_REL_L2_BOUND",
            "TOPS"]
 
 #: registry tops (:data:`tilewright.cosim.tops.TOPS`) ``simulate_model`` runs the GEMMs on: the
@@ -77,9 +78,11 @@ _ACCEL_WORDING = {
 
 #: the engine formats `tilewright sim` runs: those the RTL builds (a design in another format is
 #: refused, never run as one of these)
-SIM_FORMATS = ("int8", "bf16", "fp8-e4m3", "fp8-e5m2")
+SIM_FORMATS = ("int8", "bf16", "fp8-e4m3", "fp8-e5m2", "mxint8", "mxfp8", "mxfp8-e5m2")
 #: the fp8 formats: their GEMMs run on the accelerator top's fp8 core (tilewright.rtl.systolic_fp8)
 _FP8 = ("fp8-e4m3", "fp8-e5m2")
+#: the MX formats: their GEMMs run on the accelerator top's MX core (tilewright.rtl.mx_core)
+_MX = ("mxint8", "mxfp8", "mxfp8-e5m2")
 
 #: relative L2 error of an int8 layer against torch's float forward pass accepted by the check
 #: (int8 per-channel weights, per-tensor activations; measured 0.42 % tiny-mamba, 0.47 %
@@ -92,6 +95,11 @@ TORCH_REL_L2_BOUND = 0.02
 #: ws4x4-fp8 / ws4x4-fp8-e5m2 presets: e4m3 1.90 % tiny-llama, 1.85 % tiny-moe, 1.63 %
 #: tiny-mamba; e5m2 4.31 %, 4.16 %, 3.53 % — about 3x headroom, as for int8)
 FP8_REL_L2_BOUND = {"fp8-e4m3": 0.06, "fp8-e5m2": 0.13}
+#: the same bound for the MX formats (block-32 E8M0 scales; measured at seq 8, seed 0 with the
+#: ws32x4-mxint8 / ws32x4-mxfp8 presets and ws32x4-mxfp8 with mxfp8-e5m2 formats: mxint8 0.55 %
+#: tiny-llama, 0.53 % tiny-moe, 0.51 % tiny-mamba; mxfp8 3.36 %, 3.28 %, 2.70 %; mxfp8-e5m2
+#: 4.61 %, 4.47 %, 4.10 % — about 3x headroom, as for int8)
+MX_REL_L2_BOUND = {"mxint8": 0.02, "mxfp8": 0.10, "mxfp8-e5m2": 0.14}
 
 
 #: the most parameters one layer of a config (built-in or config.json) may have to be simulated:
@@ -279,6 +287,10 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         raise ArchSpecError(f"{arch.name}: an {fmt} ArchSpec runs its GEMMs on the accelerator "
                             "top's fp8 core (tilewright.rtl.systolic_fp8): needs --top accel, "
                             "no --vector, no --trace")
+    if fmt in _MX and rtl and (top != "accel" or vector or trace_dir is not None):
+        raise ArchSpecError(f"{arch.name}: an {fmt} ArchSpec runs its GEMMs on the accelerator "
+                            "top's MX core (tilewright.rtl.mx_core): needs --top accel, "
+                            "no --vector, no --trace")
     t0 = time.perf_counter()
     module, example = sim_module(model, seed=seed, seq=seq, batch=batch)
     compiled = compile_module(module, example, spec, fmt=fmt, name=model)
@@ -301,7 +313,7 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
     times["functional"] = time.perf_counter() - t0
     rel = _torch_rel_l2(module, example, func, program.outputs)
     what = "functional (vector ops in Q8.8)" if vector else "functional"
-    bound = FP8_REL_L2_BOUND[fmt] if fmt in _FP8 else TORCH_REL_L2_BOUND
+    bound = {**FP8_REL_L2_BOUND, **MX_REL_L2_BOUND}.get(fmt, TORCH_REL_L2_BOUND)
     checks = [(f"{what} vs torch float: rel L2 ≤ {bound:g}",
                rel <= bound, f"{rel:.4f} over {', '.join(program.outputs)}")]
     result = SimResult(model, spec.name, checks, rel_l2_vs_torch=rel, seconds=times, rtl=rtl)
@@ -315,6 +327,8 @@ def simulate_model(model: str, arch: ArchSpec, *, rtl: bool = False, driver: str
         return _run_bf16(result, program, inputs, spec, say)
     if fmt in _FP8:
         return _run_fp8_on_accel(result, program, inputs, spec, say, driver)
+    if fmt in _MX:
+        return _run_mx_on_accel(result, program, inputs, spec, say, driver)
     if registry.TOPS[top].compare is not None:       # a programmable top: the accelerator model
         return run_gemms_on_accel(result, recorded, program, inputs, func, spec, say, top, driver,
                              trace_dir, vector_records=vec_ops.records if vec_ops else None)
@@ -604,8 +618,70 @@ def _fp32_replay_checks(result: SimResult, hook, what: str, detail: str, recorde
         for r, (_, _, c) in zip(rtl_out, recorded))
     result.checks.append((f"RTL {what} GEMMs == numerics (fp32 bit patterns)", same, detail))
     answers = iter(rtl_out)
-    with hook(lambda a, b, kb: next(answers)):
+    with hook(lambda *_: next(answers)):        # (a, b, k_block) or MX (qa, qb)
         again = run_program(program, inputs)
     same_out = all(np.array_equal(again[o], func[o]) for o in program.outputs)
     result.checks.append(("layer output with RTL GEMMs == functional (bit-exact)", same_out,
                           ", ".join(program.outputs)))
+
+
+def mx_gemm_program(pairs: list[tuple[QTensor, QTensor]], arch: ArchSpec, name: str) -> Program:
+    """A Program of MX ``gemm`` tasks ``c{i} = a{i} @ b{i}`` (one per pair of QTensors of the
+    arch's MX format: ``a`` along K = axis 1, ``b`` along axis 0): the element codes as int8
+    bytes ``a{i}``/``b{i}``, their E8M0 block-scale codes ``xa{i}``/``xb{i}``; ``c{i}`` comes
+    back as fp32 bit patterns in int32."""
+    fmt = arch.tensor_engine.input_format
+    tensors, tasks, consts = {}, [], {}
+    for i, (a, b) in enumerate(pairs):
+        for q, axis, what in ((a, 1, "A"), (b, 0, "B")):
+            if (not isinstance(q, QTensor) or q.format != fmt or q.axis != axis
+                    or q.values.ndim != 2):
+                raise ValueError(f"MX GEMM {i}: operand {what} must be a 2-D {fmt} QTensor "
+                                 f"quantized along axis {axis}")
+        (m, k), n = a.shape, b.shape[1]
+        arrays = {f"a{i}": a.values.view(np.int8), f"b{i}": b.values.view(np.int8),
+                  f"xa{i}": a.scales, f"xb{i}": b.scales}
+        for t, x in arrays.items():
+            consts[t] = np.ascontiguousarray(x)
+            tensors[t] = TensorInfo(name=t, shape=x.shape, format="int8" if t[0] in "ab"
+                                    else "e8m0")
+        tensors[f"c{i}"] = TensorInfo(name=f"c{i}", shape=(m, n), format="int32")
+        tasks.append(GemmTask(name=f"g{i}", a=f"a{i}", b=f"b{i}", out=f"c{i}", m=m, k=k, n=n,
+                              a_scale=f"xa{i}", b_scale=f"xb{i}"))
+    return Program(name=name, arch_hash=arch.content_hash(), tensors=tensors, inputs=[],
+                   outputs=[f"c{i}" for i in range(len(pairs))], tasks=tasks, constants=consts)
+
+
+def _run_mx_on_accel(result: SimResult, program, inputs, spec, say, driver: str) -> SimResult:
+    """MX ArchSpec: every MX GEMM of the functional model (QTensors with their E8M0 block scales;
+    the fp32 result of numerics' MX rule) recorded, run as one Program on the accelerator top with
+    the MX core (ISA, DMA; element codes and scale codes travel together in the A/B words,
+    :mod:`tilewright.compiler.layout`; the fp32 results come back as 32-bit words), compared bit
+    for bit (fp32 patterns) and replayed into the layer; cycles vs the accelerator cycle model."""
+    fmt = spec.tensor_engine.input_format
+    recorded: list[tuple[QTensor, QTensor, np.ndarray]] = []
+
+    def record(qa, qb):
+        with mx_matmul(None):              # numerics' own MX rule is the reference
+            out = numerics_gemm(qa, qb, fmt, k_block=MX_BLOCK)
+        recorded.append((qa, qb, out))
+        return out
+
+    with mx_matmul(record):
+        func = run_program(program, inputs)
+    drv = "C++ fast driver" if driver == "fast" else "cocotb"
+    say(f"RTL: {len(recorded)} {fmt} GEMMs on the accelerator top (ISA + DMA, {drv})")
+    gprog = mx_gemm_program([(a, b) for a, b, _ in recorded], spec, "accel-mx-gemms")
+    t0 = time.perf_counter()
+    sim = run("accel", gprog, spec, driver=driver, log=say)
+    result.seconds["rtl"] = time.perf_counter() - t0
+    rtl_out = [np.ascontiguousarray(sim.outputs[f"c{i}"]).view(np.float32)
+               for i in range(len(recorded))]
+    _fp32_replay_checks(result, mx_matmul, fmt,
+                        f"{len(recorded)} GEMMs on the accelerator top, block {MX_BLOCK}",
+                        recorded, rtl_out, program, inputs, func)
+    rows = _accel_rows(sim.comparison(spec))
+    result.checks.append(_cycles_check(_ACCEL_WORDING["accel"][3], rows, len(rows),
+                                       len(recorded)))
+    result.gemm_rows = rows
+    return result
