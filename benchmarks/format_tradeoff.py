@@ -18,8 +18,9 @@ format in fp32). Columns:
   writes (int8 ``GemmCore``, bf16 ``Bf16GemmCore``, fp8 ``Fp8GemmCore``, MX ``MxGemmCore``:
   buffers, array, sequencer) behind the FPGA flow's pin harness, through
   :func:`tilewright.app.eda.fpga_pnr.run_family` (the code of ``tilewright fpga``): LUT, FF, DSP
-  and BRAM counts of the smallest part that holds it, and with place-and-route nextpnr's Fmax
-  (MHz, seed 1). A design no part of a family holds is a row "does not fit" with what it needs
+  and BRAM counts of the smallest part that holds it (synthesis: Yosys' LUT4 cells, as
+  ``tilewright rtl --synth`` counts them — ECP5 carry cells ``CCU2C`` are not in it; the cache
+  keeps every cell type), and with place-and-route nextpnr's figures and Fmax (MHz, seed 1). A design no part of a family holds is a row "does not fit" with what it needs
   (the counts of Yosys' run for the family's largest part) — a result, not an error.
 * **model**: the energy/area model (:mod:`tilewright.dataflow_sim.energy_area`, ``--tech`` node)
   for the same ArchSpec: core area (mm²), pJ per MAC of the MAC itself, and pJ per MAC with the
@@ -45,6 +46,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,6 +59,7 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.cosim.bf16_jobs import Bf16Params
 from tilewright.dataflow_sim.energy_area import area_breakdown, energy_breakdown, load_tech
+from tilewright.errors import UserError
 from tilewright.formats import FORMATS, quantize
 from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.systolic_bf16 import BF16_TOP_NAME, Bf16GemmCore, generate_bf16_verilog
@@ -125,7 +128,8 @@ def fpga_figures(arch: ArchSpec, family: str, pnr: bool, freq_mhz: float,
             out = {"fits": True, "part": f["part"], "luts": f["synthesis"]["luts"],
                    "ffs": f["synthesis"]["ffs"], "dsps": f["synthesis"]["dsps"],
                    "brams": f["synthesis"]["brams"], "fmax_mhz": f.get("fmax_mhz"),
-                   "yosys": f["synthesis"]["yosys_version"]}
+                   "yosys": f["synthesis"]["yosys_version"],
+                   "cells_by_type": f["synthesis"]["cells_by_type"]}
             if pnr:     # after place-and-route: what nextpnr placed
                 out.update({k: f[k] for k in ("luts", "ffs", "dsps", "brams")})
         except DoesNotFitPart as exc:
@@ -220,16 +224,23 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "TILEWRIGHT_CACHE", Path.home() / ".cache" / "tilewright")) / "format_tradeoff")
     ap.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = ap.parse_args(argv)
-    rows, cols = (int(v) for v in args.shape.lower().split("x"))
-    fmts = args.formats.split(",")
     targets = [] if args.targets in ("", "none") else args.targets.split(",")
-    for f in fmts:
-        if f not in FORMAT_ROWS:
-            raise SystemExit(f"--formats: {f!r} is not compared; accepted: "
-                             f"{', '.join(FORMAT_ROWS)}")
-    for t in targets:
-        if t not in TARGETS:
-            raise SystemExit(f"--targets: {t!r}; accepted: {', '.join(TARGETS)}")
+    fmts = args.formats.split(",")
+    shape = re.fullmatch(r"(\d+)x(\d+)", args.shape.lower())
+    bad = ([f"--formats: {f!r} is not compared; accepted: {', '.join(FORMAT_ROWS)}"
+            for f in fmts if f not in FORMAT_ROWS]
+           + [f"--targets: {t!r}; accepted: {', '.join(TARGETS)} or none"
+              for t in targets if t not in TARGETS]
+           + ([] if shape else [f"--shape {args.shape!r}: accepted ROWSxCOLS, e.g. 32x4"]))
+    if bad:
+        print(bad[0], file=sys.stderr)
+        raise SystemExit(2)
+    rows, cols = int(shape[1]), int(shape[2])
+    try:                    # every design first: a shape a format cannot build is refused
+        archs = {fmt: design_arch(fmt, rows, cols, args.freq) for fmt in fmts}
+    except UserError as exc:
+        print(f"--shape {args.shape}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     head = ["format"]
     for t in targets:
         head += [f"{t} part", f"{t} LUTs", f"{t} FFs", f"{t} DSPs", f"{t} BRAMs"]
@@ -239,13 +250,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if not args.no_error:
         head += [f"{m} err" for m in MODELS] + ["GEMM err"]
     print(f"{rows}x{cols} WS GEMM cores, {SCRATCHPAD_KIB} KiB scratchpad + {ACCUMULATOR_KIB} KiB "
-          f"accumulator; {'synthesis only' if args.fast else f'P&R at {args.freq:g} MHz'}; "
-          f"(n) = needed, does not fit any part of the family")
+          f"accumulator; "
+          + ("no FPGA columns" if not targets else "synthesis only" if args.fast
+             else f"P&R at {args.freq:g} MHz")
+          + f"; model at {args.tech}; (n) = needed, does not fit any part of the family")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     out = []
     for fmt in fmts:
-        arch = design_arch(fmt, rows, cols, args.freq)
+        arch = archs[fmt]
         rec: dict[str, Any] = {"format": fmt, "arch": arch.name}
         cells = [fmt]
         for t in targets:
