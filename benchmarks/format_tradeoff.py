@@ -130,8 +130,9 @@ def fpga_figures(arch: ArchSpec, family: str, pnr: bool, freq_mhz: float,
                    "brams": f["synthesis"]["brams"], "fmax_mhz": f.get("fmax_mhz"),
                    "yosys": f["synthesis"]["yosys_version"],
                    "cells_by_type": f["synthesis"]["cells_by_type"]}
-            if pnr:     # after place-and-route: what nextpnr placed
+            if pnr:     # after place-and-route: what nextpnr placed, and its critical path
                 out.update({k: f[k] for k in ("luts", "ffs", "dsps", "brams")})
+                out["critical_path"] = f.get("pnr", {}).get("critical_path")
         except DoesNotFitPart as exc:
             m = _NEED.search(str(exc))
             out = {"fits": False, "reason": str(exc), "fmax_mhz": None,
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for t in targets:
         head += [f"{t} part", f"{t} LUTs", f"{t} FFs", f"{t} DSPs", f"{t} BRAMs"]
         if not args.fast:
-            head.append(f"{t} Fmax MHz")
+            head += [f"{t} Fmax MHz", f"{t} critical path"]
     head += [f"PE array mm² ({args.tech})", "core mm²", "pJ/MAC", "pJ/MAC +SRAM"]
     if not args.no_error:
         head += [f"{m} err" for m in MODELS] + ["GEMM err"]
@@ -267,7 +268,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             cells += [f.get("part", "does not fit") if f["fits"] else "does not fit",
                       *(_cell(f, k) for k in ("luts", "ffs", "dsps", "brams"))]
             if not args.fast:
-                cells.append(_cell(f, "fmax_mhz"))
+                cp = f.get("critical_path")
+                cells += [_cell(f, "fmax_mhz"), f"{cp['from']} -> {cp['to']} "
+                          f"({cp['logic_levels']} levels)" if cp else "—"]
         mf = model_figures(arch, args.tech)
         rec["model"] = mf
         cells += [f"{mf['pe_array_mm2']:.3f}", f"{mf['area_mm2']:.3f}", f"{mf['mac_pj']:.3f}",
