@@ -13,7 +13,8 @@ import json
 
 import pytest
 
-from tests.test_hf_configs import ARCH, SMALL, _cli, _write
+from tests.test_cli import tw_here
+from tests.test_hf_configs import ARCH, SMALL, _write
 from tilewright.app.sweep.evaluate import evaluate_point, workload_cost
 from tilewright.arch import load_arch
 
@@ -23,7 +24,7 @@ from tilewright.arch import load_arch
     ("Mamba2ForCausalLM", "prefill")])
 def test_sweep_and_compile_cost_the_whole_model_alike(tmp_path, capsys, arch_name, phase):
     path = _write(tmp_path, arch_name, SMALL[arch_name])
-    code, out, err = _cli(capsys, "compile", "--model", path, "--arch", ARCH, "--seq", "16",
+    code, out, err = tw_here(capsys, "compile", "--model", path, "--arch", ARCH, "--seq", "16",
                           "--phase", phase, "--json")
     assert code == 0, err
     whole = json.loads(out)["whole_model"]

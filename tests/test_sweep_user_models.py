@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_sim_inputs import ARCH, MLP_FACTORY, _cli
+from tests.test_cli import tw_here
+from tests.test_sim_inputs import ARCH, MLP_FACTORY
 from tilewright.app.sweep import load_sweep
 from tilewright.app.sweep.evaluate import evaluate_point, workload_report
 from tilewright.app.sweep.report import _wl_title
@@ -59,7 +60,7 @@ def _agree(tmp_path, capsys, model_in_file: str, model_for_compile: str, macs: i
     assert w["model"].startswith(str(tmp_path.resolve()))   # found beside the sweep file
     r = evaluate_point(spec.base.model_dump(mode="json", exclude_none=True), [w], "45nm")
     assert r["status"] == "ok", r.get("error")
-    code, out, err = _cli(capsys, "compile", "--model", model_for_compile, "--arch", ARCH,
+    code, out, err = tw_here(capsys, "compile", "--model", model_for_compile, "--arch", ARCH,
                           "--json")
     assert code == 0, err
     layer = json.loads(out)["layer"]
@@ -88,7 +89,7 @@ def test_onnx_workload_costs_as_compile(tmp_path, capsys):
 def test_config_fields_on_a_user_module_refused(tmp_path, capsys, extra, field):
     (tmp_path / "net.py").write_text(MLP_FACTORY)
     path = _sweep_file(tmp_path, "net.py:make", extra)
-    code, out, err = _cli(capsys, "sweep", str(path), "--db", str(tmp_path / "s.db"))
+    code, out, err = tw_here(capsys, "sweep", str(path), "--db", str(tmp_path / "s.db"))
     assert code == 2, out + err
     assert f"{path}: workloads[0].{field} = " in err and "user module" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -98,7 +99,7 @@ def test_config_fields_on_a_user_module_refused(tmp_path, capsys, extra, field):
 def test_bad_factory_in_a_sweep_one_line(tmp_path, capsys):
     (tmp_path / "net.py").write_text(MLP_FACTORY)
     path = _sweep_file(tmp_path, "net.py:broken")
-    code, out, err = _cli(capsys, "sweep", str(path), "--db", str(tmp_path / "s.db"))
+    code, out, err = tw_here(capsys, "sweep", str(path), "--db", str(tmp_path / "s.db"))
     assert code == 2, out + err
     assert f"{path}: workloads[0].model: " in err and "no weights here" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -110,7 +111,7 @@ def test_bad_factory_in_a_sweep_one_line(tmp_path, capsys):
 def test_cluster_and_mesh_layer_refuse_a_user_module(tmp_path, capsys, cmd):
     (tmp_path / "net.py").write_text(MLP_FACTORY)
     model = str(tmp_path / "net.py") + ":make"
-    code, out, err = _cli(capsys, *cmd, "--model", model)
+    code, out, err = tw_here(capsys, *cmd, "--model", model)
     assert code == 2, out + err
     assert "a user module has no LLM config" in err and "decoder LLM's shapes" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -122,7 +123,7 @@ def test_cluster_workload_of_a_user_module_refused(tmp_path, capsys):
     path.write_text("name: c\nbase: ws16x16\naxes:\n  plan.tp: [1]\nworkloads:\n"
                     "  - {cluster: h100-8x-nvlink, model: net.py:make, plan: {dp: auto}}\n"
                     "objectives: [latency]\n")
-    code, out, err = _cli(capsys, "sweep", str(path), "--db", str(tmp_path / "s.db"))
+    code, out, err = tw_here(capsys, "sweep", str(path), "--db", str(tmp_path / "s.db"))
     assert code == 2, out + err
     assert f"{path}: workloads[0]: model = net.py:make: a user module has no LLM config" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
