@@ -567,18 +567,29 @@ def _run_fp8_on_accel(result: SimResult, program, inputs, spec, say, driver: str
     te = spec.tensor_engine
     f = get_format(te.input_format)
     recorded, func = _record_fp32_gemms(fp8_matmul, f, te.rows, program, inputs)
-    drv = "C++ fast driver" if driver == "fast" else "cocotb"
-    say(f"RTL: {len(recorded)} {f.name} GEMMs on the accelerator top (ISA + DMA, {drv})")
     # the fp8 codes as the int8 bytes the DMA moves; C comes back as fp32 patterns in int32
     gprog = gemm_program([(a.view(np.int8), b.view(np.int8)) for a, b, _ in recorded], spec,
                          "accel-fp8-gemms")
+    return _run_float_program_on_accel(result, gprog, recorded, fp8_matmul, f.name,
+                                       f"k_block {te.rows}", program, inputs, func, spec, say,
+                                       driver)
+
+
+def _run_float_program_on_accel(result: SimResult, gprog, recorded, hook, what: str, unit: str,
+                                program, inputs, func, spec, say, driver: str) -> SimResult:
+    """Run ``gprog`` (the ``recorded`` GEMMs of format ``what``) on the accelerator top through
+    ``driver``; its outputs come back as fp32 bit patterns in int32. Append the bit-pattern and
+    replay checks (:func:`_fp32_replay_checks`, the layer replayed through ``hook``) and the
+    cycle check against the accelerator cycle model; fill ``result.gemm_rows``."""
+    drv = "C++ fast driver" if driver == "fast" else "cocotb"
+    say(f"RTL: {len(recorded)} {what} GEMMs on the accelerator top (ISA + DMA, {drv})")
     t0 = time.perf_counter()
     sim = run("accel", gprog, spec, driver=driver, log=say)
     result.seconds["rtl"] = time.perf_counter() - t0
     rtl_out = [np.ascontiguousarray(sim.outputs[f"c{i}"]).view(np.float32)
                for i in range(len(recorded))]
-    _fp32_replay_checks(result, fp8_matmul, f.name,
-                        f"{len(recorded)} GEMMs on the accelerator top, k_block {te.rows}",
+    _fp32_replay_checks(result, hook, what,
+                        f"{len(recorded)} GEMMs on the accelerator top, {unit}",
                         recorded, rtl_out, program, inputs, func)
     rows = _accel_rows(sim.comparison(spec))
     result.checks.append(_cycles_check(_ACCEL_WORDING["accel"][3], rows, len(rows),
@@ -669,19 +680,7 @@ def _run_mx_on_accel(result: SimResult, program, inputs, spec, say, driver: str)
 
     with mx_matmul(record):
         func = run_program(program, inputs)
-    drv = "C++ fast driver" if driver == "fast" else "cocotb"
-    say(f"RTL: {len(recorded)} {fmt} GEMMs on the accelerator top (ISA + DMA, {drv})")
     gprog = mx_gemm_program([(a, b) for a, b, _ in recorded], spec, "accel-mx-gemms")
-    t0 = time.perf_counter()
-    sim = run("accel", gprog, spec, driver=driver, log=say)
-    result.seconds["rtl"] = time.perf_counter() - t0
-    rtl_out = [np.ascontiguousarray(sim.outputs[f"c{i}"]).view(np.float32)
-               for i in range(len(recorded))]
-    _fp32_replay_checks(result, mx_matmul, fmt,
-                        f"{len(recorded)} GEMMs on the accelerator top, block {MX_BLOCK}",
-                        recorded, rtl_out, program, inputs, func)
-    rows = _accel_rows(sim.comparison(spec))
-    result.checks.append(_cycles_check(_ACCEL_WORDING["accel"][3], rows, len(rows),
-                                       len(recorded)))
-    result.gemm_rows = rows
-    return result
+    return _run_float_program_on_accel(result, gprog, recorded, mx_matmul, fmt,
+                                       f"block {MX_BLOCK}", program, inputs, func, spec, say,
+                                       driver)
