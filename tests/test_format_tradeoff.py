@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,6 +23,7 @@ def _bench():
     return format_tradeoff
 
 
+@pytest.mark.nightly      # two Yosys runs (~30 s); run_family's synthesis runs in CI via test_fpga_flow
 def test_fast_path_counts_differ_between_int8_and_fp8(tmp_path, capsys):
     """1x1 int8 and fp8-e4m3 cores on iCE40, synthesis only: every row fits a part, has LUTs
     and no Fmax, and the fp8 core (fp8 multiplier, fp32 adders, output scaling) needs more

@@ -251,7 +251,7 @@ def _mesh(n: int) -> ArchSpec:
 @pytest.mark.verilator
 @pytest.mark.slow
 @pytest.mark.parametrize("n,n_examples", [
-    (4, 25), pytest.param(8, 25, marks=pytest.mark.nightly)])
+    (4, 12), pytest.param(8, 25, marks=pytest.mark.nightly)])
 def test_random_flows_rtl_flit_exact(n, n_examples):
     """Random contending flows (hypothesis, bounded) on the Verilated n x n mesh, all examples
     in one simulation of one build: every word intact, every flit's arrival cycle and every

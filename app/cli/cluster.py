@@ -29,6 +29,8 @@ __all__ = ["cluster"]
 
 #: the most Poisson requests ``--requests`` generates (a million takes minutes to simulate)
 MAX_REQUESTS = 1_000_000
+#: most sequences a replica batches (``--max-seqs``): 2**20, beyond any KV cache a chip holds
+MAX_SEQS = 1 << 20
 
 console = Console()
 
@@ -166,7 +168,8 @@ def cluster(
     request_trace: Optional[Path] = typer.Option(
         None, help="serve: CSV of arrival_s,prompt_tokens,output_tokens (replaces --requests)"),
     max_batch_tokens: int = typer.Option(8192, min=1, help="serve: token budget per iteration"),
-    max_seqs: int = typer.Option(256, min=1, help="serve: sequences per replica batch"),
+    max_seqs: int = typer.Option(256, min=1, max=MAX_SEQS,
+                                  help="serve: sequences per replica batch"),
     chunked_prefill: bool = typer.Option(True, help="serve: chunked prefill"),
     disaggregated: Optional[bool] = typer.Option(
         None, "--disaggregated/--colocated", help="serve: P/D pools (default: the cluster's)"),
