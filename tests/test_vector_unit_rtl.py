@@ -143,31 +143,9 @@ def test_amaranth_sim_mixed_stream_matches_reference():
     ops, a, b, last = _mixed_stream(rng, lanes, 6)
     a[:6] = CORNERS[:12].reshape(6, 2)
     want = vn.run_beats(ops, a, b, last)
-    dut, got, first_out = VectorUnit(lanes=lanes), [], []
-
-    async def bench(ctx):
-        ctx.set(dut.results.ready, 1)
-        cycle = 0
-        while len(got) < len(want):
-            if cycle < len(ops):
-                ctx.set(dut.operands.valid, 1)
-                ctx.set(dut.operands.payload, {"op": OP_NAMES[ops[cycle]], "last": last[cycle],
-                                               "a": a[cycle].tolist(), "b": b[cycle].tolist(),
-                                               "s": [0] * lanes})
-            else:
-                ctx.set(dut.operands.valid, 0)
-            await ctx.tick()
-            cycle += 1
-            if ctx.get(dut.results.valid):
-                got.append([ctx.get(dut.results.payload.data[i]) for i in range(lanes)])
-                first_out.append(cycle)
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    got, cycles = _sim_unit(lanes, ops, a, b, np.zeros_like(a), last)
     assert got == want
-    assert first_out[0] == LATENCY        # beat in during cycle 0 is out during cycle LATENCY
+    assert cycles[0] == LATENCY           # beat in during cycle 0 is out during cycle LATENCY
 
 
 # ---- argmax and requant: whole int32 lanes ---------------------------------------------------

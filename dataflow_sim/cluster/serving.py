@@ -537,6 +537,17 @@ class IterationCost:
         T, qc = int(q.sum()), int(q @ c)
         return T, int(c.sum()), qc, qc - (int(q @ q) - T) // 2
 
+    def _fused_attention_seconds(self, pairs, tokens, keys):
+        """Seconds of one fused (FlashAttention varlen, causal) kernel over ``pairs`` query–key
+        pairs, ``tokens`` queries and ``keys`` cached keys read once each (MLA: the latent once)
+        — Python floats or float64 arrays, elementwise (the same operations, in the same order,
+        for both, so the bulk decode paths stay bit-equal to the event loop)."""
+        dm = self.dm
+        hv = dm.hd_v or dm.hd               # MLA: values r wide, keys r + dr
+        kv_read = dm.kv * keys * (dm.hd if dm.hd_v else 2 * dm.hd)
+        return self.chip.attention_seconds(2.0 * (dm.hd + hv) * dm.h * pairs,
+                                           self.e * (dm.h * tokens * (dm.hd + hv) + kv_read))
+
     def attention_seconds(self, q: np.ndarray, c: np.ndarray,
                           sums: tuple[int, int, int, int] | None = None) -> float:
         """Scores and values GEMMs per sequence and KV head, and the batch's softmax (table), or
@@ -549,11 +560,7 @@ class IterationCost:
             return self._attention_compiled(q, c)
         if chip.fused_attention:    # GPU preset: one FlashAttention (varlen) kernel, causal
             T, C, _, pairs = sums or self._batch_sums(q, c)     # (:meth:`_batch_sums`)
-            hv = dm.hd_v or dm.hd               # MLA: values r wide, keys r + dr
-            kv_read = dm.kv * float(C) * (dm.hd if dm.hd_v else 2 * dm.hd)  # latent: once
-            return float(chip.attention_seconds(
-                2.0 * (dm.hd + hv) * dm.h * float(pairs),
-                self.e * (dm.h * float(T) * (dm.hd + hv) + kv_read)))
+            return float(self._fused_attention_seconds(float(pairs), float(T), float(C)))
         if chip.arch is None and not dm.hd_v:   # roofline: both GEMMs have equal FLOPs, bytes
             s = 2 * chip.gemm_seconds(dm.g * q, dm.hd, c, dm.kv, positive=True).sum()
         else:
@@ -704,12 +711,8 @@ class IterationCost:
         c_g = np.stack([(live & mk) @ s for mk in members]) + j * n_g  # (G, K) Σ keys
         T_total = live.sum(axis=1)
         T = n_g.max(axis=0)
-        hv = dm.hd_v or dm.hd
         C = c_g.astype(np.float64)
-        kv_read = dm.kv * C * (dm.hd if dm.hd_v else 2 * dm.hd)
-        attn = chip.attention_seconds(2.0 * (dm.hd + hv) * dm.h * C,
-                                      self.e * (dm.h * n_g.astype(np.float64) * (dm.hd + hv)
-                                                + kv_read))
+        attn = self._fused_attention_seconds(C, n_g.astype(np.float64), C)   # q = 1: pairs = keys
         empty = n_g == 0
 
         def per_group(f) -> np.ndarray:
@@ -819,12 +822,8 @@ class IterationCost:
         if dm.ssm:
             layer = dense + 0.0
         else:       # attention_seconds' fused branch with q = 1: causal pairs = keys
-            hv = dm.hd_v or dm.hd
             C = keys.astype(np.float64)
-            kv_read = dm.kv * C * (dm.hd if dm.hd_v else 2 * dm.hd)
-            attn = chip.attention_seconds(2.0 * (dm.hd + hv) * dm.h * C,
-                                          self.e * (dm.h * n.astype(np.float64) * (dm.hd + hv)
-                                                    + kv_read))
+            attn = self._fused_attention_seconds(C, n.astype(np.float64), C)
             layer = dense + attn
         return (self.cfg.n_layers * (layer + tp_comm) + first) + head
 
