@@ -81,7 +81,8 @@ from tilewright.compiler.codegen import (REQUANT_SHIFT_BITS, VECTOR_INT32_OPS, V
                                          VECTOR_REDUCTIONS)
 
 __all__ = ["FRAC_BITS", "SEG_BITS", "Q_MAX", "Q_MIN", "OPS", "ELEMENTWISE_OPS", "REDUCTION_OPS",
-           "UNARY_OPS", "INT32_OPS", "requant", "argmax", "to_fixed", "from_fixed", "elementwise",
+           "UNARY_OPS", "INT32_OPS", "requant", "argmax", "to_fixed", "from_fixed", "order_keys",
+           "elementwise",
            "reduce", "run_beats",
            "apply_float", "error_bound", "exp2_table", "recip_table", "rsqrt_table",
            "pwl_table", "LOG2E_Q14"]
@@ -142,6 +143,23 @@ def pwl_table(op: str) -> np.ndarray:
 def to_fixed(x) -> np.ndarray:
     """Float -> Q8.8 raw int64: round half to even (numpy ``rint``), saturating."""
     return np.clip(np.rint(np.asarray(x, np.float64) * 256), Q_MIN, Q_MAX).astype(np.int64)
+
+
+def order_keys(x) -> np.ndarray:
+    """fp32 values -> int32 lanes (int64 array) whose signed order is the values' order, for
+    ``argmax`` over fp32 data (e.g. a model's logits): the IEEE-754 bits read as sign-magnitude
+    and written as two's complement (``bits`` for a positive sign, ``-(bits & 0x7fffffff)`` for
+    a negative one). Equal values give equal keys (+0 and -0 both 0), so the unit's lowest-index
+    tie rule is ``torch.argmax``'s; every key lies in [-(2**31 - 2**23), 2**31 - 2**23] (the
+    infinities at the ends), above the padding's -2**31. NaN has no place in the order: refused.
+    """
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise TypeError(f"order_keys: fp32 values expected, not {x.dtype}")
+    if np.isnan(x).any():
+        raise ValueError("order_keys: NaN has no order (argmax over NaN is refused)")
+    bits = x.view(np.int32).astype(np.int64)
+    return np.where(bits >= 0, bits, -(bits & 0x7FFFFFFF))
 
 
 def from_fixed(raw) -> np.ndarray:

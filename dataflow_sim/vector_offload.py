@@ -30,6 +30,11 @@ scan          the ``scan`` task (chunked selective scan) on the scan unit: a qua
               a larger N stays fp32); y and the final state dequantised to fp32 — the
               arithmetic of :func:`~tilewright.dataflow_sim.scan_numerics.scan_task_fixed`
 ============  ==========================================================================
+
+:func:`argmax_record` runs the ``argmax`` of a fp32 vector that no Program task holds — the next
+token of ``generate`` over the LM head's logits — on the unit: the values become int32 order keys
+(:func:`~tilewright.dataflow_sim.vector_numerics.order_keys`, equal keys for equal values) and
+one ``row`` ``argmax`` kernel gives the index, the lowest on ties (``torch.argmax``'s rule).
 """
 
 from __future__ import annotations
@@ -44,9 +49,10 @@ from tilewright.compiler.layout import DoesNotFit
 from tilewright.compiler.vector_codegen import SOFTMAX_MAX_ROW, VectorKernel
 from tilewright.dataflow_sim import scan_numerics as sn
 from tilewright.dataflow_sim.vector_isa import kernel_reference
-from tilewright.dataflow_sim.vector_numerics import to_fixed
+from tilewright.dataflow_sim.vector_numerics import order_keys, to_fixed
 
-__all__ = ["VectorUnitOps", "ReplayVectorUnit", "OffloadRecord", "OFFLOAD_OPS", "kernel_for"]
+__all__ = ["VectorUnitOps", "ReplayVectorUnit", "OffloadRecord", "OFFLOAD_OPS", "kernel_for",
+           "argmax_record"]
 
 _UNARY = ("exp", "rsqrt", "silu", "softplus")
 _BINARY = ("add", "mul")
@@ -75,6 +81,8 @@ class OffloadRecord:
 
     def as_output(self, raw):
         """A raw result (this record's or the RTL's) as the task's fp32 output."""
+        if self.kernel.op == "argmax":
+            return np.asarray(raw, np.int64).reshape(self.out_shape)
         if self.kernel.kind == "scan":
             y, h = raw
             return (sn.from_h_code(y).astype(np.float32), sn.from_h_code(h).astype(np.float32))
@@ -130,6 +138,17 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
         return (VectorKernel(name, "row", _ROW[op], rows.shape), (to_fixed(rows),),
                 tuple(out_shape))
     return None
+
+
+def argmax_record(x: np.ndarray, arch: ArchSpec, name: str) -> OffloadRecord:
+    """The index of the largest element of fp32 ``x`` (flattened; the lowest on ties) on the
+    vector unit of ``arch``: one ``row`` ``argmax`` kernel over ``x``'s order keys, computed on
+    the instruction-level model; the record's ``result`` is ``[index]`` and ``task`` is
+    ``name`` (a name no Program task has, so a replay never answers a task with it)."""
+    keys = order_keys(np.asarray(x).reshape(1, -1))
+    kernel = VectorKernel(name, "row", "argmax", keys.shape)
+    raw = kernel_reference(kernel, arch, keys)
+    return OffloadRecord(name, kernel, (keys,), raw, (1,))
 
 
 def _scan_kernel(ins: list[np.ndarray], name: str, ops: tuple[str, ...]):

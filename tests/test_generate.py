@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from tilewright.app.cli.main import main
-from tilewright.app.flows.generate import LOGITS_REL_L2_BOUND, StepResult, _checks, generate
+from tilewright.app.flows.generate import (ARGMAX_CHECK, LOGITS_REL_L2_BOUND, StepResult,
+                                           _checks, generate)
 from tilewright.arch import load_arch
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.dataflow_sim.compile_flow import compile_llm, compile_module
@@ -62,9 +63,9 @@ def _torch_greedy(model: str, prompt: list[int], n: int):
     return seq[len(prompt):], logits
 
 
-def _assert_agrees_with_torch(model: str, tokens: list[int]) -> None:
+def _assert_agrees_with_torch(model: str, tokens: list[int], prompt: list[int] = PROMPT) -> None:
     """Torch's tokens, or a first divergence at a near-tie the logit bound allows."""
-    ref, logits = _torch_greedy(model, PROMPT, len(tokens))
+    ref, logits = _torch_greedy(model, prompt, len(tokens))
     div = next((i for i, (a, b) in enumerate(zip(tokens, ref)) if a != b), None)
     if div is not None:
         z = logits[div]
@@ -186,6 +187,19 @@ def test_moe_and_mamba_generate_like_torch(model):
                                                                            + cfg.d_state) * 4
 
 
+def test_vector_without_rtl_takes_the_token_from_the_units_argmax():
+    """--vector alone: the next token is the vector unit's argmax on its instruction-level model
+    (checked against numpy's argmax of the fp32 logits), and the host list says what of it
+    stays on the host (the order keys) instead of the argmax."""
+    res = generate("tiny-llama", load_arch(ARCH), PROMPT[:2], 2, vector=True)
+    checks = {c: (ok, d) for c, ok, d in res.checks}
+    assert res.ok, res.checks
+    assert checks[ARGMAX_CHECK] == (True, "2 steps on the instruction-level model")
+    host = " ".join(res.host_ops)
+    assert "order keys" in host and "argmax of the logits" not in host
+    _assert_agrees_with_torch("tiny-llama", res.tokens, PROMPT[:2])
+
+
 def _step(token: int, ref: int, rel: float) -> StepResult:
     return StepResult("decode", 1, 5, token, 10, {"time": 10}, rel_l2=rel, torch_token=ref)
 
@@ -257,8 +271,11 @@ def test_memory_refusals_one_line_exit_2(tmp_path, llama):
 # ---- --rtl: every step's GEMMs on the Verilated accelerator top --------------------------------
 # ws8x8v's accelerator top (8x8 WS core + vector engine) with the C++ fast driver: the build
 # tests/test_vector_accel.py makes, reused here (same key)
-def test_rtl_fast_tiny_llama_bit_exact_and_cycle_exact():
-    code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", ARCH,
+def _generate_on_rtl(model: str) -> dict:
+    """``generate --rtl --fast --vector --json`` of ``model`` on ARCH (PROMPT, TOKENS): exit 0,
+    every check passed at every step, the next token the RTL argmax's, tokens as torch's (or a
+    first divergence the bound allows); the JSON result."""
+    code, out, err = _cli("generate", "--model", model, "--arch", ARCH,
                           "--prompt-ids", ",".join(map(str, PROMPT)), "--tokens", str(TOKENS),
                           "--rtl", "--fast", "--vector", "--json")
     assert code == 0, out + err
@@ -271,28 +288,61 @@ def test_rtl_fast_tiny_llama_bit_exact_and_cycle_exact():
                  "RTL cycles == accelerator cycle model (every GEMM, DMA included)",
                  "RTL cycles == accelerator cycle model (every vector kernel, DMA included)"):
         assert checks[name]["detail"] == f"all {TOKENS} steps", name
+    assert checks[ARGMAX_CHECK]["detail"] == f"{TOKENS} steps on the RTL vector engine"
+    vocab, lanes = get_config(model).vocab_size, load_arch(ARCH).vector_unit.lanes
     for st in res["steps"]:
         r = st["rtl"]
         assert r["gemms"] > 0 and r["rtl_cycles"] == r["model_cycles"] > 0
         assert r["vector_kernels"] > 0 and r["vector_rtl_cycles"] == r["vector_model_cycles"] > 0
-    _assert_agrees_with_torch("tiny-llama", res["tokens"])
+        # the next token is the RTL argmax's index; its kernel's cycles are the model's: one
+        # row of at least `vocab` int32 lanes, more than ceil(vocab / lanes) beats
+        assert st["token"] == r["token"]
+        assert r["argmax_rtl_cycles"] == r["argmax_model_cycles"] > -(-vocab // lanes)
+    _assert_agrees_with_torch(model, res["tokens"])
     host = " ".join(res["on_the_host"])
-    for op in ("embedding gather", "reduce_mean", "quantize", "KV append", "argmax"):
+    for op in ("embedding gather", "reduce_mean", "quantize", "order keys",
+               "int32 results to fp32"):
         assert op in host, op
     assert "rsqrt" not in host          # on the vector engine with --vector
+    assert "argmax of the logits" not in host
+    return res
 
 
-@pytest.mark.parametrize("mutation", ["bit", "cycle"])
+# ws8x8v's accelerator top (8x8 WS core + vector engine) with the C++ fast driver: the build
+# tests/test_vector_accel.py makes, reused here (same key)
+def test_rtl_fast_tiny_llama_bit_exact_and_cycle_exact():
+    res = _generate_on_rtl("tiny-llama")
+    assert "KV append" in " ".join(res["on_the_host"])
+
+
+@pytest.mark.nightly
+@pytest.mark.parametrize("model", ["tiny-moe", "tiny-mamba"])
+def test_rtl_fast_moe_and_mamba_bit_exact_and_cycle_exact(model):
+    """The other two families on the same build (nightly: tiny-llama's run covers the flow in
+    CI; 4-6 s each measured with the build cached, 11-13 s as a fresh CLI process): every
+    check at every step."""
+    res = _generate_on_rtl(model)
+    host = " ".join(res["on_the_host"])
+    if model == "tiny-mamba":           # the scan on the vector engine's scan unit
+        assert "scan" not in host and all(st["busy_cycles"]["scan"] > 0 for st in res["steps"])
+    else:                               # MoE routing stays on the host, by name
+        assert "topk_indices" in host, host
+
+
+@pytest.mark.parametrize("mutation", ["bit", "cycle", "argmax"])
 def test_rtl_one_bit_or_one_cycle_off_exits_1(monkeypatch, mutation):
-    """A one-bit error in one RTL GEMM result, or one cycle more in one RTL GEMM, fails
-    `generate --rtl` (exit 1, the check named FAIL)."""
+    """A one-bit error in one RTL GEMM result, one cycle more in one RTL GEMM, or (--vector)
+    the RTL argmax's token one off fails `generate --rtl` (exit 1, the check named FAIL)."""
     from tilewright.app.flows import sim_rtl
 
     real = sim_rtl.run
 
     def wrong(*args, **kwargs):
         sim = real(*args, **kwargs)
-        if mutation == "bit":
+        if mutation == "argmax":
+            if "lm_head.argmax" in sim.outputs:
+                sim.outputs["lm_head.argmax"] = np.asarray(sim.outputs["lm_head.argmax"]) ^ 1
+        elif mutation == "bit":
             c0 = np.array(sim.outputs["c0"], copy=True)
             c0.reshape(-1)[0] ^= 1
             sim.outputs["c0"] = c0
@@ -302,9 +352,12 @@ def test_rtl_one_bit_or_one_cycle_off_exits_1(monkeypatch, mutation):
 
     monkeypatch.setattr(sim_rtl, "run", wrong)
     code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", ARCH,
-                          "--prompt-ids", "1,2", "--tokens", "1", "--rtl", "--fast", "--json")
+                          "--prompt-ids", "1,2", "--tokens", "1", "--rtl", "--fast", "--json",
+                          *(["--vector"] if mutation == "argmax" else []))
     assert code == 1, out + err
     failed = {c["check"] for c in json.loads(out)["checks"] if not c["ok"]}
-    want = ("RTL GEMMs == numpy int32 (bit-exact)" if mutation == "bit" else
-            "RTL cycles == accelerator cycle model (every GEMM, DMA included)")
-    assert want in failed, failed
+    want = {"bit": {"RTL GEMMs == numpy int32 (bit-exact)"},
+            "cycle": {"RTL cycles == accelerator cycle model (every GEMM, DMA included)"},
+            "argmax": {ARGMAX_CHECK, "RTL vector engine == instruction-level model (bit-exact)"}
+            }[mutation]
+    assert want <= failed, failed

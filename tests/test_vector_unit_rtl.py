@@ -225,6 +225,41 @@ def test_argmax_reference_is_torch_argmax():
     assert vn.argmax([[7, 7], [7, 7]]) == 0 and vn.argmax([-9, -3, -3]) == 1
 
 
+def test_argmax_over_fp32_order_keys_is_torch_argmax():
+    """fp32 values (logits) as the unit's int32 order keys: their argmax on the instruction-level
+    model (``argmax_record``, the kernel ``generate --vector`` runs on the LM head's logits) is
+    torch.argmax's index on the floats — ties, +0/-0 (equal in torch: the first wins), the
+    infinities, subnormals, the largest finite values; the keys sort as the floats do; NaN is
+    refused."""
+    from tilewright.dataflow_sim.vector_offload import argmax_record
+
+    arch = load_arch("ws8x8v")
+    rng = np.random.default_rng(9)
+    tiny = np.float32(np.finfo(np.float32).smallest_subnormal)
+    big = np.finfo(np.float32).max
+    runs = [rng.standard_normal(300).astype(np.float32) * 7,
+            np.array([-0.0, 0.0, -1.0], np.float32),                  # max is +-0: index 0
+            np.array([-3.0, 0.0, -0.0, -tiny], np.float32),           # +0 first, -0 ties
+            np.array([-tiny, -2 * tiny, -tiny], np.float32),          # negative subnormals
+            np.array([-np.inf, -big, -np.inf], np.float32),
+            np.array([big, np.inf, 1.0, np.inf], np.float32),
+            np.full(37, -2.5, np.float32)]
+    tied = rng.integers(-4, 4, 41).astype(np.float32) / 4
+    runs.append(tied)
+    for x in runs:
+        rec = argmax_record(x, arch, "t")
+        assert int(rec.result[0]) == int(torch.argmax(torch.from_numpy(x))), x
+    x = np.concatenate(runs)
+    keys = vn.order_keys(x)
+    assert keys.min() > vn.I32_MIN and keys.max() <= vn.I32_MAX
+    # equal floats <=> equal keys, and the same order: the keys' stable sort is the floats'
+    assert np.array_equal(np.argsort(keys, kind="stable"), np.argsort(x, kind="stable"))
+    with pytest.raises(ValueError, match="NaN"):
+        vn.order_keys(np.array([1.0, np.nan], np.float32))
+    with pytest.raises(TypeError, match="fp32"):
+        vn.order_keys(np.array([1.0]))
+
+
 def _sim_unit(lanes, ops, a, b, s, last):
     """(result beats, cycle of the first result) of the Amaranth unit in Amaranth's simulator."""
     dut, got, cycles = VectorUnit(lanes=lanes), [], []

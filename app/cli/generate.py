@@ -44,9 +44,10 @@ def generate_cmd(
     fast: bool = typer.Option(False, "--fast", help="with --rtl: the C++ fast driver"),
     vector: bool = typer.Option(False, "--vector", help="run the ops the vector engine "
                                 "implements (exp, rsqrt, SiLU, softplus, softmax, add/mul, "
-                                "sum/max in Q8.8; the scan on the scan unit) in its arithmetic; "
-                                "with --rtl on the accelerator top's vector engine (needs a "
-                                "vector_unit in the ArchSpec)"),
+                                "sum/max in Q8.8; the scan on the scan unit; the argmax of the "
+                                "logits, the next token) in its arithmetic; with --rtl on the "
+                                "accelerator top's vector engine (needs a vector_unit in the "
+                                "ArchSpec)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="write a Perfetto/Chrome trace "
                                          "JSON of the cycle model's timeline (tracks: "
                                          "instruction issue, DMA, array, vector, scan) to FILE"),
@@ -102,6 +103,12 @@ def generate_cmd(
                       "kernels, DMA included, against the accelerator's cycle model; the "
                       "step's cycles are the cycle model's whole step, tasks as `compile` "
                       "costs them)", highlight=False)
+    if vector:
+        cyc = sorted({st_.rtl["argmax_rtl_cycles"] for st_ in res.steps}) if rtl else []
+        console.print("next token: the vector engine's argmax over the logits (as int32 order "
+                      "keys), " + (f"on the RTL: {', '.join(map(str, cyc))} cycles per step"
+                                   if rtl else "on its instruction-level model"),
+                      highlight=False)
     dec = s["decode_cycles_per_token"]
     console.print(f"prefill {s['prefill_cycles']:,} cycles for {s['prompt_tokens']} tokens; "
                   + (f"decode {dec:,.0f} cycles/token = {s['decode_tokens_per_s']:,.0f} "

@@ -30,10 +30,21 @@ the step replayed with the RTL's results bit-exact with the functional model (lo
 so the tokens too), and every GEMM's RTL cycles equal to the accelerator's cycle model
 (:mod:`tilewright.dataflow_sim.accel_timing`, DMA included). Everything else of a step runs on the
 host's functional model and is listed by name (:func:`host_ops`): the embedding gather, the
-norms, RoPE, the attention's online softmax, quantize steps, routing, the KV append, the argmax.
+norms, RoPE, the attention's online softmax, quantize steps, the GEMMs' int32 -> fp32 scaling,
+routing, the KV append, the argmax.
 With ``vector`` (``--vector``, an ArchSpec with a ``vector_unit``) the ops the vector engine
 implements run in its Q8.8 arithmetic (``sim --vector``'s hook), and with ``rtl`` on the
 accelerator top's vector engine, bit-exact and cycle-exact against its model like the GEMMs.
+The next token is then the vector engine's ``argmax`` too
+(:func:`~tilewright.dataflow_sim.vector_offload.argmax_record`): the unit compares int32 lanes,
+so the host turns the fp32 logits into int32 order keys
+(:func:`~tilewright.dataflow_sim.vector_numerics.order_keys`: same order, equal keys for equal
+logits, so ties go to the lowest index as in ``torch.argmax``) and one ``row`` ``argmax`` kernel
+picks the index — on the instruction-level model, and with ``rtl`` on the accelerator top in the
+same kernel batch as the step's other vector kernels (bit-exact and cycles == model like them;
+its operand is the functional logits, which the replay check proves equal to the logits of the
+step's RTL GEMMs and vector kernels bit for bit). A check compares every step's token with
+numpy's argmax of the fp32 logits.
 """
 
 from __future__ import annotations
@@ -52,7 +63,8 @@ from tilewright.dataflow_sim.timeline import busy_cycles, chrome_trace
 from tilewright.errors import UserError
 
 __all__ = ["GenerateResult", "StepResult", "generate", "parse_prompt_ids", "host_ops",
-           "LOGITS_REL_L2_BOUND", "MAX_GENERATE_PARAMS", "GENERATE_FORMATS", "HOST_OPS"]
+           "LOGITS_REL_L2_BOUND", "MAX_GENERATE_PARAMS", "GENERATE_FORMATS", "HOST_OPS",
+           "ARGMAX_CHECK"]
 
 #: relative L2 error of a step's int8 logits against torch fp32 greedy decoding accepted (int8
 #: per-channel weights, per-tensor activations; measured over 4 prompt + 8 generated tokens,
@@ -68,6 +80,15 @@ GENERATE_FORMATS = ("int8", "bf16", "fp8-e4m3", "fp8-e5m2")
 #: what a generation step does outside the compiled Program, on the host (named in the output)
 HOST_OPS = ("argmax of the logits (the next token)", "feeding the token id and the states "
             "returned by one step into the next")
+#: with --vector the argmax runs on the vector engine; what stays on the host for it
+VECTOR_ARGMAX_HOST_OP = ("the logits' fp32 -> int32 order keys for the vector engine's argmax "
+                         "(sign-magnitude bits as two's complement)")
+#: with --rtl: the int8 GEMMs' results leave the accelerator as int32; the host scales them
+GEMM_SCALING_HOST_OP = ("scaling of every int8 GEMM's int32 results to fp32 (activation scale "
+                        "x weight scales)")
+#: the token check's name (with --vector)
+ARGMAX_CHECK = ("next token: vector engine argmax == numpy argmax of the fp32 logits (lowest "
+                "index on ties)")
 #: the most tokens one run generates (docs/design.md: tokens at most 2**20)
 MAX_TOKENS = 1 << 20
 
@@ -313,6 +334,7 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     ids = torch.tensor([prompt])
     states: tuple = ()
     memory: dict[str, Any] = {}
+    argmax_off: list[tuple[int, int, int]] = []      # (step, vector unit's token, numpy's)
     t0 = time.perf_counter()
     for i in range(tokens):
         phase = "prefill" if i == 0 else "decode"
@@ -320,13 +342,19 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
         with _vector_hook(spec, vector):
             c = compile_module(step, (ids, *states), spec, fmt=fmt, name=f"{model}.{phase}{i}")
         out = c.program.outputs
-        rtl_step = (_step_on_rtl(c, spec, say, driver, f"{phase} step {i}", vector) if rtl
+        logits32 = c.outputs[out[0]].reshape(-1)
+        pick = _argmax_on_vector_unit(logits32, spec, vector)
+        rtl_step = (_step_on_rtl(c, spec, say, driver, f"{phase} step {i}", vector, pick) if rtl
                     else None)
-        logits = c.outputs[out[0]].reshape(-1).astype(np.float64)
+        logits = logits32.astype(np.float64)
         if i == 0:
             memory = _memory(c.program, c.outputs, len(prompt), len(prompt) + tokens, spec,
                              has_attention(cfg))
-        tok = int(np.argmax(logits))
+        numpy_tok = int(np.argmax(logits32))
+        tok = (numpy_tok if pick is None else rtl_step["token"] if rtl_step is not None
+               else int(pick.result[0]))
+        if tok != numpy_tok:
+            argmax_off.append((i, tok, numpy_tok))
         busy = busy_cycles(c.report)
         steps.append(StepResult(phase, ids.shape[1], len(prompt) + i, tok, busy["time"], busy,
                                 torch_token=ref_tokens[i], report=c.report, rtl=rtl_step))
@@ -336,10 +364,17 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     times["functional"] = time.perf_counter() - t0
     gen = [s.token for s in steps]
     checks = _checks(steps, gen, ref_tokens, ref_logits)
-    on_host = HOST_OPS
+    on_host = HOST_OPS if not vector else (VECTOR_ARGMAX_HOST_OP, *HOST_OPS[1:])
+    if vector:
+        where = "the RTL vector engine" if rtl else "the instruction-level model"
+        checks.append((ARGMAX_CHECK, not argmax_off,
+                       f"{tokens} steps on {where}" if not argmax_off else
+                       f"{len(argmax_off)} steps differ, first step {argmax_off[0][0]}: "
+                       f"{argmax_off[0][1]} vs numpy {argmax_off[0][2]}"))
     if rtl:
         checks += _rtl_checks(steps)
-        on_host = (*host_ops(c.program, tuple(steps[-1].rtl["offloaded"])), *HOST_OPS)
+        on_host = (*host_ops(c.program, tuple(steps[-1].rtl["offloaded"])),
+                   GEMM_SCALING_HOST_OP, *on_host)
         times["rtl"] = sum(s.rtl["seconds"] for s in steps)
     res = GenerateResult(model, spec.name, spec.clock_mhz, list(prompt), gen, ref_tokens,
                          steps, checks, memory, host_ops=tuple(on_host), seconds=times)
@@ -372,12 +407,27 @@ def _vector_hook(spec: ArchSpec, vector: bool):
     return hook()
 
 
-def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool = False
-                 ) -> dict[str, Any]:
+def _argmax_on_vector_unit(logits: np.ndarray, spec: ArchSpec, vector: bool):
+    """The argmax record of the step's fp32 logits on the vector unit (``vector``), or None."""
+    if not vector:
+        return None
+    from tilewright.dataflow_sim.vector_offload import \
+        argmax_record  # noqa: PLC0415  (lazy: numerics)
+
+    if logits.dtype != np.float32:
+        raise ValueError(f"the step's logits are {logits.dtype}; the vector engine's argmax "
+                         f"takes fp32 logits as int32 order keys")
+    return argmax_record(logits, spec, "lm_head.argmax")
+
+
+def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool = False,
+                 pick=None) -> dict[str, Any]:
     """One step's int8 GEMMs on the accelerator top: the step's Program run again on the
     functional model recording every int8 matmul, then
     :func:`~tilewright.app.flows.sim_rtl.run_gemms_on_accel` (bit-exact GEMMs, the step replayed
-    with them bit-exact, every GEMM's cycles == the accelerator cycle model)."""
+    with them bit-exact, every GEMM's cycles == the accelerator cycle model). ``pick`` (the
+    logits' argmax record, with ``vector``) runs last in the step's vector kernel batch; the
+    returned ``token`` is the RTL's index."""
     from tilewright.app.flows.sim_rtl import (  # noqa: PLC0415  (lazy: pulls in amaranth)
         SimResult, run_gemms_on_accel)
     from tilewright.dataflow_sim.functional import (  # noqa: PLC0415  (lazy: numerics)
@@ -397,8 +447,16 @@ def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool =
     sr = SimResult(c.name, spec.name, [("recorded run == the step's functional run", same,
                                         f"{len(recorded)} GEMMs recorded")])
     run_gemms_on_accel(sr, recorded, c.program, c.inputs, func, spec, say, "accel", driver,
-                       vector_records=ops.records if vector else None)
-    return {"gemms": len(recorded), "rtl_cycles": int(sum(r["rtl"] for r in sr.gemm_rows)),
+                       vector_records=[*ops.records, *([] if pick is None else [pick])] if vector
+                       else None)
+    picked = {}
+    if pick is not None:
+        row = sr.vector_rows[-1] if len(sr.vector_rows) == len(ops.records) + 1 else None
+        picked = {"token": int(np.asarray(sr.vector_outputs[-1]).reshape(-1)[0]),
+                  "argmax_rtl_cycles": None if row is None else row["rtl"],
+                  "argmax_model_cycles": None if row is None else row["model"]}
+    return {**picked, "gemms": len(recorded),
+            "rtl_cycles": int(sum(r["rtl"] for r in sr.gemm_rows)),
             "model_cycles": int(sum(r["model"] for r in sr.gemm_rows)),
             "seconds": sum(sr.seconds.values()), "checks": sr.checks,
             "vector_kernels": len(sr.vector_rows),

@@ -122,6 +122,8 @@ class SimResult:
     trace: Any = None          #: path of the VCD waveform when traced
     #: with ``vector``: per offloaded task, its kernel (and with the RTL its cycles)
     vector_rows: list[dict[str, Any]] = field(default_factory=list)
+    #: with the RTL's vector engine: each kernel's raw result, in the order of the records
+    vector_outputs: list[Any] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -497,6 +499,7 @@ def _run_vector_kernels(result: SimResult, records, spec, say, driver: str = "co
     sim = run("accel", batch, spec, driver=driver, log=say)
     result.seconds["rtl_vector"] = time.perf_counter() - t0
     outs = [sim.outputs[r.kernel.name] for r in records]
+    result.vector_outputs = outs
     bad = [r.task for r, o in zip(records, outs) if not r.same_result(o)]
     result.checks.append(("RTL vector engine == instruction-level model (bit-exact)",
                           not bad, f"{len(records)} kernels "
