@@ -71,8 +71,9 @@ ISA — fixed 64-bit instruction words
 
     ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
     until the GEMM core is idle; ``LOAD_V``/``STORE_V``/``VECTOR``/``SCAN`` wait until both the
-    DMA and the vector engine are idle; ``SCALE`` waits until the DMA is idle (they share the vector buffer's ports). Nothing else is checked by
-    hardware: the compiler orders buffer reuse with ``SYNC`` (the schedule of
+    DMA and the vector engine are idle (they share the vector buffer's ports); ``SCALE`` waits
+    until the DMA is idle. Nothing else is checked by hardware: the compiler orders buffer reuse
+    with ``SYNC`` (the schedule of
     :func:`codegen_gemm`).
 
 Vector buffer
@@ -427,10 +428,10 @@ class IsaProgram:
                 blks = slice(t.k0 // lay.rows, t.k0 // lay.rows + lay.kb)
             ks = slice(t.k0, t.k0 + t.k)
             for addr, words, nb in (
-                    (t.a_addr, lay.a_words_of(a[rows, ks],
-                                              (None if xa is None else xa[rows, blks]) if lay.mx else None), wb["a"]),
-                    (t.b_addr, lay.b_words_of(b[ks, cols],
-                                              (None if xb is None else xb[blks, cols]) if lay.mx else None), wb["b"])):
+                    (t.a_addr, lay.a_words_of(a[rows, ks], _rows_of(xa, rows, blks, lay.mx)),
+                     wb["a"]),
+                    (t.b_addr, lay.b_words_of(b[ks, cols], _rows_of(xb, blks, cols, lay.mx)),
+                     wb["b"])):
                 for j, beat in enumerate(words_to_beats(words, nb, w)):
                     out[addr + j] = beat
         return out
@@ -449,6 +450,11 @@ class IsaProgram:
             c[t.m0:t.m0 + t.tm, t.n0:t.n0 + t.tn] = lay.c_from_lanes(
                 unpack_lanes(words, lay.acc_lanes, _ACC_BITS))
         return c
+
+
+def _rows_of(x: np.ndarray | None, rows: slice, cols: slice, mx: bool) -> np.ndarray | None:
+    """The block scales ``x[rows, cols]`` of an MX layout's tile; None otherwise."""
+    return None if x is None or not mx else x[rows, cols]
 
 
 def _half_depths(arch: ArchSpec) -> tuple[int, int, int]:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["wrap_int32", "gemm_int8", "Int8Matmul", "int8_matmul_fn", "int8_matmul",
-           "Bf16Matmul", "bf16_matmul_fn", "bf16_matmul", "Fp8Matmul", "fp8_matmul_fn", "fp8_matmul",
+           "Bf16Matmul", "bf16_matmul_fn", "bf16_matmul", "Fp8Matmul", "fp8_matmul_fn",
+           "fp8_matmul",
            "MxMatmul", "mx_matmul_fn", "mx_matmul"]
 
 
@@ -82,7 +83,7 @@ def fp8_matmul_fn() -> Fp8Matmul | None:
 @contextmanager
 def fp8_matmul(fn: Fp8Matmul | None) -> Iterator[None]:
     """Run every GEMM in ``fp8-e4m3``/``fp8-e5m2`` through ``fn(qa, qb, k_block)`` inside the
-    ``with`` block — e.g. the accelerator top, which applies the per-tensor scales itself — which
+    ``with`` block — e.g. the accelerator top, which applies per-tensor scales itself; ``fn``
     returns the fp32 result of steps 1-4 (the scales included); ``None``: numerics' own."""
     token = _FP8_MATMUL.set(fn)
     try:

@@ -68,7 +68,8 @@ __all__ = ["AccelTop", "ACCEL_TOP_NAME", "ACCEL_GENERATOR_VERSION", "write_accel
            "write_accel_top"]
 
 ACCEL_TOP_NAME = "tw_accel"
-#: bump when the top's behaviour or ports change
+#: bump when the top's behaviour or ports change (0.3.0: the fp8 top decodes SCALE and applies
+#: the scales; the other tops' Verilog is unchanged, but VERSION tells software which ISA it has)
 ACCEL_GENERATOR_VERSION = "0.3.0"
 
 _HOST = ("imem_wr_en", "imem_wr_addr", "imem_wr_data", "start", "entry")

@@ -1,13 +1,16 @@
 """fp8 GEMMs on the accelerator top (ISA + DMA + the double-buffered fp8 core of
-rtl/systolic_fp8.py): ``tilewright sim --rtl --top accel`` on the fp8 presets.
+rtl/systolic_fp8.py, per-tensor scales through the SCALE instruction): ``tilewright sim --rtl
+--top accel`` on the fp8 presets.
 
-References: numerics' fp32 arithmetic (``sequential_fp32_matmul`` on ml_dtypes' fp8 element
-values, steps 1-3 of :mod:`tilewright.dataflow_sim.numerics`), bit for bit; torch's float forward
-pass (relative L2 within the measured bound); the accelerator cycle model
+References: numerics' fp32 arithmetic (``numerics.gemm`` on the same QTensors, steps 1-4 of
+:mod:`tilewright.dataflow_sim.numerics`, ml_dtypes' fp8 element values), bit for bit; torch's
+float forward pass (relative L2 within the measured bound); the accelerator cycle model
 (:mod:`tilewright.dataflow_sim.accel_timing`) for every GEMM, DMA included.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -24,6 +27,9 @@ def test_sim_tiny_llama_e4m3_on_the_accelerator_passes_every_check():
     assert "layer output with RTL GEMMs == functional (bit-exact)" in names
     assert any(n.startswith("RTL cycles == accelerator cycle model") for n in names)
     assert res.gemm_rows and all(r["rtl"] == r["model"] for r in res.gemm_rows)
+    # attention's GEMMs (per-tensor scales) were scaled by the top, not by the host
+    detail = {c[0]: c[2] for c in res.checks}["RTL fp8-e4m3 GEMMs == numerics (fp32 bit patterns)"]
+    assert re.search(r"scales: [1-9]\d* GEMMs per-tensor, applied by the top", detail), detail
     assert 0 < res.rel_l2_vs_torch <= FP8_REL_L2_BOUND["fp8-e4m3"]
 
 
