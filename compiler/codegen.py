@@ -59,12 +59,21 @@ ISA — fixed 64-bit instruction words
                         ``dst + t // lanes`` (the word's other lanes unchanged) and the final h
                         into word ``dst + ceil(count / lanes)``
                         (:mod:`tilewright.dataflow_sim.scan_numerics` defines the arithmetic)
+    ``SCALE``   10      ``operand`` (1: 0 = A, 1 = B), ``value`` (32, an fp32 bit pattern): set
+                        the per-tensor scale ``s_a`` or ``s_b`` of the GEMMs that follow (only on
+                        ArchSpecs whose engine takes them, :func:`takes_scales`: the fp8 core;
+                        elsewhere it is an unknown opcode). Each run starts with both at 1.0;
+                        the accumulator's read port (what STORE drains) returns
+                        ``fl32(acc * fl32(s_a * s_b))`` per lane, step 4 of
+                        :mod:`tilewright.dataflow_sim.numerics`. Waits until the DMA is idle (a
+                        STORE in flight keeps the scales it started with); busy for no cycle
     ==========  ======  =========================================================================
 
     ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
     until the GEMM core is idle; ``LOAD_V``/``STORE_V``/``VECTOR``/``SCAN`` wait until both the
-    DMA and the vector engine are idle (they share the vector buffer's ports). Nothing else is checked by
-    hardware: the compiler orders buffer reuse with ``SYNC`` (the schedule of
+    DMA and the vector engine are idle (they share the vector buffer's ports); ``SCALE`` waits
+    until the DMA is idle. Nothing else is checked by hardware: the compiler orders buffer reuse
+    with ``SYNC`` (the schedule of
     :func:`codegen_gemm`).
 
 Vector buffer
@@ -100,7 +109,7 @@ from tilewright.compiler.layout import (MAX_GEMM_DIM, DoesNotFit, GemmLayout, ha
                                         unpack_lanes)
 from tilewright.compiler.program import GemmTask, Program
 from tilewright.errors import UserError
-from tilewright.formats import bits_of
+from tilewright.formats import bits_of, get_format
 
 __all__ = ["ISA", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
            "VECTOR_UNIT_OPS", "VECTOR_INT32_OPS", "REQUANT_SHIFT_BITS",
@@ -109,7 +118,8 @@ __all__ = ["ISA", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTION
            "AssemblerError", "CodegenError", "field_slices", "assemble", "disassemble",
            "beat_bytes", "memory_latency_cycles", "beats_per_word", "word_bytes", "Tile", "Segment",
            "IsaProgram", "codegen", "codegen_gemm", "codegen_gemms", "find_segment",
-           "words_to_beats", "beats_to_words"]
+           "words_to_beats", "beats_to_words", "takes_scales", "fp32_pattern",
+           "task_scales"]
 
 WORD_BITS = 64        #: bits per instruction word
 OPCODE_BITS = 4       #: opcode in bits [3:0]
@@ -129,6 +139,7 @@ ISA: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "VECTOR": (8, (("vop", 4), ("count", 12), ("a", 12), ("b", 12), ("b_inc", 1),
                    ("dst", 12), ("seg", 7))),
     "SCAN": (9, (("count", 12), ("ab", 12), ("c", 12), ("h0", 12), ("dst", 12))),
+    "SCALE": (10, (("operand", 1), ("value", 32))),
 }
 #: vector-buffer depth of the accelerator top (words of ``lanes`` 32-bit lanes)
 VBUF_WORDS = 1024
@@ -183,6 +194,18 @@ def field_slices(op: str) -> dict[str, tuple[int, int]]:
 
 for _op in ISA:        # the table itself must fit the word
     assert sum(w for _, w in ISA[_op][1]) + OPCODE_BITS <= WORD_BITS, _op
+
+
+def takes_scales(arch: ArchSpec) -> bool:
+    """True when ``arch``'s GEMM engine applies per-tensor fp32 scales (the ``SCALE``
+    instruction): float elements with fp32 scaling, i.e. the fp8 formats."""
+    f = get_format(arch.tensor_engine.input_format)
+    return f.kind == "float" and f.scaling == "fp32"
+
+
+def fp32_pattern(x) -> int:
+    """The fp32 bit pattern (unsigned int) of a one-element scale array or a float."""
+    return int(np.asarray(x, np.float32).reshape(-1)[0].view(np.uint32))
 
 
 class AssemblerError(UserError, ValueError):
@@ -390,7 +413,9 @@ class IsaProgram:
         """External words (address -> value) holding every tile's A and B blocks of ``seg`` for
         operands ``a`` (M x K int8) and ``b`` (K x N int8); an MX ArchSpec's 8-bit element codes
         also need their E8M0 block-scale codes ``xa`` (M x ceil(K/32)) and ``xb``
-        (ceil(K/32) x N), which travel in the words (:mod:`tilewright.compiler.layout`)."""
+        (ceil(K/32) x N), which travel in the words (:mod:`tilewright.compiler.layout`); other
+        layouts ignore ``xa``/``xb`` (an fp8 task's per-tensor scales travel in its SCALE
+        instructions)."""
         if a.shape != (seg.m, seg.k) or b.shape != (seg.k, seg.n):
             raise ValueError(f"task {seg.task}: operands {a.shape} @ {b.shape}, expected "
                              f"({seg.m}, {seg.k}) @ ({seg.k}, {seg.n})")
@@ -403,10 +428,10 @@ class IsaProgram:
                 blks = slice(t.k0 // lay.rows, t.k0 // lay.rows + lay.kb)
             ks = slice(t.k0, t.k0 + t.k)
             for addr, words, nb in (
-                    (t.a_addr, lay.a_words_of(a[rows, ks],
-                                              None if xa is None else xa[rows, blks]), wb["a"]),
-                    (t.b_addr, lay.b_words_of(b[ks, cols],
-                                              None if xb is None else xb[blks, cols]), wb["b"])):
+                    (t.a_addr, lay.a_words_of(a[rows, ks], _rows_of(xa, rows, blks, lay.mx)),
+                     wb["a"]),
+                    (t.b_addr, lay.b_words_of(b[ks, cols], _rows_of(xb, blks, cols, lay.mx)),
+                     wb["b"])):
                 for j, beat in enumerate(words_to_beats(words, nb, w)):
                     out[addr + j] = beat
         return out
@@ -425,6 +450,11 @@ class IsaProgram:
             c[t.m0:t.m0 + t.tm, t.n0:t.n0 + t.tn] = lay.c_from_lanes(
                 unpack_lanes(words, lay.acc_lanes, _ACC_BITS))
         return c
+
+
+def _rows_of(x: np.ndarray | None, rows: slice, cols: slice, mx: bool) -> np.ndarray | None:
+    """The block scales ``x[rows, cols]`` of an MX layout's tile; None otherwise."""
+    return None if x is None or not mx else x[rows, cols]
 
 
 def _half_depths(arch: ArchSpec) -> tuple[int, int, int]:
@@ -500,8 +530,12 @@ def _tile_shape(arch: ArchSpec, m: int, k: int, n: int, what: str) -> tuple[int,
 
 
 def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
-                 base_pc: int = 0, base_addr: int = 0) -> tuple[list[Instr], Segment, int]:
+                 base_pc: int = 0, base_addr: int = 0, scales: tuple[int, int] | None = None
+                 ) -> tuple[list[Instr], Segment, int]:
     """Code for one ``m x k x n`` GEMM: (instructions, segment, next free external address).
+    ``scales``: the per-tensor scales ``(s_a, s_b)`` as fp32 bit patterns — the segment starts
+    with ``SCALE`` A and ``SCALE`` B (only where :func:`takes_scales`; CodegenError elsewhere);
+    None: no SCALE (the run's scales stay 1.0).
 
     The GEMM is cut into steps (output tile x K chunk, K innermost; see :func:`_tile_shape`).
     Schedule — steps ``s = 0 ..`` alternate A/B halves ``s % 2``, output tiles ``j`` alternate
@@ -518,6 +552,9 @@ def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
     last read the accumulator half the GEMM is about to overwrite.
     """
     tm, tn, kc = _tile_shape(arch, m, k, n, f"task {task}")
+    if scales is not None and not takes_scales(arch):
+        raise CodegenError(f"task {task}: {arch.name}'s {arch.tensor_engine.input_format} "
+                           f"engine takes no per-tensor scales (SCALE: fp8 formats only)")
     bpw = beats_per_word(arch)
     steps, addr = [], base_addr
     for m0 in range(0, m, tm):
@@ -541,7 +578,9 @@ def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
     def store(t: Tile, h: int) -> Instr:
         return _ins("STORE", buf=h, count=t.layout(arch).acc_words, addr=t.c_addr)
 
-    code = loads(steps[0], 0)
+    code = [] if scales is None else [_ins("SCALE", operand=i, value=v)
+                                      for i, v in enumerate(scales)]
+    code += loads(steps[0], 0)
     j = 0                                   # output tile of the current step
     for s, t in enumerate(steps):
         if s > 0 and steps[s - 1].last:
@@ -561,9 +600,12 @@ def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
 
 def codegen(program: Program, arch: ArchSpec) -> IsaProgram:
     """Code and external-memory map for every ``gemm`` task of ``program`` (one segment each, in
-    task order). Other task kinds run on the host. Raises DoesNotFit (naming the task) for a
+    task order). Other task kinds run on the host. On an ArchSpec that :func:`takes_scales`, a
+    task's ``a_scale``/``b_scale`` (one-element fp32 constants of the Program) become its
+    segment's SCALE instructions (:func:`task_scales`). Raises DoesNotFit (naming the task) for a
     GEMM that cannot be tiled, AssemblerError for a field that does not fit, CodegenError for a
-    program compiled for another arch or code longer than the instruction memory."""
+    program compiled for another arch, code longer than the instruction memory or a scale SCALE
+    cannot carry."""
     if program.arch_hash != arch.content_hash():
         raise CodegenError(f"program {program.name} was compiled for arch {program.arch_hash}, "
                          f"not {arch.name} ({arch.content_hash()})")
@@ -572,10 +614,35 @@ def codegen(program: Program, arch: ArchSpec) -> IsaProgram:
     for task in program.tasks:
         if not isinstance(task, GemmTask):
             continue
-        c, seg, addr = codegen_gemm(arch, task.m, task.k, task.n, task.name, len(code), addr)
+        c, seg, addr = codegen_gemm(arch, task.m, task.k, task.n, task.name, len(code), addr,
+                                    task_scales(program, task, arch))
         code += c
         segs.append(seg)
     return _finish(arch, code, segs, addr)
+
+
+def task_scales(program: Program, task: GemmTask, arch: ArchSpec) -> tuple[int, int] | None:
+    """The SCALE operands ``(s_a, s_b)`` (fp32 patterns; a missing scale is 1.0) of ``task`` on
+    an ArchSpec that :func:`takes_scales`, None when it has neither scale or the ArchSpec takes
+    none (an MX task's block scales travel in its words). CodegenError (naming the task) for a
+    scale that is not a one-element fp32 constant of the Program: the instruction carries one
+    value per operand, fixed when the code is generated."""
+    if not takes_scales(arch) or (task.a_scale is None and task.b_scale is None):
+        return None
+    out = []
+    for name in (task.a_scale, task.b_scale):
+        if name is None:
+            out.append(fp32_pattern(1.0))
+            continue
+        x = program.constants.get(name)
+        if x is None or np.asarray(x).dtype != np.float32 or np.asarray(x).size != 1:
+            raise CodegenError(
+                f"task {task.name}: scale {name!r} must be a one-element fp32 constant of the "
+                f"program (SCALE carries one per-tensor scale per operand), not "
+                + ("a run-time tensor" if x is None else
+                   f"{np.asarray(x).dtype} of shape {np.asarray(x).shape}"))
+        out.append(fp32_pattern(x))
+    return out[0], out[1]
 
 
 def _finish(arch: ArchSpec, code: list[Instr], segs: list[Segment], addr: int) -> IsaProgram:

@@ -232,7 +232,10 @@ class GemmTask(_Task):
     (a: M x ceil(K/32), b: ceil(K/32) x N) for an ArchSpec whose engine takes an MX format; then
     ``a``/``b`` hold the 8-bit element codes and ``out`` the fp32 accumulator (as int32 bit
     patterns): the MX rule of :mod:`tilewright.dataflow_sim.numerics`, run on the accelerator
-    top (the functional model runs MX GEMMs as ``bgemm``, and refuses this form).
+    top (the functional model runs MX GEMMs as ``bgemm``, and refuses this form). On an fp8
+    ArchSpec they are one-element fp32 per-tensor scales instead, which the accelerator top
+    applies as it stores C (its ``SCALE`` instructions, :func:`tilewright.compiler.codegen.
+    task_scales`); ``out`` then holds the scaled fp32 result as int32 bit patterns.
     """
 
     kind: Literal["gemm"] = "gemm"

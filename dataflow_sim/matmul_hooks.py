@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["wrap_int32", "gemm_int8", "Int8Matmul", "int8_matmul_fn", "int8_matmul",
-           "Bf16Matmul", "bf16_matmul_fn", "bf16_matmul", "fp8_matmul_fn", "fp8_matmul",
+           "Bf16Matmul", "bf16_matmul_fn", "bf16_matmul", "Fp8Matmul", "fp8_matmul_fn",
+           "fp8_matmul",
            "MxMatmul", "mx_matmul_fn", "mx_matmul"]
 
 
@@ -68,19 +69,22 @@ def bf16_matmul(fn: Bf16Matmul) -> Iterator[None]:
         _BF16_MATMUL.reset(token)
 
 
-_FP8_MATMUL: ContextVar[Bf16Matmul | None] = ContextVar("tilewright_fp8_matmul", default=None)
+#: ``fn(qa, qb, k_block)``: an fp8 GEMM (``qa`` M x K, ``qb`` K x N QTensors of one fp8 format,
+#: each with one fp32 scale or none) -> its fp32 result, all four steps of numerics
+Fp8Matmul = Callable[[Any, Any, int], np.ndarray]
+_FP8_MATMUL: ContextVar[Fp8Matmul | None] = ContextVar("tilewright_fp8_matmul", default=None)
 
 
-def fp8_matmul_fn() -> Bf16Matmul | None:
+def fp8_matmul_fn() -> Fp8Matmul | None:
     """The fp8 matmul installed by :func:`fp8_matmul`, or None (numerics' own)."""
     return _FP8_MATMUL.get()
 
 
 @contextmanager
-def fp8_matmul(fn: Bf16Matmul) -> Iterator[None]:
-    """As :func:`bf16_matmul`, for the GEMMs in ``fp8-e4m3``/``fp8-e5m2``: ``fn(a, b, k_block)``
-    with fp8 element codes (ml_dtypes ``float8_e4m3fn``/``float8_e5m2``) returns the fp32
-    accumulator of steps 1-3 (the scales, step 4, are applied by numerics after it)."""
+def fp8_matmul(fn: Fp8Matmul | None) -> Iterator[None]:
+    """Run every GEMM in ``fp8-e4m3``/``fp8-e5m2`` through ``fn(qa, qb, k_block)`` inside the
+    ``with`` block — e.g. the accelerator top, which applies per-tensor scales itself; ``fn``
+    returns the fp32 result of steps 1-4 (the scales included); ``None``: numerics' own."""
     token = _FP8_MATMUL.set(fn)
     try:
         yield

@@ -43,7 +43,7 @@ from tilewright.dataflow_sim.matmul_hooks import (bf16_matmul_fn, fp8_matmul_fn,
                                                  mx_matmul_fn)
 from tilewright.formats import MX_BLOCK, NumberFormat, QTensor, element_values, get_format, quantize
 
-__all__ = ["gemm", "sequential_fp32_matmul"]
+__all__ = ["gemm", "apply_scales", "sequential_fp32_matmul"]
 
 _CHUNK_BYTES = 64 << 20
 
@@ -176,11 +176,20 @@ def gemm(a: QTensor | np.ndarray, b: QTensor | np.ndarray, fmt: str, *,
             return out
         out = out.astype(np.float32)
     else:
-        hook = (bf16_matmul_fn() if f.name == "bf16" else
-                fp8_matmul_fn() if f.name in ("fp8-e4m3", "fp8-e5m2") else None)
-        if hook is not None:       # e.g. the RTL bf16 / fp8 core (tilewright sim --rtl)
+        fp8_hook = fp8_matmul_fn() if f.name in ("fp8-e4m3", "fp8-e5m2") else None
+        if fp8_hook is not None:   # e.g. the accelerator top, which applies the scales itself
+            return fp8_hook(qa, qb, k_block)
+        hook = bf16_matmul_fn() if f.name == "bf16" else None
+        if hook is not None:       # e.g. the RTL bf16 core (tilewright sim --rtl)
             out = hook(qa.values, qb.values, k_block)
         else:
             out = sequential_fp32_matmul(element_values(qa.values, f),
                                          element_values(qb.values, f), k_block)
-    return (out * (_scale_of(qa, True) * _scale_of(qb, False))).astype(np.float32)
+    return apply_scales(out, qa, qb)
+
+
+def apply_scales(acc: np.ndarray, qa: QTensor, qb: QTensor) -> np.ndarray:
+    """Step 4: ``fl32(fl32(acc) * fl32(s_a * s_b))`` (fp32 [M, N]) for the accumulator ``acc``
+    of ``qa @ qb`` (``s_a`` per tensor or row m, ``s_b`` per tensor or column n; missing = 1)."""
+    return (acc.astype(np.float32) * (_scale_of(qa, True) * _scale_of(qb, False))
+            ).astype(np.float32)

@@ -26,7 +26,8 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
       ``c_i = max(c_{i-1} + 1, ready_i)`` with ``c_{-1} = s + 1``;
     * ``ready_i`` is the first cycle the units it needs are idle (LOAD/STORE: DMA; GEMM: core;
       SYNC: the selected units; LOAD_V/STORE_V/VECTOR/SCAN: DMA and vector engine; END: all
-      three).
+      three;
+      SCALE (fp8 top only): the DMA; it keeps no unit busy.
       A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``;
     * GEMM ``D`` = the core's closed form (:mod:`tilewright.compiler.core_timing`; the
       ``busy`` contract of :mod:`tilewright.rtl.gemm_core`; tile-MAC kinds:
@@ -59,7 +60,7 @@ from tilewright.rtl.dma import Dma
 from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.gemm_core import GemmCore
 from tilewright.rtl.mx_core import MX_FORMATS, mx_core_for_arch
-from tilewright.rtl.systolic_fp8 import FP8_FORMATS, fp8_core_for_arch
+from tilewright.rtl.systolic_fp8 import FP8_FORMATS, Fp8GemmCore, fp8_core_for_arch
 from tilewright.rtl.tile_core import TileCore
 from tilewright.rtl.vector_engine import VectorEngine
 
@@ -67,8 +68,9 @@ __all__ = ["AccelTop", "ACCEL_TOP_NAME", "ACCEL_GENERATOR_VERSION", "write_accel
            "write_accel_top"]
 
 ACCEL_TOP_NAME = "tw_accel"
-#: bump when the top's behaviour or ports change
-ACCEL_GENERATOR_VERSION = "0.2.0"
+#: bump when the top's behaviour or ports change (0.3.0: the fp8 top decodes SCALE and applies
+#: the scales; the other tops' Verilog is unchanged, but VERSION tells software which ISA it has)
+ACCEL_GENERATOR_VERSION = "0.3.0"
 
 _HOST = ("imem_wr_en", "imem_wr_addr", "imem_wr_data", "start", "entry")
 _STATUS = ("busy", "done", "error", "pc", "cycles", "retired")
@@ -94,7 +96,9 @@ class AccelTop(wiring.Component):
         else:
             self._core = (GemmCore if arch.tensor_engine.systolic else TileCore)(arch, halves=True)
         self._dma = Dma(arch=arch)
-        self._ctrl = Controller()
+        # the fp8 core applies the run's per-tensor scales (SCALE) at its accumulator read port
+        self._scaled = isinstance(self._core, Fp8GemmCore)
+        self._ctrl = Controller(scales=self._scaled)
         self._vec = VectorEngine(arch) if arch.vector_unit is not None else None
         sig: dict[str, Any] = {}
         for name in _HOST:
@@ -140,6 +144,8 @@ class AccelTop(wiring.Component):
             core.acc_rd_addr.eq(dma.acc_rd_addr), dma.acc_rd_data.eq(core.acc_rd_data),
             dma.vaddr.eq(ctrl.dma_vaddr),
         ]
+        if self._scaled:
+            m.d.comb += [core.scale_a.eq(ctrl.scale_a), core.scale_b.eq(ctrl.scale_b)]
         if vec is not None:    # an ArchSpec without a vector unit: vec_busy stays low
             m.submodules.vec = vec
             m.d.comb += [

@@ -18,6 +18,12 @@ Timing contract
     ``gemm_busy`` low; SYNC: every selected unit's busy low; END: both low). Issuing pulses the
     unit's ``*_start`` for that one cycle with the decoded fields; the next instruction is read in
     the same cycle (read latency 1), so back-to-back issue costs one cycle per instruction.
+
+Scales (``Controller(scales=True)``, the fp8 top)
+    ``scale_a``/``scale_b``: the per-tensor scales (fp32 patterns) set by ``SCALE`` (ready when
+    ``dma_busy`` is low, busy for no cycle), both 1.0 from each ``start``. Without ``scales``
+    the controller does not decode ``SCALE`` (an unknown opcode: ``error``), and its logic is
+    the one it had before ``SCALE`` existed.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.compiler.codegen import IMEM_WORDS, ISA, OPCODE_BITS, WORD_BITS, field_slices
+from tilewright.formats import bits_of
 from tilewright.rtl.dma import (ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_LOAD_V,
                                 OP_STORE, OP_STORE_V, VBUF_ADDR_BITS)
 
@@ -35,6 +42,9 @@ __all__ = ["Controller", "PC_BITS"]
 PC_BITS = (IMEM_WORDS - 1).bit_length()
 _DMA_OPS = {"LOAD_A": OP_LOAD_A, "LOAD_B": OP_LOAD_B, "STORE": OP_STORE}
 _VDMA_OPS = {"LOAD_V": OP_LOAD_V, "STORE_V": OP_STORE_V}
+_SCALE_BITS = field_slices("SCALE")["value"][1]     #: an fp32 pattern
+assert _SCALE_BITS == bits_of("fp32")
+_ONE = 0x3F800000                                    #: fp32 1.0: the scales of every new run
 
 
 def _field(word, op: str, name: str):
@@ -43,10 +53,15 @@ def _field(word, op: str, name: str):
 
 
 class Controller(wiring.Component):
-    """Fetch/issue controller (see module docstring)."""
+    """Fetch/issue controller (see module docstring). ``scales``: decode ``SCALE`` and drive
+    ``scale_a``/``scale_b``."""
 
-    def __init__(self):
-        super().__init__({
+    def __init__(self, *, scales: bool = False):
+        if not isinstance(scales, bool):
+            raise TypeError(f"scales must be a bool, not {type(scales).__name__}")
+        self._scales = scales
+        extra = {"scale_a": Out(_SCALE_BITS), "scale_b": Out(_SCALE_BITS)} if scales else {}
+        super().__init__({**extra,
             "imem_wr_en": In(1), "imem_wr_addr": In(PC_BITS), "imem_wr_data": In(WORD_BITS),
             "start": In(1), "entry": In(PC_BITS),
             "busy": Out(1), "done": Out(1), "error": Out(1), "pc": Out(PC_BITS),
@@ -84,8 +99,9 @@ class Controller(wiring.Component):
 
         ins = rd.data
         opcode = ins[:OPCODE_BITS]
-        is_op = {op: Signal(name=f"is_{op.lower()}") for op in ISA}
-        for op, (code, _) in ISA.items():
+        ops = {op: row for op, row in ISA.items() if self._scales or op != "SCALE"}
+        is_op = {op: Signal(name=f"is_{op.lower()}") for op in ops}
+        for op, (code, _) in ops.items():
             m.d.comb += is_op[op].eq(opcode == code)
         known = Signal()
         m.d.comb += known.eq(sum(is_op.values()) != 0)
@@ -127,10 +143,13 @@ class Controller(wiring.Component):
                    & (~_field(ins, "SYNC", "vec")[0] | ~self.vec_busy))
         ready = Signal()
         both_idle = ~self.dma_busy & ~self.vec_busy
-        m.d.comb += ready.eq((is_dma & ~self.dma_busy) | (is_op["GEMM"] & ~self.gemm_busy)
-                             | ((is_vdma | is_op["VECTOR"] | is_op["SCAN"]) & both_idle)
-                             | (is_op["SYNC"] & sync_ok)
-                             | (is_op["END"] & both_idle & ~self.gemm_busy))
+        ready_any = ((is_dma & ~self.dma_busy) | (is_op["GEMM"] & ~self.gemm_busy)
+                     | ((is_vdma | is_op["VECTOR"] | is_op["SCAN"]) & both_idle)
+                     | (is_op["SYNC"] & sync_ok)
+                     | (is_op["END"] & both_idle & ~self.gemm_busy))
+        if self._scales:     # SCALE waits for the DMA: a STORE in flight keeps its scales
+            ready_any = ready_any | (is_op["SCALE"] & ~self.dma_busy)
+        m.d.comb += ready.eq(ready_any)
 
         m.d.comb += rd.addr.eq(pc)
         # states: idle (~busy), fetch (busy & fetch), exec (busy & ~fetch); an if-chain, since
@@ -151,4 +170,17 @@ class Controller(wiring.Component):
             m.d.sync += [pc.eq(pc + 1), retired.eq(retired + 1)]
             with m.If(is_op["END"]):
                 m.d.sync += [busy.eq(0), done.eq(1), pc.eq(pc)]
+        if self._scales:
+            self._scale_registers(m, ins, is_op["SCALE"] & busy & ~fetch & known & ready)
         return m
+
+    def _scale_registers(self, m: Module, ins, issue) -> None:
+        """``scale_a``/``scale_b``: 1.0 from ``start``; a ``SCALE`` issuing sets its operand's."""
+        regs = [Signal(_SCALE_BITS, name=f"scale_{x}_q", init=_ONE) for x in "ab"]
+        m.d.comb += [self.scale_a.eq(regs[0]), self.scale_b.eq(regs[1])]
+        with m.If(~self.busy & self.start):
+            m.d.sync += [r.eq(_ONE) for r in regs]
+        with m.Elif(issue):
+            for i, r in enumerate(regs):
+                with m.If(_field(ins, "SCALE", "operand") == i):
+                    m.d.sync += r.eq(_field(ins, "SCALE", "value"))

@@ -194,9 +194,10 @@ def fp8_core_for_arch(arch: ArchSpec, *, halves: bool = False) -> Fp8GemmCore:
     the buffers of :class:`~tilewright.compiler.layout.GemmLayout` (A/B scratchpad halves of
     8-bit lanes, fp32 accumulator lanes: the int8 core's word widths) and banks
     (``memory.*_banks``). ``halves=True``: the accelerator top's double-buffered core (the
-    ports of :class:`~tilewright.rtl.gemm_core.GemmCore` with ``halves=True``), **without** the
-    output scaling — the ISA has no scale operand, so the accelerator returns the fp32
-    accumulator and the scales (numerics step 4) are applied by the functional model."""
+    ports of :class:`~tilewright.rtl.gemm_core.GemmCore` with ``halves=True``) plus
+    ``scale_a``/``scale_b``, which the accelerator top drives from the ``SCALE`` instruction
+    (:mod:`tilewright.rtl.controller`): the output scaling (numerics step 4) is in hardware
+    there as in the standalone core."""
     te = arch.tensor_engine
     fmts = (te.input_format, te.weight_format, te.accumulator_format)
     if (not te.systolic or te.dataflow != "ws" or te.input_format not in FP8_FORMATS
@@ -210,7 +211,7 @@ def fp8_core_for_arch(arch: ArchSpec, *, halves: bool = False) -> Fp8GemmCore:
     return Fp8GemmCore(rows=te.rows, cols=te.cols, fmt=te.input_format, a_depth=a_depth,
                        b_depth=b_depth, acc_depth=acc_depth,
                        banks=(mem.scratchpad_banks, mem.scratchpad_banks, mem.accumulator_banks),
-                       halves=halves, scaled=not halves)
+                       halves=halves)
 
 
 def generate_fp8_verilog(core: Fp8GemmCore) -> str:

@@ -398,3 +398,103 @@ def test_dma_gearboxes_under_backpressure():
     assert got["req"] == [(0, 100, 6)] * 3 + [(1, 7, 16)] * 3
     assert got["a"] == [(half_a + i, w) for i, w in enumerate(a_words)]
     assert got["beats"] == words_to_beats([acc[2], acc[3]], 16, 2)
+
+
+# ---- SCALE: per-tensor fp8 scales carried by the ISA ------------------------------------------
+def test_scale_encoding_codegen_and_refusals():
+    """SCALE: opcode 10, operand bit 4, the fp32 pattern in bits 36..5 (by hand); an fp8 task's
+    one-element scales become its segment's first two instructions; refused on an int8 ArchSpec,
+    for a per-channel or run-time scale."""
+    from tilewright.app.flows.sim_rtl import gemm_program
+    assert assemble([Instr("SCALE", {"operand": 1, "value": 0x3E000000})]) == [
+        10 | 1 << 4 | 0x3E000000 << 5]
+    fp8 = load_arch("ws4x4-fp8")
+    prog = gemm_program([(np.zeros((3, 5), np.int8), np.zeros((5, 2), np.int8))], fp8, "p")
+    consts = {**prog.constants, "sa": np.array([0.25], np.float32),
+              "sb": np.array([3.0], np.float32)}
+    task = prog.tasks[0].model_copy(update={"a_scale": "sa", "b_scale": "sb"})
+    scaled = prog.model_copy(update={"tasks": [task], "constants": consts})
+    ins = codegen(scaled, fp8).instructions()
+    assert [str(i) for i in ins[:2]] == ["SCALE operand=0 value=1048576000",    # 0x3E800000
+                                         "SCALE operand=1 value=1077936128"]    # 0x40400000
+    assert ins[2].op == "LOAD_A" and ins[2:] == codegen(prog, fp8).instructions()
+    assert "SCALE" not in {i.op for i in codegen(prog, fp8).instructions()}   # unscaled: none
+    with pytest.raises(CodegenError, match=r"task g: tws4x4's int8 engine takes no per-tensor "
+                                           r"scales \(SCALE: fp8 formats only\)"):
+        codegen_gemm(_arch(), 4, 4, 4, "g", scales=(0x3F800000, 0x3F800000))
+    bad = {**consts, "sb": np.ones(2, np.float32)}
+    with pytest.raises(CodegenError, match=r"task g0: scale 'sb' must be a one-element fp32 "
+                                           r"constant .* not float32 of shape \(2,\)"):
+        codegen(scaled.model_copy(update={"constants": bad}), fp8)
+    runtime = {k: v for k, v in consts.items() if k != "sa"}
+    with pytest.raises(CodegenError, match=r"scale 'sa' .* not a run-time tensor"):
+        codegen(scaled.model_copy(update={"constants": runtime}), fp8)
+
+
+def test_cycle_model_scale_waits_for_the_dma_by_hand():
+    """Two SCALEs, a LOAD_A, a SCALE (waits for the DMA), END: issue cycles by the contract."""
+    from tilewright.compiler.codegen import IsaProgram, Segment, memory_latency_cycles
+    arch = load_arch("ws4x4-fp8")
+    lat = memory_latency_cycles(arch)
+    code = assemble([Instr("SCALE", {"operand": 0, "value": 1}),
+                     Instr("SCALE", {"operand": 1, "value": 2}),
+                     Instr("LOAD_A", {"buf": 0, "count": 3, "addr": 0}),
+                     Instr("SCALE", {"operand": 0, "value": 3}), Instr("END", {})])
+    isa = IsaProgram(arch.content_hash(), tuple(code), (Segment("s", 1, 1, 1, 0, 4, ()),),
+                     beat_bytes(arch), 0)
+    d = lat + 3 * beats_per_word(arch)["a"]
+    # fetch 1; SCALE 2, 3; LOAD_A 4 (DMA idle from 4 + d + 1); SCALE then; END the cycle after
+    assert predict_segment(isa, isa.segments[0], arch).cycles == 4 + d + 1 + 1
+
+
+def test_controller_scale_registers_in_amaranths_simulator():
+    """Controller(scales=True): SCALE sets scale_a/scale_b in its issue cycle (stalling while the
+    DMA is busy), both read 1.0 again after the next start; Controller() stops at SCALE with
+    ``error`` (an unknown opcode there)."""
+    from amaranth.sim import Simulator
+
+    from tilewright.rtl.controller import Controller
+    words = assemble([Instr("SCALE", {"operand": 1, "value": 0x40400000}),
+                      Instr("SCALE", {"operand": 0, "value": 0x7FC00000}), Instr("END", {})])
+
+    def trace(dut):
+        log = []
+
+        async def bench(ctx):
+            for i, w in enumerate(words):
+                ctx.set(dut.imem_wr_en, 1)
+                ctx.set(dut.imem_wr_addr, i)
+                ctx.set(dut.imem_wr_data, w)
+                await ctx.tick()
+            ctx.set(dut.imem_wr_en, 0)
+            for run in range(2):
+                ctx.set(dut.start, 1)
+                ctx.set(dut.dma_busy, 1)   # busy for the first 4 cycles after start
+                await ctx.tick()
+                ctx.set(dut.start, 0)
+                for cyc in range(1, 10):
+                    if cyc == 4:
+                        ctx.set(dut.dma_busy, 0)
+                    log.append((run, cyc, ctx.get(dut.busy), ctx.get(dut.error),
+                                *((ctx.get(dut.scale_a), ctx.get(dut.scale_b))
+                                  if hasattr(dut, "scale_a") else ())))
+                    await ctx.tick()
+
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
+        sim.add_testbench(bench)
+        sim.run()
+        return log
+
+    one, three, nan = 0x3F800000, 0x40400000, 0x7FC00000
+    log = trace(Controller(scales=True))
+    # run 0: fetch 1; SCALE b waits for the DMA, issues in 4 -> visible from 5; SCALE a 5 -> 6;
+    # END 6; run 1 starts again at 1.0 and repeats
+    for run in range(2):
+        got = {c: (a, b) for r, c, _, _, a, b in log if r == run}
+        assert [got[c] for c in (1, 4, 5, 6, 7)] == [(one, one), (one, one), (one, three),
+                                                     (nan, three), (nan, three)]
+        assert [(c, busy) for r, c, busy, _, _, _ in log if r == run and c in (6, 7)] == [
+            (6, 1), (7, 0)]
+    bare = trace(Controller())
+    assert (0, 5, 0, 1) in bare      # stopped with error at the SCALE it cannot decode

@@ -1,18 +1,21 @@
 """fp8 GEMMs on the accelerator top (ISA + DMA + the double-buffered fp8 core of
-rtl/systolic_fp8.py): ``tilewright sim --rtl --top accel`` on the fp8 presets.
+rtl/systolic_fp8.py, per-tensor scales through the SCALE instruction): ``tilewright sim --rtl
+--top accel`` on the fp8 presets.
 
-References: numerics' fp32 arithmetic (``sequential_fp32_matmul`` on ml_dtypes' fp8 element
-values, steps 1-3 of :mod:`tilewright.dataflow_sim.numerics`), bit for bit; torch's float forward
-pass (relative L2 within the measured bound); the accelerator cycle model
+References: numerics' fp32 arithmetic (``numerics.gemm`` on the same QTensors, steps 1-4 of
+:mod:`tilewright.dataflow_sim.numerics`, ml_dtypes' fp8 element values), bit for bit; torch's
+float forward pass (relative L2 within the measured bound); the accelerator cycle model
 (:mod:`tilewright.dataflow_sim.accel_timing`) for every GEMM, DMA included.
 """
 
 from __future__ import annotations
 
-import ml_dtypes
+import re
+
 import numpy as np
 
 from tilewright.arch import load_arch
+from tilewright.formats import QTensor, get_format
 
 
 def test_sim_tiny_llama_e4m3_on_the_accelerator_passes_every_check():
@@ -24,37 +27,76 @@ def test_sim_tiny_llama_e4m3_on_the_accelerator_passes_every_check():
     assert "layer output with RTL GEMMs == functional (bit-exact)" in names
     assert any(n.startswith("RTL cycles == accelerator cycle model") for n in names)
     assert res.gemm_rows and all(r["rtl"] == r["model"] for r in res.gemm_rows)
+    # attention's GEMMs (per-tensor scales) were scaled by the top, not by the host
+    detail = {c[0]: c[2] for c in res.checks}["RTL fp8-e4m3 GEMMs == numerics (fp32 bit patterns)"]
+    assert re.search(r"scales: [1-9]\d* GEMMs per-tensor, applied by the top", detail), detail
     assert 0 < res.rel_l2_vs_torch <= FP8_REL_L2_BOUND["fp8-e4m3"]
 
 
-def test_e5m2_corner_cases_on_the_accelerator_bit_exact():
-    """inf, NaN, inf - inf, subnormal codes, saturated codes through the ISA/DMA path."""
-    from tilewright.app.flows.sim_rtl import gemm_program
+def _q(codes: np.ndarray, fmt: str, axis: int, scale: float | None) -> QTensor:
+    """A QTensor of raw fp8 codes with one fp32 scale (or none)."""
+    dt = np.dtype(get_format(fmt).dtype)
+    return QTensor(fmt, codes.view(dt), None if scale is None else
+                   np.full((1, 1), scale, np.float32), axis, "none" if scale is None else "tensor")
+
+
+def _same_bits(got: np.ndarray, ref: np.ndarray) -> bool:
+    """fp32 results equal bit for bit, any NaN equal to any NaN (the RTL's is canonical)."""
+    rn = np.isnan(ref)
+    return bool((np.isnan(got) == rn).all()
+                and (got.view(np.uint32)[~rn] == ref.view(np.uint32)[~rn]).all())
+
+
+def test_e5m2_corner_cases_and_scales_on_the_accelerator_bit_exact():
+    """inf, NaN, inf - inf, subnormal codes, saturated codes through the ISA/DMA path (scale
+    1.0: no scale); then per-tensor scales, applied by the top (SCALE) as C is stored: a power
+    of two, an arbitrary pair (s_a * s_b rounded), results overflowing to inf, subnormal
+    results, s_a * s_b overflowing (0 * inf = NaN) and underflowing, a NaN scale. Reference:
+    numerics.gemm (steps 1-4) on the same QTensors; one Verilator build (the preset's top)."""
+    from tilewright.app.flows.sim_rtl import fp8_gemm_program
     from tilewright.cosim.sim import run
-    from tilewright.dataflow_sim.numerics import sequential_fp32_matmul
-    from tilewright.formats import element_values
+    from tilewright.dataflow_sim.numerics import gemm
+    fmt = "fp8-e5m2"
     spec = load_arch("ws4x4-fp8-e5m2")
     rng = np.random.default_rng(7)
     rand = [(rng.integers(0, 256, (m, k)).astype(np.uint8),
              rng.integers(0, 256, (k, n)).astype(np.uint8)) for m, k, n in [(6, 9, 5), (3, 17, 8)]]
     sub = (rng.integers(0, 4, (5, 8)) | (rng.integers(0, 2, (5, 8)) << 7)).astype(np.uint8)
     sat = np.array([[0x7B, 0xFB, 0x7B, 0x7B], [0x7C, 0x38, 0xFC, 0x38]], np.uint8)  # max, inf
-    pairs = rand + [(sub, sub.T.copy()), (sat, np.full((4, 3), 0x7B, np.uint8))]
-    sim = run("accel", gemm_program([(a.view(np.int8), b.view(np.int8)) for a, b in pairs],
-                                    spec, "fp8-corners"), spec)
-    dt = ml_dtypes.float8_e5m2
-    for i, (a, b) in enumerate(pairs):
-        with np.errstate(invalid="ignore", over="ignore"):
-            ref = sequential_fp32_matmul(element_values(a.view(dt), "fp8-e5m2"),
-                                         element_values(b.view(dt), "fp8-e5m2"), 4)
-        got = np.ascontiguousarray(sim.outputs[f"c{i}"]).view(np.float32)
-        rn = np.isnan(ref)
-        np.testing.assert_array_equal(np.isnan(got), rn, err_msg=f"GEMM {i}: NaN positions")
-        np.testing.assert_array_equal(got.view(np.uint32)[~rn], ref.view(np.uint32)[~rn],
-                                      err_msg=f"GEMM {i}")
-    assert np.isnan(sim.outputs["c0"].view(np.float32)).any()        # random codes hit NaN/inf
-    last = np.ascontiguousarray(sim.outputs["c3"]).view(np.float32)
-    assert (last[0] == 3 * 57344.0**2 - 57344.0**2).all() and np.isnan(last[1]).all()
+    pairs = [(a, b, None, None) for a, b in
+             rand + [(sub, sub.T.copy()), (sat, np.full((4, 3), 0x7B, np.uint8))]]
+    # finite codes (exponent field < 31): magnitudes 2**-16 .. 57344, both signs
+    fin = [(rng.integers(0, 0x7C, (m, k)) | (rng.integers(0, 2, (m, k)) << 7)).astype(np.uint8)
+           for m, k in [(5, 7), (7, 6)]]
+    fin[0][0] = 0                          # a zero row: 0 * inf = NaN when s_a * s_b is inf
+    big = np.full((3, 4), 0x7B, np.uint8)                                      # 57344
+    scaled = [(0.125, 4.0), (0.0173, 3.7), (2.0**100, 2.0**20), (2.0**-120, 2.0**-20),
+              (2.0**100, 2.0**100), (2.0**-80, 2.0**-60), (float("nan"), 1.5)]
+    pairs += [(fin[0], fin[1], sa, sb) for sa, sb in scaled]
+    pairs += [(big, big.T.copy(), 2.0**100, 2.0)]                 # 4 * 57344**2 * 2**101: inf
+    pairs += [(fin[0], fin[1], None, None)]        # no SCALE: its run starts again at 1.0
+    qs = [(_q(a, fmt, 1, sa), _q(b, fmt, 0, sb)) for a, b, sa, sb in pairs]
+    sim = run("accel", fp8_gemm_program(qs, spec, "fp8-corners"), spec)
+    got = [np.ascontiguousarray(sim.outputs[f"c{i}"]).view(np.float32) for i in range(len(qs))]
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        refs = [gemm(qa, qb, fmt, acc="fp32", k_block=4) for qa, qb in qs]
+    for i, (g, r) in enumerate(zip(got, refs)):
+        assert _same_bits(g, r), f"GEMM {i} (scales {pairs[i][2:]}): {g} != {r}"
+    assert np.isnan(got[0]).any()                                 # random codes hit NaN/inf
+    assert (got[3][0] == 3 * 57344.0**2 - 57344.0**2).all() and np.isnan(got[3][1]).all()
+    s = len(rand) + 2                                              # the first scaled GEMM
+    assert np.isposinf(np.abs(got[s + 2])).any()                   # overflow to inf
+    tiny = np.abs(got[s + 3][got[s + 3] != 0])
+    assert tiny.size and (tiny < np.finfo(np.float32).tiny).any()  # subnormal results
+    assert np.isnan(got[s + 4][0]).all() and np.isinf(got[s + 4][1:]).any()  # s = inf
+    assert np.isnan(got[s + 6]).all()                              # a NaN scale
+    assert np.isposinf(got[-2]).all()
+    # mutations: one ulp off in s_a, or the scales left to the host, and the check fails
+    qa, qb = qs[s + 1]
+    wrong = _q(fin[0], fmt, 1, float(np.nextafter(np.float32(0.0173), np.float32(1))))
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        assert not _same_bits(got[s + 1], gemm(wrong, qb, fmt, acc="fp32", k_block=4))
+        assert not _same_bits(got[s + 1], got[-1])
     assert all(c["rtl_cycles"] == c["model_cycles"] for c in sim.comparison(spec))
 
 

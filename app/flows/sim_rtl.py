@@ -51,6 +51,7 @@ from tilewright.cosim.sim import run
 from tilewright.dataflow_sim.functional import (bf16_matmul, gemm_int8, int8_matmul, run_program,
                                                 vector_unit_ops)
 from tilewright.dataflow_sim.matmul_hooks import fp8_matmul, mx_matmul
+from tilewright.dataflow_sim.numerics import apply_scales
 from tilewright.dataflow_sim.numerics import gemm as numerics_gemm
 from tilewright.dataflow_sim.numerics import sequential_fp32_matmul
 from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit, VectorUnitOps
@@ -560,22 +561,93 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
     return result
 
 
+def fp8_gemm_program(pairs: list[tuple[QTensor, QTensor]], arch: ArchSpec, name: str) -> Program:
+    """A Program of fp8 ``gemm`` tasks ``c{i} = a{i} @ b{i}`` (one per pair of QTensors of the
+    arch's fp8 format, each with one fp32 scale or none): the element codes as int8 bytes
+    ``a{i}``/``b{i}``; a pair with a scale gets both as one-element fp32 constants
+    ``sa{i}``/``sb{i}`` (1.0 for the operand without one), which become its segment's SCALE
+    instructions (:func:`~tilewright.compiler.codegen.task_scales`); a pair without scales runs
+    at the run's initial 1.0. ``c{i}`` comes back as fp32 bit patterns in int32. ValueError
+    naming the GEMM for a per-channel scale (SCALE carries one scale per operand)."""
+    fmt = arch.tensor_engine.input_format
+    prog = gemm_program([(a.values.view(np.int8), b.values.view(np.int8)) for a, b in pairs],
+                        arch, name)
+    tensors, consts, tasks = dict(prog.tensors), dict(prog.constants), []
+    for i, (task, (a, b)) in enumerate(zip(prog.tasks, pairs)):
+        for q, what in ((a, "a"), (b, "b")):
+            if not isinstance(q, QTensor) or q.format != fmt or q.values.ndim != 2:
+                raise ValueError(f"fp8 GEMM {i}: operand {what.upper()} must be a 2-D {fmt} "
+                                 f"QTensor")
+            if q.scales is not None and q.scales.size != 1:
+                raise ValueError(f"fp8 GEMM {i}: operand {what.upper()} has {q.scales.size} "
+                                 f"scales; the accelerator's SCALE instruction carries one "
+                                 f"per-tensor scale")
+        if a.scales is None and b.scales is None:
+            tasks.append(task)
+            continue
+        for q, what in ((a, "a"), (b, "b")):
+            t = f"s{what}{i}"          # a missing scale is 1.0
+            consts[t] = np.asarray(1.0 if q.scales is None else q.scales, np.float32).reshape(1)
+            tensors[t] = TensorInfo(name=t, shape=(1,), format="fp32")
+        tasks.append(GemmTask(**{**task.model_dump(), "a_scale": f"sa{i}", "b_scale": f"sb{i}"}))
+    return Program(name=name, arch_hash=prog.arch_hash, tensors=tensors, inputs=[],
+                   outputs=list(prog.outputs), tasks=tasks, constants=consts)
+
+
+def _per_tensor(q: QTensor) -> bool:
+    """True when ``q`` has no scale or one for the whole tensor (what SCALE carries)."""
+    return q.scales is None or q.scales.size == 1
+
+
+def _unscaled(q: QTensor) -> QTensor:
+    """``q``'s codes without scales (scale 1)."""
+    return QTensor(q.format, q.values, None, q.axis, "none")
+
+
 def _run_fp8_on_accel(result: SimResult, program, inputs, spec, say, driver: str) -> SimResult:
-    """fp8 ArchSpec: every fp8 GEMM of the functional model (fp32 accumulate, ``k_block`` =
-    rows; its fp32 accumulator, steps 1-3 of :mod:`~tilewright.dataflow_sim.numerics`) recorded,
-    run as one Program on the accelerator top with the fp8 core (ISA, DMA; the fp8 codes travel
-    as bytes, the fp32 accumulators as 32-bit words), compared bit for bit (fp32 patterns) and
-    replayed into the layer (the scales, step 4, are applied by the functional model after each
-    GEMM, as the accelerator's ISA has no scale operand); cycles vs the accelerator cycle model."""
+    """fp8 ArchSpec: every fp8 GEMM of the functional model (QTensors with their fp32 scales;
+    fp32 accumulate, ``k_block`` = rows) recorded, run as one Program on the accelerator top with
+    the fp8 core (ISA, DMA; the fp8 codes travel as bytes, the fp32 results come back as 32-bit
+    words), compared bit for bit (fp32 patterns) with numerics and replayed into the layer;
+    cycles vs the accelerator cycle model. Scales (numerics step 4): a GEMM whose operands each
+    have one per-tensor scale (or none) gets them as its segment's SCALE instructions and the top
+    returns the scaled result; a GEMM with per-channel scales (the weights' default
+    granularity) returns its fp32 accumulator, and the host applies step 4
+    (:func:`~tilewright.dataflow_sim.numerics.apply_scales`): SCALE carries one scale per
+    operand. A check line counts each kind."""
     te = spec.tensor_engine
-    f = get_format(te.input_format)
-    recorded, func = _record_fp32_gemms(fp8_matmul, f, te.rows, program, inputs)
-    # the fp8 codes as the int8 bytes the DMA moves; C comes back as fp32 patterns in int32
-    gprog = gemm_program([(a.view(np.int8), b.view(np.int8)) for a, b, _ in recorded], spec,
-                         "accel-fp8-gemms")
-    return _run_float_program_on_accel(result, gprog, recorded, fp8_matmul, f.name,
-                                       f"k_block {te.rows}", program, inputs, func, spec, say,
-                                       driver)
+    fmt = te.input_format
+    recorded: list[tuple[QTensor, QTensor, np.ndarray]] = []   # as sent to the top
+    channel = []                                                # per recorded GEMM
+
+    def record(qa, qb, kb):
+        if kb != te.rows:
+            raise RuntimeError(f"{fmt} GEMM with k_block {kb}: the core sums {te.rows} "
+                               f"products per tile")
+        channel.append(not (_per_tensor(qa) and _per_tensor(qb)))
+        if channel[-1]:                    # the top returns the accumulator
+            qa, qb = _unscaled(qa), _unscaled(qb)
+        with fp8_matmul(None):             # numerics' own rule is the reference
+            out = numerics_gemm(qa, qb, fmt, acc="fp32", k_block=kb)
+        recorded.append((qa, qb, out))
+        return out
+
+    def finish(qa, qb, out):               # what the functional model receives
+        return out if _per_tensor(qa) and _per_tensor(qb) else apply_scales(out, qa, qb)
+
+    with fp8_matmul(lambda qa, qb, kb: finish(qa, qb, record(qa, qb, kb))):
+        func = run_program(program, inputs)
+    gprog = fp8_gemm_program([(a, b) for a, b, _ in recorded], spec, "accel-fp8-gemms")
+
+    def replay(answer):
+        return fp8_matmul(lambda qa, qb, kb: finish(qa, qb, answer()))
+
+    n_host = sum(channel)
+    return _run_float_program_on_accel(
+        result, gprog, recorded, replay, fmt,
+        f"k_block {te.rows}; scales: {len(channel) - n_host} GEMMs per-tensor, applied by the "
+        f"top (SCALE), {n_host} per-channel, applied on the host", program, inputs, func, spec,
+        say, driver)
 
 
 def _run_float_program_on_accel(result: SimResult, gprog, recorded, hook, what: str, unit: str,
