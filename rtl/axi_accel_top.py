@@ -59,9 +59,9 @@ from tilewright.rtl.dma import ADDR_BITS
 from tilewright.rtl.emit import write_verilog
 
 __all__ = ["AXI_ACCEL_TOP_NAME", "AXI_ACCEL_VERSION", "REGISTERS", "Register", "IMEM_BASE",
-           "ADDR_WIDTH", "STATUS_BITS", "AxiSignature", "AxiMasterBridge", "AccelRegs", "AxiAccelTop",
-           "MEM_PORT_OUT", "MEM_PORT_IN",
-           "AxiAccelMap", "axi_data_bytes", "generate_axi_accel_verilog", "write_axi_accel_top"]
+           "ADDR_WIDTH", "STATUS_BITS", "AxiSignature", "AxiMasterBridge", "AccelRegs",
+           "AxiAccelTop", "MEM_PORT_OUT", "MEM_PORT_IN", "AxiAccelMap",
+           "axi_data_bytes", "generate_axi_accel_verilog", "write_axi_accel_top"]
 
 #: name of the generated top-level Verilog module
 AXI_ACCEL_TOP_NAME = "tw_axi_accel_top"

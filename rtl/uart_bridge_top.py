@@ -42,9 +42,9 @@ Memory timing
     read), so the DMA sees a read latency of :data:`BRIDGE_READ_LATENCY` cycles, then one beat
     per cycle, and takes write beats from the cycle after the request on: CYCLES follows the
     accelerator cycle model on ``axi_timing_arch(arch, BRIDGE_READ_LATENCY)``. The UART side
-    uses the memory's one read and one write port only when the DMA leaves them free; memory commands while a Program runs
-    wait for a free cycle (a byte arriving while the previous one still waits is lost): load and
-    read memory between runs.
+    uses the memory's one read and one write port only when the DMA leaves them free; memory
+    commands while a Program runs wait for a free cycle (a byte arriving while the previous one
+    still waits is lost): load and read memory between runs.
 """
 
 from __future__ import annotations

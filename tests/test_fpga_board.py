@@ -232,9 +232,9 @@ def test_board_run_places_on_the_board_pins_and_packs(tmp_path, board_arch, boar
 
 def test_a_design_the_placer_cannot_fit_is_a_user_error(tmp_path, monkeypatch):
     """nextpnr's "Unable to find legal placement" on a board (what the UART bridge met on the
-    UP5K behind the AXI adapters: docs/fpga.md) is the design not fitting the board: DoesNotFitPart (one line, exit 2),
-    naming the board and part; another nextpnr failure stays a PnrError. Synthesis and nextpnr
-    are stand-ins here (their real messages are quoted)."""
+    UP5K behind the AXI adapters: docs/fpga.md) is the design not fitting the board:
+    DoesNotFitPart (one line, exit 2), naming the board and part; another nextpnr failure stays
+    a PnrError. Synthesis and nextpnr are stand-ins here (their real messages are quoted)."""
     import tilewright.app.eda.fpga_pnr as pnr
 
     stat = {"cells": 10, "luts": 3525, "ffs": 1917, "dsps": 5, "brams": 30, "yosys_version": "x",
