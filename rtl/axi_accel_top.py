@@ -48,7 +48,8 @@ from amaranth.lib.wiring import In, Out
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.codegen import IMEM_WORDS, WORD_BITS, beat_bytes
 from tilewright.rtl.accel_top import ACCEL_GENERATOR_VERSION, AccelTop
-from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Field, Register,
+from tilewright.rtl.axi_lite import (AxiLiteBridge, AxiLiteSignature, AxiResp, Field,
+                                     RegBusSignature, Register,
                                      decode_registers, describe_registers, manifest_ports,
                                      register_named, register_offset, strobe_merge,
                                      verilog_ports, version_word)
@@ -58,8 +59,9 @@ from tilewright.rtl.dma import ADDR_BITS
 from tilewright.rtl.emit import write_verilog
 
 __all__ = ["AXI_ACCEL_TOP_NAME", "AXI_ACCEL_VERSION", "REGISTERS", "Register", "IMEM_BASE",
-           "ADDR_WIDTH", "STATUS_BITS", "AxiSignature", "AxiMasterBridge", "AxiAccelTop",
-           "AxiAccelMap", "axi_data_bytes", "generate_axi_accel_verilog", "write_axi_accel_top"]
+           "ADDR_WIDTH", "STATUS_BITS", "AxiSignature", "AxiMasterBridge", "AccelRegs",
+           "AxiAccelTop", "MEM_PORT_OUT", "MEM_PORT_IN", "AxiAccelMap",
+           "axi_data_bytes", "generate_axi_accel_verilog", "write_axi_accel_top"]
 
 #: name of the generated top-level Verilog module
 AXI_ACCEL_TOP_NAME = "tw_axi_accel_top"
@@ -328,20 +330,31 @@ class AxiMasterBridge(wiring.Component):
         return m
 
 
-class AxiAccelTop(wiring.Component):
-    """AccelTop + AXI4-Lite registers + AXI4 memory manager for one ArchSpec (module
-    docstring)."""
+#: the AccelTop memory-port signals AccelRegs passes through (outputs, then inputs)
+MEM_PORT_OUT = ("mem_req_valid", "mem_req_write", "mem_req_addr", "mem_req_len",
+                "mem_rd_ready", "mem_wr_valid", "mem_wr_data")
+MEM_PORT_IN = ("mem_req_ready", "mem_rd_valid", "mem_rd_data", "mem_wr_ready")
+
+
+class AccelRegs(wiring.Component):
+    """AccelTop + the register map of the module docstring on a register bus ``reg``
+    (:class:`~tilewright.rtl.axi_lite.RegBusSignature`, :data:`ADDR_WIDTH` bits, zero wait
+    states: ``ack = req``), the AccelTop's memory port passed through (``mem_*``, the DMA's),
+    ``writes_pending`` (in: the memory still owes write responses; DONE waits for it),
+    ``bus_error`` (in: a one-cycle pulse sets STATUS.BUS_ERROR) and ``irq``. The AXI top puts
+    AXI4-Lite and AXI4 around it; the UART bridge drives ``reg`` and ``mem_*`` directly."""
 
     def __init__(self, arch: ArchSpec):
         if not isinstance(arch, ArchSpec):
-            raise TypeError(f"AxiAccelTop takes an ArchSpec, not {type(arch).__name__}")
+            raise TypeError(f"AccelRegs takes an ArchSpec, not {type(arch).__name__}")
         self._map = AxiAccelMap.for_arch(arch)          # W checked here
         self._accel = AccelTop(arch)
-        self._master = AxiMasterBridge(data_bytes=self._map.data_bytes)
+        acc = self._accel.signature.members
         super().__init__({
-            "s_axil": In(AxiLiteSignature(addr_width=ADDR_WIDTH)),
-            "m_axi": Out(self._master.signature.members["axi"].signature),
-            "irq": Out(1)})
+            "reg": In(RegBusSignature(addr_width=ADDR_WIDTH)),
+            **{n: Out(acc[n].shape) for n in MEM_PORT_OUT},
+            **{n: In(acc[n].shape) for n in MEM_PORT_IN},
+            "writes_pending": In(1), "bus_error": In(1), "irq": Out(1)})
 
     @property
     def map(self) -> AxiAccelMap:
@@ -349,18 +362,14 @@ class AxiAccelTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        accel, master = self._accel, self._master
-        m.submodules.accel, m.submodules.master = accel, master
-        m.submodules.bridge = bridge = AxiLiteBridge(addr_width=ADDR_WIDTH)
-        wiring.connect(m, wiring.flipped(self.s_axil), bridge.axi)
-        wiring.connect(m, wiring.flipped(self.m_axi), master.axi)
-        for name in ("mem_req_valid", "mem_req_write", "mem_req_addr", "mem_req_len",
-                     "mem_rd_ready", "mem_wr_valid", "mem_wr_data"):
-            m.d.comb += getattr(master, name).eq(getattr(accel, name))
-        for name in ("mem_req_ready", "mem_rd_valid", "mem_rd_data", "mem_wr_ready"):
-            m.d.comb += getattr(accel, name).eq(getattr(master, name))
+        accel = self._accel
+        m.submodules.accel = accel
+        for name in MEM_PORT_OUT:
+            m.d.comb += getattr(self, name).eq(getattr(accel, name))
+        for name in MEM_PORT_IN:
+            m.d.comb += getattr(accel, name).eq(getattr(self, name))
 
-        bus = bridge.reg
+        bus = self.reg
         resp, ack, rdata = Signal(AxiResp), Signal(), Signal(32)
         m.d.comb += [bus.ack.eq(ack), bus.rdata.eq(rdata), bus.resp.eq(resp)]
         merged = strobe_merge(bus)
@@ -371,9 +380,9 @@ class AxiAccelTop(wiring.Component):
         busy = Signal()
         m.d.comb += [busy.eq(pending | accel.busy), accel.entry.eq(entry),
                      self.irq.eq(done & irq_en)]
-        with m.If(pending & ~accel.busy & ~master.writes_pending):
+        with m.If(pending & ~accel.busy & ~self.writes_pending):
             m.d.sync += [pending.eq(0), done.eq(1)]
-        with m.If(master.bus_error):
+        with m.If(self.bus_error):
             m.d.sync += bus_err.eq(1)
         status = Cat(busy, done, accel.error, bus_err)
         ro = {**self._map.reset_values(), "STATUS": status, "PC": accel.pc,
@@ -420,6 +429,43 @@ class AxiAccelTop(wiring.Component):
 
         decode_registers(m, bus, bus.addr, REGISTERS, resp=resp, rdata=rdata, ro_values=ro,
                          rw_regs=rw_regs, merged=merged, other=ctrl_status)
+
+
+
+class AxiAccelTop(wiring.Component):
+    """AccelRegs + AXI4-Lite registers (:class:`AxiLiteBridge`) + AXI4 memory manager
+    (:class:`AxiMasterBridge`) for one ArchSpec (module docstring)."""
+
+    def __init__(self, arch: ArchSpec):
+        if not isinstance(arch, ArchSpec):
+            raise TypeError(f"AxiAccelTop takes an ArchSpec, not {type(arch).__name__}")
+        self._regs = AccelRegs(arch)                    # W checked here
+        self._map = self._regs.map
+        self._master = AxiMasterBridge(data_bytes=self._map.data_bytes)
+        super().__init__({
+            "s_axil": In(AxiLiteSignature(addr_width=ADDR_WIDTH)),
+            "m_axi": Out(self._master.signature.members["axi"].signature),
+            "irq": Out(1)})
+
+    @property
+    def map(self) -> AxiAccelMap:
+        return self._map
+
+    def elaborate(self, platform):
+        m = Module()
+        regs, master = self._regs, self._master
+        m.submodules.regs, m.submodules.master = regs, master
+        m.submodules.bridge = bridge = AxiLiteBridge(addr_width=ADDR_WIDTH)
+        wiring.connect(m, wiring.flipped(self.s_axil), bridge.axi)
+        wiring.connect(m, wiring.flipped(self.m_axi), master.axi)
+        wiring.connect(m, bridge.reg, regs.reg)
+        for name in MEM_PORT_OUT:
+            m.d.comb += getattr(master, name).eq(getattr(regs, name))
+        for name in MEM_PORT_IN:
+            m.d.comb += getattr(regs, name).eq(getattr(master, name))
+        m.d.comb += [regs.writes_pending.eq(master.writes_pending),
+                     regs.bus_error.eq(master.bus_error), self.irq.eq(regs.irq)]
+        return m
 
 
 def generate_axi_accel_verilog(arch: ArchSpec) -> tuple[str, AxiAccelTop]:

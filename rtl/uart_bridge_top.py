@@ -1,13 +1,17 @@
 """``tw_uart_bridge_top``: the programmable accelerator behind a UART, for a PC on a board's serial
 port.
 
-:class:`UartBridgeTop` = :class:`~tilewright.rtl.axi_accel_top.AxiAccelTop` (its AXI4-Lite
-register map and instruction-memory window, unchanged) + :class:`BridgeRam` (an on-chip memory of
-``mem_words`` words of ``W = beat_bytes(arch)`` bytes on the top's AXI4 manager port) + a UART
+:class:`UartBridgeTop` = :class:`~tilewright.rtl.axi_accel_top.AccelRegs` (the AXI top's
+register map and instruction-memory window, unchanged, on its register bus: no AXI4-Lite
+adapter) + :class:`BridgeRam` (an on-chip memory of ``mem_words`` words of
+``W = beat_bytes(arch)`` bytes on the DMA's memory port: no AXI4 adapter) + a UART
 (:mod:`tilewright.rtl.uart`, 8N1, ``divisor = round(clock_hz / baud)`` from the ArchSpec's
 ``clock_mhz`` and :attr:`UartLink.baud`) + :class:`CommandEngine`, which decodes the framed
-commands below into AXI4-Lite accesses and memory accesses. Ports: ``rx`` (in), ``tx`` (out),
-``irq`` (the AXI top's).
+commands below into register-bus accesses and memory accesses. Ports: ``rx`` (in), ``tx``
+(out), ``irq`` (the register block's). The AXI top (:class:`~tilewright.rtl.axi_accel_top.
+AxiAccelTop`) is the same register block behind AXI4-Lite and AXI4; the bridge leaves the two
+adapters out because they are most of its logic (docs/fpga.md: 3,574 of the 2×2 bridge's
+LUT4 before, 2,134 after).
 
 Protocol (bytes on the line; every multi-byte field little-endian)
     A request is a command byte (:class:`Cmd`) and its header (:data:`HEADER_BYTES`), then for the
@@ -18,7 +22,7 @@ Protocol (bytes on the line; every multi-byte field little-endian)
     ============ ===================== ===================== ====================================
     command      header                data after header     reply
     ============ ===================== ===================== ====================================
-    REG_WRITE    addr:2, value:4       —                     status (the AXI4-Lite BRESP)
+    REG_WRITE    addr:2, value:4       —                     status (the register's response)
     REG_READ     addr:2                —                     status (RRESP), value:4 (always)
     REG_BURST    addr:2, count:2       count x 4 bytes       status (worst BRESP); word ``i`` is
                                                              written at ``addr + 4 i``
@@ -34,14 +38,13 @@ Protocol (bytes on the line; every multi-byte field little-endian)
     Start a Program: REG_WRITE ENTRY, then CTRL = 1; poll: REG_READ STATUS until DONE.
 
 Memory timing
-    :class:`BridgeRam` answers the first R beat 2 cycles after the AR handshake (a registered
-    read), then one beat per cycle, and takes W beats from the AW cycle on: the same as
-    cocotbext-axi's AxiRam behind the AXI top, so the DMA sees a read latency of
-    :data:`BRIDGE_READ_LATENCY` cycles and CYCLES follows the accelerator cycle model on
-    ``axi_timing_arch(arch, BRIDGE_READ_LATENCY)``. The UART side uses the memory's one read and
-    one write port only when the AXI side leaves them free; memory commands while a Program runs
-    wait for a free cycle (a byte arriving while the previous one still waits is lost): load and
-    read memory between runs.
+    :class:`BridgeRam` reads the first word in the cycle after the DMA's request (a registered
+    read), so the DMA sees a read latency of :data:`BRIDGE_READ_LATENCY` cycles, then one beat
+    per cycle, and takes write beats from the cycle after the request on: CYCLES follows the
+    accelerator cycle model on ``axi_timing_arch(arch, BRIDGE_READ_LATENCY)``. The UART side
+    uses the memory's one read and one write port only when the DMA leaves them free; memory
+    commands while a Program runs wait for a free cycle (a byte arriving while the previous one
+    still waits is lost): load and read memory between runs.
 """
 
 from __future__ import annotations
@@ -59,10 +62,12 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.rtl.axi_accel_top import (ADDR_WIDTH, AXI_ACCEL_VERSION, AxiAccelMap,
-                                          AxiAccelTop, AxiSignature)
+from tilewright.compiler.codegen import beats_per_word
+from tilewright.rtl.axi_accel_top import (ADDR_WIDTH, AXI_ACCEL_VERSION, MEM_PORT_IN,
+                                          MEM_PORT_OUT, AccelRegs, AxiAccelMap)
 from tilewright.rtl.accel_top import ACCEL_GENERATOR_VERSION
-from tilewright.rtl.axi_lite import AxiLiteSignature, manifest_ports, verilog_ports
+from tilewright.rtl.axi_lite import RegBusSignature, manifest_ports, verilog_ports
+from tilewright.rtl.dma import COUNT_BITS
 from tilewright.rtl.emit import write_verilog
 from tilewright.rtl.uart import BITS_PER_BYTE, UartRx, UartTx, baud_divisor
 
@@ -74,10 +79,11 @@ __all__ = ["UART_BRIDGE_TOP_NAME", "UART_BRIDGE_VERSION", "Cmd", "Status", "HEAD
 #: name of the generated top-level Verilog module
 UART_BRIDGE_TOP_NAME = "tw_uart_bridge_top"
 #: bump when the protocol or the top's behaviour changes
-UART_BRIDGE_VERSION = 1
-#: read latency the DMA sees through the AXI top's manager bridge with :class:`BridgeRam`
+UART_BRIDGE_VERSION = 2
+#: read latency the DMA sees on :class:`BridgeRam` (request cycle -> the word's address is read
+#: in the next cycle -> the registered word is valid one cycle later)
 #: (1 cycle request -> ARVALID, AR handshake, registered read: first beat 2 cycles later)
-BRIDGE_READ_LATENCY = 3
+BRIDGE_READ_LATENCY = 2
 #: clock cycles per bit of a simulation link (``UartLink(arch)`` without a baud): the fastest
 #: the receiver takes, so a co-simulation spends 40 cycles per byte
 SIM_CLOCKS_PER_BIT = 4
@@ -172,109 +178,94 @@ def as_link(params: "UartLink | ArchSpec") -> UartLink:
 
 
 class BridgeRam(wiring.Component):
-    """On-chip memory of ``depth`` words of ``data_bytes`` bytes: an AXI4 subordinate port ``axi``
-    and a host port (``host_*``), one registered read port and one write port shared between them.
+    """On-chip memory of ``depth`` words of ``data_bytes`` bytes on the accelerator's memory port
+    (``mem_*``, the DMA's: :mod:`tilewright.rtl.dma`) and a host port (``host_*``), one
+    registered read port and one write port shared between them.
 
-    AXI4 (INCR bursts, AxSIZE = log2 W, IDs ignored; timing in the module docstring): AR is taken
-    while no burst is being read or in the cycle the last beat of one is read; R beats come out
-    one per cycle while RREADY; AW is taken while no write burst is open (or with the open one's
-    last W beat), W from the AW cycle on. A burst that leaves the memory answers DECERR on every
-    R beat (data 0) or on its B, and writes nothing. B: one per burst, in order.
+    Memory port (``mem_req_addr`` counts words; ``mem_req_len`` beats, at most ``len_bits``
+    bits): ``mem_req_ready`` while no earlier request still has words to read or write. A read
+    request taken in cycle ``c`` gives its beats from cycle ``c + BRIDGE_READ_LATENCY`` on, one
+    per cycle while ``mem_rd_ready`` (``mem_rd_valid``/``mem_rd_data``); a write request taken in
+    cycle ``c`` takes its beats from ``c + 1`` on (``mem_wr_ready`` high until the last). A
+    request that leaves the memory (``addr + len > depth``) reads zeros, writes nothing and
+    pulses ``bus_error`` on each of its beats.
 
     Host port: ``host_req`` with ``host_we``, ``host_addr``, ``host_wdata``; ``host_ack`` (same
     cycle) when the port was free: a write is done, a read's word is on ``host_rdata`` in the
-    next cycle. The AXI side has priority.
+    next cycle. The memory port has priority.
     """
 
-    def __init__(self, *, depth: int, data_bytes: int, addr_width: int):
+    def __init__(self, *, depth: int, data_bytes: int, addr_bits: int, len_bits: int):
         self._depth, self._w = depth, data_bytes
-        self._shift = (data_bytes - 1).bit_length()
         W = 8 * data_bytes
         self._abits = (depth - 1).bit_length()
+        self._len_bits = len_bits
         super().__init__({
-            "axi": In(AxiSignature(addr_width=addr_width, data_width=W)),
+            "mem_req_valid": In(1), "mem_req_ready": Out(1), "mem_req_write": In(1),
+            "mem_req_addr": In(addr_bits), "mem_req_len": In(len_bits),
+            "mem_rd_valid": Out(1), "mem_rd_ready": In(1), "mem_rd_data": Out(W),
+            "mem_wr_valid": In(1), "mem_wr_ready": Out(1), "mem_wr_data": In(W),
+            "bus_error": Out(1),
             "host_req": In(1), "host_we": In(1), "host_addr": In(self._abits),
             "host_wdata": In(W), "host_ack": Out(1), "host_rdata": Out(W)})
 
     def elaborate(self, platform):
         m = Module()
-        axi, shift, depth = self.axi, self._shift, self._depth
-        m.submodules.mem = mem = Memory(shape=unsigned(8 * self._w), depth=depth, init=[])
+        m.submodules.mem = mem = Memory(shape=unsigned(8 * self._w), depth=self._depth, init=[])
         wp = mem.write_port()
         rp = mem.read_port(domain="sync")
-        m.d.comb += [axi.bid.eq(0), axi.rid.eq(0)]
-
-        def fits(byte_addr, beats):                  # a burst inside the memory
-            return (byte_addr >> shift) + beats <= depth
+        req = self.mem_req_valid & self.mem_req_ready
+        err = Signal()                          # the request being taken leaves the memory
+        m.d.comb += err.eq(self.mem_req_addr + self.mem_req_len > self._depth)
 
         # ---- read side
-        r_active, r_err, rvalid, rlast, rerr = Signal(), Signal(), Signal(), Signal(), Signal()
-        r_addr, r_left = Signal(self._abits), Signal(9)
-        advance = ~rvalid | axi.rready
+        r_active, r_err, rvalid, rerr = Signal(), Signal(), Signal(), Signal()
+        r_addr, r_left = Signal(self._abits), Signal(self._len_bits)
+        w_active, w_err = Signal(), Signal()
+        w_addr, w_left = Signal(self._abits), Signal(self._len_bits)
+        advance = ~rvalid | self.mem_rd_ready
         issue = r_active & advance
-        m.d.comb += [axi.arready.eq(~r_active | (issue & (r_left == 1))),
-                     axi.rvalid.eq(rvalid), axi.rlast.eq(rlast),
-                     axi.rresp.eq(Mux(rerr, 3, 0)), axi.rdata.eq(Mux(rerr, 0, rp.data))]
+        m.d.comb += [self.mem_req_ready.eq(~r_active & ~w_active),
+                     self.mem_rd_valid.eq(rvalid),
+                     self.mem_rd_data.eq(Mux(rerr, 0, rp.data))]
         host_rd = self.host_req & ~self.host_we & ~r_active & advance
         m.d.comb += [rp.en.eq(issue | host_rd), rp.addr.eq(Mux(issue, r_addr, self.host_addr))]
         with m.If(advance):
-            m.d.sync += [rvalid.eq(issue), rlast.eq(issue & (r_left == 1)), rerr.eq(r_err)]
+            m.d.sync += [rvalid.eq(issue), rerr.eq(r_err)]
         with m.If(issue):
             m.d.sync += [r_addr.eq(r_addr + 1), r_left.eq(r_left - 1)]
             with m.If(r_left == 1):
                 m.d.sync += r_active.eq(0)
-        with m.If(axi.arvalid & axi.arready):
-            m.d.sync += [r_active.eq(1), r_addr.eq(axi.araddr >> shift),
-                         r_left.eq(axi.arlen + 1), r_err.eq(~fits(axi.araddr, axi.arlen + 1))]
+        with m.If(req & (self.mem_req_len != 0)):
+            with m.If(self.mem_req_write):
+                m.d.sync += [w_active.eq(1), w_addr.eq(self.mem_req_addr),
+                             w_left.eq(self.mem_req_len), w_err.eq(err)]
+            with m.Else():
+                m.d.sync += [r_active.eq(1), r_addr.eq(self.mem_req_addr),
+                             r_left.eq(self.mem_req_len), r_err.eq(err)]
 
         # ---- write side
-        w_active, w_err = Signal(), Signal()
-        w_addr = Signal(self._abits)
-        aw_fire = axi.awvalid & axi.awready
-        w_fire = axi.wvalid & axi.wready
-        m.d.comb += [axi.awready.eq(~w_active | (w_fire & axi.wlast)),
-                     axi.wready.eq(w_active | axi.awvalid)]
-        # the beat's address and error: the open burst's, else the burst taken this cycle
-        cur_addr = Mux(w_active, w_addr, (axi.awaddr >> shift)[:self._abits])
-        cur_err = Mux(w_active, w_err, ~fits(axi.awaddr, axi.awlen + 1))
-        axi_wr = w_fire & ~cur_err
+        w_fire = self.mem_wr_valid & w_active
+        m.d.comb += self.mem_wr_ready.eq(w_active)
         host_wr = self.host_req & self.host_we & ~w_fire
-        m.d.comb += [wp.en.eq(Mux(axi_wr | host_wr, Const(-1, len(wp.en)), 0)),
-                     wp.addr.eq(Mux(w_fire, cur_addr, self.host_addr)),
-                     wp.data.eq(Mux(w_fire, axi.wdata, self.host_wdata))]
+        m.d.comb += [wp.en.eq(Mux((w_fire & ~w_err) | host_wr, Const(-1, len(wp.en)), 0)),
+                     wp.addr.eq(Mux(w_fire, w_addr, self.host_addr)),
+                     wp.data.eq(Mux(w_fire, self.mem_wr_data, self.host_wdata))]
         with m.If(w_fire):
-            m.d.sync += w_addr.eq(cur_addr + 1)
-            with m.If(axi.wlast):
+            m.d.sync += [w_addr.eq(w_addr + 1), w_left.eq(w_left - 1)]
+            with m.If(w_left == 1):
                 m.d.sync += w_active.eq(0)
-        with m.If(aw_fire & ~(w_fire & axi.wlast & ~w_active)):   # a burst stays open
-            m.d.sync += [w_active.eq(1), w_err.eq(~fits(axi.awaddr, axi.awlen + 1))]
-        with m.If(aw_fire & ~(w_fire & ~w_active)):          # its first beat is still to come
-            m.d.sync += w_addr.eq((axi.awaddr >> shift)[:self._abits])
-        # B: one per closed burst, in order; the error of each queued in a shift register
-        b_count = Signal(8)
-        b_errs = Signal(256)
-        b_head = Signal(8)
-        closed = w_fire & axi.wlast
-        b_fire = axi.bvalid & axi.bready
-        m.d.comb += [axi.bvalid.eq(b_count != 0), axi.bresp.eq(Mux(b_errs.bit_select(b_head, 1),
-                                                                   3, 0))]
-        with m.If(closed & ~b_fire):
-            m.d.sync += b_count.eq(b_count + 1)
-        with m.Elif(b_fire & ~closed):
-            m.d.sync += b_count.eq(b_count - 1)
-        with m.If(closed):
-            m.d.sync += b_errs.bit_select((b_head + b_count)[:8], 1).eq(cur_err)
-        with m.If(b_fire):
-            m.d.sync += b_head.eq(b_head + 1)
 
-        m.d.comb += [self.host_ack.eq(host_rd | host_wr), self.host_rdata.eq(rp.data)]
+        m.d.comb += [self.bus_error.eq((rvalid & self.mem_rd_ready & rerr) | (w_fire & w_err)),
+                     self.host_ack.eq(host_rd | host_wr), self.host_rdata.eq(rp.data)]
         return m
 
 
 class CommandEngine(wiring.Component):
     """The protocol of the module docstring: bytes in (``rx_data``/``rx_valid``, one-cycle
     pulses from :class:`~tilewright.rtl.uart.UartRx`), bytes out (``tx_*`` to
-    :class:`~tilewright.rtl.uart.UartTx`), an AXI4-Lite manager ``axil`` (one access at a time)
+    :class:`~tilewright.rtl.uart.UartTx`), the register bus ``reg`` of
+    :class:`~tilewright.rtl.axi_accel_top.AccelRegs` (one access at a time, done when ``ack``)
     and :class:`BridgeRam`'s host port ``mem_*``. A received byte waits in a one-byte buffer
     until the engine takes it."""
 
@@ -284,13 +275,13 @@ class CommandEngine(wiring.Component):
         super().__init__({
             "rx_data": In(8), "rx_valid": In(1),
             "tx_data": Out(8), "tx_valid": Out(1), "tx_ready": In(1),
-            "axil": Out(AxiLiteSignature(addr_width=addr_width)),
+            "reg": Out(RegBusSignature(addr_width=addr_width)),
             "mem_req": Out(1), "mem_we": Out(1), "mem_addr": Out(self._abits),
             "mem_wdata": Out(8 * data_bytes), "mem_ack": In(1), "mem_rdata": In(8 * data_bytes)})
 
     def elaborate(self, platform):
         m = Module()
-        W, axil = self._w, self.axil
+        W, reg = self._w, self.reg
         # the one-byte receive buffer
         rxb, rxv, take = Signal(8), Signal(), Signal()
         with m.If(self.rx_valid):
@@ -299,30 +290,30 @@ class CommandEngine(wiring.Component):
             m.d.sync += rxv.eq(0)
 
         cmd, hdr, hidx = Signal(8), Signal(48), Signal(3)
-        addr, count = Signal(32), Signal(17)
+        addr, count = Signal(self._abits), Signal(17)
         word = Signal(max(8 * W, 32))
         widx = Signal(range(max(W, 4)))
         status = Signal(8)
         out = Signal(8 * max(W, 5))
         out_left = Signal(range(max(W, 5) + 1))
         axaddr, axdata = Signal(16), Signal(32)
-        aw_done, w_done, ar_done = Signal(), Signal(), Signal()
         hlen = Array(Const(HEADER_BYTES.get(c, 1), 3) for c in range(8))
 
-        def worst(resp):                  # keep the larger (worse) AXI response
+        def worst(resp):                  # keep the larger (worse) response
             return status.eq(Mux(resp > status, resp, status))
 
         def reply(value, nbytes=1):
             m.d.sync += [out.eq(value), out_left.eq(nbytes)]
             m.next = "SEND"
 
-        def in_range(beats):
-            return (addr + beats) <= self._depth   # addr: the header's, count: beats
+        # MEM_*: the header's 32-bit address and 16-bit count inside the memory (hdr is held
+        # until the next command)
+        in_range = Signal()
+        m.d.comb += in_range.eq(hdr[:32] + hdr[32:48] <= self._depth)
 
-        axil_ok = axaddr[self._aw:] == 0
-        m.d.comb += [axil.awaddr.eq(axaddr), axil.araddr.eq(axaddr), axil.wdata.eq(axdata),
-                     axil.wstrb.eq(0xF), axil.bready.eq(1), axil.rready.eq(1),
-                     self.mem_addr.eq(addr[:self._abits]), self.mem_wdata.eq(word[:8 * W])]
+        reg_ok = axaddr[self._aw:] == 0
+        m.d.comb += [reg.addr.eq(axaddr[:self._aw]), reg.wdata.eq(axdata), reg.wstrb.eq(0xF),
+                     self.mem_addr.eq(addr), self.mem_wdata.eq(word[:8 * W])]
 
         with m.FSM():
             with m.State("CMD"):
@@ -340,8 +331,7 @@ class CommandEngine(wiring.Component):
                     with m.If(hidx == hlen[cmd[:3]] - 1):
                         m.next = "EXEC"
             with m.State("EXEC"):
-                m.d.sync += [axaddr.eq(hdr[:16]), axdata.eq(hdr[16:48]),
-                             aw_done.eq(0), w_done.eq(0), ar_done.eq(0)]
+                m.d.sync += [axaddr.eq(hdr[:16]), axdata.eq(hdr[16:48])]
                 with m.Switch(cmd):
                     with m.Case(Cmd.REG_WRITE):
                         m.next = "AXW"
@@ -354,13 +344,13 @@ class CommandEngine(wiring.Component):
                         with m.Else():
                             m.next = "BURST_DATA"
                     with m.Case(Cmd.MEM_WRITE, Cmd.MEM_READ):
-                        m.d.sync += [addr.eq(hdr[:32]), count.eq(hdr[32:48])]
+                        m.d.sync += [addr.eq(hdr[:self._abits]), count.eq(hdr[32:48])]
                         m.next = "MEM_CHECK"
             with m.State("MEM_CHECK"):
-                with m.If(~in_range(count)):
+                with m.If(~in_range):
                     m.d.sync += status.eq(Status.RANGE)
                 with m.If(cmd == Cmd.MEM_READ):
-                    with m.If(in_range(count)):
+                    with m.If(in_range):
                         reply(Status.OK)
                     with m.Else():
                         m.d.sync += count.eq(0)
@@ -369,22 +359,17 @@ class CommandEngine(wiring.Component):
                     reply(Status.OK)
                 with m.Else():
                     m.next = "MW_DATA"
-            # ---- AXI4-Lite accesses
+            # ---- register accesses (the register bus: one access, answered when ack)
             with m.State("AXW"):
-                with m.If(~axil_ok):
+                with m.If(~reg_ok):
                     m.d.sync += worst(Status.DECERR)
                     m.next = "AXW_DONE"
                 with m.Else():
-                    m.d.comb += [axil.awvalid.eq(~aw_done), axil.wvalid.eq(~w_done)]
-                    with m.If(axil.awvalid & axil.awready):
-                        m.d.sync += aw_done.eq(1)
-                    with m.If(axil.wvalid & axil.wready):
-                        m.d.sync += w_done.eq(1)
-                    with m.If(axil.bvalid):
-                        m.d.sync += worst(axil.bresp)
+                    m.d.comb += [reg.req.eq(1), reg.we.eq(1)]
+                    with m.If(reg.ack):
+                        m.d.sync += worst(reg.resp.as_value())
                         m.next = "AXW_DONE"
             with m.State("AXW_DONE"):
-                m.d.sync += [aw_done.eq(0), w_done.eq(0)]
                 with m.If(cmd == Cmd.REG_WRITE):
                     reply(status)
                 with m.Else():                          # REG_BURST
@@ -394,14 +379,12 @@ class CommandEngine(wiring.Component):
                     with m.Else():
                         m.next = "BURST_DATA"
             with m.State("AXR"):
-                with m.If(~axil_ok):
+                with m.If(~reg_ok):
                     reply(Status.DECERR, 5)
                 with m.Else():
-                    m.d.comb += axil.arvalid.eq(~ar_done)
-                    with m.If(axil.arvalid & axil.arready):
-                        m.d.sync += ar_done.eq(1)
-                    with m.If(axil.rvalid):
-                        reply(Cat(axil.rresp, Const(0, 6), axil.rdata), 5)
+                    m.d.comb += reg.req.eq(1)
+                    with m.If(reg.ack):
+                        reply(Cat(reg.resp.as_value(), Const(0, 6), reg.rdata), 5)
             with m.State("BURST_DATA"):
                 with m.If(rxv):
                     m.d.comb += take.eq(1)
@@ -451,14 +434,14 @@ class CommandEngine(wiring.Component):
 
 
 class UartBridgeTop(wiring.Component):
-    """AxiAccelTop + BridgeRam + UART + CommandEngine for one :class:`UartLink` (module
+    """AccelRegs + BridgeRam + UART + CommandEngine for one :class:`UartLink` (module
     docstring). Ports: ``rx``, ``tx``, ``irq``."""
 
     def __init__(self, link: UartLink):
         if not isinstance(link, UartLink):
             raise TypeError(f"UartBridgeTop takes a UartLink, not {type(link).__name__}")
         self._link = link
-        self._axi = AxiAccelTop(link.arch)
+        self._regs = AccelRegs(link.arch)
         super().__init__({"rx": In(1, init=1), "tx": Out(1, init=1), "irq": Out(1)})
 
     @property
@@ -467,17 +450,24 @@ class UartBridgeTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        link, mp = self._link, self._axi.map
-        m.submodules.accel = acc = self._axi
+        link, mp, regs = self._link, self._regs.map, self._regs
+        m.submodules.accel = regs
+        # request lengths: at most COUNT_BITS words of the most beats per on-chip word
+        max_len = (2 ** COUNT_BITS - 1) * max(beats_per_word(link.arch).values())
         m.submodules.ram = ram = BridgeRam(depth=link.mem_words, data_bytes=mp.data_bytes,
-                                           addr_width=mp.axi_addr_width)
+                                           addr_bits=len(regs.mem_req_addr),
+                                           len_bits=max_len.bit_length())
         m.submodules.rx = rx = UartRx(divisor=link.divisor)
         m.submodules.tx = tx = UartTx(divisor=link.divisor)
         m.submodules.engine = eng = CommandEngine(data_bytes=mp.data_bytes,
                                                   mem_words=link.mem_words)
-        wiring.connect(m, acc.m_axi, ram.axi)
-        wiring.connect(m, eng.axil, acc.s_axil)
-        m.d.comb += [rx.rx.eq(self.rx), self.tx.eq(tx.tx), self.irq.eq(acc.irq),
+        wiring.connect(m, eng.reg, regs.reg)
+        for name in MEM_PORT_OUT:
+            m.d.comb += getattr(ram, name).eq(getattr(regs, name))
+        for name in MEM_PORT_IN:
+            m.d.comb += getattr(regs, name).eq(getattr(ram, name))
+        m.d.comb += [regs.writes_pending.eq(0), regs.bus_error.eq(ram.bus_error),
+                     rx.rx.eq(self.rx), self.tx.eq(tx.tx), self.irq.eq(regs.irq),
                      eng.rx_data.eq(rx.data), eng.rx_valid.eq(rx.valid),
                      tx.data.eq(eng.tx_data), tx.valid.eq(eng.tx_valid),
                      eng.tx_ready.eq(tx.ready),
