@@ -263,7 +263,9 @@ def test_bitstream_unpacks_and_packs_back(run):
     assert len(data) == bs["bytes"] and sync in data[:4096], case
     _yowasp(family, unpack, bs["path"], "unpacked.txt", cwd=out)
     text = (out / "unpacked.txt").read_text()
-    device = {"ice40": ".device 5k", "ecp5": ".device LFE5U-25F"}[family]
+    part = m["fpga"]["part"]        # iCE40UP5K-SG48 -> .device 5k; LFE5U-25F-CABGA381 -> LFE5U-25F
+    ice40 = re.fullmatch(r"iCE40(?:UP|HX|LP)(\d+K)-\w+", part)
+    device = ".device " + (ice40[1].lower() if family == "ice40" else part.rsplit("-", 1)[0])
     assert device in text.splitlines()[:5], (case, text[:200])
     _yowasp(family, pack, "unpacked.txt", "again" + Path(bs["path"]).suffix, cwd=out)
     assert (out / ("again" + Path(bs["path"]).suffix)).read_bytes() == data, case
