@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from tilewright.errors import UserError
+
 __all__ = ["DRIVER_DIR", "SHARED_HEADER", "FastDriver", "FastRecipe", "FAST_RECIPES",
-           "RECIPE_ENV", "fast_recipe", "build_driver_exe", "DriverPipe", "run_driver"]
+           "RECIPE_ENV", "UnknownRecipe", "fast_recipe", "build_driver_exe", "DriverPipe", "run_driver"]
 
 #: folder of the C++ drivers
 DRIVER_DIR = Path(__file__).parent / "fast_driver"
@@ -80,12 +82,16 @@ FAST_RECIPES: dict[str, FastRecipe] = {
 RECIPE_ENV = "TILEWRIGHT_FAST_RECIPE"
 
 
+class UnknownRecipe(UserError, ValueError):
+    """``$TILEWRIGHT_FAST_RECIPE`` names no recipe of :data:`FAST_RECIPES`."""
+
+
 def fast_recipe(name: str | None = None) -> tuple[str, FastRecipe]:
     """The recipe called ``name`` (default: ``$TILEWRIGHT_FAST_RECIPE``, else "default") with
-    its name. Raises ValueError naming the accepted recipes for an unknown one."""
+    its name. Raises :class:`UnknownRecipe` naming the accepted recipes for an unknown one."""
     name = name or os.environ.get(RECIPE_ENV) or "default"
     if name not in FAST_RECIPES:
-        raise ValueError(f"{RECIPE_ENV}={name!r}: unknown fast-driver recipe; accepted: "
+        raise UnknownRecipe(f"{RECIPE_ENV}={name!r}: unknown fast-driver recipe; accepted: "
                          f"{', '.join(FAST_RECIPES)}")
     return name, FAST_RECIPES[name]
 

@@ -137,7 +137,7 @@ def test_the_fast_recipe_reaches_the_verilator_command_line_and_the_build_recipe
     """Each fast-driver recipe's Verilator options and g++ flags appear in the command that
     builds it (g++ flags after the top's own, so its -O wins); $TILEWRIGHT_FAST_RECIPE picks
     one, changes the build recipe (no build of another recipe is reused), and an unknown name
-    is refused naming the accepted ones."""
+    is a user error naming the accepted ones."""
     from pathlib import Path
 
     from tilewright.cosim import driver_process as dp
@@ -160,7 +160,8 @@ def test_the_fast_recipe_reaches_the_verilator_command_line_and_the_build_recipe
             recipes.add(build_recipe(accel, arch, driver="fast"))
     assert len(recipes) == len(dp.FAST_RECIPES)
     monkeypatch.setenv(dp.RECIPE_ENV, "turbo")
-    with pytest.raises(ValueError, match="TILEWRIGHT_FAST_RECIPE='turbo'.*accepted: default"):
+    from tilewright.errors import UserError   # the CLI prints it as one line, exit 2
+    with pytest.raises(UserError, match="TILEWRIGHT_FAST_RECIPE='turbo'.*accepted: default"):
         build_recipe(accel, arch, driver="fast")
 
 
