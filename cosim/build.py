@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tilewright.cosim import driver_process
 from tilewright.cosim import verilator as verilator_module
-from tilewright.cosim.driver_process import build_driver_exe
+from tilewright.cosim.driver_process import build_driver_exe, fast_recipe
 from tilewright.cosim.source_hash import source_closure_hash
 from tilewright.cosim.tops import Top, get_top
 from tilewright.cosim.verilator import Build, ToolMissing, cached_build
@@ -54,12 +54,15 @@ def build_key(top: Top, params, *, driver: str = "cocotb", waves: bool = False) 
 
 def build_recipe(top: Top, params, *, driver: str = "cocotb", waves: bool = False) -> str:
     """Everything a build of ``top`` depends on besides its Verilog text: the driver and its
-    flags (for the fast driver, its C++ sources' bytes and ``cflags(params)``), the sources of
-    the modules that run the build, and the Verilator and cocotb versions."""
+    flags (for the fast driver, its C++ sources' bytes, ``cflags(params)`` and the recipe
+    :func:`~tilewright.cosim.driver_process.fast_recipe` picks from ``$TILEWRIGHT_FAST_RECIPE``),
+    the sources of the modules that run the build, and the Verilator and cocotb versions."""
     steps = [Path(m.__file__) for m in (verilator_module, driver_process)]
     if driver == "fast":
         fast = top.fast
-        how = ["fast", fast.executable, fast.prefix or "", fast.cflags(params)]
+        name, how_built = fast_recipe()
+        how = ["fast", fast.executable, fast.prefix or "", fast.cflags(params), name,
+               repr(how_built)]
         files = [*fast.sources, *steps]
     else:
         how = ["cocotb", top.opt or "", *top.verilator_args, "trace" if waves else "",
@@ -93,6 +96,7 @@ def build(top: str | Top, params, *, driver: str = "cocotb", waves: bool = False
                             log=log, waves=waves,
                             opt=top.opt, build_args=top.verilator_args, params=params)
     fast = top.fast
+    _, how_built = fast_recipe()
     source = fast.sources[0]
     if not source.exists():
         raise ToolMissing(f"fast driver source {source} is missing from the installation")
@@ -101,7 +105,7 @@ def build(top: str | Top, params, *, driver: str = "cocotb", waves: bool = False
         """``verilator --cc --exe --build`` of the top with the driver into ``tmp/obj``."""
         build_driver_exe(tmp, top=top.module, source=source, executable=fast.executable,
                          cflags=fast.cflags(params), prefix=fast.prefix,
-                         what=f"fast driver of {what}")
+                         what=f"fast driver of {what}", recipe=how_built)
 
     return cached_build(key, top.module, write, what=f"the C++ fast driver of {what}",
                         recipe=recipe, label=label, log=log, build_step=build_step,

@@ -12,14 +12,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["DRIVER_DIR", "SHARED_HEADER", "FastDriver", "build_driver_exe", "DriverPipe",
-           "run_driver"]
+from tilewright.errors import UserError
+
+__all__ = ["DRIVER_DIR", "SHARED_HEADER", "FastDriver", "FastRecipe", "FAST_RECIPES",
+           "RECIPE_ENV", "UnknownRecipe", "fast_recipe", "build_driver_exe", "DriverPipe", "run_driver"]
 
 #: folder of the C++ drivers
 DRIVER_DIR = Path(__file__).parent / "fast_driver"
@@ -42,17 +45,66 @@ class FastDriver:
         return DRIVER_DIR / self.source, SHARED_HEADER
 
 
+@dataclass(frozen=True)
+class FastRecipe:
+    """How a fast driver is built besides its top and source: Verilator options and g++ flags
+    appended to the top's own (a later ``-O`` wins). Compared by
+    ``benchmarks/fast_driver_speed.py`` (build seconds, simulated cycles per second)."""
+
+    verilator: tuple[str, ...] = ("-O3", "--x-assign", "fast", "--x-initial", "fast")
+    cflags: str = ""    #: g++ flags after the top's ``cflags(params)``
+    ldflags: str = ""   #: linker flags
+
+    def command(self, *, top: str, source: Path, executable: str, cflags: str, mdir: Path,
+                verilog: Path, prefix: str | None = None) -> list[str]:
+        """The ``verilator --cc --exe --build`` command line of this recipe."""
+        return ["verilator", "--cc", "--exe", "--build", "-Wno-fatal", *self.verilator,
+                "--top-module", top, *(["--prefix", prefix] if prefix else []),
+                "--Mdir", str(mdir), "-o", executable, "-j", "2",
+                "-CFLAGS", " ".join(f for f in (cflags, self.cflags) if f),
+                *(["-LDFLAGS", self.ldflags] if self.ldflags else []), str(verilog), str(source)]
+
+
+_BASE = FastRecipe().verilator
+#: the recipes the benchmark compares, by name; "default" is what builds use unless
+#: :data:`RECIPE_ENV` names another
+FAST_RECIPES: dict[str, FastRecipe] = {
+    "default": FastRecipe(),
+    "gcc-Os": FastRecipe(cflags="-Os"),
+    "gcc-O3": FastRecipe(cflags="-O3"),
+    "native": FastRecipe(cflags="-march=native"),
+    "lto": FastRecipe(cflags="-flto=auto", ldflags="-O2 -flto=auto"),
+    "threads2": FastRecipe((*_BASE, "--threads", "2")),
+    # the accelerator driver's earlier clocking: an eval at the falling edge too (accel_main.cpp)
+    "eval-falling-edge": FastRecipe(cflags="-DTW_EVAL_FALLING_EDGE=1"),
+}
+#: environment variable naming the fast-driver recipe of every build (a key of FAST_RECIPES)
+RECIPE_ENV = "TILEWRIGHT_FAST_RECIPE"
+
+
+class UnknownRecipe(UserError, ValueError):
+    """``$TILEWRIGHT_FAST_RECIPE`` names no recipe of :data:`FAST_RECIPES`."""
+
+
+def fast_recipe(name: str | None = None) -> tuple[str, FastRecipe]:
+    """The recipe called ``name`` (default: ``$TILEWRIGHT_FAST_RECIPE``, else "default") with
+    its name. Raises :class:`UnknownRecipe` naming the accepted recipes for an unknown one."""
+    name = name or os.environ.get(RECIPE_ENV) or "default"
+    if name not in FAST_RECIPES:
+        raise UnknownRecipe(f"{RECIPE_ENV}={name!r}: unknown fast-driver recipe; accepted: "
+                         f"{', '.join(FAST_RECIPES)}")
+    return name, FAST_RECIPES[name]
+
+
 def build_driver_exe(tmp: Path, *, top: str, source: Path, executable: str, cflags: str,
-                     what: str, prefix: str | None = None) -> None:
+                     what: str, prefix: str | None = None,
+                     recipe: FastRecipe = FAST_RECIPES["default"]) -> None:
     """Build ``tmp/rtl/<top>.v`` with the C++ driver ``source`` into ``tmp/obj/<executable>``
-    (Verilator ``-O3``, X values fast, g++ ``cflags``); the log goes to ``tmp/build.log``.
-    Raises RuntimeError with the log's tail if the build fails. Object files and precompiled
-    headers (~130 MB) are deleted: only the executable runs."""
-    cmd = ["verilator", "--cc", "--exe", "--build", "-Wno-fatal", "-O3",
-           "--x-assign", "fast", "--x-initial", "fast", "--top-module", top,
-           *(["--prefix", prefix] if prefix else []),
-           "--Mdir", str(tmp / "obj"), "-o", executable, "-j", "2", "-CFLAGS", cflags,
-           str(tmp / "rtl" / f"{top}.v"), str(source)]
+    (the ``recipe``'s Verilator options, g++ ``cflags`` then the recipe's); the log goes to
+    ``tmp/build.log``. Raises RuntimeError with the log's tail if the build fails. Object files
+    and precompiled headers (~130 MB) are deleted: only the executable runs."""
+    cmd = recipe.command(top=top, source=source, executable=executable, cflags=cflags,
+                         mdir=tmp / "obj", verilog=tmp / "rtl" / f"{top}.v", prefix=prefix)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     (tmp / "build.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0 or not (tmp / "obj" / executable).exists():

@@ -133,6 +133,38 @@ def test_the_recipe_follows_driver_flags_and_waves():
     assert build_recipe(core, four, driver="fast") != build_recipe(core, arch, driver="fast")
 
 
+def test_the_fast_recipe_reaches_the_verilator_command_line_and_the_build_recipe(monkeypatch):
+    """Each fast-driver recipe's Verilator options and g++ flags appear in the command that
+    builds it (g++ flags after the top's own, so its -O wins); $TILEWRIGHT_FAST_RECIPE picks
+    one, changes the build recipe (no build of another recipe is reused), and an unknown name
+    is a user error naming the accepted ones."""
+    from pathlib import Path
+
+    from tilewright.cosim import driver_process as dp
+    from tilewright.cosim.build import build_recipe
+    for name, recipe in dp.FAST_RECIPES.items():
+        cmd = recipe.command(top="t", source=Path("d.cpp"), executable="x", cflags="-O2 -DW=4",
+                             mdir=Path("obj"), verilog=Path("t.v"))
+        assert cmd[:4] == ["verilator", "--cc", "--exe", "--build"], name
+        start = cmd.index("--top-module")
+        assert tuple(cmd[5:start]) == recipe.verilator, name
+        assert cmd[cmd.index("-CFLAGS") + 1].split() == ["-O2", "-DW=4", *recipe.cflags.split()]
+        assert ("-LDFLAGS" in cmd) == bool(recipe.ldflags), name
+        assert cmd[-2:] == ["t.v", "d.cpp"], name
+    accel, arch = TOPS["accel"], default_arch()
+    monkeypatch.delenv(dp.RECIPE_ENV, raising=False)
+    recipes = {build_recipe(accel, arch, driver="fast")}
+    for name in dp.FAST_RECIPES:
+        if name != "default":
+            monkeypatch.setenv(dp.RECIPE_ENV, name)
+            recipes.add(build_recipe(accel, arch, driver="fast"))
+    assert len(recipes) == len(dp.FAST_RECIPES)
+    monkeypatch.setenv(dp.RECIPE_ENV, "turbo")
+    from tilewright.errors import UserError   # the CLI prints it as one line, exit 2
+    with pytest.raises(UserError, match="TILEWRIGHT_FAST_RECIPE='turbo'.*accepted: default"):
+        build_recipe(accel, arch, driver="fast")
+
+
 @pytest.mark.verilator
 def test_archspecs_with_the_same_verilog_share_one_verilator_build():
     """A real Verilator build: the 4x4 WS core of the RTL suite (built by

@@ -21,6 +21,15 @@
 // beats); write beats stored as they arrive. Outputs are sampled and inputs driven at the falling
 // edge (memory model first samples, then every input change applies).
 //
+// One eval per cycle: the design (Amaranth, one rising-edge clock domain) has no falling-edge
+// logic, so an eval at the falling edge changes no state and only recomputes, with unchanged
+// inputs, the input-dependent combinational logic (Verilator's "ico" region: ~30% of the time on
+// 16x16) that the rising-edge eval has already settled. The driver instead sets clk = 0 and
+// records that level as the clock's previous value in the model's edge detector (Verilator 5's
+// root member __Vtrigprevexpr___TOP__clk__0), so the next eval sees a rising edge. If a Verilator
+// version lacks that member, or with -DTW_EVAL_FALLING_EDGE=1, the falling edge is evaluated as
+// before (benchmarks/fast_driver_speed.py compares both; results are identical).
+//
 // Compile-time define: TW_BEAT_BYTES (W; checked against the stream header).
 // Errors: a message on stderr and exit status 2 (bad stream) or 3 (protocol check failed).
 #include <chrono>
@@ -30,10 +39,12 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "Vtw_accel.h"
+#include "Vtw_accel___024root.h"
 #include "verilated.h"
 
 #define TW_DRIVER_NAME "tw_accel_fast"
@@ -41,6 +52,9 @@
 
 #ifndef TW_BEAT_BYTES
 #error "define TW_BEAT_BYTES"
+#endif
+#ifndef TW_EVAL_FALLING_EDGE
+#define TW_EVAL_FALLING_EDGE 0
 #endif
 
 namespace {
@@ -50,6 +64,22 @@ using namespace tw;  // fail, put, get, read_words, read_u32, MAGIC_END/RESULT (
 constexpr uint32_t MAGIC_STREAM = 0x31415754u;  // "TWA1"
 constexpr uint32_t MAGIC_SEG = 0x4D474553u;     // "SEGM"
 constexpr int CH = (TW_BEAT_BYTES + 3) / 4;     // uint32 chunks per external word
+
+// Whether the model's root has Verilator 5's clock edge detector member (see the header comment).
+template <typename R, typename = void>
+struct HasClockEdgeMemory : std::false_type {};
+template <typename R>
+struct HasClockEdgeMemory<
+    R, std::void_t<decltype(std::declval<R&>().__Vtrigprevexpr___TOP__clk__0)>> : std::true_type {};
+
+// The falling clock edge (clk already 0): recorded in the edge detector, or evaluated.
+template <typename R>
+void fall(Vtw_accel& top, R& root) {
+    if constexpr (HasClockEdgeMemory<R>::value && !TW_EVAL_FALLING_EDGE)
+        root.__Vtrigprevexpr___TOP__clk__0 = 0;
+    else
+        top.eval();
+}
 
 
 // External memory: W-byte words as CH uint32 chunks, dense, growing on write; unwritten = 0.
@@ -128,7 +158,7 @@ class Driver {
         top_->clk = 1;
         top_->eval();
         top_->clk = 0;
-        top_->eval();
+        fall(*top_, *top_->rootp);
         if (serve_mem) serve();
     }
 
