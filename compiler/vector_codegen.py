@@ -197,24 +197,29 @@ class VectorSegment:
             put(self.const_addr, pack_vector_words(np.full((1, self.lanes), _NEG_ONE, np.int64)))
         return out
 
+    def _int_operands(self, what: str, names, operands, noun: str, ranges) -> list[np.ndarray]:
+        """The kernel's integer operands as int64 arrays, each checked against its shape
+        (``kernel.operand_shapes()``) and its inclusive range ``(lo, hi)``; ValueError naming
+        the kernel and the operand otherwise."""
+        k, arrays = self.kernel, []
+        for name, x, shape, (lo, hi) in zip(names, operands, k.operand_shapes(), ranges):
+            x = np.asarray(x)
+            if x.shape != shape:
+                raise ValueError(f"kernel {k.name}: {what} operand {name} has shape {x.shape}, "
+                                 f"expected {shape}")
+            if x.dtype.kind not in "iu" or (x.size and (x.min() < lo or x.max() > hi)):
+                raise ValueError(f"kernel {k.name}: {what} operand {name}: {noun} in "
+                                 f"[{lo}, {hi}] expected")
+            arrays.append(x.astype(np.int64))
+        return arrays
+
     def _requant_image(self, put, operands) -> None:
         """acc [M, N] (int32), multiplier [N] (int32), shift [N] (0..63): the parameter words
         (multiplier and shift words of each column word, interleaved) and each chunk's
         accumulator words, column word by column word."""
-        k = self.kernel
-        ranges = [(I32_MIN, I32_MAX), (I32_MIN, I32_MAX), (0, (1 << REQUANT_SHIFT_BITS) - 1)]
-        arrays = []
-        for name, x, shape, (lo, hi) in zip(("acc", "multiplier", "shift"), operands,
-                                            k.operand_shapes(), ranges):
-            x = np.asarray(x)
-            if x.shape != shape:
-                raise ValueError(f"kernel {k.name}: requant operand {name} has shape {x.shape}, "
-                                 f"expected {shape}")
-            if x.dtype.kind not in "iu" or (x.size and (x.min() < lo or x.max() > hi)):
-                raise ValueError(f"kernel {k.name}: requant operand {name}: integers in "
-                                 f"[{lo}, {hi}] expected")
-            arrays.append(x.astype(np.int64))
-        acc, mult, shift = arrays
+        acc, mult, shift = self._int_operands(
+            "requant", ("acc", "multiplier", "shift"), operands, "integers",
+            [(I32_MIN, I32_MAX), (I32_MIN, I32_MAX), (0, (1 << REQUANT_SHIFT_BITS) - 1)])
         nw = self.row_words
         cols = nw * self.lanes
         params = np.zeros((nw, 2, self.lanes), np.int64)
@@ -230,19 +235,9 @@ class VectorSegment:
 
     def _scan_image(self, put, operands) -> None:
         k = self.kernel
-        ranges = [(0, (1 << SCAN_A_BITS) - 1)] + [(SCAN_H_MIN, SCAN_H_MAX)] * 3
-        arrays = []
-        for name, x, shape, (lo, hi) in zip(("a", "b", "c", "h0"), operands,
-                                            k.operand_shapes(), ranges):
-            x = np.asarray(x)
-            if x.shape != shape:
-                raise ValueError(f"kernel {k.name}: scan operand {name} has shape {x.shape}, "
-                                 f"expected {shape}")
-            if x.dtype.kind not in "iu" or (x.size and (x.min() < lo or x.max() > hi)):
-                raise ValueError(f"kernel {k.name}: scan operand {name}: integer codes in "
-                                 f"[{lo}, {hi}] expected")
-            arrays.append(x.astype(np.int64))
-        a, b, c, h0 = arrays
+        a, b, c, h0 = self._int_operands(
+            "scan", ("a", "b", "c", "h0"), operands, "integer codes",
+            [(0, (1 << SCAN_A_BITS) - 1)] + [(SCAN_H_MIN, SCAN_H_MAX)] * 3)
         n = k.shape[3]
 
         def words(v: np.ndarray) -> list[int]:        # [..., N] -> words, state lanes padded

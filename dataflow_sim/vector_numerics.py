@@ -230,24 +230,24 @@ def _pwl(op: str, a: np.ndarray) -> np.ndarray:
     return np.where(a >= -PWL_LO, a, np.where(a < PWL_LO, 0, y))
 
 
-def _check_raw(name: str, v) -> np.ndarray:
+def _check_lanes(name: str, v, kind: str, lo: int, hi: int) -> np.ndarray:
+    """Operand ``name`` as int64, its values integers (TypeError) of ``kind`` within
+    ``[lo, hi]`` (ValueError)."""
     arr = np.asarray(v)
     if arr.dtype.kind not in "iu":
-        raise TypeError(f"vector unit operand {name}: raw Q8.8 integers expected, not {arr.dtype}")
+        raise TypeError(f"vector unit operand {name}: {kind} integers expected, not {arr.dtype}")
     arr = arr.astype(np.int64)
-    if arr.size and (arr.min() < Q_MIN or arr.max() > Q_MAX):
-        raise ValueError(f"vector unit operand {name}: raw Q8.8 values lie in [{Q_MIN}, {Q_MAX}]")
+    if arr.size and (arr.min() < lo or arr.max() > hi):
+        raise ValueError(f"vector unit operand {name}: {kind} values lie in [{lo}, {hi}]")
     return arr
+
+
+def _check_raw(name: str, v) -> np.ndarray:
+    return _check_lanes(name, v, "raw Q8.8", Q_MIN, Q_MAX)
 
 
 def _check_int32(name: str, v) -> np.ndarray:
-    arr = np.asarray(v)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"vector unit operand {name}: int32 integers expected, not {arr.dtype}")
-    arr = arr.astype(np.int64)
-    if arr.size and (arr.min() < I32_MIN or arr.max() > I32_MAX):
-        raise ValueError(f"vector unit operand {name}: int32 values lie in [{I32_MIN}, {I32_MAX}]")
-    return arr
+    return _check_lanes(name, v, "int32", I32_MIN, I32_MAX)
 
 
 def requant(x, m, s) -> np.ndarray:
