@@ -12,13 +12,13 @@ in mm² and J).
                (= tensor_engine.macs_per_cycle multipliers over all ``tensor_engine.count``
                engines, each with one adder: a systolic PE's adder, or one node of a tile-MAC
                engine's adder tree plus its accumulator; the engines share the SRAM below)
-    sram     = (scratchpad_kib + accumulator_kib) * 8192 * sram_bitcell / sram_array_efficiency
-               + extra_banks * bank_periphery
                + count * cols * column[format]
                (the scale unit and accumulator adder at each array column's end that the
                format's RTL builds beyond the int8 core, whose int32 accumulator adders are
                inside the calibrated ``pe_overhead``: e.g. MX's power-of-two block scale and fp32
                adder, fp8's per-tensor output-scale multiplier; 0 for a format without an entry)
+    sram     = (scratchpad_kib + accumulator_kib) * 8192 * sram_bitcell / sram_array_efficiency
+               + extra_banks * bank_periphery
     vector   = lanes * vector_lane                (lanes = vector_unit.lanes, else cols)
     fixed    = fixed                              (controller, DMA, IO)
 
@@ -33,7 +33,8 @@ to one small macro (a derivation, not a published figure; bank-select wiring is 
 With a ``mesh`` section the design is the mesh alone (the ArchSpec refuses the single-core
 sections a mesh does not read): ``mesh.cores`` small cores, each with ``core_macs_per_cycle`` PEs
 of ``tensor_engine``'s format and ``core_sram_kib`` of SRAM (plus its share of ``fixed``/64 for its
-router): ``mesh_cores = cores * (core_macs_per_cycle * pe + core_sram_kib * sram_kib + fixed/64)``;
+router): ``mesh_cores = cores * (core_macs_per_cycle * pe + core_sram_kib * sram_kib + fixed/64)``
+(PEs only: a mesh core's column term is not counted);
 the single-core terms (``pe_array``, ``sram``, ``vector``, ``fixed``) are 0, and an SRAM access
 reads one core's ``core_sram_kib``.
 
