@@ -12,6 +12,11 @@ in mm² and J).
                (= tensor_engine.macs_per_cycle multipliers over all ``tensor_engine.count``
                engines, each with one adder: a systolic PE's adder, or one node of a tile-MAC
                engine's adder tree plus its accumulator; the engines share the SRAM below)
+               + count * cols * column[format]
+               (the scale unit and accumulator adder at each array column's end that the
+               format's RTL builds beyond the int8 core, whose int32 accumulator adders are
+               inside the calibrated ``pe_overhead``: e.g. MX's power-of-two block scale and fp32
+               adder, fp8's per-tensor output-scale multiplier; 0 for a format without an entry)
     sram     = (scratchpad_kib + accumulator_kib) * 8192 * sram_bitcell / sram_array_efficiency
                + extra_banks * bank_periphery
     vector   = lanes * vector_lane                (lanes = vector_unit.lanes, else cols)
@@ -28,7 +33,8 @@ to one small macro (a derivation, not a published figure; bank-select wiring is 
 With a ``mesh`` section the design is the mesh alone (the ArchSpec refuses the single-core
 sections a mesh does not read): ``mesh.cores`` small cores, each with ``core_macs_per_cycle`` PEs
 of ``tensor_engine``'s format and ``core_sram_kib`` of SRAM (plus its share of ``fixed``/64 for its
-router): ``mesh_cores = cores * (core_macs_per_cycle * pe + core_sram_kib * sram_kib + fixed/64)``;
+router): ``mesh_cores = cores * (core_macs_per_cycle * pe + core_sram_kib * sram_kib + fixed/64)``
+(PEs only: a mesh core's column term is not counted);
 the single-core terms (``pe_array``, ``sram``, ``vector``, ``fixed``) are 0, and an SRAM access
 reads one core's ``core_sram_kib``.
 
@@ -37,7 +43,9 @@ bytes (a Report's ``macs``, ``vector_ops`` and ``bytes`` columns) and optional m
 (bytes x hops). All terms are linear in the totals, so a per-op Report and its totals give the
 same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
 
-* MAC: ``macs * (mult + add)[format]``;
+* MAC: ``macs * (mult + add)[format] + psums * column_pj[format]`` with ``psums = macs * count *
+  C / macs_per_cycle`` (one psum leaves each column per array beat, e.g. one per R MACs of a WS
+  column: its scale and accumulator add; 0 for a format without a ``column_pj`` entry);
 * scratchpad and accumulator traffic of the tensor engine's tasks: the mapper's per-op
   ``scratchpad_bytes`` and ``accumulator_bytes`` (a Report's columns, summed by
   :func:`~tilewright.dataflow_sim.report.sram_totals`), so SRAM energy follows the engine's
@@ -130,6 +138,17 @@ class _MacPair(_Frozen):
         return self.mult + self.add
 
 
+class _ColumnPair(_Frozen):
+    scale: float = Field(..., ge=0, description="scale unit at a column's end: pJ per psum "
+                                                "(energy) or µm² (area)")
+    add: float = Field(..., ge=0, description="accumulator adder at a column's end: pJ per psum "
+                                              "(energy) or µm² (area)")
+
+    @property
+    def total(self) -> float:
+        return self.scale + self.add
+
+
 class _SramPoint(_Frozen):
     kib: float = Field(..., gt=0, description="array capacity in KiB")
     pj: float = Field(..., gt=0, description="energy of one 64-bit read in pJ")
@@ -137,6 +156,10 @@ class _SramPoint(_Frozen):
 
 class _Area(_Frozen):
     pe: dict[str, _MacPair] = Field(..., description="µm² per PE's multiplier and adder, by format")
+    column: dict[str, _ColumnPair] = Field(
+        default_factory=dict, description="µm² of the scale unit and accumulator adder at each "
+                                          "array column's end, by format (module doc; a format "
+                                          "without an entry has none beyond the PEs)")
     pe_overhead: float = Field(..., ge=1, description="factor for registers/muxes/control per PE")
     vector_lane: float = Field(..., ge=0, description="µm² per vector lane")
     sram_bitcell: float = Field(..., gt=0, description="µm² per SRAM bit cell")
@@ -198,6 +221,9 @@ class TechSpec(_Frozen):
     sources: dict[str, str] = Field(
         default_factory=dict, description="citation key -> publication and where it was checked")
     mac_pj: dict[str, _MacPair] = Field(..., description="pJ per MAC by operand format")
+    column_pj: dict[str, _ColumnPair] = Field(
+        default_factory=dict, description="pJ per psum leaving an array column (its scale and "
+                                          "accumulator add), by format (module doc)")
     vector_op_pj: float = Field(..., ge=0, description="pJ per vector element operation")
     sram_pj_per_64b: list[_SramPoint] = Field(..., min_length=1,
                                               description="pJ per 64-bit read by capacity")
@@ -234,6 +260,16 @@ class TechSpec(_Frozen):
 
     def mac_pj_of(self, fmt: str) -> float:
         return self._lookup(self.mac_pj, fmt, "mac_pj").total
+
+    def column_um2(self, fmt: str) -> float:
+        """µm² at one array column's end in ``fmt`` (0 without an ``area_um2.column`` entry)."""
+        c = self.area_um2.column.get(fmt)
+        return c.total if c is not None else 0.0
+
+    def column_pj_of(self, fmt: str) -> float:
+        """pJ per psum leaving one array column in ``fmt`` (0 without a ``column_pj`` entry)."""
+        c = self.column_pj.get(fmt)
+        return c.total if c is not None else 0.0
 
     def _lookup(self, table: dict[str, _MacPair], fmt: str, where: str) -> _MacPair:
         if fmt not in table:
@@ -299,7 +335,8 @@ def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
     pe = tech.pe_um2(te.input_format)
     extra_banks = 2 * (mem.scratchpad_banks - 1) + (mem.accumulator_banks - 1)
     out = {
-        "pe_array_um2": te.macs_per_cycle * pe,
+        "pe_array_um2": te.macs_per_cycle * pe
+        + te.count * te.cols * tech.column_um2(te.input_format),
         "sram_um2": (mem.scratchpad_kib + mem.accumulator_kib) * tech.sram_um2_per_kib
         + extra_banks * tech.sram_bank_periphery_um2,
         "vector_um2": _lanes(arch) * a.vector_lane,
@@ -353,7 +390,9 @@ def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops:
     sram = ((macs - sram_macs) * (operand_b * sp + psum_b * acc)
             + scratchpad_bytes * sp + accumulator_bytes * acc
             + (dram_bytes - sram_dram_bytes) * sp + vector_ops * 8.0 * sp)
-    out = {"mac_pj": macs * tech.mac_pj_of(te.input_format), "sram_pj": sram,
+    psums = macs * te.count * te.cols / te.macs_per_cycle    # one per column per array beat
+    out = {"mac_pj": macs * tech.mac_pj_of(te.input_format)
+           + psums * tech.column_pj_of(te.input_format), "sram_pj": sram,
            "vector_pj": vector_ops * tech.vector_op_pj,
            "dram_pj": dram_bytes * tech.dram_pj_per_byte, "mesh_pj": 0.0}
     if byte_hops:

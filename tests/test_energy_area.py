@@ -34,6 +34,10 @@ SB17_AREA_45_TO_7 = 0.059
 # benchmarks/energy_area_vs_yosys.py, 2026-11-30: transistors per PE of the generated int8 cores
 # (pooled ws+os slope) and of a lone 8x8 multiplier and 32-bit adder.
 YC_TRANSISTORS_PER_PE, YC_MULT8, YC_ADD32 = 7372, 2972, 1158
+# benchmarks/format_units_vs_yosys.py, 2026-12-02 (same flow): transistors of the RTL's format
+# units (rtl/fp_arith.py Fp8Mul, Fp32Add; rtl/mx_core.py Pow2Scale).
+YF_FP8MUL = {"fp8-e4m3": 1288, "fp8-e5m2": 1100}
+YF_FP32ADD, YF_POW2SCALE_INT, YF_POW2SCALE_FP = 13802, 6856, 6342
 # 500 MHz presets: below f(v_min) on both curves (45 nm: 538 MHz at 0.6 V; 7 nm: 667 MHz at
 # 0.55 V, by the alpha-power law, tests/test_power_validation.py), so they run at v_min and the
 # dynamic energies scale by (v_min / v_nom)^2.
@@ -111,8 +115,9 @@ def test_45nm_areas_are_aladdin_40nm_scaled():
     k = math.log(al["fmult64"] / al["fmult32"]) / math.log(64 / 32)
     assert pe["bf16"].mult == pytest.approx(al["fmult32"] * (16 / 32) ** k * node, rel=1e-3)
     assert pe["int8"].mult < pe["bf16"].mult < pe["fp32"].mult
-    for fmt in ("bf16", "fp8-e4m3", "fp8-e5m2", "mxint8", "mxfp8", "mxfp8-e5m2"):
-        assert pe[fmt].add == pe["fp32"].add                # fp32 accumulator
+    for fmt in ("bf16", "fp8-e4m3", "fp8-e5m2", "mxfp8", "mxfp8-e5m2"):
+        assert pe[fmt].add == pe["fp32"].add                # fp32 adder in every PE
+    assert pe["mxint8"] == pe["int8"]                       # the MXINT8 array is the int8 one
     assert load_tech("45nm").area_um2.vector_lane == pytest.approx(
         (al["fmult32"] + al["fadd32"]) * node, rel=1e-3)
 
@@ -202,6 +207,59 @@ def test_banked_sram_area_adds_bank_periphery():
     got = area_breakdown(_banked("ws16x16", 4, 2), t)["sram_um2"]
     assert got == pytest.approx(base + (2 * 3 + 1) * periphery)
     assert area_breakdown(_banked("ws16x16", 1, 1), t) == area_breakdown(load_arch("ws16x16"), t)
+
+
+def test_format_rows_follow_the_rtl_and_the_yosys_ratios():
+    """Issue 20: the fp8 and MX rows are what the RTL builds — fp8 PE = Fp8Mul + Fp32Add, MXINT8
+    PE = the int8 PE, MXFP8 PE = the fp8-e4m3 PE; at each column's end an fp32 accumulator adder
+    and the format's scale unit — each new unit's figure = a cited unit's x the Yosys transistor
+    ratio (fp8 mult to the 8x8 mult, the MX block scale to the fp32 adder)."""
+    for tech, mult8_pj, fadd_pj in (("45nm", H14_PJ["mult8"], H14_PJ["fadd32"]),
+                                    ("7nm", J21_PJ["mult8"], J21_PJ["fadd32"])):
+        t = load_tech(tech)
+        pe, col, col_pj = t.area_um2.pe, t.area_um2.column, t.column_pj
+        for fmt, mx in (("fp8-e4m3", "mxfp8"), ("fp8-e5m2", "mxfp8-e5m2")):
+            ratio = YF_FP8MUL[fmt] / YC_MULT8
+            assert pe[fmt].mult == pytest.approx(pe["int8"].mult * ratio, rel=2e-3)
+            assert t.mac_pj[fmt].mult == pytest.approx(mult8_pj * ratio, rel=2e-3)
+            assert (pe[mx], t.mac_pj[mx]) == (pe[fmt], t.mac_pj[fmt])
+            assert col[fmt].scale == pe["fp32"].mult            # the output-scale multiplier
+            assert col_pj[fmt].scale == 0                       # once per output, not per psum
+        assert (pe["mxint8"], t.mac_pj["mxint8"]) == (pe["int8"], t.mac_pj["int8"])
+        for mx, p2s in (("mxint8", YF_POW2SCALE_INT), ("mxfp8", YF_POW2SCALE_FP),
+                        ("mxfp8-e5m2", YF_POW2SCALE_FP)):
+            assert col[mx].scale == pytest.approx(pe["fp32"].add * p2s / YF_FP32ADD, rel=2e-3)
+            assert col_pj[mx].scale == pytest.approx(fadd_pj * p2s / YF_FP32ADD, rel=2e-3)
+        for fmt in ("bf16", "fp8-e4m3", "fp8-e5m2", "mxint8", "mxfp8", "mxfp8-e5m2"):
+            assert col[fmt].add == pe["fp32"].add and col_pj[fmt].add == fadd_pj
+        assert "int8" not in col and "int8" not in col_pj       # int32 adders: inside [YC]
+
+
+def test_format_closed_form_45nm_ws32x4():
+    """The 32x4 WS design of benchmarks/format_tradeoff.py at 100 MHz (0.6 V): PE array and
+    energy per MAC by hand for int8, MXINT8 and fp8-e4m3; the three differ."""
+    t = load_tech("45nm")
+    ws = ArchSpec.from_dict({
+        "name": "ws32x4", "clock_mhz": 100,
+        "tensor_engine": {"kind": "systolic", "rows": 32, "cols": 4, "dataflow": "ws",
+                          "input_format": "int8", "weight_format": "int8",
+                          "accumulator_format": "int32"},
+        "memory": {"scratchpad_kib": 4, "accumulator_kib": 4},
+        "offchip": {"bandwidth_gbps": 16.0, "latency_ns": 100.0}})
+    s = S45_500MHZ                                  # 100 MHz also runs at v_min = 0.6 V
+    mx = ws.with_engine(input_format="mxint8", weight_format="mxint8", accumulator_format="fp32")
+    f8 = ws.with_engine(input_format="fp8-e4m3", weight_format="fp8-e4m3",
+                        accumulator_format="fp32")
+    want = {  # format: (PE array um^2, pJ per MAC at 0.6 V)
+        ws: (128 * (406.4 + 227.1) * 1.8, 0.3 * s),
+        mx: (128 * (406.4 + 227.1) * 1.8 + 4 * (1890.5 + 3805.8),
+             (0.3 + (0.4471 + 0.9) / 32) * s),
+        f8: (128 * (176.1 + 3805.8) * 1.8 + 4 * (7787.8 + 3805.8), (0.0867 + 0.9 + 0.9 / 32) * s),
+    }
+    for arch, (um2, pj) in want.items():
+        assert area_breakdown(arch, t)["pe_array_um2"] == pytest.approx(um2)
+        assert energy_breakdown(arch, t, macs=1.0)["mac_pj"] == pytest.approx(pj)
+    assert len({round(area_breakdown(a, t)["pe_array_um2"]) for a in want}) == 3
 
 
 def test_energy_scales_with_format_and_node():

@@ -192,6 +192,11 @@ def test_28nm_table_is_45nm_scaled_by_stillmaker_baas():
         assert p28.pj == pytest.approx(p45.pj * energy, rel=1e-3)
     for fmt, pair in t45.area_um2.pe.items():
         assert t28.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=1e-3)
+    for fmt, col in t45.column_pj.items():            # the column's scale unit and adder
+        assert t28.column_pj[fmt].total == pytest.approx(col.total * energy, rel=1e-3)
+        assert t28.area_um2.column[fmt].total == pytest.approx(
+            t45.area_um2.column[fmt].total * area, rel=1e-3)
+    assert set(t28.column_pj) == set(t45.column_pj) == set(t28.area_um2.column)
     assert t28.area_um2.sram_bitcell == pytest.approx(0.346 * area, rel=1e-3)
 
 
@@ -209,6 +214,11 @@ def test_16nm_table_is_45nm_scaled_by_stillmaker_baas():
     for fmt, pair in t45.area_um2.pe.items():
         assert t16.area_um2.pe[fmt].mult == pytest.approx(pair.mult * area, rel=2e-3)
         assert t16.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=2e-3)
+    for fmt, col in t45.column_pj.items():
+        assert t16.column_pj[fmt].total == pytest.approx(col.total * energy, rel=2e-3)
+        assert t16.area_um2.column[fmt].total == pytest.approx(
+            t45.area_um2.column[fmt].total * area, rel=2e-3)
+    assert set(t16.column_pj) == set(t45.column_pj) == set(t16.area_um2.column)
     for key in ("vector_lane", "sram_bitcell", "fixed"):
         assert getattr(t16.area_um2, key) == pytest.approx(getattr(t45.area_um2, key) * area,
                                                            rel=2e-3)
