@@ -7,8 +7,9 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
 
 * the controller needs one fetch cycle after ``start``; instruction ``i`` issues in cycle
   ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the fetch cycle);
-* ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/LOAD_VI/STORE_V/VECTOR —
-  (and SCAN) the DMA and the vector engine are idle; SCALE — the DMA is idle (it keeps no unit
+* ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/LOAD_VI/STORE_V/
+  VECTOR (and SCAN) — the DMA and the vector engine are idle; SCALE — the DMA is idle (it
+  keeps no unit
   busy); SYNC — every selected unit is idle; END — all are idle. A unit issued in cycle ``c``
   for ``D`` busy cycles is idle again
   from cycle ``c + D + 1``;
@@ -18,7 +19,8 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
   LOAD ``D = L + count * r`` (one request cycle … first beat ``L`` cycles after the request,
   one beat per cycle, ``r`` beats per word); STORE ``D = 1 + count * r`` (request, then posted
   write beats); ``count = 0``: ``D = 0``; LOAD_V/LOAD_VI/STORE_V the same with ``r`` beats per
-  vector word (LOAD_VI's address from the index register changes no cycle); VECTOR ``D = count + VECTOR_OVERHEAD_CYCLES``; SCAN ``D = count + SCAN_OVERHEAD_CYCLES``;
+  vector word (LOAD_VI's address from the index register changes no cycle); VECTOR
+  ``D = count + VECTOR_OVERHEAD_CYCLES``; SCAN ``D = count + SCAN_OVERHEAD_CYCLES``;
 * total = ``c_END - c_start`` (``start`` sampled in cycle ``c_start``; ``busy`` high from the next
   cycle through the one END issues in).
 """

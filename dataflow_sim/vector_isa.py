@@ -1,7 +1,8 @@
 """Functional model of the accelerator top's vector path at the instruction level.
 
-Executes the ``LOAD_V`` / ``LOAD_VI`` / ``STORE_V`` / ``VECTOR`` / ``SYNC`` / ``END`` instructions of a segment
-(:mod:`tilewright.compiler.codegen`) on a numpy vector buffer and an external-memory dict, with the
+Executes the ``LOAD_V`` / ``LOAD_VI`` / ``STORE_V`` / ``VECTOR`` / ``SYNC`` / ``END`` instructions
+of a segment (:mod:`tilewright.compiler.codegen`) on a numpy vector buffer and an external-memory
+dict, with the
 vector unit's bit-exact arithmetic (:func:`tilewright.dataflow_sim.vector_numerics.run_beats`).
 It is the reference the Verilated top is checked against, word for word.
 
@@ -38,8 +39,9 @@ def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int,
                        vbuf: np.ndarray | None = None, idx: int = 0) -> np.ndarray:
     """Run segment ``name`` of ``isa`` from its entry to END on ``ext`` (external W-byte words,
     updated in place by STORE_V), ``idx`` in the index register (``LOAD_VI`` reads row ``idx``
-    of a table of ``count``-word rows: external word ``addr + idx * count * r``); returns the vector buffer ``[VBUF_WORDS, lanes]`` (int64 lane
-    values) it leaves. GEMM-path instructions are refused (this model covers the vector path)."""
+    of a table of ``count``-word rows: external word ``addr + idx * count * r``); returns the
+    vector buffer ``[VBUF_WORDS, lanes]`` (int64 lane values) it leaves. GEMM-path instructions
+    are refused (this model covers the vector path)."""
     seg = isa.segment(name)
     lanes = arch.vector_unit.lanes
     w, wb = beat_bytes(arch), vector_word_bytes(arch)

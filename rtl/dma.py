@@ -35,8 +35,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (IDX_BITS, VBUF_WORDS, beat_bytes, beats_per_word, field_slices,
-                                         word_bytes)
+from tilewright.compiler.codegen import (IDX_BITS, VBUF_WORDS, beat_bytes, beats_per_word,
+                                         field_slices, word_bytes)
 from tilewright.compiler.layout import GemmLayout
 
 __all__ = ["Dma", "OP_LOAD_A", "OP_LOAD_B", "OP_STORE", "OP_LOAD_V", "OP_STORE_V", "OP_LOAD_VI",

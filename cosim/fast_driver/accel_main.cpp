@@ -6,9 +6,9 @@
 // Binary stream (little-endian uint32 words; written by cosim/accel_commands.py):
 //   header   "TWA1", W (bytes per beat), L (memory latency, cycles), n, then n instruction words
 //            as (low, high) uint32 pairs
-//   segment  "SEGM", entry, idx (the index register LOAD_VI reads; only a top with a vector unit
-//            has it, others accept 0 only), watchdog cycles, n_store, n_store x (addr, CH chunks of the W-byte
-//            word; CH = ceil(W / 4)), n_read, n_read x (addr, count)
+//   segment  "SEGM", entry, idx (the index register LOAD_VI reads; only a top with a vector
+//            unit has it, others accept 0 only), watchdog cycles, n_store, n_store x (addr, CH
+//            chunks of the W-byte word; CH = ceil(W / 4)), n_read, n_read x (addr, count)
 //   end      "DONE"
 // Result record per segment (flushed): "RSLT", cycles (counter), cycles (driver), retired, error,
 // pc, read beats, write beats, busy ns (low, high), words, then words x CH chunks (the read-back
