@@ -284,8 +284,10 @@ def host_ops(program, offloaded: tuple[str, ...] = ()) -> list[str]:
         elif isinstance(t, ScanTask):
             name = "scan"
         elif isinstance(t, VectorTask):
-            name = {"take_rows": "embedding gather (take_rows)",
+            name = {"take_rows": "row gather (take_rows)",
                     "concat": "concat (KV append)"}.get(t.op, t.op)
+            if t.op == "take_rows" and t.attrs.get("lookup") == "embedding":
+                name = "embedding gather (take_rows)"
         else:
             name = type(t).__name__
         counts[name] = counts.get(name, 0) + 1
