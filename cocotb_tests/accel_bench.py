@@ -96,7 +96,12 @@ class AccelDriver:
 
     async def reset(self) -> None:
         d = self.dut
-        await reset(d, d.imem_wr_en, d.start, d.entry)
+        await reset(d, d.imem_wr_en, d.start, d.entry, *((d.idx,) if self.has_idx else ()))
+
+    @property
+    def has_idx(self) -> bool:
+        """The top has the index register input (``LOAD_VI``; tops with a vector unit)."""
+        return self.arch.vector_unit is not None
 
     async def load_program(self, words) -> None:
         d = self.dut
@@ -105,11 +110,16 @@ class AccelDriver:
             await FallingEdge(d.clk)
         d.imem_wr_en.value = 0
 
-    async def run(self, entry: int, max_cycles: int) -> dict:
-        """Start at ``entry``, wait for ``done`` (at most ``max_cycles``, a watchdog); return
-        cycles (both measurements asserted equal), retired and error."""
+    async def run(self, entry: int, max_cycles: int, idx: int = 0) -> dict:
+        """Start at ``entry`` with ``idx`` in the index register, wait for ``done`` (at most
+        ``max_cycles``, a watchdog); return cycles (both measurements asserted equal), retired
+        and error."""
         d = self.dut
         d.entry.value = entry
+        if self.has_idx:
+            d.idx.value = idx
+        else:
+            assert idx == 0, f"this top has no index register (no vector unit); idx {idx}"
         cycles = await start_and_measure(d, "controller", max_cycles)
         assert int(d.done.value) == 1, "busy dropped without done"
         return {"cycles": cycles, "retired": int(d.retired.value),
@@ -132,13 +142,13 @@ async def run_job(dut):
 
 
 async def _run_segment(drv: AccelDriver, mem: ExtMemory, isa, seg, image: dict[int, int],
-                       name: str) -> dict:
+                       name: str, idx: int = 0) -> dict:
     """Store a segment's memory image, run it from its entry; its record (cycles, retired,
     error, pc, read/write beats)."""
     mem.words.update(image)
     r0, w0 = mem.reads, mem.writes
     # watchdog only (a hang fails instead of running forever): 4x the model's cycles
-    rec = await drv.run(seg.entry, 4 * predict_segment(isa, seg, drv.arch).cycles + 10_000)
+    rec = await drv.run(seg.entry, 4 * predict_segment(isa, seg, drv.arch).cycles + 10_000, idx)
     assert rec["error"] == 0, f"{name}: controller stopped with error at pc {rec['pc']}"
     rec.update(read_beats=mem.reads - r0, write_beats=mem.writes - w0)
     return rec
@@ -171,8 +181,9 @@ async def _run_kernels(job: Job, drv: AccelDriver, mem: ExtMemory) -> None:
         await drv.load_program(isa.words)
         for k in kernels:
             seg = isa.segment(k.name)
-            image = seg.image(arch, *[job.inputs[f"{k.name}_{i}"] for i in range(k.operands)])
-            rec = await _run_segment(drv, mem, isa, seg, image, f"kernel {k.name}")
+            ops = [job.inputs[f"{k.name}_{i}"] for i in range(k.operands)]
+            rec = await _run_segment(drv, mem, isa, seg, seg.image(arch, *ops), f"kernel {k.name}",
+                                     seg.index(*ops))
             rec.update(task=k.name)
             res = seg.result(arch, mem.read)
             if k.kind == "scan":                         # (y, final state)

@@ -67,12 +67,20 @@ ISA — fixed 64-bit instruction words
                         ``fl32(acc * fl32(s_a * s_b))`` per lane, step 4 of
                         :mod:`tilewright.dataflow_sim.numerics`. Waits until the DMA is idle (a
                         STORE in flight keeps the scales it started with); busy for no cycle
+    ``LOAD_VI`` 11      as ``LOAD_V`` (``vaddr``, ``count``, ``addr``), indirect: the external
+                        address is ``addr + idx * count * r`` (wrapping at 32 bits), ``idx`` the
+                        run's index register (:data:`IDX_BITS` bits, unsigned; the top's ``idx``
+                        input, written by the host before ``start``) and ``r`` the beats per
+                        vector word — row ``idx`` of a table of ``count``-word rows at ``addr``
+                        (an embedding lookup by token id). Only on ArchSpecs with a vector unit
+                        (elsewhere an unknown opcode); waits and takes as long as ``LOAD_V``
     ==========  ======  =========================================================================
 
     ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
-    until the GEMM core is idle; ``LOAD_V``/``STORE_V``/``VECTOR``/``SCAN`` wait until both the
-    DMA and the vector engine are idle (they share the vector buffer's ports); ``SCALE`` waits
-    until the DMA is idle. Nothing else is checked by hardware: the compiler orders buffer reuse
+    until the GEMM core is idle; ``LOAD_V``/``LOAD_VI``/``STORE_V``/``VECTOR``/``SCAN`` wait until
+    both the DMA and the vector engine are idle (they share the vector buffer's ports);
+    ``SCALE`` waits until the DMA is idle. Nothing else is checked by hardware: the compiler
+    orders buffer reuse
     with ``SYNC`` (the schedule of
     :func:`codegen_gemm`).
 
@@ -111,7 +119,7 @@ from tilewright.compiler.program import GemmTask, Program
 from tilewright.errors import UserError
 from tilewright.formats import bits_of, get_format
 
-__all__ = ["ISA", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
+__all__ = ["ISA", "IDX_BITS", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
            "VECTOR_UNIT_OPS", "VECTOR_INT32_OPS", "REQUANT_SHIFT_BITS",
            "VECTOR_OVERHEAD_CYCLES", "SCAN_OVERHEAD_CYCLES",
            "vector_word_bytes", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",
@@ -140,7 +148,11 @@ ISA: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
                    ("dst", 12), ("seg", 7))),
     "SCAN": (9, (("count", 12), ("ab", 12), ("c", 12), ("h0", 12), ("dst", 12))),
     "SCALE": (10, (("operand", 1), ("value", 32))),
+    "LOAD_VI": (11, (("vaddr", 12), ("count", 16), ("addr", 32))),
 }
+#: bits of the run's index register that ``LOAD_VI`` reads (the top's ``idx`` input; e.g. a
+#: token id, so a vocabulary of up to ``2**IDX_BITS`` rows)
+IDX_BITS = 16
 #: vector-buffer depth of the accelerator top (words of ``lanes`` 32-bit lanes)
 VBUF_WORDS = 1024
 #: The vector unit's operations, one row each (the one table ``vop`` codes, kinds and lane formats

@@ -16,6 +16,11 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
                  parameter words of each column word of ``lanes`` channels (multipliers, then
                  shifts) and the accumulator words column word by column word, one VECTOR
                  ``requant`` per column word (its b word the column word's multipliers).
+``gather``       ``op`` gather, ``shape`` ``(rows, L)``: row ``idx`` of a table of int32 lanes
+                 ``[rows, L]`` (e.g. an embedding table) fetched by ``LOAD_VI`` — the table
+                 stays in external memory (``ceil(L / lanes)`` words per row, padded with 0), the
+                 index is the run's index register (:meth:`VectorSegment.index`, the second
+                 operand ``[idx]``), not an address the code holds; ``STORE_V`` writes the row.
 ``scan``         ``op`` scan, ``shape`` ``(B, L, D, N)``: the SSM recurrence of a ``scan`` task on
                  the scan unit (:mod:`tilewright.dataflow_sim.scan_numerics` codes): operands a
                  codes ``[B, L, D, N]`` (unsigned Q0.16), b codes ``[B, L, D, N]``, c codes
@@ -49,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (IMEM_WORDS, REQUANT_SHIFT_BITS, VBUF_WORDS,
+from tilewright.compiler.codegen import (IDX_BITS, IMEM_WORDS, REQUANT_SHIFT_BITS, VBUF_WORDS,
                                          VECTOR_OPCODES, AssemblerError,
                                          CodegenError, Instr, assemble, beat_bytes, find_segment,
                                          beats_to_words, field_slices, vector_word_bytes,
@@ -66,7 +71,7 @@ UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
 ELEMENTWISE_OPS = BINARY + UNARY
 ROW_OPS = ("sum", "rmax", "softmax", "argmax")
 KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",),
-         "requant": ("requant",)}
+         "requant": ("requant",), "gather": ("gather",)}
 Q_MIN, Q_MAX = -32768, 32767        #: raw Q8.8 range
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1     #: int32 lanes (argmax, requant)
 SOFTMAX_MAX_ROW = 127               #: longest softmax row (sum of exps must stay a Q8.8 value)
@@ -94,8 +99,8 @@ class VectorKernel:
         if self.op not in accepted:
             raise ValueError(f"vector kernel {self.name}: {self.kind} op {self.op!r}; "
                              f"accepted: {', '.join(accepted)}")
-        if self.kind in ("row", "requant") and len(self.shape) != 2:
-            what = "a row op" if self.kind == "row" else "requant"
+        if self.kind in ("row", "requant", "gather") and len(self.shape) != 2:
+            what = {"row": "a row op"}.get(self.kind, self.kind)
             raise ValueError(f"vector kernel {self.name}: {what} takes a 2-D operand "
                              f"[rows, L], not shape {self.shape}")
         if self.kind == "scan" and len(self.shape) != 4:
@@ -107,7 +112,8 @@ class VectorKernel:
 
     @property
     def operands(self) -> int:
-        return {"scan": 4, "requant": 3}.get(self.kind, 2 if self.op in BINARY else 1)
+        return {"scan": 4, "requant": 3, "gather": 2}.get(self.kind,
+                                                         2 if self.op in BINARY else 1)
 
     def operand_shapes(self) -> list[tuple[int, ...]]:
         """Shape of each operand (scan: a, b, c, h0)."""
@@ -116,6 +122,8 @@ class VectorKernel:
             return [self.shape, self.shape, (b, length, n), (b, d, n)]
         if self.kind == "requant":
             return [self.shape, self.shape[1:], self.shape[1:]]
+        if self.kind == "gather":           # the table and the row index
+            return [self.shape, (1,)]
         return [self.shape] * self.operands
 
 
@@ -177,6 +185,12 @@ class VectorSegment:
         if k.kind == "requant":
             self._requant_image(put, operands)
             return out
+        if k.kind == "gather":
+            table, _ = self._gather_operands(operands)
+            grid = np.zeros((k.shape[0], self.row_words * self.lanes), np.int64)
+            grid[:, :k.shape[1]] = table
+            put(self.chunks[0].in_addr[0], pack_vector_words(grid.reshape(-1, self.lanes)))
+            return out
         pad = 0 if k.op == "sum" else I32_MIN if k.op == "argmax" else Q_MIN
         lo, hi, what = (I32_MIN, I32_MAX, "int32") if k.op == "argmax" else (Q_MIN, Q_MAX,
                                                                             "raw Q8.8")
@@ -212,6 +226,21 @@ class VectorSegment:
                                  f"[{lo}, {hi}] expected")
             arrays.append(x.astype(np.int64))
         return arrays
+
+    def index(self, *operands: np.ndarray) -> int:
+        """The value the host writes to the index register before this kernel's run: a gather's
+        row index (checked), 0 for every other kernel (their code has no ``LOAD_VI``)."""
+        if self.kernel.kind != "gather":
+            return 0
+        return int(self._gather_operands(operands)[1][0])
+
+    def _gather_operands(self, operands) -> list[np.ndarray]:
+        rows = self.kernel.shape[0]
+        if len(operands) != 2:
+            raise ValueError(f"kernel {self.kernel.name} (gather) takes 2 operand(s) (table, "
+                             f"index), not {len(operands)}")
+        return self._int_operands("gather", ("table", "index"), operands, "integers",
+                                  [(I32_MIN, I32_MAX), (0, min(rows, 1 << IDX_BITS) - 1)])
 
     def _requant_image(self, put, operands) -> None:
         """acc [M, N] (int32), multiplier [N] (int32), shift [N] (0..63): the parameter words
@@ -271,6 +300,8 @@ class VectorSegment:
             return np.moveaxis(y, 2, 1), ch[:, :, -1, :n]
         if k.kind == "elementwise":
             return lanes.reshape(-1)[:int(np.prod(k.shape))].reshape(k.shape)
+        if k.kind == "gather":
+            return lanes.reshape(-1)[:k.shape[1]]
         if k.kind == "requant":
             out, pos = [], 0
             for c in self.chunks:
@@ -333,6 +364,8 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
         code, chunks, addr = _scan_code(k, arch, addr)
     elif k.kind == "requant":
         code, chunks, addr, const_addr, row_words = _requant_code(k, arch, addr)
+    elif k.kind == "gather":
+        code, chunks, addr, row_words = _gather_code(k, arch, addr)
     elif k.kind == "elementwise":
         total = -(-int(np.prod(k.shape)) // lanes)
         per = min(VBUF_WORDS // k.operands, _MAX_BEATS)
@@ -427,6 +460,26 @@ def _requant_code(k: VectorKernel, arch: ArchSpec, addr: int):
         chunks.append(_Chunk(n, (in_addr,), n * nw, addr, n * nw, (r0, 0)))
         addr += n * nw * r
     return code, chunks, addr, param_addr, nw
+
+
+def _gather_code(k: VectorKernel, arch: ArchSpec, addr: int):
+    """(instructions without END, chunks, next free address, words per row) of a gather: the
+    table's rows (``nw`` words each) at ``addr``, ``LOAD_VI`` of row ``idx`` into words 0 ..,
+    ``STORE_V`` of them after the table."""
+    lanes = arch.vector_unit.lanes
+    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
+    rows, length = k.shape
+    nw = -(-length // lanes)
+    if nw > VBUF_WORDS:
+        raise DoesNotFit(f"vector kernel {k.name}: a gather row of {length} elements needs {nw} "
+                         f"vector-buffer words; the buffer holds {VBUF_WORDS}")
+    if rows > 1 << IDX_BITS:
+        raise DoesNotFit(f"vector kernel {k.name}: a table of {rows} rows; the index register "
+                         f"(IDX_BITS = {IDX_BITS}) reaches {1 << IDX_BITS}")
+    table, out = addr, addr + rows * nw * r
+    code = [_ins("LOAD_VI", vaddr=0, count=nw, addr=table),
+            _ins("STORE_V", vaddr=0, count=nw, addr=out)]
+    return code, [_Chunk(rows, (table,), rows * nw, out, nw)], out + nw * r, nw
 
 
 def _scan_code(k: VectorKernel, arch: ArchSpec, addr: int):

@@ -2,7 +2,8 @@
 streams both sides agree on.
 
 Host -> driver (little-endian uint32 fields): a stream header (``TWA1``, beat bytes W, memory
-latency L, the instruction words), then per segment its entry, a watchdog, the memory-image words
+latency L, the instruction words), then per segment its entry, the index register's value
+(``idx``, what ``LOAD_VI`` reads; 0 for code without it), a watchdog, the memory-image words
 to store and the word ranges to read back (:func:`segment_command`), then ``DONE``. Driver ->
 host, per segment (:func:`read_result`): cycles by the top's counter and by the driver, retired,
 error, pc, read/write beats, busy wall time (ns) and the words read back.
@@ -36,10 +37,11 @@ def stream_header(words, w: int, latency: int) -> bytes:
 
 
 def segment_command(entry: int, watchdog: int, image: dict[int, int],
-                    ranges: list[tuple[int, int]], w: int) -> bytes:
-    """One segment: entry, watchdog, the image words to store, the ranges to read back."""
+                    ranges: list[tuple[int, int]], w: int, idx: int = 0) -> bytes:
+    """One segment: entry, index register, watchdog, the image words to store, the ranges to
+    read back."""
     nbytes = 4 * _chunks(w)
-    parts = [struct.pack("<4I", MAGIC_SEG, entry, min(watchdog, 0xFFFFFFFF), len(image))]
+    parts = [struct.pack("<5I", MAGIC_SEG, entry, idx, min(watchdog, 0xFFFFFFFF), len(image))]
     parts += [struct.pack("<I", a) + int(v).to_bytes(nbytes, "little") for a, v in image.items()]
     parts.append(struct.pack("<I", len(ranges)))
     parts += [struct.pack("<2I", a, n) for a, n in ranges]

@@ -76,10 +76,10 @@ def run_core_fast(build: Build, program: Program, inputs: dict[str, np.ndarray],
 
 
 def _run_segment(pipe: DriverPipe, arch: ArchSpec, isa, seg, image: dict[int, int], result,
-                 name: str) -> tuple[object, dict]:
+                 name: str, idx: int = 0) -> tuple[object, dict]:
     """Send one segment (its memory ``image``), read its result record; ``result(arch,
     read)`` turns the words read back into the segment's output (called once with a recording
-    reader first, to learn which word ranges to read back)."""
+    reader first, to learn which word ranges to read back); ``idx``: the index register."""
     ranges: list[tuple[int, int]] = []
 
     def record(addr: int, count: int) -> list[int]:
@@ -89,7 +89,7 @@ def _run_segment(pipe: DriverPipe, arch: ArchSpec, isa, seg, image: dict[int, in
     result(arch, record)
     w = beat_bytes(arch)
     watchdog = 4 * predict_segment(isa, seg, arch).cycles + 10_000
-    pipe.send(ac.segment_command(seg.entry, watchdog, image, ranges, w))
+    pipe.send(ac.segment_command(seg.entry, watchdog, image, ranges, w, idx))
     res = ac.read_result(pipe, w)
     if res["cycles"] != res["cycles_driver"] or res["error"]:
         raise RuntimeError(f"{name}: cycle counter {res['cycles']} vs driver "
@@ -132,6 +132,7 @@ def run_kernels_fast(build: Build, isas: list, batch, arch: ArchSpec, keep_dir=N
     program per batch) on the accelerator's fast driver; outputs per kernel, records per
     kernel (task, cycles, retired, beats ...)."""
     images = {s.task: s.image(arch, *batch.operands[s.task]) for isa in isas for s in isa.segments}
+    idxs = {s.task: s.index(*batch.operands[s.task]) for isa in isas for s in isa.segments}
     outputs: dict[str, object] = {}
     records: list[dict] = []
 
@@ -140,7 +141,8 @@ def run_kernels_fast(build: Build, isas: list, batch, arch: ArchSpec, keep_dir=N
             pipe.send(ac.stream_header(isa.words, beat_bytes(arch), memory_latency_cycles(arch)))
             for seg in isa.segments:
                 outputs[seg.task], res = _run_segment(pipe, arch, isa, seg, images[seg.task],
-                                                      seg.result, f"kernel {seg.task}")
+                                                      seg.result, f"kernel {seg.task}",
+                                                      idxs[seg.task])
                 res.update(task=seg.task)
                 records.append(res)
             pipe.send(ac.stream_end())

@@ -7,8 +7,9 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
 
 * the controller needs one fetch cycle after ``start``; instruction ``i`` issues in cycle
   ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the fetch cycle);
-* ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/STORE_V/VECTOR —
-  (and SCAN) the DMA and the vector engine are idle; SCALE — the DMA is idle (it keeps no unit
+* ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/LOAD_VI/STORE_V/
+  VECTOR (and SCAN) — the DMA and the vector engine are idle; SCALE — the DMA is idle (it
+  keeps no unit
   busy); SYNC — every selected unit is idle; END — all are idle. A unit issued in cycle ``c``
   for ``D`` busy cycles is idle again
   from cycle ``c + D + 1``;
@@ -17,8 +18,9 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
   kinds);
   LOAD ``D = L + count * r`` (one request cycle … first beat ``L`` cycles after the request,
   one beat per cycle, ``r`` beats per word); STORE ``D = 1 + count * r`` (request, then posted
-  write beats); ``count = 0``: ``D = 0``; LOAD_V/STORE_V the same with ``r`` beats per vector
-  word; VECTOR ``D = count + VECTOR_OVERHEAD_CYCLES``; SCAN ``D = count + SCAN_OVERHEAD_CYCLES``;
+  write beats); ``count = 0``: ``D = 0``; LOAD_V/LOAD_VI/STORE_V the same with ``r`` beats per
+  vector word (LOAD_VI's address from the index register changes no cycle); VECTOR
+  ``D = count + VECTOR_OVERHEAD_CYCLES``; SCAN ``D = count + SCAN_OVERHEAD_CYCLES``;
 * total = ``c_END - c_start`` (``start`` sampled in cycle ``c_start``; ``busy`` high from the next
   cycle through the one END issues in).
 """
@@ -64,7 +66,7 @@ def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTim
     lat = memory_latency_cycles(arch)
     bpw = beats_per_word(arch)
     beats = {"LOAD_A": bpw["a"], "LOAD_B": bpw["b"], "STORE": bpw["c"],
-             "LOAD_V": bpw.get("v", 0), "STORE_V": bpw.get("v", 0)}
+             "LOAD_V": bpw.get("v", 0), "LOAD_VI": bpw.get("v", 0), "STORE_V": bpw.get("v", 0)}
     instrs = disassemble(list(isa.words[seg.entry:seg.end + 1]))
     start = 0
     prev = start + 1              # the fetch cycle
@@ -77,7 +79,8 @@ def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTim
             dur = ((1 if ins.op.startswith("STORE") else lat) + f["count"] * beats[ins.op]
                    if f["count"] else 0)      # count 0: the DMA does nothing
             # the vector buffer's transfers also wait for the vector engine
-            ready = max(free["dma"], free["vec"]) if ins.op.endswith("_V") else free["dma"]
+            ready = (max(free["dma"], free["vec"]) if ins.op in ("LOAD_V", "LOAD_VI", "STORE_V")
+                     else free["dma"])
         elif ins.op == "GEMM":
             unit, dur, ready = "gemm", _gemm_busy(arch, f["m"], f["k"], f["n"]), free["gemm"]
         elif ins.op in ("VECTOR", "SCAN"):

@@ -1,7 +1,8 @@
 """Functional model of the accelerator top's vector path at the instruction level.
 
-Executes the ``LOAD_V`` / ``STORE_V`` / ``VECTOR`` / ``SYNC`` / ``END`` instructions of a segment
-(:mod:`tilewright.compiler.codegen`) on a numpy vector buffer and an external-memory dict, with the
+Executes the ``LOAD_V`` / ``LOAD_VI`` / ``STORE_V`` / ``VECTOR`` / ``SYNC`` / ``END`` instructions
+of a segment (:mod:`tilewright.compiler.codegen`) on a numpy vector buffer and an external-memory
+dict, with the
 vector unit's bit-exact arithmetic (:func:`tilewright.dataflow_sim.vector_numerics.run_beats`).
 It is the reference the Verilated top is checked against, word for word.
 
@@ -35,10 +36,12 @@ _OP_NAMES = {v: k for k, v in VECTOR_OPCODES.items()}
 
 
 def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int, int],
-                       vbuf: np.ndarray | None = None) -> np.ndarray:
+                       vbuf: np.ndarray | None = None, idx: int = 0) -> np.ndarray:
     """Run segment ``name`` of ``isa`` from its entry to END on ``ext`` (external W-byte words,
-    updated in place by STORE_V); returns the vector buffer ``[VBUF_WORDS, lanes]`` (int64 lane
-    values) it leaves. GEMM-path instructions are refused (this model covers the vector path)."""
+    updated in place by STORE_V), ``idx`` in the index register (``LOAD_VI`` reads row ``idx``
+    of a table of ``count``-word rows: external word ``addr + idx * count * r``); returns the
+    vector buffer ``[VBUF_WORDS, lanes]`` (int64 lane values) it leaves. GEMM-path instructions
+    are refused (this model covers the vector path)."""
     seg = isa.segment(name)
     lanes = arch.vector_unit.lanes
     w, wb = beat_bytes(arch), vector_word_bytes(arch)
@@ -46,9 +49,10 @@ def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int,
     buf = np.zeros((VBUF_WORDS, lanes), np.int64) if vbuf is None else vbuf
     for ins in disassemble(list(isa.words[seg.entry:seg.end + 1])):
         f = ins.fields
-        if ins.op == "LOAD_V":
-            words = beats_to_words([ext.get(f["addr"] + j, 0) for j in range(f["count"] * r)],
-                                   wb, w)
+        if ins.op in ("LOAD_V", "LOAD_VI"):
+            base = f["addr"] + (idx * f["count"] * r if ins.op == "LOAD_VI" else 0)
+            words = beats_to_words([ext.get((base + j) % (1 << 32), 0)
+                                    for j in range(f["count"] * r)], wb, w)
             idx = (f["vaddr"] + np.arange(f["count"])) % VBUF_WORDS
             buf[idx] = unpack_vector_words(words, lanes)
         elif ins.op == "STORE_V":
@@ -72,7 +76,7 @@ def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int,
             break
         elif ins.op != "SYNC":
             raise ValueError(f"vector segment {name}: instruction {ins} is not on the vector "
-                             f"path (accepted: LOAD_V, STORE_V, VECTOR, SCAN, SYNC, END)")
+                             f"path (accepted: LOAD_V, LOAD_VI, STORE_V, VECTOR, SCAN, SYNC, END)")
     return buf
 
 
@@ -98,6 +102,6 @@ def kernel_reference(kernel: VectorKernel, arch: ArchSpec, *operands: np.ndarray
     isa = isa or codegen_vector(arch, [kernel])
     seg = isa.segment(kernel.name)
     ext = seg.image(arch, *operands)
-    run_vector_segment(isa, kernel.name, arch, ext)
+    run_vector_segment(isa, kernel.name, arch, ext, idx=seg.index(*operands))
     return seg.result(arch, lambda addr, count: [ext.get(addr + i, 0) for i in range(count)])
 

@@ -23,6 +23,9 @@ softmax       row softmax over the last axis (rows of at most
               rows stay fp32)
 reduce_sum,   row ``sum`` / ``rmax`` over the last axis only (``sum`` returns Q24.8, exact
 reduce_max    in fp32 up to 2**24)
+take_rows     ``gather``: one row of an fp32 2-D table (the embedding lookup of a decode step;
+              one index — the index register holds one per run — else it stays on the host),
+              the table's fp32 bits as int32 lanes, fetched by ``LOAD_VI``: bit-exact
 scan          the ``scan`` task (chunked selective scan) on the scan unit: a quantised to
 (task kind)   unsigned Q0.16, b, c, h0 to Q16.16
               (:func:`~tilewright.dataflow_sim.scan_numerics.to_a_code` /
@@ -58,7 +61,7 @@ _UNARY = ("exp", "rsqrt", "silu", "softplus")
 _BINARY = ("add", "mul")
 _ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_max": "rmax"}
 #: Program vector ops (and the scan task) the vector engine takes (see the module table)
-OFFLOAD_OPS = _UNARY + _BINARY + tuple(_ROW) + ("scan",)
+OFFLOAD_OPS = _UNARY + _BINARY + tuple(_ROW) + ("take_rows", "scan")
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class OffloadRecord:
         """A raw result (this record's or the RTL's) as the task's fp32 output."""
         if self.kernel.op == "argmax":
             return np.asarray(raw, np.int64).reshape(self.out_shape)
+        if self.kernel.kind == "gather":       # int32 lanes holding fp32 bits
+            return np.asarray(raw, np.int64).astype(np.int32).view(np.float32).reshape(
+                self.out_shape)
         if self.kernel.kind == "scan":
             y, h = raw
             return (sn.from_h_code(y).astype(np.float32), sn.from_h_code(h).astype(np.float32))
@@ -102,6 +108,13 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
     op, at = task.op, task.attrs
     if op not in ops or at.get("format", "fp32") != "fp32":
         return None
+    if op == "take_rows":
+        x, idx = np.asarray(ins[0]), np.asarray(ins[1]).reshape(-1)
+        if not _is_f32(x) or x.ndim != 2 or x.size == 0 or idx.size != 1:
+            return None
+        return (VectorKernel(name, "gather", "gather", x.shape),
+                (x.view(np.int32).astype(np.int64), idx.astype(np.int64)),
+                (*np.asarray(ins[1]).shape, x.shape[1]))
     if op in _UNARY:
         x = np.asarray(ins[0])
         if not _is_f32(x) or x.size == 0:

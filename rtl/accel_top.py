@@ -16,7 +16,9 @@ Ports (``sync`` domain)
     ``start``, ``entry``, ``busy``, ``done``, ``error``, ``pc``, ``cycles``, ``retired``.
     External memory (the DMA's): ``mem_req_valid/ready/write/addr/len``,
     ``mem_rd_valid/ready/data``, ``mem_wr_valid/ready/data`` (W = ``beat_bytes(arch)`` bytes per
-    beat). Debug: ``gemm_busy``, ``dma_busy``, ``vec_busy``.
+    beat). Debug: ``gemm_busy``, ``dma_busy``, ``vec_busy``. With a vector unit: ``idx`` (in,
+    :data:`~tilewright.compiler.codegen.IDX_BITS` bits), the run's index register that
+    ``LOAD_VI`` reads (sampled with ``start``; e.g. the token id of an embedding lookup).
 
 Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing`)
     With the memory always ready, answering a read ``L = memory_latency_cycles(arch)`` cycles
@@ -25,7 +27,7 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
     * cycle ``s+1`` fetches the entry instruction; instruction ``i`` issues in cycle
       ``c_i = max(c_{i-1} + 1, ready_i)`` with ``c_{-1} = s + 1``;
     * ``ready_i`` is the first cycle the units it needs are idle (LOAD/STORE: DMA; GEMM: core;
-      SYNC: the selected units; LOAD_V/STORE_V/VECTOR/SCAN: DMA and vector engine; END: all
+      SYNC: the selected units; LOAD_V/LOAD_VI/STORE_V/VECTOR/SCAN: DMA and vector engine; END: all
       three;
       SCALE (fp8 top only): the DMA; it keeps no unit busy.
       A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``;
@@ -34,7 +36,8 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
       :func:`~tilewright.compiler.engine_timing.tile_core_busy_cycles`, the contract of
       :mod:`tilewright.rtl.tile_core`); LOAD ``D = L + count * r``; STORE
       ``D = 1 + count * r`` (``r`` beats per on-chip word; see :mod:`tilewright.rtl.dma`);
-      ``acc`` does not change a GEMM's cycles; a DMA ``count`` of 0 takes ``D = 0``; LOAD_V and
+      ``acc`` does not change a GEMM's cycles; a DMA ``count`` of 0 takes ``D = 0``; LOAD_V (and
+      LOAD_VI) and
       STORE_V as LOAD and STORE with ``r`` beats per vector word; VECTOR
       ``D = count + VECTOR_OVERHEAD``, SCAN ``D = count + SCAN_OVERHEAD``
       (:mod:`tilewright.rtl.vector_engine`);
@@ -69,8 +72,10 @@ __all__ = ["AccelTop", "ACCEL_TOP_NAME", "ACCEL_GENERATOR_VERSION", "write_accel
 
 ACCEL_TOP_NAME = "tw_accel"
 #: bump when the top's behaviour or ports change (0.3.0: the fp8 top decodes SCALE and applies
-#: the scales; the other tops' Verilog is unchanged, but VERSION tells software which ISA it has)
-ACCEL_GENERATOR_VERSION = "0.3.0"
+#: the scales; the other tops' Verilog is unchanged, but VERSION tells software which ISA it has;
+#: 0.4.0: tops with a vector unit decode LOAD_VI and have the ``idx`` input; tops without one are
+#: unchanged)
+ACCEL_GENERATOR_VERSION = "0.4.0"
 
 _HOST = ("imem_wr_en", "imem_wr_addr", "imem_wr_data", "start", "entry")
 _STATUS = ("busy", "done", "error", "pc", "cycles", "retired")
@@ -95,10 +100,12 @@ class AccelTop(wiring.Component):
             self._core = mx_core_for_arch(arch, halves=True)
         else:
             self._core = (GemmCore if arch.tensor_engine.systolic else TileCore)(arch, halves=True)
-        self._dma = Dma(arch=arch)
+        # indirect loads (LOAD_VI, the idx input) fill the vector buffer: tops with a vector unit
+        self._indirect = arch.vector_unit is not None
+        self._dma = Dma(arch=arch, indirect=self._indirect)
         # the fp8 core applies the run's per-tensor scales (SCALE) at its accumulator read port
         self._scaled = isinstance(self._core, Fp8GemmCore)
-        self._ctrl = Controller(scales=self._scaled)
+        self._ctrl = Controller(scales=self._scaled, indirect=self._indirect)
         self._vec = VectorEngine(arch) if arch.vector_unit is not None else None
         sig: dict[str, Any] = {}
         for name in _HOST:
@@ -109,6 +116,8 @@ class AccelTop(wiring.Component):
             sig[name] = In(self._dma.signature.members[name].shape)
         for name in _MEM_OUT:
             sig[name] = Out(self._dma.signature.members[name].shape)
+        if self._indirect:
+            sig["idx"] = In(self._ctrl.signature.members["idx"].shape)
         sig["gemm_busy"], sig["dma_busy"], sig["vec_busy"] = Out(1), Out(1), Out(1)
         super().__init__(sig)
 
@@ -144,6 +153,8 @@ class AccelTop(wiring.Component):
             core.acc_rd_addr.eq(dma.acc_rd_addr), dma.acc_rd_data.eq(core.acc_rd_data),
             dma.vaddr.eq(ctrl.dma_vaddr),
         ]
+        if self._indirect:
+            m.d.comb += [ctrl.idx.eq(self.idx), dma.idx.eq(ctrl.dma_idx)]
         if self._scaled:
             m.d.comb += [core.scale_a.eq(ctrl.scale_a), core.scale_b.eq(ctrl.scale_b)]
         if vec is not None:    # an ArchSpec without a vector unit: vec_busy stays low

@@ -24,6 +24,13 @@ Scales (``Controller(scales=True)``, the fp8 top)
     ``dma_busy`` is low, busy for no cycle), both 1.0 from each ``start``. Without ``scales``
     the controller does not decode ``SCALE`` (an unknown opcode: ``error``), and its logic is
     the one it had before ``SCALE`` existed.
+
+Indirect loads (``Controller(indirect=True)``, the tops with a vector unit)
+    ``idx`` (:data:`~tilewright.compiler.codegen.IDX_BITS` bits) is sampled with ``start`` into
+    the run's index register, driven on ``dma_idx``; ``LOAD_VI`` issues as ``LOAD_V`` does (DMA
+    op :data:`~tilewright.rtl.dma.OP_LOAD_VI`, same fields and readiness), the DMA computing
+    its address from ``dma_idx``. Without ``indirect`` ``LOAD_VI`` is an unknown opcode and the
+    logic is the one it had before ``LOAD_VI`` existed.
 """
 
 from __future__ import annotations
@@ -32,10 +39,11 @@ from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from tilewright.compiler.codegen import IMEM_WORDS, ISA, OPCODE_BITS, WORD_BITS, field_slices
+from tilewright.compiler.codegen import (IDX_BITS, IMEM_WORDS, ISA, OPCODE_BITS, WORD_BITS,
+                                         field_slices)
 from tilewright.formats import bits_of
 from tilewright.rtl.dma import (ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_LOAD_V,
-                                OP_STORE, OP_STORE_V, VBUF_ADDR_BITS)
+                                OP_LOAD_VI, OP_STORE, OP_STORE_V, VBUF_ADDR_BITS)
 
 __all__ = ["Controller", "PC_BITS"]
 
@@ -54,13 +62,16 @@ def _field(word, op: str, name: str):
 
 class Controller(wiring.Component):
     """Fetch/issue controller (see module docstring). ``scales``: decode ``SCALE`` and drive
-    ``scale_a``/``scale_b``."""
+    ``scale_a``/``scale_b``. ``indirect``: decode ``LOAD_VI`` and hold the run's ``idx``."""
 
-    def __init__(self, *, scales: bool = False):
-        if not isinstance(scales, bool):
-            raise TypeError(f"scales must be a bool, not {type(scales).__name__}")
-        self._scales = scales
+    def __init__(self, *, scales: bool = False, indirect: bool = False):
+        for name, v in (("scales", scales), ("indirect", indirect)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
+        self._scales, self._indirect = scales, indirect
         extra = {"scale_a": Out(_SCALE_BITS), "scale_b": Out(_SCALE_BITS)} if scales else {}
+        if indirect:
+            extra.update(idx=In(IDX_BITS), dma_idx=Out(IDX_BITS))
         super().__init__({**extra,
             "imem_wr_en": In(1), "imem_wr_addr": In(PC_BITS), "imem_wr_data": In(WORD_BITS),
             "start": In(1), "entry": In(PC_BITS),
@@ -99,7 +110,8 @@ class Controller(wiring.Component):
 
         ins = rd.data
         opcode = ins[:OPCODE_BITS]
-        ops = {op: row for op, row in ISA.items() if self._scales or op != "SCALE"}
+        ops = {op: row for op, row in ISA.items()
+               if (self._scales or op != "SCALE") and (self._indirect or op != "LOAD_VI")}
         is_op = {op: Signal(name=f"is_{op.lower()}") for op in ops}
         for op, (code, _) in ops.items():
             m.d.comb += is_op[op].eq(opcode == code)
@@ -118,6 +130,11 @@ class Controller(wiring.Component):
             assert field_slices(op) == field_slices("LOAD_A"), op
         assert field_slices("STORE_V") == field_slices("LOAD_V")
         is_vdma = is_op["LOAD_V"] | is_op["STORE_V"]
+        vdma_ops = dict(_VDMA_OPS)
+        if self._indirect:            # LOAD_VI: LOAD_V's fields and readiness, its own DMA op
+            assert field_slices("LOAD_VI") == field_slices("LOAD_V")
+            is_vdma = is_vdma | is_op["LOAD_VI"]
+            vdma_ops["LOAD_VI"] = OP_LOAD_VI
         m.d.comb += [self.dma_buf.eq(_field(ins, "LOAD_A", "buf")),
                      self.dma_count.eq(Mux(is_vdma, _field(ins, "LOAD_V", "count"),
                                            _field(ins, "LOAD_A", "count"))),
@@ -125,7 +142,7 @@ class Controller(wiring.Component):
                                           _field(ins, "LOAD_A", "addr"))),
                      self.dma_vaddr.eq(_field(ins, "LOAD_V", "vaddr")),
                      self.dma_op.eq(0)]
-        for op, code in {**_DMA_OPS, **_VDMA_OPS}.items():
+        for op, code in {**_DMA_OPS, **vdma_ops}.items():
             with m.If(is_op[op]):
                 m.d.comb += self.dma_op.eq(code)
         m.d.comb += [self.vec_op.eq(_field(ins, "VECTOR", "vop")),
@@ -172,6 +189,11 @@ class Controller(wiring.Component):
                 m.d.sync += [busy.eq(0), done.eq(1), pc.eq(pc)]
         if self._scales:
             self._scale_registers(m, ins, is_op["SCALE"] & busy & ~fetch & known & ready)
+        if self._indirect:            # the run's index register: sampled with start
+            idx = Signal(IDX_BITS, name="idx_q")
+            m.d.comb += self.dma_idx.eq(idx)
+            with m.If(~busy & self.start):
+                m.d.sync += idx.eq(self.idx)
         return m
 
     def _scale_registers(self, m: Module, ins, issue) -> None:

@@ -20,6 +20,12 @@ high in cycles ``c+1 .. c+D``: LOAD ``D = L + count*r`` (request in ``c+1``, bea
 (request in ``c+1``, one write beat per cycle from ``c+2``; writes are posted — no
 acknowledgement is awaited). ``count = 0`` does nothing (``D = 0``). The same for the vector
 buffer (``LOAD_V``/``STORE_V``) with ``r`` = beats per vector word.
+
+Indirect loads (``Dma(indirect=True)``, an ArchSpec with a vector unit): :data:`OP_LOAD_VI` is
+``OP_LOAD_V`` from external word ``addr + idx * count * r`` (the ``idx`` input sampled with
+``start``; wrapping at :data:`ADDR_BITS` bits) — row ``idx`` of a table of ``count``-word rows,
+the ISA's ``LOAD_VI``; same timing as ``OP_LOAD_V``. Without ``indirect`` the engine has no
+``idx`` port and its logic is the one it had before ``LOAD_VI`` existed.
 """
 
 from __future__ import annotations
@@ -29,14 +35,14 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (VBUF_WORDS, beat_bytes, beats_per_word, field_slices,
-                                         word_bytes)
+from tilewright.compiler.codegen import (IDX_BITS, VBUF_WORDS, beat_bytes, beats_per_word,
+                                         field_slices, word_bytes)
 from tilewright.compiler.layout import GemmLayout
 
-__all__ = ["Dma", "OP_LOAD_A", "OP_LOAD_B", "OP_STORE", "OP_LOAD_V", "OP_STORE_V", "COUNT_BITS",
-           "ADDR_BITS", "VBUF_ADDR_BITS"]
+__all__ = ["Dma", "OP_LOAD_A", "OP_LOAD_B", "OP_STORE", "OP_LOAD_V", "OP_STORE_V", "OP_LOAD_VI",
+           "COUNT_BITS", "ADDR_BITS", "VBUF_ADDR_BITS"]
 
-OP_LOAD_A, OP_LOAD_B, OP_STORE, OP_LOAD_V, OP_STORE_V = 0, 1, 2, 3, 4
+OP_LOAD_A, OP_LOAD_B, OP_STORE, OP_LOAD_V, OP_STORE_V, OP_LOAD_VI = 0, 1, 2, 3, 4, 5
 #: address bits of the vector buffer (``VBUF_WORDS`` words)
 VBUF_ADDR_BITS = (VBUF_WORDS - 1).bit_length()
 #: widths of the command fields, from the ISA table
@@ -51,9 +57,15 @@ def _abits(depth: int) -> int:
 class Dma(wiring.Component):
     """The DMA engine for one ArchSpec (see module docstring)."""
 
-    def __init__(self, *, arch: ArchSpec):
+    def __init__(self, *, arch: ArchSpec, indirect: bool = False):
         if not isinstance(arch, ArchSpec):
             raise TypeError(f"Dma takes arch=ArchSpec, not {type(arch).__name__}")
+        if not isinstance(indirect, bool):
+            raise TypeError(f"Dma indirect must be a bool, not {type(indirect).__name__}")
+        if indirect and arch.vector_unit is None:
+            raise ValueError(f"{arch.name}: indirect loads (LOAD_VI) fill the vector buffer; "
+                             f"this ArchSpec has no vector_unit")
+        self._indirect = indirect
         self._w = beat_bytes(arch)
         self._r = beats_per_word(arch)
         self._wb = word_bytes(arch)       # on-chip word sizes (the core's layouts)
@@ -64,6 +76,7 @@ class Dma(wiring.Component):
         super().__init__({
             "start": In(1), "op": In(3), "buf": In(1), "count": In(COUNT_BITS),
             "addr": In(ADDR_BITS), "vaddr": In(VBUF_ADDR_BITS), "busy": Out(1),
+            **({"idx": In(IDX_BITS)} if indirect else {}),
             "mem_req_valid": Out(1), "mem_req_ready": In(1), "mem_req_write": Out(1),
             "mem_req_addr": Out(ADDR_BITS), "mem_req_len": Out(32),
             "mem_rd_valid": In(1), "mem_rd_ready": Out(1), "mem_rd_data": In(W),
@@ -114,6 +127,10 @@ class Dma(wiring.Component):
             with m.If(self.start & (self.count != 0)):
                 m.d.sync += [op.eq(self.op), buf.eq(self.buf), count.eq(self.count),
                              addr.eq(self.addr), vaddr.eq(self.vaddr), word.eq(0), chunk.eq(0)]
+                if self._indirect:   # LOAD_VI: a LOAD_V of row idx (count words of rv beats)
+                    with m.If(self.op == OP_LOAD_VI):
+                        m.d.sync += [op.eq(OP_LOAD_V),
+                                     addr.eq(self.addr + self.idx * self.count * rv)]
                 goto(REQ)
         with m.Elif(state == REQ):
             m.d.comb += [self.busy.eq(1), self.mem_req_valid.eq(1),

@@ -102,6 +102,14 @@ def test_fast_driver_keeps_streams_and_reports_driver_errors(tmp_path):
     assert len(kept) == 2 and records(replay.stdout) == kept
     bad = subprocess.run([str(exe), "-", "-"], input=b"nope" * 4, capture_output=True)
     assert bad.returncode == 2 and b"bad magic" in bad.stderr
+    # a top without a vector unit has no index register: a segment asking for idx 1 is refused
+    from tilewright.compiler.codegen import memory_latency_cycles
+    from tilewright.cosim.accel_commands import segment_command, stream_end, stream_header
+    w = beat_bytes(arch)
+    stream = (stream_header([0], w, memory_latency_cycles(arch))
+              + segment_command(0, 100, {}, [], w, idx=1) + stream_end())
+    noidx = subprocess.run([str(exe), "-", "-"], input=stream, capture_output=True)
+    assert noidx.returncode == 2 and b"no index register" in noidx.stderr, noidx.stderr
 
 
 def test_cli_sim_top_accel_fast(tmp_path):

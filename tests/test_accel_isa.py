@@ -498,3 +498,98 @@ def test_controller_scale_registers_in_amaranths_simulator():
             (6, 1), (7, 0)]
     bare = trace(Controller())
     assert (0, 5, 0, 1) in bare      # stopped with error at the SCALE it cannot decode
+
+
+# ---- LOAD_VI: indirect vector load (row idx of a table), the index register ---------------------
+def test_load_vi_encoding_and_cycle_model_by_hand():
+    """LOAD_VI: opcode 11, LOAD_V's fields (vaddr bits 4..15, count 16..31, addr 32..63, by
+    hand); the cycle model charges it as LOAD_V (L + count * r) whatever the index."""
+    from tilewright.compiler.codegen import IsaProgram, Segment
+    assert assemble([Instr("LOAD_VI", {"vaddr": 5, "count": 3, "addr": 0x1234})]) == [
+        11 | 5 << 4 | 3 << 16 | 0x1234 << 32]
+    arch = load_arch("ws8x8v")
+    lat, r = memory_latency_cycles(arch), beats_per_word(arch)["v"]
+    code = assemble([Instr("LOAD_VI", {"vaddr": 0, "count": 4, "addr": 0}),
+                     Instr("STORE_V", {"vaddr": 0, "count": 4, "addr": 100}), Instr("END", {})])
+    isa = IsaProgram(arch.content_hash(), tuple(code), (Segment("s", 1, 1, 1, 0, 2, ()),),
+                     beat_bytes(arch), 0)
+    # fetch 1; LOAD_VI 2 (DMA idle from 2 + lat + 4r + 1); STORE_V then; END after 1 + 4r + 1
+    c_store = 2 + lat + 4 * r + 1
+    assert predict_segment(isa, isa.segments[0], arch).cycles == c_store + 1 + 4 * r + 1
+
+
+def test_load_vi_controller_and_dma_in_amaranths_simulator():
+    """Controller(indirect=True) issues LOAD_VI as the DMA op OP_LOAD_VI with LOAD_V's fields and
+    the idx sampled at start (a later change of the input is not seen); Controller() stops at
+    LOAD_VI with error. Dma(indirect=True) requests external word addr + idx * count * r
+    (r = 2 beats per 4-lane vector word at W = 8 bytes), then loads like LOAD_V."""
+    from amaranth.sim import Simulator
+
+    from tilewright.rtl.controller import Controller
+    from tilewright.rtl.dma import OP_LOAD_V, OP_LOAD_VI, Dma
+    words = assemble([Instr("LOAD_VI", {"vaddr": 7, "count": 3, "addr": 40}), Instr("END", {})])
+
+    def run_ctrl(dut):
+        log = []
+
+        async def bench(ctx):
+            for i, w in enumerate(words):
+                ctx.set(dut.imem_wr_en, 1)
+                ctx.set(dut.imem_wr_addr, i)
+                ctx.set(dut.imem_wr_data, w)
+                await ctx.tick()
+            ctx.set(dut.imem_wr_en, 0)
+            if hasattr(dut, "idx"):
+                ctx.set(dut.idx, 41)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            if hasattr(dut, "idx"):
+                ctx.set(dut.idx, 9)          # changed after start: the run keeps 41
+            for cyc in range(1, 6):
+                if ctx.get(dut.dma_start):
+                    log.append((cyc, ctx.get(dut.dma_op), ctx.get(dut.dma_vaddr),
+                                ctx.get(dut.dma_count), ctx.get(dut.dma_addr),
+                                ctx.get(dut.dma_idx)))
+                log.append((cyc, ctx.get(dut.busy), ctx.get(dut.error)))
+                await ctx.tick()
+
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
+        sim.add_testbench(bench)
+        sim.run()
+        return log
+
+    log = run_ctrl(Controller(indirect=True))
+    assert (2, OP_LOAD_VI, 7, 3, 40, 41) in log and (4, 0, 0) in log   # END 3, idle from 4
+    assert (3, 0, 1) in run_ctrl(Controller())      # unknown opcode there: error
+
+    arch = ArchSpec.from_dict({**load_arch("ws8x8v").model_dump(mode="json", exclude_none=True),
+                               "vector_unit": {"lanes": 4},
+                               "offchip": {"bandwidth_gbps": 4.0, "latency_ns": 20.0}})
+    assert beat_bytes(arch) == 8 and beats_per_word(arch)["v"] == 2
+    dut = Dma(arch=arch, indirect=True)
+    got = {}
+
+    async def dma_bench(ctx):
+        ctx.set(dut.op, OP_LOAD_VI)
+        ctx.set(dut.count, 3)
+        ctx.set(dut.addr, 1000)
+        ctx.set(dut.idx, 41)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        ctx.set(dut.mem_req_ready, 1)
+        got["req"] = (ctx.get(dut.mem_req_valid), ctx.get(dut.mem_req_write),
+                      ctx.get(dut.mem_req_addr), ctx.get(dut.mem_req_len))
+        await ctx.tick()
+        got["busy_reading"] = ctx.get(dut.busy) and ctx.get(dut.mem_rd_ready)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(dma_bench)
+    sim.run()
+    assert got["req"] == (1, 0, 1000 + 41 * 3 * 2, 3 * 2) and got["busy_reading"]
+    assert OP_LOAD_V != OP_LOAD_VI
+    with pytest.raises(ValueError, match="tws4x4: indirect loads .* no vector_unit"):
+        Dma(arch=_arch(), indirect=True)

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from tilewright.app.cli.main import main
-from tilewright.app.flows.generate import (ARGMAX_CHECK, LOGITS_REL_L2_BOUND, StepResult,
-                                           _checks, generate)
+from tilewright.app.flows.generate import (ARGMAX_CHECK, GATHER_CHECK, LOGITS_REL_L2_BOUND,
+                                           StepResult, _checks, generate)
 from tilewright.arch import load_arch
 from tilewright.compiler.operand_formats import arch_for_format
 from tilewright.dataflow_sim.compile_flow import compile_llm, compile_module
@@ -305,6 +305,10 @@ def _generate_on_rtl(model: str) -> dict:
         assert op in host, op
     assert "rsqrt" not in host          # on the vector engine with --vector
     assert "argmax of the logits" not in host
+    # each decode step's embedding row came from LOAD_VI (bit-exact vs the table's row); only
+    # the prefill's lookup of the prompt stays on the host
+    assert checks[GATHER_CHECK]["detail"] == f"all {TOKENS - 1} steps"
+    assert f"embedding gather (take_rows) x1 of the prefill ({len(PROMPT)} prompt rows" in host
     return res
 
 
@@ -329,10 +333,11 @@ def test_rtl_fast_moe_and_mamba_bit_exact_and_cycle_exact(model):
         assert "topk_indices" in host, host
 
 
-@pytest.mark.parametrize("mutation", ["bit", "cycle", "argmax"])
+@pytest.mark.parametrize("mutation", ["bit", "cycle", "argmax", "gather"])
 def test_rtl_one_bit_or_one_cycle_off_exits_1(monkeypatch, mutation):
     """A one-bit error in one RTL GEMM result, one cycle more in one RTL GEMM, or (--vector)
-    the RTL argmax's token one off fails `generate --rtl` (exit 1, the check named FAIL)."""
+    the RTL argmax's token one off, or one bit of the decode step's embedding row fetched by
+    LOAD_VI, fails `generate --rtl` (exit 1, the check named FAIL)."""
     from tilewright.app.flows import sim_rtl
 
     real = sim_rtl.run
@@ -342,6 +347,11 @@ def test_rtl_one_bit_or_one_cycle_off_exits_1(monkeypatch, mutation):
         if mutation == "argmax":
             if "lm_head.argmax" in sim.outputs:
                 sim.outputs["lm_head.argmax"] = np.asarray(sim.outputs["lm_head.argmax"]) ^ 1
+        elif mutation == "gather":
+            for k in [k for k in sim.outputs if k.endswith("embed.take_rows")]:
+                row = np.array(sim.outputs[k], copy=True)
+                row.reshape(-1)[0] ^= 1
+                sim.outputs[k] = row
         elif mutation == "bit":
             c0 = np.array(sim.outputs["c0"], copy=True)
             c0.reshape(-1)[0] ^= 1
@@ -352,12 +362,14 @@ def test_rtl_one_bit_or_one_cycle_off_exits_1(monkeypatch, mutation):
 
     monkeypatch.setattr(sim_rtl, "run", wrong)
     code, out, err = _cli("generate", "--model", "tiny-llama", "--arch", ARCH,
-                          "--prompt-ids", "1,2", "--tokens", "1", "--rtl", "--fast", "--json",
-                          *(["--vector"] if mutation == "argmax" else []))
+                          "--prompt-ids", "1,2", "--tokens", "2" if mutation == "gather" else "1",
+                          "--rtl", "--fast", "--json",
+                          *(["--vector"] if mutation in ("argmax", "gather") else []))
     assert code == 1, out + err
     failed = {c["check"] for c in json.loads(out)["checks"] if not c["ok"]}
     want = {"bit": {"RTL GEMMs == numpy int32 (bit-exact)"},
             "cycle": {"RTL cycles == accelerator cycle model (every GEMM, DMA included)"},
-            "argmax": {ARGMAX_CHECK, "RTL vector engine == instruction-level model (bit-exact)"}
+            "argmax": {ARGMAX_CHECK, "RTL vector engine == instruction-level model (bit-exact)"},
+            "gather": {GATHER_CHECK, "RTL vector engine == instruction-level model (bit-exact)"}
             }[mutation]
     assert want <= failed, failed

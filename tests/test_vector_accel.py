@@ -97,6 +97,11 @@ def _suite():
     acc, mult, shift = _requant_operands()
     out.append((VectorKernel("requant", "requant", "requant", acc.shape), [acc, mult, shift],
                 _requant_closed(acc, mult, shift)))
+    # an embedding lookup: row 29 of a 37 x 19 int32 table fetched by LOAD_VI from the index
+    # register (the table stays in external memory; 19 = 4 words + 3 lanes on 4 lanes)
+    table = _RNG.integers(I32_MIN, I32_MAX, (37, 19), endpoint=True)
+    out.append((VectorKernel("gather", "gather", "gather", table.shape), [table, np.array([29])],
+                table[29]))
     return out
 
 
@@ -351,7 +356,10 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
     off = {r["kernel"]: r["equal"] for r in run.comparison(arch)}
     assert not any(off[k] for k in ("argmax", "longargmax", "requant")), off
     monkeypatch.undo()
-    for k in ("argmax", "requant"):
+    # the gather read row 29, not its neighbours (the index register reached the DMA)
+    table = dict((kk.name, ops) for kk, ops, _ in suite)["gather"][0]
+    assert not any(np.array_equal(run.outputs["gather"], table[i]) for i in (0, 28, 30))
+    for k in ("argmax", "requant", "gather"):
         flipped = run.outputs[k].copy()
         flipped.reshape(-1)[-1] ^= 1
         assert not _equal(flipped, dict((kk.name, r) for kk, _, r in suite)[k])

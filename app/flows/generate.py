@@ -29,7 +29,10 @@ machinery of ``sim --rtl --top accel``
 the step replayed with the RTL's results bit-exact with the functional model (logits and states,
 so the tokens too), and every GEMM's RTL cycles equal to the accelerator's cycle model
 (:mod:`tilewright.dataflow_sim.accel_timing`, DMA included). Everything else of a step runs on the
-host's functional model and is listed by name (:func:`host_ops`): the embedding gather, the
+host's functional model and is listed by name (:func:`host_ops`): the embedding gather (with
+``vector``: the prefill's only — a decode step's row is fetched by ``LOAD_VI`` from the token id
+in the top's index register, the table in external memory, and checked bit for bit against the
+table's row), the
 norms, RoPE, the attention's online softmax, quantize steps, the GEMMs' int32 -> fp32 scaling,
 routing, the KV append, the argmax.
 With ``vector`` (``--vector``, an ArchSpec with a ``vector_unit``) the ops the vector engine
@@ -64,7 +67,7 @@ from tilewright.errors import UserError
 
 __all__ = ["GenerateResult", "StepResult", "generate", "parse_prompt_ids", "host_ops",
            "LOGITS_REL_L2_BOUND", "MAX_GENERATE_PARAMS", "GENERATE_FORMATS", "HOST_OPS",
-           "ARGMAX_CHECK"]
+           "ARGMAX_CHECK", "GATHER_CHECK"]
 
 #: relative L2 error of a step's int8 logits against torch fp32 greedy decoding accepted (int8
 #: per-channel weights, per-tensor activations; measured over 4 prompt + 8 generated tokens,
@@ -89,6 +92,9 @@ GEMM_SCALING_HOST_OP = ("scaling of every int8 GEMM's int32 results to fp32 (act
 #: the token check's name (with --vector)
 ARGMAX_CHECK = ("next token: vector engine argmax == numpy argmax of the fp32 logits (lowest "
                 "index on ties)")
+#: the embedding check's name (with --rtl --vector: every decode step's row fetched by LOAD_VI)
+GATHER_CHECK = ("embedding row fetched by LOAD_VI (token id in the index register) == the "
+                "table's row (bit-exact)")
 #: the most tokens one run generates (docs/design.md: tokens at most 2**20)
 MAX_TOKENS = 1 << 20
 
@@ -278,8 +284,10 @@ def host_ops(program, offloaded: tuple[str, ...] = ()) -> list[str]:
         elif isinstance(t, ScanTask):
             name = "scan"
         elif isinstance(t, VectorTask):
-            name = {"take_rows": "embedding gather (take_rows)",
+            name = {"take_rows": "row gather (take_rows)",
                     "concat": "concat (KV append)"}.get(t.op, t.op)
+            if t.op == "take_rows" and t.attrs.get("lookup") == "embedding":
+                name = "embedding gather (take_rows)"
         else:
             name = type(t).__name__
         counts[name] = counts.get(name, 0) + 1
@@ -348,6 +356,7 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
                     else None)
         logits = logits32.astype(np.float64)
         if i == 0:
+            prefill_program = c.program
             memory = _memory(c.program, c.outputs, len(prompt), len(prompt) + tokens, spec,
                              has_attention(cfg))
         numpy_tok = int(np.argmax(logits32))
@@ -373,8 +382,14 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
                        f"{argmax_off[0][1]} vs numpy {argmax_off[0][2]}"))
     if rtl:
         checks += _rtl_checks(steps)
-        on_host = (*host_ops(c.program, tuple(steps[-1].rtl["offloaded"])),
-                   GEMM_SCALING_HOST_OP, *on_host)
+        last = host_ops(c.program, tuple(steps[-1].rtl["offloaded"]))
+        # the prefill looks up its whole prompt: LOAD_VI fetches one row per run (one index
+        # register), so a prompt of several tokens keeps its embedding gather on the host
+        prefill = [f"{h} of the prefill ({len(prompt)} prompt rows; LOAD_VI fetches one row "
+                   f"per run)" for h in host_ops(prefill_program,
+                                                 tuple(steps[0].rtl["offloaded"]))
+                   if h.startswith("embedding gather") and h not in last]
+        on_host = (*last, *prefill, GEMM_SCALING_HOST_OP, *on_host)
         times["rtl"] = sum(s.rtl["seconds"] for s in steps)
     res = GenerateResult(model, spec.name, spec.clock_mhz, list(prompt), gen, ref_tokens,
                          steps, checks, memory, host_ops=tuple(on_host), seconds=times)
@@ -449,6 +464,13 @@ def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool =
     run_gemms_on_accel(sr, recorded, c.program, c.inputs, func, spec, say, "accel", driver,
                        vector_records=[*ops.records, *([] if pick is None else [pick])] if vector
                        else None)
+    gathers = [(r, o) for r, o in zip(ops.records, sr.vector_outputs or [])
+               if r.kernel.kind == "gather"] if vector else []
+    if gathers:          # independent of the model: the table's row, bit for bit
+        wrong = [r.task for r, o in gathers
+                 if not np.array_equal(np.asarray(o), r.operands[0][int(r.operands[1][0])])]
+        sr.checks.append((GATHER_CHECK, not wrong,
+                          f"{len(gathers)} row(s)" + (f"; {wrong[0]} differs" if wrong else "")))
     picked = {}
     if pick is not None:
         row = sr.vector_rows[-1] if len(sr.vector_rows) == len(ops.records) + 1 else None
@@ -475,7 +497,9 @@ def _rtl_checks(steps: list[StepResult]) -> list[tuple[str, bool, str]]:
         bad = [(i, d) for i, ok, d in per if not ok]
         detail = (f"all {len(per)} steps" if not bad
                   else f"{len(bad)} of {len(per)} steps fail, first step {bad[0][0]}: {bad[0][1]}")
-        out.append((name, len(per) == len(steps) and not bad, detail))
+        # the prefill looks up several rows on the host: the LOAD_VI check is per decode step
+        expected = len(steps) - 1 if name == GATHER_CHECK else len(steps)
+        out.append((name, len(per) == expected and not bad, detail))
     rtl = sum(s.rtl["rtl_cycles"] for s in steps)
     model = sum(s.rtl["model_cycles"] for s in steps)
     out.append(("RTL cycles == accelerator cycle model (every step's GEMMs, DMA included)",

@@ -6,8 +6,9 @@
 // Binary stream (little-endian uint32 words; written by cosim/accel_commands.py):
 //   header   "TWA1", W (bytes per beat), L (memory latency, cycles), n, then n instruction words
 //            as (low, high) uint32 pairs
-//   segment  "SEGM", entry, watchdog cycles, n_store, n_store x (addr, CH chunks of the W-byte
-//            word; CH = ceil(W / 4)), n_read, n_read x (addr, count)
+//   segment  "SEGM", entry, idx (the index register LOAD_VI reads; only a top with a vector
+//            unit has it, others accept 0 only), watchdog cycles, n_store, n_store x (addr, CH
+//            chunks of the W-byte word; CH = ceil(W / 4)), n_read, n_read x (addr, count)
 //   end      "DONE"
 // Result record per segment (flushed): "RSLT", cycles (counter), cycles (driver), retired, error,
 // pc, read beats, write beats, busy ns (low, high), words, then words x CH chunks (the read-back
@@ -72,6 +73,20 @@ template <typename R>
 struct HasClockEdgeMemory<
     R, std::void_t<decltype(std::declval<R&>().__Vtrigprevexpr___TOP__clk__0)>> : std::true_type {};
 
+// Whether the top has the index register input (tops with a vector unit: LOAD_VI).
+template <typename T, typename = void>
+struct HasIdx : std::false_type {};
+template <typename T>
+struct HasIdx<T, std::void_t<decltype(std::declval<T&>().idx)>> : std::true_type {};
+
+template <typename T>
+void set_idx(T& top, uint32_t idx) {
+    if constexpr (HasIdx<T>::value)
+        top.idx = idx;
+    else if (idx != 0)
+        fail(2, "this top has no index register (no vector unit): idx must be 0", idx);
+}
+
 // The falling clock edge (clk already 0): recorded in the edge detector, or evaluated.
 template <typename R>
 void fall(Vtw_accel& top, R& root) {
@@ -131,8 +146,9 @@ class Driver {
     }
 
     // Start at entry and run until busy falls; returns the driver's cycle count.
-    uint32_t run(uint32_t entry, uint64_t watchdog) {
+    uint32_t run(uint32_t entry, uint32_t idx, uint64_t watchdog) {
         top_->entry = entry;
+        set_idx(*top_, idx);
         top_->start = 1;
         edge(true);  // the rising edge that samples start, then the falling edge
         top_->start = 0;
@@ -230,11 +246,11 @@ int main(int argc, char** argv) {
         const uint32_t magic = read_u32(in);
         if (magic == MAGIC_END) break;
         if (magic != MAGIC_SEG) fail(2, "bad command magic", magic);
-        uint32_t hdr[3];  // entry, watchdog, n_store
-        read_words(in, hdr, 3);
-        buf.resize(static_cast<std::size_t>(hdr[2]) * (1 + CH));
+        uint32_t hdr[4];  // entry, idx, watchdog, n_store
+        read_words(in, hdr, 4);
+        buf.resize(static_cast<std::size_t>(hdr[3]) * (1 + CH));
         read_words(in, buf.data(), buf.size());
-        for (uint32_t i = 0; i < hdr[2]; ++i) {
+        for (uint32_t i = 0; i < hdr[3]; ++i) {
             const uint32_t* rec = &buf[static_cast<std::size_t>(i) * (1 + CH)];
             drv.mem.store(rec[0], rec + 1);
         }
@@ -244,7 +260,7 @@ int main(int argc, char** argv) {
 
         const uint64_t r0 = drv.reads, w0 = drv.writes;
         const auto t0 = std::chrono::steady_clock::now();
-        const uint32_t by_driver = drv.run(hdr[0], hdr[1]);
+        const uint32_t by_driver = drv.run(hdr[0], hdr[1], hdr[2]);
         const auto t1 = std::chrono::steady_clock::now();
         const uint32_t by_counter = drv.counter();
         if (by_counter != by_driver)
