@@ -77,9 +77,9 @@ ISA — fixed 64-bit instruction words
 
     ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
     until the GEMM core is idle; ``LOAD_V``/``STORE_V``/``VECTOR``/``SCAN`` wait until both the
-    DMA and the vector engine are idle (they share the vector buffer's ports); ``SCALE``/``SCALE_COL``
-    wait until the DMA is idle. Nothing else is checked by hardware: the compiler orders buffer reuse
-    with ``SYNC`` (the schedule of
+    DMA and the vector engine are idle (they share the vector buffer's ports);
+    ``SCALE``/``SCALE_COL`` wait until the DMA is idle. Nothing else is checked by hardware: the
+    compiler orders buffer reuse with ``SYNC`` (the schedule of
     :func:`codegen_gemm`).
 
 Vector buffer
