@@ -66,7 +66,8 @@ ISA — fixed 64-bit instruction words
                         the accumulator's read port (what STORE drains) returns
                         ``fl32(acc * fl32(s_a * s_b))`` per lane, step 4 of
                         :mod:`tilewright.dataflow_sim.numerics`. Waits until the DMA is idle (a
-                        STORE in flight keeps the scales it started with); busy for no cycle
+                        STORE in flight keeps the scales it started with); busy for no cycle.
+                        ``operand`` B sets ``s_b`` of every output lane
     ``LOAD_VI`` 11      as ``LOAD_V`` (``vaddr``, ``count``, ``addr``), indirect: the external
                         address is ``addr + idx * count * r`` (wrapping at 32 bits), ``idx`` the
                         run's index register (:data:`IDX_BITS` bits, unsigned; the top's ``idx``
@@ -74,14 +75,18 @@ ISA — fixed 64-bit instruction words
                         vector word — row ``idx`` of a table of ``count``-word rows at ``addr``
                         (an embedding lookup by token id). Only on ArchSpecs with a vector unit
                         (elsewhere an unknown opcode); waits and takes as long as ``LOAD_V``
+    ``SCALE_COL`` 12    ``lane`` (6), ``value`` (32, fp32): set ``s_b`` of output lane ``lane``
+                        only (per-channel weight scales: lane ``j`` of a stored word is column
+                        ``n0 + j`` of a one-fold-wide output tile); that lane then returns
+                        ``fl32(acc * fl32(s_a * s_b[lane]))``. Same ISA rule, wait and cost as
+                        ``SCALE``; a ``lane`` >= the array's columns stops the run with ``error``
     ==========  ======  =========================================================================
 
     ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
     until the GEMM core is idle; ``LOAD_V``/``LOAD_VI``/``STORE_V``/``VECTOR``/``SCAN`` wait until
     both the DMA and the vector engine are idle (they share the vector buffer's ports);
-    ``SCALE`` waits until the DMA is idle. Nothing else is checked by hardware: the compiler
-    orders buffer reuse
-    with ``SYNC`` (the schedule of
+    ``SCALE``/``SCALE_COL`` wait until the DMA is idle. Nothing else is checked by hardware: the
+    compiler orders buffer reuse with ``SYNC`` (the schedule of
     :func:`codegen_gemm`).
 
 Vector buffer
@@ -149,6 +154,7 @@ ISA: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "SCAN": (9, (("count", 12), ("ab", 12), ("c", 12), ("h0", 12), ("dst", 12))),
     "SCALE": (10, (("operand", 1), ("value", 32))),
     "LOAD_VI": (11, (("vaddr", 12), ("count", 16), ("addr", 32))),
+    "SCALE_COL": (12, (("lane", 6), ("value", 32))),
 }
 #: bits of the run's index register that ``LOAD_VI`` reads (the top's ``idx`` input; e.g. a
 #: token id, so a vocabulary of up to ``2**IDX_BITS`` rows)
@@ -542,12 +548,17 @@ def _tile_shape(arch: ArchSpec, m: int, k: int, n: int, what: str) -> tuple[int,
 
 
 def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
-                 base_pc: int = 0, base_addr: int = 0, scales: tuple[int, int] | None = None
+                 base_pc: int = 0, base_addr: int = 0,
+                 scales: tuple[int, int | tuple[int, ...]] | None = None
                  ) -> tuple[list[Instr], Segment, int]:
     """Code for one ``m x k x n`` GEMM: (instructions, segment, next free external address).
-    ``scales``: the per-tensor scales ``(s_a, s_b)`` as fp32 bit patterns — the segment starts
-    with ``SCALE`` A and ``SCALE`` B (only where :func:`takes_scales`; CodegenError elsewhere);
-    None: no SCALE (the run's scales stay 1.0).
+    ``scales``: ``(s_a, s_b)`` as fp32 bit patterns (only where :func:`takes_scales`;
+    CodegenError elsewhere) — the segment starts with ``SCALE`` A, and with ``SCALE`` B when
+    ``s_b`` is one per-tensor pattern; a tuple of ``n`` patterns (per output column) instead
+    makes every output tile one array width (``cols``) wide, so that a STORE drains one column
+    fold, and puts a ``SCALE_COL`` per lane whose scale changes (all of the first tile's) before
+    each STORE: lane ``j`` of tile ``n0`` gets ``s_b[n0 + j]``. None: no SCALE (the run's scales
+    stay 1.0).
 
     The GEMM is cut into steps (output tile x K chunk, K innermost; see :func:`_tile_shape`).
     Schedule — steps ``s = 0 ..`` alternate A/B halves ``s % 2``, output tiles ``j`` alternate
@@ -567,6 +578,11 @@ def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
     if scales is not None and not takes_scales(arch):
         raise CodegenError(f"task {task}: {arch.name}'s {arch.tensor_engine.input_format} "
                            f"engine takes no per-tensor scales (SCALE: fp8 formats only)")
+    columns = scales is not None and isinstance(scales[1], tuple)
+    if columns:
+        if len(scales[1]) != n:
+            raise CodegenError(f"task {task}: {len(scales[1])} per-column B scales for N={n}")
+        tn = min(tn, arch.tensor_engine.cols)     # one column fold per STORE (fewer words: fits)
     bpw = beats_per_word(arch)
     steps, addr = [], base_addr
     for m0 in range(0, m, tm):
@@ -587,11 +603,20 @@ def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
         return [_ins("LOAD_A", buf=h, count=lay.a_words, addr=t.a_addr),
                 _ins("LOAD_B", buf=h, count=lay.b_words, addr=t.b_addr)]
 
-    def store(t: Tile, h: int) -> Instr:
-        return _ins("STORE", buf=h, count=t.layout(arch).acc_words, addr=t.c_addr)
+    lane_scales: list[int | None] = [None] * arch.tensor_engine.cols   # as set by this code
+
+    def store(t: Tile, h: int) -> list[Instr]:
+        out = []
+        if columns:                 # the tile's column scales, lane j = column n0 + j
+            for j in range(t.tn):
+                v = scales[1][t.n0 + j]
+                if lane_scales[j] != v:
+                    out.append(_ins("SCALE_COL", lane=j, value=v))
+                    lane_scales[j] = v
+        return out + [_ins("STORE", buf=h, count=t.layout(arch).acc_words, addr=t.c_addr)]
 
     code = [] if scales is None else [_ins("SCALE", operand=i, value=v)
-                                      for i, v in enumerate(scales)]
+                                      for i, v in enumerate(scales[:1] if columns else scales)]
     code += loads(steps[0], 0)
     j = 0                                   # output tile of the current step
     for s, t in enumerate(steps):
@@ -602,10 +627,10 @@ def codegen_gemm(arch: ArchSpec, m: int, k: int, n: int, task: str = "gemm",
         code.append(_ins("GEMM", m=t.tm, k=t.k, n=t.tn, a_buf=h, b_buf=h, c_buf=j % 2,
                          acc=int(t.k0 > 0)))
         if s > 0 and steps[s - 1].last:
-            code.append(store(steps[s - 1], (j - 1) % 2))
+            code += store(steps[s - 1], (j - 1) % 2)
         if s + 1 < len(steps):
             code += loads(steps[s + 1], 1 - h)
-    code += [_ins("SYNC", dma=0, gemm=1, vec=0), store(steps[-1], j % 2), _ins("END")]
+    code += [_ins("SYNC", dma=0, gemm=1, vec=0), *store(steps[-1], j % 2), _ins("END")]
     seg = Segment(task, m, k, n, base_pc, base_pc + len(code) - 1, tuple(steps))
     return code, seg, addr
 
@@ -633,27 +658,33 @@ def codegen(program: Program, arch: ArchSpec) -> IsaProgram:
     return _finish(arch, code, segs, addr)
 
 
-def task_scales(program: Program, task: GemmTask, arch: ArchSpec) -> tuple[int, int] | None:
-    """The SCALE operands ``(s_a, s_b)`` (fp32 patterns; a missing scale is 1.0) of ``task`` on
+def task_scales(program: Program, task: GemmTask, arch: ArchSpec
+                ) -> tuple[int, int | tuple[int, ...]] | None:
+    """The scale operands ``(s_a, s_b)`` (fp32 patterns; a missing scale is 1.0) of ``task`` on
     an ArchSpec that :func:`takes_scales`, None when it has neither scale or the ArchSpec takes
-    none (an MX task's block scales travel in its words). CodegenError (naming the task) for a
-    scale that is not a one-element fp32 constant of the Program: the instruction carries one
-    value per operand, fixed when the code is generated."""
+    none (an MX task's block scales travel in its words): ``s_a`` one pattern (``SCALE`` A),
+    ``s_b`` one pattern (``SCALE`` B) or, for an fp32 constant of ``task.n`` elements (one per
+    output column), a tuple of ``n`` (``SCALE_COL``, :func:`codegen_gemm`). CodegenError
+    (naming the task) for any other scale: a run-time tensor, another dtype or size (the
+    instructions carry the values, fixed when the code is generated)."""
     if not takes_scales(arch) or (task.a_scale is None and task.b_scale is None):
         return None
-    out = []
-    for name in (task.a_scale, task.b_scale):
+    out: list = []
+    for name, per_col in ((task.a_scale, 1), (task.b_scale, task.n)):
         if name is None:
             out.append(fp32_pattern(1.0))
             continue
         x = program.constants.get(name)
-        if x is None or np.asarray(x).dtype != np.float32 or np.asarray(x).size != 1:
+        xa = None if x is None else np.asarray(x)
+        if xa is None or xa.dtype != np.float32 or xa.size not in (1, per_col):
+            what = "A" if per_col == 1 else "B"
             raise CodegenError(
-                f"task {task.name}: scale {name!r} must be a one-element fp32 constant of the "
-                f"program (SCALE carries one per-tensor scale per operand), not "
-                + ("a run-time tensor" if x is None else
-                   f"{np.asarray(x).dtype} of shape {np.asarray(x).shape}"))
-        out.append(fp32_pattern(x))
+                f"task {task.name}: scale {name!r} must be an fp32 constant of the program "
+                f"with one element" + ("" if per_col == 1 else f" or N={task.n} (per column)")
+                + f" (operand {what}: SCALE{'' if per_col == 1 else '/SCALE_COL'}), not "
+                + ("a run-time tensor" if xa is None else f"{xa.dtype} of shape {xa.shape}"))
+        out.append(fp32_pattern(xa) if xa.size == 1 else
+                   tuple(int(v) for v in xa.reshape(-1).view(np.uint32)))
     return out[0], out[1]
 
 

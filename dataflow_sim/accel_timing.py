@@ -8,9 +8,9 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
 * the controller needs one fetch cycle after ``start``; instruction ``i`` issues in cycle
   ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the fetch cycle);
 * ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/LOAD_VI/STORE_V/
-  VECTOR (and SCAN) — the DMA and the vector engine are idle; SCALE — the DMA is idle (it
-  keeps no unit
-  busy); SYNC — every selected unit is idle; END — all are idle. A unit issued in cycle ``c``
+  VECTOR (and SCAN) — the DMA and the vector engine are idle; SCALE/SCALE_COL — the DMA is idle
+  (they keep no unit busy); SYNC — every selected unit is idle; END — all are idle. A unit
+  issued in cycle ``c``
   for ``D`` busy cycles is idle again
   from cycle ``c + D + 1``;
 * busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`
@@ -88,7 +88,7 @@ def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTim
             dur = f["count"] + (VECTOR_OVERHEAD_CYCLES if ins.op == "VECTOR"
                                 else SCAN_OVERHEAD_CYCLES)
             ready = max(free["dma"], free["vec"])
-        elif ins.op == "SCALE":   # sets a scale register once the DMA is idle; no unit busy
+        elif ins.op in ("SCALE", "SCALE_COL"):   # sets a scale register once the DMA is idle
             unit, ready = None, free["dma"]
         elif ins.op == "SYNC":
             unit, ready = None, max([0] + [free[u] for u in ("dma", "gemm", "vec") if f[u]])

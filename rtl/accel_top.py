@@ -29,7 +29,7 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
     * ``ready_i`` is the first cycle the units it needs are idle (LOAD/STORE: DMA; GEMM: core;
       SYNC: the selected units; LOAD_V/LOAD_VI/STORE_V/VECTOR/SCAN: DMA and vector engine; END: all
       three;
-      SCALE (fp8 top only): the DMA; it keeps no unit busy.
+      SCALE/SCALE_COL (fp8 top only): the DMA; they keep no unit busy.
       A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``;
     * GEMM ``D`` = the core's closed form (:mod:`tilewright.compiler.core_timing`; the
       ``busy`` contract of :mod:`tilewright.rtl.gemm_core`; tile-MAC kinds:
@@ -103,9 +103,12 @@ class AccelTop(wiring.Component):
         # indirect loads (LOAD_VI, the idx input) fill the vector buffer: tops with a vector unit
         self._indirect = arch.vector_unit is not None
         self._dma = Dma(arch=arch, indirect=self._indirect)
-        # the fp8 core applies the run's per-tensor scales (SCALE) at its accumulator read port
+        # the fp8 core applies the run's scales (SCALE: A, B; SCALE_COL: B per output lane) at
+        # its accumulator read port
         self._scaled = isinstance(self._core, Fp8GemmCore)
-        self._ctrl = Controller(scales=self._scaled, indirect=self._indirect)
+        self._ctrl = Controller(scales=self._scaled,
+                                lanes=arch.tensor_engine.cols if self._scaled else 1,
+                                indirect=self._indirect)
         self._vec = VectorEngine(arch) if arch.vector_unit is not None else None
         sig: dict[str, Any] = {}
         for name in _HOST:

@@ -19,11 +19,13 @@ Timing contract
     unit's ``*_start`` for that one cycle with the decoded fields; the next instruction is read in
     the same cycle (read latency 1), so back-to-back issue costs one cycle per instruction.
 
-Scales (``Controller(scales=True)``, the fp8 top)
-    ``scale_a``/``scale_b``: the per-tensor scales (fp32 patterns) set by ``SCALE`` (ready when
-    ``dma_busy`` is low, busy for no cycle), both 1.0 from each ``start``. Without ``scales``
-    the controller does not decode ``SCALE`` (an unknown opcode: ``error``), and its logic is
-    the one it had before ``SCALE`` existed.
+Scales (``Controller(scales=True, lanes=L)``, the fp8 top with L = the array's columns)
+    ``scale_a``: the per-tensor A scale, ``scale_b``: L lanes of B scales (fp32 patterns, lane
+    ``j`` in bits ``32 j ..``), set by ``SCALE`` (B: every lane) and ``SCALE_COL`` (one lane;
+    a ``lane`` >= L is an unknown instruction: ``error``), ready when ``dma_busy`` is low, busy
+    for no cycle; all 1.0 from each ``start``. Without ``scales`` the controller decodes
+    neither (an unknown opcode: ``error``), and its logic is the one it had before ``SCALE``
+    existed.
 
 Indirect loads (``Controller(indirect=True)``, the tops with a vector unit)
     ``idx`` (:data:`~tilewright.compiler.codegen.IDX_BITS` bits) is sampled with ``start`` into
@@ -35,7 +37,7 @@ Indirect loads (``Controller(indirect=True)``, the tops with a vector unit)
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -52,6 +54,7 @@ _DMA_OPS = {"LOAD_A": OP_LOAD_A, "LOAD_B": OP_LOAD_B, "STORE": OP_STORE}
 _VDMA_OPS = {"LOAD_V": OP_LOAD_V, "STORE_V": OP_STORE_V}
 _SCALE_BITS = field_slices("SCALE")["value"][1]     #: an fp32 pattern
 assert _SCALE_BITS == bits_of("fp32")
+_LANE_BITS = field_slices("SCALE_COL")["lane"][1]   #: SCALE_COL's lane field
 _ONE = 0x3F800000                                    #: fp32 1.0: the scales of every new run
 
 
@@ -64,12 +67,16 @@ class Controller(wiring.Component):
     """Fetch/issue controller (see module docstring). ``scales``: decode ``SCALE`` and drive
     ``scale_a``/``scale_b``. ``indirect``: decode ``LOAD_VI`` and hold the run's ``idx``."""
 
-    def __init__(self, *, scales: bool = False, indirect: bool = False):
+    def __init__(self, *, scales: bool = False, lanes: int = 1, indirect: bool = False):
         for name, v in (("scales", scales), ("indirect", indirect)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
-        self._scales, self._indirect = scales, indirect
-        extra = {"scale_a": Out(_SCALE_BITS), "scale_b": Out(_SCALE_BITS)} if scales else {}
+        if isinstance(lanes, bool) or not isinstance(lanes, int) \
+                or not 1 <= lanes <= 1 << _LANE_BITS:
+            raise ValueError(f"lanes must be an int from 1 to {1 << _LANE_BITS}, not {lanes!r}")
+        self._scales, self._lanes, self._indirect = scales, lanes, indirect
+        extra = ({"scale_a": Out(_SCALE_BITS), "scale_b": Out(_SCALE_BITS * lanes)} if scales
+                 else {})
         if indirect:
             extra.update(idx=In(IDX_BITS), dma_idx=Out(IDX_BITS))
         super().__init__({**extra,
@@ -111,12 +118,17 @@ class Controller(wiring.Component):
         ins = rd.data
         opcode = ins[:OPCODE_BITS]
         ops = {op: row for op, row in ISA.items()
-               if (self._scales or op != "SCALE") and (self._indirect or op != "LOAD_VI")}
+               if (self._scales or op not in ("SCALE", "SCALE_COL"))
+               and (self._indirect or op != "LOAD_VI")}
         is_op = {op: Signal(name=f"is_{op.lower()}") for op in ops}
         for op, (code, _) in ops.items():
             m.d.comb += is_op[op].eq(opcode == code)
         known = Signal()
-        m.d.comb += known.eq(sum(is_op.values()) != 0)
+        if self._scales and self._lanes < 1 << _LANE_BITS:   # a lane the array does not have
+            lane_ok = _field(ins, "SCALE_COL", "lane") < self._lanes
+            m.d.comb += known.eq((sum(is_op.values()) != 0) & ~(is_op["SCALE_COL"] & ~lane_ok))
+        else:
+            m.d.comb += known.eq(sum(is_op.values()) != 0)
 
         # decoded outputs (valid while the instruction is current; *_start qualifies them)
         m.d.comb += [self.gemm_m.eq(_field(ins, "GEMM", "m")),
@@ -165,7 +177,7 @@ class Controller(wiring.Component):
                      | (is_op["SYNC"] & sync_ok)
                      | (is_op["END"] & both_idle & ~self.gemm_busy))
         if self._scales:     # SCALE waits for the DMA: a STORE in flight keeps its scales
-            ready_any = ready_any | (is_op["SCALE"] & ~self.dma_busy)
+            ready_any = ready_any | ((is_op["SCALE"] | is_op["SCALE_COL"]) & ~self.dma_busy)
         m.d.comb += ready.eq(ready_any)
 
         m.d.comb += rd.addr.eq(pc)
@@ -188,7 +200,7 @@ class Controller(wiring.Component):
             with m.If(is_op["END"]):
                 m.d.sync += [busy.eq(0), done.eq(1), pc.eq(pc)]
         if self._scales:
-            self._scale_registers(m, ins, is_op["SCALE"] & busy & ~fetch & known & ready)
+            self._scale_registers(m, ins, busy & ~fetch & known & ready, is_op)
         if self._indirect:            # the run's index register: sampled with start
             idx = Signal(IDX_BITS, name="idx_q")
             m.d.comb += self.dma_idx.eq(idx)
@@ -196,13 +208,23 @@ class Controller(wiring.Component):
                 m.d.sync += idx.eq(self.idx)
         return m
 
-    def _scale_registers(self, m: Module, ins, issue) -> None:
-        """``scale_a``/``scale_b``: 1.0 from ``start``; a ``SCALE`` issuing sets its operand's."""
-        regs = [Signal(_SCALE_BITS, name=f"scale_{x}_q", init=_ONE) for x in "ab"]
-        m.d.comb += [self.scale_a.eq(regs[0]), self.scale_b.eq(regs[1])]
+    def _scale_registers(self, m: Module, ins, issue, is_op) -> None:
+        """``scale_a``/``scale_b`` lanes: 1.0 from ``start``; an issuing ``SCALE`` sets A or
+        every B lane, ``SCALE_COL`` one B lane."""
+        reg_a = Signal(_SCALE_BITS, name="scale_a_q", init=_ONE)
+        regs_b = [Signal(_SCALE_BITS, name=f"scale_b{j}_q", init=_ONE)
+                  for j in range(self._lanes)]
+        m.d.comb += [self.scale_a.eq(reg_a), self.scale_b.eq(Cat(*regs_b))]
+        value = _field(ins, "SCALE", "value")
         with m.If(~self.busy & self.start):
-            m.d.sync += [r.eq(_ONE) for r in regs]
-        with m.Elif(issue):
-            for i, r in enumerate(regs):
-                with m.If(_field(ins, "SCALE", "operand") == i):
-                    m.d.sync += r.eq(_field(ins, "SCALE", "value"))
+            m.d.sync += [r.eq(_ONE) for r in (reg_a, *regs_b)]
+        with m.Elif(issue & is_op["SCALE"]):
+            with m.If(_field(ins, "SCALE", "operand") == 0):
+                m.d.sync += reg_a.eq(value)
+            with m.Else():
+                m.d.sync += [r.eq(value) for r in regs_b]
+        with m.Elif(issue & is_op["SCALE_COL"]):
+            lane = _field(ins, "SCALE_COL", "lane")
+            for j, r in enumerate(regs_b):
+                with m.If(lane == j):
+                    m.d.sync += r.eq(_field(ins, "SCALE_COL", "value"))

@@ -16,6 +16,9 @@ fp32 scale each):
   patterns, input ports), forms ``s = fl32(scale_a * scale_b)`` with one :class:`Fp32Mul` and
   returns ``fl32(acc * s)`` per lane (one :class:`Fp32Mul` per column) on ``acc_rd_data``.
   Unscaled operands: ``scale_a = scale_b = 1.0`` (``0x3F800000``) returns the accumulator as is.
+  ``per_column=True`` (the accelerator top's core): ``scale_b`` holds one fp32 pattern per
+  output lane and lane ``j`` returns ``fl32(acc * fl32(scale_a * scale_b[j]))`` (one more
+  :class:`Fp32Mul` per column) — numerics' per-output-channel weight scales.
 
 Elements are fp8 bit patterns (8-bit lanes, the int8 core's buffer words), psums and accumulator
 words fp32 patterns (32-bit lanes). NaN results are the canonical quiet NaN ``0x7FC00000``. e4m3
@@ -120,7 +123,7 @@ class Fp8GemmCore(_CoreShape, wiring.Component):
 
     def __init__(self, *, rows: int, cols: int, fmt: str, a_depth: int, b_depth: int,
                  acc_depth: int, banks: tuple[int, int, int] = (1, 1, 1), halves: bool = False,
-                 scaled: bool = True):
+                 scaled: bool = True, per_column: bool = False):
         _check_int("rows", rows, 1, 64)
         _check_int("cols", cols, 1, 64)
         for name, v in (("a_depth", a_depth), ("b_depth", b_depth), ("acc_depth", acc_depth)):
@@ -128,16 +131,21 @@ class Fp8GemmCore(_CoreShape, wiring.Component):
         if (not isinstance(banks, tuple) or len(banks) != 3
                 or any(not isinstance(b, int) or b < 1 or b & (b - 1) for b in banks)):
             raise ValueError(f"banks must be 3 powers of two (A, B, accumulator), not {banks!r}")
-        for name, v in (("halves", halves), ("scaled", scaled)):
+        for name, v in (("halves", halves), ("scaled", scaled), ("per_column", per_column)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
         self._fmt = _check_fmt(fmt)
         self._rows, self._cols = rows, cols
         self._depths = (a_depth, b_depth, acc_depth)
+        if per_column and not scaled:
+            raise ValueError("per_column needs scaled=True")
         self._banks, self._halves, self._scaled = banks, halves, scaled
+        self._per_column = per_column
+        nb = cols if per_column else 1      # B scales: one per output lane, or one for all
+        one_b = sum(FP32_ONE << (ACC_BITS * j) for j in range(nb))
         super().__init__({**core_ports(rows, cols, self._depths, ELEMENT_BITS),
                           **({"scale_a": In(ACC_BITS, init=FP32_ONE),
-                              "scale_b": In(ACC_BITS, init=FP32_ONE)} if scaled else {}),
+                              "scale_b": In(ACC_BITS * nb, init=one_b)} if scaled else {}),
                           **(HALF_PORTS if halves else {})})
 
     @property
@@ -157,14 +165,20 @@ class Fp8GemmCore(_CoreShape, wiring.Component):
         if self._halves:       # double buffer: offset every engine address by its half's base
             a_r, b_r, c_r, c_w, acc_q = half_offsets(m, self, a_r, b_r, c_r, c_w)
         m.d.comb += host
-        if self._scaled:       # every lane scaled by fl32(scale_a * scale_b) (numerics step 4)
-            m.submodules.scale = sc = Fp32Mul()
-            m.d.comb += [sc.a.eq(self.scale_a), sc.b.eq(self.scale_b)]
+        if self._scaled:       # lane j scaled by fl32(scale_a * scale_b[j]) (numerics step 4)
+            scales = []
+            for j in range(self._cols if self._per_column else 1):
+                sc = Fp32Mul()
+                m.submodules["scale" if not self._per_column else f"scale_{j}"] = sc
+                m.d.comb += [sc.a.eq(self.scale_a),
+                             sc.b.eq(self.scale_b[j * ACC_BITS:(j + 1) * ACC_BITS])]
+                scales.append(sc.out)
             lanes = []
             for j in range(self._cols):
                 mul = Fp32Mul()
                 m.submodules[f"out_scale_{j}"] = mul
-                m.d.comb += [mul.a.eq(raw[j * ACC_BITS:(j + 1) * ACC_BITS]), mul.b.eq(sc.out)]
+                m.d.comb += [mul.a.eq(raw[j * ACC_BITS:(j + 1) * ACC_BITS]),
+                             mul.b.eq(scales[j if self._per_column else 0])]
                 lanes.append(mul.out)
             m.d.comb += self.acc_rd_data.eq(Cat(*lanes))
         else:
@@ -195,9 +209,11 @@ def fp8_core_for_arch(arch: ArchSpec, *, halves: bool = False) -> Fp8GemmCore:
     8-bit lanes, fp32 accumulator lanes: the int8 core's word widths) and banks
     (``memory.*_banks``). ``halves=True``: the accelerator top's double-buffered core (the
     ports of :class:`~tilewright.rtl.gemm_core.GemmCore` with ``halves=True``) plus
-    ``scale_a``/``scale_b``, which the accelerator top drives from the ``SCALE`` instruction
-    (:mod:`tilewright.rtl.controller`): the output scaling (numerics step 4) is in hardware
-    there as in the standalone core."""
+    ``scale_a`` and ``scale_b`` per output lane (``per_column``: ``cols`` fp32 patterns, lane
+    ``j`` scaled by ``fl32(scale_a * scale_b[j])``), which the accelerator top drives from the
+    ``SCALE``/``SCALE_COL`` instructions (:mod:`tilewright.rtl.controller`): the output scaling
+    (numerics step 4, per-tensor or per output channel) is in hardware there as in the
+    standalone core."""
     te = arch.tensor_engine
     fmts = (te.input_format, te.weight_format, te.accumulator_format)
     if (not te.systolic or te.dataflow != "ws" or te.input_format not in FP8_FORMATS
@@ -211,7 +227,7 @@ def fp8_core_for_arch(arch: ArchSpec, *, halves: bool = False) -> Fp8GemmCore:
     return Fp8GemmCore(rows=te.rows, cols=te.cols, fmt=te.input_format, a_depth=a_depth,
                        b_depth=b_depth, acc_depth=acc_depth,
                        banks=(mem.scratchpad_banks, mem.scratchpad_banks, mem.accumulator_banks),
-                       halves=halves)
+                       halves=halves, per_column=halves)
 
 
 def generate_fp8_verilog(core: Fp8GemmCore) -> str:

@@ -422,13 +422,48 @@ def test_scale_encoding_codegen_and_refusals():
     with pytest.raises(CodegenError, match=r"task g: tws4x4's int8 engine takes no per-tensor "
                                            r"scales \(SCALE: fp8 formats only\)"):
         codegen_gemm(_arch(), 4, 4, 4, "g", scales=(0x3F800000, 0x3F800000))
-    bad = {**consts, "sb": np.ones(2, np.float32)}
-    with pytest.raises(CodegenError, match=r"task g0: scale 'sb' must be a one-element fp32 "
-                                           r"constant .* not float32 of shape \(2,\)"):
+    bad = {**consts, "sb": np.ones(3, np.float32)}           # N = 2
+    with pytest.raises(CodegenError, match=r"task g0: scale 'sb' must be an fp32 constant of "
+                                           r"the program with one element or N=2 \(per column\)"
+                                           r" .* not float32 of shape \(3,\)"):
+        codegen(scaled.model_copy(update={"constants": bad}), fp8)
+    bad = {**consts, "sa": np.ones(2, np.float32)}           # A: per tensor only
+    with pytest.raises(CodegenError, match=r"scale 'sa' must be an fp32 constant of the program "
+                                           r"with one element \(operand A: SCALE\), not float32"):
         codegen(scaled.model_copy(update={"constants": bad}), fp8)
     runtime = {k: v for k, v in consts.items() if k != "sa"}
     with pytest.raises(CodegenError, match=r"scale 'sa' .* not a run-time tensor"):
         codegen(scaled.model_copy(update={"constants": runtime}), fp8)
+
+
+def test_scale_col_encoding_and_per_column_codegen_by_hand():
+    """SCALE_COL: opcode 12, lane in bits 9..4, the fp32 pattern in bits 41..10 (by hand). A task
+    whose B scale has N elements: SCALE A first, no SCALE B; output tiles one array width (4)
+    wide; before each STORE the lanes whose scale changes, lane j = column n0 + j."""
+    assert assemble([Instr("SCALE_COL", {"lane": 5, "value": 0x3E000000})]) == [
+        12 | 5 << 4 | 0x3E000000 << 10]
+    with pytest.raises(AssemblerError, match=r"\(SCALE_COL\): field lane=64 does not fit"):
+        assemble([Instr("SCALE_COL", {"lane": 64, "value": 0})])
+    fp8 = load_arch("ws4x4-fp8")
+    sb = tuple(range(100, 109))                       # 9 columns: tiles 4, 4, 1 wide
+    code, seg, _ = codegen_gemm(fp8, 3, 5, 9, "g", scales=(7, sb))
+    assert [t.n0 for t in seg.tiles] == [0, 4, 8] and [t.tn for t in seg.tiles] == [4, 4, 1]
+    assert str(code[0]) == "SCALE operand=0 value=7"
+    assert not any(i.op == "SCALE" for i in code[1:])
+    lanes, stores = [], []
+    for i in code:
+        if i.op == "SCALE_COL":
+            lanes.append((i.fields["lane"], i.fields["value"]))
+        elif i.op == "STORE":
+            stores.append(lanes)
+            lanes = []
+    assert stores == [[(0, 100), (1, 101), (2, 102), (3, 103)],
+                      [(0, 104), (1, 105), (2, 106), (3, 107)], [(0, 108)]]
+    # equal column scales are set once: a second tile with the same values sets none
+    code, _, _ = codegen_gemm(fp8, 3, 5, 8, "g", scales=(7, (1, 2, 3, 4) * 2))
+    assert sum(i.op == "SCALE_COL" for i in code) == 4
+    with pytest.raises(CodegenError, match=r"task g: 3 per-column B scales for N=9"):
+        codegen_gemm(fp8, 3, 5, 9, "g", scales=(7, (1, 2, 3)))
 
 
 def test_cycle_model_scale_waits_for_the_dma_by_hand():
@@ -593,3 +628,45 @@ def test_load_vi_controller_and_dma_in_amaranths_simulator():
     assert OP_LOAD_V != OP_LOAD_VI
     with pytest.raises(ValueError, match="tws4x4: indirect loads .* no vector_unit"):
         Dma(arch=_arch(), indirect=True)
+
+
+def test_controller_scale_col_lanes_in_amaranths_simulator():
+    """Controller(scales=True, lanes=3): SCALE_COL sets one lane of scale_b (lane j in bits
+    32j..), SCALE B sets all three, one instruction per cycle; a SCALE_COL lane the array does
+    not have (3) stops the run with ``error``, the lanes unchanged."""
+    from amaranth.sim import Simulator
+
+    from tilewright.rtl.controller import Controller
+    one, x, y, z = 0x3F800000, 0x40400000, 0x3E000000, 0x7F800000
+    words = assemble([Instr("SCALE_COL", {"lane": 2, "value": x}),
+                      Instr("SCALE", {"operand": 1, "value": y}),
+                      Instr("SCALE_COL", {"lane": 0, "value": z}),
+                      Instr("SCALE_COL", {"lane": 3, "value": x}), Instr("END", {})])
+    dut, log = Controller(scales=True, lanes=3), []
+
+    async def bench(ctx):
+        for i, w in enumerate(words):
+            ctx.set(dut.imem_wr_en, 1)
+            ctx.set(dut.imem_wr_addr, i)
+            ctx.set(dut.imem_wr_data, w)
+            await ctx.tick()
+        ctx.set(dut.imem_wr_en, 0)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        for _ in range(8):
+            b = ctx.get(dut.scale_b)
+            log.append((ctx.get(dut.busy), ctx.get(dut.error),
+                        tuple(b >> (32 * j) & 0xFFFFFFFF for j in range(3))))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    # sample i: fetch 0; SCALE_COL 1 -> visible from 2; SCALE B 2 -> 3; SCALE_COL 3 -> 4; the
+    # bad lane in 4 stops the run: not busy, error from 5
+    assert [lanes for _, _, lanes in log[:6]] == [(one, one, one), (one, one, one),
+                                                  (one, one, x), (y, y, y), (z, y, y),
+                                                  (z, y, y)]
+    assert log[4][:2] == (1, 0) and log[5][:2] == (0, 1) and log[7][2] == (z, y, y)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from tilewright.arch import ArchSpec, ArchSpecError
-from tilewright.compiler.codegen import IMEM_WORDS, codegen_gemm
+from tilewright.compiler.codegen import IMEM_WORDS, CodegenError, codegen, codegen_gemm
 from tilewright.compiler.core_timing import gemm_cycles_array
 from tilewright.compiler.layout import DoesNotFit, GemmLayout
 from tilewright.compiler.operand_formats import arch_for_format
@@ -51,7 +51,6 @@ from tilewright.cosim.sim import run
 from tilewright.dataflow_sim.functional import (bf16_matmul, gemm_int8, int8_matmul, run_program,
                                                 vector_unit_ops)
 from tilewright.dataflow_sim.matmul_hooks import fp8_matmul, mx_matmul
-from tilewright.dataflow_sim.numerics import apply_scales
 from tilewright.dataflow_sim.numerics import gemm as numerics_gemm
 from tilewright.dataflow_sim.numerics import sequential_fp32_matmul
 from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit, VectorUnitOps
@@ -563,12 +562,13 @@ def _run_bf16(result: SimResult, program, inputs, spec, say) -> SimResult:
 
 def fp8_gemm_program(pairs: list[tuple[QTensor, QTensor]], arch: ArchSpec, name: str) -> Program:
     """A Program of fp8 ``gemm`` tasks ``c{i} = a{i} @ b{i}`` (one per pair of QTensors of the
-    arch's fp8 format, each with one fp32 scale or none): the element codes as int8 bytes
-    ``a{i}``/``b{i}``; a pair with a scale gets both as one-element fp32 constants
-    ``sa{i}``/``sb{i}`` (1.0 for the operand without one), which become its segment's SCALE
-    instructions (:func:`~tilewright.compiler.codegen.task_scales`); a pair without scales runs
-    at the run's initial 1.0. ``c{i}`` comes back as fp32 bit patterns in int32. ValueError
-    naming the GEMM for a per-channel scale (SCALE carries one scale per operand)."""
+    arch's fp8 format; A with one fp32 scale or none, B with one, one per output column or
+    none): the element codes as int8 bytes ``a{i}``/``b{i}``; a pair with a scale gets its
+    scales as fp32 constants ``sa{i}`` (one element) and ``sb{i}`` (one or N; 1.0 for an
+    operand without one), which become its segment's SCALE/SCALE_COL instructions
+    (:func:`~tilewright.compiler.codegen.task_scales`); a pair without scales runs at the
+    run's initial 1.0. ``c{i}`` comes back as fp32 bit patterns in int32. ValueError naming
+    the GEMM for any other scale (per-row A scales: the top scales A per tensor)."""
     fmt = arch.tensor_engine.input_format
     prog = gemm_program([(a.values.view(np.int8), b.values.view(np.int8)) for a, b in pairs],
                         arch, name)
@@ -578,43 +578,43 @@ def fp8_gemm_program(pairs: list[tuple[QTensor, QTensor]], arch: ArchSpec, name:
             if not isinstance(q, QTensor) or q.format != fmt or q.values.ndim != 2:
                 raise ValueError(f"fp8 GEMM {i}: operand {what.upper()} must be a 2-D {fmt} "
                                  f"QTensor")
-            if q.scales is not None and q.scales.size != 1:
-                raise ValueError(f"fp8 GEMM {i}: operand {what.upper()} has {q.scales.size} "
-                                 f"scales; the accelerator's SCALE instruction carries one "
-                                 f"per-tensor scale")
+            if not _top_scales(q, what):
+                raise ValueError(f"fp8 GEMM {i}: operand {what.upper()} has "
+                                 f"{q.scales.size} scales; the accelerator top takes one per "
+                                 f"tensor" + (" or one per output column (SCALE_COL)"
+                                              if what == "b" else " (SCALE)"))
         if a.scales is None and b.scales is None:
             tasks.append(task)
             continue
         for q, what in ((a, "a"), (b, "b")):
             t = f"s{what}{i}"          # a missing scale is 1.0
-            consts[t] = np.asarray(1.0 if q.scales is None else q.scales, np.float32).reshape(1)
-            tensors[t] = TensorInfo(name=t, shape=(1,), format="fp32")
+            x = np.asarray(1.0 if q.scales is None else q.scales, np.float32).reshape(-1)
+            consts[t] = x
+            tensors[t] = TensorInfo(name=t, shape=x.shape, format="fp32")
         tasks.append(GemmTask(**{**task.model_dump(), "a_scale": f"sa{i}", "b_scale": f"sb{i}"}))
     return Program(name=name, arch_hash=prog.arch_hash, tensors=tensors, inputs=[],
                    outputs=list(prog.outputs), tasks=tasks, constants=consts)
 
 
-def _per_tensor(q: QTensor) -> bool:
-    """True when ``q`` has no scale or one for the whole tensor (what SCALE carries)."""
-    return q.scales is None or q.scales.size == 1
-
-
-def _unscaled(q: QTensor) -> QTensor:
-    """``q``'s codes without scales (scale 1)."""
-    return QTensor(q.format, q.values, None, q.axis, "none")
+def _top_scales(q: QTensor, what: str) -> bool:
+    """True when the accelerator top applies ``q``'s scales as operand ``what`` ("a"/"b"): none
+    or one per tensor (SCALE), or for B one per output column (SCALE_COL)."""
+    if q.scales is None or q.scales.size == 1:
+        return True
+    return what == "b" and q.scales.size == q.values.shape[1] and (
+        q.scales.ndim == 1 or q.scales.shape[-1] == q.scales.size)
 
 
 def _run_fp8_on_accel(result: SimResult, program, inputs, spec, say, driver: str) -> SimResult:
     """fp8 ArchSpec: every fp8 GEMM of the functional model (QTensors with their fp32 scales;
     fp32 accumulate, ``k_block`` = rows) recorded, run as one Program on the accelerator top with
     the fp8 core (ISA, DMA; the fp8 codes travel as bytes, the fp32 results come back as 32-bit
-    words), compared bit for bit (fp32 patterns) with numerics and replayed into the layer;
-    cycles vs the accelerator cycle model. Scales (numerics step 4): a GEMM whose operands each
-    have one per-tensor scale (or none) gets them as its segment's SCALE instructions and the top
-    returns the scaled result; a GEMM with per-channel scales (the weights' default
-    granularity) returns its fp32 accumulator, and the host applies step 4
-    (:func:`~tilewright.dataflow_sim.numerics.apply_scales`): SCALE carries one scale per
-    operand. A check line counts each kind."""
+    words), compared bit for bit (fp32 patterns) with numerics (all four steps, the scales
+    included) and replayed into the layer; cycles vs the accelerator cycle model. Scales
+    (numerics step 4) are applied by the top: per-tensor ones by SCALE, per-output-channel
+    weight scales (the weights' default granularity) by SCALE_COL; a GEMM whose scales the top
+    cannot take (per-row A) stops the run (ValueError naming it, from
+    :func:`fp8_gemm_program`). A check line counts each kind."""
     te = spec.tensor_engine
     fmt = te.input_format
     recorded: list[tuple[QTensor, QTensor, np.ndarray]] = []   # as sent to the top
@@ -624,49 +624,70 @@ def _run_fp8_on_accel(result: SimResult, program, inputs, spec, say, driver: str
         if kb != te.rows:
             raise RuntimeError(f"{fmt} GEMM with k_block {kb}: the core sums {te.rows} "
                                f"products per tile")
-        channel.append(not (_per_tensor(qa) and _per_tensor(qb)))
-        if channel[-1]:                    # the top returns the accumulator
-            qa, qb = _unscaled(qa), _unscaled(qb)
+        channel.append(qb.scales is not None and qb.scales.size > 1)
         with fp8_matmul(None):             # numerics' own rule is the reference
             out = numerics_gemm(qa, qb, fmt, acc="fp32", k_block=kb)
         recorded.append((qa, qb, out))
         return out
 
-    def finish(qa, qb, out):               # what the functional model receives
-        return out if _per_tensor(qa) and _per_tensor(qb) else apply_scales(out, qa, qb)
-
-    with fp8_matmul(lambda qa, qb, kb: finish(qa, qb, record(qa, qb, kb))):
+    with fp8_matmul(record):
         func = run_program(program, inputs)
-    gprog = fp8_gemm_program([(a, b) for a, b, _ in recorded], spec, "accel-fp8-gemms")
+    gprogs = _programs_that_fit([(a, b) for a, b, _ in recorded], spec, "accel-fp8-gemms")
 
     def replay(answer):
-        return fp8_matmul(lambda qa, qb, kb: finish(qa, qb, answer()))
+        return fp8_matmul(lambda qa, qb, kb: answer())
 
-    n_host = sum(channel)
+    n_col = sum(channel)
     return _run_float_program_on_accel(
-        result, gprog, recorded, replay, fmt,
-        f"k_block {te.rows}; scales: {len(channel) - n_host} GEMMs per-tensor, applied by the "
-        f"top (SCALE), {n_host} per-channel, applied on the host", program, inputs, func, spec,
-        say, driver)
+        result, None, recorded, replay, fmt,
+        f"k_block {te.rows}; scales applied by the top for all {len(channel)} GEMMs: "
+        f"{len(channel) - n_col} per-tensor (SCALE), {n_col} per output channel (SCALE_COL); "
+        f"none on the host" + (f"; {len(gprogs)} runs (instruction memory)"
+                               if len(gprogs) > 1 else ""),
+        program, inputs, func, spec, say, driver, gprogs=gprogs)
+
+
+def _programs_that_fit(pairs, spec: ArchSpec, name: str) -> list[Program]:
+    """:func:`fp8_gemm_program` of ``pairs`` cut, in order, into as few Programs as fit the
+    controller's instruction memory each (per-column scales add instructions: SCALE_COL, and
+    tiles one array width wide); a single GEMM that does not fit raises the CodegenError."""
+    out, start = [], 0
+    while start < len(pairs):
+        end = start + 1
+        codegen(fp8_gemm_program(pairs[start:end], spec, name), spec)   # raises if one does not
+        while end < len(pairs):
+            try:
+                codegen(fp8_gemm_program(pairs[start:end + 1], spec, name), spec)
+            except CodegenError:
+                break
+            end += 1
+        out.append(fp8_gemm_program(pairs[start:end], spec, f"{name}-{len(out)}"))
+        start = end
+    return out
 
 
 def _run_float_program_on_accel(result: SimResult, gprog, recorded, hook, what: str, unit: str,
-                                program, inputs, func, spec, say, driver: str) -> SimResult:
-    """Run ``gprog`` (the ``recorded`` GEMMs of format ``what``) on the accelerator top through
-    ``driver``; its outputs come back as fp32 bit patterns in int32. Append the bit-pattern and
-    replay checks (:func:`_fp32_replay_checks`, the layer replayed through ``hook``) and the
-    cycle check against the accelerator cycle model; fill ``result.gemm_rows``."""
+                                program, inputs, func, spec, say, driver: str,
+                                gprogs: list[Program] | None = None) -> SimResult:
+    """Run ``gprog`` (the ``recorded`` GEMMs of format ``what``; or ``gprogs``, the same GEMMs
+    cut in order into several runs) on the accelerator top through ``driver``; its outputs come
+    back as fp32 bit patterns in int32. Append the bit-pattern and replay checks
+    (:func:`_fp32_replay_checks`, the layer replayed through ``hook``) and the cycle check
+    against the accelerator cycle model; fill ``result.gemm_rows``."""
     drv = "C++ fast driver" if driver == "fast" else "cocotb"
     say(f"RTL: {len(recorded)} {what} GEMMs on the accelerator top (ISA + DMA, {drv})")
     t0 = time.perf_counter()
-    sim = run("accel", gprog, spec, driver=driver, log=say)
+    rtl_out, comparison = [], []
+    for gp in gprogs or [gprog]:
+        sim = run("accel", gp, spec, driver=driver, log=say)
+        rtl_out += [np.ascontiguousarray(sim.outputs[f"c{i}"]).view(np.float32)
+                    for i in range(len(gp.outputs))]
+        comparison += list(sim.comparison(spec))
     result.seconds["rtl"] = time.perf_counter() - t0
-    rtl_out = [np.ascontiguousarray(sim.outputs[f"c{i}"]).view(np.float32)
-               for i in range(len(recorded))]
     _fp32_replay_checks(result, hook, what,
                         f"{len(recorded)} GEMMs on the accelerator top, {unit}",
                         recorded, rtl_out, program, inputs, func)
-    rows = _accel_rows(sim.comparison(spec))
+    rows = _accel_rows(comparison)
     result.checks.append(_cycles_check(_ACCEL_WORDING["accel"][3], rows, len(rows),
                                        len(recorded)))
     result.gemm_rows = rows
