@@ -33,6 +33,26 @@ def _arch(df="ws", bw=16.0, lat=100.0, rows=4, cols=4, spad=32, acc=16) -> ArchS
     return ArchSpec.from_dict(base)
 
 
+async def _write_imem(ctx, dut, words, base: int = 0) -> None:
+    """Write ``words`` into the controller's instruction memory from address ``base``, one per
+    cycle (the host's write port)."""
+    for i, w in enumerate(words):
+        ctx.set(dut.imem_wr_en, 1)
+        ctx.set(dut.imem_wr_addr, base + i)
+        ctx.set(dut.imem_wr_data, w)
+        await ctx.tick()
+    ctx.set(dut.imem_wr_en, 0)
+
+
+def _simulate(dut, bench) -> None:
+    """Run the async testbench ``bench`` on ``dut`` in Amaranth's simulator (100 MHz clock)."""
+    from amaranth.sim import Simulator
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 # ---- encoding --------------------------------------------------------------------------------
 def test_encoding_bit_positions_by_hand():
     words = assemble([Instr("END"),
@@ -245,8 +265,6 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode():
     """The controller alone, its units faked: every issue cycle and decoded field against the
     timing contract (one fetch cycle, one cycle per instruction, stall while a unit is busy) and
     an unknown opcode stopping with ``error`` and ``pc`` at the bad word."""
-    from amaranth.sim import Simulator
-
     from tilewright.rtl.controller import Controller
     from tilewright.rtl.dma import OP_LOAD_B
     words = assemble([Instr("LOAD_B", {"buf": 1, "count": 5, "addr": 9}),
@@ -257,12 +275,7 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode():
     log = []
 
     async def bench(ctx):
-        for i, w in enumerate(words):
-            ctx.set(dut.imem_wr_en, 1)
-            ctx.set(dut.imem_wr_addr, 3 + i)
-            ctx.set(dut.imem_wr_data, w)
-            await ctx.tick()
-        ctx.set(dut.imem_wr_en, 0)
+        await _write_imem(ctx, dut, words, base=3)
         ctx.set(dut.entry, 3)
         ctx.set(dut.start, 1)
         ctx.set(dut.dma_busy, 1)          # the DMA is busy for the first 5 cycles after start
@@ -283,10 +296,7 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode():
                             ctx.get(dut.retired), ctx.get(dut.cycles)))
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     # fetch in cycle 1; LOAD_B ready from cycle 5 (stalled 2..4); GEMM 6; SYNC 7; bad word seen
     # in cycle 8 -> stops: busy low from cycle 9, cycles = 8 (busy in 1..8), 3 retired
     assert log == [(5, "dma", OP_LOAD_B, 1, 5, 9), (6, "gemm", 2, 3, 4, 1, 0, 1),
@@ -335,8 +345,6 @@ def test_dma_gearboxes_under_backpressure():
     bytes leave as 8), with the handshakes the bench's memory never exercises: a request held
     while ``mem_req_ready`` is low, read beats with gaps, write beats refused by
     ``mem_wr_ready``. Expected words/beats are the image format of compiler/codegen.py."""
-    from amaranth.sim import Simulator
-
     from tilewright.rtl.dma import OP_LOAD_A, OP_STORE, Dma
     arch = _arch(bw=1.0)
     half_a = GemmLayout.depths(arch)[0] // 2
@@ -390,10 +398,7 @@ def test_dma_gearboxes_under_backpressure():
             addr = ctx.get(dut.acc_rd_addr)  # the SRAM answers one cycle later
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     # (write, addr, len) while the request waits: held stable for all three cycles
     assert got["req"] == [(0, 100, 6)] * 3 + [(1, 7, 16)] * 3
     assert got["a"] == [(half_a + i, w) for i, w in enumerate(a_words)]
@@ -486,8 +491,6 @@ def test_controller_scale_registers_in_amaranths_simulator():
     """Controller(scales=True): SCALE sets scale_a/scale_b in its issue cycle (stalling while the
     DMA is busy), both read 1.0 again after the next start; Controller() stops at SCALE with
     ``error`` (an unknown opcode there)."""
-    from amaranth.sim import Simulator
-
     from tilewright.rtl.controller import Controller
     words = assemble([Instr("SCALE", {"operand": 1, "value": 0x40400000}),
                       Instr("SCALE", {"operand": 0, "value": 0x7FC00000}), Instr("END", {})])
@@ -496,12 +499,7 @@ def test_controller_scale_registers_in_amaranths_simulator():
         log = []
 
         async def bench(ctx):
-            for i, w in enumerate(words):
-                ctx.set(dut.imem_wr_en, 1)
-                ctx.set(dut.imem_wr_addr, i)
-                ctx.set(dut.imem_wr_data, w)
-                await ctx.tick()
-            ctx.set(dut.imem_wr_en, 0)
+            await _write_imem(ctx, dut, words)
             for run in range(2):
                 ctx.set(dut.start, 1)
                 ctx.set(dut.dma_busy, 1)   # busy for the first 4 cycles after start
@@ -515,10 +513,7 @@ def test_controller_scale_registers_in_amaranths_simulator():
                                   if hasattr(dut, "scale_a") else ())))
                     await ctx.tick()
 
-        sim = Simulator(dut)
-        sim.add_clock(1e-8)
-        sim.add_testbench(bench)
-        sim.run()
+        _simulate(dut, bench)
         return log
 
     one, three, nan = 0x3F800000, 0x40400000, 0x7FC00000
@@ -558,8 +553,6 @@ def test_load_vi_controller_and_dma_in_amaranths_simulator():
     the idx sampled at start (a later change of the input is not seen); Controller() stops at
     LOAD_VI with error. Dma(indirect=True) requests external word addr + idx * count * r
     (r = 2 beats per 4-lane vector word at W = 8 bytes), then loads like LOAD_V."""
-    from amaranth.sim import Simulator
-
     from tilewright.rtl.controller import Controller
     from tilewright.rtl.dma import OP_LOAD_V, OP_LOAD_VI, Dma
     words = assemble([Instr("LOAD_VI", {"vaddr": 7, "count": 3, "addr": 40}), Instr("END", {})])
@@ -568,12 +561,7 @@ def test_load_vi_controller_and_dma_in_amaranths_simulator():
         log = []
 
         async def bench(ctx):
-            for i, w in enumerate(words):
-                ctx.set(dut.imem_wr_en, 1)
-                ctx.set(dut.imem_wr_addr, i)
-                ctx.set(dut.imem_wr_data, w)
-                await ctx.tick()
-            ctx.set(dut.imem_wr_en, 0)
+            await _write_imem(ctx, dut, words)
             if hasattr(dut, "idx"):
                 ctx.set(dut.idx, 41)
             ctx.set(dut.start, 1)
@@ -589,10 +577,7 @@ def test_load_vi_controller_and_dma_in_amaranths_simulator():
                 log.append((cyc, ctx.get(dut.busy), ctx.get(dut.error)))
                 await ctx.tick()
 
-        sim = Simulator(dut)
-        sim.add_clock(1e-8)
-        sim.add_testbench(bench)
-        sim.run()
+        _simulate(dut, bench)
         return log
 
     log = run_ctrl(Controller(indirect=True))
@@ -620,10 +605,7 @@ def test_load_vi_controller_and_dma_in_amaranths_simulator():
         await ctx.tick()
         got["busy_reading"] = ctx.get(dut.busy) and ctx.get(dut.mem_rd_ready)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(dma_bench)
-    sim.run()
+    _simulate(dut, dma_bench)
     assert got["req"] == (1, 0, 1000 + 41 * 3 * 2, 3 * 2) and got["busy_reading"]
     assert OP_LOAD_V != OP_LOAD_VI
     with pytest.raises(ValueError, match="tws4x4: indirect loads .* no vector_unit"):
@@ -634,8 +616,6 @@ def test_controller_scale_col_lanes_in_amaranths_simulator():
     """Controller(scales=True, lanes=3): SCALE_COL sets one lane of scale_b (lane j in bits
     32j..), SCALE B sets all three, one instruction per cycle; a SCALE_COL lane the array does
     not have (3) stops the run with ``error``, the lanes unchanged."""
-    from amaranth.sim import Simulator
-
     from tilewright.rtl.controller import Controller
     one, x, y, z = 0x3F800000, 0x40400000, 0x3E000000, 0x7F800000
     words = assemble([Instr("SCALE_COL", {"lane": 2, "value": x}),
@@ -645,12 +625,7 @@ def test_controller_scale_col_lanes_in_amaranths_simulator():
     dut, log = Controller(scales=True, lanes=3), []
 
     async def bench(ctx):
-        for i, w in enumerate(words):
-            ctx.set(dut.imem_wr_en, 1)
-            ctx.set(dut.imem_wr_addr, i)
-            ctx.set(dut.imem_wr_data, w)
-            await ctx.tick()
-        ctx.set(dut.imem_wr_en, 0)
+        await _write_imem(ctx, dut, words)
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
@@ -660,10 +635,7 @@ def test_controller_scale_col_lanes_in_amaranths_simulator():
                         tuple(b >> (32 * j) & 0xFFFFFFFF for j in range(3))))
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     # sample i: fetch 0; SCALE_COL 1 -> visible from 2; SCALE B 2 -> 3; SCALE_COL 3 -> 4; the
     # bad lane in 4 stops the run: not busy, error from 5
     assert [lanes for _, _, lanes in log[:6]] == [(one, one, one), (one, one, one),
