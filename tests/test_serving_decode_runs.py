@@ -213,3 +213,62 @@ def test_moe_dense_layers_and_a_routing_trace_equal_the_event_level_loop():
         fast, slow = both(spec, cfg, plan, reqs, **kw)
         assert_same_run(fast, slow)
         assert fast.events < slow.events
+
+
+# ---- pipeline stages (pp > 1): stage sends timed by the clock additions SimPy makes ----------
+def one_gpu_nodes(gbps: float, pools: dict | None = None) -> ClusterSpec:
+    """Four one-H100 nodes on a switch of ``gbps`` GB/s links: every stage send crosses it."""
+    d = {"name": "h100x4-1pn", "chip": {"kind": "gpu", "preset": "h100-sxm"},
+         "chips_per_node": 1, "nodes": 4,
+         "intra_node": {"topology": "switch", "link_gbps": 450.0, "latency_us": 0.5},
+         "inter_node": {"topology": "switch", "link_gbps": gbps, "latency_us": 1.0}}
+    return ClusterSpec.from_dict(d | ({"pools": pools} if pools else {}))
+
+
+@pytest.mark.parametrize("cluster,model,plan", [
+    ("h100-8x-nvlink", "llama3-8b", ServePlan(pp=2)),
+    ("h100-8x-nvlink", "llama3-8b", ServePlan(tp=2, pp=4)),               # TP inside stages
+    ("pd-h100-64", "llama3-8b", ServePlan(tp=2, pp=2, disaggregated=True)),
+    ("h100-8x-nvlink", "mixtral-8x7b", ServePlan(ep=2, pp=2)),            # DP attention
+    ("h100-8x-nvlink", "mixtral-8x7b", ServePlan(ep=4, pp=2, routing="zipf",
+                                                 redundant_experts=4)),
+    ("h100-8x-nvlink", "mixtral-8x7b", ServePlan(tp=2, pp=4)),
+])
+def test_pipelined_runs_equal_the_event_level_loop(cluster, model, plan):
+    """Decode-only runs through pp stages (prefills arriving in between) give the event-level
+    loop's results bit for bit, with far fewer SimPy events (the runs engaged)."""
+    reqs = poisson_requests(80, 20.0, (32, 1500), (1, 200), seed=2)
+    fast, slow = both(load_cluster(cluster), model, plan, reqs, slo=SLO(0.3, 0.05))
+    assert_same_run(fast, slow)
+    assert fast.events < slow.events / 3
+
+
+def test_pipelined_runs_with_queued_or_shared_stage_links_stay_event_level(monkeypatch):
+    """Where the closed form does not hold, the event-level loop times the iterations and the
+    results are still bit-equal: on slow links a stage send queues behind the previous
+    micro-batch's (the run is refused, :class:`serving._Contended`), and a P/D decode replica
+    whose stage links also carry KV hand-offs never starts a run."""
+    refused, private = [], {}
+    times, priv = serving_mod._Replica._pipeline_times, serving_mod._Sim.private_pipeline
+
+    def spy_times(self, *a):
+        try:
+            return times(self, *a)
+        except serving_mod._Contended:
+            refused.append(self.idx)
+            raise
+
+    def spy_private(self, rep):
+        private[rep.idx] = priv(self, rep)
+        return private[rep.idx]
+    monkeypatch.setattr(serving_mod._Replica, "_pipeline_times", spy_times)
+    monkeypatch.setattr(serving_mod._Sim, "private_pipeline", spy_private)
+    reqs = poisson_requests(60, 20.0, (32, 1500), (1, 200), seed=1)
+    fast, slow = both(one_gpu_nodes(0.005), "llama3-8b", ServePlan(pp=2), reqs)
+    assert_same_run(fast, slow)
+    assert refused and private == {0: True, 1: True}
+    reqs = poisson_requests(30, 20.0, (32, 500), (1, 50), seed=2)
+    fast, slow = both(one_gpu_nodes(50.0, {"prefill_chips": 2}), "llama3-8b",
+                      ServePlan(pp=2, disaggregated=True), reqs)
+    assert_same_run(fast, slow)
+    assert private[1] is False and fast.events == slow.events

@@ -68,16 +68,8 @@ class Network:
         """Send ``nbytes`` for each (src, dst) pair; fires when all have arrived. Pairs whose
         routes are identical share every link, so FIFO serializes them back to back: they are
         sent as one message of the summed size (same completion time, fewer events)."""
-        merged: dict[tuple, list] = {}
-        for a, b in pairs:
-            if a == b or nbytes <= 0:
-                continue
-            r = self.topology.route(a, b)
-            if r in merged:
-                merged[r][2] += nbytes
-            else:
-                merged[r] = [a, b, nbytes]
-        return self.env.all_of([self.send(a, b, s) for a, b, s in merged.values()])
+        return self.env.all_of([self.send(a, b, s)
+                                for a, b, s in self.merged_sends(pairs, nbytes)])
 
     def transmit(self, src: int, dst: int, nbytes: float):
         """Generator form of :meth:`send` for ``yield from`` inside a process (saves a process
@@ -92,14 +84,34 @@ class Network:
         self.bytes_sent += nbytes
         yield from self._stripe(stripes[0][0], nbytes)
 
-    def _stripe(self, path: tuple[int, ...], nbytes: float):
-        topo = self.topology
+    def path_facts(self, path: tuple[int, ...]) -> tuple[tuple[int, ...], float, float]:
+        """(links in lock order, narrowest bandwidth (B/s), summed latency (s)) of a stripe's
+        path (memoized)."""
         facts = self._paths.get(path)
-        if facts is None:       # (links in lock order, narrowest bandwidth, summed latency)
+        if facts is None:
+            topo = self.topology
             facts = self._paths[path] = (
                 tuple(sorted(path)), float(min(topo.bandwidth[i] for i in path)),
                 float(sum(topo.latency[i] for i in path)))
-        order, bw, lat = facts
+        return facts
+
+    def merged_sends(self, pairs: list[tuple[int, int]], nbytes: float
+                     ) -> list[tuple[int, int, float]]:
+        """The messages :meth:`send_many` sends for ``pairs``: (src, dst, bytes), pairs of
+        identical routes merged into one message of their summed size."""
+        merged: dict[tuple, list] = {}
+        for a, b in pairs:
+            if a == b or nbytes <= 0:
+                continue
+            r = self.topology.route(a, b)
+            if r in merged:
+                merged[r][2] += nbytes
+            else:
+                merged[r] = [a, b, nbytes]
+        return [(a, b, s) for a, b, s in merged.values()]
+
+    def _stripe(self, path: tuple[int, ...], nbytes: float):
+        order, bw, lat = self.path_facts(path)
         held = []
         for link in order:
             res = self._res(link)

@@ -61,8 +61,8 @@ keys per iteration, their times by the same floating-point operations as an iter
 one per iteration. A request reaching it (arrival or KV hand-off) reads its load from the run
 and stops the run after the iteration in progress; the loop then goes on event by event. The
 results are bit-equal to the event-level loop (``decode_runs=False``;
-tests/test_serving_decode_runs.py). Used with table costs (GPU presets, Mamba), no pipeline
-stages and no Perfetto trace: for a dense model the iteration time is a function of the batch's
+tests/test_serving_decode_runs.py). Used with table costs (GPU presets, Mamba) and no
+Perfetto trace: for a dense model the iteration time is a function of the batch's
 size and keys alone (:meth:`IterationCost.decode_run_seconds`); for MoE, with any EP and
 attention layout, each iteration's routing is drawn and its time computed by :meth:`IterationCost.parts`'
 arithmetic over many iterations at once (:meth:`IterationCost.decode_steps_seconds`; one at a
@@ -71,6 +71,16 @@ is its own :class:`.decode_run.DecodeRun`, and the draws made for iterations tim
 run's end are undone (:meth:`IterationCost.snapshot`). A request landing exactly on a computed
 iteration's end, where the two would depend on SimPy's order of same-instant events, makes the
 run repeat event by event.
+
+With pipeline stages (``pp > 1``, dense or MoE) a run's iteration is timed as
+:meth:`_Replica._pipeline` runs it: the same micro-batches, and the stage sends' arrivals by the
+clock additions SimPy makes (:meth:`_Replica._pipeline_times`). That is exact only while a
+replica's stage sends are alone on their links, so runs are used only (a) on a replica none of
+whose stage-send links carries another replica's stage sends or a KV hand-off
+(:meth:`_Sim.private_pipeline`; otherwise another transfer could hold a link at a time the run
+cannot know) and (b) while no stage send has to queue behind another of the same iteration
+(the FIFO wait is not modelled in bulk; a run that would queue is refused at its start, and the
+replica stays event by event; found later, the whole simulation repeats event by event).
 
 Mamba models: no attention and no KV cache; each sequence holds a fixed-size recurrent state
 (:func:`.plan.mamba_state_bytes`), so a replica admits ``state_slots`` sequences (one slot each,
@@ -86,7 +96,7 @@ import math
 import time
 from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -805,6 +815,15 @@ class IterationCost:
         ``n[j]`` sequences of one new token each attending to ``keys[j]`` keys in all. The same
         floating-point operations, in the same order, as :meth:`seconds` on that batch (only
         when :attr:`decode_runs`); the run's work is added by :meth:`account_decode_run`."""
+        layers, first, head = self.decode_run_parts(n, keys)
+        return (layers + first) + head
+
+    def decode_run_parts(self, n: np.ndarray, keys: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`parts` (all layers, embedding + iteration overhead, LM head; s) of each batch
+        of ``n[j]`` decoding sequences with ``keys[j]`` keys in all, by the same floating-point
+        operations (only when :attr:`decode_runs` and the model is dense): an iteration's
+        parts, or a pipeline micro-batch's (:meth:`_Replica._pipeline`)."""
         dm, chip = self.dm, self.chip
         table = self._decode_table
         top = int(n.max())
@@ -825,7 +844,7 @@ class IterationCost:
             C = keys.astype(np.float64)
             attn = self._fused_attention_seconds(C, n.astype(np.float64), C)
             layer = dense + attn
-        return (self.cfg.n_layers * (layer + tp_comm) + first) + head
+        return self.cfg.n_layers * (layer + tp_comm), first, head
 
     def account_decode_run(self, tokens: int, keys: int, iterations: int) -> None:
         """Add the work of decode-only iterations with ``tokens`` sequences and ``keys`` keys in
@@ -994,6 +1013,7 @@ class _Replica:
         self.total_blocks = self.rank_blocks * dp
         self.wake: simpy.Event | None = None
         self.run: _Run | None = None   # a decode-only run computed ahead (:meth:`_start_run`)
+        self.contended = False         # a pipelined run's stage sends queued: no more runs
         self.run_end = 0.0             # end of the last run committed (s)
         self.busy = 0.0
         self.busy_chip_s = 0.0     # chip-seconds of compute (energy model)
@@ -1058,6 +1078,11 @@ class _Replica:
         a, m = len(run.n), min(m, run.plan.iterations)
         n, keys = run.plan.counts(a, m)
         cost = self.cost
+        if run.pipeline:
+            self._extend_pipeline_run(a, m)
+            run.n += n.tolist()
+            run.keys += keys.tolist()
+            return
         if run.exact and cost.vector_decode_steps:   # MoE, all at once; undone past the end
             run.chunks.append((a, m, cost.snapshot()))
             dts = cost.decode_steps_seconds(run.s_arr, run.r_arr, run.ranks, a, m)
@@ -1075,6 +1100,117 @@ class _Replica:
         run.dts += dts.tolist()
         run.n += n.tolist()
         run.keys += keys.tolist()
+
+    def _run_micro_batches(self, j: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(contexts, attention ranks) of each micro-batch of a decode-only run's iteration
+        ``j``, as :meth:`_pipeline` splits the batch (live sequences in running order)."""
+        run = self.run
+        assert run is not None
+        live = run.r_arr > j
+        c = run.s_arr[live] + j
+        ranks = run.ranks[live] if run.ranks is not None else np.zeros(len(c), np.int64)
+        return [(c[g], ranks[g])
+                for g in np.array_split(np.arange(len(c)), min(self.sim.plan.pp, len(c)))]
+
+    def _extend_pipeline_run(self, a: int, m: int) -> None:
+        """Time iterations ``a … m − 1`` of a decode-only run through ``pp`` stages, as
+        :meth:`_pipeline` times each: the live sequences (running order) split into the same
+        micro-batches, each micro-batch's parts (dense: by :meth:`IterationCost.decode_run_parts`,
+        all of the chunk's micro-batches at once; MoE: by :meth:`IterationCost.parts`, micro-batch
+        by micro-batch with its routing draw, the cost's state kept before each iteration to undo
+        the iterations that do not run), then the stages and stage sends by
+        :meth:`_pipeline_times` from the iteration's start."""
+        run, sim, cost = self.run, self.sim, self.cost
+        assert run is not None
+        pp, width = sim.plan.pp, sim.plan.tp * sim.plan.ep
+        per_it, gn, layers, first, head = [], [], [], [], []
+        gk = []
+        for j in range(a, m):
+            mbs = self._run_micro_batches(j)
+            per_it.append(len(mbs))
+            if run.exact:
+                run.states.append(cost.snapshot())
+            for c, ranks in mbs:
+                gn.append(len(c))
+                if run.exact:
+                    x, y, z = cost.parts(np.ones(len(c), np.int64), c, len(c), ranks,
+                                         account=False)
+                    layers.append(x)
+                    first.append(y)
+                    head.append(z)
+                else:
+                    gk.append(int(c.sum()))
+        if not run.exact:
+            parts = cost.decode_run_parts(np.array(gn, np.int64), np.array(gk, np.int64))
+            layers, first, head = (x.tolist() for x in parts)
+        d, e = sim.cfg.d_model, sim.chip.element_bytes
+        t, i = run.t[-1], 0
+        for M in per_it:
+            ks = range(i, i + M)
+            times = [[layers[k] / pp + (first[k] if s == 0 else 0.0)
+                      + (head[k] if s == pp - 1 else 0.0) for s in range(pp)] for k in ks]
+            nbytes = [float(gn[k]) * d * e / width for k in ks]
+            i += M
+            end, sends = self._pipeline_times(t, times, nbytes)
+            run.dts.append(end - t)
+            run.t.append(end)
+            run.chip_s.append(width * sum(map(sum, times)))
+            run.sends.append(sends)
+            run.groups.append(M)
+            t = end
+
+    def _stage_pairs(self) -> list[list[tuple[int, int]]]:
+        """Per stage ``s < pp − 1``: (chip i of stage s, chip i of stage s + 1) pairs, the
+        stage sends' endpoints."""
+        width = self.sim.plan.tp * self.sim.plan.ep
+        st = [self.chips[s * width:(s + 1) * width] for s in range(self.sim.plan.pp)]
+        return [list(zip(st[s], st[s + 1])) for s in range(len(st) - 1)]
+
+    def _pipeline_times(self, t0: float, times: list[list[float]], nbytes: list[float]
+                        ) -> tuple[float, tuple]:
+        """The end (s) of one :meth:`_pipeline` iteration started at ``t0`` with stage times
+        ``times[j][s]`` and stage-send sizes ``nbytes[j]`` per micro-batch, by the clock
+        additions SimPy makes: stage ``s`` starts micro-batch ``j`` at ``max(its previous end,
+        the send's arrival)``; each stripe of a send holds its links from the send's start for
+        ``bytes/bandwidth``, then arrives after its latency. Exact only when no stripe has to
+        queue for a link (each link's holds in the iteration do not overlap) and no one else
+        uses the links (:meth:`_Sim.private_pipeline`); :class:`_Contended` otherwise. Also
+        returns the sends' network accounting: (per stripe and link: release time, link,
+        bytes, hold), messages, and their sizes in order."""
+        net = self.sim.net
+        route = net.topology.route
+        pairs = self._stage_pairs()
+        pp, M = len(times[0]), len(times)
+        arrive: dict[tuple[int, int], float] = {}
+        uses: list[tuple[float, float, int, float, float]] = []
+        sizes: list[float] = []
+        end = t0
+        for s in range(pp):
+            f = t0
+            for j in range(M):
+                if s:
+                    f = max(f, arrive[(s, j)])
+                f = f + times[j][s]
+                if s < pp - 1:
+                    last = f
+                    for a, b, size in net.merged_sends(pairs[s], nbytes[j]):
+                        sizes.append(size)
+                        stripes = route(a, b)
+                        for path, frac in stripes:
+                            sb = size if len(stripes) == 1 else frac * size
+                            order, bw, lat = net.path_facts(path)
+                            hold = sb / bw
+                            rel = f + hold
+                            last = max(last, rel + lat if lat > 0 else rel)
+                            uses += [(f, rel, link, sb, hold) for link in order]
+                    arrive[(s + 1, j)] = last
+            end = max(end, f)
+        free: dict[int, float] = {}
+        for acq, rel, link, _, _ in sorted(uses):
+            if acq < free.get(link, -math.inf):
+                raise _Contended(acq)
+            free[link] = rel
+        return end, (sorted(uses, key=lambda u: u[1]), sizes)
 
     def _start_run(self) -> bool:
         """Start a decode-only run of the running sequences (queue empty, every sequence
@@ -1106,11 +1242,16 @@ class _Replica:
             return False
         exact = self.cost.exact_decode_steps
         ranks = (np.array([x.rank for x in self.running], np.int64)
-                 if exact and len(self.free) > 1 else None)
+                 if exact and (len(self.free) > 1 or sim.plan.pp > 1) else None)
         self.run = _Run(plan, list(self.running), [sim.env.now], [], [], [], plan.iterations,
                         pools, exact, np.array(s, np.int64), np.array(r, np.int64), ranks, [],
-                        [])
-        self._extend_run(1 if exact else RUN_CHUNK)
+                        [], pipeline=sim.plan.pp > 1)
+        try:
+            self._extend_run(1 if exact else RUN_CHUNK)
+        except _Contended:     # stage sends queue at this batch: the event-level loop times it
+            self.run = None
+            self.contended = True
+            return False
         return True
 
     def _commit_run(self) -> None:
@@ -1159,16 +1300,40 @@ class _Replica:
         n = run.n[:stop]
         sim.timeline.extend(zip(t[:stop], [self.idx] * stop, [self.role] * stop, n, n, kv))
         width = len(self.chips)
-        for dt in run.dts[:stop]:          # one at a time, as the event-level loop adds them
-            self.busy_chip_s += dt * width
-            self.busy += dt
-        self.iterations += stop
-        if run.exact:
-            self.cost.account_decode_steps(run.s_arr, run.r_arr, stop)
+        if run.pipeline:                   # chip-seconds at each iteration's start, then busy
+            for cs, dt in zip(run.chip_s[:stop], run.dts[:stop]):
+                self.busy_chip_s += cs
+                self.busy += dt
+            self._commit_sends(run.sends[:stop])
         else:
-            self.cost.account_decode_run(sum(n), sum(run.keys[:stop]), stop)
+            for dt in run.dts[:stop]:      # one at a time, as the event-level loop adds them
+                self.busy_chip_s += dt * width
+                self.busy += dt
+        self.iterations += stop
+        if run.exact and run.pipeline:   # each micro-batch as _pipeline's parts accounts it
+            for j in range(stop):
+                for c, _ in self._run_micro_batches(j):
+                    self.cost._account(np.ones(len(c), np.int64), c, len(c))
+        elif run.exact:
+            self.cost.account_decode_steps(run.s_arr, run.r_arr, stop)
+        else:   # (pipeline: one accounted batch per micro-batch, as _pipeline's parts calls)
+            self.cost.account_decode_run(sum(n), sum(run.keys[:stop]),
+                                         sum(run.groups[:stop]) if run.pipeline else stop)
         self.run_end = t[stop]
         self.run = None
+
+    def _commit_sends(self, sends: list[tuple]) -> None:
+        """Add the stage sends of committed pipeline iterations to the network's counters as
+        its stripes add them: each link's hold and bytes at each release, in time order."""
+        net = self.sim.net
+        busy, carried = net.busy_seconds, net.link_bytes
+        for uses, sizes in sends:
+            net.messages += len(sizes)
+            for x in sizes:
+                net.bytes_sent += x
+            for _, _, link, sb, hold in uses:
+                busy[link] = busy.get(link, 0.0) + hold
+                carried[link] = carried.get(link, 0.0) + sb
 
     def _blocks(self, tokens: int) -> int:
         """KV blocks for ``tokens`` tokens; a Mamba model's one state slot per sequence."""
@@ -1305,9 +1470,10 @@ class _Replica:
 
     def loop(self):
         env, sim = self.sim.env, self.sim
-        runs = sim.decode_runs and self.role != "prefill" and self.cost.decode_runs
+        runs = (sim.decode_runs and self.role != "prefill" and self.cost.decode_runs
+                and (sim.plan.pp == 1 or sim.private_pipeline(self)))
         while True:
-            if runs and not self.waiting and self._start_run():
+            if runs and not self.waiting and not self.contended and self._start_run():
                 # the run proceeds without events until a request reaches this replica
                 # (:meth:`submit`); then the iteration in progress completes and the loop
                 # goes on from there
@@ -1395,6 +1561,12 @@ class _Run:
     states: list[tuple]
     #: MoE iterations timed together: (first, end, the cost's state before them)
     chunks: list[tuple[int, int, tuple]]
+    #: pipeline stages (dense, pp > 1): per iteration timed, its chip-seconds, its stage sends'
+    #: network accounting (:meth:`_Replica._pipeline_times`) and its micro-batches
+    pipeline: bool = False
+    chip_s: list[float] = field(default_factory=list)
+    sends: list[tuple] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
 
 
 #: iterations of a decode-only run timed at its start (more are timed when the run lasts; an
@@ -1405,6 +1577,12 @@ RUN_CHUNK = 32
 class _SameInstant(Exception):
     """A request reached a replica exactly at the end of an iteration of a decode-only run
     computed ahead (:meth:`_Replica._run_iteration`); the run is redone event by event."""
+
+
+class _Contended(_SameInstant):
+    """A stage send of a pipelined decode-only run would queue for a link held by another
+    (:meth:`_Replica._pipeline_times` does not model FIFO link waits); the run is redone event
+    by event."""
 
 
 def _delay_to(now: float, t: float) -> float:
@@ -1428,7 +1606,7 @@ class _Sim:
         self.env = simpy.Environment()
         # decode-only runs computed ahead (:mod:`.decode_run`): not with a trace (it spans
         # every iteration) or pipeline stages (their micro-batches use the network)
-        self.decode_runs = decode_runs and not trace and plan.pp == 1
+        self.decode_runs = decode_runs and not trace
         self.spec, self.cfg, self.plan, self.chip = spec, cfg, plan, chip
         self.topology = Topology(spec)
         self.net = Network(self.env, self.topology)
@@ -1445,6 +1623,30 @@ class _Sim:
         self.decode: list[_Replica] = []
         self.kv_transfers = 0
         self.timeline: list[tuple[float, int, str, int, int, float]] = []
+
+    def private_pipeline(self, rep: "_Replica") -> bool:
+        """Whether no link of ``rep``'s stage sends carries anything else: another replica's
+        stage sends or a KV hand-off (any prefill replica to any decode replica). Only then is
+        a pipelined decode-only run's timing a function of its own batch (memoized)."""
+        users = getattr(self, "_link_users", None)
+        if users is None:
+            users = self._link_users = {}
+
+            def add(who: int, pairs) -> None:
+                for a, b in pairs:
+                    if a != b:
+                        for path, _ in self.topology.route(a, b):
+                            for link in path:
+                                users.setdefault(link, set()).add(who)
+            for x in self.front + self.decode:
+                for pairs in x._stage_pairs():
+                    add(x.idx, pairs)
+            if self.decode:
+                for src in self.front:
+                    for dst in self.decode:
+                        add(-1, zip(src.chips, dst.chips))
+        return all(users[link] == {rep.idx} for pairs in rep._stage_pairs()
+                   for a, b in pairs for path, _ in self.topology.route(a, b) for link in path)
 
     def record(self, rep: "_Replica", t: float, seqs: int, tokens: int) -> None:
         """One timeline point at an iteration's start: the batch (sequences, new tokens) and the
