@@ -24,10 +24,16 @@ with DP attention (one KV pool per rank), Zipf(1.2) routing and 8 redundant expe
 iterations at once, :meth:`IterationCost.decode_steps_seconds`) and with the event-level loop,
 metrics compared (bit-equal).
 
+Pipeline-parallel serving (``--only-pp`` for these rows alone): llama3-70b on h100-64x-ib as 4
+replicas of TP 8 × PP 2 (stage sends between two nodes over InfiniBand), the same
+``--requests`` workload, in bulk (decode-only runs through the stages,
+:meth:`tilewright.dataflow_sim.cluster.serving._Replica._pipeline_times`) and with the
+event-level loop, metrics compared (bit-equal).
+
 Usage:  python benchmarks/cluster_speed.py [--requests 10000] [--rate 30] [--skip-pd]
         [--cost-source compiler|table|both] [--inlayer-comm network|phase|both] [--skip-mamba]
         [--skip-scale] [--event-baseline] [--only-scale] [--only-moe] [--moe-requests 3000]
-        [--skip-moe]
+        [--skip-moe] [--only-pp] [--skip-pp]
 
 Events are SimPy events scheduled (the main simulation plus the memoized collective-phase
 simulations), counted from SimPy's event-id counter. The anchor is Vidur's published rate of
@@ -131,10 +137,17 @@ def main() -> None:
                     help="requests of the MoE serving rows")
     ap.add_argument("--skip-moe", action="store_true", help="skip the MoE serving rows")
     ap.add_argument("--only-moe", action="store_true", help="only the MoE serving rows")
+    ap.add_argument("--skip-pp", action="store_true",
+                    help="skip the pipeline-parallel serving rows")
+    ap.add_argument("--only-pp", action="store_true",
+                    help="only the pipeline-parallel serving rows")
     args = ap.parse_args()
     rows = []
-    if args.only_moe:
-        moe_rows(rows, args.moe_requests, args.rate)
+    if args.only_moe or args.only_pp:
+        if args.only_moe:
+            moe_rows(rows, args.moe_requests, args.rate)
+        if args.only_pp:
+            pp_rows(rows, args.requests, args.rate)
         print_table(rows)
         return
     if not args.skip_scale:
@@ -194,6 +207,8 @@ def main() -> None:
 
     if not args.skip_moe:
         moe_rows(rows, args.moe_requests, args.rate)
+    if not (args.skip_pp or args.only_scale):
+        pp_rows(rows, args.requests, args.rate)
     print_table(rows)
 
 
@@ -224,6 +239,27 @@ def moe_rows(rows: list, n: int, rate: float) -> None:
                      f"{m['makespan_s']:.0f} s, p99 TPOT {m['tpot_p99_s'] * 1e3:.1f} ms",
                      wall, cpu, out.events, None))
     report_same("mixtral-8x7b EP 8", outs)
+
+
+def pp_rows(rows: list, n: int, rate: float) -> None:
+    """Pipeline-parallel serving, bulk vs event-level loop: llama3-70b on h100-64x-ib as 4
+    replicas of TP 8 × PP 2 (each stage one 8-GPU node, the stage sends over InfiniBand);
+    appends to ``rows``."""
+    reqs = poisson_requests(n, rate, (128, 2048), (16, 512), seed=0)
+    plan = ServePlan(tp=8, pp=2)
+    outs = {}
+    for bulk in (True, False):
+        out, wall, cpu = timed(lambda: simulate_serving(load_cluster("h100-64x-ib"),
+                                                        "llama3-70b", plan, reqs,
+                                                        decode_runs=bulk))
+        outs[bulk] = out
+        m = out.metrics
+        rows.append(("serve llama3-70b, h100-64x-ib (64 GPUs), pipeline stages, "
+                     + ("decode runs in bulk" if bulk else "event-level loop"),
+                     f"{n} req @ {rate}/s, tp=8 pp=2",
+                     f"{m['makespan_s']:.0f} s, p99 TTFT {m['ttft_p99_s'] * 1e3:.0f} ms",
+                     wall, cpu, out.events, TARGET_CPU_S["serve-64"] if bulk else None))
+    report_same("llama3-70b TP 8 PP 2", outs)
 
 
 def print_table(rows: list) -> None:

@@ -272,3 +272,18 @@ def test_pipelined_runs_with_queued_or_shared_stage_links_stay_event_level(monke
                       ServePlan(pp=2, disaggregated=True), reqs)
     assert_same_run(fast, slow)
     assert private[1] is False and fast.events == slow.events
+
+
+def test_pipelined_runs_on_a_ring_equal_the_event_level_loop():
+    """Eight H100s on a ring: at TP 2 the two chips' stage sends share ring links and queue
+    (runs refused, event by event); at TP 1 × PP 8 each send has its links alone (runs engage).
+    Both bit-equal to the event-level loop."""
+    spec = ClusterSpec.from_dict({
+        "name": "h100x8-ring", "chip": {"kind": "gpu", "preset": "h100-sxm"},
+        "chips_per_node": 8,
+        "intra_node": {"topology": "ring", "link_gbps": 450.0, "latency_us": 0.5}})
+    reqs = poisson_requests(60, 20.0, (32, 1500), (1, 200), seed=2)
+    for plan, engaged in ((ServePlan(tp=2, pp=4), False), (ServePlan(pp=8), True)):
+        fast, slow = both(spec, "llama3-8b", plan, reqs)
+        assert_same_run(fast, slow)
+        assert (fast.events < slow.events / 3) is engaged

@@ -1079,7 +1079,7 @@ class _Replica:
         n, keys = run.plan.counts(a, m)
         cost = self.cost
         if run.pipeline:
-            self._extend_pipeline_run(a, m)
+            self._extend_pipeline_run(a, m, n)
             run.n += n.tolist()
             run.keys += keys.tolist()
             return
@@ -1101,45 +1101,54 @@ class _Replica:
         run.n += n.tolist()
         run.keys += keys.tolist()
 
-    def _run_micro_batches(self, j: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _run_micro_batches(self, j: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """(contexts, attention ranks) of each micro-batch of a decode-only run's iteration
-        ``j``, as :meth:`_pipeline` splits the batch (live sequences in running order)."""
+        ``j`` (``n`` live sequences), as :meth:`_pipeline` splits the batch (live sequences in
+        running order, ``np.array_split`` into ``min(pp, n)``); the split is kept per ``n``
+        (the live sequences are those with the most tokens left, so ``n`` fixes them)."""
         run = self.run
         assert run is not None
-        live = run.r_arr > j
-        c = run.s_arr[live] + j
-        ranks = run.ranks[live] if run.ranks is not None else np.zeros(len(c), np.int64)
-        return [(c[g], ranks[g])
-                for g in np.array_split(np.arange(len(c)), min(self.sim.plan.pp, len(c)))]
+        split = run.splits.get(n)
+        if split is None:
+            live = np.flatnonzero(run.r_arr > j)
+            ranks = run.ranks if run.ranks is not None else np.zeros(len(run.r_arr), np.int64)
+            split = run.splits[n] = [
+                (run.s_arr[g], ranks[g], int(run.s_arr[g].sum()))
+                for g in np.array_split(live, min(self.sim.plan.pp, n))]
+        return [(s + j, r) for s, r, _ in split]
 
-    def _extend_pipeline_run(self, a: int, m: int) -> None:
-        """Time iterations ``a … m − 1`` of a decode-only run through ``pp`` stages, as
-        :meth:`_pipeline` times each: the live sequences (running order) split into the same
-        micro-batches, each micro-batch's parts (dense: by :meth:`IterationCost.decode_run_parts`,
-        all of the chunk's micro-batches at once; MoE: by :meth:`IterationCost.parts`, micro-batch
-        by micro-batch with its routing draw, the cost's state kept before each iteration to undo
-        the iterations that do not run), then the stages and stage sends by
-        :meth:`_pipeline_times` from the iteration's start."""
+    def _extend_pipeline_run(self, a: int, m: int, n: np.ndarray) -> None:
+        """Time iterations ``a … m − 1`` (``n[j − a]`` sequences each) of a decode-only run
+        through ``pp`` stages, as :meth:`_pipeline` times each: the live sequences (running
+        order) split into the same micro-batches, each micro-batch's parts (dense: by
+        :meth:`IterationCost.decode_run_parts`, all of the chunk's micro-batches at once; MoE:
+        by :meth:`IterationCost.parts`, micro-batch by micro-batch with its routing draw, the
+        cost's state kept before each iteration to undo the iterations that do not run), then
+        the stages and stage sends by :meth:`_pipeline_times` from the iteration's start."""
         run, sim, cost = self.run, self.sim, self.cost
         assert run is not None
         pp, width = sim.plan.pp, sim.plan.tp * sim.plan.ep
-        per_it, gn, layers, first, head = [], [], [], [], []
-        gk = []
-        for j in range(a, m):
-            mbs = self._run_micro_batches(j)
-            per_it.append(len(mbs))
+        per_it, gn, gk, layers, first, head = [], [], [], [], [], []
+        for j, nj in zip(range(a, m), n.tolist()):
             if run.exact:
                 run.states.append(cost.snapshot())
-            for c, ranks in mbs:
-                gn.append(len(c))
-                if run.exact:
+                mbs = self._run_micro_batches(j, nj)
+                per_it.append(len(mbs))
+                for c, ranks in mbs:
+                    gn.append(len(c))
                     x, y, z = cost.parts(np.ones(len(c), np.int64), c, len(c), ranks,
                                          account=False)
                     layers.append(x)
                     first.append(y)
                     head.append(z)
-                else:
-                    gk.append(int(c.sum()))
+            else:
+                if nj not in run.splits:
+                    self._run_micro_batches(j, nj)
+                split = run.splits[nj]
+                per_it.append(len(split))
+                for s, _, total in split:       # Σ keys of the micro-batch: Σ (s_i + j)
+                    gn.append(len(s))
+                    gk.append(total + j * len(s))
         if not run.exact:
             parts = cost.decode_run_parts(np.array(gn, np.int64), np.array(gk, np.int64))
             layers, first, head = (x.tolist() for x in parts)
@@ -1151,11 +1160,11 @@ class _Replica:
                       + (head[k] if s == pp - 1 else 0.0) for s in range(pp)] for k in ks]
             nbytes = [float(gn[k]) * d * e / width for k in ks]
             i += M
-            end, sends = self._pipeline_times(t, times, nbytes)
+            end, starts = self._pipeline_times(t, times, nbytes)
             run.dts.append(end - t)
             run.t.append(end)
             run.chip_s.append(width * sum(map(sum, times)))
-            run.sends.append(sends)
+            run.sends.append((starts, nbytes))
             run.groups.append(M)
             t = end
 
@@ -1166,8 +1175,36 @@ class _Replica:
         st = [self.chips[s * width:(s + 1) * width] for s in range(self.sim.plan.pp)]
         return [list(zip(st[s], st[s + 1])) for s in range(len(st) - 1)]
 
+    def _stage_sends(self) -> tuple[list, bool]:
+        """The messages of each stage's send as :meth:`.network.Network.send_many` makes them
+        (pairs of one route merged): per stage, (pairs merged, stripes: (fraction of the
+        message or None for a lone stripe, links in lock order, bandwidth, latency)); and
+        whether every link is on one stripe alone (then a stripe can only queue behind its
+        own previous micro-batch). Memoized."""
+        memo = getattr(self, "_sends_memo", None)
+        if memo is None:
+            net = self.sim.net
+            stages, owner = [], {}
+            for s, pairs in enumerate(self._stage_pairs()):
+                merged: dict[tuple, list] = {}
+                for a, b in pairs:
+                    if a != b:
+                        merged.setdefault(net.topology.route(a, b), []).append(a)
+                msgs = []
+                for route, srcs in merged.items():
+                    stripes = []
+                    for path, frac in route:
+                        order, bw, lat = net.path_facts(path)
+                        for link in order:
+                            owner.setdefault(link, set()).add((s, len(msgs), len(stripes)))
+                        stripes.append((None if len(route) == 1 else frac, order, bw, lat))
+                    msgs.append((len(srcs), stripes))
+                stages.append(msgs)
+            memo = self._sends_memo = (stages, all(len(v) == 1 for v in owner.values()))
+        return memo
+
     def _pipeline_times(self, t0: float, times: list[list[float]], nbytes: list[float]
-                        ) -> tuple[float, tuple]:
+                        ) -> tuple[float, list[list[float]]]:
         """The end (s) of one :meth:`_pipeline` iteration started at ``t0`` with stage times
         ``times[j][s]`` and stage-send sizes ``nbytes[j]`` per micro-batch, by the clock
         additions SimPy makes: stage ``s`` starts micro-batch ``j`` at ``max(its previous end,
@@ -1175,42 +1212,50 @@ class _Replica:
         ``bytes/bandwidth``, then arrives after its latency. Exact only when no stripe has to
         queue for a link (each link's holds in the iteration do not overlap) and no one else
         uses the links (:meth:`_Sim.private_pipeline`); :class:`_Contended` otherwise. Also
-        returns the sends' network accounting: (per stripe and link: release time, link,
-        bytes, hold), messages, and their sizes in order."""
-        net = self.sim.net
-        route = net.topology.route
-        pairs = self._stage_pairs()
+        returns each send's start, per stage and micro-batch (:meth:`_commit_sends`)."""
+        stages, exclusive = self._stage_sends()
         pp, M = len(times[0]), len(times)
-        arrive: dict[tuple[int, int], float] = {}
-        uses: list[tuple[float, float, int, float, float]] = []
-        sizes: list[float] = []
+        arrive: list[float] = []
+        starts: list[list[float]] = []
+        holds: list[tuple[float, float, int]] = []        # (start, release, link) if shared
         end = t0
         for s in range(pp):
-            f = t0
+            f, nxt, st, free = t0, [], [], -math.inf
             for j in range(M):
-                if s:
-                    f = max(f, arrive[(s, j)])
+                if s and arrive[j] > f:
+                    f = arrive[j]
                 f = f + times[j][s]
-                if s < pp - 1:
-                    last = f
-                    for a, b, size in net.merged_sends(pairs[s], nbytes[j]):
-                        sizes.append(size)
-                        stripes = route(a, b)
-                        for path, frac in stripes:
-                            sb = size if len(stripes) == 1 else frac * size
-                            order, bw, lat = net.path_facts(path)
-                            hold = sb / bw
-                            rel = f + hold
-                            last = max(last, rel + lat if lat > 0 else rel)
-                            uses += [(f, rel, link, sb, hold) for link in order]
-                    arrive[(s + 1, j)] = last
-            end = max(end, f)
-        free: dict[int, float] = {}
-        for acq, rel, link, _, _ in sorted(uses):
-            if acq < free.get(link, -math.inf):
-                raise _Contended(acq)
-            free[link] = rel
-        return end, (sorted(uses, key=lambda u: u[1]), sizes)
+                if s == pp - 1:
+                    continue
+                if f < free:          # a stripe's previous micro-batch still holds its links
+                    raise _Contended(f)
+                last = rel_max = f
+                for k, stripes in stages[s]:
+                    size = nbytes[j]
+                    for _ in range(k - 1):     # send_many's merged size, added pair by pair
+                        size += nbytes[j]
+                    for frac, order, bw, lat in stripes:
+                        rel = f + (size if frac is None else frac * size) / bw
+                        arr = rel + lat if lat > 0 else rel
+                        if arr > last:
+                            last = arr
+                        if exclusive:
+                            rel_max = rel if rel > rel_max else rel_max
+                        else:
+                            holds += [(f, rel, link) for link in order]
+                free = rel_max
+                nxt.append(last)
+                st.append(f)
+            arrive = nxt
+            starts.append(st)
+            end = f if f > end else end
+        if holds:
+            last_rel: dict[int, float] = {}
+            for acq, rel, link in sorted(holds):
+                if acq < last_rel.get(link, -math.inf):
+                    raise _Contended(acq)
+                last_rel[link] = rel
+        return end, starts
 
     def _start_run(self) -> bool:
         """Start a decode-only run of the running sequences (queue empty, every sequence
@@ -1311,8 +1356,8 @@ class _Replica:
                 self.busy += dt
         self.iterations += stop
         if run.exact and run.pipeline:   # each micro-batch as _pipeline's parts accounts it
-            for j in range(stop):
-                for c, _ in self._run_micro_batches(j):
+            for j, nj in enumerate(run.n[:stop]):
+                for c, _ in self._run_micro_batches(j, nj):
                     self.cost._account(np.ones(len(c), np.int64), c, len(c))
         elif run.exact:
             self.cost.account_decode_steps(run.s_arr, run.r_arr, stop)
@@ -1323,15 +1368,33 @@ class _Replica:
         self.run = None
 
     def _commit_sends(self, sends: list[tuple]) -> None:
-        """Add the stage sends of committed pipeline iterations to the network's counters as
-        its stripes add them: each link's hold and bytes at each release, in time order."""
+        """Add the stage sends of committed pipeline iterations ((send starts per stage and
+        micro-batch, sizes per micro-batch) each) to the network's counters as its stripes add
+        them: each link's hold and bytes at each release, in time order."""
         net = self.sim.net
+        stages, exclusive = self._stage_sends()
         busy, carried = net.busy_seconds, net.link_bytes
-        for uses, sizes in sends:
-            net.messages += len(sizes)
-            for x in sizes:
-                net.bytes_sent += x
-            for _, _, link, sb, hold in uses:
+        for starts, nbytes in sends:
+            released: list = []
+            for msgs, st in zip(stages, starts):
+                for j, f in enumerate(st):
+                    for k, stripes in msgs:
+                        size = nbytes[j]
+                        for _ in range(k - 1):
+                            size += nbytes[j]
+                        net.messages += 1
+                        net.bytes_sent += size
+                        for frac, order, bw, _ in stripes:
+                            sb = size if frac is None else frac * size
+                            hold = sb / bw
+                            if exclusive:    # one stripe per link: its sends in order
+                                for link in order:
+                                    busy[link] = busy.get(link, 0.0) + hold
+                                    carried[link] = carried.get(link, 0.0) + sb
+                            else:
+                                released += [(f + hold, link, hold, sb) for link in order]
+            released.sort(key=lambda x: x[0])
+            for _, link, hold, sb in released:
                 busy[link] = busy.get(link, 0.0) + hold
                 carried[link] = carried.get(link, 0.0) + sb
 
@@ -1567,6 +1630,9 @@ class _Run:
     chip_s: list[float] = field(default_factory=list)
     sends: list[tuple] = field(default_factory=list)
     groups: list[int] = field(default_factory=list)
+    #: the micro-batches of the iterations with n live sequences: (their contexts at the run's
+    #: start, attention ranks, Σ contexts) each (:meth:`_Replica._run_micro_batches`)
+    splits: dict[int, list] = field(default_factory=dict)
 
 
 #: iterations of a decode-only run timed at its start (more are timed when the run lasts; an
