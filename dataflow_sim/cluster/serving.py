@@ -1292,7 +1292,7 @@ class _Replica:
                         pools, exact, np.array(s, np.int64), np.array(r, np.int64), ranks, [],
                         [], pipeline=sim.plan.pp > 1)
         try:
-            self._extend_run(1 if exact else RUN_CHUNK)
+            self._extend_run(1 if exact else RUN_CHUNK_PP if sim.plan.pp > 1 else RUN_CHUNK)
         except _Contended:     # stage sends queue at this batch: the event-level loop times it
             self.run = None
             self.contended = True
@@ -1638,6 +1638,9 @@ class _Run:
 #: iterations of a decode-only run timed at its start (more are timed when the run lasts; an
 #: MoE run times one, then as many as the clock needs)
 RUN_CHUNK = 32
+#: the same with pipeline stages, whose iterations are timed one by one in Python
+#: (:meth:`_Replica._pipeline_times`): fewer timed ahead in vain when a request soon arrives
+RUN_CHUNK_PP = 8
 
 
 class _SameInstant(Exception):
