@@ -6,7 +6,9 @@ colocated, P/D with a power-capped decode pool, Mamba, a KV-starved replica that
 simultaneous arrivals, and an arrival landing exactly on an iteration's end (which falls back to
 the event-level loop) — and MoE with EP > 1 (DP attention with per-rank KV pools that preempt,
 attention TP apart from the experts, EPLB, DeepEP/FP8 dispatch, overlap, dense leading layers, a
-routing trace), whose routing draws made for iterations past a run's end are undone. The run's block arithmetic is checked against a per-iteration count kept
+routing trace), whose routing draws made for iterations past a run's end are undone — and with
+pipeline stages (PP 2 and 4, TP, P/D, MoE; stage sends that would queue or share links with
+other transfers keep the event-level loop). The run's block arithmetic is checked against a per-iteration count kept
 here."""
 
 from __future__ import annotations
