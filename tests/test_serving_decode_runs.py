@@ -277,9 +277,9 @@ def test_pipelined_runs_with_queued_or_shared_stage_links_stay_event_level(monke
 
 
 def test_pipelined_runs_on_a_ring_equal_the_event_level_loop():
-    """Eight H100s on a ring: at TP 2 the two chips' stage sends share ring links and queue
-    (runs refused, event by event); at TP 1 × PP 8 each send has its links alone (runs engage).
-    Both bit-equal to the event-level loop."""
+    """Eight H100s on a ring: at TP 2 (or EP 2) the two chips' stage sends share ring links and
+    queue (runs refused, event by event; MoE: the refused run's routing draws undone); at TP 1 ×
+    PP 8 each send has its links alone (runs engage). All bit-equal to the event-level loop."""
     spec = ClusterSpec.from_dict({
         "name": "h100x8-ring", "chip": {"kind": "gpu", "preset": "h100-sxm"},
         "chips_per_node": 8,
@@ -289,3 +289,5 @@ def test_pipelined_runs_on_a_ring_equal_the_event_level_loop():
         fast, slow = both(spec, "llama3-8b", plan, reqs)
         assert_same_run(fast, slow)
         assert (fast.events < slow.events / 3) is engaged
+    fast, slow = both(spec, "mixtral-8x7b", ServePlan(ep=2, pp=4, routing="zipf"), reqs)
+    assert_same_run(fast, slow)

@@ -1294,6 +1294,8 @@ class _Replica:
         try:
             self._extend_run(1 if exact else RUN_CHUNK_PP if sim.plan.pp > 1 else RUN_CHUNK)
         except _Contended:     # stage sends queue at this batch: the event-level loop times it
+            if self.run.states:            # (MoE: undo the routing draws of the timed ones)
+                self.cost.restore(self.run.states[0])
             self.run = None
             self.contended = True
             return False
