@@ -291,3 +291,25 @@ def test_pipelined_runs_on_a_ring_equal_the_event_level_loop():
         assert (fast.events < slow.events / 3) is engaged
     fast, slow = both(spec, "mixtral-8x7b", ServePlan(ep=2, pp=4, routing="zipf"), reqs)
     assert_same_run(fast, slow)
+
+
+def test_a_pipelined_run_that_would_queue_late_repeats_the_simulation_event_level(monkeypatch):
+    """A stage send found to queue after a run has started (here forced once a run is 12
+    iterations in) makes the whole simulation repeat event by event: the results are the
+    event-level loop's."""
+    times, real, runs = serving_mod._Replica._pipeline_times, serving_mod._simulate, []
+
+    def simulate(*a, **k):
+        runs.append(k["decode_runs"])
+        return real(*a, **k)
+    monkeypatch.setattr(serving_mod, "_simulate", simulate)
+
+    def late(self, t0, *a):
+        if len(self.run.t) > 12:
+            raise serving_mod._Contended(t0)
+        return times(self, t0, *a)
+    monkeypatch.setattr(serving_mod._Replica, "_pipeline_times", late)
+    reqs = poisson_requests(40, 5.0, (32, 800), (100, 200), seed=3)
+    fast, slow = both(load_cluster("h100-8x-nvlink"), "llama3-8b", ServePlan(tp=2, pp=2), reqs)
+    assert runs == [True, False, False]
+    assert_same_run(fast, slow)
