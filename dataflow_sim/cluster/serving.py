@@ -1694,12 +1694,14 @@ class _Sim:
         self.decode: list[_Replica] = []
         self.kv_transfers = 0
         self.timeline: list[tuple[float, int, str, int, int, float]] = []
+        #: link → users (replica index; −1: KV hand-offs) (:meth:`private_pipeline`)
+        self._link_users: dict[int, set[int]] | None = None
 
     def private_pipeline(self, rep: "_Replica") -> bool:
         """Whether no link of ``rep``'s stage sends carries anything else: another replica's
         stage sends or a KV hand-off (any prefill replica to any decode replica). Only then is
         a pipelined decode-only run's timing a function of its own batch (memoized)."""
-        users = getattr(self, "_link_users", None)
+        users = self._link_users
         if users is None:
             users = self._link_users = {}
 
