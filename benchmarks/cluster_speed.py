@@ -222,44 +222,41 @@ def report_same(name: str, outs: dict) -> None:
           + ("bit-equal" if same else "DIFFER (a bug: tests/test_serving_decode_runs.py)"))
 
 
-def moe_rows(rows: list, n: int, rate: float) -> None:
-    """MoE serving, bulk vs event-level loop (module docstring); appends to ``rows``."""
+def bulk_vs_event(rows: list, n: int, rate: float, model: str, plan: ServePlan, what: str,
+                  layout: str, headline, target: float | None) -> None:
+    """One serving workload on h100-64x-ib (``n`` Poisson requests at ``rate``/s), in bulk and
+    with the event-level loop, metrics compared (:func:`report_same`); appends two rows.
+    ``headline(metrics)`` is the result column; ``target`` the bulk row's CPU-s target."""
     reqs = poisson_requests(n, rate, (128, 2048), (16, 512), seed=0)
-    plan = ServePlan(ep=8, routing="zipf", redundant_experts=8)
     outs = {}
     for bulk in (True, False):
-        out, wall, cpu = timed(lambda: simulate_serving(load_cluster("h100-64x-ib"),
-                                                        "mixtral-8x7b", plan, reqs,
-                                                        decode_runs=bulk))
+        out, wall, cpu = timed(lambda: simulate_serving(load_cluster("h100-64x-ib"), model, plan,
+                                                        reqs, decode_runs=bulk))
         outs[bulk] = out
-        m = out.metrics
-        rows.append(("serve mixtral-8x7b, h100-64x-ib (64 GPUs), "
+        rows.append((f"serve {model}, h100-64x-ib (64 GPUs), {what}"
                      + ("decode runs in bulk" if bulk else "event-level loop"),
-                     f"{n} req @ {rate}/s, ep=8 DP attention, zipf 1.2, 8 redundant experts",
-                     f"{m['makespan_s']:.0f} s, p99 TPOT {m['tpot_p99_s'] * 1e3:.1f} ms",
-                     wall, cpu, out.events, None))
-    report_same("mixtral-8x7b EP 8", outs)
+                     f"{n} req @ {rate}/s, {layout}", headline(out.metrics),
+                     wall, cpu, out.events, target if bulk else None))
+    report_same(f"{model} {layout}", outs)
+
+
+def moe_rows(rows: list, n: int, rate: float) -> None:
+    """MoE serving, bulk vs event-level loop (module docstring); appends to ``rows``."""
+    bulk_vs_event(rows, n, rate, "mixtral-8x7b",
+                  ServePlan(ep=8, routing="zipf", redundant_experts=8), "",
+                  "ep=8 DP attention, zipf 1.2, 8 redundant experts",
+                  lambda m: f"{m['makespan_s']:.0f} s, p99 TPOT {m['tpot_p99_s'] * 1e3:.1f} ms",
+                  None)
 
 
 def pp_rows(rows: list, n: int, rate: float) -> None:
     """Pipeline-parallel serving, bulk vs event-level loop: llama3-70b on h100-64x-ib as 4
     replicas of TP 8 × PP 2 (each stage one 8-GPU node, the stage sends over InfiniBand);
     appends to ``rows``."""
-    reqs = poisson_requests(n, rate, (128, 2048), (16, 512), seed=0)
-    plan = ServePlan(tp=8, pp=2)
-    outs = {}
-    for bulk in (True, False):
-        out, wall, cpu = timed(lambda: simulate_serving(load_cluster("h100-64x-ib"),
-                                                        "llama3-70b", plan, reqs,
-                                                        decode_runs=bulk))
-        outs[bulk] = out
-        m = out.metrics
-        rows.append(("serve llama3-70b, h100-64x-ib (64 GPUs), pipeline stages, "
-                     + ("decode runs in bulk" if bulk else "event-level loop"),
-                     f"{n} req @ {rate}/s, tp=8 pp=2",
-                     f"{m['makespan_s']:.0f} s, p99 TTFT {m['ttft_p99_s'] * 1e3:.0f} ms",
-                     wall, cpu, out.events, TARGET_CPU_S["serve-64"] if bulk else None))
-    report_same("llama3-70b TP 8 PP 2", outs)
+    bulk_vs_event(rows, n, rate, "llama3-70b", ServePlan(tp=8, pp=2), "pipeline stages, ",
+                  "tp=8 pp=2",
+                  lambda m: f"{m['makespan_s']:.0f} s, p99 TTFT {m['ttft_p99_s'] * 1e3:.0f} ms",
+                  TARGET_CPU_S["serve-64"])
 
 
 def print_table(rows: list) -> None:
