@@ -73,6 +73,7 @@ from pathlib import Path
 import yaml
 
 from tilewright.arch import ArchSpec
+from tilewright.formats import bits_of
 from tilewright.compiler.engine_timing import sram_bytes_per_mac
 from tilewright.dataflow_sim.energy_area import (area_breakdown, area_mm2, dynamic_scale,
                                                  energy_breakdown, load_tech, operand_bytes,
@@ -348,6 +349,97 @@ def nvdla_table(rs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+
+# ---- the PEs' pipeline registers: a diagnostic of the missing dynamic term (not in the model) ---
+ALADDIN_REG_PJ_PER_BIT = 9.011432e-3
+"""pJ per register bit per clock cycle, Aladdin's 40 nm library at a 2 ns clock:
+``REG_2ns_dynamic_energy`` in harvard-acc/ALADDIN common/power_func.h (read in this session;
+its dynamic power 4.505785e-3 mW is internal power 3.967495e-3 + switching 5.38193e-4: the
+flip-flop's clock pin, burnt every clocked cycle whatever the data)."""
+ALADDIN_ADD32_PJ = 8.575164e-2
+"""pJ per 32-bit integer add, the same library and clock: ``ADD_2ns_dynamic_energy``."""
+
+
+def register_pj_per_bit(tech: str) -> float:
+    """pJ per register bit per cycle at ``tech``'s nominal supply: Aladdin's register : 32-bit
+    adder energy ratio (9.011 / 85.75 fJ = 0.1051) times the table's int32 accumulator add
+    (``mac_pj.int8.add``: 45 nm 0.1, 28 nm 0.05066, 16 nm 0.01424, 7 nm 0.03 pJ) — a register
+    bit scaled like the adder the tables already carry (derived, not fitted)."""
+    return ALADDIN_REG_PJ_PER_BIT / ALADDIN_ADD32_PJ * load_tech(tech).mac_pj["int8"].add
+
+
+def pe_register_bits(arch: ArchSpec) -> int:
+    """Register bits a weight-stationary systolic PE clocks each cycle: the stationary weight,
+    the input passed to the right and the partial sum passed down (weight + input + accumulator
+    bits: int8 8 + 8 + 32 = 48; bf16 16 + 16 + 32 = 64). Double-buffered weight shadow
+    registers are left out (a lower bound)."""
+    te = arch.tensor_engine
+    return bits_of(te.weight_format) + bits_of(te.input_format) + bits_of(te.accumulator_format)
+
+
+def register_w(arch: ArchSpec, tech: str, macs_per_s: float | None = None) -> float:
+    """W the PEs' registers burn: PEs x bits x :func:`register_pj_per_bit` x (V / v_nom)^2 x
+    clock — every cycle (``macs_per_s`` None: no clock gating), or only on the cycles that do
+    MACs (``macs_per_s`` given: the fraction ``macs_per_s / peak`` of the cycles, ideal gating)."""
+    t = load_tech(tech)
+    per_cycle = (arch.tensor_engine.macs_per_cycle * pe_register_bits(arch)
+                 * register_pj_per_bit(tech) * dynamic_scale(t, operating_voltage(arch, t)))
+    rate = arch.peak_macs_per_s if macs_per_s is None else macs_per_s
+    return per_cycle * 1e-12 * rate / arch.tensor_engine.macs_per_cycle
+
+
+def register_sensitivity() -> dict:
+    """The errors with :func:`register_w` added, as a diagnostic (the model's figures are
+    unchanged): NVDLA peak (registers clocked every cycle) and average (clocked every cycle, or
+    gated to the ResNet-50 MAC rate); TPU v1 busy at CNN0's rate (its background, fitted on
+    idle power, does not move: registers burn only when clocked); TPU v4 at the full MAC rate
+    against its measured maximum and mean."""
+    nv = []
+    for r, (macs, kb, gbps, _a28, _a16, fps, peak_mw, avg_mw) in zip(nvdla_rows(),
+                                                                      NVDLA_PRIMER):
+        arch = nvdla_arch(macs, kb, gbps)
+        reg = register_w(arch, "16nm") * 1e3
+        gated = register_w(arch, "16nm", fps * RESNET50_MACS) * 1e3
+        nv.append({"chip": r["chip"], "reg_mw": reg, "reg_gated_mw": gated,
+                   "peak_err": (r["peak_mw"] + reg) / peak_mw - 1,
+                   "avg_err": (r["avg_mw"] + reg) / avg_mw - 1,
+                   "avg_gated_err": (r["avg_mw"] + gated) / avg_mw - 1})
+    v1 = chip_with_background("tpu_v1")
+    busy_rate = BUSY_V1["tops"] * 1e12 / 2
+    busy = peak_power_w(v1, "28nm", macs_per_s=busy_rate)["power_w"]
+    v4 = chip_with_background("tpu_v4")
+    p4 = peak_power_w(v4, "7nm")["power_w"]
+    reg1, reg4 = register_w(v1, "28nm"), register_w(v4, "7nm")
+    return {"nvdla": nv,
+            "mean_abs": {k: _mean_abs([x[k] for x in nv])
+                         for k in ("peak_err", "avg_err", "avg_gated_err")},
+            "tpu_v1": {"reg_w": reg1, "busy_w": busy + reg1,
+                       "busy_err": (busy + reg1) / BUSY_V1["power_w"] - 1},
+            "tpu_v4": {"reg_w": reg4, "power_w": p4 + reg4,
+                       "max_err": (p4 + reg4) / PUBLISHED["tpu_v4"]["power_w"] - 1,
+                       "mean_err": (p4 + reg4) / MEAN_W["tpu_v4"] - 1}}
+
+
+def register_table(s: dict) -> str:
+    lines = [f"PE registers (diagnostic, not in the model): {ALADDIN_REG_PJ_PER_BIT * 1e3:.3f} fJ "
+             f"per bit per cycle at 40 nm (Aladdin) -> 16 nm {register_pj_per_bit('16nm') * 1e3:.3f}"
+             f", 28 nm {register_pj_per_bit('28nm') * 1e3:.3f}, 7 nm "
+             f"{register_pj_per_bit('7nm') * 1e3:.3f} fJ",
+             f"{'NVDLA':10} {'reg mW':>6} {'peak err':>8} | {'avg err clocked':>15} "
+             f"{'gated':>7}"]
+    for x in s["nvdla"]:
+        lines.append(f"{x['chip']:10} {x['reg_mw']:6.1f} {_pct(x['peak_err']):>8} | "
+                     f"{_pct(x['avg_err']):>15} {_pct(x['avg_gated_err']):>7}")
+    m = s["mean_abs"]
+    lines.append(f"mean |error| with registers: peak {m['peak_err']:.1%}, average "
+                 f"{m['avg_err']:.1%} (clocked every cycle) / {m['avg_gated_err']:.1%} (gated)")
+    v1, v4 = s["tpu_v1"], s["tpu_v4"]
+    lines.append(f"tpu_v1 busy with registers {v1['busy_w']:.1f} W (+{v1['reg_w']:.1f}) vs 40 W "
+                 f"measured ({v1['busy_err']:+.1%}); tpu_v4 {v4['power_w']:.1f} W "
+                 f"(+{v4['reg_w']:.1f}) vs 192 max ({v4['max_err']:+.1%}) / 170 mean "
+                 f"({v4['mean_err']:+.1%})")
+    return "\n".join(lines)
+
 def _err(x: float, pub: float | None) -> float | None:
     return x / pub - 1 if pub else None
 
@@ -442,7 +534,8 @@ def main(argv: list[str] | None = None) -> None:
     rs, nv = rows(), nvdla_rows()
     print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
                       "background_fit_w": background_fit()}, indent=1) if args.json
-          else table(rs) + "\n\n" + nvdla_table(nv))
+          else table(rs) + "\n\n" + nvdla_table(nv) + "\n\n"
+          + register_table(register_sensitivity()))
 
 
 if __name__ == "__main__":

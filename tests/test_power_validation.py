@@ -503,3 +503,29 @@ def test_nvdla_power_is_the_ip_without_a_board():
     peak = sum(abs(r["peak_err"]) for r in rows.values()) / 7
     assert 0.36 <= avg <= 0.375 and 0.59 <= peak <= 0.605
     assert all(r["peak_err"] < 0 for r in rows.values())
+
+
+def test_pe_register_diagnostic_by_hand():
+    """The PE-register term the benchmark prints (not in the model), by hand: Aladdin's 40 nm
+    register bit 9.011432 fJ per cycle over its 32-bit add 85.75164 fJ (power_func.h, 2 ns
+    column), times the table's int32 add (16 nm 0.01424 pJ, 7 nm 0.03 pJ); nv_large: 2048 PEs x
+    (8 + 8 + 32) bits x 1 GHz at 16 nm's nominal supply; TPU v4: 131,072 PEs x (16 + 16 + 32)
+    bits x 1.05 GHz at 7 nm's nominal supply; gated to half the MAC rate it is half."""
+    b = _bench()
+    bit16 = 9.011432e-3 / 8.575164e-2 * 0.01424
+    bit7 = 9.011432e-3 / 8.575164e-2 * 0.03
+    assert b.register_pj_per_bit("16nm") == pytest.approx(bit16, rel=1e-9)
+    nv = b.nvdla_arch(2048, 512, 20.0)
+    assert b.pe_register_bits(nv) == 48
+    assert b.register_w(nv, "16nm") == pytest.approx(2048 * 48 * bit16 * 1e-12 * 1e9, rel=1e-9)
+    assert b.register_w(nv, "16nm", 2048e9 / 2) == pytest.approx(
+        b.register_w(nv, "16nm") / 2, rel=1e-12)
+    v4 = b.load_chip("tpu_v4")
+    assert b.pe_register_bits(v4) == 64
+    assert b.register_w(v4, "7nm") == pytest.approx(131072 * 64 * bit7 * 1e-12 * 1.05e9,
+                                                    rel=1e-6)
+    s = b.register_sensitivity()
+    row = s["nvdla"][0]
+    r0 = b.nvdla_rows()[0]
+    assert row["peak_err"] == pytest.approx((r0["peak_mw"] + 2048 * 48 * bit16) / 766.0 - 1,
+                                            rel=1e-6)
