@@ -350,6 +350,56 @@ def nvdla_table(rs: list[dict]) -> str:
 
 
 
+
+# ---- 7 nm int8 density (TOPS per mm2) -----------------------------------------------------------
+RAPID_7NM = {"area_mm2": 36.0, "fp8_tflops": 26.2, "int4_tops": 104.9}
+"""IBM RaPiD, a 4-core AI chip in 7 nm EUV: "The 36mm2 RAPID chip fabricated in 7nm EUV
+technology" (Venkataramani et al., ISCA 2021, abstract on research.ibm.com) and 26.2 TFLOPS
+peak hybrid-FP8 / 104.9 TOPS peak INT4 (Agrawal et al., IEEE JSSC 2022, "A 7-nm four-core
+mixed-precision AI chip ...", abstract on research.ibm.com); both abstracts read in this
+session. No int8 mode: it brackets an int8 design's whole-chip density (an int8 MAC is larger
+than an int4 one, and an FP8 FMA with its fp16/fp32 accumulation larger than an int8 MAC)."""
+SAMSUNG_4NM_TOPS_PER_MM2 = 3.45
+"""Samsung's 8K-MAC NPU in a 4 nm mobile SoC, int8, whole NPU: IEEE JSSC 58(1), 2023, pp.
+189-202, doi:10.1109/JSSC.2022.3205713 (abstract on IEEE Xplore, read in this session): two
+nodes newer than 7 nm, so an upper bound for a 7 nm design."""
+
+
+def pe_tops_per_mm2(tech: str, fmt: str, clock_mhz: float) -> float:
+    """TOPS per mm2 of PEs alone: 2 x clock / (the table's PE area: (mult + add) x pe_overhead)."""
+    return 2 * clock_mhz * 1e6 / 1e12 / (load_tech(tech).pe_um2(fmt) / 1e6)
+
+
+def density_rows() -> list[dict]:
+    """Whole-chip TOPS per mm2 of the held-out 7 nm TPUs: the model's (raw area, and with TPU
+    v1's class factors) against the published lower bound (published TOPS over the die-area
+    upper bound), and the error of each against that bound."""
+    out = []
+    for name in ("tpu_v4i", "tpu_v4"):
+        pub, arch = PUBLISHED[name], chip_with_background(name)
+        t, bound = pub["tech"], pub["tops"] / pub["area_mm2"]
+        raw = peak_tops(arch) / area_mm2(arch, load_tech(t))
+        cls = peak_tops(arch) / class_area_mm2(arch, t)
+        out.append({"chip": name, "pub_min": bound, "raw": raw, "class": cls,
+                    "raw_x": raw / bound, "class_err": cls / bound - 1})
+    return out
+
+
+def density_table() -> str:
+    k = class_factors()["compute"]
+    pe = pe_tops_per_mm2("7nm", "int8", 1050.0)
+    lines = ["7 nm TOPS/mm2 (int8 = bf16 rate on the TPUs): model raw / with TPU v1 class "
+             "factors vs published lower bound (TOPS / die upper bound)"]
+    for r in density_rows():
+        lines.append(f"{r['chip']:8} raw {r['raw']:.3f} ({r['raw_x']:.2f}x the bound), class "
+                     f"{r['class']:.3f} ({r['class_err']:+.1%}) vs >= {r['pub_min']:.3f}")
+    lines.append(f"int8 PE array alone at 7 nm, 1050 MHz: {pe:.1f} TOPS/mm2 raw, {pe / k:.1f} with "
+                 f"TPU v1's compute factor ({k:.2f}); whole chips published: RaPiD 7 nm "
+                 f"{RAPID_7NM['fp8_tflops'] / RAPID_7NM['area_mm2']:.2f} (FP8) .. "
+                 f"{RAPID_7NM['int4_tops'] / RAPID_7NM['area_mm2']:.2f} (INT4), Samsung 4 nm NPU "
+                 f"{SAMSUNG_4NM_TOPS_PER_MM2:.2f} (int8)")
+    return "\n".join(lines)
+
 # ---- the PEs' pipeline registers: a diagnostic of the missing dynamic term (not in the model) ---
 ALADDIN_REG_PJ_PER_BIT = 9.011432e-3
 """pJ per register bit per clock cycle, Aladdin's 40 nm library at a 2 ns clock:
@@ -535,7 +585,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
                       "background_fit_w": background_fit()}, indent=1) if args.json
           else table(rs) + "\n\n" + nvdla_table(nv) + "\n\n"
-          + register_table(register_sensitivity()))
+          + density_table() + "\n\n" + register_table(register_sensitivity()))
 
 
 if __name__ == "__main__":

@@ -529,3 +529,28 @@ def test_pe_register_diagnostic_by_hand():
     r0 = b.nvdla_rows()[0]
     assert row["peak_err"] == pytest.approx((r0["peak_mw"] + 2048 * 48 * bit16) / 766.0 - 1,
                                             rel=1e-6)
+
+
+def test_7nm_density_check_by_hand():
+    """7 nm TOPS per mm2, by hand: an int8 PE is (23.98 + 13.40) um^2 x 1.8 = 67.28 um^2, so a PE
+    array at 1050 MHz gives 2 x 1.05e9 / 67.28e-6 mm^2 = 31.2 TOPS/mm^2; the published lower
+    bounds are TOPS over the die upper bound (TPU v4i 138 / 400, TPU v4 275 / 600); the model's
+    chip density is its peak TOPS over its area (raw, or the class-factor area); RaPiD's 36 mm2
+    brackets 26.2 / 36 = 0.728 (FP8) to 104.9 / 36 = 2.914 (INT4) TOPS/mm2."""
+    b = _bench()
+    assert b.pe_tops_per_mm2("7nm", "int8", 1050.0) == pytest.approx(
+        2 * 1.05e9 / 1e12 / ((23.98 + 13.40) * 1.8 / 1e6), rel=1e-9)
+    rows = {r["chip"]: r for r in b.density_rows()}
+    assert rows["tpu_v4i"]["pub_min"] == pytest.approx(138 / 400)
+    assert rows["tpu_v4"]["pub_min"] == pytest.approx(275 / 600)
+    v4i = b.chip_with_background("tpu_v4i")
+    tops = 2 * 65536 * 1050e6 / 1e12
+    assert rows["tpu_v4i"]["raw"] == pytest.approx(tops / area_mm2_of(v4i, "7nm"), rel=1e-9)
+    assert rows["tpu_v4i"]["class"] == pytest.approx(tops / b.class_area_mm2(v4i, "7nm"),
+                                                     rel=1e-9)
+    assert rows["tpu_v4i"]["raw_x"] > 2.5 and rows["tpu_v4"]["raw_x"] > 2.5
+    assert b.RAPID_7NM["fp8_tflops"] / b.RAPID_7NM["area_mm2"] == pytest.approx(0.7278, rel=1e-3)
+
+
+def area_mm2_of(arch: ArchSpec, tech: str) -> float:
+    return area_breakdown(arch, load_tech(tech))["area_mm2"]
