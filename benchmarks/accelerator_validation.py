@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import yaml
@@ -75,7 +76,7 @@ import yaml
 from tilewright.arch import ArchSpec
 from tilewright.formats import bits_of
 from tilewright.compiler.engine_timing import sram_bytes_per_mac
-from tilewright.dataflow_sim.energy_area import (area_breakdown, area_mm2, dynamic_scale,
+from tilewright.dataflow_sim.energy_area import (TechSpec, area_breakdown, area_mm2, dynamic_scale,
                                                  energy_breakdown, load_tech, operand_bytes,
                                                  operating_voltage, sram_pj_per_byte,
                                                  static_power)
@@ -143,12 +144,18 @@ def peak_tops(arch: ArchSpec) -> float:
     return 2 * arch.tensor_engine.macs_per_cycle * arch.clock_mhz * 1e6 / 1e12
 
 
-def peak_power_w(arch: ArchSpec, tech: str, macs_per_s: float | None = None) -> dict[str, float]:
+def _tech(tech: str | TechSpec) -> TechSpec:
+    return tech if isinstance(tech, TechSpec) else load_tech(tech)
+
+
+def peak_power_w(arch: ArchSpec, tech: str | TechSpec,
+                 macs_per_s: float | None = None) -> dict[str, float]:
     """Dynamic power at ``macs_per_s`` (default the full MAC rate; no DRAM traffic) and static
     power, in W, with the dynamic ``mac`` and ``sram`` terms apart; ``with_dram_w`` adds the
     off-chip bandwidth streamed in full (DRAM device energy plus the scratchpad fill of every
-    byte), the most the model can burn: the like-for-like figure for a TDP."""
-    t = load_tech(tech)
+    byte), the most the model can burn: the like-for-like figure for a TDP. ``tech``: a preset
+    name or a table."""
+    t = _tech(tech)
     rate = arch.peak_macs_per_s if macs_per_s is None else macs_per_s
     e = energy_breakdown(arch, t, macs=rate, latency_s=1.0)
     dyn = (e["mac_pj"] + e["sram_pj"]) * 1e-12
@@ -294,12 +301,13 @@ def core_area_mm2(arch: ArchSpec, tech: str, classes: bool) -> float:
     return k["buffers"] * m["buffers"] + k["compute"] * m["compute"] + ab["fixed_um2"] / 1e6
 
 
-def nvdla_rows() -> list[dict]:
+def nvdla_rows(power_tech: TechSpec | None = None) -> list[dict]:
     """One row per primer configuration: area at 28 and 16 nm (raw and with TPU v1's class
     factors, no PHY) and power at 16 nm and 1 GHz — at the full MAC rate against the primer's
     peak, and at ResNet-50's MAC rate (fps x :data:`RESNET50_MACS`) against its average (no
     DRAM device energy and no DDR PHY: the IP's power; static = the core's cell leakage, no board
-    background — an IP block has no board). Nothing here was fitted: every row is held out."""
+    background — an IP block has no board). Nothing here was fitted: every row is held out.
+    ``power_tech``: the table the power is computed with (default the 16 nm preset)."""
     out = []
     for macs, kb, gbps, a28, a16, fps, peak_mw, avg_mw in NVDLA_PRIMER:
         arch = nvdla_arch(macs, kb, gbps)
@@ -308,7 +316,7 @@ def nvdla_rows() -> list[dict]:
             raw, cls = core_area_mm2(arch, node, False), core_area_mm2(arch, node, True)
             r[f"area_{node}"], r[f"area_class_{node}"], r[f"area_pub_{node}"] = raw, cls, pub
             r[f"area_err_{node}"], r[f"area_class_err_{node}"] = raw / pub - 1, cls / pub - 1
-        t = load_tech("16nm")
+        t = power_tech or load_tech("16nm")
         st = static_power(arch, t)
         phy_j = st["phy_w"]              # one second of the DDR PHY: outside the IP
         peak = energy_breakdown(arch, t, macs=arch.peak_macs_per_s,
@@ -470,6 +478,43 @@ def register_sensitivity() -> dict:
                        "mean_err": (p4 + reg4) / MEAN_W["tpu_v4"] - 1}}
 
 
+
+def int8_mac_between_tables(node: str) -> TechSpec:
+    """``node``'s table with its int8 MAC energy (multiply, int32 add) interpolated log-log in
+    feature size between the 45 nm table's confirmed [H14] and the 7 nm table's confirmed
+    [J21] figures (J21's Table 2 gives both nodes): x = ln(45 / node) / ln(45 / 7), e =
+    e45 (e7 / e45)^x. A diagnostic: the Stillmaker & Baas scaling the 16 and 28 nm tables use
+    puts a 16 nm int8 MAC (0.0427 pJ) below the 7 nm one (0.10 pJ) J21 measured."""
+    t, lo, hi = load_tech(node), load_tech("45nm"), load_tech("7nm")
+    x = math.log(lo.node_nm / t.node_nm) / math.log(lo.node_nm / hi.node_nm)
+    a, b = lo.mac_pj["int8"], hi.mac_pj["int8"]
+    pair = type(a)(mult=a.mult * (b.mult / a.mult) ** x, add=a.add * (b.add / a.add) ** x)
+    return t.model_copy(update={"mac_pj": {**t.mac_pj, "int8": pair}})
+
+
+def mac_energy_sensitivity() -> dict:
+    """NVDLA's power errors and TPU v1's busy-power error with :func:`int8_mac_between_tables`
+    at 16 and 28 nm (a diagnostic; TPU v4i/v4 are 7 nm and bf16: unchanged)."""
+    t16, t28 = int8_mac_between_tables("16nm"), int8_mac_between_tables("28nm")
+    nv = nvdla_rows(power_tech=t16)
+    busy = peak_power_w(chip_with_background("tpu_v1"), t28,
+                        macs_per_s=BUSY_V1["tops"] * 1e12 / 2)["power_w"]
+    return {"mac_pj_16nm": t16.mac_pj["int8"].total, "mac_pj_28nm": t28.mac_pj["int8"].total,
+            "peak_mean_abs": _mean_abs([r["peak_err"] for r in nv]),
+            "avg_mean_abs": _mean_abs([r["avg_err"] for r in nv]),
+            "peak_err": [r["peak_err"] for r in nv], "avg_err": [r["avg_err"] for r in nv],
+            "v1_busy_w": busy, "v1_busy_err": busy / BUSY_V1["power_w"] - 1}
+
+
+def mac_energy_table(m: dict) -> str:
+    return (f"int8 MAC energy between the 45 nm [H14] and 7 nm [J21] tables (diagnostic, not in "
+            f"the model): 16 nm {m['mac_pj_16nm']:.4f} pJ (table "
+            f"{load_tech('16nm').mac_pj['int8'].total:.4f}), 28 nm {m['mac_pj_28nm']:.4f} pJ "
+            f"(table {load_tech('28nm').mac_pj['int8'].total:.4f}) -> NVDLA mean |error| peak "
+            f"{m['peak_mean_abs']:.1%}, average {m['avg_mean_abs']:.1%} (per row "
+            + ", ".join(f"{p:+.0%}/{a:+.0%}" for p, a in zip(m["peak_err"], m["avg_err"]))
+            + f"); tpu_v1 busy {m['v1_busy_w']:.1f} W vs 40 ({m['v1_busy_err']:+.1%})")
+
 def register_table(s: dict) -> str:
     lines = [f"PE registers (diagnostic, not in the model): {ALADDIN_REG_PJ_PER_BIT * 1e3:.3f} fJ "
              f"per bit per cycle at 40 nm (Aladdin) -> 16 nm {register_pj_per_bit('16nm') * 1e3:.3f}"
@@ -585,7 +630,8 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
                       "background_fit_w": background_fit()}, indent=1) if args.json
           else table(rs) + "\n\n" + nvdla_table(nv) + "\n\n"
-          + density_table() + "\n\n" + register_table(register_sensitivity()))
+          + density_table() + "\n\n" + register_table(register_sensitivity()) + "\n"
+          + mac_energy_table(mac_energy_sensitivity()))
 
 
 if __name__ == "__main__":

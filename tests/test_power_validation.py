@@ -554,3 +554,20 @@ def test_7nm_density_check_by_hand():
 
 def area_mm2_of(arch: ArchSpec, tech: str) -> float:
     return area_breakdown(arch, load_tech(tech))["area_mm2"]
+
+
+def test_int8_mac_between_the_45_and_7nm_tables_by_hand():
+    """The diagnostic MAC energy, by hand: x = ln(45/16) / ln(45/7) = 0.5557 at 16 nm; multiply
+    0.2 x (0.07/0.2)^x, add 0.1 x (0.03/0.1)^x (the 45 nm [H14] and 7 nm [J21] figures, typed
+    here). nv_large at the full rate (2048e9 MAC/s, 16 nm nominal supply) then burns 2048e9 x
+    the MAC-energy difference more than with the table's 0.02849 + 0.01424 pJ."""
+    b = _bench()
+    x = math.log(45 / 16) / math.log(45 / 7)
+    t = b.int8_mac_between_tables("16nm")
+    assert t.mac_pj["int8"].mult == pytest.approx(0.2 * 0.35 ** x, rel=1e-12)
+    assert t.mac_pj["int8"].add == pytest.approx(0.1 * 0.3 ** x, rel=1e-12)
+    assert t.mac_pj["int8"].total == pytest.approx(0.1628, abs=1e-4)
+    assert load_tech("16nm").mac_pj["int8"].total == pytest.approx(0.02849 + 0.01424)
+    new, old = b.nvdla_rows(power_tech=t)[0], b.nvdla_rows()[0]
+    extra_mw = 2048e9 * (0.2 * 0.35 ** x + 0.1 * 0.3 ** x - 0.02849 - 0.01424) * 1e-12 * 1e3
+    assert new["peak_mw"] - old["peak_mw"] == pytest.approx(extra_mw, rel=1e-3)
