@@ -11,6 +11,14 @@ clock needs — plus ``static_power``), each against the published figure with t
 systolic arrays (TPU v1 one 256x256; TPU v4i four, TPU v4 eight 128x128), so the SRAM energy
 follows their reuse.
 
+Three more blocks follow the NVDLA table. A 7 nm density check (:func:`density_rows`): the
+model's TOPS per mm2 of the held-out TPU v4i/v4 against the published lower bound (TOPS over the
+die-area upper bound), the int8 PE array alone, and IBM RaPiD's published 7 nm chip
+(:data:`RAPID_7NM`). Two diagnostics of NVDLA's missing power, neither in the model:
+:func:`register_sensitivity` (the PEs' pipeline registers, Aladdin's register energy) and
+:func:`mac_energy_sensitivity` (the int8 MAC energy between the 45 and 7 nm tables' confirmed
+figures); each prints what its term would do to every power check.
+
 What each published figure IS. Every die area is an upper bound (TPU v1 "<= half the Haswell
 die", TPU v4i "< 400 mm2", TPU v4 "< 600 mm2"). TPU v1 and v4i publish TDPs — the most the part
 is built for, an upper bound on busy power; TPU v1 also its measured idle (28 W) and busy power
@@ -484,7 +492,7 @@ def int8_mac_between_tables(node: str) -> TechSpec:
     feature size between the 45 nm table's confirmed [H14] and the 7 nm table's confirmed
     [J21] figures (J21's Table 2 gives both nodes): x = ln(45 / node) / ln(45 / 7), e =
     e45 (e7 / e45)^x. A diagnostic: the Stillmaker & Baas scaling the 16 and 28 nm tables use
-    puts a 16 nm int8 MAC (0.0427 pJ) below the 7 nm one (0.10 pJ) J21 measured."""
+    puts a 16 nm int8 MAC (0.0427 pJ) below the 7 nm one (0.10 pJ) J21 publishes."""
     t, lo, hi = load_tech(node), load_tech("45nm"), load_tech("7nm")
     x = math.log(lo.node_nm / t.node_nm) / math.log(lo.node_nm / hi.node_nm)
     a, b = lo.mac_pj["int8"], hi.mac_pj["int8"]
@@ -516,10 +524,10 @@ def mac_energy_table(m: dict) -> str:
             + f"); tpu_v1 busy {m['v1_busy_w']:.1f} W vs 40 ({m['v1_busy_err']:+.1%})")
 
 def register_table(s: dict) -> str:
+    fj = {n: register_pj_per_bit(n) * 1e3 for n in ("16nm", "28nm", "7nm")}
     lines = [f"PE registers (diagnostic, not in the model): {ALADDIN_REG_PJ_PER_BIT * 1e3:.3f} fJ "
-             f"per bit per cycle at 40 nm (Aladdin) -> 16 nm {register_pj_per_bit('16nm') * 1e3:.3f}"
-             f", 28 nm {register_pj_per_bit('28nm') * 1e3:.3f}, 7 nm "
-             f"{register_pj_per_bit('7nm') * 1e3:.3f} fJ",
+             f"per bit per cycle at 40 nm (Aladdin) -> 16 nm {fj['16nm']:.3f}, 28 nm "
+             f"{fj['28nm']:.3f}, 7 nm {fj['7nm']:.3f} fJ",
              f"{'NVDLA':10} {'reg mW':>6} {'peak err':>8} | {'avg err clocked':>15} "
              f"{'gated':>7}"]
     for x in s["nvdla"]:
@@ -628,7 +636,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     rs, nv = rows(), nvdla_rows()
     print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
-                      "background_fit_w": background_fit()}, indent=1) if args.json
+                      "background_fit_w": background_fit(), "density_7nm": density_rows(),
+                      "diagnostics": {"pe_registers": register_sensitivity(),
+                                      "int8_mac_45_to_7nm": mac_energy_sensitivity()}},
+                     indent=1) if args.json
           else table(rs) + "\n\n" + nvdla_table(nv) + "\n\n"
           + density_table() + "\n\n" + register_table(register_sensitivity()) + "\n"
           + mac_energy_table(mac_energy_sensitivity()))
