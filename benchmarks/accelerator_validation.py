@@ -420,8 +420,8 @@ def density_table() -> str:
 ALADDIN_REG_PJ_PER_BIT = 9.011432e-3
 """pJ per register bit per clock cycle, Aladdin's 40 nm library at a 2 ns clock:
 ``REG_2ns_dynamic_energy`` in harvard-acc/ALADDIN common/power_func.h (read in this session;
-its dynamic power 4.505785e-3 mW is internal power 3.967495e-3 + switching 5.38193e-4: the
-flip-flop's clock pin, burnt every clocked cycle whatever the data)."""
+its dynamic power 4.505785e-3 mW is internal power 3.967495e-3 + switching 5.38193e-4; internal
+power a flip-flop draws on every clock edge whatever its data)."""
 ALADDIN_ADD32_PJ = 8.575164e-2
 """pJ per 32-bit integer add, the same library and clock: ``ADD_2ns_dynamic_energy``."""
 
