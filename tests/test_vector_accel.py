@@ -102,6 +102,11 @@ def _suite():
     table = _RNG.integers(I32_MIN, I32_MAX, (37, 19), endpoint=True)
     out.append((VectorKernel("gather", "gather", "gather", table.shape), [table, np.array([29])],
                 table[29]))
+    # a prompt's lookup: rows 29, 3, 36, 29, 0 of the same table, each id an index word in
+    # external memory that LOAD_IDX puts into the index register before its LOAD_VI
+    ids = np.array([29, 3, 36, 29, 0])
+    out.append((VectorKernel("lookup", "lookup", "lookup", (len(ids), *table.shape)),
+                [table, ids], table[ids]))
     return out
 
 
@@ -287,6 +292,31 @@ def test_requant_and_argmax_cycle_model_match_a_count_by_hand():
         assert (t.cycles, t.vector_cycles, t.dma_cycles) == want, kernel
 
 
+def test_lookup_code_and_cycle_model_match_a_count_by_hand():
+    """lookup of ids [3, 1] in a 5 x 4 table on 4 lanes behind a 4-byte port (one word per row,
+    r = 4 beats per vector word, one beat per index word, L = 10): LOAD_IDX issues in 2, busy
+    10 + 1 = 11 (free from 14); LOAD_VI waits for the DMA: 14, busy 10 + 4 = 14 (free from 29);
+    LOAD_IDX 29 (free from 41); LOAD_VI 41 (free from 56); STORE_V of 2 words in 56, busy
+    1 + 8 = 9 (free from 66); END in 66. The index words follow the table; a table wider than
+    the index register reaches, or an id outside the table, is refused."""
+    arch = ARCHS["narrow4"]
+    k = VectorKernel("lk", "lookup", "lookup", (2, 5, 4))
+    isa = codegen_vector(arch, [k])
+    code = disassemble(list(isa.words))
+    assert [str(i) for i in code] == [
+        "LOAD_IDX addr=20", "LOAD_VI vaddr=0 count=1 addr=0", "LOAD_IDX addr=21",
+        "LOAD_VI vaddr=1 count=1 addr=0", "STORE_V vaddr=0 count=2 addr=22", "END"]
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert (t.cycles, t.dma_cycles) == (66, 11 + 14 + 11 + 14 + 9)
+    table = np.arange(20).reshape(5, 4)
+    assert kernel_reference(k, arch, table, np.array([3, 1]), isa=isa).tolist() == [
+        [12, 13, 14, 15], [4, 5, 6, 7]]
+    with pytest.raises(ValueError, match=r"lookup operand ids: integers in \[0, 4\] expected"):
+        isa.segments[0].image(arch, table, np.array([3, 5]))
+    with pytest.raises(DoesNotFit, match="a table of 65537 rows; the index register"):
+        codegen_vector(arch, [VectorKernel("lk", "lookup", "lookup", (1, 65537, 1))])
+
+
 def test_codegen_refuses_what_cannot_run():
     with pytest.raises(CodegenError, match="ws8x8 has no vector_unit"):
         codegen_vector(load_arch("ws8x8"), [VectorKernel("e", "elementwise", "exp", (4,))])
@@ -356,10 +386,14 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
     off = {r["kernel"]: r["equal"] for r in run.comparison(arch)}
     assert not any(off[k] for k in ("argmax", "longargmax", "requant")), off
     monkeypatch.undo()
-    # the gather read row 29, not its neighbours (the index register reached the DMA)
+    # the gather read row 29, not its neighbours (the index register reached the DMA); the
+    # lookup's rows are the ids' (LOAD_IDX wrote each id before its LOAD_VI), not a neighbour's
     table = dict((kk.name, ops) for kk, ops, _ in suite)["gather"][0]
     assert not any(np.array_equal(run.outputs["gather"], table[i]) for i in (0, 28, 30))
-    for k in ("argmax", "requant", "gather"):
+    for j, i in enumerate((29, 3, 36, 29, 0)):
+        assert not any(np.array_equal(run.outputs["lookup"][j], table[n])
+                       for n in (i - 1, i + 1) if 0 <= n < len(table))
+    for k in ("argmax", "requant", "gather", "lookup"):
         flipped = run.outputs[k].copy()
         flipped.reshape(-1)[-1] ^= 1
         assert not _equal(flipped, dict((kk.name, r) for kk, _, r in suite)[k])
