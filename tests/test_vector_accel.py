@@ -468,3 +468,26 @@ def test_sim_vector_without_rtl_runs_the_units_arithmetic_in_the_functional_mode
     assert {"scan", "exp", "softplus", "silu", "rsqrt"} <= {r["kernel"] for r in res.vector_rows}
     # fixed point costs accuracy, but stays inside the bound the fp32 run is held to
     assert base.rel_l2_vs_torch < res.rel_l2_vs_torch <= TORCH_REL_L2_BOUND
+
+
+def test_take_rows_offload_picks_gather_or_lookup():
+    """VectorUnitOps on take_rows of an fp32 table: one id -> ``gather`` (index register),
+    several ids of an embedding lookup -> ``lookup`` (LOAD_IDX per id), the rows' fp32 bits
+    exactly; several ids of another gather (MoE dispatch) and a lookup longer than the
+    instruction memory (1,024 words; 2 per id) stay on the host (None)."""
+    from tilewright.compiler.program import VectorTask
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+    arch = ARCHS["wide8"]
+    table = _RNG.normal(0, 1, (40, 19)).astype(np.float32)
+    ops = VectorUnitOps(arch)
+
+    def task(attrs):
+        return VectorTask(name="t", op="take_rows", inputs=("w", "i"), out="o", attrs=attrs)
+    emb = {"lookup": "embedding"}
+    for ids, kind in ((np.array([7]), "gather"), (np.array([7, 0, 39, 7]), "lookup")):
+        got = ops(task(emb), [table, ids])
+        assert ops.records[-1].kernel.kind == kind
+        assert got.dtype == np.float32 and np.array_equal(got.view(np.int32),
+                                                          table[ids].view(np.int32))
+    assert ops(task({}), [table, np.array([1, 2])]) is None
+    assert ops(task(emb), [table, np.arange(600) % 40]) is None
