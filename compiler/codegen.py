@@ -98,8 +98,8 @@ ISA — fixed 64-bit instruction words
     ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
     until the GEMM core is idle; ``LOAD_V``/``LOAD_VI``/``STORE_V``/``VECTOR``/``SCAN`` wait until
     both the DMA and the vector engine are idle (they share the vector buffer's ports);
-    ``SCALE``/``SCALE_COL``/``LOAD_IDX`` wait until the DMA is idle. Nothing else is checked by hardware: the
-    compiler orders buffer reuse with ``SYNC`` (the schedule of
+    ``SCALE``/``SCALE_COL``/``LOAD_IDX`` wait until the DMA is idle. Nothing else is checked by
+    hardware: the compiler orders buffer reuse with ``SYNC`` (the schedule of
     :func:`codegen_gemm`).
 
 Vector buffer
@@ -137,7 +137,8 @@ from tilewright.compiler.program import GemmTask, Program
 from tilewright.errors import UserError
 from tilewright.formats import bits_of, get_format
 
-__all__ = ["ISA", "IDX_BITS", "IDX_WORD_BYTES", "INDEX_OPS", "index_beats", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
+__all__ = ["ISA", "IDX_BITS", "IDX_WORD_BYTES", "INDEX_OPS", "index_beats", "FIELD_MIN",
+           "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
            "VECTOR_UNIT_OPS", "VECTOR_INT32_OPS", "REQUANT_SHIFT_BITS",
            "VECTOR_OVERHEAD_CYCLES", "SCAN_OVERHEAD_CYCLES",
            "vector_word_bytes", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",

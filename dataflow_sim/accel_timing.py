@@ -9,9 +9,8 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
   ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the fetch cycle);
 * ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/LOAD_VI/STORE_V/
   VECTOR (and SCAN) — the DMA and the vector engine are idle; LOAD_IDX — the DMA is idle;
-  SCALE/SCALE_COL — the DMA is idle (they keep no unit busy); SYNC — every selected unit is idle; END — all are idle. A unit
-  issued in cycle ``c``
-  for ``D`` busy cycles is idle again
+  SCALE/SCALE_COL — the DMA is idle (they keep no unit busy); SYNC — every selected unit is
+  idle; END — all are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
   from cycle ``c + D + 1``;
 * busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`
   (systolic) or :func:`~tilewright.compiler.engine_timing.tile_core_busy_cycles` (tile-MAC
