@@ -80,13 +80,26 @@ ISA — fixed 64-bit instruction words
                         ``n0 + j`` of a one-fold-wide output tile); that lane then returns
                         ``fl32(acc * fl32(s_a * s_b[lane]))``. Same ISA rule, wait and cost as
                         ``SCALE``; a ``lane`` >= the array's columns stops the run with ``error``
+    ``LOAD_IDX`` 13     ``addr`` (32): the DMA reads the *index word* at external word ``addr``
+                        (:data:`IDX_BITS` bits, unsigned, little-endian in its
+                        :func:`index_beats` external words — the low bits of one word whenever
+                        ``W >= 2`` bytes) and writes it into the index register, replacing the
+                        value the run started with; the ``LOAD_VI`` instructions after it read
+                        the new value. So a Program looks up several rows (``LOAD_IDX a+i;
+                        LOAD_VI ...`` per token id) and a host without the ``idx`` input (the
+                        AXI/UART tops) sets the token id by writing a memory word. Only on
+                        ArchSpecs with a vector unit (elsewhere an unknown opcode); waits until
+                        the DMA is idle and keeps it busy for ``L + index_beats`` cycles (a
+                        LOAD of one ``index_beats``-beat word); the register is written in the
+                        last beat's cycle, so the DMA-idle wait of a following ``LOAD_VI`` is
+                        all the ordering it needs
     ==========  ======  =========================================================================
 
     ``LOAD_*``/``STORE`` wait (stall the controller) until the DMA engine is idle; ``GEMM`` waits
     until the GEMM core is idle; ``LOAD_V``/``LOAD_VI``/``STORE_V``/``VECTOR``/``SCAN`` wait until
     both the DMA and the vector engine are idle (they share the vector buffer's ports);
-    ``SCALE``/``SCALE_COL`` wait until the DMA is idle. Nothing else is checked by hardware: the
-    compiler orders buffer reuse with ``SYNC`` (the schedule of
+    ``SCALE``/``SCALE_COL``/``LOAD_IDX`` wait until the DMA is idle. Nothing else is checked by
+    hardware: the compiler orders buffer reuse with ``SYNC`` (the schedule of
     :func:`codegen_gemm`).
 
 Vector buffer
@@ -124,7 +137,8 @@ from tilewright.compiler.program import GemmTask, Program
 from tilewright.errors import UserError
 from tilewright.formats import bits_of, get_format
 
-__all__ = ["ISA", "IDX_BITS", "FIELD_MIN", "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
+__all__ = ["ISA", "IDX_BITS", "IDX_WORD_BYTES", "INDEX_OPS", "index_beats", "FIELD_MIN",
+           "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
            "VECTOR_UNIT_OPS", "VECTOR_INT32_OPS", "REQUANT_SHIFT_BITS",
            "VECTOR_OVERHEAD_CYCLES", "SCAN_OVERHEAD_CYCLES",
            "vector_word_bytes", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",
@@ -155,10 +169,15 @@ ISA: dict[str, tuple[int, tuple[tuple[str, int], ...]]] = {
     "SCALE": (10, (("operand", 1), ("value", 32))),
     "LOAD_VI": (11, (("vaddr", 12), ("count", 16), ("addr", 32))),
     "SCALE_COL": (12, (("lane", 6), ("value", 32))),
+    "LOAD_IDX": (13, (("addr", 32),)),
 }
-#: bits of the run's index register that ``LOAD_VI`` reads (the top's ``idx`` input; e.g. a
-#: token id, so a vocabulary of up to ``2**IDX_BITS`` rows)
+#: bits of the run's index register that ``LOAD_VI`` reads (the top's ``idx`` input, or the index
+#: word a ``LOAD_IDX`` reads; e.g. a token id, so a vocabulary of up to ``2**IDX_BITS`` rows)
 IDX_BITS = 16
+#: bytes of the index word ``LOAD_IDX`` reads (``IDX_BITS`` bits)
+IDX_WORD_BYTES = -(-IDX_BITS // 8)
+#: the ops that use the index register (decoded only by tops with a vector unit)
+INDEX_OPS = ("LOAD_VI", "LOAD_IDX")
 #: vector-buffer depth of the accelerator top (words of ``lanes`` 32-bit lanes)
 VBUF_WORDS = 1024
 #: The vector unit's operations, one row each (the one table ``vop`` codes, kinds and lane formats
@@ -341,6 +360,12 @@ def beats_per_word(arch: ArchSpec) -> dict[str, int]:
     if vector_word_bytes(arch):
         out["v"] = -(-vector_word_bytes(arch) // w)
     return out
+
+
+def index_beats(arch: ArchSpec) -> int:
+    """External beats of the index word ``LOAD_IDX`` reads: ``ceil(IDX_WORD_BYTES / W)`` (1 for
+    every ``W >= 2`` bytes)."""
+    return -(-IDX_WORD_BYTES // beat_bytes(arch))
 
 
 def words_to_beats(words: list[int], word_bytes_: int, w: int) -> list[int]:

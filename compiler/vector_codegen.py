@@ -21,6 +21,14 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
                  stays in external memory (``ceil(L / lanes)`` words per row, padded with 0), the
                  index is the run's index register (:meth:`VectorSegment.index`, the second
                  operand ``[idx]``), not an address the code holds; ``STORE_V`` writes the row.
+``lookup``       ``op`` lookup, ``shape`` ``(n, rows, L)``: rows ``ids[0..n-1]`` of a table of
+                 int32 lanes ``[rows, L]`` (operands: the table and ``ids [n]``), e.g. the
+                 embedding rows of a prompt. Each id is an index word in external memory
+                 (:data:`~tilewright.compiler.codegen.IDX_WORD_BYTES` bytes, written by the
+                 host like any operand); per id ``LOAD_IDX`` of its word, then ``LOAD_VI`` of
+                 the row into the next words of the vector buffer; ``STORE_V`` writes the
+                 chunk's rows. The index register's start value is not used (the AXI/UART tops
+                 need no ``idx`` input).
 ``scan``         ``op`` scan, ``shape`` ``(B, L, D, N)``: the SSM recurrence of a ``scan`` task on
                  the scan unit (:mod:`tilewright.dataflow_sim.scan_numerics` codes): operands a
                  codes ``[B, L, D, N]`` (unsigned Q0.16), b codes ``[B, L, D, N]``, c codes
@@ -54,11 +62,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (IDX_BITS, IMEM_WORDS, REQUANT_SHIFT_BITS, VBUF_WORDS,
-                                         VECTOR_OPCODES, AssemblerError,
-                                         CodegenError, Instr, assemble, beat_bytes, find_segment,
-                                         beats_to_words, field_slices, vector_word_bytes,
-                                         words_to_beats)
+from tilewright.compiler.codegen import (IDX_BITS, IDX_WORD_BYTES, IMEM_WORDS,
+                                         REQUANT_SHIFT_BITS, VBUF_WORDS, VECTOR_OPCODES,
+                                         AssemblerError, CodegenError, Instr, assemble, beat_bytes,
+                                         beats_to_words, field_slices, find_segment, index_beats,
+                                         vector_word_bytes, words_to_beats)
 from tilewright.compiler.layout import DoesNotFit
 
 __all__ = ["VectorKernel", "VectorSegment", "VectorIsa", "codegen_vector", "batch_kernels",
@@ -71,7 +79,7 @@ UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
 ELEMENTWISE_OPS = BINARY + UNARY
 ROW_OPS = ("sum", "rmax", "softmax", "argmax")
 KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",),
-         "requant": ("requant",), "gather": ("gather",)}
+         "requant": ("requant",), "gather": ("gather",), "lookup": ("lookup",)}
 Q_MIN, Q_MAX = -32768, 32767        #: raw Q8.8 range
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1     #: int32 lanes (argmax, requant)
 SOFTMAX_MAX_ROW = 127               #: longest softmax row (sum of exps must stay a Q8.8 value)
@@ -103,6 +111,9 @@ class VectorKernel:
             what = {"row": "a row op"}.get(self.kind, self.kind)
             raise ValueError(f"vector kernel {self.name}: {what} takes a 2-D operand "
                              f"[rows, L], not shape {self.shape}")
+        if self.kind == "lookup" and len(self.shape) != 3:
+            raise ValueError(f"vector kernel {self.name}: a lookup takes shape (n, rows, L), not "
+                             f"{self.shape}")
         if self.kind == "scan" and len(self.shape) != 4:
             raise ValueError(f"vector kernel {self.name}: a scan takes shape (B, L, D, N), not "
                              f"{self.shape}")
@@ -112,7 +123,7 @@ class VectorKernel:
 
     @property
     def operands(self) -> int:
-        return {"scan": 4, "requant": 3, "gather": 2}.get(self.kind,
+        return {"scan": 4, "requant": 3, "gather": 2, "lookup": 2}.get(self.kind,
                                                          2 if self.op in BINARY else 1)
 
     def operand_shapes(self) -> list[tuple[int, ...]]:
@@ -124,6 +135,8 @@ class VectorKernel:
             return [self.shape, self.shape[1:], self.shape[1:]]
         if self.kind == "gather":           # the table and the row index
             return [self.shape, (1,)]
+        if self.kind == "lookup":           # the table and the row ids
+            return [self.shape[1:], self.shape[:1]]
         return [self.shape] * self.operands
 
 
@@ -147,7 +160,7 @@ class VectorSegment:
     lanes: int
     row_words: int               #: vector words per row (row kernels, requant) or 0
     const_addr: int              #: external address of the -1.0 word (softmax), of the
-    #: parameter words (requant), or -1
+    #: parameter words (requant), of the index words (lookup), or -1
     chunks: tuple[_Chunk, ...]
 
     @property
@@ -184,6 +197,9 @@ class VectorSegment:
             return out
         if k.kind == "requant":
             self._requant_image(put, operands)
+            return out
+        if k.kind == "lookup":
+            self._lookup_image(arch, put, operands, out)
             return out
         if k.kind == "gather":
             table, _ = self._gather_operands(operands)
@@ -241,6 +257,20 @@ class VectorSegment:
                              f"index), not {len(operands)}")
         return self._int_operands("gather", ("table", "index"), operands, "integers",
                                   [(I32_MIN, I32_MAX), (0, min(rows, 1 << IDX_BITS) - 1)])
+
+    def _lookup_image(self, arch: ArchSpec, put, operands, out: dict[int, int]) -> None:
+        """The table's rows (``row_words`` words each, padded with 0) and one index word per id
+        (:func:`~tilewright.compiler.codegen.index_beats` external words each)."""
+        n, rows, length = self.kernel.shape
+        table, ids = self._int_operands("lookup", ("table", "ids"), operands, "integers",
+                                        [(I32_MIN, I32_MAX),
+                                         (0, min(rows, 1 << IDX_BITS) - 1)])
+        grid = np.zeros((rows, self.row_words * self.lanes), np.int64)
+        grid[:, :length] = table
+        put(self.chunks[0].in_addr[0], pack_vector_words(grid.reshape(-1, self.lanes)))
+        for j, beat in enumerate(words_to_beats([int(i) for i in ids], IDX_WORD_BYTES,
+                                                beat_bytes(arch))):
+            out[self.const_addr + j] = beat
 
     def _requant_image(self, put, operands) -> None:
         """acc [M, N] (int32), multiplier [N] (int32), shift [N] (0..63): the parameter words
@@ -302,6 +332,8 @@ class VectorSegment:
             return lanes.reshape(-1)[:int(np.prod(k.shape))].reshape(k.shape)
         if k.kind == "gather":
             return lanes.reshape(-1)[:k.shape[1]]
+        if k.kind == "lookup":
+            return lanes.reshape(k.shape[0], -1)[:, :k.shape[2]]
         if k.kind == "requant":
             out, pos = [], 0
             for c in self.chunks:
@@ -366,6 +398,8 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
         code, chunks, addr, const_addr, row_words = _requant_code(k, arch, addr)
     elif k.kind == "gather":
         code, chunks, addr, row_words = _gather_code(k, arch, addr)
+    elif k.kind == "lookup":
+        code, chunks, addr, const_addr, row_words = _lookup_code(k, arch, addr)
     elif k.kind == "elementwise":
         total = -(-int(np.prod(k.shape)) // lanes)
         per = min(VBUF_WORDS // k.operands, _MAX_BEATS)
@@ -480,6 +514,39 @@ def _gather_code(k: VectorKernel, arch: ArchSpec, addr: int):
     code = [_ins("LOAD_VI", vaddr=0, count=nw, addr=table),
             _ins("STORE_V", vaddr=0, count=nw, addr=out)]
     return code, [_Chunk(rows, (table,), rows * nw, out, nw)], out + nw * r, nw
+
+
+def _lookup_code(k: VectorKernel, arch: ArchSpec, addr: int):
+    """(instructions without END, chunks, next free address, address of the index words, words
+    per row) of a lookup: the table's rows (``nw`` words each) at ``addr``, the ``n`` index
+    words after it; per chunk of ids (as many rows as the vector buffer holds), per id
+    ``LOAD_IDX`` of its word and ``LOAD_VI`` of its row into the next ``nw`` buffer words, then
+    one ``STORE_V`` of the chunk's rows."""
+    lanes = arch.vector_unit.lanes
+    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
+    ri = index_beats(arch)
+    n, rows, length = k.shape
+    nw = -(-length // lanes)
+    if nw > VBUF_WORDS:
+        raise DoesNotFit(f"vector kernel {k.name}: a lookup row of {length} elements needs {nw} "
+                         f"vector-buffer words; the buffer holds {VBUF_WORDS}")
+    if rows > 1 << IDX_BITS:
+        raise DoesNotFit(f"vector kernel {k.name}: a table of {rows} rows; the index register "
+                         f"(IDX_BITS = {IDX_BITS}) reaches {1 << IDX_BITS}")
+    table, ids = addr, addr + rows * nw * r
+    addr = ids + n * ri
+    per = VBUF_WORDS // nw
+    code: list[Instr] = []
+    chunks: list[_Chunk] = []
+    for i0 in range(0, n, per):
+        c = min(per, n - i0)
+        for i in range(c):
+            code += [_ins("LOAD_IDX", addr=ids + (i0 + i) * ri),
+                     _ins("LOAD_VI", vaddr=i * nw, count=nw, addr=table)]
+        code.append(_ins("STORE_V", vaddr=0, count=c * nw, addr=addr))
+        chunks.append(_Chunk(c, (table, ids + i0 * ri), rows * nw, addr, c * nw, (i0, 0)))
+        addr += c * nw * r
+    return code, chunks, addr, ids, nw
 
 
 def _scan_code(k: VectorKernel, arch: ArchSpec, addr: int):

@@ -8,10 +8,9 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
 * the controller needs one fetch cycle after ``start``; instruction ``i`` issues in cycle
   ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the fetch cycle);
 * ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/LOAD_VI/STORE_V/
-  VECTOR (and SCAN) — the DMA and the vector engine are idle; SCALE/SCALE_COL — the DMA is idle
-  (they keep no unit busy); SYNC — every selected unit is idle; END — all are idle. A unit
-  issued in cycle ``c``
-  for ``D`` busy cycles is idle again
+  VECTOR (and SCAN) — the DMA and the vector engine are idle; LOAD_IDX — the DMA is idle;
+  SCALE/SCALE_COL — the DMA is idle (they keep no unit busy); SYNC — every selected unit is
+  idle; END — all are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
   from cycle ``c + D + 1``;
 * busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`
   (systolic) or :func:`~tilewright.compiler.engine_timing.tile_core_busy_cycles` (tile-MAC
@@ -19,7 +18,10 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
   LOAD ``D = L + count * r`` (one request cycle … first beat ``L`` cycles after the request,
   one beat per cycle, ``r`` beats per word); STORE ``D = 1 + count * r`` (request, then posted
   write beats); ``count = 0``: ``D = 0``; LOAD_V/LOAD_VI/STORE_V the same with ``r`` beats per
-  vector word (LOAD_VI's address from the index register changes no cycle); VECTOR
+  vector word (LOAD_VI's address from the index register changes no cycle); LOAD_IDX
+  ``D = L + ri`` (one index word of ``ri`` =
+  :func:`~tilewright.compiler.codegen.index_beats` beats; the register holds it from the
+  cycle the DMA is idle again, so a following LOAD_VI's DMA wait orders them); VECTOR
   ``D = count + VECTOR_OVERHEAD_CYCLES``; SCAN ``D = count + SCAN_OVERHEAD_CYCLES``;
 * total = ``c_END - c_start`` (``start`` sampled in cycle ``c_start``; ``busy`` high from the next
   cycle through the one END issues in).
@@ -32,7 +34,8 @@ from dataclasses import dataclass
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import (SCAN_OVERHEAD_CYCLES, VECTOR_OVERHEAD_CYCLES,
                                          IsaProgram, Segment,
-                                         beats_per_word, disassemble, memory_latency_cycles)
+                                         beats_per_word, disassemble, index_beats,
+                                         memory_latency_cycles)
 from tilewright.compiler.core_timing import gemm_cycles_array
 from tilewright.compiler.engine_timing import tile_core_busy_cycles
 
@@ -67,6 +70,7 @@ def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTim
     bpw = beats_per_word(arch)
     beats = {"LOAD_A": bpw["a"], "LOAD_B": bpw["b"], "STORE": bpw["c"],
              "LOAD_V": bpw.get("v", 0), "LOAD_VI": bpw.get("v", 0), "STORE_V": bpw.get("v", 0)}
+    idx_load = lat + index_beats(arch)       # LOAD_IDX: one index word
     instrs = disassemble(list(isa.words[seg.entry:seg.end + 1]))
     start = 0
     prev = start + 1              # the fetch cycle
@@ -81,6 +85,8 @@ def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTim
             # the vector buffer's transfers also wait for the vector engine
             ready = (max(free["dma"], free["vec"]) if ins.op in ("LOAD_V", "LOAD_VI", "STORE_V")
                      else free["dma"])
+        elif ins.op == "LOAD_IDX":
+            unit, dur, ready = "dma", idx_load, free["dma"]
         elif ins.op == "GEMM":
             unit, dur, ready = "gemm", _gemm_busy(arch, f["m"], f["k"], f["n"]), free["gemm"]
         elif ins.op in ("VECTOR", "SCAN"):

@@ -1,6 +1,7 @@
 """Functional model of the accelerator top's vector path at the instruction level.
 
-Executes the ``LOAD_V`` / ``LOAD_VI`` / ``STORE_V`` / ``VECTOR`` / ``SYNC`` / ``END`` instructions
+Executes the ``LOAD_V`` / ``LOAD_IDX`` / ``LOAD_VI`` / ``STORE_V`` / ``VECTOR`` / ``SYNC`` /
+``END`` instructions
 of a segment (:mod:`tilewright.compiler.codegen`) on a numpy vector buffer and an external-memory
 dict, with the
 vector unit's bit-exact arithmetic (:func:`tilewright.dataflow_sim.vector_numerics.run_beats`).
@@ -22,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (REQUANT_SHIFT_BITS, VBUF_WORDS, VECTOR_OPCODES, beat_bytes,
-                                         beats_to_words, disassemble,
-                                         vector_word_bytes, words_to_beats)
+from tilewright.compiler.codegen import (IDX_BITS, IDX_WORD_BYTES, REQUANT_SHIFT_BITS, VBUF_WORDS,
+                                         VECTOR_OPCODES, beat_bytes, beats_to_words, disassemble,
+                                         index_beats, vector_word_bytes, words_to_beats)
 from tilewright.compiler.vector_codegen import (VectorIsa, VectorKernel, codegen_vector,
                                                 pack_vector_words, unpack_vector_words)
 from tilewright.dataflow_sim.scan_numerics import project_codes, scan_step
@@ -38,8 +39,10 @@ _OP_NAMES = {v: k for k, v in VECTOR_OPCODES.items()}
 def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int, int],
                        vbuf: np.ndarray | None = None, idx: int = 0) -> np.ndarray:
     """Run segment ``name`` of ``isa`` from its entry to END on ``ext`` (external W-byte words,
-    updated in place by STORE_V), ``idx`` in the index register (``LOAD_VI`` reads row ``idx``
-    of a table of ``count``-word rows: external word ``addr + idx * count * r``); returns the
+    updated in place by STORE_V), ``idx`` in the index register at the start (``LOAD_VI`` reads
+    row ``idx`` of a table of ``count``-word rows: external word ``addr + idx * count * r``;
+    ``LOAD_IDX`` replaces ``idx`` with the low ``IDX_BITS`` bits of the index word at its
+    ``addr``); returns the
     vector buffer ``[VBUF_WORDS, lanes]`` (int64 lane values) it leaves. GEMM-path instructions
     are refused (this model covers the vector path)."""
     seg = isa.segment(name)
@@ -50,14 +53,18 @@ def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int,
     for ins in disassemble(list(isa.words[seg.entry:seg.end + 1])):
         f = ins.fields
         if ins.op in ("LOAD_V", "LOAD_VI"):
-            base = f["addr"] + (idx * f["count"] * r if ins.op == "LOAD_VI" else 0)
+            base = (f["addr"] + (idx * f["count"] * r if ins.op == "LOAD_VI" else 0)) % (1 << 32)
             words = beats_to_words([ext.get((base + j) % (1 << 32), 0)
                                     for j in range(f["count"] * r)], wb, w)
-            idx = (f["vaddr"] + np.arange(f["count"])) % VBUF_WORDS
-            buf[idx] = unpack_vector_words(words, lanes)
+            at = (f["vaddr"] + np.arange(f["count"])) % VBUF_WORDS
+            buf[at] = unpack_vector_words(words, lanes)
+        elif ins.op == "LOAD_IDX":
+            word, = beats_to_words([ext.get((f["addr"] + j) % (1 << 32), 0)
+                                    for j in range(index_beats(arch))], IDX_WORD_BYTES, w)
+            idx = word & ((1 << IDX_BITS) - 1)
         elif ins.op == "STORE_V":
-            idx = (f["vaddr"] + np.arange(f["count"])) % VBUF_WORDS
-            for j, beat in enumerate(words_to_beats(pack_vector_words(buf[idx]), wb, w)):
+            at = (f["vaddr"] + np.arange(f["count"])) % VBUF_WORDS
+            for j, beat in enumerate(words_to_beats(pack_vector_words(buf[at]), wb, w)):
                 ext[f["addr"] + j] = beat
         elif ins.op == "VECTOR":
             op, n, seg = _OP_NAMES[f["vop"]], f["count"], f["seg"]
@@ -76,7 +83,8 @@ def run_vector_segment(isa: VectorIsa, name: str, arch: ArchSpec, ext: dict[int,
             break
         elif ins.op != "SYNC":
             raise ValueError(f"vector segment {name}: instruction {ins} is not on the vector "
-                             f"path (accepted: LOAD_V, LOAD_VI, STORE_V, VECTOR, SCAN, SYNC, END)")
+                             f"path (accepted: LOAD_V, LOAD_IDX, LOAD_VI, STORE_V, VECTOR, SCAN, "
+                             f"SYNC, END)")
     return buf
 
 

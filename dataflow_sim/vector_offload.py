@@ -23,9 +23,13 @@ softmax       row softmax over the last axis (rows of at most
               rows stay fp32)
 reduce_sum,   row ``sum`` / ``rmax`` over the last axis only (``sum`` returns Q24.8, exact
 reduce_max    in fp32 up to 2**24)
-take_rows     ``gather``: one row of an fp32 2-D table (the embedding lookup of a decode step;
-              one index — the index register holds one per run — else it stays on the host),
-              the table's fp32 bits as int32 lanes, fetched by ``LOAD_VI``: bit-exact
+take_rows     rows of an fp32 2-D table, the table's fp32 bits as int32 lanes, fetched by
+              ``LOAD_VI``: bit-exact. One index (a decode step's embedding lookup):
+              ``gather``, the index in the index register the host sets; several ids of an
+              embedding lookup (the prefill's prompt): ``lookup``, the ids written to
+              external memory and each loaded into the register by ``LOAD_IDX`` (more ids
+              than one instruction memory of ``LOAD_IDX``/``LOAD_VI`` pairs holds stay on the
+              host; so do other gathers of several rows, e.g. MoE's dispatch)
 scan          the ``scan`` task (chunked selective scan) on the scan unit: a quantised to
 (task kind)   unsigned Q0.16, b, c, h0 to Q16.16
               (:func:`~tilewright.dataflow_sim.scan_numerics.to_a_code` /
@@ -47,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tilewright.arch import ArchSpec
+from tilewright.compiler.codegen import CodegenError
 from tilewright.compiler.program import ScanTask, VectorTask
 from tilewright.compiler.layout import DoesNotFit
 from tilewright.compiler.vector_codegen import SOFTMAX_MAX_ROW, VectorKernel
@@ -86,7 +91,7 @@ class OffloadRecord:
         """A raw result (this record's or the RTL's) as the task's fp32 output."""
         if self.kernel.op == "argmax":
             return np.asarray(raw, np.int64).reshape(self.out_shape)
-        if self.kernel.kind == "gather":       # int32 lanes holding fp32 bits
+        if self.kernel.kind in ("gather", "lookup"):       # int32 lanes holding fp32 bits
             return np.asarray(raw, np.int64).astype(np.int32).view(np.float32).reshape(
                 self.out_shape)
         if self.kernel.kind == "scan":
@@ -110,10 +115,13 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
         return None
     if op == "take_rows":
         x, idx = np.asarray(ins[0]), np.asarray(ins[1]).reshape(-1)
-        if not _is_f32(x) or x.ndim != 2 or x.size == 0 or idx.size != 1:
+        if not _is_f32(x) or x.ndim != 2 or x.size == 0 or idx.size == 0:
             return None
-        return (VectorKernel(name, "gather", "gather", x.shape),
-                (x.view(np.int32).astype(np.int64), idx.astype(np.int64)),
+        if idx.size > 1 and at.get("lookup") != "embedding":   # e.g. MoE dispatch: host
+            return None
+        kernel = (VectorKernel(name, "gather", "gather", x.shape) if idx.size == 1 else
+                  VectorKernel(name, "lookup", "lookup", (idx.size, *x.shape)))
+        return (kernel, (x.view(np.int32).astype(np.int64), idx.astype(np.int64)),
                 (*np.asarray(ins[1]).shape, x.shape[1]))
     if op in _UNARY:
         x = np.asarray(ins[0])
@@ -200,8 +208,8 @@ class VectorUnitOps:
         kernel, operands, out_shape = made
         try:
             raw = kernel_reference(kernel, self.arch, *operands)
-        except DoesNotFit:           # e.g. a scan state wider than the lanes: stays fp32
-            return None
+        except (DoesNotFit, CodegenError):   # e.g. a scan state wider than the lanes, a lookup
+            return None                      # longer than the instruction memory: stays fp32
         rec = OffloadRecord(task.name, kernel, operands, raw, out_shape)
         self.records.append(rec)
         return rec.as_output(raw)

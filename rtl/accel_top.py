@@ -18,7 +18,8 @@ Ports (``sync`` domain)
     ``mem_rd_valid/ready/data``, ``mem_wr_valid/ready/data`` (W = ``beat_bytes(arch)`` bytes per
     beat). Debug: ``gemm_busy``, ``dma_busy``, ``vec_busy``. With a vector unit: ``idx`` (in,
     :data:`~tilewright.compiler.codegen.IDX_BITS` bits), the run's index register that
-    ``LOAD_VI`` reads (sampled with ``start``; e.g. the token id of an embedding lookup).
+    ``LOAD_VI`` reads (sampled with ``start``; e.g. the token id of an embedding lookup), which
+    ``LOAD_IDX`` overwrites with an index word read from external memory.
 
 Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing`)
     With the memory always ready, answering a read ``L = memory_latency_cycles(arch)`` cycles
@@ -28,7 +29,7 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
       ``c_i = max(c_{i-1} + 1, ready_i)`` with ``c_{-1} = s + 1``;
     * ``ready_i`` is the first cycle the units it needs are idle (LOAD/STORE: DMA; GEMM: core;
       SYNC: the selected units; LOAD_V/LOAD_VI/STORE_V/VECTOR/SCAN: DMA and vector engine; END: all
-      three;
+      three; LOAD_IDX (vector tops only): the DMA;
       SCALE/SCALE_COL (fp8 top only): the DMA; they keep no unit busy.
       A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``;
     * GEMM ``D`` = the core's closed form (:mod:`tilewright.compiler.core_timing`; the
@@ -38,7 +39,9 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
       ``D = 1 + count * r`` (``r`` beats per on-chip word; see :mod:`tilewright.rtl.dma`);
       ``acc`` does not change a GEMM's cycles; a DMA ``count`` of 0 takes ``D = 0``; LOAD_V (and
       LOAD_VI) and
-      STORE_V as LOAD and STORE with ``r`` beats per vector word; VECTOR
+      STORE_V as LOAD and STORE with ``r`` beats per vector word; LOAD_IDX ``D = L + ri``
+      (``ri`` = :func:`~tilewright.compiler.codegen.index_beats`; the index register holds the
+      word it read from ``c + D + 1``, the first cycle the DMA is idle again); VECTOR
       ``D = count + VECTOR_OVERHEAD``, SCAN ``D = count + SCAN_OVERHEAD``
       (:mod:`tilewright.rtl.vector_engine`);
     * ``cycles`` (= cycles ``busy`` is high) ``= c_END - s``.
@@ -74,8 +77,9 @@ ACCEL_TOP_NAME = "tw_accel"
 #: bump when the top's behaviour or ports change (0.3.0: the fp8 top decodes SCALE and applies
 #: the scales; the other tops' Verilog is unchanged, but VERSION tells software which ISA it has;
 #: 0.4.0: tops with a vector unit decode LOAD_VI and have the ``idx`` input; tops without one are
-#: unchanged)
-ACCEL_GENERATOR_VERSION = "0.4.0"
+#: unchanged; 0.5.0: tops with a vector unit decode LOAD_IDX, the index register loaded from
+#: external memory; tops without one are unchanged)
+ACCEL_GENERATOR_VERSION = "0.5.0"
 
 _HOST = ("imem_wr_en", "imem_wr_addr", "imem_wr_data", "start", "entry")
 _STATUS = ("busy", "done", "error", "pc", "cycles", "retired")
@@ -157,7 +161,8 @@ class AccelTop(wiring.Component):
             dma.vaddr.eq(ctrl.dma_vaddr),
         ]
         if self._indirect:
-            m.d.comb += [ctrl.idx.eq(self.idx), dma.idx.eq(ctrl.dma_idx)]
+            m.d.comb += [ctrl.idx.eq(self.idx), dma.idx.eq(ctrl.dma_idx),
+                         ctrl.idx_wr_en.eq(dma.idx_wr_en), ctrl.idx_wr_data.eq(dma.idx_wr_data)]
         if self._scaled:
             m.d.comb += [core.scale_a.eq(ctrl.scale_a), core.scale_b.eq(ctrl.scale_b)]
         if vec is not None:    # an ArchSpec without a vector unit: vec_busy stays low

@@ -31,8 +31,14 @@ Indirect loads (``Controller(indirect=True)``, the tops with a vector unit)
     ``idx`` (:data:`~tilewright.compiler.codegen.IDX_BITS` bits) is sampled with ``start`` into
     the run's index register, driven on ``dma_idx``; ``LOAD_VI`` issues as ``LOAD_V`` does (DMA
     op :data:`~tilewright.rtl.dma.OP_LOAD_VI`, same fields and readiness), the DMA computing
-    its address from ``dma_idx``. Without ``indirect`` ``LOAD_VI`` is an unknown opcode and the
-    logic is the one it had before ``LOAD_VI`` existed.
+    its address from ``dma_idx``. ``LOAD_IDX`` issues as a DMA op
+    (:data:`~tilewright.rtl.dma.OP_LOAD_IDX`, ``count`` 1, its ``addr``) when ``dma_busy`` is low;
+    the DMA writes the index word it read through ``idx_wr_en``/``idx_wr_data`` (in its last
+    beat's cycle), which replaces the register from the next cycle — the first cycle the DMA is
+    idle again, so a ``LOAD_VI`` waiting for the DMA always sees the new value (no other
+    interlock). ``start`` has priority (a new run samples ``idx``). Without ``indirect``
+    ``LOAD_VI`` and ``LOAD_IDX`` are unknown opcodes and the logic is the one it had before
+    ``LOAD_VI`` existed.
 """
 
 from __future__ import annotations
@@ -41,11 +47,11 @@ from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from tilewright.compiler.codegen import (IDX_BITS, IMEM_WORDS, ISA, OPCODE_BITS, WORD_BITS,
-                                         field_slices)
+from tilewright.compiler.codegen import (IDX_BITS, IMEM_WORDS, INDEX_OPS, ISA, OPCODE_BITS,
+                                         WORD_BITS, field_slices)
 from tilewright.formats import bits_of
-from tilewright.rtl.dma import (ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_LOAD_V,
-                                OP_LOAD_VI, OP_STORE, OP_STORE_V, VBUF_ADDR_BITS)
+from tilewright.rtl.dma import (ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_LOAD_IDX,
+                                OP_LOAD_V, OP_LOAD_VI, OP_STORE, OP_STORE_V, VBUF_ADDR_BITS)
 
 __all__ = ["Controller", "PC_BITS"]
 
@@ -65,7 +71,8 @@ def _field(word, op: str, name: str):
 
 class Controller(wiring.Component):
     """Fetch/issue controller (see module docstring). ``scales``: decode ``SCALE`` and drive
-    ``scale_a``/``scale_b``. ``indirect``: decode ``LOAD_VI`` and hold the run's ``idx``."""
+    ``scale_a``/``scale_b``. ``indirect``: decode ``LOAD_VI`` and ``LOAD_IDX`` and hold the run's
+    index register."""
 
     def __init__(self, *, scales: bool = False, lanes: int = 1, indirect: bool = False):
         for name, v in (("scales", scales), ("indirect", indirect)):
@@ -78,7 +85,8 @@ class Controller(wiring.Component):
         extra = ({"scale_a": Out(_SCALE_BITS), "scale_b": Out(_SCALE_BITS * lanes)} if scales
                  else {})
         if indirect:
-            extra.update(idx=In(IDX_BITS), dma_idx=Out(IDX_BITS))
+            extra.update(idx=In(IDX_BITS), dma_idx=Out(IDX_BITS), idx_wr_en=In(1),
+                         idx_wr_data=In(IDX_BITS))
         super().__init__({**extra,
             "imem_wr_en": In(1), "imem_wr_addr": In(PC_BITS), "imem_wr_data": In(WORD_BITS),
             "start": In(1), "entry": In(PC_BITS),
@@ -119,7 +127,7 @@ class Controller(wiring.Component):
         opcode = ins[:OPCODE_BITS]
         ops = {op: row for op, row in ISA.items()
                if (self._scales or op not in ("SCALE", "SCALE_COL"))
-               and (self._indirect or op != "LOAD_VI")}
+               and (self._indirect or op not in INDEX_OPS)}
         is_op = {op: Signal(name=f"is_{op.lower()}") for op in ops}
         for op, (code, _) in ops.items():
             m.d.comb += is_op[op].eq(opcode == code)
@@ -147,11 +155,15 @@ class Controller(wiring.Component):
             assert field_slices("LOAD_VI") == field_slices("LOAD_V")
             is_vdma = is_vdma | is_op["LOAD_VI"]
             vdma_ops["LOAD_VI"] = OP_LOAD_VI
+        count = Mux(is_vdma, _field(ins, "LOAD_V", "count"), _field(ins, "LOAD_A", "count"))
+        addr = Mux(is_vdma, _field(ins, "LOAD_V", "addr"), _field(ins, "LOAD_A", "addr"))
+        is_ldidx = is_op["LOAD_IDX"] if self._indirect else None
+        if self._indirect:            # LOAD_IDX: one index word from its addr
+            count = Mux(is_ldidx, 1, count)
+            addr = Mux(is_ldidx, _field(ins, "LOAD_IDX", "addr"), addr)
+            vdma_ops["LOAD_IDX"] = OP_LOAD_IDX
         m.d.comb += [self.dma_buf.eq(_field(ins, "LOAD_A", "buf")),
-                     self.dma_count.eq(Mux(is_vdma, _field(ins, "LOAD_V", "count"),
-                                           _field(ins, "LOAD_A", "count"))),
-                     self.dma_addr.eq(Mux(is_vdma, _field(ins, "LOAD_V", "addr"),
-                                          _field(ins, "LOAD_A", "addr"))),
+                     self.dma_count.eq(count), self.dma_addr.eq(addr),
                      self.dma_vaddr.eq(_field(ins, "LOAD_V", "vaddr")),
                      self.dma_op.eq(0)]
         for op, code in {**_DMA_OPS, **vdma_ops}.items():
@@ -172,6 +184,8 @@ class Controller(wiring.Component):
                    & (~_field(ins, "SYNC", "vec")[0] | ~self.vec_busy))
         ready = Signal()
         both_idle = ~self.dma_busy & ~self.vec_busy
+        if self._indirect:            # LOAD_IDX waits for the DMA only (it uses no vector port)
+            is_dma = is_dma | is_ldidx
         ready_any = ((is_dma & ~self.dma_busy) | (is_op["GEMM"] & ~self.gemm_busy)
                      | ((is_vdma | is_op["VECTOR"] | is_op["SCAN"]) & both_idle)
                      | (is_op["SYNC"] & sync_ok)
@@ -201,11 +215,13 @@ class Controller(wiring.Component):
                 m.d.sync += [busy.eq(0), done.eq(1), pc.eq(pc)]
         if self._scales:
             self._scale_registers(m, ins, busy & ~fetch & known & ready, is_op)
-        if self._indirect:            # the run's index register: sampled with start
+        if self._indirect:   # the run's index register: sampled with start, written by LOAD_IDX
             idx = Signal(IDX_BITS, name="idx_q")
             m.d.comb += self.dma_idx.eq(idx)
             with m.If(~busy & self.start):
                 m.d.sync += idx.eq(self.idx)
+            with m.Elif(self.idx_wr_en):
+                m.d.sync += idx.eq(self.idx_wr_data)
         return m
 
     def _scale_registers(self, m: Module, ins, issue, is_op) -> None:

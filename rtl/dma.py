@@ -24,8 +24,13 @@ buffer (``LOAD_V``/``STORE_V``) with ``r`` = beats per vector word.
 Indirect loads (``Dma(indirect=True)``, an ArchSpec with a vector unit): :data:`OP_LOAD_VI` is
 ``OP_LOAD_V`` from external word ``addr + idx * count * r`` (the ``idx`` input sampled with
 ``start``; wrapping at :data:`ADDR_BITS` bits) — row ``idx`` of a table of ``count``-word rows,
-the ISA's ``LOAD_VI``; same timing as ``OP_LOAD_V``. Without ``indirect`` the engine has no
-``idx`` port and its logic is the one it had before ``LOAD_VI`` existed.
+the ISA's ``LOAD_VI``; same timing as ``OP_LOAD_V``. :data:`OP_LOAD_IDX` (the ISA's
+``LOAD_IDX``, ``count`` 1) reads the index word at ``addr``
+(:func:`~tilewright.compiler.codegen.index_beats` beats ``ri``) and drives its low
+:data:`~tilewright.compiler.codegen.IDX_BITS` bits on ``idx_wr_data`` with ``idx_wr_en`` high in
+its last beat's cycle (the controller's index register); timing as a LOAD of one ``ri``-beat
+word, ``D = L + ri``. Without ``indirect`` the engine has no ``idx``/``idx_wr_*`` ports and its
+logic is the one it had before ``LOAD_VI`` existed.
 """
 
 from __future__ import annotations
@@ -36,13 +41,14 @@ from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import (IDX_BITS, VBUF_WORDS, beat_bytes, beats_per_word,
-                                         field_slices, word_bytes)
+                                         field_slices, index_beats, word_bytes)
 from tilewright.compiler.layout import GemmLayout
 
 __all__ = ["Dma", "OP_LOAD_A", "OP_LOAD_B", "OP_STORE", "OP_LOAD_V", "OP_STORE_V", "OP_LOAD_VI",
+           "OP_LOAD_IDX",
            "COUNT_BITS", "ADDR_BITS", "VBUF_ADDR_BITS"]
 
-OP_LOAD_A, OP_LOAD_B, OP_STORE, OP_LOAD_V, OP_STORE_V, OP_LOAD_VI = 0, 1, 2, 3, 4, 5
+OP_LOAD_A, OP_LOAD_B, OP_STORE, OP_LOAD_V, OP_STORE_V, OP_LOAD_VI, OP_LOAD_IDX = range(7)
 #: address bits of the vector buffer (``VBUF_WORDS`` words)
 VBUF_ADDR_BITS = (VBUF_WORDS - 1).bit_length()
 #: widths of the command fields, from the ISA table
@@ -63,11 +69,12 @@ class Dma(wiring.Component):
         if not isinstance(indirect, bool):
             raise TypeError(f"Dma indirect must be a bool, not {type(indirect).__name__}")
         if indirect and arch.vector_unit is None:
-            raise ValueError(f"{arch.name}: indirect loads (LOAD_VI) fill the vector buffer; "
-                             f"this ArchSpec has no vector_unit")
+            raise ValueError(f"{arch.name}: indirect loads (LOAD_VI, LOAD_IDX) fill the vector "
+                             f"buffer; this ArchSpec has no vector_unit")
         self._indirect = indirect
         self._w = beat_bytes(arch)
         self._r = beats_per_word(arch)
+        self._ri = index_beats(arch) if indirect else 0
         self._wb = word_bytes(arch)       # on-chip word sizes (the core's layouts)
         self._lanes = arch.vector_unit.lanes if arch.vector_unit is not None else 0
         self._depths = GemmLayout.depths(arch)
@@ -76,7 +83,8 @@ class Dma(wiring.Component):
         super().__init__({
             "start": In(1), "op": In(3), "buf": In(1), "count": In(COUNT_BITS),
             "addr": In(ADDR_BITS), "vaddr": In(VBUF_ADDR_BITS), "busy": Out(1),
-            **({"idx": In(IDX_BITS)} if indirect else {}),
+            **({"idx": In(IDX_BITS), "idx_wr_en": Out(1), "idx_wr_data": Out(IDX_BITS)}
+               if indirect else {}),
             "mem_req_valid": Out(1), "mem_req_ready": In(1), "mem_req_write": Out(1),
             "mem_req_addr": Out(ADDR_BITS), "mem_req_len": Out(32),
             "mem_rd_valid": In(1), "mem_rd_ready": Out(1), "mem_rd_data": In(W),
@@ -101,7 +109,8 @@ class Dma(wiring.Component):
         ra, rb, rc = self._r["a"], self._r["b"], self._r["c"]
         vec = self._lanes > 0
         rv = self._r["v"] if vec else rc
-        rmax = max(ra, rb, rc, rv)
+        ri = self._ri
+        rmax = max(ra, rb, rc, rv, ri)
         da, db, dc = self._depths
         op, buf = Signal(3), Signal()
         count, addr = Signal(COUNT_BITS), Signal(ADDR_BITS)
@@ -110,8 +119,10 @@ class Dma(wiring.Component):
         r_op = Signal(range(rmax + 1))
         is_v = (op == OP_LOAD_V) | (op == OP_STORE_V)
         is_store = (op == OP_STORE) | (op == OP_STORE_V)
-        m.d.comb += r_op.eq(Mux(op == OP_LOAD_A, ra, Mux(op == OP_LOAD_B, rb,
-                                                          Mux(is_v, rv, rc))))
+        r_sel = Mux(op == OP_LOAD_A, ra, Mux(op == OP_LOAD_B, rb, Mux(is_v, rv, rc)))
+        if self._indirect:       # LOAD_IDX: one index word of ri beats
+            r_sel = Mux(op == OP_LOAD_IDX, ri, r_sel)
+        m.d.comb += r_op.eq(r_sel)
         last_chunk = chunk == r_op - 1
         last_word = word == count - 1
 
@@ -149,6 +160,8 @@ class Dma(wiring.Component):
                                  self.b_wr_en.eq(op == OP_LOAD_B)]
                     if vec:
                         m.d.comb += self.v_wr_en.eq(op == OP_LOAD_V)
+                    if self._indirect:
+                        m.d.comb += self.idx_wr_en.eq(op == OP_LOAD_IDX)
                     m.d.sync += [word.eq(word + 1), chunk.eq(0)]
                     with m.If(last_word):
                         goto(IDLE)
@@ -179,10 +192,13 @@ class Dma(wiring.Component):
                  (rb, 8 * self._wb["b"], "b", Mux(buf, db // 2, 0))]
         if vec:
             ports.append((rv, 32 * self._lanes, "v", vaddr))
+        def assembled(r):        # the word whose last beat is on mem_rd_data (r beats)
+            return Cat(gather[(rmax - r) * W:], self.mem_rd_data) if r > 1 else self.mem_rd_data
         for r, bits, port, base in ports:
-            data = Cat(gather[(rmax - r) * W:], self.mem_rd_data) if r > 1 else self.mem_rd_data
-            m.d.comb += [getattr(self, f"{port}_wr_data").eq(data[:bits]),
+            m.d.comb += [getattr(self, f"{port}_wr_data").eq(assembled(r)[:bits]),
                          getattr(self, f"{port}_wr_addr").eq(base + word)]
+        if self._indirect:
+            m.d.comb += self.idx_wr_data.eq(assembled(ri)[:IDX_BITS])
         # write gearbox: beat `chunk` of the accumulator (or vector) word being read
         rw = max(rc, rv)
 

@@ -612,6 +612,128 @@ def test_load_vi_controller_and_dma_in_amaranths_simulator():
         Dma(arch=_arch(), indirect=True)
 
 
+# ---- LOAD_IDX: the index register loaded from external memory -----------------------------------
+def _vec_arch(bw: float, lanes: int = 4) -> ArchSpec:
+    return ArchSpec.from_dict({**load_arch("ws8x8v").model_dump(mode="json", exclude_none=True),
+                               "vector_unit": {"lanes": lanes},
+                               "offchip": {"bandwidth_gbps": bw, "latency_ns": 20.0}})
+
+
+def test_load_idx_encoding_and_cycle_model_by_hand():
+    """LOAD_IDX: opcode 13, addr in bits 4..35 (by hand); refused where it does not fit. Cycles
+    (ws8x8v: W = 32 bytes, one beat per index word, L = memory latency, r beats per vector
+    word): fetch 1; LOAD_IDX issues in 2, DMA busy L + 1 (idle from L + 4); LOAD_VI waits for
+    the DMA: issues in L + 4, busy L + 2r (idle from 2L + 2r + 5); LOAD_IDX then, busy L + 1
+    (idle from 3L + 2r + 7); LOAD_VI in 3L + 2r + 7, idle from 4L + 4r + 8; END then."""
+    from tilewright.compiler.codegen import IsaProgram, Segment, index_beats
+    assert assemble([Instr("LOAD_IDX", {"addr": 0xFEDC_BA98})]) == [13 | 0xFEDC_BA98 << 4]
+    assert disassemble([13 | 7 << 4]) == [Instr("LOAD_IDX", {"addr": 7})]
+    with pytest.raises(AssemblerError, match=r"LOAD_IDX\): field addr=4294967296 does not fit"):
+        assemble([Instr("LOAD_IDX", {"addr": 1 << 32})])
+    with pytest.raises(AssemblerError, match=r"reserved bits 36\.\.63 are not zero"):
+        disassemble([13 | 1 << 36])
+    arch = load_arch("ws8x8v")
+    lat, r = memory_latency_cycles(arch), beats_per_word(arch)["v"]
+    assert (beat_bytes(arch), index_beats(arch), index_beats(_vec_arch(0.5))) == (32, 1, 2)
+    code = assemble([Instr("LOAD_IDX", {"addr": 90}),
+                     Instr("LOAD_VI", {"vaddr": 0, "count": 2, "addr": 0}),
+                     Instr("LOAD_IDX", {"addr": 91}),
+                     Instr("LOAD_VI", {"vaddr": 2, "count": 2, "addr": 0}), Instr("END", {})])
+    isa = IsaProgram(arch.content_hash(), tuple(code), (Segment("s", 1, 1, 1, 0, 4, ()),),
+                     beat_bytes(arch), 0)
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert (t.cycles, t.dma_cycles) == (4 * lat + 4 * r + 8, 2 * (lat + 1) + 2 * (lat + 2 * r))
+
+
+@pytest.mark.parametrize("bw", [4.0, 0.5])
+def test_load_idx_controller_and_dma_in_amaranths_simulator(bw):
+    """Controller(indirect=True) + Dma(indirect=True) wired as in the top, a memory model that
+    answers L cycles after each request: LOAD_IDX 500; LOAD_VI of a 3-word row at 1000;
+    LOAD_IDX 501 (W = 1: 502); LOAD_VI again. The idx input (7) is replaced by the index word's
+    low 16 bits (41, then 5; the high bits of W = 8's words are junk the register must drop),
+    so the LOAD_VIs request 1000 + 41 * 3 * r and 1000 + 5 * 3 * r and write rows 41 and 5 into
+    the vector buffer; busy cycles == the cycle model. W = 8 bytes (one beat per index word,
+    r = 2) and W = 1 byte (two beats per index word, r = 16: the read gearbox)."""
+    from amaranth import Module
+    from amaranth.lib import wiring
+
+    from tilewright.compiler.codegen import IsaProgram, Segment, index_beats
+    from tilewright.rtl.controller import Controller
+    from tilewright.rtl.dma import OP_LOAD_IDX, OP_LOAD_VI, Dma
+    arch = _vec_arch(bw)
+    w, ri, r = beat_bytes(arch), index_beats(arch), beats_per_word(arch)["v"]
+    lat = memory_latency_cycles(arch)
+    assert (w, ri, r) == ((8, 1, 2) if bw == 4.0 else (1, 2, 16))
+    rng = np.random.default_rng(5)
+    table = {1000 + i: int.from_bytes(rng.bytes(w), "little") for i in range(50 * 3 * r)}
+    junk = 0xABCD_0000_0000 if w == 8 else 0
+    ids = words_to_beats([41, 5], 2, w)
+    mem = {**table, **{500 + j: b | (junk if j % ri == 0 else 0) for j, b in enumerate(ids)}}
+    words = [Instr("LOAD_IDX", {"addr": 500}),
+             Instr("LOAD_VI", {"vaddr": 0, "count": 3, "addr": 1000}),
+             Instr("LOAD_IDX", {"addr": 500 + ri}),
+             Instr("LOAD_VI", {"vaddr": 3, "count": 3, "addr": 1000}), Instr("END", {})]
+
+    class Pair(wiring.Component):
+        def __init__(self):
+            self.ctrl, self.dma = Controller(indirect=True), Dma(arch=arch, indirect=True)
+            super().__init__({})
+
+        def elaborate(self, platform):
+            m = Module()
+            c, d = self.ctrl, self.dma
+            m.submodules.ctrl, m.submodules.dma = c, d
+            m.d.comb += [d.start.eq(c.dma_start), d.op.eq(c.dma_op), d.buf.eq(c.dma_buf),
+                         d.count.eq(c.dma_count), d.addr.eq(c.dma_addr),
+                         d.vaddr.eq(c.dma_vaddr), c.dma_busy.eq(d.busy), d.idx.eq(c.dma_idx),
+                         c.idx_wr_en.eq(d.idx_wr_en), c.idx_wr_data.eq(d.idx_wr_data)]
+            return m
+
+    top = Pair()
+    ctrl, dma = top.ctrl, top.dma
+    issued, requests, vwrites, out = [], [], {}, {}
+
+    async def bench(ctx):
+        await _write_imem(ctx, ctrl, assemble(words))
+        ctx.set(ctrl.idx, 7)
+        ctx.set(ctrl.start, 1)
+        await ctx.tick()
+        ctx.set(ctrl.start, 0)
+        ctx.set(dma.mem_req_ready, 1)
+        beats = {}                       # cycle -> beat value
+        for cyc in range(1, 400):
+            ctx.set(dma.mem_rd_valid, cyc in beats)
+            ctx.set(dma.mem_rd_data, beats.get(cyc, 0))
+            if ctx.get(ctrl.dma_start):
+                issued.append((cyc, ctx.get(ctrl.dma_op), ctx.get(ctrl.dma_idx)))
+            if ctx.get(dma.mem_req_valid):
+                a, n = ctx.get(dma.mem_req_addr), ctx.get(dma.mem_req_len)
+                requests.append((a, n))
+                beats.update({cyc + lat + j: mem.get(a + j, 0) for j in range(n)})
+            if ctx.get(dma.v_wr_en):
+                vwrites[ctx.get(dma.v_wr_addr)] = ctx.get(dma.v_wr_data)
+            if ctx.get(ctrl.done):
+                out["cycles"], out["error"] = ctx.get(ctrl.cycles), ctx.get(ctrl.error)
+                break
+            await ctx.tick()
+
+    _simulate(top, bench)
+    assert out == {"cycles": out["cycles"], "error": 0}
+    assert requests == [(500, ri), (1000 + 41 * 3 * r, 3 * r), (500 + ri, ri),
+                        (1000 + 5 * 3 * r, 3 * r)]
+    # the LOAD_VIs issued with the register holding the word LOAD_IDX read, not the input's 7
+    assert [(op, i) for _, op, i in issued] == [(OP_LOAD_IDX, 7), (OP_LOAD_VI, 41),
+                                                (OP_LOAD_IDX, 41), (OP_LOAD_VI, 5)]
+    row = lambda k: beats_to_words([table[1000 + k * 3 * r + j] for j in range(3 * r)],  # noqa
+                                   16, w)
+    assert [vwrites[i] for i in range(6)] == row(41) + row(5) and row(41) != row(40)
+    isa = IsaProgram(arch.content_hash(), tuple(assemble(words)),
+                     (Segment("s", 1, 1, 1, 0, 4, ()),), w, 0)
+    assert out["cycles"] == predict_segment(isa, isa.segments[0], arch).cycles
+    # the LOAD_VI issued in the first cycle the DMA was idle after its LOAD_IDX: L + ri busy
+    assert issued[1][0] == issued[0][0] + lat + ri + 1
+
+
 def test_controller_scale_col_lanes_in_amaranths_simulator():
     """Controller(scales=True, lanes=3): SCALE_COL sets one lane of scale_b (lane j in bits
     32j..), SCALE B sets all three, one instruction per cycle; a SCALE_COL lane the array does

@@ -71,7 +71,7 @@ def test_map_by_hand_and_validation():
     assert mp.imem_addr(3, high=True) == 0x2000 + 3 * 8 + 4
     assert mp.data_bytes == 4 and mp.axi_addr_width == 32 + 2
     assert mp.reset_values() == {"ID": int(ARCH.content_hash()[-8:], 16),
-                                 "VERSION": 0x0100_0400,              # top 1, accelerator 0.4.0
+                                 "VERSION": 0x0100_0500,              # top 1, accelerator 0.5.0
                                  "CONFIG": 4 | 4 << 8 | 0 << 16 | 4 << 24, "IMEM_WORDS": 1024}
     with pytest.raises(ValueError, match="register 'FOO': accepted: ID, VERSION"):
         mp.reg("FOO")

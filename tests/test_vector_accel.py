@@ -102,6 +102,11 @@ def _suite():
     table = _RNG.integers(I32_MIN, I32_MAX, (37, 19), endpoint=True)
     out.append((VectorKernel("gather", "gather", "gather", table.shape), [table, np.array([29])],
                 table[29]))
+    # a prompt's lookup: rows 29, 3, 36, 29, 0 of the same table, each id an index word in
+    # external memory that LOAD_IDX puts into the index register before its LOAD_VI
+    ids = np.array([29, 3, 36, 29, 0])
+    out.append((VectorKernel("lookup", "lookup", "lookup", (len(ids), *table.shape)),
+                [table, ids], table[ids]))
     return out
 
 
@@ -287,6 +292,31 @@ def test_requant_and_argmax_cycle_model_match_a_count_by_hand():
         assert (t.cycles, t.vector_cycles, t.dma_cycles) == want, kernel
 
 
+def test_lookup_code_and_cycle_model_match_a_count_by_hand():
+    """lookup of ids [3, 1] in a 5 x 4 table on 4 lanes behind a 4-byte port (one word per row,
+    r = 4 beats per vector word, one beat per index word, L = 10): LOAD_IDX issues in 2, busy
+    10 + 1 = 11 (free from 14); LOAD_VI waits for the DMA: 14, busy 10 + 4 = 14 (free from 29);
+    LOAD_IDX 29 (free from 41); LOAD_VI 41 (free from 56); STORE_V of 2 words in 56, busy
+    1 + 8 = 9 (free from 66); END in 66. The index words follow the table; a table wider than
+    the index register reaches, or an id outside the table, is refused."""
+    arch = ARCHS["narrow4"]
+    k = VectorKernel("lk", "lookup", "lookup", (2, 5, 4))
+    isa = codegen_vector(arch, [k])
+    code = disassemble(list(isa.words))
+    assert [str(i) for i in code] == [
+        "LOAD_IDX addr=20", "LOAD_VI vaddr=0 count=1 addr=0", "LOAD_IDX addr=21",
+        "LOAD_VI vaddr=1 count=1 addr=0", "STORE_V vaddr=0 count=2 addr=22", "END"]
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert (t.cycles, t.dma_cycles) == (66, 11 + 14 + 11 + 14 + 9)
+    table = np.arange(20).reshape(5, 4)
+    assert kernel_reference(k, arch, table, np.array([3, 1]), isa=isa).tolist() == [
+        [12, 13, 14, 15], [4, 5, 6, 7]]
+    with pytest.raises(ValueError, match=r"lookup operand ids: integers in \[0, 4\] expected"):
+        isa.segments[0].image(arch, table, np.array([3, 5]))
+    with pytest.raises(DoesNotFit, match="a table of 65537 rows; the index register"):
+        codegen_vector(arch, [VectorKernel("lk", "lookup", "lookup", (1, 65537, 1))])
+
+
 def test_codegen_refuses_what_cannot_run():
     with pytest.raises(CodegenError, match="ws8x8 has no vector_unit"):
         codegen_vector(load_arch("ws8x8"), [VectorKernel("e", "elementwise", "exp", (4,))])
@@ -356,10 +386,14 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
     off = {r["kernel"]: r["equal"] for r in run.comparison(arch)}
     assert not any(off[k] for k in ("argmax", "longargmax", "requant")), off
     monkeypatch.undo()
-    # the gather read row 29, not its neighbours (the index register reached the DMA)
+    # the gather read row 29, not its neighbours (the index register reached the DMA); the
+    # lookup's rows are the ids' (LOAD_IDX wrote each id before its LOAD_VI), not a neighbour's
     table = dict((kk.name, ops) for kk, ops, _ in suite)["gather"][0]
     assert not any(np.array_equal(run.outputs["gather"], table[i]) for i in (0, 28, 30))
-    for k in ("argmax", "requant", "gather"):
+    for j, i in enumerate((29, 3, 36, 29, 0)):
+        assert not any(np.array_equal(run.outputs["lookup"][j], table[n])
+                       for n in (i - 1, i + 1) if 0 <= n < len(table))
+    for k in ("argmax", "requant", "gather", "lookup"):
         flipped = run.outputs[k].copy()
         flipped.reshape(-1)[-1] ^= 1
         assert not _equal(flipped, dict((kk.name, r) for kk, _, r in suite)[k])
@@ -434,3 +468,26 @@ def test_sim_vector_without_rtl_runs_the_units_arithmetic_in_the_functional_mode
     assert {"scan", "exp", "softplus", "silu", "rsqrt"} <= {r["kernel"] for r in res.vector_rows}
     # fixed point costs accuracy, but stays inside the bound the fp32 run is held to
     assert base.rel_l2_vs_torch < res.rel_l2_vs_torch <= TORCH_REL_L2_BOUND
+
+
+def test_take_rows_offload_picks_gather_or_lookup():
+    """VectorUnitOps on take_rows of an fp32 table: one id -> ``gather`` (index register),
+    several ids of an embedding lookup -> ``lookup`` (LOAD_IDX per id), the rows' fp32 bits
+    exactly; several ids of another gather (MoE dispatch) and a lookup longer than the
+    instruction memory (1,024 words; 2 per id) stay on the host (None)."""
+    from tilewright.compiler.program import VectorTask
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+    arch = ARCHS["wide8"]
+    table = _RNG.normal(0, 1, (40, 19)).astype(np.float32)
+    ops = VectorUnitOps(arch)
+
+    def task(attrs):
+        return VectorTask(name="t", op="take_rows", inputs=("w", "i"), out="o", attrs=attrs)
+    emb = {"lookup": "embedding"}
+    for ids, kind in ((np.array([7]), "gather"), (np.array([7, 0, 39, 7]), "lookup")):
+        got = ops(task(emb), [table, ids])
+        assert ops.records[-1].kernel.kind == kind
+        assert got.dtype == np.float32 and np.array_equal(got.view(np.int32),
+                                                          table[ids].view(np.int32))
+    assert ops(task({}), [table, np.array([1, 2])]) is None
+    assert ops(task(emb), [table, np.arange(600) % 40]) is None

@@ -30,9 +30,10 @@ the step replayed with the RTL's results bit-exact with the functional model (lo
 so the tokens too), and every GEMM's RTL cycles equal to the accelerator's cycle model
 (:mod:`tilewright.dataflow_sim.accel_timing`, DMA included). Everything else of a step runs on the
 host's functional model and is listed by name (:func:`host_ops`): the embedding gather (with
-``vector``: the prefill's only — a decode step's row is fetched by ``LOAD_VI`` from the token id
-in the top's index register, the table in external memory, and checked bit for bit against the
-table's row), the
+``vector`` it runs on the top, the table in external memory, each row checked bit for bit
+against the table's row: a decode step's row is fetched by ``LOAD_VI`` from the token id in the
+top's index register; the prefill's rows by a ``LOAD_IDX`` of each prompt token id, which the
+host writes to external memory, and a ``LOAD_VI`` after it), the
 norms, RoPE, the attention's online softmax, quantize steps, the GEMMs' int32 -> fp32 scaling,
 routing, the KV append, the argmax.
 With ``vector`` (``--vector``, an ArchSpec with a ``vector_unit``) the ops the vector engine
@@ -92,9 +93,10 @@ GEMM_SCALING_HOST_OP = ("scaling of every int8 GEMM's int32 results to fp32 (act
 #: the token check's name (with --vector)
 ARGMAX_CHECK = ("next token: vector engine argmax == numpy argmax of the fp32 logits (lowest "
                 "index on ties)")
-#: the embedding check's name (with --rtl --vector: every decode step's row fetched by LOAD_VI)
-GATHER_CHECK = ("embedding row fetched by LOAD_VI (token id in the index register) == the "
-                "table's row (bit-exact)")
+#: the embedding check's name (with --rtl --vector: every step's rows fetched by LOAD_VI — a
+#: decode step's token id in the index register, the prefill's loaded by LOAD_IDX from memory)
+GATHER_CHECK = ("embedding rows fetched by LOAD_VI (token ids from the index register or "
+                "LOAD_IDX) == the table's rows (bit-exact)")
 #: the most tokens one run generates (docs/design.md: tokens at most 2**20)
 MAX_TOKENS = 1 << 20
 
@@ -381,14 +383,14 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
                        f"{len(argmax_off)} steps differ, first step {argmax_off[0][0]}: "
                        f"{argmax_off[0][1]} vs numpy {argmax_off[0][2]}"))
     if rtl:
-        checks += _rtl_checks(steps)
         last = host_ops(c.program, tuple(steps[-1].rtl["offloaded"]))
-        # the prefill looks up its whole prompt: LOAD_VI fetches one row per run (one index
-        # register), so a prompt of several tokens keeps its embedding gather on the host
-        prefill = [f"{h} of the prefill ({len(prompt)} prompt rows; LOAD_VI fetches one row "
-                   f"per run)" for h in host_ops(prefill_program,
-                                                 tuple(steps[0].rtl["offloaded"]))
+        # the prefill's lookup of its prompt (LOAD_IDX + LOAD_VI per token) stays on the host
+        # only when its code does not fit the instruction memory
+        prefill = [f"{h} of the prefill ({len(prompt)} prompt rows: more LOAD_IDX/LOAD_VI "
+                   f"pairs than the instruction memory holds)"
+                   for h in host_ops(prefill_program, tuple(steps[0].rtl["offloaded"]))
                    if h.startswith("embedding gather") and h not in last]
+        checks += _rtl_checks(steps, without_gather=1 if prefill else 0)
         on_host = (*last, *prefill, GEMM_SCALING_HOST_OP, *on_host)
         times["rtl"] = sum(s.rtl["seconds"] for s in steps)
     res = GenerateResult(model, spec.name, spec.clock_mhz, list(prompt), gen, ref_tokens,
@@ -465,12 +467,14 @@ def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool =
                        vector_records=[*ops.records, *([] if pick is None else [pick])] if vector
                        else None)
     gathers = [(r, o) for r, o in zip(ops.records, sr.vector_outputs or [])
-               if r.kernel.kind == "gather"] if vector else []
-    if gathers:          # independent of the model: the table's row, bit for bit
+               if r.kernel.kind in ("gather", "lookup")] if vector else []
+    if gathers:          # independent of the model: the table's rows, bit for bit
         wrong = [r.task for r, o in gathers
-                 if not np.array_equal(np.asarray(o), r.operands[0][int(r.operands[1][0])])]
+                 if not np.array_equal(np.asarray(o).reshape(-1, r.operands[0].shape[1]),
+                                       r.operands[0][np.asarray(r.operands[1]).reshape(-1)])]
         sr.checks.append((GATHER_CHECK, not wrong,
-                          f"{len(gathers)} row(s)" + (f"; {wrong[0]} differs" if wrong else "")))
+                          f"{sum(np.asarray(r.operands[1]).size for r, _ in gathers)} row(s)"
+                          + (f"; {wrong[0]} differs" if wrong else "")))
     picked = {}
     if pick is not None:
         row = sr.vector_rows[-1] if len(sr.vector_rows) == len(ops.records) + 1 else None
@@ -487,8 +491,10 @@ def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool =
             "offloaded": [r.task for r in ops.records] if vector else []}
 
 
-def _rtl_checks(steps: list[StepResult]) -> list[tuple[str, bool, str]]:
-    """Each RTL check over every step: passes when it passed at every step."""
+def _rtl_checks(steps: list[StepResult], without_gather: int = 0
+                ) -> list[tuple[str, bool, str]]:
+    """Each RTL check over every step: passes when it passed at every step (the embedding
+    check: at every step but the ``without_gather`` whose lookup is listed on the host)."""
     names = list(dict.fromkeys(n for s in steps for n, _, _ in s.rtl["checks"]))
     out = []
     for name in names:
@@ -497,8 +503,7 @@ def _rtl_checks(steps: list[StepResult]) -> list[tuple[str, bool, str]]:
         bad = [(i, d) for i, ok, d in per if not ok]
         detail = (f"all {len(per)} steps" if not bad
                   else f"{len(bad)} of {len(per)} steps fail, first step {bad[0][0]}: {bad[0][1]}")
-        # the prefill looks up several rows on the host: the LOAD_VI check is per decode step
-        expected = len(steps) - 1 if name == GATHER_CHECK else len(steps)
+        expected = len(steps) - (without_gather if name == GATHER_CHECK else 0)
         out.append((name, len(per) == expected and not bad, detail))
     rtl = sum(s.rtl["rtl_cycles"] for s in steps)
     model = sum(s.rtl["model_cycles"] for s in steps)
