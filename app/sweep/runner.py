@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -202,6 +202,28 @@ class _Local:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _InProcess:
+    """One worker: each point is evaluated in this process when it is submitted (no pool). A
+    forked pool child of a process that runs other threads (a notebook kernel, Dask's offload
+    thread, a test runner's) can inherit a lock one of them held at the fork and wait on it
+    forever (seen: a sweep of ``workers=1`` hung in the child's first torch call); with one
+    worker there is nothing to fork for."""
+
+    workers = 1
+    batch = 1
+
+    def submit(self, *args: Any) -> Future:
+        fut: Future = Future()
+        fut.set_result(evaluate_point(*args))
+        return fut
+
+    def wait(self, futures):
+        return list(futures)
+
+    def close(self) -> None:
+        pass
 
 
 def _local_batch(points: int, workers: int) -> int:
@@ -548,7 +570,7 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
     workloads, constraints, tech table: :meth:`SweepSpec.definition`) differs from the one the
     stored points were made with. The database has one writer at a time
     (:meth:`ResultsStore.writer`); a run left unfinished by a writer that died is marked
-    ``interrupted`` when the next one starts. ``executor``: ``local`` (process pool of ``workers``, default ``os.cpu_count()``) or
+    ``interrupted`` when the next one starts. ``executor``: ``local`` (process pool of ``workers``, default ``os.cpu_count()``; one worker evaluates in this process) or
     ``dask`` (``dask_address`` of a running scheduler, else a LocalCluster of ``workers``) or
     ``ray`` (``ray_address`` of a running cluster, else the Ray this process already started,
     else a local Ray of ``workers`` CPUs, shut down at the end). Whatever the executor, the
@@ -588,8 +610,8 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
                         _graph(w.model, w.seq, w.batch, w.phase)
                     except Exception:  # noqa: BLE001 - recorded per point by evaluate_point
                         pass
-        ex = _Local(workers, _local_batch(len(points), workers)) if executor == "local" \
-            else _Dask(workers, dask_address) \
+        ex = (_InProcess() if workers == 1 else _Local(workers, _local_batch(len(points), workers))) \
+            if executor == "local" else _Dask(workers, dask_address) \
             if executor == "dask" else _Ray(workers, ray_address)
         d = _Driver(spec, store, ex, run_id, progress, total)
         try:
