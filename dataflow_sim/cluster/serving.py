@@ -1588,24 +1588,31 @@ class _Replica:
             budgets[rank] -= q
         return batch
 
-    def _pipeline_stages(self, q: np.ndarray, c: np.ndarray, last: np.ndarray,
-                         ranks: np.ndarray) -> tuple[list[list[float]], list[float]]:
+    def _pipeline_stages(self, q: np.ndarray, c: np.ndarray, last: list[bool],
+                         ranks: np.ndarray | None) -> tuple[list[list[float]], list[float]]:
         """One iteration's micro-batches through ``pp`` stages: the batch's sequences split into
-        ``M = min(pp, len)`` contiguous micro-batches; per micro-batch ``j`` the seconds
-        ``times[j][s]`` of stage ``s`` (``n_layers/pp`` layers, + embedding on stage 0, + LM
-        head on the last) and the bytes ``nbytes[j]`` of its stage send (``tokens·D·e/(tp·ep)``
-        per chip, chip i of stage s to chip i of stage s+1). Adds the iteration's work
+        ``M = min(pp, len)`` contiguous micro-batches (as ``np.array_split`` cuts them: the
+        first ``len mod M`` one longer); per micro-batch ``j`` the seconds ``times[j][s]`` of
+        stage ``s`` (``n_layers/pp`` layers, + embedding on stage 0, + LM head on the last)
+        and the bytes ``nbytes[j]`` of its stage send (``tokens·D·e/(tp·ep)`` per chip, chip i
+        of stage s to chip i of stage s+1). ``last``: whether each sequence samples a token;
+        ``ranks``: attention ranks (None: one rank). Adds the iteration's work
         (:meth:`IterationCost.parts`) and chip-seconds."""
         plan = self.sim.plan
-        pp, width = plan.pp, plan.tp * plan.ep
-        groups = np.array_split(np.arange(len(q)), min(pp, len(q)))
-        times = []
-        for g in groups:
-            layers, emb, head = self.cost.parts(q[g], c[g], int(last[g].sum()), ranks[g])
+        pp, width, n = plan.pp, plan.tp * plan.ep, len(q)
+        M = min(pp, n)
+        size, extra = divmod(n, M)
+        times, nbytes, hi = [], [], 0
+        for j in range(M):
+            lo, hi = hi, hi + size + (1 if j < extra else 0)
+            qg = q[lo:hi]
+            layers, emb, head = self.cost.parts(qg, c[lo:hi], sum(last[lo:hi]),
+                                                None if ranks is None else ranks[lo:hi])
             times.append([layers / pp + (emb if s == 0 else 0.0) + (head if s == pp - 1 else 0.0)
                           for s in range(pp)])
-        nbytes = [float(q[g].sum()) * self.sim.cfg.d_model * self.sim.chip.element_bytes / width
-                  for g in groups]
+            # float(tokens)·D·e/width, as the send's size always was computed
+            nbytes.append(float(qg.sum()) * self.sim.cfg.d_model * self.sim.chip.element_bytes
+                          / width)
         self.busy_chip_s += width * sum(map(sum, times))
         return times, nbytes
 
@@ -1679,7 +1686,7 @@ class _Replica:
             q, c = np.array(qs, np.int64), np.array(cs, np.int64)
             n_logits = sum(lasts)
             ranks = (np.array([r.rank for r, _ in batch], np.int64) if len(self.free) > 1
-                     or sim.plan.pp > 1 else None)
+                     or (sim.plan.pp > 1 and self.cost.adp > 1) else None)
             t0 = env.now
             sim.record(self, t0, len(batch), sum(qs))
             if sim.plan.pp == 1:
@@ -1687,7 +1694,7 @@ class _Replica:
                 self.busy_chip_s += dt * len(self.chips)
                 yield env.timeout(dt)
             else:
-                times, nbytes = self._pipeline_stages(q, c, np.array(lasts), ranks)
+                times, nbytes = self._pipeline_stages(q, c, lasts, ranks)
                 end = self._timed_pipeline(t0, times, nbytes) if timed else None
                 if end is None:               # on SimPy events, link by link
                     self.flush_sends()
