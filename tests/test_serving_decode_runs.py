@@ -313,3 +313,43 @@ def test_a_pipelined_run_that_would_queue_late_repeats_the_simulation_event_leve
     fast, slow = both(load_cluster("h100-8x-nvlink"), "llama3-8b", ServePlan(tp=2, pp=2), reqs)
     assert runs == [True, False, False]
     assert_same_run(fast, slow)
+
+
+# ---- pipelined prefill/mixed iterations timed without SimPy events --------------------------
+@pytest.mark.parametrize("gbps,engaged", [(50.0, True), (0.005, False)])
+def test_pipelined_prefill_iterations_timed_in_closed_form_equal_the_event_level_loop(
+        gbps, engaged):
+    """One-token outputs: no decode-only run ever starts, every iteration is a (chunked)
+    prefill. On a replica whose stage links are its own they are timed by the clock additions
+    (one SimPy event each, far fewer events); on links so slow that the second micro-batch's
+    send queues behind the first's they fall back to SimPy events. Bit-equal either way."""
+    reqs = poisson_requests(40, 20.0, (32, 3000), 1, seed=7)
+    fast, slow = both(one_gpu_nodes(gbps), "llama3-8b", ServePlan(pp=2), reqs)
+    assert_same_run(fast, slow)
+    assert (fast.events < slow.events / 3) is engaged
+    assert fast.metrics["inter_node_link_bytes"] > 0
+
+
+def test_an_arrival_exactly_at_a_timed_pipeline_iteration_end_repeats_event_level(monkeypatch):
+    """A request reaching a pipelined replica exactly when an iteration timed without events
+    ends (where the event-level order of same-instant events decides what it sees) makes the
+    simulation repeat event by event; the results are the event-level loop's."""
+    spec, plan = load_cluster("h100-8x-nvlink"), ServePlan(tp=2, pp=2)
+    base = pd.DataFrame({"arrival_s": [0.0, 0.0], "prompt_tokens": [7000, 9000],
+                         "output_tokens": [1, 1]})
+    ref = simulate_serving(spec, "llama3-8b", plan, base, decode_runs=False)
+    # one prompt per replica; replica 1's 9,000 tokens take two back-to-back iterations
+    starts = ref.timeline[ref.timeline.replica == 1].t_s
+    assert len(starts) == 2
+    t = float(starts.iloc[1])                       # the second iteration's start = first's end
+    reqs = pd.concat([base, pd.DataFrame({"arrival_s": [t], "prompt_tokens": [50],
+                                          "output_tokens": [5]})], ignore_index=True)
+    calls = []
+    real = serving_mod._simulate
+    monkeypatch.setattr(serving_mod, "_simulate",
+                        lambda *a, decode_runs: calls.append(decode_runs)
+                        or real(*a, decode_runs=decode_runs))
+    fast = simulate_serving(spec, "llama3-8b", plan, reqs)
+    assert calls == [True, False]                   # the timed iteration met the tie
+    monkeypatch.setattr(serving_mod, "_simulate", real)
+    assert_same_run(fast, simulate_serving(spec, "llama3-8b", plan, reqs, decode_runs=False))

@@ -1163,11 +1163,10 @@ class _Replica:
                     first.append(y)
                     head.append(z)
             else:
-                split = self._run_split(j, nj)
+                split = run.splits.get(nj) or self._run_split(j, nj)
                 per_it.append(len(split))
-                for s, _, total in split:       # Σ keys of the micro-batch: Σ (s_i + j)
-                    gn.append(len(s))
-                    gk.append(total + j * len(s))
+                gn += [len(s) for s, _, _ in split]
+                gk += [total + j * len(s) for s, _, total in split]   # Σ (s_i + j)
         if not run.exact:
             layers, first, head = cost.decode_run_parts(np.array(gn, np.int64),
                                                         np.array(gk, np.int64))
@@ -1181,16 +1180,17 @@ class _Replica:
         d, e = sim.cfg.d_model, sim.chip.element_bytes
         nbytes_all = (np.array(gn, np.float64) * d * e / width).tolist()
         t, i = run.t[-1], 0
+        ts, dts, chip_s, sends = run.t, run.dts, run.chip_s, run.sends
         for M in per_it:
             times, nbytes = times_all[i:i + M], nbytes_all[i:i + M]
             i += M
             end, starts = self._pipeline_times(t, times, nbytes)
-            run.dts.append(end - t)
-            run.t.append(end)
-            run.chip_s.append(width * sum(map(sum, times)))
-            run.sends.append((starts, nbytes))
-            run.groups.append(M)
+            dts.append(end - t)
+            ts.append(end)
+            chip_s.append(width * sum(map(sum, times)))
+            sends.append((starts, nbytes))
             t = end
+        run.groups += per_it
 
     def _stage_pairs(self) -> list[list[tuple[int, int]]]:
         """Per stage ``s < pp − 1``: (chip i of stage s, chip i of stage s + 1) pairs, the
@@ -1306,7 +1306,8 @@ class _Replica:
         """The end (s) of a pipelined iteration started at ``t0`` (:meth:`_pipeline_stages`),
         timed without SimPy events by :meth:`_pipeline_times`, its stage sends added to the
         network's counters at once (:meth:`_commit_sends`); None (nothing changed) when a stage
-        send would queue, and :meth:`_pipeline` times it on events. Used only on a replica whose
+        send would queue or one SimPy timeout from ``t0`` cannot end exactly there
+        (:func:`_exact_delay`), and :meth:`_pipeline` times it on events. Used only on a replica whose
         stage links carry nothing else (:meth:`_Sim.private_pipeline`), whose previous
         iteration's sends have all arrived before that iteration ended: the links are free at
         ``t0``, and the result is :meth:`_pipeline`'s to the bit. A request reaching the replica
@@ -1314,6 +1315,8 @@ class _Replica:
         try:
             end, starts = self._stage_clock(t0, times, nbytes)
         except _Contended:
+            return None
+        if _exact_delay(t0, end) is None:     # one timeout cannot land on it: on events
             return None
         self._commit_sends([(starts, nbytes)])
         return end
@@ -1332,13 +1335,12 @@ class _Replica:
         preempt (in any attention-DP rank's KV pool)."""
         if self.waiting or not self.running:
             return False
-        s, r, b = [], [], []
-        for x in self.running:
-            if x.done < x.todo:
-                return False
-            s.append(x.prompt + x.generated)
-            r.append(x.output - x.generated)
-            b.append(x.blocks)
+        running = self.running
+        if any(x.done < x.todo for x in running):
+            return False
+        s = [x.prompt + x.generated for x in running]
+        r = [x.output - x.generated for x in running]
+        b = [x.blocks for x in running]
         sim = self.sim
         bt, slots = sim.plan.kv_block_tokens, sim.state_slots is not None
         plan = DecodeRun(s, r, b, self.free_blocks, bt, slots)
@@ -1701,7 +1703,7 @@ class _Replica:
                     yield env.process(self._pipeline(times, nbytes))
                 else:                         # by the same clock additions, one event
                     self.timed_end = end
-                    yield env.timeout(_delay_to(t0, end))
+                    yield env.timeout(_exact_delay(t0, end))
                 dt = env.now - t0
             self.busy += dt
             self.iterations += 1
@@ -1784,15 +1786,24 @@ class _Contended(_SameInstant):
     by event."""
 
 
-def _delay_to(now: float, t: float) -> float:
+def _exact_delay(now: float, t: float) -> float | None:
     """A delay ``d`` with ``now + d == t`` exactly in floating point (SimPy's clock adds the
-    delay to now), so the clock lands on the boundary the event-level loop would reach."""
+    delay to now), so the clock lands on the boundary the event-level loop would reach; None
+    when no such ``d`` exists (``now`` has bits below ``t``'s last place, and every sum rounds
+    past ``t``)."""
     d = t - now
     while now + d < t:
         d = math.nextafter(d, math.inf)
     while now + d > t:
         d = math.nextafter(d, -math.inf)
-    if now + d != t:
+    return d if now + d == t else None
+
+
+def _delay_to(now: float, t: float) -> float:
+    """:func:`_exact_delay`; :class:`_SameInstant` (the simulation repeats event by event) when
+    ``t`` cannot be reached from ``now`` in one step."""
+    d = _exact_delay(now, t)
+    if d is None:
         raise _SameInstant(t)
     return d
 
