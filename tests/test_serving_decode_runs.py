@@ -164,6 +164,37 @@ def test_run_block_arithmetic_matches_a_per_iteration_count(seed):
         assert keys.tolist() == [sum(y + j for x, y in zip(r, s) if x > j) for j in range(K)]
 
 
+
+@pytest.mark.parametrize("seed", range(4))
+def test_run_block_arithmetic_in_numpy_matches_a_per_iteration_count(seed, monkeypatch):
+    """Batches of at least ``NUMPY_MIN_SEQUENCES`` take the numpy path: the same counts as the
+    per-iteration loop, and as the plain-Python path forced on the same batch."""
+    from tilewright.dataflow_sim.cluster import decode_run
+    rng = np.random.default_rng(100 + seed)
+    N, bt = int(rng.integers(decode_run.NUMPY_MIN_SEQUENCES, 90)), int(rng.choice([1, 4, 16]))
+    s = rng.integers(1, 300, N).tolist()
+    r = rng.integers(1, 120, N).tolist()
+    b = [max(0, -(-x // bt) - int(rng.integers(0, 2))) for x in s]
+    free0 = int(rng.integers(0, 60))
+    for slots in (False, True):
+        run = DecodeRun(s, r, b, free0, bt, slots)
+        assert run._vector
+        K = max(r)
+        stop = int(rng.integers(1, K + 1))
+        frees, grows, short, held = brute_blocks(s, r, b, free0, bt, slots, stop)
+        assert run.blocks(stop) == (frees, grows)
+        assert [h for h, x in zip(run.blocks_held(stop), r) if x > stop] == \
+            [h for h, x in zip(held, r) if x > stop]
+        assert run.feasible == (not brute_blocks(s, r, b, free0, bt, slots, K)[2])
+        monkeypatch.setattr(decode_run, "NUMPY_MIN_SEQUENCES", N + 1)
+        plain = DecodeRun(s, r, b, free0, bt, slots)
+        monkeypatch.undo()
+        assert not plain._vector
+        assert plain.blocks(K) == run.blocks(K) and plain.feasible == run.feasible
+        assert plain.blocks_held(stop) == run.blocks_held(stop)
+        for x, y in zip(plain.counts(0, K), run.counts(0, K)):
+            assert x.tolist() == y.tolist()
+
 # ---- MoE: every EP layout, drawn routing, per-rank KV pools ---------------------------------
 def _mixtral(plan: ServePlan, reqs: pd.DataFrame, **kw):
     return both(load_cluster("h100-8x-nvlink"), "mixtral-8x7b", plan, reqs, **kw)
