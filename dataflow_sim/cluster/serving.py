@@ -80,7 +80,9 @@ whose stage-send links carries another replica's stage sends or a KV hand-off
 (:meth:`_Sim.private_pipeline`; otherwise another transfer could hold a link at a time the run
 cannot know) and (b) while no stage send has to queue behind another of the same iteration
 (the FIFO wait is not modelled in bulk; a run that would queue is refused at its start, and the
-replica stays event by event; found later, the whole simulation repeats event by event).
+replica stays event by event; found later, the whole simulation repeats event by event). On
+such a replica, prefill and mixed iterations are timed the same way, one SimPy event each
+(:meth:`_Replica._timed_pipeline`; on events where a send would queue).
 
 Mamba models: no attention and no KV cache; each sequence holds a fixed-size recurrent state
 (:func:`.plan.mamba_state_bytes`), so a replica admits ``state_slots`` sequences (one slot each,
@@ -1304,14 +1306,14 @@ class _Replica:
     def _timed_pipeline(self, t0: float, times: list[list[float]], nbytes: list[float]
                         ) -> float | None:
         """The end (s) of a pipelined iteration started at ``t0`` (:meth:`_pipeline_stages`),
-        timed without SimPy events by :meth:`_pipeline_times`, its stage sends added to the
-        network's counters at once (:meth:`_commit_sends`); None (nothing changed) when a stage
-        send would queue or one SimPy timeout from ``t0`` cannot end exactly there
-        (:func:`_exact_delay`), and :meth:`_pipeline` times it on events. Used only on a replica whose
-        stage links carry nothing else (:meth:`_Sim.private_pipeline`), whose previous
-        iteration's sends have all arrived before that iteration ended: the links are free at
-        ``t0``, and the result is :meth:`_pipeline`'s to the bit. A request reaching the replica
-        exactly at the end is refused (:meth:`_check_timed_end`)."""
+        timed without SimPy events by :meth:`_stage_clock`, its stage sends added to the
+        network's counters (:meth:`_commit_sends`); None (nothing changed) when a stage send
+        would queue or one SimPy timeout from ``t0`` cannot end exactly there
+        (:func:`_exact_delay`): then :meth:`_pipeline` times it on events. Used only on a
+        replica whose stage links carry nothing else (:meth:`_Sim.private_pipeline`), whose
+        previous iteration's sends all arrived before that iteration ended: the links are free
+        at ``t0``, and the result is :meth:`_pipeline`'s to the bit. A request reaching the
+        replica exactly at the end is refused (:meth:`_check_timed_end`)."""
         try:
             end, starts = self._stage_clock(t0, times, nbytes)
         except _Contended:
