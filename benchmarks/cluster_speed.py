@@ -27,7 +27,9 @@ metrics compared (bit-equal).
 Pipeline-parallel serving (``--only-pp`` for these rows alone): llama3-70b on h100-64x-ib as 4
 replicas of TP 8 × PP 2 (stage sends between two nodes over InfiniBand), the same
 ``--requests`` workload, in bulk (decode-only runs through the stages,
-:meth:`tilewright.dataflow_sim.cluster.serving._Replica._pipeline_times`) and with the
+:meth:`tilewright.dataflow_sim.cluster.serving._Replica._pipeline_times`; prefill and mixed
+iterations timed without SimPy events,
+:meth:`tilewright.dataflow_sim.cluster.serving._Replica._timed_pipeline`) and with the
 event-level loop, metrics compared (bit-equal).
 
 Usage:  python benchmarks/cluster_speed.py [--requests 10000] [--rate 30] [--skip-pd]

@@ -164,6 +164,37 @@ def test_run_block_arithmetic_matches_a_per_iteration_count(seed):
         assert keys.tolist() == [sum(y + j for x, y in zip(r, s) if x > j) for j in range(K)]
 
 
+
+@pytest.mark.parametrize("seed", range(4))
+def test_run_block_arithmetic_in_numpy_matches_a_per_iteration_count(seed, monkeypatch):
+    """Batches of at least ``NUMPY_MIN_SEQUENCES`` take the numpy path: the same counts as the
+    per-iteration loop, and as the plain-Python path forced on the same batch."""
+    from tilewright.dataflow_sim.cluster import decode_run
+    rng = np.random.default_rng(100 + seed)
+    N, bt = int(rng.integers(decode_run.NUMPY_MIN_SEQUENCES, 90)), int(rng.choice([1, 4, 16]))
+    s = rng.integers(1, 300, N).tolist()
+    r = rng.integers(1, 120, N).tolist()
+    b = [max(0, -(-x // bt) - int(rng.integers(0, 2))) for x in s]
+    free0 = int(rng.integers(0, 60))
+    for slots in (False, True):
+        run = DecodeRun(s, r, b, free0, bt, slots)
+        assert run._vector
+        K = max(r)
+        stop = int(rng.integers(1, K + 1))
+        frees, grows, short, held = brute_blocks(s, r, b, free0, bt, slots, stop)
+        assert run.blocks(stop) == (frees, grows)
+        assert [h for h, x in zip(run.blocks_held(stop), r) if x > stop] == \
+            [h for h, x in zip(held, r) if x > stop]
+        assert run.feasible == (not brute_blocks(s, r, b, free0, bt, slots, K)[2])
+        monkeypatch.setattr(decode_run, "NUMPY_MIN_SEQUENCES", N + 1)
+        plain = DecodeRun(s, r, b, free0, bt, slots)
+        monkeypatch.undo()
+        assert not plain._vector
+        assert plain.blocks(K) == run.blocks(K) and plain.feasible == run.feasible
+        assert plain.blocks_held(stop) == run.blocks_held(stop)
+        for x, y in zip(plain.counts(0, K), run.counts(0, K)):
+            assert x.tolist() == y.tolist()
+
 # ---- MoE: every EP layout, drawn routing, per-rank KV pools ---------------------------------
 def _mixtral(plan: ServePlan, reqs: pd.DataFrame, **kw):
     return both(load_cluster("h100-8x-nvlink"), "mixtral-8x7b", plan, reqs, **kw)
@@ -313,3 +344,43 @@ def test_a_pipelined_run_that_would_queue_late_repeats_the_simulation_event_leve
     fast, slow = both(load_cluster("h100-8x-nvlink"), "llama3-8b", ServePlan(tp=2, pp=2), reqs)
     assert runs == [True, False, False]
     assert_same_run(fast, slow)
+
+
+# ---- pipelined prefill/mixed iterations timed without SimPy events --------------------------
+@pytest.mark.parametrize("gbps,engaged", [(50.0, True), (0.005, False)])
+def test_pipelined_prefill_iterations_timed_in_closed_form_equal_the_event_level_loop(
+        gbps, engaged):
+    """One-token outputs: no decode-only run ever starts, every iteration is a (chunked)
+    prefill. On a replica whose stage links are its own they are timed by the clock additions
+    (one SimPy event each, far fewer events); on links so slow that the second micro-batch's
+    send queues behind the first's they fall back to SimPy events. Bit-equal either way."""
+    reqs = poisson_requests(40, 20.0, (32, 3000), 1, seed=7)
+    fast, slow = both(one_gpu_nodes(gbps), "llama3-8b", ServePlan(pp=2), reqs)
+    assert_same_run(fast, slow)
+    assert (fast.events < slow.events / 3) is engaged
+    assert fast.metrics["inter_node_link_bytes"] > 0
+
+
+def test_an_arrival_exactly_at_a_timed_pipeline_iteration_end_repeats_event_level(monkeypatch):
+    """A request reaching a pipelined replica exactly when an iteration timed without events
+    ends (where the event-level order of same-instant events decides what it sees) makes the
+    simulation repeat event by event; the results are the event-level loop's."""
+    spec, plan = load_cluster("h100-8x-nvlink"), ServePlan(tp=2, pp=2)
+    base = pd.DataFrame({"arrival_s": [0.0, 0.0], "prompt_tokens": [7000, 9000],
+                         "output_tokens": [1, 1]})
+    ref = simulate_serving(spec, "llama3-8b", plan, base, decode_runs=False)
+    # one prompt per replica; replica 1's 9,000 tokens take two back-to-back iterations
+    starts = ref.timeline[ref.timeline.replica == 1].t_s
+    assert len(starts) == 2
+    t = float(starts.iloc[1])                       # the second iteration's start = first's end
+    reqs = pd.concat([base, pd.DataFrame({"arrival_s": [t], "prompt_tokens": [50],
+                                          "output_tokens": [5]})], ignore_index=True)
+    calls = []
+    real = serving_mod._simulate
+    monkeypatch.setattr(serving_mod, "_simulate",
+                        lambda *a, decode_runs: calls.append(decode_runs)
+                        or real(*a, decode_runs=decode_runs))
+    fast = simulate_serving(spec, "llama3-8b", plan, reqs)
+    assert calls == [True, False]                   # the timed iteration met the tie
+    monkeypatch.setattr(serving_mod, "_simulate", real)
+    assert_same_run(fast, simulate_serving(spec, "llama3-8b", plan, reqs, decode_runs=False))

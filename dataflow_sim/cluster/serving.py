@@ -80,7 +80,9 @@ whose stage-send links carries another replica's stage sends or a KV hand-off
 (:meth:`_Sim.private_pipeline`; otherwise another transfer could hold a link at a time the run
 cannot know) and (b) while no stage send has to queue behind another of the same iteration
 (the FIFO wait is not modelled in bulk; a run that would queue is refused at its start, and the
-replica stays event by event; found later, the whole simulation repeats event by event).
+replica stays event by event; found later, the whole simulation repeats event by event). On
+such a replica, prefill and mixed iterations are timed the same way, one SimPy event each
+(:meth:`_Replica._timed_pipeline`; on events where a send would queue).
 
 Mamba models: no attention and no KV cache; each sequence holds a fixed-size recurrent state
 (:func:`.plan.mamba_state_bytes`), so a replica admits ``state_slots`` sequences (one slot each,
@@ -1015,6 +1017,11 @@ class _Replica:
         self.run: _Run | None = None   # a decode-only run computed ahead (:meth:`_start_run`)
         self.contended = False         # a pipelined run's stage sends queued: no more runs
         self.run_end = 0.0             # end of the last run committed (s)
+        self.timed_end = -math.inf     # end of the last iteration timed without events (s)
+        self._sends_memo: tuple | None = None   # :meth:`_stage_sends`
+        #: sizes (bytes per chip) of committed stage sends not yet on the links' counters, one
+        #: per micro-batch in time order (:meth:`_commit_sends`, :meth:`flush_sends`)
+        self._unsent: list[float] = []
         self.busy = 0.0
         self.busy_chip_s = 0.0     # chip-seconds of compute (energy model)
         self.iterations = 0
@@ -1027,6 +1034,7 @@ class _Replica:
 
     @property
     def load(self) -> int:
+        self._check_timed_end()
         if self.run is not None:       # the sequences of the run's iteration in progress
             j = self._run_iteration()
             return len(self.waiting) + (self.run.n[j] if j < self.run.stop else 0)
@@ -1037,6 +1045,7 @@ class _Replica:
             self.wake.succeed()
 
     def submit(self, req: _Req) -> None:
+        self._check_timed_end()
         run = self.run
         if run is not None:
             j = self._run_iteration()
@@ -1103,27 +1112,41 @@ class _Replica:
 
     def _run_micro_batches(self, j: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """(contexts, attention ranks) of each micro-batch of a decode-only run's iteration
-        ``j`` (``n`` live sequences), as :meth:`_pipeline` splits the batch (live sequences in
-        running order, ``np.array_split`` into ``min(pp, n)``); the split is kept per ``n``
-        (the live sequences are those with the most tokens left, so ``n`` fixes them)."""
+        ``j`` (``n`` live sequences), as :meth:`_pipeline_stages` splits the batch (live
+        sequences in running order, ``np.array_split`` into ``min(pp, n)``)."""
+        return [(s + j, r) for s, r, _ in self._run_split(j, n)]
+
+    def _run_split(self, j: int, n: int) -> list[tuple[np.ndarray, int, int]]:
+        """The micro-batches of a decode-only run's iterations with ``n`` live sequences (the
+        live sequences are those with the most tokens left, so ``n`` fixes them; ``j`` is any
+        such iteration): (their contexts at the run's start, attention ranks, Σ contexts)
+        each, cut as ``np.array_split`` cuts ``n`` into ``min(pp, n)`` (the first ``n mod M``
+        one longer). Memoized per ``n``."""
         run = self.run
         assert run is not None
         split = run.splits.get(n)
         if split is None:
             live = np.flatnonzero(run.r_arr > j)
+            M = min(self.sim.plan.pp, n)
+            size, extra = divmod(n, M)
+            cuts = [0]
+            for i in range(M):
+                cuts.append(cuts[-1] + size + (1 if i < extra else 0))
             ranks = run.ranks if run.ranks is not None else np.zeros(len(run.r_arr), np.int64)
-            split = run.splits[n] = [
-                (run.s_arr[g], ranks[g], int(run.s_arr[g].sum()))
-                for g in np.array_split(live, min(self.sim.plan.pp, n))]
-        return [(s + j, r) for s, r, _ in split]
+            s_live, r_live = run.s_arr[live], ranks[live]
+            sums = np.add.reduceat(s_live, cuts[:-1]).tolist()
+            split = run.splits[n] = [(s_live[lo:hi], r_live[lo:hi], total)
+                                     for lo, hi, total in zip(cuts, cuts[1:], sums)]
+        return split
 
     def _extend_pipeline_run(self, a: int, m: int, n: np.ndarray) -> None:
         """Time iterations ``a … m − 1`` (``n[j − a]`` sequences each) of a decode-only run
-        through ``pp`` stages, as :meth:`_pipeline` times each: the live sequences (running
-        order) split into the same micro-batches, each micro-batch's parts (dense: by
-        :meth:`IterationCost.decode_run_parts`, all of the chunk's micro-batches at once; MoE:
-        by :meth:`IterationCost.parts`, micro-batch by micro-batch with its routing draw, the
-        cost's state kept before each iteration to undo the iterations that do not run), then
+        through ``pp`` stages, as :meth:`_pipeline_stages` and :meth:`_pipeline` time each: the
+        live sequences (running order) split into the same micro-batches, each micro-batch's
+        parts (dense: by :meth:`IterationCost.decode_run_parts`, all of the chunk's
+        micro-batches at once; MoE: by :meth:`IterationCost.parts`, micro-batch by micro-batch
+        with its routing draw, the cost's state kept before each iteration to undo the
+        iterations that do not run), the stage times by the same operations elementwise, then
         the stages and stage sends by :meth:`_pipeline_times` from the iteration's start."""
         run, sim, cost = self.run, self.sim, self.cost
         assert run is not None
@@ -1142,31 +1165,34 @@ class _Replica:
                     first.append(y)
                     head.append(z)
             else:
-                if nj not in run.splits:
-                    self._run_micro_batches(j, nj)
-                split = run.splits[nj]
+                split = run.splits.get(nj) or self._run_split(j, nj)
                 per_it.append(len(split))
-                for s, _, total in split:       # Σ keys of the micro-batch: Σ (s_i + j)
-                    gn.append(len(s))
-                    gk.append(total + j * len(s))
+                gn += [len(s) for s, _, _ in split]
+                gk += [total + j * len(s) for s, _, total in split]   # Σ (s_i + j)
         if not run.exact:
-            parts = cost.decode_run_parts(np.array(gn, np.int64), np.array(gk, np.int64))
-            layers, first, head = (x.tolist() for x in parts)
+            layers, first, head = cost.decode_run_parts(np.array(gn, np.int64),
+                                                        np.array(gk, np.int64))
+        else:
+            layers, first, head = (np.array(x, np.float64) for x in (layers, first, head))
+        # times[k][s] = layers/pp + (first if s == 0) + (head if s == pp − 1), as _pipeline_stages
+        # adds them (0.0 elsewhere), elementwise; send sizes as it computes them
+        times_all = np.stack([layers / pp + (first if s == 0 else 0.0)
+                              + (head if s == pp - 1 else 0.0) for s in range(pp)],
+                             axis=1).tolist()
         d, e = sim.cfg.d_model, sim.chip.element_bytes
+        nbytes_all = (np.array(gn, np.float64) * d * e / width).tolist()
         t, i = run.t[-1], 0
+        ts, dts, chip_s, sends = run.t, run.dts, run.chip_s, run.sends
         for M in per_it:
-            ks = range(i, i + M)
-            times = [[layers[k] / pp + (first[k] if s == 0 else 0.0)
-                      + (head[k] if s == pp - 1 else 0.0) for s in range(pp)] for k in ks]
-            nbytes = [float(gn[k]) * d * e / width for k in ks]
+            times, nbytes = times_all[i:i + M], nbytes_all[i:i + M]
             i += M
             end, starts = self._pipeline_times(t, times, nbytes)
-            run.dts.append(end - t)
-            run.t.append(end)
-            run.chip_s.append(width * sum(map(sum, times)))
-            run.sends.append((starts, nbytes))
-            run.groups.append(M)
+            dts.append(end - t)
+            ts.append(end)
+            chip_s.append(width * sum(map(sum, times)))
+            sends.append((starts, nbytes))
             t = end
+        run.groups += per_it
 
     def _stage_pairs(self) -> list[list[tuple[int, int]]]:
         """Per stage ``s < pp − 1``: (chip i of stage s, chip i of stage s + 1) pairs, the
@@ -1175,16 +1201,17 @@ class _Replica:
         st = [self.chips[s * width:(s + 1) * width] for s in range(self.sim.plan.pp)]
         return [list(zip(st[s], st[s + 1])) for s in range(len(st) - 1)]
 
-    def _stage_sends(self) -> tuple[list, bool]:
+    def _stage_sends(self) -> tuple[list, bool, list]:
         """The messages of each stage's send as :meth:`.network.Network.send_many` makes them
         (pairs of one route merged): per stage, (pairs merged, stripes: (fraction of the
-        message or None for a lone stripe, links in lock order, bandwidth, latency)); and
-        whether every link is on one stripe alone (then a stripe can only queue behind its
-        own previous micro-batch). Memoized."""
-        memo = getattr(self, "_sends_memo", None)
+        message or None for a lone stripe, links in lock order, bandwidth, latency)); whether
+        every link is on one stripe alone (then a stripe can only queue behind its own previous
+        micro-batch); and per stage its distinct stripe kinds (pairs merged, fraction,
+        bandwidth, latency), stripes of one kind being timed alike. Memoized."""
+        memo = self._sends_memo
         if memo is None:
             net = self.sim.net
-            stages, owner = [], {}
+            stages, owner, kinds = [], {}, []
             for s, pairs in enumerate(self._stage_pairs()):
                 merged: dict[tuple, list] = {}
                 for a, b in pairs:
@@ -1200,11 +1227,19 @@ class _Replica:
                         stripes.append((None if len(route) == 1 else frac, order, bw, lat))
                     msgs.append((len(srcs), stripes))
                 stages.append(msgs)
-            memo = self._sends_memo = (stages, all(len(v) == 1 for v in owner.values()))
+                kinds.append(list(dict.fromkeys((k, frac, bw, lat) for k, stripes in msgs
+                                                for frac, _, bw, lat in stripes)))
+            memo = self._sends_memo = (stages, all(len(v) == 1 for v in owner.values()), kinds)
         return memo
 
     def _pipeline_times(self, t0: float, times: list[list[float]], nbytes: list[float]
                         ) -> tuple[float, list[list[float]]]:
+        """The end (s) of a decode-only run's pipelined iteration started at ``t0``, and its
+        sends' starts: :meth:`_stage_clock`."""
+        return self._stage_clock(t0, times, nbytes)
+
+    def _stage_clock(self, t0: float, times: list[list[float]], nbytes: list[float]
+                     ) -> tuple[float, list[list[float]]]:
         """The end (s) of one :meth:`_pipeline` iteration started at ``t0`` with stage times
         ``times[j][s]`` and stage-send sizes ``nbytes[j]`` per micro-batch, by the clock
         additions SimPy makes: stage ``s`` starts micro-batch ``j`` at ``max(its previous end,
@@ -1212,8 +1247,10 @@ class _Replica:
         ``bytes/bandwidth``, then arrives after its latency. Exact only when no stripe has to
         queue for a link (each link's holds in the iteration do not overlap) and no one else
         uses the links (:meth:`_Sim.private_pipeline`); :class:`_Contended` otherwise. Also
-        returns each send's start, per stage and micro-batch (:meth:`_commit_sends`)."""
-        stages, exclusive = self._stage_sends()
+        returns each send's start, per stage and micro-batch (:meth:`_commit_sends`). When
+        every link is on one stripe alone, each distinct stripe kind is timed once (stripes
+        of one kind give the same release and arrival)."""
+        stages, exclusive, kinds = self._stage_sends()
         pp, M = len(times[0]), len(times)
         arrive: list[float] = []
         starts: list[list[float]] = []
@@ -1230,18 +1267,27 @@ class _Replica:
                 if f < free:          # a stripe's previous micro-batch still holds its links
                     raise _Contended(f)
                 last = rel_max = f
-                for k, stripes in stages[s]:
-                    size = nbytes[j]
-                    for _ in range(k - 1):     # send_many's merged size, added pair by pair
-                        size += nbytes[j]
-                    for frac, order, bw, lat in stripes:
+                if exclusive:
+                    for k, frac, bw, lat in kinds[s]:
+                        size = nbytes[j]
+                        for _ in range(k - 1):     # send_many's merged size, pair by pair
+                            size += nbytes[j]
                         rel = f + (size if frac is None else frac * size) / bw
                         arr = rel + lat if lat > 0 else rel
                         if arr > last:
                             last = arr
-                        if exclusive:
-                            rel_max = rel if rel > rel_max else rel_max
-                        else:
+                        if rel > rel_max:
+                            rel_max = rel
+                else:
+                    for k, stripes in stages[s]:
+                        size = nbytes[j]
+                        for _ in range(k - 1):
+                            size += nbytes[j]
+                        for frac, order, bw, lat in stripes:
+                            rel = f + (size if frac is None else frac * size) / bw
+                            arr = rel + lat if lat > 0 else rel
+                            if arr > last:
+                                last = arr
                             holds += [(f, rel, link) for link in order]
                 free = rel_max
                 nxt.append(last)
@@ -1257,19 +1303,46 @@ class _Replica:
                 last_rel[link] = rel
         return end, starts
 
+    def _timed_pipeline(self, t0: float, times: list[list[float]], nbytes: list[float]
+                        ) -> float | None:
+        """The end (s) of a pipelined iteration started at ``t0`` (:meth:`_pipeline_stages`),
+        timed without SimPy events by :meth:`_stage_clock`, its stage sends added to the
+        network's counters (:meth:`_commit_sends`); None (nothing changed) when a stage send
+        would queue or one SimPy timeout from ``t0`` cannot end exactly there
+        (:func:`_exact_delay`): then :meth:`_pipeline` times it on events. Used only on a
+        replica whose stage links carry nothing else (:meth:`_Sim.private_pipeline`), whose
+        previous iteration's sends all arrived before that iteration ended: the links are free
+        at ``t0``, and the result is :meth:`_pipeline`'s to the bit. A request reaching the
+        replica exactly at the end is refused (:meth:`_check_timed_end`)."""
+        try:
+            end, starts = self._stage_clock(t0, times, nbytes)
+        except _Contended:
+            return None
+        if _exact_delay(t0, end) is None:     # one timeout cannot land on it: on events
+            return None
+        self._commit_sends([(starts, nbytes)])
+        return end
+
+    def _check_timed_end(self) -> None:
+        """Raise :class:`_SameInstant` when now is exactly the end of an iteration timed by
+        :meth:`_timed_pipeline`: on events that end is a chain of same-instant events, and
+        whether a request reaching the replica then is seen before or after it depends on
+        SimPy's event order, which one timeout does not keep."""
+        if self.sim.env.now == self.timed_end:
+            raise _SameInstant(self.timed_end)
+
     def _start_run(self) -> bool:
         """Start a decode-only run of the running sequences (queue empty, every sequence
         decoding); False (nothing changed) when the batch is not of that kind or the run would
         preempt (in any attention-DP rank's KV pool)."""
         if self.waiting or not self.running:
             return False
-        s, r, b = [], [], []
-        for x in self.running:
-            if x.done < x.todo:
-                return False
-            s.append(x.prompt + x.generated)
-            r.append(x.output - x.generated)
-            b.append(x.blocks)
+        running = self.running
+        if any(x.done < x.todo for x in running):
+            return False
+        s = [x.prompt + x.generated for x in running]
+        r = [x.output - x.generated for x in running]
+        b = [x.blocks for x in running]
         sim = self.sim
         bt, slots = sim.plan.kv_block_tokens, sim.state_slots is not None
         plan = DecodeRun(s, r, b, self.free_blocks, bt, slots)
@@ -1372,9 +1445,17 @@ class _Replica:
     def _commit_sends(self, sends: list[tuple]) -> None:
         """Add the stage sends of committed pipeline iterations ((send starts per stage and
         micro-batch, sizes per micro-batch) each) to the network's counters as its stripes add
-        them: each link's hold and bytes at each release, in time order."""
+        them: each link's hold and bytes at each release, in time order. When every link is on
+        one stripe alone, a link's counters take only its stripe's sends, in micro-batch order:
+        their sizes are kept and added in bulk later (:meth:`flush_sends`)."""
         net = self.sim.net
-        stages, exclusive = self._stage_sends()
+        stages, exclusive, _ = self._stage_sends()
+        if exclusive:
+            per_mb = sum(len(msgs) for msgs in stages)
+            for _, nbytes in sends:
+                self._unsent += nbytes
+                net.messages += per_mb * len(nbytes)
+            return
         busy, carried = net.busy_seconds, net.link_bytes
         for starts, nbytes in sends:
             released: list = []
@@ -1388,17 +1469,40 @@ class _Replica:
                         net.bytes_sent += size
                         for frac, order, bw, _ in stripes:
                             sb = size if frac is None else frac * size
-                            hold = sb / bw
-                            if exclusive:    # one stripe per link: its sends in order
-                                for link in order:
-                                    busy[link] = busy.get(link, 0.0) + hold
-                                    carried[link] = carried.get(link, 0.0) + sb
-                            else:
-                                released += [(f + hold, link, hold, sb) for link in order]
+                            released += [(f + sb / bw, link, sb / bw, sb) for link in order]
             released.sort(key=lambda x: x[0])
             for _, link, hold, sb in released:
                 busy[link] = busy.get(link, 0.0) + hold
                 carried[link] = carried.get(link, 0.0) + sb
+
+    def flush_sends(self) -> None:
+        """Add the stage sends kept by :meth:`_commit_sends` to the network's counters: per
+        stripe, its sizes and holds (the same operations as :meth:`.network.Network._stripe`'s,
+        elementwise) summed onto each of its links one after another (``np.cumsum`` adds
+        sequentially, as the sends' releases would). Called before anything else adds to
+        those links (an iteration on events) and at the end of the simulation."""
+        if not self._unsent:
+            return
+        net = self.sim.net
+        stages, _, _ = self._stage_sends()
+        busy, carried = net.busy_seconds, net.link_bytes
+        nb = np.array(self._unsent, np.float64)
+        self._unsent = []
+
+        def summed(start: float, xs: np.ndarray) -> float:
+            return float(np.cumsum(np.concatenate(([start], xs)))[-1])
+        for msgs in stages:
+            for k, stripes in msgs:
+                size = nb
+                for _ in range(k - 1):        # send_many's merged size, added pair by pair
+                    size = size + nb
+                net.bytes_sent = summed(net.bytes_sent, size)
+                for frac, order, bw, _ in stripes:
+                    sb = size if frac is None else frac * size
+                    hold = sb / bw
+                    for link in order:
+                        busy[link] = summed(busy.get(link, 0.0), hold)
+                        carried[link] = summed(carried.get(link, 0.0), sb)
 
     def _blocks(self, tokens: int) -> int:
         """KV blocks for ``tokens`` tokens; a Mamba model's one state slot per sequence."""
@@ -1488,29 +1592,46 @@ class _Replica:
             budgets[rank] -= q
         return batch
 
-    def _pipeline(self, q: np.ndarray, c: np.ndarray, last: np.ndarray, ranks: np.ndarray):
-        """One iteration through ``pp`` stages: the batch's sequences split into
-        ``M = min(pp, len)`` contiguous micro-batches; stage ``s`` runs micro-batch ``j`` once it
-        has arrived (``n_layers/pp`` layers, + embedding on stage 0, + LM head on the last), then
-        sends its activations (``tokens·D·e/(tp·ep)`` bytes per chip, chip i of stage s to
-        chip i of stage s+1) over the shared network. Ends when the last stage is done (the
-        sampled tokens' return to stage 0 is not modelled)."""
-        env, sim, plan = self.sim.env, self.sim, self.sim.plan
-        pp, width = plan.pp, plan.tp * plan.ep
-        groups = np.array_split(np.arange(len(q)), min(pp, len(q)))
-        times = []
-        for g in groups:
-            layers, emb, head = self.cost.parts(q[g], c[g], int(last[g].sum()), ranks[g])
+    def _pipeline_stages(self, q: np.ndarray, c: np.ndarray, last: list[bool],
+                         ranks: np.ndarray | None) -> tuple[list[list[float]], list[float]]:
+        """One iteration's micro-batches through ``pp`` stages: the batch's sequences split into
+        ``M = min(pp, len)`` contiguous micro-batches (as ``np.array_split`` cuts them: the
+        first ``len mod M`` one longer); per micro-batch ``j`` the seconds ``times[j][s]`` of
+        stage ``s`` (``n_layers/pp`` layers, + embedding on stage 0, + LM head on the last)
+        and the bytes ``nbytes[j]`` of its stage send (``tokens·D·e/(tp·ep)`` per chip, chip i
+        of stage s to chip i of stage s+1). ``last``: whether each sequence samples a token;
+        ``ranks``: attention ranks (None: one rank). Adds the iteration's work
+        (:meth:`IterationCost.parts`) and chip-seconds."""
+        plan = self.sim.plan
+        pp, width, n = plan.pp, plan.tp * plan.ep, len(q)
+        M = min(pp, n)
+        size, extra = divmod(n, M)
+        times, nbytes, hi = [], [], 0
+        for j in range(M):
+            lo, hi = hi, hi + size + (1 if j < extra else 0)
+            qg = q[lo:hi]
+            layers, emb, head = self.cost.parts(qg, c[lo:hi], sum(last[lo:hi]),
+                                                None if ranks is None else ranks[lo:hi])
             times.append([layers / pp + (emb if s == 0 else 0.0) + (head if s == pp - 1 else 0.0)
                           for s in range(pp)])
-        stage_chips = [self.chips[s * width:(s + 1) * width] for s in range(pp)]
-        arrive = {(s, j): env.event() for s in range(1, pp) for j in range(len(groups))}
-        nbytes = [float(q[g].sum()) * sim.cfg.d_model * sim.chip.element_bytes / width
-                  for g in groups]
+            # float(tokens)·D·e/width, as the send's size always was computed
+            nbytes.append(float(qg.sum()) * self.sim.cfg.d_model * self.sim.chip.element_bytes
+                          / width)
         self.busy_chip_s += width * sum(map(sum, times))
+        return times, nbytes
+
+    def _pipeline(self, times: list[list[float]], nbytes: list[float]):
+        """One iteration through ``pp`` stages (:meth:`_pipeline_stages`) on SimPy events:
+        stage ``s`` runs micro-batch ``j`` once it has arrived, then sends its activations over
+        the shared network. Ends when the last stage is done (the sampled tokens' return to
+        stage 0 is not modelled)."""
+        env, sim, plan = self.sim.env, self.sim, self.sim.plan
+        pp, width, M = plan.pp, plan.tp * plan.ep, len(times)
+        stage_chips = [self.chips[s * width:(s + 1) * width] for s in range(pp)]
+        arrive = {(s, j): env.event() for s in range(1, pp) for j in range(M)}
 
         def stage(s: int):
-            for j in range(len(groups)):
+            for j in range(M):
                 if s:
                     yield arrive[(s, j)]
                 yield env.timeout(times[j][s])
@@ -1535,8 +1656,12 @@ class _Replica:
 
     def loop(self):
         env, sim = self.sim.env, self.sim
+        # pipelined iterations timed in closed form (:meth:`_timed_pipeline`) and
+        # decode-only runs: only where nothing else shares the stage sends' links
+        timed = (sim.decode_runs and self.role != "prefill" and sim.plan.pp > 1
+                 and sim.private_pipeline(self))
         runs = (sim.decode_runs and self.role != "prefill" and self.cost.decode_runs
-                and (sim.plan.pp == 1 or sim.private_pipeline(self)))
+                and (sim.plan.pp == 1 or timed))
         while True:
             if runs and not self.waiting and not self.contended and self._start_run():
                 # the run proceeds without events until a request reaches this replica
@@ -1565,7 +1690,7 @@ class _Replica:
             q, c = np.array(qs, np.int64), np.array(cs, np.int64)
             n_logits = sum(lasts)
             ranks = (np.array([r.rank for r, _ in batch], np.int64) if len(self.free) > 1
-                     or sim.plan.pp > 1 else None)
+                     or (sim.plan.pp > 1 and self.cost.adp > 1) else None)
             t0 = env.now
             sim.record(self, t0, len(batch), sum(qs))
             if sim.plan.pp == 1:
@@ -1573,7 +1698,14 @@ class _Replica:
                 self.busy_chip_s += dt * len(self.chips)
                 yield env.timeout(dt)
             else:
-                yield env.process(self._pipeline(q, c, np.array(lasts), ranks))
+                times, nbytes = self._pipeline_stages(q, c, lasts, ranks)
+                end = self._timed_pipeline(t0, times, nbytes) if timed else None
+                if end is None:               # on SimPy events, link by link
+                    self.flush_sends()
+                    yield env.process(self._pipeline(times, nbytes))
+                else:                         # by the same clock additions, one event
+                    self.timed_end = end
+                    yield env.timeout(_exact_delay(t0, end))
                 dt = env.now - t0
             self.busy += dt
             self.iterations += 1
@@ -1656,15 +1788,24 @@ class _Contended(_SameInstant):
     by event."""
 
 
-def _delay_to(now: float, t: float) -> float:
+def _exact_delay(now: float, t: float) -> float | None:
     """A delay ``d`` with ``now + d == t`` exactly in floating point (SimPy's clock adds the
-    delay to now), so the clock lands on the boundary the event-level loop would reach."""
+    delay to now), so the clock lands on the boundary the event-level loop would reach; None
+    when no such ``d`` exists (``now`` has bits below ``t``'s last place, and every sum rounds
+    past ``t``)."""
     d = t - now
     while now + d < t:
         d = math.nextafter(d, math.inf)
     while now + d > t:
         d = math.nextafter(d, -math.inf)
-    if now + d != t:
+    return d if now + d == t else None
+
+
+def _delay_to(now: float, t: float) -> float:
+    """:func:`_exact_delay`; :class:`_SameInstant` (the simulation repeats event by event) when
+    ``t`` cannot be reached from ``now`` in one step."""
+    d = _exact_delay(now, t)
+    if d is None:
         raise _SameInstant(t)
     return d
 
@@ -1897,6 +2038,7 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
     for rep in sim.front + sim.decode:     # runs that ended with nothing more arriving
         if rep.run is not None:
             rep._commit_run()
+        rep.flush_sends()
     # the event-level clock's end: computed runs' last iterations have no events of their own
     end = max([sim.env.now] + [rep.run_end for rep in sim.front + sim.decode])
     unfinished = [r for r in reqs if math.isnan(r.finish) and r not in sim.rejected]
@@ -1954,10 +2096,13 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                 np.mean([c.rank_balance_expected for c in moe_costs])),
             moe_rank_load_expected_max_over_mean_without_redundant=float(
                 np.mean([c.rank_balance_plain for c in moe_costs])))
-    carried = dict(sim.net.link_bytes)
+    # links in id order: the energy is summed over them, and the order in which links were
+    # first used is the event order, which iterations timed without events do not keep
+    carried = dict(sorted(sim.net.link_bytes.items()))
     for r in reps:
         for link, b in r.cost.comm_link_bytes.items():
             carried[link] = carried.get(link, 0.0) + b
+    carried = dict(sorted(carried.items()))
     capped = tuple((sum(r.busy_chip_s for r in reps if r.role == role), float(cap))
                    for role, cap in (power_caps or {}).items())
     energy = cluster_energy(spec, chip, busy_chip_s=sum(r.busy_chip_s for r in reps),
