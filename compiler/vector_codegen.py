@@ -496,20 +496,27 @@ def _requant_code(k: VectorKernel, arch: ArchSpec, addr: int):
     return code, chunks, addr, param_addr, nw
 
 
-def _gather_code(k: VectorKernel, arch: ArchSpec, addr: int):
-    """(instructions without END, chunks, next free address, words per row) of a gather: the
-    table's rows (``nw`` words each) at ``addr``, ``LOAD_VI`` of row ``idx`` into words 0 ..,
-    ``STORE_V`` of them after the table."""
-    lanes = arch.vector_unit.lanes
+def _table_row_words(k: VectorKernel, arch: ArchSpec, rows: int, length: int, what: str):
+    """(beats per vector word, vector words per row) of a table of ``rows`` rows of ``length``
+    elements that a ``what`` kernel (gather, lookup) reads row by row with ``LOAD_VI``; refused
+    when a row does not fit the vector buffer or the index register cannot reach every row."""
     r = -(-vector_word_bytes(arch) // beat_bytes(arch))
-    rows, length = k.shape
-    nw = -(-length // lanes)
+    nw = -(-length // arch.vector_unit.lanes)
     if nw > VBUF_WORDS:
-        raise DoesNotFit(f"vector kernel {k.name}: a gather row of {length} elements needs {nw} "
+        raise DoesNotFit(f"vector kernel {k.name}: a {what} row of {length} elements needs {nw} "
                          f"vector-buffer words; the buffer holds {VBUF_WORDS}")
     if rows > 1 << IDX_BITS:
         raise DoesNotFit(f"vector kernel {k.name}: a table of {rows} rows; the index register "
                          f"(IDX_BITS = {IDX_BITS}) reaches {1 << IDX_BITS}")
+    return r, nw
+
+
+def _gather_code(k: VectorKernel, arch: ArchSpec, addr: int):
+    """(instructions without END, chunks, next free address, words per row) of a gather: the
+    table's rows (``nw`` words each) at ``addr``, ``LOAD_VI`` of row ``idx`` into words 0 ..,
+    ``STORE_V`` of them after the table."""
+    rows, length = k.shape
+    r, nw = _table_row_words(k, arch, rows, length, "gather")
     table, out = addr, addr + rows * nw * r
     code = [_ins("LOAD_VI", vaddr=0, count=nw, addr=table),
             _ins("STORE_V", vaddr=0, count=nw, addr=out)]
@@ -522,17 +529,9 @@ def _lookup_code(k: VectorKernel, arch: ArchSpec, addr: int):
     words after it; per chunk of ids (as many rows as the vector buffer holds), per id
     ``LOAD_IDX`` of its word and ``LOAD_VI`` of its row into the next ``nw`` buffer words, then
     one ``STORE_V`` of the chunk's rows."""
-    lanes = arch.vector_unit.lanes
-    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
     ri = index_beats(arch)
     n, rows, length = k.shape
-    nw = -(-length // lanes)
-    if nw > VBUF_WORDS:
-        raise DoesNotFit(f"vector kernel {k.name}: a lookup row of {length} elements needs {nw} "
-                         f"vector-buffer words; the buffer holds {VBUF_WORDS}")
-    if rows > 1 << IDX_BITS:
-        raise DoesNotFit(f"vector kernel {k.name}: a table of {rows} rows; the index register "
-                         f"(IDX_BITS = {IDX_BITS}) reaches {1 << IDX_BITS}")
+    r, nw = _table_row_words(k, arch, rows, length, "lookup")
     table, ids = addr, addr + rows * nw * r
     addr = ids + n * ri
     per = VBUF_WORDS // nw

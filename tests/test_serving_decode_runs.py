@@ -97,13 +97,9 @@ def test_simultaneous_and_whole_second_arrivals_equal_the_event_level_loop():
     assert_same_run(fast, slow)
 
 
-def test_an_arrival_exactly_at_an_iteration_end_falls_back_to_the_event_level_loop(
-        monkeypatch):
-    spec, plan = load_cluster("h100-8x-nvlink"), ServePlan(tp=8)
-    base = pd.DataFrame({"arrival_s": [0.0, 0.0], "prompt_tokens": [100, 300],
-                         "output_tokens": [60, 80]})
-    ref = simulate_serving(spec, "llama3-8b", plan, base, decode_runs=False)
-    t = float(ref.timeline.t_s.iloc[20])            # an iteration's start = the previous end
+def _bulk_with_an_arrival_at(monkeypatch, spec, plan, base, t):
+    """(requests, bulk run, the ``decode_runs`` of every ``_simulate`` call) of ``base`` plus one
+    request arriving at ``t``."""
     reqs = pd.concat([base, pd.DataFrame({"arrival_s": [t], "prompt_tokens": [50],
                                           "output_tokens": [5]})], ignore_index=True)
     calls = []
@@ -111,9 +107,19 @@ def test_an_arrival_exactly_at_an_iteration_end_falls_back_to_the_event_level_lo
     monkeypatch.setattr(serving_mod, "_simulate",
                         lambda *a, decode_runs: calls.append(decode_runs)
                         or real(*a, decode_runs=decode_runs))
-    fast = simulate_serving(spec, "llama3-8b", plan, reqs)
+    return reqs, simulate_serving(spec, "llama3-8b", plan, reqs), calls
+
+
+def test_an_arrival_exactly_at_an_iteration_end_falls_back_to_the_event_level_loop(
+        monkeypatch):
+    spec, plan = load_cluster("h100-8x-nvlink"), ServePlan(tp=8)
+    base = pd.DataFrame({"arrival_s": [0.0, 0.0], "prompt_tokens": [100, 300],
+                         "output_tokens": [60, 80]})
+    ref = simulate_serving(spec, "llama3-8b", plan, base, decode_runs=False)
+    t = float(ref.timeline.t_s.iloc[20])            # an iteration's start = the previous end
+    reqs, fast, calls = _bulk_with_an_arrival_at(monkeypatch, spec, plan, base, t)
     assert calls == [True, False]                   # the bulk path met the tie and gave up
-    monkeypatch.setattr(serving_mod, "_simulate", real)
+    monkeypatch.undo()
     assert_same_run(fast, simulate_serving(spec, "llama3-8b", plan, reqs, decode_runs=False))
 
 
@@ -373,14 +379,7 @@ def test_an_arrival_exactly_at_a_timed_pipeline_iteration_end_repeats_event_leve
     starts = ref.timeline[ref.timeline.replica == 1].t_s
     assert len(starts) == 2
     t = float(starts.iloc[1])                       # the second iteration's start = first's end
-    reqs = pd.concat([base, pd.DataFrame({"arrival_s": [t], "prompt_tokens": [50],
-                                          "output_tokens": [5]})], ignore_index=True)
-    calls = []
-    real = serving_mod._simulate
-    monkeypatch.setattr(serving_mod, "_simulate",
-                        lambda *a, decode_runs: calls.append(decode_runs)
-                        or real(*a, decode_runs=decode_runs))
-    fast = simulate_serving(spec, "llama3-8b", plan, reqs)
+    reqs, fast, calls = _bulk_with_an_arrival_at(monkeypatch, spec, plan, base, t)
     assert calls == [True, False]                   # the timed iteration met the tie
-    monkeypatch.setattr(serving_mod, "_simulate", real)
+    monkeypatch.undo()
     assert_same_run(fast, simulate_serving(spec, "llama3-8b", plan, reqs, decode_runs=False))
