@@ -166,12 +166,15 @@ def _start_reaper() -> subprocess.Popen:
 
 
 class _Local:
-    """Process pool (fork: workers inherit the LLM graphs built by the driver). Points are sent
-    in batches of ``batch`` (one pool task each, cutting inter-process traffic per point); a
-    partial batch is sent as soon as the driver waits for results."""
+    """Process pool, started by ``spawn``: a fresh interpreter per worker (each builds the LLM
+    graphs it needs once), never ``fork`` — a child forked from a process with other threads (a
+    notebook kernel's, a test runner's, Dask's) can inherit a lock one of them held and wait on
+    it forever (seen: notebook 05's two-worker sweep hung in the child's first torch call).
+    Points are sent in batches of ``batch`` (one pool task each, cutting inter-process traffic
+    per point); a partial batch is sent as soon as the driver waits for results."""
 
     def __init__(self, workers: int, batch: int = 1) -> None:
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"),
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
                                         initializer=_die_with_parent, initargs=(os.getpid(),))
         self.workers = workers
         self.batch = max(1, int(batch))
@@ -570,7 +573,8 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
     workloads, constraints, tech table: :meth:`SweepSpec.definition`) differs from the one the
     stored points were made with. The database has one writer at a time
     (:meth:`ResultsStore.writer`); a run left unfinished by a writer that died is marked
-    ``interrupted`` when the next one starts. ``executor``: ``local`` (process pool of ``workers``, default ``os.cpu_count()``; one worker evaluates in this process) or
+    ``interrupted`` when the next one starts. ``executor``: ``local`` (process pool of
+    ``workers``, default ``os.cpu_count()``; one worker evaluates in this process) or
     ``dask`` (``dask_address`` of a running scheduler, else a LocalCluster of ``workers``) or
     ``ray`` (``ray_address`` of a running cluster, else the Ray this process already started,
     else a local Ray of ``workers`` CPUs, shut down at the end). Whatever the executor, the
@@ -601,7 +605,7 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
         run_id = store.start_run(spec.name, spec.model_dump_json(), resume, executor, definition)
         t0 = time.perf_counter()
         if executor == "local":
-            # build the LLM graphs once here: forked workers inherit them (no per-worker rebuild).
+            # build the LLM graphs once here (a one-worker sweep evaluates in this process).
             # A workload whose graph cannot be built fails in each point's evaluation instead,
             # stored with its one-line error while the sweep goes on (evaluate_point)
             for w in spec.workloads:
@@ -610,9 +614,12 @@ def run_sweep(spec: SweepSpec, db: str | Path, *, resume: bool = False, executor
                         _graph(w.model, w.seq, w.batch, w.phase)
                     except Exception:  # noqa: BLE001 - recorded per point by evaluate_point
                         pass
-        ex = (_InProcess() if workers == 1 else _Local(workers, _local_batch(len(points), workers))) \
-            if executor == "local" else _Dask(workers, dask_address) \
-            if executor == "dask" else _Ray(workers, ray_address)
+        if executor == "local":
+            ex = _InProcess() if workers == 1 else \
+                _Local(workers, _local_batch(len(points), workers))
+        else:
+            ex = _Dask(workers, dask_address) if executor == "dask" else \
+                _Ray(workers, ray_address)
         d = _Driver(spec, store, ex, run_id, progress, total)
         try:
             if s.method in ("grid", "random"):
