@@ -159,14 +159,21 @@ def banked_memory(m: Module, name: str, width: int, depth: int, banks: int,
     return w, rs
 
 
-def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | None = None):
+def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | None = None,
+             *, acc_transparent: bool = True):
     """The A, B and accumulator buffers of ``core`` (``rows``/``cols`` lanes of
     ``element_bits``, ``cols`` lanes of ACC_BITS, or words of ``widths`` bits when given;
     ``core.depths`` words; split into
     ``core.banks`` = (scratchpad, scratchpad, accumulator) banks, :func:`banked_memory`, 1 if
     the core has no ``banks``). Returns the engine's ports (``a_r``, ``b_r``, ``c_r``, ``c_w``;
-    the accumulator read port transparent for its write port) and the statements that wire the
-    host's ports (``a_wr_*``, ``b_wr_*``, ``acc_rd_*``) for the caller to add to ``m.d.comb``."""
+    the accumulator read port transparent for its write port unless ``acc_transparent`` is
+    False) and the statements that wire the
+    host's ports (``a_wr_*``, ``b_wr_*``, ``acc_rd_*``) for the caller to add to ``m.d.comb``.
+
+    A transparent read port costs a bypass multiplexer after the block RAM's data output (Yosys
+    emulates the transparency in logic on ECP5 and iCE40), which then sits between the RAM's
+    clock-to-out and whatever follows; a caller that never reads a word in the cycle it is
+    written passes ``acc_transparent=False`` (see :func:`ws_sequencer`'s ``acc_read``)."""
     if widths is None:
         widths = (core.rows * element_bits, core.cols * element_bits, core.cols * ACC_BITS)
     wa, wb, wc = widths
@@ -179,12 +186,12 @@ def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | 
         m.submodules.mem_a, m.submodules.mem_b, m.submodules.mem_acc = mem_a, mem_b, mem_c
         a_w, b_w, c_w = mem_a.write_port(), mem_b.write_port(), mem_c.write_port()
         a_r, b_r = mem_a.read_port(), mem_b.read_port()
-        c_r = mem_c.read_port(transparent_for=(c_w,))
+        c_r = mem_c.read_port(transparent_for=(c_w,) if acc_transparent else ())
         host_r = mem_c.read_port()
     else:
         a_w, (a_r,) = banked_memory(m, "mem_a", wa, da, ba, (False,))
         b_w, (b_r,) = banked_memory(m, "mem_b", wb, db, bb, (False,))
-        c_w, (c_r, host_r) = banked_memory(m, "mem_acc", wc, dc, bc, (True, False))
+        c_w, (c_r, host_r) = banked_memory(m, "mem_acc", wc, dc, bc, (acc_transparent, False))
     host = [
         a_w.en.eq(core.a_wr_en), a_w.addr.eq(core.a_wr_addr), a_w.data.eq(core.a_wr_data),
         b_w.en.eq(core.b_wr_en), b_w.addr.eq(core.b_wr_addr), b_w.data.eq(core.b_wr_data),
@@ -241,6 +248,15 @@ def run_state(m: Module, core):
         m.d.sync += [running.eq(1), t.eq(0), cycles.eq(0),
                      mr.eq(core.m), kr.eq(core.k), nr.eq(core.n)]
     return running, t, mr, kr, nr
+
+
+def acc_read_needs_no_bypass(rows: int, cols: int) -> bool:
+    """True when a WS core with ``acc_read`` never reads an accumulator word in the cycle it is
+    written, so its read port needs no transparency (no bypass logic after the RAM): the
+    read-modify-write writes a word two cycles after reading it and reads it again one fold
+    period ``P >= 2R + C - 2`` later, so ``P >= 3`` (every array but 1x2 and 1x1) keeps the
+    re-read strictly after the write."""
+    return 2 * rows + cols - 2 >= 3
 
 
 def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, *,
@@ -450,7 +466,11 @@ class GemmCore(_CoreShape, _CoreArch, wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        a_r, b_r, c_r, c_w, host = memories(m, self, ELEMENT_BITS)
+        pipe = self._arch.tensor_engine.pipeline
+        acc_transparent = not (self._dataflow == "ws" and pipe.acc_read
+                               and acc_read_needs_no_bypass(self._rows, self._cols))
+        a_r, b_r, c_r, c_w, host = memories(m, self, ELEMENT_BITS,
+                                            acc_transparent=acc_transparent)
         acc_q = None
         if self._halves:       # double buffer: offset every engine address by its half's base
             a_r, b_r, c_r, c_w, acc_q = half_offsets(m, self, a_r, b_r, c_r, c_w)
