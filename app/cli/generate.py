@@ -49,8 +49,11 @@ def generate_cmd(
                                 "accelerator top's vector engine (needs a vector_unit in the "
                                 "ArchSpec)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="write a Perfetto/Chrome trace "
-                                         "JSON of the cycle model's timeline (tracks: "
-                                         "instruction issue, DMA, array, vector, scan) to FILE"),
+                                         "JSON to FILE: the cycle model's op-level timeline "
+                                         "(tracks: instruction issue, DMA, array, vector, "
+                                         "scan); with --rtl --fast the accelerator's "
+                                         "instruction-level timeline from the RTL and from "
+                                         "the cycle model (two processes; checked equal)"),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Generate tokens greedily with a whole small model on the ArchSpec's functional model (its
