@@ -81,7 +81,7 @@ def run(top: str | Top, job, arch, *, driver: str = "cocotb", keep_dir: str | Pa
     "axi-accel"; a ``KernelBatch`` on "accel"; (A, B) pairs on "bf16-core" and "engine"; a list
     of ``ScanJob`` on "scan"; ``VectorBeats`` on "vector"; a list of ``MeshJob`` on "mesh".
     ``options`` go to the top's ``prepare`` (e.g. ``probes``, ``pause_seed``, ``raw_runs``;
-    ``timeline`` on "accel" with the fast driver: each record's RTL timeline).
+    ``timeline`` on "accel": each record's RTL timeline, either driver).
     ``keep_dir``: keep the job folder (or the fast driver's streams) there. ``waves``: trace every
     signal (cocotb, a tracing build; ``dump.vcd`` in ``keep_dir``, required).
 
@@ -91,9 +91,6 @@ def run(top: str | Top, job, arch, *, driver: str = "cocotb", keep_dir: str | Pa
     """
     top = get_top(top)
     _check_driver(top, driver, keep_dir, waves)
-    if options.get("timeline") and driver != "fast":
-        raise ValueError("timeline=True: the accelerator's timeline is recorded by the C++ fast "
-                         "driver (driver='fast'), not by the cocotb bench")
     prepared = top.prepare(job, arch, **options)          # clear errors before any build
     built = build(top, arch, driver=driver, waves=waves, log=log)
     if driver == "fast":

@@ -1,13 +1,14 @@
 """The accelerator's instruction-level timeline: the cycle model's (dataflow_sim.accel_timing)
 against a count by hand, the RTL's (recorded by the C++ fast driver) against the model's, and the
-Perfetto/Chrome trace ``generate --rtl --fast --trace`` writes.
+Perfetto/Chrome trace ``generate --rtl --trace`` writes.
 
 References: the hand counts of tests/test_accel_isa.py and tests/test_vector_accel.py worked out
 event by event (closed forms of the DMA, the GEMM core and the vector engine); the RTL's own
 ``retired`` count and the cycle-model totals that tests/test_accel_fast.py already checks; the
 Chrome trace event format's fields (``ph``, ``pid``, ``tid``, ``name``, ``ts``, ``dur``).
-The RTL runs use ws8x8v's accelerator fast-driver build, the one tests/test_generate.py and
-tests/test_vector_accel.py make.
+The RTL runs use ws8x8v's accelerator builds the suite already makes: the fast driver's
+(tests/test_generate.py, tests/test_vector_accel.py) and the cocotb bench's
+(tests/test_vector_accel.py's CLI test).
 """
 
 from __future__ import annotations
@@ -160,13 +161,23 @@ def test_rtl_timeline_equals_model_on_vector_and_scan_kernels():
     assert sc.unit("scan") and not sc.unit("vector")
 
 
-def test_timeline_needs_the_fast_driver():
+@pytest.mark.verilator
+def test_cocotb_bench_records_the_same_timeline():
+    """The cocotb bench samples the same events at each falling edge: a GEMM and a scan kernel
+    on ws8x8v's cocotb build (the one tests/test_vector_accel.py's CLI test makes), timelines
+    equal to the model's."""
     from tilewright.cosim import sim as cosim
+    from tilewright.cosim.program_jobs import KernelBatch
     from tilewright.cosim.suites import gemm_suite
+    from tests.test_vector_accel import _scan_operands
     arch = load_arch(ARCH)
-    prog, inputs = gemm_suite(arch, [(8, 8, 8, "random")], seed=7)
-    with pytest.raises(ValueError, match="C\\+\\+ fast driver"):
-        cosim.run("accel", prog, arch, inputs=inputs, timeline=True)
+    prog, inputs = gemm_suite(arch, [(20, 24, 12, "random")], seed=7)
+    run = cosim.run("accel", prog, arch, inputs=inputs, timeline=True)
+    _assert_rtl_equals_model(run, arch, {"dma", "array"})
+    batch = KernelBatch([VectorKernel("sc", "scan", "scan", (1, 5, 2, 4))],
+                        {"sc": list(_scan_operands((1, 5, 2, 4)))})
+    run = cosim.run("accel", batch, arch, timeline=True)
+    _assert_rtl_equals_model(run, arch, {"dma", "scan"})
 
 
 # ---- the trace file --------------------------------------------------------------------------
@@ -220,7 +231,7 @@ def test_trace_has_two_processes_and_the_tracks():
     assert {u for u in UNITS} == set(ACCEL_TRACKS[1:])
 
 
-# ---- generate --rtl --fast --trace ------------------------------------------------------------
+# ---- generate --rtl --fast --trace -------------------------------------------------------------
 def _cli(*args):
     from tests.test_generate import _cli as run_cli
     return run_cli(*args)
@@ -272,10 +283,3 @@ def test_generate_rtl_trace_one_cycle_off_exits_1(tmp_path, monkeypatch):
     bad = {c["check"]: c for c in json.loads(out)["checks"] if not c["ok"]}
     assert set(bad) == {TIMELINE_CHECK}, bad
     assert "dma #0" in bad[TIMELINE_CHECK]["detail"]
-
-
-def test_generate_rtl_trace_without_fast_is_one_line(tmp_path):
-    code, _, err = _cli("generate", "--model", "tiny-llama", "--arch", ARCH, "--prompt-ids",
-                        "1,2", "--tokens", "1", "--rtl", "--trace", str(tmp_path / "t.json"))
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "add --fast" in err
-    assert not (tmp_path / "t.json").exists()

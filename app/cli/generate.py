@@ -51,7 +51,7 @@ def generate_cmd(
     trace: Optional[Path] = typer.Option(None, "--trace", help="write a Perfetto/Chrome trace "
                                          "JSON to FILE: the cycle model's op-level timeline "
                                          "(tracks: instruction issue, DMA, array, vector, "
-                                         "scan); with --rtl --fast the accelerator's "
+                                         "scan); with --rtl the accelerator's "
                                          "instruction-level timeline from the RTL and from "
                                          "the cycle model (two processes; checked equal)"),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),

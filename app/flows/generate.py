@@ -21,10 +21,11 @@ model of an ArchSpec, costed step by step by the cycle model.
    reports them); busy shares and, without ``--rtl``, the ``--trace`` timeline (op level: the
    Report's tasks) come from :mod:`tilewright.dataflow_sim.timeline`.
 
-With ``--rtl --fast --trace FILE`` the trace is the accelerator's own, instruction level: every
+With ``--rtl --trace FILE`` the trace is the accelerator's own, instruction level: every
 segment run of every step (its GEMM programs, then its vector kernels, in the order they ran)
-recorded cycle by cycle from the RTL by the fast driver (each instruction's issue, the top's
-``dma_busy``/``gemm_busy``/``vec_busy``; :mod:`tilewright.cosim.accel_commands`) and the same runs
+recorded cycle by cycle from the RTL by the driver — the C++ fast driver or the cocotb bench, the
+same events (each instruction's issue, the top's ``dma_busy``/``gemm_busy``/``vec_busy``;
+:mod:`tilewright.cosim.accel_commands`) — and the same runs
 from the cycle model (:func:`~tilewright.dataflow_sim.accel_timing.segment_timeline`), as two
 processes "RTL" and "cycle model" with the tracks issue, dma, array, vector, scan
 (:func:`~tilewright.dataflow_sim.timeline.accel_chrome_trace`); a check that the two are equal
@@ -327,9 +328,6 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     if vector and arch.vector_unit is None:
         raise ArchSpecError(f"{arch.name}: --vector runs the vector ops in the vector unit's "
                             f"arithmetic; this ArchSpec has no vector_unit section")
-    if rtl and trace is not None and driver != "fast":
-        raise GenerateInputError("--trace with --rtl: the accelerator's timeline is recorded by "
-                                 "the C++ fast driver; add --fast")
     if rtl:
         from tilewright.cosim.program_jobs import \
             check_transcendental_passes  # noqa: PLC0415  (lazy: pulls in amaranth)
@@ -465,8 +463,8 @@ def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool =
     :func:`~tilewright.app.flows.sim_rtl.run_gemms_on_accel` (bit-exact GEMMs, the step replayed
     with them bit-exact, every GEMM's cycles == the accelerator cycle model). ``pick`` (the
     logits' argmax record, with ``vector``) runs last in the step's vector kernel batch; the
-    returned ``token`` is the RTL's index. ``timeline`` (fast driver): every run's RTL and
-    model timelines (``timelines``) and the check that they are equal."""
+    returned ``token`` is the RTL's index. ``timeline``: every run's RTL and model timelines
+    (``timelines``) and the check that they are equal."""
     from tilewright.app.flows.sim_rtl import (  # noqa: PLC0415  (lazy: pulls in amaranth)
         SimResult, run_gemms_on_accel)
     from tilewright.dataflow_sim.functional import (  # noqa: PLC0415  (lazy: numerics)

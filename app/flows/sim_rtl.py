@@ -124,7 +124,7 @@ class SimResult:
     vector_rows: list[dict[str, Any]] = field(default_factory=list)
     #: with the RTL's vector engine: each kernel's raw result, in the order of the records
     vector_outputs: list[Any] = field(default_factory=list)
-    #: with ``timeline`` (fast driver): per segment run in run order, its task, the cycle
+    #: with ``timeline``: per segment run in run order, its task, the cycle
     #: model's and the RTL's timelines and their first difference (None: equal)
     timelines: list[dict[str, Any]] = field(default_factory=list)
 
@@ -465,7 +465,7 @@ def run_gemms_on_accel(result: SimResult, recorded, program, inputs, func, spec,
     must be the AxiRam's, :func:`~tilewright.cosim.program_jobs.check_axi_latency`).
     ``vector_records`` (the offloaded vector tasks of the functional run) also run on the top's
     vector engine (:func:`_run_vector_kernels`) and answer the replay. ``timeline`` (top accel,
-    the fast driver): record every run's RTL timeline next to the cycle model's
+    either driver): record every run's RTL timeline next to the cycle model's
     (``result.timelines``) and check them equal (:func:`timeline_check`)."""
     name, where, what, check = _ACCEL_WORDING[top]
     drv = "C++ fast driver" if driver == "fast" else "cocotb"
