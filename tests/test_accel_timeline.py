@@ -257,6 +257,11 @@ def test_generate_rtl_trace_writes_both_timelines_equal(tmp_path):
         assert [(e["name"], e["args"]) for e in sl.get(("RTL", track), [])] == \
             [(e["name"], e["args"]) for e in sl.get(("cycle model", track), [])], track
     assert len(sl[("RTL", "runs")]) == step["timeline_runs"]
+    # the step's RTL busy cycles per unit (--json) are the trace's RTL slices added up
+    busy = step["timeline_busy"]
+    assert busy["cycles"] == step["rtl_cycles"] + step["vector_rtl_cycles"]
+    for unit in ("dma", "array", "vector", "scan"):
+        assert busy[unit] == sum(e["args"]["cycles"] for e in sl.get(("RTL", unit), []))
     assert len(sl[("RTL", "array")]) >= step["gemms"] and sl[("RTL", "vector")]
     assert not list(tmp_path.glob("*.tmp"))
 

@@ -30,7 +30,8 @@ from the cycle model (:func:`~tilewright.dataflow_sim.accel_timing.segment_timel
 processes "RTL" and "cycle model" with the tracks issue, dma, array, vector, scan
 (:func:`~tilewright.dataflow_sim.timeline.accel_chrome_trace`); a check that the two are equal
 event for event (:data:`~tilewright.app.flows.sim_rtl.TIMELINE_CHECK`) is enforced like the
-others. The file is written atomically (a temporary file renamed).
+others; each step's ``rtl.timeline_busy`` (``--json``) gives its RTL runs' cycles and the cycles
+the DMA, array, vector engine (VECTOR) and scan were busy in them, from the RTL's timeline. The file is written atomically (a temporary file renamed).
 
 With ``rtl`` (``--rtl [--fast]``, an int8 ArchSpec) every step's int8 GEMMs — projections, the
 attention cascade's block GEMMs, each expert's rows, the LM head — run on the Verilated
@@ -509,7 +510,17 @@ def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool =
             "vector_rtl_cycles": int(sum(r["rtl"] for r in sr.vector_rows)),
             "vector_model_cycles": int(sum(r["model"] for r in sr.vector_rows)),
             "offloaded": [r.task for r in ops.records] if vector else [],
-            "timelines": sr.timelines, "timeline_runs": len(sr.timelines)}
+            "timelines": sr.timelines, "timeline_runs": len(sr.timelines),
+            "timeline_busy": _rtl_busy(sr.timelines) if timeline else None}
+
+
+def _rtl_busy(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Cycles of a step's RTL runs (``cycles``: their sum) and the cycles each unit was busy in
+    them, from the RTL's timelines."""
+    from tilewright.dataflow_sim.accel_timing import UNITS  # noqa: PLC0415  (lazy: --rtl only)
+
+    return {"cycles": sum(r["rtl"].cycles for r in rows),
+            **{u: sum(r["rtl"].busy_cycles(u) for r in rows) for u in UNITS}}
 
 
 def _rtl_checks(steps: list[StepResult], without_gather: int = 0
