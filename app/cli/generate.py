@@ -128,6 +128,14 @@ def generate_cmd(
     console.print("on the host: " + "; ".join(res.host_ops), highlight=False)
     print_table("checks", ["check", "result", "detail"],
                 [(c, "PASS" if ok else "FAIL", d) for c, ok, d in res.checks], console=console)
+    if res.trace is not None and rtl:
+        b = {k: sum(st_.rtl["timeline_busy"][k] for st_ in res.steps)
+             for k in ("cycles", "array", "vector", "scan", "dma")}
+        console.print(f"RTL timeline: {sum(st_.rtl['timeline_runs'] for st_ in res.steps)} runs, "
+                      f"{b['cycles']:,} cycles; busy: array {b['array'] / b['cycles']:.1%}, "
+                      f"vector {b['vector'] / b['cycles']:.1%}, scan {b['scan'] / b['cycles']:.1%}, "
+                      f"DMA {b['dma'] / b['cycles']:.1%} (from the RTL; processes \"RTL\" and "
+                      f"\"cycle model\" in the trace)", highlight=False)
     if res.trace is not None:
         console.print(f"trace: {res.trace} (open in https://ui.perfetto.dev)")
     if not res.ok:
