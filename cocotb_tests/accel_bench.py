@@ -26,6 +26,12 @@ External-memory model (:class:`ExtMemory`): always ready; a read request seen in
 returns beat ``j`` in cycle ``x + L + j`` (``L = memory_latency_cycles(arch)``), one W-byte beat
 per cycle; write beats are stored as they arrive (posted). Signals are driven and sampled on the
 falling clock edge.
+
+With ``timeline`` in ``job.json`` every record also carries ``events``: the run's timeline as the
+C++ fast driver records it (:mod:`tilewright.cosim.accel_commands`) — (cycle, kind, value) for
+each instruction issued (kind 0, value its address) and each change of ``gemm_busy``/``dma_busy``/
+``vec_busy`` (kinds 1/2/3, value the new level), cycle 0 the one that samples ``start``; sampled
+at each falling edge of the run (:func:`_timeline`).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import time
 from collections import deque
 
 import cocotb
-from cocotb.triggers import FallingEdge
+from cocotb.triggers import FallingEdge, RisingEdge
 
 from tilewright.cocotb_tests.bench_io import reset, start_and_measure, start_clock
 from tilewright.compiler.codegen import codegen, memory_latency_cycles
@@ -110,20 +116,55 @@ class AccelDriver:
             await FallingEdge(d.clk)
         d.imem_wr_en.value = 0
 
-    async def run(self, entry: int, max_cycles: int, idx: int = 0) -> dict:
+    async def run(self, entry: int, max_cycles: int, idx: int = 0,
+                  timeline: bool = False) -> dict:
         """Start at ``entry`` with ``idx`` in the index register, wait for ``done`` (at most
         ``max_cycles``, a watchdog); return cycles (both measurements asserted equal), retired
-        and error."""
+        and error (with ``timeline`` also the run's ``events``, :func:`_timeline`)."""
         d = self.dut
         d.entry.value = entry
         if self.has_idx:
             d.idx.value = idx
         else:
             assert idx == 0, f"this top has no index register (no vector unit); idx {idx}"
+        events: list[list[int]] = []
+        monitor = cocotb.start_soon(_timeline(d, events)) if timeline else None
         cycles = await start_and_measure(d, "controller", max_cycles)
         assert int(d.done.value) == 1, "busy dropped without done"
-        return {"cycles": cycles, "retired": int(d.retired.value),
-                "error": int(d.error.value), "pc": int(d.pc.value)}
+        rec = {"cycles": cycles, "retired": int(d.retired.value),
+               "error": int(d.error.value), "pc": int(d.pc.value)}
+        if monitor is not None:
+            await monitor
+            rec["events"] = events
+        return rec
+
+
+async def _timeline(d, events: list[list[int]]) -> None:
+    """Record one run's events (module docstring), started just before ``start`` is sampled:
+    after the edge that ends cycle ``n`` the outputs describe cycle ``n + 1``, and a ``retired``
+    count that moved means the instruction at the previous ``pc`` issued in cycle ``n`` (the
+    fast driver's rule, ``accel_main.cpp``)."""
+    await RisingEdge(d.clk)           # samples start: cycle 0 ends
+    await FallingEdge(d.clk)          # the fetch cycle, 1
+    retired, pc, level = int(d.retired.value), int(d.pc.value), [0, 0, 0]
+
+    def levels(cycle: int) -> None:
+        for u, sig in enumerate((d.gemm_busy, d.dma_busy, d.vec_busy)):
+            v = int(sig.value)
+            if v != level[u]:
+                events.append([cycle, 1 + u, v])
+                level[u] = v
+
+    levels(1)
+    n = 0
+    while int(d.busy.value):
+        await FallingEdge(d.clk)
+        n += 1
+        if int(d.retired.value) != retired:
+            events.append([n, 0, pc])
+            retired = int(d.retired.value)
+        pc = int(d.pc.value)
+        levels(n + 1)
 
 
 @cocotb.test()
@@ -142,13 +183,14 @@ async def run_job(dut):
 
 
 async def _run_segment(drv: AccelDriver, mem: ExtMemory, isa, seg, image: dict[int, int],
-                       name: str, idx: int = 0) -> dict:
+                       name: str, idx: int = 0, timeline: bool = False) -> dict:
     """Store a segment's memory image, run it from its entry; its record (cycles, retired,
-    error, pc, read/write beats)."""
+    error, pc, read/write beats; with ``timeline`` its ``events``)."""
     mem.words.update(image)
     r0, w0 = mem.reads, mem.writes
     # watchdog only (a hang fails instead of running forever): 4x the model's cycles
-    rec = await drv.run(seg.entry, 4 * predict_segment(isa, seg, drv.arch).cycles + 10_000, idx)
+    rec = await drv.run(seg.entry, 4 * predict_segment(isa, seg, drv.arch).cycles + 10_000, idx,
+                        timeline)
     assert rec["error"] == 0, f"{name}: controller stopped with error at pc {rec['pc']}"
     rec.update(read_beats=mem.reads - r0, write_beats=mem.writes - w0)
     return rec
@@ -164,7 +206,7 @@ async def _run_program(job: Job, drv: AccelDriver, mem: ExtMemory) -> None:
         seg = isa.segment(task.name)
         t0 = time.perf_counter()
         rec = await _run_segment(drv, mem, isa, seg, isa.image(arch, seg, *operands(task, env)),
-                                 f"task {task.name}")
+                                 f"task {task.name}", timeline=job.spec.get("timeline", False))
         rec.update(task=task.name, m=task.m, k=task.k, n=task.n, tiles=len(seg.tiles),
                    run_seconds=time.perf_counter() - t0)
         env[task.out] = isa.c_result(arch, seg, mem.read)
@@ -183,7 +225,7 @@ async def _run_kernels(job: Job, drv: AccelDriver, mem: ExtMemory) -> None:
             seg = isa.segment(k.name)
             ops = [job.inputs[f"{k.name}_{i}"] for i in range(k.operands)]
             rec = await _run_segment(drv, mem, isa, seg, seg.image(arch, *ops), f"kernel {k.name}",
-                                     seg.index(*ops))
+                                     seg.index(*ops), job.spec.get("timeline", False))
             rec.update(task=k.name)
             res = seg.result(arch, mem.read)
             if k.kind == "scan":                         # (y, final state)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import beat_bytes, memory_latency_cycles
+from tilewright.compiler.codegen import beat_bytes, disassemble, memory_latency_cycles
 from tilewright.compiler.program import GemmTask, Program
 from tilewright.cosim import accel_commands as ac
 from tilewright.cosim import gemm_commands as gc
@@ -76,10 +76,12 @@ def run_core_fast(build: Build, program: Program, inputs: dict[str, np.ndarray],
 
 
 def _run_segment(pipe: DriverPipe, arch: ArchSpec, isa, seg, image: dict[int, int], result,
-                 name: str, idx: int = 0) -> tuple[object, dict]:
+                 name: str, idx: int = 0, trace: bool = False) -> tuple[object, dict]:
     """Send one segment (its memory ``image``), read its result record; ``result(arch,
     read)`` turns the words read back into the segment's output (called once with a recording
-    reader first, to learn which word ranges to read back); ``idx``: the index register."""
+    reader first, to learn which word ranges to read back); ``idx``: the index register;
+    ``trace``: the record's ``timeline`` is the RTL's
+    (:func:`~tilewright.cosim.accel_commands.timeline_from_events`)."""
     ranges: list[tuple[int, int]] = []
 
     def record(addr: int, count: int) -> list[int]:
@@ -89,21 +91,26 @@ def _run_segment(pipe: DriverPipe, arch: ArchSpec, isa, seg, image: dict[int, in
     result(arch, record)
     w = beat_bytes(arch)
     watchdog = 4 * predict_segment(isa, seg, arch).cycles + 10_000
-    pipe.send(ac.segment_command(seg.entry, watchdog, image, ranges, w, idx))
-    res = ac.read_result(pipe, w)
+    pipe.send(ac.segment_command(seg.entry, watchdog, image, ranges, w, idx, trace))
+    res = ac.read_result(pipe, w, trace)
     if res["cycles"] != res["cycles_driver"] or res["error"]:
         raise RuntimeError(f"{name}: cycle counter {res['cycles']} vs driver "
                            f"{res['cycles_driver']}, controller error {res['error']} at pc "
                            f"{res['pc']}")
+    if trace:
+        ops = {pc: ins.op for pc, ins in enumerate(disassemble(list(isa.words)))}
+        res["timeline"] = ac.timeline_from_events(res.pop("events"), seg.task, res["cycles"],
+                                                  ops)
     words = iter(res.pop("words"))
     back = {(a, n): [next(words) for _ in range(n)] for a, n in ranges}
     return result(arch, lambda a, n: back[(a, n)]), res
 
 
 def run_accel_fast(build: Build, program: Program, inputs: dict[str, np.ndarray],
-                   arch: ArchSpec, isa, keep_dir=None) -> dict:
+                   arch: ArchSpec, isa, keep_dir=None, timeline: bool = False) -> dict:
     """Run ``program`` (compiled to ``isa``) on the accelerator's fast driver; records per
-    segment like the cocotb bench's (task, m, k, n, tiles, cycles, retired, beats ...)."""
+    segment like the cocotb bench's (task, m, k, n, tiles, cycles, retired, beats ...; with
+    ``timeline`` also the RTL's ``timeline``)."""
     env = {**program.constants, **inputs}
     records: list[dict] = []
 
@@ -117,7 +124,8 @@ def run_accel_fast(build: Build, program: Program, inputs: dict[str, np.ndarray]
             image = isa.image(arch, seg, *operands(task, env))
             env[task.out], res = _run_segment(
                 pipe, arch, isa, seg, image,
-                lambda a, read, _s=seg: isa.c_result(a, _s, read), f"task {task.name}")
+                lambda a, read, _s=seg: isa.c_result(a, _s, read), f"task {task.name}",
+                trace=timeline)
             res.update(task=task.name, m=task.m, k=task.k, n=task.n, tiles=len(seg.tiles))
             records.append(res)
         pipe.send(ac.stream_end())
@@ -127,10 +135,11 @@ def run_accel_fast(build: Build, program: Program, inputs: dict[str, np.ndarray]
     return {"outputs": computed(program, inputs, env), "records": records, "job_dir": job}
 
 
-def run_kernels_fast(build: Build, isas: list, batch, arch: ArchSpec, keep_dir=None) -> dict:
+def run_kernels_fast(build: Build, isas: list, batch, arch: ArchSpec, keep_dir=None,
+                     timeline: bool = False) -> dict:
     """Run a :class:`~tilewright.cosim.program_jobs.KernelBatch` compiled to ``isas`` (one
     program per batch) on the accelerator's fast driver; outputs per kernel, records per
-    kernel (task, cycles, retired, beats ...)."""
+    kernel (task, cycles, retired, beats ...; with ``timeline`` also the RTL's ``timeline``)."""
     images = {s.task: s.image(arch, *batch.operands[s.task]) for isa in isas for s in isa.segments}
     idxs = {s.task: s.index(*batch.operands[s.task]) for isa in isas for s in isa.segments}
     outputs: dict[str, object] = {}
@@ -142,7 +151,7 @@ def run_kernels_fast(build: Build, isas: list, batch, arch: ArchSpec, keep_dir=N
             for seg in isa.segments:
                 outputs[seg.task], res = _run_segment(pipe, arch, isa, seg, images[seg.task],
                                                       seg.result, f"kernel {seg.task}",
-                                                      idxs[seg.task])
+                                                      idxs[seg.task], timeline)
                 res.update(task=seg.task)
                 records.append(res)
             pipe.send(ac.stream_end())

@@ -20,19 +20,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from tilewright.arch import ArchSpec, ArchSpecError, VectorUnitSpec
-from tilewright.compiler.codegen import codegen, memory_latency_cycles
+from tilewright.compiler.codegen import codegen, disassemble, memory_latency_cycles
 from tilewright.compiler.layout import GemmLayout
 from tilewright.compiler.program import Program
 from tilewright.compiler.vector_codegen import VectorKernel, batch_kernels, codegen_vector
+from tilewright.cosim.accel_commands import timeline_from_events
 from tilewright.cosim.fast_runs import run_accel_fast, run_core_fast, run_kernels_fast
 from tilewright.cosim.job import STATE_SUFFIX, JobFiles, PreparedJob
-from tilewright.dataflow_sim.accel_timing import predict_segment
+from tilewright.dataflow_sim.accel_timing import (first_difference, predict_segment,
+                                                  segment_timeline)
 from tilewright.rtl.axi_accel_top import AxiAccelMap
 
 __all__ = ["KernelBatch", "prepare_core", "prepare_axi_core", "prepare_accel",
            "prepare_axi_accel", "accel_comparison", "axi_accel_comparison", "axi_timing_arch",
            "AXI_RAM_READ_LATENCY", "kernel_segment", "check_axi_latency",
-           "check_transcendental_passes", "RTL_TRANSCENDENTAL_PASSES"]
+           "check_transcendental_passes", "RTL_TRANSCENDENTAL_PASSES", "timeline_comparison"]
 
 #: read latency L (cycles from the DMA's request to its first data beat) the DMA sees through
 #: :class:`tilewright.rtl.axi_accel_top.AxiMasterBridge` with cocotbext-axi 0.1.28's AxiRam:
@@ -111,28 +113,37 @@ def prepare_axi_core(program: Program, arch: ArchSpec, *, inputs=None,
                         named=("probes",))
 
 
-def prepare_accel(job: Program | KernelBatch, arch: ArchSpec, *, inputs=None) -> PreparedJob:
+def prepare_accel(job: Program | KernelBatch, arch: ArchSpec, *, inputs=None,
+                  timeline: bool = False) -> PreparedJob:
     """The programmable accelerator: a Program's ``gemm`` tasks as ISA code (records per
     segment: task, m, k, n, tiles, cycles, retired, read/write beats ...), or a
-    :class:`KernelBatch` on its vector engine (outputs per kernel; a scan's is (y, state))."""
+    :class:`KernelBatch` on its vector engine (outputs per kernel; a scan's is (y, state)).
+    ``timeline``: each record also carries the RTL's cycle-by-cycle ``timeline``
+    (:class:`~tilewright.dataflow_sim.accel_timing.SegmentTimeline`; recorded by the C++ fast
+    driver or the cocotb bench, the same events), which :func:`timeline_comparison` checks
+    against the cycle model's."""
     check_transcendental_passes(arch)     # the cycle model and RTL take one pass per op
     if isinstance(job, KernelBatch):
-        return _prepare_kernels(job, arch)
+        return _prepare_kernels(job, arch, timeline)
     isa = codegen(job, arch)              # clear errors first
-    prepared = _program_job(job, arch, inputs, {}, isa=isa)
+    prepared = _program_job(job, arch, inputs, {"timeline": True} if timeline else {}, isa=isa)
+    if timeline:
+        prepared.decode = _with_timelines(prepared.decode, lambda _task: isa)
     prepared.fast = lambda build, keep_dir: {
-        **run_accel_fast(build, job, dict(inputs or {}), arch, isa, keep_dir), "isa": isa}
+        **run_accel_fast(build, job, dict(inputs or {}), arch, isa, keep_dir, timeline),
+        "isa": isa}
     return prepared
 
 
-def _prepare_kernels(batch: KernelBatch, arch: ArchSpec) -> PreparedJob:
+def _prepare_kernels(batch: KernelBatch, arch: ArchSpec, timeline: bool = False
+                     ) -> PreparedJob:
     isas = [codegen_vector(arch, kernels) for kernels in batch_kernels(arch, batch.kernels)]
     for isa in isas:         # operands checked here, not inside the simulator
         for seg in isa.segments:
             seg.image(arch, *batch.operands[seg.task])
     spec = {"kernels": [[{"name": s.kernel.name, "kind": s.kernel.kind, "op": s.kernel.op,
                           "shape": list(s.kernel.shape)} for s in isa.segments]
-                        for isa in isas]}
+                        for isa in isas], **({"timeline": True} if timeline else {})}
     arrays = {f"{k.name}_{i}": np.asarray(x)
               for k in batch.kernels for i, x in enumerate(batch.operands[k.name])}
 
@@ -144,9 +155,27 @@ def _prepare_kernels(batch: KernelBatch, arch: ArchSpec) -> PreparedJob:
         return {"outputs": outputs, "records": res.results["cycles"], "isa": isas,
                 "log_tail": res.log_text[-2000:]}
 
-    return PreparedJob(JobFiles(spec, arch, None, arrays), decode,
-                       lambda build, keep_dir: {**run_kernels_fast(build, isas, batch, arch,
-                                                                   keep_dir), "isa": isas})
+    return PreparedJob(
+        JobFiles(spec, arch, None, arrays),
+        _with_timelines(decode, lambda task: kernel_segment(isas, task)[0]) if timeline
+        else decode,
+        lambda build, keep_dir: {**run_kernels_fast(build, isas, batch, arch, keep_dir,
+                                                    timeline), "isa": isas})
+
+
+def _with_timelines(decode, isa_of):
+    """``decode`` of a cocotb run whose records carry the bench's ``events``: each record's
+    events become its ``timeline`` (:func:`~tilewright.cosim.accel_commands.timeline_from_events`;
+    ``isa_of(task)``: the program its segment ran in)."""
+    def decoded(res) -> dict:
+        fields = decode(res)
+        for rec in fields["records"]:
+            isa = isa_of(rec["task"])
+            ops = {pc: ins.op for pc, ins in enumerate(disassemble(list(isa.words)))}
+            rec["timeline"] = timeline_from_events(
+                [tuple(e) for e in rec.pop("events")], rec["task"], rec["cycles"], ops)
+        return fields
+    return decoded
 
 
 def prepare_axi_accel(program: Program, arch: ArchSpec, *, inputs=None,
@@ -185,6 +214,23 @@ def accel_comparison(run, arch: ArchSpec) -> list[dict]:
                      "gemm_busy": pred.gemm_cycles, "dma_busy": pred.dma_cycles,
                      "utilization": rec["m"] * rec["k"] * rec["n"]
                      / (te.macs_per_cycle * rec["cycles"])})
+    return rows
+
+
+def timeline_comparison(run, arch: ArchSpec) -> list[dict]:
+    """Per record of an accelerator run made with ``timeline=True`` (either driver): its task,
+    the cycle model's timeline (:func:`~tilewright.dataflow_sim.accel_timing.segment_timeline`),
+    the RTL's, and their first difference (None: every issue cycle and busy interval equal;
+    :func:`~tilewright.dataflow_sim.accel_timing.first_difference`)."""
+    rows = []
+    for rec in run.records:
+        if "timeline" not in rec:
+            raise ValueError(f"record {rec['task']}: no RTL timeline (run with timeline=True)")
+        isa, seg = (kernel_segment(run.isa, rec["task"]) if isinstance(run.isa, list)
+                    else (run.isa, run.isa.segment(rec["task"])))
+        model = segment_timeline(isa, seg, arch)
+        rows.append({"task": rec["task"], "model": model, "rtl": rec["timeline"],
+                     "difference": first_difference(model, rec["timeline"])})
     return rows
 
 

@@ -80,7 +80,8 @@ def run(top: str | Top, job, arch, *, driver: str = "cocotb", keep_dir: str | Pa
     ``job``: a Program (``inputs=`` its input tensors) on "core", "accel", "axi-core",
     "axi-accel"; a ``KernelBatch`` on "accel"; (A, B) pairs on "bf16-core" and "engine"; a list
     of ``ScanJob`` on "scan"; ``VectorBeats`` on "vector"; a list of ``MeshJob`` on "mesh".
-    ``options`` go to the top's ``prepare`` (e.g. ``probes``, ``pause_seed``, ``raw_runs``).
+    ``options`` go to the top's ``prepare`` (e.g. ``probes``, ``pause_seed``, ``raw_runs``;
+    ``timeline`` on "accel": each record's RTL timeline, either driver).
     ``keep_dir``: keep the job folder (or the fast driver's streams) there. ``waves``: trace every
     signal (cocotb, a tracing build; ``dump.vcd`` in ``keep_dir``, required).
 

@@ -25,6 +25,12 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
   ``D = count + VECTOR_OVERHEAD_CYCLES``; SCAN ``D = count + SCAN_OVERHEAD_CYCLES``;
 * total = ``c_END - c_start`` (``start`` sampled in cycle ``c_start``; ``busy`` high from the next
   cycle through the one END issues in).
+
+One walk applies these rules: :func:`segment_timeline` gives every instruction's issue cycle and
+every unit's busy interval (a unit issued in ``c`` for ``D`` cycles is busy in cycles ``c + 1`` ..
+``c + D``: the top's ``*_busy`` debug outputs, which the fast driver records — see
+:mod:`tilewright.cosim.accel_commands`); :func:`predict_segment` is its totals;
+:func:`first_difference` compares two timelines event by event.
 """
 
 from __future__ import annotations
@@ -39,7 +45,14 @@ from tilewright.compiler.codegen import (SCAN_OVERHEAD_CYCLES, VECTOR_OVERHEAD_C
 from tilewright.compiler.core_timing import gemm_cycles_array
 from tilewright.compiler.engine_timing import tile_core_busy_cycles
 
-__all__ = ["SegmentTiming", "predict_segment", "predict_accel_cycles", "serial_cycles"]
+__all__ = ["SegmentTiming", "predict_segment", "predict_accel_cycles", "serial_cycles",
+           "UNITS", "Issue", "Busy", "SegmentTimeline", "segment_timeline", "unit_of",
+           "first_difference"]
+
+#: the units of a timeline, in display order: the DMA, the GEMM array, the vector engine running
+#: a VECTOR instruction, the vector engine running a SCAN (one engine, ``vec_busy``; the two are
+#: told apart by the instruction that started it)
+UNITS = ("dma", "array", "vector", "scan")
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,58 @@ class SegmentTiming:
     vector_cycles: int = 0  #: sum of the VECTOR and SCAN instructions' busy cycles
 
 
+@dataclass(frozen=True)
+class Issue:
+    """One instruction issued: in cycle ``cycle`` (``start`` sampled in cycle 0), from
+    instruction-memory address ``pc``."""
+
+    cycle: int
+    pc: int
+    op: str
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A unit busy in cycles ``start`` .. ``end - 1`` (``end - start`` busy cycles), started by
+    the instruction at ``pc`` issued in cycle ``start - 1``."""
+
+    unit: str            #: one of :data:`UNITS`
+    start: int
+    end: int
+    pc: int
+    op: str
+
+    @property
+    def cycles(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class SegmentTimeline:
+    """One segment run cycle by cycle: every instruction's issue and every unit's busy interval
+    (cycles counted from the one that samples ``start``, as ``cycles``)."""
+
+    task: str
+    cycles: int                    #: cycles ``busy`` is high (= the END's issue cycle)
+    issues: tuple[Issue, ...]
+    busy: tuple[Busy, ...]         #: in issue order
+
+    def unit(self, unit: str) -> list[Busy]:
+        """The busy intervals of ``unit`` (one of :data:`UNITS`), in time order."""
+        return [b for b in self.busy if b.unit == unit]
+
+    def busy_cycles(self, unit: str) -> int:
+        """Cycles ``unit`` is busy in the run."""
+        return sum(b.cycles for b in self.busy if b.unit == unit)
+
+
+def unit_of(op: str) -> str | None:
+    """The timeline unit an instruction keeps busy (None: SCALE, SYNC, END keep none)."""
+    if op in ("LOAD_A", "LOAD_B", "STORE", "LOAD_V", "LOAD_VI", "STORE_V", "LOAD_IDX"):
+        return "dma"
+    return {"GEMM": "array", "VECTOR": "vector", "SCAN": "scan"}.get(op)
+
+
 def _gemm_busy(arch: ArchSpec, m: int, k: int, n: int) -> int:
     """The GEMM core's busy cycles: systolic closed form, or the tile-MAC core's."""
     te = arch.tensor_engine
@@ -64,8 +129,9 @@ def _gemm_busy(arch: ArchSpec, m: int, k: int, n: int) -> int:
     return int(cyc)
 
 
-def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTiming:
-    """Cycles of one run of ``seg`` (see the module docstring for the rules)."""
+def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTimeline:
+    """Every instruction's issue cycle and every unit's busy interval in one run of ``seg`` (the
+    rules of the module docstring; :func:`predict_segment` is this walk's totals)."""
     lat = memory_latency_cycles(arch)
     bpw = beats_per_word(arch)
     beats = {"LOAD_A": bpw["a"], "LOAD_B": bpw["b"], "STORE": bpw["c"],
@@ -74,41 +140,82 @@ def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTim
     instrs = disassemble(list(isa.words[seg.entry:seg.end + 1]))
     start = 0
     prev = start + 1              # the fetch cycle
-    free = {"dma": 0, "gemm": 0, "vec": 0}  # first cycle each unit is idle
-    sums = {"dma": 0, "gemm": 0, "vec": 0}
-    for ins in instrs:
+    free = {"dma": 0, "gemm": 0, "vec": 0}  # first cycle each engine is idle
+    issues: list[Issue] = []
+    busy: list[Busy] = []
+    for pc, ins in enumerate(instrs, seg.entry):
         f = ins.fields
         if ins.op in beats:
-            unit = "dma"
+            engine = "dma"
             dur = ((1 if ins.op.startswith("STORE") else lat) + f["count"] * beats[ins.op]
                    if f["count"] else 0)      # count 0: the DMA does nothing
             # the vector buffer's transfers also wait for the vector engine
             ready = (max(free["dma"], free["vec"]) if ins.op in ("LOAD_V", "LOAD_VI", "STORE_V")
                      else free["dma"])
         elif ins.op == "LOAD_IDX":
-            unit, dur, ready = "dma", idx_load, free["dma"]
+            engine, dur, ready = "dma", idx_load, free["dma"]
         elif ins.op == "GEMM":
-            unit, dur, ready = "gemm", _gemm_busy(arch, f["m"], f["k"], f["n"]), free["gemm"]
+            engine, dur, ready = "gemm", _gemm_busy(arch, f["m"], f["k"], f["n"]), free["gemm"]
         elif ins.op in ("VECTOR", "SCAN"):
-            unit = "vec"
+            engine = "vec"
             dur = f["count"] + (VECTOR_OVERHEAD_CYCLES if ins.op == "VECTOR"
                                 else SCAN_OVERHEAD_CYCLES)
             ready = max(free["dma"], free["vec"])
         elif ins.op in ("SCALE", "SCALE_COL"):   # sets a scale register once the DMA is idle
-            unit, ready = None, free["dma"]
+            engine, ready = None, free["dma"]
         elif ins.op == "SYNC":
-            unit, ready = None, max([0] + [free[u] for u in ("dma", "gemm", "vec") if f[u]])
+            engine, ready = None, max([0] + [free[u] for u in ("dma", "gemm", "vec") if f[u]])
         else:   # END
-            unit, ready = None, max(free.values())
+            engine, ready = None, max(free.values())
         c = max(prev + 1, ready)
-        if unit:
-            free[unit] = c + dur + 1
-            sums[unit] += dur
+        issues.append(Issue(c, pc, ins.op))
+        if engine:
+            free[engine] = c + dur + 1
+            if dur:
+                busy.append(Busy(unit_of(ins.op), c + 1, c + dur + 1, pc, ins.op))
         prev = c
         if ins.op == "END":
             break
-    return SegmentTiming(seg.task, prev - start, sums["gemm"], sums["dma"], len(instrs),
-                         sums["vec"])
+    return SegmentTimeline(seg.task, prev - start, tuple(issues), tuple(busy))
+
+
+def predict_segment(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTiming:
+    """Cycles of one run of ``seg`` (see the module docstring for the rules): the totals of
+    :func:`segment_timeline`."""
+    t = segment_timeline(isa, seg, arch)
+    return SegmentTiming(seg.task, t.cycles, t.busy_cycles("array"), t.busy_cycles("dma"),
+                         len(t.issues), t.busy_cycles("vector") + t.busy_cycles("scan"))
+
+
+def first_difference(model: SegmentTimeline, other: SegmentTimeline) -> str | None:
+    """None when ``other`` (e.g. the RTL's) has exactly ``model``'s issue cycles and addresses,
+    busy intervals per unit and cycles; else one line naming the earliest differing event
+    (track, index, both values; a missing event shown as ``none``)."""
+    def show(x) -> str:
+        if x is None:
+            return "none"
+        if isinstance(x, Issue):
+            return f"{x.op} at pc {x.pc} issued in cycle {x.cycle}"
+        return f"{x.op} (pc {x.pc}) busy cycles {x.start}..{x.end - 1}"
+
+    diffs = []
+    tracks = [("issue", list(model.issues), list(other.issues), lambda i: (i.cycle, i.pc))]
+    tracks += [(u, model.unit(u), other.unit(u), lambda b: (b.start, b.end)) for u in UNITS]
+    for name, a, b, key in tracks:
+        for j in range(max(len(a), len(b))):
+            x = a[j] if j < len(a) else None
+            y = b[j] if j < len(b) else None
+            if x is None or y is None or key(x) != key(y):
+                when = min(e.cycle if isinstance(e, Issue) else e.start
+                           for e in (x, y) if e is not None)
+                diffs.append((when, f"{model.task}: {name} #{j}: model {show(x)}, other "
+                                    f"{show(y)}"))
+                break
+    if diffs:
+        return min(diffs)[1]
+    if model.cycles != other.cycles:
+        return f"{model.task}: cycles: model {model.cycles}, other {other.cycles}"
+    return None
 
 
 def predict_accel_cycles(isa: IsaProgram, arch: ArchSpec) -> int:

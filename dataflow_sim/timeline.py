@@ -16,6 +16,11 @@ from ``start_i`` for its share of the task:
 So a track's events never overlap and their durations add up to the resource's busy cycles
 (:func:`busy_cycles`). Times in the trace are microseconds at the ArchSpec's clock (Chrome's
 ``ts``/``dur`` unit); each event also carries its exact ``start_cycle`` and ``cycles``.
+
+The accelerator's own timeline (:func:`accel_chrome_trace`) is instruction level instead: per
+segment run of the accelerator top, every instruction's issue cycle and every unit's busy
+interval (:class:`~tilewright.dataflow_sim.accel_timing.SegmentTimeline`, from the cycle model
+or recorded from the RTL), one process per source on the tracks of :data:`ACCEL_TRACKS`.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["TRACKS", "busy_cycles", "chrome_trace"]
+__all__ = ["TRACKS", "ACCEL_TRACKS", "busy_cycles", "chrome_trace", "accel_chrome_trace"]
 
 #: the trace's tracks, in display order (thread id = index + 1)
 TRACKS = ("instruction issue", "dma", "array", "vector", "scan")
@@ -91,3 +96,53 @@ def chrome_trace(steps: Iterable[tuple[str, pd.DataFrame]], clock_mhz: float,
                           "convention": "tasks in program order, no overlap between tasks; "
                                         "a task's resources start with it (dataflow_sim."
                                         "timeline)"}}
+
+
+#: the accelerator trace's tracks (thread ids 1..5; 0 is the "runs" track): the issue of every
+#: instruction, then the units of :data:`tilewright.dataflow_sim.accel_timing.UNITS`
+ACCEL_TRACKS = ("issue", "dma", "array", "vector", "scan")
+
+
+def accel_chrome_trace(processes: Iterable[tuple[str, Iterable[tuple[str, Any]]]],
+                       clock_mhz: float) -> dict[str, Any]:
+    """A Chrome/Perfetto trace of accelerator segment runs: ``processes`` are (name, runs), each
+    run a (label, :class:`~tilewright.dataflow_sim.accel_timing.SegmentTimeline`) — e.g.
+    ("RTL", ...) and ("cycle model", ...) of the same runs. A process's runs are placed back to
+    back (run ``k`` occupies its cycles 0 .. ``cycles``, ``start`` sampled in cycle 0; host time
+    between runs is not in the trace), each a slice on the "runs" track (thread 0); an issue is a
+    one-cycle slice named by its opcode on "issue", a busy interval a slice on its unit's track.
+    ``ts``/``dur`` in µs at ``clock_mhz``; ``args`` carry the exact cycles and the address."""
+    us = 1.0 / clock_mhz
+    events: list[dict[str, Any]] = []
+    totals = {}
+    for pid, (pname, runs) in enumerate(processes, 1):
+        events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_name",
+                       "args": {"name": pname}})
+        events.append({"ph": "M", "pid": pid, "tid": 0, "name": "process_sort_index",
+                       "args": {"sort_index": pid}})
+        for tid, track in enumerate(("runs", *ACCEL_TRACKS)):
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name",
+                           "args": {"name": track}})
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
+                           "args": {"sort_index": tid}})
+
+        def slice_(tid: int, label: str, start: int, cycles: int, **args: Any) -> None:
+            events.append({"ph": "X", "pid": pid, "tid": tid, "name": label, "ts": start * us,
+                           "dur": cycles * us,
+                           "args": {"start_cycle": start, "cycles": cycles, **args}})
+
+        t = 0
+        for label, tl in runs:
+            slice_(0, label, t, tl.cycles + 1, task=tl.task)
+            for i in tl.issues:
+                slice_(1, i.op, t + i.cycle, 1, pc=i.pc)
+            for b in tl.busy:
+                slice_(ACCEL_TRACKS.index(b.unit) + 1, b.op, t + b.start, b.cycles, pc=b.pc)
+            t += tl.cycles + 1
+        totals[pname] = t
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"clock_mhz": clock_mhz, "total_cycles": totals,
+                          "convention": "accelerator segment runs back to back, each from the "
+                                        "cycle sampling start (0) through END's issue; a unit "
+                                        "issued in cycle c for D cycles is busy c+1..c+D "
+                                        "(dataflow_sim.accel_timing)"}}

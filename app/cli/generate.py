@@ -49,8 +49,11 @@ def generate_cmd(
                                 "accelerator top's vector engine (needs a vector_unit in the "
                                 "ArchSpec)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="write a Perfetto/Chrome trace "
-                                         "JSON of the cycle model's timeline (tracks: "
-                                         "instruction issue, DMA, array, vector, scan) to FILE"),
+                                         "JSON to FILE: the cycle model's op-level timeline "
+                                         "(tracks: instruction issue, DMA, array, vector, "
+                                         "scan); with --rtl the accelerator's "
+                                         "instruction-level timeline from the RTL and from "
+                                         "the cycle model (two processes; checked equal)"),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Generate tokens greedily with a whole small model on the ArchSpec's functional model (its
@@ -125,6 +128,14 @@ def generate_cmd(
     console.print("on the host: " + "; ".join(res.host_ops), highlight=False)
     print_table("checks", ["check", "result", "detail"],
                 [(c, "PASS" if ok else "FAIL", d) for c, ok, d in res.checks], console=console)
+    if res.trace is not None and rtl:
+        b = {k: sum(st_.rtl["timeline_busy"][k] for st_ in res.steps)
+             for k in ("cycles", "array", "vector", "scan", "dma")}
+        console.print(f"RTL timeline: {sum(st_.rtl['timeline_runs'] for st_ in res.steps)} runs, "
+                      f"{b['cycles']:,} cycles; busy: array {b['array'] / b['cycles']:.1%}, "
+                      f"vector {b['vector'] / b['cycles']:.1%}, scan {b['scan'] / b['cycles']:.1%}, "
+                      f"DMA {b['dma'] / b['cycles']:.1%} (from the RTL; processes \"RTL\" and "
+                      f"\"cycle model\" in the trace)", highlight=False)
     if res.trace is not None:
         console.print(f"trace: {res.trace} (open in https://ui.perfetto.dev)")
     if not res.ok:

@@ -18,8 +18,20 @@ model of an ArchSpec, costed step by step by the cycle model.
    bound can cause); the memory the run needs (the Program's constants plus the states at the
    whole context) within ``offchip.capacity_gib`` when the ArchSpec states it.
 4. Cycles per step are the step Report's total (tasks added with no overlap, as ``compile``
-   reports them); busy shares and the ``--trace`` timeline come from
-   :mod:`tilewright.dataflow_sim.timeline`.
+   reports them); busy shares and, without ``--rtl``, the ``--trace`` timeline (op level: the
+   Report's tasks) come from :mod:`tilewright.dataflow_sim.timeline`.
+
+With ``--rtl --trace FILE`` the trace is the accelerator's own, instruction level: every
+segment run of every step (its GEMM programs, then its vector kernels, in the order they ran)
+recorded cycle by cycle from the RTL by the driver — the C++ fast driver or the cocotb bench, the
+same events (each instruction's issue, the top's ``dma_busy``/``gemm_busy``/``vec_busy``;
+:mod:`tilewright.cosim.accel_commands`) — and the same runs
+from the cycle model (:func:`~tilewright.dataflow_sim.accel_timing.segment_timeline`), as two
+processes "RTL" and "cycle model" with the tracks issue, dma, array, vector, scan
+(:func:`~tilewright.dataflow_sim.timeline.accel_chrome_trace`); a check that the two are equal
+event for event (:data:`~tilewright.app.flows.sim_rtl.TIMELINE_CHECK`) is enforced like the
+others; each step's ``rtl.timeline_busy`` (``--json``) gives its RTL runs' cycles and the cycles
+the DMA, array, vector engine (VECTOR) and scan were busy in them, from the RTL's timeline. The file is written atomically (a temporary file renamed).
 
 With ``rtl`` (``--rtl [--fast]``, an int8 ArchSpec) every step's int8 GEMMs — projections, the
 attention cascade's block GEMMs, each expert's rows, the LM head — run on the Verilated
@@ -63,7 +75,7 @@ import numpy as np
 
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.operand_formats import arch_for_format
-from tilewright.dataflow_sim.timeline import busy_cycles, chrome_trace
+from tilewright.dataflow_sim.timeline import accel_chrome_trace, busy_cycles, chrome_trace
 from tilewright.errors import UserError
 
 __all__ = ["GenerateResult", "StepResult", "generate", "parse_prompt_ids", "host_ops",
@@ -131,7 +143,7 @@ class StepResult:
                 "scan_share": self.busy["scan"] / t, "dma_share": self.busy["dma"] / t,
                 "logits_rel_l2": None if np.isnan(self.rel_l2) else self.rel_l2,
                 "rtl": None if self.rtl is None else {k: v for k, v in self.rtl.items()
-                                                      if k != "checks"}}
+                                                      if k not in ("checks", "timelines")}}
 
 
 @dataclass
@@ -354,8 +366,8 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
         out = c.program.outputs
         logits32 = c.outputs[out[0]].reshape(-1)
         pick = _argmax_on_vector_unit(logits32, spec, vector)
-        rtl_step = (_step_on_rtl(c, spec, say, driver, f"{phase} step {i}", vector, pick) if rtl
-                    else None)
+        rtl_step = (_step_on_rtl(c, spec, say, driver, f"{phase} step {i}", vector, pick,
+                                 timeline=trace is not None) if rtl else None)
         logits = logits32.astype(np.float64)
         if i == 0:
             prefill_program = c.program
@@ -397,9 +409,17 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
                          steps, checks, memory, host_ops=tuple(on_host), seconds=times)
     if trace is not None:
         labels = ["prefill"] + [f"token {i + 1}" for i in range(1, tokens)]
-        doc = chrome_trace(zip(labels, (s.report for s in steps)), spec.clock_mhz,
-                           name=f"{spec.name} (cycle model): {model}")
-        Path(trace).write_text(json.dumps(doc))
+        if rtl:
+            runs = [(f"{label} {r['task']}", r) for label, st in zip(labels, steps)
+                    for r in st.rtl["timelines"]]
+            doc = accel_chrome_trace([("RTL", [(n, r["rtl"]) for n, r in runs]),
+                                      ("cycle model", [(n, r["model"]) for n, r in runs])],
+                                     spec.clock_mhz)
+        else:
+            doc = chrome_trace(zip(labels, (s.report for s in steps)), spec.clock_mhz,
+                               name=f"{spec.name} (cycle model): {model}")
+        from tilewright.rtl.emit import write_atomic  # noqa: PLC0415  (lazy: the trace only)
+        write_atomic(Path(trace), json.dumps(doc))
         res.trace = Path(trace)
     return res
 
@@ -438,13 +458,14 @@ def _argmax_on_vector_unit(logits: np.ndarray, spec: ArchSpec, vector: bool):
 
 
 def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool = False,
-                 pick=None) -> dict[str, Any]:
+                 pick=None, timeline: bool = False) -> dict[str, Any]:
     """One step's int8 GEMMs on the accelerator top: the step's Program run again on the
     functional model recording every int8 matmul, then
     :func:`~tilewright.app.flows.sim_rtl.run_gemms_on_accel` (bit-exact GEMMs, the step replayed
     with them bit-exact, every GEMM's cycles == the accelerator cycle model). ``pick`` (the
     logits' argmax record, with ``vector``) runs last in the step's vector kernel batch; the
-    returned ``token`` is the RTL's index."""
+    returned ``token`` is the RTL's index. ``timeline``: every run's RTL and model timelines
+    (``timelines``) and the check that they are equal."""
     from tilewright.app.flows.sim_rtl import (  # noqa: PLC0415  (lazy: pulls in amaranth)
         SimResult, run_gemms_on_accel)
     from tilewright.dataflow_sim.functional import (  # noqa: PLC0415  (lazy: numerics)
@@ -465,7 +486,7 @@ def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool =
                                         f"{len(recorded)} GEMMs recorded")])
     run_gemms_on_accel(sr, recorded, c.program, c.inputs, func, spec, say, "accel", driver,
                        vector_records=[*ops.records, *([] if pick is None else [pick])] if vector
-                       else None)
+                       else None, timeline=timeline)
     gathers = [(r, o) for r, o in zip(ops.records, sr.vector_outputs or [])
                if r.kernel.kind in ("gather", "lookup")] if vector else []
     if gathers:          # independent of the model: the table's rows, bit for bit
@@ -488,7 +509,18 @@ def _step_on_rtl(c, spec: ArchSpec, say, driver: str, label: str, vector: bool =
             "vector_kernels": len(sr.vector_rows),
             "vector_rtl_cycles": int(sum(r["rtl"] for r in sr.vector_rows)),
             "vector_model_cycles": int(sum(r["model"] for r in sr.vector_rows)),
-            "offloaded": [r.task for r in ops.records] if vector else []}
+            "offloaded": [r.task for r in ops.records] if vector else [],
+            "timelines": sr.timelines, "timeline_runs": len(sr.timelines),
+            "timeline_busy": _rtl_busy(sr.timelines) if timeline else None}
+
+
+def _rtl_busy(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Cycles of a step's RTL runs (``cycles``: their sum) and the cycles each unit was busy in
+    them, from the RTL's timelines."""
+    from tilewright.dataflow_sim.accel_timing import UNITS  # noqa: PLC0415  (lazy: --rtl only)
+
+    return {"cycles": sum(r["rtl"].cycles for r in rows),
+            **{u: sum(r["rtl"].busy_cycles(u) for r in rows) for u in UNITS}}
 
 
 def _rtl_checks(steps: list[StepResult], without_gather: int = 0

@@ -46,7 +46,7 @@ from tilewright.compiler.program import GemmTask, Program, TensorInfo
 from tilewright.cosim import tops as registry
 from tilewright.cosim.bf16_jobs import Bf16Params, bf16_gemm_words
 from tilewright.cosim.program_jobs import (KernelBatch, check_axi_latency,
-                                           check_transcendental_passes)
+                                           check_transcendental_passes, timeline_comparison)
 from tilewright.cosim.sim import run
 from tilewright.dataflow_sim.functional import (bf16_matmul, gemm_int8, int8_matmul, run_program,
                                                 vector_unit_ops)
@@ -57,7 +57,7 @@ from tilewright.dataflow_sim.vector_offload import ReplayVectorUnit, VectorUnitO
 from tilewright.formats import MX_BLOCK, QTensor, element_values, get_format
 
 __all__ = ["SimResult", "simulate_model", "run_gemms_on_accel", "imem_batches", "sim_module", "MAX_SIM_LAYER_PARAMS", "gemm_blocks", "gemm_program", "mx_gemm_program", "TORCH_REL_L2_BOUND",
-           "TOPS"]
+           "TOPS", "TIMELINE_CHECK", "timeline_check"]
 
 #: registry tops (:data:`tilewright.cosim.tops.TOPS`) ``simulate_model`` runs the GEMMs on: the
 #: GEMM core driven by the host (cocotb or the C++ fast driver), or the programmable accelerator
@@ -124,6 +124,9 @@ class SimResult:
     vector_rows: list[dict[str, Any]] = field(default_factory=list)
     #: with the RTL's vector engine: each kernel's raw result, in the order of the records
     vector_outputs: list[Any] = field(default_factory=list)
+    #: with ``timeline``: per segment run in run order, its task, the cycle
+    #: model's and the RTL's timelines and their first difference (None: equal)
+    timelines: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -434,8 +437,24 @@ def imem_batches(shapes: list[tuple[int, int, int]], spec: ArchSpec) -> list[tup
     return out
 
 
+#: the check that every segment run's RTL timeline equals the cycle model's
+TIMELINE_CHECK = ("RTL timeline == accelerator cycle model (every instruction's issue cycle, "
+                  "every DMA/array/vector/scan busy interval)")
+
+
+def timeline_check(rows: list[dict[str, Any]]) -> tuple[str, bool, str]:
+    """:data:`TIMELINE_CHECK` over ``rows`` (:attr:`SimResult.timelines`): passes when every
+    run's timelines are equal; the detail names the first difference."""
+    bad = [r for r in rows if r["difference"] is not None]
+    events = sum(len(r["rtl"].issues) + len(r["rtl"].busy) for r in rows)
+    return (TIMELINE_CHECK, bool(rows) and not bad,
+            f"{len(rows)} runs, {events:,} events" if not bad else
+            f"{len(bad)} of {len(rows)} runs differ, first {bad[0]['difference']}")
+
+
 def run_gemms_on_accel(result: SimResult, recorded, program, inputs, func, spec, say, top: str,
-                  driver: str, trace_dir=None, vector_records=None) -> SimResult:
+                  driver: str, trace_dir=None, vector_records=None,
+                  timeline: bool = False) -> SimResult:
     """The recorded GEMMs as Programs on a programmable top of the registry (one, or as many as
     the instruction memory needs: :func:`imem_batches`): the accelerator
     (ISA, DMA, double-buffered core; cocotb or the C++ fast driver) or the same accelerator behind
@@ -445,7 +464,9 @@ def run_gemms_on_accel(result: SimResult, recorded, program, inputs, func, spec,
     comparison (:mod:`tilewright.dataflow_sim.accel_timing`; for AXI the ArchSpec's latency
     must be the AxiRam's, :func:`~tilewright.cosim.program_jobs.check_axi_latency`).
     ``vector_records`` (the offloaded vector tasks of the functional run) also run on the top's
-    vector engine (:func:`_run_vector_kernels`) and answer the replay."""
+    vector engine (:func:`_run_vector_kernels`) and answer the replay. ``timeline`` (top accel,
+    either driver): record every run's RTL timeline next to the cycle model's
+    (``result.timelines``) and check them equal (:func:`timeline_check`)."""
     name, where, what, check = _ACCEL_WORDING[top]
     drv = "C++ fast driver" if driver == "fast" else "cocotb"
     batches = imem_batches([(a.shape[0], a.shape[1], b.shape[1]) for a, b, _ in recorded], spec)
@@ -460,11 +481,14 @@ def run_gemms_on_accel(result: SimResult, recorded, program, inputs, func, spec,
     for lo, hi in batches:
         gprog = gemm_program([(a, b) for a, b, _ in recorded[lo:hi]], spec, name)
         sim = run(top, gprog, spec, driver=driver, log=say, keep_dir=trace_dir,
-                  waves=trace_dir is not None)
+                  waves=trace_dir is not None, **({"timeline": True} if timeline else {}))
         rtl_out += [sim.outputs[f"c{i}"] for i in range(hi - lo)]
         # gemm_program names its tasks g0, g1, ... per program: renumber them over all
         comparison += [{**r, "task": f"g{lo + int(r['task'][1:])}"}
                        for r in sim.comparison(spec)]
+        if timeline:
+            result.timelines += [{**r, "task": f"g{lo + int(r['task'][1:])}"}
+                                 for r in timeline_comparison(sim, spec)]
     if trace_dir is not None:
         result.trace = Path(trace_dir) / "dump.vcd"
     result.seconds["rtl"] = time.perf_counter() - t0
@@ -472,8 +496,10 @@ def run_gemms_on_accel(result: SimResult, recorded, program, inputs, func, spec,
         np.array_equal(r, c) for r, (_, _, c) in zip(rtl_out, recorded))
     result.checks.append(("RTL GEMMs == numpy int32 (bit-exact)", same,
                           f"{len(recorded)} GEMMs {where}"))
-    hook = (_run_vector_kernels(result, vector_records, spec, say, driver)
+    hook = (_run_vector_kernels(result, vector_records, spec, say, driver, timeline)
             if vector_records is not None else None)
+    if timeline:
+        result.checks.append(timeline_check(result.timelines))
     _replay_check(result.checks, rtl_out, program, inputs, func, say, hook)
     rows = _accel_rows(comparison)
     result.checks.append(_cycles_check(check, rows, len(rows), len(recorded)))
@@ -481,7 +507,8 @@ def run_gemms_on_accel(result: SimResult, recorded, program, inputs, func, spec,
     return result
 
 
-def _run_vector_kernels(result: SimResult, records, spec, say, driver: str = "cocotb"):
+def _run_vector_kernels(result: SimResult, records, spec, say, driver: str = "cocotb",
+                        timeline: bool = False):
     """Run the offloaded vector tasks' kernels on the accelerator top's vector engine (through
     ``driver``: cocotb or the C++ fast driver):
     append the bit-exactness and cycle checks, fill ``result.vector_rows`` and return the replay
@@ -496,7 +523,10 @@ def _run_vector_kernels(result: SimResult, records, spec, say, driver: str = "co
     t0 = time.perf_counter()
     batch = KernelBatch([r.kernel for r in records],
                         {r.kernel.name: list(r.operands) for r in records})
-    sim = run("accel", batch, spec, driver=driver, log=say)
+    sim = run("accel", batch, spec, driver=driver, log=say,
+              **({"timeline": True} if timeline else {}))
+    if timeline:
+        result.timelines += timeline_comparison(sim, spec)
     result.seconds["rtl_vector"] = time.perf_counter() - t0
     outs = [sim.outputs[r.kernel.name] for r in records]
     result.vector_outputs = outs

@@ -9,10 +9,15 @@
 //   segment  "SEGM", entry, idx (the index register LOAD_VI reads; only a top with a vector
 //            unit has it, others accept 0 only), watchdog cycles, n_store, n_store x (addr, CH
 //            chunks of the W-byte word; CH = ceil(W / 4)), n_read, n_read x (addr, count)
+//            ("SEGT": the same segment, its timeline recorded — see below)
 //   end      "DONE"
 // Result record per segment (flushed): "RSLT", cycles (counter), cycles (driver), retired, error,
 // pc, read beats, write beats, busy ns (low, high), words, then words x CH chunks (the read-back
-// ranges in order).
+// ranges in order). After a "SEGT" segment's record: "TRCE", n, then n events (cycle, kind,
+// value): kind 0 = an instruction issued in that cycle (value: its address, the pc), kinds 1/2/3
+// = gemm_busy/dma_busy/vec_busy took level value in that cycle (transitions only; cycle 0 is the
+// one that samples start, as the cycle counts; levels start low). Without SEGT nothing is
+// recorded (the untraced run loop has no per-cycle recording).
 //
 // Protocol: the cocotb bench's (cocotb_tests/accel_bench.py), cycle for cycle. Reset (3 cycles),
 // the instruction words through imem_wr_* one per cycle, then per segment: entry/start driven at a
@@ -64,6 +69,9 @@ using namespace tw;  // fail, put, get, read_words, read_u32, MAGIC_END/RESULT (
 
 constexpr uint32_t MAGIC_STREAM = 0x31415754u;  // "TWA1"
 constexpr uint32_t MAGIC_SEG = 0x4D474553u;     // "SEGM"
+constexpr uint32_t MAGIC_SEG_TRACED = 0x54474553u;  // "SEGT"
+constexpr uint32_t MAGIC_TRACE = 0x45435254u;   // "TRCE"
+enum : uint32_t { EV_ISSUE = 0, EV_GEMM = 1, EV_DMA = 2, EV_VEC = 3 };
 constexpr int CH = (TW_BEAT_BYTES + 3) / 4;     // uint32 chunks per external word
 
 // Whether the model's root has Verilator 5's clock edge detector member (see the header comment).
@@ -145,7 +153,9 @@ class Driver {
         top_->imem_wr_en = 0;
     }
 
-    // Start at entry and run until busy falls; returns the driver's cycle count.
+    // Start at entry and run until busy falls; returns the driver's cycle count. Trace: record
+    // the run's events (issues and busy transitions) into `events` (see the header comment).
+    template <bool Trace>
     uint32_t run(uint32_t entry, uint32_t idx, uint64_t watchdog) {
         top_->entry = entry;
         set_idx(*top_, idx);
@@ -154,13 +164,17 @@ class Driver {
         top_->start = 0;
         if (!top_->busy) fail(3, "controller did not go busy after start");
         uint64_t cycles = 0;
+        if (Trace) start_trace();
         while (top_->busy) {
             edge(true);
             if (++cycles > watchdog) fail(3, "watchdog: busy still high after cycles", cycles);
+            if (Trace) sample(static_cast<uint32_t>(cycles));
         }
         if (!top_->done) fail(3, "busy dropped without done");
         return static_cast<uint32_t>(cycles);
     }
+
+    std::vector<uint32_t> events;  // (cycle, kind, value) triples of the last traced run
 
     uint32_t counter() const { return top_->cycles; }
     uint32_t retired() const { return top_->retired; }
@@ -168,6 +182,35 @@ class Driver {
     uint32_t pc() const { return top_->pc; }
 
   private:
+    // The outputs settled after the start edge describe cycle 1 (the fetch): nothing issued yet.
+    void start_trace() {
+        events.clear();
+        retired_ = top_->retired;
+        pc_ = top_->pc;
+        level_[0] = level_[1] = level_[2] = 0;
+        levels(1);
+    }
+
+    // After the edge ending cycle n: the outputs describe cycle n + 1; a retired count that
+    // moved means the instruction at the previous pc issued in cycle n.
+    void sample(uint32_t n) {
+        if (top_->retired != retired_) {
+            events.insert(events.end(), {n, EV_ISSUE, pc_});
+            retired_ = top_->retired;
+        }
+        pc_ = top_->pc;
+        levels(n + 1);
+    }
+
+    void levels(uint32_t cycle) {
+        const uint32_t now[3] = {top_->gemm_busy, top_->dma_busy, top_->vec_busy};
+        for (int u = 0; u < 3; ++u)
+            if (now[u] != level_[u]) {
+                events.insert(events.end(), {cycle, EV_GEMM + u, now[u]});
+                level_[u] = now[u];
+            }
+    }
+
     // One clock: rising edge, falling edge, then (while serving) the memory model's step, which
     // samples the outputs settled after the falling edge and drives the memory inputs.
     void edge(bool serve_mem) {
@@ -216,6 +259,7 @@ class Driver {
     bool serving_ = false;
     uint64_t cycle_ = 0;
     int64_t wr_addr_ = -1;
+    uint32_t retired_ = 0, pc_ = 0, level_[3] = {};  // the trace's last seen values
     std::deque<std::pair<uint64_t, uint64_t>> pending_;  // (cycle due, address) of read beats
 };
 
@@ -245,7 +289,8 @@ int main(int argc, char** argv) {
     for (;;) {
         const uint32_t magic = read_u32(in);
         if (magic == MAGIC_END) break;
-        if (magic != MAGIC_SEG) fail(2, "bad command magic", magic);
+        if (magic != MAGIC_SEG && magic != MAGIC_SEG_TRACED) fail(2, "bad command magic", magic);
+        const bool traced = magic == MAGIC_SEG_TRACED;
         uint32_t hdr[4];  // entry, idx, watchdog, n_store
         read_words(in, hdr, 4);
         buf.resize(static_cast<std::size_t>(hdr[3]) * (1 + CH));
@@ -260,7 +305,8 @@ int main(int argc, char** argv) {
 
         const uint64_t r0 = drv.reads, w0 = drv.writes;
         const auto t0 = std::chrono::steady_clock::now();
-        const uint32_t by_driver = drv.run(hdr[0], hdr[1], hdr[2]);
+        const uint32_t by_driver = traced ? drv.run<true>(hdr[0], hdr[1], hdr[2])
+                                          : drv.run<false>(hdr[0], hdr[1], hdr[2]);
         const auto t1 = std::chrono::steady_clock::now();
         const uint32_t by_counter = drv.counter();
         if (by_counter != by_driver)
@@ -281,6 +327,11 @@ int main(int argc, char** argv) {
                                   static_cast<uint32_t>(back.size() / CH)};
         std::fwrite(rec, sizeof(uint32_t), 11, out);
         std::fwrite(back.data(), sizeof(uint32_t), back.size(), out);
+        if (traced) {
+            const uint32_t head[2] = {MAGIC_TRACE, static_cast<uint32_t>(drv.events.size() / 3)};
+            std::fwrite(head, sizeof(uint32_t), 2, out);
+            std::fwrite(drv.events.data(), sizeof(uint32_t), drv.events.size(), out);
+        }
         std::fflush(out);
     }
     if (out != stdout) std::fclose(out);
