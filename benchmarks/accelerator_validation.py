@@ -11,13 +11,14 @@ clock needs — plus ``static_power``), each against the published figure with t
 systolic arrays (TPU v1 one 256x256; TPU v4i four, TPU v4 eight 128x128), so the SRAM energy
 follows their reuse.
 
-Three more blocks follow the NVDLA table. A 7 nm density check (:func:`density_rows`): the
+Two more blocks follow the NVDLA table. A 7 nm density check (:func:`density_rows`): the
 model's TOPS per mm2 of the held-out TPU v4i/v4 against the published lower bound (TOPS over the
 die-area upper bound), the int8 PE array alone, and IBM RaPiD's published 7 nm chip
-(:data:`RAPID_7NM`). Two diagnostics of NVDLA's missing power, neither in the model:
-:func:`register_sensitivity` (the PEs' pipeline registers, Aladdin's register energy) and
-:func:`mac_energy_sensitivity` (the int8 MAC energy between the 45 and 7 nm tables' confirmed
-figures); each prints what its term would do to every power check.
+(:data:`RAPID_7NM`). A diagnostic of NVDLA's missing power, not in the model:
+:func:`register_sensitivity` (the PEs' pipeline registers, Aladdin's register energy), which
+prints what the term would do to every power check. (The int8 MAC energy at 16 and 28 nm, once a
+diagnostic here, is now the tables' own: interpolated log-log between the published 45 and 7 nm
+figures, configs/tech/16nm.yaml.)
 
 What each published figure IS. Every die area is an upper bound (TPU v1 "<= half the Haswell
 die", TPU v4i "< 400 mm2", TPU v4 "< 600 mm2"). TPU v1 and v4i publish TDPs — the most the part
@@ -76,7 +77,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import yaml
@@ -429,7 +429,7 @@ ALADDIN_ADD32_PJ = 8.575164e-2
 def register_pj_per_bit(tech: str) -> float:
     """pJ per register bit per cycle at ``tech``'s nominal supply: Aladdin's register : 32-bit
     adder energy ratio (9.011 / 85.75 fJ = 0.1051) times the table's int32 accumulator add
-    (``mac_pj.int8.add``: 45 nm 0.1, 28 nm 0.05066, 16 nm 0.01424, 7 nm 0.03 pJ) — a register
+    (``mac_pj.int8.add``: 45 nm 0.1, 28 nm 0.07357, 16 nm 0.05122, 7 nm 0.03 pJ) — a register
     bit scaled like the adder the tables already carry (derived, not fitted)."""
     return ALADDIN_REG_PJ_PER_BIT / ALADDIN_ADD32_PJ * load_tech(tech).mac_pj["int8"].add
 
@@ -486,42 +486,6 @@ def register_sensitivity() -> dict:
                        "mean_err": (p4 + reg4) / MEAN_W["tpu_v4"] - 1}}
 
 
-
-def int8_mac_between_tables(node: str) -> TechSpec:
-    """``node``'s table with its int8 MAC energy (multiply, int32 add) interpolated log-log in
-    feature size between the 45 nm table's confirmed [H14] and the 7 nm table's confirmed
-    [J21] figures (J21's Table 2 gives both nodes): x = ln(45 / node) / ln(45 / 7), e =
-    e45 (e7 / e45)^x. A diagnostic: the Stillmaker & Baas scaling the 16 and 28 nm tables use
-    puts a 16 nm int8 MAC (0.0427 pJ) below the 7 nm one (0.10 pJ) J21 publishes."""
-    t, lo, hi = load_tech(node), load_tech("45nm"), load_tech("7nm")
-    x = math.log(lo.node_nm / t.node_nm) / math.log(lo.node_nm / hi.node_nm)
-    a, b = lo.mac_pj["int8"], hi.mac_pj["int8"]
-    pair = type(a)(mult=a.mult * (b.mult / a.mult) ** x, add=a.add * (b.add / a.add) ** x)
-    return t.model_copy(update={"mac_pj": {**t.mac_pj, "int8": pair}})
-
-
-def mac_energy_sensitivity() -> dict:
-    """NVDLA's power errors and TPU v1's busy-power error with :func:`int8_mac_between_tables`
-    at 16 and 28 nm (a diagnostic; TPU v4i/v4 are 7 nm and bf16: unchanged)."""
-    t16, t28 = int8_mac_between_tables("16nm"), int8_mac_between_tables("28nm")
-    nv = nvdla_rows(power_tech=t16)
-    busy = peak_power_w(chip_with_background("tpu_v1"), t28,
-                        macs_per_s=BUSY_V1["tops"] * 1e12 / 2)["power_w"]
-    return {"mac_pj_16nm": t16.mac_pj["int8"].total, "mac_pj_28nm": t28.mac_pj["int8"].total,
-            "peak_mean_abs": _mean_abs([r["peak_err"] for r in nv]),
-            "avg_mean_abs": _mean_abs([r["avg_err"] for r in nv]),
-            "peak_err": [r["peak_err"] for r in nv], "avg_err": [r["avg_err"] for r in nv],
-            "v1_busy_w": busy, "v1_busy_err": busy / BUSY_V1["power_w"] - 1}
-
-
-def mac_energy_table(m: dict) -> str:
-    return (f"int8 MAC energy between the 45 nm [H14] and 7 nm [J21] tables (diagnostic, not in "
-            f"the model): 16 nm {m['mac_pj_16nm']:.4f} pJ (table "
-            f"{load_tech('16nm').mac_pj['int8'].total:.4f}), 28 nm {m['mac_pj_28nm']:.4f} pJ "
-            f"(table {load_tech('28nm').mac_pj['int8'].total:.4f}) -> NVDLA mean |error| peak "
-            f"{m['peak_mean_abs']:.1%}, average {m['avg_mean_abs']:.1%} (per row "
-            + ", ".join(f"{p:+.0%}/{a:+.0%}" for p, a in zip(m["peak_err"], m["avg_err"]))
-            + f"); tpu_v1 busy {m['v1_busy_w']:.1f} W vs 40 ({m['v1_busy_err']:+.1%})")
 
 def register_table(s: dict) -> str:
     fj = {n: register_pj_per_bit(n) * 1e3 for n in ("16nm", "28nm", "7nm")}
@@ -637,12 +601,10 @@ def main(argv: list[str] | None = None) -> None:
     rs, nv = rows(), nvdla_rows()
     print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
                       "background_fit_w": background_fit(), "density_7nm": density_rows(),
-                      "diagnostics": {"pe_registers": register_sensitivity(),
-                                      "int8_mac_45_to_7nm": mac_energy_sensitivity()}},
+                      "diagnostics": {"pe_registers": register_sensitivity()}},
                      indent=1) if args.json
           else table(rs) + "\n\n" + nvdla_table(nv) + "\n\n"
-          + density_table() + "\n\n" + register_table(register_sensitivity()) + "\n"
-          + mac_energy_table(mac_energy_sensitivity()))
+          + density_table() + "\n\n" + register_table(register_sensitivity()))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 Technology tables live in ``configs/tech/<name>.yaml`` (presets ``16nm``, ``28nm``, ``45nm``,
 ``7nm``); their ``sources`` block lists the publications, and every number's comment says
 whether it was *confirmed* against a retrieved copy of its source, is *derived* (with the
-rule), is an *assumption*, or is *unconfirmed*. Units: pJ for energy, µm² for area (results also
-in mm² and J).
+rule), is an *assumption*, or is *unconfirmed*. A MAC entry may be derived at load time instead of
+written out: ``mac_pj.<fmt>: {between: [a, b]}`` is :func:`between_nodes` of tables ``a`` and
+``b`` at this table's node (the 16 and 28 nm int8 MAC, between the published 45 and 7 nm
+figures). Units: pJ for energy, µm² for area (results also in mm² and J).
 
 **Area** (µm²) of one core::
 
@@ -115,8 +117,8 @@ from tilewright.validation import (find_user_file, load_user_yaml, validate_mapp
                                    validation_error_line)
 
 __all__ = ["TechSpec", "TechError", "load_tech", "TECH_DIR", "area_breakdown", "area_mm2",
-           "energy_breakdown", "sram_pj_per_byte", "sram_bank_kib", "operand_bytes",
-           "operating_voltage", "dynamic_scale", "static_power", "offchip_phy"]
+           "energy_breakdown", "between_nodes", "sram_pj_per_byte", "sram_bank_kib",
+           "operand_bytes", "operating_voltage", "dynamic_scale", "static_power", "offchip_phy"]
 
 TECH_DIR = PRESET_DIR / "tech"
 
@@ -278,8 +280,60 @@ class TechSpec(_Frozen):
         return table[fmt]
 
 
+def between_nodes(node_nm: float, lo_nm: float, lo: float, hi_nm: float, hi: float) -> float:
+    """A figure at ``node_nm`` interpolated log-log in feature size between published figures
+    ``lo`` at ``lo_nm`` and ``hi`` at ``hi_nm`` (any unit, e.g. pJ; nodes in nm)::
+
+        x = ln(lo_nm / node_nm) / ln(lo_nm / hi_nm),   e = lo * (hi / lo) ** x
+
+    — a straight line through both points in (ln node, ln figure): x = 0 at ``lo_nm``, 1 at
+    ``hi_nm``. The one place of the rule behind a table's ``{between: [a, b]}`` entries
+    (:func:`load_tech`)."""
+    x = math.log(lo_nm / node_nm) / math.log(lo_nm / hi_nm)
+    return lo * (hi / lo) ** x
+
+
+_RESOLVING: set[str] = set()
+"""tables whose ``between`` entries are being resolved (a reference cycle is refused)"""
+
+
+def _resolve_between(data: dict, path: Path) -> dict:
+    """``data`` (the table at ``path``) with each ``mac_pj.<fmt>: {between: [a, b]}`` replaced by
+    the pair of :func:`between_nodes` of tables ``a`` and ``b``'s ``mac_pj.<fmt>`` (mult and add
+    apart) at this table's ``node_nm``. ``a`` and ``b``: preset names or YAML paths (relative to
+    the table's folder if a file is there); the node must lie strictly between theirs."""
+    macs = data.get("mac_pj")
+    if not isinstance(macs, dict) or not any(
+            isinstance(v, dict) and "between" in v for v in macs.values()):
+        return data
+    node = data.get("node_nm")
+    out = dict(macs)
+    for fmt, v in macs.items():
+        if not (isinstance(v, dict) and "between" in v):
+            continue
+        at = f"{path}: mac_pj.{fmt}.between"
+        ends = v["between"]
+        if (set(v) != {"between"} or not isinstance(ends, list) or len(ends) != 2
+                or not all(isinstance(e, str) for e in ends)):
+            raise TechError(f"{at} must be the only key, a list of two tech tables "
+                            f"(e.g. [45nm, 7nm]); got {v!r}")
+        if isinstance(node, bool) or not isinstance(node, (int, float)) or node <= 0:
+            raise TechError(f"{at} needs a positive node_nm in the table; got {node!r}")
+        lo, hi = (load_tech(path.parent / e if (path.parent / e).is_file() else e)
+                  for e in ends)
+        if not min(lo.node_nm, hi.node_nm) < node < max(lo.node_nm, hi.node_nm):
+            raise TechError(f"{at}: node_nm {node:g} is not strictly between {ends[0]} "
+                            f"({lo.node_nm:g} nm) and {ends[1]} ({hi.node_nm:g} nm)")
+        a, b = (t._lookup(t.mac_pj, fmt, "mac_pj") for t in (lo, hi))
+        out[fmt] = {k: between_nodes(node, lo.node_nm, getattr(a, k), hi.node_nm, getattr(b, k))
+                    for k in ("mult", "add")}
+    return {**data, "mac_pj": out}
+
+
 def load_tech(name_or_path: str | Path) -> TechSpec:
-    """A technology table by preset name (``16nm``, ``28nm``, ``45nm``, ``7nm``) or YAML path."""
+    """A technology table by preset name (``16nm``, ``28nm``, ``45nm``, ``7nm``) or YAML path.
+    An entry ``mac_pj.<fmt>: {between: [a, b]}`` is derived from tables ``a`` and ``b`` by
+    :func:`between_nodes` at load time (the 16 and 28 nm tables' int8 MAC)."""
     return _load_tech(str(name_or_path))
 
 
@@ -289,6 +343,14 @@ def _load_tech(key: str) -> TechSpec:
     data = load_user_yaml(p, TechError, what="tech YAML")
     if not isinstance(data, dict):
         validate_mapping(TechSpec, data, str(p), TechError, what="tech field")
+    here = str(Path(p).resolve())
+    if here in _RESOLVING:
+        raise TechError(f"{p}: mac_pj between-references form a cycle through this table")
+    _RESOLVING.add(here)
+    try:
+        data = _resolve_between(data, Path(p))
+    finally:
+        _RESOLVING.discard(here)
     try:
         return TechSpec.model_validate(data)
     except ValidationError as exc:

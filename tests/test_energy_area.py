@@ -49,7 +49,7 @@ def _sram_points(t) -> dict[float, float]:
     return {p.kib: p.pj for p in t.sram_pj_per_64b}
 
 
-@pytest.mark.parametrize("tech", ["45nm", "7nm", "16nm"])
+@pytest.mark.parametrize("tech", ["45nm", "7nm", "16nm", "28nm"])
 def test_tables_load_and_cover_every_format(tech):
     from tilewright.formats import FORMATS
     t = load_tech(tech)
