@@ -36,10 +36,14 @@ format in fp32). Columns:
 ``--no-share`` synthesizes **every** format of the table without Yosys' ``share`` pass
 (:func:`tilewright.app.eda.fpga_pnr.flow_target`; ``tilewright fpga --no-share``), so the rows
 stay comparable: on the float 32x4 cores ``share`` checks ~77,000 pairs of variable shifters
-with one SAT problem each (hours here) and merges none; on the int8 and MXINT8 32x4 cores the
+with one SAT problem each (hours here; none of the 2,292 pairs it got through on fp8-e4m3
+merged); on the int8 and MXINT8 32x4 cores the
 counts with and without it are compared in docs/formats.md.
 
-    nice -n 19 python benchmarks/format_tradeoff.py --fast --no-share   # the float 32x4 rows
+    nice -n 19 python benchmarks/format_tradeoff.py --fast --no-share --synth-timeout 21600
+
+(the float 32x4 rows: with ``share`` skipped, ABC9's LUT mapping of the bf16 core ran past the
+default one-hour Yosys limit here).
 
 Every (format, target, flow) result is cached as JSON under ``--cache`` (default
 ``$TILEWRIGHT_CACHE/format_tradeoff`` or ``~/.cache/tilewright/format_tradeoff``) keyed by the
@@ -120,9 +124,11 @@ _NEED = re.compile(r"needs luts (\d+), ffs (\d+), dsps (\d+), brams (\d+)")
 
 
 def fpga_figures(arch: ArchSpec, family: str, pnr: bool, freq_mhz: float,
-                 cache: Path, share: bool = True) -> dict[str, Any]:
+                 cache: Path, share: bool = True,
+                 synth_timeout_s: float = 3600.0) -> dict[str, Any]:
     """LUT/FF/DSP/BRAM (and with ``pnr`` Fmax) of ``arch``'s core on ``family``, cached;
-    ``share=False``: synthesized without Yosys' ``share`` pass (a separate cache entry)."""
+    ``share=False``: synthesized without Yosys' ``share`` pass (a separate cache entry);
+    ``synth_timeout_s``: wall seconds one Yosys run may take."""
     with tempfile.TemporaryDirectory(prefix="fmt-core-") as d:
         vfile, top = write_core(arch, Path(d))
         digest = hashlib.sha256(vfile.read_bytes()).hexdigest()[:16]
@@ -134,7 +140,8 @@ def fpga_figures(arch: ArchSpec, family: str, pnr: bool, freq_mhz: float,
         try:
             check_memory_fits((arch.memory.scratchpad_bytes + arch.memory.accumulator_bytes) * 8,
                               family, f"the buffers of {arch.name}")
-            f = run_family(Path(d), vfile, top, family, freq_mhz, pnr=pnr, share=share)
+            f = run_family(Path(d), vfile, top, family, freq_mhz, pnr=pnr, share=share,
+                           synth_timeout_s=synth_timeout_s)
             out = {"fits": True, "part": f["part"], "luts": f["synthesis"]["luts"],
                    "ffs": f["synthesis"]["ffs"], "dsps": f["synthesis"]["dsps"],
                    "brams": f["synthesis"]["brams"], "fmax_mhz": f.get("fmax_mhz"),
@@ -230,6 +237,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--fast", action="store_true", help="synthesis only, no place-and-route")
     ap.add_argument("--no-share", action="store_true",
                     help="synthesize every format without Yosys' share pass (module doc)")
+    ap.add_argument("--synth-timeout", type=float, default=3600.0,
+                    help="wall seconds one Yosys run may take (default 3600; the float 32x4 "
+                         "cores' ABC9 mapping needs more here)")
     ap.add_argument("--freq", type=float, default=100.0, help="clock target of P&R (MHz)")
     ap.add_argument("--tech", default="45nm", help="technology table of the model columns")
     ap.add_argument("--no-error", action="store_true", help="leave out the error columns")
@@ -277,7 +287,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         cells = [fmt]
         for t in targets:
             f = fpga_figures(arch, t, not args.fast, args.freq, args.cache,
-                             share=not args.no_share)
+                             share=not args.no_share,
+                             synth_timeout_s=args.synth_timeout)
             rec[t] = f
             cells += [f.get("part", "does not fit") if f["fits"] else "does not fit",
                       *(_cell(f, k) for k in ("luts", "ffs", "dsps", "brams"))]

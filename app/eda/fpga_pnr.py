@@ -514,7 +514,7 @@ def _nextpnr_version(family: str) -> str:
 
 def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
                pnr: bool = True, *, board: Any = None, bitstream: bool = False,
-               share: bool = True) -> dict[str, Any]:
+               share: bool = True, synth_timeout_s: float = 3600.0) -> dict[str, Any]:
     """Harness, synthesize, choose a part and (``pnr``) place and route ``top`` of ``vfile``.
 
     Writes ``tw_fpga_harness.v``, ``<family>_netlist.json`` and the tools' logs into ``work``
@@ -528,7 +528,8 @@ def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
     fit it), its pins in a PCF/LPF, its reset polarity; ``bitstream``: pack ``<top>.bin``
     (iCE40) or ``<top>.bit`` (ECP5) after place-and-route (:func:`pack_bitstream`);
     ``share=False``: synthesize without Yosys' ``share`` pass (:func:`flow_target`; the result's
-    ``share`` records which).
+    ``share`` records which); ``synth_timeout_s``: wall seconds one Yosys run may take
+    (:class:`~tilewright.app.eda.synth.SynthError` beyond).
     """
     if family not in FAMILIES:
         raise ValueError(f"place-and-route family {family!r} is unknown; accepted: "
@@ -546,7 +547,7 @@ def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
         part = part_named(board.board.part)
         flow = part.flow
         stat = synthesize(vfile, HARNESS_TOP, flow_target(flow, share), extra_sources=(hfile,),
-                          netlist_json=netlist)
+                          netlist_json=netlist, timeout_s=synth_timeout_s)
         need = need_of(stat, family)
         miss = _misfit(need, part)
         if miss is not None:
@@ -558,7 +559,7 @@ def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
         last: tuple[dict[str, int], Part] | None = None
         for flow in dict.fromkeys(p.flow for p in PARTS if p.family == family):
             stat = synthesize(vfile, HARNESS_TOP, flow_target(flow, share), extra_sources=(hfile,),
-                              netlist_json=netlist)
+                              netlist_json=netlist, timeout_s=synth_timeout_s)
             need = need_of(stat, family)
             part = choose_part(need, family, flow)
             if part is not None:
