@@ -33,6 +33,18 @@ format in fp32). Columns:
   :func:`tilewright.dataflow_sim.numerics.gemm` with ``k_block`` = rows against torch's fp32
   ``a @ b``.
 
+``--no-share`` synthesizes **every** format of the table without Yosys' ``share`` pass
+(:func:`tilewright.app.eda.fpga_pnr.flow_target`; ``tilewright fpga --no-share``), so the rows
+stay comparable: on the float 32x4 cores ``share`` checks ~77,000 pairs of variable shifters
+with one SAT problem each (hours here; none of the 2,292 pairs it got through on fp8-e4m3
+merged); on the int8 and MXINT8 32x4 cores the
+counts with and without it are compared in docs/formats.md.
+
+    nice -n 19 python benchmarks/format_tradeoff.py --fast --no-share --synth-timeout 21600
+
+(the float 32x4 rows: with ``share`` skipped, ABC9's LUT mapping of the bf16 core ran past the
+default one-hour Yosys limit here).
+
 Every (format, target, flow) result is cached as JSON under ``--cache`` (default
 ``$TILEWRIGHT_CACHE/format_tradeoff`` or ``~/.cache/tilewright/format_tradeoff``) keyed by the
 Verilog's sha256, so a rerun reuses finished runs; runs go one at a time. ``--json FILE`` also
@@ -112,19 +124,24 @@ _NEED = re.compile(r"needs luts (\d+), ffs (\d+), dsps (\d+), brams (\d+)")
 
 
 def fpga_figures(arch: ArchSpec, family: str, pnr: bool, freq_mhz: float,
-                 cache: Path) -> dict[str, Any]:
-    """LUT/FF/DSP/BRAM (and with ``pnr`` Fmax) of ``arch``'s core on ``family``, cached."""
+                 cache: Path, share: bool = True,
+                 synth_timeout_s: float = 3600.0) -> dict[str, Any]:
+    """LUT/FF/DSP/BRAM (and with ``pnr`` Fmax) of ``arch``'s core on ``family``, cached;
+    ``share=False``: synthesized without Yosys' ``share`` pass (a separate cache entry);
+    ``synth_timeout_s``: wall seconds one Yosys run may take."""
     with tempfile.TemporaryDirectory(prefix="fmt-core-") as d:
         vfile, top = write_core(arch, Path(d))
         digest = hashlib.sha256(vfile.read_bytes()).hexdigest()[:16]
-        key = cache / f"{arch.name}_{family}_{'pnr' if pnr else 'synth'}_{freq_mhz:g}_{digest}.json"
+        flow = f"{'pnr' if pnr else 'synth'}{'' if share else '-noshare'}"
+        key = cache / f"{arch.name}_{family}_{flow}_{freq_mhz:g}_{digest}.json"
         if key.is_file():
             return json.loads(key.read_text())
         t0 = time.perf_counter()
         try:
             check_memory_fits((arch.memory.scratchpad_bytes + arch.memory.accumulator_bytes) * 8,
                               family, f"the buffers of {arch.name}")
-            f = run_family(Path(d), vfile, top, family, freq_mhz, pnr=pnr)
+            f = run_family(Path(d), vfile, top, family, freq_mhz, pnr=pnr, share=share,
+                           synth_timeout_s=synth_timeout_s)
             out = {"fits": True, "part": f["part"], "luts": f["synthesis"]["luts"],
                    "ffs": f["synthesis"]["ffs"], "dsps": f["synthesis"]["dsps"],
                    "brams": f["synthesis"]["brams"], "fmax_mhz": f.get("fmax_mhz"),
@@ -138,7 +155,7 @@ def fpga_figures(arch: ArchSpec, family: str, pnr: bool, freq_mhz: float,
             out = {"fits": False, "reason": str(exc), "fmax_mhz": None,
                    **(dict(zip(("luts", "ffs", "dsps", "brams"), map(int, m.groups())))
                       if m else {})}
-        out.update({"top": top, "verilog_sha256": digest, "seconds": round(time.perf_counter()
+        out.update({"top": top, "share": share, "verilog_sha256": digest, "seconds": round(time.perf_counter()
                                                                            - t0, 1)})
     cache.mkdir(parents=True, exist_ok=True)
     key.write_text(json.dumps(out, indent=1) + "\n")
@@ -218,6 +235,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--targets", default=",".join(TARGETS),
                     help="FPGA families, comma-separated, or 'none' (model and error columns)")
     ap.add_argument("--fast", action="store_true", help="synthesis only, no place-and-route")
+    ap.add_argument("--no-share", action="store_true",
+                    help="synthesize every format without Yosys' share pass (module doc)")
+    ap.add_argument("--synth-timeout", type=float, default=3600.0,
+                    help="wall seconds one Yosys run may take (default 3600; the float 32x4 "
+                         "cores' ABC9 mapping needs more here)")
     ap.add_argument("--freq", type=float, default=100.0, help="clock target of P&R (MHz)")
     ap.add_argument("--tech", default="45nm", help="technology table of the model columns")
     ap.add_argument("--no-error", action="store_true", help="leave out the error columns")
@@ -254,6 +276,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
           f"accumulator; "
           + ("no FPGA columns" if not targets else "synthesis only" if args.fast
              else f"P&R at {args.freq:g} MHz")
+          + ("; Yosys without share (every format)" if targets and args.no_share else "")
           + f"; model at {args.tech}; (n) = needed, does not fit any part of the family")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -263,7 +286,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         rec: dict[str, Any] = {"format": fmt, "arch": arch.name}
         cells = [fmt]
         for t in targets:
-            f = fpga_figures(arch, t, not args.fast, args.freq, args.cache)
+            f = fpga_figures(arch, t, not args.fast, args.freq, args.cache,
+                             share=not args.no_share,
+                             synth_timeout_s=args.synth_timeout)
             rec[t] = f
             cells += [f.get("part", "does not fit") if f["fits"] else "does not fit",
                       *(_cell(f, k) for k in ("luts", "ffs", "dsps", "brams"))]

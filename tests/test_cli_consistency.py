@@ -190,7 +190,8 @@ def test_fpga_old_top_names(monkeypatch, tmp_path, old, new):
     class Stop(Exception):
         pass
 
-    def fake(spec, target, out, *, top, pnr, freq_mhz, board, bitstream, baud, mem_words):
+    def fake(spec, target, out, *, top, pnr, freq_mhz, board, bitstream, baud, mem_words,
+             share):
         seen.append(top)
         raise Stop
 

@@ -89,6 +89,10 @@ def fpga(
     mem_words: Optional[int] = typer.Option(None, "--mem-words", help="uart-accel: on-chip "
                                             "memory words (a power of two; default 4096, on an "
                                             "iCE40 board what half its free block RAM holds)"),
+    share: bool = typer.Option(True, "--share/--no-share", help="ice40/ecp5: run Yosys' "
+                               "SAT-based share pass (default); --no-share skips it (hours on "
+                               "designs with hundreds of variable shifters, e.g. the float 32x4 "
+                               "cores; the manifest records it)"),
     as_json: bool = typer.Option(False, "--json", help=JSON_HELP + " (the manifest and its "
                                  "folder)"),
 ) -> None:
@@ -104,7 +108,7 @@ def fpga(
         with progress(f"FPGA flow for {spec.name} on {target}"):
             m = run_fpga(spec, target, out, top=_top(ctx, top, board), pnr=pnr,
                          freq_mhz=freq, board=board, bitstream=bitstream, baud=baud,
-                         mem_words=mem_words)
+                         mem_words=mem_words, share=share)
     except (SynthError, PnrError) as exc:
         err_console.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(1)

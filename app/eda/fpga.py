@@ -194,7 +194,7 @@ def _sha256(path: Path) -> str:
 def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "gemm",
              pnr: bool = True, freq_mhz: float | None = None, board: str | None = None,
              bitstream: bool = False, baud: float | None = None,
-             mem_words: int | None = None) -> dict[str, Any]:
+             mem_words: int | None = None, share: bool = True) -> dict[str, Any]:
     """Run the FPGA flow of ``arch`` for ``target`` (:data:`TARGETS`) into ``out_dir`` and
     return the manifest. ``pnr=False`` stops iCE40/ECP5 after synthesis and part choice;
     ``freq_mhz`` (MHz) is the clock target (default ``arch.clock_mhz``). ``out_dir`` is
@@ -214,6 +214,11 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
     on-chip memory, W-byte words) set the link (:func:`~tilewright.app.eda.fpga_pnr.uart_link`;
     the ArchSpec's clock is the clock target, on a board its oscillator); either given with
     another top is refused.
+
+    ``share=False`` (``--no-share``; ice40 and ecp5 only): synthesize without Yosys' ``share``
+    pass (:func:`~tilewright.app.eda.fpga_pnr.flow_target`); the manifest's ``fpga.share`` and
+    ``fpga.flow`` record it. The FuseSoC/edalize hand-off still describes the stock flow (its
+    yosys tool has no such option).
     """
     if target not in TARGETS:
         raise UnknownFpgaTarget(f"--target {target!r} is unknown; accepted: {', '.join(TARGETS)}")
@@ -223,6 +228,9 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
         raise UnknownFpgaTarget("--bitstream: xc7 bitstreams are written by Vivado from the "
                                 "vivado.tcl this flow writes; --bitstream packs ice40 (.bin) and "
                                 "ecp5 (.bit) only")
+    if not share and target == "xc7":
+        raise UnknownFpgaTarget("--no-share applies to the ice40 and ecp5 flows (synth_ice40, "
+                                "synth_ecp5); the xc7 estimate has no share step to skip")
     if bitstream and not pnr:
         raise UnknownFpgaTarget("--bitstream needs place-and-route; drop --no-pnr")
     pins = None
@@ -264,7 +272,7 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
             fpga = _xc7(work, vfile, top_module, freq)
         else:
             fpga = run_family(work, vfile, top_module, target, freq, pnr=pnr, board=pins,
-                              bitstream=bitstream)
+                              bitstream=bitstream, share=share)
             fpga.setdefault("target_mhz", freq)
         if top == "uart-accel":
             fpga["link"] = {"baud": params.line_baud, "baud_asked": float(params.baud),

@@ -28,13 +28,14 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from tilewright.app.eda.boards import constraints, harness_pins
 from tilewright.app.eda.synth import SynthTarget, synthesize
+from tilewright.app.eda.yosys_script import script_without
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import IMEM_WORDS, WORD_BITS
 from tilewright.errors import ToolMissing, UserError
@@ -43,7 +44,7 @@ from tilewright.extras import install_hint
 from tilewright.progress import progress
 
 __all__ = ["FAMILIES", "FLOWS", "PARTS", "HARNESS_TOP", "Part", "PnrError", "DoesNotFitPart",
-           "NextpnrMissing", "check_nextpnr", "check_memory_fits", "memory_bits", "top_ports", "harness_verilog",
+           "NextpnrMissing", "check_nextpnr", "flow_target", "check_memory_fits", "memory_bits", "top_ports", "harness_verilog",
            "need_of", "choose_part", "parse_report", "critical_path", "signal_of",
            "place_and_route", "run_family", "LINK_TOP", "DEFAULT_BAUD", "LinkError",
            "link_harness_verilog", "uart_link", "default_mem_words"]
@@ -102,6 +103,18 @@ FLOWS: dict[str, SynthTarget] = {t.name: t for t in (
     SynthTarget("ecp5", "synth_ecp5 -top {top}",
                 ("LUT4",), ("TRELLIS_FF",), ("MULT18X18D", "ALU54B"), ("DP16KD",)),
 )}
+
+
+
+def flow_target(flow: str, share: bool = True) -> SynthTarget:
+    """The Yosys flow ``flow`` of :data:`FLOWS`; with ``share=False`` its wrapper split at the
+    ``coarse`` label with Yosys' ``share`` pass left out
+    (:func:`tilewright.app.eda.yosys_script.script_without`): ``share`` checks every pair of
+    mergeable cells with one SAT problem, hours on designs with hundreds of variable shifters
+    (the float 32x4 cores, docs/formats.md), and changes nothing where it merges nothing."""
+    target = FLOWS[flow]
+    return target if share else replace(target, script=script_without(target.script))
+
 
 #: the parts place-and-route may choose, smallest first within each family (datasheet figures)
 PARTS: tuple[Part, ...] = (
@@ -500,8 +513,8 @@ def _nextpnr_version(family: str) -> str:
 
 
 def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
-               pnr: bool = True, *, board: Any = None, bitstream: bool = False
-               ) -> dict[str, Any]:
+               pnr: bool = True, *, board: Any = None, bitstream: bool = False,
+               share: bool = True, synth_timeout_s: float = 3600.0) -> dict[str, Any]:
     """Harness, synthesize, choose a part and (``pnr``) place and route ``top`` of ``vfile``.
 
     Writes ``tw_fpga_harness.v``, ``<family>_netlist.json`` and the tools' logs into ``work``
@@ -513,7 +526,10 @@ def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
     ``board`` (a :class:`~tilewright.app.eda.boards.BoardPins`): the board's part instead of
     the smallest that fits (:class:`DoesNotFitPart` names the board when the design does not
     fit it), its pins in a PCF/LPF, its reset polarity; ``bitstream``: pack ``<top>.bin``
-    (iCE40) or ``<top>.bit`` (ECP5) after place-and-route (:func:`pack_bitstream`).
+    (iCE40) or ``<top>.bit`` (ECP5) after place-and-route (:func:`pack_bitstream`);
+    ``share=False``: synthesize without Yosys' ``share`` pass (:func:`flow_target`; the result's
+    ``share`` records which); ``synth_timeout_s``: wall seconds one Yosys run may take
+    (:class:`~tilewright.app.eda.synth.SynthError` beyond).
     """
     if family not in FAMILIES:
         raise ValueError(f"place-and-route family {family!r} is unknown; accepted: "
@@ -530,8 +546,8 @@ def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
     if board is not None:
         part = part_named(board.board.part)
         flow = part.flow
-        stat = synthesize(vfile, HARNESS_TOP, FLOWS[flow], extra_sources=(hfile,),
-                          netlist_json=netlist)
+        stat = synthesize(vfile, HARNESS_TOP, flow_target(flow, share), extra_sources=(hfile,),
+                          netlist_json=netlist, timeout_s=synth_timeout_s)
         need = need_of(stat, family)
         miss = _misfit(need, part)
         if miss is not None:
@@ -542,8 +558,8 @@ def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
     else:
         last: tuple[dict[str, int], Part] | None = None
         for flow in dict.fromkeys(p.flow for p in PARTS if p.family == family):
-            stat = synthesize(vfile, HARNESS_TOP, FLOWS[flow], extra_sources=(hfile,),
-                              netlist_json=netlist)
+            stat = synthesize(vfile, HARNESS_TOP, flow_target(flow, share), extra_sources=(hfile,),
+                              netlist_json=netlist, timeout_s=synth_timeout_s)
             need = need_of(stat, family)
             part = choose_part(need, family, flow)
             if part is not None:
@@ -559,8 +575,8 @@ def run_family(work: Path, vfile: Path, top: str, family: str, freq_mhz: float,
     synth = {k: stat[k] for k in ("cells", "luts", "ffs", "dsps", "brams", "yosys_version",
                                   "wall_seconds", "cells_by_type")}
     out: dict[str, Any] = {"family": family, "part": part.name,
-                           "flow": FLOWS[flow].script.format(top=HARNESS_TOP),
-                           "harness": HARNESS_TOP, "harness_ffs": harness_ffs, "need": need,
+                           "flow": flow_target(flow, share).script.format(top=HARNESS_TOP),
+                           "share": share, "harness": HARNESS_TOP, "harness_ffs": harness_ffs, "need": need,
                            "synthesis": synth}
     out["harness_kind"] = "link" if link else "pin-count"
     pins = None
