@@ -130,13 +130,9 @@ def ws_array(m: Module, arr, element_shape, acc_shape, pe, *, mul=None) -> None:
             commit = xc[i] if j == 0 else c_reg[i][j - 1]
             if j < C - 1:
                 m.d.sync += [a_reg[i][j].eq(a_seen), c_reg[i][j].eq(commit)]
-            # a committing row uses the new weight as it copies it into the active register.
-            # PE (0, 0) selects on the raw commit flag (one logic level before its multiplier,
-            # not the flag-and-valid gate then the mux): they differ only on a row that is not
-            # valid, whose partial sums never reach a valid output; the copy itself is gated
-            sel = p.commit if i == j == 0 else commit
+            # a committing row uses the new weight as it copies it into the active register
             w = Signal(element_shape, name=f"wuse_{i}_{j}")
-            m.d.comb += w.eq(Mux(sel, w_sh[i][j], w_act[i][j]))
+            m.d.comb += w.eq(Mux(commit, w_sh[i][j], w_act[i][j]))
             with m.If(commit):
                 m.d.sync += w_act[i][j].eq(w_sh[i][j])
             above = None if i == 0 else p_reg[i - 1][j]
