@@ -231,25 +231,32 @@ def test_codegen_errors():
 
 
 # ---- cycle model rules, by hand -----------------------------------------------------------------
-def test_cycle_model_single_tile_by_hand():
-    arch = _arch(bw=1.0, lat=20.0)        # W = 2 -> r = 2, 2, 8; L = 10
+def single_tile_by_hand():
+    """One 5x6x7 GEMM tile on a 4x4 array at W = 2 (r = 2, 2, 8 beats per word; L = 10), counted
+    by hand: start s = 0; fetch 1; LOAD_A issues in 2 (DMA idle from 3 + la); LOAD_B at 3 + la;
+    SYNC at 3 + la + lb + 1; GEMM the next cycle; SYNC (gemm) when the core is idle; STORE next;
+    END when the DMA is idle. Returns (arch, isa, counts): the busy cycles ``la``, ``lb``, ``st``,
+    ``g`` and the issue cycles ``c_load_b`` .. ``c_end``."""
+    arch = _arch(bw=1.0, lat=20.0)
     isa = codegen_gemms(arch, [(5, 6, 7)])
-    seg = isa.segments[0]
     lay = GemmLayout.for_arch(arch, 5, 6, 7)
     g = int(gemm_cycles_array(5, 6, 7, 4, 4, "ws")[0])
     la, lb, st = 10 + 2 * lay.a_words, 10 + 2 * lay.b_words, 1 + 8 * lay.acc_words
-    # start s=0; fetch 1; LOAD_A issues 2 (DMA idle from 3+la); LOAD_B at 3+la; SYNC at
-    # 3+la+lb+1; GEMM next cycle; SYNC gemm when the core is idle; STORE next; END when the DMA
-    # is idle
     c_load_b = 2 + la + 1
     c_sync = c_load_b + lb + 1
     c_gemm = c_sync + 1
     c_sync2 = c_gemm + g + 1
     c_store = c_sync2 + 1
     c_end = c_store + st + 1
-    t = predict_segment(isa, seg, arch)
-    assert t.cycles == c_end and t.instructions == 7
-    assert t.gemm_cycles == g and t.dma_cycles == la + lb + st
+    return arch, isa, dict(la=la, lb=lb, st=st, g=g, c_load_b=c_load_b, c_sync=c_sync,
+                           c_gemm=c_gemm, c_sync2=c_sync2, c_store=c_store, c_end=c_end)
+
+
+def test_cycle_model_single_tile_by_hand():
+    arch, isa, h = single_tile_by_hand()
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert t.cycles == h["c_end"] and t.instructions == 7
+    assert t.gemm_cycles == h["g"] and t.dma_cycles == h["la"] + h["lb"] + h["st"]
 
 
 def test_cycle_model_overlap_is_less_than_serial():

@@ -18,12 +18,10 @@ import json
 
 import pytest
 
-from tests.test_accel_isa import _arch
+from tests.test_accel_isa import _arch, single_tile_by_hand
 from tests.test_vector_accel import ARCHS
 from tilewright.arch import load_arch
 from tilewright.compiler.codegen import codegen_gemms, disassemble
-from tilewright.compiler.core_timing import gemm_cycles_array
-from tilewright.compiler.layout import GemmLayout
 from tilewright.compiler.vector_codegen import VectorKernel, codegen_vector
 from tilewright.dataflow_sim.accel_timing import (UNITS, Busy, Issue, first_difference,
                                                   predict_segment, segment_timeline)
@@ -37,17 +35,10 @@ def test_model_timeline_of_one_gemm_tile_by_hand():
     """The single-tile count of test_accel_isa.py, event by event: LOAD_A in 2 (DMA busy 3 ..
     2 + la), LOAD_B when the DMA is idle, SYNC after it, GEMM next (array busy g cycles), SYNC
     when the core is idle, STORE next (DMA busy 1 + 8 * acc words), END when the DMA is idle."""
-    arch = _arch(bw=1.0, lat=20.0)        # W = 2 -> r = 2, 2, 8; L = 10
-    isa = codegen_gemms(arch, [(5, 6, 7)])
-    lay = GemmLayout.for_arch(arch, 5, 6, 7)
-    g = int(gemm_cycles_array(5, 6, 7, 4, 4, "ws")[0])
-    la, lb, st = 10 + 2 * lay.a_words, 10 + 2 * lay.b_words, 1 + 8 * lay.acc_words
-    c_b = 2 + la + 1
-    c_sync = c_b + lb + 1
-    c_gemm = c_sync + 1
-    c_sync2 = c_gemm + g + 1
-    c_store = c_sync2 + 1
-    c_end = c_store + st + 1
+    arch, isa, h = single_tile_by_hand()
+    la, lb, st, g = h["la"], h["lb"], h["st"], h["g"]
+    c_b, c_sync, c_gemm, c_sync2, c_store, c_end = (
+        h[k] for k in ("c_load_b", "c_sync", "c_gemm", "c_sync2", "c_store", "c_end"))
     t = segment_timeline(isa, isa.segments[0], arch)
     assert [(i.op, i.cycle, i.pc) for i in t.issues] == [
         ("LOAD_A", 2, 0), ("LOAD_B", c_b, 1), ("SYNC", c_sync, 2), ("GEMM", c_gemm, 3),
