@@ -331,3 +331,11 @@ def test_predict_collective_at_line_rate_gives_the_bottleneck_link():
         pytest.approx(450, rel=5e-3)
     assert predict_collective(rows["dgx-a100-8x200g-allreduce"], **one) == \
         pytest.approx(200, rel=5e-3)
+    # fewer NICs than GPUs (nccl-tests#119: 4 x 200 Gb/s per 8-GPU node, 3 nodes): the 8
+    # channels share the 4 rails two by two, so busbw is still the node's summed NIC rate,
+    # 4 x 25 = 100 GB/s, not 8 x 25
+    four_nics = dict(rows["a100-3node-4x200g-ib-allreduce"], size_bytes=8 * 2**30)
+    assert predict_collective(four_nics, **one) == pytest.approx(100, rel=5e-3)
+    # 8 x 400 Gb/s H100 nodes: 8 x 50 = 400 GB/s; NVLink (450 GB/s per GPU) is not the bottleneck
+    assert predict_collective(rows["h100-2node-8x400g-ring-expected"], **one) == \
+        pytest.approx(400, rel=5e-3)
