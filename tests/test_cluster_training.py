@@ -201,3 +201,84 @@ def test_all_five_parallelisms_at_once():
     total = b.compute_s + b.exposed_comm_s + b.bubble_s + b.idle_s
     assert total.to_numpy() == pytest.approx(res.step_seconds, rel=1e-9)
     assert res.metrics["network_messages"] > 0
+
+
+# ---- unequal pipeline stages (plan.stage_layers) ------------------------------------------------
+FOUR = LlamaConfig("four-layer-8b", d_model=4096, n_layers=4, n_heads=32, n_kv_heads=8,
+                   d_ffn=14336, vocab_size=128256, rope_theta=5e5)
+
+
+def one_f_one_b_step(f: list[float], b: list[float], m: int) -> float:
+    """Step time of Megatron's 1F1B on stages with forward f[i] and backward b[i] seconds per
+    micro-batch and free transfers: rank r runs min(p − r − 1, m) warm-up forwards, then
+    alternates forward and backward; F(r, k) needs F(r − 1, k), B(r, k) needs B(r + 1, k) (the
+    last stage: its own F(r, k)); each op also waits for the rank's previous op. The longest
+    path of that graph, by hand (no simulator)."""
+    p = len(f)
+    orders = []
+    for r in range(p):
+        w = min(p - r - 1, m)
+        o = [("F", k) for k in range(w)]
+        for i in range(m - w):
+            o += [("F", w + i), ("B", i)]
+        orders.append(o + [("B", k) for k in range(m - w, m)])
+    end: dict[tuple, float] = {}
+    pos, free = [0] * p, [0.0] * p
+    while any(pos[r] < len(orders[r]) for r in range(p)):
+        for r in range(p):
+            while pos[r] < len(orders[r]):
+                kind, k = orders[r][pos[r]]
+                dep = (r - 1, "F", k) if kind == "F" else \
+                    ((r + 1, "B", k) if r < p - 1 else (r, "F", k))
+                if kind == "F" and r == 0:
+                    dep = None
+                if dep is not None and dep not in end:
+                    break
+                t0 = max(free[r], end[dep] if dep is not None else 0.0)
+                free[r] = end[(r, kind, k)] = t0 + (f[r] if kind == "F" else b[r])
+                pos[r] += 1
+    return max(end.values())
+
+
+@pytest.mark.parametrize("layers", [(2, 2), (1, 3), (3, 1), (1, 2, 1), (2, 1, 1)])
+def test_unequal_stages_match_the_1f1b_schedule_by_hand(layers):
+    """Stage i holds L_i layers of SMALL (no embedding/head): its forward is L_i·t_f and its
+    backward L_i·t_b per micro-batch, t_f and t_b one layer's per-op costs built above
+    (layer_seconds). The step equals :func:`one_f_one_b_step`; when the last stage is the
+    slowest that is the closed form Σ_{j<p−1} L_j·u + m·L_{p−1}·u, u = t_f + t_b ((2, 2):
+    (m + 1)·2u, the classic (m + p − 1) stage times; a slower earlier stage can starve waiting
+    for the round trip through the later ones, so it has no such form). Rank 0's bubble is
+    the step minus its compute."""
+    m, bsz, s, p = 4, 2, 32, len(layers)
+    tf = layer_seconds(SMALL, [(s, s)] * bsz)
+    tb = layer_seconds(SMALL, [(s, s)] * bsz, backward=True)
+    plan = TrainPlan(pp=p, micro_batches=m, micro_batch_size=bsz, seq_len=s,
+                     embedding_and_head=False, stage_layers=layers)
+    res = simulate_training(arch_cluster(p, link_gbps=1e9, latency_us=0.0), SMALL, plan,
+                            cost_source="table")
+    step = one_f_one_b_step([L * tf for L in layers], [L * tb for L in layers], m)
+    if layers[-1] == max(layers):
+        u = tf + tb
+        assert step == pytest.approx(sum(layers[:-1]) * u + m * layers[-1] * u, rel=1e-12)
+    assert list(res.breakdown.compute_s) == pytest.approx([m * L * (tf + tb) for L in layers],
+                                                         rel=1e-9)
+    assert res.step_seconds == pytest.approx(step, rel=1e-6)
+    assert res.breakdown.bubble_s.iloc[0] == pytest.approx(step - m * layers[0] * (tf + tb),
+                                                           rel=1e-5)
+
+
+def test_a_chunk_with_only_the_embedding_still_syncs_its_gradients():
+    """Llama 3's split taken to one-layer chunks leaves the first chunk with the embedding
+    alone: its gradient (vocab × d_model) is still all-reduced over the data-parallel ranks."""
+    plan = TrainPlan(dp=2, pp=2, micro_batches=2, seq_len=256, stage_layers=(0, 4))
+    res = simulate_training(fast_net(4), FOUR, plan)
+    assert res.breakdown.grad_sync_s.iloc[0] > 0 and res.breakdown.compute_s.iloc[0] > 0
+
+
+@pytest.mark.parametrize("layers,msg", [((1, 2), "summing to 3"), ((1, 1, 2), "got 3 counts"),
+                                        ((5, -1), "counts ≥ 0")])
+def test_bad_stage_layers_are_refused(layers, msg):
+    plan = TrainPlan(pp=2, micro_batches=2, seq_len=256, stage_layers=layers)
+    with pytest.raises(PlanError, match="stage_layers") as e:
+        simulate_training(fast_net(2), FOUR, plan)
+    assert "pp·virtual_stages" in str(e.value)

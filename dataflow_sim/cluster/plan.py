@@ -75,6 +75,12 @@ class TrainPlan(BaseModel):
     seq_len: int = Field(4096, ge=1, description="tokens per sequence (s)")
     schedule: Literal["1f1b", "interleaved"] = "1f1b"
     virtual_stages: int = Field(1, ge=1, description="model chunks per device (interleaved: v ≥ 2)")
+    stage_layers: Optional[tuple[int, ...]] = Field(
+        None, description="Transformer layers of each model chunk in pipeline order (chunk "
+        "c·pp + r runs on rank r): pp·virtual_stages whole numbers ≥ 0 summing to n_layers; "
+        "None: n_layers/(pp·virtual_stages) each. Llama 3 balances its pipeline by removing "
+        "one layer each from the first and the last stage, which hold the embedding and the "
+        "LM head (arXiv:2407.21783 §3.3.2)")
     recompute: Literal["none", "selective", "full"] = Field(
         "none", description="activation recomputation in backward: none, selective (the "
         "attention core, Korthikanti et al. 2022) or full (each layer); true = full, false = none")
@@ -335,9 +341,17 @@ def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -
         if plan.micro_batches % plan.pp:
             raise PlanError(f"{where}: the interleaved schedule needs micro_batches "
                             f"({plan.micro_batches}) to be a multiple of pp={plan.pp}")
-    if cfg.n_layers % (plan.pp * v):
+    if plan.stage_layers is not None:
+        sl = plan.stage_layers
+        if len(sl) != plan.pp * v or min(sl) < 0 or sum(sl) != cfg.n_layers:
+            raise PlanError(f"{where}: stage_layers = {list(sl)}: needs pp·virtual_stages = "
+                            f"{plan.pp}·{v} = {plan.pp * v} counts ≥ 0 summing to n_layers = "
+                            f"{cfg.n_layers} of {cfg.name} (got {len(sl)} counts summing to "
+                            f"{sum(sl)})")
+    elif cfg.n_layers % (plan.pp * v):
         raise PlanError(f"{where}: n_layers = {cfg.n_layers} of {cfg.name} is not divisible by "
-                        f"pp·virtual_stages = {plan.pp}·{v}")
+                        f"pp·virtual_stages = {plan.pp}·{v}; accepted: a divisor, or "
+                        f"stage_layers (layers of each chunk)")
     if isinstance(cfg, MambaConfig) and plan.sp > 1:
         raise PlanError(f"{where}: sp={plan.sp} but sequence parallelism over the Mamba "
                         f"recurrence of {cfg.name} is not modelled (use sp=1)")
@@ -349,8 +363,9 @@ def validate_train(plan: TrainPlan, spec: ClusterSpec, model: str | LLMConfig) -
         raise PlanError(f"{where}: seq_parallel splits activations over the TP ranks and needs "
                         "tp > 1 (got tp=1); accepted: tp ≥ 2 or no seq_parallel")
     if plan.recompute_layers is not None:
-        chunk = cfg.n_layers // (plan.pp * plan.virtual_stages) if cfg.n_layers % (
-            plan.pp * plan.virtual_stages) == 0 else None
+        chunk = max(plan.stage_layers) if plan.stage_layers is not None else \
+            cfg.n_layers // (plan.pp * plan.virtual_stages) if cfg.n_layers % (
+                plan.pp * plan.virtual_stages) == 0 else None
         if plan.recompute != "full":
             raise PlanError(f"{where}: recompute_layers = {plan.recompute_layers} needs "
                             f"recompute = full (got {plan.recompute})")
@@ -443,6 +458,15 @@ def mamba_state_bytes(cfg: MambaConfig, tp: int, layers: int, element_bytes: int
     return layers * (cfg.d_inner // tp) * (cfg.d_state + cfg.d_conv) * element_bytes
 
 
+def chunk_layers(plan: TrainPlan, n_layers: int) -> list[int]:
+    """Layers of each model chunk, indexed by virtual stage ``c·pp + r`` (rank ``r``'s chunk
+    ``c``): ``plan.stage_layers`` or ``n_layers/(pp·virtual_stages)`` each."""
+    if plan.stage_layers is not None:
+        return list(plan.stage_layers)
+    V = plan.pp * plan.virtual_stages
+    return [n_layers // V] * V
+
+
 def in_flight(plan: TrainPlan, rank: int) -> int:
     """Micro-batch chunks whose activations pipeline rank ``rank`` holds at its peak."""
     p, m, v = plan.pp, plan.micro_batches, plan.virtual_stages
@@ -457,8 +481,7 @@ def train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
     cfg = _cfg(model)
     e = chip.element_bytes
     dense, expert = layer_params(cfg, plan.shard)
-    L_rank = cfg.n_layers // plan.pp                 # layers per device
-    L_chunk = L_rank // plan.virtual_stages          # layers per chunk
+    layers = chunk_layers(plan, cfg.n_layers)
     vocab = dims_of(cfg, plan.shard).vocab * cfg.d_model
     tied = int(plan.pp == 1 and getattr(cfg, "tie_embeddings", False))   # one shared matrix
     s_l, b, D, t = plan.seq_len // plan.sp, plan.micro_batch_size, cfg.d_model, plan.tp
@@ -477,6 +500,9 @@ def train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
     out = []
     n_ranks = plan.dp * plan.sp
     for r in range(plan.pp):
+        mine = layers[r::plan.pp]                    # this rank's chunks
+        L_rank = sum(mine)                           # layers on this device
+        L_chunk = max(mine)                          # its largest chunk (activations bound)
         p_dense = L_rank * dense
         if plan.embedding_and_head:
             p_dense += vocab * ((r == 0) + (r == plan.pp - 1) - tied)
@@ -489,7 +515,8 @@ def train_memory(plan: TrainPlan, spec: ClusterSpec, chip: ChipModel,
         if plan.recompute == "full" or isinstance(cfg, MambaConfig):
             per = s_l * b * D * e * (1 / t if plan.seq_parallel else 1) \
                 if plan.recompute == "full" else full
-            n_rc = L_chunk if plan.recompute_layers is None else plan.recompute_layers
+            n_rc = L_chunk if plan.recompute_layers is None else min(plan.recompute_layers,
+                                                                     L_chunk)
             if plan.recompute != "full":
                 n_rc = L_chunk
             acts = chunks * (n_rc * per + (L_chunk - n_rc) * full) \

@@ -64,7 +64,7 @@ from .compiled import COST_SOURCES, cache_info, compiled_embedding, compiled_hea
 from .costs import ChipModel, chip_model, with_gemm_format
 from .energy import WORK_FIELDS, add_traffic, cluster_energy, ops_work, report_work
 from .network import Network, events_scheduled
-from .plan import TrainPlan, check_train_memory, layer_params, validate_train
+from .plan import TrainPlan, check_train_memory, chunk_layers, layer_params, validate_train
 from .topology import Topology
 from .trace import Trace
 from .workload import (Shard, backward_ops, dims_of, embedding_ops, head_ops, layer_ops,
@@ -214,10 +214,11 @@ def stage_costs(plan: TrainPlan, cfg: LLMConfig, chip: ChipModel, timer: Collect
         bc += float(core["seconds"].sum())
         layer_parts = _add(layer_parts, _parts(core))
     gflops = float(table.loc[table.kind == "gemm", "flops"].sum())
-    n_chunk = cfg.n_layers // (plan.pp * plan.virtual_stages)
+    layers = chunk_layers(plan, cfg.n_layers)
     V = plan.pp * plan.virtual_stages
     out = {}
     for vs in range(V):
+        n_chunk = layers[vs]
         sc = _StageCost(n_chunk * fc, n_chunk * fm, n_chunk * bc, n_chunk * bm, n_chunk * gflops,
                         work=n_chunk * (fw + bw),
                         parts={k: n_chunk * v for k, v in layer_parts.items()})
@@ -320,7 +321,7 @@ def recompute_fraction(plan: TrainPlan, cfg: LLMConfig) -> float:
         return 0.0
     if plan.recompute_layers is None:
         return 1.0
-    return plan.recompute_layers / (cfg.n_layers // (plan.pp * plan.virtual_stages))
+    return plan.recompute_layers / max(chunk_layers(plan, cfg.n_layers))
 
 
 def _per_layer_comm(table: pd.DataFrame, fwd: bool, recompute: float
@@ -410,7 +411,9 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     groups["ep"] = [[chip_id(t, *ds[j], p) for j in range(blk, blk + ep)]
                     for t in range(tp) for p in range(pp) for blk in range(0, dp * sp, ep)]
     costs, table = stage_costs(plan, cfg, chip, timer, groups, cost_source)
-    n_layer = cfg.n_layers // (pp * v)      # layers per chunk
+    layers = chunk_layers(plan, cfg.n_layers)      # layers of each virtual stage
+    vs_full = layers.index(max(layers))             # a fullest chunk: its per-layer cost
+    n_layer = layers[vs_full]
     # ZeRO-3 / FSDP: each layer's parameters are all-gathered over the data-parallel ranks
     # before its forward and again before its backward, prefetched during the previous
     # layer's compute: only the excess over that compute is exposed (per layer, per task)
@@ -421,8 +424,8 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
         dgroups = [[chip_id(t, s, d, 0) for d in range(dp) for s in range(sp)] for t in range(tp)]
         fsdp_gather_s = timer.seconds("all_gather", dgroups,
                                       (dense_p + expert_p) * chip.element_bytes)
-        per_layer_fwd = costs[0].f_comp / n_layer if n_layer else 0.0
-        per_layer_bwd = costs[0].b_comp / n_layer if n_layer else 0.0
+        per_layer_fwd = costs[vs_full].f_comp / n_layer if n_layer else 0.0
+        per_layer_bwd = costs[vs_full].b_comp / n_layer if n_layer else 0.0
         fsdp_exposed = {True: max(0.0, fsdp_gather_s - per_layer_fwd),
                         False: max(0.0, fsdp_gather_s - per_layer_bwd)}
 
@@ -433,7 +436,6 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
     act_bytes = plan.micro_batch_size * (plan.seq_len // sp) * cfg.d_model * e / tp
     ready = defaultdict(env.event)          # (d, is_fwd, vs, mb) -> inputs have arrived
     stats = defaultdict(float)              # (d, r, key) -> seconds
-    n_chunk = cfg.n_layers // V
     on_net = plan.inlayer_comm == "network" and not flow
     frac = recompute_fraction(plan, cfg)
     # TP communication overlap: the TP collectives' exposed part is a timed block, not sent
@@ -484,6 +486,12 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
             if extra > 0:
                 yield env.timeout(extra)
 
+    def n_units(vs: int) -> int:
+        """Gradient units of virtual stage ``vs``: its layers, or one (the embedding or the LM
+        head alone) for a chunk of 0 layers that holds one of them."""
+        alone = plan.embedding_and_head and vs in (0, V - 1)
+        return max(layers[vs], int(alone))
+
     # DP gradient buckets (PyTorch DDP style): per pipeline rank, in the order the last
     # micro-batch's backward finishes its layers
     dense, expert = layer_params(cfg, plan.shard)
@@ -497,10 +505,12 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
             if fwd or mb != m - 1:
                 continue
             vs = c * pp + r
+            n_chunk = n_units(vs)
             for i in range(n_chunk):
                 extra_p = vocab * ((vs == V - 1 and i == 0) + (vs == 0 and i == n_chunk - 1)) \
                     if plan.embedding_and_head else 0
-                u.append(((dense + extra_p) * e, expert * e))
+                body = i < layers[vs]               # a layer, or the embedding/head alone
+                u.append(((dense * body + extra_p) * e, expert * body * e))
         units[r] = u
         for kind, col in (("dense", 0), ("expert", 1)):
             acc, out = 0.0, []
@@ -541,21 +551,27 @@ def simulate_training(spec: ClusterSpec, model: str | LLMConfig, plan: TrainPlan
                 stats[(d, r, "wait")] += env.now - t0
             sc = costs[vs]
             comp, comm = (sc.f_comp, sc.f_comm) if fwd else (sc.b_comp, sc.b_comm)
-            pieces = n_chunk if (not fwd and mb == m - 1) else 1
+            n_chunk = layers[vs]
+            pieces = max(1, n_units(vs)) if (not fwd and mb == m - 1) else 1
             t_task = env.now
-            for _ in range(pieces):
+            for piece in range(pieces):
                 yield env.timeout(comp / pieces)
                 t0 = env.now
+                # the layers of this piece: all of the chunk, or one (0 for the embedding or
+                # head alone)
+                n_piece = n_chunk if pieces == 1 else int(piece < n_chunk)
                 if fsdp_exposed[fwd] > 0:       # ZeRO-3 parameter all-gather not hidden
-                    yield env.timeout(fsdp_exposed[fwd] * n_chunk / pieces)
+                    yield env.timeout(fsdp_exposed[fwd] * n_piece)
                 if on_net:
-                    yield env.process(inlayer(d, r, fwd, n_chunk // pieces))
+                    if n_piece:
+                        yield env.process(inlayer(d, r, fwd, n_piece))
                     if tp_exposed[fwd] > 0:
-                        yield env.timeout(tp_exposed[fwd] * (n_chunk // pieces))
+                        yield env.timeout(tp_exposed[fwd] * n_piece)
                 elif comm > 0:
                     yield env.timeout(comm / pieces)
                 stats[(d, r, "comm")] += env.now - t0
-                if pieces > 1:                  # a layer's gradients are final
+                if not fwd and mb == m - 1 and piece < n_units(vs):   # a unit's gradients
+                    # are final
                     for kind in ("dense", "expert"):
                         k = closes[(r, kind)].get(unit)
                         if k is not None:
