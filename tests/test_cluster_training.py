@@ -267,12 +267,14 @@ def test_unequal_stages_match_the_1f1b_schedule_by_hand(layers):
                                                            rel=1e-5)
 
 
-def test_a_chunk_with_only_the_embedding_still_syncs_its_gradients():
-    """Llama 3's split taken to one-layer chunks leaves the first chunk with the embedding
-    alone: its gradient (vocab × d_model) is still all-reduced over the data-parallel ranks."""
-    plan = TrainPlan(dp=2, pp=2, micro_batches=2, seq_len=256, stage_layers=(0, 4))
-    res = simulate_training(fast_net(4), FOUR, plan)
-    assert res.breakdown.grad_sync_s.iloc[0] > 0 and res.breakdown.compute_s.iloc[0] > 0
+@pytest.mark.parametrize("pp,layers", [(2, (0, 4)), (4, None), (4, (1, 1, 1, 1))])
+def test_every_chunk_syncs_its_gradients(pp, layers):
+    """Every pipeline rank all-reduces its gradients over the data-parallel ranks: a chunk of
+    one layer (its last backward is one piece), and a chunk of 0 layers holding the embedding
+    alone (Llama 3's split taken to one-layer chunks), whose gradient is vocab × d_model."""
+    plan = TrainPlan(dp=2, pp=pp, micro_batches=2, seq_len=256, stage_layers=layers)
+    res = simulate_training(fast_net(2 * pp), FOUR, plan)
+    assert (res.breakdown.grad_sync_s > 0).all() and (res.breakdown.compute_s > 0).all()
 
 
 @pytest.mark.parametrize("layers,msg", [((1, 2), "summing to 3"), ((1, 1, 2), "got 3 counts"),
