@@ -14,8 +14,9 @@ systolic arrays (TPU v1 one 256x256; TPU v4i four, TPU v4 eight 128x128), so the
 follows their reuse.
 
 Two more blocks follow the NVDLA table. A 7 nm density check (:func:`density_rows`): the
-model's TOPS per mm2 of the held-out TPU v4i/v4 against the published lower bound (TOPS over the
-die-area upper bound), the int8 PE array alone, and IBM RaPiD's published 7 nm chip
+model's TOPS per mm2 (cells and laid out) of the held-out TPU v4i/v4 against the published lower
+bound (TOPS over the die-area upper bound), of the largest RTL-able int8 array
+(:func:`largest_rtl_int8_cube`), the int8 PE array alone, and IBM RaPiD's published 7 nm chip
 (:data:`RAPID_7NM`). A diagnostic of NVDLA's missing power, not in the model:
 :func:`register_sensitivity` (the PEs' pipeline registers, Aladdin's register energy), which
 prints what the term would do to every power check. (The int8 MAC energy at 16 and 28 nm, once a
@@ -631,6 +632,7 @@ def main(argv: list[str] | None = None) -> None:
     rs, nv = rows(), nvdla_rows()
     print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
                       "background_fit_w": background_fit(), "density_7nm": density_rows(),
+                      "cube_7nm": cube_density(), "layout_factors": layout_fit()._asdict(),
                       "diagnostics": {"pe_registers": register_sensitivity()}},
                      indent=1) if args.json
           else table(rs) + "\n\n" + nvdla_table(nv) + "\n\n"
