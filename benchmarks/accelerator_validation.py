@@ -3,7 +3,9 @@ ArchSpecs (``configs/validation/*.yaml``).
 
     python benchmarks/accelerator_validation.py [--json]
 
-For each chip: the model's area (``area_mm2``: PE array, SRAM, vector unit, fixed, off-chip PHY),
+For each chip: the model's area (``area_mm2``: PE array, SRAM, vector unit, fixed, off-chip PHY,
+uncore, laid out with the layout factors fitted on TPU v1 — dataflow_sim/energy_area.py
+``layout_fit`` — and its cell area ``area_cells_mm2``),
 peak TOPS (``2 * MACs per cycle * clock``) and power at peak (one second at the full MAC rate with
 no DRAM traffic — the dynamic ``mac`` + ``sram`` terms of ``energy_breakdown`` at the supply the
 clock needs — plus ``static_power``), each against the published figure with the error
@@ -12,8 +14,9 @@ systolic arrays (TPU v1 one 256x256; TPU v4i four, TPU v4 eight 128x128), so the
 follows their reuse.
 
 Two more blocks follow the NVDLA table. A 7 nm density check (:func:`density_rows`): the
-model's TOPS per mm2 of the held-out TPU v4i/v4 against the published lower bound (TOPS over the
-die-area upper bound), the int8 PE array alone, and IBM RaPiD's published 7 nm chip
+model's TOPS per mm2 (cells and laid out) of the held-out TPU v4i/v4 against the published lower
+bound (TOPS over the die-area upper bound), of the largest RTL-able int8 array
+(:func:`largest_rtl_int8_cube`), the int8 PE array alone, and IBM RaPiD's published 7 nm chip
 (:data:`RAPID_7NM`). A diagnostic of NVDLA's missing power, not in the model:
 :func:`register_sensitivity` (the PEs' pipeline registers, Aladdin's register energy), which
 prints what the term would do to every power check. (The int8 MAC energy at 16 and 28 nm, once a
@@ -39,14 +42,14 @@ Calibration (which constant was fitted to which figure; TPU v1 only, :data:`CALI
   leakage and PHY: TPU v1's board-level background, set on TPU v1 and carried unchanged to the
   other datacenter chips (TPU v4i, v4: an assumption — the same class of card); an NVDLA-class
   IP block has no board: background 0.
-* ``die_factor()`` (this file only; not in the tables) = TPU v1's die area / the model's area: what
-  the model leaves out of a die. The ``x die`` column applies it to the other chips.
-* Class factors (this file only): TPU v1's floor plan by class (data buffers 37 %, compute 30 %,
-  I/O 10 %, control 2 %, 21 % unshaded) over the model's SRAM, PE + vector, PHY and fixed area.
-  The ``class`` column scales the other chips' SRAM and compute by the buffer and compute
-  factors and takes the rest of the die (I/O, control, unshaded: 33 %) as the same share as on
-  TPU v1 — an assumption; the I/O factor (DDR3 + PCIe pads over a per-GB/s DDR PHY) is not carried
-  to HBM PHYs.
+* The layout factors (in the model: ``energy_area.layout_fit``, every area the project quotes):
+  TPU v1's floor plan by class (data buffers 37 %, compute 30 % of its die) over the model's SRAM
+  and PE + vector cell area at 28 nm, and an ``uncore`` share (the rest of TPU v1's die beyond
+  the modelled PHY and fixed block, as a share of the buffers and compute) — so TPU v1's model
+  area is its die. The ``area`` column is the model's; ``cells`` is the cell area, ``x die`` the
+  cell area times :func:`die_factor` (TPU v1's die / its cell area, one factor for everything: a
+  diagnostic). The I/O and control class factors are printed, not used (the I/O factor, DDR3 +
+  PCIe pads over a per-GB/s DDR PHY, is not carried to HBM PHYs).
 
 TPU v4i and TPU v4 are held out: none of their area or power figures set a constant (their
 published 1050 MHz clock is the 7 nm curve's nominal-supply point, configs/tech/7nm.yaml);
@@ -84,15 +87,16 @@ import yaml
 from tilewright.arch import ArchSpec
 from tilewright.formats import bits_of
 from tilewright.compiler.engine_timing import sram_bytes_per_mac
-from tilewright.dataflow_sim.energy_area import (TechSpec, area_breakdown, area_mm2, dynamic_scale,
-                                                 energy_breakdown, load_tech, operand_bytes,
-                                                 operating_voltage, sram_pj_per_byte,
-                                                 static_power)
+from tilewright.dataflow_sim.energy_area import (TPU_V1_FLOORPLAN, TechSpec, area_breakdown,
+                                                 dynamic_scale, energy_breakdown, layout_fit,
+                                                 load_tech, operand_bytes, operating_voltage,
+                                                 sram_pj_per_byte, static_power)
 
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "configs" / "validation"
 
 PUBLISHED = {
-    "tpu_v1": {"tech": "28nm", "role": "calibration", "area_mm2": 331.0, "tops": 92.0,
+    "tpu_v1": {"tech": "28nm", "role": "calibration", "area_mm2": TPU_V1_FLOORPLAN["die_mm2"],
+               "tops": 92.0,
                "power_w": 75.0, "power_kind": "TDP",
                "cite": "Jouppi et al., ISCA 2017 (arXiv:1704.04760), Table 2"},
     "tpu_v4i": {"tech": "7nm", "role": "held out", "area_mm2": 400.0, "tops": 138.0,
@@ -110,8 +114,9 @@ IDLE_W = {"tpu_v1": 28.0}
 """published idle power per die (W), Table 2 of the TPU v1 paper; :func:`background_fit` is
 fitted to it"""
 CALIBRATION = ("tpu_v1",)
-"""the chips whose published figures set a constant (die and class factors, background); every
-other chip and every NVDLA row is held out"""
+"""the chips whose published figures set a constant (layout factors — in the model,
+``energy_area.CALIBRATION_CHIP`` —, die factor, background); every other chip and every NVDLA row
+is held out"""
 MEAN_W = {"tpu_v4": 170.0}
 """published measured mean power (W): cloud.google.com/tpu/docs/v4"""
 BUSY_V1 = {"power_w": 40.0, "tops": 86.0}
@@ -180,46 +185,39 @@ def peak_power_w(arch: ArchSpec, tech: str | TechSpec,
 FLOORPLAN_TPU_V1 = {"sram": 0.29 + 0.06, "pe_array": 0.24}
 """shares of TPU v1's die: unified buffer + accumulators, and the matrix unit (floor plan)"""
 
-DIE_CLASSES_TPU_V1 = {"buffers": 0.37, "compute": 0.30, "io": 0.10, "control": 0.02}
-"""TPU v1's die by class (Figure 2 caption of the paper: data buffers 37 %, compute 30 %, I/O
-10 %, control 2 %; the remaining 21 % is not shaded). The model's blocks: buffers = ``sram``,
-compute = ``pe_array`` + ``vector``, I/O = ``phy``, control = ``fixed``."""
+CLASSES = {"buffers": ("sram",), "compute": ("pe_array", "vector"), "io": ("phy",),
+           "control": ("fixed",)}
+"""TPU v1's die classes (``energy_area.TPU_V1_FLOORPLAN``, Figure 2 caption) as the model's
+blocks"""
 
 
 def model_classes(arch: ArchSpec, tech: str) -> dict[str, float]:
-    """The model's area (mm2) in the classes of :data:`DIE_CLASSES_TPU_V1`."""
+    """The model's cell area (mm2) in the classes of :data:`CLASSES`."""
     ab = area_breakdown(arch, load_tech(tech))
-    return {"buffers": ab["sram_um2"] / 1e6,
-            "compute": (ab["pe_array_um2"] + ab["vector_um2"]) / 1e6,
-            "io": ab["phy_um2"] / 1e6, "control": ab["fixed_um2"] / 1e6}
+    return {c: sum(ab[f"{b}_cells_um2"] for b in bs) / 1e6 for c, bs in CLASSES.items()}
 
 
 def class_factors() -> dict[str, float]:
-    """Published / modelled area of each class on the calibration chip (TPU v1, die 331 mm2)."""
+    """Published / modelled cell area of each class on the calibration chip (TPU v1): buffers and
+    compute are the model's layout factors (``layout_fit``), I/O and control a diagnostic."""
+    k = layout_fit()
     m = model_classes(load_chip("tpu_v1"), "28nm")
-    a = PUBLISHED["tpu_v1"]["area_mm2"]
-    return {c: share * a / m[c] for c, share in DIE_CLASSES_TPU_V1.items()}
-
-
-def class_area_mm2(arch: ArchSpec, tech: str) -> float:
-    """Die area (mm2) from the model's SRAM and compute blocks, each x its TPU v1 class factor,
-    over the share of TPU v1's die those two classes hold (67 %): the rest of a die (I/O,
-    control, unshaded) is taken as the same share as on TPU v1 (an assumption)."""
-    k, m = class_factors(), model_classes(arch, tech)
-    core = DIE_CLASSES_TPU_V1["buffers"] + DIE_CLASSES_TPU_V1["compute"]
-    return (k["buffers"] * m["buffers"] + k["compute"] * m["compute"]) / core
+    die = PUBLISHED["tpu_v1"]["area_mm2"]
+    return {"buffers": k.sram, "compute": k.compute,
+            **{c: TPU_V1_FLOORPLAN[c] * die / m[c] for c in ("io", "control")}}
 
 
 def floorplan_ratio() -> tuple[float, float]:
-    """TPU v1's SRAM / PE-array area: the model's and the published floor plan's."""
+    """TPU v1's SRAM / PE-array cell area: the model's and the published floor plan's."""
     ab = area_breakdown(load_chip("tpu_v1"), load_tech("28nm"))
-    return (ab["sram_um2"] / ab["pe_array_um2"],
+    return (ab["sram_cells_um2"] / ab["pe_array_cells_um2"],
             FLOORPLAN_TPU_V1["sram"] / FLOORPLAN_TPU_V1["pe_array"])
 
 
 def die_factor() -> float:
-    """Published / modelled area of the calibration chip (TPU v1)."""
-    return PUBLISHED["tpu_v1"]["area_mm2"] / area_mm2(load_chip("tpu_v1"), load_tech("28nm"))
+    """Published die / modelled cell area of the calibration chip (TPU v1)."""
+    return PUBLISHED["tpu_v1"]["area_mm2"] / area_breakdown(load_chip("tpu_v1"),
+                                                            load_tech("28nm"))["area_cells_mm2"]
 
 
 ACC_RAMS_TPU_V1 = 256
@@ -297,21 +295,19 @@ def nvdla_arch(macs: int, cbuf_kb: int, gbps: float) -> ArchSpec:
         "vector_unit": {"lanes": k}}, source=f"nvdla_arch({macs})")
 
 
-def core_area_mm2(arch: ArchSpec, tech: str, classes: bool) -> float:
-    """The model's area of what an IP's cell area holds (no off-chip PHY): raw, or with TPU v1's
-    class factors on the SRAM and compute blocks (:func:`class_factors`) and the fixed block as
-    modelled — without :func:`class_area_mm2`'s share for I/O, pads and TPU v1's unshaded area,
-    which a synthesis cell area does not contain."""
+def core_area_mm2(arch: ArchSpec, tech: str, laid_out: bool) -> float:
+    """The model's area of what an IP's cell area holds (no off-chip PHY): its cell area, or laid
+    out (the model's ``area_mm2``) without the PHY and the ``uncore`` share (I/O, pads and TPU
+    v1's unshaded area, which a synthesis cell area does not contain)."""
     ab = area_breakdown(arch, load_tech(tech))
-    if not classes:
-        return (ab["area_mm2"] * 1e6 - ab["phy_um2"]) / 1e6
-    k, m = class_factors(), model_classes(arch, tech)
-    return k["buffers"] * m["buffers"] + k["compute"] * m["compute"] + ab["fixed_um2"] / 1e6
+    if not laid_out:
+        return ab["area_cells_mm2"] - ab["phy_cells_um2"] / 1e6
+    return ab["area_mm2"] - (ab["phy_um2"] + ab["uncore_um2"]) / 1e6
 
 
 def nvdla_rows(power_tech: TechSpec | None = None) -> list[dict]:
-    """One row per primer configuration: area at 28 and 16 nm (raw and with TPU v1's class
-    factors, no PHY) and power at 16 nm and 1 GHz — at the full MAC rate against the primer's
+    """One row per primer configuration: area at 28 and 16 nm (cells, and laid out with the
+    model's layout factors, no PHY or uncore) and power at 16 nm and 1 GHz — at the full MAC rate against the primer's
     peak, and at ResNet-50's MAC rate (fps x :data:`RESNET50_MACS`) against its average (no
     DRAM device energy and no DDR PHY: the IP's power; static = the core's cell leakage, no board
     background — an IP block has no board). Nothing here was fitted: every row is held out.
@@ -321,9 +317,9 @@ def nvdla_rows(power_tech: TechSpec | None = None) -> list[dict]:
         arch = nvdla_arch(macs, kb, gbps)
         r = {"chip": f"nvdla_{macs}", "macs": macs, "cbuf_kb": kb}
         for node, pub in (("28nm", a28), ("16nm", a16)):
-            raw, cls = core_area_mm2(arch, node, False), core_area_mm2(arch, node, True)
-            r[f"area_{node}"], r[f"area_class_{node}"], r[f"area_pub_{node}"] = raw, cls, pub
-            r[f"area_err_{node}"], r[f"area_class_err_{node}"] = raw / pub - 1, cls / pub - 1
+            cells, lay = core_area_mm2(arch, node, False), core_area_mm2(arch, node, True)
+            r[f"area_cells_{node}"], r[f"area_{node}"], r[f"area_pub_{node}"] = cells, lay, pub
+            r[f"area_cells_err_{node}"], r[f"area_err_{node}"] = cells / pub - 1, lay / pub - 1
         t = power_tech or load_tech("16nm")
         st = static_power(arch, t)
         phy_j = st["phy_w"]              # one second of the DDR PHY: outside the IP
@@ -345,23 +341,24 @@ def _mean_abs(xs: list[float]) -> float:
 
 def nvdla_table(rs: list[dict]) -> str:
     head = (f"{'NVDLA':10} {'MACs':>5} {'CBUF':>5} | {'28nm':>5} {'pub':>5} {'err':>6} "
-            f"{'class':>5} {'err':>6} | {'16nm':>5} {'pub':>5} {'err':>6} {'class':>5} "
+            f"{'cells':>5} {'err':>6} | {'16nm':>5} {'pub':>5} {'err':>6} {'cells':>5} "
             f"{'err':>6} | {'peak':>5} {'pub':>4} {'err':>6} | {'avg':>5} {'pub':>4} "
             f"{'err':>6} | {'static':>6} mW")
     lines = [head, "-" * len(head)]
     for r in rs:
         lines.append(
             f"{r['chip']:10} {r['macs']:5d} {r['cbuf_kb']:5d} | {r['area_28nm']:5.2f} "
-            f"{r['area_pub_28nm']:5.2f} {_pct(r['area_err_28nm'])} {r['area_class_28nm']:5.2f} "
-            f"{_pct(r['area_class_err_28nm'])} | {r['area_16nm']:5.2f} {r['area_pub_16nm']:5.2f} "
-            f"{_pct(r['area_err_16nm'])} {r['area_class_16nm']:5.2f} "
-            f"{_pct(r['area_class_err_16nm'])} | {r['peak_mw']:5.0f} {r['peak_pub_mw']:4.0f} "
+            f"{r['area_pub_28nm']:5.2f} {_pct(r['area_err_28nm'])} {r['area_cells_28nm']:5.2f} "
+            f"{_pct(r['area_cells_err_28nm'])} | {r['area_16nm']:5.2f} {r['area_pub_16nm']:5.2f} "
+            f"{_pct(r['area_err_16nm'])} {r['area_cells_16nm']:5.2f} "
+            f"{_pct(r['area_cells_err_16nm'])} | {r['peak_mw']:5.0f} {r['peak_pub_mw']:4.0f} "
             f"{_pct(r['peak_err'])} | {r['avg_mw']:5.0f} {r['avg_pub_mw']:4.0f} "
             f"{_pct(r['avg_err'])} | {r['static_mw']:6.1f}")
-    lines.append("mean |error| (all held out): " + ", ".join(
-        f"{k} {_mean_abs([r[k] for r in rs]):.1%}" for k in
-        ("area_err_28nm", "area_class_err_28nm", "area_err_16nm", "area_class_err_16nm",
-         "peak_err", "avg_err")))
+    lines.append("mean |error| (all held out; area: the model's laid out without PHY and uncore, "
+                 "and its cell area): " + ", ".join(
+                     f"{k} {_mean_abs([r[k] for r in rs]):.1%}" for k in
+                     ("area_err_28nm", "area_cells_err_28nm", "area_err_16nm",
+                      "area_cells_err_16nm", "peak_err", "avg_err")))
     return "\n".join(lines)
 
 
@@ -382,35 +379,67 @@ nodes newer than 7 nm, so an upper bound for a 7 nm design."""
 
 
 def pe_tops_per_mm2(tech: str, fmt: str, clock_mhz: float) -> float:
-    """TOPS per mm2 of PEs alone: 2 x clock / (the table's PE area: (mult + add) x pe_overhead)."""
+    """TOPS per mm2 of PE cells alone: 2 x clock / (the table's PE cell area: (mult + add) x
+    pe_overhead)."""
     return 2 * clock_mhz * 1e6 / 1e12 / (load_tech(tech).pe_um2(fmt) / 1e6)
 
 
+def largest_rtl_int8_cube() -> ArchSpec:
+    """The densest int8 design the RTL generators build: one 64x64x64 cube
+    (``tilewright.arch.RTL_MAX_ARRAY_DIM`` per dimension) at the 7 nm curve's nominal 1050 MHz,
+    8 MiB scratchpad, 2 MiB accumulator, 200 GB/s of DDR4 (as the density check of the previous
+    session; the memories are an assumption), 64 vector lanes."""
+    from tilewright.arch import RTL_MAX_ARRAY_DIM
+    n = RTL_MAX_ARRAY_DIM
+    return ArchSpec.from_dict({
+        "name": f"cube{n}x{n}x{n}", "clock_mhz": 1050.0,
+        "tensor_engine": {"kind": "cube", "rows": n, "depth": n, "cols": n,
+                          "input_format": "int8", "weight_format": "int8",
+                          "accumulator_format": "int32"},
+        "memory": {"scratchpad_kib": 8192, "accumulator_kib": 2048},
+        "offchip": {"bandwidth_gbps": 200.0, "interface": "ddr4"},
+        "vector_unit": {"lanes": n}}, source="largest_rtl_int8_cube()")
+
+
 def density_rows() -> list[dict]:
-    """Whole-chip TOPS per mm2 of the held-out 7 nm TPUs: the model's (raw area, and with TPU
-    v1's class factors) against the published lower bound (published TOPS over the die-area
-    upper bound), and the error of each against that bound."""
+    """Whole-chip TOPS per mm2 of the held-out 7 nm TPUs: the model's (cell area, and laid out:
+    ``area_mm2``) against the published lower bound (published TOPS over the die-area upper
+    bound), and the error of each against that bound."""
     out = []
     for name in ("tpu_v4i", "tpu_v4"):
         pub, arch = PUBLISHED[name], chip_with_background(name)
         t, bound = pub["tech"], pub["tops"] / pub["area_mm2"]
-        raw = peak_tops(arch) / area_mm2(arch, load_tech(t))
-        cls = peak_tops(arch) / class_area_mm2(arch, t)
-        out.append({"chip": name, "pub_min": bound, "raw": raw, "class": cls,
-                    "raw_x": raw / bound, "class_err": cls / bound - 1})
+        ab = area_breakdown(arch, load_tech(t))
+        raw = peak_tops(arch) / ab["area_cells_mm2"]
+        model = peak_tops(arch) / ab["area_mm2"]
+        out.append({"chip": name, "pub_min": bound, "raw": raw, "model": model,
+                    "raw_x": raw / bound, "model_err": model / bound - 1})
     return out
 
 
+def cube_density() -> dict[str, float]:
+    """TOPS per mm2 of :func:`largest_rtl_int8_cube` at 7 nm: cells and laid out."""
+    arch = largest_rtl_int8_cube()
+    ab = area_breakdown(arch, load_tech("7nm"))
+    return {"tops": peak_tops(arch), "area_mm2": ab["area_mm2"],
+            "area_cells_mm2": ab["area_cells_mm2"], "raw": peak_tops(arch) / ab["area_cells_mm2"],
+            "model": peak_tops(arch) / ab["area_mm2"]}
+
+
 def density_table() -> str:
-    k = class_factors()["compute"]
+    k = layout_fit().compute
     pe = pe_tops_per_mm2("7nm", "int8", 1050.0)
-    lines = ["7 nm TOPS/mm2 (int8 = bf16 rate on the TPUs): model raw / with TPU v1 class "
-             "factors vs published lower bound (TOPS / die upper bound)"]
+    lines = ["7 nm TOPS/mm2 (int8 = bf16 rate on the TPUs): model cells / laid out (area_mm2) "
+             "vs published lower bound (TOPS / die upper bound)"]
     for r in density_rows():
-        lines.append(f"{r['chip']:8} raw {r['raw']:.3f} ({r['raw_x']:.2f}x the bound), class "
-                     f"{r['class']:.3f} ({r['class_err']:+.1%}) vs >= {r['pub_min']:.3f}")
-    lines.append(f"int8 PE array alone at 7 nm, 1050 MHz: {pe:.1f} TOPS/mm2 raw, {pe / k:.1f} with "
-                 f"TPU v1's compute factor ({k:.2f}); whole chips published: RaPiD 7 nm "
+        lines.append(f"{r['chip']:8} cells {r['raw']:.3f} ({r['raw_x']:.2f}x the bound), model "
+                     f"{r['model']:.3f} ({r['model_err']:+.1%}) vs >= {r['pub_min']:.3f}")
+    c = cube_density()
+    lines.append(f"largest RTL int8 cube (64x64x64, 1050 MHz, 8+2 MiB, 200 GB/s DDR4): "
+                 f"{c['tops']:.0f} TOPS on {c['area_mm2']:.1f} mm2 = {c['model']:.2f} TOPS/mm2 "
+                 f"(cells {c['area_cells_mm2']:.1f} mm2, {c['raw']:.1f})")
+    lines.append(f"int8 PE array alone at 7 nm, 1050 MHz: {pe:.1f} TOPS/mm2 cells, {pe / k:.1f} "
+                 f"with the compute layout factor ({k:.2f}); whole chips published: RaPiD 7 nm "
                  f"{RAPID_7NM['fp8_tflops'] / RAPID_7NM['area_mm2']:.2f} (FP8) .. "
                  f"{RAPID_7NM['int4_tops'] / RAPID_7NM['area_mm2']:.2f} (INT4), Samsung 4 nm NPU "
                  f"{SAMSUNG_4NM_TOPS_PER_MM2:.2f} (int8)")
@@ -512,20 +541,20 @@ def _err(x: float, pub: float | None) -> float | None:
 
 
 def rows() -> list[dict]:
-    """One row per chip: predicted, published and error of area (raw, x the TPU v1 die factor,
-    and by class factors), peak TOPS and power."""
+    """One row per chip: predicted, published and error of area (the model's, laid out; its
+    cell area; the cell area x the TPU v1 die factor), peak TOPS and power."""
     k = die_factor()
     out = []
     for name, pub in PUBLISHED.items():
         arch = chip_with_background(name)
-        area = area_mm2(arch, load_tech(pub["tech"]))
-        ca = class_area_mm2(arch, pub["tech"])
+        ab = area_breakdown(arch, load_tech(pub["tech"]))
+        area, cells = ab["area_mm2"], ab["area_cells_mm2"]
         p = peak_power_w(arch, pub["tech"])
         pa = pub["area_mm2"]
         r = {"chip": name, "tech": pub["tech"], "role": pub["role"], "cite": pub["cite"],
              "area_mm2": area, "area_pub_mm2": pa, "area_err": _err(area, pa),
-             "area_die_mm2": area * k, "area_die_err": _err(area * k, pa),
-             "area_class_mm2": ca, "area_class_err": _err(ca, pa),
+             "area_cells_mm2": cells, "area_cells_err": _err(cells, pa),
+             "area_die_mm2": cells * k, "area_die_err": _err(cells * k, pa),
              "tops": peak_tops(arch), "tops_pub": pub["tops"],
              "tops_err": peak_tops(arch) / pub["tops"] - 1,
              "power_w": p["power_w"], "mac_w": p["mac_w"], "sram_w": p["sram_w"],
@@ -552,17 +581,17 @@ def _pct(x: float | None) -> str:
 
 
 def table(rs: list[dict]) -> str:
-    head = (f"{'chip':8} {'role':11} {'area mm2':>8} {'<pub':>5} {'err':>6} {'x die':>5} "
-            f"{'err':>6} {'class':>5} {'err':>6} | {'TOPS':>5} {'pub':>4} {'err':>6} | "
+    head = (f"{'chip':8} {'role':11} {'cells':>8} {'<pub':>5} {'err':>6} {'x die':>5} "
+            f"{'err':>6} {'area':>5} {'err':>6} | {'TOPS':>5} {'pub':>4} {'err':>6} | "
             f"{'W':>5} {'pub':>4} {'kind':12} {'err':>6} {'+DRAM':>5} {'err':>6} "
             f"({'MAC':>5} + {'SRAM':>5} + {'leak':>4} + {'PHY':>4} + {'bkgd':>4} W at "
             f"{'V':>5})")
     lines = [head, "-" * len(head)]
     for r in rs:
         lines.append(
-            f"{r['chip']:8} {r['role']:11} {r['area_mm2']:8.1f} {r['area_pub_mm2']:5.0f} "
-            f"{_pct(r['area_err'])} {r['area_die_mm2']:5.0f} {_pct(r['area_die_err'])} "
-            f"{r['area_class_mm2']:5.0f} {_pct(r['area_class_err'])} | "
+            f"{r['chip']:8} {r['role']:11} {r['area_cells_mm2']:8.1f} {r['area_pub_mm2']:5.0f} "
+            f"{_pct(r['area_cells_err'])} {r['area_die_mm2']:5.0f} {_pct(r['area_die_err'])} "
+            f"{r['area_mm2']:5.0f} {_pct(r['area_err'])} | "
             f"{r['tops']:5.1f} {r['tops_pub']:4.0f} {r['tops_err']:+6.1%} | "
             f"{r['power_w']:5.1f} {r['power_pub_w']:4.0f} {r['power_kind']:12} "
             f"{r['power_err']:+6.1%} {r['with_dram_w']:5.1f} {r['with_dram_err']:+6.1%} "
@@ -583,11 +612,13 @@ def table(rs: list[dict]) -> str:
                  f"{ACC_RAMS_TPU_V1} RAMs of 16 KiB); as one 4 MiB bank "
                  f"{a['acc_one_bank_w']:.1f} W -> busy {a['busy_one_bank_w']:.1f} W "
                  f"({a['busy_one_bank_w'] / BUSY_V1['power_w'] - 1:+.1%})")
-    lines.append(f"die factor (TPU v1 published / model area) = {die_factor():.3f}")
+    lines.append(f"die factor (TPU v1 published / model cell area) = {die_factor():.3f}")
     k, m = class_factors(), model_classes(load_chip("tpu_v1"), "28nm")
-    lines.append("TPU v1 area by class, model mm2 / floor plan mm2 (factor): " + ", ".join(
-        f"{c} {m[c]:.1f} / {DIE_CLASSES_TPU_V1[c] * PUBLISHED['tpu_v1']['area_mm2']:.1f} "
-        f"({k[c]:.2f})" for c in DIE_CLASSES_TPU_V1) + "; unshaded 21 % not modelled")
+    lines.append("TPU v1 area by class, model cells mm2 / floor plan mm2 (factor): " + ", ".join(
+        f"{c} {m[c]:.1f} / {TPU_V1_FLOORPLAN[c] * PUBLISHED['tpu_v1']['area_mm2']:.1f} "
+        f"({k[c]:.2f})" for c in CLASSES) + f"; layout factors (model): sram {layout_fit().sram:.2f}, "
+        f"compute {layout_fit().compute:.2f}, uncore {layout_fit().uncore:.3f} (I/O, control, "
+        f"unshaded 21 % beyond the modelled PHY and fixed block)")
     m, p = floorplan_ratio()
     lines.append(f"TPU v1 SRAM / PE-array area: model {m:.3f}, floor plan {p:.3f} "
                  f"(err {m / p - 1:+.1%})")
@@ -601,6 +632,7 @@ def main(argv: list[str] | None = None) -> None:
     rs, nv = rows(), nvdla_rows()
     print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
                       "background_fit_w": background_fit(), "density_7nm": density_rows(),
+                      "cube_7nm": cube_density(), "layout_factors": layout_fit()._asdict(),
                       "diagnostics": {"pe_registers": register_sensitivity()}},
                      indent=1) if args.json
           else table(rs) + "\n\n" + nvdla_table(nv) + "\n\n"

@@ -22,7 +22,8 @@ parts the model's per-PE area is built from (the 45 nm table's int8 row: 8x8 mul
 + 32-bit adder 227.1 µm², derived from Aladdin's published 40 nm functional-unit areas: see the
 ``sources`` block of configs/tech/45nm.yaml).
 
-Printed: per design the transistors, DFFs, LUT4s and the model's ``pe_array_um2`` (45 nm); then
+Printed: per design the transistors, DFFs, LUT4s and the model's PE-array cell area
+``pe_array_cells_um2`` (45 nm; cells, not the laid-out ``pe_array_um2``); then
 the least-squares fits ``transistors = a + b * model_pe_array_um2`` and ``= a + b * PEs``
 (slope, intercept, R², max residual %), per dataflow and pooled, and the structural checks of
 the model: the PE overhead factor implied by the RTL (transistors per PE / transistors of one
@@ -128,7 +129,7 @@ def measure(ys: str, sizes: list[int], dataflows: list[str], ice40: bool) -> dic
                 ice = _run(ys, d, v.name, _ICE40_FLOW, TOP_NAME)["num_cells_by_type"]
                 lut, mac = ice.get("SB_LUT4", 0), ice.get("SB_MAC16", 0)
             row = dict(zip(_KEYS, (df, n * n, _transistors(cm),
-                                   area_breakdown(arch, tech)["pe_array_um2"], lut,
+                                   area_breakdown(arch, tech)["pe_array_cells_um2"], lut,
                                    cm["num_cells_by_type"].get("$_DFF_P_", 0), mac,
                                    round(time.perf_counter() - t0, 1))))
             out["rows"].append(row)

@@ -24,6 +24,31 @@ figures). Units: pJ for energy, µm² for area (results also in mm² and J).
     vector   = lanes * vector_lane                (lanes = vector_unit.lanes, else cols)
     fixed    = fixed                              (controller, DMA, IO)
 
+These are *cell* areas (``<block>_cells_um2``, total ``area_cells_mm2``): the cells of the
+tables' library (Aladdin's 40 nm cells scaled, configs/tech/45nm.yaml; ``pe_overhead`` calibrated
+on Yosys cell counts) with no placement density, wiring or what the library leaves out — what a
+synthesis cell area or a Yosys netlist is compared with. A die holds more. The laid-out area
+(``<block>_um2``, total ``area_mm2``) applies **layout factors fitted on TPU v1 (calibration);
+placement density, wiring and what the cell library leaves out** (:func:`layout_fit`, the
+tables' ``area_um2.layout: tpu_v1``), node-independent ratios, at every node::
+
+    pe_array, vector = k_compute * cells          sram = k_sram * cells
+    fixed, phy       = cells                      (as modelled: not carried from TPU v1)
+    uncore           = k_uncore * (pe_array + vector + sram)   (laid out)
+    area             = pe_array + sram + vector + fixed + phy + uncore
+
+with TPU v1's published floor plan (:data:`TPU_V1_FLOORPLAN`: die D <= 331 mm2, data buffers
+37 %, compute 30 %) over its cell area at 28 nm (configs/validation/tpu_v1.yaml)::
+
+    k_sram    = 0.37 D / sram_cells
+    k_compute = 0.30 D / (pe_array_cells + vector_cells)
+    k_uncore  = (D - 0.67 D - phy_cells - fixed_cells) / (0.67 D)
+
+``uncore`` is the rest of a die beyond the modelled PHY and ``fixed`` block (TPU v1's I/O pads,
+control, the floor plan's unshaded 21 %), taken as the same share of the buffers and compute as
+on TPU v1 (an assumption), so TPU v1's area is its published die exactly. A table may give its
+own factors instead (``layout: {sram: 1, compute: 1, uncore: 0}`` is the cell area).
+
 SRAM banking (``memory.scratchpad_banks`` B_s, ``memory.accumulator_banks`` B_a): each of the
 scratchpad's two buffers (A, B) is B_s banks of ``scratchpad_kib / 2 / B_s`` KiB, the accumulator
 B_a banks of ``accumulator_kib / B_a`` KiB. ``extra_banks = 2 * (B_s - 1) + (B_a - 1)``; every
@@ -38,7 +63,9 @@ of ``tensor_engine``'s format and ``core_sram_kib`` of SRAM (plus its share of `
 router): ``mesh_cores = cores * (core_macs_per_cycle * pe + core_sram_kib * sram_kib + fixed/64)``
 (PEs only: a mesh core's column term is not counted);
 the single-core terms (``pe_array``, ``sram``, ``vector``, ``fixed``) are 0, and an SRAM access
-reads one core's ``core_sram_kib``.
+reads one core's ``core_sram_kib``. Laid out, a mesh core's PEs and SRAM take the layout factors
+and the ``uncore`` share as above (:func:`mesh_core_um2`: laid-out area / cores, the hop pitch's
+square).
 
 **Energy** (pJ) of a workload from its totals — MACs, vector element operations and off-chip
 bytes (a Report's ``macs``, ``vector_ops`` and ``bytes`` columns) and optional mesh traffic
@@ -65,7 +92,7 @@ same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
   read, one fp32 write);
 * off-chip: ``bytes * dram_pj_per_byte``;
 * mesh: ``byte_hops * (hop_pj_per_byte_mm * pitch_mm + router_pj_per_byte)`` with the hop pitch
-  the side of one mesh core's area.
+  the side of one mesh core's laid-out area (:func:`mesh_core_um2`).
 
 SRAM energy per byte is the table's 64-bit read energy at the capacity of the *bank* an access
 reads, interpolated log-log between the listed capacities (extrapolated along the end segments),
@@ -86,14 +113,15 @@ operands stay on the wafer).
 
 **Static power** (W) while the chip is powered (``static_power``), at supply V::
 
-    leakage    = ((area - sram_kib * sram_um2_per_kib - phy) * logic_mw_per_mm2 * 1e-3
+    leakage    = ((area_cells - sram_kib * sram_um2_per_kib - phy) * logic_mw_per_mm2 * 1e-3
                   + sram_bits * sram_pw_per_bit * 1e-12) * V / v_nom
     phy        = bandwidth_gbps * offchip_phy[interface].mw_per_gbps * 1e-3
     background = offchip.background_w (0 when unset)
 
 (leakage current held at its nominal value, so leakage power is linear in V: an assumption that
 leaves out DIBL). ``leakage`` is the cells' own leakage (the tables' densities rest on Aladdin's
-40 nm cell library, configs/tech/45nm.yaml); what a powered chip burns beyond it — board,
+40 nm cell library, configs/tech/45nm.yaml), per mm2 of *cell* area (wiring and white space
+leak little); what a powered chip burns beyond it — board,
 I/O, PLL, clock tree, DRAM background — is the chip's ``offchip.background_w``, not a density.
 A workload of ``latency_s`` seconds adds ``static_power * latency_s``
 (``energy_breakdown(..., latency_s=...)``, term ``static_pj``).
@@ -104,11 +132,12 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tilewright.arch import PRESET_DIR, ArchSpec
+from tilewright.arch import PRESET_DIR, ArchSpec, load_arch
 from tilewright.compiler.engine_timing import sram_bytes_per_mac
 from tilewright.compiler.layout import ab_buffer_bytes
 from tilewright.errors import UserError
@@ -117,10 +146,29 @@ from tilewright.validation import (find_user_file, load_user_yaml, validate_mapp
                                    validation_error_line)
 
 __all__ = ["TechSpec", "TechError", "load_tech", "TECH_DIR", "area_breakdown", "area_mm2",
-           "energy_breakdown", "between_nodes", "sram_pj_per_byte", "sram_bank_kib",
-           "operand_bytes", "operating_voltage", "dynamic_scale", "static_power", "offchip_phy"]
+           "AREA_BLOCKS", "LayoutFactors", "layout_fit", "TPU_V1_FLOORPLAN", "CALIBRATION_CHIP",
+           "load_validation_chip", "mesh_core_um2", "energy_breakdown", "between_nodes",
+           "sram_pj_per_byte", "sram_bank_kib", "operand_bytes", "operating_voltage", "dynamic_scale", "static_power", "offchip_phy"]
 
 TECH_DIR = PRESET_DIR / "tech"
+VALIDATION_DIR = PRESET_DIR / "validation"
+
+AREA_BLOCKS = ("pe_array", "sram", "vector", "fixed", "mesh", "phy", "uncore")
+"""the blocks of :func:`area_breakdown`: each laid out as ``<block>_um2`` (summing to
+``area_mm2``) and as cells ``<block>_cells_um2`` (summing to ``area_cells_mm2``; ``uncore`` has
+no cells)"""
+
+CALIBRATION_CHIP = {"name": "tpu_v1", "tech": "28nm"}
+"""the chip the layout factors are fitted on (configs/validation/<name>.yaml) and its node; every
+other published chip is held out (benchmarks/accelerator_validation.py)"""
+
+TPU_V1_FLOORPLAN = {"die_mm2": 662.0 / 2, "buffers": 0.37, "compute": 0.30, "io": 0.10,
+                    "control": 0.02}
+"""TPU v1's published die (Jouppi et al., "In-Datacenter Performance Analysis of a Tensor
+Processing Unit", ISCA 2017, arXiv:1704.04760, confirmed in a retrieved copy): die area mm2
+"<= half the Haswell die size" (Haswell 662 mm2, Table 2), and the die by class, Figure 2
+caption: data buffers 37 %, compute 30 %, I/O 10 %, control 2 % (the remaining 21 % not shaded).
+Shares are fractions of the die. :func:`layout_fit` reads them."""
 
 
 class TechError(UserError, ValueError):
@@ -156,6 +204,21 @@ class _SramPoint(_Frozen):
     pj: float = Field(..., gt=0, description="energy of one 64-bit read in pJ")
 
 
+class LayoutFactors(NamedTuple):
+    """Laid-out area / cell area of a design's blocks (module doc): dimensionless."""
+
+    sram: float
+    compute: float
+    uncore: float
+
+
+class _Layout(_Frozen):
+    sram: float = Field(..., ge=1, description="laid-out / cell area of the SRAM macros")
+    compute: float = Field(..., ge=1, description="laid-out / cell area of the PEs and vector "
+                                                  "lanes")
+    uncore: float = Field(..., ge=0, description="rest of the die / laid-out PEs + vector + SRAM")
+
+
 class _Area(_Frozen):
     pe: dict[str, _MacPair] = Field(..., description="µm² per PE's multiplier and adder, by format")
     column: dict[str, _ColumnPair] = Field(
@@ -170,6 +233,9 @@ class _Area(_Frozen):
         ..., ge=0, description="each SRAM bank beyond the first adds the periphery of a macro of "
                                "this many KiB (module doc)")
     fixed: float = Field(..., ge=0, description="µm² per core independent of the parameters")
+    layout: Literal["tpu_v1"] | _Layout = Field(
+        "tpu_v1", description="layout factors on the cell areas above: 'tpu_v1' = fitted on TPU "
+                              "v1 (calibration; layout_fit), or explicit {sram, compute, uncore}")
 
 
 class _VF(_Frozen):
@@ -257,7 +323,15 @@ class TechSpec(_Frozen):
         a = self.area_um2
         return a.sram_bank_periphery_kib * 8192 * a.sram_bitcell * (1 / a.sram_array_efficiency - 1)
 
+    def layout_factors(self) -> LayoutFactors:
+        """The factors this table's cell areas take (``area_um2.layout``; module doc)."""
+        lay = self.area_um2.layout
+        if lay == "tpu_v1":
+            return layout_fit()
+        return LayoutFactors(lay.sram, lay.compute, lay.uncore)
+
     def pe_um2(self, fmt: str) -> float:
+        """µm² of one PE's cells (format's multiplier + adder, x ``pe_overhead``)."""
         return self._lookup(self.area_um2.pe, fmt, "area_um2.pe").total * self.area_um2.pe_overhead
 
     def mac_pj_of(self, fmt: str) -> float:
@@ -390,34 +464,85 @@ def _lanes(arch: ArchSpec) -> int:
     return arch.vector_unit.lanes if arch.vector_unit is not None else arch.tensor_engine.cols
 
 
-def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
-    """Area components in µm² (``pe_array``, ``sram``, ``vector``, ``fixed``, ``mesh``,
-    ``phy``) and the total in mm² (``area_mm2``); see the module doc for the formulas."""
+def _cell_blocks(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
+    """µm² of each block's cells (module doc), keyed by the :data:`AREA_BLOCKS` names; ``mesh``
+    is split into its cores' PEs, SRAM and router share (``mesh_pe``, ``mesh_sram``,
+    ``mesh_fixed``)."""
     te, a, mem = arch.tensor_engine, tech.area_um2, arch.memory
     pe = tech.pe_um2(te.input_format)
-    extra_banks = 2 * (mem.scratchpad_banks - 1) + (mem.accumulator_banks - 1)
-    out = {
-        "pe_array_um2": te.macs_per_cycle * pe
-        + te.count * te.cols * tech.column_um2(te.input_format),
-        "sram_um2": (mem.scratchpad_kib + mem.accumulator_kib) * tech.sram_um2_per_kib
-        + extra_banks * tech.sram_bank_periphery_um2,
-        "vector_um2": _lanes(arch) * a.vector_lane,
-        "fixed_um2": a.fixed,
-        "mesh_um2": 0.0,
-        "phy_um2": arch.offchip.bandwidth_gbps * offchip_phy(arch, tech).um2_per_gbps,
-    }
     if arch.mesh is not None:       # the mesh alone: no single-core terms (module doc)
         m = arch.mesh
-        out = dict.fromkeys(out, 0.0)
-        out["mesh_um2"] = m.cores * (m.core_macs_per_cycle * pe
-                                     + m.core_sram_kib * tech.sram_um2_per_kib + a.fixed / 64)
-    out["area_mm2"] = sum(v for k, v in out.items() if k.endswith("_um2")) / 1e6
+        return {**dict.fromkeys(("pe_array", "sram", "vector", "fixed", "phy"), 0.0),
+                "mesh_pe": m.cores * m.core_macs_per_cycle * pe,
+                "mesh_sram": m.cores * m.core_sram_kib * tech.sram_um2_per_kib,
+                "mesh_fixed": m.cores * a.fixed / 64}
+    extra_banks = 2 * (mem.scratchpad_banks - 1) + (mem.accumulator_banks - 1)
+    return {
+        "pe_array": te.macs_per_cycle * pe + te.count * te.cols * tech.column_um2(te.input_format),
+        "sram": (mem.scratchpad_kib + mem.accumulator_kib) * tech.sram_um2_per_kib
+        + extra_banks * tech.sram_bank_periphery_um2,
+        "vector": _lanes(arch) * a.vector_lane,
+        "fixed": a.fixed,
+        "phy": arch.offchip.bandwidth_gbps * offchip_phy(arch, tech).um2_per_gbps,
+        "mesh_pe": 0.0, "mesh_sram": 0.0, "mesh_fixed": 0.0}
+
+
+def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
+    """Area of each block of :data:`AREA_BLOCKS` in µm², laid out (``<block>_um2``, with the
+    table's layout factors: fitted on TPU v1 (calibration); placement density, wiring and what
+    the cell library leaves out) and as cells (``<block>_cells_um2``: the cell library's area,
+    what Yosys and synthesis cell areas compare with), and the totals in mm², ``area_mm2``
+    (laid out) and ``area_cells_mm2``; see the module doc for the formulas."""
+    c, k = _cell_blocks(arch, tech), tech.layout_factors()
+    mesh_cells = c["mesh_pe"] + c["mesh_sram"] + c["mesh_fixed"]
+    out = {"pe_array_um2": k.compute * c["pe_array"], "sram_um2": k.sram * c["sram"],
+           "vector_um2": k.compute * c["vector"], "fixed_um2": c["fixed"],
+           "mesh_um2": k.compute * c["mesh_pe"] + k.sram * c["mesh_sram"] + c["mesh_fixed"],
+           "phy_um2": c["phy"]}
+    out["uncore_um2"] = k.uncore * (out["pe_array_um2"] + out["sram_um2"] + out["vector_um2"]
+                                    + out["mesh_um2"] - c["mesh_fixed"])
+    cells = {"pe_array": c["pe_array"], "sram": c["sram"], "vector": c["vector"],
+             "fixed": c["fixed"], "mesh": mesh_cells, "phy": c["phy"], "uncore": 0.0}
+    out.update({f"{b}_cells_um2": cells[b] for b in AREA_BLOCKS})
+    out["area_mm2"] = sum(out[f"{b}_um2"] for b in AREA_BLOCKS) / 1e6
+    out["area_cells_mm2"] = sum(cells.values()) / 1e6
     return out
 
 
 def area_mm2(arch: ArchSpec, tech: TechSpec) -> float:
-    """Total area in mm²."""
+    """Total laid-out area in mm² (:func:`area_breakdown`'s ``area_mm2``)."""
     return area_breakdown(arch, tech)["area_mm2"]
+
+
+def mesh_core_um2(arch: ArchSpec, tech: TechSpec) -> float:
+    """µm² of one mesh core laid out (its share of ``uncore`` included): the square of the hop
+    pitch. Needs a ``mesh`` section."""
+    return area_mm2(arch, tech) * 1e6 / arch.mesh.cores
+
+
+def load_validation_chip(name: str) -> ArchSpec:
+    """A published chip's ArchSpec from configs/validation/<name>.yaml, as its YAML states it."""
+    return load_arch(VALIDATION_DIR / f"{name}.yaml")
+
+
+@lru_cache(maxsize=1)
+def layout_fit() -> LayoutFactors:
+    """Layout factors fitted on TPU v1 (calibration); placement density, wiring and what the
+    cell library leaves out: TPU v1's published floor plan (:data:`TPU_V1_FLOORPLAN`) over its
+    cell area in the model (:data:`CALIBRATION_CHIP`, module doc)::
+
+        k_sram = 0.37 D / sram_cells,  k_compute = 0.30 D / (pe_array_cells + vector_cells),
+        k_uncore = (D - 0.67 D - phy_cells - fixed_cells) / (0.67 D)
+
+    Reads TPU v1's ArchSpec and the 28 nm table only; no other chip sets a factor."""
+    fp = TPU_V1_FLOORPLAN
+    c = _cell_blocks(load_validation_chip(CALIBRATION_CHIP["name"]),
+                     load_tech(CALIBRATION_CHIP["tech"]))
+    die = fp["die_mm2"] * 1e6
+    core = (fp["buffers"] + fp["compute"]) * die
+    return LayoutFactors(sram=fp["buffers"] * die / c["sram"],
+                         compute=fp["compute"] * die / (c["pe_array"] + c["vector"]),
+                         uncore=(die - core - c["phy"] - c["fixed"]) / core)
 
 
 def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops: float = 0.0,
@@ -460,9 +585,7 @@ def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops:
     if byte_hops:
         if arch.mesh is None:
             raise TechError("byte_hops given but the ArchSpec has no mesh section")
-        core_um2 = (arch.mesh.core_macs_per_cycle * tech.pe_um2(te.input_format)
-                    + arch.mesh.core_sram_kib * tech.sram_um2_per_kib + tech.area_um2.fixed / 64)
-        pitch_mm = math.sqrt(core_um2) / 1e3
+        pitch_mm = math.sqrt(mesh_core_um2(arch, tech)) / 1e3
         out["mesh_pj"] = byte_hops * (tech.hop_pj_per_byte_mm * pitch_mm + tech.router_pj_per_byte)
     return _at_operating_point(arch, tech, out, latency_s)
 
@@ -527,7 +650,7 @@ def static_power(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
     else:
         sram_kib = arch.memory.scratchpad_kib + arch.memory.accumulator_kib
     sram_mm2 = sram_kib * tech.sram_um2_per_kib / 1e6   # the macros; extra-bank periphery: logic
-    logic_mm2 = ar["area_mm2"] - sram_mm2 - ar["phy_um2"] / 1e6
+    logic_mm2 = ar["area_cells_mm2"] - sram_mm2 - ar["phy_cells_um2"] / 1e6   # cells leak
     lk = tech.leakage
     v = operating_voltage(arch, tech)
     leak = (logic_mm2 * lk.logic_mw_per_mm2 * 1e-3

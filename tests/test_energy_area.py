@@ -11,8 +11,8 @@ import pytest
 
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.dataflow_sim.energy_area import (TECH_DIR, TechError, area_breakdown,
-                                                 energy_breakdown, load_tech, sram_bank_kib,
-                                                 sram_pj_per_byte)
+                                                 energy_breakdown, layout_fit, load_tech,
+                                                 sram_bank_kib, sram_pj_per_byte)
 
 # Horowitz, ISSCC 2014, 45 nm 0.9 V energy table, pJ (DRAM: nJ range per 64-bit access).
 H14_PJ = {"add8": 0.03, "add32": 0.1, "mult8": 0.2, "mult32": 3.1, "fadd16": 0.4, "fmult16": 1.1,
@@ -151,11 +151,18 @@ def test_area_closed_form_45nm_ws16x16():
     sram = 256 * 8192 * 0.346 / 0.6
     vec = 16 * (7787.8 + 3805.8)
     phy = 16.0 * 150000                 # 16 GB/s of the default DDR4 PHY, um^2 per GB/s
-    assert got["pe_array_um2"] == pytest.approx(pe)
-    assert got["sram_um2"] == pytest.approx(sram)
-    assert got["vector_um2"] == pytest.approx(vec)
+    assert got["pe_array_cells_um2"] == pytest.approx(pe)
+    assert got["sram_cells_um2"] == pytest.approx(sram)
+    assert got["vector_cells_um2"] == pytest.approx(vec)
+    assert got["phy_cells_um2"] == pytest.approx(phy)
+    assert got["area_cells_mm2"] == pytest.approx((pe + sram + vec + 500000 + phy) / 1e6)
+    # laid out: the layout factors (checked by hand in tests/test_area_layout.py) per block
+    k = layout_fit()
+    core = k.compute * (pe + vec) + k.sram * sram
+    assert got["pe_array_um2"] == pytest.approx(k.compute * pe)
+    assert got["sram_um2"] == pytest.approx(k.sram * sram)
     assert got["phy_um2"] == pytest.approx(phy)
-    assert got["area_mm2"] == pytest.approx((pe + sram + vec + 500000 + phy) / 1e6)
+    assert got["area_mm2"] == pytest.approx((core * (1 + k.uncore) + 500000 + phy) / 1e6)
 
 
 def test_energy_closed_form_ws_and_os():
@@ -202,9 +209,9 @@ def test_banked_sram_energy_reads_one_bank():
 
 def test_banked_sram_area_adds_bank_periphery():
     t = load_tech("45nm")
-    base = area_breakdown(load_arch("ws16x16"), t)["sram_um2"]
+    base = area_breakdown(load_arch("ws16x16"), t)["sram_cells_um2"]
     periphery = 8 * 8192 * 0.346 * (1 / 0.6 - 1)          # an 8 KiB macro's non-cell share
-    got = area_breakdown(_banked("ws16x16", 4, 2), t)["sram_um2"]
+    got = area_breakdown(_banked("ws16x16", 4, 2), t)["sram_cells_um2"]
     assert got == pytest.approx(base + (2 * 3 + 1) * periphery)
     assert area_breakdown(_banked("ws16x16", 1, 1), t) == area_breakdown(load_arch("ws16x16"), t)
 
@@ -250,16 +257,16 @@ def test_format_closed_form_45nm_ws32x4():
     mx = ws.with_engine(input_format="mxint8", weight_format="mxint8", accumulator_format="fp32")
     f8 = ws.with_engine(input_format="fp8-e4m3", weight_format="fp8-e4m3",
                         accumulator_format="fp32")
-    want = {  # format: (PE array um^2, pJ per MAC at 0.6 V)
+    want = {  # format: (PE array cell um^2, pJ per MAC at 0.6 V)
         ws: (128 * (406.4 + 227.1) * 1.8, 0.3 * s),
         mx: (128 * (406.4 + 227.1) * 1.8 + 4 * (1890.5 + 3805.8),
              (0.3 + (0.4471 + 0.9) / 32) * s),
         f8: (128 * (176.1 + 3805.8) * 1.8 + 4 * (7787.8 + 3805.8), (0.0867 + 0.9 + 0.9 / 32) * s),
     }
     for arch, (um2, pj) in want.items():
-        assert area_breakdown(arch, t)["pe_array_um2"] == pytest.approx(um2)
+        assert area_breakdown(arch, t)["pe_array_cells_um2"] == pytest.approx(um2)
         assert energy_breakdown(arch, t, macs=1.0)["mac_pj"] == pytest.approx(pj)
-    assert len({round(area_breakdown(a, t)["pe_array_um2"]) for a in want}) == 3
+    assert len({round(area_breakdown(a, t)["pe_array_cells_um2"]) for a in want}) == 3
 
 
 def test_energy_scales_with_format_and_node():
@@ -277,9 +284,11 @@ def test_mesh_area_and_hop_energy():
     m = load_arch("mesh4x4")
     t = load_tech("7nm")
     a = area_breakdown(m, t)
-    core = m.mesh.core_macs_per_cycle * t.pe_um2(m.tensor_engine.input_format) \
-        + m.mesh.core_sram_kib * t.sram_um2_per_kib + t.area_um2.fixed / 64
-    assert a["mesh_um2"] == pytest.approx(16 * core)
+    pe = m.mesh.core_macs_per_cycle * t.pe_um2(m.tensor_engine.input_format)
+    sram = m.mesh.core_sram_kib * t.sram_um2_per_kib
+    assert a["mesh_cells_um2"] == pytest.approx(16 * (pe + sram + t.area_um2.fixed / 64))
+    k = layout_fit()                 # laid out: PEs and SRAM x their factors, + uncore share
+    core = (k.compute * pe + k.sram * sram) * (1 + k.uncore) + t.area_um2.fixed / 64
     # the mesh alone: no host core's array, scratchpad, vector unit or controller is counted
     assert a["area_mm2"] == pytest.approx(16 * core / 1e6)
     assert a["pe_array_um2"] == a["sram_um2"] == a["vector_um2"] == a["fixed_um2"] == 0

@@ -190,7 +190,7 @@ def test_energy_area_count_rows_cols_depth_pes():
     pe = tech.pe_um2("int8")
     for kind, (te_dict, _) in KINDS.items():
         arch = _arch(te_dict)
-        assert area_breakdown(arch, tech)["pe_array_um2"] == pytest.approx(64 * pe), kind
+        assert area_breakdown(arch, tech)["pe_array_cells_um2"] == pytest.approx(64 * pe), kind
     # a dot-product tree re-reads both operands every beat: e·macs·(1/Tn + 1/Tm) scratchpad bytes
     at, op = _arch(KINDS["adder_tree"][0]), _arch(KINDS["outer_product"][0])
     e_at = energy_breakdown(at, tech, macs=1e6)["sram_pj"]

@@ -28,8 +28,8 @@ def _mk(base, **changes):
 
 
 def test_mesh_size_axis_runs_the_mesh_model(tmp_path):
-    from tilewright.dataflow_sim.energy_area import (area_breakdown, dynamic_scale, load_tech,
-                                                     operating_voltage)
+    from tilewright.dataflow_sim.energy_area import (area_breakdown, dynamic_scale, layout_fit,
+                                                     load_tech, operating_voltage)
     from tilewright.dataflow_sim.mesh import mesh_gemv
     spec = _mk(MESH, workloads=[{"mesh_gemv": [256, 256]}])   # int8: the mesh cores' format
     db = tmp_path / "m.db"
@@ -56,8 +56,11 @@ def test_mesh_size_axis_runs_the_mesh_model(tmp_path):
         byte_hops = sum(float(a.sum()) for a in rep.link_load_flits.values()) \
             * arch.mesh.link_bytes_per_cycle
         assert byte_hops > 0
-        core_um2 = (arch.mesh.core_macs_per_cycle * tech.pe_um2(arch.tensor_engine.input_format)
-                    + arch.mesh.core_sram_kib * tech.sram_um2_per_kib + tech.area_um2.fixed / 64)
+        k = layout_fit()     # a core laid out: PEs, SRAM x layout factors, + uncore share
+        core_um2 = ((k.compute * arch.mesh.core_macs_per_cycle
+                     * tech.pe_um2(arch.tensor_engine.input_format)
+                     + k.sram * arch.mesh.core_sram_kib * tech.sram_um2_per_kib)
+                    * (1 + k.uncore) + tech.area_um2.fixed / 64)
         mesh_pj = byte_hops * (tech.hop_pj_per_byte_mm * math.sqrt(core_um2) / 1e3
                                + tech.router_pj_per_byte)
         mesh_pj *= dynamic_scale(tech, operating_voltage(arch, tech))   # (V / v_nom)^2

@@ -23,7 +23,7 @@ from tilewright.app.sweep.pareto import pareto_mask
 from tilewright.app.sweep.spec import SweepError, metric_info
 from tilewright.app.sweep.store import ResultsStore
 from tilewright.arch import ArchSpec
-from tilewright.dataflow_sim.energy_area import area_breakdown, load_tech
+from tilewright.dataflow_sim.energy_area import AREA_BLOCKS, area_breakdown, load_tech
 
 __all__ = ["write_report", "write_interactive", "op_roofline", "ROOFLINE_COLUMNS", "FRONT_COLOUR"]
 
@@ -484,7 +484,7 @@ def _roofline_figure(store: ResultsStore, df: pd.DataFrame):
 
 def _breakdown_figures(store: ResultsStore, front: pd.DataFrame):
     """Stacked bars of the first 12 Pareto points: energy by term (J, unweighted sum of the
-    workloads) and chip area by block (mm^2, :func:`energy_area.area_breakdown`)."""
+    workloads) and chip area by block (mm^2, laid out: :func:`energy_area.area_breakdown`)."""
     import plotly.graph_objects as go  # noqa: PLC0415  (lazy: plotly is heavy)
     pts = front.head(12)
     labels = [f"#{int(i)}" for i in pts["id"]]
@@ -496,9 +496,9 @@ def _breakdown_figures(store: ResultsStore, front: pd.DataFrame):
                 sum((w.get(c) or 0.0) for w in rec.get("per_workload") or []) * f
         arch = _arch_of(rec)
         if arch is not None and rec.get("tech"):
-            for c, v in area_breakdown(arch, load_tech(rec["tech"])).items():
-                if c.endswith("_um2"):
-                    area.setdefault(c, [0.0] * len(pts))[n] = v / 1e6
+            ab = area_breakdown(arch, load_tech(rec["tech"]))
+            for c in (f"{b}_um2" for b in AREA_BLOCKS):      # laid out: sums to area_mm2
+                area.setdefault(c, [0.0] * len(pts))[n] = ab[c] / 1e6
     figs = []
     for title, parts, ytitle, strip in (
             ("energy breakdown of the Pareto points", energy,
