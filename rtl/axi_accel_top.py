@@ -468,7 +468,7 @@ class AxiAccelTop(wiring.Component):
         return m
 
 
-def generate_axi_accel_verilog(arch: ArchSpec) -> tuple[str, AxiAccelTop]:
+def generate_axi_accel_verilog(arch: ArchSpec, platform=None) -> tuple[str, AxiAccelTop]:
     """Elaborate the top for ``arch``; return (Verilog text, component). Ports are named
     ``s_axil_<signal>`` and ``m_axi_<signal>``. Raises ArchSpecError for a memory beat wider
     than AXI4 allows."""
@@ -476,7 +476,7 @@ def generate_axi_accel_verilog(arch: ArchSpec) -> tuple[str, AxiAccelTop]:
     axi_data_bytes(arch)                 # a beat wider than AXI4: the error before elaborating
     top = AxiAccelTop(arch)
     text = verilog.convert(top, name=AXI_ACCEL_TOP_NAME, ports=verilog_ports(top),
-                           emit_src=False)
+                           emit_src=False, platform=platform)
     return text, top
 
 
@@ -491,14 +491,14 @@ def register_map_rdl(arch: ArchSpec) -> str:
                      reset=AxiAccelMap.for_arch(arch).reset_values())
 
 
-def write_axi_accel_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
+def write_axi_accel_top(arch: ArchSpec, out_dir: str | Path, platform=None) -> dict[str, Any]:
     """Write ``tw_axi_accel_top.v``, the register map (:func:`register_map_rdl` as SystemRDL, C
     header, HTML and IP-XACT: :func:`tilewright.rtl.regmap.write_register_map`) and
     ``manifest.json`` (ports, address map, register-map files) to ``out_dir``; return the
     manifest."""
 
     t0 = time.perf_counter()
-    text, top = generate_axi_accel_verilog(arch)
+    text, top = generate_axi_accel_verilog(arch, platform)
     ports = manifest_ports(top)
     regmap = write_register_map(out_dir, AXI_ACCEL_TOP_NAME, register_map_rdl(arch))
     return write_verilog(out_dir, AXI_ACCEL_TOP_NAME, text, {

@@ -287,21 +287,22 @@ class AxiGemmTop(wiring.Component):
                          rw_regs=size, merged=merged, other=ctrl_status)
 
 
-def generate_axi_verilog(arch: ArchSpec) -> tuple[str, AxiGemmTop]:
+def generate_axi_verilog(arch: ArchSpec, platform=None) -> tuple[str, AxiGemmTop]:
     """Elaborate the AXI top for ``arch``; return (Verilog text, component). AXI ports are named
     ``s_axil_<channel signal>`` (single underscore)."""
 
     top = AxiGemmTop(arch)
-    text = verilog.convert(top, name=AXI_TOP_NAME, ports=verilog_ports(top), emit_src=False)
+    text = verilog.convert(top, name=AXI_TOP_NAME, ports=verilog_ports(top), emit_src=False,
+                           platform=platform)
     return text, top
 
 
-def write_axi_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
+def write_axi_top(arch: ArchSpec, out_dir: str | Path, platform=None) -> dict[str, Any]:
     """Write ``tw_axi_gemm_top.v`` and ``manifest.json`` (ports, address map) to ``out_dir``;
     return the manifest."""
 
     t0 = time.perf_counter()
-    text, top = generate_axi_verilog(arch)
+    text, top = generate_axi_verilog(arch, platform)
     ports = manifest_ports(top)
     return write_verilog(out_dir, AXI_TOP_NAME, text, {
         "top": AXI_TOP_NAME,

@@ -25,7 +25,7 @@ Timing contract (the cycle model :mod:`tilewright.dataflow_sim.cycle` states the
       last fold streams M rows and drains: M + R + C + 1 cycles (+1 SRAM latency, R + C - 1
       array latency, 1 accumulator read-modify-write). Total with F = ceil(K/R)*ceil(N/C) folds:
       R + (F - 1) * P + M + R + C + 1. Each pipeline stage of the ArchSpec
-      (``tensor_engine.pipeline``: ``sram_read``, ``pe_product``, ``acc_read``) adds one cycle to that total.
+      (``tensor_engine.pipeline``: ``sram_read``, ``pe_operand``, ``pe_product``, ``acc_read``) adds one cycle to that total.
     * OS (double-buffered outputs, folds overlap): F = ceil(M/R) * ceil(N/C) folds. Fold 0
       streams its K operand columns (K cycles); every later fold takes a period
       P = max(K, 2R + C): it streams its K columns while its ``first`` row captures the
@@ -43,6 +43,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.layout import MAX_GEMM_DIM, GemmLayout, half_depth
+from tilewright.rtl.fpga_primitives import RDWR_UNDEFINED
 from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArray, _Dims,
                                      WeightStationaryArray, delay, ws_latency_cycles)
 
@@ -129,21 +130,22 @@ class _PortSignals:
 
 
 def banked_memory(m: Module, name: str, width: int, depth: int, banks: int,
-                  reads: tuple[bool, ...]):
+                  reads: tuple[bool, ...], attrs: dict | None = None):
     """A ``width``-bit x ``depth``-word memory with one write port and one synchronous read
     port per entry of ``reads`` (True: transparent for the write port), split into ``banks``
     equal banks (a power of two; ``lib.memory.Memory`` each) interleaved on the low address
     bits: word ``a`` lives in bank ``a % banks`` at row ``a // banks``. Every bank has every port,
     so accesses never conflict and the timing is the single memory's (read data one cycle after
     the address; the bank of a read is registered with it). Returns (write port, [read ports])
-    with ``addr``/``data`` (and ``en``) signals."""
+    with ``addr``/``data`` (and ``en``) signals. ``attrs``: each bank's Memory attributes."""
     k = banks.bit_length() - 1          # banks >= 2, a power of two
     abits = _abits(depth)
     w = _PortSignals(f"{name}_w", abits, width, write=True)
     rs = [_PortSignals(f"{name}_r{i}", abits, width, write=False) for i in range(len(reads))]
     outs: list[list[Signal]] = [[] for _ in reads]
     for b in range(banks):
-        mem = memory.Memory(shape=unsigned(width), depth=-(-depth // banks), init=[])
+        mem = memory.Memory(shape=unsigned(width), depth=-(-depth // banks), init=[],
+                            attrs=attrs)
         m.submodules[f"{name}_bank{b}"] = mem
         wp = mem.write_port()
         m.d.comb += [wp.en.eq(w.en & (w.addr[:k] == b)), wp.addr.eq(w.addr[k:]),
@@ -173,25 +175,36 @@ def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | 
     A transparent read port costs a bypass multiplexer after the block RAM's data output (Yosys
     emulates the transparency in logic on ECP5 and iCE40), which then sits between the RAM's
     clock-to-out and whatever follows; a caller that never reads a word in the cycle it is
-    written passes ``acc_transparent=False`` (see :func:`ws_sequencer`'s ``acc_read``)."""
+    written passes ``acc_transparent=False`` (see :func:`ws_sequencer`'s ``acc_read``).
+
+    The A and B buffers (one write port, the host's or DMA's; one read port, the engine's) carry
+    :data:`~tilewright.rtl.fpga_primitives.RDWR_UNDEFINED`: the engine reads them only while it
+    runs, from words (or the half of a double buffer) the writer does not write then, so a read
+    never meets a write to its word in one cycle and the FPGA flow lets Yosys drop the logic that
+    would emulate the simulator's read-old-data there (a block RAM's two ports do not define
+    it). So does the accumulator when its engine read port is not transparent: the engine then
+    never reads a word in the cycle it writes it, and the host reads results when the engine is
+    idle, or from the half it does not write."""
     if widths is None:
         widths = (core.rows * element_bits, core.cols * element_bits, core.cols * ACC_BITS)
     wa, wb, wc = widths
     da, db, dc = core.depths
     ba, bb, bc = getattr(core, "banks", (1, 1, 1))
     if (ba, bb, bc) == (1, 1, 1):       # one Memory each (the Verilog names its ports a_w, ...)
-        mem_a = memory.Memory(shape=unsigned(wa), depth=da, init=[])
-        mem_b = memory.Memory(shape=unsigned(wb), depth=db, init=[])
-        mem_c = memory.Memory(shape=unsigned(wc), depth=dc, init=[])
+        mem_a = memory.Memory(shape=unsigned(wa), depth=da, init=[], attrs=RDWR_UNDEFINED)
+        mem_b = memory.Memory(shape=unsigned(wb), depth=db, init=[], attrs=RDWR_UNDEFINED)
+        mem_c = memory.Memory(shape=unsigned(wc), depth=dc, init=[],
+                              attrs=None if acc_transparent else RDWR_UNDEFINED)
         m.submodules.mem_a, m.submodules.mem_b, m.submodules.mem_acc = mem_a, mem_b, mem_c
         a_w, b_w, c_w = mem_a.write_port(), mem_b.write_port(), mem_c.write_port()
         a_r, b_r = mem_a.read_port(), mem_b.read_port()
         c_r = mem_c.read_port(transparent_for=(c_w,) if acc_transparent else ())
         host_r = mem_c.read_port()
     else:
-        a_w, (a_r,) = banked_memory(m, "mem_a", wa, da, ba, (False,))
-        b_w, (b_r,) = banked_memory(m, "mem_b", wb, db, bb, (False,))
-        c_w, (c_r, host_r) = banked_memory(m, "mem_acc", wc, dc, bc, (acc_transparent, False))
+        a_w, (a_r,) = banked_memory(m, "mem_a", wa, da, ba, (False,), RDWR_UNDEFINED)
+        b_w, (b_r,) = banked_memory(m, "mem_b", wb, db, bb, (False,), RDWR_UNDEFINED)
+        c_w, (c_r, host_r) = banked_memory(m, "mem_acc", wc, dc, bc, (acc_transparent, False),
+                                           None if acc_transparent else RDWR_UNDEFINED)
     host = [
         a_w.en.eq(core.a_wr_en), a_w.addr.eq(core.a_wr_addr), a_w.data.eq(core.a_wr_data),
         b_w.en.eq(core.b_wr_en), b_w.addr.eq(core.b_wr_addr), b_w.data.eq(core.b_wr_data),
@@ -273,7 +286,8 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     accumulate onto the accumulator's contents). ``sram_read`` puts a register after the A and
     B reads and ``acc_read`` one after the accumulator read, before the adder (one more cycle
     per GEMM each, ``PipelineSpec``; ``acc_read`` needs a fold period of at least 2 cycles, i.e.
-    not a 1x1 array); a ``pe_product`` array adds its own cycle (:func:`ws_latency_cycles`).
+    not a 1x1 array); an array's ``pe_operand``/``pe_product`` registers add their own cycles
+    (``pe_cycles``, :func:`ws_latency_cycles`).
 
     Timing closure: every bound the fold loop tests is a register computed ahead (during the
     weight preload, which lasts R >= 1 cycles, and at each fold's end): ``k_more``/``n_more``
@@ -282,8 +296,8 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     fold counters and the loop's decisions. Cycle for cycle the same as computing them
     combinationally."""
     R, C = arr.rows, arr.cols
-    pe_product = bool(getattr(arr, "pe_product", False))
-    extra = int(sram_read) + int(pe_product) + int(acc_read)   # pipeline cycles per GEMM
+    pe_cycles = int(getattr(arr, "pe_cycles", 0))   # the PEs' multiply registers
+    extra = int(sram_read) + pe_cycles + int(acc_read)   # pipeline cycles per GEMM
     if acc_read and 2 * R + C - 2 < 2:
         raise ValueError("acc_read needs a fold period of at least 2 cycles (not a 1x1 array)")
     a_base = Signal.like(a_r.addr, name="a_base")
@@ -360,7 +374,7 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     tag_first = Signal(name="tag_first")
     first = k_first if acc_q is None else (k_first & ~acc_q)
     m.d.sync += [tag_addr.eq(acc_base + t), tag_first.eq(first)]
-    lat = ws_latency_cycles(R, C, pe_product) + int(sram_read)
+    lat = ws_latency_cycles(R, C, pe_cycles) + int(sram_read)
     out_addr = delay(m, tag_addr, lat, "wb_addr")
     out_first = delay(m, tag_first, lat, "wb_first")
 
@@ -488,7 +502,8 @@ class GemmCore(_CoreShape, _CoreArch, wiring.Component):
         """WS: the array and :func:`ws_sequencer` with int32 (wrapping) accumulation."""
         pipe = self._arch.tensor_engine.pipeline
         m.submodules.array = arr = WeightStationaryArray(rows=self._rows, cols=self._cols,
-                                                         pe_product=pipe.pe_product)
+                                                         pe_product=pipe.pe_product,
+                                                         pe_operand=pipe.pe_operand)
         ws_sequencer(m, arr, self.start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w,
                      element_bits=ELEMENT_BITS, accumulate=_int32_accumulate, acc_q=acc_q,
                      sram_read=pipe.sram_read, acc_read=pipe.acc_read)

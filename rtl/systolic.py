@@ -46,6 +46,7 @@ from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import RTL_MAX_ARRAY_DIM as MAX_ARRAY_DIM  # the RTL generators' own limit
 from tilewright.formats import bits_of
+from tilewright.rtl.fpga_primitives import family_of, registered_product
 
 __all__ = ["WeightStationaryArray", "OutputStationaryArray", "ws_latency_cycles", "delay",
            "ws_array", "os_finish_cycles", "ELEMENT_BITS", "ACC_BITS"]
@@ -54,10 +55,11 @@ ELEMENT_BITS = bits_of("int8")   #: bits of an input/weight element (signed int8
 ACC_BITS = bits_of("int32")      #: bits of an accumulator (signed int32, wrapping)
 
 
-def ws_latency_cycles(rows: int, cols: int, pe_product: bool = False) -> int:
+def ws_latency_cycles(rows: int, cols: int, pe_cycles: int = 0) -> int:
     """Cycles from ``a_in`` carrying a row to ``c_out`` carrying its result (WS): rows + cols - 1,
-    plus 1 with the PE product register (``pe_product``)."""
-    return rows + cols - 1 + int(pe_product)
+    plus ``pe_cycles``, the registers in each PE's multiply (``pe_operand``, ``pe_product``:
+    :attr:`WeightStationaryArray.pe_cycles`)."""
+    return rows + cols - 1 + int(pe_cycles)
 
 
 def os_finish_cycles(rows: int, cols: int) -> int:
@@ -96,7 +98,8 @@ def pe_units(m: Module, make_unit):
     return pe
 
 
-def ws_array(m: Module, arr, element_shape, acc_shape, pe, *, mul=None) -> None:
+def ws_array(m: Module, arr, element_shape, acc_shape, pe, *, product=None,
+             pe_cycles: int = 0) -> None:
     """Elaborate into ``m`` the WS dataflow of ``arr`` (a component with ``rows``, ``cols`` and the
     ``w_in``/``a_in``/``c_out`` ports and timing of :class:`WeightStationaryArray`): the shadow
     weight chain, the input skew, activations and commit flags passed right, each PE's active
@@ -104,9 +107,10 @@ def ws_array(m: Module, arr, element_shape, acc_shape, pe, *, mul=None) -> None:
     deskew and ``c_out.valid``. ``pe(i, j, a, w, p_above)`` is the PE's arithmetic: the value
     its psum register takes from activation ``a`` and weight ``w`` (``p_above`` is the psum of
     the PE above, None in row 0). Elements are of ``element_shape``, psums of ``acc_shape``.
-    With ``mul`` (``mul(a, w)``: the PE's product) the product goes through a register (one per
-    PE) and ``pe(i, j, product_q, None, p_above)`` adds the registered product: every result
-    leaves one cycle later (:func:`ws_latency_cycles` with ``pe_product``)."""
+    With ``product`` (``product(m, name, a, w)``: the PE's product ``pe_cycles`` cycles late,
+    through its registers: :func:`~tilewright.rtl.fpga_primitives.registered_product`)
+    ``pe(i, j, product, None, p_above)`` adds the registered product: every result leaves
+    ``pe_cycles`` later (:func:`ws_latency_cycles`)."""
     R, C = arr.rows, arr.cols
     # shadow weights: a shift chain down each column, loaded while the active set computes
     w_sh = [[Signal(element_shape, name=f"wsh_{i}_{j}") for j in range(C)] for i in range(R)]
@@ -136,17 +140,16 @@ def ws_array(m: Module, arr, element_shape, acc_shape, pe, *, mul=None) -> None:
             with m.If(commit):
                 m.d.sync += w_act[i][j].eq(w_sh[i][j])
             above = None if i == 0 else p_reg[i - 1][j]
-            if mul is None:
+            if product is None:
                 m.d.sync += p_reg[i][j].eq(pe(i, j, a_seen, w, above))
-            else:               # product register: the psum adds last cycle's product
-                prod = mul(a_seen, w)
-                prod_q = Signal(prod.shape(), name=f"prod_{i}_{j}")
-                m.d.sync += [prod_q.eq(prod), p_reg[i][j].eq(pe(i, j, prod_q, None, above))]
+            else:               # registered multiply: the psum adds the product pe_cycles late
+                prod_q = product(m, f"{i}_{j}", a_seen, w)
+                m.d.sync += p_reg[i][j].eq(pe(i, j, prod_q, None, above))
 
     # output deskew: column j leaves the bottom j cycles after column 0; align to the last
     for j in range(C):
         m.d.comb += arr.c_out.payload[j].eq(delay(m, p_reg[R - 1][j], C - 1 - j, f"dsk{j}"))
-    lat = ws_latency_cycles(R, C, mul is not None)
+    lat = ws_latency_cycles(R, C, pe_cycles if product is not None else 0)
     m.d.comb += arr.c_out.valid.eq(delay(m, arr.a_in.valid, lat, "valid"))
 
 
@@ -174,15 +177,21 @@ class WeightStationaryArray(_PEArray):
     """WS systolic array with double-buffered weights; see the module docstring for the contract.
 
     Parameters (keyword-only): ``rows`` (PE rows = reduction depth of a tile, 1..64),
-    ``cols`` (PE columns = output width of a tile, 1..64) and ``pe_product`` (a register on each
-    PE's product: results leave one cycle later, :func:`ws_latency_cycles`; default False).
+    ``cols`` (PE columns = output width of a tile, 1..64), ``pe_operand`` (registers on each
+    PE's activation and selected weight before the multiply) and ``pe_product`` (a register on
+    each PE's product): each makes results leave one cycle later (:attr:`pe_cycles`,
+    :func:`ws_latency_cycles`; default False). Elaborated for
+    :class:`~tilewright.rtl.fpga_primitives.FpgaFamily` "ecp5" those registers are a MULT18X18D's
+    own (:func:`~tilewright.rtl.fpga_primitives.registered_product`).
     """
 
-    def __init__(self, *, rows: int, cols: int, pe_product: bool = False):
+    def __init__(self, *, rows: int, cols: int, pe_product: bool = False,
+                 pe_operand: bool = False):
         _check_dims(rows, cols)
-        if not isinstance(pe_product, bool):
-            raise TypeError(f"pe_product must be a bool, not {type(pe_product).__name__}")
-        self._pe_product = pe_product
+        for name, v in (("pe_product", pe_product), ("pe_operand", pe_operand)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
+        self._pe_product, self._pe_operand = pe_product, pe_operand
         a_layout = data.StructLayout({
             "a": data.ArrayLayout(signed(ELEMENT_BITS), rows),
             "commit": 1,
@@ -200,10 +209,26 @@ class WeightStationaryArray(_PEArray):
         """True when each PE registers its product (one more cycle of latency)."""
         return self._pe_product
 
+    @property
+    def pe_operand(self) -> bool:
+        """True when each PE registers its multiplier's operands (one more cycle of latency)."""
+        return self._pe_operand
+
+    @property
+    def pe_cycles(self) -> int:
+        """Cycles the PEs' multiply registers add to every result (cycles)."""
+        return int(self._pe_product) + int(self._pe_operand)
+
     def elaborate(self, platform):
         m = Module()
-        ws_array(m, self, signed(ELEMENT_BITS), signed(ACC_BITS), _mac,
-                 mul=(lambda a, w: a * w) if self._pe_product else None)
+        family = family_of(platform)
+        product = None
+        if self.pe_cycles:
+            def product(m, name, a, w):
+                return registered_product(m, name, a, w, operand=self._pe_operand,
+                                          product=self._pe_product, family=family)
+        ws_array(m, self, signed(ELEMENT_BITS), signed(ACC_BITS), _mac, product=product,
+                 pe_cycles=self.pe_cycles)
         return m
 
 

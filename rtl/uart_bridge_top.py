@@ -477,21 +477,22 @@ class UartBridgeTop(wiring.Component):
         return m
 
 
-def generate_uart_bridge_verilog(link: UartLink) -> tuple[str, UartBridgeTop]:
+def generate_uart_bridge_verilog(link: UartLink, platform=None) -> tuple[str, UartBridgeTop]:
     """Elaborate the top for ``link``; return (Verilog text, component)."""
     top = UartBridgeTop(link)
     text = verilog.convert(top, name=UART_BRIDGE_TOP_NAME, ports=verilog_ports(top),
-                           emit_src=False)
+                           emit_src=False, platform=platform)
     return text, top
 
 
-def write_uart_bridge_top(link: UartLink | ArchSpec, out_dir: str | Path) -> dict[str, Any]:
+def write_uart_bridge_top(link: UartLink | ArchSpec, out_dir: str | Path,
+                          platform=None) -> dict[str, Any]:
     """Write ``tw_uart_bridge_top.v`` and ``manifest.json`` (ports, the link: divisor, baud,
     memory, the protocol's command and status bytes) to ``out_dir``; return the manifest. An
     ArchSpec is the simulation link (:func:`as_link`)."""
     t0 = time.perf_counter()
     link = as_link(link)
-    text, top = generate_uart_bridge_verilog(link)
+    text, top = generate_uart_bridge_verilog(link, platform)
     mp = link.map
     return write_verilog(out_dir, UART_BRIDGE_TOP_NAME, text, {
         "top": UART_BRIDGE_TOP_NAME,

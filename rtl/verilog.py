@@ -32,18 +32,20 @@ __all__ = ["TOP_NAME", "generate_verilog", "update_manifest", "write_rtl", "writ
 TOP_NAME = "tw_gemm_core"
 
 
-def generate_verilog(arch: ArchSpec) -> tuple[str, GemmCore]:
+def generate_verilog(arch: ArchSpec, platform=None) -> tuple[str, GemmCore]:
     """Elaborate the GEMM core for ``arch`` and return (Verilog text, component).
 
     Raises :class:`~tilewright.arch.ArchSpecError` for what the core does not implement (a
     tensor_engine.kind other than systolic). SRAM banks (``memory.*_banks``) are real banks
-    (:func:`tilewright.rtl.gemm_core.banked_memory`)."""
+    (:func:`tilewright.rtl.gemm_core.banked_memory`). ``platform``: Amaranth's platform — the FPGA
+    flow's :class:`~tilewright.rtl.fpga_primitives.FpgaFamily` builds that family's primitives
+    (the same cycles); None (simulation) builds portable RTL."""
     if arch.tensor_engine.kind != "systolic":
         raise ArchSpecError(f"{arch.name}: tensor_engine.kind = {arch.tensor_engine.kind!r}: the "
                             f"GEMM-core RTL is a systolic array; accepted: 'systolic' (the "
                             f"tile-MAC kinds generate their engine: `tilewright rtl`)")
     core = GemmCore(arch)
-    text = verilog.convert(core, name=TOP_NAME, emit_src=False)
+    text = verilog.convert(core, name=TOP_NAME, emit_src=False, platform=platform)
     return text, core
 
 
@@ -57,14 +59,14 @@ def _ports(core: GemmCore) -> list[dict[str, Any]]:
     return ports
 
 
-def write_rtl(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
+def write_rtl(arch: ArchSpec, out_dir: str | Path, platform=None) -> dict[str, Any]:
     """Write ``<TOP_NAME>.v`` and ``manifest.json`` to ``out_dir``; return the manifest.
 
     Files are written to temporary names and renamed, so an interrupted run never leaves a
     half-written Verilog file or manifest behind.
     """
     t0 = time.perf_counter()
-    text, core = generate_verilog(arch)
+    text, core = generate_verilog(arch, platform)
     gen_s = time.perf_counter() - t0
     return write_verilog(out_dir, TOP_NAME, text, {
         "top": TOP_NAME,

@@ -306,7 +306,12 @@ def test_top_ports_match_the_amaranth_signature(tmp_path):
     text, ffs = harness_verilog(TOP_NAME, ports)
     n_in = sum(w for d, w in want.values() if d == "input")
     n_out = sum(w for d, w in want.values() if d == "output")
-    assert ffs == n_in + n_out + 1
+    tree, n = 0, n_out          # the registered XOR tree: ceil(n/4) registers per level
+    while n > 4:
+        n = -(-n // 4)
+        tree += n
+    assert ffs == n_in + n_out + tree + 1
+    assert text.count("<= ^") == tree + 1 and "so <= ^xq" in text
     assert f"reg [{n_in - 1}:0] sr;" in text and f"reg [{n_out - 1}:0] oq;" in text
     with pytest.raises(ValueError, match="no output"):
         harness_verilog("x", [("input", "a", 3)])

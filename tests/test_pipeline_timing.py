@@ -8,6 +8,8 @@ its measured ``busy`` cycles against the cycle model, with the stages on.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,7 @@ from tilewright.rtl.systolic import WeightStationaryArray, ws_latency_cycles
 
 
 #: every stage on
-_ALL = {"sram_read": True, "pe_product": True, "acc_read": True}
+_ALL = {"sram_read": True, "pe_operand": True, "pe_product": True, "acc_read": True}
 
 
 def _arch(rows=2, cols=2, dataflow="ws", fmt="int8", **pipeline) -> ArchSpec:
@@ -43,6 +45,11 @@ def test_pipeline_off_keeps_yaml_and_hash():
     assert ArchSpec.from_yaml(on.to_yaml()) == on
     assert (plain.tensor_engine.pipeline_cycles, on.tensor_engine.pipeline_cycles,
             _arch(sram_read=True, pe_product=True).tensor_engine.pipeline_cycles) == (0, 1, 2)
+    # pe_operand off is left out of the section, so a design written before it keeps its hash
+    assert "pe_operand" not in on.to_yaml()
+    assert _arch(sram_read=True, pe_operand=False).content_hash() == on.content_hash()
+    op = _arch(sram_read=True, pe_operand=True)
+    assert op.content_hash() != on.content_hash() and ArchSpec.from_yaml(op.to_yaml()) == op
 
 
 @pytest.mark.parametrize("kw", [dict(dataflow="os"), dict(dataflow="is"),
@@ -67,24 +74,28 @@ def test_pipeline_refused_for_tile_engines():
 
 
 @pytest.mark.parametrize("R,C", [(2, 3), (1, 1), (3, 2)])
-def test_ws_array_product_register_adds_one_cycle(R, C):
-    """With ``pe_product`` each result row leaves rows + cols cycles after its activation row
-    (one more than without) and equals numpy's A @ B."""
+@pytest.mark.parametrize("operand,product", [(False, True), (True, False), (True, True)])
+def test_ws_array_multiply_registers_add_their_cycles(R, C, operand, product):
+    """With ``pe_operand`` and/or ``pe_product`` each result row leaves rows + cols - 1 cycles
+    after its activation row plus one per register, and equals numpy's A @ B."""
     rng = np.random.default_rng(7 * R + C)
     M = 4
     A = rng.integers(-128, 128, (M, R))
     B = rng.integers(-128, 128, (R, C))
     A[0, :], B[:, 0] = -128, -128
-    dut = WeightStationaryArray(rows=R, cols=C, pe_product=True)
-    seen = ws_stream(dut, A, B, M + R + C + 3)
-    assert ws_latency_cycles(R, C, True) == R + C
-    assert [s[0] for s in seen] == [m + R + C for m in range(M)]
+    dut = WeightStationaryArray(rows=R, cols=C, pe_product=product, pe_operand=operand)
+    extra = int(operand) + int(product)
+    seen = ws_stream(dut, A, B, M + R + C + 4)
+    assert dut.pe_cycles == extra and ws_latency_cycles(R, C, extra) == R + C - 1 + extra
+    assert [s[0] for s in seen] == [m + R + C - 1 + extra for m in range(M)]
     np.testing.assert_array_equal(np.array([s[1] for s in seen]), A @ B)
 
 
 def test_ws_array_pe_product_validated():
     with pytest.raises(TypeError, match="pe_product must be a bool"):
         WeightStationaryArray(rows=2, cols=2, pe_product=1)
+    with pytest.raises(TypeError, match="pe_operand must be a bool"):
+        WeightStationaryArray(rows=2, cols=2, pe_operand="yes")
 
 
 def test_cycle_model_adds_one_cycle_per_stage():
@@ -93,8 +104,8 @@ def test_cycle_model_adds_one_cycle_per_stage():
     F = -(-K // R) * -(-N // C)
     closed = R + (F - 1) * max(M, 2 * R + C - 2) + M + R + C + 1
     for kw, extra in (({}, 0), ({"sram_read": True}, 1), ({"pe_product": True}, 1),
-                      ({"acc_read": True}, 1), ({"sram_read": True, "pe_product": True}, 2),
-                      (_ALL, 3)):
+                      ({"pe_operand": True}, 1), ({"acc_read": True}, 1),
+                      ({"sram_read": True, "pe_product": True}, 2), (_ALL, 4)):
         assert gemm_cycles(_arch(R, C, **kw), M, K, N).cycles == closed + extra
 
 
@@ -142,8 +153,8 @@ _SHAPES = [(1, 1, 1), (3, 2, 2), (1, 5, 3), (5, 3, 4), (2, 4, 1)]
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (1, 2), (2, 1), (2, 2)])
 @pytest.mark.parametrize("stages", [{}, {"sram_read": True}, {"pe_product": True},
-                                    {"acc_read": True}, _ALL],
-                         ids=["off", "sram_read", "pe_product", "acc_read", "all"])
+                                    {"pe_operand": True}, {"acc_read": True}, _ALL],
+                         ids=["off", "sram_read", "pe_product", "pe_operand", "acc_read", "all"])
 def test_core_sim_bit_and_cycle_exact(rows, cols, stages):
     """Amaranth's simulator of the core (every small shape, 1x1 included, stages on and off):
     C = numpy's int32 matmul, busy cycles = the cycle model."""
@@ -183,3 +194,67 @@ def test_pipelined_accelerator_top_bit_and_cycle_exact(_tool_check, _cache_dir):
     run = cosim.run("accel", prog, arch, inputs=inputs)
     multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
     assert multi_tile >= 2 and k_split == 2
+
+
+def _ecp5_core_top():
+    """The "core" co-simulation top built as the FPGA flow builds it for ECP5 (each PE's
+    multiply a MULT18X18D with its own registers), with the primitive's behavioural model
+    appended for Verilator."""
+    from dataclasses import replace
+    from pathlib import Path
+    from tilewright.cosim.tops import get_top
+    from tilewright.rtl.fpga_primitives import FpgaFamily, with_sim_models
+    from tilewright.rtl.verilog import TOP_NAME, write_rtl
+
+    def write(arch, rtl_dir):
+        write_rtl(arch, rtl_dir, FpgaFamily("ecp5"))
+        vfile = Path(rtl_dir) / f"{TOP_NAME}.v"
+        vfile.write_text(with_sim_models(vfile.read_text()))
+    return replace(get_top("core"), name="core-ecp5", write=write)
+
+
+@pytest.mark.verilator
+@pytest.mark.slow
+def test_ecp5_dsp_core_bit_and_cycle_exact(_tool_check, _cache_dir):
+    """The ECP5 build of the core (operand and product registers inside each PE's MULT18X18D,
+    Verilated with the primitive's model), every stage on: the RTL suite's GEMMs = numpy, busy
+    cycles = the cycle model."""
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.suites import gemm_suite, suite_shapes
+    arch = _arch(2, 3, **_ALL)
+    program, inputs = gemm_suite(arch, seed=23)
+    run = cosim.run(_ecp5_core_top(), program, arch, inputs=inputs)
+    assert len(run.records) == len(suite_shapes(arch))
+    for task, rec in zip(program.gemms(), run.records):
+        a, b = inputs[task.a], inputs[task.b]
+        ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
+        np.testing.assert_array_equal(run.outputs[task.out], ref, err_msg=task.name)
+        model = gemm_cycles(arch, task.m, task.k, task.n).cycles
+        assert rec["cycles"] == model, f"{task.name}: RTL {rec['cycles']}, model {model}"
+
+
+@pytest.mark.parametrize("operand,product", [(True, True), (False, True), (True, False)])
+def test_ecp5_build_puts_the_multiply_registers_in_the_dsp(operand, product):
+    """For ECP5 every PE's multiply is one MULT18X18D whose input registers are the operand
+    stage and whose output register is the product stage; the portable build has none and
+    registers the same values in the fabric."""
+    from tilewright.rtl.fpga_primitives import FpgaFamily, SIM_MODELS, with_sim_models
+    from tilewright.rtl.verilog import generate_verilog
+    R, C = 2, 3
+    arch = _arch(R, C, pe_operand=operand, pe_product=product)
+    ecp5, _ = generate_verilog(arch, FpgaFamily("ecp5"))
+    portable, _ = generate_verilog(arch)
+    insts = re.findall(r"MULT18X18D #\((.*?)\)\s*\\?mult_\d+_\d+\s+\(", ecp5, re.S)
+    assert len(insts) == R * C
+    want = {"REG_INPUTA_CLK": "CLK0" if operand else "NONE",
+            "REG_INPUTB_CLK": "CLK0" if operand else "NONE",
+            "REG_OUTPUT_CLK": "CLK0" if product else "NONE"}
+    for params in insts:
+        got = dict(re.findall(r"\.(REG_\w+_CLK)\(\"(\w+)\"\)", params))
+        assert got == want
+    assert "MULT18X18D" not in portable and ("prod_0_0 <=" in portable) == product
+    assert "prod_0_0 <=" not in ecp5 and "opa_0_0 <=" not in ecp5   # no fabric copies
+    assert ("opa_0_0 <=" in portable) == operand
+    sim = with_sim_models(ecp5)
+    assert sim.count("module MULT18X18D") == 1 and sim.startswith(ecp5)
+    assert with_sim_models(portable) == portable and "module MULT18X18D" in SIM_MODELS["MULT18X18D"]

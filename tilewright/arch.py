@@ -71,8 +71,13 @@ class PipelineSpec(_Frozen):
 
     sram_read: bool = Field(False, description="a register after the A and B buffer reads, "
                             "before the array's input (+1 cycle per GEMM)")
+    pe_operand: bool = Field(False, description="registers on each PE's two multiplier "
+                             "operands (its activation and its selected weight), before the "
+                             "multiply (+1 cycle per GEMM; on ECP5 the MULT18X18D's own input "
+                             "registers)")
     pe_product: bool = Field(False, description="a register on each PE's product, before its "
-                             "partial-sum adder (+1 cycle per GEMM)")
+                             "partial-sum adder (+1 cycle per GEMM; on ECP5 the MULT18X18D's "
+                             "own output register)")
     acc_read: bool = Field(False, description="a register after the accumulator read of the "
                            "read-modify-write, before its adder (+1 cycle per GEMM; not on a "
                            "1x1 array)")
@@ -80,7 +85,16 @@ class PipelineSpec(_Frozen):
     @property
     def extra_cycles(self) -> int:
         """Cycles the stages add to one GEMM (cycles): one per stage that is on."""
-        return int(self.sram_read) + int(self.pe_product) + int(self.acc_read)
+        return sum(int(getattr(self, stage)) for stage in type(self).model_fields)
+
+    @model_serializer(mode="wrap")
+    def _omit_operand_off(self, handler: Any) -> dict[str, Any]:
+        """Leave ``pe_operand`` out of dumps when off, so designs written before it existed
+        keep their YAML and content hash."""
+        data = handler(self)
+        if not self.pe_operand:
+            data.pop("pe_operand", None)
+        return data
 
 
 class TensorEngineSpec(_Frozen):
@@ -183,8 +197,7 @@ class TensorEngineSpec(_Frozen):
         if self.pipeline.extra_cycles and not (
                 self.kind == "systolic" and self.dataflow == "ws"
                 and self.input_format == "int8"):
-            on = [f for f in ("sram_read", "pe_product", "acc_read")
-                  if getattr(self.pipeline, f)]
+            on = [f for f in type(self.pipeline).model_fields if getattr(self.pipeline, f)]
             raise ValueError(
                 f"pipeline.{on[0]} = true: pipeline stages are built for kind 'systolic', "
                 f"dataflow 'ws', int8 only, not {self.kind!r}"

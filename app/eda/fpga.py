@@ -3,7 +3,9 @@ FuseSoC/edalize hand-off files, and a manifest with hashes, tool versions and qu
 
 :func:`run_fpga` writes into one folder:
 
-* ``<top>.v`` — the Verilog of the chosen top (:data:`TOPS`);
+* ``<top>.v`` — the Verilog of the chosen top (:data:`TOPS`), with the target family's
+  primitives where the RTL has them (:mod:`tilewright.rtl.fpga_primitives`) and then
+  ``sim_models.v``, their behavioural models for simulators and lint;
 * ``ice40`` / ``ecp5``: the pin harness, the Yosys JSON netlist and nextpnr's log and report
   (see :mod:`tilewright.app.eda.fpga_pnr`); LUTs, FFs, DSPs, BRAMs and the achieved Fmax (MHz);
 * ``xc7``: Yosys' xilinx estimate (:func:`tilewright.app.eda.synth.synthesize`), ``vivado.tcl`` and
@@ -47,6 +49,7 @@ from tilewright.app.output_folder import output_folder
 from tilewright.arch import ArchSpec, load_arch
 from tilewright.errors import UserError
 from tilewright.rtl.emit import write_atomic
+from tilewright.rtl.fpga_primitives import FpgaFamily, sim_models_for
 
 __all__ = ["TARGETS", "TOPS", "TopGenerator", "FpgaError", "UnknownFpgaTarget",
            "register_top", "run_fpga", "compare_qor", "check_clock", "qor_of", "QOR_KEYS",
@@ -60,6 +63,11 @@ QOR_KEYS = ("luts", "ffs", "dsps", "brams", "fmax_mhz")
 TOLERANCE = 0.10
 
 
+#: the file beside the Verilog with the behavioural models of the vendor primitives it
+#: instantiates (ECP5: the PE multipliers' MULT18X18D), for simulators and lint, not synthesis
+SIM_MODELS_FILE = "sim_models.v"
+
+
 class FpgaError(UserError, RuntimeError):
     """The FPGA flow could not run (a top that is not available, a tool failure)."""
 
@@ -71,7 +79,9 @@ class UnknownFpgaTarget(UserError, ValueError):
 @dataclass(frozen=True)
 class TopGenerator:
     """A selectable top: ``function`` of module ``module`` (imported when used) is called as
-    ``function(arch, out_dir)`` and must write ``<top_module>.v`` into ``out_dir``."""
+    ``function(arch, out_dir, platform)`` (``platform``: the target's
+    :class:`~tilewright.rtl.fpga_primitives.FpgaFamily`, so the RTL may use that family's
+    primitives) and must write ``<top_module>.v`` into ``out_dir``."""
 
     name: str
     module: str
@@ -108,9 +118,9 @@ def _pkg_version(name: str) -> str:
         return "unknown"
 
 
-def _generate_top(arch: Any, top: str, work: Path) -> tuple[Path, str]:
-    """Write the Verilog of ``top`` into ``work``; return (file, top module name). ``arch``:
-    the generator's params (an ArchSpec; the UART bridge's UartLink)."""
+def _generate_top(arch: Any, top: str, work: Path, family: str) -> tuple[Path, str]:
+    """Write the Verilog of ``top`` for FPGA ``family`` into ``work``; return (file, top module
+    name). ``arch``: the generator's params (an ArchSpec; the UART bridge's UartLink)."""
     if top not in TOPS:
         raise UnknownFpgaTarget(f"--top {top!r} is unknown; accepted: {', '.join(TOPS)}")
     gen = TOPS[top]
@@ -120,7 +130,7 @@ def _generate_top(arch: Any, top: str, work: Path) -> tuple[Path, str]:
         raise FpgaError(f"--top {top!r}: its generator {gen.module}.{gen.function} is not "
                         f"available in this installation ({exc})") from exc
     scratch = work / "gen"
-    fn(arch, scratch)
+    fn(arch, scratch, FpgaFamily(family))
     src = scratch / f"{gen.top_module}.v"
     if not src.is_file():
         raise FpgaError(f"--top {top!r}: {gen.module}.{gen.function} wrote no "
@@ -173,9 +183,13 @@ def _handoff(work: Path, arch: ArchSpec, target: str, vfile: Path, top: str,
         tool_options = {"yosys": {"arch": target, **yosys_opts},
                         "nextpnr": {"arch": target, "nextpnr_options": pnr_opts}}
     tw_version = _pkg_version("tilewright")
+    models = sim_models_for(vfile.read_text())
+    if models:      # the vendor primitives' models, for simulators (lint, the .f list)
+        write_atomic(work / SIM_MODELS_FILE, models.lstrip())
     core_text = fusesoc_core(arch_name=design, version=tw_version, top=top,
                              description=f"{arch.name} ({top}), ArchSpec {arch.content_hash()}",
-                             verilog=verilog, synth=synth)
+                             verilog=verilog, synth=synth,
+                             sim_models=[SIM_MODELS_FILE] if models else None)
     files = {"fusesoc_core": f"{stem}.core", "edam": f"{stem}.edam.json",
              "file_list": f"{stem}.f"}
     (work / files["fusesoc_core"]).write_text(core_text)
@@ -183,7 +197,8 @@ def _handoff(work: Path, arch: ArchSpec, target: str, vfile: Path, top: str,
         (f, fs["file_type"]) for fs in synth["filesets"].values() for f in fs["files"]]
     (work / files["edam"]).write_text(edam(name=stem, top=synth["toplevel"], files=edam_files,
                                            tool_options=tool_options))
-    (work / files["file_list"]).write_text(file_list(verilog, top))
+    (work / files["file_list"]).write_text(
+        file_list([*verilog, *([SIM_MODELS_FILE] if models else [])], top))
     return {**files, "vlnv": core_name(design, tw_version)}
 
 
@@ -267,7 +282,7 @@ def run_fpga(arch: ArchSpec, target: str, out_dir: str | Path, *, top: str = "ge
         check_nextpnr(target)
     t0 = time.perf_counter()
     with output_folder(out_dir) as work:     # out_dir appears whole, or stays as it was
-        vfile, top_module = _generate_top(params, top, work)
+        vfile, top_module = _generate_top(params, top, work, target)
         if target == "xc7":
             fpga = _xc7(work, vfile, top_module, freq)
         else:

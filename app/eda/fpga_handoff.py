@@ -61,13 +61,18 @@ def core_name(arch_name: str, version: str) -> str:
 
 
 def fusesoc_core(*, arch_name: str, version: str, description: str, top: str,
-                 verilog: list[str], synth: dict[str, Any]) -> str:
+                 verilog: list[str], synth: dict[str, Any],
+                 sim_models: list[str] | None = None) -> str:
     """A FuseSoC CAPI2 ``.core`` file: fileset ``rtl`` (the Verilog, relative to the core
     file), targets ``default`` and ``lint`` (Verilator, warnings not fatal: Amaranth's Verilog
     trips WIDTHEXPAND) on ``top``, and ``synth`` — ``synth`` holds that target's ``flow``,
     ``flow_options``, ``toplevel`` and ``filesets`` ({name: {"files": [...], "file_type": ...}},
-    e.g. the pin harness or the XDC) used besides ``rtl``."""
+    e.g. the pin harness or the XDC) used besides ``rtl``. ``sim_models``: Verilog files with the
+    behavioural models of vendor primitives the Verilog instantiates (fileset ``sim_models``,
+    read by ``lint`` only: synthesis keeps the vendor's own cells)."""
     filesets: dict[str, Any] = {"rtl": {"files": list(verilog), "file_type": "verilogSource"}}
+    if sim_models:
+        filesets["sim_models"] = {"files": list(sim_models), "file_type": "verilogSource"}
     filesets.update(synth.get("filesets", {}))
     core = {
         "name": core_name(arch_name, version),
@@ -75,7 +80,8 @@ def fusesoc_core(*, arch_name: str, version: str, description: str, top: str,
         "filesets": filesets,
         "targets": {
             "default": {"filesets": ["rtl"], "toplevel": top},
-            "lint": {"filesets": ["rtl"], "toplevel": top, "flow": "lint",
+            "lint": {"filesets": ["rtl", *(["sim_models"] if sim_models else [])],
+                     "toplevel": top, "flow": "lint",
                      "flow_options": {"tool": "verilator", "mode": "lint-only",
                                       "verilator_options": ["-Wall", "-Wno-fatal"]}},
             "synth": {"filesets": ["rtl", *synth.get("filesets", {})],

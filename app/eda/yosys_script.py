@@ -30,7 +30,8 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["ScriptError", "labels", "label_commands", "script_without", "WRAPPERS"]
+__all__ = ["ScriptError", "labels", "label_commands", "script_without", "script_before",
+           "WRAPPERS"]
 
 #: the synthesis wrappers this module can split (the FPGA flow's families)
 WRAPPERS = ("synth_ice40", "synth_ecp5")
@@ -160,3 +161,23 @@ def script_without(script: str, drop: str | None = "share", label: str = "coarse
     escaped = [c.replace("{", "{{").replace("}", "}}") for c in kept]
     return "; ".join([f"{options} -top {{top}} -run {order[0]}:{label}", *escaped,
                       f"{options} -top {{top}} -run {nxt}:"])
+
+
+def script_before(script: str, label: str, commands: tuple[str, ...]) -> str:
+    """``script`` — a wrapper (``"<wrapper> <options> -top {top}"``) or :func:`script_without`'s
+    split of one — with ``commands`` run just before the wrapper's ``label``: the wrapper up to
+    ``label``, ``commands``, the wrapper from ``label`` on. A split whose last part starts at
+    ``label`` gets ``commands`` before that part. (Like any split, this may change the order in
+    which later passes visit cells: :func:`script_without`.) :class:`ScriptError` otherwise."""
+    parts = [p.strip() for p in script.split(";")]
+    wrapper = parts[0].split()[0] if parts and parts[0] else ""
+    if wrapper not in WRAPPERS or label not in labels(wrapper):
+        raise ScriptError(f"{script!r}: not one of {', '.join(WRAPPERS)} with label {label!r}")
+    cmds = [c.replace("{", "{{").replace("}", "}}") for c in commands]
+    if len(parts) == 1 and "-run" not in parts[0].split():
+        order = labels(wrapper)
+        return "; ".join([f"{parts[0]} -run {order[0]}:{label}", *cmds,
+                          f"{parts[0]} -run {label}:"])
+    if not parts[-1].endswith(f"-run {label}:"):
+        raise ScriptError(f"{script!r}: its last part does not start at label {label!r}")
+    return "; ".join([*parts[:-1], *cmds, parts[-1]])

@@ -1,0 +1,169 @@
+"""Vendor primitives the generated RTL instantiates for one FPGA family, and their simulation models.
+
+The FPGA flow (``tilewright fpga --target ecp5``) elaborates a design with :class:`FpgaFamily`
+as Amaranth's ``platform``; a component that has a primitive for that family uses it, and builds
+the same registers in the fabric everywhere else (simulation, iCE40, the xc7 estimate). So far
+one: the int8 PE's registered multiplier (:func:`registered_product`) becomes one ECP5
+``MULT18X18D`` whose own input and output registers hold the operand and product stages of
+``tensor_engine.pipeline`` — Yosys 0.70's ``synth_ecp5`` maps a multiply onto the DSP but
+absorbs no flip-flop into it, and the routing between fabric registers and the DSP columns is
+what bounds the array's clock (docs/fpga.md, "Timing closure").
+
+Verilator cannot simulate a vendor primitive without a model: :func:`with_sim_models` appends
+to a netlist the behavioural Verilog of the primitives it instantiates (:data:`SIM_MODELS`,
+written here from Lattice's "ECP5 and ECP5-5G sysDSP Usage Guide", FPGA-TN-02205 (TN1267): an
+18 x 18 multiplier whose A and B inputs, product pipeline and output each pass an optional
+register clocked by CLK0; every register enabled by CE0 and cleared by a synchronous RST0 under
+RESETMODE "SYNC"). The model refuses, at elaboration, any setting it does not model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from amaranth.hdl import ClockSignal, Instance, Module, Signal, signed
+
+__all__ = ["FpgaFamily", "family_of", "registered_product", "ECP5_MULT_WIDTH",
+           "SIM_MODELS", "sim_models_for", "with_sim_models", "RDWR_UNDEFINED_ATTR", "RDWR_UNDEFINED"]
+
+#: attribute a generator puts on a memory none of whose read ports is transparent and none of
+#: whose reads ever meets a write to the same word in one cycle: its read-during-write result is
+#: undefined, and the FPGA flow lets Yosys map it without the logic that would otherwise emulate
+#: read-old-data across the block RAM's ports (Yosys' ``RD_COLLISION_X_MASK``)
+RDWR_UNDEFINED_ATTR = "tw_rdwr_undefined"
+#: the ``attrs`` of such a ``lib.memory.Memory``
+RDWR_UNDEFINED = {RDWR_UNDEFINED_ATTR: 1}
+
+#: operand width (bits) of the ECP5 MULT18X18D's A and B inputs
+ECP5_MULT_WIDTH = 18
+
+
+@dataclass(frozen=True)
+class FpgaFamily:
+    """The Amaranth ``platform`` of an FPGA flow: ``name`` is the family ("ice40", "ecp5",
+    "xc7"). Components read it with :func:`family_of`."""
+
+    name: str
+
+
+def family_of(platform) -> str | None:
+    """The FPGA family ``platform`` targets (an :class:`FpgaFamily`), or None (simulation, or
+    any other platform)."""
+    return platform.name if isinstance(platform, FpgaFamily) else None
+
+
+def registered_product(m: Module, name: str, a, w, *, operand: bool, product: bool,
+                       family: str | None = None):
+    """``a * w`` (signed operands; the exact product, ``len(a) + len(w)`` bits) delayed by
+    ``operand + product`` cycles: registers on both operands before the multiply (``operand``)
+    and on the product after it (``product``). On ``family`` "ecp5" one MULT18X18D instance
+    named ``mult_<name>`` whose ``REG_INPUTA_CLK``/``REG_INPUTB_CLK`` (operand) and
+    ``REG_OUTPUT_CLK`` (product) registers are those stages (operands up to 18 bits);
+    otherwise fabric flip-flops ``opa_<name>``, ``opw_<name>`` and ``prod_<name>``."""
+    if not (operand or product):
+        raise ValueError("registered_product: neither operand nor product register is on")
+    width = len(a) + len(w)
+    if family == "ecp5":
+        if max(len(a), len(w)) > ECP5_MULT_WIDTH:
+            raise ValueError(f"registered_product: {len(a)} x {len(w)} bits exceeds the ECP5 "
+                             f"MULT18X18D's {ECP5_MULT_WIDTH} x {ECP5_MULT_WIDTH}")
+        p = Signal(2 * ECP5_MULT_WIDTH, name=f"mult_{name}_p")
+        reg = lambda on: "CLK0" if on else "NONE"  # noqa: E731
+        ports = {f"i_{port}{k}": bit for port, sig in (("A", a), ("B", w))
+                 for k, bit in enumerate(_sign_extend(sig, ECP5_MULT_WIDTH))}
+        ports.update({f"i_C{k}": 0 for k in range(ECP5_MULT_WIDTH)})
+        ports.update({f"o_P{k}": p[k] for k in range(2 * ECP5_MULT_WIDTH)})
+        m.submodules[f"mult_{name}"] = Instance(
+            "MULT18X18D",
+            p_REG_INPUTA_CLK=reg(operand), p_REG_INPUTB_CLK=reg(operand),
+            p_REG_OUTPUT_CLK=reg(product), p_GSR="DISABLED",
+            i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
+            i_CLK0=ClockSignal("sync"), i_CE0=1, i_RST0=0, **ports)
+        out = Signal(signed(width), name=f"prod_{name}")
+        m.d.comb += out.eq(p[:width])
+        return out
+    if operand:
+        a_q = Signal.like(a, name=f"opa_{name}")
+        w_q = Signal.like(w, name=f"opw_{name}")
+        m.d.sync += [a_q.eq(a), w_q.eq(w)]
+        a, w = a_q, w_q
+    prod = a * w
+    if not product:
+        return prod
+    out = Signal(prod.shape(), name=f"prod_{name}")
+    m.d.sync += out.eq(prod)
+    return out
+
+
+def _sign_extend(sig, width: int) -> list:
+    """The bits of the signed ``sig`` sign-extended to ``width`` (LSB first)."""
+    return [sig[k] if k < len(sig) else sig[-1] for k in range(width)]
+
+
+def _mult18x18d_model() -> str:
+    """Behavioural Verilog of the ECP5 MULT18X18D (module docstring)."""
+    n = ECP5_MULT_WIDTH
+    ins = ", ".join(f"input {p}{k}" for p in "ABC" for k in range(n))
+    outs = ", ".join(f"output P{k}" for k in range(2 * n))
+    cat = lambda p, w: "{" + ", ".join(f"{p}{k}" for k in reversed(range(w))) + "}"  # noqa: E731
+    regs = ("REG_INPUTA", "REG_INPUTB", "REG_PIPELINE", "REG_OUTPUT")
+    params = ",\n  ".join([f'parameter {r}_CLK = "NONE", {r}_CE = "CE0", {r}_RST = "RST0"'
+                           for r in regs]
+                          + ['parameter REG_INPUTC_CLK = "NONE"', 'parameter GSR = "ENABLED"',
+                             'parameter RESETMODE = "SYNC"', 'parameter CAS_MATCH_REG = "FALSE"',
+                             'parameter SOURCEB_MODE = "B_SHIFT"',
+                             'parameter MULT_BYPASS = "DISABLED"'])
+    checks = "\n".join(
+        f'    if ({r}_CLK != "NONE" && !({r}_CLK == "CLK0" && {r}_CE == "CE0" && '
+        f'{r}_RST == "RST0")) $fatal(1, "MULT18X18D model: {r}_CLK/CE/RST other than '
+        f'NONE or CLK0/CE0/RST0 is not modelled");' for r in regs)
+    return f"""// Behavioural model of the Lattice ECP5 MULT18X18D for simulation (tilewright.rtl.fpga_primitives):
+// 18 x 18 multiply (SIGNEDA/SIGNEDB), optional A, B, pipeline and output registers on CLK0/CE0/RST0,
+// RESETMODE "SYNC". C input, cascade and shift-register ports are not modelled.
+module MULT18X18D #(
+  {params}
+) ({ins}, input SIGNEDA, input SIGNEDB, input SOURCEA, input SOURCEB,
+  input CLK0, input CE0, input RST0, {outs});
+  initial begin
+{checks}
+    if (RESETMODE != "SYNC" || REG_INPUTC_CLK != "NONE" || MULT_BYPASS != "DISABLED")
+      $fatal(1, "MULT18X18D model: only RESETMODE SYNC, no C register and no bypass are modelled");
+  end
+  wire [{n - 1}:0] a_in = {cat("A", n)};
+  wire [{n - 1}:0] b_in = {cat("B", n)};
+  reg [{n - 1}:0] a_q = 0, b_q = 0;
+  reg sa_q = 0, sb_q = 0;
+  always @(posedge CLK0) if (RST0) begin a_q <= 0; sa_q <= 0; end
+                         else if (CE0) begin a_q <= a_in; sa_q <= SIGNEDA; end
+  always @(posedge CLK0) if (RST0) begin b_q <= 0; sb_q <= 0; end
+                         else if (CE0) begin b_q <= b_in; sb_q <= SIGNEDB; end
+  wire ra = REG_INPUTA_CLK == "CLK0", rb = REG_INPUTB_CLK == "CLK0";
+  wire [{n - 1}:0] a = ra ? a_q : a_in;
+  wire [{n - 1}:0] b = rb ? b_q : b_in;
+  wire sa = ra ? sa_q : SIGNEDA, sb = rb ? sb_q : SIGNEDB;
+  wire signed [{2 * n + 1}:0] full = $signed({{{{({n + 1}){{sa & a[{n - 1}]}}}}, a}}) * $signed({{{{({n + 1}){{sb & b[{n - 1}]}}}}, b}});
+  wire [{2 * n - 1}:0] prod = full[{2 * n - 1}:0];
+  reg [{2 * n - 1}:0] pipe_q = 0, out_q = 0;
+  wire [{2 * n - 1}:0] piped = REG_PIPELINE_CLK == "CLK0" ? pipe_q : prod;
+  always @(posedge CLK0) if (RST0) pipe_q <= 0; else if (CE0) pipe_q <= prod;
+  always @(posedge CLK0) if (RST0) out_q <= 0; else if (CE0) out_q <= piped;
+  assign {cat("P", 2 * n)} = REG_OUTPUT_CLK == "CLK0" ? out_q : piped;
+endmodule
+"""
+
+
+#: behavioural models of the vendor primitives the generators instantiate, by module name
+SIM_MODELS: dict[str, str] = {"MULT18X18D": _mult18x18d_model()}
+
+
+def sim_models_for(netlist: str) -> str:
+    """The behavioural models (Verilog) of the :data:`SIM_MODELS` primitives ``netlist``
+    instantiates; "" when it instantiates none."""
+    used = [name for name in SIM_MODELS if re.search(rf"^\s*{name}\b", netlist, re.M)]
+    return "".join("\n" + SIM_MODELS[name] for name in used)
+
+
+def with_sim_models(netlist: str) -> str:
+    """``netlist`` (Verilog) followed by :func:`sim_models_for` it, for a simulator."""
+    return netlist + sim_models_for(netlist)
