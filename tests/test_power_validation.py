@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Stillmaker & Baas 2017 via hwcomponents techscaling.py: energy polynomial (a, b, c) of
 # E(V) = a V^2 + b V + c per node, and area factors from 45 nm.
-SB17_E = {45: (1.103, -0.362, 0.2767), 32: (0.9559, -0.7823, 0.471),
+SB17_E = {65: (3.755, -4.398, 1.975), 45: (1.103, -0.362, 0.2767), 32: (0.9559, -0.7823, 0.471),
           20: (0.373, -0.1582, 0.04104), 16: (0.2958, -0.1241, 0.03024),
           7: (0.1776, -0.09097, 0.02447)}
-SB17_AREA_FROM_45 = {32: 0.46, 20: 0.21, 16: 0.19, 7: 0.059}
+SB17_AREA_FROM_45 = {65: 1.5, 32: 0.46, 20: 0.21, 16: 0.19, 7: 0.059}
 # The int8 MAC (multiply, int32 accumulate) in pJ: Horowitz ISSCC 2014 at 45 nm (8b mult 0.2,
 # 32b add 0.1) and Jouppi et al. ISCA 2021 Table 2 at 7 nm (int8 mult 0.07, int32 add 0.03). The
 # 16 and 28 nm tables interpolate log-log in feature size between them, not by [SB17].
@@ -667,3 +667,46 @@ def test_nvdla_power_moves_with_the_int8_mac_energy_by_hand():
     new = b.nvdla_rows()[0]
     extra_mw = 2048e9 * (sum(_int8_between(16)) - 0.3 * f) * 1e-12 * 1e3
     assert new["peak_mw"] - old["peak_mw"] == pytest.approx(extra_mw, rel=1e-9)
+
+
+# ---- 65 nm table (for Eyeriss) -----------------------------------------------------------------------------
+
+def test_65nm_table_is_45nm_scaled_by_stillmaker_baas():
+    """65 nm is a column of [SB17] (hwcomponents techscaling.py): area x 1.5 (AREA_SCALING
+    45 -> 65 nm), energy x E65(1.0) / E45(0.9) = 1.332 / 0.84433 = 1.5776, every format (the
+    int8 MAC too: 65 nm lies outside the published 45-7 nm line). Two entries by hand, then
+    every entry."""
+    t45, t65 = load_tech("45nm"), load_tech("65nm")
+    area, energy = SB17_AREA_FROM_45[65], _e(65, 1.0) / _e(45, 0.9)
+    assert _e(65, 1.0) == pytest.approx(3.755 - 4.398 + 1.975)            # 1.332
+    assert energy == pytest.approx(1.332 / (1.103 * 0.81 - 0.362 * 0.9 + 0.2767))
+    # by hand: the int8 multiply (Horowitz 45 nm 0.2 pJ) and the fp32 adder's area (Aladdin
+    # 40 nm 3007.087 um^2 x (45/40)^2 = 3805.8 at 45 nm)
+    assert t65.mac_pj["int8"].mult == pytest.approx(0.2 * 1.332 / 0.84433, rel=1e-3)   # 0.3155
+    assert t65.area_um2.pe["fp32"].add == pytest.approx(3805.8 * 1.5, rel=1e-3)        # 5709
+    for fmt, pair in t45.mac_pj.items():
+        assert t65.mac_pj[fmt].mult == pytest.approx(pair.mult * energy, rel=2e-3)
+        assert t65.mac_pj[fmt].add == pytest.approx(pair.add * energy, rel=2e-3)
+    for p45, p65 in zip(t45.sram_pj_per_64b, t65.sram_pj_per_64b):
+        assert (p65.kib, p65.pj) == (p45.kib, pytest.approx(p45.pj * energy, rel=2e-3))
+    assert t65.vector_op_pj == pytest.approx(t45.vector_op_pj * energy, rel=2e-3)
+    assert t65.router_pj_per_byte == pytest.approx(t45.router_pj_per_byte * energy, rel=2e-3)
+    for fmt, pair in t45.area_um2.pe.items():
+        assert t65.area_um2.pe[fmt].mult == pytest.approx(pair.mult * area, rel=2e-3)
+        assert t65.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=2e-3)
+    for fmt, col in t45.column_pj.items():
+        assert t65.column_pj[fmt].total == pytest.approx(col.total * energy, rel=2e-3)
+        assert t65.area_um2.column[fmt].total == pytest.approx(
+            t45.area_um2.column[fmt].total * area, rel=2e-3)
+    assert set(t65.column_pj) == set(t45.column_pj) == set(t65.area_um2.column)
+    for key in ("vector_lane", "sram_bitcell", "fixed"):
+        assert getattr(t65.area_um2, key) == pytest.approx(getattr(t45.area_um2, key) * area,
+                                                           rel=2e-3)
+    assert t65.leakage.logic_mw_per_mm2 == pytest.approx(
+        t45.leakage.logic_mw_per_mm2 * energy / area, rel=2e-3)
+    bit_um2 = t65.area_um2.sram_bitcell / t65.area_um2.sram_array_efficiency
+    assert t65.leakage.sram_pw_per_bit == pytest.approx(
+        t65.leakage.logic_mw_per_mm2 * 1e3 * bit_um2, rel=2e-3)
+    # the supply range is Eyeriss' published core supply (JSSC 2017 Table IV: 0.82-1.17 V)
+    assert (t65.vf.v_min, t65.vf.v_max) == (0.82, 1.17)
+
