@@ -13,7 +13,14 @@ clock needs — plus ``static_power``), each against the published figure with t
 systolic arrays (TPU v1 one 256x256; TPU v4i four, TPU v4 eight 128x128), so the SRAM energy
 follows their reuse.
 
-Two more blocks follow the NVDLA table. A 7 nm density check (:func:`density_rows`): the
+Eyeriss (JSSC 2017, 65 nm; held out, :func:`eyeriss_row`) follows the NVDLA table: its core
+area, peak throughput at its top clock and its power on AlexNet's CONV layers (at the published
+MAC rate) against the published figures (:data:`EYERISS`, :data:`EYERISS_ALEXNET`: sources and
+status there). Its row-stationary PEs with their own scratchpads and 16-bit fixed point cannot
+be described; configs/validation/eyeriss.yaml is the closest ArchSpec (int8, a 12x14
+weight-stationary array) and a bf16 row (the 16-bit format the model has) brackets the format.
+
+Two more blocks follow. A 7 nm density check (:func:`density_rows`): the
 model's TOPS per mm2 (cells and laid out) of the held-out TPU v4i/v4 against the published lower
 bound (TOPS over the die-area upper bound), of the largest RTL-able int8 array
 (:func:`largest_rtl_int8_cube`), the int8 PE array alone, and IBM RaPiD's published 7 nm chip
@@ -387,11 +394,11 @@ an-dejan-markovic-y-h-chen-and.html). Consistency: 181.5 KB = 108 KB + 168 x 448
 B); 16.8 and 42.0 GMACS = 168 MACs x 100 and 250 MHz."""
 EYERISS_ALEXNET = {"power_mw": 278.0, "latency_ms": 115.3, "processing_ms": 103.5,
                    "macs": 2.666e9, "batch": 4, "active_pes": 143, "zeros_in_ifmaps": 0.5753,
-                   "clock_mhz": 200.0}
+                   "glb_mb": 208.5, "clock_mhz": 200.0}
 """The published operating point: AlexNet's five CONV layers at batch 4 (JSSC Table V, Total
 row, OCR'd in cucapra/fodlam raw/eyeriss-tableV.txt and data/eyeriss-alexnet.csv): 278 mW,
 115.3 ms total latency (103.5 ms processing), 2.666 G MACs, 143 active PEs on average, 57.53 %
-zeros in the ifmaps. The abstract confirms "35 frames/s ... for AlexNet at 278 mW (batch size N
+zeros in the ifmaps, 208.5 MB of global-buffer accesses. The abstract confirms "35 frames/s ... for AlexNet at 278 mW (batch size N
 = 4)" (4 / 115.3 ms = 34.7 frames/s) and the ISSCC 2016 paper's 666 million MACs per image
 (https://scilit.com/publications/0afcbe89c9c50d7b58f32d3cfdaf8599; x 4 = 2.664 G). The 200 MHz
 core clock of the measurement is confirmed at second hand only (yue831107/noc-knowledge-base
@@ -439,6 +446,8 @@ def eyeriss_row(arch: ArchSpec | None = None) -> dict:
             "mac_rate": rate, "utilization": rate / arch.peak_macs_per_s,
             "power_mw": power_mw, "power_pub_mw": pw, "power_err": power_mw / pw - 1,
             "mac_mw": e["mac_pj"] * 1e-9, "sram_mw": e["sram_pj"] * 1e-9,
+            "scratchpad_b_per_mac": sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))[0],
+            "glb_b_per_mac_pub": EYERISS_ALEXNET["glb_mb"] * 1e6 / EYERISS_ALEXNET["macs"],
             "leakage_mw": st["leakage_w"] * 1e3, "voltage_v": e["voltage_v"]}
 
 
@@ -481,7 +490,9 @@ def eyeriss_table(r: dict) -> str:
                  f"utilization {r['utilization']:.2f} of 168 x 200 MHz), no PHY, no background; "
                  f"peak at {r['peak_clock_mhz']:.0f} MHz; left out: the PEs' filter + ifmap "
                  f"scratchpads ({eyeriss_spads_kib():.1f} KiB, {spad_mm2:.2f} mm2 of SRAM cells "
-                 f"at the table's density)")
+                 f"at the table's density); scratchpad bytes per MAC: model "
+                 f"{r['scratchpad_b_per_mac']:.3f} (12x14 WS reuse), published global-buffer "
+                 f"accesses 208.5 MB / 2.666 G MACs = {r['glb_b_per_mac_pub']:.3f}")
     return "\n".join(lines)
 
 
