@@ -398,8 +398,9 @@ EYERISS_ALEXNET = {"power_mw": 278.0, "latency_ms": 115.3, "processing_ms": 103.
 """The published operating point: AlexNet's five CONV layers at batch 4 (JSSC Table V, Total
 row, OCR'd in cucapra/fodlam raw/eyeriss-tableV.txt and data/eyeriss-alexnet.csv): 278 mW,
 115.3 ms total latency (103.5 ms processing), 2.666 G MACs, 143 active PEs on average, 57.53 %
-zeros in the ifmaps, 208.5 MB of global-buffer accesses. The abstract confirms "35 frames/s ... for AlexNet at 278 mW (batch size N
-= 4)" (4 / 115.3 ms = 34.7 frames/s) and the ISSCC 2016 paper's 666 million MACs per image
+zeros in the ifmaps, 208.5 MB of global-buffer accesses. The abstract confirms "35 frames/s
+... for AlexNet at 278 mW (batch size N = 4)" (4 / 115.3 ms = 34.7 frames/s) and the ISSCC
+2016 paper's 666 million MACs per image
 (https://scilit.com/publications/0afcbe89c9c50d7b58f32d3cfdaf8599; x 4 = 2.664 G). The 200 MHz
 core clock of the measurement is confirmed at second hand only (yue831107/noc-knowledge-base
 docs/08-case-studies/mit-eyeriss.md: 65nm, 168 PEs, 200 MHz, 278 mW; RVME, ICCD 2025, Table IV:
@@ -590,8 +591,8 @@ ALADDIN_ADD32_PJ = 8.575164e-2
 def register_pj_per_bit(tech: str) -> float:
     """pJ per register bit per cycle at ``tech``'s nominal supply: Aladdin's register : 32-bit
     adder energy ratio (9.011 / 85.75 fJ = 0.1051) times the table's int32 accumulator add
-    (``mac_pj.int8.add``: 45 nm 0.1, 28 nm 0.07357, 16 nm 0.05122, 7 nm 0.03 pJ) — a register
-    bit scaled like the adder the tables already carry (derived, not fitted)."""
+    (``mac_pj.int8.add``: 65 nm 0.1578, 45 nm 0.1, 28 nm 0.07357, 16 nm 0.05122, 7 nm 0.03
+    pJ) — a register bit scaled like the adder the tables already carry (derived, not fitted)."""
     return ALADDIN_REG_PJ_PER_BIT / ALADDIN_ADD32_PJ * load_tech(tech).mac_pj["int8"].add
 
 
@@ -637,6 +638,10 @@ def register_sensitivity() -> dict:
     v4 = chip_with_background("tpu_v4")
     p4 = peak_power_w(v4, "7nm")["power_w"]
     reg1, reg4 = register_w(v1, "28nm"), register_w(v4, "7nm")
+    eye, rate = load_chip("eyeriss"), eyeriss_mac_rate()
+    p_eye = eyeriss_row(eye)["power_mw"]
+    reg_e, reg_e_gated = register_w(eye, "65nm") * 1e3, register_w(eye, "65nm", rate) * 1e3
+    pub_e = EYERISS_ALEXNET["power_mw"]
     return {"nvdla": nv,
             "mean_abs": {k: _mean_abs([x[k] for x in nv])
                          for k in ("peak_err", "avg_err", "avg_gated_err")},
@@ -644,7 +649,10 @@ def register_sensitivity() -> dict:
                        "busy_err": (busy + reg1) / BUSY_V1["power_w"] - 1},
             "tpu_v4": {"reg_w": reg4, "power_w": p4 + reg4,
                        "max_err": (p4 + reg4) / PUBLISHED["tpu_v4"]["power_w"] - 1,
-                       "mean_err": (p4 + reg4) / MEAN_W["tpu_v4"] - 1}}
+                       "mean_err": (p4 + reg4) / MEAN_W["tpu_v4"] - 1},
+            "eyeriss": {"reg_mw": reg_e, "reg_gated_mw": reg_e_gated,
+                        "power_err": (p_eye + reg_e) / pub_e - 1,
+                        "power_gated_err": (p_eye + reg_e_gated) / pub_e - 1}}
 
 
 
@@ -666,6 +674,11 @@ def register_table(s: dict) -> str:
                  f"measured ({v1['busy_err']:+.1%}); tpu_v4 {v4['power_w']:.1f} W "
                  f"(+{v4['reg_w']:.1f}) vs 192 max ({v4['max_err']:+.1%}) / 170 mean "
                  f"({v4['mean_err']:+.1%})")
+    e = s["eyeriss"]
+    lines.append(f"eyeriss (65 nm, {register_pj_per_bit('65nm') * 1e3:.2f} fJ per bit) on "
+                 f"AlexNet with registers: +{e['reg_mw']:.1f} mW clocked every cycle "
+                 f"({e['power_err']:+.1%} of 278 mW) / +{e['reg_gated_mw']:.1f} mW gated to "
+                 f"its MAC rate ({e['power_gated_err']:+.1%})")
     return "\n".join(lines)
 
 def _err(x: float, pub: float | None) -> float | None:

@@ -633,6 +633,15 @@ def test_pe_register_diagnostic_by_hand():
     r0 = b.nvdla_rows()[0]
     assert row["peak_err"] == pytest.approx((r0["peak_mw"] + 2048 * 48 * bit16) / 766.0 - 1,
                                             rel=1e-6)
+    # Eyeriss (65 nm int32 add 0.1 x 1.332 / 0.84433 pJ): 168 PEs x 48 bits x 200 MHz clocked
+    # every cycle; gated: x 23.1 G MAC/s / (168 x 200 MHz)
+    bit65 = 9.011432e-3 / 8.575164e-2 * 0.1 * 1.332 / 0.84433
+    e = s["eyeriss"]
+    assert e["reg_mw"] == pytest.approx(168 * 48 * bit65 * 1e-12 * 200e6 * 1e3, rel=1e-3)
+    assert e["reg_gated_mw"] == pytest.approx(
+        e["reg_mw"] * (2.666e9 / 0.1153) / (168 * 200e6), rel=1e-9)
+    p_eye = b.eyeriss_row()["power_mw"]
+    assert e["power_err"] == pytest.approx((p_eye + e["reg_mw"]) / 278.0 - 1, rel=1e-9)
 
 
 def test_7nm_density_check_by_hand():
