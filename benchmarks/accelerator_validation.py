@@ -13,7 +13,14 @@ clock needs — plus ``static_power``), each against the published figure with t
 systolic arrays (TPU v1 one 256x256; TPU v4i four, TPU v4 eight 128x128), so the SRAM energy
 follows their reuse.
 
-Two more blocks follow the NVDLA table. A 7 nm density check (:func:`density_rows`): the
+Eyeriss (JSSC 2017, 65 nm; held out, :func:`eyeriss_row`) follows the NVDLA table: its core
+area, peak throughput at its top clock and its power on AlexNet's CONV layers (at the published
+MAC rate) against the published figures (:data:`EYERISS`, :data:`EYERISS_ALEXNET`: sources and
+status there). Its row-stationary PEs with their own scratchpads and 16-bit fixed point cannot
+be described; configs/validation/eyeriss.yaml is the closest ArchSpec (int8, a 12x14
+weight-stationary array) and a bf16 row (the 16-bit format the model has) brackets the format.
+
+Two more blocks follow. A 7 nm density check (:func:`density_rows`): the
 model's TOPS per mm2 (cells and laid out) of the held-out TPU v4i/v4 against the published lower
 bound (TOPS over the die-area upper bound), of the largest RTL-able int8 array
 (:func:`largest_rtl_int8_cube`), the int8 PE array alone, and IBM RaPiD's published 7 nm chip
@@ -364,6 +371,132 @@ def nvdla_table(rs: list[dict]) -> str:
 
 
 
+# ---- Eyeriss (held out) -------------------------------------------------------------------------
+EYERISS_CITE = ("Chen, Krishna, Emer, Sze, 'Eyeriss: An Energy-Efficient Reconfigurable "
+                "Accelerator for Deep Convolutional Neural Networks', IEEE JSSC 52(1) 2017, "
+                "Tables IV and V")
+EYERISS = {"tech": "65nm", "role": "held out", "pes": 168, "array": (12, 14),
+           "core_mm2": 3.5 * 3.5, "chip_mm2": 4.0 * 4.0, "glb_kb": 108.0,
+           "onchip_sram_kb": 181.5, "spad_bytes": {"filter": 448, "ifmap": 24, "psum": 48},
+           "peak_gmacs": (16.8, 42.0), "clock_mhz": (100.0, 250.0), "supply_v": (0.82, 1.17),
+           "bits": 16}
+"""Eyeriss' published chip figures. Confirmed in JSSC Table IV as OCR'd in the public repository
+cucapra/fodlam (raw/eyeriss-tableIV.txt, https://github.com/cucapra/fodlam; the OCR drops
+decimal points — "35 mm x 35 mm", "16‘842‘0 GMACS" — read with the chip size 4.0 mm x 4.0 mm
+beside it): TSMC 65nm LP 1P9M, chip 4.0 x 4.0 mm, core area 3.5 x 3.5 mm (12.25 mm2; RVME, ICCD
+2025, Table IV quotes Eyeriss at 12.25 mm2), 168 PEs, on-chip SRAM 181.5 KB, global buffer 108.0
+KB, scratch pads per PE: filter weights 448 B (SRAM, 224 x 16 b), feature maps 24 B (registers,
+12 x 16 b), partial sums 48 B (registers, 24 x 16 b), core supply 0.82-1.17 V, core clock
+100-250 MHz, peak throughput 16.8-42.0 GMACS, 16-bit fixed point. The 12 x 14 array: the JSSC
+text as summarised in agastyaseth/agastyaseth.github.io (_posts/2024-02-05-eyeriss-...md); 168
+PEs: the JSSC abstract (https://vdocuments.site/ieee-journal-of-solid-state-circuits-1-eyeriss-
+an-dejan-markovic-y-h-chen-and.html). Consistency: 181.5 KB = 108 KB + 168 x 448 B (KB = 1024
+B); 16.8 and 42.0 GMACS = 168 MACs x 100 and 250 MHz."""
+EYERISS_ALEXNET = {"power_mw": 278.0, "latency_ms": 115.3, "processing_ms": 103.5,
+                   "macs": 2.666e9, "batch": 4, "active_pes": 143, "zeros_in_ifmaps": 0.5753,
+                   "glb_mb": 208.5, "clock_mhz": 200.0}
+"""The published operating point: AlexNet's five CONV layers at batch 4 (JSSC Table V, Total
+row, OCR'd in cucapra/fodlam raw/eyeriss-tableV.txt and data/eyeriss-alexnet.csv): 278 mW,
+115.3 ms total latency (103.5 ms processing), 2.666 G MACs, 143 active PEs on average, 57.53 %
+zeros in the ifmaps, 208.5 MB of global-buffer accesses. The abstract confirms "35 frames/s
+... for AlexNet at 278 mW (batch size N = 4)" (4 / 115.3 ms = 34.7 frames/s) and the ISSCC
+2016 paper's 666 million MACs per image
+(https://scilit.com/publications/0afcbe89c9c50d7b58f32d3cfdaf8599; x 4 = 2.664 G). The 200 MHz
+core clock of the measurement is confirmed at second hand only (yue831107/noc-knowledge-base
+docs/08-case-studies/mit-eyeriss.md: 65nm, 168 PEs, 200 MHz, 278 mW; RVME, ICCD 2025, Table IV:
+Eyeriss 65nm, 200 MHz); the supply of the measurement (1 V is often quoted) was not found in a
+retrieved text and is not used: the model runs 200 MHz at the 65 nm curve's nominal 1.0 V
+(configs/tech/65nm.yaml, an assumption)."""
+
+
+def eyeriss_mac_rate() -> float:
+    """MAC/s of the published AlexNet run: its MACs over its total latency (2.666 G / 115.3 ms
+    = 23.1 G MAC/s, 0.69 of the 168 x 200 MHz peak) — the utilization the power check assumes."""
+    a = EYERISS_ALEXNET
+    return a["macs"] / (a["latency_ms"] * 1e-3)
+
+
+def eyeriss_row(arch: ArchSpec | None = None) -> dict:
+    """Eyeriss predicted vs published (nothing fitted on it): the core area (the model's laid-out
+    area without the off-chip PHY — the chip has none; a die photo's core is laid out, so the
+    uncore share is in; also without it, as the NVDLA IP, and the cells), peak throughput at the
+    published top clock (250 MHz) and power at the AlexNet MAC rate (:func:`eyeriss_mac_rate`):
+    the dynamic MAC + SRAM terms at 200 MHz (the 65 nm curve's nominal 1.0 V) plus cell
+    leakage, no PHY and no board background (the published figure is the chip's). ``arch``:
+    the ArchSpec (default configs/validation/eyeriss.yaml). Errors: predicted / published - 1."""
+    arch = arch or load_chip("eyeriss")
+    t, pub = load_tech(EYERISS["tech"]), EYERISS
+    ab = area_breakdown(arch, t)
+    area = ab["area_mm2"] - ab["phy_um2"] / 1e6
+    ip, cells = core_area_mm2(arch, "65nm", True), core_area_mm2(arch, "65nm", False)
+    top = pub["clock_mhz"][1]
+    peak_gops = 2 * arch.tensor_engine.macs_per_cycle * top * 1e6 / 1e9
+    rate = eyeriss_mac_rate()
+    e = energy_breakdown(arch, t, macs=rate, latency_s=1.0)
+    st = static_power(arch, t)
+    power_mw = (e["energy_j"] - st["phy_w"]) * 1e3
+    pw = EYERISS_ALEXNET["power_mw"]
+    return {"chip": "eyeriss", "tech": pub["tech"], "role": pub["role"], "cite": EYERISS_CITE,
+            "format": arch.tensor_engine.input_format,
+            "area_mm2": area, "area_pub_mm2": pub["core_mm2"],
+            "area_err": area / pub["core_mm2"] - 1,
+            "area_ip_mm2": ip, "area_ip_err": ip / pub["core_mm2"] - 1,
+            "area_cells_mm2": cells, "area_cells_err": cells / pub["core_mm2"] - 1,
+            "peak_gops": peak_gops, "peak_pub_gops": 2 * pub["peak_gmacs"][1],
+            "peak_err": peak_gops / (2 * pub["peak_gmacs"][1]) - 1, "peak_clock_mhz": top,
+            "mac_rate": rate, "utilization": rate / arch.peak_macs_per_s,
+            "power_mw": power_mw, "power_pub_mw": pw, "power_err": power_mw / pw - 1,
+            "mac_mw": e["mac_pj"] * 1e-9, "sram_mw": e["sram_pj"] * 1e-9,
+            "scratchpad_b_per_mac": sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))[0],
+            "glb_b_per_mac_pub": EYERISS_ALEXNET["glb_mb"] * 1e6 / EYERISS_ALEXNET["macs"],
+            "leakage_mw": st["leakage_w"] * 1e3, "voltage_v": e["voltage_v"]}
+
+
+def eyeriss_as(fmt: str, acc: str) -> ArchSpec:
+    """configs/validation/eyeriss.yaml with operand format ``fmt`` and accumulator ``acc``."""
+    data = load_chip("eyeriss").model_dump(mode="json", exclude_none=True)
+    data["tensor_engine"] = {**data["tensor_engine"], "input_format": fmt,
+                             "weight_format": fmt, "accumulator_format": acc}
+    return ArchSpec.from_dict(data, source=f"eyeriss as {fmt}")
+
+
+def eyeriss_spads_kib() -> float:
+    """KiB of the per-PE scratchpads the ArchSpec leaves out: filter SRAM (448 B) and ifmap
+    registers (24 B) in each of 168 PEs (the psum registers are the 8 KiB accumulator)."""
+    s = EYERISS["spad_bytes"]
+    return EYERISS["pes"] * (s["filter"] + s["ifmap"]) / 1024
+
+
+def eyeriss_table(r: dict) -> str:
+    head = (f"{'Eyeriss':8} {'role':8} {'fmt':4} | {'core':>5} {'pub':>5} {'err':>6} "
+            f"{'-uncore':>7} {'err':>6} {'cells':>5} {'err':>6} | {'GOPS':>5} {'pub':>5} "
+            f"{'err':>6} | {'mW':>5} {'pub':>4} {'err':>6} ({'MAC':>4} + {'SRAM':>4} + "
+            f"{'leak':>4} mW at {'V':>5})")
+    lines = [head, "-" * len(head)]
+    bf = eyeriss_row(eyeriss_as("bf16", "fp32"))
+    for x in (r, bf):
+        lines.append(
+            f"{x['chip']:8} {x['role'] if x is r else 'diagn.':8} {x['format']:4} | "
+            f"{x['area_mm2']:5.2f} {x['area_pub_mm2']:5.2f} {_pct(x['area_err'])} "
+            f"{x['area_ip_mm2']:7.2f} {_pct(x['area_ip_err'])} {x['area_cells_mm2']:5.2f} "
+            f"{_pct(x['area_cells_err'])} | {x['peak_gops']:5.1f} {x['peak_pub_gops']:5.1f} "
+            f"{_pct(x['peak_err'])} | {x['power_mw']:5.1f} {x['power_pub_mw']:4.0f} "
+            f"{_pct(x['power_err'])} ({x['mac_mw']:4.1f} + {x['sram_mw']:4.1f} + "
+            f"{x['leakage_mw']:4.1f} mW at {x['voltage_v']:.3f})")
+    t = load_tech(EYERISS["tech"])
+    spad_mm2 = eyeriss_spads_kib() * t.sram_um2_per_kib / 1e6
+    lines.append(f"eyeriss: 65 nm, 12x14 ws systolic (row-stationary not describable), int8 for "
+                 f"16-bit fixed point (bf16 row: the 16-bit format the model has, a diagnostic); "
+                 f"power at AlexNet's {r['mac_rate'] / 1e9:.1f} G MAC/s (2.666 G MACs / 115.3 ms, "
+                 f"utilization {r['utilization']:.2f} of 168 x 200 MHz), no PHY, no background; "
+                 f"peak at {r['peak_clock_mhz']:.0f} MHz; left out: the PEs' filter + ifmap "
+                 f"scratchpads ({eyeriss_spads_kib():.1f} KiB, {spad_mm2:.2f} mm2 of SRAM cells "
+                 f"at the table's density); scratchpad bytes per MAC: model "
+                 f"{r['scratchpad_b_per_mac']:.3f} (12x14 WS reuse), published global-buffer "
+                 f"accesses 208.5 MB / 2.666 G MACs = {r['glb_b_per_mac_pub']:.3f}")
+    return "\n".join(lines)
+
+
 # ---- 7 nm int8 density (TOPS per mm2) -----------------------------------------------------------
 RAPID_7NM = {"area_mm2": 36.0, "fp8_tflops": 26.2, "int4_tops": 104.9}
 """IBM RaPiD, a 4-core AI chip in 7 nm EUV: "The 36mm2 RAPID chip fabricated in 7nm EUV
@@ -458,8 +591,8 @@ ALADDIN_ADD32_PJ = 8.575164e-2
 def register_pj_per_bit(tech: str) -> float:
     """pJ per register bit per cycle at ``tech``'s nominal supply: Aladdin's register : 32-bit
     adder energy ratio (9.011 / 85.75 fJ = 0.1051) times the table's int32 accumulator add
-    (``mac_pj.int8.add``: 45 nm 0.1, 28 nm 0.07357, 16 nm 0.05122, 7 nm 0.03 pJ) — a register
-    bit scaled like the adder the tables already carry (derived, not fitted)."""
+    (``mac_pj.int8.add``: 65 nm 0.1578, 45 nm 0.1, 28 nm 0.07357, 16 nm 0.05122, 7 nm 0.03
+    pJ) — a register bit scaled like the adder the tables already carry (derived, not fitted)."""
     return ALADDIN_REG_PJ_PER_BIT / ALADDIN_ADD32_PJ * load_tech(tech).mac_pj["int8"].add
 
 
@@ -505,6 +638,10 @@ def register_sensitivity() -> dict:
     v4 = chip_with_background("tpu_v4")
     p4 = peak_power_w(v4, "7nm")["power_w"]
     reg1, reg4 = register_w(v1, "28nm"), register_w(v4, "7nm")
+    eye, rate = load_chip("eyeriss"), eyeriss_mac_rate()
+    p_eye = eyeriss_row(eye)["power_mw"]
+    reg_e, reg_e_gated = register_w(eye, "65nm") * 1e3, register_w(eye, "65nm", rate) * 1e3
+    pub_e = EYERISS_ALEXNET["power_mw"]
     return {"nvdla": nv,
             "mean_abs": {k: _mean_abs([x[k] for x in nv])
                          for k in ("peak_err", "avg_err", "avg_gated_err")},
@@ -512,7 +649,10 @@ def register_sensitivity() -> dict:
                        "busy_err": (busy + reg1) / BUSY_V1["power_w"] - 1},
             "tpu_v4": {"reg_w": reg4, "power_w": p4 + reg4,
                        "max_err": (p4 + reg4) / PUBLISHED["tpu_v4"]["power_w"] - 1,
-                       "mean_err": (p4 + reg4) / MEAN_W["tpu_v4"] - 1}}
+                       "mean_err": (p4 + reg4) / MEAN_W["tpu_v4"] - 1},
+            "eyeriss": {"reg_mw": reg_e, "reg_gated_mw": reg_e_gated,
+                        "power_err": (p_eye + reg_e) / pub_e - 1,
+                        "power_gated_err": (p_eye + reg_e_gated) / pub_e - 1}}
 
 
 
@@ -534,6 +674,11 @@ def register_table(s: dict) -> str:
                  f"measured ({v1['busy_err']:+.1%}); tpu_v4 {v4['power_w']:.1f} W "
                  f"(+{v4['reg_w']:.1f}) vs 192 max ({v4['max_err']:+.1%}) / 170 mean "
                  f"({v4['mean_err']:+.1%})")
+    e = s["eyeriss"]
+    lines.append(f"eyeriss (65 nm, {register_pj_per_bit('65nm') * 1e3:.2f} fJ per bit) on "
+                 f"AlexNet with registers: +{e['reg_mw']:.1f} mW clocked every cycle "
+                 f"({e['power_err']:+.1%} of 278 mW) / +{e['reg_gated_mw']:.1f} mW gated to "
+                 f"its MAC rate ({e['power_gated_err']:+.1%})")
     return "\n".join(lines)
 
 def _err(x: float, pub: float | None) -> float | None:
@@ -632,10 +777,12 @@ def main(argv: list[str] | None = None) -> None:
     rs, nv = rows(), nvdla_rows()
     print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
                       "background_fit_w": background_fit(), "density_7nm": density_rows(),
+                      "eyeriss": eyeriss_row(),
                       "cube_7nm": cube_density(), "layout_factors": layout_fit()._asdict(),
                       "diagnostics": {"pe_registers": register_sensitivity()}},
                      indent=1) if args.json
-          else table(rs) + "\n\n" + nvdla_table(nv) + "\n\n"
+          else table(rs) + "\n\n" + nvdla_table(nv) + "\n\n" + eyeriss_table(eyeriss_row())
+          + "\n\n"
           + density_table() + "\n\n" + register_table(register_sensitivity()))
 
 

@@ -49,14 +49,14 @@ def _sram_points(t) -> dict[float, float]:
     return {p.kib: p.pj for p in t.sram_pj_per_64b}
 
 
-@pytest.mark.parametrize("tech", ["45nm", "7nm", "16nm", "28nm"])
+@pytest.mark.parametrize("tech", ["45nm", "7nm", "16nm", "28nm", "65nm"])
 def test_tables_load_and_cover_every_format(tech):
     from tilewright.formats import FORMATS
     t = load_tech(tech)
     assert set(FORMATS) <= set(t.mac_pj) and set(FORMATS) <= set(t.area_um2.pe)
 
 
-@pytest.mark.parametrize("tech", ["16nm", "28nm", "45nm", "7nm"])
+@pytest.mark.parametrize("tech", ["16nm", "28nm", "45nm", "65nm", "7nm"])
 def test_every_cited_key_is_in_the_sources_block(tech):
     text = (TECH_DIR / f"{tech}.yaml").read_text()
     cited = set(re.findall(r"\[([A-Z][A-Z0-9]+)\]", text))
@@ -305,5 +305,5 @@ def test_mesh_area_and_hop_energy():
 
 
 def test_unknown_tech_one_line():
-    with pytest.raises(TechError, match="3nm: no such file .or tech preset; tech presets are: 16nm, 28nm, 45nm, 7nm."):
+    with pytest.raises(TechError, match="3nm: no such file .or tech preset; tech presets are: 16nm, 28nm, 45nm, 65nm, 7nm."):
         load_tech("3nm")
