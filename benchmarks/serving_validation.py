@@ -21,7 +21,14 @@ ITL constraint of ``decode_slo`` is applied to the step time (the gap between to
 * ``decode``: ``seqs_per_gpu`` one-token sequences per GPU at ``context`` keys; tokens/s per node
   = 8 · seqs_per_gpu / iteration seconds.
 * ``prefill``: ``tokens_per_gpu / prompt`` whole prompts per GPU; tokens/s per node =
-  8 · tokens_per_gpu / iteration seconds.
+  8 · tokens_per_gpu / iteration seconds. With ``cache_hit`` h (the share of input tokens
+  served from the prefix cache) each prompt computes only its last ``round(prompt·(1 − h))``
+  tokens, attending to all ``prompt`` keys (its cached prefix included);
+  ``tokens_per_gpu // that`` prompts per GPU, tokens/s per node = 8 · computed tokens /
+  iteration seconds (the published figure counts computed tokens).
+* ``a2a_sms`` (prefill rows): SMs the DeepEP normal kernels hold while overlapped; the
+  overlapped compute runs on the rest (decode's low-latency kernels hold none, profile-data
+  README "Decoding").
 * ``decode_slo``: the largest batch per GPU (powers of two and midpoints) whose iteration fits
   the ITL; tokens/s per node at that batch.
 
@@ -63,7 +70,15 @@ def _plan(p: dict) -> ServePlan:
     return ServePlan(ep=p["ep"], a2a="deepep", dispatch_bytes=1, weight_bytes=1,
                      gemm_format="fp8",
                      redundant_experts=p["redundant_experts"], overlap_a2a=True,
-                     max_batch_tokens=2**20, max_seqs=2**20)
+                     a2a_sms=p.get("a2a_sms", 0), max_batch_tokens=2**20, max_seqs=2**20)
+
+
+def prefill_batch(p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(new tokens, keys) per prompt of one GPU's prefill batch (module docstring): whole
+    prompts, or with ``cache_hit`` the uncached end of each prompt over all its keys."""
+    new = round(p["prompt"] * (1 - p.get("cache_hit", 0.0)))
+    per = p["tokens_per_gpu"] // new
+    return np.full(per, new), np.full(per, p["prompt"])
 
 
 def _iteration(cost: IterationCost, q: np.ndarray, c: np.ndarray, ranks: np.ndarray) -> float:
@@ -83,11 +98,12 @@ def predict(p: dict) -> dict:
     cost = IterationCost(cfg, plan, chip_model(spec), CollectiveTimer(Topology(spec)),
                          list(range(ep)), cost_source="table", seed=0)
     if p["phase"] == "prefill":
-        per = p["tokens_per_gpu"] // p["prompt"]
-        q = np.full(per * ep, p["prompt"])
-        t = _iteration(cost, q, q.copy(), np.repeat(np.arange(ep), per))
-        out = {"predicted": 8 * p["tokens_per_gpu"] / t, "iteration_s": t,
-               "kv_fits": _kv_fits(cfg, plan, spec, p["tokens_per_gpu"])}
+        q1, c1 = prefill_batch(p)
+        per = len(q1)
+        q, c = np.tile(q1, ep), np.tile(c1, ep)
+        t = _iteration(cost, q, c, np.repeat(np.arange(ep), per))
+        out = {"predicted": 8 * int(q1.sum()) / t, "iteration_s": t,
+               "kv_fits": _kv_fits(cfg, plan, spec, int(c1.sum()))}
     else:
         acc = p.get("mtp_acceptance")
 
