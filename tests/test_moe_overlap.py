@@ -75,8 +75,7 @@ def test_dispatch_and_combine_parts_sum_to_the_all_to_all():
     cost = _cost(overlap_a2a=True, dispatch_bytes=1)
     d, c = cost.a2a_parts(64)
     assert d + c == cost.a2a_seconds(64)
-    lat = 0.5e-6 if cost.timer.topology.spec.intra_node.latency_us == 0.5 else \
-        cost.timer.topology.spec.intra_node.latency_us * 1e-6
+    lat = cost.timer.topology.spec.intra_node.latency_us * 1e-6     # one node: NVLink only
     # one node, 4 ranks, 4 experts (one each), top-2: a token goes to the other 3 GPUs with
     # P(hit) = 1 - C(3,2)/C(4,2) = 1/2 each -> 64 · 3 · 1/2 · 64 features · bytes at 100 GB/s
     assert d - lat == pytest.approx(64 * 3 * 0.5 * 64 * 1 / 100e9)
@@ -94,3 +93,24 @@ def test_cache_hit_prefill_batch_computes_the_uncached_ends():
     T, C, qc, pairs = cost._batch_sums(np.array([1790]), np.array([4096]))
     assert pairs == 1790 * 4096 - 1790 * 1789 // 2
     assert pairs / T == pytest.approx(3201.5)
+
+
+@pytest.mark.parametrize("args, by_hand", [
+    # compute (all but the routed experts), ATTN-1 part, experts, dispatch, combine per
+    # micro-batch -> max(C − A1, 2d) + E + max(A1, 2b) (the MLP slots overlap nothing)
+    ((10.0, 4.0, 3.0, 1.0, 1.0), 6 + 3 + 4),          # all comm hidden: C + E
+    ((10.0, 4.0, 3.0, 5.0, 1.0), 10 + 3 + 4),         # dispatch exposed
+    ((10.0, 4.0, 3.0, 1.0, 3.0), 6 + 3 + 6),          # combine exposed
+])
+def test_decode_overlap_period_is_the_published_decode_schedule_by_hand(args, by_hand):
+    assert IterationCost.decode_overlap_period(*args) == pytest.approx(by_hand)
+
+
+def test_a2a_sms_slow_prefill_iterations_only():
+    # decode iterations run DeepEP's low-latency kernels, which hold no SMs (profile-data
+    # README "Decoding"); iterations with prefill hold a2a_sms (the same routing seed)
+    dec_q, dec_c = np.full(16, 1), np.full(16, 40)
+    pre_q = pre_c = np.full(4, 64)
+    held, free = _cost(overlap_a2a=True, a2a_sms=24), _cost(overlap_a2a=True)
+    assert held.seconds(dec_q, dec_c, 16) == free.seconds(dec_q, dec_c, 16)
+    assert held.seconds(pre_q, pre_c, 4) > free.seconds(pre_q, pre_c, 4)

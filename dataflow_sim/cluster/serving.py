@@ -274,12 +274,15 @@ class IterationCost:
         vec = token_vectors(dm, e)
         self._vec_per_token = float(chip.vector_seconds([f for _, f, _ in vec],
                                                         [b for _, _, b in vec]).sum())
-        # the shared experts' GEMMs and activation (a part of the token-linear layer): the
-        # SHARED slot of the two-micro-batch schedule (:meth:`overlap_period`)
-        self._shared_gemms = [i for i, (name, _, _) in enumerate(g) if name.startswith("shared")]
-        sv = [(f, b) for name, f, b in vec if name.startswith("shared")]
-        self._shared_vec_per_token = float(chip.vector_seconds(
-            [f for f, _ in sv], [b for _, b in sv]).sum()) if sv else 0.0
+        # parts of the token-linear layer that the two-micro-batch schedules place in their
+        # own slots (:meth:`overlap_period`, :meth:`decode_overlap_period`): (indices of its
+        # GEMMs, vector seconds per token)
+        def subset(names: frozenset) -> tuple[list[int], float]:
+            vs = [(f, b) for name, f, b in vec if name in names]
+            return ([i for i, (name, _, _) in enumerate(g) if name in names],
+                    float(chip.vector_seconds([f for f, _ in vs], [b for _, b in vs]).sum())
+                    if vs else 0.0)
+        self._shared_part, self._attn1_part = subset(SHARED_OPS), subset(ATTN1_OPS)
         # compute overlapped with the all-to-all runs on the SMs its kernels leave free
         if plan.a2a_sms and (not plan.overlap_a2a or chip.gpu is None
                              or plan.a2a_sms >= chip.gpu.sms):
@@ -455,14 +458,39 @@ class IterationCost:
                             else spec.intra_node.latency_us) * 1e-6)
         return out[0], out[1]
 
-    def shared_seconds(self, T: int) -> float:
-        """Seconds of the shared experts (GEMMs + activation; part of :meth:`_dense_seconds`)
-        for ``T`` tokens on one chip; 0 without shared experts or with the compiler source."""
-        if not self._shared_gemms or T <= 0 or self.cost_source == "compiler":
+    def _part_seconds(self, part: tuple[list[int], float], T: int) -> float:
+        """Seconds of a part of :meth:`_dense_seconds` (its GEMMs and vector ops) for ``T``
+        tokens; 0 for the compiler source (its layer is not split)."""
+        i, vec = part
+        if T <= 0 or self.cost_source == "compiler" or not (i or vec):
             return 0.0
-        i = self._shared_gemms
         return float(self.chip.gemm_seconds(T, self._k[i], self._n[i], positive=True).sum()) \
-            + self._shared_vec_per_token * T
+            + vec * T
+
+    def shared_seconds(self, T: int) -> float:
+        """Seconds of the shared experts (:data:`SHARED_OPS`) for ``T`` tokens on one chip."""
+        return self._part_seconds(self._shared_part, T)
+
+    def attn1_linear_seconds(self, T: int) -> float:
+        """Seconds of the token-linear ops of DeepSeek's decode ATTN-1 stage
+        (:data:`ATTN1_OPS`: the attention output projection and the routing gate) for ``T``
+        tokens; its core attention is added by the caller."""
+        return self._part_seconds(self._attn1_part, T)
+
+    @staticmethod
+    def decode_overlap_period(compute, attn1, experts, dispatch, combine):
+        """Seconds of one MoE layer of a decode iteration under DeepSeek's two-micro-batch
+        overlap (decode schedule, open-infra-index Day 6 "Communication-Computation
+        Overlapping during Decoding Phase"; profile-data README "Decoding"): the compute
+        stream runs SHARED₀ ATTN-0₁ | MLP₀ | ATTN-1₁ | SHARED₁ ATTN-0₀ | MLP₁ | ATTN-1₀ with
+        each micro-batch's DISPATCH under the SHARED + ATTN-0 slot and its COMBINE under the
+        ATTN-1 slot; the MLP slots overlap nothing. With ``compute`` the layer's compute but
+        the routed experts, ``attn1`` its ATTN-1 part (core attention, output projection,
+        gate), ``experts`` the routed experts and ``dispatch``/``combine`` per micro-batch
+        (half the tokens): ``max(C − A1, 2d) + E + max(A1, 2b)``. The low-latency kernels hold
+        no SMs ("Communication 0 SMs"): ``a2a_sms`` does not apply. Elementwise."""
+        return (np.maximum(compute - attn1, 2 * dispatch) + experts
+                + np.maximum(attn1, 2 * combine))
 
     def overlap_period(self, compute, shared, experts, dispatch, combine):
         """Seconds of one MoE layer under DeepSeek's two-micro-batch overlap (prefill schedule,
@@ -653,8 +681,9 @@ class IterationCost:
         ``ranks``: the EP (attention data-parallel) rank of each sequence (default round-robin);
         the slowest rank sets each phase. MoE: ``n_dense_layers`` dense layers, the rest MoE
         layers with their own routing draw, all-to-all and (``overlap_a2a``) two-micro-batch
-        overlap of communication and compute (:meth:`overlap_period`, its SM share
-        ``a2a_sms``; without overlap the layer is compute + dispatch + combine).
+        overlap of communication and compute (:meth:`overlap_period` for an iteration with
+        prefill, its SM share ``a2a_sms``; :meth:`decode_overlap_period` for a decode-only one;
+        without overlap the layer is compute + dispatch + combine).
         ``account=False``: time only (the work and link bytes are added later by
         :meth:`_account`; decode-only runs, :meth:`decode_step_seconds`)."""
         cfg, dm, ep, e = self.cfg, self.dm, self.adp, self.e
@@ -694,7 +723,11 @@ class IterationCost:
             return (dense, *tail)
         experts = self.expert_seconds(self.expert_loads(T_total))
         toks = T * self.plan.tp / self.atp if self.plan.split_attention else T
-        if self.plan.overlap_a2a:
+        if self.plan.overlap_a2a and int(q.max(initial=0)) <= 1:       # a decode iteration
+            per = self.decode_overlap_period(
+                layer + tp_comm, self.attn1_linear_seconds(T) + max(attn, default=0.0),
+                experts, *self.a2a_parts(toks / 2))
+        elif self.plan.overlap_a2a:
             per = self.overlap_period(layer + tp_comm, self.shared_seconds(T), experts,
                                       *self.a2a_parts(toks / 2))
         else:
@@ -802,12 +835,13 @@ class IterationCost:
             experts = self.expert_seconds(rows)
             a2a: dict = {}
             toks = T * plan.tp / self.atp if plan.split_attention else T
-            if plan.overlap_a2a:
+            if plan.overlap_a2a:        # decode iterations (:meth:`decode_overlap_period`)
                 halves = np.array([a2a[x] if x in a2a else a2a.setdefault(x, self.a2a_parts(x))
                                    for x in (toks / 2).tolist()])
-                shared = np.array([self.shared_seconds(int(t)) for t in T])[:, None]
-                per = self.overlap_period((layer + tp_comm)[:, None], shared, experts,
-                                          halves[:, 0:1], halves[:, 1:2])
+                attn_max = np.where(empty, -np.inf, attn).max(axis=0)
+                attn1 = np.array([self.attn1_linear_seconds(int(t)) for t in T]) + attn_max
+                per = self.decode_overlap_period((layer + tp_comm)[:, None], attn1[:, None],
+                                                 experts, halves[:, 0:1], halves[:, 1:2])
             else:
                 comm = np.array([a2a[x] if x in a2a else a2a.setdefault(x, self.a2a_seconds(x))
                                  for x in toks.tolist()])[:, None]
@@ -1009,6 +1043,15 @@ class IterationCost:
                 + chip.gemm_seconds(n, dm.d, dm.vocab)[()]
                 + chip.vector_seconds(5 * n * dm.vocab, 2 * n * dm.vocab * e))
         return t
+
+
+#: ops of the token-linear layer (:func:`.workload.token_gemms`/``token_vectors``) that are
+#: the shared experts (the SHARED slots of DeepSeek's overlap schedules)
+SHARED_OPS = frozenset({"shared_gate_up", "shared_down", "shared_act"})
+#: ops of the token-linear layer in DeepSeek's decode ATTN-1 stage ("core attention, attention
+#: output projection and MoE routing gate"; the core attention is timed apart): the absorbed
+#: value up-projection, the output projection and its residual add, the router and its top-k
+ATTN1_OPS = frozenset({"v_absorb", "o_proj", "attn_residual", "router", "router_topk"})
 
 
 def dense_twin(cfg: LLMConfig) -> LlamaConfig:
