@@ -34,6 +34,9 @@ ITL constraint of ``decode_slo`` is applied to the step time (the gap between to
 
 Run: ``python benchmarks/serving_validation.py [--json]`` (prints predicted vs published, the
 error and whether the stand-in's KV cache would fit; median/max |error| per set).
+``--components``: per-layer components of each prefill point's busiest EP rank
+(:func:`components`, milliseconds) beside the published per-layer time, and the point
+predicted without its ``a2a_sms`` and ``cache_hit`` and without its ``cache_hit``.
 """
 
 from __future__ import annotations
@@ -129,11 +132,54 @@ def predict(p: dict) -> dict:
     return out
 
 
+def components(p: dict) -> dict[str, float]:
+    """Per-layer seconds of a prefill point's busiest EP rank (one routing draw per
+    :data:`DRAWS`, experts averaged): core attention (MLA), the rest of the attention side
+    (projections, norms, gate), shared experts, routed experts, dispatch and combine (both
+    micro-batches), the SM scale of the overlapped compute, the layer under the overlap
+    schedule and its exposed communication (layer − compute · SM scale); ``published_layer``:
+    the published tokens/s per node turned into seconds per layer (8 · computed tokens per GPU
+    / published / layers)."""
+    cfg = get_config(p["model"])
+    spec, ep = h800_cluster(p["nodes"]), p["ep"]
+    cost = IterationCost(cfg, _plan(p), chip_model(spec), CollectiveTimer(Topology(spec)),
+                         list(range(ep)), cost_source="table", seed=0)
+    q, c = prefill_batch(p)
+    T = int(q.sum())
+    attn = cost.attention_seconds(q, c)
+    lin, shared = cost._dense_seconds(T), cost.shared_seconds(T)
+    experts = float(np.mean([cost.expert_seconds(cost.expert_loads(T * ep)).mean()
+                             for _ in range(DRAWS)]))
+    d, b = cost.a2a_parts(T / 2)
+    layer = float(cost.overlap_period(lin + attn, shared, experts, d, b))
+    compute = lin + attn + experts
+    return {"tokens_per_gpu": T, "attention": attn, "attention_side": lin - shared,
+            "shared": shared, "experts": experts, "compute": compute,
+            "sm_scale": cost.sm_scale, "dispatch": 2 * d, "combine": 2 * b, "layer": layer,
+            "exposed_comm": layer - compute * cost.sm_scale,
+            "published_layer": 8 * T / p["published_tokens_per_s_per_node"] / cfg.n_layers}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--components", action="store_true",
+                    help="per-layer components of the prefill points (ms)")
     args = ap.parse_args()
     points = yaml.safe_load(POINTS.read_text())["points"]
+    if args.components:
+        for p in points:
+            if p["phase"] == "prefill":
+                x = components(p)
+                print(p["name"] + ": " + ", ".join(
+                    f"{k} {v:.3f}" if k in ("sm_scale",) else f"{k} {v}" if k == "tokens_per_gpu"
+                    else f"{k} {v * 1e3:.2f} ms" for k, v in x.items()))
+                pub = p["published_tokens_per_s_per_node"]
+                for label, q in (("without a2a_sms and cache_hit", {"a2a_sms": 0, "cache_hit": 0}),
+                                 ("without cache_hit", {"cache_hit": 0}), ("as given", {})):
+                    r = predict({**p, **q})["predicted"]
+                    print(f"  {label}: {r:.0f} tokens/s per node ({r / pub - 1:+.1%})")
+        return
     rows = []
     for p in points:
         r = predict(p)

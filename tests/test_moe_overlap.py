@@ -114,3 +114,21 @@ def test_a2a_sms_slow_prefill_iterations_only():
     held, free = _cost(overlap_a2a=True, a2a_sms=24), _cost(overlap_a2a=True)
     assert held.seconds(dec_q, dec_c, 16) == free.seconds(dec_q, dec_c, 16)
     assert held.seconds(pre_q, pre_c, 4) > free.seconds(pre_q, pre_c, 4)
+
+
+def test_a2a_sms_flag_reaches_the_plan_check():
+    import typer
+    from typer.testing import CliRunner
+
+    from tilewright.app.cli.cluster import cluster
+    app = typer.Typer()
+    app.command()(cluster)
+    app.command("other")(lambda: None)
+    res = CliRunner().invoke(app, ["cluster", "--model", "mixtral-8x7b", "--cluster",
+                                   "h100-8x-nvlink", "--mode", "serve", "--ep", "8",
+                                   "--a2a-sms", "24", "--requests", "2", "--cost-source", "table"])
+    assert isinstance(res.exception, PlanError)
+    assert "a2a_sms = 24 needs overlap_a2a" in str(res.exception)
+    res = CliRunner().invoke(app, ["cluster", "--model", "mixtral-8x7b", "--cluster",
+                                   "h100-8x-nvlink", "--mode", "train", "--a2a-sms", "24"])
+    assert "--a2a-sms: a serving option" in str(res.exception)
