@@ -21,12 +21,22 @@ ITL constraint of ``decode_slo`` is applied to the step time (the gap between to
 * ``decode``: ``seqs_per_gpu`` one-token sequences per GPU at ``context`` keys; tokens/s per node
   = 8 · seqs_per_gpu / iteration seconds.
 * ``prefill``: ``tokens_per_gpu / prompt`` whole prompts per GPU; tokens/s per node =
-  8 · tokens_per_gpu / iteration seconds.
+  8 · tokens_per_gpu / iteration seconds. With ``cache_hit`` h (the share of input tokens
+  served from the prefix cache) each prompt computes only its last ``round(prompt·(1 − h))``
+  tokens, attending to all ``prompt`` keys (its cached prefix included);
+  ``tokens_per_gpu // that`` prompts per GPU, tokens/s per node = 8 · computed tokens /
+  iteration seconds (the published figure counts computed tokens).
+* ``a2a_sms`` (prefill rows): SMs the DeepEP normal kernels hold while overlapped; the
+  overlapped compute runs on the rest (decode's low-latency kernels hold none, profile-data
+  README "Decoding").
 * ``decode_slo``: the largest batch per GPU (powers of two and midpoints) whose iteration fits
   the ITL; tokens/s per node at that batch.
 
 Run: ``python benchmarks/serving_validation.py [--json]`` (prints predicted vs published, the
 error and whether the stand-in's KV cache would fit; median/max |error| per set).
+``--components``: per-layer components of each prefill point's busiest EP rank
+(:func:`components`, milliseconds) beside the published per-layer time, and the point
+predicted without its ``a2a_sms`` and ``cache_hit`` and without its ``cache_hit``.
 """
 
 from __future__ import annotations
@@ -63,7 +73,15 @@ def _plan(p: dict) -> ServePlan:
     return ServePlan(ep=p["ep"], a2a="deepep", dispatch_bytes=1, weight_bytes=1,
                      gemm_format="fp8",
                      redundant_experts=p["redundant_experts"], overlap_a2a=True,
-                     max_batch_tokens=2**20, max_seqs=2**20)
+                     a2a_sms=p.get("a2a_sms", 0), max_batch_tokens=2**20, max_seqs=2**20)
+
+
+def prefill_batch(p: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(new tokens, keys) per prompt of one GPU's prefill batch (module docstring): whole
+    prompts, or with ``cache_hit`` the uncached end of each prompt over all its keys."""
+    new = round(p["prompt"] * (1 - p.get("cache_hit", 0.0)))
+    per = p["tokens_per_gpu"] // new
+    return np.full(per, new), np.full(per, p["prompt"])
 
 
 def _iteration(cost: IterationCost, q: np.ndarray, c: np.ndarray, ranks: np.ndarray) -> float:
@@ -83,11 +101,12 @@ def predict(p: dict) -> dict:
     cost = IterationCost(cfg, plan, chip_model(spec), CollectiveTimer(Topology(spec)),
                          list(range(ep)), cost_source="table", seed=0)
     if p["phase"] == "prefill":
-        per = p["tokens_per_gpu"] // p["prompt"]
-        q = np.full(per * ep, p["prompt"])
-        t = _iteration(cost, q, q.copy(), np.repeat(np.arange(ep), per))
-        out = {"predicted": 8 * p["tokens_per_gpu"] / t, "iteration_s": t,
-               "kv_fits": _kv_fits(cfg, plan, spec, p["tokens_per_gpu"])}
+        q1, c1 = prefill_batch(p)
+        per = len(q1)
+        q, c = np.tile(q1, ep), np.tile(c1, ep)
+        t = _iteration(cost, q, c, np.repeat(np.arange(ep), per))
+        out = {"predicted": 8 * int(q1.sum()) / t, "iteration_s": t,
+               "kv_fits": _kv_fits(cfg, plan, spec, int(c1.sum()))}
     else:
         acc = p.get("mtp_acceptance")
 
@@ -113,11 +132,54 @@ def predict(p: dict) -> dict:
     return out
 
 
+def components(p: dict) -> dict[str, float]:
+    """Per-layer seconds of a prefill point's busiest EP rank (one routing draw per
+    :data:`DRAWS`, experts averaged): core attention (MLA), the rest of the attention side
+    (projections, norms, gate), shared experts, routed experts, dispatch and combine (both
+    micro-batches), the SM scale of the overlapped compute, the layer under the overlap
+    schedule and its exposed communication (layer − compute · SM scale); ``published_layer``:
+    the published tokens/s per node turned into seconds per layer (8 · computed tokens per GPU
+    / published / layers)."""
+    cfg = get_config(p["model"])
+    spec, ep = h800_cluster(p["nodes"]), p["ep"]
+    cost = IterationCost(cfg, _plan(p), chip_model(spec), CollectiveTimer(Topology(spec)),
+                         list(range(ep)), cost_source="table", seed=0)
+    q, c = prefill_batch(p)
+    T = int(q.sum())
+    attn = cost.attention_seconds(q, c)
+    lin, shared = cost._dense_seconds(T), cost.shared_seconds(T)
+    experts = float(np.mean([cost.expert_seconds(cost.expert_loads(T * ep)).mean()
+                             for _ in range(DRAWS)]))
+    d, b = cost.a2a_parts(T / 2)
+    layer = float(cost.overlap_period(lin + attn, shared, experts, d, b))
+    compute = lin + attn + experts
+    return {"tokens_per_gpu": T, "attention": attn, "attention_side": lin - shared,
+            "shared": shared, "experts": experts, "compute": compute,
+            "sm_scale": cost.sm_scale, "dispatch": 2 * d, "combine": 2 * b, "layer": layer,
+            "exposed_comm": layer - compute * cost.sm_scale,
+            "published_layer": 8 * T / p["published_tokens_per_s_per_node"] / cfg.n_layers}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--components", action="store_true",
+                    help="per-layer components of the prefill points (ms)")
     args = ap.parse_args()
     points = yaml.safe_load(POINTS.read_text())["points"]
+    if args.components:
+        for p in points:
+            if p["phase"] == "prefill":
+                x = components(p)
+                print(p["name"] + ": " + ", ".join(
+                    f"{k} {v:.3f}" if k in ("sm_scale",) else f"{k} {v}" if k == "tokens_per_gpu"
+                    else f"{k} {v * 1e3:.2f} ms" for k, v in x.items()))
+                pub = p["published_tokens_per_s_per_node"]
+                for label, q in (("without a2a_sms and cache_hit", {"a2a_sms": 0, "cache_hit": 0}),
+                                 ("without cache_hit", {"cache_hit": 0}), ("as given", {})):
+                    r = predict({**p, **q})["predicted"]
+                    print(f"  {label}: {r:.0f} tokens/s per node ({r / pub - 1:+.1%})")
+        return
     rows = []
     for p in points:
         r = predict(p)

@@ -202,6 +202,9 @@ def cluster(
     overlap_a2a: bool = typer.Option(
         False, "--overlap-a2a", help="serve, MoE: overlap all-to-all with compute (two "
         "micro-batches)"),
+    a2a_sms: int = typer.Option(
+        0, "--a2a-sms", help="serve, MoE with --overlap-a2a: GPU SMs the all-to-all kernels "
+        "hold in prefill iterations (DeepSeek's prefill: 24 of 132)"),
     attn_tp: Optional[int] = typer.Option(
         None, "--attn-tp", min=1, help="serve, MoE: attention tensor-parallel degree apart "
         "from the experts' (attn-tp·attn-dp = tp·ep; default tp)"),
@@ -294,7 +297,8 @@ def cluster(
                               routing=routing, zipf_s=zipf_s, a2a=a2a,
                               dispatch_bytes=dispatch_bytes, weight_bytes=weight_bytes,
                               kv_bytes=kv_bytes, redundant_experts=redundant_experts,
-                              overlap_a2a=overlap_a2a, attn_tp=attn_tp, attn_dp=attn_dp,
+                              overlap_a2a=overlap_a2a, a2a_sms=a2a_sms,
+                              attn_tp=attn_tp, attn_dp=attn_dp,
                               gemm_format=gemm_format)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
@@ -307,7 +311,7 @@ def cluster(
                    "--a2a": None if a2a == "flat" else a2a, "--dispatch-bytes": dispatch_bytes,
                    "--weight-bytes": weight_bytes, "--kv-bytes": kv_bytes,
                    "--redundant-experts": redundant_experts or None,
-                   "--overlap-a2a": overlap_a2a or None,
+                   "--overlap-a2a": overlap_a2a or None, "--a2a-sms": a2a_sms or None,
                    "--attn-tp": attn_tp, "--attn-dp": attn_dp,
                    "--zipf-s": None if zipf_s == 1.2 else zipf_s}
     splits = None

@@ -203,6 +203,10 @@ class ServePlan(BaseModel):
                                    "(EPLB: hot experts duplicated, slots balanced over EP ranks)")
     overlap_a2a: bool = Field(False, description="overlap MoE all-to-all with compute (two "
                               "micro-batches, DeepSeek's dual-batch overlap)")
+    a2a_sms: int = Field(0, ge=0, description="GPU SMs the overlapped all-to-all kernels hold "
+                         "(DeepEP normal kernels: 24 of 132 in DeepSeek's prefill profile); the "
+                         "compute overlapped with them runs on the rest. 0: none (DeepEP "
+                         "low-latency kernels, decode)")
     # attention parallelism apart from the experts' (MoE; SGLang's DP attention, DeepSeek-V3
     # report §3.4: prefill attention TP4 × DP8 with MoE EP32)
     attn_tp: Optional[int] = Field(
@@ -559,7 +563,7 @@ def validate_serve(plan: ServePlan, spec: ClusterSpec, model: str | LLMConfig,
     moe = isinstance(cfg, MoEConfig)
     moe_opts = {"a2a": plan.a2a != "flat", "dispatch_bytes": plan.dispatch_bytes is not None,
                 "redundant_experts": plan.redundant_experts > 0,
-                "overlap_a2a": plan.overlap_a2a}
+                "overlap_a2a": plan.overlap_a2a, "a2a_sms": plan.a2a_sms > 0}
     if not moe and any(moe_opts.values()):
         raise PlanError(f"{where}: {[k for k, v in moe_opts.items() if v][0]} is an MoE option; "
                         f"{cfg.name} has no experts")

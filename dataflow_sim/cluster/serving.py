@@ -110,7 +110,7 @@ from tilewright.models.llm_configs import LlamaConfig, LLMConfig, get_config
 from tilewright.models.llm_shapes import DeepSeekConfig
 from tilewright.validation import read_user_text
 
-from .cluster_spec import ClusterSpec, ClusterSpecError
+from .cluster_spec import ClusterSpec, ClusterSpecError, PlanError
 from .collectives import CollectiveTimer
 from .compiled import (LayerReport, compiled_attention, compiled_embedding, compiled_head,
                        compiled_layer)
@@ -274,6 +274,23 @@ class IterationCost:
         vec = token_vectors(dm, e)
         self._vec_per_token = float(chip.vector_seconds([f for _, f, _ in vec],
                                                         [b for _, _, b in vec]).sum())
+        # parts of the token-linear layer that the two-micro-batch schedules place in their
+        # own slots (:meth:`overlap_period`, :meth:`decode_overlap_period`): (indices of its
+        # GEMMs, vector seconds per token)
+        def subset(names: frozenset) -> tuple[list[int], float]:
+            vs = [(f, b) for name, f, b in vec if name in names]
+            return ([i for i, (name, _, _) in enumerate(g) if name in names],
+                    float(chip.vector_seconds([f for f, _ in vs], [b for _, b in vs]).sum())
+                    if vs else 0.0)
+        self._shared_part, self._attn1_part = subset(SHARED_OPS), subset(ATTN1_OPS)
+        # compute overlapped with the all-to-all runs on the SMs its kernels leave free
+        if plan.a2a_sms and (not plan.overlap_a2a or chip.gpu is None
+                             or plan.a2a_sms >= chip.gpu.sms):
+            raise PlanError(
+                f"serve plan {plan.label()}: a2a_sms = {plan.a2a_sms} needs overlap_a2a and a "
+                f"GPU preset with more SMs ({chip.name}: "
+                f"{chip.gpu.sms if chip.gpu is not None else 'not a GPU'})")
+        self.sm_scale = (chip.gpu.sms / (chip.gpu.sms - plan.a2a_sms)) if plan.a2a_sms else 1.0
         tp, ep = plan.tp, plan.ep
         chips = list(replica_chips)
         self._tp_group = [chips[:self.atp]]
@@ -413,26 +430,85 @@ class IterationCost:
             table = self._slot_seconds = np.concatenate((table, new))
         return table[loads].sum(axis=-1).max(axis=-1)
 
-    def a2a_seconds(self, tokens: int) -> float:
+    def a2a_seconds(self, tokens: float) -> float:
         """Dispatch + combine seconds of one MoE layer for the busiest EP rank's ``tokens``
+        (:meth:`a2a_parts`)."""
+        d, c = self.a2a_parts(tokens)
+        return d + c
+
+    def a2a_parts(self, tokens: float) -> tuple[float, float]:
+        """(dispatch, combine) seconds of one MoE layer for the busiest EP rank's ``tokens``
         (:func:`.moe_serving.a2a_bytes`): ``flat`` on the network's all-to-all (dispatch at
         ``dispatch_bytes``, combine at the chip's element size); ``deepep`` by its closed form on
-        one NIC and the NVLink fabric."""
+        one NIC and the NVLink fabric, each plus one latency."""
         dm, plan, e = self.dm, self.plan, self.e
         if plan.ep <= 1 or tokens <= 0:
-            return 0.0
-        total = 0.0
+            return 0.0, 0.0
+        out = []
         for b in (plan.dispatch_bytes or e, e):
             if plan.a2a == "flat":
-                total += self.comm_seconds("all_to_all", tokens * dm.top_k * dm.d * b)
+                out.append(self.comm_seconds("all_to_all", tokens * dm.top_k * dm.d * b))
                 continue
             inter, intra = a2a_bytes(tokens, dm.d, b, dm.n_experts, dm.top_k, plan.ep,
                                      self._node_ranks, "deepep")
             spec = self.timer.topology.spec
             t = max(inter / (spec.inter_node.link_gbps * 1e9),
                     intra / (spec.intra_node.link_gbps * 1e9))
-            total += t + (spec.inter_node.latency_us if inter else spec.intra_node.latency_us) * 1e-6
-        return total
+            out.append(t + (spec.inter_node.latency_us if inter
+                            else spec.intra_node.latency_us) * 1e-6)
+        return out[0], out[1]
+
+    def _part_seconds(self, part: tuple[list[int], float], T: int) -> float:
+        """Seconds of a part of :meth:`_dense_seconds` (its GEMMs and vector ops) for ``T``
+        tokens; 0 for the compiler source (its layer is not split)."""
+        i, vec = part
+        if T <= 0 or self.cost_source == "compiler" or not (i or vec):
+            return 0.0
+        return float(self.chip.gemm_seconds(T, self._k[i], self._n[i], positive=True).sum()) \
+            + vec * T
+
+    def shared_seconds(self, T: int) -> float:
+        """Seconds of the shared experts (:data:`SHARED_OPS`) for ``T`` tokens on one chip."""
+        return self._part_seconds(self._shared_part, T)
+
+    def attn1_linear_seconds(self, T: int) -> float:
+        """Seconds of the token-linear ops of DeepSeek's decode ATTN-1 stage
+        (:data:`ATTN1_OPS`: the attention output projection and the routing gate) for ``T``
+        tokens; its core attention is added by the caller."""
+        return self._part_seconds(self._attn1_part, T)
+
+    @staticmethod
+    def decode_overlap_period(compute, attn1, experts, dispatch, combine):
+        """Seconds of one MoE layer of a decode iteration under DeepSeek's two-micro-batch
+        overlap (decode schedule, open-infra-index Day 6 "Communication-Computation
+        Overlapping during Decoding Phase"; profile-data README "Decoding"): the compute
+        stream runs SHARED₀ ATTN-0₁ | MLP₀ | ATTN-1₁ | SHARED₁ ATTN-0₀ | MLP₁ | ATTN-1₀ with
+        each micro-batch's DISPATCH under the SHARED + ATTN-0 slot and its COMBINE under the
+        ATTN-1 slot; the MLP slots overlap nothing. With ``compute`` the layer's compute but
+        the routed experts, ``attn1`` its ATTN-1 part (core attention, output projection,
+        gate), ``experts`` the routed experts and ``dispatch``/``combine`` per micro-batch
+        (half the tokens): ``max(C − A1, 2d) + E + max(A1, 2b)``. The low-latency kernels hold
+        no SMs ("Communication 0 SMs"): ``a2a_sms`` does not apply. Elementwise."""
+        return (np.maximum(compute - attn1, 2 * dispatch) + experts
+                + np.maximum(attn1, 2 * combine))
+
+    def overlap_period(self, compute, shared, experts, dispatch, combine):
+        """Seconds of one MoE layer under DeepSeek's two-micro-batch overlap (prefill schedule,
+        github.com/deepseek-ai/profile-data, README "Prefilling" and its figure), in steady
+        state across layers: each micro-batch carries half of the layer's ``compute`` (all of
+        its compute but the routed experts: attention side ``a`` and the ``shared`` experts
+        ``s``), half of the routed ``experts`` (``m``), and its own ``dispatch`` (``d``) and
+        ``combine`` (``b``, seconds for half the tokens). The compute stream runs
+        ATTN₁ SHARED₀ | ATTN₀ | MLP₁ | MLP₀ SHARED₁ while the communication stream runs
+        COMBINE₀ | DISPATCH₁ | DISPATCH₀ | COMBINE₁, so the layer takes
+        ``max(a+s, b) + max(a, d) + max(m, d) + max(m+s, b)`` with a, s, m the per-micro-batch
+        compute times scaled by ``sm_scale`` (the SMs the all-to-all kernels hold, ``a2a_sms``).
+        The per-layer pipeline fill is not paid: the overlap runs across layer boundaries.
+        Elementwise over numpy arrays."""
+        k = self.sm_scale / 2
+        a, s, m = (compute - shared) * k, shared * k, experts * k
+        return (np.maximum(a + s, combine) + np.maximum(a, dispatch)
+                + np.maximum(m, dispatch) + np.maximum(m + s, combine))
 
     def _interpolated(self, T: int, f: Any = None, cap: int | None = None) -> float:
         """Compiled time ``f(T)`` (default: the layer's) at T tokens: exact at powers of two and
@@ -605,7 +681,9 @@ class IterationCost:
         ``ranks``: the EP (attention data-parallel) rank of each sequence (default round-robin);
         the slowest rank sets each phase. MoE: ``n_dense_layers`` dense layers, the rest MoE
         layers with their own routing draw, all-to-all and (``overlap_a2a``) two-micro-batch
-        overlap of communication and compute: ``max(C, M) + min(C, M)/2`` per layer.
+        overlap of communication and compute (:meth:`overlap_period` for an iteration with
+        prefill, its SM share ``a2a_sms``; :meth:`decode_overlap_period` for a decode-only one;
+        without overlap the layer is compute + dispatch + combine).
         ``account=False``: time only (the work and link bytes are added later by
         :meth:`_account`; decode-only runs, :meth:`decode_step_seconds`)."""
         cfg, dm, ep, e = self.cfg, self.dm, self.adp, self.e
@@ -643,12 +721,17 @@ class IterationCost:
                                     + tp_comm)
         if not self.n_moe:
             return (dense, *tail)
-        compute = layer + tp_comm + self.expert_seconds(self.expert_loads(T_total))
-        comm = self.a2a_seconds(T * self.plan.tp / self.atp if self.plan.split_attention else T)
-        if self.plan.overlap_a2a:
-            per = np.maximum(compute, comm) + np.minimum(compute, comm) / 2
+        experts = self.expert_seconds(self.expert_loads(T_total))
+        toks = T * self.plan.tp / self.atp if self.plan.split_attention else T
+        if self.plan.overlap_a2a and int(q.max(initial=0)) <= 1:       # a decode iteration
+            per = self.decode_overlap_period(
+                layer + tp_comm, self.attn1_linear_seconds(T) + max(attn, default=0.0),
+                experts, *self.a2a_parts(toks / 2))
+        elif self.plan.overlap_a2a:
+            per = self.overlap_period(layer + tp_comm, self.shared_seconds(T), experts,
+                                      *self.a2a_parts(toks / 2))
         else:
-            per = compute + comm
+            per = layer + tp_comm + experts + self.a2a_seconds(toks)
         return (dense + float(per.sum()), *tail)
 
     def _tp_comm(self, T: int) -> float:
@@ -749,15 +832,20 @@ class IterationCost:
             for b, t in zip(busiest.tolist(), total.tolist()):
                 self.rank_rows[0] += float(b)
                 self.rank_rows[1] += float(t) / per_rank.shape[-1]
-            compute = (layer + tp_comm)[:, None] + self.expert_seconds(rows)
-            a2a = {}
+            experts = self.expert_seconds(rows)
+            a2a: dict = {}
             toks = T * plan.tp / self.atp if plan.split_attention else T
-            comm = np.array([a2a[x] if x in a2a else a2a.setdefault(x, self.a2a_seconds(x))
-                             for x in toks.tolist()])[:, None]
-            if plan.overlap_a2a:
-                per = np.maximum(compute, comm) + np.minimum(compute, comm) / 2
+            if plan.overlap_a2a:        # decode iterations (:meth:`decode_overlap_period`)
+                halves = np.array([a2a[x] if x in a2a else a2a.setdefault(x, self.a2a_parts(x))
+                                   for x in (toks / 2).tolist()])
+                attn_max = np.where(empty, -np.inf, attn).max(axis=0)
+                attn1 = np.array([self.attn1_linear_seconds(int(t)) for t in T]) + attn_max
+                per = self.decode_overlap_period((layer + tp_comm)[:, None], attn1[:, None],
+                                                 experts, halves[:, 0:1], halves[:, 1:2])
             else:
-                per = compute + comm
+                comm = np.array([a2a[x] if x in a2a else a2a.setdefault(x, self.a2a_seconds(x))
+                                 for x in toks.tolist()])[:, None]
+                per = (layer + tp_comm)[:, None] + experts + comm
             # row sums in C order: each row is then summed as :meth:`parts` sums its (L,) array
             layers = dense + np.ascontiguousarray(per).sum(axis=1)
         return (layers + first) + head
@@ -955,6 +1043,15 @@ class IterationCost:
                 + chip.gemm_seconds(n, dm.d, dm.vocab)[()]
                 + chip.vector_seconds(5 * n * dm.vocab, 2 * n * dm.vocab * e))
         return t
+
+
+#: ops of the token-linear layer (:func:`.workload.token_gemms`/``token_vectors``) that are
+#: the shared experts (the SHARED slots of DeepSeek's overlap schedules)
+SHARED_OPS = frozenset({"shared_gate_up", "shared_down", "shared_act"})
+#: ops of the token-linear layer in DeepSeek's decode ATTN-1 stage ("core attention, attention
+#: output projection and MoE routing gate"; the core attention is timed apart): the absorbed
+#: value up-projection, the output projection and its residual add, the router and its top-k
+ATTN1_OPS = frozenset({"v_absorb", "o_proj", "attn_residual", "router", "router_topk"})
 
 
 def dense_twin(cfg: LLMConfig) -> LlamaConfig:
