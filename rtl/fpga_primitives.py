@@ -167,3 +167,123 @@ def sim_models_for(netlist: str) -> str:
 def with_sim_models(netlist: str) -> str:
     """``netlist`` (Verilog) followed by :func:`sim_models_for` it, for a simulator."""
     return netlist + sim_models_for(netlist)
+
+
+# ---------------------------------------------------------------------------------------------
+# ECP5 block RAM with its output register (DP16KD, REGMODE "OUTREG")
+
+#: DP16KD data widths (bits) and the address shift of each (the RAM addresses 16,384 bit cells;
+#: a W-bit word's index sits in ADx[13:shift], as Yosys' ``lattice/brams_map_16kd.v`` wires it)
+ECP5_RAM_SHIFT = {1: 0, 2: 1, 4: 2, 9: 3, 18: 4}
+#: words a DP16KD holds at each data width
+ECP5_RAM_DEPTH = {w: 16384 >> s for w, s in ECP5_RAM_SHIFT.items()}
+
+
+class RamPort:
+    """The ``addr``/``data`` (and ``en`` for a write) signals of one port of :func:`ecp5_ram`;
+    ``registered``: the read data passes the RAM's output register (two cycles after the
+    address instead of one)."""
+
+    def __init__(self, name: str, abits: int, width: int, *, write: bool = False,
+                 registered: bool = False):
+        self.addr = Signal(abits, name=f"{name}_addr")
+        self.data = Signal(width, name=f"{name}_data")
+        if write:
+            self.en = Signal(name=f"{name}_en")
+        self.registered = registered
+
+
+def ecp5_ram_width(depth: int) -> int | None:
+    """The widest DP16KD data width (bits) that holds ``depth`` words in one RAM deep, or None
+    when ``depth`` exceeds 16,384 (the memory would need a depth multiplexer)."""
+    fits = [w for w, d in ECP5_RAM_DEPTH.items() if d >= depth]
+    return max(fits) if fits else None
+
+
+def ecp5_ram(m: Module, name: str, width: int, depth: int, reads: tuple[bool, ...]):
+    """A ``width``-bit x ``depth``-word memory of DP16KD tiles with one write port and one read
+    port per entry of ``reads`` (True: through the RAM's output register, data two cycles after
+    the address; False: one cycle). Each read port has its own copy of the tiles (port A writes,
+    port B reads); a read that meets a write to its word in one cycle is undefined (the caller
+    never does one). Returns (write port, [read ports]) as :class:`RamPort`. ValueError when
+    ``depth`` needs more than one RAM deep (:func:`ecp5_ram_width`)."""
+    tw = ecp5_ram_width(depth)
+    if tw is None:
+        raise ValueError(f"ecp5_ram {name}: {depth} words exceed one DP16KD deep (16384)")
+    abits = max(1, (depth - 1).bit_length())
+    shift = ECP5_RAM_SHIFT[tw]
+    w = RamPort(f"{name}_w", abits, width, write=True)
+    rs = [RamPort(f"{name}_r{i}", abits, width, registered=reg) for i, reg in enumerate(reads)]
+    tiles = -(-width // tw)
+    for i, (r, reg) in enumerate(zip(rs, reads)):
+        for t in range(tiles):
+            lo, hi = t * tw, min((t + 1) * tw, width)
+            do = Signal(18, name=f"{name}_r{i}_t{t}_do")
+            ports = {}
+            for k in range(14):      # word index in ADx[13:shift]; x18's ADx[1:0] are byte writes
+                wa = w.addr[k - shift] if shift <= k < shift + abits else (
+                    1 if tw == 18 and k < 2 else 0)
+                ra = r.addr[k - shift] if shift <= k < shift + abits else (
+                    1 if tw == 18 and k < 2 else 0)
+                ports[f"i_ADA{k}"], ports[f"i_ADB{k}"] = wa, ra
+            for k in range(18):
+                ports[f"i_DIA{k}"] = w.data[lo + k] if lo + k < hi else 0
+                ports[f"i_DIB{k}"] = 0
+                ports[f"o_DOB{k}"] = do[k]
+            m.submodules[f"{name}_r{i}_t{t}"] = Instance(
+                "DP16KD", p_DATA_WIDTH_A=tw, p_DATA_WIDTH_B=tw,
+                p_REGMODE_A="NOREG", p_REGMODE_B="OUTREG" if reg else "NOREG",
+                p_RESETMODE="SYNC", p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL",
+                p_GSR="DISABLED",
+                i_CLKA=ClockSignal("sync"), i_CEA=1, i_OCEA=1, i_WEA=w.en, i_RSTA=0,
+                i_CSA0=0, i_CSA1=0, i_CSA2=0,
+                i_CLKB=ClockSignal("sync"), i_CEB=1, i_OCEB=1, i_WEB=0, i_RSTB=0,
+                i_CSB0=0, i_CSB1=0, i_CSB2=0, **ports)
+            m.d.comb += r.data[lo:hi].eq(do[:hi - lo])
+    return w, rs
+
+
+def _dp16kd_model() -> str:
+    """Behavioural Verilog of the ECP5 DP16KD, as :func:`ecp5_ram` uses it (module docstring)."""
+    ins = ", ".join([f"input DI{p}{k}" for p in "AB" for k in range(18)]
+                    + [f"input AD{p}{k}" for p in "AB" for k in range(14)])
+    outs = ", ".join(f"output DO{p}{k}" for p in "AB" for k in range(18))
+    cat = lambda p, w: "{" + ", ".join(f"{p}{k}" for k in reversed(range(w))) + "}"  # noqa: E731
+    return f"""// Behavioural model of the Lattice ECP5 DP16KD for simulation (tilewright.rtl.fpga_primitives):
+// one 16,384-bit array, both ports at one DATA_WIDTH (1, 2, 4, 9 or 18; x18 byte enables on
+// ADx[1:0] must be 11), word index ADx[13:shift]; a write (WEx & CEx) stores DIx; a read (CEx &
+// ~WEx) loads DOx one clock later, and with REGMODE_x "OUTREG" through a second register
+// (OCEx); RSTx, chip selects and a read that meets the other port's write are not modelled.
+module DP16KD #(
+  parameter DATA_WIDTH_A = 18, DATA_WIDTH_B = 18, REGMODE_A = "NOREG", REGMODE_B = "NOREG",
+  parameter RESETMODE = "SYNC", WRITEMODE_A = "NORMAL", WRITEMODE_B = "NORMAL", GSR = "ENABLED"
+) ({ins}, input CLKA, CEA, OCEA, WEA, RSTA, CSA0, CSA1, CSA2,
+  input CLKB, CEB, OCEB, WEB, RSTB, CSB0, CSB1, CSB2, {outs});
+  localparam W = DATA_WIDTH_A;
+  localparam S = W == 1 ? 0 : W == 2 ? 1 : W == 4 ? 2 : W == 9 ? 3 : 4;
+  initial begin
+    if (DATA_WIDTH_B != DATA_WIDTH_A || !(W == 1 || W == 2 || W == 4 || W == 9 || W == 18))
+      $fatal(1, "DP16KD model: DATA_WIDTH_A = DATA_WIDTH_B in 1, 2, 4, 9, 18 only");
+    if ((REGMODE_A != "NOREG" && REGMODE_A != "OUTREG") || (REGMODE_B != "NOREG" && REGMODE_B != "OUTREG"))
+      $fatal(1, "DP16KD model: REGMODE NOREG or OUTREG only");
+  end
+  reg [17:0] mem [0:(16384 >> S) - 1];
+  wire [13:0] ada = {cat("ADA", 14)}, adb = {cat("ADB", 14)};
+  wire [17:0] dia = {cat("DIA", 18)}, dib = {cat("DIB", 18)};
+  wire [13:0] wa = ada >> S, wb = adb >> S;
+  reg [17:0] qa = 0, qb = 0, oa = 0, ob = 0;
+  always @(posedge CLKA) if (CEA) begin
+    if (WEA) mem[wa] <= dia; else qa <= mem[wa];
+  end
+  always @(posedge CLKB) if (CEB) begin
+    if (WEB) mem[wb] <= dib; else qb <= mem[wb];
+  end
+  always @(posedge CLKA) if (OCEA) oa <= qa;
+  always @(posedge CLKB) if (OCEB) ob <= qb;
+  assign {cat("DOA", 18)} = REGMODE_A == "OUTREG" ? oa : qa;
+  assign {cat("DOB", 18)} = REGMODE_B == "OUTREG" ? ob : qb;
+endmodule
+"""
+
+
+SIM_MODELS["DP16KD"] = _dp16kd_model()

@@ -43,7 +43,8 @@ from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec, ArchSpecError
 from tilewright.compiler.layout import MAX_GEMM_DIM, GemmLayout, half_depth
-from tilewright.rtl.fpga_primitives import RDWR_UNDEFINED
+from tilewright.rtl.fpga_primitives import (RDWR_UNDEFINED, ecp5_ram, ecp5_ram_width,
+                                             family_of)
 from tilewright.rtl.systolic import (ACC_BITS, ELEMENT_BITS, OutputStationaryArray, _Dims,
                                      WeightStationaryArray, delay, ws_latency_cycles)
 
@@ -162,7 +163,8 @@ def banked_memory(m: Module, name: str, width: int, depth: int, banks: int,
 
 
 def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | None = None,
-             *, acc_transparent: bool = True):
+             *, acc_transparent: bool = True, out_regs: tuple[bool, bool, bool] = (False,) * 3,
+             family: str | None = None):
     """The A, B and accumulator buffers of ``core`` (``rows``/``cols`` lanes of
     ``element_bits``, ``cols`` lanes of ACC_BITS, or words of ``widths`` bits when given;
     ``core.depths`` words; split into
@@ -184,13 +186,43 @@ def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | 
     would emulate the simulator's read-old-data there (a block RAM's two ports do not define
     it). So does the accumulator when its engine read port is not transparent: the engine then
     never reads a word in the cycle it writes it, and the host reads results when the engine is
-    idle, or from the half it does not write."""
+    idle, or from the half it does not write.
+
+    ``out_regs`` (A, B, accumulator): the caller registers that engine read's data
+    (``sram_read``; for the accumulator ``acc_read``, asked only with ``acc_write`` too). On
+    ``family`` "ecp5" such a buffer (one bank, at most 16,384 words; the accumulator's engine
+    read not transparent) is built of DP16KD tiles whose output register is that stage
+    (:func:`~tilewright.rtl.fpga_primitives.ecp5_ram`): its engine port has ``registered`` True
+    and the caller leaves its own register out. Yosys never uses that register, and a DP16KD's
+    5.83 ns clock-to-out without it bounds every RAM -> register path on ECP5 (docs/fpga.md).
+    (Without ``acc_write`` the accumulator's loop would run RAM -> adder -> the write ports of
+    both copies, engine and host read, in one cycle: 85.95 MHz on ws8x8 against 109.15 with
+    ``acc_read`` in the fabric.)"""
     if widths is None:
         widths = (core.rows * element_bits, core.cols * element_bits, core.cols * ACC_BITS)
     wa, wb, wc = widths
     da, db, dc = core.depths
     ba, bb, bc = getattr(core, "banks", (1, 1, 1))
-    if (ba, bb, bc) == (1, 1, 1):       # one Memory each (the Verilog names its ports a_w, ...)
+    prim = [family == "ecp5" and reg and banks == 1 and ecp5_ram_width(depth) is not None
+            for reg, banks, depth in zip(out_regs, (ba, bb, bc), (da, db, dc))]
+    prim[2] = prim[2] and not acc_transparent
+    if any(prim):
+        def plain(name, wd, dp, bk, reads, attrs):
+            """A buffer left to Yosys: one Memory, or banks."""
+            if bk > 1:
+                return banked_memory(m, name, wd, dp, bk, reads, attrs)
+            m.submodules[name] = mem = memory.Memory(shape=unsigned(wd), depth=dp, init=[],
+                                                      attrs=attrs)
+            wp = mem.write_port()
+            return wp, [mem.read_port(transparent_for=(wp,) if tr else ()) for tr in reads]
+        a_w, (a_r,) = (ecp5_ram(m, "mem_a", wa, da, (True,)) if prim[0] else
+                       plain("mem_a", wa, da, ba, (False,), RDWR_UNDEFINED))
+        b_w, (b_r,) = (ecp5_ram(m, "mem_b", wb, db, (True,)) if prim[1] else
+                       plain("mem_b", wb, db, bb, (False,), RDWR_UNDEFINED))
+        c_w, (c_r, host_r) = (ecp5_ram(m, "mem_acc", wc, dc, (True, False)) if prim[2] else
+                              plain("mem_acc", wc, dc, bc, (acc_transparent, False),
+                                    None if acc_transparent else RDWR_UNDEFINED))
+    elif (ba, bb, bc) == (1, 1, 1):     # one Memory each (the Verilog names its ports a_w, ...)
         mem_a = memory.Memory(shape=unsigned(wa), depth=da, init=[], attrs=RDWR_UNDEFINED)
         mem_b = memory.Memory(shape=unsigned(wb), depth=db, init=[], attrs=RDWR_UNDEFINED)
         mem_c = memory.Memory(shape=unsigned(wc), depth=dc, init=[],
@@ -263,18 +295,19 @@ def run_state(m: Module, core):
     return running, t, mr, kr, nr
 
 
-def acc_read_needs_no_bypass(rows: int, cols: int) -> bool:
-    """True when a WS core with ``acc_read`` never reads an accumulator word in the cycle it is
-    written, so its read port needs no transparency (no bypass logic after the RAM): the
-    read-modify-write writes a word two cycles after reading it and reads it again one fold
-    period ``P >= 2R + C - 2`` later, so ``P >= 3`` (every array but 1x2 and 1x1) keeps the
-    re-read strictly after the write."""
-    return 2 * rows + cols - 2 >= 3
+def acc_read_needs_no_bypass(rows: int, cols: int, distance: int = 2) -> bool:
+    """True when a WS core whose read-modify-write writes an accumulator word ``distance``
+    cycles after reading it (1 + ``acc_read`` + ``acc_write``; 2 with one of them) never reads a
+    word in the cycle it is written, so its read port needs no transparency (no bypass logic
+    after the RAM): the word is read again one fold period ``P >= 2R + C - 2`` later, so
+    ``P >= distance + 1`` keeps the re-read strictly after the write (with ``acc_read`` alone:
+    every array but 1x2 and 1x1)."""
+    return 2 * rows + cols - 2 >= distance + 1
 
 
 def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w, *,
                  element_bits: int, accumulate, acc_q=None, sram_read: bool = False,
-                 acc_read: bool = False) -> None:
+                 acc_read: bool = False, acc_write: bool = False) -> None:
     """WS sequencer: preload fold 0's weights, then one period per fold with the next fold's
     weights loaded into the shadow while this fold streams (see module docstring), for the WS
     array ``arr`` (int8 :class:`WeightStationaryArray` or the bf16 twin) with ``element_bits``
@@ -297,9 +330,10 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     combinationally."""
     R, C = arr.rows, arr.cols
     pe_cycles = int(getattr(arr, "pe_cycles", 0))   # the PEs' multiply registers
-    extra = int(sram_read) + pe_cycles + int(acc_read)   # pipeline cycles per GEMM
-    if acc_read and 2 * R + C - 2 < 2:
-        raise ValueError("acc_read needs a fold period of at least 2 cycles (not a 1x1 array)")
+    extra = int(sram_read) + pe_cycles + int(acc_read) + int(acc_write)   # cycles per GEMM
+    if (acc_read or acc_write) and 2 * R + C - 2 < 1 + int(acc_read) + int(acc_write):
+        raise ValueError("acc_read/acc_write need a fold period of at least 1 + acc_read + "
+                         "acc_write cycles")
     a_base = Signal.like(a_r.addr, name="a_base")
     b_base = Signal.like(b_r.addr, name="b_base")
     acc_base = Signal.like(c_w.addr, name="acc_base")
@@ -357,7 +391,9 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
     m.d.sync += [ld_q.eq(ld), st_q.eq(st), commit_q.eq(first_row)]
     a_data, b_data = a_r.data, b_r.data
     if sram_read:                 # a register after the buffer reads: data and flags one later
-        a_data, b_data = delay(m, a_data, 1, "a_rd"), delay(m, b_data, 1, "b_rd")
+        # (the RAM's own output register where the buffer has one: ``registered`` ports)
+        a_data, b_data = (p.data if getattr(p, "registered", False) else
+                          delay(m, p.data, 1, f"{n}_rd") for p, n in ((a_r, "a"), (b_r, "b")))
         ld_q, st_q, commit_q = (delay(m, x, 1, n) for x, n in
                                 ((ld_q, "ld_rd"), (st_q, "st_rd"), (commit_q, "commit_rd")))
     eb = element_bits
@@ -389,10 +425,15 @@ def ws_sequencer(m: Module, arr, start, running, t, mr, kr, nr, a_r, b_r, c_r, c
                  out_q.eq(Cat(*arr.c_out.payload))]
     old = c_r.data
     if acc_read:
-        wr_q, first_q, addr_q, out_q, old = (
+        wr_q, first_q, addr_q, out_q = (
             delay(m, x, 1, f"{n}_acc") for x, n in
-            ((wr_q, "wr"), (first_q, "first"), (addr_q, "addr"), (out_q, "out"), (old, "old")))
+            ((wr_q, "wr"), (first_q, "first"), (addr_q, "addr"), (out_q, "out")))
+        if not getattr(c_r, "registered", False):   # else the RAM's output register holds it
+            old = delay(m, old, 1, "old_acc")
     written = accumulate(m, out_q, old, first_q)
+    if acc_write:                 # a register on the write: data, address and enable
+        wr_q, addr_q, written = (delay(m, x, 1, f"{n}_wq") for x, n in
+                                 ((wr_q, "wr"), (addr_q, "addr"), (written, "written")))
     m.d.comb += [c_w.en.eq(wr_q), c_w.addr.eq(addr_q), c_w.data.eq(written)]
 
     # sequencing: nb outer, kb inner
@@ -481,10 +522,14 @@ class GemmCore(_CoreShape, _CoreArch, wiring.Component):
     def elaborate(self, platform):
         m = Module()
         pipe = self._arch.tensor_engine.pipeline
-        acc_transparent = not (self._dataflow == "ws" and pipe.acc_read
-                               and acc_read_needs_no_bypass(self._rows, self._cols))
-        a_r, b_r, c_r, c_w, host = memories(m, self, ELEMENT_BITS,
-                                            acc_transparent=acc_transparent)
+        distance = 1 + int(pipe.acc_read) + int(pipe.acc_write)
+        acc_transparent = not (self._dataflow == "ws" and distance > 1
+                               and acc_read_needs_no_bypass(self._rows, self._cols, distance))
+        ws = self._dataflow == "ws"
+        a_r, b_r, c_r, c_w, host = memories(
+            m, self, ELEMENT_BITS, acc_transparent=acc_transparent, family=family_of(platform),
+            out_regs=(ws and pipe.sram_read, ws and pipe.sram_read,
+                      ws and pipe.acc_read and pipe.acc_write))
         acc_q = None
         if self._halves:       # double buffer: offset every engine address by its half's base
             a_r, b_r, c_r, c_w, acc_q = half_offsets(m, self, a_r, b_r, c_r, c_w)
@@ -506,7 +551,8 @@ class GemmCore(_CoreShape, _CoreArch, wiring.Component):
                                                          pe_operand=pipe.pe_operand)
         ws_sequencer(m, arr, self.start, running, t, mr, kr, nr, a_r, b_r, c_r, c_w,
                      element_bits=ELEMENT_BITS, accumulate=_int32_accumulate, acc_q=acc_q,
-                     sram_read=pipe.sram_read, acc_read=pipe.acc_read)
+                     sram_read=pipe.sram_read, acc_read=pipe.acc_read,
+                     acc_write=pipe.acc_write)
 
     # ---------------------------------------------------------------------------------------
     def _os(self, m, running, t, mr, kr, nr, a_r, b_r, c_w, c_r=None, acc_q=None):

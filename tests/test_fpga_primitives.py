@@ -74,7 +74,7 @@ def test_ecp5_flow_netlist_has_the_registers_in_the_dsps(tmp_path):
     fabric flip-flop left on a product (~10 s)."""
     from tests.test_pipeline_timing import _arch
     from tilewright.app.eda.fpga import run_fpga
-    arch = _arch(2, 2, pe_operand=True, pe_product=True)
+    arch = _arch(2, 2, sram_read=True, pe_operand=True, pe_product=True)
     run_fpga(arch, "ecp5", tmp_path / "out", pnr=False)
     net = json.loads((tmp_path / "out" / "ecp5_netlist.json").read_text())
     cells = net["modules"]["tw_fpga_harness"]["cells"]
@@ -85,6 +85,13 @@ def test_ecp5_flow_netlist_has_the_registers_in_the_dsps(tmp_path):
                                                 "REG_OUTPUT_CLK")} == \
             {"REG_INPUTA_CLK": "CLK0", "REG_INPUTB_CLK": "CLK0", "REG_OUTPUT_CLK": "CLK0"}
     assert not [n for n, c in cells.items() if c["type"] == "TRELLIS_FF" and "prod_" in n]
+    # the A and B buffers (2 x 8-bit words, 8192 deep: DP16KD x2 mode, 8 tiles each) read
+    # through the RAMs' output registers, which are the sram_read stage
+    outreg = [n for n, c in cells.items() if c["type"] == "DP16KD"
+              and c["parameters"].get("REGMODE_B") == "OUTREG"]
+    assert len(outreg) == 16 and {n.split(".")[1][:5] for n in outreg} == {"mem_a", "mem_b"}
+    assert not [n for n, c in cells.items() if c["type"] == "TRELLIS_FF"
+                and (".a_rd" in n or ".b_rd" in n)]
     # the primitive's model ships beside the Verilog for simulators: in the .f list and the
     # .core's lint target, not in what synthesis reads
     out = tmp_path / "out"
@@ -94,3 +101,21 @@ def test_ecp5_flow_netlist_has_the_registers_in_the_dsps(tmp_path):
     core = yaml.safe_load((out / f"{arch.name}_ecp5.core").read_text().split("\n", 1)[1])
     assert core["targets"]["lint"]["filesets"] == ["rtl", "sim_models"]
     assert "sim_models" not in core["targets"]["synth"]["filesets"]
+
+
+def test_ecp5_ram_tiles_by_hand():
+    """A DP16KD holds 16,384 bits at widths 1, 2, 4, 9, 18 (16384, 8192, 4096, 2048, 1024
+    words): a buffer takes the widest width its depth fits and ceil(width / that) tiles per
+    read port; a depth over 16,384 words is not built so."""
+    from amaranth.hdl import Module
+    from tilewright.rtl.fpga_primitives import ECP5_RAM_DEPTH, ecp5_ram, ecp5_ram_width
+    assert ECP5_RAM_DEPTH == {1: 16384, 2: 8192, 4: 4096, 9: 2048, 18: 1024}
+    assert [ecp5_ram_width(d) for d in (16, 1024, 1025, 2048, 4096, 8192, 16384, 16385)] == \
+        [18, 18, 9, 9, 4, 2, 1, None]
+    m = Module()
+    w, (r0, r1) = ecp5_ram(m, "mem", 64, 4096, (True, False))
+    tiles = [n for n in m._named_submodules if n.startswith("mem_r")]
+    assert len(tiles) == 2 * 16                   # 64 bits / 4-bit tiles, per read port
+    assert r0.registered and not r1.registered and len(w.addr) == 12
+    with pytest.raises(ValueError, match="exceed one DP16KD"):
+        ecp5_ram(Module(), "big", 8, 16385, (True,))

@@ -21,7 +21,8 @@ from tilewright.rtl.systolic import WeightStationaryArray, ws_latency_cycles
 
 
 #: every stage on
-_ALL = {"sram_read": True, "pe_operand": True, "pe_product": True, "acc_read": True}
+_ALL = {"sram_read": True, "pe_operand": True, "pe_product": True, "acc_read": True,
+        "acc_write": True}
 
 
 def _arch(rows=2, cols=2, dataflow="ws", fmt="int8", **pipeline) -> ArchSpec:
@@ -46,7 +47,7 @@ def test_pipeline_off_keeps_yaml_and_hash():
     assert (plain.tensor_engine.pipeline_cycles, on.tensor_engine.pipeline_cycles,
             _arch(sram_read=True, pe_product=True).tensor_engine.pipeline_cycles) == (0, 1, 2)
     # pe_operand off is left out of the section, so a design written before it keeps its hash
-    assert "pe_operand" not in on.to_yaml()
+    assert "pe_operand" not in on.to_yaml() and "acc_write" not in on.to_yaml()
     assert _arch(sram_read=True, pe_operand=False).content_hash() == on.content_hash()
     op = _arch(sram_read=True, pe_operand=True)
     assert op.content_hash() != on.content_hash() and ArchSpec.from_yaml(op.to_yaml()) == op
@@ -63,6 +64,18 @@ def test_pipeline_refused_where_not_built(kw):
 def test_acc_read_refused_on_1x1():
     with pytest.raises(ArchSpecError, match=r"pipeline\.acc_read = true: needs a fold period"):
         _arch(1, 1, acc_read=True)
+
+
+@pytest.mark.parametrize("rows,cols,ok", [(1, 2, False), (2, 1, True), (1, 3, True)])
+def test_acc_write_needs_the_read_to_write_distance(rows, cols, ok):
+    """acc_read and acc_write: the read-modify-write writes 3 cycles after its read, so the
+    fold period 2R + C - 2 must be at least 3 (1x2: 2, refused; 2x1 and 1x3: 3)."""
+    if ok:
+        assert _arch(rows, cols, acc_read=True, acc_write=True).tensor_engine.pipeline_cycles == 2
+    else:
+        with pytest.raises(ArchSpecError, match=r"pipeline\.acc_write = true: needs a fold "
+                                                r"period of at least 3 cycles.*2R \+ C - 2 = 2"):
+            _arch(rows, cols, acc_read=True, acc_write=True)
 
 
 def test_pipeline_refused_for_tile_engines():
@@ -105,7 +118,8 @@ def test_cycle_model_adds_one_cycle_per_stage():
     closed = R + (F - 1) * max(M, 2 * R + C - 2) + M + R + C + 1
     for kw, extra in (({}, 0), ({"sram_read": True}, 1), ({"pe_product": True}, 1),
                       ({"pe_operand": True}, 1), ({"acc_read": True}, 1),
-                      ({"sram_read": True, "pe_product": True}, 2), (_ALL, 4)):
+                      ({"acc_write": True}, 1),
+                      ({"sram_read": True, "pe_product": True}, 2), (_ALL, 5)):
         assert gemm_cycles(_arch(R, C, **kw), M, K, N).cycles == closed + extra
 
 
@@ -153,13 +167,17 @@ _SHAPES = [(1, 1, 1), (3, 2, 2), (1, 5, 3), (5, 3, 4), (2, 4, 1)]
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (1, 2), (2, 1), (2, 2)])
 @pytest.mark.parametrize("stages", [{}, {"sram_read": True}, {"pe_product": True},
-                                    {"pe_operand": True}, {"acc_read": True}, _ALL],
-                         ids=["off", "sram_read", "pe_product", "pe_operand", "acc_read", "all"])
+                                    {"pe_operand": True}, {"acc_read": True},
+                                    {"acc_write": True}, _ALL],
+                         ids=["off", "sram_read", "pe_product", "pe_operand", "acc_read",
+                              "acc_write", "all"])
 def test_core_sim_bit_and_cycle_exact(rows, cols, stages):
     """Amaranth's simulator of the core (every small shape, 1x1 included, stages on and off):
     C = numpy's int32 matmul, busy cycles = the cycle model."""
-    if rows == cols == 1 and stages.get("acc_read"):
-        stages = {**stages, "acc_read": False}         # refused on 1x1 (test below)
+    period = 2 * rows + cols - 2                       # the accumulator's stages need
+    while 1 + stages.get("acc_read", 0) + stages.get("acc_write", 0) > max(period, 1) and (
+            stages.get("acc_read") or stages.get("acc_write")):    # period >= 1 + stages
+        stages = {**stages, ("acc_write" if stages.get("acc_write") else "acc_read"): False}
     arch = _arch(rows, cols, **stages)
     for (m_, k_, n_), (c, cyc, a, b) in zip(_SHAPES, _sim_core(arch, _SHAPES, rows * 10 + cols)):
         ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)

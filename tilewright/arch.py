@@ -81,6 +81,11 @@ class PipelineSpec(_Frozen):
     acc_read: bool = Field(False, description="a register after the accumulator read of the "
                            "read-modify-write, before its adder (+1 cycle per GEMM; not on a "
                            "1x1 array)")
+    acc_write: bool = Field(False, description="a register on the accumulator's write (data, "
+                            "address, enable) after its adder (+1 cycle per GEMM; the fold "
+                            "period 2R + C - 2 must be at least 1 + acc_read + acc_write; on "
+                            "ECP5 with acc_read too, the accumulator reads through its block "
+                            "RAMs' output registers)")
 
     @property
     def extra_cycles(self) -> int:
@@ -89,11 +94,12 @@ class PipelineSpec(_Frozen):
 
     @model_serializer(mode="wrap")
     def _omit_operand_off(self, handler: Any) -> dict[str, Any]:
-        """Leave ``pe_operand`` out of dumps when off, so designs written before it existed
-        keep their YAML and content hash."""
+        """Leave ``pe_operand`` and ``acc_write`` out of dumps when off, so designs written
+        before they existed keep their YAML and content hash."""
         data = handler(self)
-        if not self.pe_operand:
-            data.pop("pe_operand", None)
+        for stage in ("pe_operand", "acc_write"):
+            if not getattr(self, stage):
+                data.pop(stage, None)
         return data
 
 
@@ -203,9 +209,14 @@ class TensorEngineSpec(_Frozen):
                 f"dataflow 'ws', int8 only, not {self.kind!r}"
                 f"{'' if self.dataflow is None else ', ' + repr(self.dataflow)}, "
                 f"{self.input_format}; accepted there: false")
-        if self.pipeline.acc_read and self.rows == self.cols == 1:
-            raise ValueError("pipeline.acc_read = true: needs a fold period of at least 2 "
-                             "cycles, which a 1x1 array does not have; accepted there: false")
+        need = 1 + int(self.pipeline.acc_read) + int(self.pipeline.acc_write)
+        period = 2 * self.rows + self.cols - 2
+        if need > 1 and period < need:
+            stage = "acc_write" if self.pipeline.acc_write else "acc_read"
+            raise ValueError(f"pipeline.{stage} = true: needs a fold period of at least {need} "
+                             f"cycles (the accumulator read-modify-write's read-to-write "
+                             f"distance), which a {self.rows}x{self.cols} array does not have "
+                             f"(2R + C - 2 = {period}); accepted there: false")
         return self
 
     @property
