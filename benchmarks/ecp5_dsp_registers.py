@@ -10,9 +10,9 @@ pins stay few):
 * ``fabric``: operand and product registers are fabric flip-flops around a combinational
   MULT18X18D (what the core's ``pe_product`` stage gives today, plus operand registers);
 * ``dsp``: the same three registers inside the MULT18X18D (``REG_INPUTA_CLK``,
-  ``REG_INPUTB_CLK``, ``REG_OUTPUT_CLK`` = ``CLK0``), set with Yosys' ``setparam`` after
-  ``synth_ecp5`` (an instance written with those parameters in the Verilog makes Yosys 0.70
-  re-derive the top after its final ``hierarchy`` and fail with "contains processes").
+  ``REG_INPUTB_CLK``, ``REG_OUTPUT_CLK`` = ``CLK0``), set here with Yosys' ``setparam`` after
+  ``synth_ecp5`` (the core's ECP5 build writes them on its MULT18X18D instances instead, which
+  ``synth_ecp5`` keeps: :mod:`tilewright.rtl.fpga_primitives`).
 
 Both have the same latency; each row is Yosys + nextpnr (seed 1, the LFE5U-45F, 125 MHz target)
 and prints cells, Fmax and the critical path's end points. ~1 CPU-minute per row.

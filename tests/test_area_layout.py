@@ -5,11 +5,11 @@ largest RTL-able array against published 7 nm chips."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.test_power_validation import _bench
 from tilewright.arch import load_arch
 from tilewright.dataflow_sim.energy_area import (AREA_BLOCKS, TechError, area_breakdown,
                                                  layout_fit, load_tech, load_validation_chip,
@@ -103,14 +103,6 @@ def test_bad_layout_entry_is_one_line(tmp_path):
     p.write_text(text.replace("layout: tpu_v1", "layout: {sram: 0.5, compute: 1, uncore: 0}"))
     with pytest.raises(TechError, match="sram"):
         load_tech(p)
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "accelerator_validation", ROOT / "benchmarks" / "accelerator_validation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_largest_rtl_int8_cube_density_against_published_7nm_chips():

@@ -105,9 +105,9 @@ def test_dispatch_volume_and_collective_groups_of_the_split_layout():
     assert seen == [16 * 2 / 8]
 
 
-def test_cli_flags_reach_the_plan_and_an_inconsistent_layout_is_refused():
-    # the CLI maps PlanError to one line and exit 2 (tests/test_cluster_cli.py); here: the
-    # flags reach the plan's check
+def cluster_cli():
+    """``invoke(args)``: ``tilewright cluster`` (a Typer app of the command) run in-process by
+    Typer's CliRunner; returns the result (its ``exception`` is the error the command raised)."""
     import typer
     from typer.testing import CliRunner
 
@@ -115,11 +115,18 @@ def test_cli_flags_reach_the_plan_and_an_inconsistent_layout_is_refused():
     app = typer.Typer()
     app.command()(cluster)
     app.command("other")(lambda: None)
-    res = CliRunner().invoke(app, ["cluster", "--model", "mixtral-8x7b", "--cluster",
-                                   "h100-8x-nvlink", "--mode", "serve", "--ep", "8",
-                                   "--attn-tp", "2", "--attn-dp", "2", "--requests", "2"])
+    return lambda args: CliRunner().invoke(app, args)
+
+
+def test_cli_flags_reach_the_plan_and_an_inconsistent_layout_is_refused():
+    # the CLI maps PlanError to one line and exit 2 (tests/test_cluster_cli.py); here: the
+    # flags reach the plan's check
+    invoke = cluster_cli()
+    res = invoke(["cluster", "--model", "mixtral-8x7b", "--cluster",
+                  "h100-8x-nvlink", "--mode", "serve", "--ep", "8",
+                  "--attn-tp", "2", "--attn-dp", "2", "--requests", "2"])
     assert isinstance(res.exception, PlanError)
     assert "attn_tp·attn_dp = 2·2 = 4" in str(res.exception)
-    res = CliRunner().invoke(app, ["cluster", "--model", "mixtral-8x7b", "--cluster",
-                                   "h100-8x-nvlink", "--mode", "train", "--attn-tp", "2"])
+    res = invoke(["cluster", "--model", "mixtral-8x7b", "--cluster",
+                  "h100-8x-nvlink", "--mode", "train", "--attn-tp", "2"])
     assert "--attn-tp: a serving option" in str(res.exception)

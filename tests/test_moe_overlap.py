@@ -117,18 +117,13 @@ def test_a2a_sms_slow_prefill_iterations_only():
 
 
 def test_a2a_sms_flag_reaches_the_plan_check():
-    import typer
-    from typer.testing import CliRunner
-
-    from tilewright.app.cli.cluster import cluster
-    app = typer.Typer()
-    app.command()(cluster)
-    app.command("other")(lambda: None)
-    res = CliRunner().invoke(app, ["cluster", "--model", "mixtral-8x7b", "--cluster",
-                                   "h100-8x-nvlink", "--mode", "serve", "--ep", "8",
-                                   "--a2a-sms", "24", "--requests", "2", "--cost-source", "table"])
+    from tests.test_attention_parallel import cluster_cli
+    invoke = cluster_cli()
+    res = invoke(["cluster", "--model", "mixtral-8x7b", "--cluster",
+                  "h100-8x-nvlink", "--mode", "serve", "--ep", "8",
+                  "--a2a-sms", "24", "--requests", "2", "--cost-source", "table"])
     assert isinstance(res.exception, PlanError)
     assert "a2a_sms = 24 needs overlap_a2a" in str(res.exception)
-    res = CliRunner().invoke(app, ["cluster", "--model", "mixtral-8x7b", "--cluster",
-                                   "h100-8x-nvlink", "--mode", "train", "--a2a-sms", "24"])
+    res = invoke(["cluster", "--model", "mixtral-8x7b", "--cluster",
+                  "h100-8x-nvlink", "--mode", "train", "--a2a-sms", "24"])
     assert "--a2a-sms: a serving option" in str(res.exception)

@@ -129,11 +129,16 @@ def test_cycle_model_adds_one_cycle_per_stage():
 def test_pipelined_core_bit_and_cycle_exact(rows, cols, stages, _tool_check, _cache_dir):
     """The RTL suite's GEMMs on the Verilated core with the stages on: outputs = numpy, busy
     cycles = the cycle model (which counts the stages)."""
+    _check_gemm_suite("core", _arch(rows, cols, **stages), seed=rows * 100 + cols)
+
+
+def _check_gemm_suite(top, arch: ArchSpec, seed: int) -> None:
+    """The RTL suite's GEMMs on co-simulation ``top`` for ``arch``: every output = numpy's int32
+    matmul, every GEMM's busy cycles = the cycle model."""
     from tilewright.cosim import sim as cosim
     from tilewright.cosim.suites import gemm_suite, suite_shapes
-    arch = _arch(rows, cols, **stages)
-    program, inputs = gemm_suite(arch, seed=rows * 100 + cols)
-    run = cosim.run("core", program, arch, inputs=inputs)
+    program, inputs = gemm_suite(arch, seed=seed)
+    run = cosim.run(top, program, arch, inputs=inputs)
     assert len(run.records) == len(suite_shapes(arch))
     for task, rec in zip(program.gemms(), run.records):
         a, b = inputs[task.a], inputs[task.b]
@@ -237,18 +242,7 @@ def test_ecp5_dsp_core_bit_and_cycle_exact(_tool_check, _cache_dir):
     """The ECP5 build of the core (operand and product registers inside each PE's MULT18X18D,
     Verilated with the primitive's model), every stage on: the RTL suite's GEMMs = numpy, busy
     cycles = the cycle model."""
-    from tilewright.cosim import sim as cosim
-    from tilewright.cosim.suites import gemm_suite, suite_shapes
-    arch = _arch(2, 3, **_ALL)
-    program, inputs = gemm_suite(arch, seed=23)
-    run = cosim.run(_ecp5_core_top(), program, arch, inputs=inputs)
-    assert len(run.records) == len(suite_shapes(arch))
-    for task, rec in zip(program.gemms(), run.records):
-        a, b = inputs[task.a], inputs[task.b]
-        ref = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
-        np.testing.assert_array_equal(run.outputs[task.out], ref, err_msg=task.name)
-        model = gemm_cycles(arch, task.m, task.k, task.n).cycles
-        assert rec["cycles"] == model, f"{task.name}: RTL {rec['cycles']}, model {model}"
+    _check_gemm_suite(_ecp5_core_top(), _arch(2, 3, **_ALL), seed=23)
 
 
 @pytest.mark.parametrize("operand,product", [(True, True), (False, True), (True, False)])

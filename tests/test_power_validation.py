@@ -214,6 +214,31 @@ def test_28nm_table_is_45nm_scaled_by_stillmaker_baas():
     assert t28.area_um2.sram_bitcell == pytest.approx(0.346 * area, rel=1e-3)
 
 
+def _assert_scaled_from_45(t45, t, energy: float, area: float) -> None:
+    """Every SRAM, vector, PE-area, column, fixed-area and leakage entry of table ``t`` is the
+    45 nm table's times ``energy`` (energies) or ``area`` (areas); leakage per mm^2 x energy /
+    area, per SRAM bit from the bit cell's laid-out area."""
+    for p45, pt in zip(t45.sram_pj_per_64b, t.sram_pj_per_64b):
+        assert (pt.kib, pt.pj) == (p45.kib, pytest.approx(p45.pj * energy, rel=2e-3))
+    assert t.vector_op_pj == pytest.approx(t45.vector_op_pj * energy, rel=2e-3)
+    for fmt, pair in t45.area_um2.pe.items():
+        assert t.area_um2.pe[fmt].mult == pytest.approx(pair.mult * area, rel=2e-3)
+        assert t.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=2e-3)
+    for fmt, col in t45.column_pj.items():
+        assert t.column_pj[fmt].total == pytest.approx(col.total * energy, rel=2e-3)
+        assert t.area_um2.column[fmt].total == pytest.approx(
+            t45.area_um2.column[fmt].total * area, rel=2e-3)
+    assert set(t.column_pj) == set(t45.column_pj) == set(t.area_um2.column)
+    for key in ("vector_lane", "sram_bitcell", "fixed"):
+        assert getattr(t.area_um2, key) == pytest.approx(getattr(t45.area_um2, key) * area,
+                                                           rel=2e-3)
+    assert t.leakage.logic_mw_per_mm2 == pytest.approx(
+        t45.leakage.logic_mw_per_mm2 * energy / area, rel=2e-3)
+    bit_um2 = t.area_um2.sram_bitcell / t.area_um2.sram_array_efficiency
+    assert t.leakage.sram_pw_per_bit == pytest.approx(
+        t.leakage.logic_mw_per_mm2 * 1e3 * bit_um2, rel=2e-3)
+
+
 def test_16nm_table_is_45nm_scaled_by_stillmaker_baas():
     """16 nm is a column of [SB17]: area x 0.19, energy x E16(0.8) / E45(0.9) (all but the int8
     MAC); its leakage density is the 45 nm cell figure x E16(0.8)/E45(0.9) / 0.19."""
@@ -224,25 +249,7 @@ def test_16nm_table_is_45nm_scaled_by_stillmaker_baas():
             continue
         assert t16.mac_pj[fmt].mult == pytest.approx(pair.mult * energy, rel=2e-3)
         assert t16.mac_pj[fmt].add == pytest.approx(pair.add * energy, rel=2e-3)
-    for p45, p16 in zip(t45.sram_pj_per_64b, t16.sram_pj_per_64b):
-        assert (p16.kib, p16.pj) == (p45.kib, pytest.approx(p45.pj * energy, rel=2e-3))
-    assert t16.vector_op_pj == pytest.approx(t45.vector_op_pj * energy, rel=2e-3)
-    for fmt, pair in t45.area_um2.pe.items():
-        assert t16.area_um2.pe[fmt].mult == pytest.approx(pair.mult * area, rel=2e-3)
-        assert t16.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=2e-3)
-    for fmt, col in t45.column_pj.items():
-        assert t16.column_pj[fmt].total == pytest.approx(col.total * energy, rel=2e-3)
-        assert t16.area_um2.column[fmt].total == pytest.approx(
-            t45.area_um2.column[fmt].total * area, rel=2e-3)
-    assert set(t16.column_pj) == set(t45.column_pj) == set(t16.area_um2.column)
-    for key in ("vector_lane", "sram_bitcell", "fixed"):
-        assert getattr(t16.area_um2, key) == pytest.approx(getattr(t45.area_um2, key) * area,
-                                                           rel=2e-3)
-    assert t16.leakage.logic_mw_per_mm2 == pytest.approx(
-        t45.leakage.logic_mw_per_mm2 * energy / area, rel=2e-3)
-    bit_um2 = t16.area_um2.sram_bitcell / t16.area_um2.sram_array_efficiency
-    assert t16.leakage.sram_pw_per_bit == pytest.approx(
-        t16.leakage.logic_mw_per_mm2 * 1e3 * bit_um2, rel=2e-3)
+    _assert_scaled_from_45(t45, t16, energy, area)
 
 
 def test_int8_mac_at_16_and_28nm_lies_between_the_published_45_and_7nm_figures():
@@ -700,26 +707,8 @@ def test_65nm_table_is_45nm_scaled_by_stillmaker_baas():
     for fmt, pair in t45.mac_pj.items():
         assert t65.mac_pj[fmt].mult == pytest.approx(pair.mult * energy, rel=2e-3)
         assert t65.mac_pj[fmt].add == pytest.approx(pair.add * energy, rel=2e-3)
-    for p45, p65 in zip(t45.sram_pj_per_64b, t65.sram_pj_per_64b):
-        assert (p65.kib, p65.pj) == (p45.kib, pytest.approx(p45.pj * energy, rel=2e-3))
-    assert t65.vector_op_pj == pytest.approx(t45.vector_op_pj * energy, rel=2e-3)
     assert t65.router_pj_per_byte == pytest.approx(t45.router_pj_per_byte * energy, rel=2e-3)
-    for fmt, pair in t45.area_um2.pe.items():
-        assert t65.area_um2.pe[fmt].mult == pytest.approx(pair.mult * area, rel=2e-3)
-        assert t65.area_um2.pe[fmt].add == pytest.approx(pair.add * area, rel=2e-3)
-    for fmt, col in t45.column_pj.items():
-        assert t65.column_pj[fmt].total == pytest.approx(col.total * energy, rel=2e-3)
-        assert t65.area_um2.column[fmt].total == pytest.approx(
-            t45.area_um2.column[fmt].total * area, rel=2e-3)
-    assert set(t65.column_pj) == set(t45.column_pj) == set(t65.area_um2.column)
-    for key in ("vector_lane", "sram_bitcell", "fixed"):
-        assert getattr(t65.area_um2, key) == pytest.approx(getattr(t45.area_um2, key) * area,
-                                                           rel=2e-3)
-    assert t65.leakage.logic_mw_per_mm2 == pytest.approx(
-        t45.leakage.logic_mw_per_mm2 * energy / area, rel=2e-3)
-    bit_um2 = t65.area_um2.sram_bitcell / t65.area_um2.sram_array_efficiency
-    assert t65.leakage.sram_pw_per_bit == pytest.approx(
-        t65.leakage.logic_mw_per_mm2 * 1e3 * bit_um2, rel=2e-3)
+    _assert_scaled_from_45(t45, t65, energy, area)
     # the supply range is Eyeriss' published core supply (JSSC 2017 Table IV: 0.82-1.17 V)
     assert (t65.vf.v_min, t65.vf.v_max) == (0.82, 1.17)
 
