@@ -5,8 +5,9 @@ Reads only the compiler's ISA (:mod:`tilewright.compiler.codegen`), the GEMM clo
 cycles ``busy`` is high for one run of a segment (start at its entry, until END), under the timing
 contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
 
-* the controller needs one fetch cycle after ``start``; instruction ``i`` issues in cycle
-  ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the fetch cycle);
+* the controller needs one fetch cycle after ``start`` (two with the ArchSpec's
+  ``tensor_engine.pipeline.fetch``); instruction ``i`` issues in cycle
+  ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the last fetch cycle);
 * ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/LOAD_VI/STORE_V/
   VECTOR (and SCAN) — the DMA and the vector engine are idle; LOAD_IDX — the DMA is idle;
   SCALE/SCALE_COL — the DMA is idle (they keep no unit busy); SYNC — every selected unit is
@@ -139,7 +140,7 @@ def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTi
     idx_load = lat + index_beats(arch)       # LOAD_IDX: one index word
     instrs = disassemble(list(isa.words[seg.entry:seg.end + 1]))
     start = 0
-    prev = start + 1              # the fetch cycle
+    prev = start + arch.tensor_engine.pipeline.fetch_cycles   # the last fetch cycle
     free = {"dma": 0, "gemm": 0, "vec": 0}  # first cycle each engine is idle
     issues: list[Issue] = []
     busy: list[Busy] = []

@@ -112,7 +112,8 @@ class AccelTop(wiring.Component):
         self._scaled = isinstance(self._core, Fp8GemmCore)
         self._ctrl = Controller(scales=self._scaled,
                                 lanes=arch.tensor_engine.cols if self._scaled else 1,
-                                indirect=self._indirect)
+                                indirect=self._indirect,
+                                fetch_reg=arch.tensor_engine.pipeline.fetch)
         self._vec = VectorEngine(arch) if arch.vector_unit is not None else None
         sig: dict[str, Any] = {}
         for name in _HOST:
@@ -180,10 +181,12 @@ class AccelTop(wiring.Component):
         return m
 
 
-def write_accel_rtl(arch: ArchSpec, out_dir: str | Path) -> Path:
-    """Write ``<ACCEL_TOP_NAME>.v`` for ``arch`` to ``out_dir``; return its path."""
+def write_accel_rtl(arch: ArchSpec, out_dir: str | Path, platform=None) -> Path:
+    """Write ``<ACCEL_TOP_NAME>.v`` for ``arch`` to ``out_dir`` (elaborated for ``platform``,
+    e.g. :class:`~tilewright.rtl.fpga_primitives.FpgaFamily`); return its path."""
 
-    text = verilog.convert(AccelTop(arch), name=ACCEL_TOP_NAME, emit_src=False)
+    text = verilog.convert(AccelTop(arch), name=ACCEL_TOP_NAME, emit_src=False,
+                           platform=platform)
     return write_verilog(out_dir, ACCEL_TOP_NAME, text)
 
 

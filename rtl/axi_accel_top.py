@@ -256,15 +256,17 @@ class AxiMasterBridge(wiring.Component):
             "axi": Out(AxiSignature(addr_width=ADDR_BITS + self._shift, data_width=W)),
         })
 
-    def _burst_beats(self, m, addr, left, name):
-        """Beats of the next burst: min(left, 256, beats to the 4 KiB boundary)."""
-        to_page = Signal(range(PAGE_BYTES // self._w + 1), name=f"{name}_to_page")
+    def _burst_beats(self, m, to_page, left, name):
+        """Beats of the next burst: min(left, 256, ``to_page``: beats to the 4 KiB boundary)."""
         lim = Signal(range(MAX_BURST_BEATS + 1), name=f"{name}_lim")
         n = Signal(range(MAX_BURST_BEATS + 1), name=f"{name}_beats")
-        m.d.comb += to_page.eq((PAGE_BYTES - addr[:12]) >> self._shift)
         m.d.comb += lim.eq(Mux(to_page < MAX_BURST_BEATS, to_page, MAX_BURST_BEATS))
         m.d.comb += n.eq(Mux(left < lim, left, lim))
         return n
+
+    def _beats_to_page(self, byte_addr):
+        """Beats from ``byte_addr`` to the next 4 KiB boundary."""
+        return (PAGE_BYTES - byte_addr[:12]) >> self._shift
 
     def elaborate(self, platform):
         m = Module()
@@ -280,15 +282,19 @@ class AxiMasterBridge(wiring.Component):
             active = Signal(name=f"{ch}_active")
             addr = Signal(abits, name=f"{ch}_next_addr")
             left = Signal(32, name=f"{ch}_left")
-            n = self._burst_beats(m, addr, left, ch)
+            # beats from addr to the 4 KiB boundary, kept with addr (not derived from it in
+            # the cycle the burst issues: that subtract led the ECP5 critical path)
+            to_page = Signal(range(PAGE_BYTES // w + 1), name=f"{ch}_to_page")
+            n = self._burst_beats(m, to_page, left, ch)
             valid, ready = getattr(axi, f"{ch}valid"), getattr(axi, f"{ch}ready")
             m.d.comb += [valid.eq(active), getattr(axi, f"{ch}addr").eq(addr),
                          getattr(axi, f"{ch}len").eq(n - 1)]
             with m.If(valid & ready):
-                m.d.sync += [addr.eq(addr + (n << shift)), left.eq(left - n)]
+                m.d.sync += [addr.eq(addr + (n << shift)), left.eq(left - n),
+                             to_page.eq(Mux(n == to_page, PAGE_BYTES // w, to_page - n))]
                 with m.If(left == n):
                     m.d.sync += active.eq(0)
-            issuers[ch] = (active, addr, left)
+            issuers[ch] = (active, addr, left, to_page)
         m.d.comb += self.mem_req_ready.eq(~issuers["ar"][0] & ~issuers["aw"][0])
 
         # write-data side: wlast by the same burst rule
@@ -306,13 +312,16 @@ class AxiMasterBridge(wiring.Component):
 
         with m.If(self.mem_req_valid & self.mem_req_ready & (self.mem_req_len != 0)):
             byte_addr = Cat(Const(0, shift), self.mem_req_addr) if shift else self.mem_req_addr
+            first = self._beats_to_page(byte_addr)
             with m.If(self.mem_req_write):
-                active, addr, left = issuers["aw"]
+                active, addr, left, to_page = issuers["aw"]
                 m.d.sync += [active.eq(1), addr.eq(byte_addr), left.eq(self.mem_req_len),
+                             to_page.eq(first),
                              w_addr.eq(byte_addr), w_left.eq(self.mem_req_len), w_idx.eq(0)]
             with m.Else():
-                active, addr, left = issuers["ar"]
-                m.d.sync += [active.eq(1), addr.eq(byte_addr), left.eq(self.mem_req_len)]
+                active, addr, left, to_page = issuers["ar"]
+                m.d.sync += [active.eq(1), addr.eq(byte_addr), left.eq(self.mem_req_len),
+                             to_page.eq(first)]
 
         # read data pass-through
         m.d.comb += [self.mem_rd_valid.eq(axi.rvalid), self.mem_rd_data.eq(axi.rdata),

@@ -19,6 +19,12 @@ Timing contract
     unit's ``*_start`` for that one cycle with the decoded fields; the next instruction is read in
     the same cycle (read latency 1), so back-to-back issue costs one cycle per instruction.
 
+    With ``fetch_reg`` (ArchSpec ``tensor_engine.pipeline.fetch``) the instruction passes a
+    register after the memory read (on ECP5 the block RAM's output register), and the memory
+    reads ahead: two fetch cycles after ``start`` instead of one, then the same issue rule (the
+    next instruction already waits in the register; the pipeline moves only in issuing
+    cycles). The decode no longer starts at the RAM's 5.83 ns clock-to-out (docs/fpga.md).
+
 Scales (``Controller(scales=True, lanes=L)``, the fp8 top with L = the array's columns)
     ``scale_a``: the per-tensor A scale, ``scale_b``: L lanes of B scales (fp32 patterns, lane
     ``j`` in bits ``32 j ..``), set by ``SCALE`` (B: every lane) and ``SCALE_COL`` (one lane;
@@ -50,6 +56,7 @@ from amaranth.lib.wiring import In, Out
 from tilewright.compiler.codegen import (IDX_BITS, IMEM_WORDS, INDEX_OPS, ISA, OPCODE_BITS,
                                          WORD_BITS, field_slices)
 from tilewright.formats import bits_of
+from tilewright.rtl.fpga_primitives import RDWR_UNDEFINED, ecp5_ram, family_of
 from tilewright.rtl.dma import (ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_LOAD_IDX,
                                 OP_LOAD_V, OP_LOAD_VI, OP_STORE, OP_STORE_V, VBUF_ADDR_BITS)
 
@@ -74,14 +81,16 @@ class Controller(wiring.Component):
     ``scale_a``/``scale_b``. ``indirect``: decode ``LOAD_VI`` and ``LOAD_IDX`` and hold the run's
     index register."""
 
-    def __init__(self, *, scales: bool = False, lanes: int = 1, indirect: bool = False):
-        for name, v in (("scales", scales), ("indirect", indirect)):
+    def __init__(self, *, scales: bool = False, lanes: int = 1, indirect: bool = False,
+                 fetch_reg: bool = False):
+        for name, v in (("scales", scales), ("indirect", indirect), ("fetch_reg", fetch_reg)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
         if isinstance(lanes, bool) or not isinstance(lanes, int) \
                 or not 1 <= lanes <= 1 << _LANE_BITS:
             raise ValueError(f"lanes must be an int from 1 to {1 << _LANE_BITS}, not {lanes!r}")
         self._scales, self._lanes, self._indirect = scales, lanes, indirect
+        self._fetch_reg = fetch_reg
         extra = ({"scale_a": Out(_SCALE_BITS), "scale_b": Out(_SCALE_BITS * lanes)} if scales
                  else {})
         if indirect:
@@ -110,9 +119,15 @@ class Controller(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.imem = imem = memory.Memory(shape=unsigned(WORD_BITS), depth=IMEM_WORDS,
-                                                 init=[])
-        wr, rd = imem.write_port(), imem.read_port()
+        if self._fetch_reg and family_of(platform) == "ecp5":
+            # the block RAMs' output register is the fetch register (module docstring)
+            wr, (rd,) = ecp5_ram(m, "imem", WORD_BITS, IMEM_WORDS, (True,))
+        else:
+            m.submodules.imem = imem = memory.Memory(shape=unsigned(WORD_BITS),
+                                                     depth=IMEM_WORDS, init=[],
+                                                     attrs=RDWR_UNDEFINED if self._fetch_reg
+                                                     else None)
+            wr, rd = imem.write_port(), imem.read_port()
         m.d.comb += [wr.en.eq(self.imem_wr_en & ~self.busy), wr.addr.eq(self.imem_wr_addr),
                      wr.data.eq(self.imem_wr_data)]
         pc = Signal(PC_BITS)
@@ -123,7 +138,17 @@ class Controller(wiring.Component):
         with m.If(busy):
             m.d.sync += cycles.eq(cycles + 1)
 
-        ins = rd.data
+        if self._fetch_reg:       # the fetch register, moved only by `advance`
+            advance = Signal()
+            if getattr(rd, "registered", False):
+                ins = rd.data
+            else:
+                ins = Signal(WORD_BITS, name="ins_q")
+                with m.If(advance):
+                    m.d.sync += ins.eq(rd.data)
+            m.d.comb += rd.en.eq(advance)
+        else:
+            ins = rd.data
         opcode = ins[:OPCODE_BITS]
         ops = {op: row for op, row in ISA.items()
                if (self._scales or op not in ("SCALE", "SCALE_COL"))
@@ -194,27 +219,43 @@ class Controller(wiring.Component):
             ready_any = ready_any | ((is_op["SCALE"] | is_op["SCALE_COL"]) & ~self.dma_busy)
         m.d.comb += ready.eq(ready_any)
 
-        m.d.comb += rd.addr.eq(pc)
         # states: idle (~busy), fetch (busy & fetch), exec (busy & ~fetch); an if-chain, since
         # Amaranth's FSM emits case statements without a default that Verilator's lint flags
-        fetch = Signal()
+        if self._fetch_reg:       # two fetch cycles; the memory reads fpc (the current + 2)
+            fetch, fpc = Signal(2), Signal(PC_BITS, name="fetch_pc")
+            m.d.comb += rd.addr.eq(fpc)
+            fetching = fetch != 0
+        else:
+            fetch = Signal()
+            fetching = fetch
+            m.d.comb += rd.addr.eq(pc)
         with m.If(~busy):
             with m.If(self.start):
-                m.d.sync += [pc.eq(self.entry), busy.eq(1), fetch.eq(1), done.eq(0), error.eq(0),
-                             cycles.eq(0), retired.eq(0)]
-        with m.Elif(fetch):
-            m.d.sync += fetch.eq(0)
+                m.d.sync += [pc.eq(self.entry), busy.eq(1), fetch.eq(1 + int(self._fetch_reg)),
+                             done.eq(0), error.eq(0), cycles.eq(0), retired.eq(0)]
+                if self._fetch_reg:
+                    m.d.sync += fpc.eq(self.entry)
+        with m.Elif(fetching):
+            m.d.sync += fetch.eq(fetch - 1 if self._fetch_reg else 0)
+            if self._fetch_reg:
+                m.d.sync += fpc.eq(fpc + 1)
+                m.d.comb += advance.eq(1)
         with m.Elif(~known):
             m.d.sync += [busy.eq(0), done.eq(1), error.eq(1)]
         with m.Elif(ready):
-            m.d.comb += [rd.addr.eq(pc + 1), self.gemm_start.eq(is_op["GEMM"]),
+            if self._fetch_reg:
+                m.d.comb += advance.eq(1)
+                m.d.sync += fpc.eq(fpc + 1)
+            else:
+                m.d.comb += rd.addr.eq(pc + 1)
+            m.d.comb += [self.gemm_start.eq(is_op["GEMM"]),
                          self.dma_start.eq(is_dma | is_vdma),
                          self.vec_start.eq(is_op["VECTOR"]), self.scan_start.eq(is_op["SCAN"])]
             m.d.sync += [pc.eq(pc + 1), retired.eq(retired + 1)]
             with m.If(is_op["END"]):
                 m.d.sync += [busy.eq(0), done.eq(1), pc.eq(pc)]
         if self._scales:
-            self._scale_registers(m, ins, busy & ~fetch & known & ready, is_op)
+            self._scale_registers(m, ins, busy & ~fetching & known & ready, is_op)
         if self._indirect:   # the run's index register: sampled with start, written by LOAD_IDX
             idx = Signal(IDX_BITS, name="idx_q")
             m.d.comb += self.dma_idx.eq(idx)

@@ -180,7 +180,7 @@ ECP5_RAM_DEPTH = {w: 16384 >> s for w, s in ECP5_RAM_SHIFT.items()}
 
 
 class RamPort:
-    """The ``addr``/``data`` (and ``en`` for a write) signals of one port of :func:`ecp5_ram`;
+    """The ``addr``/``data``/``en`` signals of one port of :func:`ecp5_ram`;
     ``registered``: the read data passes the RAM's output register (two cycles after the
     address instead of one)."""
 
@@ -188,8 +188,9 @@ class RamPort:
                  registered: bool = False):
         self.addr = Signal(abits, name=f"{name}_addr")
         self.data = Signal(width, name=f"{name}_data")
-        if write:
-            self.en = Signal(name=f"{name}_en")
+        # a write port's write enable; a read port's enable (both RAM registers hold while it
+        # is low; 1 when the caller does not drive it)
+        self.en = Signal(name=f"{name}_en", init=0 if write else 1)
         self.registered = registered
 
 
@@ -237,7 +238,7 @@ def ecp5_ram(m: Module, name: str, width: int, depth: int, reads: tuple[bool, ..
                 p_GSR="DISABLED",
                 i_CLKA=ClockSignal("sync"), i_CEA=1, i_OCEA=1, i_WEA=w.en, i_RSTA=0,
                 i_CSA0=0, i_CSA1=0, i_CSA2=0,
-                i_CLKB=ClockSignal("sync"), i_CEB=1, i_OCEB=1, i_WEB=0, i_RSTB=0,
+                i_CLKB=ClockSignal("sync"), i_CEB=r.en, i_OCEB=r.en, i_WEB=0, i_RSTB=0,
                 i_CSB0=0, i_CSB1=0, i_CSB2=0, **ports)
             m.d.comb += r.data[lo:hi].eq(do[:hi - lo])
     return w, rs

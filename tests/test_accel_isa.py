@@ -310,6 +310,48 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode():
                    (9, "stop", 1, 1, 6, 3, 8)]
 
 
+@pytest.mark.parametrize("fetch_reg", [False, True])
+def test_controller_fetch_stage_shifts_every_issue_by_its_cycle(fetch_reg):
+    """``fetch_reg`` (ArchSpec ``pipeline.fetch``): the instruction passes a register after the
+    memory read and the memory reads ahead. By hand, with F = 1 fetch cycle (2 with the stage):
+    LOAD_B issues in F + 1; the faked DMA is busy F + 2 .. F + 5 (D = 4); GEMM issues in F + 2
+    (back to back, its fields decoded from the prefetched word); LOAD_A waits for the DMA and
+    issues in F + 6; END in F + 7; ``busy`` high 1 .. F + 7."""
+    from tilewright.rtl.controller import Controller
+    from tilewright.rtl.dma import OP_LOAD_A, OP_LOAD_B
+    words = assemble([Instr("LOAD_B", {"buf": 1, "count": 5, "addr": 9}),
+                      Instr("GEMM", {"m": 2, "k": 3, "n": 4, "a_buf": 1, "b_buf": 0, "c_buf": 1,
+                                     "acc": 1}),
+                      Instr("LOAD_A", {"buf": 0, "count": 7, "addr": 11}),
+                      Instr("END", {})])
+    dut = Controller(fetch_reg=fetch_reg)
+    F = 2 if fetch_reg else 1
+    log = []
+
+    async def bench(ctx):
+        await _write_imem(ctx, dut, words, base=5)
+        ctx.set(dut.entry, 5)
+        ctx.set(dut.start, 1)
+        await ctx.tick()                  # start sampled: cycle 0
+        ctx.set(dut.start, 0)
+        for cyc in range(1, 20):
+            ctx.set(dut.dma_busy, F + 2 <= cyc <= F + 5)
+            if ctx.get(dut.dma_start):
+                log.append((cyc, "dma", ctx.get(dut.dma_op), ctx.get(dut.dma_buf),
+                            ctx.get(dut.dma_count), ctx.get(dut.dma_addr)))
+            if ctx.get(dut.gemm_start):
+                log.append((cyc, "gemm", ctx.get(dut.gemm_m), ctx.get(dut.gemm_k),
+                            ctx.get(dut.gemm_n), ctx.get(dut.gemm_accumulate)))
+            if not ctx.get(dut.busy) and log and log[-1][1] != "stop":
+                log.append((cyc, "stop", ctx.get(dut.done), ctx.get(dut.error),
+                            ctx.get(dut.retired), ctx.get(dut.cycles)))
+            await ctx.tick()
+
+    _simulate(dut, bench)
+    assert log == [(F + 1, "dma", OP_LOAD_B, 1, 5, 9), (F + 2, "gemm", 2, 3, 4, 1),
+                   (F + 6, "dma", OP_LOAD_A, 0, 7, 11), (F + 8, "stop", 1, 0, 4, F + 7)]
+
+
 def test_constructor_validation():
     from tilewright.rtl.accel_top import AccelTop
     from tilewright.rtl.dma import Dma

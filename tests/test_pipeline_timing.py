@@ -211,7 +211,7 @@ def test_pipelined_accelerator_top_bit_and_cycle_exact(_tool_check, _cache_dir):
     from tilewright.cosim import sim as cosim
     from tilewright.cosim.suites import gemm_suite
     base = accel_arch("ws", 1.0, 20.0).model_dump(mode="json")
-    base["tensor_engine"]["pipeline"] = _ALL
+    base["tensor_engine"]["pipeline"] = {**_ALL, "fetch": True}    # and the controller's
     arch = ArchSpec.from_dict({**base, "name": "accel-ws4x4-pipelined"})
     prog, inputs = gemm_suite(arch, SHAPES, seed=7)
     run = cosim.run("accel", prog, arch, inputs=inputs)
@@ -219,30 +219,49 @@ def test_pipelined_accelerator_top_bit_and_cycle_exact(_tool_check, _cache_dir):
     assert multi_tile >= 2 and k_split == 2
 
 
-def _ecp5_core_top():
-    """The "core" co-simulation top built as the FPGA flow builds it for ECP5 (each PE's
-    multiply a MULT18X18D with its own registers), with the primitive's behavioural model
-    appended for Verilator."""
+def _ecp5_accel_top():
+    """The "accel" co-simulation top built as the FPGA flow builds it for ECP5 (each PE's
+    multiply a MULT18X18D with its own registers; A, B, the accumulator and the controller's
+    instruction memory of DP16KD tiles whose output registers are the ``sram_read``,
+    ``acc_read`` and ``fetch`` stages), with the primitives' behavioural models appended."""
     from dataclasses import replace
     from pathlib import Path
     from tilewright.cosim.tops import get_top
+    from tilewright.rtl.accel_top import write_accel_rtl
     from tilewright.rtl.fpga_primitives import FpgaFamily, with_sim_models
-    from tilewright.rtl.verilog import TOP_NAME, write_rtl
 
     def write(arch, rtl_dir):
-        write_rtl(arch, rtl_dir, FpgaFamily("ecp5"))
-        vfile = Path(rtl_dir) / f"{TOP_NAME}.v"
+        vfile = Path(write_accel_rtl(arch, rtl_dir, FpgaFamily("ecp5")))
         vfile.write_text(with_sim_models(vfile.read_text()))
-    return replace(get_top("core"), name="core-ecp5", write=write)
+    return replace(get_top("accel"), name="accel-ecp5", write=write)
 
 
 @pytest.mark.verilator
 @pytest.mark.slow
-def test_ecp5_dsp_core_bit_and_cycle_exact(_tool_check, _cache_dir):
-    """The ECP5 build of the core (operand and product registers inside each PE's MULT18X18D,
-    Verilated with the primitive's model), every stage on: the RTL suite's GEMMs = numpy, busy
-    cycles = the cycle model."""
-    _check_gemm_suite(_ecp5_core_top(), _arch(2, 3, **_ALL), seed=23)
+def test_ecp5_accelerator_bit_and_cycle_exact(tmp_path, _tool_check, _cache_dir):
+    """The ECP5 build of the programmable accelerator, Verilated with the primitives' models,
+    every stage on (the controller's ``fetch`` too): each GEMM segment's C = numpy (multi-tile
+    and K-split segments), its cycles and instructions = the accelerator cycle model, which
+    counts the GEMM stages in every GEMM and the fetch stage once per run."""
+    from tests.test_accel_rtl import SHAPES, _arch as accel_arch, check_gemm_segments
+    from tilewright.cosim import sim as cosim
+    from tilewright.cosim.suites import gemm_suite
+    from tilewright.rtl.accel_top import ACCEL_TOP_NAME
+    base = accel_arch("ws", 1.0, 20.0).model_dump(mode="json")
+    base["tensor_engine"]["pipeline"] = {**_ALL, "fetch": True}
+    arch = ArchSpec.from_dict({**base, "name": "accel-ws4x4-ecp5"})
+    top = _ecp5_accel_top()
+    top.write(arch, tmp_path)
+    text = (tmp_path / f"{ACCEL_TOP_NAME}.v").read_text()
+    regmodes = re.findall(r'\.REGMODE_B\("(\w+)"\)', text)
+    # A, B, the accumulator's engine read and the instruction memory read through OUTREG
+    assert {"imem_r0_t0", "mem_a_r0_t0", "mem_b_r0_t0", "mem_acc_r0_t0"} <= set(
+        re.findall(r"DP16KD\s*#\(.*?\)\s*\\?(\w+)\s*\(", text, re.S))
+    assert regmodes.count("OUTREG") >= 4 and len(re.findall(r"^\s*MULT18X18D #\(", text, re.M)) == 16
+    prog, inputs = gemm_suite(arch, SHAPES, seed=7)
+    run = cosim.run(top, prog, arch, inputs=inputs)
+    multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
+    assert multi_tile >= 2 and k_split == 2
 
 
 @pytest.mark.parametrize("operand,product", [(True, True), (False, True), (True, False)])

@@ -16,7 +16,7 @@ import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer, model_validator
@@ -86,18 +86,36 @@ class PipelineSpec(_Frozen):
                             "period 2R + C - 2 must be at least 1 + acc_read + acc_write; on "
                             "ECP5 with acc_read too, the accumulator reads through its block "
                             "RAMs' output registers)")
+    fetch: bool = Field(False, description="a register after the accelerator controller's "
+                        "instruction-memory read (on ECP5 the block RAM's output register), "
+                        "the next instructions prefetched: no GEMM cycle, +1 cycle per "
+                        "accelerator run (two fetch cycles after start)")
+    #: the stages inside a GEMM, each +1 cycle of its ``busy`` time
+    GEMM_STAGES: ClassVar[tuple[str, ...]] = ("sram_read", "pe_operand", "pe_product",
+                                              "acc_read", "acc_write")
 
     @property
     def extra_cycles(self) -> int:
-        """Cycles the stages add to one GEMM (cycles): one per stage that is on."""
-        return sum(int(getattr(self, stage)) for stage in type(self).model_fields)
+        """Cycles the stages add to one GEMM (cycles): one per GEMM stage that is on."""
+        return sum(int(getattr(self, stage)) for stage in self.GEMM_STAGES)
+
+    @property
+    def fetch_cycles(self) -> int:
+        """Cycles the accelerator's controller fetches after ``start`` before its first issue
+        (cycles): 1, or 2 with ``fetch``."""
+        return 1 + int(self.fetch)
+
+    @property
+    def any_on(self) -> bool:
+        """True when any stage is on."""
+        return any(getattr(self, stage) for stage in type(self).model_fields)
 
     @model_serializer(mode="wrap")
     def _omit_operand_off(self, handler: Any) -> dict[str, Any]:
-        """Leave ``pe_operand`` and ``acc_write`` out of dumps when off, so designs written
-        before they existed keep their YAML and content hash."""
+        """Leave ``pe_operand``, ``acc_write`` and ``fetch`` out of dumps when off, so
+        designs written before they existed keep their YAML and content hash."""
         data = handler(self)
-        for stage in ("pe_operand", "acc_write"):
+        for stage in ("pe_operand", "acc_write", "fetch"):
             if not getattr(self, stage):
                 data.pop(stage, None)
         return data
@@ -200,7 +218,7 @@ class TensorEngineSpec(_Frozen):
     def _pipeline_is_built(self) -> "TensorEngineSpec":
         """Pipeline stages exist for the int8 systolic WS core only: refused elsewhere rather
         than ignored."""
-        if self.pipeline.extra_cycles and not (
+        if self.pipeline.any_on and not (
                 self.kind == "systolic" and self.dataflow == "ws"
                 and self.input_format == "int8"):
             on = [f for f in type(self.pipeline).model_fields if getattr(self.pipeline, f)]
@@ -253,7 +271,7 @@ class TensorEngineSpec(_Frozen):
         for field in ("depth", "count"):
             if data.get(field) == 1:
                 del data[field]
-        if not self.pipeline.extra_cycles:
+        if not self.pipeline.any_on:
             data.pop("pipeline", None)
         return data
 
