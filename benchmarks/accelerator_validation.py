@@ -16,9 +16,13 @@ follows their reuse.
 Eyeriss (JSSC 2017, 65 nm; held out, :func:`eyeriss_row`) follows the NVDLA table: its core
 area, peak throughput at its top clock and its power on AlexNet's CONV layers (at the published
 MAC rate) against the published figures (:data:`EYERISS`, :data:`EYERISS_ALEXNET`: sources and
-status there). Its row-stationary PEs with their own scratchpads and 16-bit fixed point cannot
-be described; configs/validation/eyeriss.yaml is the closest ArchSpec (int8, a 12x14
-weight-stationary array) and a bf16 row (the 16-bit format the model has) brackets the format.
+status there). Its row-stationary dataflow and 16-bit fixed point cannot be described;
+configs/validation/eyeriss.yaml is the closest ArchSpec (int8, a 12x14 weight-stationary array
+whose PEs hold the published filter SRAM and ifmap registers as ``tensor_engine.pe_storage``)
+and a bf16 row (the 16-bit format the model has) brackets the format;
+:func:`eyeriss_rs_extra_mw` prints the row-stationary accesses the ws rule leaves out.
+:func:`nvdla_linear_bound` shows from the primer's figures alone why no power linear in the
+MAC rate meets NVDLA's peak and average together.
 
 Two more blocks follow. A 7 nm density check (:func:`density_rows`): the
 model's TOPS per mm2 (cells and laid out) of the held-out TPU v4i/v4 against the published lower

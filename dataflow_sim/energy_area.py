@@ -135,14 +135,12 @@ operands stay on the wafer).
 
     leakage    = ((area_cells - sram_kib * sram_um2_per_kib - phy) * logic_mw_per_mm2 * 1e-3
                   + sram_bits * sram_pw_per_bit * 1e-12) * V / v_nom
-
-(``sram_kib`` and ``sram_bits`` include the PEs' local SRAM, ``P * pe_storage.sram_bytes``; their
-register files are logic cells.)
     phy        = bandwidth_gbps * offchip_phy[interface].mw_per_gbps * 1e-3
     background = offchip.background_w (0 when unset)
 
 (leakage current held at its nominal value, so leakage power is linear in V: an assumption that
-leaves out DIBL). ``leakage`` is the cells' own leakage (the tables' densities rest on Aladdin's
+leaves out DIBL; ``sram_kib`` and ``sram_bits`` include the PEs' local SRAM, ``P *
+pe_storage.sram_bytes``, their register files are logic cells). ``leakage`` is the cells' own leakage (the tables' densities rest on Aladdin's
 40 nm cell library, configs/tech/45nm.yaml), per mm2 of *cell* area (wiring and white space
 leak little); what a powered chip burns beyond it — board,
 I/O, PLL, clock tree, DRAM background — is the chip's ``offchip.background_w``, not a density.

@@ -110,6 +110,11 @@ def test_bad_storage_is_one_line(extra, needle):
     with pytest.raises(ArchSpecError, match="pe_storage given for kind 'cube'"):
         ArchSpec.from_yaml("tensor_engine: {kind: cube, rows: 2, depth: 2, cols: 2, "
                            "pe_storage: {sram_bytes: 64}}", source="b.yaml")
+    # a mesh core's SRAM is mesh.core_sram_kib: the section is refused there, not ignored
+    with pytest.raises(ArchSpecError, match="tensor_engine.pe_storage: not read by a mesh"):
+        ArchSpec.from_yaml("tensor_engine: {rows: 1, cols: 4, dataflow: os, "
+                           "pe_storage: {sram_bytes: 64}}\nmesh: {rows: 2, cols: 2}",
+                           source="b.yaml")
 
 
 def test_cli_refuses_bad_storage_in_one_line_exit_2(tmp_path):

@@ -618,6 +618,8 @@ class ArchSpec(_Frozen):
                   if getattr(self, name) != default]
         if self.vector_unit is not None:
             unused.append("vector_unit")
+        if te.pe_storage is not None:
+            unused.append("tensor_engine.pe_storage")
         if unused:
             raise ValueError(
                 f"{', '.join(unused)}: not read by a mesh design (each core's SRAM is "
