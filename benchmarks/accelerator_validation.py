@@ -16,9 +16,13 @@ follows their reuse.
 Eyeriss (JSSC 2017, 65 nm; held out, :func:`eyeriss_row`) follows the NVDLA table: its core
 area, peak throughput at its top clock and its power on AlexNet's CONV layers (at the published
 MAC rate) against the published figures (:data:`EYERISS`, :data:`EYERISS_ALEXNET`: sources and
-status there). Its row-stationary PEs with their own scratchpads and 16-bit fixed point cannot
-be described; configs/validation/eyeriss.yaml is the closest ArchSpec (int8, a 12x14
-weight-stationary array) and a bf16 row (the 16-bit format the model has) brackets the format.
+status there). Its row-stationary dataflow and 16-bit fixed point cannot be described;
+configs/validation/eyeriss.yaml is the closest ArchSpec (int8, a 12x14 weight-stationary array
+whose PEs hold the published filter SRAM and ifmap registers as ``tensor_engine.pe_storage``)
+and a bf16 row (the 16-bit format the model has) brackets the format;
+:func:`eyeriss_rs_extra_mw` prints the row-stationary accesses the ws rule leaves out.
+:func:`nvdla_linear_bound` shows from the primer's figures alone why no power linear in the
+MAC rate meets NVDLA's peak and average together.
 
 Two more blocks follow. A 7 nm density check (:func:`density_rows`): the
 model's TOPS per mm2 (cells and laid out) of the held-out TPU v4i/v4 against the published lower
@@ -94,10 +98,12 @@ import yaml
 from tilewright.arch import ArchSpec
 from tilewright.formats import bits_of
 from tilewright.compiler.engine_timing import sram_bytes_per_mac
+from tilewright.dataflow_sim import energy_area
 from tilewright.dataflow_sim.energy_area import (TPU_V1_FLOORPLAN, TechSpec, area_breakdown,
                                                  dynamic_scale, energy_breakdown, layout_fit,
                                                  load_tech, operand_bytes, operating_voltage,
-                                                 sram_pj_per_byte, static_power)
+                                                 pe_storage_pj_per_mac, sram_pj_per_byte,
+                                                 static_power)
 
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "configs" / "validation"
 
@@ -342,6 +348,26 @@ def nvdla_rows(power_tech: TechSpec | None = None) -> list[dict]:
     return out
 
 
+def nvdla_linear_bound() -> list[dict]:
+    """What any power model linear in the MAC rate can reach on the primer's rows (no model
+    involved): with P(rate) = static + k x rate, static >= 0, k >= 0, the ratio P(peak) /
+    P(ResNet-50) is at most 1 / u, u = fps x :data:`RESNET50_MACS` / (MACs x 1 GHz) the
+    ResNet-50 utilization; the primer's peak / average ratio rho exceeds 1 / u on every row, so
+    (1 + peak error) / (1 + average error) <= 1 / (u rho) < 1 for every such model. ``ceiling``
+    is that bound c = 1 / (u rho), ``peak_err_if_avg_exact`` the peak error such a model has at
+    best when its average is exact (c - 1), ``balanced`` the smallest max(|peak error|,
+    |average error|) it can have on the row ((1 - c) / (1 + c): peak -x, average +x)."""
+    out = []
+    for macs, _kb, _gbps, _a28, _a16, fps, peak_mw, avg_mw in NVDLA_PRIMER:
+        u = fps * RESNET50_MACS / (macs * 1e9)
+        rho = peak_mw / avg_mw
+        out.append({"chip": f"nvdla_{macs}", "utilization": u, "rate_ratio": 1 / u,
+                    "power_ratio": rho, "ceiling": 1 / (u * rho),
+                    "peak_err_if_avg_exact": 1 / (u * rho) - 1,
+                    "balanced": (1 - 1 / (u * rho)) / (1 + 1 / (u * rho))})
+    return out
+
+
 def _mean_abs(xs: list[float]) -> float:
     return sum(abs(x) for x in xs) / len(xs)
 
@@ -366,6 +392,15 @@ def nvdla_table(rs: list[dict]) -> str:
                      f"{k} {_mean_abs([r[k] for r in rs]):.1%}" for k in
                      ("area_err_28nm", "area_cells_err_28nm", "area_err_16nm",
                       "area_cells_err_16nm", "peak_err", "avg_err")))
+    bound = nvdla_linear_bound()
+    balanced = ", ".join(f"{b['balanced']:.1%}" for b in bound)
+    lines.append("primer peak / average power vs peak / ResNet-50 MAC rate (no model): " + ", ".join(
+        f"{b['chip'][6:]} {b['power_ratio']:.2f} vs {b['rate_ratio']:.2f}" for b in bound)
+        + "; a power linear in the MAC rate (static >= 0) with the average exact has peak error "
+        "at best " + ", ".join(f"{_pct(b['peak_err_if_avg_exact']).strip()}" for b in bound)
+        + f" (mean |.| {_mean_abs([b['peak_err_if_avg_exact'] for b in bound]):.1%}); balanced, "
+        f"max(|peak|, |avg| error) >= {_mean_abs([b['balanced'] for b in bound]):.1%} on the mean "
+        f"(rows {balanced})")
     return "\n".join(lines)
 
 
@@ -435,6 +470,8 @@ def eyeriss_row(arch: ArchSpec | None = None) -> dict:
     e = energy_breakdown(arch, t, macs=rate, latency_s=1.0)
     st = static_power(arch, t)
     power_mw = (e["energy_j"] - st["phy_w"]) * 1e3
+    spad_mw = (rate * pe_storage_pj_per_mac(arch, t) * dynamic_scale(t, e["voltage_v"])
+               * 1e-9)                   # part of mac_mw: the PEs' local-storage accesses
     pw = EYERISS_ALEXNET["power_mw"]
     return {"chip": "eyeriss", "tech": pub["tech"], "role": pub["role"], "cite": EYERISS_CITE,
             "format": arch.tensor_engine.input_format,
@@ -447,6 +484,8 @@ def eyeriss_row(arch: ArchSpec | None = None) -> dict:
             "mac_rate": rate, "utilization": rate / arch.peak_macs_per_s,
             "power_mw": power_mw, "power_pub_mw": pw, "power_err": power_mw / pw - 1,
             "mac_mw": e["mac_pj"] * 1e-9, "sram_mw": e["sram_pj"] * 1e-9,
+            "pe_storage_mw": spad_mw,
+            "pe_storage_cells_mm2": (ab["pe_registers_cells_um2"] + ab["pe_sram_cells_um2"]) / 1e6,
             "scratchpad_b_per_mac": sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))[0],
             "glb_b_per_mac_pub": EYERISS_ALEXNET["glb_mb"] * 1e6 / EYERISS_ALEXNET["macs"],
             "leakage_mw": st["leakage_w"] * 1e3, "voltage_v": e["voltage_v"]}
@@ -460,18 +499,28 @@ def eyeriss_as(fmt: str, acc: str) -> ArchSpec:
     return ArchSpec.from_dict(data, source=f"eyeriss as {fmt}")
 
 
-def eyeriss_spads_kib() -> float:
-    """KiB of the per-PE scratchpads the ArchSpec leaves out: filter SRAM (448 B) and ifmap
-    registers (24 B) in each of 168 PEs (the psum registers are the 8 KiB accumulator)."""
-    s = EYERISS["spad_bytes"]
-    return EYERISS["pes"] * (s["filter"] + s["ifmap"]) / 1024
+EYERISS_RS_REGISTER_ACCESSES = 3
+"""16-bit register-file accesses per MAC of Eyeriss' row-stationary PE beyond the ws rule's one
+filter-SRAM read: an ifmap read and a psum read and write — a row-stationary PE takes each MAC's
+ifmap and filter words from its scratchpads and accumulates into its psum scratchpad. The
+structure of the dataflow as the Eyeriss papers describe it, not re-read in this session (an
+assumption), and not an energy figure: a diagnostic only."""
+
+
+def eyeriss_rs_extra_mw(r: dict) -> float:
+    """mW the register accesses of :data:`EYERISS_RS_REGISTER_ACCESSES` would add at AlexNet's MAC
+    rate: rate x 3 x 16 bits x the model's register energy per bit (65 nm) x (V / v_nom)^2 — a
+    diagnostic of what describing Eyeriss as weight-stationary leaves out (not in the model)."""
+    t = load_tech(EYERISS["tech"])
+    return (r["mac_rate"] * EYERISS_RS_REGISTER_ACCESSES * EYERISS["bits"]
+            * energy_area.register_pj_per_bit(t) * dynamic_scale(t, r["voltage_v"]) * 1e-9)
 
 
 def eyeriss_table(r: dict) -> str:
     head = (f"{'Eyeriss':8} {'role':8} {'fmt':4} | {'core':>5} {'pub':>5} {'err':>6} "
             f"{'-uncore':>7} {'err':>6} {'cells':>5} {'err':>6} | {'GOPS':>5} {'pub':>5} "
-            f"{'err':>6} | {'mW':>5} {'pub':>4} {'err':>6} ({'MAC':>4} + {'SRAM':>4} + "
-            f"{'leak':>4} mW at {'V':>5})")
+            f"{'err':>6} | {'mW':>5} {'pub':>4} {'err':>6} ({'MAC':>4} [{'spad':>4}] + "
+            f"{'SRAM':>4} + {'leak':>4} mW at {'V':>5})")
     lines = [head, "-" * len(head)]
     bf = eyeriss_row(eyeriss_as("bf16", "fp32"))
     for x in (r, bf):
@@ -481,19 +530,23 @@ def eyeriss_table(r: dict) -> str:
             f"{x['area_ip_mm2']:7.2f} {_pct(x['area_ip_err'])} {x['area_cells_mm2']:5.2f} "
             f"{_pct(x['area_cells_err'])} | {x['peak_gops']:5.1f} {x['peak_pub_gops']:5.1f} "
             f"{_pct(x['peak_err'])} | {x['power_mw']:5.1f} {x['power_pub_mw']:4.0f} "
-            f"{_pct(x['power_err'])} ({x['mac_mw']:4.1f} + {x['sram_mw']:4.1f} + "
-            f"{x['leakage_mw']:4.1f} mW at {x['voltage_v']:.3f})")
-    t = load_tech(EYERISS["tech"])
-    spad_mm2 = eyeriss_spads_kib() * t.sram_um2_per_kib / 1e6
+            f"{_pct(x['power_err'])} ({x['mac_mw']:4.1f} [{x['pe_storage_mw']:4.1f}] + "
+            f"{x['sram_mw']:4.1f} + {x['leakage_mw']:4.1f} mW at {x['voltage_v']:.3f})")
+    rs = eyeriss_rs_extra_mw(r)
     lines.append(f"eyeriss: 65 nm, 12x14 ws systolic (row-stationary not describable), int8 for "
                  f"16-bit fixed point (bf16 row: the 16-bit format the model has, a diagnostic); "
                  f"power at AlexNet's {r['mac_rate'] / 1e9:.1f} G MAC/s (2.666 G MACs / 115.3 ms, "
                  f"utilization {r['utilization']:.2f} of 168 x 200 MHz), no PHY, no background; "
-                 f"peak at {r['peak_clock_mhz']:.0f} MHz; left out: the PEs' filter + ifmap "
-                 f"scratchpads ({eyeriss_spads_kib():.1f} KiB, {spad_mm2:.2f} mm2 of SRAM cells "
-                 f"at the table's density); scratchpad bytes per MAC: model "
+                 f"peak at {r['peak_clock_mhz']:.0f} MHz; the PEs' filter SRAM + ifmap registers "
+                 f"(tensor_engine.pe_storage) {r['pe_storage_cells_mm2']:.2f} mm2 of cells, "
+                 f"{r['pe_storage_mw']:.1f} mW of accesses ([spad], part of MAC: one 16-bit "
+                 f"filter read per MAC, the ws rule); scratchpad bytes per MAC: model "
                  f"{r['scratchpad_b_per_mac']:.3f} (12x14 WS reuse), published global-buffer "
                  f"accesses 208.5 MB / 2.666 G MACs = {r['glb_b_per_mac_pub']:.3f}")
+    lines.append(f"eyeriss diagnostic (not the model): the row-stationary PE's other "
+                 f"{EYERISS_RS_REGISTER_ACCESSES} register accesses per MAC (ifmap read, psum "
+                 f"read + write, 16 b) would add {rs:.1f} mW -> {r['power_mw'] + rs:.1f} mW "
+                 f"({(r['power_mw'] + rs) / r['power_pub_mw'] - 1:+.1%} of 278 mW)")
     return "\n".join(lines)
 
 
@@ -579,21 +632,18 @@ def density_table() -> str:
     return "\n".join(lines)
 
 # ---- the PEs' pipeline registers: a diagnostic of the missing dynamic term (not in the model) ---
-ALADDIN_REG_PJ_PER_BIT = 9.011432e-3
-"""pJ per register bit per clock cycle, Aladdin's 40 nm library at a 2 ns clock:
-``REG_2ns_dynamic_energy`` in harvard-acc/ALADDIN common/power_func.h (read in this session;
-its dynamic power 4.505785e-3 mW is internal power 3.967495e-3 + switching 5.38193e-4; internal
-power a flip-flop draws on every clock edge whatever its data)."""
-ALADDIN_ADD32_PJ = 8.575164e-2
-"""pJ per 32-bit integer add, the same library and clock: ``ADD_2ns_dynamic_energy``."""
+ALADDIN_REG_PJ_PER_BIT = energy_area.ALADDIN_40NM_2NS["reg_pj_per_bit"]
+"""pJ per register bit per clock cycle, Aladdin's 40 nm library at a 2 ns clock
+(``energy_area.ALADDIN_40NM_2NS``: ``REG_2ns_dynamic_energy``; its dynamic power 4.505785e-3 mW
+is internal power 3.967495e-3 + switching 5.38193e-4, internal power a flip-flop draws on every
+clock edge whatever its data)."""
 
 
 def register_pj_per_bit(tech: str) -> float:
-    """pJ per register bit per cycle at ``tech``'s nominal supply: Aladdin's register : 32-bit
-    adder energy ratio (9.011 / 85.75 fJ = 0.1051) times the table's int32 accumulator add
-    (``mac_pj.int8.add``: 65 nm 0.1578, 45 nm 0.1, 28 nm 0.07357, 16 nm 0.05122, 7 nm 0.03
-    pJ) — a register bit scaled like the adder the tables already carry (derived, not fitted)."""
-    return ALADDIN_REG_PJ_PER_BIT / ALADDIN_ADD32_PJ * load_tech(tech).mac_pj["int8"].add
+    """pJ per register bit per cycle at ``tech``'s nominal supply: the model's
+    ``energy_area.register_pj_per_bit`` (Aladdin's register : 32-bit adder energy ratio times the
+    table's int32 accumulator add; derived, not fitted)."""
+    return energy_area.register_pj_per_bit(load_tech(tech))
 
 
 def pe_register_bits(arch: ArchSpec) -> int:
@@ -777,7 +827,7 @@ def main(argv: list[str] | None = None) -> None:
     rs, nv = rows(), nvdla_rows()
     print(json.dumps({"chips": rs, "nvdla": nv, "calibration": list(CALIBRATION),
                       "background_fit_w": background_fit(), "density_7nm": density_rows(),
-                      "eyeriss": eyeriss_row(),
+                      "eyeriss": eyeriss_row(), "nvdla_linear_bound": nvdla_linear_bound(),
                       "cube_7nm": cube_density(), "layout_factors": layout_fit()._asdict(),
                       "diagnostics": {"pe_registers": register_sensitivity()}},
                      indent=1) if args.json

@@ -24,6 +24,16 @@ figures). Units: pJ for energy, µm² for area (results also in mm² and J).
     vector   = lanes * vector_lane                (lanes = vector_unit.lanes, else cols)
     fixed    = fixed                              (controller, DMA, IO)
 
+Local storage in each PE (``tensor_engine.pe_storage``, :func:`pe_storage_cells_um2`; P = the
+PEs, ``macs_per_cycle``) adds ``P * register_bytes * 8 * reg_um2_per_bit`` to ``pe_array`` (logic
+cells: the compute layout factor and the logic leakage density) and ``P * sram_bytes * 8 *
+sram_bitcell / sram_array_efficiency`` to ``sram`` (the SRAM layout factor and leakage per bit).
+A register bit is Aladdin's 40 nm register (``REG_2ns_area`` 5.981 µm² per bit, harvard-acc/
+ALADDIN common/power_func.h; its ``Register`` class, common/Registers.h, sizes a register file
+as bytes x 8 x that area) scaled like the table's int32 adder: ``reg_um2_per_bit = 5.981433 /
+179.443 * area_um2.pe.int8.add`` (Aladdin's ``ADD_2ns_area``; 45 nm 7.570 µm², (45/40)^2 x
+5.981 — derived).
+
 These are *cell* areas (``<block>_cells_um2``, total ``area_cells_mm2``): the cells of the
 tables' library (Aladdin's 40 nm cells scaled, configs/tech/45nm.yaml; ``pe_overhead`` calibrated
 on Yosys cell counts) with no placement density, wiring or what the library leaves out — what a
@@ -72,9 +82,19 @@ bytes (a Report's ``macs``, ``vector_ops`` and ``bytes`` columns) and optional m
 (bytes x hops). All terms are linear in the totals, so a per-op Report and its totals give the
 same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
 
-* MAC: ``macs * (mult + add)[format] + psums * column_pj[format]`` with ``psums = macs * count *
-  C / macs_per_cycle`` (one psum leaves each column per array beat, e.g. one per R MACs of a WS
-  column: its scale and accumulator add; 0 for a format without a ``column_pj`` entry);
+* MAC: ``macs * ((mult + add)[format] + pe_storage) + psums * column_pj[format]`` with ``psums =
+  macs * count * C / macs_per_cycle`` (one psum leaves each column per array beat, e.g. one per
+  R MACs of a WS column: its scale and accumulator add; 0 for a format without a ``column_pj``
+  entry) and ``pe_storage`` the PE's local-storage accesses per MAC
+  (:func:`pe_storage_pj_per_mac`, 0 without ``tensor_engine.pe_storage``): the accesses the
+  dataflow makes to its stationary word (ws: one weight read; is: one input read; os: one psum
+  read and one write; :class:`~tilewright.arch.PeStorageSpec`), each of ``word_bits`` bits at
+  ``word_bits * reg_pj_per_bit`` in the register file or ``word_bits / 64 *`` the table's 64-bit
+  SRAM read at ``sram_bytes`` (the log-log curve below, extrapolated along its smallest
+  segment: the tables' curves start at 8 KB). ``reg_pj_per_bit`` is Aladdin's 40 nm register
+  energy per bit per access (``REG_2ns_dynamic_energy`` 9.011 fJ; ``Register``'s read and write
+  energy are bytes x 8 x that) scaled like the table's int32 add: ``9.011432e-3 / 8.575164e-2 *
+  mac_pj.int8.add`` (Aladdin's ``ADD_2ns_dynamic_energy``; 45 nm 10.51 fJ — derived);
 * scratchpad and accumulator traffic of the tensor engine's tasks: the mapper's per-op
   ``scratchpad_bytes`` and ``accumulator_bytes`` (a Report's columns, summed by
   :func:`~tilewright.dataflow_sim.report.sram_totals`), so SRAM energy follows the engine's
@@ -119,7 +139,8 @@ operands stay on the wafer).
     background = offchip.background_w (0 when unset)
 
 (leakage current held at its nominal value, so leakage power is linear in V: an assumption that
-leaves out DIBL). ``leakage`` is the cells' own leakage (the tables' densities rest on Aladdin's
+leaves out DIBL; ``sram_kib`` and ``sram_bits`` include the PEs' local SRAM, ``P *
+pe_storage.sram_bytes``, their register files are logic cells). ``leakage`` is the cells' own leakage (the tables' densities rest on Aladdin's
 40 nm cell library, configs/tech/45nm.yaml), per mm2 of *cell* area (wiring and white space
 leak little); what a powered chip burns beyond it — board,
 I/O, PLL, clock tree, DRAM background — is the chip's ``offchip.background_w``, not a density.
@@ -141,14 +162,16 @@ from tilewright.arch import PRESET_DIR, ArchSpec, load_arch
 from tilewright.compiler.engine_timing import sram_bytes_per_mac
 from tilewright.compiler.layout import ab_buffer_bytes
 from tilewright.errors import UserError
-from tilewright.formats import FORMATS
+from tilewright.formats import FORMATS, bits_of
 from tilewright.validation import (find_user_file, load_user_yaml, validate_mapping,
                                    validation_error_line)
 
 __all__ = ["TechSpec", "TechError", "load_tech", "TECH_DIR", "area_breakdown", "area_mm2",
            "AREA_BLOCKS", "LayoutFactors", "layout_fit", "TPU_V1_FLOORPLAN", "CALIBRATION_CHIP",
            "load_validation_chip", "mesh_core_um2", "energy_breakdown", "between_nodes",
-           "sram_pj_per_byte", "sram_bank_kib", "operand_bytes", "operating_voltage", "dynamic_scale", "static_power", "offchip_phy"]
+           "sram_pj_per_byte", "sram_bank_kib", "operand_bytes", "operating_voltage", "dynamic_scale", "static_power", "offchip_phy",
+           "ALADDIN_40NM_2NS", "register_pj_per_bit", "register_um2_per_bit",
+           "pe_storage_cells_um2", "pe_storage_accesses", "pe_storage_pj_per_mac"]
 
 TECH_DIR = PRESET_DIR / "tech"
 VALIDATION_DIR = PRESET_DIR / "validation"
@@ -460,6 +483,76 @@ def sram_bank_kib(arch: ArchSpec) -> tuple[float, float]:
             mem.accumulator_kib / mem.accumulator_banks)
 
 
+ALADDIN_40NM_2NS = {"reg_pj_per_bit": 9.011432e-3, "reg_um2_per_bit": 5.981433,
+                    "add32_pj": 8.575164e-2, "add32_um2": 179.443}
+"""Aladdin's commercial 40 nm library at a 2 ns clock (Shao et al., ISCA 2014; harvard-acc/ALADDIN
+common/power_func.h, confirmed: ``REG_2ns_dynamic_energy`` 9.011432e-03, ``REG_2ns_area``
+5.981433 per bit; ``ADD_2ns_dynamic_energy`` 8.575164e-02, ``ADD_2ns_area`` 1.794430e+02 for
+the 32-bit integer adder; energies pJ (mW x ns), areas µm²). common/Registers.h charges a
+register's read and its write each ``bytes * 8 *`` the per-bit energy and sizes it ``bytes * 8 *``
+the per-bit area. Independent of every validation chip."""
+
+
+def register_pj_per_bit(tech: TechSpec) -> float:
+    """pJ per register bit per access (read or write) at ``tech``'s nominal supply: Aladdin's
+    register : 32-bit adder energy ratio (9.011 / 85.75 fJ = 0.1051) times the table's int32
+    accumulator add (``mac_pj.int8.add``: 65 nm 0.1578, 45 nm 0.1, 28 nm 0.07357, 16 nm
+    0.05122, 7 nm 0.03 pJ) — scaled like the adder the table carries (derived)."""
+    a = ALADDIN_40NM_2NS
+    return a["reg_pj_per_bit"] / a["add32_pj"] * tech._lookup(tech.mac_pj, "int8", "mac_pj").add
+
+
+def register_um2_per_bit(tech: TechSpec) -> float:
+    """µm² of cells per register bit: Aladdin's register : 32-bit adder area ratio (5.981 /
+    179.4 = 0.03333) times the table's int32 adder area (``area_um2.pe.int8.add``; 45 nm 227.1
+    -> 7.570 µm², Aladdin's 5.981 x (45/40)^2) — derived."""
+    a = ALADDIN_40NM_2NS
+    return (a["reg_um2_per_bit"] / a["add32_um2"]
+            * tech._lookup(tech.area_um2.pe, "int8", "area_um2.pe").add)
+
+
+def pe_storage_cells_um2(arch: ArchSpec, tech: TechSpec) -> tuple[float, float]:
+    """µm² of cells of every PE's local storage (``tensor_engine.pe_storage``), (registers,
+    SRAM): PEs x bytes x 8 x the register bit's area, and x the SRAM bit's macro area
+    (``sram_bitcell / sram_array_efficiency``); (0, 0) without the section (module doc)."""
+    te = arch.tensor_engine
+    st = te.pe_storage
+    if st is None:
+        return 0.0, 0.0
+    bits = te.macs_per_cycle * 8
+    return (bits * st.register_bytes * register_um2_per_bit(tech),
+            bits * st.sram_bytes * tech.sram_um2_per_kib / 8192)
+
+
+def pe_storage_accesses(arch: ArchSpec) -> tuple[float, int, str]:
+    """(accesses per MAC, bits per access, part: ``"sram"`` or ``"register"``) of the PEs' local
+    storage under the array's dataflow (:class:`~tilewright.arch.PeStorageSpec`): ws one read of
+    the weight word, is one read of the input word, os a read and a write of the partial-sum
+    word; ``word_bits`` when stated, else that word's format bits. (0, 0, "") without the
+    section."""
+    te = arch.tensor_engine
+    st = te.pe_storage
+    if st is None:
+        return 0.0, 0, ""
+    n, fmt = {"ws": (1.0, te.weight_format), "is": (1.0, te.input_format),
+              "os": (2.0, te.accumulator_format)}[te.dataflow]
+    bits = st.word_bits if st.word_bits is not None else bits_of(fmt)
+    return n, bits, "sram" if st.sram_bytes else "register"
+
+
+def pe_storage_pj_per_mac(arch: ArchSpec, tech: TechSpec) -> float:
+    """pJ per MAC of the PEs' local-storage accesses at the table's nominal supply (module doc):
+    accesses x (``bits * reg_pj_per_bit`` in the register file, or ``bits / 64 *`` the 64-bit
+    SRAM read at the PE's ``sram_bytes``); 0 without ``tensor_engine.pe_storage``."""
+    n, bits, part = pe_storage_accesses(arch)
+    if not n:
+        return 0.0
+    if part == "sram":
+        return n * bits / 8 * sram_pj_per_byte(tech, arch.tensor_engine.pe_storage.sram_bytes
+                                                / 1024)
+    return n * bits * register_pj_per_bit(tech)
+
+
 def _lanes(arch: ArchSpec) -> int:
     return arch.vector_unit.lanes if arch.vector_unit is not None else arch.tensor_engine.cols
 
@@ -477,10 +570,12 @@ def _cell_blocks(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
                 "mesh_sram": m.cores * m.core_sram_kib * tech.sram_um2_per_kib,
                 "mesh_fixed": m.cores * a.fixed / 64}
     extra_banks = 2 * (mem.scratchpad_banks - 1) + (mem.accumulator_banks - 1)
+    regs, spads = pe_storage_cells_um2(arch, tech)
     return {
-        "pe_array": te.macs_per_cycle * pe + te.count * te.cols * tech.column_um2(te.input_format),
+        "pe_array": te.macs_per_cycle * pe + te.count * te.cols * tech.column_um2(te.input_format)
+        + regs,
         "sram": (mem.scratchpad_kib + mem.accumulator_kib) * tech.sram_um2_per_kib
-        + extra_banks * tech.sram_bank_periphery_um2,
+        + extra_banks * tech.sram_bank_periphery_um2 + spads,
         "vector": _lanes(arch) * a.vector_lane,
         "fixed": a.fixed,
         "phy": arch.offchip.bandwidth_gbps * offchip_phy(arch, tech).um2_per_gbps,
@@ -506,6 +601,8 @@ def area_breakdown(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
     out.update({f"{b}_cells_um2": cells[b] for b in AREA_BLOCKS})
     out["area_mm2"] = sum(out[f"{b}_um2"] for b in AREA_BLOCKS) / 1e6
     out["area_cells_mm2"] = sum(cells.values()) / 1e6
+    if arch.mesh is None:           # parts of pe_array and sram (not blocks of their own)
+        out["pe_registers_cells_um2"], out["pe_sram_cells_um2"] = pe_storage_cells_um2(arch, tech)
     return out
 
 
@@ -578,7 +675,7 @@ def energy_breakdown(arch: ArchSpec, tech: TechSpec, *, macs: float, vector_ops:
             + scratchpad_bytes * sp + accumulator_bytes * acc
             + (dram_bytes - sram_dram_bytes) * sp + vector_ops * 8.0 * sp)
     psums = macs * te.count * te.cols / te.macs_per_cycle    # one per column per array beat
-    out = {"mac_pj": macs * tech.mac_pj_of(te.input_format)
+    out = {"mac_pj": macs * (tech.mac_pj_of(te.input_format) + pe_storage_pj_per_mac(arch, tech))
            + psums * tech.column_pj_of(te.input_format), "sram_pj": sram,
            "vector_pj": vector_ops * tech.vector_op_pj,
            "dram_pj": dram_bytes * tech.dram_pj_per_byte, "mesh_pj": 0.0}
@@ -648,7 +745,9 @@ def static_power(arch: ArchSpec, tech: TechSpec) -> dict[str, float]:
         m = arch.mesh
         sram_kib = m.cores * m.core_sram_kib
     else:
-        sram_kib = arch.memory.scratchpad_kib + arch.memory.accumulator_kib
+        st = arch.tensor_engine.pe_storage
+        sram_kib = (arch.memory.scratchpad_kib + arch.memory.accumulator_kib
+                    + (arch.tensor_engine.macs_per_cycle * st.sram_bytes / 1024 if st else 0.0))
     sram_mm2 = sram_kib * tech.sram_um2_per_kib / 1e6   # the macros; extra-bank periphery: logic
     logic_mm2 = ar["area_cells_mm2"] - sram_mm2 - ar["phy_cells_um2"] / 1e6   # cells leak
     lk = tech.leakage

@@ -746,6 +746,11 @@ def test_eyeriss_published_figures_as_the_sources_give_them():
     assert (arch.tensor_engine.rows, arch.tensor_engine.cols) == (12, 14)
     assert arch.tensor_engine.macs_per_cycle == 168 and arch.clock_mhz == 200.0
     assert arch.memory.scratchpad_kib == 108 and arch.memory.accumulator_kib == 8
+    # the filter (448 B SRAM) and ifmap (24 B registers) pads of 16-bit words as pe_storage; the
+    # psum pads (168 x 48 B = 7.875 KiB) are the 8 KiB accumulator
+    st = arch.tensor_engine.pe_storage
+    assert (st.sram_bytes, st.register_bytes, st.word_bits) == (448, 24, 16)
+    assert 168 * 48 / 1024 == 7.875
     assert b.eyeriss_mac_rate() == pytest.approx(2.666e9 / 0.1153)
 
 
@@ -773,5 +778,47 @@ def test_eyeriss_printed_errors_are_predicted_minus_published_over_published(cap
     got = [float(x) / 100 for x in re.findall(r"([+-]\d+\.\d)%", line)]
     assert got == pytest.approx(want, abs=6e-4)
     assert f"{area:5.2f} 12.25" in line and f"{power_mw:5.1f}  278" in line
-    # against the 25 % goal (docs/power_validation.md): area -39 %, power -76 %: not reached
-    assert -0.45 < want[0] < -0.35 and -0.80 < want[4] < -0.70
+    # against the 25 % goal (docs/power_validation.md): with the PEs' filter SRAM and ifmap
+    # registers (pe_storage) the core area is within it (-10 %), the power is not (-66 %)
+    assert -0.15 < want[0] < -0.05 and -0.70 < want[4] < -0.60
+
+
+def test_eyeriss_pe_storage_by_hand():
+    """Eyeriss' per-PE pads by hand at 65 nm: area = 168 x (448 B x 8 x the SRAM bit's macro
+    area + 24 B x 8 x a register bit) — the register bit Aladdin's 40 nm 5.981433 um2 scaled
+    like the int32 adder (45 nm: x (45/40)^2; 65 nm: Stillmaker & Baas' area factor 1.5);
+    energy = AlexNet's MAC rate x one 16-bit filter read per MAC (the ws rule) from a 448 B SRAM
+    on the 65 nm table's curve (Horowitz's 8 / 32 KB points x E65(1.0)/E45(0.9), slope 1/2 below
+    32 KB) at 200 MHz = the curve's nominal 1.0 V."""
+    b = _bench()
+    t = load_tech("65nm")
+    f = _e(65, 1.0) / _e(45, 0.9)
+    sram_bit = 0.346 * 1.5 / 0.6
+    reg_bit = 5.981433 * (45 / 40) ** 2 * 1.5
+    cells = 168 * (448 * 8 * sram_bit + 24 * 8 * reg_bit)
+    r = b.eyeriss_row()
+    assert r["pe_storage_cells_mm2"] * 1e6 == pytest.approx(cells, rel=2e-3)
+    e64 = 10.0 * f * math.sqrt((448 / 1024) / 8)          # pJ per 64-bit read at 448 B
+    mw = 2.666e9 / 0.1153 * 16 / 64 * e64 * 1e-9
+    assert r["pe_storage_mw"] == pytest.approx(mw, rel=2e-3)
+    assert r["voltage_v"] == pytest.approx(1.0, abs=1e-9)
+    assert t.sram_pj_per_64b[0].pj == pytest.approx(10.0 * f, rel=1e-3)
+
+
+def test_nvdla_linear_bound_from_the_primer_alone():
+    """No power linear in the MAC rate with static >= 0 meets the primer's peak and average:
+    P(peak) / P(avg) <= 1 / u (u = fps x 3.8 G MACs / (MACs x 1 GHz)), while the primer's
+    peak / average is larger on every row. Recomputed from the typed primer rows."""
+    b = _bench()
+    rows = {2048: (269, 766, 291), 1024: (153, 375, 143), 512: (93, 210, 80), 256: (46, 135, 48),
+            128: (20, 82, 31), 64: (7.3, 55, 21), 32: (3.6, 45, 17)}
+    got = {r["chip"]: r for r in b.nvdla_linear_bound()}
+    for macs, (fps, peak, avg) in rows.items():
+        u = fps * 3.8e9 / (macs * 1e9)
+        c = avg / (u * peak)
+        r = got[f"nvdla_{macs}"]
+        assert peak / avg > 1 / u
+        assert r["peak_err_if_avg_exact"] == pytest.approx(c - 1, rel=1e-9)
+        assert r["balanced"] == pytest.approx((1 - c) / (1 + c), rel=1e-9)
+    # 2048 MACs: u = 269 x 3.8 / 2048 = 0.4991, rho = 766 / 291 = 2.632: peak >= -23.9 % short
+    assert got["nvdla_2048"]["peak_err_if_avg_exact"] == pytest.approx(-0.239, abs=1e-3)

@@ -27,7 +27,7 @@ from tilewright.formats import FORMATS
 from tilewright.validation import find_user_file, parse_yaml, read_user_text, validate_mapping
 
 __all__ = ["ArchSpec", "ArchSpecError", "ENGINE_KINDS", "TensorEngineSpec", "PipelineSpec",
-           "MemorySpec",
+           "PeStorageSpec", "MemorySpec",
            "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
            "load_arch", "default_arch", "PRESET_DIR", "MAX_ARRAY_DIM", "RTL_MAX_ARRAY_DIM",
@@ -121,6 +121,54 @@ class PipelineSpec(_Frozen):
         return data
 
 
+class PeStorageSpec(_Frozen):
+    """Local storage inside every PE of a systolic array (bytes per PE): a register file of
+    flip-flops and/or a small SRAM, such as a PE that keeps several stationary words and
+    time-multiplexes them. Omitted (the default): a PE holds one stationary word in the
+    pipeline registers its calibrated area already counts.
+
+    Area, energy and leakage: :mod:`tilewright.dataflow_sim.energy_area` (module doc). Accesses
+    per MAC follow from ``tensor_engine.dataflow`` — the storage holds the word the dataflow
+    keeps stationary, which a PE re-reads for every MAC it does:
+
+    * ``ws``: one read of the stationary weight word per MAC (the input and the partial sum pass
+      through the PE's pipeline registers, as without local storage);
+    * ``is``: one read of the stationary input word per MAC;
+    * ``os``: one read and one write of the stationary partial-sum (accumulator) word per MAC.
+
+    That word sits in the SRAM when ``sram_bytes`` > 0, else in the register file; the other
+    part costs area and leakage only. The section is left out of YAML and the content hash when
+    omitted, so designs without it keep their hashes.
+    """
+
+    register_bytes: int = Field(0, ge=0, le=65536, description="bytes of register file "
+                                "(flip-flops) in each PE")
+    sram_bytes: int = Field(0, ge=0, le=65536, description="bytes of SRAM in each PE")
+    word_bits: int | None = Field(
+        None, ge=1, le=1024, description="bits one storage access moves; omitted: the "
+        "stationary word's format (weight_format for ws, input_format for is, "
+        "accumulator_format for os)")
+
+    @model_validator(mode="after")
+    def _holds_something(self) -> "PeStorageSpec":
+        if self.register_bytes + self.sram_bytes == 0:
+            raise ValueError("register_bytes = 0 and sram_bytes = 0: local storage needs at "
+                             "least one byte per PE; accepted: a positive register_bytes or "
+                             "sram_bytes, or no pe_storage section")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: Any) -> dict[str, Any]:
+        """Leave zero parts and an unset ``word_bits`` out of dumps."""
+        data = handler(self)
+        for f in ("register_bytes", "sram_bytes"):
+            if not getattr(self, f):
+                data.pop(f, None)
+        if self.word_bits is None:
+            data.pop("word_bits", None)
+        return data
+
+
 class TensorEngineSpec(_Frozen):
     """The tensor engine: multiply-accumulate processing elements (PEs) of one family ``kind``.
 
@@ -182,6 +230,10 @@ class TensorEngineSpec(_Frozen):
         PipelineSpec(), description="pipeline registers of the int8 systolic WS core "
         "(PipelineSpec; each adds one cycle per GEMM; omitted from YAML and the content hash when "
         "all off)")
+    pe_storage: PeStorageSpec | None = Field(
+        None, description="local storage in each PE of a systolic array (PeStorageSpec: "
+        "register_bytes, sram_bytes, word_bits; accesses per MAC from the dataflow); omitted "
+        "from YAML and the content hash when unset")
 
     @model_validator(mode="before")
     @classmethod
@@ -237,6 +289,16 @@ class TensorEngineSpec(_Frozen):
                              f"(2R + C - 2 = {period}); accepted there: false")
         return self
 
+    @model_validator(mode="after")
+    def _pe_storage_is_systolic(self) -> "TensorEngineSpec":
+        """Local storage per PE is defined for the systolic dataflows (its accesses per MAC
+        follow from ``dataflow``): refused on the other kinds rather than ignored."""
+        if self.pe_storage is not None and self.kind != "systolic":
+            raise ValueError(f"pe_storage given for kind {self.kind!r}: its accesses per MAC "
+                             f"follow from a systolic dataflow (ws, is, os); accepted: kind "
+                             f"'systolic', or no pe_storage section")
+        return self
+
     @property
     def pipeline_cycles(self) -> int:
         """Cycles the pipeline stages add to every GEMM (cycles; 0 without them)."""
@@ -273,6 +335,8 @@ class TensorEngineSpec(_Frozen):
                 del data[field]
         if not self.pipeline.any_on:
             data.pop("pipeline", None)
+        if self.pe_storage is None:
+            data.pop("pe_storage", None)
         return data
 
     @property
@@ -572,6 +636,8 @@ class ArchSpec(_Frozen):
                   if getattr(self, name) != default]
         if self.vector_unit is not None:
             unused.append("vector_unit")
+        if te.pe_storage is not None:
+            unused.append("tensor_engine.pe_storage")
         if unused:
             raise ValueError(
                 f"{', '.join(unused)}: not read by a mesh design (each core's SRAM is "
