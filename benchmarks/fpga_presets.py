@@ -10,7 +10,8 @@ harness, Yosys, nextpnr with seed 1 on the smallest part that fits; xc7 is Yosys
 Fmax). ``timing met`` is nextpnr's Fmax >= the preset's clock. Rows run one at a time, and the
 table prints as each finishes. The presets: ``tests/qor_baselines/int8_2x2.yaml``,
 ``int8_4x4.yaml`` (the QoR baselines) and ``ws8x8_pipelined.yaml`` (the demo's 8x8 core
-with every ``tensor_engine.pipeline`` stage), aimed at 125 MHz on ECP5.
+with every ``tensor_engine.pipeline`` stage), aimed at 125 MHz on ECP5 as the GEMM core and as
+the programmable accelerator behind AXI (``--top axi-accel``, the row ``ws8x8_pipelined/axi-accel``).
 """
 
 from __future__ import annotations
@@ -25,22 +26,23 @@ from tilewright.arch import load_arch
 
 ROOT = Path(__file__).resolve().parents[1]
 QOR = ROOT / "tests" / "qor_baselines"
-#: (preset name, ArchSpec file, targets, clock to aim at in MHz or None for the preset's own)
+#: (preset name, ArchSpec file, targets, top of ``tilewright fpga --top``)
 ROWS = [
-    ("int8_2x2", QOR / "int8_2x2.yaml", ("ice40", "ecp5", "xc7")),
-    ("int8_4x4", QOR / "int8_4x4.yaml", ("ice40", "ecp5", "xc7")),
-    ("ws8x8_pipelined", QOR / "ws8x8_pipelined.yaml", ("ecp5",)),
+    ("int8_2x2", QOR / "int8_2x2.yaml", ("ice40", "ecp5", "xc7"), "gemm"),
+    ("int8_4x4", QOR / "int8_4x4.yaml", ("ice40", "ecp5", "xc7"), "gemm"),
+    ("ws8x8_pipelined", QOR / "ws8x8_pipelined.yaml", ("ecp5",), "gemm"),
+    ("ws8x8_pipelined/axi-accel", QOR / "ws8x8_pipelined.yaml", ("ecp5",), "axi-accel"),
 ]
 _COLS = ("preset", "target", "part", "LUTs", "FFs", "DSPs", "BRAMs", "Fmax MHz", "clock MHz",
          "timing met", "critical path", "flow s")
 
 
-def measure(path: Path, target: str) -> tuple:
-    """One row: the flow on ``path``'s ArchSpec for ``target``."""
+def measure(path: Path, target: str, top: str = "gemm") -> tuple:
+    """One row: the flow on ``path``'s ArchSpec for ``target``, top ``top``."""
     arch = load_arch(path)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        f = run_fpga(arch, target, Path(tmp) / "out")["fpga"]
+        f = run_fpga(arch, target, Path(tmp) / "out", top=top)["fpga"]
     fmax = f.get("fmax_mhz")
     cp = f.get("pnr", {}).get("critical_path")
     path_text = (f"{cp['from']} -> {cp['to']} ({cp['logic_levels']} levels)" if cp else "—")
@@ -57,16 +59,16 @@ def main() -> None:
                     help="run only these rows (repeatable)")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = ap.parse_args()
-    rows = [(name, path, t) for name, path, targets in ROWS for t in targets
-            if not (args.quick and name == "ws8x8_pipelined")
+    rows = [(name, path, t, top) for name, path, targets, top in ROWS for t in targets
+            if not (args.quick and name.startswith("ws8x8_pipelined"))
             and (not args.only or f"{name}:{t}" in args.only)]
     fmt = ((lambda v: "| " + " | ".join(map(str, v)) + " |") if args.markdown
            else (lambda v: "  ".join(f"{x!s:>10}" for x in v)))
     print(fmt(_COLS))
     if args.markdown:
         print("|" + "---|" * len(_COLS))
-    for name, path, target in rows:
-        print(fmt((name, target, *measure(path, target))), flush=True)
+    for name, path, target, top in rows:
+        print(fmt((name, target, *measure(path, target, top))), flush=True)
 
 
 if __name__ == "__main__":
