@@ -43,15 +43,21 @@ async def write_words(clk, en, addr, data, words: list[int]) -> None:
     en.value = 0
 
 
-async def read_words(clk, addr, data, count: int) -> list[int]:
-    """Read ``count`` words from address 0 of a synchronous read port (address at one falling
-    edge, data at the next)."""
+async def read_words(clk, addr, data, count: int, latency: int = 1, en=None) -> list[int]:
+    """Read ``count`` words from address 0 of a synchronous read port whose data follows the
+    address by ``latency`` cycles (address at one falling edge, data ``latency`` falling edges
+    later; the next addresses meanwhile). ``en``: the port's enable, held high while reading."""
     out = []
+    if en is not None:
+        en.value = 1
     addr.value = 0
+    for i in range(1, latency):
+        await FallingEdge(clk)
+        addr.value = min(i, count - 1)
     await FallingEdge(clk)
     for i in range(count):
         out.append(int(data.value))
-        addr.value = min(i + 1, count - 1)
+        addr.value = min(i + latency, count - 1)
         await FallingEdge(clk)
     return out
 

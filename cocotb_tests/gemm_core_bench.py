@@ -46,7 +46,9 @@ class GemmCoreDriver:
         d.m.value, d.k.value, d.n.value = lay.m, lay.k, lay.n
         cycles = await start_and_measure(d, "core")
         self.last_run_seconds = time.perf_counter() - t0
-        words = await read_words(d.clk, d.acc_rd_addr, d.acc_rd_data, cmd.acc_words)
+        lat = self.arch.tensor_engine.pipeline.host_read_latency
+        words = await read_words(d.clk, d.acc_rd_addr, d.acc_rd_data, cmd.acc_words, lat,
+                                 d.acc_rd_en if lat > 1 else None)
         return cmd.c_from_words(words), cycles
 
 

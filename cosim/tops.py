@@ -112,7 +112,9 @@ def _write_mx(p: MxParams, rtl_dir: Path) -> None:
 
 def _core_cflags(arch: ArchSpec) -> str:
     te = arch.tensor_engine
-    return f"-O2 -DTW_ROWS={te.rows} -DTW_COLS={te.cols}"
+    return (f"-O2 -DTW_ROWS={te.rows} -DTW_COLS={te.cols}"
+            + (f" -DTW_ACC_READ_LATENCY={te.pipeline.host_read_latency}"
+               if te.pipeline.host_read else ""))
 
 
 def _accel_cflags(arch: ArchSpec) -> str:

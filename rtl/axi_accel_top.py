@@ -257,12 +257,16 @@ class AxiMasterBridge(wiring.Component):
         })
 
     def _burst_beats(self, m, to_page, left, name):
-        """Beats of the next burst: min(left, 256, ``to_page``: beats to the 4 KiB boundary)."""
+        """Beats of the next burst, min(left, 256, ``to_page``: beats to the 4 KiB boundary),
+        as (``lim`` = min(256, to_page), ``more``: left > lim, so this is not the last burst
+        and it has ``lim`` beats; else ``left``). ``more`` compares the high bits of ``left``
+        with zero beside a 9-bit compare, not along a 32-bit carry chain."""
         lim = Signal(range(MAX_BURST_BEATS + 1), name=f"{name}_lim")
-        n = Signal(range(MAX_BURST_BEATS + 1), name=f"{name}_beats")
+        more = Signal(name=f"{name}_more")
+        lo = (MAX_BURST_BEATS).bit_length()              # bits of a burst's beat count
         m.d.comb += lim.eq(Mux(to_page < MAX_BURST_BEATS, to_page, MAX_BURST_BEATS))
-        m.d.comb += n.eq(Mux(left < lim, left, lim))
-        return n
+        m.d.comb += more.eq((left[lo:] != 0) | (left[:lo] > lim))
+        return lim, more
 
     def _beats_to_page(self, byte_addr):
         """Beats from ``byte_addr`` to the next 4 KiB boundary."""
@@ -285,14 +289,16 @@ class AxiMasterBridge(wiring.Component):
             # beats from addr to the 4 KiB boundary, kept with addr (not derived from it in
             # the cycle the burst issues: that subtract led the ECP5 critical path)
             to_page = Signal(range(PAGE_BYTES // w + 1), name=f"{ch}_to_page")
-            n = self._burst_beats(m, to_page, left, ch)
+            lim, more = self._burst_beats(m, to_page, left, ch)
             valid, ready = getattr(axi, f"{ch}valid"), getattr(axi, f"{ch}ready")
             m.d.comb += [valid.eq(active), getattr(axi, f"{ch}addr").eq(addr),
-                         getattr(axi, f"{ch}len").eq(n - 1)]
+                         getattr(axi, f"{ch}len").eq(Mux(more, lim, left[:len(lim)]) - 1)]
+            # the next state of both cases computed side by side, chosen by `more` (a burst
+            # of lim beats with more to come; or the last burst, after which they are unused)
             with m.If(valid & ready):
-                m.d.sync += [addr.eq(addr + (n << shift)), left.eq(left - n),
-                             to_page.eq(Mux(n == to_page, PAGE_BYTES // w, to_page - n))]
-                with m.If(left == n):
+                m.d.sync += [addr.eq(addr + (lim << shift)), left.eq(left - lim),
+                             to_page.eq(Mux(lim == to_page, PAGE_BYTES // w, to_page - lim))]
+                with m.If(~more):
                     m.d.sync += active.eq(0)
             issuers[ch] = (active, addr, left, to_page)
         m.d.comb += self.mem_req_ready.eq(~issuers["ar"][0] & ~issuers["aw"][0])

@@ -207,7 +207,11 @@ class AxiGemmTop(wiring.Component):
         # ---- buffer windows -------------------------------------------------------------------
         max_chunks = max(mp.chunks("a"), mp.chunks("b"))
         staging = Signal(32 * max_chunks)
-        acc_wait = Signal()
+        # cycles an accumulator read has waited; the data is there after `latency` of them
+        latency = self._core.arch.tensor_engine.pipeline.host_read_latency
+        acc_wait = Signal(range(latency + 1))
+        if latency > 1:        # pipeline.host_read: the read's registers always advance
+            m.d.comb += core.acc_rd_en.eq(1)
 
         def word_chunk(buf):
             bits = _log2_ceil(mp.stride(buf))
@@ -262,9 +266,9 @@ class AxiGemmTop(wiring.Component):
             with m.Else():                                  # region 3: accumulator
                 with decerr_then("acc", acc_word, acc_chunk)(bus.we):
                     m.d.comb += resp.eq(AxiResp.SLVERR)
-                with m.Elif(~acc_wait):                     # read port: data one cycle later
-                    m.d.comb += ack.eq(0)
-                    m.d.sync += acc_wait.eq(1)
+                with m.Elif(acc_wait != latency if latency > 1 else ~acc_wait):
+                    m.d.comb += ack.eq(0)                   # read port: data `latency` later
+                    m.d.sync += acc_wait.eq(acc_wait + 1 if latency > 1 else 1)
                 with m.Else():
                     m.d.sync += acc_wait.eq(0)
                     m.d.comb += rdata.eq(core.acc_rd_data.word_select(acc_chunk, 32))

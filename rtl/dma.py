@@ -18,7 +18,10 @@ cycle with one beat per cycle): a command issued (``start`` high) in cycle ``c``
 high in cycles ``c+1 .. c+D``: LOAD ``D = L + count*r`` (request in ``c+1``, beats in
 ``c+1+L ..``, each word written to the SRAM in its last beat's cycle); STORE ``D = 1 + count*r``
 (request in ``c+1``, one write beat per cycle from ``c+2``; writes are posted — no
-acknowledgement is awaited). ``count = 0`` does nothing (``D = 0``). The same for the vector
+acknowledgement is awaited). With the ArchSpec's ``pipeline.host_read`` the accumulator's read
+takes two cycles (``acc_rd_en`` advances both registers): the DMA reads word 0 in the start
+cycle and word 1 as it leaves REQ, then word ``w + 2`` as word ``w``'s last beat goes, so the
+timing is the same. ``count = 0`` does nothing (``D = 0``). The same for the vector
 buffer (``LOAD_V``/``STORE_V``) with ``r`` = beats per vector word.
 
 Indirect loads (``Dma(indirect=True)``, an ArchSpec with a vector unit): :data:`OP_LOAD_VI` is
@@ -72,6 +75,7 @@ class Dma(wiring.Component):
             raise ValueError(f"{arch.name}: indirect loads (LOAD_VI, LOAD_IDX) fill the vector "
                              f"buffer; this ArchSpec has no vector_unit")
         self._indirect = indirect
+        self._host_reg = arch.tensor_engine.pipeline.host_read
         self._w = beat_bytes(arch)
         self._r = beats_per_word(arch)
         self._ri = index_beats(arch) if indirect else 0
@@ -92,6 +96,7 @@ class Dma(wiring.Component):
             "a_wr_en": Out(1), "a_wr_addr": Out(_abits(da)), "a_wr_data": Out(8 * self._wb["a"]),
             "b_wr_en": Out(1), "b_wr_addr": Out(_abits(db)), "b_wr_data": Out(8 * self._wb["b"]),
             "acc_rd_addr": Out(_abits(dc)), "acc_rd_data": In(8 * self._wb["c"]),
+            **({"acc_rd_en": Out(1)} if self._host_reg else {}),
             # the vector buffer's ports (an ArchSpec without a vector unit has none)
             **({"v_wr_en": Out(1), "v_wr_addr": Out(VBUF_ADDR_BITS),
                 "v_wr_data": Out(32 * self._lanes),
@@ -134,6 +139,10 @@ class Dma(wiring.Component):
         def goto(x):
             m.d.sync += state.eq(x)
 
+        if self._host_reg:   # read ahead: word 0 in the start cycle, word 1 leaving REQ
+            with m.If((state == IDLE) & self.start & (self.op == OP_STORE)):
+                m.d.comb += [self.acc_rd_addr.eq(Mux(self.buf, dc // 2, 0)),
+                             self.acc_rd_en.eq(1)]
         with m.If(state == IDLE):
             with m.If(self.start & (self.count != 0)):
                 m.d.sync += [op.eq(self.op), buf.eq(self.buf), count.eq(self.count),
@@ -146,8 +155,12 @@ class Dma(wiring.Component):
         with m.Elif(state == REQ):
             m.d.comb += [self.busy.eq(1), self.mem_req_valid.eq(1),
                          self.mem_req_write.eq(is_store), self.mem_req_addr.eq(addr),
-                         self.mem_req_len.eq(count * r_op),
-                         self.acc_rd_addr.eq(Mux(buf, dc // 2, 0))]
+                         self.mem_req_len.eq(count * r_op)]
+            if self._host_reg:
+                m.d.comb += [self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + 1),
+                             self.acc_rd_en.eq(self.mem_req_ready)]
+            else:
+                m.d.comb += self.acc_rd_addr.eq(Mux(buf, dc // 2, 0))
             if vec:
                 m.d.comb += self.v_rd_addr.eq(vaddr)
             with m.If(self.mem_req_ready):
@@ -170,8 +183,12 @@ class Dma(wiring.Component):
         with m.Else():     # WRITE
             nxt = Signal.like(word, name="next_word")
             m.d.comb += [self.busy.eq(1), self.mem_wr_valid.eq(1),
-                         nxt.eq(word + (self.mem_wr_ready & last_chunk)),
-                         self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + nxt)]
+                         nxt.eq(word + (self.mem_wr_ready & last_chunk))]
+            if self._host_reg:     # the register holds `word`, the RAM word + 1: fetch word + 2
+                m.d.comb += [self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + word + 2),
+                             self.acc_rd_en.eq(self.mem_wr_ready & last_chunk)]
+            else:
+                m.d.comb += self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + nxt)
             if vec:
                 m.d.comb += self.v_rd_addr.eq(vaddr + nxt)
             with m.If(self.mem_wr_ready):

@@ -6,7 +6,9 @@ C (int32) in the accumulator, which the host reads back through ``acc_rd``.
 
 Ports (all in the ``sync`` domain)
     ``a_wr_en/addr/data``, ``b_wr_en/addr/data``: buffer write ports (one word per cycle).
-    ``acc_rd_addr`` -> ``acc_rd_data``: accumulator read port, data one cycle after the address.
+    ``acc_rd_addr`` -> ``acc_rd_data``: accumulator read port, data one cycle after the address
+    (with ArchSpec ``tensor_engine.pipeline.host_read``: two cycles, both registers advanced
+    only while the extra input ``acc_rd_en`` is high).
     ``m``, ``k``, ``n`` (16 bit): GEMM sizes, sampled while ``start`` is high and held until done.
     ``start``: begins a GEMM when sampled high while ``busy`` is low.
     ``busy``: high from the cycle after ``start`` was sampled until the GEMM's last write.
@@ -121,13 +123,13 @@ class _CoreArch:
 
 
 class _PortSignals:
-    """The address/data (and write-enable) signals of one port of a banked memory."""
+    """The address/data/enable signals of one port of a banked memory (a read port's enable
+    is 1 unless the caller drives it: the read register holds while it is low)."""
 
     def __init__(self, name: str, abits: int, width: int, write: bool):
         self.addr = Signal(abits, name=f"{name}_addr")
         self.data = Signal(width, name=f"{name}_data")
-        if write:
-            self.en = Signal(name=f"{name}_en")
+        self.en = Signal(name=f"{name}_en", init=0 if write else 1)
 
 
 def banked_memory(m: Module, name: str, width: int, depth: int, banks: int,
@@ -153,18 +155,19 @@ def banked_memory(m: Module, name: str, width: int, depth: int, banks: int,
                      wp.data.eq(w.data)]
         for i, (r, transparent) in enumerate(zip(rs, reads)):
             rp = mem.read_port(transparent_for=(wp,) if transparent else ())
-            m.d.comb += rp.addr.eq(r.addr[k:])
+            m.d.comb += [rp.addr.eq(r.addr[k:]), rp.en.eq(r.en)]
             outs[i].append(rp.data)
     for i, r in enumerate(rs):
         sel = Signal(k, name=f"{name}_r{i}_bank")
-        m.d.sync += sel.eq(r.addr[:k])
+        with m.If(r.en):
+            m.d.sync += sel.eq(r.addr[:k])
         m.d.comb += r.data.eq(Array(outs[i])[sel])
     return w, rs
 
 
 def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | None = None,
              *, acc_transparent: bool = True, out_regs: tuple[bool, bool, bool] = (False,) * 3,
-             family: str | None = None):
+             host_reg: bool = False, family: str | None = None):
     """The A, B and accumulator buffers of ``core`` (``rows``/``cols`` lanes of
     ``element_bits``, ``cols`` lanes of ACC_BITS, or words of ``widths`` bits when given;
     ``core.depths`` words; split into
@@ -197,7 +200,12 @@ def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | 
     5.83 ns clock-to-out without it bounds every RAM -> register path on ECP5 (docs/fpga.md).
     (Without ``acc_write`` the accumulator's loop would run RAM -> adder -> the write ports of
     both copies, engine and host read, in one cycle: 85.95 MHz on ws8x8 against 109.15 with
-    ``acc_read`` in the fabric.)"""
+    ``acc_read`` in the fabric.)
+
+    ``host_reg`` (ArchSpec ``pipeline.host_read``): the host's accumulator read passes a
+    register too, both its registers enabled by ``core.acc_rd_en``: ``acc_rd_data`` is the word
+    addressed two enabled cycles earlier. On ECP5 (under the conditions above, the engine read
+    not transparent) that register is the block RAMs' output register."""
     if widths is None:
         widths = (core.rows * element_bits, core.cols * element_bits, core.cols * ACC_BITS)
     wa, wb, wc = widths
@@ -205,7 +213,9 @@ def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | 
     ba, bb, bc = getattr(core, "banks", (1, 1, 1))
     prim = [family == "ecp5" and reg and banks == 1 and ecp5_ram_width(depth) is not None
             for reg, banks, depth in zip(out_regs, (ba, bb, bc), (da, db, dc))]
-    prim[2] = prim[2] and not acc_transparent
+    ecp5_acc = (family == "ecp5" and bc == 1 and ecp5_ram_width(dc) is not None
+                and not acc_transparent)
+    prim[2] = ecp5_acc and (out_regs[2] or host_reg)
     if any(prim):
         def plain(name, wd, dp, bk, reads, attrs):
             """A buffer left to Yosys: one Memory, or banks."""
@@ -219,7 +229,8 @@ def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | 
                        plain("mem_a", wa, da, ba, (False,), RDWR_UNDEFINED))
         b_w, (b_r,) = (ecp5_ram(m, "mem_b", wb, db, (True,)) if prim[1] else
                        plain("mem_b", wb, db, bb, (False,), RDWR_UNDEFINED))
-        c_w, (c_r, host_r) = (ecp5_ram(m, "mem_acc", wc, dc, (True, False)) if prim[2] else
+        c_w, (c_r, host_r) = (ecp5_ram(m, "mem_acc", wc, dc, (out_regs[2], host_reg))
+                              if prim[2] else
                               plain("mem_acc", wc, dc, bc, (acc_transparent, False),
                                     None if acc_transparent else RDWR_UNDEFINED))
     elif (ba, bb, bc) == (1, 1, 1):     # one Memory each (the Verilog names its ports a_w, ...)
@@ -240,8 +251,19 @@ def memories(m: Module, core, element_bits: int, widths: tuple[int, int, int] | 
     host = [
         a_w.en.eq(core.a_wr_en), a_w.addr.eq(core.a_wr_addr), a_w.data.eq(core.a_wr_data),
         b_w.en.eq(core.b_wr_en), b_w.addr.eq(core.b_wr_addr), b_w.data.eq(core.b_wr_data),
-        host_r.addr.eq(core.acc_rd_addr), core.acc_rd_data.eq(host_r.data),
+        host_r.addr.eq(core.acc_rd_addr),
     ]
+    if not host_reg:
+        host.append(core.acc_rd_data.eq(host_r.data))
+    else:
+        host.append(host_r.en.eq(core.acc_rd_en))
+        if getattr(host_r, "registered", False):      # the RAMs' output register
+            host.append(core.acc_rd_data.eq(host_r.data))
+        else:
+            q = Signal.like(host_r.data, name="acc_rd_q")
+            with m.If(core.acc_rd_en):
+                m.d.sync += q.eq(host_r.data)
+            host.append(core.acc_rd_data.eq(q))
     return a_r, b_r, c_r, c_w, host
 
 
@@ -517,6 +539,8 @@ class GemmCore(_CoreShape, _CoreArch, wiring.Component):
             # (sampled with start) at word offset half * (depth // 2)
             # and ``accumulate`` (sampled with start) adds C to the accumulator half's contents
             **(HALF_PORTS if halves else {}),
+            # pipeline.host_read: the host read's two registers advance while acc_rd_en is high
+            **({"acc_rd_en": In(1)} if te.pipeline.host_read else {}),
         })
 
     def elaborate(self, platform):
@@ -529,7 +553,7 @@ class GemmCore(_CoreShape, _CoreArch, wiring.Component):
         a_r, b_r, c_r, c_w, host = memories(
             m, self, ELEMENT_BITS, acc_transparent=acc_transparent, family=family_of(platform),
             out_regs=(ws and pipe.sram_read, ws and pipe.sram_read,
-                      ws and pipe.acc_read and pipe.acc_write))
+                      ws and pipe.acc_read and pipe.acc_write), host_reg=pipe.host_read)
         acc_q = None
         if self._halves:       # double buffer: offset every engine address by its half's base
             a_r, b_r, c_r, c_w, acc_q = half_offsets(m, self, a_r, b_r, c_r, c_w)

@@ -71,10 +71,14 @@ async def core_gemm(ctx, core, lay: GemmLayout, a_words, b_words,
         ctx.set(core.scale_a, scales[0])
         ctx.set(core.scale_b, scales[1])
     acc = []
-    for i in range(lay.acc_words):
-        ctx.set(core.acc_rd_addr, i)
+    latency = 2 if "acc_rd_en" in core.signature.members else 1   # pipeline.host_read
+    if latency > 1:
+        ctx.set(core.acc_rd_en, 1)
+    for i in range(lay.acc_words + latency - 1):
+        ctx.set(core.acc_rd_addr, min(i, lay.acc_words - 1))
         await ctx.tick()
-        acc.append(ctx.get(core.acc_rd_data))
+        if i >= latency - 1:
+            acc.append(ctx.get(core.acc_rd_data))
     return CoreRun(high, counter, acc)
 
 

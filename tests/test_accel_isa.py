@@ -389,19 +389,40 @@ def test_layers_do_not_import_each_other():
                 if m.startswith(("tilewright.dataflow_sim", "tilewright.rtl"))]
 
 
-def test_dma_gearboxes_under_backpressure():
+@pytest.mark.parametrize("host_read", [False, True])
+def test_dma_gearboxes_under_backpressure(host_read):
     """The DMA alone (W = 2 bytes: A words of 4 bytes arrive as 2 beats, accumulator words of 16
     bytes leave as 8), with the handshakes the bench's memory never exercises: a request held
     while ``mem_req_ready`` is low, read beats with gaps, write beats refused by
-    ``mem_wr_ready``. Expected words/beats are the image format of compiler/codegen.py."""
+    ``mem_wr_ready``. Expected words/beats are the image format of compiler/codegen.py. With
+    ``pipeline.host_read`` the fake accumulator answers through two registers that move only
+    while ``acc_rd_en`` is high (the core's contract), and the STORE's beats and busy cycles
+    are the same."""
     from tilewright.rtl.dma import OP_LOAD_A, OP_STORE, Dma
     arch = _arch(bw=1.0)
+    if host_read:
+        d = arch.model_dump(mode="json")
+        d["tensor_engine"]["pipeline"] = {"host_read": True}
+        arch = ArchSpec.from_dict(d)
     half_a = GemmLayout.depths(arch)[0] // 2
+    half_c = GemmLayout.depths(arch)[2] // 2
     dut = Dma(arch=arch)
     rng = np.random.default_rng(5)
     a_words = [int(x) for x in rng.integers(0, 1 << 32, 3)]
-    acc = {i: int.from_bytes(rng.bytes(16), "little") for i in range(4)}
+    acc = {i: int.from_bytes(rng.bytes(16), "little") for i in range(6)}
     got = {"a": [], "beats": [], "req": []}
+    regs = [0, 0]         # host_read: the RAM's read register, then the output register
+
+    async def tick(ctx):
+        """One clock, the fake accumulator's read registers with it (word a - half_c + 2 of
+        the 6-word fake: half 1 holds words 2 .. 5)."""
+        addr = ctx.get(dut.acc_rd_addr)
+        word = acc.get(addr - half_c + 2, 0)
+        if host_read:
+            if ctx.get(dut.acc_rd_en):
+                regs[:] = [word, regs[0]]
+        await ctx.tick()
+        ctx.set(dut.acc_rd_data, regs[1] if host_read else word)
 
     async def bench(ctx):
         async def command(op, buf, count, addr):
@@ -410,14 +431,14 @@ def test_dma_gearboxes_under_backpressure():
             ctx.set(dut.count, count)
             ctx.set(dut.addr, addr)
             ctx.set(dut.start, 1)
-            await ctx.tick()
+            await tick(ctx)
             ctx.set(dut.start, 0)
             for ready in (0, 0, 1):          # request held until accepted
                 ctx.set(dut.mem_req_ready, ready)
                 assert ctx.get(dut.mem_req_valid) == 1
                 got["req"].append((ctx.get(dut.mem_req_write), ctx.get(dut.mem_req_addr),
                                    ctx.get(dut.mem_req_len)))
-                await ctx.tick()
+                await tick(ctx)
             ctx.set(dut.mem_req_ready, 0)
 
         await command(OP_LOAD_A, 1, 3, 100)
@@ -434,24 +455,25 @@ def test_dma_gearboxes_under_backpressure():
             await ctx.tick()
         ctx.set(dut.mem_rd_valid, 0)
 
-        await command(OP_STORE, 1, 2, 7)    # accumulator half 1 = words 2, 3 of a 4-word fake
-        addr = ctx.get(dut.acc_rd_addr)
+        await command(OP_STORE, 1, 4, 7)    # accumulator half 1 = words 2 .. 5 of the fake
+        refusals = 0
         for _ in range(200):
-            ctx.set(dut.acc_rd_data, acc.get(addr - GemmLayout.depths(arch)[2] // 2 + 2, 0))
             if not ctx.get(dut.busy):
                 break
             ready = int(rng.random() < 0.5)
+            refusals += not ready
             ctx.set(dut.mem_wr_ready, ready)
             if ready and ctx.get(dut.mem_wr_valid):
                 got["beats"].append(ctx.get(dut.mem_wr_data))
-            addr = ctx.get(dut.acc_rd_addr)  # the SRAM answers one cycle later
-            await ctx.tick()
+            await tick(ctx)
+        got["store_refusals"] = refusals
 
     _simulate(dut, bench)
     # (write, addr, len) while the request waits: held stable for all three cycles
-    assert got["req"] == [(0, 100, 6)] * 3 + [(1, 7, 16)] * 3
+    assert got["req"] == [(0, 100, 6)] * 3 + [(1, 7, 32)] * 3
     assert got["a"] == [(half_a + i, w) for i, w in enumerate(a_words)]
-    assert got["beats"] == words_to_beats([acc[2], acc[3]], 16, 2)
+    assert got["beats"] == words_to_beats([acc[i] for i in range(2, 6)], 16, 2)
+    assert got["store_refusals"] >= 4           # the write side really stalled
 
 
 # ---- SCALE: per-tensor fp8 scales carried by the ISA ------------------------------------------

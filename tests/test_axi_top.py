@@ -36,12 +36,14 @@ def _np_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a.astype(np.int64) @ b.astype(np.int64)).astype(np.uint32).astype(np.int32)
 
 
-def _small_arch(rows: int, cols: int, dataflow: str, spad_kib: int = 1, acc_kib: int = 1):
+def _small_arch(rows: int, cols: int, dataflow: str, spad_kib: int = 1, acc_kib: int = 1,
+                pipeline: dict | None = None):
     base = default_arch()
     return ArchSpec.from_dict({
         **base.model_dump(mode="json"), "name": f"axi-{dataflow}{rows}x{cols}",
         "tensor_engine": {**base.tensor_engine.model_dump(mode="json"), "rows": rows,
-                          "cols": cols, "dataflow": dataflow},
+                          "cols": cols, "dataflow": dataflow,
+                          **({"pipeline": pipeline} if pipeline else {})},
         "memory": {"scratchpad_kib": spad_kib, "accumulator_kib": acc_kib}})
 
 
@@ -240,9 +242,13 @@ def test_bridge_handshakes_in_any_order():
 
 
 # ---- Amaranth simulation: a whole GEMM through an odd top ------------------------------------
-def test_odd_top_gemm_in_amaranth_sim():
-    """3x5 OS: A words of 1 chunk, B of 2, accumulator of 5 chunks at stride 8 (holes)."""
-    arch = _small_arch(3, 5, "os")
+@pytest.mark.parametrize("dataflow,pipeline", [("os", None), ("ws", {"host_read": True,
+                                                                       "acc_read": True})],
+                         ids=["os", "ws-host_read"])
+def test_odd_top_gemm_in_amaranth_sim(dataflow, pipeline):
+    """3x5: A words of 1 chunk, B of 2, accumulator of 5 chunks at stride 8 (holes); and WS
+    with ``pipeline.host_read``, whose accumulator reads wait two cycles."""
+    arch = _small_arch(3, 5, dataflow, pipeline=pipeline)
     top = AxiGemmTop(arch)
     mp, axi = top.map, top.s_axil
     rng = np.random.default_rng(7)

@@ -20,9 +20,9 @@ from tests.rtl_suite import _cache_dir, _tool_check  # noqa: F401  (session fixt
 from tilewright.rtl.systolic import WeightStationaryArray, ws_latency_cycles
 
 
-#: every stage on
+#: every stage of the core on (``host_read`` adds no GEMM cycle: the host's read takes two)
 _ALL = {"sram_read": True, "pe_operand": True, "pe_product": True, "acc_read": True,
-        "acc_write": True}
+        "acc_write": True, "host_read": True}
 
 
 def _arch(rows=2, cols=2, dataflow="ws", fmt="int8", **pipeline) -> ArchSpec:
@@ -128,17 +128,20 @@ def test_cycle_model_adds_one_cycle_per_stage():
 @pytest.mark.parametrize("rows,cols,stages", [(3, 5, _ALL)], ids=["3x5-all"])
 def test_pipelined_core_bit_and_cycle_exact(rows, cols, stages, _tool_check, _cache_dir):
     """The RTL suite's GEMMs on the Verilated core with the stages on: outputs = numpy, busy
-    cycles = the cycle model (which counts the stages)."""
-    _check_gemm_suite("core", _arch(rows, cols, **stages), seed=rows * 100 + cols)
+    cycles = the cycle model (which counts the stages); through both drivers, since each reads
+    the accumulator with ``host_read``'s two-cycle latency its own way."""
+    for driver in ("cocotb", "fast"):
+        _check_gemm_suite("core", _arch(rows, cols, **stages), seed=rows * 100 + cols,
+                          driver=driver)
 
 
-def _check_gemm_suite(top, arch: ArchSpec, seed: int) -> None:
+def _check_gemm_suite(top, arch: ArchSpec, seed: int, driver: str = "cocotb") -> None:
     """The RTL suite's GEMMs on co-simulation ``top`` for ``arch``: every output = numpy's int32
     matmul, every GEMM's busy cycles = the cycle model."""
     from tilewright.cosim import sim as cosim
     from tilewright.cosim.suites import gemm_suite, suite_shapes
     program, inputs = gemm_suite(arch, seed=seed)
-    run = cosim.run(top, program, arch, inputs=inputs)
+    run = cosim.run(top, program, arch, inputs=inputs, driver=driver)
     assert len(run.records) == len(suite_shapes(arch))
     for task, rec in zip(program.gemms(), run.records):
         a, b = inputs[task.a], inputs[task.b]
@@ -173,9 +176,9 @@ _SHAPES = [(1, 1, 1), (3, 2, 2), (1, 5, 3), (5, 3, 4), (2, 4, 1)]
 @pytest.mark.parametrize("rows,cols", [(1, 1), (1, 2), (2, 1), (2, 2)])
 @pytest.mark.parametrize("stages", [{}, {"sram_read": True}, {"pe_product": True},
                                     {"pe_operand": True}, {"acc_read": True},
-                                    {"acc_write": True}, _ALL],
+                                    {"acc_write": True}, {"host_read": True}, _ALL],
                          ids=["off", "sram_read", "pe_product", "pe_operand", "acc_read",
-                              "acc_write", "all"])
+                              "acc_write", "host_read", "all"])
 def test_core_sim_bit_and_cycle_exact(rows, cols, stages):
     """Amaranth's simulator of the core (every small shape, 1x1 included, stages on and off):
     C = numpy's int32 matmul, busy cycles = the cycle model."""

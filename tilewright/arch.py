@@ -90,6 +90,11 @@ class PipelineSpec(_Frozen):
                         "instruction-memory read (on ECP5 the block RAM's output register), "
                         "the next instructions prefetched: no GEMM cycle, +1 cycle per "
                         "accelerator run (two fetch cycles after start)")
+    host_read: bool = Field(False, description="a register after the host's accumulator read "
+                            "(on ECP5 the block RAMs' output registers): the core's "
+                            "acc_rd_data two cycles after the address, advanced by a new "
+                            "acc_rd_en port; the accelerator's DMA reads ahead, so no cycle "
+                            "anywhere")
     #: the stages inside a GEMM, each +1 cycle of its ``busy`` time
     GEMM_STAGES: ClassVar[tuple[str, ...]] = ("sram_read", "pe_operand", "pe_product",
                                               "acc_read", "acc_write")
@@ -98,6 +103,12 @@ class PipelineSpec(_Frozen):
     def extra_cycles(self) -> int:
         """Cycles the stages add to one GEMM (cycles): one per GEMM stage that is on."""
         return sum(int(getattr(self, stage)) for stage in self.GEMM_STAGES)
+
+    @property
+    def host_read_latency(self) -> int:
+        """Cycles from the core's accumulator read address to its data (cycles): 1, or 2 with
+        ``host_read`` (``acc_rd_en`` high)."""
+        return 1 + int(self.host_read)
 
     @property
     def fetch_cycles(self) -> int:
@@ -112,10 +123,10 @@ class PipelineSpec(_Frozen):
 
     @model_serializer(mode="wrap")
     def _omit_operand_off(self, handler: Any) -> dict[str, Any]:
-        """Leave ``pe_operand``, ``acc_write`` and ``fetch`` out of dumps when off, so
+        """Leave ``pe_operand``, ``acc_write``, ``fetch`` and ``host_read`` out of dumps when off, so
         designs written before they existed keep their YAML and content hash."""
         data = handler(self)
-        for stage in ("pe_operand", "acc_write", "fetch"):
+        for stage in ("pe_operand", "acc_write", "fetch", "host_read"):
             if not getattr(self, stage):
                 data.pop(stage, None)
         return data

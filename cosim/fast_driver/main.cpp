@@ -41,6 +41,10 @@ constexpr uint32_t MAGIC_GEMM = 0x4D4D4547u;    // "GEMM"
 constexpr int A_CHUNKS = (8 * TW_ROWS + 31) / 32;  // uint32 chunks per A word
 constexpr int B_CHUNKS = (8 * TW_COLS + 31) / 32;
 constexpr int ACC_CHUNKS = TW_COLS;                // int32 lanes per accumulator word
+#ifndef TW_ACC_READ_LATENCY
+#define TW_ACC_READ_LATENCY 1                       // cycles from acc_rd_addr to acc_rd_data
+#endif
+#define ACC_READ_LATENCY TW_ACC_READ_LATENCY
 
 
 class Driver {
@@ -107,13 +111,22 @@ class Driver {
 
     uint32_t counter() const { return top_->cycles; }
 
+    // Words 0 .. count-1 of the accumulator: the data follows its address by
+    // ACC_READ_LATENCY cycles (2 with pipeline.host_read, whose acc_rd_en is held high).
     void read_acc(std::vector<uint32_t>& out, uint32_t count) {
         out.assign(static_cast<std::size_t>(count) * ACC_CHUNKS, 0);
+#if ACC_READ_LATENCY > 1
+        top_->acc_rd_en = 1;
+#endif
         top_->acc_rd_addr = 0;
         tick();
+        for (uint32_t i = 1; i < ACC_READ_LATENCY; ++i) {
+            top_->acc_rd_addr = (i < count) ? i : count - 1;
+            tick();
+        }
         for (uint32_t i = 0; i < count; ++i) {
             get(top_->acc_rd_data, &out[static_cast<std::size_t>(i) * ACC_CHUNKS]);
-            top_->acc_rd_addr = (i + 1 < count) ? i + 1 : count - 1;
+            top_->acc_rd_addr = (i + ACC_READ_LATENCY < count) ? i + ACC_READ_LATENCY : count - 1;
             tick();
         }
     }
