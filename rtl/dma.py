@@ -140,9 +140,16 @@ class Dma(wiring.Component):
             m.d.sync += state.eq(x)
 
         if self._host_reg:   # read ahead: word 0 in the start cycle, word 1 leaving REQ
+            # acc_ra: the accumulator address the read presents after the start cycle (word 1 in
+            # REQ, then word + 2), a register stepped with the read, not an adder on `word`
+            acc_ra = Signal(_abits(dc), name="acc_read_addr")
+            m.d.comb += self.acc_rd_addr.eq(acc_ra)
             with m.If((state == IDLE) & self.start & (self.op == OP_STORE)):
                 m.d.comb += [self.acc_rd_addr.eq(Mux(self.buf, dc // 2, 0)),
                              self.acc_rd_en.eq(1)]
+                m.d.sync += acc_ra.eq(Mux(self.buf, dc // 2, 0) + 1)
+            with m.If(self.acc_rd_en & (state != IDLE)):
+                m.d.sync += acc_ra.eq(acc_ra + 1)
         with m.If(state == IDLE):
             with m.If(self.start & (self.count != 0)):
                 m.d.sync += [op.eq(self.op), buf.eq(self.buf), count.eq(self.count),
@@ -157,8 +164,7 @@ class Dma(wiring.Component):
                          self.mem_req_write.eq(is_store), self.mem_req_addr.eq(addr),
                          self.mem_req_len.eq(count * r_op)]
             if self._host_reg:
-                m.d.comb += [self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + 1),
-                             self.acc_rd_en.eq(self.mem_req_ready)]
+                m.d.comb += self.acc_rd_en.eq(self.mem_req_ready & is_store)
             else:
                 m.d.comb += self.acc_rd_addr.eq(Mux(buf, dc // 2, 0))
             if vec:
@@ -185,8 +191,7 @@ class Dma(wiring.Component):
             m.d.comb += [self.busy.eq(1), self.mem_wr_valid.eq(1),
                          nxt.eq(word + (self.mem_wr_ready & last_chunk))]
             if self._host_reg:     # the register holds `word`, the RAM word + 1: fetch word + 2
-                m.d.comb += [self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + word + 2),
-                             self.acc_rd_en.eq(self.mem_wr_ready & last_chunk)]
+                m.d.comb += self.acc_rd_en.eq(self.mem_wr_ready & last_chunk & (op == OP_STORE))
             else:
                 m.d.comb += self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + nxt)
             if vec:
