@@ -18,7 +18,8 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
   kinds);
   LOAD ``D = L + count * r`` (one request cycle … first beat ``L`` cycles after the request,
   one beat per cycle, ``r`` beats per word); STORE ``D = 1 + count * r`` (request, then posted
-  write beats); ``count = 0``: ``D = 0``; LOAD_V/LOAD_VI/STORE_V the same with ``r`` beats per
+  write beats; ``2 + count * r`` with the ArchSpec's ``pipeline.host_read``, whose accumulator
+  read the DMA starts one cycle before the request); ``count = 0``: ``D = 0``; LOAD_V/LOAD_VI/STORE_V the same with ``r`` beats per
   vector word (LOAD_VI's address from the index register changes no cycle); LOAD_IDX
   ``D = L + ri`` (one index word of ``ri`` =
   :func:`~tilewright.compiler.codegen.index_beats` beats; the register holds it from the
@@ -138,6 +139,8 @@ def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTi
     beats = {"LOAD_A": bpw["a"], "LOAD_B": bpw["b"], "STORE": bpw["c"],
              "LOAD_V": bpw.get("v", 0), "LOAD_VI": bpw.get("v", 0), "STORE_V": bpw.get("v", 0)}
     idx_load = lat + index_beats(arch)       # LOAD_IDX: one index word
+    # STORE: its request cycle, and with pipeline.host_read one more to read word 0 first
+    store_first = arch.tensor_engine.pipeline.host_read_latency
     instrs = disassemble(list(isa.words[seg.entry:seg.end + 1]))
     start = 0
     prev = start + arch.tensor_engine.pipeline.fetch_cycles   # the last fetch cycle
@@ -148,7 +151,9 @@ def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTi
         f = ins.fields
         if ins.op in beats:
             engine = "dma"
-            dur = ((1 if ins.op.startswith("STORE") else lat) + f["count"] * beats[ins.op]
+            first = (store_first if ins.op == "STORE" else 1 if ins.op == "STORE_V"
+                     else lat)
+            dur = (first + f["count"] * beats[ins.op]
                    if f["count"] else 0)      # count 0: the DMA does nothing
             # the vector buffer's transfers also wait for the vector engine
             ready = (max(free["dma"], free["vec"]) if ins.op in ("LOAD_V", "LOAD_VI", "STORE_V")

@@ -19,9 +19,9 @@ high in cycles ``c+1 .. c+D``: LOAD ``D = L + count*r`` (request in ``c+1``, bea
 ``c+1+L ..``, each word written to the SRAM in its last beat's cycle); STORE ``D = 1 + count*r``
 (request in ``c+1``, one write beat per cycle from ``c+2``; writes are posted — no
 acknowledgement is awaited). With the ArchSpec's ``pipeline.host_read`` the accumulator's read
-takes two cycles (``acc_rd_en`` advances both registers): the DMA reads word 0 in the start
-cycle and word 1 as it leaves REQ, then word ``w + 2`` as word ``w``'s last beat goes, so the
-timing is the same. ``count = 0`` does nothing (``D = 0``). The same for the vector
+takes two cycles (``acc_rd_en`` advances both registers): a STORE reads word 0 in one more
+cycle before its request (``c+1``; request in ``c+2``), word 1 as the request is accepted, then
+word ``w + 2`` as word ``w``'s last beat goes: ``D = 2 + count*r``. ``count = 0`` does nothing (``D = 0``). The same for the vector
 buffer (``LOAD_V``/``STORE_V``) with ``r`` = beats per vector word.
 
 Indirect loads (``Dma(indirect=True)``, an ArchSpec with a vector unit): :data:`OP_LOAD_VI` is
@@ -139,16 +139,21 @@ class Dma(wiring.Component):
         def goto(x):
             m.d.sync += state.eq(x)
 
-        if self._host_reg:   # read ahead: word 0 in the start cycle, word 1 leaving REQ
-            # acc_ra: the accumulator address the read presents after the start cycle (word 1 in
-            # REQ, then word + 2), a register stepped with the read, not an adder on `word`
+        prime = None
+        if self._host_reg:
+            # the accumulator's two-register read (pipeline.host_read): a STORE first spends
+            # one REQ cycle reading word 0 (no request yet: `prime`), reads word 1 as its
+            # request is accepted, then word w + 2 as word w's last beat leaves; acc_ra is the
+            # address the read presents, a register stepped with it
             acc_ra = Signal(_abits(dc), name="acc_read_addr")
+            primed = Signal(name="acc_primed")
+            prime = (state == REQ) & (op == OP_STORE) & ~primed
             m.d.comb += self.acc_rd_addr.eq(acc_ra)
-            with m.If((state == IDLE) & self.start & (self.op == OP_STORE)):
-                m.d.comb += [self.acc_rd_addr.eq(Mux(self.buf, dc // 2, 0)),
-                             self.acc_rd_en.eq(1)]
-                m.d.sync += acc_ra.eq(Mux(self.buf, dc // 2, 0) + 1)
-            with m.If(self.acc_rd_en & (state != IDLE)):
+            with m.If((state == IDLE) & self.start):
+                m.d.sync += [acc_ra.eq(Mux(self.buf, dc // 2, 0)), primed.eq(0)]
+            with m.If(prime):
+                m.d.sync += primed.eq(1)
+            with m.If(self.acc_rd_en):
                 m.d.sync += acc_ra.eq(acc_ra + 1)
         with m.If(state == IDLE):
             with m.If(self.start & (self.count != 0)):
@@ -160,16 +165,17 @@ class Dma(wiring.Component):
                                      addr.eq(self.addr + self.idx * self.count * rv)]
                 goto(REQ)
         with m.Elif(state == REQ):
-            m.d.comb += [self.busy.eq(1), self.mem_req_valid.eq(1),
+            m.d.comb += [self.busy.eq(1), self.mem_req_valid.eq(1 if prime is None else ~prime),
                          self.mem_req_write.eq(is_store), self.mem_req_addr.eq(addr),
                          self.mem_req_len.eq(count * r_op)]
             if self._host_reg:
-                m.d.comb += self.acc_rd_en.eq(self.mem_req_ready & is_store)
+                m.d.comb += self.acc_rd_en.eq(
+                    prime | (self.mem_req_ready & (op == OP_STORE)))
             else:
                 m.d.comb += self.acc_rd_addr.eq(Mux(buf, dc // 2, 0))
             if vec:
                 m.d.comb += self.v_rd_addr.eq(vaddr)
-            with m.If(self.mem_req_ready):
+            with m.If(self.mem_req_ready if prime is None else self.mem_req_ready & ~prime):
                 goto(Mux(is_store, WRITE, READ))
         with m.Elif(state == READ):
             m.d.comb += [self.busy.eq(1), self.mem_rd_ready.eq(1)]

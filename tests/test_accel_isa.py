@@ -259,6 +259,21 @@ def test_cycle_model_single_tile_by_hand():
     assert t.gemm_cycles == h["g"] and t.dma_cycles == h["la"] + h["lb"] + h["st"]
 
 
+def test_cycle_model_fetch_and_host_read_by_hand():
+    """The same tile with ``pipeline.fetch`` (two fetch cycles: every issue one cycle later)
+    and ``host_read`` (the STORE reads word 0 before its request: ``st`` = 2 + 8 words), each
+    alone and together, counted by hand from the counts above."""
+    base, isa, h = single_tile_by_hand()
+    for stages, shift, st in (({"fetch": True}, 1, h["st"]), ({"host_read": True}, 0, h["st"] + 1),
+                              ({"fetch": True, "host_read": True}, 1, h["st"] + 1)):
+        d = base.model_dump(mode="json")
+        d["tensor_engine"]["pipeline"] = stages
+        arch = ArchSpec.from_dict(d)
+        t = predict_segment(isa, isa.segments[0], arch)
+        assert t.cycles == h["c_store"] + shift + st + 1, stages
+        assert t.dma_cycles == h["la"] + h["lb"] + st and t.gemm_cycles == h["g"]
+
+
 def test_cycle_model_overlap_is_less_than_serial():
     arch = load_arch(ROOT_CONFIGS / "ws16x16.yaml")
     isa = codegen_gemms(arch, [(256, 256, 256)])
@@ -396,8 +411,8 @@ def test_dma_gearboxes_under_backpressure(host_read):
     while ``mem_req_ready`` is low, read beats with gaps, write beats refused by
     ``mem_wr_ready``. Expected words/beats are the image format of compiler/codegen.py. With
     ``pipeline.host_read`` the fake accumulator answers through two registers that move only
-    while ``acc_rd_en`` is high (the core's contract), and the STORE's beats and busy cycles
-    are the same."""
+    while ``acc_rd_en`` is high (the core's contract): the STORE spends one cycle reading word 0
+    before its request (even with ``mem_req_ready`` high), and its beats are the same."""
     from tilewright.rtl.dma import OP_LOAD_A, OP_STORE, Dma
     arch = _arch(bw=1.0)
     if host_read:
@@ -433,6 +448,11 @@ def test_dma_gearboxes_under_backpressure(host_read):
             ctx.set(dut.start, 1)
             await tick(ctx)
             ctx.set(dut.start, 0)
+            if host_read and op == OP_STORE:  # one cycle reading word 0, no request yet
+                ctx.set(dut.mem_req_ready, 1)
+                assert (ctx.get(dut.busy), ctx.get(dut.mem_req_valid)) == (1, 0)
+                got["prime"] = got.get("prime", 0) + 1
+                await tick(ctx)
             for ready in (0, 0, 1):          # request held until accepted
                 ctx.set(dut.mem_req_ready, ready)
                 assert ctx.get(dut.mem_req_valid) == 1
@@ -474,6 +494,7 @@ def test_dma_gearboxes_under_backpressure(host_read):
     assert got["a"] == [(half_a + i, w) for i, w in enumerate(a_words)]
     assert got["beats"] == words_to_beats([acc[i] for i in range(2, 6)], 16, 2)
     assert got["store_refusals"] >= 4           # the write side really stalled
+    assert got.get("prime", 0) == int(host_read)
 
 
 # ---- SCALE: per-tensor fp8 scales carried by the ISA ------------------------------------------

@@ -93,8 +93,8 @@ class PipelineSpec(_Frozen):
     host_read: bool = Field(False, description="a register after the host's accumulator read "
                             "(on ECP5 the block RAMs' output registers): the core's "
                             "acc_rd_data two cycles after the address, advanced by a new "
-                            "acc_rd_en port; the accelerator's DMA reads ahead, so no cycle "
-                            "anywhere")
+                            "acc_rd_en port; no GEMM cycle, +1 cycle per STORE of the "
+                            "accelerator's DMA (it reads word 0 before its request)")
     #: the stages inside a GEMM, each +1 cycle of its ``busy`` time
     GEMM_STAGES: ClassVar[tuple[str, ...]] = ("sram_read", "pe_operand", "pe_product",
                                               "acc_read", "acc_write")
