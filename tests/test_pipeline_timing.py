@@ -256,11 +256,14 @@ def test_ecp5_accelerator_bit_and_cycle_exact(tmp_path, _tool_check, _cache_dir)
     top = _ecp5_accel_top()
     top.write(arch, tmp_path)
     text = (tmp_path / f"{ACCEL_TOP_NAME}.v").read_text()
-    regmodes = re.findall(r'\.REGMODE_B\("(\w+)"\)', text)
-    # A, B, the accumulator's engine read and the instruction memory read through OUTREG
-    assert {"imem_r0_t0", "mem_a_r0_t0", "mem_b_r0_t0", "mem_acc_r0_t0"} <= set(
-        re.findall(r"DP16KD\s*#\(.*?\)\s*\\?(\w+)\s*\(", text, re.S))
-    assert regmodes.count("OUTREG") >= 4 and len(re.findall(r"^\s*MULT18X18D #\(", text, re.M)) == 16
+    tiles = {name: regmode for regmode, name in re.findall(
+        r'^\s*DP16KD #\([^;]*?\.REGMODE_B\("(\w+)"\)[^;]*?\)\s*\\?(\w+)\s*\(', text, re.M)}
+    # the instruction memory, A, B, the accumulator's engine read (r0) and host read (r1): every
+    # tile reads through its output register
+    assert {t.split("_r")[0] + "_r" + t.split("_r")[1][0] for t in tiles} == {
+        "imem_r0", "mem_a_r0", "mem_b_r0", "mem_acc_r0", "mem_acc_r1"}
+    assert set(tiles.values()) == {"OUTREG"}
+    assert len(re.findall(r"^\s*MULT18X18D #\(", text, re.M)) == 16
     prog, inputs = gemm_suite(arch, SHAPES, seed=7)
     run = cosim.run(top, prog, arch, inputs=inputs)
     multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
