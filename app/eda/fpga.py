@@ -377,7 +377,8 @@ def check_clock(fpga: dict[str, Any], baseline: dict[str, Any]) -> tuple[list[st
 
 
 #: the baseline presets (ArchSpec YAML in the baseline folder) and targets measured for each
-BASELINES = {"int8_2x2": ("ice40", "ecp5", "xc7"), "int8_4x4": ("ice40", "ecp5", "xc7")}
+BASELINES = {"int8_2x2": ("ice40", "ecp5", "xc7"), "int8_4x4": ("ice40", "ecp5", "xc7"),
+             "ws8x8_pipelined": ("ecp5",)}
 
 
 def update_baselines(folder: Path, presets: list[str], targets: list[str] | None) -> list[Path]:
