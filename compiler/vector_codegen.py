@@ -6,8 +6,8 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
 ``elementwise``  ``op`` in add, mul, max (two operands of one shape) or exp, recip, rsqrt,
                  silu, softplus (one operand): the tensor is flattened into vector words of
                  ``lanes`` elements (the last word zero-padded).
-``row``          ``op`` in sum, rmax, softmax, argmax over the last axis of a 2-D operand
-                 ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum),
+``row``          ``op`` in sum, mean, rmax, softmax, argmax over the last axis of a 2-D operand
+                 ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum, mean),
                  -128.0 (rmax, softmax) or -2**31 (argmax, whose operand is int32 — e.g. the
                  LM head's logits — and whose result is each row's index of its largest element,
                  the lowest on ties), so padding never changes a result.
@@ -38,7 +38,10 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
                  channels of a chunk share the chunk's c words.
 
 Row ops run a whole chunk of rows per VECTOR instruction, one segment (``seg``) per row:
-``sum``/``rmax`` are one instruction; ``softmax`` is seven — ``rmax`` -> m per row; ``mul``
+``sum``/``rmax`` are one instruction; ``mean`` is two — ``sum`` -> S per row (Q24.8), then
+``rescale`` S x m / 2**s (:func:`mean_params`: the two parameter words, loaded once into the
+buffer's last two words) -> the row's mean in Q8.8, rounded half up (exact as
+:mod:`~tilewright.dataflow_sim.vector_numerics` states); ``softmax`` is seven — ``rmax`` -> m per row; ``mul``
 m x (-1) -> -m; ``add`` rows + (-m) (b stepping once per row); ``exp``; ``sum`` -> s per row
 (Q24.8); ``recip`` s; ``mul`` rows x 1/s — so each step is the unit's exact arithmetic. ``recip`` reads the low 16 bits of s as Q8.8, so the
 row length is limited to 127 (a sum of exps <= 127.0): longer rows raise :class:`DoesNotFit`.
@@ -49,7 +52,8 @@ beats per VECTOR); each chunk is ``LOAD_V`` (operands), the VECTOR instructions 
 ``STORE_V`` of the result words. The vector engine and the DMA share the buffer, so nothing
 overlaps; the cycles follow from :mod:`tilewright.dataflow_sim.accel_timing`.
 
-External memory holds, per kernel, the constant word (-1.0 in every lane, softmax only), each
+External memory holds, per kernel, the constant word (-1.0 in every lane, softmax only; mean: the
+multiplier word and the shift word), each
 chunk's operand words and each chunk's result words, at addresses this module assigns
 (:class:`VectorSegment`); :meth:`VectorSegment.image` / :meth:`VectorSegment.result` convert
 between arrays and external words.
@@ -71,13 +75,13 @@ from tilewright.compiler.layout import DoesNotFit
 
 __all__ = ["VectorKernel", "VectorSegment", "VectorIsa", "codegen_vector", "batch_kernels",
            "ELEMENTWISE_OPS",
-           "ROW_OPS", "Q_MIN", "Q_MAX", "SOFTMAX_MAX_ROW", "pack_vector_words",
-           "unpack_vector_words"]
+           "ROW_OPS", "Q_MIN", "Q_MAX", "SOFTMAX_MAX_ROW", "MEAN_MAX_ROW", "mean_params",
+           "pack_vector_words", "unpack_vector_words"]
 
 BINARY = ("add", "mul", "max")
 UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
 ELEMENTWISE_OPS = BINARY + UNARY
-ROW_OPS = ("sum", "rmax", "softmax", "argmax")
+ROW_OPS = ("sum", "mean", "rmax", "softmax", "argmax")
 KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",),
          "requant": ("requant",), "gather": ("gather",), "lookup": ("lookup",)}
 Q_MIN, Q_MAX = -32768, 32767        #: raw Q8.8 range
@@ -88,6 +92,20 @@ SCAN_H_MIN, SCAN_H_MAX = -(1 << 31), (1 << 31) - 1   #: scan unit: b, c, h codes
 _MAX_BEATS = (1 << field_slices("VECTOR")["count"][1]) - 1
 _MAX_SEG = (1 << field_slices("VECTOR")["seg"][1]) - 1     #: longest VECTOR segment (beats)
 _NEG_ONE = -256                     #: -1.0 in Q8.8
+#: longest row a ``mean`` kernel takes (its result is exact as documented for n < 2**13)
+MEAN_MAX_ROW = (1 << 13) - 1
+
+
+def mean_params(n: int) -> tuple[int, int]:
+    """(multiplier, shift) with which ``rescale`` turns the ``sum`` S of ``n`` Q8.8 elements
+    (Q24.8) into their mean ``floor(S / n + 1/2)`` (Q8.8): ``s = 30 + floor(log2 n)``,
+    ``m = ceil(2**s / n)`` (2**29 < m <= 2**30: one int32 lane). The error bound is derived in
+    :mod:`tilewright.dataflow_sim.vector_numerics`."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MEAN_MAX_ROW:
+        raise ValueError(f"vector unit mean: a row of {n} elements; rows of 1 to "
+                         f"{MEAN_MAX_ROW} elements are taken")
+    s = 30 + int(n).bit_length() - 1
+    return -(-(1 << s) // int(n)), s
 
 
 @dataclass(frozen=True)
@@ -207,7 +225,7 @@ class VectorSegment:
             grid[:, :k.shape[1]] = table
             put(self.chunks[0].in_addr[0], pack_vector_words(grid.reshape(-1, self.lanes)))
             return out
-        pad = 0 if k.op == "sum" else I32_MIN if k.op == "argmax" else Q_MIN
+        pad = 0 if k.op in ("sum", "mean") else I32_MIN if k.op == "argmax" else Q_MIN
         lo, hi, what = (I32_MIN, I32_MAX, "int32") if k.op == "argmax" else (Q_MIN, Q_MAX,
                                                                             "raw Q8.8")
         for i, x in enumerate(operands):
@@ -223,7 +241,10 @@ class VectorSegment:
             for c in self.chunks:
                 put(c.in_addr[i], words[pos:pos + c.in_words])
                 pos += c.in_words
-        if self.const_addr >= 0:
+        if self.const_addr >= 0 and k.op == "mean":
+            put(self.const_addr, pack_vector_words(
+                np.repeat(np.array([mean_params(k.shape[1])], np.int64).T, self.lanes, 1)))
+        elif self.const_addr >= 0:
             put(self.const_addr, pack_vector_words(np.full((1, self.lanes), _NEG_ONE, np.int64)))
         return out
 
@@ -420,21 +441,28 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
             raise DoesNotFit(f"vector kernel {k.name}: softmax row of {length} elements: the "
                              f"vector unit's recip takes a Q8.8 sum, so rows hold at most "
                              f"{SOFTMAX_MAX_ROW} elements")
+        if k.op == "mean" and length > MEAN_MAX_ROW:
+            raise DoesNotFit(f"vector kernel {k.name}: mean of a row of {length} elements; "
+                             f"rows of at most {MEAN_MAX_ROW} elements are taken")
         if row_words > _MAX_BEATS or row_words + 3 > VBUF_WORDS:
             raise DoesNotFit(f"vector kernel {k.name}: a row of {length} elements is "
                              f"{row_words} vector words; the vector buffer holds {VBUF_WORDS} "
                              f"words (and a VECTOR at most {_MAX_BEATS} beats)")
-        if k.op == "softmax":
-            const_addr, addr = addr, addr + r
+        n_const = {"softmax": 1, "mean": 2}.get(k.op, 0)     # constant words in the buffer
+        if n_const:
+            const_addr, addr = addr, addr + n_const * r
         # one instruction per step covers a whole chunk of rows (segments of row_words beats);
-        # rows longer than a segment can be (sum/rmax only) take one instruction per row
+        # rows longer than a segment can be (sum/rmax/mean only) take one instruction per row
         batched = row_words <= _MAX_SEG
-        # buffer: rows x row_words | one result word per row (softmax: m and s) | -1.0 (softmax)
+        # buffer: rows x row_words | one result word per row (softmax: m and s) | constants
+        # (softmax: -1.0; mean: the multiplier and shift words)
         per_row = row_words + (2 if k.op == "softmax" else 1)
-        per_rows = (VBUF_WORDS - (k.op == "softmax")) // per_row
+        per_rows = (VBUF_WORDS - n_const) // per_row
         if batched:
             per_rows = min(per_rows, _MAX_BEATS // row_words)
-        const_v = VBUF_WORDS - 1
+        const_v = VBUF_WORDS - n_const
+        if k.op == "mean":
+            code.append(_ins("LOAD_V", vaddr=const_v, count=2, addr=const_addr))
         for r0 in range(0, rows, per_rows):
             n = min(per_rows, rows - r0)
             nw = n * row_words
@@ -445,8 +473,11 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
                 code.append(_ins("LOAD_V", vaddr=const_v, count=1, addr=const_addr))
             code.append(_ins("LOAD_V", vaddr=0, count=nw, addr=in_addr))
             if k.op != "softmax":
-                code += ([_vec(k.op, nw, 0, nw, seg=row_words)] if batched else
-                         [_vec(k.op, row_words, i * row_words, nw + i) for i in range(n)])
+                red = "sum" if k.op == "mean" else k.op
+                code += ([_vec(red, nw, 0, nw, seg=row_words)] if batched else
+                         [_vec(red, row_words, i * row_words, nw + i) for i in range(n)])
+                if k.op == "mean":           # S x m / 2**s, m and s in the last two words
+                    code.append(_vec("rescale", n, nw, nw, b=const_v))
             else:
                 mm, ss, sg = nw, nw + n, row_words
                 code += [_vec("rmax", nw, 0, mm, seg=sg),
