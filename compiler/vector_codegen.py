@@ -39,8 +39,8 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
 
 Row ops run a whole chunk of rows per VECTOR instruction, one segment (``seg``) per row:
 ``sum``/``rmax`` are one instruction; ``mean`` is two — ``sum`` -> S per row (Q24.8), then
-``rescale`` S x m / 2**s (:func:`mean_params`: the two parameter words, loaded once into the
-buffer's last two words) -> the row's mean in Q8.8, rounded half up (exact as
+``rescale`` S x m / 2**s (:func:`mean_params`: the two parameter words, which follow each
+chunk's rows in external memory and arrive with them in one ``LOAD_V``) -> the row's mean in Q8.8, rounded half up (exact as
 :mod:`~tilewright.dataflow_sim.vector_numerics` states); ``softmax`` is seven — ``rmax`` -> m per row; ``mul``
 m x (-1) -> -m; ``add`` rows + (-m) (b stepping once per row); ``exp``; ``sum`` -> s per row
 (Q24.8); ``recip`` s; ``mul`` rows x 1/s — so each step is the unit's exact arithmetic. ``recip`` reads the low 16 bits of s as Q8.8, so the
@@ -52,8 +52,7 @@ beats per VECTOR); each chunk is ``LOAD_V`` (operands), the VECTOR instructions 
 ``STORE_V`` of the result words. The vector engine and the DMA share the buffer, so nothing
 overlaps; the cycles follow from :mod:`tilewright.dataflow_sim.accel_timing`.
 
-External memory holds, per kernel, the constant word (-1.0 in every lane, softmax only; mean: the
-multiplier word and the shift word), each
+External memory holds, per kernel, the constant word (-1.0 in every lane, softmax only), each
 chunk's operand words and each chunk's result words, at addresses this module assigns
 (:class:`VectorSegment`); :meth:`VectorSegment.image` / :meth:`VectorSegment.result` convert
 between arrays and external words.
@@ -241,10 +240,13 @@ class VectorSegment:
             for c in self.chunks:
                 put(c.in_addr[i], words[pos:pos + c.in_words])
                 pos += c.in_words
-        if self.const_addr >= 0 and k.op == "mean":
-            put(self.const_addr, pack_vector_words(
-                np.repeat(np.array([mean_params(k.shape[1])], np.int64).T, self.lanes, 1)))
-        elif self.const_addr >= 0:
+        if k.op == "mean":          # each chunk's multiplier and shift words follow its rows
+            r = -(-wb // w)
+            params = pack_vector_words(
+                np.repeat(np.array([mean_params(k.shape[1])], np.int64).T, self.lanes, 1))
+            for c in self.chunks:
+                put(c.in_addr[0] + c.in_words * r, params)
+        if self.const_addr >= 0:
             put(self.const_addr, pack_vector_words(np.full((1, self.lanes), _NEG_ONE, np.int64)))
         return out
 
@@ -448,36 +450,36 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
             raise DoesNotFit(f"vector kernel {k.name}: a row of {length} elements is "
                              f"{row_words} vector words; the vector buffer holds {VBUF_WORDS} "
                              f"words (and a VECTOR at most {_MAX_BEATS} beats)")
-        n_const = {"softmax": 1, "mean": 2}.get(k.op, 0)     # constant words in the buffer
-        if n_const:
-            const_addr, addr = addr, addr + n_const * r
+        if k.op == "softmax":
+            const_addr, addr = addr, addr + r
+        # mean: each chunk's rows are followed in external memory by the multiplier and shift
+        # words, loaded with them by one LOAD_V (buffer: rows | m, s | one sum word per row)
+        n_par = 2 if k.op == "mean" else 0
         # one instruction per step covers a whole chunk of rows (segments of row_words beats);
         # rows longer than a segment can be (sum/rmax/mean only) take one instruction per row
         batched = row_words <= _MAX_SEG
-        # buffer: rows x row_words | one result word per row (softmax: m and s) | constants
-        # (softmax: -1.0; mean: the multiplier and shift words)
+        # buffer: rows x row_words | one result word per row (softmax: m and s) | -1.0 (softmax)
         per_row = row_words + (2 if k.op == "softmax" else 1)
-        per_rows = (VBUF_WORDS - n_const) // per_row
+        per_rows = (VBUF_WORDS - (k.op == "softmax") - n_par) // per_row
         if batched:
             per_rows = min(per_rows, _MAX_BEATS // row_words)
-        const_v = VBUF_WORDS - n_const
-        if k.op == "mean":
-            code.append(_ins("LOAD_V", vaddr=const_v, count=2, addr=const_addr))
+        const_v = VBUF_WORDS - 1
         for r0 in range(0, rows, per_rows):
             n = min(per_rows, rows - r0)
             nw = n * row_words
             in_addr = addr
-            addr += nw * r
+            addr += (nw + n_par) * r
             out_words = nw if k.op == "softmax" else n
+            res_v = nw + n_par                  # first result word in the buffer
             if k.op == "softmax":
                 code.append(_ins("LOAD_V", vaddr=const_v, count=1, addr=const_addr))
-            code.append(_ins("LOAD_V", vaddr=0, count=nw, addr=in_addr))
+            code.append(_ins("LOAD_V", vaddr=0, count=nw + n_par, addr=in_addr))
             if k.op != "softmax":
                 red = "sum" if k.op == "mean" else k.op
-                code += ([_vec(red, nw, 0, nw, seg=row_words)] if batched else
-                         [_vec(red, row_words, i * row_words, nw + i) for i in range(n)])
-                if k.op == "mean":           # S x m / 2**s, m and s in the last two words
-                    code.append(_vec("rescale", n, nw, nw, b=const_v))
+                code += ([_vec(red, nw, 0, res_v, seg=row_words)] if batched else
+                         [_vec(red, row_words, i * row_words, res_v + i) for i in range(n)])
+                if k.op == "mean":           # S x m / 2**s: m in word nw, s in word nw + 1
+                    code.append(_vec("rescale", n, res_v, res_v, b=nw))
             else:
                 mm, ss, sg = nw, nw + n, row_words
                 code += [_vec("rmax", nw, 0, mm, seg=sg),
@@ -487,7 +489,7 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
                          _vec("sum", nw, 0, ss, seg=sg),
                          _vec("recip", n, ss, ss),
                          _vec("mul", nw, 0, 0, b=ss, seg=sg)]
-            code.append(_ins("STORE_V", vaddr=0 if k.op == "softmax" else nw,
+            code.append(_ins("STORE_V", vaddr=0 if k.op == "softmax" else res_v,
                              count=out_words, addr=addr))
             chunks.append(_Chunk(n, (in_addr,), nw, addr, out_words))
             addr += out_words * r

@@ -87,7 +87,9 @@ def _suite():
     # row means (sum, then rescale by 1/n): rows of squares (S >= 0) of odd and even lengths,
     # and signed rows of a power-of-two length, against floor(S / n + 1/2) in Python integers;
     # 600 elements: one sum instruction per row on the narrow arch
-    for shape, lo in (((5, 13), 0), ((3, 48), 0), ((2, 600), 0), ((4, 16), -32768)):
+    # 8 rows of 508: two chunks on the narrow arch (7 rows of 127 words and their sums fit)
+    for shape, lo in (((5, 13), 0), ((3, 48), 0), ((2, 600), 0), ((4, 16), -32768),
+                      ((8, 508), 0)):
         x = _RNG.integers(lo, 32768, shape)
         x[0, :2] = (32767, 0)
         out.append((VectorKernel(f"mean{shape[1]}", "row", "mean", shape), [x],
@@ -301,25 +303,26 @@ def test_requant_and_argmax_cycle_model_match_a_count_by_hand():
 
 
 def test_mean_code_and_cycle_model_match_a_count_by_hand():
-    """Same arch. mean of 2 rows x 8 (2 words per row): LOAD_V of the multiplier and shift words
-    (2) into the buffer's last two words issues in 2, busy 10 + 2*4 = 18 (free from 21); LOAD_V
-    of the rows (4 words) in 21, busy 10 + 16 = 26 (free from 48); VECTOR sum (4 beats, 2
-    segments) in 48, busy 4 + 5 = 9 (free from 58); VECTOR rescale (2 beats, b = the multiplier
-    word) in 58, busy 2 + 5 = 7 (free from 66); STORE_V of the 2 result words in 66, busy
-    1 + 8 = 9 (free from 76); END in 76. The parameters are 2**30 and 33 (n = 8); a mean row
-    longer than MEAN_MAX_ROW does not fit."""
+    """Same arch. mean of 2 rows x 8 (2 words per row): one LOAD_V of the rows and, after them,
+    the multiplier and shift words (6 words) issues in 2, busy 10 + 6*4 = 34 (free from 37);
+    VECTOR sum (4 beats, 2 segments) in 37, busy 4 + 5 = 9 (free from 47); VECTOR rescale (2
+    beats, b = the multiplier word 4) in 47, busy 2 + 5 = 7 (free from 55); STORE_V of the 2
+    result words in 55, busy 1 + 8 = 9 (free from 65); END in 65. The parameters are 2**30 and
+    33 (n = 8), in external memory right after the rows; a mean row longer than MEAN_MAX_ROW
+    does not fit."""
     from tilewright.compiler.vector_codegen import MEAN_MAX_ROW
     arch = ARCHS["narrow4"]
     isa = codegen_vector(arch, [VectorKernel("m", "row", "mean", (2, 8))])
     ins = disassemble(list(isa.words))
     assert [(i.op, i.fields.get("vop"), i.fields.get("count")) for i in ins] == [
-        ("LOAD_V", None, 2), ("LOAD_V", None, 4), ("VECTOR", 8, 4), ("VECTOR", 12, 2),
-        ("STORE_V", None, 2), ("END", None, None)]
-    assert ins[0].fields["vaddr"] == ins[3].fields["b"] == VBUF_WORDS - 2
+        ("LOAD_V", None, 6), ("VECTOR", 8, 4), ("VECTOR", 12, 2), ("STORE_V", None, 2),
+        ("END", None, None)]
+    assert ins[2].fields["b"] == 4 and ins[1].fields["dst"] == ins[2].fields["a"] == 6
     t = predict_segment(isa, isa.segments[0], arch)
-    assert (t.cycles, t.vector_cycles, t.dma_cycles) == (76, 9 + 7, 18 + 26 + 9)
+    assert (t.cycles, t.vector_cycles, t.dma_cycles) == (65, 9 + 7, 34 + 9)
     image = isa.segments[0].image(arch, np.zeros((2, 8), np.int64))
-    assert [image[a] for a in range(8)] == [2 ** 30] * 4 + [33] * 4     # W = 4: a lane a beat
+    # W = 4: one lane a beat; 4 row words of 4 beats, then the parameter words
+    assert [image[a] for a in range(16, 24)] == [2 ** 30] * 4 + [33] * 4
     with pytest.raises(DoesNotFit, match="mean of a row"):
         codegen_vector(ARCHS["wide8"], [VectorKernel("m", "row", "mean", (1, MEAN_MAX_ROW + 1))])
 
