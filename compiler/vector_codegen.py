@@ -337,7 +337,7 @@ class VectorSegment:
     def result(self, arch: ArchSpec, read) -> np.ndarray:
         """The kernel's result from external memory (``read(addr, count)`` -> W-byte words):
         int64 raw values — Q8.8 for every op but ``sum`` (Q24.8); shape: elementwise and
-        softmax as the operand, sum and rmax ``[rows]``."""
+        softmax as the operand, sum, mean and rmax ``[rows]``."""
         k = self.kernel
         w, wb = beat_bytes(arch), vector_word_bytes(arch)
         r = -(-wb // w)
