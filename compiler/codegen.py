@@ -48,7 +48,10 @@ ISA — fixed 64-bit instruction words
                         -128, 127)`` (``s`` = 0: ``clamp(x * m)``) of the signed 32-bit lane
                         ``x``, the multiplier ``m`` (signed 32-bit lane of the beat's b word)
                         and the shift ``s`` (bits 5:0 of that lane in the word after the b
-                        word) — round half up, the functional model's ``requantize``
+                        word) — round half up, the functional model's ``requantize``;
+                        ``rescale`` reads the same three lanes and writes ``clamp(floor((x * m
+                        + 2**(s-1)) / 2**s), -32768, 32767)``: an int32 (e.g. a ``sum``'s
+                        Q24.8) to Q8.8, e.g. a row mean ``sum x (1/n)``
                         (:data:`VECTOR_UNIT_OPS` lists each op's kind and lane formats)
     ``SCAN``    9       ``count`` (12, >= 1) time steps, ``ab``, ``c``, ``h0``, ``dst`` (12 each):
                         the scan unit runs ``h[t] = a[t] h[t-1] + b[t]`` for one channel (its
@@ -184,8 +187,8 @@ VBUF_WORDS = 1024
 #: derive from): name -> (``vop`` code, kind, operand lanes, result lanes). Kind ``elementwise``
 #: writes one word per beat, ``reduction`` one word per segment (the value in every lane).
 #: Operand lanes: ``Q8.8`` — the low 16 bits of each 32-bit lane, signed; ``int32`` — the whole
-#: signed 32-bit lane. ``requant`` also reads, per lane, the multiplier (int32) in its b word and
-#: the shift (bits 5:0, 0..63) in the word after its b word
+#: signed 32-bit lane. ``requant`` and ``rescale`` also read, per lane, the multiplier (int32) in
+#: their b word and the shift (bits 5:0, 0..63) in the word after their b word
 #: (:mod:`tilewright.dataflow_sim.vector_numerics` states every op's arithmetic).
 VECTOR_UNIT_OPS: dict[str, tuple[int, str, str, str]] = {
     "add": (0, "elementwise", "Q8.8", "Q8.8"), "mul": (1, "elementwise", "Q8.8", "Q8.8"),
@@ -195,6 +198,7 @@ VECTOR_UNIT_OPS: dict[str, tuple[int, str, str, str]] = {
     "sum": (8, "reduction", "Q8.8", "int32 (Q24.8)"), "rmax": (9, "reduction", "Q8.8", "Q8.8"),
     "argmax": (10, "reduction", "int32", "int32 index"),
     "requant": (11, "elementwise", "int32", "int8"),
+    "rescale": (12, "elementwise", "int32", "Q8.8"),
 }
 #: VECTOR ``vop`` codes (the vector unit's opcodes, :class:`tilewright.rtl.vector_unit.VectorOp`)
 VECTOR_OPCODES: dict[str, int] = {name: row[0] for name, row in VECTOR_UNIT_OPS.items()}

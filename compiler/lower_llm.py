@@ -10,7 +10,8 @@ matmul             ``bgemm`` (batched, broadcast)
 attention          ``attention`` (blocks from :func:`~.llm_tiling.plan_attention_blocks`)
 scan               ``scan`` (chunks from :func:`~.llm_tiling.plan_scan_chunks`)
 grouped_gemm       ``grouped_gemm`` (run-time counts; ``example_counts`` filled later)
-topk               ``topk_indices`` + ``gather`` of the values
+topk               ``topk_indices`` + ``gather`` of the values (the indices ranked on a softmax's
+                   input when the values are that softmax: :func:`_order_source`)
 transpose          ``permute`` (1, 0)
 VECTOR_OPS names   one ``vector`` task, attrs unchanged
 =================  =======================================================================
@@ -97,6 +98,18 @@ def _kv_append(g: Graph, op: Op) -> bool:
 
 def _producers(g: Graph) -> dict[str, Op]:
     return {o: op for op in g.ops for o in op.outputs}
+
+
+def _order_source(prod: dict[str, Op], x: str, axis: int, shape) -> str:
+    """What a ``topk`` over ``x`` ranks: the softmax's input when ``x`` is a softmax over the
+    same axis (softmax is strictly increasing along it, so the indices are the same in exact
+    arithmetic), else ``x``. A MoE router's top-k then chooses its experts from its logits, not
+    from probabilities a quantized softmax (the vector unit's Q8.8: steps of 2**-8) can tie."""
+    op = prod.get(x)
+    nd = len(shape[x])
+    if op is not None and op.kind == "softmax" and op.attrs.get("axis") % nd == axis % nd:
+        return op.inputs[0]
+    return x
 
 
 def _cached_elements(g: Graph, prod: dict[str, Op], x: str) -> int:
@@ -371,8 +384,9 @@ def _lower_op(b: _Builder, op: Op, arch: ArchSpec, fmt: str) -> None:
         return
     if op.kind == "topk":
         vals, idx = op.outputs
-        b.add(VectorTask, (idx,), (op.inputs[0],), name=f"{name}.indices", op="topk_indices",
-              inputs=(op.inputs[0],), out=idx, attrs={k: op.attrs[k] for k in ("k", "axis")},
+        choice = _order_source(b.producers, op.inputs[0], op.attrs["axis"], shape)
+        b.add(VectorTask, (idx,), (choice,), name=f"{name}.indices", op="topk_indices",
+              inputs=(choice,), out=idx, attrs={k: op.attrs[k] for k in ("k", "axis")},
               source=src)
         b.add(VectorTask, (vals,), (op.inputs[0], idx), name=f"{name}.values", op="gather",
               inputs=(op.inputs[0], idx), out=vals, attrs={"axis": op.attrs["axis"]}, source=src)

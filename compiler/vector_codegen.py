@@ -6,8 +6,8 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
 ``elementwise``  ``op`` in add, mul, max (two operands of one shape) or exp, recip, rsqrt,
                  silu, softplus (one operand): the tensor is flattened into vector words of
                  ``lanes`` elements (the last word zero-padded).
-``row``          ``op`` in sum, rmax, softmax, argmax over the last axis of a 2-D operand
-                 ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum),
+``row``          ``op`` in sum, mean, rmax, softmax, argmax over the last axis of a 2-D operand
+                 ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum, mean),
                  -128.0 (rmax, softmax) or -2**31 (argmax, whose operand is int32 — e.g. the
                  LM head's logits — and whose result is each row's index of its largest element,
                  the lowest on ties), so padding never changes a result.
@@ -38,7 +38,10 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
                  channels of a chunk share the chunk's c words.
 
 Row ops run a whole chunk of rows per VECTOR instruction, one segment (``seg``) per row:
-``sum``/``rmax`` are one instruction; ``softmax`` is seven — ``rmax`` -> m per row; ``mul``
+``sum``/``rmax`` are one instruction; ``mean`` is two — ``sum`` -> S per row (Q24.8), then
+``rescale`` S x m / 2**s (:func:`mean_params`: the two parameter words, which follow each
+chunk's rows in external memory and arrive with them in one ``LOAD_V``) -> the row's mean in Q8.8, rounded half up (exact as
+:mod:`~tilewright.dataflow_sim.vector_numerics` states); ``softmax`` is seven — ``rmax`` -> m per row; ``mul``
 m x (-1) -> -m; ``add`` rows + (-m) (b stepping once per row); ``exp``; ``sum`` -> s per row
 (Q24.8); ``recip`` s; ``mul`` rows x 1/s — so each step is the unit's exact arithmetic. ``recip`` reads the low 16 bits of s as Q8.8, so the
 row length is limited to 127 (a sum of exps <= 127.0): longer rows raise :class:`DoesNotFit`.
@@ -71,13 +74,13 @@ from tilewright.compiler.layout import DoesNotFit
 
 __all__ = ["VectorKernel", "VectorSegment", "VectorIsa", "codegen_vector", "batch_kernels",
            "ELEMENTWISE_OPS",
-           "ROW_OPS", "Q_MIN", "Q_MAX", "SOFTMAX_MAX_ROW", "pack_vector_words",
-           "unpack_vector_words"]
+           "ROW_OPS", "Q_MIN", "Q_MAX", "SOFTMAX_MAX_ROW", "MEAN_MAX_ROW", "mean_params",
+           "pack_vector_words", "unpack_vector_words"]
 
 BINARY = ("add", "mul", "max")
 UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
 ELEMENTWISE_OPS = BINARY + UNARY
-ROW_OPS = ("sum", "rmax", "softmax", "argmax")
+ROW_OPS = ("sum", "mean", "rmax", "softmax", "argmax")
 KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",),
          "requant": ("requant",), "gather": ("gather",), "lookup": ("lookup",)}
 Q_MIN, Q_MAX = -32768, 32767        #: raw Q8.8 range
@@ -88,6 +91,20 @@ SCAN_H_MIN, SCAN_H_MAX = -(1 << 31), (1 << 31) - 1   #: scan unit: b, c, h codes
 _MAX_BEATS = (1 << field_slices("VECTOR")["count"][1]) - 1
 _MAX_SEG = (1 << field_slices("VECTOR")["seg"][1]) - 1     #: longest VECTOR segment (beats)
 _NEG_ONE = -256                     #: -1.0 in Q8.8
+#: longest row a ``mean`` kernel takes (its result is exact as documented for n < 2**13)
+MEAN_MAX_ROW = (1 << 13) - 1
+
+
+def mean_params(n: int) -> tuple[int, int]:
+    """(multiplier, shift) with which ``rescale`` turns the ``sum`` S of ``n`` Q8.8 elements
+    (Q24.8) into their mean ``floor(S / n + 1/2)`` (Q8.8): ``s = 30 + floor(log2 n)``,
+    ``m = ceil(2**s / n)`` (2**29 < m <= 2**30: one int32 lane). The error bound is derived in
+    :mod:`tilewright.dataflow_sim.vector_numerics`."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MEAN_MAX_ROW:
+        raise ValueError(f"vector unit mean: a row of {n} elements; rows of 1 to "
+                         f"{MEAN_MAX_ROW} elements are taken")
+    s = 30 + int(n).bit_length() - 1
+    return -(-(1 << s) // int(n)), s
 
 
 @dataclass(frozen=True)
@@ -207,7 +224,7 @@ class VectorSegment:
             grid[:, :k.shape[1]] = table
             put(self.chunks[0].in_addr[0], pack_vector_words(grid.reshape(-1, self.lanes)))
             return out
-        pad = 0 if k.op == "sum" else I32_MIN if k.op == "argmax" else Q_MIN
+        pad = 0 if k.op in ("sum", "mean") else I32_MIN if k.op == "argmax" else Q_MIN
         lo, hi, what = (I32_MIN, I32_MAX, "int32") if k.op == "argmax" else (Q_MIN, Q_MAX,
                                                                             "raw Q8.8")
         for i, x in enumerate(operands):
@@ -223,6 +240,12 @@ class VectorSegment:
             for c in self.chunks:
                 put(c.in_addr[i], words[pos:pos + c.in_words])
                 pos += c.in_words
+        if k.op == "mean":          # each chunk's multiplier and shift words follow its rows
+            r = -(-wb // w)
+            params = pack_vector_words(
+                np.repeat(np.array([mean_params(k.shape[1])], np.int64).T, self.lanes, 1))
+            for c in self.chunks:
+                put(c.in_addr[0] + c.in_words * r, params)
         if self.const_addr >= 0:
             put(self.const_addr, pack_vector_words(np.full((1, self.lanes), _NEG_ONE, np.int64)))
         return out
@@ -314,7 +337,7 @@ class VectorSegment:
     def result(self, arch: ArchSpec, read) -> np.ndarray:
         """The kernel's result from external memory (``read(addr, count)`` -> W-byte words):
         int64 raw values — Q8.8 for every op but ``sum`` (Q24.8); shape: elementwise and
-        softmax as the operand, sum and rmax ``[rows]``."""
+        softmax as the operand, sum, mean and rmax ``[rows]``."""
         k = self.kernel
         w, wb = beat_bytes(arch), vector_word_bytes(arch)
         r = -(-wb // w)
@@ -420,18 +443,24 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
             raise DoesNotFit(f"vector kernel {k.name}: softmax row of {length} elements: the "
                              f"vector unit's recip takes a Q8.8 sum, so rows hold at most "
                              f"{SOFTMAX_MAX_ROW} elements")
+        if k.op == "mean" and length > MEAN_MAX_ROW:
+            raise DoesNotFit(f"vector kernel {k.name}: mean of a row of {length} elements; "
+                             f"rows of at most {MEAN_MAX_ROW} elements are taken")
         if row_words > _MAX_BEATS or row_words + 3 > VBUF_WORDS:
             raise DoesNotFit(f"vector kernel {k.name}: a row of {length} elements is "
                              f"{row_words} vector words; the vector buffer holds {VBUF_WORDS} "
                              f"words (and a VECTOR at most {_MAX_BEATS} beats)")
         if k.op == "softmax":
             const_addr, addr = addr, addr + r
+        # mean: each chunk's rows are followed in external memory by the multiplier and shift
+        # words, loaded with them by one LOAD_V (buffer: rows | m, s | one sum word per row)
+        n_par = 2 if k.op == "mean" else 0
         # one instruction per step covers a whole chunk of rows (segments of row_words beats);
-        # rows longer than a segment can be (sum/rmax only) take one instruction per row
+        # rows longer than a segment can be (sum/rmax/mean only) take one instruction per row
         batched = row_words <= _MAX_SEG
         # buffer: rows x row_words | one result word per row (softmax: m and s) | -1.0 (softmax)
         per_row = row_words + (2 if k.op == "softmax" else 1)
-        per_rows = (VBUF_WORDS - (k.op == "softmax")) // per_row
+        per_rows = (VBUF_WORDS - (k.op == "softmax") - n_par) // per_row
         if batched:
             per_rows = min(per_rows, _MAX_BEATS // row_words)
         const_v = VBUF_WORDS - 1
@@ -439,14 +468,18 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
             n = min(per_rows, rows - r0)
             nw = n * row_words
             in_addr = addr
-            addr += nw * r
+            addr += (nw + n_par) * r
             out_words = nw if k.op == "softmax" else n
+            res_v = nw + n_par                  # first result word in the buffer
             if k.op == "softmax":
                 code.append(_ins("LOAD_V", vaddr=const_v, count=1, addr=const_addr))
-            code.append(_ins("LOAD_V", vaddr=0, count=nw, addr=in_addr))
+            code.append(_ins("LOAD_V", vaddr=0, count=nw + n_par, addr=in_addr))
             if k.op != "softmax":
-                code += ([_vec(k.op, nw, 0, nw, seg=row_words)] if batched else
-                         [_vec(k.op, row_words, i * row_words, nw + i) for i in range(n)])
+                red = "sum" if k.op == "mean" else k.op
+                code += ([_vec(red, nw, 0, res_v, seg=row_words)] if batched else
+                         [_vec(red, row_words, i * row_words, res_v + i) for i in range(n)])
+                if k.op == "mean":           # S x m / 2**s: m in word nw, s in word nw + 1
+                    code.append(_vec("rescale", n, res_v, res_v, b=nw))
             else:
                 mm, ss, sg = nw, nw + n, row_words
                 code += [_vec("rmax", nw, 0, mm, seg=sg),
@@ -456,7 +489,7 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
                          _vec("sum", nw, 0, ss, seg=sg),
                          _vec("recip", n, ss, ss),
                          _vec("mul", nw, 0, 0, b=ss, seg=sg)]
-            code.append(_ins("STORE_V", vaddr=0 if k.op == "softmax" else nw,
+            code.append(_ins("STORE_V", vaddr=0 if k.op == "softmax" else res_v,
                              count=out_words, addr=addr))
             chunks.append(_Chunk(n, (in_addr,), nw, addr, out_words))
             addr += out_words * r

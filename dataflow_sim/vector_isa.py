@@ -13,8 +13,8 @@ the C-projection on codes); a VECTOR instruction reads every source word first a
 hardware does whenever its destination does not start more than
 :data:`~tilewright.compiler.codegen.VECTOR_OVERHEAD_CYCLES` words after a source range it
 overlaps (the code generator writes in place or to disjoint words only). The Q8.8 ops read the
-low 16 bits of each 32-bit lane; ``argmax`` and ``requant`` read whole signed 32-bit lanes, and
-``requant`` its shifts from the word after each beat's b word. Vector-buffer addresses wrap at
+low 16 bits of each 32-bit lane; ``argmax``, ``requant`` and ``rescale`` read whole signed 32-bit
+lanes, and ``requant`` and ``rescale`` their shifts from the word after each beat's b word. Vector-buffer addresses wrap at
 :data:`~tilewright.compiler.codegen.VBUF_WORDS`.
 """
 

@@ -30,6 +30,25 @@ Operations (the op names of the compiler's VectorTask)
           and shift ``s`` (0..63): ``clamp(rshift_round(x * m, s), -128, 127)`` — round half up
           (toward +inf), exactly the functional model's ``requantize`` with bias 0 and no ReLU
           (``dataflow_sim.functional``); the product is exact (|x * m| <= 2**62).
+``rescale`` int32 -> Q8.8 with the same three lanes and the same rounding as ``requant``, clamped to
+          the Q8.8 range instead: ``clamp(rshift_round(x * m, s), -32768, 32767)``. A row mean
+          is ``sum`` then ``rescale`` by
+          :func:`~tilewright.compiler.vector_codegen.mean_params` (the parameters the code
+          generator writes).
+
+Row mean (``sum`` then ``rescale``, :func:`mean`): the sum ``S`` of a row's ``n`` raw Q8.8
+elements is exact (|S| <= n * 2**15 < 2**31 for n < 2**16); with ``s = 30 + floor(log2 n)`` and
+``m = ceil(2**s / n)`` (so 2**29 < m <= 2**30, one int32 lane), ``S * m / 2**s`` exceeds ``S / n``
+by ``e = S * (m - 2**s / n) / 2**s``: 0 <= e < S / 2**s <= n * 2**15 / (2**30 * n / 2) = 2**-14
+raw LSB when S >= 0 (``m`` exact and e = 0 when n is a power of two; -2**-14 < e <= 0 when S < 0).
+``S / n + 1/2`` is a multiple of ``1 / (2n)``, so for n < 2**13 shifting it by |e| < 1 / (2n)
+never crosses an integer unless it is one: the result is
+exactly ``floor(S / n + 1/2)`` (the mean rounded half up) for every S >= 0 (a mean of squares)
+and for every S when n is a power of two; for S < 0 and n not a power of two it is that or one
+LSB below it (only at an exact tie). Against the exact mean of fp32 inputs ``x`` (each rounded to
+Q8.8 by :func:`to_fixed`, error <= 2**-9 while |x| <= 128 - 2**-9): |mean - mean(x)| <= 2**-9
+(the inputs' rounding, averaged) + 2**-9 (the final rounding) = 2**-8, plus 2**-8 for a negative
+tie.
 
 Every error bound below is derived, not fitted: the relative error of the interpolated table
 value p (entry rounding, half a Q1.15 LSB; the floor of the interpolation, < one Q1.15 LSB;
@@ -79,13 +98,14 @@ import numpy as np
 
 from tilewright.compiler.codegen import (REQUANT_SHIFT_BITS, VECTOR_INT32_OPS, VECTOR_OPCODES,
                                          VECTOR_REDUCTIONS)
+from tilewright.compiler.vector_codegen import MEAN_MAX_ROW, mean_params
 
 __all__ = ["FRAC_BITS", "SEG_BITS", "Q_MAX", "Q_MIN", "OPS", "ELEMENTWISE_OPS", "REDUCTION_OPS",
            "UNARY_OPS", "INT32_OPS", "requant", "argmax", "to_fixed", "from_fixed", "order_keys",
            "elementwise",
            "reduce", "run_beats",
            "apply_float", "error_bound", "exp2_table", "recip_table", "rsqrt_table",
-           "pwl_table", "LOG2E_Q14"]
+           "pwl_table", "LOG2E_Q14", "rescale", "mean"]
 
 FRAC_BITS = 8            #: fractional bits of Q8.8
 SEG_BITS = 6             #: log2(segments) of the exp / recip / rsqrt tables
@@ -261,6 +281,28 @@ def requant(x, m, s) -> np.ndarray:
     return np.clip(rshift_round(p, s.astype(np.int64)), I8_MIN, I8_MAX)
 
 
+def rescale(x, m, s) -> np.ndarray:
+    """``clamp(floor((x * m + 2**(s-1)) / 2**s), -32768, 32767)`` per element (``s`` = 0: no
+    shift) of int32 ``x`` and ``m`` and shifts ``s`` in 0..63: ``requant`` clamped to Q8.8 raw
+    instead of int8; int64 result."""
+    x, m = _check_int32("x", x), _check_int32("m", m)
+    s = np.asarray(s)
+    if s.dtype.kind not in "iu" or (s.size and (s.min() < 0 or s.max() > SHIFT_MAX)):
+        raise ValueError(f"vector unit rescale: shifts are integers 0..{SHIFT_MAX}")
+    return _sat(rshift_round(x * m, s.astype(np.int64)))
+
+
+def mean(x) -> np.ndarray:
+    """Row means of raw Q8.8 ``x`` ``[rows, n]`` as the unit computes them (``sum`` then
+    ``rescale`` by :func:`~tilewright.compiler.vector_codegen.mean_params`): raw Q8.8 int64
+    ``[rows]``."""
+    x = _check_raw("x", x)
+    if x.ndim != 2:
+        raise ValueError(f"vector unit mean: rows [rows, n] expected, not shape {x.shape}")
+    mult, shift = mean_params(x.shape[1])
+    return rescale(x.sum(axis=1), np.int64(mult), np.int64(shift))
+
+
 def argmax(x) -> int:
     """Index of the largest element of int32 ``x`` (flattened, row-major), the lowest on ties."""
     x = _check_int32("x", x).reshape(-1)
@@ -280,7 +322,7 @@ def elementwise(op: str, a, b=None) -> np.ndarray:
     if op not in ELEMENTWISE_OPS or op in INT32_OPS:
         ok = [o for o in ELEMENTWISE_OPS if o not in INT32_OPS]
         raise ValueError(f"vector op {op!r}: elementwise Q8.8 ops are {', '.join(ok)} "
-                         "(requant: vector_numerics.requant)")
+                         "(requant, rescale: vector_numerics.requant / rescale)")
     a = _check_raw("a", a)
     if op in BINARY_OPS:
         if b is None:
@@ -330,10 +372,11 @@ def run_beats(ops: Sequence[str], a, b, last: Sequence[bool], s=None) -> list[li
             j = i
             while j < len(ops) and ops[j] == op:
                 j += 1
-            if op == "requant":
+            if op in ("requant", "rescale"):
                 if s is None:
-                    raise ValueError(f"vector beat {i}: requant needs shifts s")
-                out += requant(a[i:j], b[i:j], np.asarray(s)[i:j]).tolist()
+                    raise ValueError(f"vector beat {i}: {op} needs shifts s")
+                fn = requant if op == "requant" else rescale
+                out += fn(a[i:j], b[i:j], np.asarray(s)[i:j]).tolist()
             else:
                 out += elementwise(op, a16[i:j], b16[i:j]).tolist()
             i = j

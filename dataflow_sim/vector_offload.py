@@ -23,6 +23,9 @@ softmax       row softmax over the last axis (rows of at most
               rows stay fp32)
 reduce_sum,   row ``sum`` / ``rmax`` over the last axis only (``sum`` returns Q24.8, exact
 reduce_max    in fp32 up to 2**24)
+reduce_mean   row ``mean`` over the last axis only (a norm's mean: ``sum`` then ``rescale`` by
+              1/n, Q8.8 rounded half up; rows of at most
+              :data:`~tilewright.compiler.vector_codegen.MEAN_MAX_ROW` elements)
 take_rows     rows of an fp32 2-D table, the table's fp32 bits as int32 lanes, fetched by
               ``LOAD_VI``: bit-exact. One index (a decode step's embedding lookup):
               ``gather``, the index in the index register the host sets; several ids of an
@@ -64,7 +67,7 @@ __all__ = ["VectorUnitOps", "ReplayVectorUnit", "OffloadRecord", "OFFLOAD_OPS", 
 
 _UNARY = ("exp", "rsqrt", "silu", "softplus")
 _BINARY = ("add", "mul")
-_ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_max": "rmax"}
+_ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "rmax"}
 #: Program vector ops (and the scan task) the vector engine takes (see the module table)
 OFFLOAD_OPS = _UNARY + _BINARY + tuple(_ROW) + ("take_rows", "scan")
 

@@ -16,7 +16,8 @@ Command (``sync`` domain; ``start`` pulses for one cycle while ``busy`` is low)
     segment length ``seg`` (the ISA's VECTOR). Beat ``i`` feeds every 32-bit lane of words
     ``a+i`` and ``b+i`` (``b_inc`` = 1) or ``b + i // seg`` (``b_inc`` = 0; ``b`` when
     ``seg`` = 0) to the unit (its Q8.8 ops read the low 16 bits), and the low 6 bits of each lane
-    of the word after that b word as ``requant``'s shift (read port C, idle outside SCAN), with
+    of the word after that b word as ``requant``'s / ``rescale``'s shift (read port C, idle
+    outside SCAN), with
     ``last`` on the last beat of each segment and
     on beat ``count-1``; each result word is written to ``dst``, ``dst+1``, ... as it leaves the
     unit (elementwise: ``count`` words; ``sum``/``rmax``: one word per segment). Addresses wrap

@@ -13,7 +13,8 @@ linear tails outside. Each table is held as two constant ROMs of exactly 2**bits
 start and segment end values), so one lookup gives both interpolation endpoints.
 ``argmax`` (a reduction) gives the lowest index ``beat * lanes + lane`` of the largest signed
 32-bit lane of a run; ``requant`` (elementwise) gives ``clamp(rshift_round(x * m, s), -128, 127)``
-of the signed 32-bit lane ``x``, multiplier ``m`` (32-bit lane of ``b``) and shift ``s`` (0..63).
+of the signed 32-bit lane ``x``, multiplier ``m`` (32-bit lane of ``b``) and shift ``s`` (0..63);
+``rescale`` the same clamped to Q8.8 (-32768..32767; e.g. a ``sum``'s Q24.8 times 1/n: a mean).
 Every lane holds every function (area is not shared between ops); ArchSpec's
 ``vector_unit.transcendental_passes`` is not used: every op takes one pass (one beat per cycle).
 
@@ -21,7 +22,8 @@ Ports (all in the ``sync`` domain; a "cycle" is one clock period):
 
 ``operands`` (stream in): ``op`` (:class:`VectorOp`), ``last`` (ends a reduction run),
     ``a``, ``b`` (``lanes`` x signed 32-bit lanes; the Q8.8 ops read their low 16 bits, ``b``
-    only for add/mul/max and requant's multiplier), ``s`` (``lanes`` x 6 bits: requant's shift).
+    only for add/mul/max and requant's / rescale's multiplier), ``s`` (``lanes`` x 6 bits: their
+    shift).
 ``results`` (stream out): ``data`` (``lanes`` x signed 32-bit) and ``last``.
 
 Timing contract: the unit is a 4-stage pipeline (:data:`LATENCY`) that moves only when its output
@@ -236,8 +238,12 @@ class VectorUnit(wiring.Component):
         rq_sh = Signal(signed(64), name=n + "rq_sh")
         sm1 = (s1 - 1)[:REQUANT_SHIFT_BITS]
         m.d.comb += rq_sh.eq(Mux(s1 == 0, prod1, ((prod1 >> sm1) + 1) >> 1))
-        rq2 = reg(Mux(rq_sh > 127, 127, Mux(rq_sh < -128, -128, rq_sh)), signed(8), n + "rq2")
-        rq3 = reg(rq2, signed(8), n + "rq3")
+        # requant clamps to int8, rescale (the same product and shift) to Q8.8: one clamp whose
+        # bounds the stage-1 op picks
+        rs1 = op1 == VectorOp.RESCALE
+        hi, lo = Mux(rs1, _QMAX, 127), Mux(rs1, _QMIN, -128)
+        rq2 = reg(Mux(rq_sh > hi, hi, Mux(rq_sh < lo, lo, rq_sh)), signed(_W), n + "rq2")
+        rq3 = reg(rq2, signed(_W), n + "rq3")
         # ---- stage 1: simple ops, exp range reduction, normalisation, pwl index -------------
         s_mul = (((a * b) >> 7) + 1) >> 1
         simple = Mux(op == VectorOp.ADD, a + b, Mux(op == VectorOp.MUL, s_mul, Mux(a > b, a, b)))
@@ -337,7 +343,7 @@ class VectorUnit(wiring.Component):
                 m.d.comb += y.eq(Mux(spec3, _QMAX, shifted))
             with m.Case(VectorOp.SILU, VectorOp.SOFTPLUS):
                 m.d.comb += y.eq(Mux(thi3, a3, Mux(tlo3, 0, p3)))
-            with m.Case(VectorOp.REQUANT):
+            with m.Case(VectorOp.REQUANT, VectorOp.RESCALE):
                 m.d.comb += y.eq(rq3)
             with m.Default():
                 m.d.comb += y.eq(simple3)

@@ -205,3 +205,35 @@ def test_unsupported_op_in_llm_names_op_and_line():
 
     with pytest.raises(UnsupportedOp, match=r"aten.cos.*test_compiler_llm.py:\d+"):
         from_exported(export_model(Cos(), (torch.randn(2, 3),)))
+
+
+def test_topk_of_a_softmax_ranks_the_logits_so_q88_ties_do_not_pick_experts():
+    """A router's ``softmax(x).topk(2)``: the indices task reads x (softmax is strictly
+    increasing along its axis), the values still the softmax's. Logits whose probabilities the
+    vector unit's Q8.8 softmax rounds to the same step (0.2 vs 0.2005 apart by far less than
+    2**-8 after the softmax) pick torch's experts with --vector's arithmetic too."""
+    from tilewright.compiler.program import VectorTask
+    from tilewright.dataflow_sim.compile_flow import compile_module
+    from tilewright.dataflow_sim.functional import vector_unit_ops
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+
+    class Router(torch.nn.Module):
+        def forward(self, x):
+            v, i = torch.softmax(x, dim=-1).topk(2, dim=-1)
+            return v, i
+
+    arch = load_arch("ws8x8v")
+    x = torch.tensor([[0.0, 0.2, 0.2005, -1.0], [1.0, 0.999, 0.9985, 0.0]])
+    want = torch.softmax(x, -1).topk(2, -1)
+    hook = VectorUnitOps(arch)
+    with vector_unit_ops(hook):
+        c = compile_module(Router(), (x,), arch, name="router")
+    tk = [t for t in c.program.tasks if isinstance(t, VectorTask) and t.op == "topk_indices"]
+    sm = [t for t in c.program.tasks if isinstance(t, VectorTask) and t.op == "softmax"]
+    assert len(tk) == len(sm) == 1 and tk[0].inputs == sm[0].inputs
+    assert any(r.kernel.op == "softmax" for r in hook.records)       # Q8.8 probabilities
+    idx = c.outputs[c.program.outputs[1]]
+    assert idx.tolist() == want.indices.tolist()
+    # the Q8.8 probabilities do tie here: ranking them would have picked the lower index
+    probs = c.outputs[c.program.outputs[0]]
+    assert probs[0, 0] == probs[0, 1] or probs[1, 0] == probs[1, 1]

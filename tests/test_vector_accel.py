@@ -84,6 +84,16 @@ def _suite():
     x = _operand((2, 600), -100, 100)
     out.append((VectorKernel("longsum", "row", "sum", x.shape), [x],
                 np.array([vn.reduce("sum", r) for r in x])))
+    # row means (sum, then rescale by 1/n): rows of squares (S >= 0) of odd and even lengths,
+    # and signed rows of a power-of-two length, against floor(S / n + 1/2) in Python integers;
+    # 600 elements: one sum instruction per row on the narrow arch
+    # 8 rows of 508: two chunks on the narrow arch (7 rows of 127 words and their sums fit)
+    for shape, lo in (((5, 13), 0), ((3, 48), 0), ((2, 600), 0), ((4, 16), -32768),
+                      ((8, 508), 0)):
+        x = _RNG.integers(lo, 32768, shape)
+        x[0, :2] = (32767, 0)
+        out.append((VectorKernel(f"mean{shape[1]}", "row", "mean", shape), [x],
+                    np.array([(2 * int(t) + shape[1]) // (2 * shape[1]) for t in x.sum(1)])))
     for rows, length in ((6, 9), (2, 1), (1, 127)):
         x = _operand((rows, length), -1200, 1200, edges=False)
         out.append((VectorKernel(f"softmax{length}", "row", "softmax", x.shape), [x],
@@ -292,6 +302,54 @@ def test_requant_and_argmax_cycle_model_match_a_count_by_hand():
         assert (t.cycles, t.vector_cycles, t.dma_cycles) == want, kernel
 
 
+def test_mean_code_and_cycle_model_match_a_count_by_hand():
+    """Same arch. mean of 2 rows x 8 (2 words per row): one LOAD_V of the rows and, after them,
+    the multiplier and shift words (6 words) issues in 2, busy 10 + 6*4 = 34 (free from 37);
+    VECTOR sum (4 beats, 2 segments) in 37, busy 4 + 5 = 9 (free from 47); VECTOR rescale (2
+    beats, b = the multiplier word 4) in 47, busy 2 + 5 = 7 (free from 55); STORE_V of the 2
+    result words in 55, busy 1 + 8 = 9 (free from 65); END in 65. The parameters are 2**30 and
+    33 (n = 8), in external memory right after the rows; a mean row longer than MEAN_MAX_ROW
+    does not fit."""
+    from tilewright.compiler.vector_codegen import MEAN_MAX_ROW
+    arch = ARCHS["narrow4"]
+    isa = codegen_vector(arch, [VectorKernel("m", "row", "mean", (2, 8))])
+    ins = disassemble(list(isa.words))
+    assert [(i.op, i.fields.get("vop"), i.fields.get("count")) for i in ins] == [
+        ("LOAD_V", None, 6), ("VECTOR", 8, 4), ("VECTOR", 12, 2), ("STORE_V", None, 2),
+        ("END", None, None)]
+    assert ins[2].fields["b"] == 4 and ins[1].fields["dst"] == ins[2].fields["a"] == 6
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert (t.cycles, t.vector_cycles, t.dma_cycles) == (65, 9 + 7, 34 + 9)
+    image = isa.segments[0].image(arch, np.zeros((2, 8), np.int64))
+    # W = 4: one lane a beat; 4 row words of 4 beats, then the parameter words
+    assert [image[a] for a in range(16, 24)] == [2 ** 30] * 4 + [33] * 4
+    with pytest.raises(DoesNotFit, match="mean of a row"):
+        codegen_vector(ARCHS["wide8"], [VectorKernel("m", "row", "mean", (1, MEAN_MAX_ROW + 1))])
+
+
+def test_reduce_mean_offload_is_the_units_row_mean():
+    """A reduce_mean task over the last axis becomes a row ``mean`` kernel whose fp32 result is
+    within 2**-8 of numpy's mean (the bound vector_numerics derives); over another axis, or of a
+    row too long, it stays on the functional model (None)."""
+    from tilewright.compiler.program import VectorTask
+    from tilewright.compiler.vector_codegen import MEAN_MAX_ROW
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+    arch = ARCHS["wide8"]
+    hook = VectorUnitOps(arch)
+    x = (_RNG.standard_normal((2, 3, 40)) ** 2).astype(np.float32)
+    task = VectorTask(name="m", op="reduce_mean", inputs=("x",), out="y",
+                      attrs={"axes": [2], "keepdim": True})
+    got = hook(task, [x])
+    assert got.shape == (2, 3, 1) and got.dtype == np.float32
+    assert hook.records[-1].kernel == VectorKernel("v0_m", "row", "mean", (6, 40))
+    err = np.abs(got.astype(np.float64) - x.astype(np.float64).mean(-1, keepdims=True))
+    assert err.max() <= 2.0 ** -8
+    other = VectorTask(name="m1", op="reduce_mean", inputs=("x",), out="y",
+                       attrs={"axes": [1], "keepdim": True})
+    assert hook(other, [x]) is None
+    assert hook(task, [np.ones((1, MEAN_MAX_ROW + 1), np.float32)]) is None
+
+
 def test_lookup_code_and_cycle_model_match_a_count_by_hand():
     """lookup of ids [3, 1] in a 5 x 4 table on 4 lanes behind a 4-byte port (one word per row,
     r = 4 beats per vector word, one beat per index word, L = 10): LOAD_IDX issues in 2, busy
@@ -384,7 +442,7 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
     monkeypatch.setattr(accel_timing, "VECTOR_OVERHEAD_CYCLES",
                         accel_timing.VECTOR_OVERHEAD_CYCLES + 1)
     off = {r["kernel"]: r["equal"] for r in run.comparison(arch)}
-    assert not any(off[k] for k in ("argmax", "longargmax", "requant")), off
+    assert not any(off[k] for k in ("argmax", "longargmax", "requant", "mean13")), off
     monkeypatch.undo()
     # the gather read row 29, not its neighbours (the index register reached the DMA); the
     # lookup's rows are the ids' (LOAD_IDX wrote each id before its LOAD_VI), not a neighbour's
@@ -393,7 +451,7 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
     for j, i in enumerate((29, 3, 36, 29, 0)):
         assert not any(np.array_equal(run.outputs["lookup"][j], table[n])
                        for n in (i - 1, i + 1) if 0 <= n < len(table))
-    for k in ("argmax", "requant", "gather", "lookup"):
+    for k in ("argmax", "requant", "gather", "lookup", "mean48"):
         flipped = run.outputs[k].copy()
         flipped.reshape(-1)[-1] ^= 1
         assert not _equal(flipped, dict((kk.name, r) for kk, _, r in suite)[k])

@@ -7,7 +7,7 @@ the Amaranth component in Amaranth's simulator (constructor validation, a short 
 then the acceptance test on one Verilator build (4 lanes): every one of the 65536 Q8.8 inputs
 through each non-linear function, random and corner-case add/mul/max, reductions, the latency and
 one-beat-per-cycle contract, and a run with random back-pressure. The int32 ops (argmax,
-requant) are checked against references written here (Python-integer closed form, the functional
+requant, rescale) are checked against references written here (Python-integer closed form, the functional
 model's ``requantize``, ``torch.argmax``) on corner cases in Amaranth's simulator and in the same
 Verilator run.
 """
@@ -153,14 +153,19 @@ def test_amaranth_sim_mixed_stream_matches_reference():
 I32 = (-(1 << 31), (1 << 31) - 1)
 
 
-def _requant_exact(x, m, s) -> list[int]:
-    """clamp(round_half_up(x * m / 2**s), -128, 127) with Python Fractions (no shifts)."""
+def _requant_exact(x, m, s, lo: int = -128, hi: int = 127) -> list[int]:
+    """clamp(round_half_up(x * m / 2**s), lo, hi) with Python Fractions (no shifts); the
+    default bounds are requant's int8, rescale's are Q8.8's -32768..32767."""
     from fractions import Fraction
     out = []
     for xi, mi, si in zip(np.ravel(x), np.ravel(m), np.ravel(s)):
         q = Fraction(int(xi) * int(mi), 2 ** int(si))
-        out.append(max(-128, min(127, int(np.floor(q + Fraction(1, 2))))))
+        out.append(max(lo, min(hi, int(np.floor(q + Fraction(1, 2))))))
     return out
+
+
+def _rescale_exact(x, m, s) -> list[int]:
+    return _requant_exact(x, m, s, -32768, 32767)
 
 
 #: (x, multiplier, shift): shift 0 and 63, multiplier extremes, ties of both signs, saturation
@@ -217,6 +222,58 @@ def test_requant_reference_is_the_closed_form_and_the_functional_models_requanti
         vn.requant([1 << 31], [1], [0])
     with pytest.raises(ValueError, match="takes int32 lanes"):
         vn.apply_float("argmax", [1.0])
+
+
+def test_rescale_reference_is_the_closed_form():
+    """rescale = requant's product and rounding clamped to Q8.8: the corners (ties of both
+    signs, int32 extremes, shifts 0 and 63) and random sums against Fractions; by hand: 5 x -3
+    = -15, a Q24.8 sum 300 000 x 2**30 / 2**36 = 4687.5 -> 4688 (half up), saturation both
+    ways."""
+    x, m, s = _requant_beats(np.random.default_rng(4), 1, 2000)
+    assert vn.rescale(x, m, s).ravel().tolist() == _rescale_exact(x, m, s)
+    assert vn.rescale([5, 300_000, 300_000, -300_000, I32[1], I32[0]],
+                      [-3, 1 << 30, 1 << 30, 1 << 30, 1, 1],
+                      [0, 36, 0, 2, 0, 0]).tolist() == [-15, 4688, 32767, -32768, 32767, -32768]
+    with pytest.raises(ValueError, match="shifts are integers 0..63"):
+        vn.rescale([1], [1], [64])
+
+
+def test_mean_reference_is_the_row_mean_rounded_half_up():
+    """The unit's row mean (sum, then rescale by mean_params) against floor(S/n + 1/2) in
+    Python integers: every S >= 0 for n = 1..130 and a few long rows, every S for n a power of
+    two; S < 0 with another n is that or one LSB below (only at a tie). By hand: [1, 2, 3] -> 2,
+    [1, 2] -> 2 (1.5 half up), [-1, -2] -> -1 (-1.5 half up), [0, 0, 1] -> 0, [1, 1, 0] -> 1,
+    S = 3 over 6 -> 1 (0.5). Floats: the mean of fp32 squares within 2**-8 of torch.mean."""
+    from tilewright.compiler.vector_codegen import MEAN_MAX_ROW, mean_params
+    by_hand = [([1, 2, 3], 2), ([1, 2], 2), ([-1, -2], -1), ([0, 0, 1], 0), ([1, 1, 0], 1),
+               ([1, 1, 1, 0, 0, 0], 1), ([32767] * 7, 32767), ([-32768] * 4, -32768)]
+    for row, want in by_hand:
+        assert vn.mean(np.array([row])).tolist() == [want], row
+    rng = np.random.default_rng(6)
+
+    def half_up(v, n):
+        return [(2 * int(t) + n) // (2 * n) for t in v.sum(axis=1)]
+    for n in list(range(1, 131)) + [600, 1000, 4097, MEAN_MAX_ROW]:
+        m, sh = mean_params(n)
+        assert 2 ** 29 < m <= 2 ** 30 and sh <= 63
+        x = rng.integers(0, 32768, (40, n))
+        x[0], x[1] = 32767, 0
+        x[2, :] = 0
+        x[2, 0] = n // 2 if n % 2 == 0 else 0        # S / n = 0.5 exactly: a tie, up to 1
+        assert vn.mean(x).tolist() == half_up(x, n), n
+        y = rng.integers(-32768, 32768, (40, n))
+        d = np.array(vn.mean(y)) - np.array(half_up(y, n))
+        if n & (n - 1) == 0:
+            assert not d.any(), n
+        else:
+            assert set(d.tolist()) <= {0, -1}, n
+    with pytest.raises(ValueError, match="rows of 1 to 8191"):
+        mean_params(MEAN_MAX_ROW + 1)
+    xf = torch.randn(50, 64, generator=torch.Generator().manual_seed(0)) * 1.5
+    sq = (xf * xf).numpy().astype(np.float32)
+    got = vn.mean(vn.to_fixed(sq)) / 256.0
+    err = np.abs(got - torch.mean(xf * xf, dim=-1).double().numpy())
+    assert err.max() <= 2.0 ** -8 and err.max() > 0
 
 
 def test_argmax_reference_is_torch_argmax():
@@ -318,6 +375,21 @@ def test_amaranth_sim_requant_and_argmax_bit_exact_on_corner_cases():
     assert cycles[0] == LATENCY
 
 
+def test_amaranth_sim_rescale_bit_exact_on_corner_cases():
+    """3 lanes: rescale of every requant corner and 60 random Q24.8-like sums against the
+    closed form written here (requant's rounding, Q8.8 clamp); requant beats after them still
+    clamp to int8 (the clamp's bounds follow each beat's op)."""
+    lanes, rng = 3, np.random.default_rng(12)
+    x, m, s = _requant_beats(rng, lanes, 60)
+    ops = ["rescale"] * len(x) + ["requant"] * len(x)
+    a, b, sh = (np.concatenate([v, v]) for v in (x, m, s))
+    got, cycles = _sim_unit(lanes, ops, a, b, sh, [False] * len(ops))
+    assert got[:len(x)] == np.array(_rescale_exact(x, m, s)).reshape(-1, lanes).tolist()
+    assert got[len(x):] == np.array(_requant_exact(x, m, s)).reshape(-1, lanes).tolist()
+    assert got == vn.run_beats(ops, a, b, [False] * len(ops), sh)
+    assert cycles[0] == LATENCY
+
+
 # ---- Verilator acceptance --------------------------------------------------------------------
 
 def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
@@ -352,11 +424,11 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
         rows_b.append(np.zeros_like(blk))
         last += [False] * (n - 1) + [True]
     n_q88 = len(ops)
-    x, m, s = _requant_beats(rng, lanes, 4000)       # int32 ops: requant, then argmax runs
-    ops += ["requant"] * len(x)
-    last += [False] * len(x)
-    rows_a.append(x)
-    rows_b.append(m)
+    x, m, s = _requant_beats(rng, lanes, 4000)       # int32 ops: requant, rescale, argmax
+    ops += ["requant"] * len(x) + ["rescale"] * len(x)
+    last += [False] * (2 * len(x))
+    rows_a += [x, x]
+    rows_b += [m, m]
     runs = _argmax_runs(rng, lanes)
     for run in runs:
         ops += ["argmax"] * len(run)
@@ -366,6 +438,7 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
     a, b = np.concatenate(rows_a), np.concatenate(rows_b)
     sh = np.zeros_like(a)
     sh[n_q88:n_q88 + len(x)] = s
+    sh[n_q88 + len(x):n_q88 + 2 * len(x)] = s
     want = np.array(vn.run_beats(ops, a, b, last, sh))
     run = cosim.run("vector", VectorBeats(ops, a, b, last, s=sh), _arch(lanes)).records[0]
     assert run.outputs.shape == want.shape
@@ -383,6 +456,8 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
     # requant and argmax against the closed form and torch.argmax written in this file
     assert run.outputs[first_rq:first_rq + len(x)].tolist() == \
         np.array(_requant_exact(x, m, s)).reshape(-1, lanes).tolist()
+    assert run.outputs[first_rq + len(x):first_rq + 2 * len(x)].tolist() == \
+        np.array(_rescale_exact(x, m, s)).reshape(-1, lanes).tolist()
     assert run.outputs[-len(runs):, 0].tolist() == \
         [int(torch.argmax(torch.tensor(r.ravel()))) for r in runs]
 
