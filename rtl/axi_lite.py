@@ -154,23 +154,37 @@ class AxiLiteBridge(_Widths, wiring.Component):
         with m.If(axi.rready & rvalid):
             m.d.sync += rvalid.eq(0)
 
-        # one register access at a time; `active` locks the choice until the access is acked
-        wr_ready, rd_ready = Signal(), Signal()
-        m.d.comb += [wr_ready.eq(aw_full & w_full & ~bvalid), rd_ready.eq(ar_full & ~rvalid)]
+        # one register access at a time; `active` locks the choice until the access is acked.
+        # The choice (pick_wr, pick_rd) is a function of the bridge's registers alone, so it is
+        # kept in registers itself, loaded with the choice of the next state: the register
+        # bus's address and the peripheral's decode start at a flip-flop (this cycle's choice
+        # behind bvalid/rvalid and the arbitration led ws8x8's accelerator top on ECP5).
         active_wr, active_rd, prefer_rd = Signal(), Signal(), Signal()
-        pick_wr, pick_rd = Signal(), Signal()
-        with m.If(active_wr):
-            m.d.comb += pick_wr.eq(1)
-        with m.Elif(active_rd):
-            m.d.comb += pick_rd.eq(1)
-        with m.Elif(wr_ready & ~(rd_ready & prefer_rd)):
-            m.d.comb += pick_wr.eq(1)
-        with m.Elif(rd_ready):
-            m.d.comb += pick_rd.eq(1)
+        pick_wr, pick_rd = Signal(name="pick_wr_q"), Signal(name="pick_rd_q")
         m.d.comb += [reg.req.eq(pick_wr | pick_rd), reg.we.eq(pick_wr),
                      reg.addr.eq(Mux(pick_wr, aw_addr, ar_addr)),
                      reg.wdata.eq(w_data), reg.wstrb.eq(w_strb)]
-        with m.If(reg.req & ~reg.ack):
+        ack_wr, ack_rd = reg.req & reg.ack & pick_wr, reg.req & reg.ack & ~pick_wr
+        wait = reg.req & ~reg.ack
+        # the next state of every register the choice reads (the statements above and below)
+        nxt = {
+            "aw_full": Mux(ack_wr, 0, aw_full | axi.awvalid),
+            "w_full": Mux(ack_wr, 0, w_full | axi.wvalid),
+            "ar_full": Mux(ack_rd, 0, ar_full | axi.arvalid),
+            "bvalid": Mux(ack_wr, 1, bvalid & ~axi.bready),
+            "rvalid": Mux(ack_rd, 1, rvalid & ~axi.rready),
+            "active_wr": Mux(wait, pick_wr, Mux(reg.req & reg.ack, 0, active_wr)),
+            "active_rd": Mux(wait, pick_rd, Mux(reg.req & reg.ack, 0, active_rd)),
+            "prefer_rd": Mux(reg.req & reg.ack, pick_wr, prefer_rd),
+        }
+        wr_ready = nxt["aw_full"] & nxt["w_full"] & ~nxt["bvalid"]
+        rd_ready = nxt["ar_full"] & ~nxt["rvalid"]
+        m.d.sync += [
+            pick_wr.eq(nxt["active_wr"] | (~nxt["active_rd"] & wr_ready
+                                           & ~(rd_ready & nxt["prefer_rd"]))),
+            pick_rd.eq(~nxt["active_wr"] & (nxt["active_rd"] | (rd_ready & ~(
+                wr_ready & ~(rd_ready & nxt["prefer_rd"])))))]
+        with m.If(wait):
             m.d.sync += [active_wr.eq(pick_wr), active_rd.eq(pick_rd)]
         with m.If(reg.req & reg.ack):
             m.d.sync += [active_wr.eq(0), active_rd.eq(0), prefer_rd.eq(pick_wr)]
