@@ -177,3 +177,20 @@ def test_cli_json_and_table_carry_the_components():
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "components per chip of each pool" in res.output and "exposed_comm_s" in res.output
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-moe"])
+def test_compiled_costs_components_sum_to_the_busy_time(model):
+    """An ArchSpec chip (compiler costs): the compiled layer's ``gemm`` tasks are the GEMM
+    component, no launches, no per-iteration overhead."""
+    from tests.test_cluster_compiler_costs import arch_cluster
+
+    res = simulate_serving(arch_cluster(), model, ServePlan(max_batch_tokens=32),
+                           poisson_requests(6, 50.0, 16, 4, seed=0))
+    assert res.metrics["cost_source"] == "compiler"
+    comps = res.metrics["components"]
+    p = comps["pools"]["both"]
+    busy = float(res.replicas.busy_s.mean())
+    assert sum(p[k] for k in PARTS) == pytest.approx(busy, rel=1e-9)
+    assert p["gemm_s"] > 0 and p["other_compute_s"] > 0 and p["overhead_s"] == 0.0
+    assert p["exposed_comm_s"] == pytest.approx(0.0, abs=1e-12 * comps["window_s"])

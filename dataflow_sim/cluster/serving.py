@@ -141,6 +141,9 @@ __all__ = ["simulate_serving", "search_pd_split", "ServeResult", "IterationCost"
 #: under the overlap schedule minus its compute)
 SERVE_COMPONENTS = ("gemm_s", "attention_s", "other_compute_s", "overhead_s", "exposed_comm_s")
 _GEMM, _ATTN, _OTHER, _OVH, _COMM = range(5)
+#: compiled task kinds (compiler/program.py) that are the ``gemm_s`` component of a compiled
+#: layer's token-linear part (its routed experts' ``grouped_gemm`` are re-costed apart)
+COMPILED_GEMM_KINDS = ("gemm", "bgemm")
 #: what the ``components`` of a serving run sum to (docs/cluster.md, "Components of a run")
 COMPONENTS_CONVENTION = (
     "per pool, means over its replicas (every chip of a replica shares its iterations): "
@@ -416,8 +419,8 @@ class IterationCost:
     def _lin_split(self, T: int) -> np.ndarray:
         """:meth:`_dense_seconds` by component (:data:`SERVE_COMPONENTS`; memoized): its GEMMs
         net of their launches (one per GEMM, GPU presets), the launches, and the non-GEMM
-        ops. Compiler: the compiled layer's ``gemm`` tasks (interpolated like the layer) and
-        the rest; no launches."""
+        ops. Compiler: the compiled layer's GEMM tasks (:data:`COMPILED_GEMM_KINDS`,
+        interpolated like the layer) and the rest; no launches."""
         s = self._lin_parts.get(T)
         if s is None:
             total = self._dense_seconds(T)
@@ -453,15 +456,15 @@ class IterationCost:
         return np.array([self._lin_split(int(t)) for t in Ts]).reshape(-1, len(SERVE_COMPONENTS))
 
     def _compiled_gemm(self, T: int) -> float:
-        """Seconds of the ``gemm`` tasks of the compiled layer at ``T`` tokens (the part of
-        :meth:`_compiled` they make up)."""
+        """Seconds of the GEMM tasks (:data:`COMPILED_GEMM_KINDS`) of the compiled layer at
+        ``T`` tokens (the part of :meth:`_compiled` they make up)."""
         t = self._bucket_gemm.get(T)
         if t is None:
             self._compiled_vec(T)
             rep = self._layer_report(T)
             r = rep.report
-            t = self._bucket_gemm[T] = float(r.loc[r["kind"] == "gemm", "time_cycles"].sum()) \
-                / rep.hz
+            t = self._bucket_gemm[T] = float(
+                r.loc[r["kind"].isin(COMPILED_GEMM_KINDS), "time_cycles"].sum()) / rep.hz
         return t
 
     def _head_split(self, n: int) -> np.ndarray:
