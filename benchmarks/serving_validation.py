@@ -154,14 +154,14 @@ def components(p: dict) -> dict[str, float]:
     lin, shared = cost._dense_seconds(T), cost.shared_seconds(T)
     draws = [cost.expert_seconds(cost.expert_loads(T * ep), parts=True) for _ in range(DRAWS)]
     experts = float(np.mean([x.mean() for x, _ in draws]))
-    expert_parts = np.mean([y.mean(axis=0) for _, y in draws], axis=0)     # (5,), one layer
+    expert_parts = np.mean([y / len(x) for x, y in draws], axis=0)       # (5,), one layer
     d, b = cost.a2a_parts(T / 2)
     layer = float(cost.overlap_period(lin + attn, shared, experts, d, b))
     compute = lin + attn + experts
     # the simulation's split of a layer (IterationCost.moe_layers_comp): compute at the SM
     # share it runs on while overlapped, exposed communication = layer − that compute
     split = dict(zip(SERVE_COMPONENTS, cost.moe_layers_comp(
-        cost.layer_comp(T, attn), expert_parts[None, :], np.array([layer]), cost.sm_scale)))
+        cost.layer_comp(T, attn), expert_parts, 1, layer, cost.sm_scale).tolist()))
     return {"tokens_per_gpu": T, "attention": attn, "attention_side": lin - shared,
             "shared": shared, "experts": experts, "compute": compute,
             "sm_scale": cost.sm_scale, "dispatch": 2 * d, "combine": 2 * b, "layer": layer,

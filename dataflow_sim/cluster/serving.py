@@ -331,8 +331,12 @@ class IterationCost:
         self._iters: list[tuple[int, float, int, int, int]] = []
         self._runs: list[tuple[np.ndarray, np.ndarray]] = []    # :meth:`add_decode_run`
         self._tails: dict[tuple[int, int], np.ndarray] = {}     # :meth:`_tail_comp`
-        #: components of the last :meth:`parts` call of an MoE model (account=False callers)
-        self.last_comp = np.zeros(len(SERVE_COMPONENTS))
+        # an MoE iteration's record (:meth:`_moe_records_components`), folded the same way
+        self._moe_iters: list[tuple] = []
+        #: the record of the last :meth:`parts` call of an MoE model (account=False callers
+        #: keep it and add it with :meth:`add_moe_records` once the iteration runs)
+        self.last_rec: tuple = ()
+        self._lin_table = np.zeros((0, len(SERVE_COMPONENTS)))   # :meth:`_lin_rows`
         #: components of each iteration of the last :meth:`decode_steps_seconds` call, (K, 5)
         self.last_steps_comp = np.zeros((0, len(SERVE_COMPONENTS)))
         self._head: dict[int, float] = {}
@@ -354,7 +358,7 @@ class IterationCost:
         self._rates: dict[str, dict[int, float]] = {}
         self._rng = np.random.default_rng(seed)
         self._slot_seconds = np.zeros(0)   # table costs: an expert slot's seconds by its rows
-        self._slot_parts = np.zeros((0, 3))  # ... as (GEMM net of launches, launches, vector)
+        self._slot_gemm = np.zeros(0)      # ... its GEMMs' net of their launches
         self._twin: IterationCost | None = None
         self.n_dense = 0
         if dm.moe:
@@ -422,6 +426,8 @@ class IterationCost:
         ops. Compiler: the compiled layer's GEMM tasks (:data:`COMPILED_GEMM_KINDS`,
         interpolated like the layer) and the rest; no launches."""
         s = self._lin_parts.get(T)
+        if s is None and T <= 0:
+            s = self._lin_parts[T] = np.zeros(len(SERVE_COMPONENTS))     # no tokens, no layer
         if s is None:
             total = self._dense_seconds(T)
             s = np.zeros(len(SERVE_COMPONENTS))
@@ -454,6 +460,52 @@ class IterationCost:
                     self._dense_seconds(t) - gt
                 self._lin_parts[t] = s
         return np.array([self._lin_split(int(t)) for t in Ts]).reshape(-1, len(SERVE_COMPONENTS))
+
+    def _lin_rows(self, Ts: np.ndarray) -> np.ndarray:
+        """:meth:`_lin_splits` of an array of small token counts (decode batches), looked up in
+        a table filled on demand."""
+        Ts = np.asarray(Ts, np.int64)
+        tab = self._lin_table
+        top = int(Ts.max(initial=0))
+        if top >= len(tab):
+            grow = max(top + 1, 2 * len(tab)) - len(tab)
+            tab = self._lin_table = np.concatenate(
+                (tab, np.full((grow, len(SERVE_COMPONENTS)), np.nan)))
+        rows = tab[Ts]
+        miss = np.isnan(rows[:, 0])
+        if miss.any():
+            new = np.unique(Ts[miss])
+            tab[new] = self._lin_splits(new.tolist())
+            rows = tab[Ts]
+        return rows
+
+    def _layer_rows(self, Ts: np.ndarray, attn: np.ndarray, table: bool = False) -> np.ndarray:
+        """:meth:`layer_comp` of many layers, ``(N, 5)``: ``Ts`` tokens and ``attn`` seconds
+        of attention each."""
+        Ts = np.asarray(Ts, np.int64)
+        if table:
+            out = self._lin_rows(Ts)
+        else:
+            u, inv = np.unique(Ts, return_inverse=True)
+            out = self._lin_splits(u.tolist())[inv.ravel()]
+        has = attn > 0
+        launch = self._attn_launch
+        out[:, _ATTN] += np.where(has, attn - launch, 0.0)
+        out[:, _OVH] += np.where(has, launch, 0.0)
+        return out
+
+    def _tail_rows(self, Tt: np.ndarray, nl: np.ndarray) -> np.ndarray:
+        """:meth:`_tail_comp` of many iterations, ``(N, 5)`` (``nl is Tt``: every sequence
+        samples, as in a decode step)."""
+        if nl is Tt:
+            u, inv = np.unique(np.asarray(Tt, np.int64), return_inverse=True)
+            pairs = [(t, t) for t in u.tolist()]
+        else:
+            u, inv = np.unique(np.stack([np.asarray(Tt, np.int64), np.asarray(nl, np.int64)]),
+                               axis=1, return_inverse=True)
+            pairs = u.T.tolist()
+        return np.array([self._tail_comp(t, n) for t, n in pairs]
+                        ).reshape(-1, len(SERVE_COMPONENTS))[inv.ravel()]
 
     def _compiled_gemm(self, T: int) -> float:
         """Seconds of the GEMM tasks (:data:`COMPILED_GEMM_KINDS`) of the compiled layer at
@@ -511,21 +563,45 @@ class IterationCost:
             self._tails[(T_total, n_logits)] = s
         return s
 
-    def moe_layers_comp(self, layer_comp: np.ndarray, expert_parts: np.ndarray,
-                        period: np.ndarray, scale: float) -> np.ndarray:
+    def moe_layers_comp(self, layer_comp: np.ndarray, expert_parts: np.ndarray, layers: int,
+                        period_s, scale) -> np.ndarray:
         """Components of an iteration's MoE layers: each layer's compute but the routed experts
-        ``layer_comp`` (one layer, :meth:`layer_comp`) and its routed experts ``expert_parts``
-        (``(L, 5)``, the busiest EP rank's, :meth:`expert_seconds`), scaled by ``scale`` (the
-        SM share the overlapped compute runs on, :attr:`sm_scale`, in an overlapped prefill;
-        else 1); ``exposed_comm_s`` is what the layers' time ``period`` (``(L,)``: compute +
-        TP all-reduces + dispatch + combine, or the overlap schedule's period) adds to that
-        compute. The same split for the simulation and ``benchmarks/serving_validation.py
-        --components``. Leading axes (iterations) broadcast: ``layer_comp`` ``(..., 5)``,
-        ``expert_parts`` ``(..., L, 5)``, ``period`` ``(..., L)``."""
-        period = np.asarray(period, dtype=np.float64)
-        comp = scale * (period.shape[-1] * layer_comp + expert_parts.sum(axis=-2))
-        comp[..., _COMM] = period.sum(axis=-1) - comp.sum(axis=-1)
+        ``layer_comp`` (one layer, :meth:`layer_comp`) and the routed experts ``expert_parts``
+        (summed over the layers, the busiest EP rank's, :meth:`expert_seconds`), scaled by
+        ``scale`` (the SM share the overlapped compute runs on, :attr:`sm_scale`, in an
+        overlapped prefill; else 1); ``exposed_comm_s`` is what the ``layers`` layers' time
+        ``period_s`` (summed: compute + TP all-reduces + dispatch + combine, or the overlap
+        schedule's periods) adds to that compute. The same split for the simulation and
+        ``benchmarks/serving_validation.py --components``. Leading axes (iterations)
+        broadcast: ``layer_comp`` and ``expert_parts`` ``(..., 5)``, ``period_s`` and
+        ``scale`` ``(...)``."""
+        scale = np.asarray(scale, dtype=np.float64)[..., None]
+        comp = scale * (layers * layer_comp + expert_parts)
+        comp[..., _COMM] = period_s - comp.sum(axis=-1)
         return comp
+
+    def _moe_records_components(self, recs: Sequence[tuple]) -> np.ndarray:
+        """Components, summed, of MoE iterations' records (:meth:`parts`: the slowest
+        attention rank's tokens and attention seconds, all tokens, logits rows, the dense
+        twin's slowest rank's tokens and attention, the routed experts' GEMM, launches and
+        activation seconds over the MoE layers, the MoE layers' seconds, the SM scale, the TP
+        all-reduce seconds of a layer)."""
+        r = np.array(recs, dtype=np.float64).reshape(-1, 12)
+        Ts, a, Tt, nl, Td, ad, eg, eo, ev, per, scale, tp = r.T
+        comp = self._tail_rows(Tt, nl)
+        if self.n_dense:
+            assert self._twin is not None
+            comp += self.n_dense * self._twin._layer_rows(Td, ad)
+            comp[:, _COMM] += self.n_dense * tp
+        if self.n_moe:
+            ex = np.zeros_like(comp)
+            ex[:, _GEMM], ex[:, _OVH], ex[:, _OTHER] = eg, eo, ev
+            comp += self.moe_layers_comp(self._layer_rows(Ts, a), ex, self.n_moe, per, scale)
+        return comp.sum(axis=0)
+
+    def add_moe_records(self, recs: Sequence[tuple]) -> None:
+        """Add MoE iterations' records (:attr:`last_rec` of :meth:`parts`) to the totals."""
+        self._moe_iters.extend(recs)
 
     def add_components(self, comp: np.ndarray) -> None:
         """Add iterations' components (:data:`SERVE_COMPONENTS`) to the replica's totals."""
@@ -535,6 +611,9 @@ class IterationCost:
     def components(self) -> np.ndarray:
         """Seconds by component (:data:`SERVE_COMPONENTS`) of the iterations run so far (as
         :meth:`parts` sums them: every stage's share when ``pp > 1``)."""
+        if self._moe_iters:
+            recs, self._moe_iters = self._moe_iters, []
+            self._comp = self._comp + self._moe_records_components(recs)
         if self._runs:
             n, keys = (np.concatenate(x) for x in zip(*self._runs))
             self._runs = []
@@ -589,9 +668,10 @@ class IterationCost:
         """Seconds of the routed experts of each MoE layer, ``(L,)``: the slowest EP rank, its
         slots receiving ``loads`` rows (``(L, ep, slots)``, :meth:`.moe_serving.SlotMap.rank_loads`).
         Compiler: the compiled layer's grouped GEMMs re-costed at those counts; table: per-expert
-        GEMMs + activation by roofline. ``parts=True``: also that rank's seconds by component,
-        ``(..., L, 5)`` (:data:`SERVE_COMPONENTS`: GEMMs net of their launches, launches, the
-        activation; compiler: all GEMM)."""
+        GEMMs + activation by roofline. ``parts=True``: also that rank's seconds by component
+        summed over the layers, ``(..., 5)`` for leading (iteration) axes ``...``
+        (:data:`SERVE_COMPONENTS`: GEMMs net of their launches, two launches per slot with
+        rows, the activation; compiler: all GEMM)."""
         dm, chip, e = self.dm, self.chip, self.e
         loads = np.asarray(loads)
         if self.cost_source == "compiler":
@@ -601,8 +681,8 @@ class IterationCost:
                             for layer in loads])
             if not parts:
                 return out
-            split = np.zeros((*out.shape, len(SERVE_COMPONENTS)))
-            split[..., _GEMM] = out
+            split = np.zeros((*out.shape[:-1], len(SERVE_COMPONENTS)))
+            split[..., _GEMM] = out.sum(axis=-1)
             return out, split
         # one slot's seconds are a function of its rows alone (elementwise numpy): looked up
         # in a table by row count, filled on demand (the same values as computed in place)
@@ -617,18 +697,21 @@ class IterationCost:
             new = g + v
             table = self._slot_seconds = np.concatenate((table, new))
             launches = np.where(x > 0, 2 * chip.launch_s, 0.0)      # a GEMM of 0 rows: none
-            self._slot_parts = np.concatenate(
-                (self._slot_parts, np.stack([g - launches, launches, v], axis=1)))
+            self._slot_gemm = np.concatenate((self._slot_gemm, g - launches))
         per_rank = table[loads].sum(axis=-1)
+        out = per_rank.max(axis=-1)
         if not parts:
-            return per_rank.max(axis=-1)
-        busiest = np.take_along_axis(loads, per_rank.argmax(axis=-1)[..., None, None],
-                                     axis=-2)[..., 0, :]                     # (..., L, slots)
-        p3 = self._slot_parts[busiest].sum(axis=-2)                          # (..., L, 3)
-        split = np.zeros((*p3.shape[:-1], len(SERVE_COMPONENTS)))
-        split[..., _GEMM], split[..., _OVH], split[..., _OTHER] = p3[..., 0], p3[..., 1], \
-            p3[..., 2]
-        return per_rank.max(axis=-1), split
+            return out
+        ep, slots = loads.shape[-2:]
+        lead = loads.shape[:-3]
+        flat = loads.reshape(-1, ep, slots)
+        busiest = flat[np.arange(len(flat)), per_rank.reshape(-1, ep).argmax(axis=1)]
+        busiest = busiest.reshape(*lead, -1)                 # the busiest rank's slots' rows
+        split = np.zeros((*lead, len(SERVE_COMPONENTS)))
+        split[..., _GEMM] = self._slot_gemm[busiest].sum(axis=-1)
+        split[..., _OVH] = 2 * chip.launch_s * np.count_nonzero(busiest, axis=-1)
+        split[..., _OTHER] = out.sum(axis=-1) - split[..., _GEMM] - split[..., _OVH]
+        return out, split
 
     def a2a_seconds(self, tokens: float) -> float:
         """Dispatch + combine seconds of one MoE layer for the busiest EP rank's ``tokens``
@@ -888,7 +971,7 @@ class IterationCost:
         :meth:`_account`; decode-only runs, :meth:`decode_step_seconds`).
 
         Components (:data:`SERVE_COMPONENTS`): with ``account`` the iteration's are added to
-        :attr:`components`; an MoE model's are also left in :attr:`last_comp`. The slowest
+        :attr:`components` (an MoE model's record is also left in :attr:`last_rec`). The slowest
         attention rank's layer is split (its token-linear part, :meth:`_lin_split`, and its
         attention)."""
         cfg, dm, ep, e = self.cfg, self.dm, self.adp, self.e
@@ -923,20 +1006,17 @@ class IterationCost:
             if account:                       # folded in bulk (:attr:`components`)
                 self._iters.append((sel[0], sel[1], T, T_total, n_logits))
             return (cfg.n_layers * (layer + tp_comm), *tail)
-        comp = self._tail_comp(T_total, n_logits) + 0.0
-        dense = 0.0
+        dense, twin_sel, ex, per_s, scale = 0.0, (0, 0.0), (0.0, 0.0, 0.0), 0.0, 1.0
         if self.n_dense:
             assert self._twin is not None
             tw = [self._twin._dense_seconds(int(pq.sum())) + a for (pq, _), a in zip(groups, attn)]
             dense = self.n_dense * (max(tw, default=0.0) + tp_comm)
             if tw:
                 i = tw.index(max(tw))
-                comp += self.n_dense * self._twin.layer_comp(int(groups[i][0].sum()), attn[i])
-            comp[_COMM] += self.n_dense * tp_comm
+                twin_sel = (int(groups[i][0].sum()), attn[i])
         if self.n_moe:
             experts, eparts = self.expert_seconds(self.expert_loads(T_total), parts=True)
             toks = T * self.plan.tp / self.atp if self.plan.split_attention else T
-            scale = 1.0
             if self.plan.overlap_a2a and int(q.max(initial=0)) <= 1:       # a decode iteration
                 per = self.decode_overlap_period(
                     layer + tp_comm, self.attn1_linear_seconds(T) + max(attn, default=0.0),
@@ -947,11 +1027,13 @@ class IterationCost:
                 scale = self.sm_scale
             else:
                 per = layer + tp_comm + experts + self.a2a_seconds(toks)
-            comp += self.moe_layers_comp(self.layer_comp(*sel), eparts, per, scale)
-            dense = dense + float(per.sum())
-        self.last_comp = comp
+            per_s = float(per.sum())
+            dense = dense + per_s
+            ex = (float(eparts[_GEMM]), float(eparts[_OVH]), float(eparts[_OTHER]))
+        # folded in bulk (:meth:`_moe_records_components`)
+        self.last_rec = (*sel, T_total, n_logits, *twin_sel, *ex, per_s, scale, tp_comm)
         if account:
-            self._comp = self._comp + comp
+            self._moe_iters.append(self.last_rec)
         return (dense, *tail)
 
     def _tp_comm(self, T: int) -> float:
@@ -1039,20 +1121,14 @@ class IterationCost:
                              for row in n_g])
             full = np.where(empty, -np.inf, vals + attn)
             i = full.argmax(axis=0)
-            lin = src._lin_splits(n_g[i, cols].tolist())
-            a_sel = attn[i, cols] if np.ndim(attn) else np.broadcast_to(attn, len(cols))
-            launch = np.where(a_sel > 0, self._attn_launch, 0.0)
-            lin[:, _ATTN] += np.where(a_sel > 0, a_sel - launch, 0.0)
-            lin[:, _OVH] += launch
-            return full.max(axis=0), lin
+            return full.max(axis=0), src._layer_rows(n_g[i, cols], attn[i, cols], table=True)
 
         layer, layer_comp = per_group(self)
         tp_comm = np.array([self._tp_comm(int(t)) for t in T])
         first = np.array([self.embed_seconds(int(t)) for t in T_total]) \
             + chip.iteration_overhead_s
         head = np.array([self.head_seconds(int(t)) for t in T_total])
-        u, inv = np.unique(T_total, return_inverse=True)
-        comp = np.array([self._tail_comp(t, t) for t in u.tolist()])[inv.ravel()]
+        comp = self._tail_rows(T_total, T_total)
         dense = np.zeros(len(j))
         if self.n_dense:
             assert self._twin is not None
@@ -1085,7 +1161,8 @@ class IterationCost:
                 per = (layer + tp_comm)[:, None] + experts + comm
             # row sums in C order: each row is then summed as :meth:`parts` sums its (L,) array
             layers = dense + np.ascontiguousarray(per).sum(axis=1)
-            comp += self.moe_layers_comp(layer_comp, eparts, per, 1.0)
+            comp += self.moe_layers_comp(layer_comp, eparts, per.shape[1],
+                                         np.ascontiguousarray(per).sum(axis=1), 1.0)
         self.last_steps_comp = comp
         return (layers + first) + head
 
@@ -1464,7 +1541,7 @@ class _Replica:
                 live = run.r_arr > j
                 dts[j - a] = cost.decode_step_seconds(
                     run.s_arr[live] + j, run.ranks[live] if run.ranks is not None else None)
-                run.comp.append(cost.last_comp[None, :])
+                run.recs.append([cost.last_rec])
         else:
             dts = cost.decode_run_seconds(n, keys)
         # SimPy's clock after each iteration: now + dt, added one at a time (cumsum is sequential)
@@ -1520,16 +1597,16 @@ class _Replica:
                 run.states.append(cost.snapshot())
                 mbs = self._run_micro_batches(j, nj)
                 per_it.append(len(mbs))
-                comp = np.zeros(len(SERVE_COMPONENTS))
+                recs = []
                 for c, ranks in mbs:
                     gn.append(len(c))
                     x, y, z = cost.parts(np.ones(len(c), np.int64), c, len(c), ranks,
                                          account=False)
-                    comp = comp + cost.last_comp
+                    recs.append(cost.last_rec)
                     layers.append(x)
                     first.append(y)
                     head.append(z)
-                run.comp.append(comp[None, :])
+                run.recs.append(recs)
             else:
                 split = run.splits.get(nj) or self._run_split(j, nj)
                 per_it.append(len(split))
@@ -1799,7 +1876,9 @@ class _Replica:
                 self.busy += dt
         self.iterations += stop
         # components of the iterations that ran (:data:`SERVE_COMPONENTS`)
-        if run.exact:
+        if run.exact and run.recs:
+            self.cost.add_moe_records([x for it in run.recs[:stop] for x in it])
+        elif run.exact:
             self.cost.add_components(np.concatenate(run.comp)[:stop].sum(axis=0))
         elif run.pipeline:
             mbs = sum(run.groups[:stop])
@@ -2146,8 +2225,11 @@ class _Run:
     #: start, attention ranks, Σ contexts) each (:meth:`_Replica._run_micro_batches`)
     splits: dict[int, list] = field(default_factory=dict)
     #: components (:data:`SERVE_COMPONENTS`) of each iteration timed, ``(k, 5)`` arrays in
-    #: order (MoE runs); the micro-batches' sequences and Σ keys (dense pipeline runs)
+    #: order (MoE runs timed together), or each iteration's records (MoE runs timed one
+    #: by one or through pipeline stages, :meth:`IterationCost.add_moe_records`); the
+    #: micro-batches' sequences and Σ keys (dense pipeline runs)
     comp: list[np.ndarray] = field(default_factory=list)
+    recs: list[list[tuple]] = field(default_factory=list)
     mb_n: list[int] = field(default_factory=list)
     mb_keys: list[int] = field(default_factory=list)
 
