@@ -154,7 +154,11 @@ def components(p: dict) -> dict[str, float]:
     lin, shared = cost._dense_seconds(T), cost.shared_seconds(T)
     draws = [cost.expert_seconds(cost.expert_loads(T * ep), parts=True) for _ in range(DRAWS)]
     experts = float(np.mean([x.mean() for x, _ in draws]))
-    expert_parts = np.mean([y / len(x) for x, y in draws], axis=0)       # (5,), one layer
+    # (GEMM, launches, activation) of one layer, as SERVE_COMPONENTS
+    g, o, v = np.mean([np.array(y) / len(x) for x, y in draws], axis=0)
+    expert_parts = np.zeros(len(SERVE_COMPONENTS))
+    expert_parts[[SERVE_COMPONENTS.index(k) for k in ("gemm_s", "overhead_s",
+                                                       "other_compute_s")]] = g, o, v
     d, b = cost.a2a_parts(T / 2)
     layer = float(cost.overlap_period(lin + attn, shared, experts, d, b))
     compute = lin + attn + experts

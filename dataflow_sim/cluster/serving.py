@@ -84,6 +84,15 @@ replica stays event by event; found later, the whole simulation repeats event by
 such a replica, prefill and mixed iterations are timed the same way, one SimPy event each
 (:meth:`_Replica._timed_pipeline`; on events where a send would queue).
 
+Components (``metrics["components"]``, :func:`run_components`): every iteration's time is split
+as :meth:`IterationCost.parts` computes it — the slowest attention rank's token-linear GEMMs,
+its attention, its other ops, kernel launches and the per-iteration overhead, the collectives
+(TP all-reduces; MoE: what the layers' time, overlapped or not, adds to their compute), the
+routed experts of the busiest EP rank — and summed per replica on every path (event loop,
+decode runs in bulk, pipeline runs); a pipelined iteration's compute is the mean stage's and
+the rest of it ``pipeline_s``. Per pool they sum to the replicas' busy time, and with the idle
+time to the simulated clock's end (:data:`COMPONENTS_CONVENTION`).
+
 Mamba models: no attention and no KV cache; each sequence holds a fixed-size recurrent state
 (:func:`.plan.mamba_state_bytes`), so a replica admits ``state_slots`` sequences (one slot each,
 whatever the context) and a step costs the same at any context length; the compiled token part
@@ -255,6 +264,36 @@ def _pow2_neighbours(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return lo, hi, w
 
 
+#: a last axis at most this long, of an array of at least SMALL_AXIS_MIN_SIZE elements, is
+#: summed/maxed by explicit elementwise operations (numpy's reductions over a short last axis
+#: cost ~20 ns per output element, these ~2; below that size the calls' fixed cost dominates)
+SMALL_AXIS = 8
+SMALL_AXIS_MIN_SIZE = 4096
+
+
+def _small_axis_sum(x: np.ndarray) -> np.ndarray:
+    """``x.sum(axis=-1)``, added left to right when the last axis is short (expert slots per
+    EP rank: the same values to rounding as numpy's order)."""
+    n = x.shape[-1]
+    if n > SMALL_AXIS or n == 0 or x.size < SMALL_AXIS_MIN_SIZE:
+        return x.sum(axis=-1)
+    out = x[..., 0] + 0.0
+    for i in range(1, n):
+        out += x[..., i]
+    return out
+
+
+def _small_axis_max(x: np.ndarray) -> np.ndarray:
+    """``x.max(axis=-1)`` (exact in any order), elementwise when the last axis is short."""
+    n = x.shape[-1]
+    if n > SMALL_AXIS or n == 0 or x.size < SMALL_AXIS_MIN_SIZE:
+        return x.max(axis=-1)
+    out = x[..., 0] + 0.0
+    for i in range(1, n):
+        np.maximum(out, x[..., i], out=out)
+    return out
+
+
 class IterationCost:
     """Seconds of one iteration of a replica for a batch: per sequence ``q`` new tokens attending
     to ``c`` keys (``c`` includes the new ones), plus ``n_logits`` LM-head rows.
@@ -337,6 +376,7 @@ class IterationCost:
         #: keep it and add it with :meth:`add_moe_records` once the iteration runs)
         self.last_rec: tuple = ()
         self._lin_table = np.zeros((0, len(SERVE_COMPONENTS)))   # :meth:`_lin_rows`
+        self._tail_table = np.zeros((0, len(SERVE_COMPONENTS)))  # :meth:`_tail_rows`
         #: components of each iteration of the last :meth:`decode_steps_seconds` call, (K, 5)
         self.last_steps_comp = np.zeros((0, len(SERVE_COMPONENTS)))
         self._head: dict[int, float] = {}
@@ -483,28 +523,40 @@ class IterationCost:
         """:meth:`layer_comp` of many layers, ``(N, 5)``: ``Ts`` tokens and ``attn`` seconds
         of attention each."""
         Ts = np.asarray(Ts, np.int64)
-        if table:
-            out = self._lin_rows(Ts)
-        else:
-            u, inv = np.unique(Ts, return_inverse=True)
-            out = self._lin_splits(u.tolist())[inv.ravel()]
-        has = attn > 0
         launch = self._attn_launch
+        if table:       # decode steps: every layer has sequences, so attention (> 0)
+            out = self._lin_rows(Ts)
+            out[:, _ATTN] += attn - launch
+            out[:, _OVH] += launch
+            return out
+        u, inv = np.unique(Ts, return_inverse=True)
+        out = self._lin_splits(u.tolist())[inv.ravel()]
+        has = attn > 0
         out[:, _ATTN] += np.where(has, attn - launch, 0.0)
         out[:, _OVH] += np.where(has, launch, 0.0)
         return out
 
     def _tail_rows(self, Tt: np.ndarray, nl: np.ndarray) -> np.ndarray:
         """:meth:`_tail_comp` of many iterations, ``(N, 5)`` (``nl is Tt``: every sequence
-        samples, as in a decode step)."""
+        samples, as in a decode step: looked up in a table by ``Tt``, filled on demand)."""
         if nl is Tt:
-            u, inv = np.unique(np.asarray(Tt, np.int64), return_inverse=True)
-            pairs = [(t, t) for t in u.tolist()]
-        else:
-            u, inv = np.unique(np.stack([np.asarray(Tt, np.int64), np.asarray(nl, np.int64)]),
-                               axis=1, return_inverse=True)
-            pairs = u.T.tolist()
-        return np.array([self._tail_comp(t, n) for t, n in pairs]
+            Tt = np.asarray(Tt, np.int64)
+            tab = self._tail_table
+            top = int(Tt.max(initial=0))
+            if top >= len(tab):
+                grow = max(top + 1, 2 * len(tab)) - len(tab)
+                tab = self._tail_table = np.concatenate(
+                    (tab, np.full((grow, len(SERVE_COMPONENTS)), np.nan)))
+            rows = tab[Tt]
+            miss = np.isnan(rows[:, 0])
+            if miss.any():
+                for t in np.unique(Tt[miss]).tolist():
+                    tab[t] = self._tail_comp(t, t)
+                rows = tab[Tt]
+            return rows
+        u, inv = np.unique(np.stack([np.asarray(Tt, np.int64), np.asarray(nl, np.int64)]),
+                           axis=1, return_inverse=True)
+        return np.array([self._tail_comp(t, n) for t, n in u.T.tolist()]
                         ).reshape(-1, len(SERVE_COMPONENTS))[inv.ravel()]
 
     def _compiled_gemm(self, T: int) -> float:
@@ -671,7 +723,8 @@ class IterationCost:
         GEMMs + activation by roofline. ``parts=True``: also that rank's seconds by component
         summed over the layers, ``(..., 5)`` for leading (iteration) axes ``...``
         (:data:`SERVE_COMPONENTS`: GEMMs net of their launches, two launches per slot with
-        rows, the activation; compiler: all GEMM)."""
+        rows, the activation; compiler: all GEMM); for one iteration (``loads`` ``(L, ep,
+        slots)``) the tuple (GEMM, launches, activation) of floats."""
         dm, chip, e = self.dm, self.chip, self.e
         loads = np.asarray(loads)
         if self.cost_source == "compiler":
@@ -681,9 +734,7 @@ class IterationCost:
                             for layer in loads])
             if not parts:
                 return out
-            split = np.zeros((*out.shape[:-1], len(SERVE_COMPONENTS)))
-            split[..., _GEMM] = out.sum(axis=-1)
-            return out, split
+            return out, (float(out.sum()), 0.0, 0.0)      # (compiler: one iteration only)
         # one slot's seconds are a function of its rows alone (elementwise numpy): looked up
         # in a table by row count, filled on demand (the same values as computed in place)
         table = self._slot_seconds
@@ -698,19 +749,22 @@ class IterationCost:
             table = self._slot_seconds = np.concatenate((table, new))
             launches = np.where(x > 0, 2 * chip.launch_s, 0.0)      # a GEMM of 0 rows: none
             self._slot_gemm = np.concatenate((self._slot_gemm, g - launches))
-        per_rank = table[loads].sum(axis=-1)
-        out = per_rank.max(axis=-1)
+        per_rank = _small_axis_sum(table[loads])
+        out = _small_axis_max(per_rank)
         if not parts:
             return out
         ep, slots = loads.shape[-2:]
         lead = loads.shape[:-3]
-        flat = loads.reshape(-1, ep, slots)
-        busiest = flat[np.arange(len(flat)), per_rank.reshape(-1, ep).argmax(axis=1)]
-        busiest = busiest.reshape(*lead, -1)                 # the busiest rank's slots' rows
+        idx = per_rank.reshape(-1, ep).argmax(axis=1)
+        busiest = loads.reshape(-1, ep, slots)[np.arange(len(idx)), idx].reshape(*lead, -1)
+        g = self._slot_gemm[busiest].sum(axis=-1)        # the busiest rank's slots, all layers
+        o = (2 * chip.launch_s) * np.count_nonzero(busiest, axis=-1)
+        if not lead:       # one iteration: (GEMM, launches, activation) as floats
+            t = float(out.sum())
+            return out, (float(g), float(o), t - float(g) - float(o))
         split = np.zeros((*lead, len(SERVE_COMPONENTS)))
-        split[..., _GEMM] = self._slot_gemm[busiest].sum(axis=-1)
-        split[..., _OVH] = 2 * chip.launch_s * np.count_nonzero(busiest, axis=-1)
-        split[..., _OTHER] = out.sum(axis=-1) - split[..., _GEMM] - split[..., _OVH]
+        split[..., _GEMM], split[..., _OVH] = g, o
+        split[..., _OTHER] = out.sum(axis=-1) - g - o
         return out, split
 
     def a2a_seconds(self, tokens: float) -> float:
@@ -1029,7 +1083,7 @@ class IterationCost:
                 per = layer + tp_comm + experts + self.a2a_seconds(toks)
             per_s = float(per.sum())
             dense = dense + per_s
-            ex = (float(eparts[_GEMM]), float(eparts[_OVH]), float(eparts[_OTHER]))
+            ex = eparts
         # folded in bulk (:meth:`_moe_records_components`)
         self.last_rec = (*sel, T_total, n_logits, *twin_sel, *ex, per_s, scale, tp_comm)
         if account:
