@@ -52,6 +52,7 @@ from tilewright.dataflow_sim.cluster import (ClusterSpec, CollectiveTimer, Itera
                                              ServePlan, Topology, chip_model)
 from tilewright.dataflow_sim.cluster.moe_serving import standin_attention
 from tilewright.dataflow_sim.cluster.plan import serve_memory
+from tilewright.dataflow_sim.cluster.serving import SERVE_COMPONENTS
 from tilewright.models.llm_configs import get_config
 
 POINTS = Path(__file__).resolve().parent.parent / "configs" / "validation" / "serving_points.yaml"
@@ -137,7 +138,10 @@ def components(p: dict) -> dict[str, float]:
     :data:`DRAWS`, experts averaged): core attention (MLA), the rest of the attention side
     (projections, norms, gate), shared experts, routed experts, dispatch and combine (both
     micro-batches), the SM scale of the overlapped compute, the layer under the overlap
-    schedule and its exposed communication (layer − compute · SM scale); ``published_layer``:
+    schedule and its exposed communication (layer − compute · SM scale), and that compute by
+    component (GEMM, attention, other compute, kernel launches, at the SM share) — the split
+    :meth:`IterationCost.moe_layers_comp` gives the serving simulation's ``components``;
+    ``published_layer``:
     the published tokens/s per node turned into seconds per layer (8 · computed tokens per GPU
     / published / layers)."""
     cfg = get_config(p["model"])
@@ -148,15 +152,25 @@ def components(p: dict) -> dict[str, float]:
     T = int(q.sum())
     attn = cost.attention_seconds(q, c)
     lin, shared = cost._dense_seconds(T), cost.shared_seconds(T)
-    experts = float(np.mean([cost.expert_seconds(cost.expert_loads(T * ep)).mean()
-                             for _ in range(DRAWS)]))
+    draws = [cost.expert_seconds(cost.expert_loads(T * ep), parts=True) for _ in range(DRAWS)]
+    experts = float(np.mean([x.mean() for x, _ in draws]))
+    # (GEMM, launches, activation) of one layer, as SERVE_COMPONENTS
+    g, o, v = np.mean([np.array(y) / len(x) for x, y in draws], axis=0)
+    expert_parts = np.zeros(len(SERVE_COMPONENTS))
+    expert_parts[[SERVE_COMPONENTS.index(k) for k in ("gemm_s", "overhead_s",
+                                                       "other_compute_s")]] = g, o, v
     d, b = cost.a2a_parts(T / 2)
     layer = float(cost.overlap_period(lin + attn, shared, experts, d, b))
     compute = lin + attn + experts
+    # the simulation's split of a layer (IterationCost.moe_layers_comp): compute at the SM
+    # share it runs on while overlapped, exposed communication = layer − that compute
+    split = dict(zip(SERVE_COMPONENTS, cost.moe_layers_comp(
+        cost.layer_comp(T, attn), expert_parts, 1, layer, cost.sm_scale).tolist()))
     return {"tokens_per_gpu": T, "attention": attn, "attention_side": lin - shared,
             "shared": shared, "experts": experts, "compute": compute,
             "sm_scale": cost.sm_scale, "dispatch": 2 * d, "combine": 2 * b, "layer": layer,
-            "exposed_comm": layer - compute * cost.sm_scale,
+            "exposed_comm": split["exposed_comm_s"],
+            **{f"{k[:-2]} (overlapped)": v for k, v in split.items() if k != "exposed_comm_s"},
             "published_layer": 8 * T / p["published_tokens_per_s_per_node"] / cfg.n_layers}
 
 

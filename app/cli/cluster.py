@@ -395,12 +395,30 @@ def cluster(
                                        for k, v in r.items()} for r in splits]
         print(json.dumps(clean))
         return
+    comps = clean.pop("components", None) if mode == "serve" else None
     print_table(f"{metrics['mode']}: {metrics['model']} on {metrics['cluster']}",
                 ["metric", "value"], [[k, v] for k, v in _flat(clean).items()], console)
+    if comps is not None:
+        _print_components(comps, console)
     if mode == "serve" and splits:
         cols = list(splits[0])
         print_table("--pd auto: prefill/decode splits tried (highest goodput chosen)", cols,
                     [[r[c] for c in cols] for r in splits], console)
+
+
+def _print_components(comps: dict, console) -> None:
+    """A serving run's components (``--json``'s ``components``) as one short table: a column
+    per pool, seconds per chip and GiB per chip."""
+    pools = comps["pools"]
+    roles = list(pools)
+    keys = [k for k, v in pools[roles[0]].items() if not isinstance(v, dict)]
+    rows = [[k, *(pools[r][k] for r in roles)] for k in keys]
+    rows += [[f"memory {k}" + ("" if k.endswith("fraction") else " (GiB)"),
+              *(pools[r]["memory_per_chip_gib"][k] for r in roles)]
+             for k in pools[roles[0]]["memory_per_chip_gib"]]
+    print_table(f"components per chip of each pool (s; means over its replicas; window "
+                f"{comps['window_s']:.3f} s; KV hand-offs {comps['kv_transfer_s']:.3f} s, "
+                "not in the sum)", ["component", *roles], rows, console)
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

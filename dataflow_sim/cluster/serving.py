@@ -84,6 +84,15 @@ replica stays event by event; found later, the whole simulation repeats event by
 such a replica, prefill and mixed iterations are timed the same way, one SimPy event each
 (:meth:`_Replica._timed_pipeline`; on events where a send would queue).
 
+Components (``metrics["components"]``, :func:`run_components`): every iteration's time is split
+as :meth:`IterationCost.parts` computes it — the slowest attention rank's token-linear GEMMs,
+its attention, its other ops, kernel launches and the per-iteration overhead, the collectives
+(TP all-reduces; MoE: what the layers' time, overlapped or not, adds to their compute), the
+routed experts of the busiest EP rank — and summed per replica on every path (event loop,
+decode runs in bulk, pipeline runs); a pipelined iteration's compute is the mean stage's and
+the rest of it ``pipeline_s``. Per pool they sum to the replicas' busy time, and with the idle
+time to the simulated clock's end (:data:`COMPONENTS_CONVENTION`).
+
 Mamba models: no attention and no KV cache; each sequence holds a fixed-size recurrent state
 (:func:`.plan.mamba_state_bytes`), so a replica admits ``state_slots`` sequences (one slot each,
 whatever the context) and a step costs the same at any context length; the compiled token part
@@ -129,7 +138,29 @@ from .moe_serving import (ExpertRouter, SlotMap, a2a_bytes, eplb_placement, max_
 from .workload import Shard, dims_of, token_gemms, token_vectors
 
 __all__ = ["simulate_serving", "search_pd_split", "ServeResult", "IterationCost",
-           "poisson_requests", "load_request_trace", "timeline_summary"]
+           "poisson_requests", "load_request_trace", "timeline_summary", "SERVE_COMPONENTS",
+           "COMPONENTS_CONVENTION"]
+
+#: a serving iteration's time by component (seconds), in this order (:meth:`IterationCost.parts`
+#: accounts them, :attr:`IterationCost.components` sums them over a replica's iterations). GEMM
+#: and attention are net of their kernel launches, which are ``overhead_s`` with the fixed
+#: per-iteration cost (scheduler, sampling); ``other_compute_s``: norms, activations, rotary,
+#: residuals, routing, KV writes, embedding, logits softmax; ``exposed_comm_s``: TP all-reduces
+#: and EP dispatch/combine not hidden under compute (with ``overlap_a2a``: the layer's time
+#: under the overlap schedule minus its compute)
+SERVE_COMPONENTS = ("gemm_s", "attention_s", "other_compute_s", "overhead_s", "exposed_comm_s")
+_GEMM, _ATTN, _OTHER, _OVH, _COMM = range(5)
+#: compiled task kinds (compiler/program.py) that are the ``gemm_s`` component of a compiled
+#: layer's token-linear part (its routed experts' ``grouped_gemm`` are re-costed apart)
+COMPILED_GEMM_KINDS = ("gemm", "bgemm")
+#: what the ``components`` of a serving run sum to (docs/cluster.md, "Components of a run")
+COMPONENTS_CONVENTION = (
+    "per pool, means over its replicas (every chip of a replica shares its iterations): "
+    "gemm_s + attention_s + other_compute_s + overhead_s + exposed_comm_s + pipeline_s = busy_s "
+    "(iteration times summed); busy_s + idle_s = window_s (the simulated clock's end). "
+    "pp > 1: the compute components are the mean stage's, pipeline_s the rest of each "
+    "iteration (bubbles, exposed stage sends). kv_transfer_s (P/D hand-offs, off the "
+    "iterations' critical path) is not part of the sum")
 
 
 # ---- workloads -------------------------------------------------------------------------------
@@ -233,6 +264,36 @@ def _pow2_neighbours(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return lo, hi, w
 
 
+#: a last axis at most this long, of an array of at least SMALL_AXIS_MIN_SIZE elements, is
+#: summed/maxed by explicit elementwise operations (numpy's reductions over a short last axis
+#: cost ~20 ns per output element, these ~2; below that size the calls' fixed cost dominates)
+SMALL_AXIS = 8
+SMALL_AXIS_MIN_SIZE = 4096
+
+
+def _small_axis_sum(x: np.ndarray) -> np.ndarray:
+    """``x.sum(axis=-1)``, added left to right when the last axis is short (expert slots per
+    EP rank: the same values to rounding as numpy's order)."""
+    n = x.shape[-1]
+    if n > SMALL_AXIS or n == 0 or x.size < SMALL_AXIS_MIN_SIZE:
+        return x.sum(axis=-1)
+    out = x[..., 0] + 0.0
+    for i in range(1, n):
+        out += x[..., i]
+    return out
+
+
+def _small_axis_max(x: np.ndarray) -> np.ndarray:
+    """``x.max(axis=-1)`` (exact in any order), elementwise when the last axis is short."""
+    n = x.shape[-1]
+    if n > SMALL_AXIS or n == 0 or x.size < SMALL_AXIS_MIN_SIZE:
+        return x.max(axis=-1)
+    out = x[..., 0] + 0.0
+    for i in range(1, n):
+        np.maximum(out, x[..., i], out=out)
+    return out
+
+
 class IterationCost:
     """Seconds of one iteration of a replica for a batch: per sequence ``q`` new tokens attending
     to ``c`` keys (``c`` includes the new ones), plus ``n_logits`` LM-head rows.
@@ -298,6 +359,26 @@ class IterationCost:
         self._ep_group = [chips[t::tp][:ep] for t in range(tp)]
         self.timer = timer
         self._lin: dict[int, float] = {}
+        self._lin_parts: dict[int, np.ndarray] = {}     # :meth:`_lin_split`
+        self._head_parts: dict[int, np.ndarray] = {}    # :meth:`_head_split`
+        self._bucket_gemm: dict[int, float] = {}        # :meth:`_compiled_gemm`
+        # components (:data:`SERVE_COMPONENTS`) of the iterations run so far: MoE and bulk
+        # runs add theirs at once; a dense iteration is a record (tokens of the slowest
+        # attention rank, its attention seconds, the TP tokens, all tokens, logits rows)
+        # folded in bulk when read (:attr:`components`)
+        self._comp = np.zeros(len(SERVE_COMPONENTS))
+        self._iters: list[tuple[int, float, int, int, int]] = []
+        self._runs: list[tuple[np.ndarray, np.ndarray]] = []    # :meth:`add_decode_run`
+        self._tails: dict[tuple[int, int], np.ndarray] = {}     # :meth:`_tail_comp`
+        # an MoE iteration's record (:meth:`_moe_records_components`), folded the same way
+        self._moe_iters: list[tuple] = []
+        #: the record of the last :meth:`parts` call of an MoE model (account=False callers
+        #: keep it and add it with :meth:`add_moe_records` once the iteration runs)
+        self.last_rec: tuple = ()
+        self._lin_table = np.zeros((0, len(SERVE_COMPONENTS)))   # :meth:`_lin_rows`
+        self._tail_table = np.zeros((0, len(SERVE_COMPONENTS)))  # :meth:`_tail_rows`
+        #: components of each iteration of the last :meth:`decode_steps_seconds` call, (K, 5)
+        self.last_steps_comp = np.zeros((0, len(SERVE_COMPONENTS)))
         self._head: dict[int, float] = {}
         self._emb: dict[int, float] = {}
         self._attn: dict[tuple[int, int, int], np.ndarray] = {}
@@ -317,6 +398,7 @@ class IterationCost:
         self._rates: dict[str, dict[int, float]] = {}
         self._rng = np.random.default_rng(seed)
         self._slot_seconds = np.zeros(0)   # table costs: an expert slot's seconds by its rows
+        self._slot_gemm = np.zeros(0)      # ... its GEMMs' net of their launches
         self._twin: IterationCost | None = None
         self.n_dense = 0
         if dm.moe:
@@ -362,6 +444,8 @@ class IterationCost:
         assert (other.cfg, other.plan, other.chip, other.cost_source) == \
             (self.cfg, self.plan, self.chip, self.cost_source)
         self._lin, self._bucket, self._attn = other._lin, other._bucket, other._attn
+        self._lin_parts, self._head_parts = other._lin_parts, other._head_parts
+        self._bucket_gemm = other._bucket_gemm
         self._head, self._emb = other._head, other._emb
 
     def _dense_seconds(self, T: int) -> float:
@@ -375,6 +459,233 @@ class IterationCost:
                     + self._vec_per_token * T
             self._lin[T] = t
         return t
+
+    def _lin_split(self, T: int) -> np.ndarray:
+        """:meth:`_dense_seconds` by component (:data:`SERVE_COMPONENTS`; memoized): its GEMMs
+        net of their launches (one per GEMM, GPU presets), the launches, and the non-GEMM
+        ops. Compiler: the compiled layer's GEMM tasks (:data:`COMPILED_GEMM_KINDS`,
+        interpolated like the layer) and the rest; no launches."""
+        s = self._lin_parts.get(T)
+        if s is None and T <= 0:
+            s = self._lin_parts[T] = np.zeros(len(SERVE_COMPONENTS))     # no tokens, no layer
+        if s is None:
+            total = self._dense_seconds(T)
+            s = np.zeros(len(SERVE_COMPONENTS))
+            g = launches = 0.0
+            if T > 0 and self.cost_source == "compiler":
+                g = self._interpolated(T, self._compiled_gemm)
+            elif T > 0:
+                g = float(self.chip.gemm_seconds(T, self._k, self._n, positive=True).sum())
+                launches = len(self._k) * self.chip.launch_s
+            s[_GEMM], s[_OVH], s[_OTHER] = g - launches, launches, total - g
+            self._lin_parts[T] = s
+        return s
+
+    def _lin_splits(self, Ts: Sequence[int]) -> np.ndarray:
+        """:meth:`_lin_split` of each of ``Ts``, ``(len, 5)``; table costs: the GEMMs of the
+        token counts not yet split timed in one numpy call."""
+        memo = self._lin_parts
+        try:
+            return np.array([memo[t] for t in Ts]).reshape(-1, len(SERVE_COMPONENTS))
+        except KeyError:
+            pass
+        new = sorted({int(t) for t in Ts if int(t) not in memo and int(t) > 0})
+        if new and self.cost_source != "compiler":
+            g = self.chip.gemm_seconds(np.array(new)[:, None], self._k, self._n,
+                                       positive=True).sum(axis=1)
+            launches = len(self._k) * self.chip.launch_s
+            for t, gt in zip(new, g.tolist()):
+                s = np.zeros(len(SERVE_COMPONENTS))
+                s[_GEMM], s[_OVH], s[_OTHER] = gt - launches, launches, \
+                    self._dense_seconds(t) - gt
+                self._lin_parts[t] = s
+        return np.array([self._lin_split(int(t)) for t in Ts]).reshape(-1, len(SERVE_COMPONENTS))
+
+    def _lin_rows(self, Ts: np.ndarray) -> np.ndarray:
+        """:meth:`_lin_splits` of an array of small token counts (decode batches), looked up in
+        a table filled on demand."""
+        Ts = np.asarray(Ts, np.int64)
+        tab = self._lin_table
+        top = int(Ts.max(initial=0))
+        if top >= len(tab):
+            grow = max(top + 1, 2 * len(tab)) - len(tab)
+            tab = self._lin_table = np.concatenate(
+                (tab, np.full((grow, len(SERVE_COMPONENTS)), np.nan)))
+        rows = tab[Ts]
+        miss = np.isnan(rows[:, 0])
+        if miss.any():
+            new = np.unique(Ts[miss])
+            tab[new] = self._lin_splits(new.tolist())
+            rows = tab[Ts]
+        return rows
+
+    def _layer_rows(self, Ts: np.ndarray, attn: np.ndarray, table: bool = False) -> np.ndarray:
+        """:meth:`layer_comp` of many layers, ``(N, 5)``: ``Ts`` tokens and ``attn`` seconds
+        of attention each."""
+        Ts = np.asarray(Ts, np.int64)
+        launch = self._attn_launch
+        if table:       # decode steps: every layer has sequences, so attention (> 0)
+            out = self._lin_rows(Ts)
+            out[:, _ATTN] += attn - launch
+            out[:, _OVH] += launch
+            return out
+        u, inv = np.unique(Ts, return_inverse=True)
+        out = self._lin_splits(u.tolist())[inv.ravel()]
+        has = attn > 0
+        out[:, _ATTN] += np.where(has, attn - launch, 0.0)
+        out[:, _OVH] += np.where(has, launch, 0.0)
+        return out
+
+    def _tail_rows(self, Tt: np.ndarray, nl: np.ndarray) -> np.ndarray:
+        """:meth:`_tail_comp` of many iterations, ``(N, 5)`` (``nl is Tt``: every sequence
+        samples, as in a decode step: looked up in a table by ``Tt``, filled on demand)."""
+        if nl is Tt:
+            Tt = np.asarray(Tt, np.int64)
+            tab = self._tail_table
+            top = int(Tt.max(initial=0))
+            if top >= len(tab):
+                grow = max(top + 1, 2 * len(tab)) - len(tab)
+                tab = self._tail_table = np.concatenate(
+                    (tab, np.full((grow, len(SERVE_COMPONENTS)), np.nan)))
+            rows = tab[Tt]
+            miss = np.isnan(rows[:, 0])
+            if miss.any():
+                for t in np.unique(Tt[miss]).tolist():
+                    tab[t] = self._tail_comp(t, t)
+                rows = tab[Tt]
+            return rows
+        u, inv = np.unique(np.stack([np.asarray(Tt, np.int64), np.asarray(nl, np.int64)]),
+                           axis=1, return_inverse=True)
+        return np.array([self._tail_comp(t, n) for t, n in u.T.tolist()]
+                        ).reshape(-1, len(SERVE_COMPONENTS))[inv.ravel()]
+
+    def _compiled_gemm(self, T: int) -> float:
+        """Seconds of the GEMM tasks (:data:`COMPILED_GEMM_KINDS`) of the compiled layer at
+        ``T`` tokens (the part of :meth:`_compiled` they make up)."""
+        t = self._bucket_gemm.get(T)
+        if t is None:
+            self._compiled_vec(T)
+            rep = self._layer_report(T)
+            r = rep.report
+            t = self._bucket_gemm[T] = float(
+                r.loc[r["kind"].isin(COMPILED_GEMM_KINDS), "time_cycles"].sum()) / rep.hz
+        return t
+
+    def _head_split(self, n: int) -> np.ndarray:
+        """:meth:`head_seconds` by component (memoized): the LM-head GEMM net of its launch,
+        the launch, the norm and logits softmax. Compiler: all of it ``other_compute_s`` (the
+        compiled head is not split)."""
+        s = self._head_parts.get(n)
+        if s is None:
+            total = self.head_seconds(n)
+            s = np.zeros(len(SERVE_COMPONENTS))
+            if n > 0 and self.cost_source != "compiler":
+                g = float(self.chip.gemm_seconds(n, self.dm.d, self.dm.vocab)[()])
+                s[_GEMM], s[_OVH], s[_OTHER] = g - self.chip.launch_s, self.chip.launch_s, \
+                    total - g
+            else:
+                s[_OTHER] = total
+            self._head_parts[n] = s
+        return s
+
+    @property
+    def _attn_launch(self) -> float:
+        """The launch inside one layer's attention seconds (the fused kernel's, table costs)."""
+        return (self.chip.launch_s if self.chip.fused_attention and self.cost_source != "compiler"
+                and not self.dm.ssm else 0.0)
+
+    def layer_comp(self, T: int, attn: float) -> np.ndarray:
+        """One layer's compute by component (without its collectives): the token-linear part of
+        ``T`` tokens and ``attn`` seconds of attention (a new array)."""
+        s = self._lin_split(T) + 0.0
+        if attn > 0:
+            launch = self._attn_launch
+            s[_ATTN] += attn - launch
+            s[_OVH] += launch
+        return s
+
+    def _tail_comp(self, T_total: int, n_logits: int) -> np.ndarray:
+        """Embedding, the per-iteration overhead and the LM head by component (memoized: do
+        not modify the array returned)."""
+        s = self._tails.get((T_total, n_logits))
+        if s is None:
+            s = self._head_split(n_logits) + 0.0
+            s[_OTHER] += self.embed_seconds(T_total)
+            s[_OVH] += self.chip.iteration_overhead_s
+            self._tails[(T_total, n_logits)] = s
+        return s
+
+    def moe_layers_comp(self, layer_comp: np.ndarray, expert_parts: np.ndarray, layers: int,
+                        period_s, scale) -> np.ndarray:
+        """Components of an iteration's MoE layers: each layer's compute but the routed experts
+        ``layer_comp`` (one layer, :meth:`layer_comp`) and the routed experts ``expert_parts``
+        (summed over the layers, the busiest EP rank's, :meth:`expert_seconds`), scaled by
+        ``scale`` (the SM share the overlapped compute runs on, :attr:`sm_scale`, in an
+        overlapped prefill; else 1); ``exposed_comm_s`` is what the ``layers`` layers' time
+        ``period_s`` (summed: compute + TP all-reduces + dispatch + combine, or the overlap
+        schedule's periods) adds to that compute. The same split for the simulation and
+        ``benchmarks/serving_validation.py --components``. Leading axes (iterations)
+        broadcast: ``layer_comp`` and ``expert_parts`` ``(..., 5)``, ``period_s`` and
+        ``scale`` ``(...)``."""
+        scale = np.asarray(scale, dtype=np.float64)[..., None]
+        comp = scale * (layers * layer_comp + expert_parts)
+        comp[..., _COMM] = period_s - comp.sum(axis=-1)
+        return comp
+
+    def _moe_records_components(self, recs: Sequence[tuple]) -> np.ndarray:
+        """Components, summed, of MoE iterations' records (:meth:`parts`: the slowest
+        attention rank's tokens and attention seconds, all tokens, logits rows, the dense
+        twin's slowest rank's tokens and attention, the routed experts' GEMM, launches and
+        activation seconds over the MoE layers, the MoE layers' seconds, the SM scale, the TP
+        all-reduce seconds of a layer)."""
+        r = np.array(recs, dtype=np.float64).reshape(-1, 12)
+        Ts, a, Tt, nl, Td, ad, eg, eo, ev, per, scale, tp = r.T
+        comp = self._tail_rows(Tt, nl)
+        if self.n_dense:
+            assert self._twin is not None
+            comp += self.n_dense * self._twin._layer_rows(Td, ad)
+            comp[:, _COMM] += self.n_dense * tp
+        if self.n_moe:
+            ex = np.zeros_like(comp)
+            ex[:, _GEMM], ex[:, _OVH], ex[:, _OTHER] = eg, eo, ev
+            comp += self.moe_layers_comp(self._layer_rows(Ts, a), ex, self.n_moe, per, scale)
+        return comp.sum(axis=0)
+
+    def add_moe_records(self, recs: Sequence[tuple]) -> None:
+        """Add MoE iterations' records (:attr:`last_rec` of :meth:`parts`) to the totals."""
+        self._moe_iters.extend(recs)
+
+    def add_components(self, comp: np.ndarray) -> None:
+        """Add iterations' components (:data:`SERVE_COMPONENTS`) to the replica's totals."""
+        self._comp = self._comp + comp
+
+    @property
+    def components(self) -> np.ndarray:
+        """Seconds by component (:data:`SERVE_COMPONENTS`) of the iterations run so far (as
+        :meth:`parts` sums them: every stage's share when ``pp > 1``)."""
+        if self._moe_iters:
+            recs, self._moe_iters = self._moe_iters, []
+            self._comp = self._comp + self._moe_records_components(recs)
+        if self._runs:
+            n, keys = (np.concatenate(x) for x in zip(*self._runs))
+            self._runs = []
+            self._comp = self._comp + self.decode_run_components(n, keys)
+        if self._iters:
+            rec = np.array(self._iters, dtype=np.float64)
+            self._iters = []
+            Ts, attn, Tp, Tt, nl = rec.T
+            L, launch = self.cfg.n_layers, self._attn_launch
+            u, k = np.unique(Ts.astype(np.int64), return_counts=True)
+            comp = L * (k @ self._lin_splits(u.tolist()))
+            has = attn > 0
+            comp[_ATTN] += L * float(np.sum(np.where(has, attn - launch, 0.0)))
+            comp[_OVH] += L * launch * int(has.sum())
+            u, k = np.unique(Tp.astype(np.int64), return_counts=True)
+            comp[_COMM] += L * float(k @ np.array([self._tp_comm(int(t)) for t in u]))
+            u, k = np.unique(np.stack([Tt, nl]).astype(np.int64), axis=1, return_counts=True)
+            comp += k @ np.array([self._tail_comp(int(t), int(n)) for t, n in u.T])
+            self._comp = self._comp + comp
+        return self._comp + 0.0
 
     def _layer_report(self, T: int) -> LayerReport:
         assert self.chip.arch is not None
@@ -405,18 +716,25 @@ class IterationCost:
                 ([float(dense["time_cycles"].sum()) / rep.hz], _work(dense)))
         return t
 
-    def expert_seconds(self, loads: np.ndarray) -> np.ndarray:
+    def expert_seconds(self, loads: np.ndarray, parts: bool = False):
         """Seconds of the routed experts of each MoE layer, ``(L,)``: the slowest EP rank, its
         slots receiving ``loads`` rows (``(L, ep, slots)``, :meth:`.moe_serving.SlotMap.rank_loads`).
         Compiler: the compiled layer's grouped GEMMs re-costed at those counts; table: per-expert
-        GEMMs + activation by roofline."""
+        GEMMs + activation by roofline. ``parts=True``: also that rank's seconds by component
+        summed over the layers, ``(..., 5)`` for leading (iteration) axes ``...``
+        (:data:`SERVE_COMPONENTS`: GEMMs net of their launches, two launches per slot with
+        rows, the activation; compiler: all GEMM); for one iteration (``loads`` ``(L, ep,
+        slots)``) the tuple (GEMM, launches, activation) of floats."""
         dm, chip, e = self.dm, self.chip, self.e
         loads = np.asarray(loads)
         if self.cost_source == "compiler":
             if self._expert_rep is None:
                 self._expert_rep = self._layer_report(1)
-            return np.array([max(self._expert_rep.expert_seconds(r) for r in layer)
-                             for layer in loads])
+            out = np.array([max(self._expert_rep.expert_seconds(r) for r in layer)
+                            for layer in loads])
+            if not parts:
+                return out
+            return out, (float(out.sum()), 0.0, 0.0)      # (compiler: one iteration only)
         # one slot's seconds are a function of its rows alone (elementwise numpy): looked up
         # in a table by row count, filled on demand (the same values as computed in place)
         table = self._slot_seconds
@@ -424,11 +742,30 @@ class IterationCost:
         if top >= len(table):
             x = np.arange(len(table), max(2 * len(table), top + 1), dtype=np.int64)
             f = self.dm_exp.f_exp
-            new = (chip.gemm_seconds(x, dm.d, 2 * f) + chip.gemm_seconds(x, f, dm.d)
-                   + np.where(x > 0, chip.vector_seconds(np.maximum(5 * f * x, 1),
-                                                         3 * f * e * x), 0.0))
+            g = chip.gemm_seconds(x, dm.d, 2 * f) + chip.gemm_seconds(x, f, dm.d)
+            v = np.where(x > 0, chip.vector_seconds(np.maximum(5 * f * x, 1), 3 * f * e * x),
+                         0.0)
+            new = g + v
             table = self._slot_seconds = np.concatenate((table, new))
-        return table[loads].sum(axis=-1).max(axis=-1)
+            launches = np.where(x > 0, 2 * chip.launch_s, 0.0)      # a GEMM of 0 rows: none
+            self._slot_gemm = np.concatenate((self._slot_gemm, g - launches))
+        per_rank = _small_axis_sum(table[loads])
+        out = _small_axis_max(per_rank)
+        if not parts:
+            return out
+        ep, slots = loads.shape[-2:]
+        lead = loads.shape[:-3]
+        idx = per_rank.reshape(-1, ep).argmax(axis=1)
+        busiest = loads.reshape(-1, ep, slots)[np.arange(len(idx)), idx].reshape(*lead, -1)
+        g = self._slot_gemm[busiest].sum(axis=-1)        # the busiest rank's slots, all layers
+        o = (2 * chip.launch_s) * np.count_nonzero(busiest, axis=-1)
+        if not lead:       # one iteration: (GEMM, launches, activation) as floats
+            t = float(out.sum())
+            return out, (float(g), float(o), t - float(g) - float(o))
+        split = np.zeros((*lead, len(SERVE_COMPONENTS)))
+        split[..., _GEMM], split[..., _OVH] = g, o
+        split[..., _OTHER] = out.sum(axis=-1) - g - o
+        return out, split
 
     def a2a_seconds(self, tokens: float) -> float:
         """Dispatch + combine seconds of one MoE layer for the busiest EP rank's ``tokens``
@@ -685,7 +1022,12 @@ class IterationCost:
         prefill, its SM share ``a2a_sms``; :meth:`decode_overlap_period` for a decode-only one;
         without overlap the layer is compute + dispatch + combine).
         ``account=False``: time only (the work and link bytes are added later by
-        :meth:`_account`; decode-only runs, :meth:`decode_step_seconds`)."""
+        :meth:`_account`; decode-only runs, :meth:`decode_step_seconds`).
+
+        Components (:data:`SERVE_COMPONENTS`): with ``account`` the iteration's are added to
+        :attr:`components` (an MoE model's record is also left in :attr:`last_rec`). The slowest
+        attention rank's layer is split (its token-linear part, :meth:`_lin_split`, and its
+        attention)."""
         cfg, dm, ep, e = self.cfg, self.dm, self.adp, self.e
         sums = self._batch_sums(q, c)         # computed once for the whole batch
         T_total = sums[0]
@@ -694,6 +1036,7 @@ class IterationCost:
             T = T_total
             attn = [self.attention_seconds(q, c, sums)] if groups else []
             layer = self._dense_seconds(T) + attn[0] if groups else 0.0
+            sel = (T, attn[0] if groups else 0.0)
         else:
             if ranks is None:
                 groups = [(q[r::ep], c[r::ep]) for r in range(ep)]
@@ -702,8 +1045,10 @@ class IterationCost:
             groups = [(pq, pc) for pq, pc in groups if len(pq)]
             T = max((int(pq.sum()) for pq, _ in groups), default=0)
             attn = [self.attention_seconds(pq, pc) for pq, pc in groups]
-            layer = max((self._dense_seconds(int(pq.sum())) + a
-                         for (pq, _), a in zip(groups, attn)), default=0.0)
+            vals = [self._dense_seconds(int(pq.sum())) + a for (pq, _), a in zip(groups, attn)]
+            layer = max(vals, default=0.0)
+            i = vals.index(layer) if vals else 0
+            sel = (int(groups[i][0].sum()), attn[i]) if vals else (0, 0.0)
         tp_comm = self._tp_comm(T)
         if account:
             self._account(q, c, n_logits, sums)
@@ -712,27 +1057,38 @@ class IterationCost:
         tail = (self.embed_seconds(T_total) + self.chip.iteration_overhead_s,
                 self.head_seconds(n_logits))
         if not dm.moe:
+            if account:                       # folded in bulk (:attr:`components`)
+                self._iters.append((sel[0], sel[1], T, T_total, n_logits))
             return (cfg.n_layers * (layer + tp_comm), *tail)
-        dense = 0.0
+        dense, twin_sel, ex, per_s, scale = 0.0, (0, 0.0), (0.0, 0.0, 0.0), 0.0, 1.0
         if self.n_dense:
             assert self._twin is not None
-            dense = self.n_dense * (max((self._twin._dense_seconds(int(pq.sum())) + a
-                                         for (pq, _), a in zip(groups, attn)), default=0.0)
-                                    + tp_comm)
-        if not self.n_moe:
-            return (dense, *tail)
-        experts = self.expert_seconds(self.expert_loads(T_total))
-        toks = T * self.plan.tp / self.atp if self.plan.split_attention else T
-        if self.plan.overlap_a2a and int(q.max(initial=0)) <= 1:       # a decode iteration
-            per = self.decode_overlap_period(
-                layer + tp_comm, self.attn1_linear_seconds(T) + max(attn, default=0.0),
-                experts, *self.a2a_parts(toks / 2))
-        elif self.plan.overlap_a2a:
-            per = self.overlap_period(layer + tp_comm, self.shared_seconds(T), experts,
-                                      *self.a2a_parts(toks / 2))
-        else:
-            per = layer + tp_comm + experts + self.a2a_seconds(toks)
-        return (dense + float(per.sum()), *tail)
+            tw = [self._twin._dense_seconds(int(pq.sum())) + a for (pq, _), a in zip(groups, attn)]
+            dense = self.n_dense * (max(tw, default=0.0) + tp_comm)
+            if tw:
+                i = tw.index(max(tw))
+                twin_sel = (int(groups[i][0].sum()), attn[i])
+        if self.n_moe:
+            experts, eparts = self.expert_seconds(self.expert_loads(T_total), parts=True)
+            toks = T * self.plan.tp / self.atp if self.plan.split_attention else T
+            if self.plan.overlap_a2a and int(q.max(initial=0)) <= 1:       # a decode iteration
+                per = self.decode_overlap_period(
+                    layer + tp_comm, self.attn1_linear_seconds(T) + max(attn, default=0.0),
+                    experts, *self.a2a_parts(toks / 2))
+            elif self.plan.overlap_a2a:
+                per = self.overlap_period(layer + tp_comm, self.shared_seconds(T), experts,
+                                          *self.a2a_parts(toks / 2))
+                scale = self.sm_scale
+            else:
+                per = layer + tp_comm + experts + self.a2a_seconds(toks)
+            per_s = float(per.sum())
+            dense = dense + per_s
+            ex = eparts
+        # folded in bulk (:meth:`_moe_records_components`)
+        self.last_rec = (*sel, T_total, n_logits, *twin_sel, *ex, per_s, scale, tp_comm)
+        if account:
+            self._moe_iters.append(self.last_rec)
+        return (dense, *tail)
 
     def _tp_comm(self, T: int) -> float:
         """Seconds of one layer's TP all-reduces for ``T`` tokens (memoized): two of ``T·d``
@@ -810,19 +1166,30 @@ class IterationCost:
         attn = self._fused_attention_seconds(C, n_g.astype(np.float64), C)   # q = 1: pairs = keys
         empty = n_g == 0
 
-        def per_group(f) -> np.ndarray:
-            vals = np.array([[f(int(t)) if t else 0.0 for t in row] for row in n_g])
-            return np.where(empty, -np.inf, vals + attn).max(axis=0)
+        cols = np.arange(len(j))
 
-        layer = per_group(self._dense_seconds)
+        def per_group(src: "IterationCost") -> tuple[np.ndarray, np.ndarray]:
+            """The slowest rank's layer (token-linear part + attention) per iteration, and its
+            components (:meth:`layer_comp`)."""
+            vals = np.array([[src._dense_seconds(int(t)) if t else 0.0 for t in row]
+                             for row in n_g])
+            full = np.where(empty, -np.inf, vals + attn)
+            i = full.argmax(axis=0)
+            return full.max(axis=0), src._layer_rows(n_g[i, cols], attn[i, cols], table=True)
+
+        layer, layer_comp = per_group(self)
         tp_comm = np.array([self._tp_comm(int(t)) for t in T])
         first = np.array([self.embed_seconds(int(t)) for t in T_total]) \
             + chip.iteration_overhead_s
         head = np.array([self.head_seconds(int(t)) for t in T_total])
+        comp = self._tail_rows(T_total, T_total)
         dense = np.zeros(len(j))
         if self.n_dense:
             assert self._twin is not None
-            dense = self.n_dense * (per_group(self._twin._dense_seconds) + tp_comm)
+            twin_layer, twin_comp = per_group(self._twin)
+            dense = self.n_dense * (twin_layer + tp_comm)
+            comp += self.n_dense * twin_comp
+            comp[:, _COMM] += self.n_dense * tp_comm
         layers = dense
         if self.n_moe:
             rows = self.slots.rank_loads(self.router.loads(T_total[:, None, None]))
@@ -832,7 +1199,7 @@ class IterationCost:
             for b, t in zip(busiest.tolist(), total.tolist()):
                 self.rank_rows[0] += float(b)
                 self.rank_rows[1] += float(t) / per_rank.shape[-1]
-            experts = self.expert_seconds(rows)
+            experts, eparts = self.expert_seconds(rows, parts=True)
             a2a: dict = {}
             toks = T * plan.tp / self.atp if plan.split_attention else T
             if plan.overlap_a2a:        # decode iterations (:meth:`decode_overlap_period`)
@@ -848,6 +1215,9 @@ class IterationCost:
                 per = (layer + tp_comm)[:, None] + experts + comm
             # row sums in C order: each row is then summed as :meth:`parts` sums its (L,) array
             layers = dense + np.ascontiguousarray(per).sum(axis=1)
+            comp += self.moe_layers_comp(layer_comp, eparts, per.shape[1],
+                                         np.ascontiguousarray(per).sum(axis=1), 1.0)
+        self.last_steps_comp = comp
         return (layers + first) + head
 
     def account_decode_steps(self, s: np.ndarray, r: np.ndarray, stop: int) -> None:
@@ -935,6 +1305,31 @@ class IterationCost:
             attn = self._fused_attention_seconds(C, n.astype(np.float64), C)
             layer = dense + attn
         return self.cfg.n_layers * (layer + tp_comm), first, head
+
+    def add_decode_run(self, n: np.ndarray, keys: np.ndarray) -> None:
+        """Add the components of dense decode-only batches (:meth:`decode_run_components`),
+        folded in bulk when :attr:`components` is read."""
+        self._runs.append((n, keys))
+
+    def decode_run_components(self, n: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Components (:data:`SERVE_COMPONENTS`), summed, of the dense decode-only batches of
+        :meth:`decode_run_parts` (``n[j]`` sequences, ``keys[j]`` keys in all): the same
+        arithmetic split as :meth:`parts` splits an iteration."""
+        n = np.asarray(n, np.int64)
+        if not len(n):
+            return np.zeros(len(SERVE_COMPONENTS))
+        u, k = np.unique(n, return_counts=True)
+        L = self.cfg.n_layers
+        comp = L * (k @ self._lin_splits(u.tolist()))
+        comp[_COMM] += L * float(k @ np.array([self._tp_comm(int(t)) for t in u]))
+        comp += k @ np.array([self._tail_comp(int(t), int(t)) for t in u])
+        if not self.dm.ssm:
+            C = np.asarray(keys).astype(np.float64)
+            attn = self._fused_attention_seconds(C, n.astype(np.float64), C)
+            launch = self._attn_launch
+            comp[_ATTN] += L * float(np.sum(attn - launch))
+            comp[_OVH] += L * launch * len(n)
+        return comp
 
     def account_decode_run(self, tokens: int, keys: int, iterations: int) -> None:
         """Add the work of decode-only iterations with ``tokens`` sequences and ``keys`` keys in
@@ -1192,6 +1587,7 @@ class _Replica:
         if run.exact and cost.vector_decode_steps:   # MoE, all at once; undone past the end
             run.chunks.append((a, m, cost.snapshot()))
             dts = cost.decode_steps_seconds(run.s_arr, run.r_arr, run.ranks, a, m)
+            run.comp.append(cost.last_steps_comp)
         elif run.exact:      # MoE: each iteration as the event-level loop times it
             dts = np.empty(m - a)
             for j in range(a, m):
@@ -1199,6 +1595,7 @@ class _Replica:
                 live = run.r_arr > j
                 dts[j - a] = cost.decode_step_seconds(
                     run.s_arr[live] + j, run.ranks[live] if run.ranks is not None else None)
+                run.recs.append([cost.last_rec])
         else:
             dts = cost.decode_run_seconds(n, keys)
         # SimPy's clock after each iteration: now + dt, added one at a time (cumsum is sequential)
@@ -1254,13 +1651,16 @@ class _Replica:
                 run.states.append(cost.snapshot())
                 mbs = self._run_micro_batches(j, nj)
                 per_it.append(len(mbs))
+                recs = []
                 for c, ranks in mbs:
                     gn.append(len(c))
                     x, y, z = cost.parts(np.ones(len(c), np.int64), c, len(c), ranks,
                                          account=False)
+                    recs.append(cost.last_rec)
                     layers.append(x)
                     first.append(y)
                     head.append(z)
+                run.recs.append(recs)
             else:
                 split = run.splits.get(nj) or self._run_split(j, nj)
                 per_it.append(len(split))
@@ -1269,6 +1669,8 @@ class _Replica:
         if not run.exact:
             layers, first, head = cost.decode_run_parts(np.array(gn, np.int64),
                                                         np.array(gk, np.int64))
+            run.mb_n += gn
+            run.mb_keys += gk
         else:
             layers, first, head = (np.array(x, np.float64) for x in (layers, first, head))
         # times[k][s] = layers/pp + (first if s == 0) + (head if s == pp − 1), as _pipeline_stages
@@ -1527,6 +1929,18 @@ class _Replica:
                 self.busy_chip_s += dt * width
                 self.busy += dt
         self.iterations += stop
+        # components of the iterations that ran (:data:`SERVE_COMPONENTS`)
+        if run.exact and run.recs:
+            self.cost.add_moe_records([x for it in run.recs[:stop] for x in it])
+        elif run.exact:
+            self.cost.add_components(np.concatenate(run.comp)[:stop].sum(axis=0))
+        elif run.pipeline:
+            mbs = sum(run.groups[:stop])
+            self.cost.add_decode_run(np.array(run.mb_n[:mbs], np.int64),
+                                     np.array(run.mb_keys[:mbs], np.int64))
+        else:
+            self.cost.add_decode_run(np.array(run.n[:stop], np.int64),
+                                     np.array(run.keys[:stop], np.int64))
         if run.exact and run.pipeline:   # each micro-batch as _pipeline's parts accounts it
             for j, nj in enumerate(run.n[:stop]):
                 for c, _ in self._run_micro_batches(j, nj):
@@ -1864,6 +2278,14 @@ class _Run:
     #: the micro-batches of the iterations with n live sequences: (their contexts at the run's
     #: start, attention ranks, Σ contexts) each (:meth:`_Replica._run_micro_batches`)
     splits: dict[int, list] = field(default_factory=dict)
+    #: components (:data:`SERVE_COMPONENTS`) of each iteration timed, ``(k, 5)`` arrays in
+    #: order (MoE runs timed together), or each iteration's records (MoE runs timed one
+    #: by one or through pipeline stages, :meth:`IterationCost.add_moe_records`); the
+    #: micro-batches' sequences and Σ keys (dense pipeline runs)
+    comp: list[np.ndarray] = field(default_factory=list)
+    recs: list[list[tuple]] = field(default_factory=list)
+    mb_n: list[int] = field(default_factory=list)
+    mb_keys: list[int] = field(default_factory=list)
 
 
 #: iterations of a decode-only run timed at its start (more are timed when the run lasts; an
@@ -1931,6 +2353,7 @@ class _Sim:
         self.front: list[_Replica] = []
         self.decode: list[_Replica] = []
         self.kv_transfers = 0
+        self.kv_transfer_s = 0.0      # seconds of the KV hand-offs, summed (P/D)
         self.timeline: list[tuple[float, int, str, int, int, float]] = []
         #: link → users (replica index; −1: KV hand-offs) (:meth:`private_pipeline`)
         self._link_users: dict[int, set[int]] | None = None
@@ -1984,6 +2407,7 @@ class _Sim:
         yield self.net.send_many(list(zip(src.chips, dst.chips)), nbytes)
         src.release(r)
         self.kv_transfers += 1
+        self.kv_transfer_s += self.env.now - t0
         if self.trace is not None:
             self.trace.span(f"kv r{r.rid}", "comm", t0, self.env.now - t0, "kv-transfer",
                             f"{src.idx}->{dst.idx}", bytes=nbytes * len(src.chips))
@@ -2209,6 +2633,8 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                             capped_busy=capped)
     metrics.update(energy, tokens_per_j=float(done.output_tokens.sum()) / energy["energy_j"]
                    if energy["energy_j"] > 0 else math.nan)
+    metrics["components"] = run_components(reps, end, plan, chip, mem, timeline=sim.timeline,
+                                           kv_transfer_s=sim.kv_transfer_s)
     events = events_scheduled(sim.env) + sim.timer.events
     wall = time.perf_counter() - wall0
     metrics.update(events=events, wall_s=wall, events_per_s=events / wall)
@@ -2218,6 +2644,46 @@ def _simulate(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
                                                     "kv"])
                 .sort_values(["t_s", "replica"], kind="stable").reset_index(drop=True))
     return ServeResult(df, metrics, rep_df, sim.trace, events, timeline)
+
+
+def run_components(reps: Sequence[_Replica], window_s: float, plan: ServePlan, chip: ChipModel,
+                   mem: Mapping[str, float], timeline: Sequence[tuple],
+                   kv_transfer_s: float) -> dict[str, Any]:
+    """A serving run's time and memory by component, per pool (:data:`COMPONENTS_CONVENTION`):
+    per replica its iterations' :data:`SERVE_COMPONENTS` (divided by ``pp``: the mean stage),
+    ``pipeline_s`` (``pp > 1``: busy time minus those), ``idle_s`` (``window_s`` minus busy),
+    ``busy_s`` and ``sum_s``, averaged over the pool's replicas; memory per chip in GiB:
+    weights, the KV cache's capacity (Mamba: the state slots'), its peak occupancy (the
+    largest share of a replica's KV blocks allocated at an iteration's start, times the
+    capacity), and the HBM held back from both (``1 − memory_fraction``: activations and
+    workspace, not modelled apart)."""
+    gib = float(2**30)
+    cap = (mem["kv_tokens"] * mem["kv_bytes_per_token"] if "state_slots" not in mem
+           else mem["state_slots"] * mem["state_bytes_per_seq"])
+    pools: dict[str, Any] = {}
+    for role in dict.fromkeys(r.role for r in reps):
+        mine = [r for r in reps if r.role == role]
+        rows = []
+        for r in mine:
+            comp = r.cost.components / plan.pp
+            row = dict(zip(SERVE_COMPONENTS, comp.tolist()))
+            row["pipeline_s"] = r.busy - float(comp.sum()) if plan.pp > 1 else 0.0
+            row["idle_s"] = window_s - r.busy
+            row["busy_s"] = r.busy
+            rows.append(row)
+        out: dict[str, Any] = {"replicas": len(mine), "chips_per_replica": len(mine[0].chips)}
+        out.update({k: float(np.mean([x[k] for x in rows])) for k in rows[0]})
+        out["sum_s"] = sum(out[k] for k in (*SERVE_COMPONENTS, "pipeline_s", "idle_s"))
+        idx = {r.idx for r in mine}
+        peak = max((x[5] for x in timeline if x[1] in idx), default=0.0)
+        out["memory_per_chip_gib"] = {
+            "weights": mem["weight_bytes"] / gib, "kv_capacity": cap / gib,
+            "kv_peak": peak * cap / gib, "kv_peak_fraction": peak,
+            "reserved": chip.hbm_bytes * (1 - plan.memory_fraction) / gib,
+            "hbm": chip.hbm_bytes / gib}
+        pools[role] = out
+    return {"window_s": window_s, "pools": pools, "kv_transfer_s": kv_transfer_s,
+            "convention": COMPONENTS_CONVENTION}
 
 
 def search_pd_split(spec: ClusterSpec, model: str | LLMConfig, plan: ServePlan,
