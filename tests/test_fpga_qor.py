@@ -21,6 +21,7 @@ import hashlib
 import json
 import re
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -242,7 +243,7 @@ def test_manifest_hashes_and_fusesoc_core(run, tmp_path):
 
 def _yowasp(family: str, tool: str, *args: str, cwd: Path) -> None:
     module = f"yowasp_nextpnr_{family}"
-    proc = subprocess.run(["python", "-c", f"import sys, {module} as m; "
+    proc = subprocess.run([sys.executable, "-c", f"import sys, {module} as m; "
                            f"sys.exit(m.run_{tool}(sys.argv[1:]))", *args],
                           cwd=cwd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout
