@@ -34,6 +34,9 @@ ITL constraint of ``decode_slo`` is applied to the step time (the gap between to
 
 Run: ``python benchmarks/serving_validation.py [--json]`` (prints predicted vs published, the
 error and whether the stand-in's KV cache would fit; median/max |error| per set).
+``--redundant-experts N``: every point with N EPLB redundant experts instead of its own count
+(``0``: the points without replicas; a point whose experts + N do not split over its EP ranks
+gets no prediction).
 ``--components``: per-layer components of each prefill point's busiest EP rank
 (:func:`components`, milliseconds) beside the published per-layer time, and the point
 predicted without its ``a2a_sms`` and ``cache_hit`` and without its ``cache_hit``.
@@ -179,8 +182,16 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--components", action="store_true",
                     help="per-layer components of the prefill points (ms)")
+    ap.add_argument("--redundant-experts", type=int, metavar="N",
+                    help="every point with N redundant experts instead of its own count (a "
+                         "point whose experts + N do not split over its EP ranks is printed "
+                         "without a prediction)")
     args = ap.parse_args()
     points = yaml.safe_load(POINTS.read_text())["points"]
+    if args.redundant_experts is not None:
+        if args.redundant_experts < 0:
+            ap.error(f"--redundant-experts = {args.redundant_experts}: must be >= 0")
+        points = [{**p, "redundant_experts": args.redundant_experts} for p in points]
     if args.components:
         for p in points:
             if p["phase"] == "prefill":
@@ -196,8 +207,13 @@ def main() -> None:
         return
     rows = []
     for p in points:
-        r = predict(p)
         pub = p["published_tokens_per_s_per_node"]
+        if (get_config(p["model"]).n_experts + p["redundant_experts"]) % p["ep"]:
+            rows.append({"point": p["name"], "set": p["set"], "published": pub,
+                         "predicted": None, "error": None, "iteration_ms": None,
+                         "seqs_per_gpu": None, "stand-in KV fits": None})
+            continue
+        r = predict(p)
         rows.append({"point": p["name"], "set": p["set"], "published": pub,
                      "predicted": round(r["predicted"]), "error": r["predicted"] / pub - 1,
                      "iteration_ms": r["iteration_s"] * 1e3,
@@ -208,10 +224,12 @@ def main() -> None:
     cols = list(rows[0])
     print(" | ".join(cols))
     for r in rows:
-        print(" | ".join(f"{r[c]:+.1%}" if c == "error" else
+        print(" | ".join("no placement" if c == "predicted" and r[c] is None else
+                         "-" if r[c] is None else
+                         f"{r[c]:+.1%}" if c == "error" else
                          f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
     for s in ("calibration", "held_out"):
-        e = [abs(r["error"]) for r in rows if r["set"] == s]
+        e = [abs(r["error"]) for r in rows if r["set"] == s and r["error"] is not None]
         if e:
             print(f"{s}: median |error| {np.median(e):.1%}, max {max(e):.1%} ({len(e)} points)")
     print("attention: " + str(standin_attention(get_config(points[0]["model"]))[1]))
