@@ -501,23 +501,29 @@ class IterationCost:
                 self._lin_parts[t] = s
         return np.array([self._lin_split(int(t)) for t in Ts]).reshape(-1, len(SERVE_COMPONENTS))
 
-    def _lin_rows(self, Ts: np.ndarray) -> np.ndarray:
-        """:meth:`_lin_splits` of an array of small token counts (decode batches), looked up in
-        a table filled on demand."""
+    def _table_rows(self, attr: str, Ts: np.ndarray, fill) -> np.ndarray:
+        """Rows ``Ts`` (small non-negative token counts) of the per-token-count table held in
+        attribute ``attr``, grown on demand (NaN marks a row not yet computed) and filled by
+        ``fill(missing token counts) -> (n, len(SERVE_COMPONENTS))``."""
         Ts = np.asarray(Ts, np.int64)
-        tab = self._lin_table
+        tab = getattr(self, attr)
         top = int(Ts.max(initial=0))
         if top >= len(tab):
             grow = max(top + 1, 2 * len(tab)) - len(tab)
-            tab = self._lin_table = np.concatenate(
-                (tab, np.full((grow, len(SERVE_COMPONENTS)), np.nan)))
+            tab = np.concatenate((tab, np.full((grow, len(SERVE_COMPONENTS)), np.nan)))
+            setattr(self, attr, tab)
         rows = tab[Ts]
         miss = np.isnan(rows[:, 0])
         if miss.any():
             new = np.unique(Ts[miss])
-            tab[new] = self._lin_splits(new.tolist())
+            tab[new] = fill(new.tolist())
             rows = tab[Ts]
         return rows
+
+    def _lin_rows(self, Ts: np.ndarray) -> np.ndarray:
+        """:meth:`_lin_splits` of an array of small token counts (decode batches), looked up in
+        a table filled on demand."""
+        return self._table_rows("_lin_table", Ts, self._lin_splits)
 
     def _layer_rows(self, Ts: np.ndarray, attn: np.ndarray, table: bool = False) -> np.ndarray:
         """:meth:`layer_comp` of many layers, ``(N, 5)``: ``Ts`` tokens and ``attn`` seconds
@@ -540,20 +546,9 @@ class IterationCost:
         """:meth:`_tail_comp` of many iterations, ``(N, 5)`` (``nl is Tt``: every sequence
         samples, as in a decode step: looked up in a table by ``Tt``, filled on demand)."""
         if nl is Tt:
-            Tt = np.asarray(Tt, np.int64)
-            tab = self._tail_table
-            top = int(Tt.max(initial=0))
-            if top >= len(tab):
-                grow = max(top + 1, 2 * len(tab)) - len(tab)
-                tab = self._tail_table = np.concatenate(
-                    (tab, np.full((grow, len(SERVE_COMPONENTS)), np.nan)))
-            rows = tab[Tt]
-            miss = np.isnan(rows[:, 0])
-            if miss.any():
-                for t in np.unique(Tt[miss]).tolist():
-                    tab[t] = self._tail_comp(t, t)
-                rows = tab[Tt]
-            return rows
+            return self._table_rows(
+                "_tail_table", Tt,
+                lambda ts: np.array([self._tail_comp(t, t) for t in ts]))
         u, inv = np.unique(np.stack([np.asarray(Tt, np.int64), np.asarray(nl, np.int64)]),
                            axis=1, return_inverse=True)
         return np.array([self._tail_comp(t, n) for t, n in u.T.tolist()]
