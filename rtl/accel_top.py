@@ -161,8 +161,8 @@ class AccelTop(wiring.Component):
             core.acc_rd_addr.eq(dma.acc_rd_addr), dma.acc_rd_data.eq(core.acc_rd_data),
             dma.vaddr.eq(ctrl.dma_vaddr),
         ]
-        if self._arch.tensor_engine.pipeline.host_read:
-            m.d.comb += core.acc_rd_en.eq(dma.acc_rd_en)
+        if self._arch.tensor_engine.pipeline.host_read:   # the DMA's skid buffer takes the
+            m.d.comb += core.acc_rd_en.eq(1)                 # words: the read runs free
         if self._indirect:
             m.d.comb += [ctrl.idx.eq(self.idx), dma.idx.eq(ctrl.dma_idx),
                          ctrl.idx_wr_en.eq(dma.idx_wr_en), ctrl.idx_wr_data.eq(dma.idx_wr_data)]

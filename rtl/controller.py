@@ -49,12 +49,15 @@ Indirect loads (``Controller(indirect=True)``, the tops with a vector unit)
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, unsigned
+import functools
+import operator
+
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.compiler.codegen import (IDX_BITS, IMEM_WORDS, INDEX_OPS, ISA, OPCODE_BITS,
-                                         WORD_BITS, field_slices)
+                                         OPCODES, WORD_BITS, field_slices)
 from tilewright.formats import bits_of
 from tilewright.rtl.fpga_primitives import RDWR_UNDEFINED, ecp5_ram, family_of
 from tilewright.rtl.dma import (ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_LOAD_IDX,
@@ -69,6 +72,15 @@ _SCALE_BITS = field_slices("SCALE")["value"][1]     #: an fp32 pattern
 assert _SCALE_BITS == bits_of("fp32")
 _LANE_BITS = field_slices("SCALE_COL")["lane"][1]   #: SCALE_COL's lane field
 _ONE = 0x3F800000                                    #: fp32 1.0: the scales of every new run
+#: an instruction's issue classes (:meth:`Controller._classes`); with ``fetch_reg`` they are
+#: decoded as the word is written and stored beside it in the instruction memory
+_CLASS_OPS = {"dma": ("LOAD_A", "LOAD_B", "STORE", "LOAD_IDX"), "gemm": ("GEMM",),
+              "vec": ("LOAD_V", "STORE_V", "LOAD_VI", "VECTOR", "SCAN"), "sync": ("SYNC",),
+              "end": ("END",), "scale": ("SCALE", "SCALE_COL")}
+_CLASSES = ("known", *_CLASS_OPS)
+#: the classes of the all-zero word (the opcode-0 instruction): the memory stores the classes
+#: XOR these, so a word never written (zero) still decodes as that instruction
+_ZERO_CLASSES = {"known": 1, **{c: int(OPCODES[0] in ops) for c, ops in _CLASS_OPS.items()}}
 
 
 def _field(word, op: str, name: str):
@@ -119,17 +131,19 @@ class Controller(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        bits = WORD_BITS + (len(_CLASSES) if self._fetch_reg else 0)    # + the classes
         if self._fetch_reg and family_of(platform) == "ecp5":
             # the block RAMs' output register is the fetch register (module docstring)
-            wr, (rd,) = ecp5_ram(m, "imem", WORD_BITS, IMEM_WORDS, (True,))
+            wr, (rd,) = ecp5_ram(m, "imem", bits, IMEM_WORDS, (True,))
         else:
-            m.submodules.imem = imem = memory.Memory(shape=unsigned(WORD_BITS),
+            m.submodules.imem = imem = memory.Memory(shape=unsigned(bits),
                                                      depth=IMEM_WORDS, init=[],
                                                      attrs=RDWR_UNDEFINED if self._fetch_reg
                                                      else None)
             wr, rd = imem.write_port(), imem.read_port()
-        m.d.comb += [wr.en.eq(self.imem_wr_en & ~self.busy), wr.addr.eq(self.imem_wr_addr),
-                     wr.data.eq(self.imem_wr_data)]
+        m.d.comb += [wr.en.eq(self.imem_wr_en & ~self.busy), wr.addr.eq(self.imem_wr_addr)]
+        if not self._fetch_reg:
+            m.d.comb += wr.data.eq(self.imem_wr_data)
         pc = Signal(PC_BITS)
         busy, done, error = Signal(), Signal(), Signal()
         cycles, retired = Signal(32), Signal(32)
@@ -141,28 +155,28 @@ class Controller(wiring.Component):
         if self._fetch_reg:       # the fetch register, moved only by `advance`
             advance = Signal()
             if getattr(rd, "registered", False):
-                ins = rd.data
+                word = rd.data
             else:
-                ins = Signal(WORD_BITS, name="ins_q")
+                word = Signal(WORD_BITS + len(_CLASSES), name="ins_q")
                 with m.If(advance):
-                    m.d.sync += ins.eq(rd.data)
+                    m.d.sync += word.eq(rd.data)
             m.d.comb += rd.en.eq(advance)
+            # the instruction's classes, decoded as it is written, travel in the memory's
+            # spare bits (a DP16KD word of 72 bits holds 64 + 7): the issue test starts at a
+            # register, not at the opcode's decode (the ECP5 top's critical path)
+            ins = word[:WORD_BITS]
+            written = self._classes(self.imem_wr_data, self._is_op(self.imem_wr_data))
+            m.d.comb += wr.data.eq(Cat(self.imem_wr_data,
+                                       *(written[c] ^ _ZERO_CLASSES[c] for c in _CLASSES)))
+            cls = {c: word[WORD_BITS + i] ^ _ZERO_CLASSES[c] for i, c in enumerate(_CLASSES)}
         else:
             ins = rd.data
-        opcode = ins[:OPCODE_BITS]
-        ops = {op: row for op, row in ISA.items()
-               if (self._scales or op not in ("SCALE", "SCALE_COL"))
-               and (self._indirect or op not in INDEX_OPS)}
-        is_op = {op: Signal(name=f"is_{op.lower()}") for op in ops}
-        for op, (code, _) in ops.items():
-            m.d.comb += is_op[op].eq(opcode == code)
+        is_op = {op: Signal(name=f"is_{op.lower()}") for op in self._is_op(ins)}
+        m.d.comb += [is_op[op].eq(e) for op, e in self._is_op(ins).items()]
+        if not self._fetch_reg:
+            cls = self._classes(ins, is_op)
         known = Signal()
-        if self._scales and self._lanes < 1 << _LANE_BITS:   # a lane the array does not have
-            lane_ok = _field(ins, "SCALE_COL", "lane") < self._lanes
-            m.d.comb += known.eq((sum(is_op.values()) != 0) & ~(is_op["SCALE_COL"] & ~lane_ok))
-        else:
-            m.d.comb += known.eq(sum(is_op.values()) != 0)
-
+        m.d.comb += known.eq(cls["known"])
         # decoded outputs (valid while the instruction is current; *_start qualifies them)
         m.d.comb += [self.gemm_m.eq(_field(ins, "GEMM", "m")),
                      self.gemm_k.eq(_field(ins, "GEMM", "k")),
@@ -204,19 +218,18 @@ class Controller(wiring.Component):
         m.d.comb += [getattr(self, f"scan_{f}").eq(_field(ins, "SCAN", f))
                      for f in ("count", "ab", "c", "h0", "dst")]
         is_dma = is_op["LOAD_A"] | is_op["LOAD_B"] | is_op["STORE"]
+        if self._indirect:
+            is_dma = is_dma | is_ldidx
         sync_ok = ((~_field(ins, "SYNC", "dma")[0] | ~self.dma_busy)
                    & (~_field(ins, "SYNC", "gemm")[0] | ~self.gemm_busy)
                    & (~_field(ins, "SYNC", "vec")[0] | ~self.vec_busy))
         ready = Signal()
         both_idle = ~self.dma_busy & ~self.vec_busy
-        if self._indirect:            # LOAD_IDX waits for the DMA only (it uses no vector port)
-            is_dma = is_dma | is_ldidx
-        ready_any = ((is_dma & ~self.dma_busy) | (is_op["GEMM"] & ~self.gemm_busy)
-                     | ((is_vdma | is_op["VECTOR"] | is_op["SCAN"]) & both_idle)
-                     | (is_op["SYNC"] & sync_ok)
-                     | (is_op["END"] & both_idle & ~self.gemm_busy))
+        ready_any = ((cls["dma"] & ~self.dma_busy) | (cls["gemm"] & ~self.gemm_busy)
+                     | (cls["vec"] & both_idle) | (cls["sync"] & sync_ok)
+                     | (cls["end"] & both_idle & ~self.gemm_busy))
         if self._scales:     # SCALE waits for the DMA: a STORE in flight keeps its scales
-            ready_any = ready_any | ((is_op["SCALE"] | is_op["SCALE_COL"]) & ~self.dma_busy)
+            ready_any = ready_any | (cls["scale"] & ~self.dma_busy)
         m.d.comb += ready.eq(ready_any)
 
         # states: idle (~busy), fetch (busy & fetch), exec (busy & ~fetch); an if-chain, since
@@ -264,6 +277,29 @@ class Controller(wiring.Component):
             with m.Elif(self.idx_wr_en):
                 m.d.sync += idx.eq(self.idx_wr_data)
         return m
+
+    def _is_op(self, word) -> dict:
+        """``{op: word's opcode is op}`` for the ops this controller decodes."""
+        opcode = word[:OPCODE_BITS]
+        return {op: opcode == code for op, (code, _) in ISA.items()
+                if (self._scales or op not in ("SCALE", "SCALE_COL"))
+                and (self._indirect or op not in INDEX_OPS)}
+
+    def _classes(self, word, is_op: dict) -> dict:
+        """The issue classes of an instruction (:data:`_CLASSES`, the timing contract's
+        conditions; :data:`_CLASS_OPS` lists each class's ops): ``known`` (an opcode this
+        controller decodes, a SCALE_COL lane it has), then whether it waits for the DMA (``dma``),
+        the GEMM core (``gemm``), the DMA and the vector engine (``vec``), is SYNC or END, or
+        waits for the DMA as a scale (``scale``; 0 without ``scales``)."""
+        any_op = sum(is_op.values()) != 0
+        if self._scales and self._lanes < 1 << _LANE_BITS:   # a lane the array does not have
+            lane_ok = _field(word, "SCALE_COL", "lane") < self._lanes
+            any_op = any_op & ~(is_op["SCALE_COL"] & ~lane_ok)
+        out = {"known": any_op}
+        for cls, ops in _CLASS_OPS.items():
+            terms = [is_op[op] for op in ops if op in is_op]
+            out[cls] = functools.reduce(operator.or_, terms) if terms else Const(0)
+        return out
 
     def _scale_registers(self, m: Module, ins, issue, is_op) -> None:
         """``scale_a``/``scale_b`` lanes: 1.0 from ``start``; an issuing ``SCALE`` sets A or

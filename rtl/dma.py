@@ -19,9 +19,11 @@ high in cycles ``c+1 .. c+D``: LOAD ``D = L + count*r`` (request in ``c+1``, bea
 ``c+1+L ..``, each word written to the SRAM in its last beat's cycle); STORE ``D = 1 + count*r``
 (request in ``c+1``, one write beat per cycle from ``c+2``; writes are posted — no
 acknowledgement is awaited). With the ArchSpec's ``pipeline.host_read`` the accumulator's read
-takes two cycles (``acc_rd_en`` advances both registers): a STORE reads word 0 in one more
-cycle before its request (``c+1``; request in ``c+2``), word 1 as the request is accepted, then
-word ``w + 2`` as word ``w``'s last beat goes: ``D = 2 + count*r``. ``count = 0`` does nothing (``D = 0``). The same for the vector
+takes two cycles and runs free (the core's ``acc_rd_en`` tied high: ``acc_rd_data`` in cycle
+``t + 2`` is the word at ``acc_rd_addr`` in ``t``): a STORE reads word 0 in one more cycle
+before its request (``c+1``; request in ``c+2``), word 1 in ``c+2``, then word ``w + 2`` as word
+``w``'s last beat goes, and keeps the words that arrive while the write side stalls in a
+two-word skid buffer: ``D = 2 + count*r``. ``count = 0`` does nothing (``D = 0``). The same for the vector
 buffer (``LOAD_V``/``STORE_V``) with ``r`` = beats per vector word.
 
 Indirect loads (``Dma(indirect=True)``, an ArchSpec with a vector unit): :data:`OP_LOAD_VI` is
@@ -96,7 +98,6 @@ class Dma(wiring.Component):
             "a_wr_en": Out(1), "a_wr_addr": Out(_abits(da)), "a_wr_data": Out(8 * self._wb["a"]),
             "b_wr_en": Out(1), "b_wr_addr": Out(_abits(db)), "b_wr_data": Out(8 * self._wb["b"]),
             "acc_rd_addr": Out(_abits(dc)), "acc_rd_data": In(8 * self._wb["c"]),
-            **({"acc_rd_en": Out(1)} if self._host_reg else {}),
             # the vector buffer's ports (an ArchSpec without a vector unit has none)
             **({"v_wr_en": Out(1), "v_wr_addr": Out(VBUF_ADDR_BITS),
                 "v_wr_data": Out(32 * self._lanes),
@@ -140,21 +141,54 @@ class Dma(wiring.Component):
             m.d.sync += state.eq(x)
 
         prime = None
+        acc_word = self.acc_rd_data      # the accumulator word the write gearbox sends
         if self._host_reg:
-            # the accumulator's two-register read (pipeline.host_read): a STORE first spends
-            # one REQ cycle reading word 0 (no request yet: `prime`), reads word 1 as its
-            # request is accepted, then word w + 2 as word w's last beat leaves; acc_ra is the
-            # address the read presents, a register stepped with it
+            # the accumulator's two-register read (pipeline.host_read) runs free (the top ties
+            # the core's acc_rd_en high): the word at address acc_ra in cycle t is on
+            # acc_rd_data in t + 2. A STORE reads word 0 in its first REQ cycle (no request
+            # yet: `prime`), word 1 in the next, then word w + 2 in the cycle word w's last
+            # beat goes — the reads of the enabled pipeline, so the timing is unchanged — and
+            # a two-word skid buffer keeps the words that arrive while the write side stalls.
+            # Every select of the buffer is a register: no ready-dependent net reaches the
+            # RAMs or the buffer's enables (the enable's fan-out to the accumulator's block
+            # RAMs was the accelerator top's critical path on ECP5).
             acc_ra = Signal(_abits(dc), name="acc_read_addr")
             primed = Signal(name="acc_primed")
             prime = (state == REQ) & (op == OP_STORE) & ~primed
-            m.d.comb += self.acc_rd_addr.eq(acc_ra)
+            left = Signal(COUNT_BITS, name="acc_reads_left")     # words not yet read
+            ahead = Signal(range(3), name="acc_reads_ahead")     # read, not yet sent
+            sent = Signal(name="acc_word_sent")                  # word w's last beat goes
+            read = Signal(name="acc_read")                       # acc_ra is a wanted word
+            arrive = Signal(2, name="acc_read_pipe")             # reads 1 and 2 cycles ago
+            skid = [Signal.like(self.acc_rd_data, name=f"acc_skid{i}") for i in range(2)]
+            wp, rp = Signal(name="acc_skid_wp"), Signal(name="acc_skid_rp")
+            held = Signal(range(3), name="acc_skid_held")        # words in the skid buffer
+            m.d.comb += [
+                self.acc_rd_addr.eq(acc_ra),
+                sent.eq((state == WRITE) & self.mem_wr_ready & last_chunk & (op == OP_STORE)),
+                read.eq((op == OP_STORE) & (state != IDLE) & (left != 0)
+                        & ((ahead < 2) | sent)),
+            ]
+            m.d.sync += [arrive.eq(Cat(read, arrive[0])),
+                         ahead.eq(ahead + read - sent),
+                         held.eq(held + arrive[1] - sent)]
+            with m.If(read):
+                m.d.sync += [acc_ra.eq(acc_ra + 1), left.eq(left - 1)]
+            with m.If(arrive[1]):           # every arriving word is kept (wp: a register)
+                for i, reg in enumerate(skid):
+                    with m.If(wp == i):
+                        m.d.sync += reg.eq(self.acc_rd_data)
+                m.d.sync += wp.eq(~wp)
+            with m.If(sent):
+                m.d.sync += rp.eq(~rp)
+            # the word to send: the oldest kept one, or the one arriving now (skid empty)
+            acc_word = Mux(held == 0, self.acc_rd_data, Mux(rp, skid[1], skid[0]))
             with m.If((state == IDLE) & self.start):
-                m.d.sync += [acc_ra.eq(Mux(self.buf, dc // 2, 0)), primed.eq(0)]
+                m.d.sync += [acc_ra.eq(Mux(self.buf, dc // 2, 0)), primed.eq(0),
+                             left.eq(self.count), ahead.eq(0), held.eq(0), wp.eq(0),
+                             rp.eq(0)]
             with m.If(prime):
                 m.d.sync += primed.eq(1)
-            with m.If(self.acc_rd_en):
-                m.d.sync += acc_ra.eq(acc_ra + 1)
         with m.If(state == IDLE):
             with m.If(self.start & (self.count != 0)):
                 m.d.sync += [op.eq(self.op), buf.eq(self.buf), count.eq(self.count),
@@ -168,10 +202,7 @@ class Dma(wiring.Component):
             m.d.comb += [self.busy.eq(1), self.mem_req_valid.eq(1 if prime is None else ~prime),
                          self.mem_req_write.eq(is_store), self.mem_req_addr.eq(addr),
                          self.mem_req_len.eq(count * r_op)]
-            if self._host_reg:
-                m.d.comb += self.acc_rd_en.eq(
-                    prime | (self.mem_req_ready & (op == OP_STORE)))
-            else:
+            if not self._host_reg:
                 m.d.comb += self.acc_rd_addr.eq(Mux(buf, dc // 2, 0))
             if vec:
                 m.d.comb += self.v_rd_addr.eq(vaddr)
@@ -196,9 +227,7 @@ class Dma(wiring.Component):
             nxt = Signal.like(word, name="next_word")
             m.d.comb += [self.busy.eq(1), self.mem_wr_valid.eq(1),
                          nxt.eq(word + (self.mem_wr_ready & last_chunk))]
-            if self._host_reg:     # the register holds `word`, the RAM word + 1: fetch word + 2
-                m.d.comb += self.acc_rd_en.eq(self.mem_wr_ready & last_chunk & (op == OP_STORE))
-            else:
+            if not self._host_reg:
                 m.d.comb += self.acc_rd_addr.eq(Mux(buf, dc // 2, 0) + nxt)
             if vec:
                 m.d.comb += self.v_rd_addr.eq(vaddr + nxt)
@@ -232,7 +261,7 @@ class Dma(wiring.Component):
 
         def padded(value, bits):
             return Cat(value, Const(0, rw * W - bits)) if rw * W > bits else value
-        src = padded(self.acc_rd_data, 8 * self._wb["c"])
+        src = padded(acc_word, 8 * self._wb["c"])
         if vec:
             src = Mux(op == OP_STORE_V, padded(self.v_rd_data, 32 * self._lanes), src)
         m.d.comb += self.mem_wr_data.eq(src.word_select(chunk, W) if rw > 1 else src[:W])

@@ -283,17 +283,24 @@ def test_cycle_model_overlap_is_less_than_serial():
 
 
 # ---- controller and constructors in Amaranth's simulator (no Verilator) --------------------------
-def test_controller_issues_stalls_and_stops_on_a_bad_opcode():
+@pytest.mark.parametrize("fetch_reg", [False, True])
+@pytest.mark.parametrize("last", ["bad", "unwritten"])
+def test_controller_issues_stalls_and_stops_on_a_bad_opcode(fetch_reg, last):
     """The controller alone, its units faked: every issue cycle and decoded field against the
-    timing contract (one fetch cycle, one cycle per instruction, stall while a unit is busy) and
-    an unknown opcode stopping with ``error`` and ``pc`` at the bad word."""
+    timing contract (one fetch cycle — two with ``fetch_reg`` —, one cycle per instruction,
+    stall while a unit is busy) and an unknown opcode stopping with ``error`` and ``pc`` at the
+    bad word; a word never written reads as zero, the opcode-0 END (with ``fetch_reg`` too, whose
+    memory keeps each word's issue classes beside it)."""
     from tilewright.rtl.controller import Controller
     from tilewright.rtl.dma import OP_LOAD_B
     words = assemble([Instr("LOAD_B", {"buf": 1, "count": 5, "addr": 9}),
                       Instr("GEMM", {"m": 2, "k": 3, "n": 4, "a_buf": 1, "b_buf": 0, "c_buf": 1,
                                      "acc": 1}),
-                      Instr("SYNC", {"dma": 1, "gemm": 0, "vec": 0})]) + [0xF]
-    dut = Controller()
+                      Instr("SYNC", {"dma": 1, "gemm": 0, "vec": 0})])
+    if last == "bad":
+        words.append(0xF)
+    dut = Controller(fetch_reg=fetch_reg)
+    f = int(fetch_reg)
     log = []
 
     async def bench(ctx):
@@ -304,7 +311,7 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode():
         await ctx.tick()                  # start sampled: cycle s = 0
         ctx.set(dut.start, 0)
         for cyc in range(1, 20):
-            if cyc == 5:
+            if cyc == 5 + f:
                 ctx.set(dut.dma_busy, 0)
             if ctx.get(dut.dma_start):
                 log.append((cyc, "dma", ctx.get(dut.dma_op), ctx.get(dut.dma_buf),
@@ -319,10 +326,12 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode():
             await ctx.tick()
 
     _simulate(dut, bench)
-    # fetch in cycle 1; LOAD_B ready from cycle 5 (stalled 2..4); GEMM 6; SYNC 7; bad word seen
-    # in cycle 8 -> stops: busy low from cycle 9, cycles = 8 (busy in 1..8), 3 retired
-    assert log == [(5, "dma", OP_LOAD_B, 1, 5, 9), (6, "gemm", 2, 3, 4, 1, 0, 1),
-                   (9, "stop", 1, 1, 6, 3, 8)]
+    # fetch in cycle 1 (1..2 with fetch_reg: f = 1); LOAD_B ready from cycle 5 + f (stalled);
+    # GEMM 6 + f; SYNC 7 + f; the bad word seen in 8 + f -> stops: busy low from 9 + f, cycles =
+    # 8 + f, 3 retired, pc at the bad word; END (unwritten) issues in 8 + f: 4 retired, pc on it
+    bad = last == "bad"
+    assert log == [(5 + f, "dma", OP_LOAD_B, 1, 5, 9), (6 + f, "gemm", 2, 3, 4, 1, 0, 1),
+                   (9 + f, "stop", 1, int(bad), 6, 3 + int(not bad), 8 + f)]
 
 
 @pytest.mark.parametrize("fetch_reg", [False, True])
@@ -410,9 +419,10 @@ def test_dma_gearboxes_under_backpressure(host_read):
     bytes leave as 8), with the handshakes the bench's memory never exercises: a request held
     while ``mem_req_ready`` is low, read beats with gaps, write beats refused by
     ``mem_wr_ready``. Expected words/beats are the image format of compiler/codegen.py. With
-    ``pipeline.host_read`` the fake accumulator answers through two registers that move only
-    while ``acc_rd_en`` is high (the core's contract): the STORE spends one cycle reading word 0
-    before its request (even with ``mem_req_ready`` high), and its beats are the same."""
+    ``pipeline.host_read`` the fake accumulator answers through two registers that move every
+    cycle (the accelerator top ties the core's ``acc_rd_en`` high): the STORE spends one cycle
+    reading word 0 before its request (even with ``mem_req_ready`` high), and its beats are the
+    same — through the DMA's skid buffer while the write side refuses beats."""
     from tilewright.rtl.dma import OP_LOAD_A, OP_STORE, Dma
     arch = _arch(bw=1.0)
     if host_read:
@@ -434,8 +444,7 @@ def test_dma_gearboxes_under_backpressure(host_read):
         addr = ctx.get(dut.acc_rd_addr)
         word = acc.get(addr - half_c + 2, 0)
         if host_read:
-            if ctx.get(dut.acc_rd_en):
-                regs[:] = [word, regs[0]]
+            regs[:] = [word, regs[0]]
         await ctx.tick()
         ctx.set(dut.acc_rd_data, regs[1] if host_read else word)
 
@@ -495,6 +504,58 @@ def test_dma_gearboxes_under_backpressure(host_read):
     assert got["beats"] == words_to_beats([acc[i] for i in range(2, 6)], 16, 2)
     assert got["store_refusals"] >= 4           # the write side really stalled
     assert got.get("prime", 0) == int(host_read)
+
+
+@pytest.mark.parametrize("pattern", ["always", "gaps"])
+def test_dma_store_through_the_skid_buffer_at_full_rate(pattern):
+    """``pipeline.host_read`` with one beat per accumulator word (W = 32 bytes, words of 16): the
+    free-running read hands word 0 straight from the RAM's output register to the write port
+    (skid buffer empty) in the STORE's third cycle, and with ``mem_wr_ready`` always high every
+    later word too — ``busy`` for exactly ``2 + count`` cycles (the enabled pipeline's timing).
+    With refused beats ("gaps") the words that arrive meanwhile wait in the skid buffer; each
+    refusal costs one cycle and nothing else (``2 + count + refusals``)."""
+    from tilewright.compiler.codegen import beats_per_word
+    from tilewright.rtl.dma import OP_STORE, Dma
+    d = _arch(bw=16.0).model_dump(mode="json")
+    d["tensor_engine"]["pipeline"] = {"host_read": True}
+    d["clock_mhz"] = 500.0
+    arch = ArchSpec.from_dict(d)
+    assert beats_per_word(arch)["c"] == 1
+    half_c = GemmLayout.depths(arch)[2] // 2
+    dut = Dma(arch=arch)
+    rng = np.random.default_rng(11)
+    count = 6
+    acc = {half_c + i: int.from_bytes(rng.bytes(16), "little") for i in range(count)}
+    regs = [0, 0]
+    ready = {"always": [1] * 40, "gaps": [1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 0] + [1] * 28}[pattern]
+    got = {"beats": [], "busy": 0, "refused": 0}
+
+    async def bench(ctx):
+        ctx.set(dut.mem_req_ready, 1)
+        ctx.set(dut.op, OP_STORE)
+        ctx.set(dut.buf, 1)
+        ctx.set(dut.count, count)
+        ctx.set(dut.addr, 3)
+        ctx.set(dut.start, 1)
+        for cycle in range(40):
+            ctx.set(dut.mem_wr_ready, ready[got["busy"] - 2] if got["busy"] >= 2 else 1)
+            if cycle and ctx.get(dut.busy):
+                got["busy"] += 1
+                if ctx.get(dut.mem_wr_valid):
+                    if ctx.get(dut.mem_wr_ready):
+                        got["beats"].append(ctx.get(dut.mem_wr_data))
+                    else:
+                        got["refused"] += 1
+            word = acc.get(ctx.get(dut.acc_rd_addr), 0)
+            regs[:] = [word, regs[0]]          # the free-running two-register read
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            ctx.set(dut.acc_rd_data, regs[1])
+
+    _simulate(dut, bench)
+    assert got["beats"] == [acc[half_c + i] for i in range(count)]
+    assert (got["refused"] == 0) if pattern == "always" else (got["refused"] >= 3)
+    assert got["busy"] == 2 + count + got["refused"]
 
 
 # ---- SCALE: per-tensor fp8 scales carried by the ISA ------------------------------------------
