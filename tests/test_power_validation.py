@@ -30,7 +30,7 @@ SB17_AREA_FROM_45 = {65: 1.5, 32: 0.46, 20: 0.21, 16: 0.19, 7: 0.059}
 # 32b add 0.1) and Jouppi et al. ISCA 2021 Table 2 at 7 nm (int8 mult 0.07, int32 add 0.03). The
 # 16 and 28 nm tables interpolate log-log in feature size between them, not by [SB17].
 INT8_45, INT8_7 = (0.2, 0.1), (0.07, 0.03)
-BETWEEN_45_AND_7 = ("int8", "mxint8")
+BETWEEN_45_AND_7 = ("int8", "mxint8", "int16")   # int16: tests/test_int16.py
 
 
 def _int8_between(node: float) -> tuple[float, float]:
