@@ -104,7 +104,8 @@ from tilewright.dataflow_sim.energy_area import (TPU_V1_FLOORPLAN, TechSpec, are
                                                  dynamic_scale, energy_breakdown, layout_fit,
                                                  load_tech, operand_bytes, operating_voltage,
                                                  pe_storage_accesses,
-                                                 pe_storage_pj_per_mac, sram_pj_per_byte,
+                                                 pe_storage_pj_per_mac, sram_bank_kib,
+                                                 sram_pj_per_byte,
                                                  static_power)
 
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "configs" / "validation"
@@ -475,6 +476,12 @@ def eyeriss_row(arch: ArchSpec | None = None) -> dict:
     spad_mw = (rate * pe_storage_pj_per_mac(arch, t) * dynamic_scale(t, e["voltage_v"])
                * 1e-9)                   # part of mac_mw: the PEs' local-storage accesses
     pw = EYERISS_ALEXNET["power_mw"]
+    # the SRAM term split (bare MACs: the engine's steady-state bytes per MAC): operands from the
+    # scratchpad (the global buffer) and psum read-modify-writes in the accumulator (standing
+    # for the psum scratchpads), at each bank's energy x (V / v_nom)^2
+    operand_b, psum_b = sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))
+    sp_kib, acc_kib = sram_bank_kib(arch)
+    vs = dynamic_scale(t, e["voltage_v"]) * rate * 1e-9
     return {"chip": "eyeriss", "tech": pub["tech"], "role": pub["role"], "cite": EYERISS_CITE,
             "format": arch.tensor_engine.input_format,
             "accumulator": arch.tensor_engine.accumulator_format,
@@ -488,6 +495,9 @@ def eyeriss_row(arch: ArchSpec | None = None) -> dict:
             "mac_rate": rate, "utilization": rate / arch.peak_macs_per_s,
             "power_mw": power_mw, "power_pub_mw": pw, "power_err": power_mw / pw - 1,
             "mac_mw": e["mac_pj"] * 1e-9, "sram_mw": e["sram_pj"] * 1e-9,
+            "sram_operand_mw": operand_b * sram_pj_per_byte(t, sp_kib) * vs,
+            "sram_psum_mw": psum_b * sram_pj_per_byte(t, acc_kib) * vs,
+            "psum_b_per_mac": psum_b,
             "pe_storage_mw": spad_mw,
             "pe_storage_cells_mm2": (ab["pe_registers_cells_um2"] + ab["pe_sram_cells_um2"]) / 1e6,
             "scratchpad_b_per_mac": sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))[0],
@@ -535,7 +545,11 @@ def eyeriss_table(r: dict) -> str:
                  f"{acc.register_writes:g} register write of {acc.bits} b, "
                  f"pe_storage.accesses_per_mac); scratchpad bytes per MAC: model "
                  f"{r['scratchpad_b_per_mac']:.3f} (12x14 WS reuse), published global-buffer "
-                 f"accesses 208.5 MB / 2.666 G MACs = {r['glb_b_per_mac_pub']:.3f}")
+                 f"accesses 208.5 MB / 2.666 G MACs = {r['glb_b_per_mac_pub']:.3f}; SRAM "
+                 f"{r['sram_mw']:.1f} mW = operands {r['sram_operand_mw']:.1f} + accumulator "
+                 f"psum read-modify-writes {r['sram_psum_mw']:.1f} ({r['psum_b_per_mac']:.3f} B "
+                 f"per MAC; the accumulator stands for the psum scratchpads, whose per-MAC "
+                 f"register accesses are also in [spad])")
     steps = []
     for fmt, stated in (("int8", False), ("int8", True), ("int16", False), ("int16", True)):
         x = eyeriss_row(eyeriss_variant(fmt, stated))

@@ -814,6 +814,22 @@ def test_eyeriss_pe_storage_by_hand():
     assert t.sram_pj_per_64b[0].pj == pytest.approx(10.0 * f, rel=1e-3)
 
 
+def test_eyeriss_sram_split_by_hand():
+    """Eyeriss' SRAM term at AlexNet's rate, by hand: operands 2 B / 14 columns per MAC from a
+    108 / 2 / 16 = 3.375 KiB global-buffer bank, psums (int32, read + write) 8 B / 12 rows per
+    MAC in the 8 KiB accumulator, each at Horowitz's 8 / 32 KB curve x E65(1.0)/E45(0.9) (slope
+    1/2 below 8 KB) at 1.0 V; the two parts sum to the SRAM term."""
+    b = _bench()
+    f = _e(65, 1.0) / _e(45, 0.9)
+    rate = 2.666e9 / 0.1153
+    r = b.eyeriss_row()
+    operand = rate * 2 / 14 * 10.0 * f * math.sqrt(3.375 / 8) / 8 * 1e-9
+    psum = rate * 8 / 12 * 10.0 * f / 8 * 1e-9
+    assert r["sram_operand_mw"] == pytest.approx(operand, rel=2e-3)
+    assert r["sram_psum_mw"] == pytest.approx(psum, rel=2e-3)
+    assert r["sram_mw"] == pytest.approx(r["sram_operand_mw"] + r["sram_psum_mw"], rel=1e-9)
+
+
 def test_nvdla_linear_bound_from_the_primer_alone():
     """No power linear in the MAC rate with static >= 0 meets the primer's peak and average:
     P(peak) / P(avg) <= 1 / u (u = fps x 3.8 G MACs / (MACs x 1 GHz)), while the primer's
