@@ -536,7 +536,8 @@ def eyeriss_table(r: dict) -> str:
     acc = r["pe_accesses"]
     lines.append(f"eyeriss: 65 nm, 12x14 ws systolic (the array's timing and SRAM reuse; "
                  f"row-stationary not describable), {r['format']} -> {r['accumulator']} for "
-                 f"16-bit fixed point; power at AlexNet's {r['mac_rate'] / 1e9:.1f} G MAC/s (2.666 G MACs / 115.3 ms, "
+                 f"16-bit fixed point; power at AlexNet's {r['mac_rate'] / 1e9:.1f} G MAC/s "
+                 f"(2.666 G MACs / 115.3 ms, "
                  f"utilization {r['utilization']:.2f} of 168 x 200 MHz), no PHY, no background; "
                  f"peak at {r['peak_clock_mhz']:.0f} MHz; the PEs' filter SRAM + ifmap registers "
                  f"(tensor_engine.pe_storage) {r['pe_storage_cells_mm2']:.2f} mm2 of cells, "

@@ -20,9 +20,9 @@ round-to-nearest-even (RNE), one rounding per operation, no fused multiply-add:
 matter (wrapping addition is associative), so :func:`~tilewright.dataflow_sim.functional.gemm_int8`
 computes it. ``int16`` (16-bit fixed point) with ``acc='int32'`` likewise: each product
 (``|p| <= 32767**2 < 2**30``) and the int64 dot of the codes are exact (for K < 2**33), then
-wrapped modulo 2**32 as the int32 accumulator wraps — exact while ``|dot| < 2**31`` (for worst-case
-codes K <= 2; a 32-bit accumulator is what the tables price, see configs/tech/45nm.yaml). With
-unscaled int8 or int16 operands the int32 accumulator is returned; otherwise step 4 turns
+wrapped modulo 2**32 as the int32 accumulator wraps — exact while ``|dot| < 2**31`` (for
+worst-case codes K <= 2; a 32-bit accumulator is what the tables price, configs/tech/45nm.yaml).
+With unscaled int8 or int16 operands the int32 accumulator is returned; otherwise step 4 turns
 it into fp32 (``fl32(acc)`` is RNE; exact while ``|acc| <= 2**24``).
 
 **MX formats** (``acc='fp32'`` only; ``k_block`` must be a multiple of 32 so a tile holds whole

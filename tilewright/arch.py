@@ -169,8 +169,8 @@ class PeStorageSpec(_Frozen):
     That word sits in the SRAM when ``sram_bytes`` > 0, else in the register file; the other
     part costs area and leakage only. ``accesses_per_mac`` (:class:`PeAccessesSpec`) replaces
     that rule with stated counts per part (it then needs ``word_bits``, the bits of every access;
-    a part it reads or writes must have bytes); omitted, the rule above holds. The section is left out of YAML and the content hash when
-    omitted, so designs without it keep their hashes.
+    a part it reads or writes must have bytes); omitted, the rule above holds. The section is
+    left out of YAML and the content hash when omitted, so designs without it keep their hashes.
     """
 
     register_bytes: int = Field(0, ge=0, le=65536, description="bytes of register file "
