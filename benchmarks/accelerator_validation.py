@@ -16,11 +16,12 @@ follows their reuse.
 Eyeriss (JSSC 2017, 65 nm; held out, :func:`eyeriss_row`) follows the NVDLA table: its core
 area, peak throughput at its top clock and its power on AlexNet's CONV layers (at the published
 MAC rate) against the published figures (:data:`EYERISS`, :data:`EYERISS_ALEXNET`: sources and
-status there). Its row-stationary dataflow and 16-bit fixed point cannot be described;
-configs/validation/eyeriss.yaml is the closest ArchSpec (int8, a 12x14 weight-stationary array
-whose PEs hold the published filter SRAM and ifmap registers as ``tensor_engine.pe_storage``)
-and a bf16 row (the 16-bit format the model has) brackets the format;
-:func:`eyeriss_rs_extra_mw` prints the row-stationary accesses the ws rule leaves out.
+status there). configs/validation/eyeriss.yaml describes it in 16-bit fixed point (int16,
+int32 accumulator) as a 12x14 weight-stationary array (the array's timing and SRAM reuse: the
+row-stationary dataflow itself cannot be described) whose PEs hold the published filter SRAM
+and ifmap registers as ``tensor_engine.pe_storage`` and make the row-stationary PE's accesses
+per MAC, stated in ``pe_storage.accesses_per_mac`` (a filter SRAM read, an ifmap register read,
+a psum register read and write).
 :func:`nvdla_linear_bound` shows from the primer's figures alone why no power linear in the
 MAC rate meets NVDLA's peak and average together.
 
@@ -102,7 +103,9 @@ from tilewright.dataflow_sim import energy_area
 from tilewright.dataflow_sim.energy_area import (TPU_V1_FLOORPLAN, TechSpec, area_breakdown,
                                                  dynamic_scale, energy_breakdown, layout_fit,
                                                  load_tech, operand_bytes, operating_voltage,
-                                                 pe_storage_pj_per_mac, sram_pj_per_byte,
+                                                 pe_storage_accesses,
+                                                 pe_storage_pj_per_mac, sram_bank_kib,
+                                                 sram_pj_per_byte,
                                                  static_power)
 
 VALIDATION_DIR = Path(__file__).resolve().parent.parent / "configs" / "validation"
@@ -473,8 +476,16 @@ def eyeriss_row(arch: ArchSpec | None = None) -> dict:
     spad_mw = (rate * pe_storage_pj_per_mac(arch, t) * dynamic_scale(t, e["voltage_v"])
                * 1e-9)                   # part of mac_mw: the PEs' local-storage accesses
     pw = EYERISS_ALEXNET["power_mw"]
+    # the SRAM term split (bare MACs: the engine's steady-state bytes per MAC): operands from the
+    # scratchpad (the global buffer) and psum read-modify-writes in the accumulator (standing
+    # for the psum scratchpads), at each bank's energy x (V / v_nom)^2
+    operand_b, psum_b = sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))
+    sp_kib, acc_kib = sram_bank_kib(arch)
+    vs = dynamic_scale(t, e["voltage_v"]) * rate * 1e-9
     return {"chip": "eyeriss", "tech": pub["tech"], "role": pub["role"], "cite": EYERISS_CITE,
             "format": arch.tensor_engine.input_format,
+            "accumulator": arch.tensor_engine.accumulator_format,
+            "pe_accesses": pe_storage_accesses(arch),
             "area_mm2": area, "area_pub_mm2": pub["core_mm2"],
             "area_err": area / pub["core_mm2"] - 1,
             "area_ip_mm2": ip, "area_ip_err": ip / pub["core_mm2"] - 1,
@@ -484,6 +495,9 @@ def eyeriss_row(arch: ArchSpec | None = None) -> dict:
             "mac_rate": rate, "utilization": rate / arch.peak_macs_per_s,
             "power_mw": power_mw, "power_pub_mw": pw, "power_err": power_mw / pw - 1,
             "mac_mw": e["mac_pj"] * 1e-9, "sram_mw": e["sram_pj"] * 1e-9,
+            "sram_operand_mw": operand_b * sram_pj_per_byte(t, sp_kib) * vs,
+            "sram_psum_mw": psum_b * sram_pj_per_byte(t, acc_kib) * vs,
+            "psum_b_per_mac": psum_b,
             "pe_storage_mw": spad_mw,
             "pe_storage_cells_mm2": (ab["pe_registers_cells_um2"] + ab["pe_sram_cells_um2"]) / 1e6,
             "scratchpad_b_per_mac": sram_bytes_per_mac(arch.tensor_engine, operand_bytes(arch))[0],
@@ -491,62 +505,60 @@ def eyeriss_row(arch: ArchSpec | None = None) -> dict:
             "leakage_mw": st["leakage_w"] * 1e3, "voltage_v": e["voltage_v"]}
 
 
-def eyeriss_as(fmt: str, acc: str) -> ArchSpec:
-    """configs/validation/eyeriss.yaml with operand format ``fmt`` and accumulator ``acc``."""
+def eyeriss_variant(fmt: str, stated_accesses: bool) -> ArchSpec:
+    """configs/validation/eyeriss.yaml with operand format ``fmt`` (int8 or int16, int32
+    accumulator) and with or without its stated ``pe_storage.accesses_per_mac`` (without: the ws
+    rule, one filter read per MAC) — the steps between the int8 / ws-rule description and the
+    row, a diagnostic of what each moved."""
     data = load_chip("eyeriss").model_dump(mode="json", exclude_none=True)
-    data["tensor_engine"] = {**data["tensor_engine"], "input_format": fmt,
-                             "weight_format": fmt, "accumulator_format": acc}
-    return ArchSpec.from_dict(data, source=f"eyeriss as {fmt}")
-
-
-EYERISS_RS_REGISTER_ACCESSES = 3
-"""16-bit register-file accesses per MAC of Eyeriss' row-stationary PE beyond the ws rule's one
-filter-SRAM read: an ifmap read and a psum read and write — a row-stationary PE takes each MAC's
-ifmap and filter words from its scratchpads and accumulates into its psum scratchpad. The
-structure of the dataflow as the Eyeriss papers describe it, not re-read in this session (an
-assumption), and not an energy figure: a diagnostic only."""
-
-
-def eyeriss_rs_extra_mw(r: dict) -> float:
-    """mW the register accesses of :data:`EYERISS_RS_REGISTER_ACCESSES` would add at AlexNet's MAC
-    rate: rate x 3 x 16 bits x the model's register energy per bit (65 nm) x (V / v_nom)^2 — a
-    diagnostic of what describing Eyeriss as weight-stationary leaves out (not in the model)."""
-    t = load_tech(EYERISS["tech"])
-    return (r["mac_rate"] * EYERISS_RS_REGISTER_ACCESSES * EYERISS["bits"]
-            * energy_area.register_pj_per_bit(t) * dynamic_scale(t, r["voltage_v"]) * 1e-9)
+    te = {**data["tensor_engine"], "input_format": fmt, "weight_format": fmt,
+          "accumulator_format": "int32"}
+    if not stated_accesses:
+        te["pe_storage"] = {k: v for k, v in te["pe_storage"].items() if k != "accesses_per_mac"}
+    return ArchSpec.from_dict({**data, "tensor_engine": te}, source=f"eyeriss as {fmt}")
 
 
 def eyeriss_table(r: dict) -> str:
-    head = (f"{'Eyeriss':8} {'role':8} {'fmt':4} | {'core':>5} {'pub':>5} {'err':>6} "
+    head = (f"{'Eyeriss':8} {'role':8} {'fmt':5} | {'core':>5} {'pub':>5} {'err':>6} "
             f"{'-uncore':>7} {'err':>6} {'cells':>5} {'err':>6} | {'GOPS':>5} {'pub':>5} "
             f"{'err':>6} | {'mW':>5} {'pub':>4} {'err':>6} ({'MAC':>4} [{'spad':>4}] + "
             f"{'SRAM':>4} + {'leak':>4} mW at {'V':>5})")
     lines = [head, "-" * len(head)]
-    bf = eyeriss_row(eyeriss_as("bf16", "fp32"))
-    for x in (r, bf):
+    for x in (r,):
         lines.append(
-            f"{x['chip']:8} {x['role'] if x is r else 'diagn.':8} {x['format']:4} | "
+            f"{x['chip']:8} {x['role']:8} {x['format']:5} | "
             f"{x['area_mm2']:5.2f} {x['area_pub_mm2']:5.2f} {_pct(x['area_err'])} "
             f"{x['area_ip_mm2']:7.2f} {_pct(x['area_ip_err'])} {x['area_cells_mm2']:5.2f} "
             f"{_pct(x['area_cells_err'])} | {x['peak_gops']:5.1f} {x['peak_pub_gops']:5.1f} "
             f"{_pct(x['peak_err'])} | {x['power_mw']:5.1f} {x['power_pub_mw']:4.0f} "
             f"{_pct(x['power_err'])} ({x['mac_mw']:4.1f} [{x['pe_storage_mw']:4.1f}] + "
             f"{x['sram_mw']:4.1f} + {x['leakage_mw']:4.1f} mW at {x['voltage_v']:.3f})")
-    rs = eyeriss_rs_extra_mw(r)
-    lines.append(f"eyeriss: 65 nm, 12x14 ws systolic (row-stationary not describable), int8 for "
-                 f"16-bit fixed point (bf16 row: the 16-bit format the model has, a diagnostic); "
-                 f"power at AlexNet's {r['mac_rate'] / 1e9:.1f} G MAC/s (2.666 G MACs / 115.3 ms, "
+    acc = r["pe_accesses"]
+    lines.append(f"eyeriss: 65 nm, 12x14 ws systolic (the array's timing and SRAM reuse; "
+                 f"row-stationary not describable), {r['format']} -> {r['accumulator']} for "
+                 f"16-bit fixed point; power at AlexNet's {r['mac_rate'] / 1e9:.1f} G MAC/s "
+                 f"(2.666 G MACs / 115.3 ms, "
                  f"utilization {r['utilization']:.2f} of 168 x 200 MHz), no PHY, no background; "
                  f"peak at {r['peak_clock_mhz']:.0f} MHz; the PEs' filter SRAM + ifmap registers "
                  f"(tensor_engine.pe_storage) {r['pe_storage_cells_mm2']:.2f} mm2 of cells, "
-                 f"{r['pe_storage_mw']:.1f} mW of accesses ([spad], part of MAC: one 16-bit "
-                 f"filter read per MAC, the ws rule); scratchpad bytes per MAC: model "
+                 f"{r['pe_storage_mw']:.1f} mW of accesses ([spad], part of MAC: per MAC "
+                 f"{acc.sram_reads:g} SRAM read, {acc.register_reads:g} register reads and "
+                 f"{acc.register_writes:g} register write of {acc.bits} b, "
+                 f"pe_storage.accesses_per_mac); scratchpad bytes per MAC: model "
                  f"{r['scratchpad_b_per_mac']:.3f} (12x14 WS reuse), published global-buffer "
-                 f"accesses 208.5 MB / 2.666 G MACs = {r['glb_b_per_mac_pub']:.3f}")
-    lines.append(f"eyeriss diagnostic (not the model): the row-stationary PE's other "
-                 f"{EYERISS_RS_REGISTER_ACCESSES} register accesses per MAC (ifmap read, psum "
-                 f"read + write, 16 b) would add {rs:.1f} mW -> {r['power_mw'] + rs:.1f} mW "
-                 f"({(r['power_mw'] + rs) / r['power_pub_mw'] - 1:+.1%} of 278 mW)")
+                 f"accesses 208.5 MB / 2.666 G MACs = {r['glb_b_per_mac_pub']:.3f}; SRAM "
+                 f"{r['sram_mw']:.1f} mW = operands {r['sram_operand_mw']:.1f} + accumulator "
+                 f"psum read-modify-writes {r['sram_psum_mw']:.1f} ({r['psum_b_per_mac']:.3f} B "
+                 f"per MAC; the accumulator stands for the psum scratchpads, whose per-MAC "
+                 f"register accesses are also in [spad])")
+    steps = []
+    for fmt, stated in (("int8", False), ("int8", True), ("int16", False), ("int16", True)):
+        x = eyeriss_row(eyeriss_variant(fmt, stated))
+        steps.append(f"{fmt} {'RS accesses' if stated else 'ws rule'} {x['area_mm2']:.2f} mm2 "
+                     f"({x['area_err']:+.1%}), {x['power_mw']:.1f} mW ({x['power_err']:+.1%}; "
+                     f"{x['mac_mw']:.1f} [{x['pe_storage_mw']:.1f}] + {x['sram_mw']:.1f} + "
+                     f"{x['leakage_mw']:.1f})")
+    lines.append("eyeriss steps (diagnostic; the row is the last): " + "; ".join(steps))
     return "\n".join(lines)
 
 

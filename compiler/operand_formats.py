@@ -7,7 +7,7 @@ format          activations (run time, ``quantize``)   weights (compile time, co
 ==============  =====================================  =========================================
 fp32            unchanged                              unchanged
 bf16            RNE to bf16 (no scale)                 RNE to bf16 (no scale)
-int8, fp8-*     one fp32 scale per tensor              per output channel (``granularity=
+int8/16, fp8-*  one fp32 scale per tensor              per output channel (``granularity=
                                                        "channel"``, default) or per tensor
 mx*             E8M0 scale per 32-block along K        E8M0 scale per 32-block along K
 ==============  =====================================  =========================================
@@ -18,7 +18,7 @@ projections) is quantized once. Weights are quantized here with
 :func:`tilewright.formats.quantize` and travel as constants (codes + scales); stacked expert
 weights [E, ...] are quantized expert by expert ("tensor" then means one scale per expert). A
 shape-only compile (weights without values) lists the codes and scales as unknown constants.
-The accumulator is the ArchSpec's: int32 for int8, fp32 otherwise.
+The accumulator is the ArchSpec's: int32 for int8 and int16, fp32 otherwise.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ GRANULARITIES = ("channel", "tensor")
 
 
 def accumulator_of(fmt: str) -> str:
-    """Accumulator format of a GEMM in ``fmt``: int32 for int8, fp32 for every other format."""
+    """Accumulator format of a GEMM in ``fmt``: int32 for int8 and int16, fp32 for every other
+    format."""
     return get_format(fmt).default_acc
 
 

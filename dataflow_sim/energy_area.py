@@ -88,7 +88,9 @@ same energy. With R = rows, C = cols, e = operand bytes (format bits / 8):
   entry) and ``pe_storage`` the PE's local-storage accesses per MAC
   (:func:`pe_storage_pj_per_mac`, 0 without ``tensor_engine.pe_storage``): the accesses the
   dataflow makes to its stationary word (ws: one weight read; is: one input read; os: one psum
-  read and one write; :class:`~tilewright.arch.PeStorageSpec`), each of ``word_bits`` bits at
+  read and one write; :class:`~tilewright.arch.PeStorageSpec`), or the counts stated in
+  ``pe_storage.accesses_per_mac`` (register and SRAM reads and writes; an SRAM write charged as
+  a read), each of ``word_bits`` bits at
   ``word_bits * reg_pj_per_bit`` in the register file or ``word_bits / 64 *`` the table's 64-bit
   SRAM read at ``sram_bytes`` (the log-log curve below, extrapolated along its smallest
   segment: the tables' curves start at 8 KB). ``reg_pj_per_bit`` is Aladdin's 40 nm register
@@ -171,7 +173,7 @@ __all__ = ["TechSpec", "TechError", "load_tech", "TECH_DIR", "area_breakdown", "
            "load_validation_chip", "mesh_core_um2", "energy_breakdown", "between_nodes",
            "sram_pj_per_byte", "sram_bank_kib", "operand_bytes", "operating_voltage", "dynamic_scale", "static_power", "offchip_phy",
            "ALADDIN_40NM_2NS", "register_pj_per_bit", "register_um2_per_bit",
-           "pe_storage_cells_um2", "pe_storage_accesses", "pe_storage_pj_per_mac"]
+           "pe_storage_cells_um2", "pe_storage_accesses", "pe_storage_pj_per_mac", "PeAccesses"]
 
 TECH_DIR = PRESET_DIR / "tech"
 VALIDATION_DIR = PRESET_DIR / "validation"
@@ -524,33 +526,53 @@ def pe_storage_cells_um2(arch: ArchSpec, tech: TechSpec) -> tuple[float, float]:
             bits * st.sram_bytes * tech.sram_um2_per_kib / 8192)
 
 
-def pe_storage_accesses(arch: ArchSpec) -> tuple[float, int, str]:
-    """(accesses per MAC, bits per access, part: ``"sram"`` or ``"register"``) of the PEs' local
-    storage under the array's dataflow (:class:`~tilewright.arch.PeStorageSpec`): ws one read of
-    the weight word, is one read of the input word, os a read and a write of the partial-sum
-    word; ``word_bits`` when stated, else that word's format bits. (0, 0, "") without the
+class PeAccesses(NamedTuple):
+    """Local-storage accesses of one PE per MAC (counts) and the bits each moves."""
+
+    register_reads: float
+    register_writes: float
+    sram_reads: float
+    sram_writes: float
+    bits: int
+
+
+def pe_storage_accesses(arch: ArchSpec) -> PeAccesses:
+    """Accesses per MAC of the PEs' local storage (:class:`~tilewright.arch.PeStorageSpec`):
+    ``pe_storage.accesses_per_mac`` when stated (each of ``word_bits``), else the array's
+    dataflow rule — ws one read of the weight word, is one read of the input word, os a read
+    and a write of the partial-sum word, in the SRAM when ``sram_bytes`` > 0, else in the
+    register file; ``word_bits`` when stated, else that word's format bits. All 0 without the
     section."""
     te = arch.tensor_engine
     st = te.pe_storage
     if st is None:
-        return 0.0, 0, ""
-    n, fmt = {"ws": (1.0, te.weight_format), "is": (1.0, te.input_format),
-              "os": (2.0, te.accumulator_format)}[te.dataflow]
+        return PeAccesses(0.0, 0.0, 0.0, 0.0, 0)
+    if st.accesses_per_mac is not None:
+        a = st.accesses_per_mac
+        return PeAccesses(a.register_reads, a.register_writes, a.sram_reads, a.sram_writes,
+                          st.word_bits)
+    (reads, writes), fmt = {"ws": ((1.0, 0.0), te.weight_format),
+                            "is": ((1.0, 0.0), te.input_format),
+                            "os": ((1.0, 1.0), te.accumulator_format)}[te.dataflow]
     bits = st.word_bits if st.word_bits is not None else bits_of(fmt)
-    return n, bits, "sram" if st.sram_bytes else "register"
+    if st.sram_bytes:
+        return PeAccesses(0.0, 0.0, reads, writes, bits)
+    return PeAccesses(reads, writes, 0.0, 0.0, bits)
 
 
 def pe_storage_pj_per_mac(arch: ArchSpec, tech: TechSpec) -> float:
     """pJ per MAC of the PEs' local-storage accesses at the table's nominal supply (module doc):
-    accesses x (``bits * reg_pj_per_bit`` in the register file, or ``bits / 64 *`` the 64-bit
-    SRAM read at the PE's ``sram_bytes``); 0 without ``tensor_engine.pe_storage``."""
-    n, bits, part = pe_storage_accesses(arch)
-    if not n:
-        return 0.0
-    if part == "sram":
-        return n * bits / 8 * sram_pj_per_byte(tech, arch.tensor_engine.pe_storage.sram_bytes
-                                                / 1024)
-    return n * bits * register_pj_per_bit(tech)
+    ``(register_reads + register_writes) * bits * reg_pj_per_bit + (sram_reads + sram_writes)
+    * bits / 8 * sram_pj_per_byte(sram_bytes / 1024)`` (:func:`pe_storage_accesses`; an SRAM
+    write at the read energy); 0 without ``tensor_engine.pe_storage``."""
+    a = pe_storage_accesses(arch)
+    pj = 0.0
+    if a.register_reads + a.register_writes:
+        pj += (a.register_reads + a.register_writes) * a.bits * register_pj_per_bit(tech)
+    if a.sram_reads + a.sram_writes:
+        pj += ((a.sram_reads + a.sram_writes) * a.bits / 8
+               * sram_pj_per_byte(tech, arch.tensor_engine.pe_storage.sram_bytes / 1024))
+    return pj
 
 
 def _lanes(arch: ArchSpec) -> int:

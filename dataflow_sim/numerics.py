@@ -18,7 +18,11 @@ round-to-nearest-even (RNE), one rounding per operation, no fused multiply-add:
 
 ``int8`` with ``acc='int32'``: products and sums in int32 wrapping modulo 2**32; the order does not
 matter (wrapping addition is associative), so :func:`~tilewright.dataflow_sim.functional.gemm_int8`
-computes it. With unscaled int8 operands the int32 accumulator is returned; otherwise step 4 turns
+computes it. ``int16`` (16-bit fixed point) with ``acc='int32'`` likewise: each product
+(``|p| <= 32767**2 < 2**30``) and the int64 dot of the codes are exact (for K < 2**33), then
+wrapped modulo 2**32 as the int32 accumulator wraps — exact while ``|dot| < 2**31`` (for
+worst-case codes K <= 2; a 32-bit accumulator is what the tables price, configs/tech/45nm.yaml).
+With unscaled int8 or int16 operands the int32 accumulator is returned; otherwise step 4 turns
 it into fp32 (``fl32(acc)`` is RNE; exact while ``|acc| <= 2**24``).
 
 **MX formats** (``acc='fp32'`` only; ``k_block`` must be a multiple of 32 so a tile holds whole
@@ -153,9 +157,11 @@ def gemm(a: QTensor | np.ndarray, b: QTensor | np.ndarray, fmt: str, *,
 
     ``a``: M x K, ``b``: K x N, each a :class:`QTensor` of ``fmt`` quantized along K, an ndarray of
     element codes (``fmt``'s dtype, scale 1; not for MX), or a float ndarray (quantized here,
-    per-tensor or per-block). ``acc``: accumulator format, default the format's (int32 for int8,
-    fp32 otherwise); int32 only for int8, fp32 for everything. ``k_block``: the systolic array's
-    rows (k per tile). Returns int32 (M, N) for int8/int32 with unscaled operands, else fp32.
+    per-tensor or per-block). ``acc``: accumulator format, default the format's (int32 for int8
+    and int16, fp32 otherwise); int32 only for int8 and int16, fp32 for everything.
+    ``k_block``: the systolic array's
+    rows (k per tile). Returns int32 (M, N) for int8/int16 -> int32 with unscaled operands, else
+    fp32.
     """
     f = get_format(fmt)
     qa, qb = _operand(a, f, 1, "a"), _operand(b, f, 0, "b")
@@ -165,13 +171,17 @@ def gemm(a: QTensor | np.ndarray, b: QTensor | np.ndarray, fmt: str, *,
     if acc not in ("fp32", "int32"):
         raise ValueError(f"accumulator must be 'fp32' or 'int32', got {acc!r}")
     if acc == "int32" and (f.kind != "int" or f.scaling == "e8m0"):
-        raise ValueError(f"{f.name} cannot accumulate in int32 (only int8 can; MX sums in fp32)")
+        raise ValueError(f"{f.name} cannot accumulate in int32 (only int8 and int16 can; MX "
+                         f"sums in fp32)")
     _check_k_block(k_block, f)
     if f.scaling == "e8m0":
         hook = mx_matmul_fn()      # e.g. the RTL MX core on the accelerator top (sim --rtl)
         return _gemm_mx(qa, qb, f) if hook is None else hook(qa, qb)
     if acc == "int32":
-        out = int8_matmul_fn()(qa.values, qb.values)
+        if f.name == "int16":   # no int16 hardware hook: the exact int64 dot, wrapped to int32
+            out = (qa.values.astype(np.int64) @ qb.values.astype(np.int64)).astype(np.int32)
+        else:
+            out = int8_matmul_fn()(qa.values, qb.values)
         if qa.scales is None and qb.scales is None:
             return out
         out = out.astype(np.float32)

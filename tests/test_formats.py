@@ -304,7 +304,8 @@ def error_bound(name: str, x: np.ndarray, q: QTensor) -> np.ndarray:
 
     Floats with m fraction bits and smallest normal exponent emin: half an ulp of v is at most
     2**-(m+1) * max(|v|, 2**emin). fp32-scaled (v = fl(x/s), deq = fl(code*s)): that times s,
-    plus 3u|x| for the two fp32 roundings. int8: s/2 plus the same fp32 slack (127 * 2u * s).
+    plus 3u|x| for the two fp32 roundings. int8, int16: s/2 plus the same fp32 slack
+    (max_code * 2u * s: 127 or 32767).
     MX (scaling by 2**X exact): 2**X * max(half ulp, |v| - max_finite) -- the second term is the
     saturation error when |v| = |x| / 2**X in [max_finite, 2**(emax+1)).
     """
@@ -316,7 +317,7 @@ def error_bound(name: str, x: np.ndarray, q: QTensor) -> np.ndarray:
     if f.scaling == "fp32":
         s = q.scales.astype(np.float64)
         if f.kind == "int":
-            return np.broadcast_to(s * (0.5 + 2 * 127 * u), ax.shape)
+            return np.broadcast_to(s * (0.5 + 2 * f.max_code * u), ax.shape)
         return 2.0 ** -(f.mantissa_bits + 1) * np.maximum(ax, s * 2.0 ** f.emin) * (1 + 4 * u) \
             + 3 * u * ax
     scale = 2.0 ** q.block_exponents().astype(np.float64)

@@ -1,6 +1,7 @@
 """Local storage in each PE (``tensor_engine.pe_storage``): its area, access energy and leakage by
 hand on a 2x2 design against Aladdin's typed register figures and Horowitz's SRAM curve, the
-dataflow rule for accesses per MAC, hashes of designs without it, and bad input in one line."""
+dataflow rule for accesses per MAC and stated accesses (``accesses_per_mac``), hashes of designs
+without them, and bad input in one line."""
 
 from __future__ import annotations
 
@@ -82,6 +83,45 @@ def test_access_energy_per_mac_by_hand(dataflow, storage, pj):
     assert e1["sram_pj"] == e0["sram_pj"]
 
 
+REG16_PJ = 16 * REG_PJ / ADD_PJ * H14_ADD_PJ          # one 16-bit register access, 45 nm
+SRAM16_64B_PJ = 16 / 64 * H14_8KB_PJ * math.sqrt((64 / 1024) / 8)   # one 16-bit read of 64 B
+
+
+@pytest.mark.parametrize("accesses,pj", [
+    # a row-stationary-like PE: a filter read from its SRAM, an ifmap read and a psum read and
+    # write in its registers, 16 bits each
+    ({"sram_reads": 1, "register_reads": 2, "register_writes": 1}, SRAM16_64B_PJ + 3 * REG16_PJ),
+    # an SRAM write is charged as a read of the same width; fractions count
+    ({"sram_reads": 1, "sram_writes": 1}, 2 * SRAM16_64B_PJ),
+    ({"register_reads": 0.5}, 0.5 * REG16_PJ),
+    ({}, 0.0),                               # storage that costs area and leakage only
+])
+def test_stated_accesses_by_hand(accesses, pj):
+    t, macs = load_tech("45nm"), 1e6
+    storage = {"register_bytes": 8, "sram_bytes": 64, "word_bits": 16,
+               "accesses_per_mac": accesses}
+    e0 = energy_breakdown(_spec("ws"), t, macs=macs)
+    e1 = energy_breakdown(_spec("ws", storage), t, macs=macs)
+    assert e1["mac_pj"] - e0["mac_pj"] == pytest.approx(macs * pj, rel=1e-6, abs=1e-9)
+    assert e1["sram_pj"] == e0["sram_pj"]
+
+
+def test_stated_accesses_that_match_the_rule_cost_what_the_rule_does():
+    """os in a 16 B register file, 32-bit psum: the rule (no accesses_per_mac) and the same
+    accesses stated (one read, one write of 32 bits) are both 2 x 32 x the register bit, by
+    hand; the rule's figure does not move when the field exists."""
+    t, macs = load_tech("45nm"), 1e6
+    hand = macs * 2 * 32 * REG_PJ / ADD_PJ * H14_ADD_PJ
+    base = energy_breakdown(_spec("os"), t, macs=macs)["mac_pj"]
+    rule = energy_breakdown(_spec("os", {"register_bytes": 16}), t, macs=macs)["mac_pj"]
+    stated = energy_breakdown(_spec("os", {"register_bytes": 16, "word_bits": 32,
+                                           "accesses_per_mac": {"register_reads": 1,
+                                                                "register_writes": 1}}),
+                              t, macs=macs)["mac_pj"]
+    assert rule - base == pytest.approx(hand, rel=1e-6)
+    assert stated - base == pytest.approx(hand, rel=1e-6)
+
+
 def test_designs_without_the_section_keep_their_yaml_and_hash():
     a = load_arch("ws8x8")
     data = a.model_dump(mode="json", exclude_none=True)
@@ -92,12 +132,27 @@ def test_designs_without_the_section_keep_their_yaml_and_hash():
     assert b.content_hash() != _spec().content_hash()
     assert ArchSpec.from_yaml(b.to_yaml()) == b
     assert "register_bytes" not in b.to_yaml() and "word_bits" not in b.to_yaml()
+    assert "accesses_per_mac" not in b.to_yaml()
+    c = _spec(storage={"sram_bytes": 64, "word_bits": 16,
+                       "accesses_per_mac": {"sram_reads": 1, "register_writes": 0}})
+    assert ArchSpec.from_yaml(c.to_yaml()) == c and "register_writes" not in c.to_yaml()
+    assert c.content_hash() != _spec(storage={"sram_bytes": 64, "word_bits": 16}).content_hash()
 
 
 BAD = [
     ("pe_storage: {register_bytes: -1}", "tensor_engine.pe_storage.register_bytes = -1"),
     ("pe_storage: {sram_bytes: 64, word_bits: 0}", "tensor_engine.pe_storage.word_bits = 0"),
     ("pe_storage: {}", "register_bytes = 0 and sram_bytes = 0"),
+    ("pe_storage: {register_bytes: 8, word_bits: 16, accesses_per_mac: {register_reads: -1}}",
+     "tensor_engine.pe_storage.accesses_per_mac.register_reads = -1"),
+    ("pe_storage: {register_bytes: 8, accesses_per_mac: {register_reads: 1}}",
+     "accesses_per_mac given without word_bits"),
+    ("pe_storage: {register_bytes: 8, word_bits: 16, accesses_per_mac: {sram_reads: 1}}",
+     "accesses_per_mac has sram accesses but sram_bytes = 0"),
+    ("pe_storage: {sram_bytes: 8, word_bits: 16, accesses_per_mac: {register_writes: 1}}",
+     "accesses_per_mac has register accesses but register_bytes = 0"),
+    ("pe_storage: {sram_bytes: 8, word_bits: 16, accesses_per_mac: {sram_loads: 1}}",
+     "sram_loads"),
 ]
 
 
@@ -119,10 +174,14 @@ def test_bad_storage_is_one_line(extra, needle):
 
 def test_cli_refuses_bad_storage_in_one_line_exit_2(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("tensor_engine: {rows: 2, cols: 2, dataflow: ws, "
-                   "pe_storage: {sram_bytes: -8}}\n")
-    proc = subprocess.run([sys.executable, "-m", "tilewright.app.cli.main", "arch", str(bad)],
-                          capture_output=True, text=True, timeout=60)
-    lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
-    assert len(lines) == 1 and "tensor_engine.pe_storage.sram_bytes = -8" in lines[0], proc.stderr
+    for storage, needle in (
+            ("{sram_bytes: -8}", "tensor_engine.pe_storage.sram_bytes = -8"),
+            ("{sram_bytes: 8, word_bits: 16, accesses_per_mac: {sram_writes: -0.5}}",
+             "tensor_engine.pe_storage.accesses_per_mac.sram_writes = -0.5")):
+        bad.write_text(f"tensor_engine: {{rows: 2, cols: 2, dataflow: ws, "
+                       f"pe_storage: {storage}}}\n")
+        proc = subprocess.run([sys.executable, "-m", "tilewright.app.cli.main", "arch",
+                               str(bad)], capture_output=True, text=True, timeout=60)
+        lines = [x for x in proc.stderr.strip().splitlines() if x.strip()]
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
+        assert len(lines) == 1 and needle in lines[0], proc.stderr

@@ -27,7 +27,7 @@ from tilewright.formats import FORMATS
 from tilewright.validation import find_user_file, parse_yaml, read_user_text, validate_mapping
 
 __all__ = ["ArchSpec", "ArchSpecError", "ENGINE_KINDS", "TensorEngineSpec", "PipelineSpec",
-           "PeStorageSpec", "MemorySpec",
+           "PeStorageSpec", "PeAccessesSpec", "MemorySpec",
            "OffChipSpec", "MeshSpec",
            "VectorUnitSpec",
            "load_arch", "default_arch", "PRESET_DIR", "MAX_ARRAY_DIM", "RTL_MAX_ARRAY_DIM",
@@ -132,6 +132,25 @@ class PipelineSpec(_Frozen):
         return data
 
 
+class PeAccessesSpec(_Frozen):
+    """Local-storage accesses one PE makes per MAC, stated for a PE whose access pattern the
+    systolic dataflow rule does not describe (e.g. Eyeriss' row-stationary PE: a filter read
+    from its SRAM scratchpad, an ifmap read and a psum read and write in its registers). Counts
+    per MAC (>= 0, fractions allowed: e.g. 0.5 for one access per two MACs); each access moves
+    ``pe_storage.word_bits`` bits. An SRAM write is charged as a read of the same width (the
+    tables give read energies only; as the ``os`` rule charges its psum write)."""
+
+    register_reads: float = Field(0.0, ge=0, le=64, description="register-file reads per MAC")
+    register_writes: float = Field(0.0, ge=0, le=64, description="register-file writes per MAC")
+    sram_reads: float = Field(0.0, ge=0, le=64, description="PE SRAM reads per MAC")
+    sram_writes: float = Field(0.0, ge=0, le=64, description="PE SRAM writes per MAC")
+
+    @model_serializer(mode="wrap")
+    def _omit_zero(self, handler: Any) -> dict[str, Any]:
+        """Leave zero counts out of dumps."""
+        return {k: v for k, v in handler(self).items() if v}
+
+
 class PeStorageSpec(_Frozen):
     """Local storage inside every PE of a systolic array (bytes per PE): a register file of
     flip-flops and/or a small SRAM, such as a PE that keeps several stationary words and
@@ -148,8 +167,10 @@ class PeStorageSpec(_Frozen):
     * ``os``: one read and one write of the stationary partial-sum (accumulator) word per MAC.
 
     That word sits in the SRAM when ``sram_bytes`` > 0, else in the register file; the other
-    part costs area and leakage only. The section is left out of YAML and the content hash when
-    omitted, so designs without it keep their hashes.
+    part costs area and leakage only. ``accesses_per_mac`` (:class:`PeAccessesSpec`) replaces
+    that rule with stated counts per part (it then needs ``word_bits``, the bits of every access;
+    a part it reads or writes must have bytes); omitted, the rule above holds. The section is
+    left out of YAML and the content hash when omitted, so designs without it keep their hashes.
     """
 
     register_bytes: int = Field(0, ge=0, le=65536, description="bytes of register file "
@@ -159,6 +180,9 @@ class PeStorageSpec(_Frozen):
         None, ge=1, le=1024, description="bits one storage access moves; omitted: the "
         "stationary word's format (weight_format for ws, input_format for is, "
         "accumulator_format for os)")
+    accesses_per_mac: PeAccessesSpec | None = Field(
+        None, description="stated accesses per MAC (PeAccessesSpec: register_reads, "
+        "register_writes, sram_reads, sram_writes); omitted: the dataflow's rule")
 
     @model_validator(mode="after")
     def _holds_something(self) -> "PeStorageSpec":
@@ -166,6 +190,16 @@ class PeStorageSpec(_Frozen):
             raise ValueError("register_bytes = 0 and sram_bytes = 0: local storage needs at "
                              "least one byte per PE; accepted: a positive register_bytes or "
                              "sram_bytes, or no pe_storage section")
+        acc = self.accesses_per_mac
+        if acc is not None:
+            if self.word_bits is None:
+                raise ValueError("accesses_per_mac given without word_bits: stated accesses "
+                                 "need the bits each one moves; accepted: word_bits >= 1")
+            for part, n in (("register", acc.register_reads + acc.register_writes),
+                            ("sram", acc.sram_reads + acc.sram_writes)):
+                if n and not getattr(self, f"{part}_bytes"):
+                    raise ValueError(f"accesses_per_mac has {part} accesses but {part}_bytes = "
+                                     f"0; accepted: {part}_bytes > 0, or no {part} accesses")
         return self
 
     @model_serializer(mode="wrap")
@@ -175,8 +209,9 @@ class PeStorageSpec(_Frozen):
         for f in ("register_bytes", "sram_bytes"):
             if not getattr(self, f):
                 data.pop(f, None)
-        if self.word_bits is None:
-            data.pop("word_bits", None)
+        for f in ("word_bits", "accesses_per_mac"):
+            if getattr(self, f) is None:
+                data.pop(f, None)
         return data
 
 
@@ -235,16 +270,16 @@ class TensorEngineSpec(_Frozen):
     weight_format: str = Field(
         "int8", description="weight (B) element format: a name in tilewright.formats.FORMATS")
     accumulator_format: Literal["int32", "fp32"] = Field(
-        "int32", description="accumulator format: int32 (wraps modulo 2**32; int8 operands only) "
-                             "or fp32 (every other format)")
+        "int32", description="accumulator format: int32 (wraps modulo 2**32; int8 and int16 "
+                             "operands only) or fp32 (every other format)")
     pipeline: PipelineSpec = Field(
         PipelineSpec(), description="pipeline registers of the int8 systolic WS core "
         "(PipelineSpec; each adds one cycle per GEMM; omitted from YAML and the content hash when "
         "all off)")
     pe_storage: PeStorageSpec | None = Field(
         None, description="local storage in each PE of a systolic array (PeStorageSpec: "
-        "register_bytes, sram_bytes, word_bits; accesses per MAC from the dataflow); omitted "
-        "from YAML and the content hash when unset")
+        "register_bytes, sram_bytes, word_bits; accesses per MAC from the dataflow, or stated "
+        "in accesses_per_mac); omitted from YAML and the content hash when unset")
 
     @model_validator(mode="before")
     @classmethod
@@ -324,7 +359,7 @@ class TensorEngineSpec(_Frozen):
         if self.input_format != self.weight_format:
             raise ValueError(f"input_format = {self.input_format!r} and weight_format = "
                              f"{self.weight_format!r}: must be the same format")
-        wants = "int32" if self.input_format == "int8" else "fp32"
+        wants = FORMATS[self.input_format].default_acc   # int32 for int8/int16, fp32 else
         if self.accumulator_format != wants:
             raise ValueError(f"accumulator_format = {self.accumulator_format!r}: must be "
                              f"{wants!r} for {self.input_format} operands")

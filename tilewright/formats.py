@@ -10,6 +10,7 @@ name            element dtype          bits    scale               overflow of a
 ``fp32``        float32                32      none                IEEE (inf), no rounding
 ``bf16``        ml_dtypes.bfloat16     16      none                IEEE (inf)
 ``int8``        int8 (symmetric)       8       fp32, tensor|channel saturate to +-127
+``int16``       int16 (symmetric)      16      fp32, tensor|channel saturate to +-32767
 ``fp8-e4m3``    float8_e4m3fn          8       fp32, tensor|channel saturate to +-448
 ``fp8-e5m2``    float8_e5m2            8       fp32, tensor|channel saturate to +-57344
 ``mxint8``      int8 code, x 2**-6     8       E8M0 per 32-block   saturate to +-127/64
@@ -21,11 +22,13 @@ Rounding, exactly (all arithmetic in IEEE fp32, round-to-nearest-even = RNE):
 
 * Input ``x`` is first converted to fp32 (RNE). Scaled formats reject inf/NaN (ValueError).
 * ``bf16``: ``v = RNE_bf16(x)``; overflow to +-inf, NaN stays NaN (IEEE, like torch ``.to``).
-* ``int8``, ``fp8-*`` (scale ``s`` in fp32, per tensor or per channel):
-  ``amax = max|x|`` over the group; ``s = amax / qmax`` in fp32 (qmax = 127, 448 or 57344;
+* ``int8``, ``int16``, ``fp8-*`` (scale ``s`` in fp32, per tensor or per channel):
+  ``amax = max|x|`` over the group; ``s = amax / qmax`` in fp32 (qmax = 127, 32767, 448 or 57344;
   ``s = 1`` when ``amax == 0``; ``s`` is raised to the smallest fp32 subnormal if it underflows);
   ``v = x / s`` in fp32 (RNE); int8: ``code = clip(rint(v), -127, 127)`` (rint = RNE, -128 never
-  produced); fp8: ``code = RNE_fp8(clip(v, -qmax, qmax))`` — saturating RNE, never inf/NaN.
+  produced), int16 likewise with +-32767 (16-bit fixed point: a code times its fp32 scale, the
+  scale a power of two or not; -32768 never produced); fp8:
+  ``code = RNE_fp8(clip(v, -qmax, qmax))`` — saturating RNE, never inf/NaN.
   Dequantized value: ``code * s`` in fp32 (RNE; may round for fp8 codes with a non-dyadic ``s``).
 * MX (OCP Microscaling Formats v1.0, section 6.3), blocks of 32 consecutive elements along the
   reduction axis (the last block zero-padded): ``X = floor(log2(amax_block)) - emax_elem``
@@ -91,11 +94,13 @@ class NumberFormat:
     """One operand (element) format.
 
     ``element`` names the numpy or ``ml_dtypes`` scalar type holding the element codes
-    (``"float32"``, ``"bfloat16"``, ``"float8_e4m3fn"``, ``"int8"``); ``dtype`` resolves it. For a
-    float format ``bits``, ``max_finite``, ``emax``, ``mantissa_bits`` and ``emin`` come from
-    ``ml_dtypes.finfo`` of that type, computed on first use (so listing formats or checking a name
+    (``"float32"``, ``"bfloat16"``, ``"float8_e4m3fn"``, ``"int8"``, ``"int16"``); ``dtype``
+    resolves it. For a float format ``bits``, ``max_finite``, ``emax``, ``mantissa_bits`` and
+    ``emin`` come from ``ml_dtypes.finfo`` of that type, computed on first use (so listing
+    formats or checking a name
     does not import ml_dtypes). ``max_finite`` is the largest finite element *value* (after the
-    implicit element scale ``2**element_exp``: MXINT8 code 127 means 127/64).
+    implicit element scale ``2**element_exp``: MXINT8 code 127 means 127/64; an integer format's
+    largest code is ``2**(bits - 1) - 1``, symmetric: 127 for int8, 32767 for int16).
     ``mantissa_bits``/``emin`` describe float elements (explicit fraction bits; exponent of the
     smallest normal) and are None for integers; ``emax`` is the exponent of the largest normal
     element (OCP ``emax_elem``; 0 for integers). ``scaling`` says where scales live: none, fp32 per
@@ -137,9 +142,10 @@ class NumberFormat:
 
     @property
     def max_finite(self) -> float:
-        """Largest finite element value (ml_dtypes.finfo max; 127 * 2**element_exp for ints)."""
+        """Largest finite element value (ml_dtypes.finfo max; ``(2**(bits - 1) - 1) *
+        2**element_exp`` for ints: 127 for int8, 32767 for int16)."""
         if self.kind == "int":
-            return 127 * 2.0 ** self.element_exp
+            return (2 ** (self.bits - 1) - 1) * 2.0 ** self.element_exp
         return float(self._finfo.max)
 
     @property
@@ -164,7 +170,7 @@ class NumberFormat:
 
     @property
     def max_code(self) -> int:
-        """Largest integer code of an int format (127 for int8 and MXINT8)."""
+        """Largest integer code of an int format (127 for int8 and MXINT8, 32767 for int16)."""
         if self.kind != "int":
             raise ValueError(f"{self.name} is not an integer format")
         return int(round(self.max_finite * 2.0 ** -self.element_exp))
@@ -177,9 +183,11 @@ def _float(name: str, element: str, scaling: Scaling, overflow: Overflow, roundi
                         overflow=overflow, default_acc="fp32", rounding=rounding)
 
 
-def _int(name: str, element_exp: int, scaling: Scaling, rounding: str) -> NumberFormat:
-    """A symmetric 8-bit integer format whose code 1 is worth 2**element_exp."""
-    return NumberFormat(name=name, kind="int", element="int8", element_exp=element_exp,
+def _int(name: str, element_exp: int, scaling: Scaling, rounding: str, element: str = "int8"
+         ) -> NumberFormat:
+    """A symmetric integer format held in numpy type ``element`` (int8 or int16) whose code 1 is
+    worth 2**element_exp; accumulates in int32 unless MX-scaled (fp32)."""
+    return NumberFormat(name=name, kind="int", element=element, element_exp=element_exp,
                         scaling=scaling, overflow="saturate",
                         default_acc="fp32" if scaling == "e8m0" else "int32", rounding=rounding)
 
@@ -192,6 +200,8 @@ FORMATS: dict[str, NumberFormat] = {f.name: f for f in [
     _float("fp32", "float32", "none", "ieee", "identity on fp32 input (IEEE binary32)"),
     _float("bf16", "bfloat16", "none", "ieee", "RNE; overflow -> +-inf; NaN kept (IEEE)"),
     _int("int8", 0, "fp32", "symmetric: code = clip(rint(x/s), -127, 127), rint = RNE, s fp32"),
+    _int("int16", 0, "fp32", "symmetric: code = clip(rint(x/s), -32767, 32767), rint = RNE, "
+         "s fp32", element="int16"),
     _float("fp8-e4m3", "float8_e4m3fn", "fp32", "saturate", _SAT_FP),
     _float("fp8-e5m2", "float8_e5m2", "fp32", "saturate", _SAT_FP),
     _int("mxint8", -6, "e8m0", _MX + "; code = clip(rint(64 x / 2**X), -127, 127)"),

@@ -75,11 +75,12 @@ def compile_cmd(
     batch: int = typer.Option(1, "--batch", min=1, max=MAX_DIM, help="sequences per batch"),
     phase: str = typer.Option("prefill", "--phase", help="prefill | decode"),
     fmt: Optional[str] = typer.Option(None, "--format", help="GEMM operand format: fp32, bf16, "
-                                      "int8, fp8-e4m3, fp8-e5m2, mxint8, mxfp8; default and only "
+                                      "int8, int16, fp8-e4m3, fp8-e5m2, mxint8, mxfp8; default "
+                                      "and only "
                                       "accepted value: the ArchSpec's "
                                       "tensor_engine.input_format"),
     granularity: str = typer.Option("channel", "--granularity",
-                                    help="int8/fp8 weight scales: channel | tensor"),
+                                    help="int8/int16/fp8 weight scales: channel | tensor"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1,
                                         help="show only the N costliest ops"),
