@@ -24,6 +24,10 @@ Timing contract
     reads ahead: two fetch cycles after ``start`` instead of one, then the same issue rule (the
     next instruction already waits in the register; the pipeline moves only in issuing
     cycles). The decode no longer starts at the RAM's 5.83 ns clock-to-out (docs/fpga.md).
+    The memory also keeps each word's issue classes (:data:`_CLASSES`) beside it, decoded as the
+    word is written, so the issue test starts at the output register; for that the host's write
+    passes a register: a word written in cycle ``t`` is in the memory from ``t + 2``, and
+    ``start`` may follow the last write in ``t + 1``.
 
 Scales (``Controller(scales=True, lanes=L)``, the fp8 top with L = the array's columns)
     ``scale_a``: the per-tensor A scale, ``scale_b``: L lanes of B scales (fp32 patterns, lane
@@ -75,6 +79,7 @@ _ONE = 0x3F800000                                    #: fp32 1.0: the scales of 
 #: an instruction's issue classes (:meth:`Controller._classes`); with ``fetch_reg`` they are
 #: decoded as the word is written and stored beside it in the instruction memory
 _CLASS_OPS = {"dma": ("LOAD_A", "LOAD_B", "STORE", "LOAD_IDX"), "gemm": ("GEMM",),
+              "vdma": ("LOAD_V", "STORE_V", "LOAD_VI"),
               "vec": ("LOAD_V", "STORE_V", "LOAD_VI", "VECTOR", "SCAN"), "sync": ("SYNC",),
               "end": ("END",), "scale": ("SCALE", "SCALE_COL")}
 _CLASSES = ("known", *_CLASS_OPS)
@@ -131,7 +136,8 @@ class Controller(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        bits = WORD_BITS + (len(_CLASSES) if self._fetch_reg else 0)    # + the classes
+        classes = tuple(c for c in _CLASSES if self._scales or c != "scale")
+        bits = WORD_BITS + (len(classes) if self._fetch_reg else 0)    # + the classes
         if self._fetch_reg and family_of(platform) == "ecp5":
             # the block RAMs' output register is the fetch register (module docstring)
             wr, (rd,) = ecp5_ram(m, "imem", bits, IMEM_WORDS, (True,))
@@ -141,9 +147,15 @@ class Controller(wiring.Component):
                                                      attrs=RDWR_UNDEFINED if self._fetch_reg
                                                      else None)
             wr, rd = imem.write_port(), imem.read_port()
-        m.d.comb += [wr.en.eq(self.imem_wr_en & ~self.busy), wr.addr.eq(self.imem_wr_addr)]
-        if not self._fetch_reg:
-            m.d.comb += wr.data.eq(self.imem_wr_data)
+        if self._fetch_reg:       # the write passes a register (it decodes the word's classes)
+            w_en, w_addr = Signal(name="imem_wr_en_q"), Signal(PC_BITS, name="imem_wr_addr_q")
+            w_data = Signal(WORD_BITS, name="imem_wr_data_q")
+            m.d.sync += [w_en.eq(self.imem_wr_en & ~self.busy), w_addr.eq(self.imem_wr_addr),
+                         w_data.eq(self.imem_wr_data)]
+            m.d.comb += [wr.en.eq(w_en), wr.addr.eq(w_addr)]
+        else:
+            m.d.comb += [wr.en.eq(self.imem_wr_en & ~self.busy), wr.addr.eq(self.imem_wr_addr),
+                         wr.data.eq(self.imem_wr_data)]
         pc = Signal(PC_BITS)
         busy, done, error = Signal(), Signal(), Signal()
         cycles, retired = Signal(32), Signal(32)
@@ -157,7 +169,7 @@ class Controller(wiring.Component):
             if getattr(rd, "registered", False):
                 word = rd.data
             else:
-                word = Signal(WORD_BITS + len(_CLASSES), name="ins_q")
+                word = Signal(bits, name="ins_q")
                 with m.If(advance):
                     m.d.sync += word.eq(rd.data)
             m.d.comb += rd.en.eq(advance)
@@ -165,10 +177,10 @@ class Controller(wiring.Component):
             # spare bits (a DP16KD word of 72 bits holds 64 + 7): the issue test starts at a
             # register, not at the opcode's decode (the ECP5 top's critical path)
             ins = word[:WORD_BITS]
-            written = self._classes(self.imem_wr_data, self._is_op(self.imem_wr_data))
-            m.d.comb += wr.data.eq(Cat(self.imem_wr_data,
-                                       *(written[c] ^ _ZERO_CLASSES[c] for c in _CLASSES)))
-            cls = {c: word[WORD_BITS + i] ^ _ZERO_CLASSES[c] for i, c in enumerate(_CLASSES)}
+            written = self._classes(w_data, self._is_op(w_data))
+            m.d.comb += wr.data.eq(Cat(w_data,
+                                       *(written[c] ^ _ZERO_CLASSES[c] for c in classes)))
+            cls = {c: word[WORD_BITS + i] ^ _ZERO_CLASSES[c] for i, c in enumerate(classes)}
         else:
             ins = rd.data
         is_op = {op: Signal(name=f"is_{op.lower()}") for op in self._is_op(ins)}
@@ -188,11 +200,10 @@ class Controller(wiring.Component):
         for op in _DMA_OPS:       # the three DMA ops share their field layout
             assert field_slices(op) == field_slices("LOAD_A"), op
         assert field_slices("STORE_V") == field_slices("LOAD_V")
-        is_vdma = is_op["LOAD_V"] | is_op["STORE_V"]
+        is_vdma = cls["vdma"]
         vdma_ops = dict(_VDMA_OPS)
         if self._indirect:            # LOAD_VI: LOAD_V's fields and readiness, its own DMA op
             assert field_slices("LOAD_VI") == field_slices("LOAD_V")
-            is_vdma = is_vdma | is_op["LOAD_VI"]
             vdma_ops["LOAD_VI"] = OP_LOAD_VI
         count = Mux(is_vdma, _field(ins, "LOAD_V", "count"), _field(ins, "LOAD_A", "count"))
         addr = Mux(is_vdma, _field(ins, "LOAD_V", "addr"), _field(ins, "LOAD_A", "addr"))
@@ -217,9 +228,7 @@ class Controller(wiring.Component):
                      self.vec_seg.eq(_field(ins, "VECTOR", "seg"))]
         m.d.comb += [getattr(self, f"scan_{f}").eq(_field(ins, "SCAN", f))
                      for f in ("count", "ab", "c", "h0", "dst")]
-        is_dma = is_op["LOAD_A"] | is_op["LOAD_B"] | is_op["STORE"]
-        if self._indirect:
-            is_dma = is_dma | is_ldidx
+        is_dma = cls["dma"]
         sync_ok = ((~_field(ins, "SYNC", "dma")[0] | ~self.dma_busy)
                    & (~_field(ins, "SYNC", "gemm")[0] | ~self.gemm_busy)
                    & (~_field(ins, "SYNC", "vec")[0] | ~self.vec_busy))
@@ -288,9 +297,10 @@ class Controller(wiring.Component):
     def _classes(self, word, is_op: dict) -> dict:
         """The issue classes of an instruction (:data:`_CLASSES`, the timing contract's
         conditions; :data:`_CLASS_OPS` lists each class's ops): ``known`` (an opcode this
-        controller decodes, a SCALE_COL lane it has), then whether it waits for the DMA (``dma``),
-        the GEMM core (``gemm``), the DMA and the vector engine (``vec``), is SYNC or END, or
-        waits for the DMA as a scale (``scale``; 0 without ``scales``)."""
+        controller decodes, a SCALE_COL lane it has), then whether it is a DMA transfer waiting
+        for the DMA (``dma``), waits for the GEMM core (``gemm``), is a vector-buffer transfer
+        (``vdma``), waits for the DMA and the vector engine (``vec``), is SYNC or END, or waits
+        for the DMA as a scale (``scale``; with ``scales`` only)."""
         any_op = sum(is_op.values()) != 0
         if self._scales and self._lanes < 1 << _LANE_BITS:   # a lane the array does not have
             lane_ok = _field(word, "SCALE_COL", "lane") < self._lanes
