@@ -19,6 +19,9 @@ Rounding: ``rshift_round(p, s)`` = floor((p + 2**(s-1)) / 2**s) (round half up),
 Operations (the op names of the compiler's VectorTask)
 ------------------------------------------------------
 ``add``   sat(a + b).   ``mul``  sat(rshift_round(a * b, 8)).   ``max``  max(a, b).
+``square`` (a kernel, not an opcode: ``mul`` with ``b`` reading ``a``'s words, :func:`square`)
+          ``min(floor((a**2 + 128) / 256), 32767)``: x ** 2 rounded half up; it saturates for
+          |a| >= 2897 raw (|x| > 11.3125 + 2**-8, since 2896**2 + 128 < 2**23 <= 2897**2 + 128).
 ``sum``   wrapping int32 sum of every element of a run of beats ending with ``last``.
 ``rmax``  max of every element of a run of beats ending with ``last`` (Q8.8).
 ``argmax`` the index ``beat * lanes + lane`` (beat counted from the run's first) of the largest
@@ -105,7 +108,7 @@ __all__ = ["FRAC_BITS", "SEG_BITS", "Q_MAX", "Q_MIN", "OPS", "ELEMENTWISE_OPS", 
            "elementwise",
            "reduce", "run_beats",
            "apply_float", "error_bound", "exp2_table", "recip_table", "rsqrt_table",
-           "pwl_table", "LOG2E_Q14", "rescale", "mean"]
+           "pwl_table", "LOG2E_Q14", "rescale", "mean", "square"]
 
 FRAC_BITS = 8            #: fractional bits of Q8.8
 SEG_BITS = 6             #: log2(segments) of the exp / recip / rsqrt tables
@@ -301,6 +304,13 @@ def mean(x) -> np.ndarray:
         raise ValueError(f"vector unit mean: rows [rows, n] expected, not shape {x.shape}")
     mult, shift = mean_params(x.shape[1])
     return rescale(x.sum(axis=1), np.int64(mult), np.int64(shift))
+
+
+def square(x) -> np.ndarray:
+    """``x ** 2`` of raw Q8.8 ``x`` as the unit computes it (``mul`` of ``x`` by itself, the
+    ``square`` kernel): raw Q8.8 int64, rounded half up, saturating at 32767."""
+    x = _check_raw("x", x)
+    return elementwise("mul", x, x)
 
 
 def argmax(x) -> int:

@@ -18,6 +18,8 @@ exp, rsqrt,   elementwise, the unit's function of the same name
 silu,
 softplus
 add, mul      elementwise on the broadcast operands (a scalar operand is broadcast too)
+pow           exponent 2 only (a norm's square): ``square``, the unit's ``mul`` of the
+              operand by itself (its words loaded once); other exponents stay fp32
 softmax       row softmax over the last axis (rows of at most
               :data:`~tilewright.compiler.vector_codegen.SOFTMAX_MAX_ROW` elements; longer
               rows stay fp32)
@@ -69,7 +71,7 @@ _UNARY = ("exp", "rsqrt", "silu", "softplus")
 _BINARY = ("add", "mul")
 _ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "rmax"}
 #: Program vector ops (and the scan task) the vector engine takes (see the module table)
-OFFLOAD_OPS = _UNARY + _BINARY + tuple(_ROW) + ("take_rows", "scan")
+OFFLOAD_OPS = _UNARY + _BINARY + ("pow",) + tuple(_ROW) + ("take_rows", "scan")
 
 
 @dataclass(frozen=True)
@@ -126,10 +128,15 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
                   VectorKernel(name, "lookup", "lookup", (idx.size, *x.shape)))
         return (kernel, (x.view(np.int32).astype(np.int64), idx.astype(np.int64)),
                 (*np.asarray(ins[1]).shape, x.shape[1]))
-    if op in _UNARY:
+    if op in _UNARY or op == "pow":
         x = np.asarray(ins[0])
         if not _is_f32(x) or x.size == 0:
             return None
+        if op == "pow":
+            e = at.get("exponent")
+            if isinstance(e, bool) or not isinstance(e, (int, float)) or e != 2:
+                return None
+            op = "square"
         return VectorKernel(name, "elementwise", op, x.shape), (to_fixed(x),), x.shape
     if op in _BINARY:
         if len(ins) == 2:

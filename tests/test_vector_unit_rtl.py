@@ -238,6 +238,17 @@ def test_rescale_reference_is_the_closed_form():
         vn.rescale([1], [1], [64])
 
 
+def test_square_reference_is_the_closed_form():
+    """The square kernel's reference (mul of x by itself) on all 65536 Q8.8 inputs against
+    min(floor((x**2 + 128) / 256), 32767) in Python integers; by hand: 1.0 -> 1.0, 11 raw
+    (0.043) -> 0, 12 raw -> 1 (144 + 128 >= 256), -1.5 -> 2.25, 2896 raw -> 32761 (the
+    largest that fits), 2897 raw and -32768 raw saturate to 32767."""
+    x = np.arange(-32768, 32768)
+    assert vn.square(x).tolist() == [min((int(v) ** 2 + 128) // 256, 32767) for v in x]
+    assert vn.square([256, 11, 12, -384, 2896, 2897, -32768]).tolist() == \
+        [256, 0, 1, 576, 32761, 32767, 32767]
+
+
 def test_mean_reference_is_the_row_mean_rounded_half_up():
     """The unit's row mean (sum, then rescale by mean_params) against floor(S/n + 1/2) in
     Python integers: every S >= 0 for n = 1..130 and a few long rows, every S for n a power of
