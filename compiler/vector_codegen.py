@@ -3,7 +3,7 @@
 A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
 (:mod:`tilewright.dataflow_sim.vector_numerics` defines the arithmetic):
 
-``elementwise``  ``op`` in add, mul, max (two operands of one shape) or exp, recip, rsqrt,
+``elementwise``  ``op`` in add, sub, mul, max (two operands of one shape) or exp, recip, rsqrt,
                  silu, softplus, square (one operand): the tensor is flattened into vector words
                  of ``lanes`` elements (the last word zero-padded). ``square`` (``x ** 2``, e.g.
                  a norm's ``pow``) is the unit's ``mul`` whose ``b`` reads the same words as
@@ -79,7 +79,7 @@ __all__ = ["VectorKernel", "VectorSegment", "VectorIsa", "codegen_vector", "batc
            "ROW_OPS", "Q_MIN", "Q_MAX", "SOFTMAX_MAX_ROW", "MEAN_MAX_ROW", "mean_params",
            "pack_vector_words", "unpack_vector_words"]
 
-BINARY = ("add", "mul", "max")
+BINARY = ("add", "sub", "mul", "max")
 UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
 #: kernel ops that are a unit op with both operands the same words: kernel op -> unit op
 SAME_OPERAND = {"square": "mul"}

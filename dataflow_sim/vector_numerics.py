@@ -19,6 +19,9 @@ Rounding: ``rshift_round(p, s)`` = floor((p + 2**(s-1)) / 2**s) (round half up),
 Operations (the op names of the compiler's VectorTask)
 ------------------------------------------------------
 ``add``   sat(a + b).   ``mul``  sat(rshift_round(a * b, 8)).   ``max``  max(a, b).
+``sub``   sat(a - b) (opcode 13): exact inside the Q8.8 range, saturating like ``add`` — e.g.
+          (-128.0) - 2**-8 -> -32768 raw, 127.99 - (-128.0) -> 32767 raw; not ``add`` of a
+          negation, which would saturate -(-32768) to 32767 first and be one LSB off.
 ``square`` (a kernel, not an opcode: ``mul`` with ``b`` reading ``a``'s words, :func:`square`)
           ``min(floor((a**2 + 128) / 256), 32767)``: x ** 2 rounded half up; it saturates for
           |a| >= 2897 raw (|x| > 11.3125 + 2**-8, since 2896**2 + 128 < 2**23 <= 2897**2 + 128).
@@ -124,7 +127,7 @@ REDUCTION_OPS = tuple(VECTOR_REDUCTIONS)
 ELEMENTWISE_OPS = tuple(op for op in OPS if op not in REDUCTION_OPS)
 #: the ops on whole signed 32-bit lanes (argmax, requant); the others take Q8.8
 INT32_OPS = tuple(VECTOR_INT32_OPS)
-BINARY_OPS = ("add", "mul", "max")
+BINARY_OPS = ("add", "sub", "mul", "max")
 UNARY_OPS = tuple(op for op in ELEMENTWISE_OPS if op not in BINARY_OPS + INT32_OPS)
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 I8_MIN, I8_MAX = -128, 127
@@ -328,7 +331,7 @@ def _low16(x: np.ndarray) -> np.ndarray:
 
 
 def elementwise(op: str, a, b=None) -> np.ndarray:
-    """Elementwise op on raw Q8.8 arrays (``b`` only for add/mul/max); returns raw int64 Q8.8."""
+    """Elementwise op on raw Q8.8 arrays (``b`` only for add/sub/mul/max); returns raw int64 Q8.8."""
     if op not in ELEMENTWISE_OPS or op in INT32_OPS:
         ok = [o for o in ELEMENTWISE_OPS if o not in INT32_OPS]
         raise ValueError(f"vector op {op!r}: elementwise Q8.8 ops are {', '.join(ok)} "
@@ -340,6 +343,8 @@ def elementwise(op: str, a, b=None) -> np.ndarray:
         b = _check_raw("b", b)
         if op == "add":
             return _sat(a + b)
+        if op == "sub":
+            return _sat(a - b)
         if op == "mul":
             return _sat(rshift_round(a * b, 8))
         return np.maximum(a, b)

@@ -17,7 +17,8 @@ task op       kernel
 exp, rsqrt,   elementwise, the unit's function of the same name
 silu,
 softplus
-add, mul      elementwise on the broadcast operands (a scalar operand is broadcast too)
+add, sub,     elementwise on the broadcast operands (a scalar operand is broadcast too,
+mul           on its side: ``1 - x`` is sub(1, x)); sub is the unit's opcode 13, sat(a - b)
 pow           exponent 2 only (a norm's square): ``square``, the unit's ``mul`` of the
               operand by itself (its words loaded once); other exponents stay fp32
 softmax       row softmax over the last axis (rows of at most
@@ -68,7 +69,7 @@ __all__ = ["VectorUnitOps", "ReplayVectorUnit", "OffloadRecord", "OFFLOAD_OPS", 
            "argmax_record"]
 
 _UNARY = ("exp", "rsqrt", "silu", "softplus")
-_BINARY = ("add", "mul")
+_BINARY = ("add", "sub", "mul")
 _ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "rmax"}
 #: Program vector ops (and the scan task) the vector engine takes (see the module table)
 OFFLOAD_OPS = _UNARY + _BINARY + ("pow",) + tuple(_ROW) + ("take_rows", "scan")
@@ -143,6 +144,8 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
             lhs, rhs = ins
         elif "scalar" in at:
             lhs, rhs = ins[0], np.float32(at["scalar"])
+            if at.get("scalar_first"):
+                lhs, rhs = rhs, lhs
         else:
             return None
         if not (_is_f32(lhs) and _is_f32(rhs)):

@@ -68,7 +68,7 @@ def _softmax_composed(row: np.ndarray) -> np.ndarray:
 def _suite():
     """(kernel, operands, independent reference) — random values with the Q8.8 corner cases."""
     out = []
-    for op in ("add", "mul", "max"):
+    for op in ("add", "sub", "mul", "max"):
         shape = (3, 11)
         a, b = _operand(shape), _operand(shape)[::-1].copy()
         out.append((VectorKernel(op, "elementwise", op, shape), [a, b], vn.elementwise(op, a, b)))
@@ -324,6 +324,30 @@ def test_pow_offload_is_the_units_square_and_only_for_exponent_2():
     assert host_ops(Prog(), (task.name,)) == ["pow x3"]
 
 
+def test_sub_offload_is_the_units_sub_with_the_scalar_on_its_side():
+    """sub tasks (two tensors broadcast, a tensor minus a scalar, a scalar minus a tensor) become
+    elementwise ``sub`` kernels (opcode 13) whose fp32 results are clamp(a - b) / 256 of the
+    Q8.8 operands, here exactly numpy's fp32 difference of the Q8.8-rounded inputs (none
+    saturates)."""
+    from tilewright.compiler.codegen import VECTOR_OPCODES
+    from tilewright.compiler.program import VectorTask
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+    assert VECTOR_OPCODES["sub"] == 13
+    hook = VectorUnitOps(ARCHS["wide8"])
+    x = (_RNG.standard_normal((4, 6)) * 4).astype(np.float32)
+    y = (_RNG.standard_normal((1, 6)) * 4).astype(np.float32)
+    qx, qy = (vn.to_fixed(v) / 256 for v in (x, y))
+    cases = [({}, [x, y], qx - qy), ({"scalar": 1.5}, [x], qx - 1.5),
+             ({"scalar": 1.5, "scalar_first": True}, [x], 1.5 - qx)]
+    for i, (attrs, ins, want) in enumerate(cases):
+        task = VectorTask(name=f"s{i}", op="sub", inputs=tuple(f"i{j}" for j in range(len(ins))),
+                          out="o", attrs=attrs)
+        got = hook(task, ins)
+        assert hook.records[-1].kernel == VectorKernel(f"v{i}_s{i}", "elementwise", "sub",
+                                                       (4, 6))
+        assert got.dtype == np.float32 and np.array_equal(got, want.astype(np.float32)), attrs
+
+
 def test_scan_cycle_model_matches_a_count_by_hand():
     """One channel of 3 steps, N = 2, same arch: LOAD_V c (3 words) issues in 2, busy
     10 + 3*4 = 22 (free from 25); LOAD_V a/b/h0 (7 words) issues in 25, busy 10 + 28 = 38
@@ -434,7 +458,7 @@ def test_codegen_refuses_what_cannot_run():
         codegen_vector(load_arch("ws8x8"), [VectorKernel("e", "elementwise", "exp", (4,))])
     with pytest.raises(DoesNotFit, match="softmax row of 128 elements.*at most 127"):
         codegen_vector(ARCHS["wide8"], [VectorKernel("s", "row", "softmax", (2, 128))])
-    with pytest.raises(ValueError, match="elementwise op 'sum'; accepted: add, mul, max, exp"):
+    with pytest.raises(ValueError, match="elementwise op 'sum'; accepted: add, sub, mul, max, exp"):
         VectorKernel("x", "elementwise", "sum", (4,))
     with pytest.raises(ValueError, match="a row op takes a 2-D operand"):
         VectorKernel("x", "row", "sum", (4,))
@@ -505,7 +529,7 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
     for j, i in enumerate((29, 3, 36, 29, 0)):
         assert not any(np.array_equal(run.outputs["lookup"][j], table[n])
                        for n in (i - 1, i + 1) if 0 <= n < len(table))
-    for k in ("argmax", "requant", "gather", "lookup", "mean48", "square"):
+    for k in ("argmax", "requant", "gather", "lookup", "mean48", "square", "sub"):
         flipped = run.outputs[k].copy()
         flipped.reshape(-1)[-1] ^= 1
         assert not _equal(flipped, dict((kk.name, r) for kk, _, r in suite)[k])

@@ -316,7 +316,7 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     """Greedy generation of ``tokens`` tokens after ``prompt`` (module docstring); ``rtl`` runs
     every step's int8 GEMMs on the accelerator top through ``driver`` (cocotb | fast).
     ``vector`` runs the ops the vector engine implements (exp, rsqrt, SiLU, softplus, softmax,
-    add/mul, x ** 2 (a norm's square: ``mul`` of x by itself), sum/mean/max — a norm's mean as
+    add/sub/mul, x ** 2 (a norm's square: ``mul`` of x by itself), sum/mean/max — a norm's mean as
     ``sum`` then ``rescale`` by 1/n; the scan) in its
     Q8.8 arithmetic, as ``sim --vector`` does
     (:class:`~tilewright.dataflow_sim.vector_offload.VectorUnitOps`), and with ``rtl`` on the
