@@ -21,7 +21,8 @@ Operations (the op names of the compiler's VectorTask)
 ``add``   sat(a + b).   ``mul``  sat(rshift_round(a * b, 8)).   ``max``  max(a, b).
 ``sub``   sat(a - b) (opcode 13): exact inside the Q8.8 range, saturating like ``add`` — e.g.
           (-128.0) - 2**-8 -> -32768 raw, 127.99 - (-128.0) -> 32767 raw; not ``add`` of a
-          negation, which would saturate -(-32768) to 32767 first and be one LSB off.
+          negation, which would saturate -(-32768) to 32767 first (-1 - (-32768) raw would
+          give 32766, not 32767).
 ``square`` (a kernel, not an opcode: ``mul`` with ``b`` reading ``a``'s words, :func:`square`)
           ``min(floor((a**2 + 128) / 256), 32767)``: x ** 2 rounded half up; it saturates for
           |a| >= 2897 raw (|x| > 11.3125 + 2**-8, since 2896**2 + 128 < 2**23 <= 2897**2 + 128).
