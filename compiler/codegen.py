@@ -199,6 +199,7 @@ VECTOR_UNIT_OPS: dict[str, tuple[int, str, str, str]] = {
     "argmax": (10, "reduction", "int32", "int32 index"),
     "requant": (11, "elementwise", "int32", "int8"),
     "rescale": (12, "elementwise", "int32", "Q8.8"),
+    "sub": (13, "elementwise", "Q8.8", "Q8.8"),
 }
 #: VECTOR ``vop`` codes (the vector unit's opcodes, :class:`tilewright.rtl.vector_unit.VectorOp`)
 VECTOR_OPCODES: dict[str, int] = {name: row[0] for name, row in VECTOR_UNIT_OPS.items()}

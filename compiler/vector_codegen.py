@@ -3,9 +3,11 @@
 A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
 (:mod:`tilewright.dataflow_sim.vector_numerics` defines the arithmetic):
 
-``elementwise``  ``op`` in add, mul, max (two operands of one shape) or exp, recip, rsqrt,
-                 silu, softplus (one operand): the tensor is flattened into vector words of
-                 ``lanes`` elements (the last word zero-padded).
+``elementwise``  ``op`` in add, sub, mul, max (two operands of one shape) or exp, recip, rsqrt,
+                 silu, softplus, square (one operand): the tensor is flattened into vector words
+                 of ``lanes`` elements (the last word zero-padded). ``square`` (``x ** 2``, e.g.
+                 a norm's ``pow``) is the unit's ``mul`` whose ``b`` reads the same words as
+                 ``a`` (one operand loaded once; the two buffer read ports read one address).
 ``row``          ``op`` in sum, mean, rmax, softmax, argmax over the last axis of a 2-D operand
                  ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum, mean),
                  -128.0 (rmax, softmax) or -2**31 (argmax, whose operand is int32 — e.g. the
@@ -73,13 +75,15 @@ from tilewright.compiler.codegen import (IDX_BITS, IDX_WORD_BYTES, IMEM_WORDS,
 from tilewright.compiler.layout import DoesNotFit
 
 __all__ = ["VectorKernel", "VectorSegment", "VectorIsa", "codegen_vector", "batch_kernels",
-           "ELEMENTWISE_OPS",
+           "ELEMENTWISE_OPS", "SAME_OPERAND",
            "ROW_OPS", "Q_MIN", "Q_MAX", "SOFTMAX_MAX_ROW", "MEAN_MAX_ROW", "mean_params",
            "pack_vector_words", "unpack_vector_words"]
 
-BINARY = ("add", "mul", "max")
+BINARY = ("add", "sub", "mul", "max")
 UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
-ELEMENTWISE_OPS = BINARY + UNARY
+#: kernel ops that are a unit op with both operands the same words: kernel op -> unit op
+SAME_OPERAND = {"square": "mul"}
+ELEMENTWISE_OPS = BINARY + UNARY + tuple(SAME_OPERAND)
 ROW_OPS = ("sum", "mean", "rmax", "softmax", "argmax")
 KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",),
          "requant": ("requant",), "gather": ("gather",), "lookup": ("lookup",)}
@@ -432,8 +436,11 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
             addr += k.operands * n * r
             chunks.append(_Chunk(n, ins_addr, n, addr, n))
             code += [_ins("LOAD_V", vaddr=i * n, count=n, addr=a) for i, a in enumerate(ins_addr)]
-            code.append(_vec(k.op, n, 0, 0, b=n if k.operands == 2 else 0,
-                             b_inc=int(k.operands == 2)))
+            if k.op in SAME_OPERAND:        # b steps through a's words
+                code.append(_vec(SAME_OPERAND[k.op], n, 0, 0, b=0, b_inc=1))
+            else:
+                code.append(_vec(k.op, n, 0, 0, b=n if k.operands == 2 else 0,
+                                 b_inc=int(k.operands == 2)))
             code.append(_ins("STORE_V", vaddr=0, count=n, addr=addr))
             addr += n * r
     else:

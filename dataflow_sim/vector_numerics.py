@@ -19,6 +19,13 @@ Rounding: ``rshift_round(p, s)`` = floor((p + 2**(s-1)) / 2**s) (round half up),
 Operations (the op names of the compiler's VectorTask)
 ------------------------------------------------------
 ``add``   sat(a + b).   ``mul``  sat(rshift_round(a * b, 8)).   ``max``  max(a, b).
+``sub``   sat(a - b) (opcode 13): exact inside the Q8.8 range, saturating like ``add`` — e.g.
+          (-128.0) - 2**-8 -> -32768 raw, 127.99 - (-128.0) -> 32767 raw; not ``add`` of a
+          negation, which would saturate -(-32768) to 32767 first (-1 - (-32768) raw would
+          give 32766, not 32767).
+``square`` (a kernel, not an opcode: ``mul`` with ``b`` reading ``a``'s words, :func:`square`)
+          ``min(floor((a**2 + 128) / 256), 32767)``: x ** 2 rounded half up; it saturates for
+          |a| >= 2897 raw (|x| > 11.3125 + 2**-8, since 2896**2 + 128 < 2**23 <= 2897**2 + 128).
 ``sum``   wrapping int32 sum of every element of a run of beats ending with ``last``.
 ``rmax``  max of every element of a run of beats ending with ``last`` (Q8.8).
 ``argmax`` the index ``beat * lanes + lane`` (beat counted from the run's first) of the largest
@@ -105,7 +112,7 @@ __all__ = ["FRAC_BITS", "SEG_BITS", "Q_MAX", "Q_MIN", "OPS", "ELEMENTWISE_OPS", 
            "elementwise",
            "reduce", "run_beats",
            "apply_float", "error_bound", "exp2_table", "recip_table", "rsqrt_table",
-           "pwl_table", "LOG2E_Q14", "rescale", "mean"]
+           "pwl_table", "LOG2E_Q14", "rescale", "mean", "square"]
 
 FRAC_BITS = 8            #: fractional bits of Q8.8
 SEG_BITS = 6             #: log2(segments) of the exp / recip / rsqrt tables
@@ -121,7 +128,7 @@ REDUCTION_OPS = tuple(VECTOR_REDUCTIONS)
 ELEMENTWISE_OPS = tuple(op for op in OPS if op not in REDUCTION_OPS)
 #: the ops on whole signed 32-bit lanes (argmax, requant); the others take Q8.8
 INT32_OPS = tuple(VECTOR_INT32_OPS)
-BINARY_OPS = ("add", "mul", "max")
+BINARY_OPS = ("add", "sub", "mul", "max")
 UNARY_OPS = tuple(op for op in ELEMENTWISE_OPS if op not in BINARY_OPS + INT32_OPS)
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 I8_MIN, I8_MAX = -128, 127
@@ -303,6 +310,13 @@ def mean(x) -> np.ndarray:
     return rescale(x.sum(axis=1), np.int64(mult), np.int64(shift))
 
 
+def square(x) -> np.ndarray:
+    """``x ** 2`` of raw Q8.8 ``x`` as the unit computes it (``mul`` of ``x`` by itself, the
+    ``square`` kernel): raw Q8.8 int64, rounded half up, saturating at 32767."""
+    x = _check_raw("x", x)
+    return elementwise("mul", x, x)
+
+
 def argmax(x) -> int:
     """Index of the largest element of int32 ``x`` (flattened, row-major), the lowest on ties."""
     x = _check_int32("x", x).reshape(-1)
@@ -318,7 +332,7 @@ def _low16(x: np.ndarray) -> np.ndarray:
 
 
 def elementwise(op: str, a, b=None) -> np.ndarray:
-    """Elementwise op on raw Q8.8 arrays (``b`` only for add/mul/max); returns raw int64 Q8.8."""
+    """Elementwise op on raw Q8.8 arrays (``b`` only for add/sub/mul/max); returns raw int64 Q8.8."""
     if op not in ELEMENTWISE_OPS or op in INT32_OPS:
         ok = [o for o in ELEMENTWISE_OPS if o not in INT32_OPS]
         raise ValueError(f"vector op {op!r}: elementwise Q8.8 ops are {', '.join(ok)} "
@@ -330,6 +344,8 @@ def elementwise(op: str, a, b=None) -> np.ndarray:
         b = _check_raw("b", b)
         if op == "add":
             return _sat(a + b)
+        if op == "sub":
+            return _sat(a - b)
         if op == "mul":
             return _sat(rshift_round(a * b, 8))
         return np.maximum(a, b)

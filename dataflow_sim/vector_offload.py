@@ -17,7 +17,10 @@ task op       kernel
 exp, rsqrt,   elementwise, the unit's function of the same name
 silu,
 softplus
-add, mul      elementwise on the broadcast operands (a scalar operand is broadcast too)
+add, sub,     elementwise on the broadcast operands (a scalar operand is broadcast too,
+mul           on its side: ``1 - x`` is sub(1, x)); sub is the unit's opcode 13, sat(a - b)
+pow           exponent 2 only (a norm's square): ``square``, the unit's ``mul`` of the
+              operand by itself (its words loaded once); other exponents stay fp32
 softmax       row softmax over the last axis (rows of at most
               :data:`~tilewright.compiler.vector_codegen.SOFTMAX_MAX_ROW` elements; longer
               rows stay fp32)
@@ -66,10 +69,10 @@ __all__ = ["VectorUnitOps", "ReplayVectorUnit", "OffloadRecord", "OFFLOAD_OPS", 
            "argmax_record"]
 
 _UNARY = ("exp", "rsqrt", "silu", "softplus")
-_BINARY = ("add", "mul")
+_BINARY = ("add", "sub", "mul")
 _ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "rmax"}
 #: Program vector ops (and the scan task) the vector engine takes (see the module table)
-OFFLOAD_OPS = _UNARY + _BINARY + tuple(_ROW) + ("take_rows", "scan")
+OFFLOAD_OPS = _UNARY + _BINARY + ("pow",) + tuple(_ROW) + ("take_rows", "scan")
 
 
 @dataclass(frozen=True)
@@ -126,16 +129,23 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
                   VectorKernel(name, "lookup", "lookup", (idx.size, *x.shape)))
         return (kernel, (x.view(np.int32).astype(np.int64), idx.astype(np.int64)),
                 (*np.asarray(ins[1]).shape, x.shape[1]))
-    if op in _UNARY:
+    if op in _UNARY or op == "pow":
         x = np.asarray(ins[0])
         if not _is_f32(x) or x.size == 0:
             return None
+        if op == "pow":
+            e = at.get("exponent")
+            if isinstance(e, bool) or not isinstance(e, (int, float)) or e != 2:
+                return None
+            op = "square"
         return VectorKernel(name, "elementwise", op, x.shape), (to_fixed(x),), x.shape
     if op in _BINARY:
         if len(ins) == 2:
             lhs, rhs = ins
         elif "scalar" in at:
             lhs, rhs = ins[0], np.float32(at["scalar"])
+            if at.get("scalar_first"):
+                lhs, rhs = rhs, lhs
         else:
             return None
         if not (_is_f32(lhs) and _is_f32(rhs)):

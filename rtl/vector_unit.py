@@ -22,7 +22,7 @@ Ports (all in the ``sync`` domain; a "cycle" is one clock period):
 
 ``operands`` (stream in): ``op`` (:class:`VectorOp`), ``last`` (ends a reduction run),
     ``a``, ``b`` (``lanes`` x signed 32-bit lanes; the Q8.8 ops read their low 16 bits, ``b``
-    only for add/mul/max and requant's / rescale's multiplier), ``s`` (``lanes`` x 6 bits: their
+    only for add/sub/mul/max and requant's / rescale's multiplier), ``s`` (``lanes`` x 6 bits: their
     shift).
 ``results`` (stream out): ``data`` (``lanes`` x signed 32-bit) and ``last``.
 
@@ -246,7 +246,8 @@ class VectorUnit(wiring.Component):
         rq3 = reg(rq2, signed(_W), n + "rq3")
         # ---- stage 1: simple ops, exp range reduction, normalisation, pwl index -------------
         s_mul = (((a * b) >> 7) + 1) >> 1
-        simple = Mux(op == VectorOp.ADD, a + b, Mux(op == VectorOp.MUL, s_mul, Mux(a > b, a, b)))
+        simple = Mux(op == VectorOp.ADD, a + b, Mux(op == VectorOp.SUB, a - b,
+                                                    Mux(op == VectorOp.MUL, s_mul, Mux(a > b, a, b))))
         simple_sat = Mux(simple > _QMAX, _QMAX, Mux(simple < _QMIN, _QMIN, simple))
 
         t = Signal(signed(32), name=n + "t")    # x * log2(e), Q.22

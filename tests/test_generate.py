@@ -304,7 +304,11 @@ def _generate_on_rtl(model: str) -> dict:
         assert op in host, op
     assert "rsqrt" not in host          # on the vector engine with --vector
     # the norms' mean too: a row mean kernel (sum, then rescale by 1/n) on the RTL
-    assert "reduce_mean" not in host and "pow" in host, host
+    assert "reduce_mean" not in host, host
+    # and the norms' square (pow, exponent 2): a square kernel (mul of x by itself) on the RTL
+    assert "pow" not in host, host
+    # RoPE's sub (x1 cos - x2 sin) on the vector unit's sub (opcode 13)
+    assert "sub x" not in host, host
     assert "argmax of the logits" not in host
     # every step's embedding rows came from LOAD_VI (bit-exact vs the table's rows): the
     # decode steps' token id in the index register, the prefill's prompt ids each loaded by

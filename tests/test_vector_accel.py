@@ -68,13 +68,20 @@ def _softmax_composed(row: np.ndarray) -> np.ndarray:
 def _suite():
     """(kernel, operands, independent reference) — random values with the Q8.8 corner cases."""
     out = []
-    for op in ("add", "mul", "max"):
+    for op in ("add", "sub", "mul", "max"):
         shape = (3, 11)
         a, b = _operand(shape), _operand(shape)[::-1].copy()
         out.append((VectorKernel(op, "elementwise", op, shape), [a, b], vn.elementwise(op, a, b)))
     for op in ("exp", "recip", "rsqrt", "silu", "softplus"):
         a = _operand((37,), -1500, 1500)
         out.append((VectorKernel(op, "elementwise", op, a.shape), [a], vn.elementwise(op, a)))
+    # square (a norm's x ** 2): mul with b reading a's words; the closed form in Python
+    # integers, round half up, saturating from |a| = 2897 raw (2896 is the largest that fits)
+    a = _operand((3, 11))
+    a.reshape(-1)[-6:] = (2896, 2897, -2896, -2897, 11, 12)
+    out.append((VectorKernel("square", "elementwise", "square", a.shape), [a],
+                np.array([min((int(v) ** 2 + 128) // 256, 32767) for v in a.ravel()]
+                         ).reshape(a.shape)))
     for op in ("sum", "rmax"):
         x = _operand((5, 13))
         out.append((VectorKernel(f"r{op}", "row", op, x.shape), [x],
@@ -270,6 +277,77 @@ def test_cycle_model_matches_a_count_by_hand():
     assert (t.cycles, t.vector_cycles, t.dma_cycles) == (39, 7, 18 + 9)
 
 
+def test_square_code_and_cycle_model_match_a_count_by_hand():
+    """square of 8 elements on the same arch: one operand loaded once, then ``mul`` (opcode 1)
+    with b = a = word 0 stepping with a (b_inc): LOAD_V 2 words issues in 2, busy 18 (free from
+    21); VECTOR 2 beats in 21, busy 7 (free from 29); STORE_V in 29, busy 9 (free from 39); END
+    in 39 — the count of the exp kernel above, one LOAD_V fewer than a two-operand mul."""
+    arch = ARCHS["narrow4"]
+    isa = codegen_vector(arch, [VectorKernel("q", "elementwise", "square", (8,))])
+    ins = disassemble(list(isa.words))
+    assert [i.op for i in ins] == ["LOAD_V", "VECTOR", "STORE_V", "END"]
+    assert {k: ins[1].fields[k] for k in ("vop", "count", "a", "b", "b_inc", "dst")} == \
+        {"vop": 1, "count": 2, "a": 0, "b": 0, "b_inc": 1, "dst": 0}
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert (t.cycles, t.vector_cycles, t.dma_cycles) == (39, 7, 18 + 9)
+
+
+def test_pow_offload_is_the_units_square_and_only_for_exponent_2():
+    """A pow task with exponent 2 (2 or 2.0) becomes a ``square`` kernel whose fp32 result is
+    the closed form min(floor((a**2 + 128) / 256), 32767) / 256 of the Q8.8 input a, within
+    2|x| 2**-9 + 2**-18 + 2**-9 of numpy's x**2 (input rounding, its square, output rounding);
+    other exponents stay on the functional model (None) and so stay on the host's list by name
+    (generate's host_ops)."""
+    from tilewright.app.flows.generate import host_ops
+    from tilewright.compiler.program import VectorTask
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+    hook = VectorUnitOps(ARCHS["wide8"])
+    x = (_RNG.standard_normal((3, 40)) * 3).astype(np.float32)
+    for e in (2, 2.0):
+        task = VectorTask(name=f"p{e}", op="pow", inputs=("x",), out="y", attrs={"exponent": e})
+        got = hook(task, [x])
+        assert got.shape == x.shape and got.dtype == np.float32
+        assert hook.records[-1].kernel.op == "square"
+        a = vn.to_fixed(x)
+        want = np.array([min((int(v) ** 2 + 128) // 256, 32767) for v in a.ravel()]) / 256
+        assert np.array_equal(got.ravel().astype(np.float64), want)
+        x64 = x.astype(np.float64)
+        assert (np.abs(got - x64 ** 2) <= 2 * np.abs(x64) * 2.0 ** -9 + 2.0 ** -18
+                + 2.0 ** -9).all()
+    n = len(hook.records)
+    other = [VectorTask(name=f"q{i}", op="pow", inputs=("x",), out="y", attrs={"exponent": e})
+             for i, e in enumerate((3, 0.5, True))]
+    assert all(hook(t, [x]) is None for t in other) and len(hook.records) == n
+
+    class Prog:                        # host_ops reads a program's tasks only
+        tasks = [task, *other]
+    assert host_ops(Prog(), (task.name,)) == ["pow x3"]
+
+
+def test_sub_offload_is_the_units_sub_with_the_scalar_on_its_side():
+    """sub tasks (two tensors broadcast, a tensor minus a scalar, a scalar minus a tensor) become
+    elementwise ``sub`` kernels (opcode 13) whose fp32 results are clamp(a - b) / 256 of the
+    Q8.8 operands, here exactly numpy's fp32 difference of the Q8.8-rounded inputs (none
+    saturates)."""
+    from tilewright.compiler.codegen import VECTOR_OPCODES
+    from tilewright.compiler.program import VectorTask
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+    assert VECTOR_OPCODES["sub"] == 13
+    hook = VectorUnitOps(ARCHS["wide8"])
+    x = (_RNG.standard_normal((4, 6)) * 4).astype(np.float32)
+    y = (_RNG.standard_normal((1, 6)) * 4).astype(np.float32)
+    qx, qy = (vn.to_fixed(v) / 256 for v in (x, y))
+    cases = [({}, [x, y], qx - qy), ({"scalar": 1.5}, [x], qx - 1.5),
+             ({"scalar": 1.5, "scalar_first": True}, [x], 1.5 - qx)]
+    for i, (attrs, ins, want) in enumerate(cases):
+        task = VectorTask(name=f"s{i}", op="sub", inputs=tuple(f"i{j}" for j in range(len(ins))),
+                          out="o", attrs=attrs)
+        got = hook(task, ins)
+        assert hook.records[-1].kernel == VectorKernel(f"v{i}_s{i}", "elementwise", "sub",
+                                                       (4, 6))
+        assert got.dtype == np.float32 and np.array_equal(got, want.astype(np.float32)), attrs
+
+
 def test_scan_cycle_model_matches_a_count_by_hand():
     """One channel of 3 steps, N = 2, same arch: LOAD_V c (3 words) issues in 2, busy
     10 + 3*4 = 22 (free from 25); LOAD_V a/b/h0 (7 words) issues in 25, busy 10 + 28 = 38
@@ -380,7 +458,7 @@ def test_codegen_refuses_what_cannot_run():
         codegen_vector(load_arch("ws8x8"), [VectorKernel("e", "elementwise", "exp", (4,))])
     with pytest.raises(DoesNotFit, match="softmax row of 128 elements.*at most 127"):
         codegen_vector(ARCHS["wide8"], [VectorKernel("s", "row", "softmax", (2, 128))])
-    with pytest.raises(ValueError, match="elementwise op 'sum'; accepted: add, mul, max, exp"):
+    with pytest.raises(ValueError, match="elementwise op 'sum'; accepted: add, sub, mul, max, exp"):
         VectorKernel("x", "elementwise", "sum", (4,))
     with pytest.raises(ValueError, match="a row op takes a 2-D operand"):
         VectorKernel("x", "row", "sum", (4,))
@@ -451,7 +529,7 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
     for j, i in enumerate((29, 3, 36, 29, 0)):
         assert not any(np.array_equal(run.outputs["lookup"][j], table[n])
                        for n in (i - 1, i + 1) if 0 <= n < len(table))
-    for k in ("argmax", "requant", "gather", "lookup", "mean48"):
+    for k in ("argmax", "requant", "gather", "lookup", "mean48", "square", "sub"):
         flipped = run.outputs[k].copy()
         flipped.reshape(-1)[-1] ^= 1
         assert not _equal(flipped, dict((kk.name, r) for kk, _, r in suite)[k])

@@ -48,6 +48,11 @@ def test_reference_spot_values():
         == [576, 0, -32512]
     assert vn.elementwise("mul", [128, -128], [1, 1]).tolist() == [1, 0]    # 0.5 LSB: half up
     assert vn.elementwise("max", [1, -5], [-1, -4]).tolist() == [1, -4]
+    # sub (opcode 13): exact a - b inside the range (1.5 - 2.25 = -0.75), saturating like add
+    # both ways; -(-128.0) alone does not fit, yet 0 - (-32768) is 32767 and -1 - (-32768)
+    # is 32767 exactly (no negation first)
+    assert vn.elementwise("sub", [384, -32768, 32767, 0, -1, 5], [576, 1, -1, -32768, -32768, 5]
+                          ).tolist() == [-192, -32768, 32767, 32767, 32767, 0]
     assert vn.reduce("sum", [32767] * 3) == 98301
     assert vn.reduce("rmax", [-3, -7]) == -3
 
@@ -238,6 +243,17 @@ def test_rescale_reference_is_the_closed_form():
         vn.rescale([1], [1], [64])
 
 
+def test_square_reference_is_the_closed_form():
+    """The square kernel's reference (mul of x by itself) on all 65536 Q8.8 inputs against
+    min(floor((x**2 + 128) / 256), 32767) in Python integers; by hand: 1.0 -> 1.0, 11 raw
+    (0.043) -> 0, 12 raw -> 1 (144 + 128 >= 256), -1.5 -> 2.25, 2896 raw -> 32761 (the
+    largest that fits), 2897 raw and -32768 raw saturate to 32767."""
+    x = np.arange(-32768, 32768)
+    assert vn.square(x).tolist() == [min((int(v) ** 2 + 128) // 256, 32767) for v in x]
+    assert vn.square([256, 11, 12, -384, 2896, 2897, -32768]).tolist() == \
+        [256, 0, 1, 576, 32761, 32767, 32767]
+
+
 def test_mean_reference_is_the_row_mean_rounded_half_up():
     """The unit's row mean (sum, then rescale by mean_params) against floor(S/n + 1/2) in
     Python integers: every S >= 0 for n = 1..130 and a few long rows, every S for n a power of
@@ -403,7 +419,7 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
         rows_a.append(blk)
         rows_b.append(np.zeros_like(blk))
         last += [False] * len(blk)
-    for op in ("add", "mul", "max"):                         # corners x corners, then random
+    for op in ("add", "sub", "mul", "max"):                  # corners x corners, then random
         ca, cb = np.meshgrid(CORNERS, CORNERS)
         pa = np.concatenate([ca.ravel(), rng.integers(-32768, 32768, 2000),
                              rng.integers(-2048, 2048, 2000)])
@@ -453,6 +469,13 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
     # after every Q8.8 elementwise result)
     first_rq = sum(op not in vn.REDUCTION_OPS for op in ops[:n_q88]) + 5
     assert run.outputs[first_rq - 1].tolist() == [65600 * 32767 - 2 ** 32] * lanes
+    # sub against the closed form clamp(a - b) in Python integers (corners x corners: both
+    # saturations), independently of the reference
+    sub = [i for i, op in enumerate(ops) if op == "sub"]
+    sa, sb = a[sub].ravel().tolist(), b[sub].ravel().tolist()
+    assert run.outputs[sub].ravel().tolist() == [max(-32768, min(32767, p - q))
+                                                 for p, q in zip(sa, sb)]
+    assert {32767, -32768} <= set(run.outputs[sub].ravel().tolist())
     # requant and argmax against the closed form and torch.argmax written in this file
     assert run.outputs[first_rq:first_rq + len(x)].tolist() == \
         np.array(_requant_exact(x, m, s)).reshape(-1, lanes).tolist()

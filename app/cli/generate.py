@@ -43,8 +43,8 @@ def generate_cmd(
                              "host and are listed"),
     fast: bool = typer.Option(False, "--fast", help="with --rtl: the C++ fast driver"),
     vector: bool = typer.Option(False, "--vector", help="run the ops the vector engine "
-                                "implements (exp, rsqrt, SiLU, softplus, softmax, add/mul, "
-                                "sum/mean/max in Q8.8; the scan on the scan unit; the argmax of the "
+                                "implements (exp, rsqrt, SiLU, softplus, softmax, add/sub/mul, "
+                                "x**2, sum/mean/max in Q8.8; the scan on the scan unit; the argmax of the "
                                 "logits, the next token) in its arithmetic; with --rtl on the "
                                 "accelerator top's vector engine (needs a vector_unit in the "
                                 "ArchSpec)"),

@@ -46,8 +46,8 @@ host's functional model and is listed by name (:func:`host_ops`): the embedding 
 against the table's row: a decode step's row is fetched by ``LOAD_VI`` from the token id in the
 top's index register; the prefill's rows by a ``LOAD_IDX`` of each prompt token id, which the
 host writes to external memory, and a ``LOAD_VI`` after it), the
-norms' square (``pow``; with ``vector`` the rest of a norm — its mean, ``+ eps``, rsqrt, the
-products — runs on the vector engine), RoPE,
+norms (with ``vector`` a norm runs on the vector engine — its square, ``pow`` with exponent 2, as
+``mul`` of x by itself; its mean, ``+ eps``, rsqrt, the products), RoPE,
 the attention's online softmax, quantize steps, the GEMMs' int32 -> fp32 scaling,
 routing, the KV append, the argmax.
 With ``vector`` (``--vector``, an ArchSpec with a ``vector_unit``) the ops the vector engine
@@ -316,7 +316,8 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     """Greedy generation of ``tokens`` tokens after ``prompt`` (module docstring); ``rtl`` runs
     every step's int8 GEMMs on the accelerator top through ``driver`` (cocotb | fast).
     ``vector`` runs the ops the vector engine implements (exp, rsqrt, SiLU, softplus, softmax,
-    add/mul, sum/mean/max — a norm's mean as ``sum`` then ``rescale`` by 1/n; the scan) in its
+    add/sub/mul, x ** 2 (a norm's square: ``mul`` of x by itself), sum/mean/max — a norm's mean as
+    ``sum`` then ``rescale`` by 1/n; the scan) in its
     Q8.8 arithmetic, as ``sim --vector`` does
     (:class:`~tilewright.dataflow_sim.vector_offload.VectorUnitOps`), and with ``rtl`` on the
     accelerator top's vector engine (bit-exact, cycles == its cycle model)."""

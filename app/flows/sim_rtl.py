@@ -18,13 +18,14 @@ seeded weights), ``path/file.py:factory`` or a ``.onnx`` file (the whole module)
 
 What runs where: GEMM arithmetic on the RTL. With ``--vector`` (``--top accel``, an ArchSpec with
 a ``vector_unit``) the vector ops the accelerator's vector engine implements — exp, rsqrt, SiLU,
-softplus, softmax over the last axis, elementwise add/mul, last-axis sum/mean/max in the vector
+softplus, softmax over the last axis, elementwise add/sub/mul, pow with exponent 2 (``square``: mul
+of x by itself), last-axis sum/mean/max in the vector
 unit's Q8.8 arithmetic (the mean: ``sum`` then ``rescale`` by 1/n), and the SSM ``scan`` on the scan unit (Q0.16 a, Q16.16 b/c/h;
 :mod:`tilewright.dataflow_sim.vector_offload`) — run in that arithmetic: the functional model
 computes them on the bit-exact instruction-level model, the same kernels run as
 LOAD_V/VECTOR/SCAN/STORE_V code on the Verilated top (results bit-exact, cycles equal to the
-cycle model), and the replay answers them with the RTL's results. Everything else — the norms'
-square (``pow``), routing, the quantize steps — runs on the functional model.
+cycle model), and the replay answers them with the RTL's results. Everything else — a ``pow``
+with another exponent, routing, the quantize steps — runs on the functional model.
 """
 
 from __future__ import annotations
