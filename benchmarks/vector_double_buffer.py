@@ -4,12 +4,13 @@
         [--double configs/ws8x8vdb.yaml] [--no-rtl]
 
 Runs the same kernels (a softmax-heavy attention-score softmax, a short-row softmax, SiLU, an
-elementwise product, row sums and means) on two ArchSpecs that differ only in
+elementwise product, row sums and means, a requant, Mamba's scan) on two ArchSpecs that differ only in
 ``vector_unit.double_buffer``: the single-buffer code (each chunk loaded, computed and stored one
 after the other) and the ping-pong code (:mod:`tilewright.compiler.vector_codegen`; the
 controller's bank rule in :mod:`tilewright.compiler.codegen`). Per kernel and design: the cycle
 model's cycles, the C++ fast driver's RTL cycles (asserted equal to the model), the vector
-unit's beats (the VECTOR instructions' ``count``s: its peak is one beat per cycle) and their
+engine's beats (the VECTOR instructions' ``count``s and the SCANs' steps: its peak is one per
+cycle) and their
 share of the cycles, and the vector engine's busy share. Asserts the results of both designs
 equal each other and the instruction-level model's bit for bit, and the RTL's cycles equal the
 model's.
@@ -24,6 +25,7 @@ import numpy as np
 from tilewright.arch import load_arch
 from tilewright.compiler.codegen import disassemble
 from tilewright.compiler.vector_codegen import VectorKernel, codegen_vector
+from tilewright.dataflow_sim import scan_numerics as sn
 from tilewright.dataflow_sim.accel_timing import predict_segment
 from tilewright.dataflow_sim.vector_isa import kernel_reference
 
@@ -37,13 +39,30 @@ def _kernels(rng):
     for name, kind, op, shape in shapes:
         k = VectorKernel(name, kind, op, shape)
         out.append((k, [q(shape) for _ in range(k.operands)]))
+    acc = rng.integers(-(1 << 20), 1 << 20, (256, 64))
+    out.append((VectorKernel("requant", "requant", "requant", acc.shape),
+                [acc, rng.integers(1 << 20, 1 << 24, 64), rng.integers(20, 40, 64)]))
+    bt, length, d, n = 1, 16, 64, 8          # Mamba's scan: one SCAN per channel
+    out.append((VectorKernel("scan", "scan", "scan", (bt, length, d, n)),
+                [sn.to_a_code(np.exp(-rng.uniform(0.01, 1, (bt, length, d, n)))),
+                 sn.to_h_code(rng.normal(0, 1, (bt, length, d, n))),
+                 sn.to_h_code(rng.normal(0, 1, (bt, length, n))),
+                 sn.to_h_code(rng.normal(0, 1, (bt, d, n)))]))
     return out
 
 
+def _same(a, b) -> bool:
+    """Bit-equal results (a scan's is the pair y, final state)."""
+    if isinstance(b, tuple):
+        return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    return np.array_equal(a, b)
+
+
 def _beats(isa, seg) -> int:
-    """The vector unit's beats in one run of ``seg``: its VECTOR instructions' counts."""
+    """The vector engine's beats in one run of ``seg``: its VECTOR instructions' counts and its
+    SCANs' steps (one per cycle at the peak)."""
     return sum(i.fields["count"] for i in disassemble(list(isa.words[seg.entry:seg.end + 1]))
-               if i.op == "VECTOR")
+               if i.op in ("VECTOR", "SCAN"))
 
 
 def main() -> None:
@@ -74,13 +93,13 @@ def main() -> None:
             if run is not None:
                 rec = next(r for r in run.records if r["task"] == k.name)
                 assert rec["cycles"] == t.cycles, (arch.name, k.name, rec["cycles"], t.cycles)
-                assert np.array_equal(run.outputs[k.name], ref), (arch.name, k.name)
+                assert _same(run.outputs[k.name], ref), (arch.name, k.name)
                 rtl = f"{rec['cycles']:,}"
             beats = _beats(isa, seg)
             rows[k.name].append(f"{t.cycles:,} | {rtl} | {beats:,} | {beats / t.cycles:.0%} | "
                                 f"{t.vector_cycles / t.cycles:.0%}")
     for name, (a, b) in results.items():
-        assert np.array_equal(a, b), f"{name}: the two designs' results differ"
+        assert _same(a, b), f"{name}: the two designs' results differ"
     print(f"single buffer: {archs[0].name}; double buffer: {archs[1].name}; results bit-equal "
           f"across both and the instruction-level model"
           + ("" if args.no_rtl else "; RTL (fast driver) cycles == cycle model") + "\n")

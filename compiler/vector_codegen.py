@@ -49,8 +49,21 @@ row length is limited to 127 (a sum of exps <= 127.0): longer rows raise :class:
 Code shape (one segment per kernel, run from its entry to END): the operand is cut into chunks that
 fit the vector buffer (:data:`~tilewright.compiler.codegen.VBUF_WORDS` words, and at most 4095
 beats per VECTOR); each chunk is ``LOAD_V`` (operands), the VECTOR instructions in place, then
-``STORE_V`` of the result words. The vector engine and the DMA share the buffer, so nothing
-overlaps; the cycles follow from :mod:`tilewright.dataflow_sim.accel_timing`.
+``STORE_V`` of the result words. With one shared buffer nothing overlaps; the cycles follow from
+:mod:`tilewright.dataflow_sim.accel_timing`.
+
+Double-buffered vector buffer (ArchSpec ``vector_unit.double_buffer``; the bank rule in
+:mod:`tilewright.compiler.codegen`): the elementwise, row, requant and scan kernels ping-pong —
+chunk ``i`` lives in bank ``i % 2`` (from the bank's first word; softmax's -1.0 word in each
+bank's last word and requant's parameter words at each bank's start, loaded once per bank), and
+:func:`_pingpong` orders the instructions so that chunk ``i + 1`` loads and chunk ``i - 1``
+stores while chunk ``i`` computes. The operand is cut into at least 1, 2, 4 or 8 chunks
+(:data:`DB_MIN_CHUNKS`; more when it does not fit a bank) and the order estimated fastest is
+kept, so a small kernel keeps its single chunk when splitting it would cost more memory latency
+than it hides. A row (or one channel's scan, one requant row) longer than a bank falls back to
+the single-buffer code over the whole buffer (the bank rule then serialises it). gather and
+lookup kernels are DMA only and unchanged. The memory map is the same either way, so results
+are bit-identical.
 
 External memory holds, per kernel, the constant word (-1.0 in every lane, softmax only), each
 chunk's operand words and each chunk's result words, at addresses this module assigns
@@ -68,6 +81,7 @@ from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import (IDX_BITS, IDX_WORD_BYTES, IMEM_WORDS,
                                          REQUANT_SHIFT_BITS, VBUF_BANK_WORDS, VBUF_BANKS,
                                          VBUF_WORDS, VECTOR_OPCODES, VECTOR_OVERHEAD_CYCLES,
+                                         SCAN_OVERHEAD_CYCLES,
                                          AssemblerError, CodegenError, Instr, assemble, beat_bytes,
                                          beats_to_words, field_slices, find_segment, index_beats,
                                          memory_latency_cycles, vbuf_bank_mask,
@@ -423,20 +437,17 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
     chunks: list[_Chunk] = []
     const_addr = -1
     row_words = 0
-    if k.kind == "scan":
-        code, chunks, addr = _scan_code(k, arch, addr)
-    elif k.kind == "requant":
-        code, chunks, addr, const_addr, row_words = _requant_code(k, arch, addr)
-    elif k.kind == "gather":
+    if k.kind == "gather":
         code, chunks, addr, row_words = _gather_code(k, arch, addr)
     elif k.kind == "lookup":
         code, chunks, addr, const_addr, row_words = _lookup_code(k, arch, addr)
     else:
+        make = {"scan": _scan_code, "requant": _requant_code}.get(k.kind, _chunk_plan)
         plan = None
         if arch.vector_unit.double_buffer:   # the chunking whose ping-pong looks fastest
             best = None
             for min_chunks in DB_MIN_CHUNKS:
-                plan = _chunk_plan(k, arch, addr, True, min_chunks)
+                plan = make(k, arch, addr, True, min_chunks)
                 if plan is None:
                     break
                 order, est = _pingpong(plan[0], arch)
@@ -445,7 +456,7 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
             if best is not None:
                 _, code, plan = best
         if plan is None:              # unbanked, or a row longer than a bank: serially
-            plan = _chunk_plan(k, arch, addr, False)
+            plan = make(k, arch, addr, False)
             code = [ins for loads, vecs, stores in plan[0] for ins in loads + vecs + stores]
         _, chunks, addr, const_addr, row_words = plan
     code.append(_ins("END"))
@@ -586,8 +597,9 @@ def _pingpong(parts, arch: ArchSpec) -> tuple[list[Instr], int]:
 
     def cost(ins: Instr):
         f = ins.fields
-        if ins.op == "VECTOR":
-            return "vec", f["count"] + VECTOR_OVERHEAD_CYCLES
+        if ins.op in ("VECTOR", "SCAN"):
+            return "vec", f["count"] + (VECTOR_OVERHEAD_CYCLES if ins.op == "VECTOR"
+                                        else SCAN_OVERHEAD_CYCLES)
         return "dma", (lat if ins.op == "LOAD_V" else 1) + f["count"] * r
 
     def when(ins: Instr) -> int:
@@ -609,39 +621,51 @@ def _pingpong(parts, arch: ArchSpec) -> tuple[list[Instr], int]:
         unit, dur = cost(ins)
         free[unit], banks[unit] = t + dur + 1, vbuf_bank_mask(ins.op, ins.fields, lanes)
         if id(ins) in owner:
-            (done_vecs if ins.op == "VECTOR" else done_loads)[owner[id(ins)]] -= 1
+            (done_vecs if ins.op in ("VECTOR", "SCAN") else done_loads)[owner[id(ins)]] -= 1
         out.append(ins)
     return out, max(t + 1, *free.values())
 
 
-def _requant_code(k: VectorKernel, arch: ArchSpec, addr: int):
-    """(instructions without END, chunks, next free address, parameter address, column words)
-    of a requant kernel. Vector buffer: the parameter words at 0 (per column word j of
-    ``lanes`` channels: its multipliers at ``2j``, its shifts at ``2j + 1``, where the VECTOR's
-    b word and the word after it are), then a chunk of rows column word by column word, so
-    one VECTOR per column word streams its rows against one parameter pair, in place."""
+def _requant_code(k: VectorKernel, arch: ArchSpec, addr: int, banked: bool = False,
+                  min_chunks: int = 1):
+    """As :func:`_chunk_plan`, for a requant kernel. Vector buffer (of each bank when
+    ``banked``): the parameter words at its start (per column word j of ``lanes`` channels:
+    its multipliers at ``2j``, its shifts at ``2j + 1``, where the VECTOR's b word and the word
+    after it are; loaded once per buffer or bank), then a chunk of rows column word by column
+    word, so one VECTOR per column word streams its rows against one parameter pair, in
+    place."""
     lanes = arch.vector_unit.lanes
     r = -(-vector_word_bytes(arch) // beat_bytes(arch))
     rows, n_cols = k.shape
     nw = -(-n_cols // lanes)
-    per_rows = min((VBUF_WORDS - 2 * nw) // nw, _MAX_BEATS)
+    cap = VBUF_BANK_WORDS if banked else VBUF_WORDS
+    per_rows = min((cap - 2 * nw) // nw, _MAX_BEATS)
     if per_rows < 1:
+        if banked:
+            return None
         raise DoesNotFit(f"vector kernel {k.name}: requant of {n_cols} channels needs "
                          f"{3 * nw} vector-buffer words for one row; the buffer holds "
                          f"{VBUF_WORDS}")
+    if banked:
+        per_rows = min(per_rows, -(-rows // min(min_chunks, rows)))
     param_addr, addr = addr, addr + 2 * nw * r
-    code = [_ins("LOAD_V", vaddr=0, count=2 * nw, addr=param_addr)]
+    parts = []
     chunks: list[_Chunk] = []
-    base = 2 * nw
-    for r0 in range(0, rows, per_rows):
+    for i, r0 in enumerate(range(0, rows, per_rows)):
+        vb = (i % VBUF_BANKS) * VBUF_BANK_WORDS if banked else 0
         n = min(per_rows, rows - r0)
+        base = vb + 2 * nw
         in_addr, addr = addr, addr + n * nw * r
-        code.append(_ins("LOAD_V", vaddr=base, count=n * nw, addr=in_addr))
-        code += [_vec("requant", n, base + j * n, base + j * n, b=2 * j) for j in range(nw)]
-        code.append(_ins("STORE_V", vaddr=base, count=n * nw, addr=addr))
+        loads = ([_ins("LOAD_V", vaddr=vb, count=2 * nw, addr=param_addr)]
+                 if i < (VBUF_BANKS if banked else 1) else [])
+        loads.append(_ins("LOAD_V", vaddr=base, count=n * nw, addr=in_addr))
+        parts.append((loads,
+                      [_vec("requant", n, base + j * n, base + j * n, b=vb + 2 * j)
+                       for j in range(nw)],
+                      [_ins("STORE_V", vaddr=base, count=n * nw, addr=addr)]))
         chunks.append(_Chunk(n, (in_addr,), n * nw, addr, n * nw, (r0, 0)))
         addr += n * nw * r
-    return code, chunks, addr, param_addr, nw
+    return parts, chunks, addr, param_addr, nw
 
 
 def _table_row_words(k: VectorKernel, arch: ArchSpec, rows: int, length: int, what: str):
@@ -696,41 +720,50 @@ def _lookup_code(k: VectorKernel, arch: ArchSpec, addr: int):
     return code, chunks, addr, ids, nw
 
 
-def _scan_code(k: VectorKernel, arch: ArchSpec, addr: int):
-    """(instructions without END, chunks, next free address) of a scan kernel. Vector buffer of
-    a chunk: c words [0, L), then per channel a (L), b (L), h0 (1) words, then per channel its
-    y words (ceil(L / lanes)) and final state word."""
+def _scan_code(k: VectorKernel, arch: ArchSpec, addr: int, banked: bool = False,
+               min_chunks: int = 1):
+    """As :func:`_chunk_plan`, for a scan kernel. Vector buffer of a chunk (from the start of
+    its bank when ``banked``): c words [0, L), then per channel a (L), b (L), h0 (1) words, then
+    per channel its y words (ceil(L / lanes)) and final state word."""
     lanes = arch.vector_unit.lanes
     r = -(-vector_word_bytes(arch) // beat_bytes(arch))
     bt, length, d, n = k.shape
     if n > lanes:
         raise DoesNotFit(f"vector kernel {k.name}: scan state size N={n}: the scan unit holds "
                          f"one channel's state in its {lanes} lanes (vector_unit.lanes)")
+    cap = VBUF_BANK_WORDS if banked else VBUF_WORDS
     per_in, per_out = 2 * length + 1, -(-length // lanes) + 1
-    per_chunk = (VBUF_WORDS - length) // (per_in + per_out)
+    per_chunk = (cap - length) // (per_in + per_out)
+    if banked and (length > _MAX_BEATS or per_chunk < 1):
+        return None
     if length > _MAX_BEATS or per_chunk < 1:
         raise DoesNotFit(f"vector kernel {k.name}: scan of {length} steps: one channel needs "
                          f"{length + per_in + per_out} vector-buffer words; the buffer holds "
                          f"{VBUF_WORDS} (and a SCAN at most {_MAX_BEATS} steps)")
-    code: list[Instr] = []
+    if banked:
+        per_chunk = min(per_chunk, -(-d // min(min_chunks, d)))
+    parts = []
     chunks: list[_Chunk] = []
     for bi in range(bt):
         for d0 in range(0, d, per_chunk):
+            vb = (len(parts) % VBUF_BANKS) * VBUF_BANK_WORDS if banked else 0
             nc = min(per_chunk, d - d0)
             c_addr, in_addr = addr, addr + length * r
             addr = in_addr + nc * per_in * r
-            out_v = length + nc * per_in
-            code += [_ins("LOAD_V", vaddr=0, count=length, addr=c_addr),
-                     _ins("LOAD_V", vaddr=length, count=nc * per_in, addr=in_addr)]
+            out_v = vb + length + nc * per_in
+            scans = []
             for i in range(nc):
-                base = length + i * per_in
-                code.append(_ins("SCAN", count=length, ab=base, c=0, h0=base + 2 * length,
-                                 dst=out_v + i * per_out))
-            code.append(_ins("STORE_V", vaddr=out_v, count=nc * per_out, addr=addr))
+                base = vb + length + i * per_in
+                scans.append(_ins("SCAN", count=length, ab=base, c=vb, h0=base + 2 * length,
+                                  dst=out_v + i * per_out))
+            parts.append(([_ins("LOAD_V", vaddr=vb, count=length, addr=c_addr),
+                           _ins("LOAD_V", vaddr=vb + length, count=nc * per_in, addr=in_addr)],
+                          scans,
+                          [_ins("STORE_V", vaddr=out_v, count=nc * per_out, addr=addr)]))
             chunks.append(_Chunk(nc, (c_addr, in_addr), nc * per_in, addr, nc * per_out,
                                  (bi, d0)))
             addr += nc * per_out * r
-    return code, chunks, addr
+    return parts, chunks, addr, -1, 0
 
 
 def codegen_vector(arch: ArchSpec, kernels: list[VectorKernel]) -> VectorIsa:
