@@ -5,8 +5,9 @@ For each kernel (softmax rows, SiLU, an elementwise product, a row sum, Mamba's 
 (:mod:`tilewright.dataflow_sim.accel_timing`), the RTL's cycles on the cocotb bench and on the C++
 fast driver (both checked equal to the model and the results bit-exact with the
 instruction-level model), elements per cycle against the lanes' peak, the share of cycles the
-vector engine is busy (the rest is DMA: a kernel's loads, compute and stores do not overlap, see
-:mod:`tilewright.compiler.vector_codegen`), and the wall time of both RTL drivers in this run.
+vector engine is busy (the rest is DMA: with one shared vector buffer a kernel's loads, compute
+and stores do not overlap; with ``vector_unit.double_buffer`` they do, see
+:mod:`tilewright.compiler.vector_codegen` and ``benchmarks/vector_double_buffer.py``), and the wall time of both RTL drivers in this run.
 
 Usage: ``python benchmarks/vector_engine.py [--arch FILE] [--no-rtl]``
 """

@@ -105,6 +105,23 @@ ISA — fixed 64-bit instruction words
     hardware: the compiler orders buffer reuse with ``SYNC`` (the schedule of
     :func:`codegen_gemm`).
 
+    Double-buffered vector buffer (ArchSpec ``vector_unit.double_buffer``): the buffer is
+    :data:`VBUF_BANKS` banks of :data:`VBUF_BANK_WORDS` words (bank = the word address's top
+    bit; addresses and :data:`VBUF_WORDS` unchanged), each with its own ports. An instruction's
+    *banks* (:func:`vbuf_bank_mask`) are those of the first and the last word of every
+    vector-buffer range it reads or writes (both banks for a range longer than a bank):
+    ``LOAD_V``/``LOAD_VI``/``STORE_V`` ``vaddr .. vaddr+count-1`` (none for ``count`` 0);
+    ``VECTOR`` ``a ..`` (``count`` words), the b words (``count`` with ``b_inc``, else one per
+    segment), for ``requant``/``rescale`` the shift words one after them, ``dst ..`` (``count``
+    words, a reduction's one per segment); ``SCAN`` ``ab ..`` (``2 count``), ``c ..``
+    (``count``), ``h0``, ``dst .. dst + ceil(count / lanes)``. Then ``LOAD_V``/``LOAD_VI``/
+    ``STORE_V`` wait until the DMA is idle and, only when the vector engine's running
+    instruction has a bank in common with theirs, until the engine is idle; ``VECTOR``/``SCAN``
+    wait until the engine is idle and, only when the DMA's running transfer has a bank in common
+    with theirs (``LOAD_IDX`` and the GEMM-path transfers have none), until the DMA is idle. The
+    controller (:mod:`tilewright.rtl.controller`) and the cycle model both call
+    :func:`vbuf_bank_mask`. Without the option the rule above (both idle) holds.
+
 Vector buffer
     :data:`VBUF_WORDS` words of ``lanes`` (``arch.vector_unit.lanes``) 32-bit lanes, lane 0 in the
     low bits (:func:`vector_word_bytes` bytes; external image as for every other word). The
@@ -141,7 +158,8 @@ from tilewright.errors import UserError
 from tilewright.formats import bits_of, get_format
 
 __all__ = ["ISA", "IDX_BITS", "IDX_WORD_BYTES", "INDEX_OPS", "index_beats", "FIELD_MIN",
-           "VBUF_WORDS", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
+           "VBUF_WORDS", "VBUF_BANKS", "VBUF_BANK_WORDS", "VBUF_DMA_OPS", "vbuf_spans",
+           "vbuf_bank_mask", "VECTOR_OPCODES", "VECTOR_REDUCTIONS",
            "VECTOR_UNIT_OPS", "VECTOR_INT32_OPS", "REQUANT_SHIFT_BITS",
            "VECTOR_OVERHEAD_CYCLES", "SCAN_OVERHEAD_CYCLES",
            "vector_word_bytes", "OPCODES", "OPCODE_BITS", "WORD_BITS", "IMEM_WORDS", "Instr",
@@ -183,6 +201,12 @@ IDX_WORD_BYTES = -(-IDX_BITS // 8)
 INDEX_OPS = ("LOAD_VI", "LOAD_IDX")
 #: vector-buffer depth of the accelerator top (words of ``lanes`` 32-bit lanes)
 VBUF_WORDS = 1024
+#: banks of a double-buffered vector buffer (ArchSpec ``vector_unit.double_buffer``) and the
+#: words of each: bank ``k`` holds words ``k * VBUF_BANK_WORDS ..`` (the address's top bit)
+VBUF_BANKS = 2
+VBUF_BANK_WORDS = VBUF_WORDS // VBUF_BANKS
+#: the instructions that move words between external memory and the vector buffer
+VBUF_DMA_OPS = ("LOAD_V", "LOAD_VI", "STORE_V")
 #: The vector unit's operations, one row each (the one table ``vop`` codes, kinds and lane formats
 #: derive from): name -> (``vop`` code, kind, operand lanes, result lanes). Kind ``elementwise``
 #: writes one word per beat, ``reduction`` one word per segment (the value in every lane).
@@ -236,6 +260,58 @@ def field_slices(op: str) -> dict[str, tuple[int, int]]:
 
 for _op in ISA:        # the table itself must fit the word
     assert sum(w for _, w in ISA[_op][1]) + OPCODE_BITS <= WORD_BITS, _op
+
+
+def _py_mux(cond, a, b):
+    return a if cond else b
+
+
+def vbuf_spans(op: str, f, lanes: int, mux=_py_mux) -> list:
+    """The vector-buffer ranges instruction ``op`` with fields ``f`` reads or writes, as
+    ``(first word, last word - first word)`` pairs (words wrap modulo :data:`VBUF_WORDS`; the
+    module docstring's list). Works on ints, or on Amaranth values with ``mux=Mux`` (the
+    controller's decoder), so hardware and cycle model read one definition. ``lanes``: the
+    vector unit's lanes (SCAN's y words). Empty for ops without a vector-buffer range."""
+    if op in VBUF_DMA_OPS:
+        return [(f["vaddr"], f["count"] - 1)]
+    if op == "SCAN":
+        n = f["count"]
+        return [(f["ab"], 2 * n - 1), (f["c"], n - 1), (f["h0"], 0),
+                (f["dst"], (n - 1) // lanes + 1)]
+    if op != "VECTOR":
+        return []
+
+    def vop_in(names):
+        out = False
+        for name in names:
+            out = out | (f["vop"] == VECTOR_OPCODES[name])
+        return out
+    n, seg = f["count"], f["seg"]
+    last_seg = mux(seg == 0, 0, (n - 1) // mux(seg == 0, 1, seg))
+    b_off = mux(f["b_inc"], n - 1, last_seg)
+    spans = [(f["a"], n - 1), (f["b"], b_off),
+             (f["dst"], mux(vop_in(VECTOR_REDUCTIONS), last_seg, n - 1))]
+    shifted = vop_in(name for name, row in VECTOR_UNIT_OPS.items()
+                     if row[2] == "int32" and row[1] == "elementwise")   # requant, rescale
+    return spans + [(f["b"] + 1, mux(shifted, b_off, -1))]
+
+
+def vbuf_bank_mask(op: str, f, lanes: int, mux=_py_mux):
+    """Bit ``k`` set when instruction ``op`` (fields ``f``) reads or writes bank ``k`` of a
+    double-buffered vector buffer: the banks of the first and last word of each range of
+    :func:`vbuf_spans`, both for a range longer than a bank; a range whose last offset is -1
+    (a DMA ``count`` of 0, a ``VECTOR`` without shift words) has none. Ints, or Amaranth values
+    with ``mux=Mux``."""
+    top = VBUF_BANK_WORDS.bit_length() - 1        # the address bit that picks the bank
+    assert VBUF_BANKS == 2 and 1 << top == VBUF_BANK_WORDS
+
+    def bank(word):
+        return mux((word >> top) & 1, 2, 1)
+    out = 0
+    for start, off in vbuf_spans(op, f, lanes, mux):
+        touched = bank(start) | bank(start + off) | mux(off >= VBUF_BANK_WORDS, 3, 0)
+        out = out | mux(off < 0, 0, touched)
+    return out
 
 
 def takes_scales(arch: ArchSpec) -> bool:

@@ -51,8 +51,21 @@ row length is limited to 127 (a sum of exps <= 127.0): longer rows raise :class:
 Code shape (one segment per kernel, run from its entry to END): the operand is cut into chunks that
 fit the vector buffer (:data:`~tilewright.compiler.codegen.VBUF_WORDS` words, and at most 4095
 beats per VECTOR); each chunk is ``LOAD_V`` (operands), the VECTOR instructions in place, then
-``STORE_V`` of the result words. The vector engine and the DMA share the buffer, so nothing
-overlaps; the cycles follow from :mod:`tilewright.dataflow_sim.accel_timing`.
+``STORE_V`` of the result words. With one shared buffer nothing overlaps; the cycles follow from
+:mod:`tilewright.dataflow_sim.accel_timing`.
+
+Double-buffered vector buffer (ArchSpec ``vector_unit.double_buffer``; the bank rule in
+:mod:`tilewright.compiler.codegen`): the elementwise, row, requant and scan kernels ping-pong —
+chunk ``i`` lives in bank ``i % 2`` (from the bank's first word; softmax's -1.0 word in each
+bank's last word and requant's parameter words at each bank's start, loaded once per bank), and
+:func:`_pingpong` orders the instructions so that chunk ``i + 1`` loads and chunk ``i - 1``
+stores while chunk ``i`` computes. The operand is cut into at least 1, 2, 4 or 8 chunks
+(:data:`DB_MIN_CHUNKS`; more when it does not fit a bank) and the order estimated fastest is
+kept, so a small kernel keeps its single chunk when splitting it would cost more memory latency
+than it hides. A row (or one channel's scan, one requant row) longer than a bank falls back to
+the single-buffer code over the whole buffer (the bank rule then serialises it). gather and
+lookup kernels are DMA only and unchanged. The memory map is the same either way, so results
+are bit-identical.
 
 External memory holds, per kernel, the constant word (-1.0 in every lane, softmax only), each
 chunk's operand words and each chunk's result words, at addresses this module assigns
@@ -68,9 +81,12 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import (IDX_BITS, IDX_WORD_BYTES, IMEM_WORDS,
-                                         REQUANT_SHIFT_BITS, VBUF_WORDS, VECTOR_OPCODES,
+                                         REQUANT_SHIFT_BITS, VBUF_BANK_WORDS, VBUF_BANKS,
+                                         VBUF_WORDS, VECTOR_OPCODES, VECTOR_OVERHEAD_CYCLES,
+                                         SCAN_OVERHEAD_CYCLES,
                                          AssemblerError, CodegenError, Instr, assemble, beat_bytes,
                                          beats_to_words, field_slices, find_segment, index_beats,
+                                         memory_latency_cycles, vbuf_bank_mask,
                                          vector_word_bytes, words_to_beats)
 from tilewright.compiler.layout import DoesNotFit
 
@@ -95,6 +111,12 @@ SCAN_H_MIN, SCAN_H_MAX = -(1 << 31), (1 << 31) - 1   #: scan unit: b, c, h codes
 _MAX_BEATS = (1 << field_slices("VECTOR")["count"][1]) - 1
 _MAX_SEG = (1 << field_slices("VECTOR")["seg"][1]) - 1     #: longest VECTOR segment (beats)
 _NEG_ONE = -256                     #: -1.0 in Q8.8
+#: double-buffered vector buffer: the fewest chunks an elementwise or row kernel may be cut
+#: into (when it has that many words or rows; more when it does not fit a bank) — each is
+#: tried and the order :func:`_pingpong` estimates fastest is kept: more chunks overlap more of
+#: the loads and stores with compute, but each pays the memory latency and the VECTORs'
+#: pipeline fill again
+DB_MIN_CHUNKS = (1, 2, 4, 8)
 #: longest row a ``mean`` kernel takes (its result is exact as documented for n < 2**13)
 MEAN_MAX_ROW = (1 << 13) - 1
 
@@ -419,121 +441,237 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
     chunks: list[_Chunk] = []
     const_addr = -1
     row_words = 0
-    if k.kind == "scan":
-        code, chunks, addr = _scan_code(k, arch, addr)
-    elif k.kind == "requant":
-        code, chunks, addr, const_addr, row_words = _requant_code(k, arch, addr)
-    elif k.kind == "gather":
+    if k.kind == "gather":
         code, chunks, addr, row_words = _gather_code(k, arch, addr)
     elif k.kind == "lookup":
         code, chunks, addr, const_addr, row_words = _lookup_code(k, arch, addr)
-    elif k.kind == "elementwise":
-        total = -(-int(np.prod(k.shape)) // lanes)
-        per = min(VBUF_WORDS // k.operands, _MAX_BEATS)
-        for w0 in range(0, total, per):
-            n = min(per, total - w0)
-            ins_addr = tuple(addr + i * n * r for i in range(k.operands))
-            addr += k.operands * n * r
-            chunks.append(_Chunk(n, ins_addr, n, addr, n))
-            code += [_ins("LOAD_V", vaddr=i * n, count=n, addr=a) for i, a in enumerate(ins_addr)]
-            if k.op in SAME_OPERAND:        # b steps through a's words
-                code.append(_vec(SAME_OPERAND[k.op], n, 0, 0, b=0, b_inc=1))
-            else:
-                code.append(_vec(k.op, n, 0, 0, b=n if k.operands == 2 else 0,
-                                 b_inc=int(k.operands == 2)))
-            code.append(_ins("STORE_V", vaddr=0, count=n, addr=addr))
-            addr += n * r
     else:
-        rows, length = k.shape
-        row_words = -(-length // lanes)
-        if k.op == "softmax" and length > SOFTMAX_MAX_ROW:
-            raise DoesNotFit(f"vector kernel {k.name}: softmax row of {length} elements: the "
-                             f"vector unit's recip takes a Q8.8 sum, so rows hold at most "
-                             f"{SOFTMAX_MAX_ROW} elements")
-        if k.op == "mean" and length > MEAN_MAX_ROW:
-            raise DoesNotFit(f"vector kernel {k.name}: mean of a row of {length} elements; "
-                             f"rows of at most {MEAN_MAX_ROW} elements are taken")
-        if row_words > _MAX_BEATS or row_words + 3 > VBUF_WORDS:
-            raise DoesNotFit(f"vector kernel {k.name}: a row of {length} elements is "
-                             f"{row_words} vector words; the vector buffer holds {VBUF_WORDS} "
-                             f"words (and a VECTOR at most {_MAX_BEATS} beats)")
-        if k.op == "softmax":
-            const_addr, addr = addr, addr + r
-        # mean: each chunk's rows are followed in external memory by the multiplier and shift
-        # words, loaded with them by one LOAD_V (buffer: rows | m, s | one sum word per row)
-        n_par = 2 if k.op == "mean" else 0
-        # one instruction per step covers a whole chunk of rows (segments of row_words beats);
-        # rows longer than a segment can be (sum/rmax/mean only) take one instruction per row
-        batched = row_words <= _MAX_SEG
-        # buffer: rows x row_words | one result word per row (softmax: m and s) | -1.0 (softmax)
-        per_row = row_words + (2 if k.op == "softmax" else 1)
-        per_rows = (VBUF_WORDS - (k.op == "softmax") - n_par) // per_row
-        if batched:
-            per_rows = min(per_rows, _MAX_BEATS // row_words)
-        const_v = VBUF_WORDS - 1
-        for r0 in range(0, rows, per_rows):
-            n = min(per_rows, rows - r0)
-            nw = n * row_words
-            in_addr = addr
-            addr += (nw + n_par) * r
-            out_words = nw if k.op == "softmax" else n
-            res_v = nw + n_par                  # first result word in the buffer
-            if k.op == "softmax":
-                code.append(_ins("LOAD_V", vaddr=const_v, count=1, addr=const_addr))
-            code.append(_ins("LOAD_V", vaddr=0, count=nw + n_par, addr=in_addr))
-            if k.op != "softmax":
-                red = "sum" if k.op == "mean" else k.op
-                code += ([_vec(red, nw, 0, res_v, seg=row_words)] if batched else
-                         [_vec(red, row_words, i * row_words, res_v + i) for i in range(n)])
-                if k.op == "mean":           # S x m / 2**s: m in word nw, s in word nw + 1
-                    code.append(_vec("rescale", n, res_v, res_v, b=nw))
-            else:
-                mm, ss, sg = nw, nw + n, row_words
-                code += [_vec("rmax", nw, 0, mm, seg=sg),
-                         _vec("mul", n, mm, mm, b=const_v),
-                         _vec("add", nw, 0, 0, b=mm, seg=sg),
-                         _vec("exp", nw, 0, 0),
-                         _vec("sum", nw, 0, ss, seg=sg),
-                         _vec("recip", n, ss, ss),
-                         _vec("mul", nw, 0, 0, b=ss, seg=sg)]
-            code.append(_ins("STORE_V", vaddr=0 if k.op == "softmax" else res_v,
-                             count=out_words, addr=addr))
-            chunks.append(_Chunk(n, (in_addr,), nw, addr, out_words))
-            addr += out_words * r
+        make = {"scan": _scan_code, "requant": _requant_code}.get(k.kind, _chunk_plan)
+        plan = None
+        if arch.vector_unit.double_buffer:   # the chunking whose ping-pong looks fastest
+            best = None
+            for min_chunks in DB_MIN_CHUNKS:
+                plan = make(k, arch, addr, True, min_chunks)
+                if plan is None:
+                    break
+                order, est = _pingpong(plan[0], arch)
+                if best is None or est < best[0]:
+                    best = (est, order, plan)
+            if best is not None:
+                _, code, plan = best
+        if plan is None:              # unbanked, or a row longer than a bank: serially
+            plan = make(k, arch, addr, False)
+            code = [ins for loads, vecs, stores in plan[0] for ins in loads + vecs + stores]
+        _, chunks, addr, const_addr, row_words = plan
     code.append(_ins("END"))
     seg = VectorSegment(k, base_pc, base_pc + len(code) - 1, lanes, row_words, const_addr,
                         tuple(chunks))
     return code, seg, addr
 
 
-def _requant_code(k: VectorKernel, arch: ArchSpec, addr: int):
-    """(instructions without END, chunks, next free address, parameter address, column words)
-    of a requant kernel. Vector buffer: the parameter words at 0 (per column word j of
-    ``lanes`` channels: its multipliers at ``2j``, its shifts at ``2j + 1``, where the VECTOR's
-    b word and the word after it are), then a chunk of rows column word by column word, so
-    one VECTOR per column word streams its rows against one parameter pair, in place."""
+def _chunk_plan(k: VectorKernel, arch: ArchSpec, addr: int, banked: bool,
+                min_chunks: int = 1):
+    """(per chunk (loads, VECTORs, stores), chunks, next free address, constant's address,
+    words per row) of an elementwise or row kernel; None when ``banked`` and a chunk cannot fit
+    one bank. Unbanked: chunks fill the whole buffer from word 0. Banked: chunk ``i`` lives in
+    bank ``i % 2`` and the operand is cut into at least ``min(min_chunks, units)`` chunks
+    (words, or rows), so loads, compute and stores of neighbouring chunks can overlap."""
+    lanes = arch.vector_unit.lanes
+    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
+    cap = VBUF_BANK_WORDS if banked else VBUF_WORDS
+
+    def base(i: int) -> int:                  # the chunk's first buffer word
+        return (i % VBUF_BANKS) * VBUF_BANK_WORDS if banked else 0
+    parts: list[tuple[list[Instr], list[Instr], list[Instr]]] = []
+    chunks: list[_Chunk] = []
+    const_addr, row_words = -1, 0
+    if k.kind == "elementwise":
+        total = -(-int(np.prod(k.shape)) // lanes)
+        per = min(cap // k.operands, _MAX_BEATS)
+        if banked:
+            per = min(per, -(-total // min(min_chunks, total)))
+        for i, w0 in enumerate(range(0, total, per)):
+            n, vb = min(per, total - w0), base(i)
+            ins_addr = tuple(addr + j * n * r for j in range(k.operands))
+            addr += k.operands * n * r
+            chunks.append(_Chunk(n, ins_addr, n, addr, n))
+            parts.append(([_ins("LOAD_V", vaddr=vb + j * n, count=n, addr=a)
+                           for j, a in enumerate(ins_addr)],
+                          [_vec(SAME_OPERAND[k.op], n, vb, vb, b=vb, b_inc=1)   # b steps
+                           if k.op in SAME_OPERAND else                          # through a
+                           _vec(k.op, n, vb, vb, b=vb + n if k.operands == 2 else vb,
+                                b_inc=int(k.operands == 2))],
+                          [_ins("STORE_V", vaddr=vb, count=n, addr=addr)]))
+            addr += n * r
+        return parts, chunks, addr, const_addr, row_words
+    rows, length = k.shape
+    row_words = -(-length // lanes)
+    if k.op == "softmax" and length > SOFTMAX_MAX_ROW:
+        raise DoesNotFit(f"vector kernel {k.name}: softmax row of {length} elements: the "
+                         f"vector unit's recip takes a Q8.8 sum, so rows hold at most "
+                         f"{SOFTMAX_MAX_ROW} elements")
+    if k.op == "mean" and length > MEAN_MAX_ROW:
+        raise DoesNotFit(f"vector kernel {k.name}: mean of a row of {length} elements; "
+                         f"rows of at most {MEAN_MAX_ROW} elements are taken")
+    if row_words > _MAX_BEATS or row_words + 3 > VBUF_WORDS:
+        raise DoesNotFit(f"vector kernel {k.name}: a row of {length} elements is "
+                         f"{row_words} vector words; the vector buffer holds {VBUF_WORDS} "
+                         f"words (and a VECTOR at most {_MAX_BEATS} beats)")
+    if k.op == "softmax":
+        const_addr, addr = addr, addr + r
+    # mean: each chunk's rows are followed in external memory by the multiplier and shift
+    # words, loaded with them by one LOAD_V (buffer: rows | m, s | one sum word per row)
+    n_par = 2 if k.op == "mean" else 0
+    # one instruction per step covers a whole chunk of rows (segments of row_words beats);
+    # rows longer than a segment can be (sum/rmax/mean only) take one instruction per row
+    batched = row_words <= _MAX_SEG
+    # buffer: rows x row_words | one result word per row (softmax: m and s) | -1.0 (softmax)
+    per_row = row_words + (2 if k.op == "softmax" else 1)
+    per_rows = (cap - (k.op == "softmax") - n_par) // per_row
+    if batched:
+        per_rows = min(per_rows, _MAX_BEATS // row_words)
+    if per_rows < 1:
+        return None
+    if banked:
+        per_rows = min(per_rows, -(-rows // min(min_chunks, rows)))
+    for i, r0 in enumerate(range(0, rows, per_rows)):
+        n, vb = min(per_rows, rows - r0), base(i)
+        const_v = vb + cap - 1               # the -1.0 word (softmax): the bank's last word
+        nw = n * row_words
+        in_addr = addr
+        addr += (nw + n_par) * r
+        out_words = nw if k.op == "softmax" else n
+        res_v = vb + nw + n_par              # first result word in the buffer
+        loads = []
+        if k.op == "softmax" and (not banked or i < VBUF_BANKS):   # banked: once per bank
+            loads.append(_ins("LOAD_V", vaddr=const_v, count=1, addr=const_addr))
+        loads.append(_ins("LOAD_V", vaddr=vb, count=nw + n_par, addr=in_addr))
+        if k.op != "softmax":
+            red = "sum" if k.op == "mean" else k.op
+            vecs = ([_vec(red, nw, vb, res_v, b=vb, seg=row_words)] if batched else
+                    [_vec(red, row_words, vb + j * row_words, res_v + j, b=vb)
+                     for j in range(n)])
+            if k.op == "mean":           # S x m / 2**s: m in word nw, s in word nw + 1
+                vecs.append(_vec("rescale", n, res_v, res_v, b=vb + nw))
+        else:
+            mm, ss, sg = vb + nw, vb + nw + n, row_words
+            vecs = [_vec("rmax", nw, vb, mm, b=vb, seg=sg),
+                    _vec("mul", n, mm, mm, b=const_v),
+                    _vec("add", nw, vb, vb, b=mm, seg=sg),
+                    _vec("exp", nw, vb, vb, b=vb),
+                    _vec("sum", nw, vb, ss, b=vb, seg=sg),
+                    _vec("recip", n, ss, ss, b=vb),
+                    _vec("mul", nw, vb, vb, b=ss, seg=sg)]
+        stores = [_ins("STORE_V", vaddr=vb if k.op == "softmax" else res_v,
+                       count=out_words, addr=addr)]
+        parts.append((loads, vecs, stores))
+        chunks.append(_Chunk(n, (in_addr,), nw, addr, out_words))
+        addr += out_words * r
+    return parts, chunks, addr, const_addr, row_words
+
+
+def _pingpong(parts, arch: ArchSpec) -> tuple[list[Instr], int]:
+    """The chunks' instructions in one order for a double-buffered vector buffer, and the
+    estimated cycle the END after them issues. Two queues —
+    the DMA's (loads of chunks 0 and 1, then per chunk ``i`` its stores and the loads of chunk
+    ``i + 2``, which reuses its bank) and the vector engine's (every chunk's VECTORs in order)
+    — merged so that a chunk's VECTORs follow its loads and its stores follow its VECTORs
+    (the controller's bank rule orders the rest), taking at each step the instruction that
+    could issue first. The issue times are an estimate made with the ISA's bank rule
+    (:func:`~tilewright.compiler.codegen.vbuf_bank_mask`) and its documented busy cycles; they
+    choose the order only, never the results (the cycle model times the code that comes out)."""
+    lat = memory_latency_cycles(arch)
+    lanes = arch.vector_unit.lanes
+    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
+    dma_q: list[tuple[Instr, tuple]] = []       # (instruction, what must be emitted first)
+    for i in range(min(2, len(parts))):
+        dma_q += [(ins, ()) for ins in parts[i][0]]
+    vec_q: list[tuple[Instr, tuple]] = []
+    for i, (loads, vecs, stores) in enumerate(parts):
+        vec_q += [(ins, ("load", i) if j == 0 else ()) for j, ins in enumerate(vecs)]
+    for i, (loads, vecs, stores) in enumerate(parts):
+        dma_q += [(ins, ("vec", i)) for ins in stores]
+        if i + 2 < len(parts):
+            dma_q += [(ins, ()) for ins in parts[i + 2][0]]
+    done_loads = {i: len(p[0]) for i, p in enumerate(parts)}
+    done_vecs = {i: len(p[1]) for i, p in enumerate(parts)}
+    owner = {}                           # id(instruction) -> its chunk
+    for i, (loads, vecs, _) in enumerate(parts):
+        owner.update({id(x): i for x in loads + vecs})
+    t, free, banks = 0, {"dma": 0, "vec": 0}, {"dma": 0, "vec": 0}
+    out: list[Instr] = []
+
+    def cost(ins: Instr):
+        f = ins.fields
+        if ins.op in ("VECTOR", "SCAN"):
+            return "vec", f["count"] + (VECTOR_OVERHEAD_CYCLES if ins.op == "VECTOR"
+                                        else SCAN_OVERHEAD_CYCLES)
+        return "dma", (lat if ins.op == "LOAD_V" else 1) + f["count"] * r
+
+    def when(ins: Instr) -> int:
+        unit, _ = cost(ins)
+        other = "dma" if unit == "vec" else "vec"
+        mine = vbuf_bank_mask(ins.op, ins.fields, lanes)
+        return max(t + 1, free[unit], free[other] if banks[other] & mine else 0)
+
+    def ready(dep) -> bool:
+        if not dep:
+            return True
+        kind, i = dep
+        return (done_loads if kind == "load" else done_vecs)[i] == 0
+    while dma_q or vec_q:
+        cands = [q for q in (dma_q, vec_q) if q and ready(q[0][1])]
+        q = min(cands, key=lambda q: when(q[0][0]))      # ties: the DMA's queue (first)
+        ins, _ = q.pop(0)
+        t = when(ins)
+        unit, dur = cost(ins)
+        free[unit], banks[unit] = t + dur + 1, vbuf_bank_mask(ins.op, ins.fields, lanes)
+        if id(ins) in owner:
+            (done_vecs if ins.op in ("VECTOR", "SCAN") else done_loads)[owner[id(ins)]] -= 1
+        out.append(ins)
+    return out, max(t + 1, *free.values())
+
+
+def _requant_code(k: VectorKernel, arch: ArchSpec, addr: int, banked: bool = False,
+                  min_chunks: int = 1):
+    """As :func:`_chunk_plan`, for a requant kernel. Vector buffer (of each bank when
+    ``banked``): the parameter words at its start (per column word j of ``lanes`` channels:
+    its multipliers at ``2j``, its shifts at ``2j + 1``, where the VECTOR's b word and the word
+    after it are; loaded once per buffer or bank), then a chunk of rows column word by column
+    word, so one VECTOR per column word streams its rows against one parameter pair, in
+    place."""
     lanes = arch.vector_unit.lanes
     r = -(-vector_word_bytes(arch) // beat_bytes(arch))
     rows, n_cols = k.shape
     nw = -(-n_cols // lanes)
-    per_rows = min((VBUF_WORDS - 2 * nw) // nw, _MAX_BEATS)
+    cap = VBUF_BANK_WORDS if banked else VBUF_WORDS
+    per_rows = min((cap - 2 * nw) // nw, _MAX_BEATS)
     if per_rows < 1:
+        if banked:
+            return None
         raise DoesNotFit(f"vector kernel {k.name}: requant of {n_cols} channels needs "
                          f"{3 * nw} vector-buffer words for one row; the buffer holds "
                          f"{VBUF_WORDS}")
+    if banked:
+        per_rows = min(per_rows, -(-rows // min(min_chunks, rows)))
     param_addr, addr = addr, addr + 2 * nw * r
-    code = [_ins("LOAD_V", vaddr=0, count=2 * nw, addr=param_addr)]
+    parts = []
     chunks: list[_Chunk] = []
-    base = 2 * nw
-    for r0 in range(0, rows, per_rows):
+    for i, r0 in enumerate(range(0, rows, per_rows)):
+        vb = (i % VBUF_BANKS) * VBUF_BANK_WORDS if banked else 0
         n = min(per_rows, rows - r0)
+        base = vb + 2 * nw
         in_addr, addr = addr, addr + n * nw * r
-        code.append(_ins("LOAD_V", vaddr=base, count=n * nw, addr=in_addr))
-        code += [_vec("requant", n, base + j * n, base + j * n, b=2 * j) for j in range(nw)]
-        code.append(_ins("STORE_V", vaddr=base, count=n * nw, addr=addr))
+        loads = ([_ins("LOAD_V", vaddr=vb, count=2 * nw, addr=param_addr)]
+                 if i < (VBUF_BANKS if banked else 1) else [])
+        loads.append(_ins("LOAD_V", vaddr=base, count=n * nw, addr=in_addr))
+        parts.append((loads,
+                      [_vec("requant", n, base + j * n, base + j * n, b=vb + 2 * j)
+                       for j in range(nw)],
+                      [_ins("STORE_V", vaddr=base, count=n * nw, addr=addr)]))
         chunks.append(_Chunk(n, (in_addr,), n * nw, addr, n * nw, (r0, 0)))
         addr += n * nw * r
-    return code, chunks, addr, param_addr, nw
+    return parts, chunks, addr, param_addr, nw
 
 
 def _table_row_words(k: VectorKernel, arch: ArchSpec, rows: int, length: int, what: str):
@@ -588,41 +726,50 @@ def _lookup_code(k: VectorKernel, arch: ArchSpec, addr: int):
     return code, chunks, addr, ids, nw
 
 
-def _scan_code(k: VectorKernel, arch: ArchSpec, addr: int):
-    """(instructions without END, chunks, next free address) of a scan kernel. Vector buffer of
-    a chunk: c words [0, L), then per channel a (L), b (L), h0 (1) words, then per channel its
-    y words (ceil(L / lanes)) and final state word."""
+def _scan_code(k: VectorKernel, arch: ArchSpec, addr: int, banked: bool = False,
+               min_chunks: int = 1):
+    """As :func:`_chunk_plan`, for a scan kernel. Vector buffer of a chunk (from the start of
+    its bank when ``banked``): c words [0, L), then per channel a (L), b (L), h0 (1) words, then
+    per channel its y words (ceil(L / lanes)) and final state word."""
     lanes = arch.vector_unit.lanes
     r = -(-vector_word_bytes(arch) // beat_bytes(arch))
     bt, length, d, n = k.shape
     if n > lanes:
         raise DoesNotFit(f"vector kernel {k.name}: scan state size N={n}: the scan unit holds "
                          f"one channel's state in its {lanes} lanes (vector_unit.lanes)")
+    cap = VBUF_BANK_WORDS if banked else VBUF_WORDS
     per_in, per_out = 2 * length + 1, -(-length // lanes) + 1
-    per_chunk = (VBUF_WORDS - length) // (per_in + per_out)
+    per_chunk = (cap - length) // (per_in + per_out)
+    if banked and (length > _MAX_BEATS or per_chunk < 1):
+        return None
     if length > _MAX_BEATS or per_chunk < 1:
         raise DoesNotFit(f"vector kernel {k.name}: scan of {length} steps: one channel needs "
                          f"{length + per_in + per_out} vector-buffer words; the buffer holds "
                          f"{VBUF_WORDS} (and a SCAN at most {_MAX_BEATS} steps)")
-    code: list[Instr] = []
+    if banked:
+        per_chunk = min(per_chunk, -(-d // min(min_chunks, d)))
+    parts = []
     chunks: list[_Chunk] = []
     for bi in range(bt):
         for d0 in range(0, d, per_chunk):
+            vb = (len(parts) % VBUF_BANKS) * VBUF_BANK_WORDS if banked else 0
             nc = min(per_chunk, d - d0)
             c_addr, in_addr = addr, addr + length * r
             addr = in_addr + nc * per_in * r
-            out_v = length + nc * per_in
-            code += [_ins("LOAD_V", vaddr=0, count=length, addr=c_addr),
-                     _ins("LOAD_V", vaddr=length, count=nc * per_in, addr=in_addr)]
+            out_v = vb + length + nc * per_in
+            scans = []
             for i in range(nc):
-                base = length + i * per_in
-                code.append(_ins("SCAN", count=length, ab=base, c=0, h0=base + 2 * length,
-                                 dst=out_v + i * per_out))
-            code.append(_ins("STORE_V", vaddr=out_v, count=nc * per_out, addr=addr))
+                base = vb + length + i * per_in
+                scans.append(_ins("SCAN", count=length, ab=base, c=vb, h0=base + 2 * length,
+                                  dst=out_v + i * per_out))
+            parts.append(([_ins("LOAD_V", vaddr=vb, count=length, addr=c_addr),
+                           _ins("LOAD_V", vaddr=vb + length, count=nc * per_in, addr=in_addr)],
+                          scans,
+                          [_ins("STORE_V", vaddr=out_v, count=nc * per_out, addr=addr)]))
             chunks.append(_Chunk(nc, (c_addr, in_addr), nc * per_in, addr, nc * per_out,
                                  (bi, d0)))
             addr += nc * per_out * r
-    return code, chunks, addr
+    return parts, chunks, addr, -1, 0
 
 
 def codegen_vector(arch: ArchSpec, kernels: list[VectorKernel]) -> VectorIsa:

@@ -9,7 +9,12 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
   ``tensor_engine.pipeline.fetch``); instruction ``i`` issues in cycle
   ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the last fetch cycle);
 * ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/LOAD_VI/STORE_V/
-  VECTOR (and SCAN) — the DMA and the vector engine are idle; LOAD_IDX — the DMA is idle;
+  VECTOR (and SCAN) — the DMA and the vector engine are idle (with the ArchSpec's
+  ``vector_unit.double_buffer``: LOAD_V/LOAD_VI/STORE_V — the DMA, and the vector engine only
+  when its running instruction shares a bank with theirs; VECTOR/SCAN — the engine, and the DMA
+  only when its running transfer shares a bank with theirs: the banks of
+  :func:`~tilewright.compiler.codegen.vbuf_bank_mask`, the rule stated in
+  :mod:`tilewright.compiler.codegen`); LOAD_IDX — the DMA is idle;
   SCALE/SCALE_COL — the DMA is idle (they keep no unit busy); SYNC — every selected unit is
   idle; END — all are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
   from cycle ``c + D + 1``;
@@ -42,8 +47,8 @@ from dataclasses import dataclass
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import (SCAN_OVERHEAD_CYCLES, VECTOR_OVERHEAD_CYCLES,
                                          IsaProgram, Segment,
-                                         beats_per_word, disassemble, index_beats,
-                                         memory_latency_cycles)
+                                         VBUF_DMA_OPS, beats_per_word, disassemble,
+                                         index_beats, memory_latency_cycles, vbuf_bank_mask)
 from tilewright.compiler.core_timing import gemm_cycles_array
 from tilewright.compiler.engine_timing import tile_core_busy_cycles
 
@@ -145,19 +150,26 @@ def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTi
     start = 0
     prev = start + arch.tensor_engine.pipeline.fetch_cycles   # the last fetch cycle
     free = {"dma": 0, "gemm": 0, "vec": 0}  # first cycle each engine is idle
+    vu = arch.vector_unit
+    banked = vu is not None and bool(vu.double_buffer)
+    lanes = vu.lanes if vu is not None else 1
+    banks = {"dma": 0, "vec": 0}     # vector-buffer banks of each engine's last instruction
     issues: list[Issue] = []
     busy: list[Busy] = []
     for pc, ins in enumerate(instrs, seg.entry):
         f = ins.fields
+        mine = vbuf_bank_mask(ins.op, f, lanes) if banked else 0
         if ins.op in beats:
             engine = "dma"
             first = (store_first if ins.op == "STORE" else 1 if ins.op == "STORE_V"
                      else lat)
             dur = (first + f["count"] * beats[ins.op]
                    if f["count"] else 0)      # count 0: the DMA does nothing
-            # the vector buffer's transfers also wait for the vector engine
-            ready = (max(free["dma"], free["vec"]) if ins.op in ("LOAD_V", "LOAD_VI", "STORE_V")
-                     else free["dma"])
+            # the vector buffer's transfers also wait for the vector engine (banked: only when
+            # the engine's running instruction shares a bank with them)
+            ready = free["dma"]
+            if ins.op in VBUF_DMA_OPS and (not banked or banks["vec"] & mine):
+                ready = max(ready, free["vec"])
         elif ins.op == "LOAD_IDX":
             engine, dur, ready = "dma", idx_load, free["dma"]
         elif ins.op == "GEMM":
@@ -166,7 +178,8 @@ def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTi
             engine = "vec"
             dur = f["count"] + (VECTOR_OVERHEAD_CYCLES if ins.op == "VECTOR"
                                 else SCAN_OVERHEAD_CYCLES)
-            ready = max(free["dma"], free["vec"])
+            ready = (max(free["vec"], free["dma"]) if not banked or banks["dma"] & mine
+                     else free["vec"])
         elif ins.op in ("SCALE", "SCALE_COL"):   # sets a scale register once the DMA is idle
             engine, ready = None, free["dma"]
         elif ins.op == "SYNC":
@@ -177,6 +190,8 @@ def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTi
         issues.append(Issue(c, pc, ins.op))
         if engine:
             free[engine] = c + dur + 1
+            if engine in banks:          # the running instruction's banks (none: GEMM-path DMA)
+                banks[engine] = mine
             if dur:
                 busy.append(Busy(unit_of(ins.op), c + 1, c + dur + 1, pc, ins.op))
         prev = c

@@ -28,7 +28,9 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
     * cycle ``s+1`` fetches the entry instruction; instruction ``i`` issues in cycle
       ``c_i = max(c_{i-1} + 1, ready_i)`` with ``c_{-1} = s + 1``;
     * ``ready_i`` is the first cycle the units it needs are idle (LOAD/STORE: DMA; GEMM: core;
-      SYNC: the selected units; LOAD_V/LOAD_VI/STORE_V/VECTOR/SCAN: DMA and vector engine; END: all
+      SYNC: the selected units; LOAD_V/LOAD_VI/STORE_V/VECTOR/SCAN: DMA and vector engine — with
+      ``vector_unit.double_buffer`` the other unit only when the banks of its running
+      instruction and this one's intersect, the ISA's bank rule; END: all
       three; LOAD_IDX (vector tops only): the DMA;
       SCALE/SCALE_COL (fp8 top only): the DMA; they keep no unit busy.
       A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``;
@@ -59,7 +61,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import IMEM_WORDS, VBUF_WORDS, beat_bytes
+from tilewright.compiler.codegen import IMEM_WORDS, VBUF_BANKS, VBUF_WORDS, beat_bytes
 from tilewright.rtl.axi_lite import manifest_ports
 from tilewright.rtl.controller import Controller
 from tilewright.rtl.dma import Dma
@@ -113,7 +115,9 @@ class AccelTop(wiring.Component):
         self._ctrl = Controller(scales=self._scaled,
                                 lanes=arch.tensor_engine.cols if self._scaled else 1,
                                 indirect=self._indirect,
-                                fetch_reg=arch.tensor_engine.pipeline.fetch)
+                                fetch_reg=arch.tensor_engine.pipeline.fetch,
+                                **({"double_buffer": True, "vec_lanes": arch.vector_unit.lanes}
+                                   if self._banked(arch) else {}))
         self._vec = VectorEngine(arch) if arch.vector_unit is not None else None
         sig: dict[str, Any] = {}
         for name in _HOST:
@@ -128,6 +132,11 @@ class AccelTop(wiring.Component):
             sig["idx"] = In(self._ctrl.signature.members["idx"].shape)
         sig["gemm_busy"], sig["dma_busy"], sig["vec_busy"] = Out(1), Out(1), Out(1)
         super().__init__(sig)
+
+    @staticmethod
+    def _banked(arch: ArchSpec) -> bool:
+        """The vector buffer is two banks (ArchSpec ``vector_unit.double_buffer``)."""
+        return arch.vector_unit is not None and bool(arch.vector_unit.double_buffer)
 
     @property
     def arch(self) -> ArchSpec:
@@ -212,7 +221,8 @@ def write_accel_top(arch: ArchSpec, out_dir: str | Path) -> dict[str, Any]:
         "ports": ports,
         "imem_words": IMEM_WORDS,
         "memory_beat_bytes": beat_bytes(arch),
-        "vector_engine": ({"lanes": vu.lanes, "buffer_words": VBUF_WORDS}
+        "vector_engine": ({"lanes": vu.lanes, "buffer_words": VBUF_WORDS,
+                           **({"banks": VBUF_BANKS} if AccelTop._banked(arch) else {})}
                           if vu is not None else None),
         "generation_seconds": round(time.perf_counter() - t0, 3),
     })

@@ -49,6 +49,17 @@ Indirect loads (``Controller(indirect=True)``, the tops with a vector unit)
     interlock). ``start`` has priority (a new run samples ``idx``). Without ``indirect``
     ``LOAD_VI`` and ``LOAD_IDX`` are unknown opcodes and the logic is the one it had before
     ``LOAD_VI`` existed.
+
+Double-buffered vector buffer (``Controller(double_buffer=True, vec_lanes=L)``, ArchSpec
+``vector_unit.double_buffer``)
+    The decoder computes the current instruction's vector-buffer banks with
+    :func:`~tilewright.compiler.codegen.vbuf_bank_mask` (the ISA's rule, on the decoded fields)
+    and keeps the banks of the last vector-buffer DMA transfer (none for the other DMA ops) and
+    of the last ``VECTOR``/``SCAN`` in registers written at issue. ``LOAD_V``/``LOAD_VI``/
+    ``STORE_V`` are ready when ``dma_busy`` is low and (``vec_busy`` is low or the engine's banks
+    and theirs are disjoint); ``VECTOR``/``SCAN`` when ``vec_busy`` is low and (``dma_busy`` is
+    low or the DMA's banks and theirs are disjoint). Without it the logic is the one it had
+    before the option existed.
 """
 
 from __future__ import annotations
@@ -61,7 +72,8 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.compiler.codegen import (IDX_BITS, IMEM_WORDS, INDEX_OPS, ISA, OPCODE_BITS,
-                                         OPCODES, WORD_BITS, field_slices)
+                                         OPCODES, VBUF_BANKS, WORD_BITS, field_slices,
+                                         vbuf_bank_mask)
 from tilewright.formats import bits_of
 from tilewright.rtl.fpga_primitives import RDWR_UNDEFINED, ecp5_ram, family_of
 from tilewright.rtl.dma import (ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_LOAD_IDX,
@@ -93,16 +105,28 @@ def _field(word, op: str, name: str):
     return word[lo:lo + width]
 
 
+def mask_of(word, op: str, lanes: int = 1):
+    """The vector-buffer banks of instruction word ``word`` read as ``op``: the ISA's
+    :func:`~tilewright.compiler.codegen.vbuf_bank_mask` on its decoded fields (``lanes``: the
+    vector unit's, for SCAN's y words)."""
+    fields = {name: _field(word, op, name) for name in field_slices(op)}
+    return vbuf_bank_mask(op, fields, lanes, Mux)[:VBUF_BANKS]
+
+
 class Controller(wiring.Component):
     """Fetch/issue controller (see module docstring). ``scales``: decode ``SCALE`` and drive
     ``scale_a``/``scale_b``. ``indirect``: decode ``LOAD_VI`` and ``LOAD_IDX`` and hold the run's
     index register."""
 
     def __init__(self, *, scales: bool = False, lanes: int = 1, indirect: bool = False,
-                 fetch_reg: bool = False):
-        for name, v in (("scales", scales), ("indirect", indirect), ("fetch_reg", fetch_reg)):
+                 fetch_reg: bool = False, double_buffer: bool = False, vec_lanes: int = 1):
+        for name, v in (("scales", scales), ("indirect", indirect), ("fetch_reg", fetch_reg),
+                        ("double_buffer", double_buffer)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
+        if isinstance(vec_lanes, bool) or not isinstance(vec_lanes, int) or vec_lanes < 1:
+            raise ValueError(f"vec_lanes must be a positive int, not {vec_lanes!r}")
+        self._double_buffer, self._vec_lanes = double_buffer, vec_lanes
         if isinstance(lanes, bool) or not isinstance(lanes, int) \
                 or not 1 <= lanes <= 1 << _LANE_BITS:
             raise ValueError(f"lanes must be an int from 1 to {1 << _LANE_BITS}, not {lanes!r}")
@@ -234,8 +258,14 @@ class Controller(wiring.Component):
                    & (~_field(ins, "SYNC", "vec")[0] | ~self.vec_busy))
         ready = Signal()
         both_idle = ~self.dma_busy & ~self.vec_busy
+        if self._double_buffer:       # the bank rule (module docstring)
+            vdma_ok, vec_ok, dma_banks, vec_banks, mine_dma, mine_vec = self._bank_rule(
+                m, ins, is_op)
+            vbuf_ready = (is_vdma & vdma_ok) | ((is_op["VECTOR"] | is_op["SCAN"]) & vec_ok)
+        else:                         # LOAD_IDX waits for the DMA only (class dma)
+            vbuf_ready = cls["vec"] & both_idle
         ready_any = ((cls["dma"] & ~self.dma_busy) | (cls["gemm"] & ~self.gemm_busy)
-                     | (cls["vec"] & both_idle) | (cls["sync"] & sync_ok)
+                     | vbuf_ready | (cls["sync"] & sync_ok)
                      | (cls["end"] & both_idle & ~self.gemm_busy))
         if self._scales:     # SCALE waits for the DMA: a STORE in flight keeps its scales
             ready_any = ready_any | (cls["scale"] & ~self.dma_busy)
@@ -274,6 +304,11 @@ class Controller(wiring.Component):
                          self.dma_start.eq(is_dma | is_vdma),
                          self.vec_start.eq(is_op["VECTOR"]), self.scan_start.eq(is_op["SCAN"])]
             m.d.sync += [pc.eq(pc + 1), retired.eq(retired + 1)]
+            if self._double_buffer:   # the issuing instruction's banks, kept while it runs
+                with m.If(is_dma | is_vdma):
+                    m.d.sync += dma_banks.eq(Mux(is_vdma, mine_dma, 0))
+                with m.If(is_op["VECTOR"] | is_op["SCAN"]):
+                    m.d.sync += vec_banks.eq(mine_vec)
             with m.If(is_op["END"]):
                 m.d.sync += [busy.eq(0), done.eq(1), pc.eq(pc)]
         if self._scales:
@@ -310,6 +345,21 @@ class Controller(wiring.Component):
             terms = [is_op[op] for op in ops if op in is_op]
             out[cls] = functools.reduce(operator.or_, terms) if terms else Const(0)
         return out
+
+    def _bank_rule(self, m: Module, ins, is_op):
+        """(vector-buffer DMA ready, VECTOR/SCAN ready, the DMA's and the engine's bank
+        registers, the current instruction's banks read as a transfer and as VECTOR/SCAN) of
+        the double-buffered rule (module docstring)."""
+        dma_banks = Signal(VBUF_BANKS, name="dma_banks_q")
+        vec_banks = Signal(VBUF_BANKS, name="vec_banks_q")
+        mine_dma = Signal(VBUF_BANKS, name="vdma_banks")
+        mine_vec = Signal(VBUF_BANKS, name="vec_banks")
+        m.d.comb += [mine_dma.eq(mask_of(ins, "LOAD_V")),
+                     mine_vec.eq(Mux(is_op["SCAN"], mask_of(ins, "SCAN", self._vec_lanes),
+                                     mask_of(ins, "VECTOR")))]
+        vdma_ok = ~self.dma_busy & (~self.vec_busy | ((vec_banks & mine_dma) == 0))
+        vec_ok = ~self.vec_busy & (~self.dma_busy | ((dma_banks & mine_vec) == 0))
+        return vdma_ok, vec_ok, dma_banks, vec_banks, mine_dma, mine_vec
 
     def _scale_registers(self, m: Module, ins, issue, is_op) -> None:
         """``scale_a``/``scale_b`` lanes: 1.0 from ``start``; an issuing ``SCALE`` sets A or

@@ -10,6 +10,16 @@ reaches the buffer through ``dma_wr_*`` (its write port) and ``dma_rd_*`` (read 
 sequencer is idle; the controller never runs both at once (``LOAD_V``/``STORE_V``/``VECTOR`` wait
 for the DMA and this engine to be idle), so the ports are shared by a plain multiplexer.
 
+Double-buffered buffer (ArchSpec ``vector_unit.double_buffer``)
+    The buffer is :data:`~tilewright.compiler.codegen.VBUF_BANKS` memories of
+    :data:`~tilewright.compiler.codegen.VBUF_BANK_WORDS` words (bank = the address's top bit),
+    each with one write port and four read ports: the sequencers' three and the DMA's own. A
+    logical read port reads the same low address bits in both banks and returns the bank its
+    address (registered with the read) named; a bank's write port takes the sequencers' write
+    when it is in that bank, else the DMA's, so the DMA and the engine access different banks in
+    the same cycle. The controller keeps them on different banks while both run (the ISA's bank
+    rule); same timing as the single buffer.
+
 Command (``sync`` domain; ``start`` pulses for one cycle while ``busy`` is low)
     ``op`` (the vector unit's opcode, :data:`~tilewright.compiler.codegen.VECTOR_OPCODES`),
     ``count`` beats (>= 1), source words ``a`` and ``b``, ``b_inc``, destination word ``dst``,
@@ -45,7 +55,8 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from tilewright.arch import ArchSpec
-from tilewright.compiler.codegen import (REQUANT_SHIFT_BITS, SCAN_OVERHEAD_CYCLES, VBUF_WORDS,
+from tilewright.compiler.codegen import (REQUANT_SHIFT_BITS, SCAN_OVERHEAD_CYCLES, VBUF_BANKS,
+                                         VBUF_BANK_WORDS, VBUF_WORDS,
                                          VECTOR_OPCODES,
                                          VECTOR_OVERHEAD_CYCLES, VECTOR_REDUCTIONS, field_slices)
 from tilewright.rtl.scan_unit import ScanUnit
@@ -72,6 +83,7 @@ class VectorEngine(wiring.Component):
         if not isinstance(arch, ArchSpec):
             raise TypeError(f"VectorEngine takes an ArchSpec, not {type(arch).__name__}")
         self._lanes = vector_lanes(arch)
+        self._banked = bool(arch.vector_unit is not None and arch.vector_unit.double_buffer)
         wbits = 32 * self._lanes
         super().__init__({
             "start": In(1), "op": In(4), "count": In(_COUNT_BITS), "a": In(VBUF_ADDR_BITS),
@@ -92,11 +104,15 @@ class VectorEngine(wiring.Component):
         m = Module()
         lanes = self._lanes
         m.submodules.unit = unit = VectorUnit(lanes=lanes)
-        m.submodules.vbuf = vbuf = memory.Memory(shape=unsigned(32 * lanes), depth=VBUF_WORDS,
-                                                 init=[])
-        m.submodules.scan = scan = ScanUnit(lanes=lanes)
-        wp = vbuf.write_port(granularity=32)
-        rp_a, rp_b, rp_c = vbuf.read_port(), vbuf.read_port(), vbuf.read_port()
+        if self._banked:
+            m.submodules.scan = scan = ScanUnit(lanes=lanes)
+            wp, rp_a, rp_b, rp_c = self._banks(m)
+        else:
+            m.submodules.vbuf = vbuf = memory.Memory(shape=unsigned(32 * lanes),
+                                                     depth=VBUF_WORDS, init=[])
+            m.submodules.scan = scan = ScanUnit(lanes=lanes)
+            wp = vbuf.write_port(granularity=32)
+            rp_a, rp_b, rp_c = vbuf.read_port(), vbuf.read_port(), vbuf.read_port()
         all_lanes = (1 << lanes) - 1
 
         op, count = Signal(4), Signal(_COUNT_BITS)
@@ -124,10 +140,15 @@ class VectorEngine(wiring.Component):
         m.d.comb += last.eq((issued == count - 1) | ((seg != 0) & (seg_pos == seg - 1)))
         m.d.sync += [rd_valid.eq(running), rd_last.eq(last)]
         b_addr = Signal(VBUF_ADDR_BITS)
-        m.d.comb += [rp_a.addr.eq(Mux(running, a + issued, self.dma_rd_addr)),
-                     b_addr.eq(b + Mux(b_inc, issued, seg_idx)), rp_b.addr.eq(b_addr),
-                     rp_c.addr.eq(b_addr + 1),            # requant's shifts (SCAN overrides)
-                     self.dma_rd_data.eq(rp_a.data)]
+        if self._banked:          # the DMA reads through its own port (self._banks)
+            m.d.comb += [rp_a.addr.eq(a + issued),
+                         b_addr.eq(b + Mux(b_inc, issued, seg_idx)), rp_b.addr.eq(b_addr),
+                         rp_c.addr.eq(b_addr + 1)]        # requant's shifts (SCAN overrides)
+        else:
+            m.d.comb += [rp_a.addr.eq(Mux(running, a + issued, self.dma_rd_addr)),
+                         b_addr.eq(b + Mux(b_inc, issued, seg_idx)), rp_b.addr.eq(b_addr),
+                         rp_c.addr.eq(b_addr + 1),        # requant's shifts (SCAN overrides)
+                         self.dma_rd_data.eq(rp_a.data)]
         self._scan(m, scan, rp_a, rp_b, rp_c, wp, scan_busy)
         due = Signal()            # this beat produces a result word (elementwise, or a last)
         m.d.comb += due.eq(running & (~is_red | last))
@@ -156,10 +177,55 @@ class VectorEngine(wiring.Component):
             m.d.comb += [wp.en.eq(all_lanes), wp.addr.eq(dst),
                          wp.data.eq(res.payload.data.as_value())]
             m.d.sync += dst.eq(dst + 1)
-        with m.Elif(self.dma_wr_en):
-            m.d.comb += [wp.en.eq(all_lanes), wp.addr.eq(self.dma_wr_addr),
-                         wp.data.eq(self.dma_wr_data)]
+        if not self._banked:      # (banked: the DMA writes through its bank's own port)
+            with m.Elif(self.dma_wr_en):
+                m.d.comb += [wp.en.eq(all_lanes), wp.addr.eq(self.dma_wr_addr),
+                             wp.data.eq(self.dma_wr_data)]
         return m
+
+    def _banks(self, m: Module):
+        """The two banks (module docstring) behind logical ports: returns the sequencers' write
+        port and read ports A, B, C (objects with ``addr``/``data``, the write port also
+        ``en``); the DMA's ``dma_wr_*``/``dma_rd_*`` are wired to the banks here."""
+        lanes, wbits = self._lanes, 32 * self._lanes
+        low = (VBUF_BANK_WORDS - 1).bit_length()         # address bits inside a bank
+        banks = []
+        for k in range(VBUF_BANKS):
+            mem = memory.Memory(shape=unsigned(wbits), depth=VBUF_BANK_WORDS, init=[])
+            m.submodules[f"vbuf{k}"] = mem
+            banks.append(mem)
+
+        class _Port:
+            def __init__(self, name, write=False):
+                self.addr = Signal(VBUF_ADDR_BITS, name=f"{name}_addr")
+                self.data = Signal(wbits, name=f"{name}_data")
+                if write:
+                    self.en = Signal(lanes, name=f"{name}_en")
+
+        def read(name):
+            port = _Port(name)
+            sel = Signal(name=f"{name}_bank_q")
+            m.d.sync += sel.eq(port.addr[low:])
+            data = []
+            for mem in banks:
+                rp = mem.read_port()
+                m.d.comb += rp.addr.eq(port.addr[:low])
+                data.append(rp.data)
+            m.d.comb += port.data.eq(Mux(sel, data[1], data[0]))
+            return port
+        rp_a, rp_b, rp_c, rp_d = read("rd_a"), read("rd_b"), read("rd_c"), read("rd_dma")
+        m.d.comb += [rp_d.addr.eq(self.dma_rd_addr), self.dma_rd_data.eq(rp_d.data)]
+        wp = _Port("wr_eng", write=True)
+        all_lanes = (1 << lanes) - 1
+        for k, mem in enumerate(banks):
+            port = mem.write_port(granularity=32)
+            with m.If((wp.en != 0) & (wp.addr[low:] == k)):
+                m.d.comb += [port.en.eq(wp.en), port.addr.eq(wp.addr[:low]),
+                             port.data.eq(wp.data)]
+            with m.Elif(self.dma_wr_en & (self.dma_wr_addr[low:] == k)):
+                m.d.comb += [port.en.eq(all_lanes), port.addr.eq(self.dma_wr_addr[:low]),
+                             port.data.eq(self.dma_wr_data)]
+        return wp, rp_a, rp_b, rp_c
 
     def _scan(self, m: Module, scan: ScanUnit, rp_a, rp_b, rp_c, wp, scan_busy) -> None:
         """The SCAN sequencer (module docstring): owns the three read ports while it runs and

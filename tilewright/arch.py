@@ -514,6 +514,12 @@ class VectorUnitSpec(_Frozen):
     transcendental_passes: int = Field(
         4, ge=1, le=64, description="cycles per lane-vector for exp/rsqrt/silu/sigmoid/softplus "
                                     "(passes of the function approximation)")
+    double_buffer: bool | None = Field(
+        None, description="accelerator top: split the vector buffer into two banks (the word "
+        "address's top bit), each with its own ports, so the DMA fills or drains one bank while "
+        "the vector engine computes on the other and the vector kernels ping-pong between them "
+        "(compiler/codegen.py states the wait rule); None or false = one shared buffer (omitted "
+        "from YAML and the content hash when unset)")
 
 
 class OffChipSpec(_Frozen):
