@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -146,7 +147,7 @@ def cached_build(key: str, top: str, generate, *, what: str, recipe: str = "",
     # what this function itself feeds the build joins the caller's recipe; the request is
     # recorded per recipe too, so a changed flag or tool version never reuses an older build
     how = "|".join([recipe, f"opt={opt}", *build_args, f"waves={waves}",
-                    "step" if build_step is not None else "cocotb"])
+                    "step" if build_step is not None else f"cocotb={_cocotb_home()}"])
     request = requests / f"{key}-{hashlib.sha256(how.encode()).hexdigest()[:12]}"
     with _locked(request.with_name(request.name + ".lock")):
         known = _known_build(root, request)
@@ -181,6 +182,14 @@ def cached_build(key: str, top: str, generate, *, what: str, recipe: str = "",
             tmp.rename(final)
         _record(request, content)
         return Build(final, top, False, t1 - t0, t2 - t1, **fields)
+
+
+def _cocotb_home() -> str:
+    """The folder of the cocotb installation a cocotb build links against (its VPI library is
+    loaded from there by path: a build made by another environment's cocotb must not be reused,
+    as it fails once that environment is gone)."""
+    spec = importlib.util.find_spec("cocotb")
+    return str(Path(spec.origin).resolve().parent) if spec and spec.origin else "none"
 
 
 def content_key(verilog: Path, recipe: str, label: str) -> str:
