@@ -130,12 +130,18 @@ class Dma(wiring.Component):
             r_sel = Mux(op == OP_LOAD_IDX, ri, r_sel)
         m.d.comb += r_op.eq(r_sel)
         last_chunk = chunk == r_op - 1
-        last_word = word == count - 1
 
         # state machine as an if-chain (Amaranth's FSM emits case statements without a default,
         # which Verilator's lint flags)
         IDLE, REQ, READ, WRITE = range(4)
         state = Signal(2)
+        if self._host_reg:        # count - 1 kept from the start (no subtractor in the state's
+            count_m1 = Signal(COUNT_BITS, name="count_minus_1")        # next-state logic)
+            with m.If((state == IDLE) & self.start):
+                m.d.sync += count_m1.eq(self.count - 1)
+            last_word = word == count_m1
+        else:
+            last_word = word == count - 1
 
         def goto(x):
             m.d.sync += state.eq(x)
