@@ -198,7 +198,7 @@ class Controller(wiring.Component):
                     m.d.sync += word.eq(rd.data)
             m.d.comb += rd.en.eq(advance)
             # the instruction's classes, decoded as it is written, travel in the memory's
-            # spare bits (a DP16KD word of 72 bits holds 64 + 7): the issue test starts at a
+            # spare bits (a DP16KD word of 72 bits holds 64 + 8): the issue test starts at a
             # register, not at the opcode's decode (the ECP5 top's critical path)
             ins = word[:WORD_BITS]
             written = self._classes(w_data, self._is_op(w_data))
@@ -207,8 +207,9 @@ class Controller(wiring.Component):
             cls = {c: word[WORD_BITS + i] ^ _ZERO_CLASSES[c] for i, c in enumerate(classes)}
         else:
             ins = rd.data
-        is_op = {op: Signal(name=f"is_{op.lower()}") for op in self._is_op(ins)}
-        m.d.comb += [is_op[op].eq(e) for op, e in self._is_op(ins).items()]
+        decoded = self._is_op(ins)
+        is_op = {op: Signal(name=f"is_{op.lower()}") for op in decoded}
+        m.d.comb += [is_op[op].eq(e) for op, e in decoded.items()]
         if not self._fetch_reg:
             cls = self._classes(ins, is_op)
         known = Signal()
