@@ -17,7 +17,9 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
   :mod:`tilewright.compiler.codegen`); LOAD_IDX — the DMA is idle;
   SCALE/SCALE_COL — the DMA is idle (they keep no unit busy); SYNC — every selected unit is
   idle; END — all are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
-  from cycle ``c + D + 1``;
+  from cycle ``c + D + 1`` (with the ArchSpec's ``tensor_engine.pipeline.issue`` the command
+  reaches the unit one cycle later: busy ``c + 2 .. c + D + 1``, idle from ``c + D + 2`` — a
+  zero-count transfer too, whose command occupies the register for one cycle);
 * busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`
   (systolic) or :func:`~tilewright.compiler.engine_timing.tile_core_busy_cycles` (tile-MAC
   kinds);
@@ -87,7 +89,8 @@ class Issue:
 @dataclass(frozen=True)
 class Busy:
     """A unit busy in cycles ``start`` .. ``end - 1`` (``end - start`` busy cycles), started by
-    the instruction at ``pc`` issued in cycle ``start - 1``."""
+    the instruction at ``pc`` issued in cycle ``start - 1`` (``start - 2`` with the ArchSpec's
+    ``pipeline.issue``)."""
 
     unit: str            #: one of :data:`UNITS`
     start: int
@@ -149,6 +152,7 @@ def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTi
     instrs = disassemble(list(isa.words[seg.entry:seg.end + 1]))
     start = 0
     prev = start + arch.tensor_engine.pipeline.fetch_cycles   # the last fetch cycle
+    lag = arch.tensor_engine.pipeline.issue_cycles   # issue -> the unit's command (cycles)
     free = {"dma": 0, "gemm": 0, "vec": 0}  # first cycle each engine is idle
     vu = arch.vector_unit
     banked = vu is not None and bool(vu.double_buffer)
@@ -189,11 +193,11 @@ def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTi
         c = max(prev + 1, ready)
         issues.append(Issue(c, pc, ins.op))
         if engine:
-            free[engine] = c + dur + 1
+            free[engine] = c + lag + dur + 1
             if engine in banks:          # the running instruction's banks (none: GEMM-path DMA)
                 banks[engine] = mine
             if dur:
-                busy.append(Busy(unit_of(ins.op), c + 1, c + dur + 1, pc, ins.op))
+                busy.append(Busy(unit_of(ins.op), c + lag + 1, c + lag + dur + 1, pc, ins.op))
         prev = c
         if ins.op == "END":
             break

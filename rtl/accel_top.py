@@ -116,6 +116,7 @@ class AccelTop(wiring.Component):
                                 lanes=arch.tensor_engine.cols if self._scaled else 1,
                                 indirect=self._indirect,
                                 fetch_reg=arch.tensor_engine.pipeline.fetch,
+                                issue_reg=arch.tensor_engine.pipeline.issue,
                                 **({"double_buffer": True, "vec_lanes": arch.vector_unit.lanes}
                                    if self._banked(arch) else {}))
         self._vec = VectorEngine(arch) if arch.vector_unit is not None else None

@@ -29,6 +29,14 @@ Timing contract
     passes a register: a word written in cycle ``t`` is in the memory from ``t + 2``, and
     ``start`` may follow the last write in ``t + 1``.
 
+    With ``issue_reg`` (ArchSpec ``tensor_engine.pipeline.issue``) every unit's command passes a
+    register: the ``*_start`` pulse and the decoded fields of an instruction issued in cycle
+    ``c`` reach the unit in ``c + 1`` (the unit is busy from ``c + 2``), and the controller counts
+    a command in that register as its unit busy, so the issue rule is unchanged and each
+    DMA/GEMM/VECTOR/SCAN instruction keeps its unit one cycle longer (a zero-count transfer:
+    one cycle). The issue decision then drives one register per unit instead of the units'
+    command registers' clock enables (the ECP5 top's critical path, docs/fpga.md).
+
 Scales (``Controller(scales=True, lanes=L)``, the fp8 top with L = the array's columns)
     ``scale_a``: the per-tensor A scale, ``scale_b``: L lanes of B scales (fp32 patterns, lane
     ``j`` in bits ``32 j ..``), set by ``SCALE`` (B: every lane) and ``SCALE_COL`` (one lane;
@@ -119,9 +127,10 @@ class Controller(wiring.Component):
     index register."""
 
     def __init__(self, *, scales: bool = False, lanes: int = 1, indirect: bool = False,
-                 fetch_reg: bool = False, double_buffer: bool = False, vec_lanes: int = 1):
+                 fetch_reg: bool = False, double_buffer: bool = False, vec_lanes: int = 1,
+                 issue_reg: bool = False):
         for name, v in (("scales", scales), ("indirect", indirect), ("fetch_reg", fetch_reg),
-                        ("double_buffer", double_buffer)):
+                        ("double_buffer", double_buffer), ("issue_reg", issue_reg)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name} must be a bool, not {type(v).__name__}")
         if isinstance(vec_lanes, bool) or not isinstance(vec_lanes, int) or vec_lanes < 1:
@@ -131,7 +140,7 @@ class Controller(wiring.Component):
                 or not 1 <= lanes <= 1 << _LANE_BITS:
             raise ValueError(f"lanes must be an int from 1 to {1 << _LANE_BITS}, not {lanes!r}")
         self._scales, self._lanes, self._indirect = scales, lanes, indirect
-        self._fetch_reg = fetch_reg
+        self._fetch_reg, self._issue_reg = fetch_reg, issue_reg
         extra = ({"scale_a": Out(_SCALE_BITS), "scale_b": Out(_SCALE_BITS * lanes)} if scales
                  else {})
         if indirect:
@@ -158,8 +167,30 @@ class Controller(wiring.Component):
             "scan_dst": Out(VBUF_ADDR_BITS),
         })
 
+    #: the command outputs of each unit: its start pulse first, then its fields
+    _COMMANDS = {"gemm": ("gemm_start", "gemm_m", "gemm_k", "gemm_n", "gemm_a_half",
+                          "gemm_b_half", "gemm_c_half", "gemm_accumulate"),
+                 "dma": ("dma_start", "dma_op", "dma_buf", "dma_count", "dma_addr", "dma_vaddr"),
+                 "vec": ("vec_start", "vec_op", "vec_count", "vec_a", "vec_b", "vec_b_inc",
+                         "vec_dst", "vec_seg"),
+                 "scan": ("scan_start", "scan_count", "scan_ab", "scan_c", "scan_h0",
+                          "scan_dst")}
+
     def elaborate(self, platform):
         m = Module()
+        # what the decoder computes for each command output; with issue_reg the outputs are
+        # these through a register, and a command in the register counts as its unit busy
+        outputs = [name for names in self._COMMANDS.values() for name in names]
+        if self._issue_reg:
+            cmd = {name: Signal.like(getattr(self, name), name=f"{name}_d") for name in outputs}
+            m.d.sync += [getattr(self, name).eq(sig) for name, sig in cmd.items()]
+            pending = {u: getattr(self, names[0]) for u, names in self._COMMANDS.items()}
+            dma_busy = self.dma_busy | pending["dma"]
+            gemm_busy = self.gemm_busy | pending["gemm"]
+            vec_busy = self.vec_busy | pending["vec"] | pending["scan"]
+        else:                     # the decoder drives the outputs (the logic of before)
+            cmd = {name: getattr(self, name) for name in outputs}
+            dma_busy, gemm_busy, vec_busy = self.dma_busy, self.gemm_busy, self.vec_busy
         classes = tuple(c for c in _CLASSES if self._scales or c != "scale")
         bits = WORD_BITS + (len(classes) if self._fetch_reg else 0)    # + the classes
         if self._fetch_reg and family_of(platform) == "ecp5":
@@ -215,13 +246,13 @@ class Controller(wiring.Component):
         known = Signal()
         m.d.comb += known.eq(cls["known"])
         # decoded outputs (valid while the instruction is current; *_start qualifies them)
-        m.d.comb += [self.gemm_m.eq(_field(ins, "GEMM", "m")),
-                     self.gemm_k.eq(_field(ins, "GEMM", "k")),
-                     self.gemm_n.eq(_field(ins, "GEMM", "n")),
-                     self.gemm_a_half.eq(_field(ins, "GEMM", "a_buf")),
-                     self.gemm_b_half.eq(_field(ins, "GEMM", "b_buf")),
-                     self.gemm_c_half.eq(_field(ins, "GEMM", "c_buf")),
-                     self.gemm_accumulate.eq(_field(ins, "GEMM", "acc"))]
+        m.d.comb += [cmd["gemm_m"].eq(_field(ins, "GEMM", "m")),
+                     cmd["gemm_k"].eq(_field(ins, "GEMM", "k")),
+                     cmd["gemm_n"].eq(_field(ins, "GEMM", "n")),
+                     cmd["gemm_a_half"].eq(_field(ins, "GEMM", "a_buf")),
+                     cmd["gemm_b_half"].eq(_field(ins, "GEMM", "b_buf")),
+                     cmd["gemm_c_half"].eq(_field(ins, "GEMM", "c_buf")),
+                     cmd["gemm_accumulate"].eq(_field(ins, "GEMM", "acc"))]
         for op in _DMA_OPS:       # the three DMA ops share their field layout
             assert field_slices(op) == field_slices("LOAD_A"), op
         assert field_slices("STORE_V") == field_slices("LOAD_V")
@@ -237,39 +268,39 @@ class Controller(wiring.Component):
             count = Mux(is_ldidx, 1, count)
             addr = Mux(is_ldidx, _field(ins, "LOAD_IDX", "addr"), addr)
             vdma_ops["LOAD_IDX"] = OP_LOAD_IDX
-        m.d.comb += [self.dma_buf.eq(_field(ins, "LOAD_A", "buf")),
-                     self.dma_count.eq(count), self.dma_addr.eq(addr),
-                     self.dma_vaddr.eq(_field(ins, "LOAD_V", "vaddr")),
-                     self.dma_op.eq(0)]
+        m.d.comb += [cmd["dma_buf"].eq(_field(ins, "LOAD_A", "buf")),
+                     cmd["dma_count"].eq(count), cmd["dma_addr"].eq(addr),
+                     cmd["dma_vaddr"].eq(_field(ins, "LOAD_V", "vaddr")),
+                     cmd["dma_op"].eq(0)]
         for op, code in {**_DMA_OPS, **vdma_ops}.items():
             with m.If(is_op[op]):
-                m.d.comb += self.dma_op.eq(code)
-        m.d.comb += [self.vec_op.eq(_field(ins, "VECTOR", "vop")),
-                     self.vec_count.eq(_field(ins, "VECTOR", "count")),
-                     self.vec_a.eq(_field(ins, "VECTOR", "a")),
-                     self.vec_b.eq(_field(ins, "VECTOR", "b")),
-                     self.vec_b_inc.eq(_field(ins, "VECTOR", "b_inc")),
-                     self.vec_dst.eq(_field(ins, "VECTOR", "dst")),
-                     self.vec_seg.eq(_field(ins, "VECTOR", "seg"))]
-        m.d.comb += [getattr(self, f"scan_{f}").eq(_field(ins, "SCAN", f))
+                m.d.comb += cmd["dma_op"].eq(code)
+        m.d.comb += [cmd["vec_op"].eq(_field(ins, "VECTOR", "vop")),
+                     cmd["vec_count"].eq(_field(ins, "VECTOR", "count")),
+                     cmd["vec_a"].eq(_field(ins, "VECTOR", "a")),
+                     cmd["vec_b"].eq(_field(ins, "VECTOR", "b")),
+                     cmd["vec_b_inc"].eq(_field(ins, "VECTOR", "b_inc")),
+                     cmd["vec_dst"].eq(_field(ins, "VECTOR", "dst")),
+                     cmd["vec_seg"].eq(_field(ins, "VECTOR", "seg"))]
+        m.d.comb += [cmd[f"scan_{f}"].eq(_field(ins, "SCAN", f))
                      for f in ("count", "ab", "c", "h0", "dst")]
         is_dma = cls["dma"]
-        sync_ok = ((~_field(ins, "SYNC", "dma")[0] | ~self.dma_busy)
-                   & (~_field(ins, "SYNC", "gemm")[0] | ~self.gemm_busy)
-                   & (~_field(ins, "SYNC", "vec")[0] | ~self.vec_busy))
+        sync_ok = ((~_field(ins, "SYNC", "dma")[0] | ~dma_busy)
+                   & (~_field(ins, "SYNC", "gemm")[0] | ~gemm_busy)
+                   & (~_field(ins, "SYNC", "vec")[0] | ~vec_busy))
         ready = Signal()
-        both_idle = ~self.dma_busy & ~self.vec_busy
+        both_idle = ~dma_busy & ~vec_busy
         if self._double_buffer:       # the bank rule (module docstring)
             vdma_ok, vec_ok, dma_banks, vec_banks, mine_dma, mine_vec = self._bank_rule(
-                m, ins, is_op)
+                m, ins, is_op, dma_busy, vec_busy)
             vbuf_ready = (is_vdma & vdma_ok) | ((is_op["VECTOR"] | is_op["SCAN"]) & vec_ok)
         else:                         # LOAD_IDX waits for the DMA only (class dma)
             vbuf_ready = cls["vec"] & both_idle
-        ready_any = ((cls["dma"] & ~self.dma_busy) | (cls["gemm"] & ~self.gemm_busy)
+        ready_any = ((cls["dma"] & ~dma_busy) | (cls["gemm"] & ~gemm_busy)
                      | vbuf_ready | (cls["sync"] & sync_ok)
-                     | (cls["end"] & both_idle & ~self.gemm_busy))
+                     | (cls["end"] & both_idle & ~gemm_busy))
         if self._scales:     # SCALE waits for the DMA: a STORE in flight keeps its scales
-            ready_any = ready_any | (cls["scale"] & ~self.dma_busy)
+            ready_any = ready_any | (cls["scale"] & ~dma_busy)
         m.d.comb += ready.eq(ready_any)
 
         # states: idle (~busy), fetch (busy & fetch), exec (busy & ~fetch); an if-chain, since
@@ -301,9 +332,10 @@ class Controller(wiring.Component):
                 m.d.sync += fpc.eq(fpc + 1)
             else:
                 m.d.comb += rd.addr.eq(pc + 1)
-            m.d.comb += [self.gemm_start.eq(is_op["GEMM"]),
-                         self.dma_start.eq(is_dma | is_vdma),
-                         self.vec_start.eq(is_op["VECTOR"]), self.scan_start.eq(is_op["SCAN"])]
+            m.d.comb += [cmd["gemm_start"].eq(is_op["GEMM"]),
+                         cmd["dma_start"].eq(is_dma | is_vdma),
+                         cmd["vec_start"].eq(is_op["VECTOR"]),
+                         cmd["scan_start"].eq(is_op["SCAN"])]
             m.d.sync += [pc.eq(pc + 1), retired.eq(retired + 1)]
             if self._double_buffer:   # the issuing instruction's banks, kept while it runs
                 with m.If(is_dma | is_vdma):
@@ -347,7 +379,7 @@ class Controller(wiring.Component):
             out[cls] = functools.reduce(operator.or_, terms) if terms else Const(0)
         return out
 
-    def _bank_rule(self, m: Module, ins, is_op):
+    def _bank_rule(self, m: Module, ins, is_op, dma_busy, vec_busy):
         """(vector-buffer DMA ready, VECTOR/SCAN ready, the DMA's and the engine's bank
         registers, the current instruction's banks read as a transfer and as VECTOR/SCAN) of
         the double-buffered rule (module docstring)."""
@@ -358,8 +390,8 @@ class Controller(wiring.Component):
         m.d.comb += [mine_dma.eq(mask_of(ins, "LOAD_V")),
                      mine_vec.eq(Mux(is_op["SCAN"], mask_of(ins, "SCAN", self._vec_lanes),
                                      mask_of(ins, "VECTOR")))]
-        vdma_ok = ~self.dma_busy & (~self.vec_busy | ((vec_banks & mine_dma) == 0))
-        vec_ok = ~self.vec_busy & (~self.dma_busy | ((dma_banks & mine_vec) == 0))
+        vdma_ok = ~dma_busy & (~vec_busy | ((vec_banks & mine_dma) == 0))
+        vec_ok = ~vec_busy & (~dma_busy | ((dma_banks & mine_vec) == 0))
         return vdma_ok, vec_ok, dma_banks, vec_banks, mine_dma, mine_vec
 
     def _scale_registers(self, m: Module, ins, issue, is_op) -> None:

@@ -19,7 +19,7 @@ from tilewright.compiler.codegen import (FIELD_MIN, ISA, AssemblerError, Codegen
 from tilewright.compiler.core_timing import gemm_cycles_array
 from tilewright.compiler.layout import DoesNotFit, GemmLayout, pack_lanes
 from tilewright.cosim.suites import gemm_suite
-from tilewright.dataflow_sim.accel_timing import predict_segment
+from tilewright.dataflow_sim.accel_timing import predict_segment, segment_timeline
 from tilewright.dataflow_sim.functional import gemm_int8
 
 ROOT_CONFIGS = __import__("pathlib").Path(__file__).resolve().parents[1] / "configs"
@@ -274,6 +274,27 @@ def test_cycle_model_fetch_and_host_read_by_hand():
         assert t.dma_cycles == h["la"] + h["lb"] + st and t.gemm_cycles == h["g"]
 
 
+def test_cycle_model_issue_stage_by_hand():
+    """The same tile with ``pipeline.issue``: each unit's command passes a register, so each of
+    the four unit instructions (LOAD_A, LOAD_B, GEMM, STORE) keeps its unit one cycle longer
+    and everything after it issues one cycle later: END at ``c_end + 4``; busy intervals as
+    long as before, starting two cycles after their issue."""
+    base, isa, h = single_tile_by_hand()
+    d = base.model_dump(mode="json")
+    d["tensor_engine"]["pipeline"] = {"issue": True}
+    arch = ArchSpec.from_dict(d)
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert t.cycles == h["c_end"] + 4
+    assert t.dma_cycles == h["la"] + h["lb"] + h["st"] and t.gemm_cycles == h["g"]
+    tl = segment_timeline(isa, isa.segments[0], arch)
+    issued = {i.op: i.cycle for i in tl.issues if i.op != "SYNC"}
+    assert issued == {"LOAD_A": 2, "LOAD_B": h["c_load_b"] + 1, "GEMM": h["c_gemm"] + 2,
+                      "STORE": h["c_store"] + 3, "END": h["c_end"] + 4}
+    assert [(b.op, b.start - issued[b.op], b.end - b.start) for b in tl.busy] == [
+        ("LOAD_A", 2, h["la"]), ("LOAD_B", 2, h["lb"]), ("GEMM", 2, h["g"]),
+        ("STORE", 2, h["st"])]
+
+
 def test_cycle_model_overlap_is_less_than_serial():
     arch = load_arch(ROOT_CONFIGS / "ws16x16.yaml")
     isa = codegen_gemms(arch, [(256, 256, 256)])
@@ -374,6 +395,52 @@ def test_controller_fetch_stage_shifts_every_issue_by_its_cycle(fetch_reg):
     _simulate(dut, bench)
     assert log == [(F + 1, "dma", OP_LOAD_B, 1, 5, 9), (F + 2, "gemm", 2, 3, 4, 1),
                    (F + 6, "dma", OP_LOAD_A, 0, 7, 11), (F + 8, "stop", 1, 0, 4, F + 7)]
+
+
+@pytest.mark.parametrize("fetch_reg,issue_reg", [(False, False), (False, True), (True, True)])
+def test_controller_issue_stage_delays_each_command_by_one_cycle(fetch_reg, issue_reg):
+    """``issue_reg`` (ArchSpec ``pipeline.issue``): each unit's start pulse and fields leave the
+    controller one cycle after the issue (lag g = 1), and the command in that register counts
+    as its unit busy. By hand, with F fetch cycles and a faked DMA busy in the 4 cycles after
+    each start it sees: LOAD_B issues in F + 1 (start seen F + 1 + g); GEMM in F + 2 (seen
+    F + 2 + g); LOAD_A waits for the DMA (busy to F + 5 + g) and issues in F + 6 + g (seen
+    F + 6 + 2g); END when that transfer ends: F + 11 + 2g; ``busy`` low from F + 12 + 2g."""
+    from tilewright.rtl.controller import Controller
+    from tilewright.rtl.dma import OP_LOAD_A, OP_LOAD_B
+    words = assemble([Instr("LOAD_B", {"buf": 1, "count": 5, "addr": 9}),
+                      Instr("GEMM", {"m": 2, "k": 3, "n": 4, "a_buf": 1, "b_buf": 0, "c_buf": 1,
+                                     "acc": 1}),
+                      Instr("LOAD_A", {"buf": 0, "count": 7, "addr": 11}),
+                      Instr("END", {})])
+    dut = Controller(fetch_reg=fetch_reg, issue_reg=issue_reg)
+    F, g = 1 + int(fetch_reg), int(issue_reg)
+    log = []
+
+    async def bench(ctx):
+        await _write_imem(ctx, dut, words, base=5)
+        ctx.set(dut.entry, 5)
+        ctx.set(dut.start, 1)
+        await ctx.tick()                  # start sampled: cycle 0
+        ctx.set(dut.start, 0)
+        dma_until = -1
+        for cyc in range(1, 30):
+            ctx.set(dut.dma_busy, cyc <= dma_until)
+            if ctx.get(dut.dma_start):
+                dma_until = cyc + 4
+                log.append((cyc, "dma", ctx.get(dut.dma_op), ctx.get(dut.dma_buf),
+                            ctx.get(dut.dma_count), ctx.get(dut.dma_addr)))
+            if ctx.get(dut.gemm_start):
+                log.append((cyc, "gemm", ctx.get(dut.gemm_m), ctx.get(dut.gemm_k),
+                            ctx.get(dut.gemm_n), ctx.get(dut.gemm_accumulate)))
+            if not ctx.get(dut.busy) and log and log[-1][1] != "stop":
+                log.append((cyc, "stop", ctx.get(dut.done), ctx.get(dut.error),
+                            ctx.get(dut.retired), ctx.get(dut.cycles)))
+            await ctx.tick()
+
+    _simulate(dut, bench)
+    assert log == [(F + 1 + g, "dma", OP_LOAD_B, 1, 5, 9), (F + 2 + g, "gemm", 2, 3, 4, 1),
+                   (F + 6 + 2 * g, "dma", OP_LOAD_A, 0, 7, 11),
+                   (F + 12 + 2 * g, "stop", 1, 0, 4, F + 11 + 2 * g)]
 
 
 def test_constructor_validation():

@@ -95,6 +95,11 @@ class PipelineSpec(_Frozen):
                             "acc_rd_data two cycles after the address, advanced by a new "
                             "acc_rd_en port; no GEMM cycle, +1 cycle per STORE of the "
                             "accelerator's DMA (it reads word 0 before its request)")
+    issue: bool = Field(False, description="a register on every command the accelerator "
+                        "controller issues (the start pulse and the fields, to the DMA, the "
+                        "GEMM core and the vector/scan engines): no GEMM cycle, +1 cycle per "
+                        "DMA, GEMM, VECTOR and SCAN instruction (its unit busy from two cycles "
+                        "after the issue)")
     #: the stages inside a GEMM, each +1 cycle of its ``busy`` time
     GEMM_STAGES: ClassVar[tuple[str, ...]] = ("sram_read", "pe_operand", "pe_product",
                                               "acc_read", "acc_write")
@@ -117,16 +122,23 @@ class PipelineSpec(_Frozen):
         return 1 + int(self.fetch)
 
     @property
+    def issue_cycles(self) -> int:
+        """Cycles from an instruction's issue to its unit's command (cycles): 0, or 1 with
+        ``issue``."""
+        return int(self.issue)
+
+    @property
     def any_on(self) -> bool:
         """True when any stage is on."""
         return any(getattr(self, stage) for stage in type(self).model_fields)
 
     @model_serializer(mode="wrap")
     def _omit_operand_off(self, handler: Any) -> dict[str, Any]:
-        """Leave ``pe_operand``, ``acc_write``, ``fetch`` and ``host_read`` out of dumps when off, so
-        designs written before they existed keep their YAML and content hash."""
+        """Leave ``pe_operand``, ``acc_write``, ``fetch``, ``host_read`` and ``issue`` out of
+        dumps when off, so designs written before they existed keep their YAML and content
+        hash."""
         data = handler(self)
-        for stage in ("pe_operand", "acc_write", "fetch", "host_read"):
+        for stage in ("pe_operand", "acc_write", "fetch", "host_read", "issue"):
             if not getattr(self, stage):
                 data.pop(stage, None)
         return data
