@@ -162,6 +162,7 @@ class Dma(wiring.Component):
             primed = Signal(name="acc_primed")
             prime = (state == REQ) & (op == OP_STORE) & ~primed
             left = Signal(COUNT_BITS, name="acc_reads_left")     # words not yet read
+            left_nz = Signal(name="acc_reads_left_nz")           # left != 0, kept
             ahead = Signal(range(3), name="acc_reads_ahead")     # read, not yet sent
             sent = Signal(name="acc_word_sent")                  # word w's last beat goes
             read = Signal(name="acc_read")                       # acc_ra is a wanted word
@@ -171,15 +172,16 @@ class Dma(wiring.Component):
             held = Signal(range(3), name="acc_skid_held")        # words in the skid buffer
             m.d.comb += [
                 self.acc_rd_addr.eq(acc_ra),
-                sent.eq((state == WRITE) & self.mem_wr_ready & last_chunk & (op == OP_STORE)),
-                read.eq((op == OP_STORE) & (state != IDLE) & (left != 0)
-                        & ((ahead < 2) | sent)),
+                # a STORE's words have rc beats: its last beat without the r_op select
+                sent.eq((state == WRITE) & self.mem_wr_ready & (chunk == rc - 1)
+                        & (op == OP_STORE)),
+                read.eq((op == OP_STORE) & (state != IDLE) & left_nz & ((ahead < 2) | sent)),
             ]
             m.d.sync += [arrive.eq(Cat(read, arrive[0])),
                          ahead.eq(ahead + read - sent),
                          held.eq(held + arrive[1] - sent)]
             with m.If(read):
-                m.d.sync += [acc_ra.eq(acc_ra + 1), left.eq(left - 1)]
+                m.d.sync += [acc_ra.eq(acc_ra + 1), left.eq(left - 1), left_nz.eq(left != 1)]
             with m.If(arrive[1]):           # every arriving word is kept (wp: a register)
                 for i, reg in enumerate(skid):
                     with m.If(wp == i):
@@ -191,8 +193,8 @@ class Dma(wiring.Component):
             acc_word = Mux(held == 0, self.acc_rd_data, Mux(rp, skid[1], skid[0]))
             with m.If((state == IDLE) & self.start):
                 m.d.sync += [acc_ra.eq(Mux(self.buf, dc // 2, 0)), primed.eq(0),
-                             left.eq(self.count), ahead.eq(0), held.eq(0), wp.eq(0),
-                             rp.eq(0)]
+                             left.eq(self.count), left_nz.eq(self.count != 0), ahead.eq(0),
+                             held.eq(0), wp.eq(0), rp.eq(0)]
             with m.If(prime):
                 m.d.sync += primed.eq(1)
         with m.If(state == IDLE):
