@@ -18,8 +18,8 @@ contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
   SCALE/SCALE_COL — the DMA is idle (they keep no unit busy); SYNC — every selected unit is
   idle; END — all are idle. A unit issued in cycle ``c`` for ``D`` busy cycles is idle again
   from cycle ``c + D + 1`` (with the ArchSpec's ``tensor_engine.pipeline.issue`` the command
-  reaches the unit one cycle later: busy ``c + 2 .. c + D + 1``, idle from ``c + D + 2`` — a
-  zero-count transfer too, whose command occupies the register for one cycle);
+  reaches the unit one cycle later: busy ``c + 2 .. c + D + 1``, idle from ``c + D + 2``; a
+  zero-count transfer starts nothing and is idle from ``c + 1`` as without it);
 * busy cycles: GEMM ``D`` = :func:`~tilewright.compiler.core_timing.gemm_cycles_array`
   (systolic) or :func:`~tilewright.compiler.engine_timing.tile_core_busy_cycles` (tile-MAC
   kinds);
@@ -193,7 +193,8 @@ def segment_timeline(isa: IsaProgram, seg: Segment, arch: ArchSpec) -> SegmentTi
         c = max(prev + 1, ready)
         issues.append(Issue(c, pc, ins.op))
         if engine:
-            free[engine] = c + lag + dur + 1
+            # a zero-count transfer starts nothing, with or without the issue register
+            free[engine] = c + (lag if dur else 0) + dur + 1
             if engine in banks:          # the running instruction's banks (none: GEMM-path DMA)
                 banks[engine] = mine
             if dur:

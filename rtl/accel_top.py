@@ -33,7 +33,9 @@ Timing contract (predicted exactly by :mod:`tilewright.dataflow_sim.accel_timing
       instruction and this one's intersect, the ISA's bank rule; END: all
       three; LOAD_IDX (vector tops only): the DMA;
       SCALE/SCALE_COL (fp8 top only): the DMA; they keep no unit busy.
-      A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``;
+      A unit issued in cycle ``c`` for ``D`` busy cycles is idle again from ``c + D + 1``
+      (with ``tensor_engine.pipeline.issue``, the command through the controller's issue
+      register: busy ``c + 2 .. c + D + 1``, idle from ``c + D + 2``);
     * GEMM ``D`` = the core's closed form (:mod:`tilewright.compiler.core_timing`; the
       ``busy`` contract of :mod:`tilewright.rtl.gemm_core`; tile-MAC kinds:
       :func:`~tilewright.compiler.engine_timing.tile_core_busy_cycles`, the contract of

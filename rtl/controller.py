@@ -33,9 +33,11 @@ Timing contract
     register: the ``*_start`` pulse and the decoded fields of an instruction issued in cycle
     ``c`` reach the unit in ``c + 1`` (the unit is busy from ``c + 2``), and the controller counts
     a command in that register as its unit busy, so the issue rule is unchanged and each
-    DMA/GEMM/VECTOR/SCAN instruction keeps its unit one cycle longer (a zero-count transfer:
-    one cycle). The issue decision then drives one register per unit instead of the units'
-    command registers' clock enables (the ECP5 top's critical path, docs/fpga.md).
+    DMA/GEMM/VECTOR/SCAN instruction keeps its unit one cycle longer. A zero-count transfer
+    starts nothing (as without the register, where the DMA ignores it): the register carries
+    ``dma_start`` only for ``count != 0``, so the DMA needs no count test after it. The issue
+    decision then drives one register per unit instead of the units' command registers' clock
+    enables (the ECP5 top's critical path, docs/fpga.md).
 
 Scales (``Controller(scales=True, lanes=L)``, the fp8 top with L = the array's columns)
     ``scale_a``: the per-tensor A scale, ``scale_b``: L lanes of B scales (fp32 patterns, lane
@@ -332,8 +334,13 @@ class Controller(wiring.Component):
                 m.d.sync += fpc.eq(fpc + 1)
             else:
                 m.d.comb += rd.addr.eq(pc + 1)
+            # through the issue register a zero-count transfer starts nothing (the DMA relies
+            # on it: rtl/dma.py); without it the DMA ignores such a start
+            dma_go = is_dma | is_vdma
+            if self._issue_reg:
+                dma_go = dma_go & (count != 0)
             m.d.comb += [cmd["gemm_start"].eq(is_op["GEMM"]),
-                         cmd["dma_start"].eq(is_dma | is_vdma),
+                         cmd["dma_start"].eq(dma_go),
                          cmd["vec_start"].eq(is_op["VECTOR"]),
                          cmd["scan_start"].eq(is_op["SCAN"])]
             m.d.sync += [pc.eq(pc + 1), retired.eq(retired + 1)]

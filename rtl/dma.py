@@ -23,7 +23,9 @@ takes two cycles and runs free (the core's ``acc_rd_en`` tied high: ``acc_rd_dat
 ``t + 2`` is the word at ``acc_rd_addr`` in ``t``): a STORE reads word 0 in one more cycle
 before its request (``c+1``; request in ``c+2``), word 1 in ``c+2``, then word ``w + 2`` as word
 ``w``'s last beat goes, and keeps the words that arrive while the write side stalls in a
-two-word skid buffer: ``D = 2 + count*r``. ``count = 0`` does nothing (``D = 0``). The same for the vector
+two-word skid buffer: ``D = 2 + count*r``. ``count = 0`` does nothing (``D = 0``; with the
+ArchSpec's ``pipeline.issue`` the controller's issue register never starts the DMA with
+``count = 0``, and the DMA relies on that: no count test between ``start`` and its registers). The same for the vector
 buffer (``LOAD_V``/``STORE_V``) with ``r`` = beats per vector word.
 
 Indirect loads (``Dma(indirect=True)``, an ArchSpec with a vector unit): :data:`OP_LOAD_VI` is
@@ -78,6 +80,8 @@ class Dma(wiring.Component):
                              f"buffer; this ArchSpec has no vector_unit")
         self._indirect = indirect
         self._host_reg = arch.tensor_engine.pipeline.host_read
+        # pipeline.issue: the controller's issue register starts the DMA only for count != 0
+        self._started_nonzero = arch.tensor_engine.pipeline.issue
         self._w = beat_bytes(arch)
         self._r = beats_per_word(arch)
         self._ri = index_beats(arch) if indirect else 0
@@ -193,12 +197,12 @@ class Dma(wiring.Component):
             acc_word = Mux(held == 0, self.acc_rd_data, Mux(rp, skid[1], skid[0]))
             with m.If((state == IDLE) & self.start):
                 m.d.sync += [acc_ra.eq(Mux(self.buf, dc // 2, 0)), primed.eq(0),
-                             left.eq(self.count), left_nz.eq(self.count != 0), ahead.eq(0),
+                             left.eq(self.count), left_nz.eq(1 if self._started_nonzero else self.count != 0), ahead.eq(0),
                              held.eq(0), wp.eq(0), rp.eq(0)]
             with m.If(prime):
                 m.d.sync += primed.eq(1)
         with m.If(state == IDLE):
-            with m.If(self.start & (self.count != 0)):
+            with m.If(self.start if self._started_nonzero else self.start & (self.count != 0)):
                 m.d.sync += [op.eq(self.op), buf.eq(self.buf), count.eq(self.count),
                              addr.eq(self.addr), vaddr.eq(self.vaddr), word.eq(0), chunk.eq(0)]
                 if self._indirect:   # LOAD_VI: a LOAD_V of row idx (count words of rv beats)

@@ -443,6 +443,49 @@ def test_controller_issue_stage_delays_each_command_by_one_cycle(fetch_reg, issu
                    (F + 12 + 2 * g, "stop", 1, 0, 4, F + 11 + 2 * g)]
 
 
+def test_issue_stage_zero_count_transfer_starts_nothing():
+    """With ``issue_reg`` a zero-count LOAD_A issues (F + 1) but its start never leaves the
+    register, so the LOAD_B behind it issues the next cycle (F + 2, start seen F + 3); the faked
+    DMA is busy F + 4 .. F + 7 and END issues in F + 8. The cycle model says the same of the
+    program (zero-count: no busy cycle, with or without the stage)."""
+    from tilewright.rtl.controller import Controller
+    from tilewright.rtl.dma import OP_LOAD_B
+    code = [Instr("LOAD_A", {"buf": 0, "count": 0, "addr": 4}),
+            Instr("LOAD_B", {"buf": 1, "count": 5, "addr": 9}), Instr("END", {})]
+    dut = Controller(fetch_reg=True, issue_reg=True)
+    F = 2
+    log = []
+
+    async def bench(ctx):
+        await _write_imem(ctx, dut, assemble(code), base=0)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        dma_until = -1
+        for cyc in range(1, 20):
+            ctx.set(dut.dma_busy, cyc <= dma_until)
+            if ctx.get(dut.dma_start):
+                dma_until = cyc + 4
+                log.append((cyc, "dma", ctx.get(dut.dma_op), ctx.get(dut.dma_count)))
+            if not ctx.get(dut.busy) and log and log[-1][1] != "stop":
+                log.append((cyc, "stop", ctx.get(dut.retired), ctx.get(dut.cycles)))
+            await ctx.tick()
+
+    _simulate(dut, bench)
+    assert log == [(F + 3, "dma", OP_LOAD_B, 5), (F + 9, "stop", 3, F + 8)]
+    from tilewright.compiler.codegen import IsaProgram, Segment
+    d = _arch(bw=1.0, lat=20.0).model_dump(mode="json")
+    for stage, lag in ((False, 0), (True, 1)):
+        d["tensor_engine"]["pipeline"] = {"fetch": True, "issue": stage}
+        arch = ArchSpec.from_dict(d)
+        isa = IsaProgram(arch.content_hash(), tuple(assemble(code)),
+                         (Segment("t", 1, 1, 1, 0, 2, ()),), 1, 0)
+        tl = segment_timeline(isa, isa.segments[0], arch)
+        (b,) = tl.busy                                   # LOAD_A (count 0) keeps nothing busy
+        assert [i.cycle for i in tl.issues] == [F + 1, F + 2, b.end]
+        assert (b.op, b.start) == ("LOAD_B", F + 2 + 1 + lag)
+
+
 def test_constructor_validation():
     from tilewright.rtl.accel_top import AccelTop
     from tilewright.rtl.dma import Dma

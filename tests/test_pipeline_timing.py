@@ -214,12 +214,17 @@ def test_pipelined_accelerator_top_bit_and_cycle_exact(_tool_check, _cache_dir):
     from tilewright.cosim import sim as cosim
     from tilewright.cosim.suites import gemm_suite
     base = accel_arch("ws", 1.0, 20.0).model_dump(mode="json")
-    base["tensor_engine"]["pipeline"] = {**_ALL, "fetch": True}    # and the controller's
+    base["tensor_engine"]["pipeline"] = {**_ALL, "fetch": True, "issue": True}    # and the controller's
     arch = ArchSpec.from_dict({**base, "name": "accel-ws4x4-pipelined"})
     prog, inputs = gemm_suite(arch, SHAPES, seed=7)
     run = cosim.run("accel", prog, arch, inputs=inputs)
     multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
     assert multi_tile >= 2 and k_split == 2
+    base["tensor_engine"]["pipeline"]["issue"] = False       # the model blind to the stage
+    blind = ArchSpec.from_dict({**base, "name": "accel-ws4x4-ecp5"})
+    for task, rec in zip(prog.gemms(), run.records, strict=True):
+        pred = predict_segment(run.isa, run.isa.segment(task.name), blind)
+        assert rec["cycles"] > pred.cycles, task.name
 
 
 def _ecp5_accel_top():
@@ -243,15 +248,18 @@ def _ecp5_accel_top():
 @pytest.mark.slow
 def test_ecp5_accelerator_bit_and_cycle_exact(tmp_path, _tool_check, _cache_dir):
     """The ECP5 build of the programmable accelerator, Verilated with the primitives' models,
-    every stage on (the controller's ``fetch`` too): each GEMM segment's C = numpy (multi-tile
-    and K-split segments), its cycles and instructions = the accelerator cycle model, which
-    counts the GEMM stages in every GEMM and the fetch stage once per run."""
+    every stage on (the controller's ``fetch`` and ``issue`` too): each GEMM segment's C = numpy
+    (multi-tile and K-split segments), its cycles and instructions = the accelerator cycle
+    model, which counts the GEMM stages in every GEMM, the fetch stage once per run and the
+    issue stage once per unit instruction — and without the issue stage's cycles the model
+    disagrees with every segment."""
     from tests.test_accel_rtl import SHAPES, _arch as accel_arch, check_gemm_segments
     from tilewright.cosim import sim as cosim
     from tilewright.cosim.suites import gemm_suite
+    from tilewright.dataflow_sim.accel_timing import predict_segment
     from tilewright.rtl.accel_top import ACCEL_TOP_NAME
     base = accel_arch("ws", 1.0, 20.0).model_dump(mode="json")
-    base["tensor_engine"]["pipeline"] = {**_ALL, "fetch": True}
+    base["tensor_engine"]["pipeline"] = {**_ALL, "fetch": True, "issue": True}
     arch = ArchSpec.from_dict({**base, "name": "accel-ws4x4-ecp5"})
     top = _ecp5_accel_top()
     top.write(arch, tmp_path)
@@ -268,6 +276,11 @@ def test_ecp5_accelerator_bit_and_cycle_exact(tmp_path, _tool_check, _cache_dir)
     run = cosim.run(top, prog, arch, inputs=inputs)
     multi_tile, k_split = check_gemm_segments(prog, inputs, run, arch)
     assert multi_tile >= 2 and k_split == 2
+    base["tensor_engine"]["pipeline"]["issue"] = False       # the model blind to the stage
+    blind = ArchSpec.from_dict({**base, "name": "accel-ws4x4-ecp5"})
+    for task, rec in zip(prog.gemms(), run.records, strict=True):
+        pred = predict_segment(run.isa, run.isa.segment(task.name), blind)
+        assert rec["cycles"] > pred.cycles, task.name
 
 
 @pytest.mark.parametrize("operand,product", [(True, True), (False, True), (True, False)])
