@@ -453,6 +453,45 @@ def test_quantize_code_and_cycle_model_match_a_count_by_hand():
         codegen_vector(arch, [VectorKernel("q", "quantize", "quantize", (4089,))])
 
 
+def test_quantize_offload_is_the_units_per_tensor_int8():
+    """A per-tensor int8 QuantizeTask becomes a quantize kernel: its codes and scale are the
+    closed form on the Q8.8 input (written here), the scale is 2**(k-8) and within twice
+    formats.quantize's amax / 127, and every dequantized value is within half a step plus the
+    Q8.8 rounding of x; the functional model takes the pair (codes into ``out``, the scale into
+    ``scale_out``). Channel granularity, another format or a tensor larger than the vector
+    buffer stays on the host (None)."""
+    from tilewright.compiler.program import QuantizeTask
+    from tilewright.dataflow_sim.functional import run_vector, vector_unit_ops
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+    from tilewright.formats import quantize
+    arch = ARCHS["wide8"]
+    hook = VectorUnitOps(arch)
+    x = (np.random.default_rng(3).standard_normal((3, 40)) * 2.5).astype(np.float32)
+    task = QuantizeTask(name="q", x="x", out="c", scale_out="s", format="int8",
+                        granularity="tensor", axis=-1)
+    codes, scale = hook(task, [x])
+    assert hook.records[-1].kernel == VectorKernel("v0_q", "quantize", "quantize", (3, 40))
+    want_c, (k,) = _quant_closed(vn.to_fixed(x))
+    assert codes.dtype == np.int8 and np.array_equal(codes, want_c)
+    assert scale.dtype == np.float32 and scale.shape == (1, 1) and scale[0, 0] == 2.0 ** (k - 8)
+    assert np.abs(codes).max() <= 127
+    # the step against formats.quantize's amax / 127 of the same (Q8.8) values: at least
+    # amax / 127.5 (no code beyond 127), under twice it
+    ref = quantize(vn.to_fixed(x) / 256.0, "int8", axis=-1, granularity="tensor").scales[0, 0]
+    assert ref * 127 / 127.5 <= scale[0, 0] < 2 * ref
+    err = np.abs(codes * scale.astype(np.float64) - x)
+    assert err.max() <= scale[0, 0] / 2 + 2.0 ** -9
+    env = {"x": x}
+    with vector_unit_ops(VectorUnitOps(arch)):
+        got = run_vector(task, env)
+    assert np.array_equal(got, codes) and np.array_equal(env["s"], scale)
+    for other in (task.model_copy(update={"granularity": "channel"}),
+                  task.model_copy(update={"format": "fp8-e4m3"})):
+        assert hook(other, [x]) is None
+    assert hook(task, [np.ones(VBUF_WORDS * 8, np.float32)]) is None
+    assert len(hook.records) == 1
+
+
 def test_reduce_mean_offload_is_the_units_row_mean():
     """A reduce_mean task over the last axis becomes a row ``mean`` kernel whose fp32 result is
     within 2**-8 of numpy's mean (the bound vector_numerics derives); over another axis, or of a
