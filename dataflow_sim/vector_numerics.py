@@ -339,10 +339,11 @@ QSHIFT_MAX = 9
 def qshift(amax: int) -> int:
     """The int8 quantization shift of the magnitude ``amax`` (raw Q8.8, 0..32768): the smallest
     ``k >= 0`` with ``rshift_round(amax, k) <= 127``."""
-    if not 0 <= int(amax) <= 1 << 15:
+    amax = int(amax)
+    if not 0 <= amax <= 1 << 15:
         raise ValueError(f"vector unit qshift: amax {amax} outside 0..32768")
     k = 0
-    while int(rshift_round(np.int64(amax), k)) > I8_MAX:
+    while (amax if k == 0 else (amax + (1 << (k - 1))) >> k) > I8_MAX:   # rshift_round
         k += 1
     return k
 
