@@ -44,7 +44,7 @@ from cocotb.triggers import FallingEdge, RisingEdge
 
 from tilewright.cocotb_tests.bench_io import reset, start_and_measure, start_clock
 from tilewright.compiler.codegen import codegen, memory_latency_cycles
-from tilewright.compiler.vector_codegen import VectorKernel, codegen_vector
+from tilewright.compiler.vector_codegen import PAIR_KINDS, VectorKernel, codegen_vector
 from tilewright.cosim.job import (STATE_SUFFIX, Job, computed, gemm_tasks, load_job, operands,
                                   save_results)
 from tilewright.dataflow_sim.accel_timing import predict_segment
@@ -228,7 +228,7 @@ async def _run_kernels(job: Job, drv: AccelDriver, mem: ExtMemory) -> None:
                                      seg.index(*ops), job.spec.get("timeline", False))
             rec.update(task=k.name)
             res = seg.result(arch, mem.read)
-            if k.kind == "scan":                         # (y, final state)
+            if k.kind in PAIR_KINDS:     # scan: (y, final state); quantize: (codes, shift)
                 outputs[k.name], outputs[k.name + STATE_SUFFIX] = res
             else:
                 outputs[k.name] = res

@@ -51,7 +51,12 @@ ISA — fixed 64-bit instruction words
                         word) — round half up, the functional model's ``requantize``;
                         ``rescale`` reads the same three lanes and writes ``clamp(floor((x * m
                         + 2**(s-1)) / 2**s), -32768, 32767)``: an int32 (e.g. a ``sum``'s
-                        Q24.8) to Q8.8, e.g. a row mean ``sum x (1/n)``
+                        Q24.8) to Q8.8, e.g. a row mean ``sum x (1/n)``; ``qshift`` (a
+                        reduction) writes the int8 quantization shift of its segment: the
+                        smallest ``k`` >= 0 with ``floor(amax / 2**k + 1/2) <= 127``, ``amax``
+                        the largest ``|x|`` of its Q8.8 elements (``k`` in 0..9), so ``requant``
+                        with ``m`` = 1 and ``s`` = ``k`` gives codes in -127..127, never clamped
+                        (a per-tensor quantize with the scale ``2**(k - 8)``)
                         (:data:`VECTOR_UNIT_OPS` lists each op's kind and lane formats)
     ``SCAN``    9       ``count`` (12, >= 1) time steps, ``ab``, ``c``, ``h0``, ``dst`` (12 each):
                         the scan unit runs ``h[t] = a[t] h[t-1] + b[t]`` for one channel (its
@@ -224,6 +229,7 @@ VECTOR_UNIT_OPS: dict[str, tuple[int, str, str, str]] = {
     "requant": (11, "elementwise", "int32", "int8"),
     "rescale": (12, "elementwise", "int32", "Q8.8"),
     "sub": (13, "elementwise", "Q8.8", "Q8.8"),
+    "qshift": (14, "reduction", "Q8.8", "int32 shift (0..9)"),
 }
 #: VECTOR ``vop`` codes (the vector unit's opcodes, :class:`tilewright.rtl.vector_unit.VectorOp`)
 VECTOR_OPCODES: dict[str, int] = {name: row[0] for name, row in VECTOR_UNIT_OPS.items()}

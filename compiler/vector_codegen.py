@@ -38,6 +38,12 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
                  h_last [B, D, N])``. Each of the ``B x D`` channels is one SCAN of ``L`` steps
                  with its ``N <= lanes`` state elements in the lanes (unused lanes zero); the
                  channels of a chunk share the chunk's c words.
+``quantize``     ``op`` quantize, any ``shape``: the per-tensor int8 quantize of a raw Q8.8
+                 tensor (flattened, the last word zero-padded: padding never changes the
+                 largest magnitude) in one chunk of at most ``VBUF_WORDS - 2`` words —
+                 ``qshift`` over all of it (the shift ``k``), then ``requant`` by 1 and ``k``
+                 (:func:`_quantize_code`); result ``(codes [shape] in -127..127, [k])``, the
+                 codes' scale ``2**(k - 8)``. Larger tensors raise :class:`DoesNotFit`.
 
 Row ops run a whole chunk of rows per VECTOR instruction, one segment (``seg``) per row:
 ``sum``/``rmax`` are one instruction; ``mean`` is two — ``sum`` -> S per row (Q24.8), then
@@ -64,7 +70,7 @@ stores while chunk ``i`` computes. The operand is cut into at least 1, 2, 4 or 8
 kept, so a small kernel keeps its single chunk when splitting it would cost more memory latency
 than it hides. A row (or one channel's scan, one requant row) longer than a bank falls back to
 the single-buffer code over the whole buffer (the bank rule then serialises it). gather and
-lookup kernels are DMA only and unchanged. The memory map is the same either way, so results
+lookup kernels are DMA only and unchanged; a quantize kernel is one chunk and runs serially. The memory map is the same either way, so results
 are bit-identical.
 
 External memory holds, per kernel, the constant word (-1.0 in every lane, softmax only), each
@@ -93,7 +99,7 @@ from tilewright.compiler.layout import DoesNotFit
 __all__ = ["VectorKernel", "VectorSegment", "VectorIsa", "codegen_vector", "batch_kernels",
            "ELEMENTWISE_OPS", "SAME_OPERAND",
            "ROW_OPS", "Q_MIN", "Q_MAX", "SOFTMAX_MAX_ROW", "MEAN_MAX_ROW", "mean_params",
-           "pack_vector_words", "unpack_vector_words"]
+           "pack_vector_words", "unpack_vector_words", "PAIR_KINDS"]
 
 BINARY = ("add", "sub", "mul", "max")
 UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
@@ -102,7 +108,10 @@ SAME_OPERAND = {"square": "mul"}
 ELEMENTWISE_OPS = BINARY + UNARY + tuple(SAME_OPERAND)
 ROW_OPS = ("sum", "mean", "rmax", "softmax", "argmax")
 KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",),
-         "requant": ("requant",), "gather": ("gather",), "lookup": ("lookup",)}
+         "requant": ("requant",), "gather": ("gather",), "lookup": ("lookup",),
+         "quantize": ("quantize",)}
+#: kinds whose result is a pair (scan: y and the final state; quantize: codes and the shift)
+PAIR_KINDS = ("scan", "quantize")
 Q_MIN, Q_MAX = -32768, 32767        #: raw Q8.8 range
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1     #: int32 lanes (argmax, requant)
 SOFTMAX_MAX_ROW = 127               #: longest softmax row (sum of exps must stay a Q8.8 value)
@@ -272,6 +281,11 @@ class VectorSegment:
                 np.repeat(np.array([mean_params(k.shape[1])], np.int64).T, self.lanes, 1))
             for c in self.chunks:
                 put(c.in_addr[0] + c.in_words * r, params)
+        if k.kind == "quantize":    # requant's multiplier word (1 in every lane) after x
+            r = -(-wb // w)
+            c = self.chunks[0]
+            put(c.in_addr[0] + c.in_words * r, pack_vector_words(np.ones((1, self.lanes),
+                                                                          np.int64)))
         if self.const_addr >= 0:
             put(self.const_addr, pack_vector_words(np.full((1, self.lanes), _NEG_ONE, np.int64)))
         return out
@@ -379,6 +393,9 @@ class VectorSegment:
             return np.moveaxis(y, 2, 1), ch[:, :, -1, :n]
         if k.kind == "elementwise":
             return lanes.reshape(-1)[:int(np.prod(k.shape))].reshape(k.shape)
+        if k.kind == "quantize":         # codes words | the multiplier word | the shift word
+            codes = lanes[:-2].reshape(-1)[:int(np.prod(k.shape))].reshape(k.shape)
+            return codes, lanes[-1, :1]
         if k.kind == "gather":
             return lanes.reshape(-1)[:k.shape[1]]
         if k.kind == "lookup":
@@ -446,7 +463,8 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
     elif k.kind == "lookup":
         code, chunks, addr, const_addr, row_words = _lookup_code(k, arch, addr)
     else:
-        make = {"scan": _scan_code, "requant": _requant_code}.get(k.kind, _chunk_plan)
+        make = {"scan": _scan_code, "requant": _requant_code,
+                "quantize": _quantize_code}.get(k.kind, _chunk_plan)
         plan = None
         if arch.vector_unit.double_buffer:   # the chunking whose ping-pong looks fastest
             best = None
@@ -672,6 +690,30 @@ def _requant_code(k: VectorKernel, arch: ArchSpec, addr: int, banked: bool = Fal
         chunks.append(_Chunk(n, (in_addr,), n * nw, addr, n * nw, (r0, 0)))
         addr += n * nw * r
     return parts, chunks, addr, param_addr, nw
+
+
+def _quantize_code(k: VectorKernel, arch: ArchSpec, addr: int, banked: bool = False,
+                   min_chunks: int = 1):
+    """As :func:`_chunk_plan`, for a per-tensor int8 quantize: one chunk (``banked``: None, so
+    it runs serially — the shift needs every element before the first code). Vector buffer:
+    the tensor's ``nw`` words (zero-padded) from word 0, the multiplier word (1 in every lane)
+    at ``nw``, loaded together; ``qshift`` over all ``nw`` words (one segment) writes the shift
+    to word ``nw + 1``, ``requant`` by word ``nw`` (m = 1) and word ``nw + 1`` (s = the shift)
+    writes the codes in place; one ``STORE_V`` of the ``nw + 2`` words."""
+    if banked:
+        return None
+    lanes = arch.vector_unit.lanes
+    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
+    nw = -(-int(np.prod(k.shape)) // lanes)
+    if nw + 2 > VBUF_WORDS:
+        raise DoesNotFit(f"vector kernel {k.name}: a per-tensor quantize of "
+                         f"{int(np.prod(k.shape))} elements needs {nw + 2} vector-buffer words "
+                         f"(the whole tensor at once); the buffer holds {VBUF_WORDS}")
+    in_addr, out_addr = addr, addr + (nw + 1) * r
+    part = ([_ins("LOAD_V", vaddr=0, count=nw + 1, addr=in_addr)],
+            [_vec("qshift", nw, 0, nw + 1), _vec("requant", nw, 0, 0, b=nw)],
+            [_ins("STORE_V", vaddr=0, count=nw + 2, addr=out_addr)])
+    return [part], [_Chunk(1, (in_addr,), nw, out_addr, nw + 2)], out_addr + (nw + 2) * r, -1, 0
 
 
 def _table_row_words(k: VectorKernel, arch: ArchSpec, rows: int, length: int, what: str):

@@ -23,7 +23,8 @@ from tilewright.arch import ArchSpec, ArchSpecError, VectorUnitSpec
 from tilewright.compiler.codegen import codegen, disassemble, memory_latency_cycles
 from tilewright.compiler.layout import GemmLayout
 from tilewright.compiler.program import Program
-from tilewright.compiler.vector_codegen import VectorKernel, batch_kernels, codegen_vector
+from tilewright.compiler.vector_codegen import (PAIR_KINDS, VectorKernel, batch_kernels,
+                                                codegen_vector)
 from tilewright.cosim.accel_commands import timeline_from_events
 from tilewright.cosim.fast_runs import run_accel_fast, run_core_fast, run_kernels_fast
 from tilewright.cosim.job import STATE_SUFFIX, JobFiles, PreparedJob
@@ -150,7 +151,7 @@ def _prepare_kernels(batch: KernelBatch, arch: ArchSpec, timeline: bool = False
     def decode(res) -> dict:
         outputs: dict[str, object] = dict(res.outputs)
         for k in batch.kernels:
-            if k.kind == "scan":
+            if k.kind in PAIR_KINDS:       # scan: (y, final state); quantize: (codes, shift)
                 outputs[k.name] = (outputs[k.name], outputs.pop(k.name + STATE_SUFFIX))
         return {"outputs": outputs, "records": res.results["cycles"], "isa": isas,
                 "log_tail": res.log_text[-2000:]}

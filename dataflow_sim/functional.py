@@ -11,7 +11,7 @@ driver runs a program with GEMMs on another level: ``run_program(gemm=...)`` for
 and :func:`int8_matmul` (a context manager) for every int8 x int8 -> int32 matmul inside
 ``bgemm``, ``grouped_gemm`` and ``attention`` (``tilewright sim --rtl`` runs them on the
 Verilated core this way); :func:`run_vector` executes every other task kind, offering each
-``vector`` task first to the hook :func:`vector_unit_ops` installs (the vector unit's Q8.8
+``vector``, ``scan`` and ``quantize`` task first to the hook :func:`vector_unit_ops` installs (the vector unit's Q8.8
 arithmetic, or results from the RTL's vector engine).
 """
 
@@ -44,15 +44,16 @@ _ERF = np.vectorize(math.erf, otypes=[np.float64])
 
 #: a vector-task hook: (task, its input arrays) -> the task's output, or None to leave the task to
 #: the functional model's own fp32 arithmetic; for a ``scan`` task (inputs a, b, c, h0) the output
-#: is the pair (y, state_out)
+#: is the pair (y, state_out), for a ``quantize`` task (input x) the pair (codes, scales)
 VectorHook = Callable[[Any, list], "np.ndarray | None"]
 _VECTOR_HOOK: ContextVar[VectorHook | None] = ContextVar("tilewright_vector_hook", default=None)
 
 
 @contextmanager
 def vector_unit_ops(fn: VectorHook) -> Iterator[None]:
-    """Offer every ``vector`` and ``scan`` task of the functional model to ``fn(task, inputs)``
-    inside the ``with`` block: a returned array (scan: the pair y, state_out) is the task's
+    """Offer every ``vector``, ``scan`` and ``quantize`` task of the functional model to
+    ``fn(task, inputs)`` inside the ``with`` block: a returned array (scan: the pair y,
+    state_out; quantize: the pair codes, scales) is the task's
     output, None runs the task as usual — how a
     run executes the ops a vector unit implements in that unit's arithmetic
     (:mod:`tilewright.dataflow_sim.vector_offload`), or answers them with results an RTL run
@@ -415,6 +416,12 @@ def run_vector(task, env: dict[str, np.ndarray]) -> np.ndarray:
         out = hook(task, [env[task.a], env[task.b], env[task.c], env[task.h0]])
         if out is not None:
             env[task.state_out] = out[1]
+            return out[0]
+    if hook is not None and isinstance(task, QuantizeTask):
+        out = hook(task, [env[task.x]])
+        if out is not None:                  # (codes, scales)
+            if task.scale_out:
+                env[task.scale_out] = out[1]
             return out[0]
     if not isinstance(task, VectorTask):
         return _run_task(task, env)

@@ -42,6 +42,20 @@ Operations (the op names of the compiler's VectorTask)
           is ``sum`` then ``rescale`` by
           :func:`~tilewright.compiler.vector_codegen.mean_params` (the parameters the code
           generator writes).
+``qshift`` (opcode 14, a reduction) the int8 quantization shift of a run: with ``amax`` the
+          largest ``|x|`` of its Q8.8 elements (0..32768; the run's elements, as ``rmax``),
+          the smallest ``k >= 0`` with ``rshift_round(amax, k) <= 127`` (k in 0..9; the RTL
+          counts the thresholds 128, 255, 510, ..., 255 * 2**7 that ``amax`` reaches, since for
+          k >= 1 ``rshift_round(amax, k) <= 127`` iff ``amax < 255 * 2**(k-1)``), in every lane.
+
+Per-tensor int8 quantize (``qshift``, then ``requant`` with ``m`` = 1 and ``s`` = ``k``,
+:func:`quantize_tensor`): codes ``c = rshift_round(x, k)`` of raw Q8.8 ``x``, scale ``2**(k-8)``
+(a code times the scale is the value: ``x / 256 ~ c * 2**k / 256``). Every ``|x| <= amax``, so
+``-127 <= c <= 127`` and requant's int8 clamp never acts (``-amax + 2**(k-1) > -127 * 2**k``);
+``|c * 2**k - x| <= 2**(k-1)`` raw: half a step, round half up, exact (c = x) for ``amax <= 127``
+(|x| < 0.5). For k >= 1 the step ``2**k`` is less than twice ``amax / 127`` (the fp32
+absmax scale of :func:`tilewright.formats.quantize`): ``amax >= 255 * 2**(k-2)`` for k >= 2,
+``amax >= 128`` for k = 1; for k = 0 the step is Q8.8's own LSB.
 
 Row mean (``sum`` then ``rescale``, :func:`mean`): the sum ``S`` of a row's ``n`` raw Q8.8
 elements is exact (|S| <= n * 2**15 < 2**31 for n < 2**16); with ``s = 30 + floor(log2 n)`` and
@@ -112,7 +126,8 @@ __all__ = ["FRAC_BITS", "SEG_BITS", "Q_MAX", "Q_MIN", "OPS", "ELEMENTWISE_OPS", 
            "elementwise",
            "reduce", "run_beats",
            "apply_float", "error_bound", "exp2_table", "recip_table", "rsqrt_table",
-           "pwl_table", "LOG2E_Q14", "rescale", "mean", "square"]
+           "pwl_table", "LOG2E_Q14", "rescale", "mean", "square", "qshift", "quantize_tensor",
+           "QSHIFT_MAX"]
 
 FRAC_BITS = 8            #: fractional bits of Q8.8
 SEG_BITS = 6             #: log2(segments) of the exp / recip / rsqrt tables
@@ -317,6 +332,31 @@ def square(x) -> np.ndarray:
     return elementwise("mul", x, x)
 
 
+#: the largest ``qshift`` (amax = 32768, the magnitude of -32768 raw)
+QSHIFT_MAX = 9
+
+
+def qshift(amax: int) -> int:
+    """The int8 quantization shift of the magnitude ``amax`` (raw Q8.8, 0..32768): the smallest
+    ``k >= 0`` with ``rshift_round(amax, k) <= 127``."""
+    amax = int(amax)
+    if not 0 <= amax <= 1 << 15:
+        raise ValueError(f"vector unit qshift: amax {amax} outside 0..32768")
+    k = 0
+    while (amax if k == 0 else (amax + (1 << (k - 1))) >> k) > I8_MAX:   # rshift_round
+        k += 1
+    return k
+
+
+def quantize_tensor(x) -> tuple[np.ndarray, int]:
+    """Per-tensor int8 quantize of raw Q8.8 ``x`` as the unit computes it (``qshift`` over all of
+    ``x``, then ``requant`` by 1 and that shift): (codes int64 of ``x``'s shape, in -127..127;
+    shift ``k``) — the value of code ``c`` is ``c * 2**(k - 8)``."""
+    x = _check_raw("x", x)
+    k = reduce("qshift", x)
+    return requant(x, np.int64(1), np.int64(k)), k
+
+
 def argmax(x) -> int:
     """Index of the largest element of int32 ``x`` (flattened, row-major), the lowest on ties."""
     x = _check_int32("x", x).reshape(-1)
@@ -359,7 +399,8 @@ def elementwise(op: str, a, b=None) -> np.ndarray:
 
 
 def reduce(op: str, a) -> int:
-    """``sum`` (int32 wrapping, Q24.8 raw) or ``rmax`` (Q8.8 raw) of all elements of ``a``, or
+    """``sum`` (int32 wrapping, Q24.8 raw), ``rmax`` (Q8.8 raw) or ``qshift`` (the int8 shift
+    of the largest magnitude) of all elements of ``a``, or
     ``argmax`` (int32 elements: the lowest index of the largest)."""
     if op not in REDUCTION_OPS:
         raise ValueError(f"vector op {op!r}: reductions are {', '.join(REDUCTION_OPS)}")
@@ -368,6 +409,8 @@ def reduce(op: str, a) -> int:
     a = _check_raw("a", a)
     if op == "sum":
         return int(np.int64(a.sum()).astype(np.uint32).astype(np.int32))
+    if op == "qshift":
+        return qshift(int(np.abs(a).max()) if a.size else 0)
     return int(a.max()) if a.size else Q_MIN
 
 
@@ -416,6 +459,9 @@ def apply_float(op: str, x, y=None):
     The int32 ops (argmax, requant) take integers: call :func:`argmax` / :func:`requant`."""
     if op in INT32_OPS:
         raise ValueError(f"vector op {op!r} takes int32 lanes, not floats (vector_numerics.{op})")
+    if op == "qshift":
+        raise ValueError("vector op 'qshift' gives a shift, not a value (vector_numerics."
+                         "quantize_tensor)")
     a = to_fixed(x)
     if op in REDUCTION_OPS:
         return from_fixed(reduce(op, a))

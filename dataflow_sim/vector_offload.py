@@ -36,6 +36,14 @@ take_rows     rows of an fp32 2-D table, the table's fp32 bits as int32 lanes, f
               external memory and each loaded into the register by ``LOAD_IDX`` (more ids
               than one instruction memory of ``LOAD_IDX``/``LOAD_VI`` pairs holds stay on the
               host; so do other gathers of several rows, e.g. MoE's dispatch)
+quantize      the ``quantize`` task (kind) of an fp32 tensor to int8 codes with one scale
+(task kind)   per tensor (granularity ``tensor``): ``qshift`` over the whole tensor (Q8.8),
+              then ``requant`` by 1 and that shift ``k`` — codes in -127..127, the scale
+              ``2**(k - 8)`` (fp32, exact; not :func:`tilewright.formats.quantize`'s
+              ``amax / 127``: its step is under twice that, see
+              :mod:`~tilewright.dataflow_sim.vector_numerics`). Channel and block (MX)
+              granularities, other formats and tensors larger than one vector-buffer chunk
+              (:class:`~tilewright.compiler.layout.DoesNotFit`) stay on the host
 scan          the ``scan`` task (chunked selective scan) on the scan unit: a quantised to
 (task kind)   unsigned Q0.16, b, c, h0 to Q16.16
               (:func:`~tilewright.dataflow_sim.scan_numerics.to_a_code` /
@@ -58,7 +66,7 @@ import numpy as np
 
 from tilewright.arch import ArchSpec
 from tilewright.compiler.codegen import CodegenError
-from tilewright.compiler.program import ScanTask, VectorTask
+from tilewright.compiler.program import QuantizeTask, ScanTask, VectorTask
 from tilewright.compiler.layout import DoesNotFit
 from tilewright.compiler.vector_codegen import SOFTMAX_MAX_ROW, VectorKernel
 from tilewright.dataflow_sim import scan_numerics as sn
@@ -72,7 +80,9 @@ _UNARY = ("exp", "rsqrt", "silu", "softplus")
 _BINARY = ("add", "sub", "mul")
 _ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "rmax"}
 #: Program vector ops (and the scan task) the vector engine takes (see the module table)
-OFFLOAD_OPS = _UNARY + _BINARY + ("pow",) + tuple(_ROW) + ("take_rows", "scan")
+OFFLOAD_OPS = _UNARY + _BINARY + ("pow",) + tuple(_ROW) + ("take_rows", "scan", "quantize")
+#: the task kinds besides ``vector`` that the hook is offered (their output is a pair)
+_PAIR_TASKS = (ScanTask, QuantizeTask)
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,11 @@ class OffloadRecord:
         if self.kernel.kind == "scan":
             y, h = raw
             return (sn.from_h_code(y).astype(np.float32), sn.from_h_code(h).astype(np.float32))
+        if self.kernel.kind == "quantize":   # (int8 codes, the fp32 scale 2**(k - 8))
+            codes, k = raw
+            scale = np.full((1,) * len(self.out_shape), np.ldexp(np.float32(1), int(k[0]) - 8),
+                            np.float32)
+            return np.asarray(codes, np.int64).astype(np.int8).reshape(self.out_shape), scale
         return (np.asarray(raw, np.int64) / 256.0).astype(np.float32).reshape(self.out_shape)
 
 
@@ -116,6 +131,8 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
     vector engine does not take it (module table)."""
     if isinstance(task, ScanTask):
         return _scan_kernel(ins, name, ops)
+    if isinstance(task, QuantizeTask):
+        return _quantize_kernel(task, ins, name, ops)
     op, at = task.op, task.attrs
     if op not in ops or at.get("format", "fp32") != "fp32":
         return None
@@ -185,6 +202,16 @@ def argmax_record(x: np.ndarray, arch: ArchSpec, name: str) -> OffloadRecord:
     return OffloadRecord(name, kernel, (keys,), raw, (1,))
 
 
+def _quantize_kernel(task: QuantizeTask, ins: list[np.ndarray], name: str,
+                     ops: tuple[str, ...]):
+    if "quantize" not in ops or task.format != "int8" or task.granularity != "tensor":
+        return None
+    x = np.asarray(ins[0])
+    if not _is_f32(x) or x.ndim == 0 or x.size == 0 or not np.isfinite(x).all():
+        return None
+    return VectorKernel(name, "quantize", "quantize", x.shape), (to_fixed(x),), x.shape
+
+
 def _scan_kernel(ins: list[np.ndarray], name: str, ops: tuple[str, ...]):
     if "scan" not in ops:
         return None
@@ -213,7 +240,7 @@ class VectorUnitOps:
             raise ValueError(f"vector ops {bad}: the vector engine takes {', '.join(OFFLOAD_OPS)}")
 
     def __call__(self, task, ins):
-        if not isinstance(task, (VectorTask, ScanTask)):
+        if not isinstance(task, (VectorTask, *_PAIR_TASKS)):
             return None
         made = kernel_for(task, ins, f"v{len(self.records)}_{task.name}", self.ops)
         if made is None:
@@ -222,7 +249,8 @@ class VectorUnitOps:
         try:
             raw = kernel_reference(kernel, self.arch, *operands)
         except (DoesNotFit, CodegenError):   # e.g. a scan state wider than the lanes, a lookup
-            return None                      # longer than the instruction memory: stays fp32
+            return None                      # longer than the instruction memory, a tensor
+            # larger than the vector buffer to quantize: stays on the host
         rec = OffloadRecord(task.name, kernel, operands, raw, out_shape)
         self.records.append(rec)
         return rec.as_output(raw)
@@ -238,7 +266,7 @@ class ReplayVectorUnit:
     _next: int = 0
 
     def __call__(self, task, ins):
-        if not isinstance(task, (VectorTask, ScanTask)) or self._next >= len(self.records) \
+        if not isinstance(task, (VectorTask, *_PAIR_TASKS)) or self._next >= len(self.records) \
                 or self.records[self._next].task != task.name:
             return None
         rec, raw = self.records[self._next], self.results[self._next]

@@ -15,6 +15,8 @@ start and segment end values), so one lookup gives both interpolation endpoints.
 32-bit lane of a run; ``requant`` (elementwise) gives ``clamp(rshift_round(x * m, s), -128, 127)``
 of the signed 32-bit lane ``x``, multiplier ``m`` (32-bit lane of ``b``) and shift ``s`` (0..63);
 ``rescale`` the same clamped to Q8.8 (-32768..32767; e.g. a ``sum``'s Q24.8 times 1/n: a mean).
+``qshift`` (a reduction) gives the int8 quantization shift of a run's largest ``|x|`` (Q8.8):
+``rmax``'s tree and accumulator fed magnitudes, then nine comparisons against constants.
 Every lane holds every function (area is not shared between ops); ArchSpec's
 ``vector_unit.transcendental_passes`` is not used: every op takes one pass (one beat per cycle).
 
@@ -67,6 +69,9 @@ _W = 16            # raw Q8.8 bits
 _QMAX, _QMIN = 32767, -32768
 _SEG = 6           # log2 segments of the exp / recip / rsqrt tables
 _LOG2E_Q14 = round(math.log2(math.e) * 2 ** 14)
+#: qshift: the magnitudes at which the int8 shift grows by one (``floor(amax / 2**k + 1/2)``
+#: exceeds 127 from amax = 128 for k = 0 and from 255 * 2**(k-1) for k >= 1)
+_QSHIFT_THRESHOLDS = (128,) + tuple(255 << j for j in range(8))
 
 
 def _vector_op_enum() -> type:
@@ -179,10 +184,14 @@ class VectorUnit(wiring.Component):
         # reductions: lane tree into stage 1, run accumulation from stage 1 into stage 2
         a16 = [p.a[i][:_W].as_signed() for i in range(self._lanes)]
         beat_sum = reg(sum(a16, Const(0, signed(32)))[:32].as_signed(), signed(32), "beat_sum")
-        bmax = a16[0]
+        # rmax and qshift share the max tree and the run's max: qshift feeds it |a| (17 bits:
+        # |-32768| = 32768), so its run's max is amax
+        qs0 = p.op == VectorOp.QSHIFT
+        mag17 = [Mux(qs0 & (x < 0), -x, x) for x in a16]
+        bmax = mag17[0]
         for i in range(1, self._lanes):
-            bmax = Mux(a16[i] > bmax, a16[i], bmax)
-        beat_max = reg(bmax, signed(_W), "beat_max")
+            bmax = Mux(mag17[i] > bmax, mag17[i], bmax)
+        beat_max = reg(bmax, signed(_W + 1), "beat_max")
         # argmax: a tree over the int32 lanes; the right half wins only if strictly larger, so
         # the lowest lane index wins ties
         nodes = [(p.a[i], Const(i, 6)) for i in range(self._lanes)]
@@ -213,7 +222,10 @@ class VectorUnit(wiring.Component):
             m.d.sync += [acc.eq(new), fresh.eq(last1), acc_idx.eq(new_idx),
                          run_pos.eq(pos + 1)]
         red2 = reg(Mux(op1 == VectorOp.ARGMAX, new_idx, new), signed(32), "red2")
-        red3 = reg(red2, signed(32), "red3")
+        # qshift: the shift k of the run's amax = the number of thresholds amax reaches (128,
+        # then 255 * 2**j, j = 0 .. 7: rshift_round(amax, k) <= 127 fails for every k below)
+        ksh = sum((red2 >= t for t in _QSHIFT_THRESHOLDS), Const(0, 4))
+        red3 = reg(Mux(op2 == VectorOp.QSHIFT, ksh, red2), signed(32), "red3")
         ok2 = reg(v1 & (~is_red(op1) | last1), 1, "ok2")
         ok3 = reg(ok2, 1, "ok3")
 

@@ -60,7 +60,7 @@ def test_vector_opcodes_have_one_table() -> None:
         | (set(vector_numerics.INT32_OPS) - set(codegen.VECTOR_REDUCTIONS)) \
         == set(vector_numerics.ELEMENTWISE_OPS)
     # kinds and lane formats derive from the one row per op
-    assert codegen.VECTOR_REDUCTIONS == ("sum", "rmax", "argmax")
+    assert codegen.VECTOR_REDUCTIONS == ("sum", "rmax", "argmax", "qshift")
     assert codegen.VECTOR_INT32_OPS == ("argmax", "requant", "rescale")
     assert len(set(codegen.VECTOR_OPCODES.values())) == len(codegen.VECTOR_OPCODES) \
         <= 2 ** codegen.field_slices("VECTOR")["vop"][1]

@@ -114,6 +114,14 @@ def _suite():
     acc, mult, shift = _requant_operands()
     out.append((VectorKernel("requant", "requant", "requant", acc.shape), [acc, mult, shift],
                 _requant_closed(acc, mult, shift)))
+    # per-tensor int8 quantize (qshift, then requant by 1): the edge values (-32768: shift 9),
+    # |x| <= 127 (shift 0, codes = x), all zeros, and ties at shift 3 (x = +-4, +-12), against
+    # the closed form in Python integers written here
+    ties = _operand((2, 7), -500, 500, edges=False)
+    ties.reshape(-1)[:5] = (509, 4, -4, 12, -12)
+    for name, x in (("quant", _operand((3, 11))), ("quant0", _operand((5,), -127, 128, False)),
+                    ("quantz", np.zeros((2, 9), np.int64)), ("quantties", ties)):
+        out.append((VectorKernel(name, "quantize", "quantize", x.shape), [x], _quant_closed(x)))
     # an embedding lookup: row 29 of a 37 x 19 int32 table fetched by LOAD_VI from the index
     # register (the table stays in external memory; 19 = 4 words + 3 lanes on 4 lanes)
     table = _RNG.integers(I32_MIN, I32_MAX, (37, 19), endpoint=True)
@@ -128,6 +136,15 @@ def _suite():
 
 
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _quant_closed(x: np.ndarray):
+    """(codes, [k]) of a per-tensor int8 quantize by its definition in Python integers: k the
+    smallest shift with round-half-up(max |x| / 2**k) <= 127, codes round-half-up(x / 2**k)."""
+    amax = int(np.abs(x).max()) if x.size else 0
+    k = next(k for k in range(20) if (2 * amax + (1 << k)) // (2 << k) <= 127)
+    codes = np.array([(2 * int(v) + (1 << k)) // (2 << k) for v in x.ravel()], np.int64)
+    return codes.reshape(x.shape), np.array([k])
 
 
 def _argmax_rows():
@@ -405,6 +422,76 @@ def test_mean_code_and_cycle_model_match_a_count_by_hand():
         codegen_vector(ARCHS["wide8"], [VectorKernel("m", "row", "mean", (1, MEAN_MAX_ROW + 1))])
 
 
+def test_quantize_code_and_cycle_model_match_a_count_by_hand():
+    """Same arch. quantize of 2 x 4 (2 words): one LOAD_V of the words and, after them, the
+    multiplier word (3 words) issues in 2, busy 10 + 3*4 = 22 (free from 25); VECTOR qshift (2
+    beats, one segment) in 25, busy 2 + 5 = 7 (free from 33), its shift to word 3; VECTOR
+    requant (a = 0 in place, b = the multiplier word 2, the shift in word 3) in 33, busy 7 (free
+    from 41); STORE_V of the 4 words in 41, busy 1 + 16 = 17 (free from 59); END in 59. The
+    multiplier word (1 in every lane) follows the tensor in external memory; a tensor of more
+    than VBUF_WORDS - 2 words does not fit, and a double-buffered arch runs the same code."""
+    arch = ARCHS["narrow4"]
+    k = VectorKernel("q", "quantize", "quantize", (2, 4))
+    isa = codegen_vector(arch, [k])
+    ins = disassemble(list(isa.words))
+    assert [str(i) for i in ins] == [
+        "LOAD_V vaddr=0 count=3 addr=0",
+        "VECTOR vop=14 count=2 a=0 b=0 b_inc=0 dst=3 seg=0",
+        "VECTOR vop=11 count=2 a=0 b=2 b_inc=0 dst=0 seg=0",
+        "STORE_V vaddr=0 count=4 addr=12", "END"]
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert (t.cycles, t.vector_cycles, t.dma_cycles) == (59, 7 + 7, 22 + 17)
+    image = isa.segments[0].image(arch, np.zeros((2, 4), np.int64))
+    assert [image[a] for a in range(8, 12)] == [1] * 4
+    x = np.array([[-511, 511, 3, -6], [4, -4, 12, -12]])
+    codes, kk = kernel_reference(k, arch, x, isa=isa)
+    assert kk.tolist() == [3] and codes.tolist() == [[-64, 64, 0, -1], [1, 0, 2, -1]]
+    db = ArchSpec.from_dict({**arch.model_dump(mode="json", exclude_none=True),
+                             "vector_unit": {"lanes": 4, "double_buffer": True}})
+    assert codegen_vector(db, [k]).words == isa.words
+    with pytest.raises(DoesNotFit, match="quantize of 4089 elements needs 1025 vector-buffer"):
+        codegen_vector(arch, [VectorKernel("q", "quantize", "quantize", (4089,))])
+
+
+def test_quantize_offload_is_the_units_per_tensor_int8():
+    """A per-tensor int8 QuantizeTask becomes a quantize kernel: its codes and scale are the
+    closed form on the Q8.8 input (written here), the scale is 2**(k-8) and within twice
+    formats.quantize's amax / 127, and every dequantized value is within half a step plus the
+    Q8.8 rounding of x; the functional model takes the pair (codes into ``out``, the scale into
+    ``scale_out``). Channel granularity, another format or a tensor larger than the vector
+    buffer stays on the host (None)."""
+    from tilewright.compiler.program import QuantizeTask
+    from tilewright.dataflow_sim.functional import run_vector, vector_unit_ops
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+    from tilewright.formats import quantize
+    arch = ARCHS["wide8"]
+    hook = VectorUnitOps(arch)
+    x = (np.random.default_rng(3).standard_normal((3, 40)) * 2.5).astype(np.float32)
+    task = QuantizeTask(name="q", x="x", out="c", scale_out="s", format="int8",
+                        granularity="tensor", axis=-1)
+    codes, scale = hook(task, [x])
+    assert hook.records[-1].kernel == VectorKernel("v0_q", "quantize", "quantize", (3, 40))
+    want_c, (k,) = _quant_closed(vn.to_fixed(x))
+    assert codes.dtype == np.int8 and np.array_equal(codes, want_c)
+    assert scale.dtype == np.float32 and scale.shape == (1, 1) and scale[0, 0] == 2.0 ** (k - 8)
+    assert np.abs(codes).max() <= 127
+    # the step against formats.quantize's amax / 127 of the same (Q8.8) values: at least
+    # amax / 127.5 (no code beyond 127), under twice it
+    ref = quantize(vn.to_fixed(x) / 256.0, "int8", axis=-1, granularity="tensor").scales[0, 0]
+    assert ref * 127 / 127.5 <= scale[0, 0] < 2 * ref
+    err = np.abs(codes * scale.astype(np.float64) - x)
+    assert err.max() <= scale[0, 0] / 2 + 2.0 ** -9
+    env = {"x": x}
+    with vector_unit_ops(VectorUnitOps(arch)):
+        got = run_vector(task, env)
+    assert np.array_equal(got, codes) and np.array_equal(env["s"], scale)
+    for other in (task.model_copy(update={"granularity": "channel"}),
+                  task.model_copy(update={"format": "fp8-e4m3"})):
+        assert hook(other, [x]) is None
+    assert hook(task, [np.ones(VBUF_WORDS * 8, np.float32)]) is None
+    assert len(hook.records) == 1
+
+
 def test_reduce_mean_offload_is_the_units_row_mean():
     """A reduce_mean task over the last axis becomes a row ``mean`` kernel whose fp32 result is
     within 2**-8 of numpy's mean (the bound vector_numerics derives); over another axis, or of a
@@ -533,6 +620,13 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
         flipped = run.outputs[k].copy()
         flipped.reshape(-1)[-1] ^= 1
         assert not _equal(flipped, dict((kk.name, r) for kk, _, r in suite)[k])
+    # quantize: one code's bit or the shift one off (the scale twice or half) is caught
+    codes, k = run.outputs["quant"]
+    assert k.tolist() == [9]
+    ref = dict((kk.name, r) for kk, _, r in suite)["quant"]
+    bad = codes.copy()
+    bad.reshape(-1)[-1] ^= 1
+    assert not _equal((bad, k), ref) and not _equal((codes, k + 1), ref)
     if name == "narrow4":         # the C++ fast driver agrees with the cocotb bench
         fast = cosim.run("accel", batch, arch, driver="fast")
         for kernel, _, ref in suite:

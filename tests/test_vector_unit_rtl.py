@@ -292,6 +292,45 @@ def test_mean_reference_is_the_row_mean_rounded_half_up():
     assert err.max() <= 2.0 ** -8 and err.max() > 0
 
 
+def _qshift_exact(amax: int) -> int:
+    """The int8 shift by its definition, in Python integers: the smallest k >= 0 with
+    round-half-up(amax / 2**k) <= 127."""
+    return next(k for k in range(20) if (2 * amax + (1 << k)) // (2 << k) <= 127)
+
+
+def test_qshift_and_quantize_reference_by_hand():
+    """qshift / quantize_tensor (qshift, then requant by 1): the shift at every threshold by
+    hand, codes of a small vector by hand (ties half up, both signs), zero input, the -32768
+    corner, and over every magnitude the definition in Python integers; the codes never reach
+    -128 and the step 2**k stays under twice the fp32 absmax step amax / 127 (k >= 1)."""
+    hand = {0: 0, 1: 0, 127: 0, 128: 1, 254: 1, 255: 2, 509: 2, 510: 3, 1019: 3, 1020: 4,
+            32639: 8, 32640: 9, 32767: 9, 32768: 9}
+    assert {a: vn.qshift(a) for a in hand} == hand
+    codes, k = vn.quantize_tensor([-511, 511, 3, -6, 6, 4, -4, 12, -12, 0])
+    # 511 / 8 = 63.875 -> 64; 6 / 8 = 0.75 -> 1; 4 / 8 = 0.5 -> 1 and -0.5 -> 0 (half up);
+    # 12 / 8 = 1.5 -> 2, -1.5 -> -1
+    assert k == 3 and codes.tolist() == [-64, 64, 0, -1, 1, 1, 0, 2, -1, 0]
+    codes, k = vn.quantize_tensor(np.zeros((2, 3), np.int64))
+    assert k == 0 and codes.shape == (2, 3) and not codes.any()
+    codes, k = vn.quantize_tensor([-32768, 32767, 127, -128])
+    assert k == 9 and codes.tolist() == [-64, 64, 0, 0]          # 127 / 512 rounds to 0
+    codes, k = vn.quantize_tensor([127, -127, 5])                 # |x| < 0.5: codes = x
+    assert k == 0 and codes.tolist() == [127, -127, 5]
+    ks = np.array([_qshift_exact(a) for a in range(32769)])
+    assert [vn.qshift(a) for a in range(32769)] == ks.tolist()
+    for amax in [0, 1, 32767, 32768] + [t + d for t in [128] + [255 << j for j in range(8)]
+                                         for d in (-1, 0)]:
+        assert vn.reduce("qshift", [3, -amax, 0]) == ks[amax]
+        if amax < 32768:
+            assert vn.reduce("qshift", [amax, -2]) == ks[max(amax, 2)]
+    top = np.arange(1, 32768)                    # the largest magnitude, negative: never -128
+    assert vn.requant(-top, 1, ks[1:32768]).min() == -127
+    assert vn.requant(top, 1, ks[1:32768]).max() == 127
+    assert np.all((2.0 ** ks[top] < 2 * top / 127) | (ks[top] == 0))
+    with pytest.raises(ValueError, match="gives a shift"):
+        vn.apply_float("qshift", [1.0])
+
+
 def test_argmax_reference_is_torch_argmax():
     for run in _argmax_runs(np.random.default_rng(4), 3):
         assert vn.argmax(run) == int(torch.argmax(torch.tensor(run.ravel()))), run
@@ -406,6 +445,43 @@ def test_amaranth_sim_rescale_bit_exact_on_corner_cases():
     assert cycles[0] == LATENCY
 
 
+def _qshift_runs(rng, lanes: int) -> list[np.ndarray]:
+    """qshift runs: each threshold's magnitude and one below it, both signs, as one-beat runs,
+    then multi-beat runs of random values (the largest magnitude in a later beat)."""
+    thr = [128] + [255 << j for j in range(8)]
+    runs = []
+    for t in thr + [1, 0, 32768]:
+        for v in (t, t - 1, -t, -(t - 1)):
+            if -32768 <= v <= 32767:
+                beat = np.zeros((1, lanes), np.int64)
+                beat[0, -1] = v
+                runs.append(beat)
+    for n in (2, 5):
+        run = rng.integers(-300, 300, (n, lanes))
+        run[-1, 0] = -int(rng.integers(1000, 32769))
+        runs.append(run)
+    return runs
+
+
+def test_amaranth_sim_qshift_bit_exact_on_thresholds():
+    """3 lanes: qshift runs at every threshold (and one below, both signs) and longer runs,
+    each against the definition written here (_qshift_exact of max |x|); an rmax run after them
+    still gives the signed max (the shared tree takes magnitudes only for qshift)."""
+    lanes, rng = 3, np.random.default_rng(14)
+    runs = _qshift_runs(rng, lanes) + [np.array([[-5, -9, -7]])]
+    ops, last = [], []
+    for i, run in enumerate(runs):
+        ops += ["rmax" if i == len(runs) - 1 else "qshift"] * len(run)
+        last += [False] * (len(run) - 1) + [True]
+    a = np.concatenate(runs)
+    z = np.zeros_like(a)
+    got, cycles = _sim_unit(lanes, ops, a, z, z, last)
+    want = [[_qshift_exact(int(np.abs(r).max()))] * lanes for r in runs[:-1]] + [[-5] * lanes]
+    assert got == want
+    assert got == vn.run_beats(ops, a, z, last, z)
+    assert {row[0] for row in got[:-1]} == set(range(10))          # every shift 0..9 met
+
+
 # ---- Verilator acceptance --------------------------------------------------------------------
 
 def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
@@ -445,6 +521,12 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
     last += [False] * (2 * len(x))
     rows_a += [x, x]
     rows_b += [m, m]
+    qruns = _qshift_runs(rng, lanes)
+    for run in qruns:
+        ops += ["qshift"] * len(run)
+        last += [False] * (len(run) - 1) + [True]
+        rows_a.append(run)
+        rows_b.append(np.zeros_like(run))
     runs = _argmax_runs(rng, lanes)
     for run in runs:
         ops += ["argmax"] * len(run)
@@ -483,6 +565,10 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
         np.array(_rescale_exact(x, m, s)).reshape(-1, lanes).tolist()
     assert run.outputs[-len(runs):, 0].tolist() == \
         [int(torch.argmax(torch.tensor(r.ravel()))) for r in runs]
+    # qshift against its definition in Python integers (every threshold, both signs)
+    q0 = -len(runs) - len(qruns)
+    assert run.outputs[q0:-len(runs)].tolist() == \
+        [[_qshift_exact(int(np.abs(r).max()))] * lanes for r in qruns]
 
 
 def test_rtl_back_pressure_keeps_results_and_order():

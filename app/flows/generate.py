@@ -48,7 +48,10 @@ top's index register; the prefill's rows by a ``LOAD_IDX`` of each prompt token 
 host writes to external memory, and a ``LOAD_VI`` after it), the
 norms (with ``vector`` a norm runs on the vector engine — its square, ``pow`` with exponent 2, as
 ``mul`` of x by itself; its mean, ``+ eps``, rsqrt, the products), RoPE,
-the attention's online softmax, quantize steps, the GEMMs' int32 -> fp32 scaling,
+the attention's online softmax, quantize steps (with ``vector`` a per-tensor int8 quantize runs
+on the vector engine: ``qshift`` over the tensor, then ``requant`` by 1 and that shift, the scale
+a power of two; channel and block granularities and tensors larger than the vector buffer stay
+here), the GEMMs' int32 -> fp32 scaling,
 routing, the KV append, the argmax.
 With ``vector`` (``--vector``, an ArchSpec with a ``vector_unit``) the ops the vector engine
 implements run in its Q8.8 arithmetic (``sim --vector``'s hook), and with ``rtl`` on the
@@ -317,7 +320,8 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     every step's int8 GEMMs on the accelerator top through ``driver`` (cocotb | fast).
     ``vector`` runs the ops the vector engine implements (exp, rsqrt, SiLU, softplus, softmax,
     add/sub/mul, x ** 2 (a norm's square: ``mul`` of x by itself), sum/mean/max — a norm's mean as
-    ``sum`` then ``rescale`` by 1/n; the scan) in its
+    ``sum`` then ``rescale`` by 1/n; a per-tensor int8 quantize of an activation as ``qshift``
+    then ``requant``, scale ``2**(k-8)``; the scan) in its
     Q8.8 arithmetic, as ``sim --vector`` does
     (:class:`~tilewright.dataflow_sim.vector_offload.VectorUnitOps`), and with ``rtl`` on the
     accelerator top's vector engine (bit-exact, cycles == its cycle model)."""

@@ -20,12 +20,15 @@ What runs where: GEMM arithmetic on the RTL. With ``--vector`` (``--top accel``,
 a ``vector_unit``) the vector ops the accelerator's vector engine implements — exp, rsqrt, SiLU,
 softplus, softmax over the last axis, elementwise add/sub/mul, pow with exponent 2 (``square``: mul
 of x by itself), last-axis sum/mean/max in the vector
-unit's Q8.8 arithmetic (the mean: ``sum`` then ``rescale`` by 1/n), and the SSM ``scan`` on the scan unit (Q0.16 a, Q16.16 b/c/h;
+unit's Q8.8 arithmetic (the mean: ``sum`` then ``rescale`` by 1/n), the per-tensor int8
+quantize of an activation before an int8 GEMM (``qshift``, then ``requant`` by 1 and that shift:
+the scale ``2**(k-8)``), and the SSM ``scan`` on the scan unit (Q0.16 a, Q16.16 b/c/h;
 :mod:`tilewright.dataflow_sim.vector_offload`) — run in that arithmetic: the functional model
 computes them on the bit-exact instruction-level model, the same kernels run as
 LOAD_V/VECTOR/SCAN/STORE_V code on the Verilated top (results bit-exact, cycles equal to the
 cycle model), and the replay answers them with the RTL's results. Everything else — a ``pow``
-with another exponent, routing, the quantize steps — runs on the functional model.
+with another exponent, routing, the quantize steps of channel or block (MX) granularity or of a
+tensor larger than the vector buffer — runs on the functional model.
 """
 
 from __future__ import annotations
