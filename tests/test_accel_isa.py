@@ -443,6 +443,50 @@ def test_controller_issue_stage_delays_each_command_by_one_cycle(fetch_reg, issu
                    (F + 12 + 2 * g, "stop", 1, 0, 4, F + 11 + 2 * g)]
 
 
+@pytest.mark.parametrize("issue_reg", [False, True])
+def test_issue_stage_on_the_vector_engine(issue_reg):
+    """The vector engine's commands through the issue register: LOAD_V issues in 2 (start seen
+    2 + g), the faked DMA busy the 3 cycles after it; VECTOR waits for the DMA (and the vector
+    engine) and issues in 6 + g (start seen 6 + 2g, its fields registered with it); the faked
+    engine is busy the 5 cycles after; SCAN waits for it: issues in 12 + 2g (seen 12 + 3g);
+    END waits for its 2 busy cycles: 15 + 3g. F = 1 fetch cycle, g = 1 with the stage."""
+    from tilewright.rtl.controller import Controller
+    code = [Instr("LOAD_V", {"vaddr": 2, "count": 3, "addr": 7}),
+            Instr("VECTOR", {"vop": 3, "count": 4, "a": 2, "b": 0, "b_inc": 0, "dst": 9,
+                             "seg": 0}),
+            Instr("SCAN", {"count": 1, "ab": 1, "c": 2, "h0": 3, "dst": 4}), Instr("END", {})]
+    dut = Controller(issue_reg=issue_reg)
+    g = int(issue_reg)
+    log = []
+
+    async def bench(ctx):
+        await _write_imem(ctx, dut, assemble(code), base=0)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        dma_until = vec_until = -1
+        for cyc in range(1, 30):
+            ctx.set(dut.dma_busy, cyc <= dma_until)
+            ctx.set(dut.vec_busy, cyc <= vec_until)
+            if ctx.get(dut.dma_start):
+                dma_until = cyc + 3
+                log.append((cyc, "dma", ctx.get(dut.dma_vaddr), ctx.get(dut.dma_count)))
+            if ctx.get(dut.vec_start):
+                vec_until = cyc + 5
+                log.append((cyc, "vec", ctx.get(dut.vec_op), ctx.get(dut.vec_count),
+                            ctx.get(dut.vec_dst)))
+            if ctx.get(dut.scan_start):
+                vec_until = cyc + 2
+                log.append((cyc, "scan", ctx.get(dut.scan_count), ctx.get(dut.scan_dst)))
+            if not ctx.get(dut.busy) and log and log[-1][1] != "stop":
+                log.append((cyc, "stop", ctx.get(dut.retired), ctx.get(dut.cycles)))
+            await ctx.tick()
+
+    _simulate(dut, bench)
+    assert log == [(2 + g, "dma", 2, 3), (6 + 2 * g, "vec", 3, 4, 9), (12 + 3 * g, "scan", 1, 4),
+                   (16 + 3 * g, "stop", 4, 15 + 3 * g)]
+
+
 def test_issue_stage_zero_count_transfer_starts_nothing():
     """With ``issue_reg`` a zero-count LOAD_A issues (F + 1) but its start never leaves the
     register, so the LOAD_B behind it issues the next cycle (F + 2, start seen F + 3); the faked
