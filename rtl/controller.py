@@ -110,6 +110,15 @@ _CLASSES = ("known", *_CLASS_OPS)
 _ZERO_CLASSES = {"known": 1, **{c: int(OPCODES[0] in ops) for c, ops in _CLASS_OPS.items()}}
 
 
+#: the command outputs that are an instruction field as it stands: op -> ((output, field), ...)
+_FIELDS = {"GEMM": (("gemm_m", "m"), ("gemm_k", "k"), ("gemm_n", "n"), ("gemm_a_half", "a_buf"),
+                    ("gemm_b_half", "b_buf"), ("gemm_c_half", "c_buf"),
+                    ("gemm_accumulate", "acc")),
+           "VECTOR": (("vec_op", "vop"),)
+           + tuple((f"vec_{f}", f) for f in ("count", "a", "b", "b_inc", "dst", "seg")),
+           "SCAN": tuple((f"scan_{f}", f) for f in ("count", "ab", "c", "h0", "dst"))}
+
+
 def _field(word, op: str, name: str):
     lo, width = field_slices(op)[name]
     return word[lo:lo + width]
@@ -248,13 +257,7 @@ class Controller(wiring.Component):
         known = Signal()
         m.d.comb += known.eq(cls["known"])
         # decoded outputs (valid while the instruction is current; *_start qualifies them)
-        m.d.comb += [cmd["gemm_m"].eq(_field(ins, "GEMM", "m")),
-                     cmd["gemm_k"].eq(_field(ins, "GEMM", "k")),
-                     cmd["gemm_n"].eq(_field(ins, "GEMM", "n")),
-                     cmd["gemm_a_half"].eq(_field(ins, "GEMM", "a_buf")),
-                     cmd["gemm_b_half"].eq(_field(ins, "GEMM", "b_buf")),
-                     cmd["gemm_c_half"].eq(_field(ins, "GEMM", "c_buf")),
-                     cmd["gemm_accumulate"].eq(_field(ins, "GEMM", "acc"))]
+        m.d.comb += [cmd[out].eq(_field(ins, "GEMM", f)) for out, f in _FIELDS["GEMM"]]
         for op in _DMA_OPS:       # the three DMA ops share their field layout
             assert field_slices(op) == field_slices("LOAD_A"), op
         assert field_slices("STORE_V") == field_slices("LOAD_V")
@@ -277,15 +280,8 @@ class Controller(wiring.Component):
         for op, code in {**_DMA_OPS, **vdma_ops}.items():
             with m.If(is_op[op]):
                 m.d.comb += cmd["dma_op"].eq(code)
-        m.d.comb += [cmd["vec_op"].eq(_field(ins, "VECTOR", "vop")),
-                     cmd["vec_count"].eq(_field(ins, "VECTOR", "count")),
-                     cmd["vec_a"].eq(_field(ins, "VECTOR", "a")),
-                     cmd["vec_b"].eq(_field(ins, "VECTOR", "b")),
-                     cmd["vec_b_inc"].eq(_field(ins, "VECTOR", "b_inc")),
-                     cmd["vec_dst"].eq(_field(ins, "VECTOR", "dst")),
-                     cmd["vec_seg"].eq(_field(ins, "VECTOR", "seg"))]
-        m.d.comb += [cmd[f"scan_{f}"].eq(_field(ins, "SCAN", f))
-                     for f in ("count", "ab", "c", "h0", "dst")]
+        for op in ("VECTOR", "SCAN"):
+            m.d.comb += [cmd[out].eq(_field(ins, op, f)) for out, f in _FIELDS[op]]
         is_dma = cls["dma"]
         sync_ok = ((~_field(ins, "SYNC", "dma")[0] | ~dma_busy)
                    & (~_field(ins, "SYNC", "gemm")[0] | ~gemm_busy)

@@ -397,6 +397,38 @@ def test_controller_fetch_stage_shifts_every_issue_by_its_cycle(fetch_reg):
                    (F + 6, "dma", OP_LOAD_A, 0, 7, 11), (F + 8, "stop", 1, 0, 4, F + 7)]
 
 
+def _run_controller(dut, words, units: dict, *, base: int = 0, cycles: int = 30) -> list:
+    """Run ``words`` from ``base`` on the controller alone, its units faked: ``units`` maps a
+    start port (``"dma_start"``) to (its busy input, the cycles it stays busy after a start it
+    sees, the field ports to log). Returns the log: ``(cycle, unit, *fields)`` per start seen,
+    then ``(cycle, "stop", done, error, retired, cycles)`` when ``busy`` falls (``start``
+    sampled in cycle 0)."""
+    log = []
+
+    async def bench(ctx):
+        await _write_imem(ctx, dut, words, base=base)
+        ctx.set(dut.entry, base)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        until = {busy: -1 for busy, _, _ in units.values()}
+        for cyc in range(1, cycles):
+            for busy, last in until.items():
+                ctx.set(getattr(dut, busy), cyc <= last)
+            for port, (busy, hold, fields) in units.items():
+                if ctx.get(getattr(dut, port)):
+                    until[busy] = cyc + hold
+                    log.append((cyc, port.removesuffix("_start"),
+                                *(ctx.get(getattr(dut, f)) for f in fields)))
+            if not ctx.get(dut.busy) and log and log[-1][1] != "stop":
+                log.append((cyc, "stop", ctx.get(dut.done), ctx.get(dut.error),
+                            ctx.get(dut.retired), ctx.get(dut.cycles)))
+            await ctx.tick()
+
+    _simulate(dut, bench)
+    return log
+
+
 @pytest.mark.parametrize("fetch_reg,issue_reg", [(False, False), (False, True), (True, True)])
 def test_controller_issue_stage_delays_each_command_by_one_cycle(fetch_reg, issue_reg):
     """``issue_reg`` (ArchSpec ``pipeline.issue``): each unit's start pulse and fields leave the
@@ -412,32 +444,11 @@ def test_controller_issue_stage_delays_each_command_by_one_cycle(fetch_reg, issu
                                      "acc": 1}),
                       Instr("LOAD_A", {"buf": 0, "count": 7, "addr": 11}),
                       Instr("END", {})])
-    dut = Controller(fetch_reg=fetch_reg, issue_reg=issue_reg)
     F, g = 1 + int(fetch_reg), int(issue_reg)
-    log = []
-
-    async def bench(ctx):
-        await _write_imem(ctx, dut, words, base=5)
-        ctx.set(dut.entry, 5)
-        ctx.set(dut.start, 1)
-        await ctx.tick()                  # start sampled: cycle 0
-        ctx.set(dut.start, 0)
-        dma_until = -1
-        for cyc in range(1, 30):
-            ctx.set(dut.dma_busy, cyc <= dma_until)
-            if ctx.get(dut.dma_start):
-                dma_until = cyc + 4
-                log.append((cyc, "dma", ctx.get(dut.dma_op), ctx.get(dut.dma_buf),
-                            ctx.get(dut.dma_count), ctx.get(dut.dma_addr)))
-            if ctx.get(dut.gemm_start):
-                log.append((cyc, "gemm", ctx.get(dut.gemm_m), ctx.get(dut.gemm_k),
-                            ctx.get(dut.gemm_n), ctx.get(dut.gemm_accumulate)))
-            if not ctx.get(dut.busy) and log and log[-1][1] != "stop":
-                log.append((cyc, "stop", ctx.get(dut.done), ctx.get(dut.error),
-                            ctx.get(dut.retired), ctx.get(dut.cycles)))
-            await ctx.tick()
-
-    _simulate(dut, bench)
+    log = _run_controller(Controller(fetch_reg=fetch_reg, issue_reg=issue_reg), words, {
+        "dma_start": ("dma_busy", 4, ("dma_op", "dma_buf", "dma_count", "dma_addr")),
+        "gemm_start": ("gemm_busy", 0, ("gemm_m", "gemm_k", "gemm_n", "gemm_accumulate"))},
+        base=5)
     assert log == [(F + 1 + g, "dma", OP_LOAD_B, 1, 5, 9), (F + 2 + g, "gemm", 2, 3, 4, 1),
                    (F + 6 + 2 * g, "dma", OP_LOAD_A, 0, 7, 11),
                    (F + 12 + 2 * g, "stop", 1, 0, 4, F + 11 + 2 * g)]
@@ -455,36 +466,13 @@ def test_issue_stage_on_the_vector_engine(issue_reg):
             Instr("VECTOR", {"vop": 3, "count": 4, "a": 2, "b": 0, "b_inc": 0, "dst": 9,
                              "seg": 0}),
             Instr("SCAN", {"count": 1, "ab": 1, "c": 2, "h0": 3, "dst": 4}), Instr("END", {})]
-    dut = Controller(issue_reg=issue_reg)
     g = int(issue_reg)
-    log = []
-
-    async def bench(ctx):
-        await _write_imem(ctx, dut, assemble(code), base=0)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        dma_until = vec_until = -1
-        for cyc in range(1, 30):
-            ctx.set(dut.dma_busy, cyc <= dma_until)
-            ctx.set(dut.vec_busy, cyc <= vec_until)
-            if ctx.get(dut.dma_start):
-                dma_until = cyc + 3
-                log.append((cyc, "dma", ctx.get(dut.dma_vaddr), ctx.get(dut.dma_count)))
-            if ctx.get(dut.vec_start):
-                vec_until = cyc + 5
-                log.append((cyc, "vec", ctx.get(dut.vec_op), ctx.get(dut.vec_count),
-                            ctx.get(dut.vec_dst)))
-            if ctx.get(dut.scan_start):
-                vec_until = cyc + 2
-                log.append((cyc, "scan", ctx.get(dut.scan_count), ctx.get(dut.scan_dst)))
-            if not ctx.get(dut.busy) and log and log[-1][1] != "stop":
-                log.append((cyc, "stop", ctx.get(dut.retired), ctx.get(dut.cycles)))
-            await ctx.tick()
-
-    _simulate(dut, bench)
+    log = _run_controller(Controller(issue_reg=issue_reg), assemble(code), {
+        "dma_start": ("dma_busy", 3, ("dma_vaddr", "dma_count")),
+        "vec_start": ("vec_busy", 5, ("vec_op", "vec_count", "vec_dst")),
+        "scan_start": ("vec_busy", 2, ("scan_count", "scan_dst"))})
     assert log == [(2 + g, "dma", 2, 3), (6 + 2 * g, "vec", 3, 4, 9), (12 + 3 * g, "scan", 1, 4),
-                   (16 + 3 * g, "stop", 4, 15 + 3 * g)]
+                   (16 + 3 * g, "stop", 1, 0, 4, 15 + 3 * g)]
 
 
 def test_issue_stage_zero_count_transfer_starts_nothing():
@@ -496,27 +484,10 @@ def test_issue_stage_zero_count_transfer_starts_nothing():
     from tilewright.rtl.dma import OP_LOAD_B
     code = [Instr("LOAD_A", {"buf": 0, "count": 0, "addr": 4}),
             Instr("LOAD_B", {"buf": 1, "count": 5, "addr": 9}), Instr("END", {})]
-    dut = Controller(fetch_reg=True, issue_reg=True)
     F = 2
-    log = []
-
-    async def bench(ctx):
-        await _write_imem(ctx, dut, assemble(code), base=0)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        dma_until = -1
-        for cyc in range(1, 20):
-            ctx.set(dut.dma_busy, cyc <= dma_until)
-            if ctx.get(dut.dma_start):
-                dma_until = cyc + 4
-                log.append((cyc, "dma", ctx.get(dut.dma_op), ctx.get(dut.dma_count)))
-            if not ctx.get(dut.busy) and log and log[-1][1] != "stop":
-                log.append((cyc, "stop", ctx.get(dut.retired), ctx.get(dut.cycles)))
-            await ctx.tick()
-
-    _simulate(dut, bench)
-    assert log == [(F + 3, "dma", OP_LOAD_B, 5), (F + 9, "stop", 3, F + 8)]
+    log = _run_controller(Controller(fetch_reg=True, issue_reg=True), assemble(code),
+                          {"dma_start": ("dma_busy", 4, ("dma_op", "dma_count"))}, cycles=20)
+    assert log == [(F + 3, "dma", OP_LOAD_B, 5), (F + 9, "stop", 1, 0, 3, F + 8)]
     from tilewright.compiler.codegen import IsaProgram, Segment
     d = _arch(bw=1.0, lat=20.0).model_dump(mode="json")
     for stage, lag in ((False, 0), (True, 1)):

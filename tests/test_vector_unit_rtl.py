@@ -521,18 +521,13 @@ def test_rtl_bit_exact_exhaustive_unary_and_random_binary():
     last += [False] * (2 * len(x))
     rows_a += [x, x]
     rows_b += [m, m]
-    qruns = _qshift_runs(rng, lanes)
-    for run in qruns:
-        ops += ["qshift"] * len(run)
-        last += [False] * (len(run) - 1) + [True]
-        rows_a.append(run)
-        rows_b.append(np.zeros_like(run))
-    runs = _argmax_runs(rng, lanes)
-    for run in runs:
-        ops += ["argmax"] * len(run)
-        last += [False] * (len(run) - 1) + [True]
-        rows_a.append(run)
-        rows_b.append(np.zeros_like(run))
+    qruns, runs = _qshift_runs(rng, lanes), _argmax_runs(rng, lanes)
+    for op, op_runs in (("qshift", qruns), ("argmax", runs)):    # reductions: one result each
+        for run in op_runs:
+            ops += [op] * len(run)
+            last += [False] * (len(run) - 1) + [True]
+            rows_a.append(run)
+            rows_b.append(np.zeros_like(run))
     a, b = np.concatenate(rows_a), np.concatenate(rows_b)
     sh = np.zeros_like(a)
     sh[n_q88:n_q88 + len(x)] = s
