@@ -5,7 +5,7 @@ Reads only the compiler's ISA (:mod:`tilewright.compiler.codegen`), the GEMM clo
 cycles ``busy`` is high for one run of a segment (start at its entry, until END), under the timing
 contract stated in the docstring of :mod:`tilewright.rtl.accel_top`:
 
-* the controller needs one fetch cycle after ``start`` (two with the ArchSpec's
+* the controller needs one fetch cycle after ``start`` (three with the ArchSpec's
   ``tensor_engine.pipeline.fetch``); instruction ``i`` issues in cycle
   ``c_i = max(c_{i-1} + 1, ready_i)`` (``c_{-1}`` = the last fetch cycle);
 * ``ready``: LOAD/STORE — the DMA is idle; GEMM — the core is idle; LOAD_V/LOAD_VI/STORE_V/

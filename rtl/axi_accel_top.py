@@ -256,17 +256,11 @@ class AxiMasterBridge(wiring.Component):
             "axi": Out(AxiSignature(addr_width=ADDR_BITS + self._shift, data_width=W)),
         })
 
-    def _burst_beats(self, m, to_page, left, name):
-        """Beats of the next burst, min(left, 256, ``to_page``: beats to the 4 KiB boundary),
-        as (``lim`` = min(256, to_page), ``more``: left > lim, so this is not the last burst
-        and it has ``lim`` beats; else ``left``). ``more`` compares the high bits of ``left``
-        with zero beside a 9-bit compare, not along a 32-bit carry chain."""
-        lim = Signal(range(MAX_BURST_BEATS + 1), name=f"{name}_lim")
-        more = Signal(name=f"{name}_more")
-        lo = (MAX_BURST_BEATS).bit_length()              # bits of a burst's beat count
-        m.d.comb += lim.eq(Mux(to_page < MAX_BURST_BEATS, to_page, MAX_BURST_BEATS))
-        m.d.comb += more.eq((left[lo:] != 0) | (left[:lo] > lim))
-        return lim, more
+    @staticmethod
+    def _burst_limit(to_page):
+        """min(256, ``to_page``): the beats a burst from here may have (``to_page``: beats to
+        the 4 KiB boundary)."""
+        return Mux(to_page < MAX_BURST_BEATS, to_page, MAX_BURST_BEATS)
 
     def _beats_to_page(self, byte_addr):
         """Beats from ``byte_addr`` to the next 4 KiB boundary."""
@@ -287,20 +281,27 @@ class AxiMasterBridge(wiring.Component):
             addr = Signal(abits, name=f"{ch}_next_addr")
             left = Signal(32, name=f"{ch}_left")
             # beats from addr to the 4 KiB boundary, kept with addr (not derived from it in
-            # the cycle the burst issues: that subtract led the ECP5 critical path)
+            # the cycle the burst issues: that subtract led the ECP5 critical path), and
+            # lim = min(256, to_page) kept with it (the compare led it next, into AxLEN)
             to_page = Signal(range(PAGE_BYTES // w + 1), name=f"{ch}_to_page")
-            lim, more = self._burst_beats(m, to_page, left, ch)
+            lim = Signal(range(MAX_BURST_BEATS + 1), name=f"{ch}_lim")
+            # more bursts follow: left > lim, from a 9-bit compare and the high bits' OR (not
+            # a 32-bit carry chain); this burst then has lim beats, else left
+            more = Signal(name=f"{ch}_more")
+            lo = MAX_BURST_BEATS.bit_length()               # bits of a burst's beat count
+            m.d.comb += more.eq((left[lo:] != 0) | (left[:lo] > lim))
             valid, ready = getattr(axi, f"{ch}valid"), getattr(axi, f"{ch}ready")
             m.d.comb += [valid.eq(active), getattr(axi, f"{ch}addr").eq(addr),
                          getattr(axi, f"{ch}len").eq(Mux(more, lim, left[:len(lim)]) - 1)]
             # the next state of both cases computed side by side, chosen by `more` (a burst
             # of lim beats with more to come; or the last burst, after which they are unused)
             with m.If(valid & ready):
+                next_page = Mux(lim == to_page, PAGE_BYTES // w, to_page - lim)
                 m.d.sync += [addr.eq(addr + (lim << shift)), left.eq(left - lim),
-                             to_page.eq(Mux(lim == to_page, PAGE_BYTES // w, to_page - lim))]
+                             to_page.eq(next_page), lim.eq(self._burst_limit(next_page))]
                 with m.If(~more):
                     m.d.sync += active.eq(0)
-            issuers[ch] = (active, addr, left, to_page)
+            issuers[ch] = (active, addr, left, to_page, lim)
         m.d.comb += self.mem_req_ready.eq(~issuers["ar"][0] & ~issuers["aw"][0])
 
         # write-data side: wlast by the same burst rule
@@ -320,14 +321,14 @@ class AxiMasterBridge(wiring.Component):
             byte_addr = Cat(Const(0, shift), self.mem_req_addr) if shift else self.mem_req_addr
             first = self._beats_to_page(byte_addr)
             with m.If(self.mem_req_write):
-                active, addr, left, to_page = issuers["aw"]
+                active, addr, left, to_page, lim = issuers["aw"]
                 m.d.sync += [active.eq(1), addr.eq(byte_addr), left.eq(self.mem_req_len),
-                             to_page.eq(first),
+                             to_page.eq(first), lim.eq(self._burst_limit(first)),
                              w_addr.eq(byte_addr), w_left.eq(self.mem_req_len), w_idx.eq(0)]
             with m.Else():
-                active, addr, left, to_page = issuers["ar"]
+                active, addr, left, to_page, lim = issuers["ar"]
                 m.d.sync += [active.eq(1), addr.eq(byte_addr), left.eq(self.mem_req_len),
-                             to_page.eq(first)]
+                             to_page.eq(first), lim.eq(self._burst_limit(first))]
 
         # read data pass-through
         m.d.comb += [self.mem_rd_valid.eq(axi.rvalid), self.mem_rd_data.eq(axi.rdata),

@@ -19,11 +19,15 @@ Timing contract
     unit's ``*_start`` for that one cycle with the decoded fields; the next instruction is read in
     the same cycle (read latency 1), so back-to-back issue costs one cycle per instruction.
 
-    With ``fetch_reg`` (ArchSpec ``tensor_engine.pipeline.fetch``) the instruction passes a
-    register after the memory read (on ECP5 the block RAM's output register), and the memory
-    reads ahead: two fetch cycles after ``start`` instead of one, then the same issue rule (the
-    next instruction already waits in the register; the pipeline moves only in issuing
-    cycles). The decode no longer starts at the RAM's 5.83 ns clock-to-out (docs/fpga.md).
+    With ``fetch_reg`` (ArchSpec ``tensor_engine.pipeline.fetch``) the memory reads ahead into
+    a prefetch buffer of :data:`PREFETCH_WORDS` registers, and the issue test reads the oldest
+    word from there: three fetch cycles after ``start`` instead of one (the first word is read,
+    leaves the memory's output register, enters the buffer), then the same issue rule (the next
+    instruction always waits in the buffer). The memory's read enable is decided
+    from the buffer's registers alone (a word is read when the buffer will have room for it),
+    so neither the decode nor the issue decision touches the block RAM: on ECP5 the RAM's
+    clock-to-out and its routing begin no path through the issue test and its read enable ends
+    none (docs/fpga.md).
     The memory also keeps each word's issue classes (:data:`_CLASSES`) beside it, decoded as the
     word is written, so the issue test starts at the output register; for that the host's write
     passes a register: a word written in cycle ``t`` is in the memory from ``t + 2``, and
@@ -92,6 +96,8 @@ from tilewright.rtl.dma import (ADDR_BITS, COUNT_BITS, OP_LOAD_A, OP_LOAD_B, OP_
 __all__ = ["Controller", "PC_BITS"]
 
 PC_BITS = (IMEM_WORDS - 1).bit_length()
+#: the words the prefetch buffer of ``pipeline.fetch`` holds (:meth:`Controller._prefetch`)
+PREFETCH_WORDS = 4
 _DMA_OPS = {"LOAD_A": OP_LOAD_A, "LOAD_B": OP_LOAD_B, "STORE": OP_STORE}
 _VDMA_OPS = {"LOAD_V": OP_LOAD_V, "STORE_V": OP_STORE_V}
 _SCALE_BITS = field_slices("SCALE")["value"][1]     #: an fp32 pattern
@@ -205,8 +211,9 @@ class Controller(wiring.Component):
         classes = tuple(c for c in _CLASSES if self._scales or c != "scale")
         bits = WORD_BITS + (len(classes) if self._fetch_reg else 0)    # + the classes
         if self._fetch_reg and family_of(platform) == "ecp5":
-            # the block RAMs' output register is the fetch register (module docstring)
-            wr, (rd,) = ecp5_ram(m, "imem", bits, IMEM_WORDS, (True,))
+            # the read through the RAM's output register, loaded every cycle (a word is out two
+            # cycles after its read), into the prefetch buffer
+            wr, (rd,) = ecp5_ram(m, "imem", bits, IMEM_WORDS, (True,), out_always=True)
         else:
             m.submodules.imem = imem = memory.Memory(shape=unsigned(bits),
                                                      depth=IMEM_WORDS, init=[],
@@ -230,15 +237,9 @@ class Controller(wiring.Component):
         with m.If(busy):
             m.d.sync += cycles.eq(cycles + 1)
 
-        if self._fetch_reg:       # the fetch register, moved only by `advance`
-            advance = Signal()
-            if getattr(rd, "registered", False):
-                word = rd.data
-            else:
-                word = Signal(bits, name="ins_q")
-                with m.If(advance):
-                    m.d.sync += word.eq(rd.data)
-            m.d.comb += rd.en.eq(advance)
+        if self._fetch_reg:       # the prefetch buffer (module docstring)
+            pop = Signal()
+            word, fetching, restart = self._prefetch(m, rd, bits, busy, pop, self.entry)
             # the instruction's classes, decoded as it is written, travel in the memory's
             # spare bits (a DP16KD word of 72 bits holds 64 + 8): the issue test starts at a
             # register, not at the opcode's decode (the ECP5 top's critical path)
@@ -303,31 +304,25 @@ class Controller(wiring.Component):
 
         # states: idle (~busy), fetch (busy & fetch), exec (busy & ~fetch); an if-chain, since
         # Amaranth's FSM emits case statements without a default that Verilator's lint flags
-        if self._fetch_reg:       # two fetch cycles; the memory reads fpc (the current + 2)
-            fetch, fpc = Signal(2), Signal(PC_BITS, name="fetch_pc")
-            m.d.comb += rd.addr.eq(fpc)
-            fetching = fetch != 0
-        else:
-            fetch = Signal()
-            fetching = fetch
+        if not self._fetch_reg:   # one fetch cycle; the memory reads pc (pc + 1 when issuing)
+            fetching = Signal()
             m.d.comb += rd.addr.eq(pc)
         with m.If(~busy):
             with m.If(self.start):
-                m.d.sync += [pc.eq(self.entry), busy.eq(1), fetch.eq(1 + int(self._fetch_reg)),
-                             done.eq(0), error.eq(0), cycles.eq(0), retired.eq(0)]
+                m.d.sync += [pc.eq(self.entry), busy.eq(1), done.eq(0), error.eq(0),
+                             cycles.eq(0), retired.eq(0)]
                 if self._fetch_reg:
-                    m.d.sync += fpc.eq(self.entry)
+                    m.d.comb += restart.eq(1)
+                else:
+                    m.d.sync += fetching.eq(1)
         with m.Elif(fetching):
-            m.d.sync += fetch.eq(fetch - 1 if self._fetch_reg else 0)
-            if self._fetch_reg:
-                m.d.sync += fpc.eq(fpc + 1)
-                m.d.comb += advance.eq(1)
+            if not self._fetch_reg:
+                m.d.sync += fetching.eq(0)
         with m.Elif(~known):
             m.d.sync += [busy.eq(0), done.eq(1), error.eq(1)]
         with m.Elif(ready):
             if self._fetch_reg:
-                m.d.comb += advance.eq(1)
-                m.d.sync += fpc.eq(fpc + 1)
+                m.d.comb += pop.eq(1)
             else:
                 m.d.comb += rd.addr.eq(pc + 1)
             # through the issue register a zero-count transfer starts nothing (the DMA relies
@@ -357,6 +352,53 @@ class Controller(wiring.Component):
             with m.Elif(self.idx_wr_en):
                 m.d.sync += idx.eq(self.idx_wr_data)
         return m
+
+    @staticmethod
+    def _prefetch(m: Module, rd, bits: int, busy, pop, entry):
+        """The instruction memory's read-ahead into a buffer of :data:`PREFETCH_WORDS` registers
+        (``pipeline.fetch``; module docstring). The memory reads the next word whenever the
+        buffer will have room for it — a decision from registers only, so the issue test never
+        reaches the memory's read enable — and the issue test reads the oldest word, from a
+        register. A read's word leaves the memory two cycles after it (on ECP5 through the
+        block RAM's output register, elsewhere through a register after the read) and is in
+        the buffer from the cycle after: four words keep one issue per cycle. Returns (the
+        oldest word, its not-yet-valid flag, the restart strobe that empties the buffer and
+        reads from ``entry`` on, driven at ``start``)."""
+        if getattr(rd, "registered", False):
+            out = rd.data
+        else:
+            out = Signal(bits, name="imem_out_q")
+            m.d.sync += out.eq(rd.data)
+        slots = [Signal(bits, name=f"prefetch{i}") for i in range(PREFETCH_WORDS)]
+        head = Signal(range(PREFETCH_WORDS), name="prefetch_head")
+        tail = Signal(range(PREFETCH_WORDS), name="prefetch_tail")
+        held = Signal(range(PREFETCH_WORDS + 1), name="prefetch_held")
+        # the reads of the last two cycles: bit 1's word is on `out` now
+        reads = Signal(2, name="prefetch_reads")
+        fpc, restart = Signal(PC_BITS, name="fetch_pc"), Signal()
+        room = held + reads[0] + reads[1] < PREFETCH_WORDS
+        m.d.comb += [rd.addr.eq(fpc), rd.en.eq(busy & room)]
+
+        def step(ptr):
+            return Mux(ptr == PREFETCH_WORDS - 1, 0, ptr + 1)
+        m.d.sync += [reads.eq(Cat(rd.en, reads[0])), held.eq(held + reads[1] - pop)]
+        with m.If(rd.en):
+            m.d.sync += fpc.eq(fpc + 1)
+        with m.If(reads[1]):
+            m.d.sync += tail.eq(step(tail))
+            for i, slot in enumerate(slots):
+                with m.If(tail == i):
+                    m.d.sync += slot.eq(out)
+        with m.If(pop):
+            m.d.sync += head.eq(step(head))
+        with m.If(restart):       # after the lines above: a new run's buffer starts empty
+            m.d.sync += [held.eq(0), head.eq(0), tail.eq(0), reads.eq(0), fpc.eq(entry)]
+        word = Signal(bits, name="ins_q")
+        m.d.comb += word.eq(slots[0])
+        for i in range(1, PREFETCH_WORDS):
+            with m.If(head == i):
+                m.d.comb += word.eq(slots[i])
+        return word, held == 0, restart
 
     def _is_op(self, word) -> dict:
         """``{op: word's opcode is op}`` for the ops this controller decodes."""

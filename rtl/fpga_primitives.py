@@ -201,10 +201,14 @@ def ecp5_ram_width(depth: int) -> int | None:
     return max(fits) if fits else None
 
 
-def ecp5_ram(m: Module, name: str, width: int, depth: int, reads: tuple[bool, ...]):
+def ecp5_ram(m: Module, name: str, width: int, depth: int, reads: tuple[bool, ...], *,
+             out_always: bool = False):
     """A ``width``-bit x ``depth``-word memory of DP16KD tiles with one write port and one read
     port per entry of ``reads`` (True: through the RAM's output register, data two cycles after
-    the address; False: one cycle). Each read port has its own copy of the tiles (port A writes,
+    the address; False: one cycle). A read port's enable holds both RAM registers; with
+    ``out_always`` the output register loads every cycle instead (OCE high), so a read's word
+    is out two cycles after its enable whatever the enable does in between (a read pipeline
+    whose enable only starts reads). Each read port has its own copy of the tiles (port A writes,
     port B reads); a read that meets a write to its word in one cycle is undefined (the caller
     never does one). Returns (write port, [read ports]) as :class:`RamPort`. ValueError when
     ``depth`` needs more than one RAM deep (:func:`ecp5_ram_width`)."""
@@ -238,7 +242,8 @@ def ecp5_ram(m: Module, name: str, width: int, depth: int, reads: tuple[bool, ..
                 p_GSR="DISABLED",
                 i_CLKA=ClockSignal("sync"), i_CEA=1, i_OCEA=1, i_WEA=w.en, i_RSTA=0,
                 i_CSA0=0, i_CSA1=0, i_CSA2=0,
-                i_CLKB=ClockSignal("sync"), i_CEB=r.en, i_OCEB=r.en, i_WEB=0, i_RSTB=0,
+                i_CLKB=ClockSignal("sync"), i_CEB=r.en, i_OCEB=1 if out_always else r.en,
+                i_WEB=0, i_RSTB=0,
                 i_CSB0=0, i_CSB1=0, i_CSB2=0, **ports)
             m.d.comb += r.data[lo:hi].eq(do[:hi - lo])
     return w, rs

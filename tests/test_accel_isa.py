@@ -260,12 +260,12 @@ def test_cycle_model_single_tile_by_hand():
 
 
 def test_cycle_model_fetch_and_host_read_by_hand():
-    """The same tile with ``pipeline.fetch`` (two fetch cycles: every issue one cycle later)
+    """The same tile with ``pipeline.fetch`` (three fetch cycles: every issue two cycles later)
     and ``host_read`` (the STORE reads word 0 before its request: ``st`` = 2 + 8 words), each
     alone and together, counted by hand from the counts above."""
     base, isa, h = single_tile_by_hand()
-    for stages, shift, st in (({"fetch": True}, 1, h["st"]), ({"host_read": True}, 0, h["st"] + 1),
-                              ({"fetch": True, "host_read": True}, 1, h["st"] + 1)):
+    for stages, shift, st in (({"fetch": True}, 2, h["st"]), ({"host_read": True}, 0, h["st"] + 1),
+                              ({"fetch": True, "host_read": True}, 2, h["st"] + 1)):
         d = base.model_dump(mode="json")
         d["tensor_engine"]["pipeline"] = stages
         arch = ArchSpec.from_dict(d)
@@ -308,7 +308,7 @@ def test_cycle_model_overlap_is_less_than_serial():
 @pytest.mark.parametrize("last", ["bad", "unwritten"])
 def test_controller_issues_stalls_and_stops_on_a_bad_opcode(fetch_reg, last):
     """The controller alone, its units faked: every issue cycle and decoded field against the
-    timing contract (one fetch cycle — two with ``fetch_reg`` —, one cycle per instruction,
+    timing contract (one fetch cycle — three with ``fetch_reg`` —, one cycle per instruction,
     stall while a unit is busy) and an unknown opcode stopping with ``error`` and ``pc`` at the
     bad word; a word never written reads as zero, the opcode-0 END (with ``fetch_reg`` too, whose
     memory keeps each word's issue classes beside it)."""
@@ -321,7 +321,7 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode(fetch_reg, last):
     if last == "bad":
         words.append(0xF)
     dut = Controller(fetch_reg=fetch_reg)
-    f = int(fetch_reg)
+    f = 2 * int(fetch_reg)
     log = []
 
     async def bench(ctx):
@@ -347,7 +347,7 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode(fetch_reg, last):
             await ctx.tick()
 
     _simulate(dut, bench)
-    # fetch in cycle 1 (1..2 with fetch_reg: f = 1); LOAD_B ready from cycle 5 + f (stalled);
+    # fetch in cycle 1 (1..3 with fetch_reg: f = 2); LOAD_B ready from cycle 5 + f (stalled);
     # GEMM 6 + f; SYNC 7 + f; the bad word seen in 8 + f -> stops: busy low from 9 + f, cycles =
     # 8 + f, 3 retired, pc at the bad word; END (unwritten) issues in 8 + f: 4 retired, pc on it
     bad = last == "bad"
@@ -357,8 +357,8 @@ def test_controller_issues_stalls_and_stops_on_a_bad_opcode(fetch_reg, last):
 
 @pytest.mark.parametrize("fetch_reg", [False, True])
 def test_controller_fetch_stage_shifts_every_issue_by_its_cycle(fetch_reg):
-    """``fetch_reg`` (ArchSpec ``pipeline.fetch``): the instruction passes a register after the
-    memory read and the memory reads ahead. By hand, with F = 1 fetch cycle (2 with the stage):
+    """``fetch_reg`` (ArchSpec ``pipeline.fetch``): the memory reads ahead into the prefetch
+    buffer. By hand, with F = 1 fetch cycle (3 with the stage):
     LOAD_B issues in F + 1; the faked DMA is busy F + 2 .. F + 5 (D = 4); GEMM issues in F + 2
     (back to back, its fields decoded from the prefetched word); LOAD_A waits for the DMA and
     issues in F + 6; END in F + 7; ``busy`` high 1 .. F + 7."""
@@ -370,7 +370,7 @@ def test_controller_fetch_stage_shifts_every_issue_by_its_cycle(fetch_reg):
                       Instr("LOAD_A", {"buf": 0, "count": 7, "addr": 11}),
                       Instr("END", {})])
     dut = Controller(fetch_reg=fetch_reg)
-    F = 2 if fetch_reg else 1
+    F = 3 if fetch_reg else 1
     log = []
 
     async def bench(ctx):
@@ -395,6 +395,81 @@ def test_controller_fetch_stage_shifts_every_issue_by_its_cycle(fetch_reg):
     _simulate(dut, bench)
     assert log == [(F + 1, "dma", OP_LOAD_B, 1, 5, 9), (F + 2, "gemm", 2, 3, 4, 1),
                    (F + 6, "dma", OP_LOAD_A, 0, 7, 11), (F + 8, "stop", 1, 0, 4, F + 7)]
+
+
+def _contract_issues(program, holds, fetch: int) -> list:
+    """The timing contract by hand (module docstring of ``rtl/controller.py``), for LOAD_A /
+    GEMM / END programs on units faked busy ``hold`` cycles after their start: instruction ``i``
+    issues in the first cycle ``c >= c_{i-1} + 1`` (``c_{-1}`` = the last fetch cycle) in which
+    its unit is idle (END: both). Returns [(cycle, unit)] with ("end", cycle) last."""
+    until = {"dma": -1, "gemm": -1}
+    c, out = fetch, []
+    for unit, hold in zip(program, holds):
+        c += 1
+        units = ("dma", "gemm") if unit == "end" else (unit,)
+        while any(c <= until[u] for u in units):
+            c += 1
+        out.append((c, unit))
+        if unit != "end":
+            until[unit] = c + hold
+    return out
+
+
+def test_controller_prefetch_buffer_keeps_the_contract_through_stalls_and_restarts():
+    """``fetch_reg``'s prefetch buffer (four words read ahead, the memory's read enable from
+    registers only): 60 LOAD_A/GEMM instructions with random unit busy times (0..6 cycles:
+    back-to-back issue, short stalls and stalls long enough to fill the buffer), then END; three
+    more runs of other lengths each start the cycle after the last one's ``busy`` falls, from
+    another entry, while a word read past its END is still arriving and the buffer's pointers
+    stand elsewhere. Every issue cycle and field equals the contract's
+    (:func:`_contract_issues`, three fetch cycles) in every run."""
+    import random
+    from tilewright.rtl.controller import Controller
+    rng = random.Random(7)
+    runs = []
+    for base, n in ((0, 60), (100, 25), (200, 13), (300, 7)):
+        program = [rng.choice(("dma", "gemm")) for _ in range(n)] + ["end"]
+        holds = [rng.choice((0, 0, 1, 2, 3, 6)) for _ in program]
+        holds[-6:] = [0] * 6       # back-to-back into END: words still in flight at the restart
+        code = [Instr("LOAD_A", {"buf": 0, "count": i + 1, "addr": i}) if u == "dma" else
+                Instr("GEMM", {"m": i + 1, "k": 1, "n": 1, "a_buf": 0, "b_buf": 0, "c_buf": 0,
+                               "acc": 0}) if u == "gemm" else Instr("END", {})
+                for i, u in enumerate(program)]
+        runs.append((base, program, holds, assemble(code)))
+    dut = Controller(fetch_reg=True)
+    logs = [[] for _ in runs]
+
+    async def bench(ctx):
+        for base, _, _, words in runs:
+            await _write_imem(ctx, dut, words, base=base)
+        await ctx.tick()
+        for r, (base, program, holds, _) in enumerate(runs):
+            ctx.set(dut.entry, base)
+            ctx.set(dut.start, 1)
+            await ctx.tick()              # start sampled: this run's cycle 0
+            ctx.set(dut.start, 0)
+            until, k = {"dma_busy": -1, "gemm_busy": -1}, 0
+            for cyc in range(1, 600):
+                for busy, last in until.items():
+                    ctx.set(getattr(dut, busy), cyc <= last)
+                for port, busy, field in (("dma_start", "dma_busy", "dma_count"),
+                                          ("gemm_start", "gemm_busy", "gemm_m")):
+                    if ctx.get(getattr(dut, port)):
+                        until[busy] = cyc + holds[k]
+                        logs[r].append((cyc, port.split("_")[0], ctx.get(getattr(dut, field))))
+                        k += 1
+                if not ctx.get(dut.busy):
+                    logs[r].append((cyc - 1, "end", ctx.get(dut.retired)))
+                    break
+                await ctx.tick()
+            ctx.set(dut.dma_busy, 0)
+            ctx.set(dut.gemm_busy, 0)
+
+    _simulate(dut, bench)
+    for (base, program, holds, _), log in zip(runs, logs):
+        want = [(c, u, i + 1) for i, (c, u) in enumerate(_contract_issues(program, holds, 3))]
+        want[-1] = (want[-1][0], "end", len(program))
+        assert log == want
 
 
 def _run_controller(dut, words, units: dict, *, base: int = 0, cycles: int = 30) -> list:
@@ -444,7 +519,7 @@ def test_controller_issue_stage_delays_each_command_by_one_cycle(fetch_reg, issu
                                      "acc": 1}),
                       Instr("LOAD_A", {"buf": 0, "count": 7, "addr": 11}),
                       Instr("END", {})])
-    F, g = 1 + int(fetch_reg), int(issue_reg)
+    F, g = 1 + 2 * int(fetch_reg), int(issue_reg)
     log = _run_controller(Controller(fetch_reg=fetch_reg, issue_reg=issue_reg), words, {
         "dma_start": ("dma_busy", 4, ("dma_op", "dma_buf", "dma_count", "dma_addr")),
         "gemm_start": ("gemm_busy", 0, ("gemm_m", "gemm_k", "gemm_n", "gemm_accumulate"))},
@@ -484,7 +559,7 @@ def test_issue_stage_zero_count_transfer_starts_nothing():
     from tilewright.rtl.dma import OP_LOAD_B
     code = [Instr("LOAD_A", {"buf": 0, "count": 0, "addr": 4}),
             Instr("LOAD_B", {"buf": 1, "count": 5, "addr": 9}), Instr("END", {})]
-    F = 2
+    F = 3
     log = _run_controller(Controller(fetch_reg=True, issue_reg=True), assemble(code),
                           {"dma_start": ("dma_busy", 4, ("dma_op", "dma_count"))}, cycles=20)
     assert log == [(F + 3, "dma", OP_LOAD_B, 5), (F + 9, "stop", 1, 0, 3, F + 8)]

@@ -258,6 +258,7 @@ def test_ecp5_accelerator_bit_and_cycle_exact(tmp_path, _tool_check, _cache_dir)
     from tilewright.cosim.suites import gemm_suite
     from tilewright.dataflow_sim.accel_timing import predict_segment
     from tilewright.rtl.accel_top import ACCEL_TOP_NAME
+    from tilewright.rtl.controller import PREFETCH_WORDS
     base = accel_arch("ws", 1.0, 20.0).model_dump(mode="json")
     base["tensor_engine"]["pipeline"] = {**_ALL, "fetch": True, "issue": True}
     arch = ArchSpec.from_dict({**base, "name": "accel-ws4x4-ecp5"})
@@ -267,10 +268,16 @@ def test_ecp5_accelerator_bit_and_cycle_exact(tmp_path, _tool_check, _cache_dir)
     tiles = {name: regmode for regmode, name in re.findall(
         r'^\s*DP16KD #\([^;]*?\.REGMODE_B\("(\w+)"\)[^;]*?\)\s*\\?(\w+)\s*\(', text, re.M)}
     # the instruction memory, A, B, the accumulator's engine read (r0) and host read (r1): every
-    # tile reads through its output register
+    # tile reads through its output register; the instruction memory's loads every cycle
+    # (OCEB high), feeding the controller's prefetch buffer (registers in the fabric)
     assert {t.split("_r")[0] + "_r" + t.split("_r")[1][0] for t in tiles} == {
         "imem_r0", "mem_a_r0", "mem_b_r0", "mem_acc_r0", "mem_acc_r1"}
     assert set(tiles.values()) == {"OUTREG"}
+    ports = {p: dict(re.findall(rf"\\?(imem_r0_t\d+)\s*\([^;]*?\.{p}\(([^)]*)\)", text,
+                                re.S)) for p in ("CEB", "OCEB")}
+    assert len(ports["OCEB"]) == 4 and set(ports["OCEB"].values()) == {"1'h1"}
+    assert ports["CEB"].keys() == ports["OCEB"].keys() and "1'h1" not in ports["CEB"].values()
+    assert len(re.findall(r"reg \[\d+:0\] \\?prefetch\d\b", text)) == PREFETCH_WORDS
     assert len(re.findall(r"^\s*MULT18X18D #\(", text, re.M)) == 16
     prog, inputs = gemm_suite(arch, SHAPES, seed=7)
     run = cosim.run(top, prog, arch, inputs=inputs)

@@ -86,10 +86,10 @@ class PipelineSpec(_Frozen):
                             "period 2R + C - 2 must be at least 1 + acc_read + acc_write; on "
                             "ECP5 with acc_read too, the accumulator reads through its block "
                             "RAMs' output registers)")
-    fetch: bool = Field(False, description="a register after the accelerator controller's "
-                        "instruction-memory read (on ECP5 the block RAM's output register), "
-                        "the next instructions prefetched: no GEMM cycle, +1 cycle per "
-                        "accelerator run (two fetch cycles after start)")
+    fetch: bool = Field(False, description="the accelerator controller's instruction memory "
+                        "reads ahead into a prefetch buffer of 3 registers, which the decode "
+                        "reads (the memory's read enable from registers only): no GEMM cycle, "
+                        "+2 cycles per accelerator run (three fetch cycles after start)")
     host_read: bool = Field(False, description="a register after the host's accumulator read "
                             "(on ECP5 the block RAMs' output registers): the core's "
                             "acc_rd_data two cycles after the address, advanced by a new "
@@ -118,8 +118,9 @@ class PipelineSpec(_Frozen):
     @property
     def fetch_cycles(self) -> int:
         """Cycles the accelerator's controller fetches after ``start`` before its first issue
-        (cycles): 1, or 2 with ``fetch``."""
-        return 1 + int(self.fetch)
+        (cycles): 1, or 3 with ``fetch`` (its first word read in the first, out of the RAM's
+        output register in the second, in the prefetch buffer in the third)."""
+        return 1 + 2 * int(self.fetch)
 
     @property
     def issue_cycles(self) -> int:
