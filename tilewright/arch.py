@@ -87,7 +87,7 @@ class PipelineSpec(_Frozen):
                             "ECP5 with acc_read too, the accumulator reads through its block "
                             "RAMs' output registers)")
     fetch: bool = Field(False, description="the accelerator controller's instruction memory "
-                        "reads ahead into a prefetch buffer of 3 registers, which the decode "
+                        "reads ahead into a prefetch buffer of 4 registers, which the decode "
                         "reads (the memory's read enable from registers only): no GEMM cycle, "
                         "+2 cycles per accelerator run (three fetch cycles after start)")
     host_read: bool = Field(False, description="a register after the host's accumulator read "
