@@ -6,9 +6,9 @@ References: the hand counts of tests/test_accel_isa.py and tests/test_vector_acc
 event by event (closed forms of the DMA, the GEMM core and the vector engine); the RTL's own
 ``retired`` count and the cycle-model totals that tests/test_accel_fast.py already checks; the
 Chrome trace event format's fields (``ph``, ``pid``, ``tid``, ``name``, ``ts``, ``dur``).
-The RTL runs use ws8x8v's accelerator builds the suite already makes: the fast driver's
-(tests/test_generate.py, tests/test_vector_accel.py) and the cocotb bench's
-(tests/test_vector_accel.py's CLI test).
+The RTL runs use accelerator builds the suite already makes: ws8x8v's fast driver
+(tests/test_generate.py, tests/test_vector_accel.py) and the cocotb bench of
+tests/test_vector_accel.py's "wide8" accelerator (its RTL test).
 """
 
 from __future__ import annotations
@@ -154,14 +154,16 @@ def test_rtl_timeline_equals_model_on_vector_and_scan_kernels():
 
 @pytest.mark.verilator
 def test_cocotb_bench_records_the_same_timeline():
-    """The cocotb bench samples the same events at each falling edge: a GEMM and a scan kernel
-    on ws8x8v's cocotb build (the one tests/test_vector_accel.py's CLI test makes), timelines
-    equal to the model's."""
+    """The cocotb bench samples the same events at each falling edge: a GEMM and a scan kernel,
+    timelines equal to the model's. On the cocotb build tests/test_vector_accel.py's RTL test
+    makes (its "wide8": a 4x4 WS core, 8 vector lanes and the scan unit, the same accelerator
+    generator as ws8x8v; the bench's event sampling does not depend on the array's size), so
+    the run needs no build of its own."""
     from tilewright.cosim import sim as cosim
     from tilewright.cosim.program_jobs import KernelBatch
     from tilewright.cosim.suites import gemm_suite
-    from tests.test_vector_accel import _scan_operands
-    arch = load_arch(ARCH)
+    from tests.test_vector_accel import ARCHS, _scan_operands
+    arch = ARCHS["wide8"]
     prog, inputs = gemm_suite(arch, [(20, 24, 12, "random")], seed=7)
     run = cosim.run("accel", prog, arch, inputs=inputs, timeline=True)
     _assert_rtl_equals_model(run, arch, {"dma", "array"})

@@ -131,8 +131,11 @@ def test_rtl_bf16_core_bit_exact_and_cycle_exact():
     from tilewright.cosim.bf16_jobs import Bf16Params
     rows = cols = 4
     gemms = _gemm_set(np.random.default_rng(5))
-    runs = cosim.run("bf16-core", [(a, b) for _, a, b in gemms], Bf16Params(rows, cols)).records
     arch = _bf16_arch(rows, cols)
+    # the core an ArchSpec describes (4096-word buffers from ws8x8's 64 KiB memories): the same
+    # Verilog as tests/test_sim_rtl.py's bf16 layer test builds, so the two share one build
+    runs = cosim.run("bf16-core", [(a, b) for _, a, b in gemms],
+                     Bf16Params.for_arch(arch)).records
     for (what, a, b), run in zip(gemms, runs):
         (m, k), n = a.shape, b.shape[1]
         assert_same_fp32_bits(run.c, _reference(a, b, rows), what)
@@ -156,7 +159,7 @@ def test_rtl_bf16_core_lint_clean_with_the_documented_waivers():
     from tilewright.cosim.bf16_jobs import Bf16Params
     from tilewright.cosim.build import build
     from tilewright.cosim.verilator import lint
-    ok, out = lint(build("bf16-core", Bf16Params(4, 4, 256)))   # the build the test above made
+    ok, out = lint(build("bf16-core", Bf16Params.for_arch(_bf16_arch(4, 4))))   # the test above's
     assert ok, out[-2000:]
 
 
