@@ -4,10 +4,17 @@ A *vector kernel* is one vector-unit computation on raw signed Q8.8 operands
 (:mod:`tilewright.dataflow_sim.vector_numerics` defines the arithmetic):
 
 ``elementwise``  ``op`` in add, sub, mul, max (two operands of one shape) or exp, recip, rsqrt,
-                 silu, softplus, square (one operand): the tensor is flattened into vector words
-                 of ``lanes`` elements (the last word zero-padded). ``square`` (``x ** 2``, e.g.
-                 a norm's ``pow``) is the unit's ``mul`` whose ``b`` reads the same words as
+                 silu, softplus, square, neg (one operand): the tensor is flattened into vector
+                 words of ``lanes`` elements (the last word zero-padded). ``square`` (``x ** 2``,
+                 e.g. a norm's ``pow``) is the unit's ``mul`` whose ``b`` reads the same words as
                  ``a`` (one operand loaded once; the two buffer read ports read one address).
+                 ``neg`` (``-x``) is the unit's ``mul`` by the -1.0 constant word (``b_inc`` 0:
+                 every beat reads that one word), as softmax negates its row maxima: exact for
+                 every raw code but -32768, whose negation (+128.0) saturates to 32767.
+``copy``         ``op`` copy, any ``shape``: the operand's int32 lanes (e.g. an fp32 tensor's
+                 bits) moved through the vector buffer unchanged — per chunk of at most
+                 ``VBUF_WORDS`` words one ``LOAD_V`` and one ``STORE_V`` to new external words,
+                 no VECTOR instruction (bit-exact by construction, whatever the lanes hold).
 ``row``          ``op`` in sum, mean, rmax, softmax, argmax over the last axis of a 2-D operand
                  ``[rows, L]``: each row occupies ``ceil(L / lanes)`` words, padded with 0 (sum, mean),
                  -128.0 (rmax, softmax) or -2**31 (argmax, whose operand is int32 — e.g. the
@@ -63,17 +70,20 @@ beats per VECTOR); each chunk is ``LOAD_V`` (operands), the VECTOR instructions 
 Double-buffered vector buffer (ArchSpec ``vector_unit.double_buffer``; the bank rule in
 :mod:`tilewright.compiler.codegen`): the elementwise, row, requant and scan kernels ping-pong —
 chunk ``i`` lives in bank ``i % 2`` (from the bank's first word; softmax's -1.0 word in each
-bank's last word and requant's parameter words at each bank's start, loaded once per bank), and
+bank's last word — neg's too — and requant's parameter words at each bank's start, loaded once
+per bank), and
 :func:`_pingpong` orders the instructions so that chunk ``i + 1`` loads and chunk ``i - 1``
 stores while chunk ``i`` computes. The operand is cut into at least 1, 2, 4 or 8 chunks
 (:data:`DB_MIN_CHUNKS`; more when it does not fit a bank) and the order estimated fastest is
 kept, so a small kernel keeps its single chunk when splitting it would cost more memory latency
 than it hides. A row (or one channel's scan, one requant row) longer than a bank falls back to
 the single-buffer code over the whole buffer (the bank rule then serialises it). gather and
-lookup kernels are DMA only and unchanged; a quantize kernel is one chunk and runs serially. The memory map is the same either way, so results
+lookup kernels are DMA only and unchanged, and so are copy kernels (chunks of the whole buffer, one after the
+other: the loads and stores share the one DMA engine, so ping-pong would hide nothing); a
+quantize kernel is one chunk and runs serially. The memory map is the same either way, so results
 are bit-identical.
 
-External memory holds, per kernel, the constant word (-1.0 in every lane, softmax only), each
+External memory holds, per kernel, the constant word (-1.0 in every lane, softmax and neg), each
 chunk's operand words and each chunk's result words, at addresses this module assigns
 (:class:`VectorSegment`); :meth:`VectorSegment.image` / :meth:`VectorSegment.result` convert
 between arrays and external words.
@@ -97,7 +107,7 @@ from tilewright.compiler.codegen import (IDX_BITS, IDX_WORD_BYTES, IMEM_WORDS,
 from tilewright.compiler.layout import DoesNotFit
 
 __all__ = ["VectorKernel", "VectorSegment", "VectorIsa", "codegen_vector", "batch_kernels",
-           "ELEMENTWISE_OPS", "SAME_OPERAND",
+           "ELEMENTWISE_OPS", "SAME_OPERAND", "BY_NEG_ONE",
            "ROW_OPS", "Q_MIN", "Q_MAX", "SOFTMAX_MAX_ROW", "MEAN_MAX_ROW", "mean_params",
            "pack_vector_words", "unpack_vector_words", "PAIR_KINDS"]
 
@@ -105,11 +115,14 @@ BINARY = ("add", "sub", "mul", "max")
 UNARY = ("exp", "recip", "rsqrt", "silu", "softplus")
 #: kernel ops that are a unit op with both operands the same words: kernel op -> unit op
 SAME_OPERAND = {"square": "mul"}
-ELEMENTWISE_OPS = BINARY + UNARY + tuple(SAME_OPERAND)
+#: kernel ops that are a unit op with ``b`` the -1.0 constant word, broadcast to every beat
+#: (``b_inc`` 0): kernel op -> unit op
+BY_NEG_ONE = {"neg": "mul"}
+ELEMENTWISE_OPS = BINARY + UNARY + tuple(SAME_OPERAND) + tuple(BY_NEG_ONE)
 ROW_OPS = ("sum", "mean", "rmax", "softmax", "argmax")
 KINDS = {"elementwise": ELEMENTWISE_OPS, "row": ROW_OPS, "scan": ("scan",),
          "requant": ("requant",), "gather": ("gather",), "lookup": ("lookup",),
-         "quantize": ("quantize",)}
+         "quantize": ("quantize",), "copy": ("copy",)}
 #: kinds whose result is a pair (scan: y and the final state; quantize: codes and the shift)
 PAIR_KINDS = ("scan", "quantize")
 Q_MIN, Q_MAX = -32768, 32767        #: raw Q8.8 range
@@ -259,9 +272,10 @@ class VectorSegment:
             grid[:, :k.shape[1]] = table
             put(self.chunks[0].in_addr[0], pack_vector_words(grid.reshape(-1, self.lanes)))
             return out
-        pad = 0 if k.op in ("sum", "mean") else I32_MIN if k.op == "argmax" else Q_MIN
-        lo, hi, what = (I32_MIN, I32_MAX, "int32") if k.op == "argmax" else (Q_MIN, Q_MAX,
-                                                                            "raw Q8.8")
+        pad = (0 if k.op in ("sum", "mean", "copy") else I32_MIN if k.op == "argmax"
+               else Q_MIN)
+        lo, hi, what = ((I32_MIN, I32_MAX, "int32") if k.op in ("argmax", "copy")
+                        else (Q_MIN, Q_MAX, "raw Q8.8"))
         for i, x in enumerate(operands):
             x = np.asarray(x)
             if x.shape != k.shape:
@@ -391,7 +405,7 @@ class VectorSegment:
             ch = lanes.reshape(bt, d, per, self.lanes)
             y = ch[:, :, :-1].reshape(bt, d, -1)[:, :, :length]
             return np.moveaxis(y, 2, 1), ch[:, :, -1, :n]
-        if k.kind == "elementwise":
+        if k.kind in ("elementwise", "copy"):
             return lanes.reshape(-1)[:int(np.prod(k.shape))].reshape(k.shape)
         if k.kind == "quantize":         # codes words | the multiplier word | the shift word
             codes = lanes[:-2].reshape(-1)[:int(np.prod(k.shape))].reshape(k.shape)
@@ -462,6 +476,8 @@ def _kernel_code(k: VectorKernel, arch: ArchSpec, base_pc: int, addr: int):
         code, chunks, addr, row_words = _gather_code(k, arch, addr)
     elif k.kind == "lookup":
         code, chunks, addr, const_addr, row_words = _lookup_code(k, arch, addr)
+    elif k.kind == "copy":
+        code, chunks, addr = _copy_code(k, arch, addr)
     else:
         make = {"scan": _scan_code, "requant": _requant_code,
                 "quantize": _quantize_code}.get(k.kind, _chunk_plan)
@@ -505,21 +521,30 @@ def _chunk_plan(k: VectorKernel, arch: ArchSpec, addr: int, banked: bool,
     const_addr, row_words = -1, 0
     if k.kind == "elementwise":
         total = -(-int(np.prod(k.shape)) // lanes)
-        per = min(cap // k.operands, _MAX_BEATS)
+        by_const = k.op in BY_NEG_ONE        # the -1.0 word in the bank's (buffer's) last word
+        if by_const:
+            const_addr, addr = addr, addr + r
+        per = min((cap - by_const) // k.operands, _MAX_BEATS)
         if banked:
             per = min(per, -(-total // min(min_chunks, total)))
         for i, w0 in enumerate(range(0, total, per)):
             n, vb = min(per, total - w0), base(i)
+            const_v = vb + cap - 1
             ins_addr = tuple(addr + j * n * r for j in range(k.operands))
             addr += k.operands * n * r
             chunks.append(_Chunk(n, ins_addr, n, addr, n))
-            parts.append(([_ins("LOAD_V", vaddr=vb + j * n, count=n, addr=a)
-                           for j, a in enumerate(ins_addr)],
-                          [_vec(SAME_OPERAND[k.op], n, vb, vb, b=vb, b_inc=1)   # b steps
-                           if k.op in SAME_OPERAND else                          # through a
-                           _vec(k.op, n, vb, vb, b=vb + n if k.operands == 2 else vb,
-                                b_inc=int(k.operands == 2))],
-                          [_ins("STORE_V", vaddr=vb, count=n, addr=addr)]))
+            loads = ([_ins("LOAD_V", vaddr=const_v, count=1, addr=const_addr)]   # once per
+                     if by_const and i < (VBUF_BANKS if banked else 1) else [])  # bank
+            if k.op in SAME_OPERAND:            # b steps through a
+                vec = _vec(SAME_OPERAND[k.op], n, vb, vb, b=vb, b_inc=1)
+            elif by_const:                      # b stays on the constant word
+                vec = _vec(BY_NEG_ONE[k.op], n, vb, vb, b=const_v)
+            else:
+                vec = _vec(k.op, n, vb, vb, b=vb + n if k.operands == 2 else vb,
+                           b_inc=int(k.operands == 2))
+            parts.append((loads + [_ins("LOAD_V", vaddr=vb + j * n, count=n, addr=a)
+                                   for j, a in enumerate(ins_addr)],
+                          [vec], [_ins("STORE_V", vaddr=vb, count=n, addr=addr)]))
             addr += n * r
         return parts, chunks, addr, const_addr, row_words
     rows, length = k.shape
@@ -766,6 +791,24 @@ def _lookup_code(k: VectorKernel, arch: ArchSpec, addr: int):
         chunks.append(_Chunk(c, (table, ids + i0 * ri), rows * nw, addr, c * nw, (i0, 0)))
         addr += c * nw * r
     return code, chunks, addr, ids, nw
+
+
+def _copy_code(k: VectorKernel, arch: ArchSpec, addr: int):
+    """(instructions without END, chunks, next free address) of a copy: the operand's words
+    (flattened, the last zero-padded) at ``addr``; per chunk of at most ``VBUF_WORDS`` words
+    ``LOAD_V`` into words 0 .. and ``STORE_V`` of them after the operand. A ``LOAD_V`` waits until the DMA is idle (the
+    ISA's rule), so a chunk's load never overwrites words the previous store still reads."""
+    r = -(-vector_word_bytes(arch) // beat_bytes(arch))
+    total = -(-int(np.prod(k.shape)) // arch.vector_unit.lanes)
+    src, out = addr, addr + total * r
+    code: list[Instr] = []
+    chunks: list[_Chunk] = []
+    for w0 in range(0, total, VBUF_WORDS):
+        n = min(VBUF_WORDS, total - w0)
+        code += [_ins("LOAD_V", vaddr=0, count=n, addr=src + w0 * r),
+                 _ins("STORE_V", vaddr=0, count=n, addr=out + w0 * r)]
+        chunks.append(_Chunk(n, (src + w0 * r,), n, out + w0 * r, n))
+    return code, chunks, out + total * r
 
 
 def _scan_code(k: VectorKernel, arch: ArchSpec, addr: int, banked: bool = False,

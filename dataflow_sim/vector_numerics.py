@@ -26,6 +26,12 @@ Operations (the op names of the compiler's VectorTask)
 ``square`` (a kernel, not an opcode: ``mul`` with ``b`` reading ``a``'s words, :func:`square`)
           ``min(floor((a**2 + 128) / 256), 32767)``: x ** 2 rounded half up; it saturates for
           |a| >= 2897 raw (|x| > 11.3125 + 2**-8, since 2896**2 + 128 < 2**23 <= 2897**2 + 128).
+``neg``   (a kernel, not an opcode: ``mul`` by the -1.0 word, -256 raw, :func:`neg`)
+          ``min(-a, 32767)``: ``a * -256`` is a multiple of 256, so the rounding never acts and
+          the result is exactly -x for every code but -32768 (-128.0), whose negation +128.0 is
+          outside Q8.8 and saturates to 32767 (128 - 2**-8) — where numpy's int16 negation
+          wraps to -32768. ``sub`` from a zero word gives the same codes (sat(0 - a)) but needs
+          a zero operand word per word of ``a`` (``a`` always steps; only ``b`` broadcasts).
 ``sum``   wrapping int32 sum of every element of a run of beats ending with ``last``.
 ``rmax``  max of every element of a run of beats ending with ``last`` (Q8.8).
 ``argmax`` the index ``beat * lanes + lane`` (beat counted from the run's first) of the largest
@@ -126,7 +132,8 @@ __all__ = ["FRAC_BITS", "SEG_BITS", "Q_MAX", "Q_MIN", "OPS", "ELEMENTWISE_OPS", 
            "elementwise",
            "reduce", "run_beats",
            "apply_float", "error_bound", "exp2_table", "recip_table", "rsqrt_table",
-           "pwl_table", "LOG2E_Q14", "rescale", "mean", "square", "qshift", "quantize_tensor",
+           "pwl_table", "LOG2E_Q14", "rescale", "mean", "square", "neg", "qshift",
+           "quantize_tensor",
            "QSHIFT_MAX"]
 
 FRAC_BITS = 8            #: fractional bits of Q8.8
@@ -355,6 +362,13 @@ def quantize_tensor(x) -> tuple[np.ndarray, int]:
     x = _check_raw("x", x)
     k = reduce("qshift", x)
     return requant(x, np.int64(1), np.int64(k)), k
+
+
+def neg(x) -> np.ndarray:
+    """``-x`` of raw Q8.8 ``x`` as the unit computes it (``mul`` of ``x`` by -1.0, the ``neg``
+    kernel): raw Q8.8 int64, exact but for -32768, which saturates to 32767."""
+    x = _check_raw("x", x)
+    return elementwise("mul", x, np.full_like(x, -(1 << FRAC_BITS)))
 
 
 def argmax(x) -> int:

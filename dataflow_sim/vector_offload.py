@@ -17,6 +17,10 @@ task op       kernel
 exp, rsqrt,   elementwise, the unit's function of the same name
 silu,
 softplus
+neg           elementwise ``neg``: the unit's ``mul`` by the -1.0 constant word (broadcast);
+              exact, but -128.0 (raw -32768) gives 32767 raw (+128.0 saturates)
+copy          ``copy``: an fp32 tensor's bits as int32 lanes, ``LOAD_V`` then ``STORE_V``
+              through the vector buffer (no VECTOR): bit-exact, no Q8.8 rounding
 add, sub,     elementwise on the broadcast operands (a scalar operand is broadcast too,
 mul           on its side: ``1 - x`` is sub(1, x)); sub is the unit's opcode 13, sat(a - b)
 pow           exponent 2 only (a norm's square): ``square``, the unit's ``mul`` of the
@@ -76,11 +80,12 @@ from tilewright.dataflow_sim.vector_numerics import order_keys, to_fixed
 __all__ = ["VectorUnitOps", "ReplayVectorUnit", "OffloadRecord", "OFFLOAD_OPS", "kernel_for",
            "argmax_record"]
 
-_UNARY = ("exp", "rsqrt", "silu", "softplus")
+_UNARY = ("exp", "rsqrt", "silu", "softplus", "neg")
 _BINARY = ("add", "sub", "mul")
 _ROW = {"softmax": "softmax", "reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "rmax"}
 #: Program vector ops (and the scan task) the vector engine takes (see the module table)
-OFFLOAD_OPS = _UNARY + _BINARY + ("pow",) + tuple(_ROW) + ("take_rows", "scan", "quantize")
+OFFLOAD_OPS = _UNARY + _BINARY + ("pow",) + tuple(_ROW) + ("take_rows", "copy", "scan",
+                                                              "quantize")
 #: the task kinds besides ``vector`` that the hook is offered (their output is a pair)
 _PAIR_TASKS = (ScanTask, QuantizeTask)
 
@@ -107,7 +112,7 @@ class OffloadRecord:
         """A raw result (this record's or the RTL's) as the task's fp32 output."""
         if self.kernel.op == "argmax":
             return np.asarray(raw, np.int64).reshape(self.out_shape)
-        if self.kernel.kind in ("gather", "lookup"):       # int32 lanes holding fp32 bits
+        if self.kernel.kind in ("gather", "lookup", "copy"):   # int32 lanes: fp32 bits
             return np.asarray(raw, np.int64).astype(np.int32).view(np.float32).reshape(
                 self.out_shape)
         if self.kernel.kind == "scan":
@@ -146,6 +151,13 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
                   VectorKernel(name, "lookup", "lookup", (idx.size, *x.shape)))
         return (kernel, (x.view(np.int32).astype(np.int64), idx.astype(np.int64)),
                 (*np.asarray(ins[1]).shape, x.shape[1]))
+    if op == "copy":
+        x = np.asarray(ins[0])
+        if not _is_f32(x) or x.size == 0:
+            return None
+        bits = np.ascontiguousarray(x).view(np.int32).astype(np.int64)
+        return (VectorKernel(name, "copy", "copy", x.shape or (1,)), (bits.reshape(x.shape or (1,)),),
+                x.shape)
     if op in _UNARY or op == "pow":
         x = np.asarray(ins[0])
         if not _is_f32(x) or x.size == 0:

@@ -337,6 +337,12 @@ def test_rtl_fast_moe_and_mamba_bit_exact_and_cycle_exact(model):
     host = " ".join(res["on_the_host"])
     if model == "tiny-mamba":           # the scan on the vector engine's scan unit
         assert "scan" not in host and all(st["busy_cycles"]["scan"] > 0 for st in res["steps"])
+        # A = -exp(A_log)'s neg (mul by -1.0) and the conv state's copy (LOAD_V + STORE_V of its
+        # fp32 bits) on the vector engine, every step that has them (the copy: decode steps)
+        assert "neg x" not in host and "copy x" not in host, host
+        off = [st["rtl"]["offloaded"] for st in res["steps"]]
+        assert all(sum(t.endswith(".neg") for t in o) == 2 for o in off)
+        assert all(sum(t.endswith(".copy") for t in o) == 2 for o in off[1:])
     else:                               # MoE routing stays on the host, by name
         assert "topk_indices" in host, host
 

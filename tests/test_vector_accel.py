@@ -82,6 +82,15 @@ def _suite():
     out.append((VectorKernel("square", "elementwise", "square", a.shape), [a],
                 np.array([min((int(v) ** 2 + 128) // 256, 32767) for v in a.ravel()]
                          ).reshape(a.shape)))
+    # neg (-x): mul by the broadcast -1.0 word; min(-a, 32767) in Python integers — exact but
+    # for -32768 (+128.0 saturates), the edges include both extremes; 3 x 11 is 9 words on 4 lanes
+    a = _operand((3, 11))
+    out.append((VectorKernel("neg", "elementwise", "neg", a.shape), [a],
+                np.array([min(-int(v), 32767) for v in a.ravel()]).reshape(a.shape)))
+    # copy: any int32 lanes (e.g. fp32 bits) back unchanged, the extremes included
+    c = _RNG.integers(I32_MIN, I32_MAX, (5, 7), endpoint=True)
+    c.reshape(-1)[:4] = (I32_MIN, I32_MAX, 0, -1)
+    out.append((VectorKernel("copy", "copy", "copy", c.shape), [c], c.copy()))
     for op in ("sum", "rmax"):
         x = _operand((5, 13))
         out.append((VectorKernel(f"r{op}", "row", op, x.shape), [x],
@@ -307,6 +316,76 @@ def test_square_code_and_cycle_model_match_a_count_by_hand():
         {"vop": 1, "count": 2, "a": 0, "b": 0, "b_inc": 1, "dst": 0}
     t = predict_segment(isa, isa.segments[0], arch)
     assert (t.cycles, t.vector_cycles, t.dma_cycles) == (39, 7, 18 + 9)
+
+
+def test_neg_and_copy_code_and_cycle_model_match_a_count_by_hand():
+    """Same arch (r = 4 beats per word, L = 10). neg of 8 elements: LOAD_V of the -1.0 word into
+    the buffer's last word issues in 2, busy 10 + 4 = 14 (free from 17); LOAD_V of x (2 words)
+    in 17, busy 18 (free from 36); VECTOR ``mul`` (opcode 1) with b on that word, not stepping
+    (b_inc 0), 2 beats in 36, busy 7 (free from 44); STORE_V in 44, busy 9 (free from 54); END
+    in 54. copy of 8 lanes: LOAD_V 2 words in 2 (free from 21), STORE_V in 21 (free from 31),
+    END in 31, no VECTOR. A neg longer than the buffer (1,023 words and the constant) loads the
+    constant once; a copy's chunks are whole buffers."""
+    arch = ARCHS["narrow4"]
+    isa = codegen_vector(arch, [VectorKernel("n", "elementwise", "neg", (8,))])
+    assert [str(i) for i in disassemble(list(isa.words))] == [
+        "LOAD_V vaddr=1023 count=1 addr=0", "LOAD_V vaddr=0 count=2 addr=4",
+        "VECTOR vop=1 count=2 a=0 b=1023 b_inc=0 dst=0 seg=0",
+        "STORE_V vaddr=0 count=2 addr=12", "END"]
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert (t.cycles, t.vector_cycles, t.dma_cycles) == (54, 7, 14 + 18 + 9)
+    assert [isa.segments[0].image(arch, np.zeros(8, np.int64))[a] for a in range(4)] == \
+        [-256 & 0xFFFFFFFF] * 4
+    isa = codegen_vector(arch, [VectorKernel("c", "copy", "copy", (2, 4))])
+    assert [str(i) for i in disassemble(list(isa.words))] == [
+        "LOAD_V vaddr=0 count=2 addr=0", "STORE_V vaddr=0 count=2 addr=8", "END"]
+    t = predict_segment(isa, isa.segments[0], arch)
+    assert (t.cycles, t.vector_cycles, t.dma_cycles) == (31, 0, 18 + 9)
+    x = _operand((VBUF_WORDS * 4 + 5,))
+    k = VectorKernel("n", "elementwise", "neg", x.shape)
+    isa = codegen_vector(arch, [k])
+    ops = [i for i in disassemble(list(isa.words)) if i.op == "LOAD_V"]
+    assert len(isa.segments[0].chunks) == 2 and len(ops) == 3 and ops[0].fields["count"] == 1
+    assert kernel_reference(k, arch, x, isa=isa).tolist() == [min(-int(v), 32767) for v in x]
+    y = _RNG.integers(I32_MIN, I32_MAX, VBUF_WORDS * 4 + 5)
+    k = VectorKernel("c", "copy", "copy", y.shape)
+    isa = codegen_vector(arch, [k])
+    assert [c.in_words for c in isa.segments[0].chunks] == [VBUF_WORDS, 2]
+    assert np.array_equal(kernel_reference(k, arch, y, isa=isa), y)
+
+
+def test_neg_and_copy_offload_and_leave_the_host_list():
+    """neg of fp32 x is -to_fixed(x) on the unit (min(-a, 32767) of the Q8.8 code a), within
+    2**-9 of numpy's -x inside the Q8.8 range and 128 - 2**-8 for x = -128 (saturated); copy
+    returns the fp32 bits unchanged (NaN, infinities, a subnormal, -0.0 included: no Q8.8 on
+    the way); a copy of another dtype stays on the host (None). host_ops then lists neither."""
+    from tilewright.app.flows.generate import host_ops
+    from tilewright.compiler.program import VectorTask
+    from tilewright.dataflow_sim.vector_offload import VectorUnitOps
+    hook = VectorUnitOps(ARCHS["wide8"])
+    x = np.concatenate([(_RNG.standard_normal(200) * 20), [-128.0, -127.99, 127.9961, 1 / 512,
+                                                             -1 / 512, 3 / 512, 0.0]]
+                       ).astype(np.float32)
+    neg = VectorTask(name="n", op="neg", inputs=("x",), out="y", attrs={"format": "fp32"})
+    got = hook(neg, [x])
+    assert hook.records[-1].kernel == VectorKernel("v0_n", "elementwise", "neg", x.shape)
+    assert got.dtype == np.float32
+    want = np.array([min(-int(v), 32767) for v in vn.to_fixed(x)]) / 256
+    assert np.array_equal(got.astype(np.float64), want)
+    assert got[-7] == 127.99609375 and got[-5] == -127.99609375
+    inside = np.abs(x) < 128 - 2.0 ** -9
+    assert (np.abs(got[inside] + x[inside].astype(np.float64)) <= 2.0 ** -9).all()
+    y = np.array([[np.nan, np.inf, -np.inf, 1e-40], [-0.0, np.pi, 1e30, -3.5]], np.float32)
+    copy = VectorTask(name="c", op="copy", inputs=("y",), out="z")
+    got = hook(copy, [y])
+    assert hook.records[-1].kernel == VectorKernel("v1_c", "copy", "copy", (2, 4))
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.int32), y.view(np.int32))
+    assert hook(copy, [np.arange(6, dtype=np.int64)]) is None and len(hook.records) == 2
+
+    class Prog:                        # host_ops reads a program's tasks only
+        tasks = [neg, copy]
+    assert host_ops(Prog(), ()) == ["copy x1", "neg x1"]
+    assert host_ops(Prog(), tuple(r.task for r in hook.records)) == []
 
 
 def test_pow_offload_is_the_units_square_and_only_for_exponent_2():
@@ -616,7 +695,7 @@ def test_vector_kernels_on_the_rtl_bit_exact_and_cycle_exact(name, monkeypatch):
     for j, i in enumerate((29, 3, 36, 29, 0)):
         assert not any(np.array_equal(run.outputs["lookup"][j], table[n])
                        for n in (i - 1, i + 1) if 0 <= n < len(table))
-    for k in ("argmax", "requant", "gather", "lookup", "mean48", "square", "sub"):
+    for k in ("argmax", "requant", "gather", "lookup", "mean48", "square", "sub", "neg", "copy"):
         flipped = run.outputs[k].copy()
         flipped.reshape(-1)[-1] ^= 1
         assert not _equal(flipped, dict((kk.name, r) for kk, _, r in suite)[k])

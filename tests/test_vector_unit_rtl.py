@@ -254,6 +254,20 @@ def test_square_reference_is_the_closed_form():
         [256, 0, 1, 576, 32761, 32767, 32767]
 
 
+def test_neg_reference_is_the_closed_form():
+    """The neg kernel's reference (mul by -1.0, -256 raw) on all 65536 Q8.8 inputs against
+    min(-x, 32767) in Python integers; by hand: 1.0 -> -1.0, one LSB -> minus one LSB, 0 -> 0,
+    32767 -> -32767, and -32768 (-128.0) -> 32767: +128.0 is outside Q8.8 and saturates, where
+    numpy's int16 negation wraps to -32768 (the only code where the two differ)."""
+    x = np.arange(-32768, 32768)
+    assert vn.neg(x).tolist() == [min(-int(v), 32767) for v in x]
+    assert vn.neg([256, 1, 0, 32767, -32768]).tolist() == [-256, -1, 0, -32767, 32767]
+    with np.errstate(over="ignore"):
+        wrapped = np.negative(x.astype(np.int16)).astype(np.int64)
+    assert np.flatnonzero(vn.neg(x) != wrapped).tolist() == [0]        # x = -32768 only
+    assert wrapped[0] == -32768
+
+
 def test_mean_reference_is_the_row_mean_rounded_half_up():
     """The unit's row mean (sum, then rescale by mean_params) against floor(S/n + 1/2) in
     Python integers: every S >= 0 for n = 1..130 and a few long rows, every S for n a power of
