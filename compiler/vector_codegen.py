@@ -78,10 +78,10 @@ stores while chunk ``i`` computes. The operand is cut into at least 1, 2, 4 or 8
 kept, so a small kernel keeps its single chunk when splitting it would cost more memory latency
 than it hides. A row (or one channel's scan, one requant row) longer than a bank falls back to
 the single-buffer code over the whole buffer (the bank rule then serialises it). gather and
-lookup kernels are DMA only and unchanged, and so are copy kernels (chunks of the whole buffer, one after the
-other: the loads and stores share the one DMA engine, so ping-pong would hide nothing); a
-quantize kernel is one chunk and runs serially. The memory map is the same either way, so results
-are bit-identical.
+lookup kernels are DMA only and unchanged, and so are copy kernels (chunks of the whole buffer,
+one after the other: the loads and stores share the one DMA engine, so ping-pong would hide
+nothing); a quantize kernel is one chunk and runs serially. The memory map is the same either
+way, so results are bit-identical.
 
 External memory holds, per kernel, the constant word (-1.0 in every lane, softmax and neg), each
 chunk's operand words and each chunk's result words, at addresses this module assigns
@@ -796,8 +796,9 @@ def _lookup_code(k: VectorKernel, arch: ArchSpec, addr: int):
 def _copy_code(k: VectorKernel, arch: ArchSpec, addr: int):
     """(instructions without END, chunks, next free address) of a copy: the operand's words
     (flattened, the last zero-padded) at ``addr``; per chunk of at most ``VBUF_WORDS`` words
-    ``LOAD_V`` into words 0 .. and ``STORE_V`` of them after the operand. A ``LOAD_V`` waits until the DMA is idle (the
-    ISA's rule), so a chunk's load never overwrites words the previous store still reads."""
+    ``LOAD_V`` into words 0 .. and ``STORE_V`` of them after the operand. A ``LOAD_V`` waits
+    until the DMA is idle (the ISA's rule), so a chunk's load never overwrites words the previous
+    store still reads."""
     r = -(-vector_word_bytes(arch) // beat_bytes(arch))
     total = -(-int(np.prod(k.shape)) // arch.vector_unit.lanes)
     src, out = addr, addr + total * r

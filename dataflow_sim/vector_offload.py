@@ -155,9 +155,9 @@ def kernel_for(task: VectorTask, ins: list[np.ndarray], name: str,
         x = np.asarray(ins[0])
         if not _is_f32(x) or x.size == 0:
             return None
-        bits = np.ascontiguousarray(x).view(np.int32).astype(np.int64)
-        return (VectorKernel(name, "copy", "copy", x.shape or (1,)), (bits.reshape(x.shape or (1,)),),
-                x.shape)
+        shape = x.shape or (1,)                  # a 0-d tensor as one element
+        bits = np.ascontiguousarray(x).view(np.int32).astype(np.int64).reshape(shape)
+        return VectorKernel(name, "copy", "copy", shape), (bits,), x.shape
     if op in _UNARY or op == "pow":
         x = np.asarray(ins[0])
         if not _is_f32(x) or x.size == 0:

@@ -44,7 +44,8 @@ def generate_cmd(
     fast: bool = typer.Option(False, "--fast", help="with --rtl: the C++ fast driver"),
     vector: bool = typer.Option(False, "--vector", help="run the ops the vector engine "
                                 "implements (exp, rsqrt, SiLU, softplus, softmax, add/sub/mul, "
-                                "x**2, sum/mean/max in Q8.8, the per-tensor int8 quantize before a "
+                                "x**2, neg, sum/mean/max in Q8.8, copy (bit-exact), the per-tensor "
+                                "int8 quantize before a "
                                 "GEMM; the scan on the scan unit; the argmax of the "
                                 "logits, the next token) in its arithmetic; with --rtl on the "
                                 "accelerator top's vector engine (needs a vector_unit in the "

@@ -45,7 +45,8 @@ def sim(
                                "vector kernel's) cycles"),
     vector: bool = typer.Option(False, "--vector", help="run the ops the vector engine "
                                 "implements (exp, rsqrt, SiLU, softplus, softmax, add/sub/mul, "
-                                "x**2, sum/mean/max in Q8.8, the per-tensor int8 quantize before a "
+                                "x**2, neg, sum/mean/max in Q8.8, copy (bit-exact), the per-tensor "
+                                "int8 quantize before a "
                                 "GEMM; the SSM scan on the scan unit) in its "
                                 "arithmetic; with --rtl --top accel [--fast] on the RTL's vector "
                                 "engine (needs a vector_unit in the ArchSpec)"),

@@ -51,8 +51,9 @@ norms (with ``vector`` a norm runs on the vector engine — its square, ``pow`` 
 the attention's online softmax, quantize steps (with ``vector`` a per-tensor int8 quantize runs
 on the vector engine: ``qshift`` over the tensor, then ``requant`` by 1 and that shift, the scale
 a power of two; channel and block granularities and tensors larger than the vector buffer stay
-here), the GEMMs' int32 -> fp32 scaling,
-routing, the KV append, the argmax.
+here; with ``vector`` tiny-mamba's ``neg`` runs on the vector engine as ``mul`` by -1.0 and its
+conv state's ``copy`` as ``LOAD_V`` + ``STORE_V`` of the fp32 bits), the GEMMs' int32 -> fp32
+scaling, routing, the KV append, the argmax.
 With ``vector`` (``--vector``, an ArchSpec with a ``vector_unit``) the ops the vector engine
 implements run in its Q8.8 arithmetic (``sim --vector``'s hook), and with ``rtl`` on the
 accelerator top's vector engine, bit-exact and cycle-exact against its model like the GEMMs.
@@ -319,7 +320,8 @@ def generate(model: str, arch: ArchSpec, prompt: list[int], tokens: int, *, seed
     """Greedy generation of ``tokens`` tokens after ``prompt`` (module docstring); ``rtl`` runs
     every step's int8 GEMMs on the accelerator top through ``driver`` (cocotb | fast).
     ``vector`` runs the ops the vector engine implements (exp, rsqrt, SiLU, softplus, softmax,
-    add/sub/mul, x ** 2 (a norm's square: ``mul`` of x by itself), sum/mean/max — a norm's mean as
+    add/sub/mul, x ** 2 (a norm's square: ``mul`` of x by itself), neg (``mul`` by -1.0), an fp32
+    copy (its bits by ``LOAD_V`` + ``STORE_V``), sum/mean/max — a norm's mean as
     ``sum`` then ``rescale`` by 1/n; a per-tensor int8 quantize of an activation as ``qshift``
     then ``requant``, scale ``2**(k-8)``; the scan) in its
     Q8.8 arithmetic, as ``sim --vector`` does

@@ -19,10 +19,11 @@ seeded weights), ``path/file.py:factory`` or a ``.onnx`` file (the whole module)
 What runs where: GEMM arithmetic on the RTL. With ``--vector`` (``--top accel``, an ArchSpec with
 a ``vector_unit``) the vector ops the accelerator's vector engine implements — exp, rsqrt, SiLU,
 softplus, softmax over the last axis, elementwise add/sub/mul, pow with exponent 2 (``square``: mul
-of x by itself), last-axis sum/mean/max in the vector
+of x by itself), neg (``mul`` by the -1.0 word), last-axis sum/mean/max in the vector
 unit's Q8.8 arithmetic (the mean: ``sum`` then ``rescale`` by 1/n), the per-tensor int8
 quantize of an activation before an int8 GEMM (``qshift``, then ``requant`` by 1 and that shift:
-the scale ``2**(k-8)``), and the SSM ``scan`` on the scan unit (Q0.16 a, Q16.16 b/c/h;
+the scale ``2**(k-8)``), an fp32 ``copy`` (its bits through the vector buffer, ``LOAD_V``
+then ``STORE_V``: bit-exact), and the SSM ``scan`` on the scan unit (Q0.16 a, Q16.16 b/c/h;
 :mod:`tilewright.dataflow_sim.vector_offload`) — run in that arithmetic: the functional model
 computes them on the bit-exact instruction-level model, the same kernels run as
 LOAD_V/VECTOR/SCAN/STORE_V code on the Verilated top (results bit-exact, cycles equal to the
