@@ -63,8 +63,9 @@ def run(request, tmp_path_factory):
     baseline = json.loads((BASE / f"{case}.json").read_text())
     d = tmp_path_factory.mktemp(case)
     pack = ["--bitstream"] if baseline["target"] in PACKED else []
+    top = ["--top", baseline["top"]] if "top" in baseline else []
     proc = tw("fpga", "--arch", str(BASE / f"{baseline['preset']}.yaml"), "--target",
-              baseline["target"], "-o", "out", *pack, cwd=d)
+              baseline["target"], "-o", "out", *top, *pack, cwd=d)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     out = d / "out"
     return case, baseline, out, json.loads((out / "manifest.json").read_text())

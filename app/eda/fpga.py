@@ -376,36 +376,46 @@ def check_clock(fpga: dict[str, Any], baseline: dict[str, Any]) -> tuple[list[st
     return [], f"{verdict}: known miss, recorded in the baseline: {reason}"
 
 
-#: the baseline presets (ArchSpec YAML in the baseline folder) and targets measured for each
+#: the baselines and the targets measured for each: a preset (ArchSpec YAML in the baseline
+#: folder) built as the GEMM core, or ``<preset>.<top>`` for another of :data:`TOPS`
 BASELINES = {"int8_2x2": ("ice40", "ecp5", "xc7"), "int8_4x4": ("ice40", "ecp5", "xc7"),
-             "ws8x8_pipelined": ("ecp5",)}
+             "ws8x8_pipelined": ("ecp5",), "ws8x8_pipelined.axi-accel": ("ecp5",)}
+
+
+def baseline_preset_top(name: str) -> tuple[str, str]:
+    """(preset, top) of a :data:`BASELINES` name: ``ws8x8_pipelined.axi-accel`` ->
+    (``ws8x8_pipelined``, ``axi-accel``); a bare preset is its GEMM core (``gemm``)."""
+    preset, _, top = name.partition(".")
+    return preset, top or "gemm"
 
 
 def update_baselines(folder: Path, presets: list[str], targets: list[str] | None) -> list[Path]:
-    """Re-run the flow for ``presets`` × (``targets`` or each preset's :data:`BASELINES`) and
-    write ``<folder>/<preset>_<target>.json``; return the written files.
+    """Re-run the flow for ``presets`` (:data:`BASELINES` names) × (``targets`` or each one's
+    :data:`BASELINES`) and write ``<folder>/<name>_<target>.json``; return the written files.
 
     A recorded clock miss (``meets_clock: false`` and its ``meets_clock_reason``) is kept while
     the new run still misses the clock and dropped once it meets it; a new miss is printed with
     what to record (:func:`check_clock`), since only a person can say why."""
     written = []
-    for preset in presets:
+    for name in presets:
+        preset, top = baseline_preset_top(name)
         arch = load_arch(folder / f"{preset}.yaml")
-        for target in targets or BASELINES[preset]:
+        for target in targets or BASELINES[name]:
             with tempfile.TemporaryDirectory() as tmp:
-                m = run_fpga(arch, target, Path(tmp) / "out")
-            path = folder / f"{preset}_{target}.json"
+                m = run_fpga(arch, target, Path(tmp) / "out", top=top)
+            path = folder / f"{name}_{target}.json"
             old = json.loads(path.read_text()) if path.is_file() else {}
             record = {k: old[k] for k in ("meets_clock", "meets_clock_reason") if k in old}
             if m["fpga"].get("fmax_mhz", 0.0) >= m["fpga"]["target_mhz"]:
                 record = {}
             problems, verdict = check_clock(m["fpga"], record)
             write_atomic(path, json.dumps({
-                "preset": preset, "target": target, "part": m["fpga"]["part"],
+                "preset": preset, **({"top": top} if top != "gemm" else {}),
+                "target": target, "part": m["fpga"]["part"],
                 "arch_hash": m["arch"]["hash"], **qor_of(m), **record, "tools": m["tools"],
                 "measured": time.strftime("%Y-%m-%d", time.gmtime()),
                 "update_with": f"python -m tilewright.app.eda.fpga --update-baseline --preset "
-                               f"{preset} --target {target}"}, indent=1) + "\n")
+                               f"{name} --target {target}"}, indent=1) + "\n")
             written.append(path)
             print(f"{path}: {qor_of(m)}; {'; '.join(problems) or verdict}")
     return written
